@@ -1,0 +1,40 @@
+"""Router only: st.navigation over pages/.
+
+The body runs only as the main script, so worker processes started with ``spawn`` that
+re-import this file do nothing.
+"""
+
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent
+
+#: (file, title, icon). A page is listed once its file exists.
+PAGES = [
+    ("pages/home.py", "Home", ":material/home:"),
+    ("pages/topology.py", "Topology", ":material/hub:"),
+    ("pages/placement.py", "Placement", ":material/account_tree:"),
+    ("pages/allreduce.py", "All-reduce", ":material/sync:"),
+    ("pages/optimisers.py", "Optimisers", ":material/trending_down:"),
+    ("pages/training.py", "Training", ":material/model_training:"),
+    ("pages/compare.py", "Compare", ":material/compare_arrows:"),
+    ("pages/compression.py", "Compression", ":material/compress:"),
+    ("pages/jobs.py", "Jobs", ":material/work_history:"),
+    ("pages/fidelity.py", "Fidelity", ":material/query_stats:"),
+]
+
+
+def available_pages() -> list[tuple[str, str, str]]:
+    return [p for p in PAGES if (ROOT / p[0]).exists()]
+
+
+def main() -> None:
+    import streamlit as st
+
+    st.set_page_config(page_title="Heterogeneous training lab", page_icon=":material/hub:", layout="wide")
+    pages = [st.Page(str(ROOT / f), title=t, icon=i, default=(f == "pages/home.py"))
+             for f, t, i in available_pages()]
+    st.navigation(pages).run()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,273 @@
+"""The Scenario: everything a person sets up, in one value that round-trips through JSON and URLs.
+
+Like TensorFlow Playground's ``state.ts``, one declarative table per section (:data:`TRAINING_FIELDS`,
+:data:`COMPRESSION_FIELDS`) lists every field with its type, default and allowed values; that
+table drives validation, the JSON form and the compact URL form. Defaults live only there.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import math
+import zlib
+from dataclasses import dataclass, field, fields, replace
+from typing import Any, Mapping
+
+from lab.errors import LabError
+from lab.topology import Topology, _check_keys, _loads
+
+MAX_SCENARIO_BYTES = 2_000_000  # uploads larger than this are refused before parsing
+
+
+@dataclass(frozen=True)
+class Spec:
+    """One field of a settings section: its type, default, and what is allowed."""
+
+    type: type
+    default: Any
+    choices: tuple | None = None
+    min: float | None = None
+    max: float | None = None
+    help: str = ""
+
+    def check(self, name: str, value: Any, where: str) -> Any:
+        w = f"{where}.{name}"
+        if self.type is bool:
+            if not isinstance(value, bool):
+                raise LabError(f"must be true or false (got {value!r})", where=w)
+            return value
+        if self.type in (int, float):
+            if isinstance(value, bool) or not isinstance(value, (int, float)):
+                raise LabError(f"must be a number (got {value!r})", where=w)
+            if self.type is int and float(value) != int(value):
+                raise LabError(f"must be a whole number (got {value!r})", where=w)
+            if not math.isfinite(float(value)):
+                raise LabError(f"must be finite (got {value})", where=w)
+            value = self.type(value)
+            if self.min is not None and value < self.min:
+                raise LabError(f"must be at least {self.min:g} (got {value:g})", where=w)
+            if self.max is not None and value > self.max:
+                raise LabError(f"must be at most {self.max:g} (got {value:g})", where=w)
+            return value
+        if self.type is str:
+            if not isinstance(value, str):
+                raise LabError(f"must be a string (got {value!r})", where=w)
+            if self.choices is not None and value not in self.choices:
+                raise LabError(f"{value!r} is not allowed; choose one of {list(self.choices)}", where=w)
+            if len(value) > 200:
+                raise LabError("is too long (at most 200 characters)", where=w)
+            return value
+        if self.type is tuple:  # a list of device names
+            if not isinstance(value, (list, tuple)) or not all(isinstance(v, str) for v in value):
+                raise LabError(f"must be a list of names (got {value!r})", where=w)
+            if len(value) > 64:
+                raise LabError("lists at most 64 names", where=w)
+            return tuple(value)
+        raise AssertionError(self.type)
+
+
+OPTIMIZERS = ("adam", "adabelief", "maxadabelief")
+MODELS = ("mlp", "cnn", "resnet", "transformer")
+DATASETS = ("digits", "synthetic")
+SYNC_MODES = ("allreduce", "param_server", "state_allreduce")
+ALLREDUCE_IMPLS = ("gloo", "ring")
+SPLITS = ("even", "weighted", "dirichlet")
+COMPRESSORS = ("none", "group_topk", "topk", "randomk", "fp16")
+SHARING = ("dense", "sparse_ring", "sparse_allgather")
+FAULT_KINDS = ("none", "kill", "hang", "raise")
+FAULT_POLICIES = ("fail", "recover")
+
+TRAINING_FIELDS: dict[str, Spec] = {
+    "model": Spec(str, "mlp", MODELS, help="preset model"),
+    "dataset": Spec(str, "digits", DATASETS, help="digits ships with scikit-learn; synthetic is generated"),
+    "dataset_size": Spec(int, 4096, min=64, max=1_000_000, help="samples of the synthetic set"),
+    "optimizer": Spec(str, "adam", OPTIMIZERS),
+    "lr": Spec(float, 1e-3, min=0.0, max=10.0),
+    "beta1": Spec(float, 0.9, min=0.0, max=0.999999),
+    "beta2": Spec(float, 0.999, min=0.0, max=0.999999),
+    "eps": Spec(float, 1e-8, min=0.0, max=1.0),
+    "weight_decay": Spec(float, 0.0, min=0.0, max=1.0),
+    "lr_scaling": Spec(bool, False, help="linear scaling rule: lr x workers (seed D)"),
+    "workers": Spec(int, 2, min=1, max=4),
+    "steps": Spec(int, 100, min=1, max=100_000),
+    "batch_size": Spec(int, 32, min=1, max=4096, help="per worker"),
+    "seed": Spec(int, 0, min=0, max=2**31 - 1),
+    "sync": Spec(str, "allreduce", SYNC_MODES),
+    "allreduce_impl": Spec(str, "gloo", ALLREDUCE_IMPLS),
+    "split": Spec(str, "even", SPLITS),
+    "dirichlet_alpha": Spec(float, 0.5, min=1e-3, max=1e3),
+    "exchange_share": Spec(float, 0.0, min=0.0, max=1.0, help="share of samples handed to the ring neighbour per step (seed C)"),
+    "emulate": Spec(bool, False, help="emulate device speeds and link bandwidths of the topology"),
+    "worker_devices": Spec(tuple, (), help="device of the topology each worker stands for"),
+    "eval_every": Spec(int, 10, min=1, max=100_000),
+    "checkpoint_every": Spec(int, 0, min=0, max=100_000, help="0: only at the end"),
+    "check_every": Spec(int, 10, min=1, max=100_000, help="parameter checksum across workers every K steps"),
+    "fault": Spec(str, "none", FAULT_KINDS),
+    "fault_worker": Spec(int, 0, min=0, max=3),
+    "fault_step": Spec(int, 5, min=0, max=100_000),
+    "fault_policy": Spec(str, "fail", FAULT_POLICIES),
+}
+
+COMPRESSION_FIELDS: dict[str, Spec] = {
+    "kind": Spec(str, "none", COMPRESSORS),
+    "ratio": Spec(float, 0.01, min=1e-6, max=1.0),
+    "group_size": Spec(int, 1024, min=1, max=1 << 24),
+    "error_feedback": Spec(bool, False),
+    "sharing": Spec(str, "sparse_allgather", SHARING),
+}
+
+
+def _section_from_dict(specs: Mapping[str, Spec], d: Any, where: str) -> dict:
+    _check_keys(d, specs, (), where)
+    return {k: spec.check(k, d[k], where) if k in d else spec.default for k, spec in specs.items()}
+
+
+@dataclass(frozen=True)
+class Compression:
+    kind: str = COMPRESSION_FIELDS["kind"].default
+    ratio: float = COMPRESSION_FIELDS["ratio"].default
+    group_size: int = COMPRESSION_FIELDS["group_size"].default
+    error_feedback: bool = COMPRESSION_FIELDS["error_feedback"].default
+    sharing: str = COMPRESSION_FIELDS["sharing"].default
+
+    def to_dict(self) -> dict:
+        return {k: getattr(self, k) for k in COMPRESSION_FIELDS}
+
+    @staticmethod
+    def from_dict(d: Any, where: str = "compression") -> "Compression":
+        return Compression(**_section_from_dict(COMPRESSION_FIELDS, d, where))
+
+
+@dataclass(frozen=True)
+class Training:
+    model: str = TRAINING_FIELDS["model"].default
+    dataset: str = TRAINING_FIELDS["dataset"].default
+    dataset_size: int = TRAINING_FIELDS["dataset_size"].default
+    optimizer: str = TRAINING_FIELDS["optimizer"].default
+    lr: float = TRAINING_FIELDS["lr"].default
+    beta1: float = TRAINING_FIELDS["beta1"].default
+    beta2: float = TRAINING_FIELDS["beta2"].default
+    eps: float = TRAINING_FIELDS["eps"].default
+    weight_decay: float = TRAINING_FIELDS["weight_decay"].default
+    lr_scaling: bool = TRAINING_FIELDS["lr_scaling"].default
+    workers: int = TRAINING_FIELDS["workers"].default
+    steps: int = TRAINING_FIELDS["steps"].default
+    batch_size: int = TRAINING_FIELDS["batch_size"].default
+    seed: int = TRAINING_FIELDS["seed"].default
+    sync: str = TRAINING_FIELDS["sync"].default
+    allreduce_impl: str = TRAINING_FIELDS["allreduce_impl"].default
+    split: str = TRAINING_FIELDS["split"].default
+    dirichlet_alpha: float = TRAINING_FIELDS["dirichlet_alpha"].default
+    exchange_share: float = TRAINING_FIELDS["exchange_share"].default
+    emulate: bool = TRAINING_FIELDS["emulate"].default
+    worker_devices: tuple = TRAINING_FIELDS["worker_devices"].default
+    eval_every: int = TRAINING_FIELDS["eval_every"].default
+    checkpoint_every: int = TRAINING_FIELDS["checkpoint_every"].default
+    check_every: int = TRAINING_FIELDS["check_every"].default
+    fault: str = TRAINING_FIELDS["fault"].default
+    fault_worker: int = TRAINING_FIELDS["fault_worker"].default
+    fault_step: int = TRAINING_FIELDS["fault_step"].default
+    fault_policy: str = TRAINING_FIELDS["fault_policy"].default
+    compression: Compression = field(default_factory=Compression)
+
+    def to_dict(self) -> dict:
+        d = {k: getattr(self, k) for k in TRAINING_FIELDS}
+        d["worker_devices"] = list(self.worker_devices)
+        d["compression"] = self.compression.to_dict()
+        return d
+
+    @staticmethod
+    def from_dict(d: Any, where: str = "training") -> "Training":
+        d = dict(d) if isinstance(d, Mapping) else d
+        comp = d.pop("compression", {}) if isinstance(d, dict) else {}
+        values = _section_from_dict(TRAINING_FIELDS, d, where)
+        return Training(**values, compression=Compression.from_dict(comp, where=f"{where}.compression"))
+
+    def replace(self, **changes: Any) -> "Training":
+        """A copy with ``changes`` applied and checked against the field table."""
+        d = self.to_dict()
+        for k, v in changes.items():
+            if k == "compression" and isinstance(v, Compression):
+                v = v.to_dict()
+            d[k] = list(v) if isinstance(v, tuple) else v
+        return Training.from_dict(d)
+
+
+@dataclass(frozen=True)
+class Scenario:
+    name: str
+    topology: Topology
+    training: Training = field(default_factory=Training)
+
+    def to_dict(self) -> dict:
+        return {"format": "hetlab-scenario/1", "name": self.name,
+                "topology": self.topology.to_dict(), "training": self.training.to_dict()}
+
+    @staticmethod
+    def from_dict(d: Any) -> "Scenario":
+        if isinstance(d, Mapping) and "devices" in d and "links" in d:
+            # A bare topology file is accepted as a scenario with default training settings.
+            topo = Topology.from_dict(d)
+            return Scenario(name=topo.name, topology=topo)
+        _check_keys(d, ("format", "name", "topology", "training"), ("topology",), "scenario")
+        if d.get("format", "hetlab-scenario/1") != "hetlab-scenario/1":
+            raise LabError(f"unsupported format {d['format']!r}; this lab reads hetlab-scenario/1", where="scenario")
+        name = d.get("name", "scenario")
+        if not isinstance(name, str) or not name or len(name) > 200:
+            raise LabError("name must be a non-empty string of at most 200 characters", where="scenario")
+        topo = Topology.from_dict(d["topology"])
+        training = Training.from_dict(d.get("training", {}))
+        sc = Scenario(name=name, topology=topo, training=training)
+        sc.check_devices()
+        return sc
+
+    def check_devices(self) -> None:
+        names = set(self.topology.device_names)
+        for n in self.training.worker_devices:
+            if n not in names:
+                raise LabError(f"worker device {n!r} is not a device of topology {self.topology.name!r}",
+                               where="training.worker_devices")
+
+    def to_json(self, indent: int | None = 2) -> str:
+        return json.dumps(self.to_dict(), indent=indent)
+
+    @staticmethod
+    def from_json(text: str | bytes) -> "Scenario":
+        if len(text) > MAX_SCENARIO_BYTES:
+            raise LabError(f"the file is {len(text):,} bytes; at most {MAX_SCENARIO_BYTES:,} are accepted")
+        return Scenario.from_dict(_loads(text))
+
+    # ----- compact URL form -------------------------------------------------------------------
+    def to_url_param(self) -> str:
+        """A compact, URL-safe form: deflated JSON in base64url. Round-trips exactly."""
+        raw = json.dumps(self.to_dict(), separators=(",", ":")).encode()
+        return base64.urlsafe_b64encode(zlib.compress(raw, 9)).decode().rstrip("=")
+
+    @staticmethod
+    def from_url_param(s: str) -> "Scenario":
+        if not isinstance(s, str) or len(s) > 100_000:
+            raise LabError("the scenario in the link is missing or too long")
+        try:
+            raw = zlib.decompressobj().decompress(base64.urlsafe_b64decode(s + "=" * (-len(s) % 4)),
+                                                  MAX_SCENARIO_BYTES)
+        except (ValueError, zlib.error) as exc:
+            raise LabError(f"the scenario in the link is damaged ({exc})") from None
+        return Scenario.from_json(raw)
+
+    def replace(self, **changes: Any) -> "Scenario":
+        return replace(self, **changes)
+
+
+def default_scenario() -> Scenario:
+    from lab.catalogue import preset_cxl
+
+    return Scenario(name="cxl-mlp", topology=preset_cxl())
+
+
+def field_names(specs: Mapping[str, Spec]) -> list[str]:
+    return list(specs)
+
+
+__all__ = ["Scenario", "Training", "Compression", "Spec", "TRAINING_FIELDS", "COMPRESSION_FIELDS",
+           "default_scenario", "MAX_SCENARIO_BYTES", "fields"]

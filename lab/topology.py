@@ -1,0 +1,384 @@
+"""Heterogeneous cluster topologies: devices, switches, links, routes.
+
+Units are SI throughout: bytes, bytes/s, seconds, FLOP/s. Convert only for display.
+
+A :class:`Topology` is a frozen value. Its graph (networkx) is built on demand. Routes take
+the *widest* path between two nodes (the largest bottleneck bandwidth) and, among those, the
+lowest summed latency, then the fewest hops. A transfer of ``n`` bytes over a route costs
+``latency + n / bottleneck`` (cut-through: the slowest hop bounds the whole path).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, field
+from functools import cached_property
+from typing import Any, Iterable, Mapping
+
+import networkx as nx
+
+from lab.errors import LabError
+
+#: Operator classes a device may have kernels for. "elementwise" covers activations.
+OP_CLASSES: tuple[str, ...] = ("matmul", "conv", "elementwise", "norm", "pool", "other")
+OP_CLASS_LABELS: dict[str, str] = {
+    "matmul": "matmul / linear",
+    "conv": "convolution",
+    "elementwise": "element-wise / activation",
+    "norm": "normalisation",
+    "pool": "pooling",
+    "other": "other (reshape, add, softmax...)",
+}
+
+DEVICE_TYPES: tuple[str, ...] = ("cpu", "gpu", "fpga", "asic", "dpu", "npu", "tpu")
+DEVICE_TYPE_LABELS: dict[str, str] = {
+    "cpu": "host CPU", "gpu": "GPU", "fpga": "FPGA", "asic": "ASIC",
+    "dpu": "DPU", "npu": "NPU", "tpu": "TPU",
+}
+LINK_KINDS: tuple[str, ...] = ("cxl", "pcie", "upi", "nvlink", "switch", "ethernet")
+LINK_KIND_LABELS: dict[str, str] = {
+    "cxl": "CXL", "pcie": "PCIe", "upi": "UPI/QPI", "nvlink": "NVLink-like",
+    "switch": "switch port", "ethernet": "Ethernet",
+}
+
+_NAME_MAX = 64
+
+
+def _check_name(name: Any, where: str) -> str:
+    if not isinstance(name, str) or not name.strip():
+        raise LabError("a name must be a non-empty string", where=where)
+    if len(name) > _NAME_MAX:
+        raise LabError(f"a name may have at most {_NAME_MAX} characters (got {len(name)})", where=where)
+    return name
+
+
+def _check_positive(value: Any, what: str, where: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise LabError(f"{what} must be a number (got {value!r})", where=where)
+    value = float(value)
+    if not math.isfinite(value):
+        raise LabError(f"{what} must be finite (got {value})", where=where)
+    if value <= 0:
+        raise LabError(f"{what} must be positive (got {value:g})", where=where)
+    return value
+
+
+def _check_nonnegative(value: Any, what: str, where: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise LabError(f"{what} must be a number (got {value!r})", where=where)
+    value = float(value)
+    if not math.isfinite(value):
+        raise LabError(f"{what} must be finite (got {value})", where=where)
+    if value < 0:
+        raise LabError(f"{what} must not be negative (got {value:g})", where=where)
+    return value
+
+
+def _check_keys(d: Any, allowed: Iterable[str], required: Iterable[str], where: str) -> None:
+    if not isinstance(d, Mapping):
+        raise LabError(f"expected an object with fields {sorted(allowed)}, got {type(d).__name__}", where=where)
+    unknown = sorted(set(d) - set(allowed))
+    if unknown:
+        raise LabError(f"unknown field(s) {unknown}; allowed: {sorted(allowed)}", where=where)
+    missing = [k for k in required if k not in d]
+    if missing:
+        raise LabError(f"missing field(s) {missing}", where=where)
+
+
+@dataclass(frozen=True)
+class Device:
+    """A compute device. ``throughput`` maps each operator class it has a kernel for to FLOP/s.
+
+    A class missing from ``throughput`` means the device has no kernel for it and cannot run it.
+    """
+
+    name: str
+    type: str
+    pool: str = "pool0"
+    memory: float = 16e9  # bytes
+    throughput: Mapping[str, float] = field(default_factory=dict)  # FLOP/s per op class
+
+    @property
+    def kernels(self) -> frozenset[str]:
+        return frozenset(self.throughput)
+
+    def validate(self) -> None:
+        where = f"device {self.name!r}"
+        _check_name(self.name, "device")
+        if self.type not in DEVICE_TYPES:
+            raise LabError(f"unknown type {self.type!r}; allowed: {list(DEVICE_TYPES)}", where=where)
+        _check_name(self.pool, where + " pool")
+        _check_positive(self.memory, "memory (bytes)", where)
+        if not self.throughput:
+            raise LabError("has no kernels: give a positive FLOP/s for at least one operator class "
+                           f"({', '.join(OP_CLASSES)})", where=where)
+        for op, flops in self.throughput.items():
+            if op not in OP_CLASSES:
+                raise LabError(f"unknown operator class {op!r}; allowed: {list(OP_CLASSES)}", where=where)
+            _check_positive(flops, f"throughput for {op} (FLOP/s)", where)
+
+    def to_dict(self) -> dict:
+        return {"name": self.name, "type": self.type, "pool": self.pool, "memory": self.memory,
+                "throughput": {k: self.throughput[k] for k in OP_CLASSES if k in self.throughput}}
+
+    @staticmethod
+    def from_dict(d: Any, where: str = "device") -> "Device":
+        _check_keys(d, ("name", "type", "pool", "memory", "throughput"), ("name", "type", "throughput"), where)
+        thr = d["throughput"]
+        if not isinstance(thr, Mapping):
+            raise LabError("throughput must be an object {operator class: FLOP/s}", where=f"device {d['name']!r}")
+        dev = Device(name=d["name"], type=d["type"], pool=d.get("pool", "pool0"),
+                     memory=d.get("memory", 16e9), throughput=dict(thr))
+        dev.validate()
+        return Device(name=dev.name, type=dev.type, pool=dev.pool, memory=float(dev.memory),
+                      throughput={k: float(v) for k, v in thr.items()})
+
+
+@dataclass(frozen=True)
+class Switch:
+    """A switch: a node that forwards traffic and computes nothing."""
+
+    name: str
+
+    def to_dict(self) -> dict:
+        return {"name": self.name}
+
+    @staticmethod
+    def from_dict(d: Any, where: str = "switch") -> "Switch":
+        _check_keys(d, ("name",), ("name",), where)
+        return Switch(_check_name(d["name"], where))
+
+
+@dataclass(frozen=True)
+class Link:
+    """A full-duplex link: each direction carries ``bandwidth`` bytes/s after ``latency`` s."""
+
+    a: str
+    b: str
+    kind: str
+    bandwidth: float  # bytes/s, each direction
+    latency: float = 1e-6  # seconds
+
+    @property
+    def name(self) -> str:
+        return f"{self.a}–{self.b}"
+
+    def validate(self) -> None:
+        where = f"link {self.a!r}–{self.b!r}"
+        _check_name(self.a, where + " endpoint a")
+        _check_name(self.b, where + " endpoint b")
+        if self.a == self.b:
+            raise LabError("a link must join two different nodes", where=where)
+        if self.kind not in LINK_KINDS:
+            raise LabError(f"unknown kind {self.kind!r}; allowed: {list(LINK_KINDS)}", where=where)
+        _check_positive(self.bandwidth, "bandwidth (bytes/s)", where)
+        _check_nonnegative(self.latency, "latency (s)", where)
+
+    def to_dict(self) -> dict:
+        return {"a": self.a, "b": self.b, "kind": self.kind, "bandwidth": self.bandwidth, "latency": self.latency}
+
+    @staticmethod
+    def from_dict(d: Any, where: str = "link") -> "Link":
+        _check_keys(d, ("a", "b", "kind", "bandwidth", "latency"), ("a", "b", "kind", "bandwidth"), where)
+        link = Link(a=d["a"], b=d["b"], kind=d["kind"], bandwidth=d["bandwidth"], latency=d.get("latency", 1e-6))
+        link.validate()
+        return Link(link.a, link.b, link.kind, float(link.bandwidth), float(link.latency))
+
+
+@dataclass(frozen=True)
+class Path:
+    """The route a transfer takes between two nodes."""
+
+    nodes: tuple[str, ...]
+    links: tuple[Link, ...]
+    bottleneck: float  # bytes/s (inf for a node to itself)
+    latency: float  # seconds, summed over hops
+
+    @property
+    def hops(self) -> int:
+        return len(self.links)
+
+    @property
+    def slowest_link(self) -> Link | None:
+        return min(self.links, key=lambda l: l.bandwidth) if self.links else None
+
+    def time(self, nbytes: float) -> float:
+        """Seconds to move ``nbytes`` over this route: latency + bytes / bottleneck bandwidth."""
+        if not self.links:
+            return 0.0
+        return self.latency + nbytes / self.bottleneck
+
+
+@dataclass(frozen=True)
+class Topology:
+    name: str
+    devices: tuple[Device, ...]
+    links: tuple[Link, ...]
+    switches: tuple[Switch, ...] = ()
+    description: str = ""
+
+    # ----- validation -------------------------------------------------------------------------
+    def validate(self) -> "Topology":
+        if not self.devices:
+            raise LabError("a topology needs at least one device", where=f"topology {self.name!r}")
+        seen: set[str] = set()
+        for node in (*self.devices, *self.switches):
+            if isinstance(node, Device):
+                node.validate()
+            else:
+                _check_name(node.name, "switch")
+            if node.name in seen:
+                raise LabError(f"duplicate name {node.name!r}: every device and switch needs its own name",
+                               where=f"topology {self.name!r}")
+            seen.add(node.name)
+        pairs: set[frozenset] = set()
+        for link in self.links:
+            link.validate()
+            for end in (link.a, link.b):
+                if end not in seen:
+                    raise LabError(f"endpoint {end!r} is not a device or switch of this topology",
+                                   where=f"link {link.a!r}–{link.b!r}")
+            pair = frozenset((link.a, link.b))
+            if pair in pairs:
+                raise LabError("duplicate link: two links join the same pair of nodes",
+                               where=f"link {link.a!r}–{link.b!r}")
+            pairs.add(pair)
+        if len(seen) > 1:
+            g = self._build_graph()
+            if not nx.is_connected(g):
+                parts = sorted((sorted(c) for c in nx.connected_components(g)), key=len)
+                raise LabError(f"the graph is disconnected: {parts[0]} cannot reach the rest; "
+                               "add a link", where=f"topology {self.name!r}")
+        return self
+
+    # ----- graph and routes -------------------------------------------------------------------
+    def _build_graph(self) -> nx.Graph:
+        g = nx.Graph()
+        for d in self.devices:
+            g.add_node(d.name, kind="device", type=d.type, pool=d.pool)
+        for s in self.switches:
+            g.add_node(s.name, kind="switch", type="switch", pool="")
+        for link in self.links:
+            g.add_edge(link.a, link.b, link=link, bandwidth=link.bandwidth, latency=link.latency)
+        return g
+
+    @cached_property
+    def graph(self) -> nx.Graph:
+        return self._build_graph()
+
+    @cached_property
+    def _bandwidth_levels(self) -> list[float]:
+        return sorted({l.bandwidth for l in self.links}, reverse=True)
+
+    def device(self, name: str) -> Device:
+        for d in self.devices:
+            if d.name == name:
+                return d
+        raise LabError(f"no device named {name!r}; devices: {[d.name for d in self.devices]}")
+
+    @property
+    def device_names(self) -> list[str]:
+        return [d.name for d in self.devices]
+
+    @property
+    def pools(self) -> dict[str, list[str]]:
+        out: dict[str, list[str]] = {}
+        for d in self.devices:
+            out.setdefault(d.pool, []).append(d.name)
+        return out
+
+    def path(self, a: str, b: str) -> Path:
+        """The widest route from ``a`` to ``b`` (then lowest latency, then fewest hops)."""
+        return self._paths_from(a)[b]
+
+    def _paths_from(self, src: str) -> dict[str, Path]:
+        cache = self.__dict__.setdefault("_path_cache", {})
+        if src in cache:
+            return cache[src]
+        g = self.graph
+        if src not in g:
+            raise LabError(f"no node named {src!r}")
+        result: dict[str, Path] = {src: Path((src,), (), math.inf, 0.0)}
+        remaining = set(g.nodes) - {src}
+        # Widest path: for each bandwidth level, from the highest down, the nodes reachable using
+        # only links at least that fast get their bottleneck; route = lowest latency inside it.
+        for level in self._bandwidth_levels:
+            if not remaining:
+                break
+            sub = nx.subgraph_view(g, filter_edge=lambda u, v, lv=level: g[u][v]["bandwidth"] >= lv)
+            dist, routes = nx.single_source_dijkstra(
+                sub, src, weight=lambda u, v, e: e["latency"] + 1e-15)
+            for node in [n for n in remaining if n in routes]:
+                nodes = tuple(routes[node])
+                links = tuple(g[u][v]["link"] for u, v in zip(nodes, nodes[1:]))
+                result[node] = Path(nodes, links, min(l.bandwidth for l in links),
+                                    sum(l.latency for l in links))
+                remaining.discard(node)
+        if remaining:
+            for node in remaining:
+                result[node] = Path((src, node), (), 0.0, math.inf)
+        cache[src] = result
+        return result
+
+    def transfer_time(self, a: str, b: str, nbytes: float) -> float:
+        p = self.path(a, b)
+        if p.bottleneck == 0.0:
+            return math.inf
+        return p.time(nbytes)
+
+    def path_matrix(self, nbytes: float, names: list[str] | None = None) -> dict[str, Any]:
+        """All-pairs table over devices: transfer seconds for ``nbytes``, bottleneck, latency, hops."""
+        names = names or self.device_names
+        time, bw, lat, hops = [], [], [], []
+        for a in names:
+            paths = self._paths_from(a)
+            time.append([paths[b].time(nbytes) if a != b else 0.0 for b in names])
+            bw.append([paths[b].bottleneck if a != b else math.inf for b in names])
+            lat.append([paths[b].latency for b in names])
+            hops.append([paths[b].hops for b in names])
+        return {"names": names, "time": time, "bottleneck": bw, "latency": lat, "hops": hops}
+
+    # ----- JSON -------------------------------------------------------------------------------
+    def to_dict(self) -> dict:
+        return {"name": self.name, "description": self.description,
+                "devices": [d.to_dict() for d in self.devices],
+                "switches": [s.to_dict() for s in self.switches],
+                "links": [l.to_dict() for l in self.links]}
+
+    @staticmethod
+    def from_dict(d: Any) -> "Topology":
+        _check_keys(d, ("name", "description", "devices", "switches", "links"), ("devices", "links"), "topology")
+        for key in ("devices", "switches", "links"):
+            if key in d and not isinstance(d[key], list):
+                raise LabError(f"{key} must be a list", where="topology")
+        devices = tuple(Device.from_dict(x, where=f"devices[{i}]") for i, x in enumerate(d["devices"]))
+        switches = tuple(Switch.from_dict(x, where=f"switches[{i}]") for i, x in enumerate(d.get("switches", [])))
+        links = tuple(Link.from_dict(x, where=f"links[{i}]") for i, x in enumerate(d["links"]))
+        name = d.get("name", "custom")
+        _check_name(name, "topology name")
+        desc = d.get("description", "")
+        if not isinstance(desc, str):
+            raise LabError("description must be a string", where="topology")
+        return Topology(name=name, devices=devices, links=links, switches=switches, description=desc).validate()
+
+    def to_json(self, indent: int | None = 2) -> str:
+        return json.dumps(self.to_dict(), indent=indent)
+
+    @staticmethod
+    def from_json(text: str | bytes) -> "Topology":
+        return Topology.from_dict(_loads(text))
+
+    # ----- editing helpers (return new values) -------------------------------------------------
+    def replace(self, **changes: Any) -> "Topology":
+        fields = {"name": self.name, "devices": self.devices, "links": self.links,
+                  "switches": self.switches, "description": self.description}
+        fields.update(changes)
+        return Topology(**fields)
+
+
+def _loads(text: str | bytes) -> Any:
+    try:
+        return json.loads(text)
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise LabError(f"not valid JSON: {exc}") from None

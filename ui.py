@@ -1,0 +1,93 @@
+"""Shared page plumbing (the only streamlit-aware module outside pages/).
+
+* the one Scenario in ``st.session_state`` (initialised here, from the ``?s=`` link if present),
+* the measured / modelled / emulated labels every figure carries,
+* ``guarded``: shows a LabError as a plain message and anything unexpected as a short
+  message, never a traceback.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from typing import Iterator
+
+import streamlit as st
+
+from lab.errors import LabError
+from lab.scenario import Scenario, default_scenario
+
+log = logging.getLogger("lab.ui")
+
+SCENARIO_KEY = "scenario"
+URL_PARAM = "s"
+
+KIND_BADGES = {
+    "measured": ":green-badge[:material/straighten: measured]",
+    "modelled": ":blue-badge[:material/functions: modelled]",
+    "emulated": ":orange-badge[:material/hourglass: emulated]",
+}
+
+
+def scenario() -> Scenario:
+    """The session's Scenario, created on first use (from the page link when it carries one)."""
+    if SCENARIO_KEY not in st.session_state:
+        sc = default_scenario()
+        param = st.query_params.get(URL_PARAM)
+        if param:
+            try:
+                sc = Scenario.from_url_param(param)
+            except LabError as exc:
+                st.warning(f"The scenario in this link could not be read, so the default is shown. {exc}")
+        st.session_state[SCENARIO_KEY] = sc
+    return st.session_state[SCENARIO_KEY]
+
+
+def set_scenario(sc: Scenario) -> None:
+    st.session_state[SCENARIO_KEY] = sc
+
+
+def badge(kind: str) -> str:
+    return KIND_BADGES[kind]
+
+
+def caption(kind: str, text: str) -> None:
+    """A figure caption that starts with the measured/modelled/emulated badge."""
+    st.caption(f"{badge(kind)} {text}")
+
+
+@contextlib.contextmanager
+def guarded(what: str = "this step") -> Iterator[None]:
+    """Show a LabError as its message and any other exception as a short message, no traceback."""
+    try:
+        yield
+    except LabError as exc:
+        st.error(str(exc), icon=":material/error:")
+    except Exception as exc:  # noqa: BLE001 - the user must never see a traceback
+        log.exception("unexpected error in %s", what)
+        st.error(f"Something went wrong in {what}: {type(exc).__name__}: {exc}", icon=":material/error:")
+
+
+def scenario_sidebar() -> Scenario:
+    """The sidebar every page shows: the scenario's name and topology, and a link that reproduces it."""
+    sc = scenario()
+    with st.sidebar:
+        st.markdown(f"**Scenario:** {_plain(sc.name)}  \n**Topology:** {_plain(sc.topology.name)} "
+                    f"({len(sc.topology.devices)} devices)")
+        if st.button("Put this scenario in the page link", help="The address bar then reproduces this view"):
+            st.query_params[URL_PARAM] = sc.to_url_param()
+    return sc
+
+
+def _plain(text: str) -> str:
+    """User text shown as text: escape markdown and HTML special characters."""
+    out = []
+    for ch in text:
+        if ch in "\\`*_{}[]()#+-.!|<>~$:":
+            out.append("\\" + ch)
+        else:
+            out.append(ch)
+    return "".join(out)
+
+
+plain = _plain
