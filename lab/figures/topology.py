@@ -1,0 +1,113 @@
+"""Plotly builders for the Topology page: plain data in, go.Figure out."""
+
+from __future__ import annotations
+
+import math
+
+import networkx as nx
+import pandas as pd
+import plotly.graph_objects as go
+
+from lab.topology import DEVICE_TYPE_LABELS, LINK_KIND_LABELS, Topology
+
+TYPE_COLOURS = {"cpu": "#4c566a", "gpu": "#2e7d32", "fpga": "#1565c0", "asic": "#8e24aa",
+                "dpu": "#ef6c00", "npu": "#c62828", "tpu": "#00838f", "switch": "#9e9e9e"}
+KIND_COLOURS = {"cxl": "#1f6feb", "pcie": "#d29922", "upi": "#8250df", "nvlink": "#2da44e",
+                "switch": "#6e7781", "ethernet": "#cf222e"}
+
+
+def fmt_bytes_per_s(x: float) -> str:
+    for unit, scale in (("TB/s", 1e12), ("GB/s", 1e9), ("MB/s", 1e6), ("kB/s", 1e3)):
+        if x >= scale:
+            return f"{x / scale:.3g} {unit}"
+    return f"{x:.3g} B/s"
+
+
+def fmt_seconds(x: float) -> str:
+    if not math.isfinite(x):
+        return "∞"
+    for unit, scale in (("s", 1.0), ("ms", 1e-3), ("µs", 1e-6), ("ns", 1e-9)):
+        if x >= scale:
+            return f"{x / scale:.3g} {unit}"
+    return "0 s" if x == 0 else f"{x / 1e-9:.3g} ns"
+
+
+def layout_positions(topo: Topology, seed: int = 7) -> dict[str, tuple[float, float]]:
+    g = topo.graph
+    if len(g) <= 2:
+        return {n: (float(i), 0.0) for i, n in enumerate(g.nodes)}
+    return {n: (float(x), float(y)) for n, (x, y) in nx.kamada_kawai_layout(g).items()}
+
+
+def network_figure(topo: Topology) -> go.Figure:
+    """The cluster drawn as a graph: nodes coloured by device type, links by kind (hover: numbers)."""
+    pos = layout_positions(topo)
+    fig = go.Figure()
+    shown_kinds: set[str] = set()
+    mid_x, mid_y, mid_text = [], [], []
+    for link in topo.links:
+        (x0, y0), (x1, y1) = pos[link.a], pos[link.b]
+        width = 1.5 + 4.0 * min(1.0, math.log10(max(link.bandwidth, 1e6) / 1e6) / 5.5)
+        fig.add_trace(go.Scatter(
+            x=[x0, x1], y=[y0, y1], mode="lines", line=dict(color=KIND_COLOURS[link.kind], width=width),
+            name=LINK_KIND_LABELS[link.kind], legendgroup="link-" + link.kind,
+            showlegend=link.kind not in shown_kinds, hoverinfo="skip"))
+        shown_kinds.add(link.kind)
+        mid_x.append((x0 + x1) / 2)
+        mid_y.append((y0 + y1) / 2)
+        mid_text.append(f"{link.a} ↔ {link.b}<br>{LINK_KIND_LABELS[link.kind]}<br>"
+                        f"{fmt_bytes_per_s(link.bandwidth)} per direction<br>latency {fmt_seconds(link.latency)}")
+    fig.add_trace(go.Scatter(x=mid_x, y=mid_y, mode="markers", marker=dict(size=9, opacity=0.0),
+                             hovertext=mid_text, hoverinfo="text", showlegend=False, name="links"))
+    groups: dict[str, list] = {}
+    for d in topo.devices:
+        groups.setdefault(d.type, []).append(
+            (d.name, f"<b>{d.name}</b> ({DEVICE_TYPE_LABELS[d.type]}, pool {d.pool})<br>"
+                     f"memory {d.memory / 1e9:.3g} GB<br>kernels: {', '.join(sorted(d.kernels))}"))
+    for s in topo.switches:
+        groups.setdefault("switch", []).append((s.name, f"<b>{s.name}</b> (switch)"))
+    for t, items in groups.items():
+        fig.add_trace(go.Scatter(
+            x=[pos[n][0] for n, _ in items], y=[pos[n][1] for n, _ in items], mode="markers+text",
+            marker=dict(size=26 if t != "switch" else 18, color=TYPE_COLOURS.get(t, "#333"),
+                        symbol="square" if t == "switch" else "circle", line=dict(color="white", width=2)),
+            text=[n for n, _ in items], textposition="bottom center", hovertext=[h for _, h in items],
+            hoverinfo="text", name=DEVICE_TYPE_LABELS.get(t, t), legendgroup="type-" + t))
+    fig.update_layout(
+        title=f"Topology “{topo.name}”: {len(topo.devices)} devices, {len(topo.switches)} switches, "
+              f"{len(topo.links)} links (hover a link's middle for its numbers)",
+        xaxis=dict(visible=False), yaxis=dict(visible=False, scaleanchor="x"), height=460,
+        margin=dict(l=10, r=10, t=50, b=10), legend=dict(orientation="v"), plot_bgcolor="white")
+    return fig
+
+
+def path_heatmap(matrix: dict, nbytes: float) -> go.Figure:
+    """Modelled transfer time between every pair of devices for ``nbytes``."""
+    names = matrix["names"]
+    t = matrix["time"]
+    z = [[v * 1e6 for v in row] for row in t]
+    hover = [[f"{a} → {b}<br>time {fmt_seconds(t[i][j])}<br>bottleneck "
+              f"{fmt_bytes_per_s(matrix['bottleneck'][i][j]) if i != j else '—'}<br>"
+              f"latency {fmt_seconds(matrix['latency'][i][j])}<br>hops {matrix['hops'][i][j]}"
+              for j, b in enumerate(names)] for i, a in enumerate(names)]
+    fig = go.Figure(go.Heatmap(z=z, x=names, y=names, hovertext=hover, hoverinfo="text",
+                               colorscale="Blues", colorbar=dict(title="µs")))
+    fig.update_layout(title=f"Modelled time to move {nbytes / 1e6:.3g} MB from row to column (µs)",
+                      xaxis_title="to device", yaxis_title="from device", height=420,
+                      yaxis=dict(autorange="reversed"), margin=dict(l=10, r=10, t=50, b=10))
+    return fig
+
+
+def comparison_figure(df: pd.DataFrame, nbytes: float) -> go.Figure:
+    """Grouped bars: the same device-to-device transfer on several topologies (modelled)."""
+    fig = go.Figure()
+    for label, part in df.groupby("topology", sort=False):
+        fig.add_trace(go.Bar(
+            x=part["pair"], y=part["time_s"] * 1e6, name=str(label),
+            hovertext=[f"route {r}<br>{h} hops, bottleneck {fmt_bytes_per_s(b)}"
+                       for r, h, b in zip(part["route"], part["hops"], part["bottleneck_Bps"])],
+            hoverinfo="text+y"))
+    fig.update_layout(barmode="group", title=f"Modelled time to move {nbytes / 1e6:.3g} MB device to device",
+                      yaxis_title="time (µs)", xaxis_title="device pair", height=400,
+                      margin=dict(l=10, r=10, t=50, b=10))
+    return fig
