@@ -44,3 +44,80 @@ def assert_no_exception(at) -> None:
     assert not at.exception, [e.value for e in at.exception]
     errors = [e.value for e in at.error]
     assert not errors, errors
+
+
+# ---- a real app server and a real browser (headless Debian chromium via Playwright) ------------
+
+CHROMIUM = os.environ.get("LAB_CHROMIUM", "/usr/bin/chromium")
+
+
+@pytest.fixture(scope="session")
+def streamlit_server(tmp_path_factory):
+    """`streamlit run app.py` on a free port, with its own run store; yields the base URL."""
+    import subprocess
+    import time
+    import urllib.request
+
+    data = tmp_path_factory.mktemp("server-data")
+    port = free_port()
+    env = dict(os.environ, LAB_DB=str(data / "runs.db"), LAB_DATA=str(data))
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "streamlit", "run", str(ROOT / "app.py"), "--server.headless", "true",
+         "--server.port", str(port), "--server.address", "127.0.0.1", "--server.fileWatcherType", "none"],
+        cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True)
+    base = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.time() + 60
+        while True:
+            if proc.poll() is not None:
+                raise RuntimeError(f"streamlit exited: {proc.stderr.read().decode()[-2000:]}")
+            try:
+                with urllib.request.urlopen(base + "/_stcore/health", timeout=2) as r:
+                    if r.read().strip() == b"ok":
+                        break
+            except OSError:
+                pass
+            if time.time() > deadline:
+                raise RuntimeError("streamlit did not become healthy within 60 s")
+            time.sleep(0.3)
+        yield base
+    finally:
+        import signal
+
+        try:
+            os.killpg(proc.pid, signal.SIGTERM)
+            proc.wait(timeout=15)
+        except ProcessLookupError:
+            pass
+        except Exception:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(timeout=5)
+
+
+@pytest.fixture(scope="session")
+def browser():
+    if not os.path.exists(CHROMIUM):
+        pytest.fail(f"no Chromium at {CHROMIUM}: install it (apt-get install -y chromium) or set LAB_CHROMIUM")
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as p:
+        b = p.chromium.launch(executable_path=CHROMIUM, args=[
+            "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-sync",
+            "--disable-background-networking", "--disable-component-update"])
+        yield b
+        b.close()
+
+
+def settle(page, timeout_ms: int = 60_000) -> None:
+    """Wait until the app's script run is finished."""
+    page.wait_for_selector("[data-testid='stApp']", timeout=timeout_ms)
+    page.wait_for_function(
+        "() => { const a = document.querySelector(\"[data-testid='stApp']\");"
+        " return a && a.getAttribute('data-test-script-state') === 'notRunning'; }", timeout=timeout_ms)
+    page.wait_for_timeout(300)
+
+
+def page_url_path(file: str) -> str:
+    """The URL path st.navigation gives a page file (home is the default page at /)."""
+    stem = Path(file).stem
+    return "/" if stem == "home" else "/" + stem
