@@ -24,7 +24,7 @@ def test_topology_page_renders_default_scenario():
     assert sc.topology.name == "cxl"
     md = " ".join(m.value for m in at.markdown)
     assert "Route **" in md
-    assert "longer on PCIe" in md
+    assert "as long on PCIe" in md
 
 
 def test_loading_a_preset_changes_the_scenario_for_every_page():
