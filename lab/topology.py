@@ -382,3 +382,5 @@ def _loads(text: str | bytes) -> Any:
         return json.loads(text)
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise LabError(f"not valid JSON: {exc}") from None
+    except RecursionError:
+        raise LabError("not a scenario: the JSON is nested too deeply") from None
