@@ -1,0 +1,414 @@
+"""A torch model as an operator graph: what each operator is, how much work it does, what it sends.
+
+:func:`trace` runs ``torch.fx.symbolic_trace`` and ``ShapeProp`` on a batch of zeros and returns an
+:class:`OpGraph`: operators in topological order (the order fx records them), each with
+
+* its class, one of :data:`lab.topology.OP_CLASSES`:
+
+  ==============  ==========================================================================
+  ``matmul``      ``nn.Linear``, ``torch.matmul`` / ``@``, ``mm``, ``bmm``, ``F.linear``
+  ``conv``        ``nn.Conv1d/2d/3d``, ``nn.ConvTranspose*``, ``F.conv*``
+  ``elementwise`` activations (ReLU, GELU, SiLU, sigmoid, tanh, dropout...) and arithmetic
+                  between tensors or with scalars (add, sub, mul, div)
+  ``norm``        BatchNorm, LayerNorm, GroupNorm, InstanceNorm
+  ``pool``        max / average / adaptive pooling
+  ``other``       everything else: softmax, mean / sum reductions, and the pure data-layout
+                  ops (view, reshape, flatten, transpose, permute...) when they are kept
+  ==============  ==========================================================================
+
+* forward FLOPs, counted as torch's own ``FlopCounterMode`` counts them where it counts at all
+  (a multiply-add is 2 FLOPs; the bias add of a linear or convolution is not counted), so the
+  ``matmul`` and ``conv`` totals agree exactly with torch (see :func:`reference_flops`). The
+  classes torch does not count use the lab's convention, per output element unless said:
+  add / sub / mul / div / ReLU / dropout 1; GELU, SiLU, sigmoid, tanh, softplus, ELU 4 (a
+  transcendental); normalisation 5 (mean, variance, normalise, scale, shift); softmax 5 (max,
+  subtract, exp, sum, divide); max/avg pooling one per window element; adaptive pooling and
+  mean/sum one per *input* element; any operator the lab does not know 1 per output element;
+  data-layout ops 0.
+* parameter bytes (the parameters of the module it calls, plus any ``get_attr`` tensors it reads),
+* output activation bytes (the output tensor at the traced batch size, its own dtype: float32).
+
+**Data-layout ops.** ``view``, ``reshape``, ``flatten``, ``transpose``, ``permute``, ``contiguous``,
+``squeeze``/``unsqueeze``, ``nn.Flatten`` and ``nn.Identity`` do no arithmetic. By default
+(``merge_data_ops=True``) each one is *merged into the operator that produced its input*: it
+disappears from the graph, its consumers read the producer directly (the bytes are the same, a
+view keeps the element count) and its name is listed in the producer's ``absorbed``. One that
+reads the model input directly simply disappears. With ``merge_data_ops=False`` they are kept as
+``other`` operators with 0 FLOPs (and then need a device with an ``other`` kernel).
+
+Shape arithmetic (``x.shape[0]``, ``size()``) is not an operator: those fx nodes carry no tensor
+and are dropped. The model input is not an operator either; the lab assumes the data loader has
+put each batch wherever the first operators run.
+"""
+
+from __future__ import annotations
+
+import math
+import operator
+from dataclasses import dataclass, field
+from typing import Any, Iterable
+
+import networkx as nx
+import torch
+import torch.fx as fx
+import torch.nn.functional as F
+from torch import nn
+from torch.fx.passes.shape_prop import ShapeProp, TensorMetadata
+
+from lab.errors import LabError
+from lab.topology import OP_CLASSES
+
+MAX_BATCH = 65536
+
+# ----- classification tables ---------------------------------------------------------------------
+
+_MATMUL_MODULES = (nn.Linear, nn.Bilinear)
+_CONV_MODULES = (nn.Conv1d, nn.Conv2d, nn.Conv3d, nn.ConvTranspose1d, nn.ConvTranspose2d, nn.ConvTranspose3d)
+_NORM_MODULES = (nn.BatchNorm1d, nn.BatchNorm2d, nn.BatchNorm3d, nn.LayerNorm, nn.GroupNorm,
+                 nn.InstanceNorm1d, nn.InstanceNorm2d, nn.InstanceNorm3d, nn.LocalResponseNorm)
+_MAXAVG_POOL_MODULES = (nn.MaxPool1d, nn.MaxPool2d, nn.MaxPool3d, nn.AvgPool1d, nn.AvgPool2d, nn.AvgPool3d)
+_ADAPTIVE_POOL_MODULES = (nn.AdaptiveAvgPool1d, nn.AdaptiveAvgPool2d, nn.AdaptiveAvgPool3d,
+                          nn.AdaptiveMaxPool1d, nn.AdaptiveMaxPool2d, nn.AdaptiveMaxPool3d)
+#: FLOPs per output element of element-wise modules (1 unless listed here).
+_ELEMENTWISE_MODULES: dict[type, int] = {
+    nn.ReLU: 1, nn.ReLU6: 1, nn.LeakyReLU: 1, nn.PReLU: 1, nn.Hardtanh: 1, nn.Dropout: 1,
+    nn.Dropout1d: 1, nn.Dropout2d: 1, nn.Hardswish: 1, nn.Hardsigmoid: 1,
+    nn.GELU: 4, nn.SiLU: 4, nn.Sigmoid: 4, nn.Tanh: 4, nn.Softplus: 4, nn.ELU: 4, nn.SELU: 4,
+    nn.Mish: 4, nn.Softsign: 4,
+}
+_SOFTMAX_MODULES = (nn.Softmax, nn.LogSoftmax, nn.Softmin)
+_DATA_MODULES = (nn.Flatten, nn.Identity, nn.Unflatten)
+
+_MATMUL_FUNCTIONS = {torch.matmul, operator.matmul, torch.mm, torch.bmm, F.linear, torch.Tensor.matmul}
+_CONV_FUNCTIONS = {F.conv1d, F.conv2d, F.conv3d, F.conv_transpose1d, F.conv_transpose2d, F.conv_transpose3d}
+_ELEMENTWISE_FUNCTIONS: dict[Any, int] = {
+    operator.add: 1, operator.sub: 1, operator.mul: 1, operator.truediv: 1, operator.neg: 1,
+    operator.iadd: 1, operator.imul: 1, torch.add: 1, torch.sub: 1, torch.mul: 1, torch.div: 1,
+    torch.relu: 1, F.relu: 1, F.leaky_relu: 1, F.dropout: 1, F.hardtanh: 1, torch.neg: 1,
+    F.gelu: 4, F.silu: 4, torch.sigmoid: 4, F.sigmoid: 4, torch.tanh: 4, F.tanh: 4, F.softplus: 4,
+    F.elu: 4, torch.exp: 4, torch.sqrt: 4, torch.rsqrt: 4,
+}
+_NORM_FUNCTIONS = {F.layer_norm, F.batch_norm, F.group_norm, F.instance_norm}
+_POOL_FUNCTIONS = {F.max_pool1d, F.max_pool2d, F.max_pool3d, F.avg_pool1d, F.avg_pool2d, F.avg_pool3d}
+_ADAPTIVE_POOL_FUNCTIONS = {F.adaptive_avg_pool1d, F.adaptive_avg_pool2d, F.adaptive_avg_pool3d,
+                            F.adaptive_max_pool1d, F.adaptive_max_pool2d}
+_SOFTMAX_FUNCTIONS = {F.softmax, torch.softmax, F.log_softmax}
+_REDUCE_FUNCTIONS = {torch.mean, torch.sum}
+_DATA_FUNCTIONS = {torch.flatten, torch.reshape, torch.transpose, torch.permute, torch.squeeze,
+                   torch.unsqueeze, torch.t}
+_DATA_METHODS = {"view", "reshape", "flatten", "transpose", "permute", "contiguous", "squeeze",
+                 "unsqueeze", "t", "view_as", "reshape_as"}
+_ELEMENTWISE_METHODS: dict[str, int] = {"add": 1, "sub": 1, "mul": 1, "div": 1, "relu": 1, "neg": 1,
+                                        "sigmoid": 4, "tanh": 4, "exp": 4, "sqrt": 4}
+_REDUCE_METHODS = {"mean", "sum"}
+_SOFTMAX_METHODS = {"softmax", "log_softmax"}
+_MATMUL_METHODS = {"matmul", "mm", "bmm"}
+
+
+@dataclass(frozen=True)
+class Op:
+    """One operator of a traced model. Bytes and FLOPs at the graph's batch size."""
+
+    name: str  # fx node name, unique in the graph
+    kind: str  # what it is: "Linear", "Conv2d", "ReLU", "add", "matmul", ...
+    op_class: str  # one of OP_CLASSES
+    flops: float  # forward FLOPs (multiply-add = 2)
+    param_bytes: int
+    out_bytes: int  # output activation bytes
+    out_shape: tuple[int, ...]
+    inputs: tuple[str, ...]  # operators whose output this one reads (the model input excluded)
+    target: str = ""  # module path or function name
+    absorbed: tuple[str, ...] = ()  # data-layout ops merged into this one
+
+
+@dataclass(frozen=True)
+class OpGraph:
+    """A model's operators in topological order, at one batch size."""
+
+    model: str
+    batch_size: int
+    ops: tuple[Op, ...]
+    input_bytes: int
+    merged_data_ops: bool = True
+    _index: dict = field(default_factory=dict, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        self._index.update({op.name: op for op in self.ops})
+
+    def __len__(self) -> int:
+        return len(self.ops)
+
+    def op(self, name: str) -> Op:
+        try:
+            return self._index[name]
+        except KeyError:
+            raise LabError(f"no operator named {name!r} in the graph of {self.model!r}") from None
+
+    @property
+    def names(self) -> list[str]:
+        return [op.name for op in self.ops]
+
+    @property
+    def edges(self) -> list[tuple[str, str, int]]:
+        """(producer, consumer, bytes sent) for every data dependency."""
+        return [(u, op.name, self._index[u].out_bytes) for op in self.ops for u in op.inputs]
+
+    @property
+    def total_flops(self) -> float:
+        return float(sum(op.flops for op in self.ops))
+
+    @property
+    def param_bytes(self) -> int:
+        return sum(op.param_bytes for op in self.ops)
+
+    def flops_by_class(self) -> dict[str, float]:
+        out = {c: 0.0 for c in OP_CLASSES}
+        for op in self.ops:
+            out[op.op_class] += op.flops
+        return out
+
+    @property
+    def classes(self) -> frozenset[str]:
+        return frozenset(op.op_class for op in self.ops)
+
+    def to_networkx(self) -> nx.DiGraph:
+        g = nx.DiGraph()
+        for op in self.ops:
+            g.add_node(op.name, op=op)
+        for u, v, nbytes in self.edges:
+            g.add_edge(u, v, bytes=nbytes)
+        return g
+
+
+# ----- tracing ------------------------------------------------------------------------------------
+
+def _numel(shape: Iterable[int]) -> int:
+    return int(math.prod(shape))
+
+
+def _metas(node: fx.Node) -> list[TensorMetadata]:
+    meta = node.meta.get("tensor_meta")
+    if isinstance(meta, TensorMetadata):
+        return [meta]
+    if isinstance(meta, (list, tuple)):
+        return [m for m in meta if isinstance(m, TensorMetadata)]
+    return []
+
+
+def _nbytes(meta: TensorMetadata) -> int:
+    return _numel(meta.shape) * torch.empty((), dtype=meta.dtype).element_size()
+
+
+def _tensor_inputs(node: fx.Node) -> list[fx.Node]:
+    out: list[fx.Node] = []
+    for a in node.all_input_nodes:
+        if _metas(a) and a not in out:
+            out.append(a)
+    return out
+
+
+def _shape(node: fx.Node) -> tuple[int, ...]:
+    metas = _metas(node)
+    return tuple(metas[0].shape) if metas else ()
+
+
+def _fn_name(target: Any) -> str:
+    return getattr(target, "__name__", str(target))
+
+
+def _classify(node: fx.Node, gm: fx.GraphModule) -> tuple[str, str, float, int, bool]:
+    """(kind, class, flops, param_bytes, is_data_op) of one call node."""
+    out_shape = _shape(node)
+    out_n = _numel(out_shape) if out_shape else sum(_numel(m.shape) for m in _metas(node))
+    ins = _tensor_inputs(node)
+    in_n = _numel(_shape(ins[0])) if ins else 0
+
+    if node.op == "call_module":
+        mod = gm.get_submodule(str(node.target))
+        kind = type(mod).__name__
+        pbytes = sum(p.numel() * p.element_size() for p in mod.parameters())
+        if isinstance(mod, _MATMUL_MODULES):
+            if isinstance(mod, nn.Linear):
+                return kind, "matmul", 2.0 * out_n * mod.in_features, pbytes, False
+            return kind, "matmul", 2.0 * out_n * mod.in1_features * mod.in2_features, pbytes, False
+        if isinstance(mod, _CONV_MODULES):
+            w = mod.weight.shape
+            if isinstance(mod, (nn.ConvTranspose1d, nn.ConvTranspose2d, nn.ConvTranspose3d)):
+                # torch: input spatial x prod(w) x batch x 2, w = [Cin, Cout/groups, *k]
+                x = _shape(ins[0])
+                return kind, "conv", 2.0 * x[0] * _numel(x[2:]) * _numel(w), pbytes, False
+            return kind, "conv", 2.0 * out_n * _numel(w[1:]), pbytes, False
+        if isinstance(mod, _NORM_MODULES):
+            return kind, "norm", 5.0 * out_n, pbytes, False
+        if isinstance(mod, _MAXAVG_POOL_MODULES):
+            k = mod.kernel_size
+            dims = int(kind[-2])  # MaxPool2d -> 2
+            window = _numel(k) if isinstance(k, tuple) else k ** dims
+            return kind, "pool", float(out_n * window), pbytes, False
+        if isinstance(mod, _ADAPTIVE_POOL_MODULES):
+            return kind, "pool", float(in_n), pbytes, False
+        if type(mod) in _ELEMENTWISE_MODULES:
+            return kind, "elementwise", float(_ELEMENTWISE_MODULES[type(mod)] * out_n), pbytes, False
+        if isinstance(mod, _SOFTMAX_MODULES):
+            return kind, "other", 5.0 * out_n, pbytes, False
+        if isinstance(mod, _DATA_MODULES):
+            return kind, "other", 0.0, pbytes, True
+        return kind, "other", float(out_n), pbytes, False
+
+    if node.op == "call_function":
+        fn = node.target
+        kind = _fn_name(fn)
+        if fn in _MATMUL_FUNCTIONS:
+            k = _shape(ins[0])[-1] if ins and _shape(ins[0]) else 1
+            return kind, "matmul", 2.0 * out_n * k, 0, False
+        if fn in _CONV_FUNCTIONS:
+            w = _shape(ins[1])
+            if "transpose" in kind:
+                x = _shape(ins[0])
+                return kind, "conv", 2.0 * x[0] * _numel(x[2:]) * _numel(w), 0, False
+            return kind, "conv", 2.0 * out_n * _numel(w[1:]), 0, False
+        if fn in _ELEMENTWISE_FUNCTIONS:
+            return kind, "elementwise", float(_ELEMENTWISE_FUNCTIONS[fn] * out_n), 0, False
+        if fn in _NORM_FUNCTIONS:
+            return kind, "norm", 5.0 * out_n, 0, False
+        if fn in _POOL_FUNCTIONS:
+            ks = node.args[1] if len(node.args) > 1 else node.kwargs.get("kernel_size", 1)
+            window = _numel(ks) if isinstance(ks, (tuple, list)) else ks ** max(len(out_shape) - 2, 1)
+            return kind, "pool", float(out_n * window), 0, False
+        if fn in _ADAPTIVE_POOL_FUNCTIONS:
+            return kind, "pool", float(in_n), 0, False
+        if fn in _SOFTMAX_FUNCTIONS:
+            return kind, "other", 5.0 * out_n, 0, False
+        if fn in _REDUCE_FUNCTIONS:
+            return kind, "other", float(in_n), 0, False
+        if fn in _DATA_FUNCTIONS or fn is operator.getitem:
+            return kind, "other", 0.0, 0, True
+        return kind, "other", float(out_n), 0, False
+
+    # call_method
+    name = str(node.target)
+    if name in _MATMUL_METHODS:
+        k = _shape(ins[0])[-1] if ins and _shape(ins[0]) else 1
+        return name, "matmul", 2.0 * out_n * k, 0, False
+    if name in _ELEMENTWISE_METHODS:
+        return name, "elementwise", float(_ELEMENTWISE_METHODS[name] * out_n), 0, False
+    if name in _SOFTMAX_METHODS:
+        return name, "other", 5.0 * out_n, 0, False
+    if name in _REDUCE_METHODS:
+        return name, "other", float(in_n), 0, False
+    if name in _DATA_METHODS:
+        return name, "other", 0.0, 0, True
+    return name, "other", float(out_n), 0, False
+
+
+def _check_batch(batch_size: Any) -> int:
+    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or not 1 <= batch_size <= MAX_BATCH:
+        raise LabError(f"batch size must be a whole number from 1 to {MAX_BATCH} (got {batch_size!r})",
+                       where="operator graph")
+    return batch_size
+
+
+def trace(model: nn.Module | str, batch_size: int = 32, in_features: int = 64, *,
+          merge_data_ops: bool = True, name: str | None = None, seed: int = 0) -> OpGraph:
+    """Trace ``model`` (a module, or a preset name for :func:`lab.models.build_model`) at ``batch_size``.
+
+    Raises :class:`LabError` if the model cannot be traced by torch.fx, fails on an input of shape
+    ``(batch_size, in_features)``, or has no operators.
+    """
+    batch_size = _check_batch(batch_size)
+    if isinstance(model, str):
+        from lab.models import build_model
+
+        name = name or model
+        model = build_model(model, in_features=in_features, seed=seed)
+    if not isinstance(model, nn.Module):
+        raise LabError(f"expected a torch module or a preset model name, got {type(model).__name__}",
+                       where="operator graph")
+    name = name or type(model).__name__
+    where = f"operator graph of {name!r}"
+    try:
+        gm = fx.symbolic_trace(model)
+    except Exception as exc:  # noqa: BLE001 - torch raises many kinds here
+        raise LabError(f"torch.fx cannot trace this model ({type(exc).__name__}: {exc}); the lab needs "
+                       "a model without data-dependent control flow", where=where) from None
+    x = torch.zeros(batch_size, in_features)
+    try:
+        with torch.no_grad():
+            ShapeProp(gm).propagate(x)
+    except Exception as exc:  # noqa: BLE001
+        raise LabError(f"the model fails on an input of shape ({batch_size}, {in_features}): "
+                       f"{type(exc).__name__}: {exc}", where=where) from None
+
+    alias: dict[fx.Node, str | None] = {}  # fx node -> op name it stands for (None: the model input)
+    ops: dict[str, dict] = {}
+    attr_bytes: dict[fx.Node, int] = {}
+    for node in gm.graph.nodes:
+        if node.op == "placeholder":
+            alias[node] = None
+            continue
+        if node.op == "output":
+            continue
+        if node.op == "get_attr":
+            metas = _metas(node)
+            if metas:
+                attr_bytes[node] = sum(_nbytes(m) for m in metas)
+            continue
+        metas = _metas(node)
+        if not metas:
+            continue  # shape arithmetic (x.shape[0], size()): no tensor, not an operator
+        kind, cls, flops, pbytes, is_data = _classify(node, gm)
+        pbytes += sum(attr_bytes.get(a, 0) for a in node.all_input_nodes)
+        tensor_ins = [a for a in _tensor_inputs(node) if a not in attr_bytes]
+        if merge_data_ops and is_data and len(tensor_ins) == 1 and pbytes == 0:
+            src = alias.get(tensor_ins[0])
+            alias[node] = src
+            if src is not None:
+                ops[src]["absorbed"].append(node.name)
+            continue
+        inputs: list[str] = []
+        for a in tensor_ins:
+            src = alias.get(a)
+            if src is not None and src not in inputs:
+                inputs.append(src)
+        target = str(node.target) if node.op != "call_function" else _fn_name(node.target)
+        ops[node.name] = dict(name=node.name, kind=kind, op_class=cls, flops=float(flops), param_bytes=int(pbytes),
+                              out_bytes=int(sum(_nbytes(m) for m in metas)), out_shape=tuple(metas[0].shape),
+                              inputs=tuple(inputs), target=target, absorbed=[])
+        alias[node] = node.name
+    if not ops:
+        raise LabError("the model has no operators (its forward returns the input unchanged)", where=where)
+    frozen = tuple(Op(**{**d, "absorbed": tuple(d["absorbed"])}) for d in ops.values())
+    return OpGraph(model=name, batch_size=batch_size, ops=frozen,
+                   input_bytes=int(x.numel() * x.element_size()), merged_data_ops=merge_data_ops)
+
+
+def reference_flops(model: nn.Module | str, batch_size: int = 32, in_features: int = 64,
+                    seed: int = 0) -> dict[str, float]:
+    """torch's own forward FLOP count (``FlopCounterMode``) split into the lab's classes.
+
+    torch counts matrix products (mm, addmm, bmm, baddbmm) and convolutions; everything it
+    counts that is neither lands in ``"other"`` (zero for the presets).
+    """
+    from torch.utils.flop_counter import FlopCounterMode
+
+    batch_size = _check_batch(batch_size)
+    if isinstance(model, str):
+        from lab.models import build_model
+
+        model = build_model(model, in_features=in_features, seed=seed)
+    out = {"matmul": 0.0, "conv": 0.0, "other": 0.0}
+    counter = FlopCounterMode(display=False)
+    with counter, torch.no_grad():
+        model(torch.zeros(batch_size, in_features))
+    for op, n in counter.get_flop_counts().get("Global", {}).items():
+        name = str(op).split(".")[1] if "." in str(op) else str(op)
+        if name in ("mm", "addmm", "bmm", "baddbmm", "matmul"):
+            out["matmul"] += n
+        elif "convolution" in name:
+            out["conv"] += n
+        else:
+            out["other"] += n
+    return out
+
+
+__all__ = ["Op", "OpGraph", "trace", "reference_flops", "MAX_BATCH"]
