@@ -1,0 +1,698 @@
+"""Adam, AdaBelief and Max-AdaBelief as ``torch.optim.Optimizer`` subclasses, with the seed's
+optimizer-state all-reduce.
+
+The maths (one step, for a parameter theta with gradient g, step number t = 1, 2, ...)
+-------------------------------------------------------------------------------------
+Adam::
+
+    m_t = b1 m + (1-b1) g            v_t = b2 v + (1-b2) g^2
+    m_hat = m_t / (1-b1^t)           v_hat = v_t / (1-b2^t)
+    theta -= lr * m_hat / (sqrt(v_hat) + eps)
+
+AdaBelief (the official update with rectification off)::
+
+    m_t = b1 m + (1-b1) g
+    s_t = b2 s + (1-b2) (g - m_t)^2 + eps       # the "belief": how far g is from its forecast m_t
+    theta -= lr * m_hat / (sqrt(s_t / (1-b2^t)) + eps)
+
+Note that eps appears twice, as in the paper and in ``adabelief-pytorch``: it is added to the stored
+s_t at every step (so in steady state s carries eps / (1-b2)) and again outside the square root.
+
+Max-AdaBelief (the seed design's variant, the AMSGrad idea applied to AdaBelief) keeps a running
+maximum and uses it in the denominator. Two variants, both offered:
+
+* ``max_mode="raw"`` (:class:`MaxAdaBelief`, the default, what the seed and ``adabelief-pytorch``'s
+  ``amsgrad=True`` do): ``s_max_t = max(s_max_{t-1}, s_t)``, denominator
+  ``sqrt(s_max_t / (1-b2^t)) + eps``. Because 1-b2^t grows towards 1, the effective step
+  ``lr / denominator`` can still *grow* during the first ~1/(1-b2) steps (by up to 1/sqrt(1-b2)).
+* ``max_mode="corrected"`` (:class:`MaxAdaBeliefCorrected`): the maximum of the bias-corrected value,
+  ``s_hat_max_t = max(s_hat_max_{t-1}, s_t / (1-b2^t))``, denominator ``sqrt(s_hat_max_t) + eps``.
+  This is the only variant whose effective step ``lr / denominator`` never grows.
+
+Shape
+-----
+Like ``torch/optim/adam.py``: the maths lives in plain functions over lists of tensors
+(:func:`adam_update`, :func:`adabelief_update`) built from ``torch._foreach_*`` ops; the classes hold
+hyper-parameters and state and call them. State keys follow torch and ``adabelief-pytorch``
+(``step`` as a float32 tensor, ``exp_avg``, ``exp_avg_sq`` / ``exp_avg_var``, ``max_exp_avg_var``
+for the raw max and ``max_exp_avg_var_hat`` for the corrected max), so a ``torch.optim.Adam`` state
+dict loads into :class:`Adam` and back.
+
+Distributed steps
+-----------------
+``opt.step_distributed(allreduce_fn, sync="state")`` (the same as ``opt.step(allreduce_fn=..., sync=...)``)
+combines workers through a caller-supplied all-reduce::
+
+    allreduce_fn(tensor, op) -> None
+
+``tensor`` is a 1-D contiguous tensor; the function must replace its contents, in place, with the
+element-wise reduction over all workers; ``op`` is ``"mean"``, ``"max"`` or ``"sum"``. Every worker
+must call the step at the same time with gradients for the same parameters (the calls are
+collective: one call per (device, dtype) bucket, in the same order on every worker).
+:func:`torch_allreduce_fn` builds one over ``torch.distributed``; :class:`LocalAllReduce` simulates
+several workers as threads of one process (tests, notebooks).
+
+* ``sync="state"`` (the seed design's "optimizer-state all-reduce"): each worker updates its own
+  m_t and s_t from its local gradient; the workers all-reduce (mean) the bias-corrected first moment
+  m_hat; each takes the max of s_t with its previous maximum and the workers all-reduce (max) that
+  (it is stored as the new maximum, so every worker holds the same maximum afterwards); then every
+  worker applies the update with the combined values. Starting from identical parameters, every
+  worker ends with identical parameters. For optimisers without a max (Adam, AdaBelief) the
+  bias-corrected second moment is all-reduced with "mean" and used only for this update. The local
+  m and s stay local (they differ between workers).
+* ``sync="gradient"`` (the usual form): all-reduce (mean) the gradients in place (``p.grad`` holds the
+  mean afterwards), then the ordinary local step, identical on every worker.
+
+Errors
+------
+Bad hyper-parameters (negative lr or eps, betas outside [0, 1), negative weight decay, unknown
+max_mode) raise :class:`lab.errors.LabError`, at construction and again at each step (a scheduler may
+change them). A NaN or infinite gradient raises :class:`NonFiniteGradient` (a LabError) naming the
+parameter group and index; the step is then skipped and parameters and state are unchanged. In a
+distributed step every worker raises together (the check is agreed through one extra 1-element
+all-reduce in ``sync="state"``; in ``sync="gradient"`` the averaged gradient is checked).
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+import threading
+from typing import Callable, Iterable, Sequence
+
+import torch
+from torch import Tensor
+
+from lab.errors import LabError
+
+__all__ = [
+    "ALLREDUCE_OPS", "MAX_MODES", "OPTIMISERS", "OPTIMISER_LABELS", "AllReduceFn", "Adam", "AdaBelief",
+    "MaxAdaBelief", "MaxAdaBeliefCorrected", "NonFiniteGradient", "LocalAllReduce", "adam_update",
+    "adabelief_update", "allreduce_tensors", "make_optimizer", "torch_allreduce_fn",
+]
+
+AllReduceFn = Callable[[Tensor, str], None]
+ALLREDUCE_OPS = ("mean", "max", "sum")
+MAX_MODES = (None, "raw", "corrected")
+SYNC_MODES = ("state", "gradient")
+
+
+class NonFiniteGradient(LabError):
+    """A gradient held NaN or +-inf; the step was skipped (parameters and state unchanged)."""
+
+    def __init__(self, message: str, *, group: int | None = None, index: int | None = None,
+                 where: str | None = None):
+        self.group = group
+        self.index = index
+        super().__init__(message, where=where)
+
+
+# --------------------------------------------------------------------------------------------
+# The maths: plain functions over lists of tensors
+# --------------------------------------------------------------------------------------------
+
+def _bias_corrections(beta: float, steps: Sequence[int]) -> list[float]:
+    return [1 - beta ** t for t in steps]
+
+
+def adam_update(params: list[Tensor], grads: list[Tensor], exp_avgs: list[Tensor],
+                exp_avg_sqs: list[Tensor], steps: Sequence[int], *, lr: float, beta1: float,
+                beta2: float, eps: float, weight_decay: float = 0.0,
+                decoupled_weight_decay: bool = False, allreduce_fn: AllReduceFn | None = None) -> None:
+    """One Adam step, in place, on lists of tensors (the same operations as ``torch.optim.Adam``).
+
+    ``steps[i]`` is the step number t >= 1 of tensor i, already counted for this step. With
+    ``allreduce_fn`` the bias-corrected moments are all-reduced (mean) before the update
+    (``sync="state"``; see the module docstring). The gradients are not modified.
+    """
+    if not params:
+        return
+    if weight_decay != 0:
+        if decoupled_weight_decay:
+            torch._foreach_mul_(params, 1 - lr * weight_decay)
+        else:
+            grads = torch._foreach_add(grads, params, alpha=weight_decay)
+    torch._foreach_lerp_(exp_avgs, grads, 1 - beta1)
+    torch._foreach_mul_(exp_avg_sqs, beta2)
+    torch._foreach_addcmul_(exp_avg_sqs, grads, grads, value=1 - beta2)
+    bc1 = _bias_corrections(beta1, steps)
+    bc2 = _bias_corrections(beta2, steps)
+    if allreduce_fn is None:
+        denom = torch._foreach_sqrt(exp_avg_sqs)
+        torch._foreach_div_(denom, [math.sqrt(b) for b in bc2])
+        torch._foreach_add_(denom, eps)
+        torch._foreach_addcdiv_(params, exp_avgs, denom, [-lr / b for b in bc1])
+        return
+    m_hat = torch._foreach_div(exp_avgs, bc1)
+    allreduce_tensors(m_hat, "mean", allreduce_fn)
+    v_hat = torch._foreach_div(exp_avg_sqs, bc2)
+    allreduce_tensors(v_hat, "mean", allreduce_fn)
+    torch._foreach_sqrt_(v_hat)
+    torch._foreach_add_(v_hat, eps)
+    torch._foreach_addcdiv_(params, m_hat, v_hat, value=-lr)
+
+
+def adabelief_update(params: list[Tensor], grads: list[Tensor], exp_avgs: list[Tensor],
+                     exp_avg_vars: list[Tensor], max_exp_avg_vars: list[Tensor] | None,
+                     steps: Sequence[int], *, lr: float, beta1: float, beta2: float, eps: float,
+                     weight_decay: float = 0.0, decoupled_weight_decay: bool = True,
+                     max_mode: str | None = None, allreduce_fn: AllReduceFn | None = None) -> None:
+    """One AdaBelief / Max-AdaBelief step (rectification off), in place, on lists of tensors.
+
+    ``max_mode``: None (AdaBelief), "raw" (running max of s_t; ``max_exp_avg_vars`` holds it) or
+    "corrected" (running max of s_t / (1-b2^t); ``max_exp_avg_vars`` holds it). Decoupled weight decay
+    multiplies theta by (1 - lr * weight_decay) first (AdamW style); otherwise weight_decay * theta is
+    added to the gradient (L2), without modifying ``grads``. With ``allreduce_fn``: the state
+    all-reduce of the module docstring.
+    """
+    if max_mode not in MAX_MODES:
+        raise LabError(f"max_mode must be one of None, 'raw', 'corrected'; got {max_mode!r}",
+                       where="adabelief_update")
+    if not params:
+        return
+    if max_mode is not None and max_exp_avg_vars is None:
+        raise LabError("max_exp_avg_vars is needed when max_mode is set", where="adabelief_update")
+    if weight_decay != 0:
+        if decoupled_weight_decay:
+            torch._foreach_mul_(params, 1 - lr * weight_decay)
+        else:
+            grads = torch._foreach_add(grads, params, alpha=weight_decay)
+    torch._foreach_lerp_(exp_avgs, grads, 1 - beta1)
+    work = torch._foreach_sub(grads, exp_avgs)            # g - m_t, the surprise
+    torch._foreach_mul_(exp_avg_vars, beta2)
+    torch._foreach_addcmul_(exp_avg_vars, work, work, value=1 - beta2)
+    torch._foreach_add_(exp_avg_vars, eps)
+    bc1 = _bias_corrections(beta1, steps)
+    bc2 = _bias_corrections(beta2, steps)
+    bc2_sqrt = [math.sqrt(b) for b in bc2]
+
+    # `work` (free after the addcmul) becomes the denominator, written in place to spare an
+    # allocation. Uncorrected second moments use sqrt(s)/sqrt(bc2) + eps
+    # = (sqrt(s) + eps*sqrt(bc2)) / sqrt(bc2), the 1/sqrt(bc2) going into the final scalar.
+    if max_mode == "raw":
+        torch._foreach_maximum_(max_exp_avg_vars, exp_avg_vars)
+        if allreduce_fn is not None:
+            allreduce_tensors(max_exp_avg_vars, "max", allreduce_fn)
+        _sqrt_into(work, max_exp_avg_vars)
+        corrected = False
+    elif max_mode == "corrected":
+        _div_into(work, exp_avg_vars, bc2)
+        torch._foreach_maximum_(max_exp_avg_vars, work)
+        if allreduce_fn is not None:
+            allreduce_tensors(max_exp_avg_vars, "max", allreduce_fn)
+        _sqrt_into(work, max_exp_avg_vars)
+        corrected = True
+    elif allreduce_fn is not None:
+        _div_into(work, exp_avg_vars, bc2)
+        allreduce_tensors(work, "mean", allreduce_fn)
+        torch._foreach_sqrt_(work)
+        corrected = True
+    else:
+        _sqrt_into(work, exp_avg_vars)
+        corrected = False
+
+    if corrected:
+        torch._foreach_add_(work, eps)
+        scale = [1.0] * len(params)
+    else:
+        torch._foreach_add_(work, [eps * b for b in bc2_sqrt])
+        scale = bc2_sqrt
+    if allreduce_fn is None:
+        torch._foreach_addcdiv_(params, exp_avgs, work, [-lr * c / b for c, b in zip(scale, bc1)])
+    else:
+        m_hat = torch._foreach_div(exp_avgs, bc1)
+        allreduce_tensors(m_hat, "mean", allreduce_fn)
+        torch._foreach_addcdiv_(params, m_hat, work, [-lr * c for c in scale])
+
+
+def _sqrt_into(dst: list[Tensor], src: list[Tensor]) -> None:
+    for d, s in zip(dst, src):
+        torch.sqrt(s, out=d)
+
+
+def _div_into(dst: list[Tensor], src: list[Tensor], divisors: list[float]) -> None:
+    for d, s, b in zip(dst, src, divisors):
+        torch.div(s, b, out=d)
+
+
+# --------------------------------------------------------------------------------------------
+# All-reduce plumbing
+# --------------------------------------------------------------------------------------------
+
+def allreduce_tensors(tensors: Sequence[Tensor], op: str, allreduce_fn: AllReduceFn) -> None:
+    """All-reduce ``tensors`` in place with one ``allreduce_fn`` call per (device, dtype) bucket."""
+    if op not in ALLREDUCE_OPS:
+        raise LabError(f"all-reduce op must be one of {', '.join(ALLREDUCE_OPS)}; got {op!r}",
+                       where="allreduce_tensors")
+    buckets: dict[tuple, list[Tensor]] = {}
+    for t in tensors:
+        buckets.setdefault((t.device, t.dtype), []).append(t)
+    for ts in buckets.values():
+        if len(ts) == 1 and ts[0].is_contiguous():
+            allreduce_fn(ts[0].view(-1), op)
+            continue
+        flat = torch.cat([t.reshape(-1) for t in ts])
+        allreduce_fn(flat, op)
+        parts = flat.split([t.numel() for t in ts])
+        torch._foreach_copy_(list(ts), [part.view_as(t) for part, t in zip(parts, ts)])
+
+
+def torch_allreduce_fn(group=None) -> AllReduceFn:
+    """An ``allreduce_fn`` over an initialised ``torch.distributed`` process group.
+
+    "mean" is a SUM followed by a division by the group size (gloo has no AVG); every rank gets
+    bit-identical results because the collective returns the same reduced values to every rank.
+    """
+    import torch.distributed as dist
+
+    def allreduce(tensor: Tensor, op: str) -> None:
+        if op == "mean":
+            dist.all_reduce(tensor, op=dist.ReduceOp.SUM, group=group)
+            tensor.div_(dist.get_world_size(group))
+        elif op == "sum":
+            dist.all_reduce(tensor, op=dist.ReduceOp.SUM, group=group)
+        elif op == "max":
+            dist.all_reduce(tensor, op=dist.ReduceOp.MAX, group=group)
+        else:
+            raise LabError(f"all-reduce op must be one of {', '.join(ALLREDUCE_OPS)}; got {op!r}",
+                           where="torch_allreduce_fn")
+
+    return allreduce
+
+
+class LocalAllReduce:
+    """An all-reduce among ``world_size`` threads of this process: a stand-in for torch.distributed.
+
+    Each simulated worker (a thread) uses ``group.fn(rank)`` as its ``allreduce_fn``; a call blocks
+    until every worker has made the matching call, then every worker's tensor holds the reduction
+    (mean, max or sum over workers, summed in rank order). ``run(worker)`` starts ``worker(rank, fn)``
+    in one thread per rank and returns their results in rank order, re-raising the first error.
+    ``calls`` records (op, numel) for every collective.
+    """
+
+    def __init__(self, world_size: int, timeout: float = 60.0):
+        if not isinstance(world_size, int) or world_size < 1:
+            raise LabError(f"world_size must be an integer >= 1, got {world_size!r}", where="LocalAllReduce")
+        self.world_size = world_size
+        self.timeout = timeout
+        self.calls: list[tuple[str, int]] = []
+        self._barrier = threading.Barrier(world_size, timeout=timeout)
+        self._slots: list[tuple[Tensor, str] | None] = [None] * world_size
+        self._result: Tensor | None = None
+        self._error: Exception | None = None
+
+    def fn(self, rank: int) -> AllReduceFn:
+        if not 0 <= rank < self.world_size:
+            raise LabError(f"rank must be in [0, {self.world_size}), got {rank}", where="LocalAllReduce")
+
+        def allreduce(tensor: Tensor, op: str) -> None:
+            self._slots[rank] = (tensor, op)
+            if self._barrier.wait() == 0:                   # one thread combines
+                self._combine()
+            self._barrier.wait()
+            if self._error is not None:
+                raise self._error
+            tensor.copy_(self._result)
+            self._barrier.wait()                            # nobody reuses the slots too early
+
+        return allreduce
+
+    def _combine(self) -> None:
+        slots = list(self._slots)
+        self._error = None
+        ops = {op for _, op in slots}
+        shapes = {(tuple(t.shape), t.dtype) for t, _ in slots}
+        if len(ops) != 1 or len(shapes) != 1:
+            self._error = LabError(f"workers made mismatched all-reduce calls: ops {sorted(ops)}, "
+                                   f"shapes/dtypes {sorted(map(str, shapes))}", where="LocalAllReduce")
+            return
+        op = ops.pop()
+        tensors = [t for t, _ in slots]
+        if op not in ALLREDUCE_OPS:
+            self._error = LabError(f"all-reduce op must be one of {', '.join(ALLREDUCE_OPS)}; got {op!r}",
+                                   where="LocalAllReduce")
+            return
+        if op == "max":
+            result = tensors[0].clone()
+            for t in tensors[1:]:
+                torch.maximum(result, t, out=result)
+        else:
+            result = tensors[0].clone()
+            for t in tensors[1:]:
+                result.add_(t)
+            if op == "mean":
+                result.div_(self.world_size)
+        self._result = result
+        self.calls.append((op, tensors[0].numel()))
+
+    def run(self, worker: Callable[[int, AllReduceFn], object]) -> list:
+        results: list = [None] * self.world_size
+        errors: list[BaseException | None] = [None] * self.world_size
+
+        def body(rank: int) -> None:
+            try:
+                results[rank] = worker(rank, self.fn(rank))
+            except BaseException as exc:  # noqa: BLE001 - re-raised in the caller's thread
+                errors[rank] = exc
+                self._barrier.abort()
+
+        threads = [threading.Thread(target=body, args=(r,), daemon=True) for r in range(self.world_size)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(self.timeout)
+        if any(t.is_alive() for t in threads):
+            self._barrier.abort()
+            raise LabError(f"simulated workers did not finish within {self.timeout} s", where="LocalAllReduce")
+        real = [e for e in errors if e is not None and not isinstance(e, threading.BrokenBarrierError)]
+        if real or any(errors):
+            self._barrier.reset()
+            raise (real or [e for e in errors if e is not None])[0]
+        return results
+
+
+# --------------------------------------------------------------------------------------------
+# Hyper-parameter checks
+# --------------------------------------------------------------------------------------------
+
+def _is_number(x) -> bool:
+    return isinstance(x, numbers.Real) and not isinstance(x, bool)
+
+
+def _check_group(group: dict, where: str) -> None:
+    lr, betas, eps, wd = group["lr"], group["betas"], group["eps"], group["weight_decay"]
+    if not _is_number(lr) or not math.isfinite(lr) or lr < 0:
+        raise LabError(f"learning rate lr must be a finite number >= 0, got {lr!r}", where=where)
+    if (not isinstance(betas, (tuple, list)) or len(betas) != 2
+            or not all(_is_number(b) and 0.0 <= b < 1.0 for b in betas)):
+        raise LabError(f"betas must be a pair (beta1, beta2) of numbers in [0, 1), got {betas!r}", where=where)
+    if not _is_number(eps) or not math.isfinite(eps) or eps < 0:
+        raise LabError(f"eps must be a finite number >= 0, got {eps!r}", where=where)
+    if not _is_number(wd) or not math.isfinite(wd) or wd < 0:
+        raise LabError(f"weight_decay must be a finite number >= 0, got {wd!r}", where=where)
+    if group.get("max_mode") not in MAX_MODES:
+        raise LabError(f"max_mode must be None, 'raw' or 'corrected', got {group.get('max_mode')!r}",
+                       where=where)
+
+
+def _nonfinite_index(grads: list[Tensor]) -> tuple[int, str] | None:
+    """(index, "NaN" or "infinite values") of the first non-finite gradient, or None.
+
+    A cheap screen first: the sum of a tensor is NaN or infinite whenever one element is (it can
+    also overflow for huge finite values, which the exact check below then clears)."""
+    if not grads:
+        return None
+    sums = torch.stack([g.sum() for g in grads])
+    if bool(torch.isfinite(sums).all()):
+        return None
+    for i, g in enumerate(grads):
+        if bool(torch.isnan(g).any()):
+            return i, "NaN"
+        if not bool(torch.isfinite(g).all()):
+            return i, "infinite values"
+    return None
+
+
+# --------------------------------------------------------------------------------------------
+# The optimisers
+# --------------------------------------------------------------------------------------------
+
+class _LabOptimizer(torch.optim.Optimizer):
+    """Shared plumbing: validation, state creation, finite checks, local and distributed steps."""
+
+    _state_keys: tuple[str, ...] = ()
+
+    def add_param_group(self, param_group: dict) -> None:
+        super().add_param_group(param_group)
+        _check_group(self.param_groups[-1], f"{type(self).__name__}, parameter group {len(self.param_groups) - 1}")
+
+    # -- subclass hooks -------------------------------------------------------------------
+    def _new_state(self, p: Tensor, group: dict) -> dict:
+        raise NotImplementedError
+
+    def _update(self, group: dict, params, grads, states, steps, allreduce_fn) -> None:
+        raise NotImplementedError
+
+    def _denominator(self, group: dict, state: dict) -> Tensor:
+        raise NotImplementedError
+
+    # -- steps ----------------------------------------------------------------------------
+    def step(self, closure=None, *, allreduce_fn: AllReduceFn | None = None, sync: str = "state"):
+        """One step. ``closure`` re-evaluates the model and returns the loss (it is called with
+        gradients enabled). With ``allreduce_fn`` the step is distributed (see the module docstring)."""
+        if allreduce_fn is not None and sync not in SYNC_MODES:
+            raise LabError(f"sync must be 'state' or 'gradient', got {sync!r}", where=type(self).__name__)
+        loss = None
+        if closure is not None:
+            with torch.enable_grad():
+                loss = closure()
+        with torch.no_grad():
+            gathered = self._gather()
+            if allreduce_fn is not None and sync == "gradient":
+                allreduce_tensors([g for _, ps, gs in gathered for g in gs], "mean", allreduce_fn)
+                self._raise_if_nonfinite(gathered, after="after the gradient all-reduce")
+                self._apply(gathered, None)
+            elif allreduce_fn is not None:
+                bad = self._find_nonfinite(gathered)
+                flag = torch.tensor([0.0 if bad is None else 1.0], dtype=torch.float64)
+                allreduce_fn(flag, "max")                     # every worker learns about a bad gradient
+                if bad is not None:
+                    raise bad
+                if flag.item() > 0:
+                    raise NonFiniteGradient(
+                        "a gradient on another worker held NaN or infinite values; every worker "
+                        "skipped this step (parameters and state unchanged)", where=type(self).__name__)
+                self._apply(gathered, allreduce_fn)
+            else:
+                self._raise_if_nonfinite(gathered)
+                self._apply(gathered, None)
+        return loss
+
+    def step_distributed(self, allreduce_fn: AllReduceFn, sync: str = "state", closure=None):
+        """A collective step: ``sync="state"`` (the seed's optimizer-state all-reduce) or
+        ``sync="gradient"`` (all-reduce the gradients, then the local step). See the module docstring."""
+        if not callable(allreduce_fn):
+            raise LabError("allreduce_fn must be a function (tensor, op) -> None", where=type(self).__name__)
+        return self.step(closure, allreduce_fn=allreduce_fn, sync=sync)
+
+    def _gather(self) -> list[tuple[int, list[tuple[int, Tensor]], list[Tensor]]]:
+        """Per group: (group index, [(index in group, param)], [grad]) for params with a gradient."""
+        out = []
+        for gi, group in enumerate(self.param_groups):
+            _check_group(group, f"{type(self).__name__}, parameter group {gi}")
+            ps, gs = [], []
+            for pi, p in enumerate(group["params"]):
+                if p.grad is None:
+                    continue
+                if p.grad.is_sparse:
+                    raise LabError(f"parameter {pi} has a sparse gradient; only dense gradients are supported",
+                                   where=f"{type(self).__name__}, parameter group {gi}")
+                if torch.is_complex(p):
+                    raise LabError(f"parameter {pi} is complex; only real parameters are supported",
+                                   where=f"{type(self).__name__}, parameter group {gi}")
+                ps.append((pi, p))
+                gs.append(p.grad)
+            out.append((gi, ps, gs))
+        return out
+
+    def _find_nonfinite(self, gathered, after: str = "") -> NonFiniteGradient | None:
+        for gi, ps, gs in gathered:
+            if not self.param_groups[gi].get("check_finite", True):
+                continue
+            hit = _nonfinite_index(gs)
+            if hit is not None:
+                i, kind = hit
+                pi, p = ps[i]
+                suffix = f" {after}" if after else ""
+                return NonFiniteGradient(
+                    f"the gradient of parameter group {gi}, parameter {pi} (shape {list(p.shape)}, "
+                    f"{str(p.dtype).replace('torch.', '')}) holds {kind}{suffix}; the step was skipped "
+                    "(parameters and state unchanged). Lower the learning rate or check the loss.",
+                    group=gi, index=pi, where=type(self).__name__)
+        return None
+
+    def _raise_if_nonfinite(self, gathered, after: str = "") -> None:
+        bad = self._find_nonfinite(gathered, after)
+        if bad is not None:
+            raise bad
+
+    def _apply(self, gathered, allreduce_fn) -> None:
+        for gi, ps, gs in gathered:
+            if not ps:
+                continue
+            group = self.param_groups[gi]
+            params = [p for _, p in ps]
+            states = []
+            for p in params:
+                state = self.state[p]
+                if len(state) == 0:
+                    state.update(self._new_state(p, group))
+                states.append(state)
+            step_ts = [s["step"] for s in states]
+            torch._foreach_add_(step_ts, 1)
+            steps = [int(t.item()) for t in step_ts]
+            self._update(group, params, gs, states, steps, allreduce_fn)
+
+    # -- inspection -----------------------------------------------------------------------
+    def effective_lr(self) -> list[Tensor]:
+        """lr / denominator for every parameter that has state, in parameter order: the
+        element-wise step size that multiplied m_hat at the last step."""
+        out = []
+        with torch.no_grad():
+            for group in self.param_groups:
+                for p in group["params"]:
+                    state = self.state.get(p)
+                    if state:
+                        out.append(group["lr"] / self._denominator(group, state))
+        return out
+
+
+def _step_count(state: dict) -> int:
+    return int(state["step"].item()) if isinstance(state["step"], Tensor) else int(state["step"])
+
+
+def _zeros(p: Tensor) -> Tensor:
+    return torch.zeros_like(p, memory_format=torch.preserve_format)
+
+
+class Adam(_LabOptimizer):
+    """Adam: the same numbers as ``torch.optim.Adam`` with the same arguments.
+
+    ``weight_decay`` is the L2 penalty added to the gradient (torch's default); with
+    ``decoupled_weight_decay=True`` it is AdamW's decoupled decay (as torch's argument of that name).
+    ``check_finite`` (default True) turns the NaN/inf gradient check on or off.
+    """
+
+    def __init__(self, params: Iterable, lr: float = 1e-3, betas: tuple[float, float] = (0.9, 0.999),
+                 eps: float = 1e-8, weight_decay: float = 0, *, decoupled_weight_decay: bool = False,
+                 check_finite: bool = True):
+        defaults = dict(lr=lr, betas=_as_betas(betas), eps=eps, weight_decay=weight_decay,
+                        decoupled_weight_decay=decoupled_weight_decay, check_finite=check_finite)
+        super().__init__(params, defaults)
+
+    def _new_state(self, p, group):
+        return {"step": torch.tensor(0.0, dtype=torch.float32), "exp_avg": _zeros(p), "exp_avg_sq": _zeros(p)}
+
+    def _update(self, group, params, grads, states, steps, allreduce_fn):
+        beta1, beta2 = group["betas"]
+        adam_update(params, grads, [s["exp_avg"] for s in states], [s["exp_avg_sq"] for s in states], steps,
+                    lr=group["lr"], beta1=beta1, beta2=beta2, eps=group["eps"],
+                    weight_decay=group["weight_decay"],
+                    decoupled_weight_decay=group.get("decoupled_weight_decay", False), allreduce_fn=allreduce_fn)
+
+    def _denominator(self, group, state):
+        bc2 = 1 - group["betas"][1] ** _step_count(state)
+        return state["exp_avg_sq"].sqrt() / math.sqrt(bc2) + group["eps"]
+
+
+_MAX_KEYS = {"raw": "max_exp_avg_var", "corrected": "max_exp_avg_var_hat"}
+
+
+class _AdaBeliefFamily(_LabOptimizer):
+    """AdaBelief and Max-AdaBelief: one class body, the max_mode hyper-parameter picks the variant."""
+
+    def __init__(self, params: Iterable, lr: float, betas: tuple[float, float], eps: float,
+                 weight_decay: float, decoupled_weight_decay: bool, check_finite: bool, max_mode: str | None):
+        if max_mode not in MAX_MODES:
+            raise LabError(f"max_mode must be None, 'raw' or 'corrected', got {max_mode!r}",
+                           where=type(self).__name__)
+        defaults = dict(lr=lr, betas=_as_betas(betas), eps=eps, weight_decay=weight_decay,
+                        decoupled_weight_decay=decoupled_weight_decay, max_mode=max_mode,
+                        check_finite=check_finite)
+        super().__init__(params, defaults)
+
+    def _new_state(self, p, group):
+        state = {"step": torch.tensor(0.0, dtype=torch.float32), "exp_avg": _zeros(p), "exp_avg_var": _zeros(p)}
+        mode = group.get("max_mode")
+        if mode is not None:
+            state[_MAX_KEYS[mode]] = _zeros(p)
+        return state
+
+    def _update(self, group, params, grads, states, steps, allreduce_fn):
+        beta1, beta2 = group["betas"]
+        mode = group.get("max_mode")
+        if mode is not None:
+            key = _MAX_KEYS[mode]
+            for p, s in zip(params, states):                 # max_mode changed after the state was made
+                if key not in s:
+                    s[key] = _zeros(p)
+        adabelief_update(params, grads, [s["exp_avg"] for s in states], [s["exp_avg_var"] for s in states],
+                         None if mode is None else [s[_MAX_KEYS[mode]] for s in states], steps,
+                         lr=group["lr"], beta1=beta1, beta2=beta2, eps=group["eps"],
+                         weight_decay=group["weight_decay"],
+                         decoupled_weight_decay=group.get("decoupled_weight_decay", True),
+                         max_mode=mode, allreduce_fn=allreduce_fn)
+
+    def _denominator(self, group, state):
+        bc2 = 1 - group["betas"][1] ** _step_count(state)
+        mode = group.get("max_mode")
+        if mode == "corrected":
+            return state["max_exp_avg_var_hat"].sqrt() + group["eps"]
+        s = state["max_exp_avg_var"] if mode == "raw" else state["exp_avg_var"]
+        return s.sqrt() / math.sqrt(bc2) + group["eps"]
+
+
+class AdaBelief(_AdaBeliefFamily):
+    """AdaBelief with rectification off (see the module docstring for the update).
+
+    ``decoupled_weight_decay=True`` matches ``adabelief-pytorch``'s ``weight_decouple=True,
+    fixed_decay=False``; False matches ``weight_decouple=False`` (L2 added to the gradient, but unlike
+    that package the gradient tensor itself is not modified). ``check_finite`` (default True) turns
+    the NaN/inf gradient check on or off.
+    """
+
+    def __init__(self, params: Iterable, lr: float = 1e-3, betas: tuple[float, float] = (0.9, 0.999),
+                 eps: float = 1e-16, weight_decay: float = 0, decoupled_weight_decay: bool = True, *,
+                 check_finite: bool = True):
+        super().__init__(params, lr, betas, eps, weight_decay, decoupled_weight_decay, check_finite, None)
+
+
+class MaxAdaBelief(_AdaBeliefFamily):
+    """Max-AdaBelief, the seed's variant: s_max_t = max(s_max_{t-1}, s_t) in the denominator
+    (``max_mode="raw"``, = ``adabelief-pytorch`` with ``amsgrad=True, rectify=False``). Pass
+    ``max_mode="corrected"`` (or use :class:`MaxAdaBeliefCorrected`) for the max of the bias-corrected
+    value, whose effective step never grows."""
+
+    def __init__(self, params: Iterable, lr: float = 1e-3, betas: tuple[float, float] = (0.9, 0.999),
+                 eps: float = 1e-16, weight_decay: float = 0, decoupled_weight_decay: bool = True, *,
+                 check_finite: bool = True, max_mode: str = "raw"):
+        if max_mode not in ("raw", "corrected"):
+            raise LabError(f"max_mode must be 'raw' or 'corrected', got {max_mode!r}", where=type(self).__name__)
+        super().__init__(params, lr, betas, eps, weight_decay, decoupled_weight_decay, check_finite, max_mode)
+
+
+class MaxAdaBeliefCorrected(MaxAdaBelief):
+    """Max-AdaBelief taking the max of the bias-corrected value s_t / (1-b2^t): the effective step
+    lr / (sqrt(s_hat_max) + eps) never grows."""
+
+    def __init__(self, params: Iterable, lr: float = 1e-3, betas: tuple[float, float] = (0.9, 0.999),
+                 eps: float = 1e-16, weight_decay: float = 0, decoupled_weight_decay: bool = True, *,
+                 check_finite: bool = True):
+        super().__init__(params, lr, betas, eps, weight_decay, decoupled_weight_decay,
+                         check_finite=check_finite, max_mode="corrected")
+
+
+def _as_betas(betas):
+    return tuple(betas) if isinstance(betas, (list, tuple)) else betas
+
+
+#: Optimiser names used by the Scenario, the pages and the training workers.
+OPTIMISERS: dict[str, type[_LabOptimizer]] = {
+    "adam": Adam,
+    "adabelief": AdaBelief,
+    "maxadabelief": MaxAdaBelief,
+    "maxadabelief-corrected": MaxAdaBeliefCorrected,
+}
+OPTIMISER_LABELS = {
+    "adam": "Adam",
+    "adabelief": "AdaBelief",
+    "maxadabelief": "Max-AdaBelief (max of s)",
+    "maxadabelief-corrected": "Max-AdaBelief (max of corrected ŝ)",
+}
+
+
+def make_optimizer(name: str, params: Iterable, **hyper) -> _LabOptimizer:
+    """The optimiser called ``name`` (a key of OPTIMISERS) over ``params``."""
+    if name not in OPTIMISERS:
+        raise LabError(f"unknown optimiser {name!r}; allowed: {', '.join(OPTIMISERS)}", where="optimizer")
+    return OPTIMISERS[name](params, **hyper)
