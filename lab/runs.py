@@ -1,0 +1,413 @@
+"""The run store: one SQLite file holding every training run and its per-step measurements.
+
+Location: the environment variable ``LAB_DB`` when set, else ``./data/runs.db`` (created on first
+use). The file is in WAL mode with a busy timeout, so one writer (a training job) and several
+readers (pages polling it) work at once. Every process and thread gets its own connection, and
+every write is one short transaction.
+
+Tables
+------
+``runs``: id, name, scenario (JSON), status, created, start, end (Unix seconds), error, pid (of the
+job's launcher), info (JSON: what the job measured about itself, e.g. bytes_kind, emulation scales).
+
+``metrics``: one row per (run, step, worker). ``worker`` is the rank; -1 is the whole job (global
+training loss, test accuracy, job throughput). Columns (SI units): loss, test_acc (fraction 0..1),
+bytes_sent, bytes_recv (bytes in that step), t_compute, t_comm, t_compress, t_idle, t_emulated
+(seconds in that step; t_emulated is the part of compute + comm that was emulated waiting),
+samples_per_s, wall (seconds since the run started, at the end of that step).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import re
+import secrets
+import shutil
+import sqlite3
+import threading
+import time
+from contextlib import contextmanager
+from datetime import datetime
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Iterable, Iterator, Mapping
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+from lab.errors import LabError
+
+STATUSES = ("queued", "running", "done", "failed", "diverged", "stopped", "interrupted")
+ACTIVE = ("queued", "running")
+FINISHED = ("done", "failed", "diverged", "stopped", "interrupted")
+METRIC_COLUMNS = ("loss", "test_acc", "bytes_sent", "bytes_recv", "t_compute", "t_comm", "t_compress",
+                  "t_idle", "t_emulated", "samples_per_s", "wall")
+RUN_COLUMNS = ("id", "name", "scenario", "status", "created", "start", "end", "error", "pid", "info")
+JOB_WORKER = -1  # the "worker" value of job-level metric rows
+BUSY_TIMEOUT_S = 30.0
+_RUN_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS runs (
+    id TEXT PRIMARY KEY,
+    name TEXT NOT NULL,
+    scenario TEXT NOT NULL,
+    status TEXT NOT NULL,
+    created REAL NOT NULL,
+    start REAL,
+    "end" REAL,
+    error TEXT,
+    pid INTEGER,
+    info TEXT
+);
+CREATE TABLE IF NOT EXISTS metrics (
+    run_id TEXT NOT NULL,
+    step INTEGER NOT NULL,
+    worker INTEGER NOT NULL,
+    loss REAL, test_acc REAL, bytes_sent REAL, bytes_recv REAL,
+    t_compute REAL, t_comm REAL, t_compress REAL, t_idle REAL, t_emulated REAL,
+    samples_per_s REAL, wall REAL,
+    PRIMARY KEY (run_id, step, worker)
+) WITHOUT ROWID;
+"""
+
+
+def default_db_path() -> Path:
+    return Path(os.environ.get("LAB_DB") or Path("data") / "runs.db")
+
+
+def new_run_id() -> str:
+    return f"{datetime.now():%Y%m%d-%H%M%S}-{secrets.token_hex(3)}"
+
+
+def check_run_id(run_id: Any) -> str:
+    if not isinstance(run_id, str) or not _RUN_ID.match(run_id):
+        raise LabError(f"{run_id!r} is not a valid run id: use 1-64 letters, digits, '.', '_' or '-', "
+                       "starting with a letter or digit", where="run id")
+    return run_id
+
+
+def safe_filename(name: str, suffix: str, fallback: str = "export") -> str:
+    """A file name made only of letters, digits, '.', '_' and '-', that cannot leave its folder."""
+    stem = re.sub(r"[^A-Za-z0-9._-]+", "_", str(name or ""))
+    stem = stem.strip("._-")[:100] or fallback
+    if not suffix.startswith("."):
+        suffix = "." + suffix
+    if stem.lower().endswith(suffix.lower()):
+        stem = stem[: -len(suffix)] or fallback
+    return stem + suffix
+
+
+def _clean(v: Any) -> Any:
+    """NaN/inf are stored as NULL so JSON and SQL stay plain."""
+    if isinstance(v, float) and not math.isfinite(v):
+        return None
+    return v
+
+
+class RunStore:
+    """The SQLite run store at ``path`` (default: env LAB_DB or ./data/runs.db)."""
+
+    def __init__(self, path: str | os.PathLike | None = None):
+        self.path = Path(path) if path is not None else default_db_path()
+        self._local = threading.local()
+        self._init_lock = threading.Lock()
+        self._ready = False
+
+    # ----- connections -------------------------------------------------------------------------
+    def _connect(self) -> sqlite3.Connection:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        conn = sqlite3.connect(str(self.path), timeout=BUSY_TIMEOUT_S, isolation_level=None)
+        conn.execute(f"PRAGMA busy_timeout={int(BUSY_TIMEOUT_S * 1000)}")
+        conn.row_factory = sqlite3.Row
+        if not self._ready:
+            with self._init_lock:
+                for _ in range(50):
+                    try:
+                        conn.execute("PRAGMA journal_mode=WAL")
+                        conn.executescript(_SCHEMA)
+                        break
+                    except sqlite3.OperationalError as exc:  # another process is creating the file
+                        if "locked" not in str(exc):
+                            raise
+                        time.sleep(0.1)
+                self._ready = True
+        conn.execute("PRAGMA synchronous=NORMAL")
+        return conn
+
+    def _conn(self) -> sqlite3.Connection:
+        """One connection per process and thread."""
+        conn = getattr(self._local, "conn", None)
+        if conn is None or getattr(self._local, "pid", None) != os.getpid():
+            conn = self._connect()
+            self._local.conn, self._local.pid = conn, os.getpid()
+        return conn
+
+    @contextmanager
+    def _write(self) -> Iterator[sqlite3.Connection]:
+        conn = self._conn()
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            yield conn
+        except BaseException:
+            conn.execute("ROLLBACK")
+            raise
+        conn.execute("COMMIT")
+
+    def close(self) -> None:
+        conn = getattr(self._local, "conn", None)
+        if conn is not None:
+            conn.close()
+            self._local.conn = None
+
+    @property
+    def folder(self) -> Path:
+        return self.path.resolve().parent
+
+    # ----- runs --------------------------------------------------------------------------------
+    def create_run(self, scenario: Any, name: str | None = None, status: str = "queued",
+                   run_id: str | None = None, info: Mapping | None = None) -> str:
+        """Store a new run of ``scenario`` (a Scenario or its dict); returns its id."""
+        sc = scenario.to_dict() if hasattr(scenario, "to_dict") else dict(scenario)
+        run_id = check_run_id(run_id) if run_id else new_run_id()
+        if status not in STATUSES:
+            raise LabError(f"unknown status {status!r}; allowed: {list(STATUSES)}", where="run store")
+        name = str(name or sc.get("name") or run_id)[:200]
+        with self._write() as c:
+            if c.execute("SELECT 1 FROM runs WHERE id=?", (run_id,)).fetchone():
+                raise LabError(f"a run with id {run_id!r} already exists", where="run store")
+            c.execute("INSERT INTO runs (id, name, scenario, status, created, info) VALUES (?,?,?,?,?,?)",
+                      (run_id, name, json.dumps(sc), status, time.time(), json.dumps(dict(info or {}))))
+        return run_id
+
+    def update_run(self, run_id: str, **fields: Any) -> None:
+        bad = set(fields) - set(RUN_COLUMNS[1:])
+        if bad:
+            raise LabError(f"unknown run field(s) {sorted(bad)}", where="run store")
+        if "status" in fields and fields["status"] not in STATUSES:
+            raise LabError(f"unknown status {fields['status']!r}; allowed: {list(STATUSES)}", where="run store")
+        if "info" in fields and not isinstance(fields["info"], str):
+            fields["info"] = json.dumps(fields["info"])
+        if "scenario" in fields and not isinstance(fields["scenario"], str):
+            fields["scenario"] = json.dumps(fields["scenario"])
+        cols = ", ".join(f'"{k}"=?' for k in fields)
+        with self._write() as c:
+            c.execute(f"UPDATE runs SET {cols} WHERE id=?", (*fields.values(), run_id))
+
+    def merge_info(self, run_id: str, extra: Mapping) -> None:
+        with self._write() as c:
+            row = c.execute("SELECT info FROM runs WHERE id=?", (run_id,)).fetchone()
+            info = json.loads(row["info"] or "{}") if row else {}
+            info.update(extra)
+            c.execute("UPDATE runs SET info=? WHERE id=?", (json.dumps(info), run_id))
+
+    def set_status(self, run_id: str, status: str, *, error: str | None = None,
+                   only_from: Iterable[str] | None = None, end: bool | None = None) -> bool:
+        """Set the status (and error); with ``only_from``, only when the current status is one of
+        those (the first writer wins). Finished statuses also set the end time. Returns whether
+        the row changed."""
+        if status not in STATUSES:
+            raise LabError(f"unknown status {status!r}; allowed: {list(STATUSES)}", where="run store")
+        sets, args = ["status=?"], [status]
+        if error is not None:
+            sets.append("error=?")
+            args.append(str(error)[:20_000])
+        if end if end is not None else status in FINISHED:
+            sets.append('"end"=?')
+            args.append(time.time())
+        if status == "running":
+            sets.append("start=COALESCE(start, ?)")
+            args.append(time.time())
+        sql = f"UPDATE runs SET {', '.join(sets)} WHERE id=?"
+        args.append(run_id)
+        if only_from is not None:
+            allowed = tuple(only_from)
+            sql += f" AND status IN ({','.join('?' * len(allowed))})"
+            args.extend(allowed)
+        with self._write() as c:
+            return c.execute(sql, args).rowcount > 0
+
+    def get_run(self, run_id: str) -> dict:
+        row = self._conn().execute("SELECT * FROM runs WHERE id=?", (run_id,)).fetchone()
+        if row is None:
+            raise LabError(f"there is no run {run_id!r} in the store {self.path}", where="run store")
+        d = dict(row)
+        d["scenario"] = json.loads(d["scenario"])
+        d["info"] = json.loads(d["info"] or "{}")
+        return d
+
+    def status(self, run_id: str) -> str:
+        row = self._conn().execute("SELECT status FROM runs WHERE id=?", (run_id,)).fetchone()
+        if row is None:
+            raise LabError(f"there is no run {run_id!r} in the store", where="run store")
+        return row["status"]
+
+    def list_runs(self, statuses: Iterable[str] | None = None) -> pd.DataFrame:
+        """Every run (newest first) with its settings' key fields; scenario JSON left out."""
+        import pandas as pd
+
+        sql = "SELECT id, name, status, created, start, \"end\", error, pid, scenario FROM runs"
+        args: tuple = ()
+        if statuses is not None:
+            st = tuple(statuses)
+            sql += f" WHERE status IN ({','.join('?' * len(st))})"
+            args = st
+        sql += " ORDER BY created DESC, id DESC"
+        rows = [dict(r) for r in self._conn().execute(sql, args).fetchall()]
+        for r in rows:
+            tr = json.loads(r.pop("scenario")).get("training", {})
+            for k in ("optimizer", "sync", "model", "workers", "steps", "split", "emulate"):
+                r[k] = tr.get(k)
+        cols = ["id", "name", "status", "created", "start", "end", "error", "pid",
+                "optimizer", "sync", "model", "workers", "steps", "split", "emulate"]
+        return pd.DataFrame(rows, columns=cols)
+
+    def delete_run(self, run_id: str) -> None:
+        """Remove a run, its measurements and its checkpoints."""
+        check_run_id(run_id)
+        with self._write() as c:
+            c.execute("DELETE FROM metrics WHERE run_id=?", (run_id,))
+            c.execute("DELETE FROM runs WHERE id=?", (run_id,))
+        shutil.rmtree(self.checkpoint_dir(run_id, create=False), ignore_errors=True)
+
+    # ----- metrics -----------------------------------------------------------------------------
+    def add_metrics(self, run_id: str, rows: Iterable[Mapping[str, Any]]) -> int:
+        """Insert (or replace) metric rows: dicts with step, worker and any of METRIC_COLUMNS."""
+        cols = ("run_id", "step", "worker", *METRIC_COLUMNS)
+        data = [(run_id, int(r["step"]), int(r["worker"]), *(_clean(r.get(k)) for k in METRIC_COLUMNS))
+                for r in rows]
+        if not data:
+            return 0
+        with self._write() as c:
+            c.executemany(f"INSERT OR REPLACE INTO metrics ({','.join(cols)}) VALUES "
+                          f"({','.join('?' * len(cols))})", data)
+        return len(data)
+
+    def metrics(self, run_ids: str | Iterable[str], worker: int | None = None,
+                since_step: int | None = None) -> pd.DataFrame:
+        """Metric rows of one or several runs, ordered by run, step, worker."""
+        import pandas as pd
+
+        ids = [run_ids] if isinstance(run_ids, str) else list(run_ids)
+        cols = ["run_id", "step", "worker", *METRIC_COLUMNS]
+        if not ids:
+            return pd.DataFrame(columns=cols)
+        sql = f"SELECT {','.join(cols)} FROM metrics WHERE run_id IN ({','.join('?' * len(ids))})"
+        args: list = list(ids)
+        if worker is not None:
+            sql += " AND worker=?"
+            args.append(worker)
+        if since_step is not None:
+            sql += " AND step>=?"
+            args.append(since_step)
+        sql += " ORDER BY run_id, step, worker"
+        rows = self._conn().execute(sql, args).fetchall()
+        df = pd.DataFrame([tuple(r) for r in rows], columns=cols)
+        for k in METRIC_COLUMNS:
+            df[k] = pd.to_numeric(df[k], errors="coerce").astype(float)
+        return df
+
+    def progress(self, run_id: str) -> int:
+        """The last step with a job-level row (0 when none yet)."""
+        row = self._conn().execute("SELECT MAX(step) AS s FROM metrics WHERE run_id=? AND worker=?",
+                                   (run_id, JOB_WORKER)).fetchone()
+        return int(row["s"] or 0)
+
+    def summary(self, run_ids: Iterable[str]) -> pd.DataFrame:
+        """One row per run: settings, final and best test accuracy, wall time, bytes, time split."""
+        import pandas as pd
+
+        out = []
+        for rid in run_ids:
+            run = self.get_run(rid)
+            tr = run["scenario"].get("training", {})
+            m = self.metrics(rid)
+            job = m[m.worker == JOB_WORKER]
+            per = m[m.worker != JOB_WORKER]
+            acc = job.test_acc.dropna()
+            workers = per.groupby("worker")
+            row = {
+                "id": rid, "name": run["name"], "status": run["status"], "optimizer": tr.get("optimizer"),
+                "sync": tr.get("sync"), "workers": tr.get("workers"), "emulate": tr.get("emulate"),
+                "steps": int(job.step.max()) if len(job) else 0,
+                "final_loss": float(job.loss.dropna().iloc[-1]) if job.loss.notna().any() else math.nan,
+                "final_test_acc": float(acc.iloc[-1]) if len(acc) else math.nan,
+                "best_test_acc": float(acc.max()) if len(acc) else math.nan,
+                "wall_s": float(job.wall.max()) if len(job) else math.nan,
+                "bytes_sent": float(per.bytes_sent.sum()) if len(per) else 0.0,
+                "bytes_recv": float(per.bytes_recv.sum()) if len(per) else 0.0,
+            }
+            for k in ("t_compute", "t_comm", "t_compress", "t_idle", "t_emulated"):
+                # mean over workers of each worker's total seconds
+                row[k] = float(workers[k].sum().mean()) if len(per) else math.nan
+            out.append(row)
+        return pd.DataFrame(out)
+
+    # ----- export ------------------------------------------------------------------------------
+    def export_frame(self, run_ids: Iterable[str]) -> pd.DataFrame:
+        ids = list(run_ids)
+
+        m = self.metrics(ids)
+        names = {rid: self.get_run(rid)["name"] for rid in ids}
+        m.insert(1, "run_name", m.run_id.map(names))
+        return m
+
+    def export_csv(self, run_ids: Iterable[str], folder: str | os.PathLike, filename: str = "runs") -> Path:
+        """Write the runs' metrics to ``folder/<sanitised filename>.csv``; returns the path."""
+        path = self._export_path(folder, filename, ".csv")
+        self.export_frame(run_ids).to_csv(path, index=False)
+        return path
+
+    def export_json(self, run_ids: Iterable[str], folder: str | os.PathLike, filename: str = "runs") -> Path:
+        """Write the runs (settings, status, metrics) to ``folder/<sanitised filename>.json``."""
+        path = self._export_path(folder, filename, ".json")
+        path.write_text(json.dumps(self.export_dict(run_ids), indent=1))
+        return path
+
+    def export_dict(self, run_ids: Iterable[str]) -> dict:
+        runs = []
+        for rid in run_ids:
+            run = self.get_run(rid)
+            m = self.metrics(rid).drop(columns=["run_id"])
+            run["metrics"] = json.loads(m.to_json(orient="records"))
+            runs.append(run)
+        return {"format": "hetlab-runs/1", "units": _UNITS, "runs": runs}
+
+    @staticmethod
+    def _export_path(folder: str | os.PathLike, filename: str, suffix: str) -> Path:
+        base = Path(folder).resolve()
+        base.mkdir(parents=True, exist_ok=True)
+        path = (base / safe_filename(filename, suffix)).resolve()
+        if path.parent != base:  # cannot happen with safe_filename; belt and braces
+            raise LabError(f"export file name {filename!r} would leave the export folder", where="export")
+        return path
+
+    # ----- checkpoints -------------------------------------------------------------------------
+    def data_dir(self) -> Path:
+        return Path(os.environ.get("LAB_DATA") or self.folder)
+
+    def checkpoint_dir(self, run_id: str, create: bool = True) -> Path:
+        path = self.data_dir() / "checkpoints" / check_run_id(run_id)
+        if create:
+            path.mkdir(parents=True, exist_ok=True)
+        return path
+
+
+_UNITS = {"loss": "cross-entropy (nats)", "test_acc": "fraction", "bytes_sent": "bytes", "bytes_recv": "bytes",
+          "t_compute": "s", "t_comm": "s", "t_compress": "s", "t_idle": "s", "t_emulated": "s",
+          "samples_per_s": "samples/s", "wall": "s since start", "worker": "rank; -1 = whole job"}
+
+_DEFAULT: dict[str, RunStore] = {}
+
+
+def store(path: str | os.PathLike | None = None) -> RunStore:
+    """The RunStore for ``path`` (default: env LAB_DB or ./data/runs.db), one object per path."""
+    p = str(Path(path) if path is not None else default_db_path())
+    if p not in _DEFAULT:
+        _DEFAULT[p] = RunStore(p)
+    return _DEFAULT[p]
+
+
+__all__ = ["RunStore", "store", "STATUSES", "METRIC_COLUMNS", "JOB_WORKER", "safe_filename", "new_run_id",
+           "check_run_id", "default_db_path"]

@@ -1,0 +1,644 @@
+"""One rank of the training job: the same code whether the lab's launcher or torchrun started it.
+
+The loop, per step, on every worker (``sync = "allreduce"``)::
+
+    batch -> forward -> backward (into one flat gradient buffer) -> [emulated compute wait]
+          -> all-reduce (mean) of [gradients..., loss]  (gloo, or the lab's ring)
+          -> the optimiser's ordinary local step (identical on every worker)
+
+The buffer's last element carries each worker's weighted loss, so the all-reduce also yields the
+loss over the combined batch, and a NaN or inf anywhere reaches every worker in the same step (so
+all stop together, and the run is marked diverged).
+
+``param_server``: one extra rank (the last) receives every worker's [gradients..., loss], sums them,
+steps the optimiser and sends [parameters..., loss] back. ``state_allreduce``: each worker's local
+gradient goes into lab.optim's ``step_distributed`` (the seed's optimiser-state all-reduce).
+
+Measurements travel to rank 0 in one all-gather every few steps (with the parameter checksum every
+``check_every`` steps) and rank 0 is the only process writing to the run store.
+
+Time split per worker and step (seconds):
+
+* ``t_compute``: batch, forward, backward, optimiser step (plus the emulated compute wait).
+* ``t_idle``: waiting for the slowest worker. Every worker stamps the wall clock when it is ready
+  to communicate; idle = (latest stamp among the workers) - (own stamp), capped at the time spent in
+  the collective. No extra barrier is needed (same machine: one clock; several machines: as good
+  as their clock synchronisation).
+* ``t_comm``: the rest of the time in the collective (and in seed C's sample exchange).
+* ``t_compress``: 0 (no compression yet).
+* ``t_emulated``: the part of compute + comm that was emulated waiting.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import datetime
+import json
+import math
+import os
+import signal
+import sys
+import threading
+import time
+import traceback
+from dataclasses import dataclass, field
+
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+
+from lab.errors import LabError
+from lab.models import build_model
+from lab.runs import JOB_WORKER, RunStore
+from lab.scenario import Scenario, Training
+from lab.train import data as data_mod
+from lab.train import emulation as emu
+
+GLOO_TIMEOUT_S = float(os.environ.get("LAB_GLOO_TIMEOUT", "60"))
+FLUSH_EVERY = 10  # steps between measurement gathers (live charts refresh at this pace)
+REC = ("step", "loss", "t_compute", "t_coll", "t_emulated", "ready", "end", "bytes_sent", "bytes_recv", "samples")
+R = {k: i for i, k in enumerate(REC)}
+IDLE_DEFINITION = ("idle = latest 'ready to communicate' wall-clock stamp among the workers minus this "
+                   "worker's own stamp, capped at its time in the collective; comm = the rest")
+
+
+@dataclass
+class Plan:
+    """What every rank works out, identically, from the scenario and the world size."""
+
+    training: Training
+    world: int
+    workers: int
+    server: int | None  # rank of the parameter server, if any
+    lr: float
+    batch_sizes: list[int]
+    emulation: emu.Emulation | None
+    server_device: str | None
+    op_class: str
+    info: dict = field(default_factory=dict)
+
+
+def make_plan(sc: Scenario, world: int, model: torch.nn.Module, in_features: int) -> Plan:
+    tr = sc.training
+    ps = tr.sync == "param_server"
+    workers = world - 1 if ps else world
+    if workers < 1:
+        raise LabError("param_server mode needs at least 2 processes (1 worker and the server)", where="training.sync")
+    if workers != tr.workers:
+        tr = tr.replace(workers=workers)  # under torchrun the world size decides
+    op = emu.dominant_op_class(model, in_features)
+    em = None
+    if tr.emulate or tr.split == "weighted":
+        if not tr.worker_devices:
+            raise LabError("map every worker to a device of the topology first (training.worker_devices): "
+                           + ("emulation" if tr.emulate else "a weighted split") + " needs each worker's device",
+                           where="training.worker_devices")
+        sc.check_devices()
+        em = emu.worker_devices(sc.topology, tr.worker_devices, workers, op)
+    server_dev = emu.server_device(sc.topology, tr.worker_devices, workers) if (ps and tr.emulate) else None
+    weights = em.shares if (em is not None and tr.split == "weighted") else None
+    sizes = data_mod.batch_sizes(tr.batch_size, workers, tr.split, weights)
+    lr = tr.lr * (workers if tr.lr_scaling else 1)
+    return Plan(tr, world, workers, workers if ps else None, lr, sizes, em if tr.emulate else None,
+                server_dev, op, {"weights": weights, "compute_shares_from": list(em.devices) if em else None})
+
+
+def make_optimizer(tr: Training, params, lr: float):
+    from lab.optim import make_optimizer as mk
+
+    return mk(tr.optimizer, params, lr=lr, betas=(tr.beta1, tr.beta2), eps=tr.eps, weight_decay=tr.weight_decay)
+
+
+def _die_with_parent() -> None:
+    """Launcher mode: the kernel kills this worker if the launcher dies (Linux prctl PDEATHSIG)."""
+    try:
+        libc = ctypes.CDLL("libc.so.6", use_errno=True)
+        libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    except OSError:
+        pass
+    ppid = int(os.environ.get("LAB_LAUNCHER_PID", "0"))
+    if ppid and os.getppid() != ppid:  # the launcher was already gone
+        os._exit(1)
+
+    def watch() -> None:  # portable fallback
+        while True:
+            time.sleep(1.0)
+            if ppid and os.getppid() != ppid:
+                os._exit(1)
+
+    threading.Thread(target=watch, daemon=True).start()
+
+
+class Trainer:
+    def __init__(self, sc: Scenario, rank: int, world: int, run_id: str | None, store: RunStore | None,
+                 *, launched: bool):
+        self.sc, self.rank, self.world, self.run_id, self.store = sc, rank, world, run_id, store
+        self.launched = launched
+        self.step_no = 0
+
+    # ------------------------------------------------------------------------------------------
+    def setup(self) -> None:
+        sc = self.sc
+        tr0 = sc.training
+        self.ds = data_mod.load_dataset(tr0.dataset, tr0.dataset_size, tr0.seed)
+        self.model = build_model(tr0.model, self.ds.in_features, self.ds.classes, seed=tr0.seed)
+        self.plan = plan = make_plan(sc, self.world, self.model, self.ds.in_features)
+        self.tr = tr = plan.training
+        self.is_server = plan.server is not None and self.rank == plan.server
+        self.n = plan.workers
+        # Parameters and gradients live in flat buffers with one extra slot (the loss): the
+        # collective then moves one contiguous tensor and no copies are made.
+        self.params = [p for p in self.model.parameters() if p.requires_grad]
+        numel = sum(p.numel() for p in self.params)
+        self.numel = numel
+        self.pflat = torch.zeros(numel + 1)
+        self.gflat = torch.zeros(numel + 1)
+        off = 0
+        with torch.no_grad():
+            for p in self.params:
+                k = p.numel()
+                self.pflat[off:off + k].copy_(p.reshape(-1))
+                p.data = self.pflat[off:off + k].view_as(p)
+                p.grad = self.gflat[off:off + k].view_as(p)
+                off += k
+        self.buffers = [b for b in self.model.buffers() if b.is_floating_point()]
+        self.opt = make_optimizer(tr, self.params, plan.lr) if (plan.server is None or self.is_server) else None
+        self.sampler = None
+        self.weight = 1.0
+        if not self.is_server:
+            weights = plan.info["weights"]
+            self.sampler = data_mod.worker_data(self.ds, self.rank, self.n, tr.split, tr.batch_size, weights=weights,
+                                                alpha=tr.dirichlet_alpha, seed=tr.seed)
+            total = sum(plan.batch_sizes)
+            # mean over workers of (weight x local gradient) = gradient of the combined batch's mean loss
+            self.weight = plan.batch_sizes[self.rank] * self.n / total
+        self.scale = plan.emulation.scales[self.rank] if (plan.emulation and not self.is_server) else 1.0
+        impl = tr.allreduce_impl
+        self.ring = impl == "ring" and self.world > 1
+        self.link_delay = None
+        if plan.emulation is not None and plan.server is None:
+            self.link_delay = emu.ring_link_delay(sc.topology, plan.emulation.devices)
+        self.bytes_kind = "measured" if (self.ring or plan.server is not None) else "modelled"
+        self.records: list[list[float]] = []
+        self.history: dict[int, dict] = {}  # rank 0: job-level values per step (loss, test_acc)
+
+    # ----- collectives -------------------------------------------------------------------------
+    def allreduce(self, t: torch.Tensor, op: str) -> tuple[int, int, float]:
+        """All-reduce ``t`` in place among all ranks; returns (bytes sent, bytes received, emulated s)."""
+        if self.world == 1:
+            return 0, 0, 0.0
+        nbytes = t.numel() * t.element_size()
+        if self.ring and op in ("sum", "mean"):
+            from lab.comm.ring import ring_allreduce
+
+            st = ring_allreduce(t, op, link_delay=self.link_delay)
+            return st.sent, st.received, st.delay_seconds
+        dist.all_reduce(t, op=dist.ReduceOp.MAX if op == "max" else dist.ReduceOp.SUM)
+        if op == "mean":
+            t.div_(self.world)
+        emulated = 0.0
+        if self.plan.emulation is not None:
+            emulated = emu.ring_allreduce_time(self.sc.topology, self.plan.emulation.devices, nbytes)
+            if emulated > 0:
+                time.sleep(emulated)
+        # gloo does not count bytes: record what a ring all-reduce sends (modelled)
+        moved = int(2 * (self.world - 1) * nbytes / self.world)
+        return moved, moved, emulated
+
+    def _send_delay(self, dst_dev: str | None, nbytes: int) -> float:
+        if self.plan.emulation is None or dst_dev is None:
+            return 0.0
+        src = self.plan.server_device if self.is_server else self.plan.emulation.devices[self.rank]
+        if src == dst_dev:
+            return 0.0
+        d = self.sc.topology.transfer_time(src, dst_dev, nbytes)
+        time.sleep(d)
+        return d
+
+    # ----- pieces of a step --------------------------------------------------------------------
+    def forward_backward(self) -> float:
+        x, y = self.sampler.next_batch()
+        self.gflat.zero_()
+        loss = F.cross_entropy(self.model(x), y)
+        (loss * self.weight).backward()
+        lv = float(loss.detach())
+        self.gflat[-1] = lv * self.weight
+        return lv
+
+    def compute_wait(self, seconds: float) -> float:
+        if self.scale <= 1.0 or seconds <= 0:
+            return 0.0
+        w = seconds * (self.scale - 1.0)
+        time.sleep(w)
+        return w
+
+    def exchange(self) -> tuple[int, int, float]:
+        """Seed C: hand a random share of the local samples to the ring neighbour (rank + 1)."""
+        if self.tr.exchange_share <= 0 or self.n < 2 or self.is_server:
+            return 0, 0, 0.0
+        right, left = (self.rank + 1) % self.n, (self.rank - 1) % self.n
+        give, keep = self.sampler.pick_share(self.tr.exchange_share)
+        x_out = self.sampler.x[give].contiguous()
+        y_out = self.sampler.y[give].contiguous()
+        cnt_out, cnt_in = torch.tensor([len(give)], dtype=torch.int64), torch.zeros(1, dtype=torch.int64)
+        reqs = [dist.isend(cnt_out, right), dist.irecv(cnt_in, left)]
+        for r in reqs:
+            r.wait()
+        k = int(cnt_in.item())
+        x_in = torch.empty((k, x_out.shape[1]), dtype=x_out.dtype)
+        y_in = torch.empty(k, dtype=y_out.dtype)
+        nbytes = x_out.numel() * 4 + y_out.numel() * 8
+        delay = 0.0
+        if self.plan.emulation is not None:
+            delay = self._send_delay(self.plan.emulation.devices[right], nbytes)
+        reqs = []
+        if len(give):
+            reqs += [dist.isend(x_out, right), dist.isend(y_out, right)]
+        if k:
+            reqs += [dist.irecv(x_in, left), dist.irecv(y_in, left)]
+        for r in reqs:
+            r.wait()
+        self.sampler.replace_samples(torch.cat([self.sampler.x[keep], x_in]), torch.cat([self.sampler.y[keep], y_in]))
+        return nbytes + 8, x_in.numel() * 4 + y_in.numel() * 8 + 8, delay
+
+    # ----- the step, per sync mode -------------------------------------------------------------
+    def step_allreduce(self) -> tuple:
+        t0 = time.perf_counter()
+        local = self.forward_backward()
+        tc = time.perf_counter() - t0
+        emul = self.compute_wait(tc + getattr(self, "_last_opt_s", 0.0))
+        ready = time.time()
+        t1 = time.perf_counter()
+        sent, recv, emul_c = self.allreduce(self.gflat, "mean")
+        tcoll = time.perf_counter() - t1
+        glob = float(self.gflat[-1])
+        t2 = time.perf_counter()
+        if math.isfinite(glob):
+            glob = self._opt_step(glob)
+        self._last_opt_s = time.perf_counter() - t2
+        return local, glob, tc + self._last_opt_s + emul, tcoll, emul + emul_c, ready, sent, recv
+
+    def step_state(self) -> tuple:
+        t0 = time.perf_counter()
+        local = self.forward_backward()
+        tc = time.perf_counter() - t0
+        emul = self.compute_wait(tc + getattr(self, "_last_opt_s", 0.0))
+        ready = time.time()
+        coll = {"t": 0.0, "sent": 0, "recv": 0, "emul": 0.0}
+
+        def fn(t: torch.Tensor, op: str) -> None:
+            a = time.perf_counter()
+            s, r, e = self.allreduce(t, op)
+            coll["t"] += time.perf_counter() - a
+            coll["sent"] += s
+            coll["recv"] += r
+            coll["emul"] += e
+
+        lossbuf = self.gflat[-1:].clone()
+        fn(lossbuf, "mean")
+        glob = float(lossbuf)
+        t2 = time.perf_counter()
+        before = coll["t"]
+        if math.isfinite(glob):
+            glob = self._opt_step(glob, fn)
+        self._last_opt_s = max(0.0, time.perf_counter() - t2 - (coll["t"] - before))
+        return (local, glob, tc + self._last_opt_s + emul, coll["t"], emul + coll["emul"], ready,
+                coll["sent"], coll["recv"])
+
+    def _opt_step(self, glob: float, allreduce_fn=None) -> float:
+        """The optimiser step; a NaN/inf gradient (every rank sees it together) counts as divergence."""
+        from lab.optim import NonFiniteGradient
+
+        try:
+            if allreduce_fn is None:
+                self.opt.step()
+            else:
+                self.opt.step_distributed(allreduce_fn, sync="state")
+        except NonFiniteGradient:
+            return math.nan
+        return glob
+
+    def step_ps_worker(self) -> tuple:
+        t0 = time.perf_counter()
+        local = self.forward_backward()
+        tc = time.perf_counter() - t0
+        emul = self.compute_wait(tc)
+        ready = time.time()
+        t1 = time.perf_counter()
+        nbytes = self.gflat.numel() * 4
+        delay = self._send_delay(self.plan.server_device, nbytes)
+        reqs = [dist.isend(self.gflat, self.plan.server), dist.irecv(self.pflat, self.plan.server)]
+        for r in reqs:
+            r.wait()
+        tcoll = time.perf_counter() - t1
+        glob = float(self.pflat[-1])
+        return local, glob, tc + emul, tcoll, emul + delay, ready, nbytes, nbytes
+
+    def step_ps_server(self) -> tuple:
+        ready = time.time()
+        t1 = time.perf_counter()
+        bufs = [torch.empty_like(self.gflat) for _ in range(self.n)]
+        for r in [dist.irecv(b, w) for w, b in enumerate(bufs)]:
+            r.wait()
+        t_recv = time.perf_counter() - t1
+        t2 = time.perf_counter()
+        torch.stack(bufs).sum(0, out=self.gflat)
+        self.gflat.div_(self.n)  # the workers' losses are weighted so the mean is the combined batch's
+        glob = float(self.gflat[-1])
+        if math.isfinite(glob):
+            glob = self._opt_step(glob)
+        self.pflat[-1] = glob
+        tc = time.perf_counter() - t2
+        t3 = time.perf_counter()
+        nbytes = self.pflat.numel() * 4
+        delay = 0.0
+        if self.plan.emulation is not None:  # the sends to the workers overlap: wait for the slowest
+            d = max(self.sc.topology.transfer_time(self.plan.server_device, dev, nbytes)
+                    if dev != self.plan.server_device else 0.0 for dev in self.plan.emulation.devices)
+            time.sleep(d)
+            delay = d
+        for r in [dist.isend(self.pflat, w) for w in range(self.n)]:
+            r.wait()
+        tcoll = t_recv + time.perf_counter() - t3
+        return math.nan, glob, tc, tcoll, delay, ready, nbytes * self.n, nbytes * self.n
+
+    # ----- evaluation, checksum, records -------------------------------------------------------
+    def sync_buffers(self) -> None:
+        """Average floating-point buffers (batch-norm running statistics) over the workers (the
+        parameter server adds zeros)."""
+        if not self.buffers or self.world == 1:
+            return
+        flat = torch.cat([b.reshape(-1) for b in self.buffers])
+        if self.is_server:
+            flat.zero_()
+        dist.all_reduce(flat)
+        flat.div_(self.n)
+        off = 0
+        for b in self.buffers:
+            b.copy_(flat[off:off + b.numel()].view_as(b))
+            off += b.numel()
+
+    def evaluate(self) -> float:
+        self.model.eval()
+        with torch.no_grad():
+            pred = self.model(self.ds.x_test).argmax(1)
+        self.model.train()
+        return float((pred == self.ds.y_test).float().mean())
+
+    def checksum(self) -> float:
+        return float(self.pflat[:-1].double().sum())
+
+    def flush(self, step: int, check: bool) -> None:
+        """All ranks: gather the buffered records (and the checksum) to every rank; rank 0 stores them."""
+        rows = self.records
+        self.records = []
+        cap = FLUSH_EVERY * len(REC)
+        local = torch.full((2 + cap,), math.nan, dtype=torch.float64)
+        local[0] = self.checksum() if check else 0.0
+        local[1] = len(rows)
+        if rows:
+            local[2:2 + len(rows) * len(REC)] = torch.tensor(rows, dtype=torch.float64).reshape(-1)
+        if self.world > 1:
+            out = [torch.empty_like(local) for _ in range(self.world)]
+            dist.all_gather(out, local)
+        else:
+            out = [local]
+        if check:
+            sums = [float(o[0]) for o in out]
+            if max(sums) != min(sums):
+                raise LabError(f"the workers' parameters differ after step {step}: checksum max {max(sums)!r}, "
+                               f"min {min(sums)!r} (per rank: {sums}). Every worker must hold identical parameters.",
+                               where="training")
+        if self.rank == 0 and self.store is not None:
+            self.store_records([o[2:2 + int(o[1]) * len(REC)].reshape(-1, len(REC)) for o in out])
+
+    def store_records(self, recs: list[torch.Tensor]) -> None:
+        workers = range(self.n)
+        out = []
+        for j in range(recs[0].shape[0]):
+            rs = [recs[r][j] for r in range(self.world)]
+            step = int(rs[0][R["step"]])
+            latest = max(float(rs[w][R["ready"]]) for w in workers)
+            end = max(float(r[R["end"]]) for r in rs)
+            tot_samples = 0.0
+            for rank, r in enumerate(rs):
+                coll = float(r[R["t_coll"]])
+                idle = min(max(0.0, latest - float(r[R["ready"]])), coll)
+                prev = self._prev_end.get(rank, self.t_start)
+                dt = max(float(r[R["end"]]) - prev, 1e-9)
+                self._prev_end[rank] = float(r[R["end"]])
+                samples = float(r[R["samples"]])
+                tot_samples += samples
+                out.append({"step": step, "worker": rank, "loss": float(r[R["loss"]]),
+                            "bytes_sent": float(r[R["bytes_sent"]]), "bytes_recv": float(r[R["bytes_recv"]]),
+                            "t_compute": float(r[R["t_compute"]]), "t_comm": coll - idle, "t_compress": 0.0,
+                            "t_idle": idle, "t_emulated": float(r[R["t_emulated"]]),
+                            "samples_per_s": samples / dt, "wall": float(r[R["end"]]) - self.t_start})
+            prev = self._prev_end.get(JOB_WORKER, self.t_start)
+            self._prev_end[JOB_WORKER] = end
+            h = self.history.pop(step, {})
+            out.append({"step": step, "worker": JOB_WORKER, "loss": h.get("loss"), "test_acc": h.get("test_acc"),
+                        "bytes_sent": sum(float(r[R["bytes_sent"]]) for r in rs),
+                        "bytes_recv": sum(float(r[R["bytes_recv"]]) for r in rs),
+                        "samples_per_s": tot_samples / max(end - prev, 1e-9), "wall": end - self.t_start})
+        self.store.add_metrics(self.run_id, out)
+
+    def checkpoint(self, step: int, final: bool) -> None:
+        owner = self.plan.server if self.plan.server is not None else 0
+        if self.rank != owner or self.store is None:
+            return
+        folder = self.store.checkpoint_dir(self.run_id)
+        state = {"model": self.model.state_dict(), "optimizer": self.opt.state_dict(), "step": step,
+                 "rng": torch.get_rng_state(), "run_id": self.run_id,
+                 "training": json.dumps(self.tr.to_dict())}
+        if self.sampler is not None:
+            state["sampler_rng"] = self.sampler.gen.get_state()
+        name = "final.pt" if final else f"step{step:06d}.pt"
+        tmp = folder / (name + ".tmp")
+        torch.save(state, tmp)
+        os.replace(tmp, folder / name)
+
+    def fault(self, step: int) -> None:
+        tr = self.tr
+        if tr.fault == "none" or step != tr.fault_step or self.rank != tr.fault_worker:
+            return
+        if tr.fault == "raise":
+            raise RuntimeError(f"injected fault: worker {self.rank} raised at step {step}")
+        if tr.fault == "kill":
+            os.kill(os.getpid(), signal.SIGKILL)
+        if tr.fault == "hang":
+            time.sleep(10 * GLOO_TIMEOUT_S)
+
+    # ----- the loop ----------------------------------------------------------------------------
+    def run(self) -> dict:
+        tr, plan = self.tr, self.plan
+        steps = tr.steps
+        if self.rank == 0 and self.store is not None:
+            info = {"world": self.world, "workers": self.n, "server_rank": plan.server, "params": self.numel,
+                    "lr_effective": plan.lr, "batch_sizes": plan.batch_sizes,
+                    "shard_sizes": None, "bytes_kind": self.bytes_kind, "dominant_op": plan.op_class,
+                    "emulated": plan.emulation is not None, "idle_definition": IDLE_DEFINITION,
+                    "devices": list(plan.emulation.devices) if plan.emulation else None,
+                    "scales": list(plan.emulation.scales) if plan.emulation else None,
+                    "server_device": plan.server_device, "torch_threads": torch.get_num_threads(),
+                    "launcher": "lab" if self.launched else "torchrun", "checkpoint_dir":
+                        str(self.store.checkpoint_dir(self.run_id, create=False))}
+            if self.sampler is not None:
+                info["shard_sizes"] = [len(s) for s in data_mod.make_shards(
+                    self.ds.y_train, self.n, tr.split, weights=plan.info["weights"], alpha=tr.dirichlet_alpha,
+                    seed=tr.seed)]
+            self.store.merge_info(self.run_id, info)
+        step_fn = {"allreduce": self.step_allreduce, "state_allreduce": self.step_state}.get(tr.sync)
+        if tr.sync == "param_server":
+            step_fn = self.step_ps_server if self.is_server else self.step_ps_worker
+        if self.world > 1:
+            dist.barrier()
+        self.t_start = time.time()
+        self._prev_end: dict[int, float] = {}
+        if self.rank == 0 and self.store is not None:
+            self.store.add_metrics(self.run_id, [{"step": 0, "worker": JOB_WORKER, "test_acc": self.evaluate(),
+                                                  "wall": 0.0}])
+        diverged_at = None
+        last_acc = math.nan
+        step = 0
+        for step in range(1, steps + 1):
+            self.step_no = step
+            self.fault(step)
+            local, glob, tcomp, tcoll, temul, ready, sent, recv = step_fn()
+            if step == 1 and not self.is_server:
+                self._check_grad_views()
+            t_x = time.perf_counter()
+            xs, xr, xd = self.exchange()
+            tcoll += time.perf_counter() - t_x
+            temul += xd
+            finite = math.isfinite(glob)
+            samples = 0 if self.is_server else self.plan.batch_sizes[self.rank]
+            self.records.append([step, local, tcomp, tcoll, temul, ready, time.time(), sent + xs, recv + xr,
+                                 samples])
+            last = step == steps or not finite
+            if self.rank == 0:
+                self.history.setdefault(step, {})["loss"] = glob
+            do_eval = finite and (step % tr.eval_every == 0 or last)
+            if do_eval:
+                self.sync_buffers()
+                if self.rank == 0:
+                    last_acc = self.history[step]["test_acc"] = self.evaluate()
+            check = finite and (step % tr.check_every == 0 or last)
+            if last or check or step % FLUSH_EVERY == 0 or len(self.records) >= FLUSH_EVERY:
+                self.flush(step, check)
+            if tr.checkpoint_every and step % tr.checkpoint_every == 0 and finite and not last:
+                self.checkpoint(step, final=False)
+            if not finite:
+                diverged_at = (step, glob)
+                break
+        if diverged_at is None:
+            self.checkpoint(step, final=True)
+        return {"steps": step, "diverged": diverged_at, "test_acc": last_acc}
+
+    def _check_grad_views(self) -> None:
+        base = self.gflat.data_ptr()
+        end = base + self.gflat.numel() * 4
+        for p in self.params:
+            if p.grad is None or not (base <= p.grad.data_ptr() < end):
+                raise RuntimeError("a gradient left the flat buffer (the optimiser or autograd replaced p.grad)")
+
+
+# ----- process entry ---------------------------------------------------------------------------
+def _report_error(exc: BaseException, rank: int, step: int, run_id: str | None, store: RunStore | None) -> None:
+    summary = f"worker {rank} failed at step {step}: {type(exc).__name__}: {exc}"
+    if isinstance(exc, LabError):
+        summary = f"worker {rank} stopped at step {step}: {exc}"
+    tb = traceback.format_exc()
+    err_file = os.environ.get("LAB_ERROR_FILE")
+    if err_file:
+        try:
+            tmp = err_file + ".tmp"
+            with open(tmp, "w") as f:
+                json.dump({"rank": rank, "step": step, "type": type(exc).__name__, "summary": summary,
+                           "secondary": _is_secondary(exc), "traceback": tb}, f)
+            os.replace(tmp, err_file)
+        except OSError:
+            pass
+    elif store is not None and run_id:
+        try:
+            store.set_status(run_id, "failed", error=summary, only_from=("queued", "running"))
+        except Exception:  # noqa: BLE001 - the store may be unreachable on this machine
+            pass
+    sys.stderr.write(tb)
+    sys.stderr.flush()
+
+
+def _is_secondary(exc: BaseException) -> bool:
+    """An error caused by another worker's failure (a peer closed its connection, or timed out)."""
+    if isinstance(exc, (LabError,)) and "parameters differ" not in str(exc):
+        return False
+    text = f"{type(exc).__name__}: {exc}".lower()
+    return any(s in text for s in ("connection closed", "connection reset", "broken pipe", "timed out",
+                                   "timeout", "gloo", "peer", "socket", "distbackenderror", "distnetworkerror"))
+
+
+def run_rank(sc: Scenario, run_id: str | None, *, store_path: str | None = None, name: str | None = None,
+             quiet: bool = False) -> int:
+    """Entry point of one rank: reads RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT from the environment
+    (set by torchrun or by the lab's launcher). Returns the process exit code."""
+    rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+    launched = bool(os.environ.get("LAB_ERROR_FILE"))
+    if launched:
+        _die_with_parent()
+    torch.set_num_threads(1)
+    store = RunStore(store_path) if (rank == 0 or store_path) else None
+    trainer = None
+    try:
+        dist.init_process_group("gloo", init_method="env://", rank=rank, world_size=world,
+                                timeout=datetime.timedelta(seconds=GLOO_TIMEOUT_S))
+        run_id = _agree_run_id(sc, run_id, rank, world, store, name)
+        trainer = Trainer(sc, rank, world, run_id, store, launched=launched)
+        trainer.setup()
+        result = trainer.run()
+        if world > 1:
+            dist.barrier()
+        if rank == 0 and store is not None:
+            if result["diverged"] is not None:
+                s, v = result["diverged"]
+                store.set_status(run_id, "diverged", error=f"the training loss became {v} at step {s}; "
+                                 "the run stopped (lower the learning rate)", only_from=("running",))
+            else:
+                store.set_status(run_id, "done", only_from=("running",))
+            if not launched and not quiet:
+                print(f"run {run_id} test_accuracy {result['test_acc']:.6f}", flush=True)
+        dist.destroy_process_group()
+        return 0
+    except BaseException as exc:  # noqa: BLE001 - every failure is reported, then the process ends
+        _report_error(exc, rank, trainer.step_no if trainer else 0, run_id, store)
+        sys.stdout.flush()
+        os._exit(1)
+
+
+def _agree_run_id(sc: Scenario, run_id: str | None, rank: int, world: int, store: RunStore | None,
+                  name: str | None) -> str:
+    """Rank 0 makes sure the run exists in the store. Under torchrun without --run-id, rank 0 creates
+    it and tells the others its id (every rank got the same arguments, so all take the same path)."""
+    given = run_id is not None
+    if rank == 0 and store is not None:
+        if run_id is None or not _exists(store, run_id):
+            run_id = store.create_run(sc, name=name, status="running", run_id=run_id)
+            store.update_run(run_id, pid=os.getpid())
+        elif not os.environ.get("LAB_ERROR_FILE"):
+            store.set_status(run_id, "running", only_from=("queued",))
+            store.update_run(run_id, pid=os.getpid())
+    if given or world == 1:
+        return run_id
+    buf = torch.zeros(64, dtype=torch.uint8)
+    if rank == 0:
+        raw = run_id.encode()
+        buf[:len(raw)] = torch.tensor(list(raw), dtype=torch.uint8)
+    dist.broadcast(buf, 0)
+    return bytes(buf[buf > 0].tolist()).decode()
+
+
+def _exists(store: RunStore, run_id: str) -> bool:
+    try:
+        store.get_run(run_id)
+        return True
+    except LabError:
+        return False
