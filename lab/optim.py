@@ -185,6 +185,9 @@ def adabelief_update(params: list[Tensor], grads: list[Tensor], exp_avgs: list[T
     bc1 = _bias_corrections(beta1, steps)
     bc2 = _bias_corrections(beta2, steps)
     bc2_sqrt = [math.sqrt(b) for b in bc2]
+    if allreduce_fn is not None:                            # the seed's order: m_hat first
+        m_hat = torch._foreach_div(exp_avgs, bc1)
+        allreduce_tensors(m_hat, "mean", allreduce_fn)
 
     # `work` (free after the addcmul) becomes the denominator, written in place to spare an
     # allocation. Uncorrected second moments use sqrt(s)/sqrt(bc2) + eps
@@ -220,8 +223,6 @@ def adabelief_update(params: list[Tensor], grads: list[Tensor], exp_avgs: list[T
     if allreduce_fn is None:
         torch._foreach_addcdiv_(params, exp_avgs, work, [-lr * c / b for c, b in zip(scale, bc1)])
     else:
-        m_hat = torch._foreach_div(exp_avgs, bc1)
-        allreduce_tensors(m_hat, "mean", allreduce_fn)
         torch._foreach_addcdiv_(params, m_hat, work, [-lr * c for c in scale])
 
 
@@ -402,8 +403,10 @@ def _nonfinite_index(grads: list[Tensor]) -> tuple[int, str] | None:
     also overflow for huge finite values, which the exact check below then clears)."""
     if not grads:
         return None
-    sums = torch.stack([g.sum() for g in grads])
-    if bool(torch.isfinite(sums).all()):
+    if len(grads) <= 4:
+        if all(math.isfinite(g.sum().item()) for g in grads):
+            return None
+    elif bool(torch.isfinite(torch.stack([g.sum() for g in grads])).all()):
         return None
     for i, g in enumerate(grads):
         if bool(torch.isnan(g).any()):
