@@ -1,0 +1,169 @@
+"""Operator graphs from torch models: classes, FLOPs against torch's counter, bytes, errors."""
+
+from __future__ import annotations
+
+import math
+
+import networkx as nx
+import pytest
+import torch
+from torch import nn
+
+from lab.cost import LinkCost, compute_table, op_seconds, transfer_seconds
+from lab.catalogue import preset
+from lab.errors import LabError
+from lab.models import MODEL_NAMES, build_model, parameter_count
+from lab.opgraph import reference_flops, trace
+from lab.topology import OP_CLASSES
+
+
+@pytest.mark.parametrize("name", MODEL_NAMES)
+@pytest.mark.parametrize("batch", [1, 7])
+def test_matmul_and_conv_flops_equal_torch_flop_counter(name, batch):
+    g = trace(name, batch)
+    ref = reference_flops(name, batch)
+    mine = g.flops_by_class()
+    assert mine["matmul"] == ref["matmul"]
+    assert mine["conv"] == ref["conv"]
+    assert ref["other"] == 0  # torch counts nothing else for the presets
+    assert mine["matmul"] + mine["conv"] > 0
+
+
+@pytest.mark.parametrize("name", MODEL_NAMES)
+def test_graph_is_topological_acyclic_and_params_add_up(name):
+    g = trace(name, 4)
+    seen = set()
+    for op in g.ops:
+        assert op.op_class in OP_CLASSES
+        assert all(u in seen for u in op.inputs), op.name  # topological order
+        seen.add(op.name)
+    assert nx.is_directed_acyclic_graph(g.to_networkx())
+    assert g.param_bytes == parameter_count(build_model(name)) * 4
+    # output bytes are float32 tensors of the traced shapes, batch first
+    for op in g.ops:
+        assert op.out_bytes == math.prod(op.out_shape) * 4
+        assert op.out_shape[0] == 4
+
+
+def test_mlp_hand_counted():
+    g = trace("mlp", 4)
+    assert [op.kind for op in g.ops] == ["Linear", "ReLU", "Linear", "ReLU", "Linear"]
+    assert [op.op_class for op in g.ops] == ["matmul", "elementwise", "matmul", "elementwise", "matmul"]
+    assert g.ops[0].flops == 2 * 4 * 64 * 128
+    assert g.ops[1].flops == 4 * 128  # one per element
+    assert g.ops[0].param_bytes == (64 * 128 + 128) * 4
+    assert g.ops[0].out_bytes == 4 * 128 * 4
+    assert g.edges[0] == ("net_0", "net_1", 4 * 128 * 4)
+    assert g.input_bytes == 4 * 64 * 4
+
+
+def test_cnn_hand_counted_and_data_ops_merged():
+    g = trace("cnn", 2)
+    conv1 = g.op("conv1")
+    assert conv1.flops == 2 * (2 * 8 * 8 * 8) * (1 * 3 * 3)  # 2 x output elements x (Cin x k x k)
+    assert g.op("pool1").flops == (2 * 8 * 4 * 4) * 4  # one per window element
+    assert g.op("pool1").op_class == "pool"
+    assert "view" not in g.names and "flatten" not in g.names
+    assert g.op("pool2").absorbed == ("flatten",)
+    assert g.op("fc1").inputs == ("pool2",)
+    assert g.op("conv1").inputs == ()  # the view of the model input vanished
+
+
+def test_data_ops_kept_as_other_with_zero_flops():
+    g = trace("cnn", 2, merge_data_ops=False)
+    for name in ("view", "flatten"):
+        op = g.op(name)
+        assert op.op_class == "other" and op.flops == 0
+    assert g.op("conv1").inputs == ("view",)
+    assert len(g) == len(trace("cnn", 2)) + 2
+    assert trace("cnn", 2, merge_data_ops=False).total_flops == trace("cnn", 2).total_flops
+
+
+def test_transformer_classes():
+    g = trace("transformer", 3)
+    cls = {op.name: op.op_class for op in g.ops}
+    assert cls["matmul"] == "matmul" and cls["matmul_1"] == "matmul"
+    assert cls["softmax"] == "other" and cls["mean"] == "other"
+    assert cls["add"] == "elementwise" and cls["mul"] == "elementwise"
+    assert cls["norm1"] == "norm"
+    assert g.op("k").absorbed == ("transpose",)
+    assert set(g.op("matmul").inputs) == {"q", "k"}
+    assert g.op("matmul").flops == 2 * 3 * 8 * 8 * 32
+
+
+def test_resnet_has_skip_edges():
+    g = trace("resnet", 2)
+    assert set(g.op("add").inputs) == {"blocks_0_bn2", "relu"}
+    assert g.op("bn").op_class == "norm"
+    assert g.op("pool").op_class == "pool"
+
+
+class _Branchy(nn.Module):
+    def forward(self, x):
+        if x.sum() > 0:  # data-dependent control flow: fx cannot trace it
+            return x
+        return -x
+
+
+def test_untraceable_model_is_a_lab_error():
+    with pytest.raises(LabError, match="cannot trace"):
+        trace(_Branchy(), 2)
+
+
+def test_model_without_operators_is_a_lab_error():
+    with pytest.raises(LabError, match="no operators"):
+        trace(nn.Identity(), 2)
+    with pytest.raises(LabError, match="no operators"):
+        trace(nn.Flatten(), 2)
+
+
+def test_bad_input_and_batch_are_lab_errors():
+    with pytest.raises(LabError, match="fails on an input"):
+        trace(nn.Linear(10, 3), 2, in_features=64)
+    with pytest.raises(LabError, match="batch size"):
+        trace("mlp", 0)
+    with pytest.raises(LabError, match="unknown model"):
+        trace("nope", 2)
+
+
+def test_custom_module_with_functional_ops():
+    class M(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.w = nn.Parameter(torch.ones(64, 5))
+
+        def forward(self, x):
+            return torch.nn.functional.gelu(x @ self.w) + 1.0
+
+    g = trace(M(), 3)
+    assert [op.op_class for op in g.ops] == ["matmul", "elementwise", "elementwise"]
+    assert g.ops[0].flops == 2 * 3 * 5 * 64 == reference_flops(M(), 3)["matmul"]
+    assert g.ops[0].param_bytes == 64 * 5 * 4  # the get_attr parameter is charged to its reader
+    assert g.ops[1].flops == 4 * 15
+
+
+# ----- cost model -------------------------------------------------------------------------------
+
+def test_cost_model_seconds():
+    topo = preset("cxl")
+    gpu, fpga = topo.device("gpu"), topo.device("fpga")
+    assert op_seconds("matmul", 19.5e12, gpu) == pytest.approx(1.0)
+    assert op_seconds("matmul", 19.5e12, gpu, speed=0.5) == pytest.approx(2.0)
+    assert op_seconds("matmul", 1.0, fpga) == math.inf  # no kernel
+    assert op_seconds("conv", 0.0, fpga) == 0.0
+    assert transfer_seconds(topo, "gpu", "gpu", 1e9) == 0.0
+    assert transfer_seconds(topo, "gpu", "fpga", 64e9) == pytest.approx(topo.transfer_time("gpu", "fpga", 64e9))
+    lc = LinkCost(topo)
+    for a in topo.device_names:
+        for b in topo.device_names:
+            want = 0.0 if a == b else topo.transfer_time(a, b, 12345.0)
+            assert lc(a, b, 12345.0) == pytest.approx(want, rel=1e-12)
+    g = trace("cnn", 8)
+    table = compute_table(g, topo, speed={"gpu": 2.0})
+    op = g.op("conv1")
+    assert table["conv1"]["gpu"] == pytest.approx(op.flops / (15e12 * 2))
+    assert table["fc1"]["fpga"] == math.inf
+    with pytest.raises(LabError, match="not a device"):
+        compute_table(g, topo, speed={"nope": 1.0})
+    with pytest.raises(LabError, match="positive"):
+        compute_table(g, topo, speed={"gpu": 0.0})
