@@ -1,8 +1,8 @@
 """Data for the training job: data sets, shards per worker, per-step batches, and seed C's exchange.
 
 * ``digits``: scikit-learn's bundled 8x8 digits (1,797 images), a fixed train/test split by seed
-  (25 % test, stratified), features scaled to [0, 1] (pixel / 16). Cached as a small .npz next to
-  the run store so worker processes need not import scikit-learn.
+  (25 % test, stratified), features scaled to [0, 1] (pixel / 16). Cached as a small .npz (in
+  LAB_DATA/cache or the temporary directory) so worker processes need not import scikit-learn.
 * ``synthetic``: ``dataset_size`` generated samples of 64 features in [0, 1] from 10 classes (a
   class prototype image plus noise), whose size can grow for scale runs; 20 % test.
 
@@ -46,8 +46,10 @@ class Dataset:
 
 
 def _cache_dir() -> Path:
-    base = os.environ.get("LAB_DATA") or (Path(os.environ["LAB_DB"]).parent if os.environ.get("LAB_DB") else "data")
-    return Path(base) / "cache"
+    """LAB_DATA/cache when set, else a folder in the system's temporary directory (shared by runs)."""
+    if os.environ.get("LAB_DATA"):
+        return Path(os.environ["LAB_DATA"]) / "cache"
+    return Path(tempfile.gettempdir()) / "hetlab-cache"
 
 
 def _digits_arrays() -> tuple[np.ndarray, np.ndarray]:

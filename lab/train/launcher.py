@@ -76,10 +76,22 @@ def final_accuracy(store: RunStore, run_id: str) -> float:
     return float(acc.iloc[-1]) if len(acc) else math.nan
 
 
+def preflight(sc: Scenario) -> None:
+    """Checks that need no worker: fail before any process starts (the workers check the rest)."""
+    tr = sc.training
+    sc.check_devices()
+    if (tr.emulate or tr.split == "weighted") and len(tr.worker_devices) < tr.workers:
+        need = "emulation" if tr.emulate else "a weighted split"
+        raise LabError(f"{need} needs the device of every worker: {tr.workers} workers but "
+                       f"{len(tr.worker_devices)} device(s) listed (devices of the topology: "
+                       f"{sc.topology.device_names})", where="training.worker_devices")
+
+
 def launch(sc: Scenario, run_id: str | None = None, *, name: str | None = None,
            store_path: str | os.PathLike | None = None, log=sys.stderr) -> LaunchResult:
     """Run the scenario's training job to its end; returns the run id, status and final accuracy."""
     store = RunStore(store_path)
+    preflight(sc)
     if run_id is not None:
         try:
             run = store.get_run(run_id)

@@ -342,7 +342,9 @@ class Trainer:
             r.wait()
         t_recv = time.perf_counter() - t1
         t2 = time.perf_counter()
-        torch.stack(bufs).sum(0, out=self.gflat)
+        self.gflat.copy_(bufs[0])
+        for b in bufs[1:]:  # in rank order
+            self.gflat.add_(b)
         self.gflat.div_(self.n)  # the workers' losses are weighted so the mean is the combined batch's
         glob = float(self.gflat[-1])
         if math.isfinite(glob):
@@ -586,7 +588,7 @@ def run_rank(sc: Scenario, run_id: str | None, *, store_path: str | None = None,
     if launched:
         _die_with_parent()
     torch.set_num_threads(1)
-    store = RunStore(store_path) if (rank == 0 or store_path) else None
+    store = RunStore(store_path)  # opened only when used: rank 0 writes, the checkpoint owner saves
     trainer = None
     try:
         dist.init_process_group("gloo", init_method="env://", rank=rank, world_size=world,
