@@ -225,6 +225,10 @@ def ring_reduce_factors(Ds: list[torch.Tensor]) -> dict:
             "seconds": t_fact, "flops_per_hop": n ** 3 / 3 + n ** 3}
 
 
+MATRIX_NAMES = ("weight gradient, transformer q (32x32)", "weight gradient, MLP layer 1 (128x64)",
+                "Gram of MLP hidden activations (128x128)", "Gram of the digit images (64x64)")
+
+
 def example_matrices(seed: int = 0, batch: int = 256, damping: float = 1e-3, workers: int = 2,
                      by_class: bool = False) -> dict:
     """Matrices from a real model on scikit-learn digits, for each of ``workers`` batches.
@@ -248,9 +252,7 @@ def example_matrices(seed: int = 0, batch: int = 256, damping: float = 1e-3, wor
         raise LabError(f"workers must be between 2 and 8 (got {workers})")
     mlp = build_model("mlp", seed=seed)
     tr = build_model("transformer", seed=seed)
-    out: dict[str, list[torch.Tensor]] = {k: [] for k in (
-        "weight gradient, transformer q (32x32)", "weight gradient, MLP layer 1 (128x64)",
-        "Gram of MLP hidden activations (128x128)", "Gram of the digit images (64x64)")}
+    out: dict[str, list[torch.Tensor]] = {k: [] for k in MATRIX_NAMES}
 
     def gram(A: torch.Tensor) -> torch.Tensor:
         G = (A.T @ A) / A.shape[0]
@@ -282,4 +284,5 @@ def example_matrices(seed: int = 0, batch: int = 256, damping: float = 1e-3, wor
 
 
 __all__ = ["Packed", "cholesky_pack", "cholesky_unpack", "tril_pack", "tril_unpack", "applicability",
-           "compare_methods", "sum_of_factors", "ring_reduce_factors", "example_matrices", "asymmetry", "rel_error"]
+           "compare_methods", "sum_of_factors", "ring_reduce_factors", "example_matrices", "MATRIX_NAMES",
+           "asymmetry", "rel_error"]

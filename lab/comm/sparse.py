@@ -60,6 +60,8 @@ from lab.compress import GroupTopK, Payload
 from lab.errors import LabError
 
 SHARING_METHODS = ("dense", "sparse_ring", "sparse_allgather")
+SHARING_LABELS = {"dense": "dense ring all-reduce (fp32, decompressed)",
+                  "sparse_ring": "sparse ring (seed D)", "sparse_allgather": "sparse all-gather"}
 COUNT_BYTES = 8  # the int64 count sent before every variable-length message
 PAIR_BYTES = 8  # int32 index + fp32 value
 _TAG_COUNT, _TAG_DATA = 11, 12
@@ -369,6 +371,64 @@ def dense_ring_bytes_per_rank(n: int, world: int, item: int = 4) -> list[int]:
         ag = sum(size[(r + 1 - s) % world] for s in range(world - 1))
         out.append(rs + ag)
     return out
+
+
+def fill_in_table(sim: RingSimulation) -> list[dict]:
+    """Each block's journey round the simulated ring: its entries after every hop.
+
+    Block b starts on rank b (hop a0: that rank's own entries in it), is merged into a new rank's
+    copy at each reduce-scatter hop (the entries grow: fill-in), and keeps its final size through
+    the all-gather. Rows: block, hop, index (0 = start), phase, entries, plus the block's dense
+    length and the no-overlap bound (the sum of every worker's entries in the block).
+    """
+    N = sim.world
+    bounds = block_bounds(sim.n, N)
+    start = {(h["rank"], h["recv_block"]): h["block_entries_after"] for h in sim.hops if h["phase"] == "start"}
+    rows = []
+    for b in range(N):
+        common = {"block": b, "block_length": bounds[b][1] - bounds[b][0],
+                  "no_overlap_bound": sum(start[(r, b)] for r in range(N))}
+        rows.append({**common, "hop": "a0", "index": 0, "phase": "start", "entries": start[(b, b)]})
+        for h in sim.hops:
+            if h["phase"] != "start" and h["recv_block"] == b:
+                rows.append({**common, "hop": h["hop"], "index": h["index"], "phase": h["phase"],
+                             "entries": h["block_entries_after"]})
+    return sorted(rows, key=lambda r: (r["block"], r["index"]))
+
+
+def hop_bytes_table(sim: RingSimulation) -> list[dict]:
+    """Bytes on the wire per hop of the simulated ring (all ranks together), counts included."""
+    out: dict[tuple, dict] = {}
+    for h in sim.hops:
+        if h["phase"] == "start":
+            continue
+        row = out.setdefault((h["index"], h["hop"]), {"hop": h["hop"], "index": h["index"], "phase": h["phase"],
+                                                      "bytes": 0, "entries": 0})
+        row["bytes"] += COUNT_BYTES + PAIR_BYTES * h["sent_entries"]
+        row["entries"] += h["sent_entries"]
+    return [out[k] for k in sorted(out)]
+
+
+def compare_sharing(payloads: list[Payload], sim: RingSimulation | None = None) -> dict:
+    """Bytes per worker per step for the three sharing methods, from the one-process simulations.
+
+    The counts are exactly those the real methods send (tests/test_sparse_comm.py checks it); the
+    dense ring's are lab.comm.ring's schedule for n float32 values. Returns {"methods": [row per
+    method], "support": non-zeros of the sum, "kept_per_worker": [...]}.
+    """
+    N, n = len(payloads), payloads[0].numel
+    sim = sim if sim is not None else simulate_sparse_ring(payloads, n)
+    _, ag_sent, ag_recv = simulate_sparse_allgather(payloads)
+    dense = dense_ring_bytes_per_rank(n, N)
+    rows = []
+    for method, sent, recv in (("dense", dense, dense), ("sparse_ring", sim.bytes_sent, sim.bytes_recv),
+                               ("sparse_allgather", ag_sent, ag_recv)):
+        rows.append({"method": method, "label": SHARING_LABELS[method], "workers": N, "numel": n,
+                     "bytes_sent_mean": sum(sent) / N, "bytes_sent_max": max(sent),
+                     "bytes_recv_mean": sum(recv) / N, "bytes_recv_max": max(recv),
+                     "vs_dense": (sum(sent) / sum(dense)) if sum(dense) else float("nan")})
+    return {"methods": rows, "support": int(torch.count_nonzero(sim.total)),
+            "kept_per_worker": [p.count for p in payloads]}
 
 
 def dense_allreduce(payload: Payload, *, group: Any = None,

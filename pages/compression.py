@@ -1,0 +1,186 @@
+"""Compression: Group-TopK and its sparse ring, byte-true accounting, and the Cholesky claim tested."""
+
+import numpy as np
+import pandas as pd
+import streamlit as st
+import torch
+
+import ui
+from lab import cholesky as chol
+from lab.comm.sparse import compare_sharing, fill_in_table, hop_bytes_table, simulate_sparse_ring
+from lab.compress import COMPRESSOR_LABELS, evaluate, generated_gradients, make_compressor, real_gradients
+from lab.figures import compression as figs
+from lab.figures.topology import fmt_seconds
+from lab.errors import LabError
+from lab.models import MODEL_LABELS, MODEL_NAMES
+from lab.scenario import Compression
+
+sc = ui.scenario_sidebar()
+comp = sc.training.compression
+st.title("Compression")
+st.markdown(
+    "Seed D's **Group-TopK** keeps, in every group of *group size* consecutive gradient entries, the "
+    "*ratio × group size* entries of largest magnitude, and shares the sparse result round a ring. Here it "
+    "stands beside global Top-K, Random-K and FP16 on a real gradient, with every byte counted from the "
+    "payload as it is really serialised (fp32 value + uint16 in-group offset: 6 B per kept entry for "
+    "Group-TopK, 8 B with int32 indices for the others, plus a 24 B header). Error feedback, which adds what "
+    "was not sent to the next gradient, is part of `lab.compress` and of the training job.")
+
+
+@st.cache_data(show_spinner="Computing gradients…", max_entries=8)
+def gradients(source: str, model: str, n: int, workers: int, batch: int, seed: int) -> list[np.ndarray]:
+    gs = (real_gradients(model, workers, batch, seed) if source == "real"
+          else generated_gradients(n, workers, seed))
+    return [g.numpy() for g in gs]
+
+
+@st.cache_data(show_spinner="Compressing…", max_entries=8)
+def table(grad: np.ndarray, group_size: int, ratios: tuple, seed: int) -> list[dict]:
+    return evaluate(torch.from_numpy(grad), ratios=ratios, group_size=group_size, seed=seed)
+
+
+@st.cache_data(show_spinner="Simulating the ring…", max_entries=8)
+def ring(grads: list, kind: str, ratio: float, group_size: int, seed: int):
+    payloads = [make_compressor(kind, ratio, group_size, seed=seed).compress(torch.from_numpy(g)) for g in grads]
+    sim = simulate_sparse_ring(payloads, payloads[0].numel)
+    return fill_in_table(sim), hop_bytes_table(sim), compare_sharing(payloads, sim)
+
+
+@st.cache_data(show_spinner="Factorising…", max_entries=8)
+def matrices(seed: int, batch: int, damping: float, workers: int, by_class: bool) -> dict:
+    return {k: [m.numpy() for m in v] for k, v in chol.example_matrices(seed, batch, damping, workers, by_class).items()}
+
+
+# ---------------------------------------------------------------- compressors on one gradient
+st.header("Compressors on one gradient")
+with st.form("cp_form"):
+    c1, c2, c3, c4 = st.columns(4)
+    source = c1.radio("Gradient", ["real", "generated"], key="cp_source", horizontal=True,
+                      format_func={"real": "real (one backward pass on digits)", "generated": "generated"}.get)
+    model = c2.selectbox("Model (real)", MODEL_NAMES, format_func=MODEL_LABELS.get, key="cp_model")
+    n = c3.number_input("Entries (generated, count)", 1_000, 5_000_000, 1_000_000, step=100_000, key="cp_n")
+    batch = c4.number_input("Batch per worker (digits)", 8, 512, 64, key="cp_batch")
+    c1, c2, c3 = st.columns([1, 1, 2])
+    group_size = c1.number_input("Group size (entries)", 1, 65536, int(min(comp.group_size, 65536)), key="cp_group")
+    seed = c2.number_input("Seed", 0, 2**31 - 1, int(sc.training.seed), key="cp_seed")
+    ratios = c3.multiselect("Ratios (kept fraction)", [0.001, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2],
+                            default=[0.001, 0.01, 0.05, 0.1], key="cp_ratios")
+    st.form_submit_button("Compute", type="primary", key="cp_run")
+
+rows = []
+with ui.guarded("the compressor comparison"):
+    grads0 = gradients(source, model, int(n), 1, int(batch), int(seed))
+    rows = table(grads0[0], int(group_size), tuple(sorted(ratios)), int(seed))
+    st.markdown(f"Gradient: **{grads0[0].size:,} entries** ({grads0[0].size * 4 / 1e3:,.1f} kB as fp32).")
+    if skipped := sorted(set(ratios) - {r["ratio"] for r in rows if r["compressor"] == "group_topk"}):
+        st.warning(f"Group-TopK skipped ratio(s) {skipped}: ratio × group size {group_size} rounds to k = 0.")
+    left, right = st.columns(2)
+    left.plotly_chart(figs.density_error_figure(rows), key="cp_err_fig")
+    with left:
+        ui.caption("measured", "Relative error of the decompressed gradient against the original (L2 norms), "
+                   "computed on this gradient. Global Top-K is the best any k entries can do; Group-TopK pays "
+                   "for its per-group quota; Random-K ignores magnitudes.")
+    right.plotly_chart(figs.time_figure(rows), key="cp_time_fig")
+    with right:
+        ui.caption("measured", "Compression time on this machine (best of 3; the CPU is shared, so expect "
+                   "noise). bench/bench_compress.py times Group-TopK against global torch.topk on 25 M entries.")
+    st.plotly_chart(figs.bytes_figure(rows), key="cp_bytes_fig")
+    ui.caption("measured", "Bytes of each payload, equal to the length of its real serialisation (tested).")
+    st.dataframe(pd.DataFrame([{
+        "compressor": r["label"], "ratio": r["ratio"], "kept (entries)": r["kept"],
+        "density (%)": 100 * r["density"], "relative error (%)": 100 * r["rel_error"], "bytes (B)": r["bytes"],
+        "wire format": r["wire_format"], "time": fmt_seconds(r["t_compress"])} for r in rows]),
+        hide_index=True, key="cp_table")
+
+# ---------------------------------------------------------------- the ring and its fill-in
+st.header("Sharing across workers: the seed's sparse ring and its fill-in")
+st.markdown(
+    "Each worker cuts its sparse gradient into N blocks. In the reduce-scatter (hops a1 … a(N−1)) a block "
+    "travels round the ring and every worker adds its own entries to it; the sum of sparse vectors has the "
+    "union of their supports, so the block **fills in** as it goes. In the all-gather (b1 …) the finished "
+    "blocks go round unchanged. The alternative the published compression systems use is to all-gather "
+    "every worker's payload as it is and let each worker add them up.")
+with st.form("ring_form"):
+    c1, c2, c3 = st.columns(3)
+    workers = c1.slider("Workers N", 2, 8, max(4, sc.training.workers), key="ring_workers")
+    kinds = ["group_topk", "topk", "randomk"]
+    kind = c2.selectbox("Compressor", kinds, format_func=COMPRESSOR_LABELS.get, key="ring_kind",
+                        index=kinds.index(comp.kind) if comp.kind in kinds else 0)
+    ratio = c3.number_input("Ratio (kept fraction)", 0.0001, 1.0, float(comp.ratio), format="%.4f", key="ring_ratio")
+    st.form_submit_button("Simulate", type="primary", key="ring_run")
+
+with ui.guarded("the ring simulation"):
+    grads = gradients(source, model, int(n), int(workers), int(batch), int(seed))
+    fill, hop_rows, sharing = ring(grads, kind, float(ratio), int(group_size), int(seed))
+    st.plotly_chart(figs.fill_in_figure(fill, hop_rows), key="ring_fill_fig")
+    ui.caption("modelled", "Simulated in one process: the ring's own schedule code (lab.comm.sparse) run for "
+               f"{workers} workers on these gradients (different digits batches, or generated with a shared "
+               "part). The entries and bytes are exact counts; the tests check that real processes over gloo "
+               "send exactly these bytes. Dotted: the sum of the workers' entries in the block (no overlap).")
+    st.plotly_chart(figs.sharing_bytes_figure(sharing["methods"]), key="ring_bytes_fig")
+    ui.caption("modelled", "Bytes each worker sends per step, counted by the same simulation (8 B count before "
+               "every message; ring pairs at 8 B, all-gather payloads in their own format). Dense: the lab's "
+               "ring all-reduce of the decompressed fp32 tensor.")
+    st.markdown(f"Each worker kept **{sharing['kept_per_worker'][0]:,}** entries; their sum has "
+                f"**{sharing['support']:,}** non-zero entries ({sharing['support'] / grads[0].size:.2%} density).")
+    if st.button("Use this compressor, ratio and group size in the scenario", key="ring_apply"):
+        c = Compression.from_dict({**comp.to_dict(), "kind": kind, "ratio": float(ratio), "group_size": int(group_size)})
+        ui.set_scenario(sc.replace(training=sc.training.replace(compression=c)))
+        st.success(f"Scenario compression: {COMPRESSOR_LABELS[kind]}, ratio {ratio:g}, group size {group_size}.")
+
+# ---------------------------------------------------------------- the Cholesky claim
+st.header("The Cholesky claim (seed A)")
+st.markdown(
+    "Seed A proposes sending the factor L of a result matrix D = L Lᵀ instead of D, \"halving\" the traffic. "
+    "L exists only for a symmetric positive-definite D, and it has n(n+1)/2 entries: exactly the lower "
+    "triangle of a symmetric D, which can be sent with no factorisation at all.")
+with st.form("ch_form"):
+    c1, c2, c3, c4, c5 = st.columns([3, 1, 1, 1, 1])
+    name = c1.selectbox("Matrix", chol.MATRIX_NAMES, index=2, key="ch_matrix")
+    damping = c2.number_input("Damping (× mean diagonal)", 0.0, 1.0, 1e-3, format="%.4f", key="ch_damping")
+    ch_workers = c3.number_input("Workers", 2, 8, 4, key="ch_workers")
+    ch_batch = c4.number_input("Batch (digits)", 2, 1797, 256, key="ch_batch")
+    by_class = c5.checkbox("Non-IID (by class)", False, key="ch_by_class")
+    st.form_submit_button("Test the claim", type="primary", key="ch_run")
+
+with ui.guarded("the Cholesky section"):
+    Ds = [torch.from_numpy(m) for m in matrices(int(seed), int(ch_batch), float(damping), int(ch_workers),
+                                                bool(by_class))[name]]
+    a = chol.applicability(Ds[0])
+    st.dataframe(pd.DataFrame([{"shape": "×".join(map(str, a["shape"])), "square": a["square"],
+                                "asymmetry ||D−Dᵀ||/||D||": a["asymmetry"], "symmetric": a["symmetric"],
+                                "smallest eigenvalue (matrix units)": a["min_eigenvalue"],
+                                "positive-definite": a["positive_definite"]}]), hide_index=True, key="ch_app")
+    ui.caption("measured", "Properties of worker 0's matrix, computed.")
+    if not a["applies"]:
+        try:
+            chol.cholesky_pack(Ds[0])
+        except LabError as exc:  # the refusal is the point here: show it as information
+            st.info(f"Not applicable: {exc}", icon=":material/block:")
+    else:
+        crow = chol.compare_methods(Ds[0])
+        st.plotly_chart(figs.cholesky_figure(crow), key="ch_fig")
+        ui.caption("measured", "Bytes counted from the packed tensors; pack + unpack time on this machine.")
+        st.dataframe(pd.DataFrame([{"sent": r["method"], "values (count)": r["values"], "bytes (B)": r["bytes"],
+                                    "pack": fmt_seconds(r["t_pack"]), "unpack": fmt_seconds(r["t_unpack"]),
+                                    "relative error": r["rel_error"]} for r in crow]), hide_index=True,
+                     key="ch_table")
+        res = chol.sum_of_factors(Ds)
+        Ls = [torch.linalg.cholesky(D.double()) for D in Ds]
+        S = sum(Ls)
+        st.plotly_chart(figs.factor_sum_figure(sum(D.double() for D in Ds).numpy(), (S @ S.T / len(Ds)).numpy(),
+                                               len(Ds)), key="ch_sum_fig")
+        rr = chol.ring_reduce_factors(Ds)
+        ui.caption("measured", f"{len(Ds)} workers' matrices from different digits batches. Adding the factors "
+                   f"gives (Σ L)(Σ L)ᵀ, off by **{res['rel_error_of_sum_of_factors']:.1%}** (the cross terms "
+                   f"Lᵢ Lⱼᵀ); even rescaled by 1/N it is off by **{res['rel_error_of_sum_of_factors_rescaled']:.2%}**"
+                   " (zero only if every worker had the same matrix: try non-IID). A ring must rebuild D, add and "
+                   f"factorise again at every hop: {rr['hops']} factorisations, {fmt_seconds(rr['seconds'])} here, "
+                   f"relative error {rr['rel_error']:.1e}.")
+
+# ---------------------------------------------------------------- training runs (placeholder)
+st.header("Training with compression")
+# PLACEHOLDER (issue 7 follow-up): the preset experiment grid of training runs (compressor x ratio x
+# error feedback x sharing) goes here once the training job calls lab.compress.GradientCompressor.
+st.info("Coming next: a preset grid of real training runs with each compressor, with and without error "
+        "feedback, shared by each method, compared on the Compare page.", icon=":material/construction:")
