@@ -1,0 +1,203 @@
+"""Plotly builders for the Placement page: plain data in, go.Figure out. Times arrive in seconds
+and are shown in the unit :func:`time_unit` picks (s, ms, µs or ns), named on every axis."""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Mapping, Sequence
+
+import plotly.graph_objects as go
+from plotly.colors import qualitative
+from plotly.subplots import make_subplots
+
+CLASS_COLOURS = {"matmul": "#2e7d32", "conv": "#1565c0", "elementwise": "#8e24aa", "norm": "#ef6c00",
+                 "pool": "#00838f", "other": "#6e7781", None: "#9e9e9e"}
+_PALETTE = qualitative.Plotly + qualitative.D3
+
+
+def time_unit(seconds: float) -> tuple[float, str]:
+    """(scale, unit) so that ``seconds * scale`` reads well: s, ms, µs or ns."""
+    x = abs(seconds) if seconds and math.isfinite(seconds) else 0.0
+    for scale, unit in ((1.0, "s"), (1e3, "ms"), (1e6, "µs")):
+        if x * scale >= 1.0:
+            return scale, unit
+    return 1e9, "ns"
+
+
+def bytes_unit(nbytes: float) -> tuple[float, str]:
+    x = abs(nbytes) if nbytes and math.isfinite(nbytes) else 0.0
+    for scale, unit in ((1e-9, "GB"), (1e-6, "MB"), (1e-3, "kB")):
+        if x * scale >= 1.0:
+            return scale, unit
+    return 1.0, "B"
+
+
+def device_colours(devices: Sequence[str]) -> dict[str, str]:
+    return {d: _PALETTE[i % len(_PALETTE)] for i, d in enumerate(devices)}
+
+
+def gantt_figure(rows: Sequence[Mapping[str, Any]], devices: Sequence[str], title: str = "") -> go.Figure:
+    """One lane per device; a bar per task from start to finish, coloured by operator class.
+    ``rows``: dicts with task, device, start, finish (s) and class."""
+    span = max((r["finish"] for r in rows), default=0.0)
+    scale, unit = time_unit(span)
+    fig = go.Figure()
+    by_class: dict[Any, list] = {}
+    for r in rows:
+        by_class.setdefault(r.get("class"), []).append(r)
+    for cls, rs in by_class.items():
+        fig.add_trace(go.Bar(
+            y=[r["device"] for r in rs], x=[(r["finish"] - r["start"]) * scale for r in rs],
+            base=[r["start"] * scale for r in rs], orientation="h", name=str(cls or "task"),
+            marker=dict(color=CLASS_COLOURS.get(cls, "#9e9e9e"), line=dict(color="white", width=1)),
+            text=[str(r["task"]) for r in rs], textposition="inside", insidetextanchor="middle",
+            hovertext=[f"<b>{r['task']}</b> ({cls})<br>{r['device']}: {r['start'] * scale:.4g}–"
+                       f"{r['finish'] * scale:.4g} {unit}" for r in rs], hoverinfo="text"))
+    fig.update_layout(title=title, barmode="overlay", height=120 + 38 * len(devices),
+                      xaxis_title=f"time ({unit})", yaxis_title="device", legend_title="operator class",
+                      margin=dict(l=10, r=10, t=50, b=40))
+    fig.update_yaxes(categoryorder="array", categoryarray=list(devices)[::-1])
+    return fig
+
+
+def dag_figure(tasks: Sequence[Any], edges: Sequence[tuple[Any, Any]], device_of: Mapping[Any, str],
+               devices: Sequence[str], labels: Mapping[Any, str] | None = None, title: str = "") -> go.Figure:
+    """The operator DAG left to right by depth, nodes coloured by device; transfers between two
+    devices drawn as red dashed edges. ``tasks`` in topological order."""
+    preds: dict[Any, list] = {t: [] for t in tasks}
+    for u, v in edges:
+        preds[v].append(u)
+    depth: dict[Any, int] = {}
+    for t in tasks:
+        depth[t] = 1 + max((depth[p] for p in preds[t]), default=-1)
+    rows: dict[int, int] = {}
+    pos = {}
+    for t in tasks:
+        k = depth[t]
+        pos[t] = (k, -rows.get(k, 0))
+        rows[k] = rows.get(k, 0) + 1
+    colours = device_colours(devices)
+    fig = go.Figure()
+    for cross, style in ((False, dict(color="#b0b0b0", width=1.5)), (True, dict(color="#cf222e", width=2, dash="dash"))):
+        xs, ys = [], []
+        for u, v in edges:
+            if (device_of[u] != device_of[v]) == cross:
+                xs += [pos[u][0], pos[v][0], None]
+                ys += [pos[u][1], pos[v][1], None]
+        fig.add_trace(go.Scatter(x=xs, y=ys, mode="lines", line=style, hoverinfo="skip",
+                                 name="transfer between devices" if cross else "same device"))
+    for d in devices:
+        ts = [t for t in tasks if device_of[t] == d]
+        if not ts:
+            continue
+        fig.add_trace(go.Scatter(
+            x=[pos[t][0] for t in ts], y=[pos[t][1] for t in ts], mode="markers+text", name=d,
+            marker=dict(size=18, color=colours[d], line=dict(color="white", width=1.5)),
+            text=[str(t) for t in ts], textposition="top center", textfont=dict(size=10),
+            hovertext=[f"<b>{t}</b> on {d}<br>{(labels or {}).get(t, '')}" for t in ts], hoverinfo="text"))
+    fig.update_layout(title=title, height=260 + 40 * max(rows.values(), default=1), plot_bgcolor="white",
+                      xaxis=dict(title="depth in the graph (operators)", showgrid=False, zeroline=False),
+                      yaxis=dict(visible=False), legend_title="device", margin=dict(l=10, r=10, t=50, b=40))
+    return fig
+
+
+def usage_figure(rows: Sequence[Mapping[str, Any]], makespan: float) -> go.Figure:
+    """Busy and idle time per device within the makespan (stacked bars)."""
+    scale, unit = time_unit(makespan)
+    devs = [r["device"] for r in rows]
+    fig = go.Figure([go.Bar(x=devs, y=[r["busy"] * scale for r in rows], name="busy", marker_color="#2e7d32"),
+                     go.Bar(x=devs, y=[r["idle"] * scale for r in rows], name="idle", marker_color="#d0d7de")])
+    fig.update_layout(barmode="stack", title="Busy and idle time per device", xaxis_title="device",
+                      yaxis_title=f"time ({unit})", height=340, margin=dict(l=10, r=10, t=50, b=40))
+    return fig
+
+
+def memory_figure(rows: Sequence[Mapping[str, Any]]) -> go.Figure:
+    """Memory used per device (parameters + output activations of its operators) beside its
+    capacity, on a log axis; over-full devices in red."""
+    devs = [r["device"] for r in rows]
+    used = [max(r["memory"], 1.0) for r in rows]
+    fig = go.Figure(go.Bar(
+        x=devs, y=used, name="used", marker_color=["#cf222e" if r["over"] else "#1565c0" for r in rows],
+        text=[_fmt_bytes(r["memory"]) for r in rows], textposition="outside",
+        hovertext=[f"{r['device']}: {_fmt_bytes(r['memory'])} of {_fmt_bytes(r['capacity'])}"
+                   + (" (OVER-FULL)" if r["over"] else "") for r in rows], hoverinfo="text"))
+    fig.add_trace(go.Scatter(x=devs, y=[r["capacity"] for r in rows], mode="markers", name="capacity",
+                             marker=dict(symbol="line-ew-open", size=28, color="#cf222e", line=dict(width=3)),
+                             hovertext=[f"{r['device']}: capacity {_fmt_bytes(r['capacity'])}" for r in rows],
+                             hoverinfo="text"))
+    fig.update_layout(title="Memory per device", xaxis_title="device",
+                      yaxis_title="memory (bytes, log scale)", yaxis_type="log", height=340,
+                      margin=dict(l=10, r=10, t=50, b=40))
+    return fig
+
+
+def _fmt_bytes(x: float) -> str:
+    if not math.isfinite(x):
+        return "unlimited"
+    scale, unit = bytes_unit(x)
+    return f"{x * scale:.3g} {unit}"
+
+
+def comparison_figure(rows: Sequence[Mapping[str, Any]]) -> go.Figure:
+    """Makespan per strategy, one bar group per graph (``rows``: graph, strategy, makespan in s or
+    None); the optimum as a marker line per graph when present."""
+    ok = [r for r in rows if r.get("makespan") is not None]
+    scale, unit = time_unit(max((r["makespan"] for r in ok), default=0.0))
+    fig = go.Figure()
+    graphs = list(dict.fromkeys(r["graph"] for r in rows))
+    for gname in graphs:
+        rs = [r for r in ok if r["graph"] == gname]
+        fig.add_trace(go.Bar(y=[r["strategy"] for r in rs], x=[r["makespan"] * scale for r in rs], name=gname,
+                             orientation="h", text=[f"{r['makespan'] * scale:.3g}" for r in rs],
+                             textposition="outside",
+                             hovertext=[f"{r['strategy']} on {gname}: {r['makespan'] * scale:.4g} {unit}"
+                                        + (f"<br>{100 * r['gap']:.1f}% above the optimum" if r.get("gap") is not None
+                                           else "") for r in rs], hoverinfo="text"))
+    fig.update_layout(barmode="group", title="Makespan of one forward pass per strategy (shorter is better)",
+                      xaxis_title=f"makespan ({unit}, log scale)", xaxis_type="log", yaxis_title="strategy",
+                      height=200 + 34 * len({r['strategy'] for r in rows}) * max(1, len(graphs)),
+                      margin=dict(l=10, r=10, t=50, b=40), legend_title="graph")
+    fig.update_yaxes(autorange="reversed")
+    return fig
+
+
+def balance_figure(series: Mapping[str, Mapping[str, Any]], nodes: Sequence[str],
+                   reference_time: float | None = None) -> go.Figure:
+    """Round by round, per rule: round time, max and mean wait (top) and every node's weight (bottom).
+
+    ``series[rule]`` holds lists ``round``, ``round_time``, ``max_wait``, ``mean_wait`` (s) and
+    ``weights`` (one tuple per round)."""
+    peak = max([max(s["round_time"]) for s in series.values() if s["round_time"]] + [reference_time or 0.0])
+    scale, unit = time_unit(peak)
+    rules = list(series)
+    dashes = ["solid", "dash", "dot", "dashdot"]
+    key = ", ".join(f"{dashes[k % 4]}: {r}" for k, r in enumerate(rules))
+    fig = make_subplots(rows=2, cols=1, shared_xaxes=True, vertical_spacing=0.1,
+                        subplot_titles=(f"Round time and waiting time ({key})", f"Weight per node ({key})"))
+    colours = device_colours(nodes)
+    for k, (rule, s) in enumerate(series.items()):
+        dash = dashes[k % len(dashes)]
+        fig.add_trace(go.Scatter(x=s["round"], y=[x * scale for x in s["round_time"]], mode="lines+markers",
+                                 name=f"{rule}: round time", line=dict(color="#24292f", dash=dash)), 1, 1)
+        fig.add_trace(go.Scatter(x=s["round"], y=[x * scale for x in s["max_wait"]], mode="lines",
+                                 name=f"{rule}: max wait", line=dict(color="#cf222e", dash=dash)), 1, 1)
+        fig.add_trace(go.Scatter(x=s["round"], y=[x * scale for x in s["mean_wait"]], mode="lines",
+                                 name=f"{rule}: mean wait", line=dict(color="#d29922", dash=dash)), 1, 1)
+        for j, node in enumerate(nodes):
+            fig.add_trace(go.Scatter(x=s["round"], y=[w[j] for w in s["weights"]], mode="lines+markers",
+                                     name=node, line=dict(color=colours[node], dash=dash),
+                                     legendgroup=node, showlegend=k == 0,
+                                     hovertemplate=f"{rule}, {node}: %{{y:.3g}}<extra></extra>"), 2, 1)
+    if reference_time is not None:
+        fig.add_hline(y=reference_time * scale, line=dict(color="#2da44e", dash="dot"), row=1, col=1,
+                      annotation_text="plan made with the true speeds")
+    fig.update_yaxes(title_text=f"time ({unit})", row=1, col=1)
+    fig.update_yaxes(title_text="weight (dimensionless)", row=2, col=1)
+    fig.update_xaxes(title_text="round", row=2, col=1)
+    fig.update_layout(height=620, margin=dict(l=10, r=10, t=50, b=40))
+    return fig
+
+
+__all__ = ["time_unit", "bytes_unit", "device_colours", "gantt_figure", "dag_figure", "usage_figure",
+           "memory_figure", "comparison_figure", "balance_figure", "CLASS_COLOURS"]
