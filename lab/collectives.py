@@ -500,20 +500,47 @@ def ring_hops(topology: Topology, names: Sequence[str], nbytes: int = 1 << 20) -
     return messages_time(topology, [(names[i], names[(i + 1) % m], nbytes) for i in range(m)])
 
 
+class _RingEval:
+    """Fast ring keys for one set of devices: routes looked up once, then only counted."""
+
+    def __init__(self, topology: Topology, names: Sequence[str]):
+        self.hops: dict[tuple[str, str], list[tuple[tuple[str, str], float]]] = {}
+        self.lat: dict[tuple[str, str], float] = {}
+        self.bw: dict[tuple[str, str], float] = {}
+        for a in names:
+            for b in names:
+                if a != b:
+                    p = topology.path(a, b)
+                    self.hops[(a, b)] = [((u, v), l.bandwidth) for u, v, l in zip(p.nodes, p.nodes[1:], p.links)]
+                    self.lat[(a, b)] = p.latency
+                    self.bw[(a, b)] = p.bottleneck
+
+    def key(self, order: Sequence[str]) -> tuple[float, float, float]:
+        """(-slowest hop bandwidth with sharing, largest hop latency, summed latency): smaller is better."""
+        m = len(order)
+        pairs = [(order[i], order[(i + 1) % m]) for i in range(m)]
+        use: dict[tuple[str, str], int] = {}
+        for pr in pairs:
+            for h, _ in self.hops[pr]:
+                use[h] = use.get(h, 0) + 1
+        slow = min(bw / use[h] for pr in pairs for h, bw in self.hops[pr])
+        lats = [self.lat[pr] for pr in pairs]
+        return (-slow, round(max(lats), 12), round(sum(lats), 12))
+
+
 def _ring_key(topology: Topology, names: Sequence[str]) -> tuple[float, float, float]:
-    hops = ring_hops(topology, names)
-    lat = [topology.path(h.src, h.dst).latency for h in hops]
-    return (-min(h.bandwidth for h in hops), max(lat), sum(lat))
+    return _RingEval(topology, names).key(names)
 
 
 def brute_force_ring_order(topology: Topology, names: Sequence[str]) -> RingOrder:
     """Exhaustive over the (N-1)! rings that start at ``names[0]``: the ring whose slowest hop
     (with link sharing) is widest, then the smallest largest hop latency, then summed latency."""
     names = list(names)
+    ev = _RingEval(topology, names)
     best, best_key, count = None, None, 0
     for perm in itertools.permutations(names[1:]):
         cand = [names[0], *perm]
-        key = _ring_key(topology, cand)
+        key = ev.key(cand)
         count += 1
         if best_key is None or key < best_key:
             best, best_key = cand, key
@@ -525,24 +552,23 @@ def heuristic_ring_order(topology: Topology, names: Sequence[str], *, starts: in
     by 2-opt (reverse a segment while that improves the ring's key); the best is kept."""
     names = list(names)
     m = len(names)
-    bw = {(a, b): topology.path(a, b).bottleneck for a in names for b in names if a != b}
-    lat = {(a, b): topology.path(a, b).latency for a in names for b in names if a != b}
+    ev = _RingEval(topology, names)
     best, best_key, count = None, None, 0
     for start in names[:starts]:
         tour, left = [start], [x for x in names if x != start]
         while left:
             cur = tour[-1]
-            nxt = min(left, key=lambda x: (-bw[(cur, x)], lat[(cur, x)], names.index(x)))
+            nxt = min(left, key=lambda x: (-ev.bw[(cur, x)], ev.lat[(cur, x)], names.index(x)))
             tour.append(nxt)
             left.remove(nxt)
-        key = _ring_key(topology, tour)
+        key = ev.key(tour)
         count += 1
         for _ in range(passes):
             improved = False
             for i in range(1, m - 1):
                 for j in range(i + 1, m):
                     cand = tour[:i] + tour[i:j + 1][::-1] + tour[j + 1:]
-                    k2 = _ring_key(topology, cand)
+                    k2 = ev.key(cand)
                     count += 1
                     if k2 < key:
                         tour, key, improved = cand, k2, True
@@ -584,14 +610,15 @@ class UniformTime:
     seconds: float
 
 
-def _tree_port_bytes(group_sizes: Sequence[int], nbytes: int) -> list[int]:
-    """Per tree level (aligned across groups, deepest first): the most bytes one port carries."""
+def _tree_port_bytes(group_sizes: Sequence[int], nbytes: int, top_down: bool = False) -> list[int]:
+    """Per tree step, the most bytes one port carries: levels of all groups side by side, the
+    deepest first when reducing, the top first when broadcasting (as the schedules run them)."""
     per_level: dict[int, int] = {}
     for g in group_sizes:
         levels = _tree_levels(list(range(g)))
         d = len(levels)
         for k in range(d):
-            lv = levels[d - 1 - k]
+            lv = levels[k] if top_down else levels[d - 1 - k]
             fan = max(sum(1 for _, p in lv if p == q) for q in {p for _, p in lv})
             per_level[k] = max(per_level.get(k, 0), fan * nbytes)
     return [per_level[k] for k in sorted(per_level)]
@@ -621,21 +648,22 @@ def uniform_time(algorithm: str, n: int, nbytes: int, alpha: float, beta: float,
         k = n - 1 if host_participates else n
         return UniformTime(algorithm, n, nbytes, 2, 2 * k * nbytes, 2 * alpha + 2 * k * nbytes * beta)
     if algorithm == "tree":
-        lv = _tree_port_bytes([n], nbytes)
-        wire = 2 * sum(lv)
-        return UniformTime(algorithm, n, nbytes, 2 * len(lv), wire, 2 * len(lv) * alpha + wire * beta)
+        up, down = _tree_port_bytes([n], nbytes), _tree_port_bytes([n], nbytes, top_down=True)
+        wire = sum(up) + sum(down)
+        steps = len(up) + len(down)
+        return UniformTime(algorithm, n, nbytes, steps, wire, steps * alpha + wire * beta)
     sizes = list(group_sizes) if group_sizes else _default_group_sizes(n)
     if sum(sizes) != n or min(sizes) < 1:
         raise LabError(f"group sizes {sizes} must be positive and add up to N={n}", where="hierarchical")
-    lv = _tree_port_bytes(sizes, nbytes)
+    up, down = _tree_port_bytes(sizes, nbytes), _tree_port_bytes(sizes, nbytes, top_down=True)
     g = len(sizes)
     a2 = alpha if inter_alpha is None else inter_alpha
     b2 = beta if inter_beta is None else inter_beta
     ring_steps = 2 * (g - 1)
     ring_wire = ring_steps * -(-count // g) * itemsize if g > 1 else 0
-    steps = 2 * len(lv) + ring_steps
-    wire = 2 * sum(lv) + ring_wire
-    t = 2 * len(lv) * alpha + 2 * sum(lv) * beta + ring_steps * a2 + ring_wire * b2
+    steps = len(up) + len(down) + ring_steps
+    wire = sum(up) + sum(down) + ring_wire
+    t = (len(up) + len(down)) * alpha + (sum(up) + sum(down)) * beta + ring_steps * a2 + ring_wire * b2
     return UniformTime(algorithm, n, nbytes, steps, wire, t)
 
 
