@@ -28,6 +28,8 @@
 * parameter bytes (the parameters of the module it calls, plus any ``get_attr`` tensors it reads),
 * output activation bytes (the output tensor at the traced batch size, its own dtype: float32).
 
+Shapes are propagated with fake tensors (no arithmetic, no memory), so large batches are cheap.
+
 **Data-layout ops.** ``view``, ``reshape``, ``flatten``, ``transpose``, ``permute``, ``contiguous``,
 ``squeeze``/``unsqueeze``, ``nn.Flatten`` and ``nn.Identity`` do no arithmetic. By default
 (``merge_data_ops=True``) each one is *merged into the operator that produced its input*: it
@@ -301,6 +303,16 @@ def _classify(node: fx.Node, gm: fx.GraphModule) -> tuple[str, str, float, int, 
     return name, "other", float(out_n), 0, False
 
 
+def _fake_mode():
+    """Shapes without arithmetic (FakeTensor), so a batch of 65,536 costs no compute or memory."""
+    try:
+        from torch._subclasses.fake_tensor import FakeTensorMode
+
+        return FakeTensorMode(allow_non_fake_inputs=True)
+    except ImportError:  # pragma: no cover - older torch: propagate real zeros
+        return None
+
+
 def _check_batch(batch_size: Any) -> int:
     if isinstance(batch_size, bool) or not isinstance(batch_size, int) or not 1 <= batch_size <= MAX_BATCH:
         raise LabError(f"batch size must be a whole number from 1 to {MAX_BATCH} (got {batch_size!r})",
@@ -334,7 +346,7 @@ def trace(model: nn.Module | str, batch_size: int = 32, in_features: int = 64, *
     x = torch.zeros(batch_size, in_features)
     try:
         with torch.no_grad():
-            ShapeProp(gm).propagate(x)
+            ShapeProp(gm, fake_mode=_fake_mode()).propagate(x)
     except Exception as exc:  # noqa: BLE001
         raise LabError(f"the model fails on an input of shape ({batch_size}, {in_features}): "
                        f"{type(exc).__name__}: {exc}", where=where) from None

@@ -40,7 +40,7 @@ from typing import Any, Callable, Hashable, Iterable, Mapping, Sequence
 
 import numpy as np
 
-from lab.cost import LinkCost, check_speed, compute_table
+from lab.cost import LinkCost, compute_table
 from lab.errors import LabError
 
 Task = Hashable
@@ -969,4 +969,4 @@ def model_task_graph(model: str, topology, batch_size: int = 32, speed: Mapping[
 __all__ = ["TaskGraph", "Schedule", "greedy_eft", "heft", "optimal", "type_rule", "single_fastest",
            "round_robin", "even_split", "chain_dp", "chain_partition", "partition_chain", "ChainPlan",
            "schedule_assignment", "replay", "coarsen", "compare_strategies", "schedule_table", "device_usage",
-           "upward_ranks", "STRATEGIES", "STRATEGY_LABELS", "run_strategy", "model_task_graph", "check_speed"]
+           "upward_ranks", "STRATEGIES", "STRATEGY_LABELS", "run_strategy", "model_task_graph", "OPTIMAL_MAX_TASKS"]

@@ -217,7 +217,7 @@ def test_from_model_uses_the_cost_model():
 
 
 def test_model_needing_a_missing_kernel_is_a_clear_error():
-    from lab.topology import Device, Link, Topology
+    from lab.topology import Device, Topology
 
     only_conv = Topology("t", (Device("f", "fpga", throughput={"conv": 1e12}),), ())
     with pytest.raises(LabError, match="no device .* 'matmul' kernel"):
