@@ -90,12 +90,12 @@ def check_run_id(run_id: Any) -> str:
 
 def safe_filename(name: str, suffix: str, fallback: str = "export") -> str:
     """A file name made only of letters, digits, '.', '_' and '-', that cannot leave its folder."""
-    stem = re.sub(r"[^A-Za-z0-9._-]+", "_", str(name or ""))
-    stem = stem.strip("._-")[:100] or fallback
     if not suffix.startswith("."):
         suffix = "." + suffix
-    if stem.lower().endswith(suffix.lower()):
-        stem = stem[: -len(suffix)] or fallback
+    name = str(name or "")
+    if name.lower().endswith(suffix.lower()):
+        name = name[: -len(suffix)]
+    stem = re.sub(r"[^A-Za-z0-9._-]+", "_", name).strip("._-")[:100] or fallback
     return stem + suffix
 
 

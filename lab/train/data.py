@@ -121,20 +121,9 @@ def load_dataset(name: str = "digits", size: int = 4096, seed: int = 0) -> Datas
 # ----- shares and shards -------------------------------------------------------------------------
 def split_counts(total: int, weights) -> list[int]:
     """Integer parts of ``total`` in proportion to ``weights`` (lab.balance.split_batch)."""
-    try:
-        from lab.balance import split_batch
-    except ImportError:  # TEMP until lab.balance lands
-        split_batch = _largest_remainder
+    from lab.balance import split_batch
+
     return [int(v) for v in split_batch(int(total), [float(w) for w in weights])]
-
-
-def _largest_remainder(total: int, weights) -> list[int]:
-    w = np.asarray(weights, float)
-    raw = total * w / w.sum()
-    out = np.floor(raw).astype(int)
-    for i in np.argsort(-(raw - out))[: total - out.sum()]:
-        out[i] += 1
-    return out.tolist()
 
 
 def make_shards(labels: torch.Tensor | np.ndarray, workers: int, split: str = "even", *,

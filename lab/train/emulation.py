@@ -17,50 +17,21 @@ topology's model, not a measurement of the device.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from typing import Callable
 
-import torch
 from torch import nn
 
 from lab.errors import LabError
 from lab.topology import Topology
 
 
-def op_flops(model: nn.Module, in_features: int, batch: int = 1) -> dict[str, float]:
-    """Forward FLOPs per operator class of the linear ("matmul") and convolution ("conv") layers,
-    counted with forward hooks on one batch of zeros."""
-    flops = {"matmul": 0.0, "conv": 0.0}
-
-    def lin(mod, inp, out):
-        flops["matmul"] += 2.0 * mod.in_features * out.numel()
-
-    def conv(mod, inp, out):
-        k = math.prod(mod.kernel_size) * (mod.in_channels // mod.groups)
-        flops["conv"] += 2.0 * k * out.numel()
-
-    hooks = []
-    for m in model.modules():
-        if isinstance(m, nn.Linear):
-            hooks.append(m.register_forward_hook(lin))
-        elif isinstance(m, nn.Conv2d):
-            hooks.append(m.register_forward_hook(conv))
-    training = model.training
-    model.eval()
-    try:
-        with torch.no_grad():
-            model(torch.zeros(batch, in_features))
-    finally:
-        for h in hooks:
-            h.remove()
-        model.train(training)
-    return flops
-
-
 def dominant_op_class(model: nn.Module, in_features: int) -> str:
-    f = op_flops(model, in_features)
-    return max(f, key=lambda k: f[k])
+    """The operator class with the most forward FLOPs (lab.opgraph's trace, the cost model's own count)."""
+    from lab.opgraph import trace
+
+    flops = trace(model, batch_size=1, in_features=in_features).flops_by_class()
+    return max(flops, key=lambda k: flops[k])
 
 
 @dataclass(frozen=True)

@@ -189,7 +189,7 @@ class Trainer:
             return 0, 0, 0.0
         nbytes = t.numel() * t.element_size()
         if self.ring and op in ("sum", "mean"):
-            from lab.comm.ring import ring_allreduce
+            from lab.comm import ring_allreduce
 
             st = ring_allreduce(t, op, link_delay=self.link_delay)
             return st.sent, st.received, st.delay_seconds
