@@ -12,8 +12,9 @@ job's launcher), info (JSON: what the job measured about itself, e.g. bytes_kind
 
 ``metrics``: one row per (run, step, worker). ``worker`` is the rank; -1 is the whole job (global
 training loss, test accuracy, job throughput). Columns (SI units): loss, test_acc (fraction 0..1),
-bytes_sent, bytes_recv (bytes in that step), t_compute, t_comm, t_compress, t_idle, t_emulated
-(seconds in that step; t_emulated is the part of compute + comm that was emulated waiting),
+bytes_sent, bytes_recv (bytes in that step), t_compute, t_comm, t_compress, t_idle, t_emul_compute,
+t_emul_comm (seconds in that step; t_emul_compute is the part of t_compute that was emulated device
+waiting, t_emul_comm the part of t_comm that was emulated link waiting),
 samples_per_s, wall (seconds since the run started, at the end of that step).
 """
 
@@ -42,7 +43,7 @@ STATUSES = ("queued", "running", "done", "failed", "diverged", "stopped", "inter
 ACTIVE = ("queued", "running")
 FINISHED = ("done", "failed", "diverged", "stopped", "interrupted")
 METRIC_COLUMNS = ("loss", "test_acc", "bytes_sent", "bytes_recv", "t_compute", "t_comm", "t_compress",
-                  "t_idle", "t_emulated", "samples_per_s", "wall")
+                  "t_idle", "t_emul_compute", "t_emul_comm", "samples_per_s", "wall")
 RUN_COLUMNS = ("id", "name", "scenario", "status", "created", "start", "end", "error", "pid", "info")
 JOB_WORKER = -1  # the "worker" value of job-level metric rows
 BUSY_TIMEOUT_S = 30.0
@@ -66,7 +67,7 @@ CREATE TABLE IF NOT EXISTS metrics (
     step INTEGER NOT NULL,
     worker INTEGER NOT NULL,
     loss REAL, test_acc REAL, bytes_sent REAL, bytes_recv REAL,
-    t_compute REAL, t_comm REAL, t_compress REAL, t_idle REAL, t_emulated REAL,
+    t_compute REAL, t_comm REAL, t_compress REAL, t_idle REAL, t_emul_compute REAL, t_emul_comm REAL,
     samples_per_s REAL, wall REAL,
     PRIMARY KEY (run_id, step, worker)
 ) WITHOUT ROWID;
@@ -338,7 +339,7 @@ class RunStore:
                 "bytes_sent": float(per.bytes_sent.sum()) if len(per) else 0.0,
                 "bytes_recv": float(per.bytes_recv.sum()) if len(per) else 0.0,
             }
-            for k in ("t_compute", "t_comm", "t_compress", "t_idle", "t_emulated"):
+            for k in ("t_compute", "t_comm", "t_compress", "t_idle", "t_emul_compute", "t_emul_comm"):
                 # mean over workers of each worker's total seconds
                 row[k] = float(workers[k].sum().mean()) if len(per) else math.nan
             out.append(row)
@@ -395,7 +396,8 @@ class RunStore:
 
 
 _UNITS = {"loss": "cross-entropy (nats)", "test_acc": "fraction", "bytes_sent": "bytes", "bytes_recv": "bytes",
-          "t_compute": "s", "t_comm": "s", "t_compress": "s", "t_idle": "s", "t_emulated": "s",
+          "t_compute": "s", "t_comm": "s", "t_compress": "s", "t_idle": "s", "t_emul_compute": "s",
+          "t_emul_comm": "s",
           "samples_per_s": "samples/s", "wall": "s since start", "worker": "rank; -1 = whole job"}
 
 _DEFAULT: dict[str, RunStore] = {}

@@ -24,7 +24,7 @@ def _rows(steps, workers=2):
         for w in range(workers):
             out.append({"step": s, "worker": w, "loss": 2.0 / s, "bytes_sent": 100.0, "bytes_recv": 100.0,
                         "t_compute": 0.01, "t_comm": 0.002, "t_compress": 0.0, "t_idle": 0.001 * w,
-                        "t_emulated": 0.0, "samples_per_s": 3200.0, "wall": 0.02 * s})
+                        "t_emul_compute": 0.0, "t_emul_comm": 0.0, "samples_per_s": 3200.0, "wall": 0.02 * s})
         out.append({"step": s, "worker": JOB_WORKER, "loss": 2.0 / s, "test_acc": 0.5 + 0.01 * s if s % 5 == 0 else None,
                     "bytes_sent": 200.0, "bytes_recv": 200.0, "samples_per_s": 6400.0, "wall": 0.02 * s})
     return out

@@ -26,7 +26,8 @@ Time split per worker and step (seconds):
   as their clock synchronisation).
 * ``t_comm``: the rest of the time in the collective (and in seed C's sample exchange).
 * ``t_compress``: 0 (no compression yet).
-* ``t_emulated``: the part of compute + comm that was emulated waiting.
+* ``t_emul_compute``: the part of t_compute that was emulated device waiting.
+* ``t_emul_comm``: the part of t_comm that was emulated link waiting.
 """
 
 from __future__ import annotations
@@ -56,7 +57,8 @@ from lab.train import emulation as emu
 
 GLOO_TIMEOUT_S = float(os.environ.get("LAB_GLOO_TIMEOUT", "60"))
 FLUSH_EVERY = 10  # steps between measurement gathers (live charts refresh at this pace)
-REC = ("step", "loss", "t_compute", "t_coll", "t_emulated", "ready", "end", "bytes_sent", "bytes_recv", "samples")
+REC = ("step", "loss", "t_compute", "t_coll", "t_emul_compute", "t_emul_comm", "ready", "end", "bytes_sent",
+       "bytes_recv", "samples")
 R = {k: i for i, k in enumerate(REC)}
 IDLE_DEFINITION = ("idle = latest 'ready to communicate' wall-clock stamp among the workers minus this "
                    "worker's own stamp, capped at its time in the collective; comm = the rest")
@@ -276,7 +278,7 @@ class Trainer:
         if math.isfinite(glob):
             glob = self._opt_step(glob)
         self._last_opt_s = time.perf_counter() - t2
-        return local, glob, tc + self._last_opt_s + emul, tcoll, emul + emul_c, ready, sent, recv
+        return local, glob, tc + self._last_opt_s + emul, tcoll, emul, emul_c, ready, sent, recv
 
     def step_state(self) -> tuple:
         t0 = time.perf_counter()
@@ -302,7 +304,7 @@ class Trainer:
         if math.isfinite(glob):
             glob = self._opt_step(glob, fn)
         self._last_opt_s = max(0.0, time.perf_counter() - t2 - (coll["t"] - before))
-        return (local, glob, tc + self._last_opt_s + emul, coll["t"], emul + coll["emul"], ready,
+        return (local, glob, tc + self._last_opt_s + emul, coll["t"], emul, coll["emul"], ready,
                 coll["sent"], coll["recv"])
 
     def _opt_step(self, glob: float, allreduce_fn=None) -> float:
@@ -332,7 +334,7 @@ class Trainer:
             r.wait()
         tcoll = time.perf_counter() - t1
         glob = float(self.pflat[-1])
-        return local, glob, tc + emul, tcoll, emul + delay, ready, nbytes, nbytes
+        return local, glob, tc + emul, tcoll, emul, delay, ready, nbytes, nbytes
 
     def step_ps_server(self) -> tuple:
         ready = time.time()
@@ -362,7 +364,7 @@ class Trainer:
         for r in [dist.isend(self.pflat, w) for w in range(self.n)]:
             r.wait()
         tcoll = t_recv + time.perf_counter() - t3
-        return math.nan, glob, tc, tcoll, delay, ready, nbytes * self.n, nbytes * self.n
+        return math.nan, glob, tc, tcoll, 0.0, delay, ready, nbytes * self.n, nbytes * self.n
 
     # ----- evaluation, checksum, records -------------------------------------------------------
     def sync_buffers(self) -> None:
@@ -434,7 +436,8 @@ class Trainer:
                 out.append({"step": step, "worker": rank, "loss": float(r[R["loss"]]),
                             "bytes_sent": float(r[R["bytes_sent"]]), "bytes_recv": float(r[R["bytes_recv"]]),
                             "t_compute": float(r[R["t_compute"]]), "t_comm": coll - idle, "t_compress": 0.0,
-                            "t_idle": idle, "t_emulated": float(r[R["t_emulated"]]),
+                            "t_idle": idle, "t_emul_compute": float(r[R["t_emul_compute"]]),
+                            "t_emul_comm": float(r[R["t_emul_comm"]]),
                             "samples_per_s": samples / dt, "wall": float(r[R["end"]]) - self.t_start})
             prev = self._prev_end.get(JOB_WORKER, self.t_start)
             self._prev_end[JOB_WORKER] = end
@@ -506,16 +509,16 @@ class Trainer:
         for step in range(1, steps + 1):
             self.step_no = step
             self.fault(step)
-            local, glob, tcomp, tcoll, temul, ready, sent, recv = step_fn()
+            local, glob, tcomp, tcoll, emul_cp, emul_cm, ready, sent, recv = step_fn()
             if step == 1 and not self.is_server:
                 self._check_grad_views()
             t_x = time.perf_counter()
             xs, xr, xd = self.exchange()
             tcoll += time.perf_counter() - t_x
-            temul += xd
+            emul_cm += xd
             finite = math.isfinite(glob)
             samples = 0 if self.is_server else self.plan.batch_sizes[self.rank]
-            self.records.append([step, local, tcomp, tcoll, temul, ready, time.time(), sent + xs, recv + xr,
+            self.records.append([step, local, tcomp, tcoll, emul_cp, emul_cm, ready, time.time(), sent + xs, recv + xr,
                                  samples])
             last = step == steps or not finite
             if self.rank == 0:
