@@ -71,9 +71,13 @@ For the training job: one line per step
 method over the default process group (or ``group=``), and returns the dense **sum** over the
 workers of what each sent, as float32 of ``flat_grad``'s shape, with ``stats``: ``bytes_sent`` and
 ``bytes_recv`` (this worker, this step, counted from the messages really sent), ``t_compress`` and
-``t_comm`` (seconds, measured), ``kept`` (entries this worker sent), ``density`` (kept / numel)
-and ``nnz_sum`` (non-zero entries of the shared result's support). Every worker gets the identical
-tensor.
+``t_comm`` (seconds, measured; ``delay`` of it was emulated link time), ``kept`` (entries this
+worker sent), ``density`` (kept / numel), ``payload_bytes`` (this worker's serialised payload) and
+``nnz_sum`` (non-zero entries of the result). Every worker gets the identical tensor. Options:
+``step(flat_grad, group=..., link_delay=...)`` with the link-emulation hook of
+:func:`lab.comm.ring.ring_allreduce`; ``gc.reset()`` forgets the residual. RandomK workers share
+the seed, so they pick the same positions each step; pass ``seed=seed + rank`` for independent
+picks. The summed result of ``sharing="dense"`` is float32 all-reduced by the lab's ring.
 """
 
 from __future__ import annotations
@@ -483,16 +487,27 @@ class GradientCompressor:
             raise LabError(f"unknown sharing method {self.sharing!r}; choose one of {list(SHARING_METHODS)}",
                            where="compression.sharing")
 
-    def step(self, flat_grad: torch.Tensor, group: Any = None) -> tuple[torch.Tensor, dict]:
+    def reset(self) -> None:
+        """Forget the error-feedback residual (e.g. after restoring a checkpoint)."""
+        if isinstance(self.compressor, ErrorFeedback):
+            self.compressor.reset()
+
+    def step(self, flat_grad: torch.Tensor, group: Any = None,
+             link_delay: Any = None) -> tuple[torch.Tensor, dict]:
+        """One step: compress, share over ``group`` (default: the whole world), return (sum, stats).
+
+        ``link_delay(src, dst, nbytes) -> seconds`` is slept before each message (link emulation,
+        the same hook as :func:`lab.comm.ring.ring_allreduce`).
+        """
         from lab.comm.sparse import share
 
         t0 = time.perf_counter()
         payload = self.compressor.compress(flat_grad)
         t1 = time.perf_counter()
-        summed, stats = share(payload, self.sharing, group=group)
+        summed, stats = share(payload, self.sharing, group=group, link_delay=link_delay)
         t2 = time.perf_counter()
         out = {"bytes_sent": stats["bytes_sent"], "bytes_recv": stats["bytes_recv"],
-               "t_compress": t1 - t0, "t_comm": t2 - t1, "kept": payload.count,
+               "t_compress": t1 - t0, "t_comm": t2 - t1, "delay": stats.get("delay", 0.0), "kept": payload.count,
                "density": payload.count / payload.numel, "payload_bytes": payload.nbytes,
                "nnz_sum": int(torch.count_nonzero(summed))}
         return summed.view(flat_grad.shape), out

@@ -145,3 +145,12 @@ def test_group_topk_ddp_comm_hook_on_gloo(real_rows):
         tol = 0.0 if r["sharing"] == "allgather" else 1e-6 * r["max_abs_ref"]  # the ring adds in another order
         assert r["max_abs_diff"] <= tol, r
         assert r["ef_finite"] and r["ef_calls"] >= 2 and r["ef_residuals"] >= 1
+
+
+@pytest.mark.timeout(300)
+def test_link_delay_hook_is_called_for_every_message(real_rows):
+    rows = [r for r in real_rows if r["kind"] == "delay"]
+    assert len(rows) == 4
+    for r in rows:
+        assert r["exact"] and r["calls"] == 2 * (4 - 1) and r["bytes_match"] and r["to_right"]
+        assert r["delay"] == pytest.approx(r["calls"] * 1e-4)

@@ -607,6 +607,19 @@ def _sharing_checks(rank: int, world: int, sizes: tuple, seed: int) -> list[dict
                          "allgather_bytes": [ast["bytes_sent"], ast["bytes_recv"]],
                          "sim_allgather_bytes": [ag_sent[rank], ag_recv[rank]],
                          "hops_equal": rst["hops"] == [h for h in sim.hops if h["rank"] == rank]})
+            if N == world and n == sizes[-1]:  # link emulation: the hook is called per message
+                calls: list[tuple] = []
+
+                def delay(src: int, dst: int, nbytes: int) -> float:
+                    calls.append((src, dst, nbytes))
+                    return 1e-4
+
+                dring, dst = sparse_ring_allreduce(mine, n, group=grp, link_delay=delay)
+                rows.append({"N": N, "n": n, "rank": rank, "kind": "delay",
+                             "exact": bool(torch.equal(dring.to(torch.float64), ref)),
+                             "calls": len(calls), "delay": dst["delay"],
+                             "bytes_match": sum(c[2] for c in calls) == dst["bytes_sent"],
+                             "to_right": all(c == (rank, (rank + 1) % N) for c in (c[:2] for c in calls))})
             for method in SHARING_METHODS:  # the one-line training entry point: two steps with EF
                 gc = GradientCompressor(Compression(kind="group_topk", ratio=0.1, group_size=16,
                                                     error_feedback=True, sharing=method), seed=seed)
