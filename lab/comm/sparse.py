@@ -42,9 +42,10 @@ DDP communication hook
 feedback) into ``DistributedDataParallel.register_comm_hook`` on gloo: every worker keeps exactly
 k entries per group, so all payloads have the same length and gloo's asynchronous ``all_gather``
 (whose ``get_future()`` gloo supports) carries them without padding. ``sharing="sparse_ring"``
-runs the seed's ring inside the hook instead; gloo's point-to-point ``isend``/``irecv`` return no
-future a hook could chain, so that variant completes synchronously and returns a finished future
-(correct, but the communication no longer overlaps the rest of the backward pass).
+runs the seed's ring inside the hook instead; on gloo the point-to-point ``isend``/``irecv`` works
+have no future a hook could chain (``Work.get_future()`` raises "Work::getFuture not implemented",
+torch 2.13), so that variant completes synchronously and returns a finished future (correct, but
+the communication no longer overlaps the rest of the backward pass).
 """
 
 from __future__ import annotations
