@@ -25,10 +25,10 @@ OP_CLASSES: tuple[str, ...] = ("matmul", "conv", "elementwise", "norm", "pool", 
 OP_CLASS_LABELS: dict[str, str] = {
     "matmul": "matmul / linear",
     "conv": "convolution",
-    "elementwise": "element-wise / activation",
+    "elementwise": "element-wise / activation (ReLU, add, mul)",
     "norm": "normalisation",
     "pool": "pooling",
-    "other": "other (reshape, add, softmax...)",
+    "other": "other (softmax, mean, reshape...)",
 }
 
 DEVICE_TYPES: tuple[str, ...] = ("cpu", "gpu", "fpga", "asic", "dpu", "npu", "tpu")
