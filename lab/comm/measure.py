@@ -88,22 +88,101 @@ def human_bytes(n: float) -> str:
 # ---------------------------------------------------------------------------------------------
 # worker side (runs in each spawned process)
 # ---------------------------------------------------------------------------------------------
+def _emit(row: dict) -> None:
+    sys.stdout.write(_RESULT + json.dumps(row) + "\n")
+    sys.stdout.flush()
+
+
 def _worker(cfg: dict) -> None:
+    import torch
+    import torch.distributed as dist
+
+    rank, world = cfg["rank"], cfg["procs"]
+    torch.set_num_threads(1)
+    timeout = datetime.timedelta(seconds=cfg["op_timeout"])
+    store = dist.TCPStore("127.0.0.1", cfg["port"], world_size=world, is_master=False, timeout=timeout)
+    dist.init_process_group("gloo", store=dist.PrefixStore("lab-comm", store), rank=rank, world_size=world,
+                            timeout=timeout)
+    if cfg.get("die_rank") == rank:
+        sys.stderr.write(f"rank {rank}: dying on purpose (die_rank, for tests)\n")
+        sys.stderr.flush()
+        os._exit(3)
+    if cfg["task"] == "check":
+        _check_worker(cfg)
+    else:
+        _measure_worker(cfg)
+    dist.barrier()
+    dist.destroy_process_group()
+
+
+def _check_worker(cfg: dict) -> None:
+    import torch
+    import torch.distributed as dist
+
+    from lab.collectives import build_schedule
+    from lab.comm import ring
+    from lab.comm.ring import BYTES, ring_allreduce
+
+    rank, world = cfg["rank"], cfg["procs"]
+    if cfg.get("piece_bytes"):
+        ring.PIECE_BYTES = int(cfg["piece_bytes"])
+
+    def report(case: str, count: int, dtype, got, ref, st, nbytes: int) -> None:
+        diff = torch.tensor([float((got.double() - ref.double()).abs().max()) if got.numel() else 0.0])
+        dist.all_reduce(diff, op=dist.ReduceOp.MAX)
+        info = torch.tensor([[st.sent, st.received]], dtype=torch.int64)
+        every = [torch.zeros_like(info) for _ in range(world)]
+        dist.all_gather(every, info)
+        if rank == 0:
+            item = got.element_size()
+            model = build_schedule("ring", world, nbytes, itemsize=item) if world > 1 and nbytes else None
+            _emit({"case": case, "count": count, "dtype": str(dtype).replace("torch.", ""), "max_diff": diff.item(),
+                   "sent": [int(e[0, 0]) for e in every], "received": [int(e[0, 1]) for e in every],
+                   "model_sent": model.sent_bytes() if model else [0] * world,
+                   "model_received": model.received_bytes() if model else [0] * world})
+
+    for count in cfg["counts"]:
+        g = torch.Generator().manual_seed(cfg["seed"] * 1000 + rank * 7 + count)
+        for dtype, op in ((torch.float32, "sum"), (torch.float32, "mean"), (torch.float64, "mean")):
+            x = torch.randn(count, generator=g, dtype=dtype)
+            ref = x.clone()
+            dist.all_reduce(ref)
+            if op == "mean":
+                ref /= world
+            before = BYTES.snapshot()["sent"]
+            st = ring_allreduce(x, op)
+            assert BYTES.snapshot()["sent"] - before == st.sent
+            report(f"{op}", count, dtype, x, ref, st, count * x.element_size())
+        x = torch.randint(-1000, 1000, (count,), generator=g, dtype=torch.int64)
+        ref = x.clone()
+        dist.all_reduce(ref)
+        st = ring_allreduce(x, "sum")
+        report("sum", count, torch.int64, x, ref, st, count * 8)
+        base = torch.randn(3, count, generator=g)
+        x = base.t()  # non-contiguous view: reduced and written back in place
+        ref = x.contiguous()
+        dist.all_reduce(ref)
+        st = ring_allreduce(x, "sum")
+        report("sum non-contiguous", count, torch.float32, x, ref, st, 3 * count * 4)
+    # link emulation: every message waits its modelled time before it leaves
+    calls = []
+    x = torch.ones(max(world * 3, 1))
+    st = ring_allreduce(x, "sum", link_delay=lambda src, dst, nb: calls.append((src, dst, nb)) or 0.01)
+    ok = bool(x.eq(world).all()) and all(s == rank and d == (rank + 1) % world for s, d, _ in calls)
+    flag = torch.tensor([1 if ok else 0])
+    dist.all_reduce(flag, op=dist.ReduceOp.MIN)
+    if rank == 0:
+        _emit({"case": "link_delay", "count": x.numel(), "dtype": "float32", "ok": bool(flag.item()),
+               "messages": st.messages_sent, "delay": st.delay_seconds, "seconds": st.seconds})
+
+
+def _measure_worker(cfg: dict) -> None:
     import torch
     import torch.distributed as dist
 
     from lab.comm.ring import ring_allreduce
 
     rank, world = cfg["rank"], cfg["procs"]
-    torch.set_num_threads(1)
-    timeout = datetime.timedelta(seconds=cfg["op_timeout"])
-    store = dist.TCPStore("127.0.0.1", cfg["port"], world_size=world, is_master=False, timeout=timeout)
-    dist.init_process_group("gloo", store=dist.PrefixStore("measure", store), rank=rank, world_size=world,
-                            timeout=timeout)
-    if cfg.get("die_rank") == rank:
-        sys.stderr.write(f"rank {rank}: dying on purpose (die_rank, for tests)\n")
-        sys.stderr.flush()
-        os._exit(3)
     fns = {"ring": lambda x: ring_allreduce(x, "sum"), "gloo": lambda x: dist.all_reduce(x)}
     for size in cfg["sizes"]:
         x = torch.ones(size // ITEMSIZE, dtype=torch.float32)
@@ -127,11 +206,7 @@ def _worker(cfg: dict) -> None:
             good = torch.tensor([1 if ok[impl] else 0])
             dist.all_reduce(good, op=dist.ReduceOp.MIN)
             if rank == 0:
-                row = {"impl": impl, "size": size, "times": t.tolist(), "correct": bool(good.item())}
-                sys.stdout.write(_RESULT + json.dumps(row) + "\n")
-                sys.stdout.flush()
-    dist.barrier()
-    dist.destroy_process_group()
+                _emit({"impl": impl, "size": size, "times": t.tolist(), "correct": bool(good.item())})
 
 
 # ---------------------------------------------------------------------------------------------
@@ -165,46 +240,25 @@ def _tail(path: str, lines: int = 6) -> str:
     return "\n".join(text[-lines:])
 
 
-def measure(procs: int, sizes: Sequence[int], iters: int = 20, impls: Sequence[str] = IMPLS, *,
-            warmup: int = 3, progress: Callable[[int, int, dict], None] | None = None,
-            timeout: float = 300.0, op_timeout: float = 60.0, die_rank: int | None = None) -> list[dict]:
-    """Time all-reduce with ``procs`` local processes; one row per (size, impl), in order.
+def _run_workers(procs: int, cfg: dict, total: int, on_result: Callable[[dict], None], *,
+                 timeout: float, op_timeout: float, what: str) -> None:
+    """Start ``procs`` workers running ``cfg["task"]``; feed rank 0's results to ``on_result``.
 
-    Each row: procs, size (bytes), count (float32 elements), impl, time (s, median over
-    iterations of the slowest rank), time_min, time_max, iters, algbw, busbw (bytes/s),
-    correct, source="measured". ``progress(done, total, row)`` is called as rows arrive.
-    The whole run stops with a LabError after ``timeout`` seconds; ``die_rank`` makes that
-    worker exit at start (to test the error path).
-    """
-    if isinstance(procs, bool) or not isinstance(procs, int) or not 1 <= procs <= MAX_PROCS:
-        raise LabError(f"procs must be a whole number from 1 to {MAX_PROCS} (got {procs!r})", where="measure")
-    if not isinstance(iters, int) or not 1 <= iters <= 10_000:
-        raise LabError(f"iters must be a whole number from 1 to 10000 (got {iters!r})", where="measure")
-    if not isinstance(warmup, int) or not 0 <= warmup <= 1000:
-        raise LabError(f"warmup must be a whole number from 0 to 1000 (got {warmup!r})", where="measure")
-    impls = list(impls)
-    bad = [i for i in impls if i not in IMPLS]
-    if bad or not impls:
-        raise LabError(f"unknown implementation(s) {bad}; allowed: {list(IMPLS)}", where="measure")
-    sizes = [int(s) for s in sizes]
-    if not sizes or any(s < ITEMSIZE or s % ITEMSIZE or s > MAX_BYTES for s in sizes):
-        raise LabError(f"sizes must be whole float32 buffers: multiples of 4 bytes from 4 B to 1 GiB (got {sizes})",
-                       where="measure")
+    Stops with a LabError (after killing and reaping every worker) if a worker dies, or the
+    whole run takes longer than ``timeout`` seconds."""
     import torch.distributed as dist
 
     store = dist.TCPStore("127.0.0.1", 0, world_size=procs, is_master=True, wait_for_workers=False,
                           timeout=datetime.timedelta(seconds=op_timeout))
-    cfg = {"procs": procs, "port": store.port, "sizes": sizes, "impls": impls, "iters": iters, "warmup": warmup,
-           "op_timeout": op_timeout, "die_rank": die_rank}
+    cfg = {**cfg, "procs": procs, "port": store.port, "op_timeout": op_timeout}
     env = dict(os.environ)
     env["PYTHONPATH"] = str(_ROOT) + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
     env.setdefault("GLOO_SOCKET_IFNAME", "lo")
     env["OMP_NUM_THREADS"] = "1"
-    total = len(sizes) * len(impls)
-    rows: list[dict] = []
     workers: list[subprocess.Popen] = []
     lines: queue.Queue = queue.Queue()
-    with tempfile.TemporaryDirectory(prefix="lab-measure-") as tmp:
+    got = 0
+    with tempfile.TemporaryDirectory(prefix="lab-comm-") as tmp:
         errs = [os.path.join(tmp, f"rank{r}.err") for r in range(procs)]
         try:
             for r in range(procs):
@@ -230,35 +284,86 @@ def measure(procs: int, sizes: Sequence[int], iters: int = 20, impls: Sequence[s
                 if line is None:
                     eof = True
                 elif line.startswith(_RESULT):
-                    row = _row(procs, json.loads(line[len(_RESULT):]))
-                    rows.append(row)
-                    if progress is not None:
-                        progress(len(rows), total, row)
+                    got += 1
+                    on_result(json.loads(line[len(_RESULT):]))
                 for r, p in enumerate(workers):
                     rc = p.poll()
                     if rc is not None and rc != 0:
                         _kill_all(workers)
                         detail = _tail(errs[r])
-                        raise LabError(f"worker rank {r} of {procs} died (exit code {rc}) after {len(rows)} of "
+                        raise LabError(f"worker rank {r} of {procs} died (exit code {rc}) after {got} of "
                                        f"{total} results; the run was stopped and every worker reaped."
-                                       + (f" Its last words: {detail}" if detail else ""), where="measure")
+                                       + (f" Its last words: {detail}" if detail else ""), where=what)
                 if eof and all(p.poll() == 0 for p in workers):
                     break
                 if time.monotonic() > deadline:
                     _kill_all(workers)
-                    raise LabError(f"the measurement took longer than {timeout:g} s and was stopped "
-                                   f"({len(rows)} of {total} results); try fewer sizes or iterations",
-                                   where="measure")
+                    raise LabError(f"the run took longer than {timeout:g} s and was stopped ({got} of {total} "
+                                   "results); try fewer sizes or iterations", where=what)
         finally:
             _kill_all(workers)
             for p in workers:
                 if p.stdout:
                     p.stdout.close()
-    if len(rows) != total:
-        raise LabError(f"the workers finished with {len(rows)} of {total} results", where="measure")
+    if got != total:
+        raise LabError(f"the workers finished with {got} of {total} results", where=what)
+
+
+def measure(procs: int, sizes: Sequence[int], iters: int = 20, impls: Sequence[str] = IMPLS, *,
+            warmup: int = 3, progress: Callable[[int, int, dict], None] | None = None,
+            timeout: float = 300.0, op_timeout: float = 60.0, die_rank: int | None = None) -> list[dict]:
+    """Time all-reduce with ``procs`` local processes; one row per (size, impl), in order.
+
+    Each row: procs, size (bytes), count (float32 elements), impl, time (s, median over
+    iterations of the slowest rank), time_min, time_max, iters, algbw, busbw (bytes/s),
+    correct, source="measured". ``progress(done, total, row)`` is called as rows arrive.
+    The whole run stops with a LabError after ``timeout`` seconds; ``die_rank`` makes that
+    worker exit at start (to test the error path).
+    """
+    if isinstance(procs, bool) or not isinstance(procs, int) or not 1 <= procs <= MAX_PROCS:
+        raise LabError(f"procs must be a whole number from 1 to {MAX_PROCS} (got {procs!r})", where="measure")
+    if not isinstance(iters, int) or not 1 <= iters <= 10_000:
+        raise LabError(f"iters must be a whole number from 1 to 10000 (got {iters!r})", where="measure")
+    if not isinstance(warmup, int) or not 0 <= warmup <= 1000:
+        raise LabError(f"warmup must be a whole number from 0 to 1000 (got {warmup!r})", where="measure")
+    impls = list(impls)
+    bad = [i for i in impls if i not in IMPLS]
+    if bad or not impls:
+        raise LabError(f"unknown implementation(s) {bad}; allowed: {list(IMPLS)}", where="measure")
+    sizes = [int(s) for s in sizes]
+    if not sizes or any(s < ITEMSIZE or s % ITEMSIZE or s > MAX_BYTES for s in sizes):
+        raise LabError(f"sizes must be whole float32 buffers: multiples of 4 bytes from 4 B to 1 GiB (got {sizes})",
+                       where="measure")
+    total = len(sizes) * len(impls)
+    rows: list[dict] = []
+
+    def on_result(raw: dict) -> None:
+        rows.append(_row(procs, raw))
+        if progress is not None:
+            progress(len(rows), total, rows[-1])
+
+    cfg = {"task": "measure", "sizes": sizes, "impls": impls, "iters": iters, "warmup": warmup,
+           "die_rank": die_rank}
+    _run_workers(procs, cfg, total, on_result, timeout=timeout, op_timeout=op_timeout, what="measure")
     wrong = sorted({(r["impl"], r["size"]) for r in rows if not r["correct"]})
     if wrong:
         raise LabError(f"wrong all-reduce results for {wrong}", where="measure")
+    return rows
+
+
+def check_ring(procs: int, counts: Sequence[int], *, seed: int = 0, piece_bytes: int | None = None,
+               timeout: float = 120.0) -> list[dict]:
+    """Run the lab's ring beside gloo's all_reduce on ``procs`` processes (one process group)
+    for tensors of each element count in ``counts``: float32 and float64 sum and mean, int64
+    sum, a non-contiguous 2-D tensor, and the link-delay hook. One row per case, with the
+    largest difference from gloo and the bytes the ring counted on every rank (for tests and
+    for checking an installation). ``piece_bytes`` overrides the ring's piece size, so small
+    tensors also run the multi-piece pipeline."""
+    rows: list[dict] = []
+    cases = len(counts) * 5 + 1
+    _run_workers(procs, {"task": "check", "counts": [int(c) for c in counts], "seed": seed,
+                                 "piece_bytes": piece_bytes}, cases,
+                 rows.append, timeout=timeout, op_timeout=60.0, what="ring check")
     return rows
 
 
