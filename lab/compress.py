@@ -164,7 +164,8 @@ class Payload:
         head = n_full * k
         out = torch.empty_like(idx)
         if n_full:
-            out[:head] = (idx[:head].view(n_full, k) + torch.arange(n_full, dtype=torch.int64).mul_(gs)[:, None]).view(-1)
+            base = torch.arange(n_full, dtype=torch.int64).mul_(gs)[:, None]
+            out[:head] = (idx[:head].view(n_full, k) + base).view(-1)
         out[head:] = idx[head:] + n_full * gs
         return out
 

@@ -48,7 +48,8 @@ def ring(grads: list, kind: str, ratio: float, group_size: int, seed: int):
 
 @st.cache_data(show_spinner="Factorising…", max_entries=8)
 def matrices(seed: int, batch: int, damping: float, workers: int, by_class: bool) -> dict:
-    return {k: [m.numpy() for m in v] for k, v in chol.example_matrices(seed, batch, damping, workers, by_class).items()}
+    mats = chol.example_matrices(seed, batch, damping, workers, by_class)
+    return {k: [m.numpy() for m in v] for k, v in mats.items()}
 
 
 # ---------------------------------------------------------------- compressors on one gradient
@@ -124,7 +125,8 @@ with ui.guarded("the ring simulation"):
     st.markdown(f"Each worker kept **{sharing['kept_per_worker'][0]:,}** entries; their sum has "
                 f"**{sharing['support']:,}** non-zero entries ({sharing['support'] / grads[0].size:.2%} density).")
     if st.button("Use this compressor, ratio and group size in the scenario", key="ring_apply"):
-        c = Compression.from_dict({**comp.to_dict(), "kind": kind, "ratio": float(ratio), "group_size": int(group_size)})
+        c = Compression.from_dict({**comp.to_dict(), "kind": kind, "ratio": float(ratio),
+                                   "group_size": int(group_size)})
         ui.set_scenario(sc.replace(training=sc.training.replace(compression=c)))
         st.success(f"Scenario compression: {COMPRESSOR_LABELS[kind]}, ratio {ratio:g}, group size {group_size}.")
 

@@ -22,8 +22,8 @@ def text(at) -> str:
 def test_page_renders_every_section_with_labels(at):
     assert at.title[0].value == "Compression"
     heads = [h.value for h in at.header]
-    assert heads[:3] == ["Compressors on one gradient", "Sharing across workers: the seed's sparse ring and its fill-in",
-                         "The Cholesky claim (seed A)"]
+    assert heads[:3] == ["Compressors on one gradient",
+                         "Sharing across workers: the seed's sparse ring and its fill-in", "The Cholesky claim (seed A)"]
     assert "Training with compression" in heads and "preset grid" in at.info[0].value
     n = real_gradients("mlp", 1, 64, 0)[0].numel()
     body = text(at)

@@ -75,7 +75,8 @@ def time_figure(rows: Sequence[Mapping]) -> go.Figure:
 def fill_in_figure(fill_rows: Sequence[Mapping], hop_rows: Sequence[Mapping]) -> go.Figure:
     """Top: every block's entries hop by hop round the ring (fill-in). Bottom: bytes per hop."""
     fig = make_subplots(rows=2, cols=1, shared_xaxes=True, vertical_spacing=0.1, row_heights=[0.62, 0.38],
-                        subplot_titles=("entries of each block as it travels", "bytes on the wire per hop, all workers"))
+                        subplot_titles=("entries of each block as it travels",
+                                        "bytes on the wire per hop, all workers"))
     hops = sorted({(r["index"], r["hop"]) for r in fill_rows})
     order = [h for _, h in hops]
     blocks = sorted({r["block"] for r in fill_rows})
