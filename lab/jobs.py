@@ -95,10 +95,11 @@ class JobManager:
         for sc, name in items:
             if not isinstance(sc, Scenario):
                 raise LabError("a job needs a Scenario", where="jobs")
-            sc.check_devices()
             from lab.train.launcher import preflight
+            from lab.train.worker import check_scenario
 
             preflight(sc)
+            check_scenario(sc)
             rid = self.store.create_run(sc, name=name, status="queued")
             with self._lock:
                 self._queue.append(rid)

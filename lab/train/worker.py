@@ -105,6 +105,18 @@ def make_plan(sc: Scenario, world: int, model: torch.nn.Module, in_features: int
                 server_dev, op, {"weights": weights, "compute_shares_from": list(em.devices) if em else None})
 
 
+def check_scenario(sc: Scenario) -> Plan:
+    """Everything a job would refuse, checked in this process before any worker starts: devices
+    and kernels for emulation, compute shares, batch sizes, and that every worker gets data."""
+    tr = sc.training
+    ds = data_mod.load_dataset(tr.dataset, tr.dataset_size, tr.seed)
+    model = build_model(tr.model, ds.in_features, ds.classes, seed=tr.seed)
+    plan = make_plan(sc, tr.workers + (1 if tr.sync == "param_server" else 0), model, ds.in_features)
+    data_mod.make_shards(ds.y_train, plan.workers, tr.split, weights=plan.info["weights"], alpha=tr.dirichlet_alpha,
+                         seed=tr.seed)
+    return plan
+
+
 def make_optimizer(tr: Training, params, lr: float):
     from lab.optim import make_optimizer as mk
 

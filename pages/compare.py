@@ -1,0 +1,84 @@
+"""Compare: stored runs side by side (loss and accuracy against step or wall time, a summary table),
+download them as CSV, delete them."""
+
+import streamlit as st
+
+import ui
+from lab.figures import training as figs
+from lab.optim import OPTIMISER_LABELS
+from lab.runs import FINISHED, JOB_WORKER, safe_filename, store
+
+ui.scenario_sidebar()
+st.title("Compare runs")
+st.markdown(f"Every stored run of the Training page (or of `python -m lab.train`). All numbers are "
+            f"{ui.badge('measured')} on this machine; runs with emulation on also contain {ui.badge('emulated')} "
+            "waits (see the time columns).")
+
+runs_store = store()
+runs = runs_store.list_runs()
+if runs.empty:
+    st.info("No stored runs yet: start one on the Training page.")
+    st.stop()
+
+labels = {r.id: f"{r.name} · {OPTIMISER_LABELS.get(r.optimizer, r.optimizer)} · {r.status} · {r.id}"
+          for r in runs.itertuples()}
+if "cmp_runs" in st.session_state:  # drop runs deleted elsewhere
+    st.session_state["cmp_runs"] = [r for r in st.session_state["cmp_runs"] if r in labels]
+default = list(runs[runs.status.isin(FINISHED)].id[:3])
+chosen = st.multiselect("Runs", list(labels), default=default, format_func=labels.get, key="cmp_runs")
+x = st.radio("Against", ["step", "wall"], horizontal=True, key="cmp_x",
+             format_func={"step": "step (count)", "wall": "wall time (s)"}.get)
+if not chosen:
+    st.info("Pick one or more runs.")
+    st.stop()
+
+with ui.guarded("the comparison"):
+    m = runs_store.metrics(chosen, worker=JOB_WORKER)
+    names = {rid: labels[rid] for rid in chosen}
+    curves = {names[rid]: m[m.run_id == rid] for rid in chosen}
+    colours = {names[rid]: runs.set_index("id").optimizer[rid] for rid in chosen}
+    left, right = st.columns(2)
+    left.plotly_chart(figs.loss_figure(curves, x=x, colour_keys=colours), key="cmp_loss")
+    right.plotly_chart(figs.accuracy_figure(curves, x=x, colour_keys=colours), key="cmp_acc")
+    ui.caption("measured", "Training loss over each run's combined batch, and test accuracy on the held-out set, "
+               f"against {'step' if x == 'step' else 'wall-clock seconds since the workers started'}.")
+    opts = set(runs.set_index("id").optimizer[chosen])
+    if {"adabelief", "maxadabelief"} <= opts:
+        st.caption("AdaBelief and Max-AdaBelief lie on top of each other while the raw belief s is still growing "
+                   "from zero (roughly the first 1/(1 - beta2) steps, 1,000 for beta2 = 0.999): the running max of a "
+                   "growing value is the value itself. They part only when s first falls.")
+
+    s = runs_store.summary(chosen)
+    table = s.assign(**{
+        "final test accuracy (%)": s.final_test_acc * 100, "best test accuracy (%)": s.best_test_acc * 100,
+        "final loss (nats)": s.final_loss, "wall time (s)": s.wall_s, "sent (MB)": s.bytes_sent / 1e6,
+        "compute (s/worker)": s.t_compute, "comm (s/worker)": s.t_comm, "compression (s/worker)": s.t_compress,
+        "idle (s/worker)": s.t_idle, "emulated device wait (s/worker)": s.t_emul_compute,
+        "emulated link wait (s/worker)": s.t_emul_comm,
+    })[["id", "name", "status", "optimizer", "sync", "workers", "emulate", "steps", "final test accuracy (%)",
+        "best test accuracy (%)", "final loss (nats)", "wall time (s)", "sent (MB)", "compute (s/worker)",
+        "comm (s/worker)", "compression (s/worker)", "idle (s/worker)", "emulated device wait (s/worker)",
+        "emulated link wait (s/worker)"]]
+    st.dataframe(table, hide_index=True, key="cmp_table",
+                 column_config={c: st.column_config.NumberColumn(format="%.3f") for c in table.columns[8:]})
+    ui.caption("measured", "Time columns: seconds per worker summed over the run (mean over workers); compute and "
+               "comm include the emulated waits shown in the last two columns (0 without emulation). Steps: "
+               "count. Sent: all workers together.")
+
+    st.download_button("Download CSV (every step of the chosen runs)", runs_store.export_frame(chosen).to_csv(index=False),
+                       file_name=safe_filename("runs-" + "-".join(chosen[:3]), ".csv"), mime="text/csv",
+                       key="cmp_download", icon=":material/download:")
+
+with st.expander("Delete runs"):
+    st.markdown("Deletes the chosen runs, their measurements and their checkpoints.")
+    sure = st.checkbox(f"Yes, delete {len(chosen)} run(s)", key="cmp_confirm")
+    if st.button("Delete the chosen runs", key="cmp_delete", disabled=not sure, icon=":material/delete:"):
+        with ui.guarded("deleting runs"):
+            active = [rid for rid in chosen if runs_store.status(rid) in ("queued", "running")]
+            if active:
+                st.error(f"Stop these runs on the Training page first: {', '.join(active)}")
+            else:
+                for rid in chosen:
+                    runs_store.delete_run(rid)
+                st.session_state.pop("cmp_runs", None)
+                st.rerun()

@@ -1,0 +1,159 @@
+"""Training: real multi-process runs of the current scenario, watched live from the run store."""
+
+import streamlit as st
+
+import ui
+from lab.figures import training as figs
+from lab.jobs import JobManager
+from lab.models import MODEL_LABELS
+from lab.optim import OPTIMISER_LABELS
+from lab.runs import ACTIVE, JOB_WORKER, default_db_path, store
+from lab.scenario import OPTIMIZERS, SPLITS, SYNC_MODES
+
+SYNC_LABELS = {"allreduce": "gradient all-reduce, then identical local steps",
+               "param_server": "parameter server (one extra process steps the optimiser)",
+               "state_allreduce": "optimiser-state all-reduce (the seed's distributed Max-AdaBelief)"}
+SPLIT_LABELS = {"even": "even", "weighted": "weighted by compute share", "dirichlet": "non-IID by label (Dirichlet)"}
+
+
+@st.cache_resource
+def manager(db: str) -> JobManager:
+    jm = JobManager(db)
+    jm.mark_interrupted()
+    return jm
+
+
+sc = ui.scenario_sidebar()
+jm = manager(str(default_db_path()))
+runs_store = store()
+st.title("Training")
+st.markdown(
+    "Each run is a real job: N worker processes on this machine train the model over torch.distributed "
+    f"(gloo), and every number below is {ui.badge('measured')} from them. With emulation on, a worker standing "
+    "for a slower device of the topology waits in proportion to its measured compute, and the lab's ring waits "
+    f"the modelled transfer time on each link: those waits are {ui.badge('emulated')} and shown apart.")
+
+# ---------------------------------------------------------------- settings -> scenario
+tr = sc.training
+c1, c2, c3, c4 = st.columns(4)
+optimizer = c1.selectbox("Optimiser", OPTIMIZERS, OPTIMIZERS.index(tr.optimizer), key="tr_optimizer",
+                         format_func=OPTIMISER_LABELS.get)
+model = c2.selectbox("Model", list(MODEL_LABELS), list(MODEL_LABELS).index(tr.model), key="tr_model",
+                     format_func=MODEL_LABELS.get)
+sync = c3.selectbox("Sync mode", SYNC_MODES, SYNC_MODES.index(tr.sync), key="tr_sync", format_func=SYNC_LABELS.get)
+impl = c4.selectbox("All-reduce", ["gloo", "ring"], ["gloo", "ring"].index(tr.allreduce_impl), key="tr_impl",
+                    format_func={"gloo": "gloo's all_reduce", "ring": "the lab's ring (counts bytes)"}.get)
+c1, c2, c3, c4, c5 = st.columns(5)
+workers = c1.slider("Workers (processes)", 1, 4, tr.workers, key="tr_workers")
+steps = c2.number_input("Steps (count)", 1, 100_000, tr.steps, key="tr_steps")
+batch = c3.number_input("Batch per worker (samples)", 1, 4096, tr.batch_size, key="tr_batch")
+lr = c4.number_input("Learning rate", 0.0, 10.0, float(tr.lr), format="%.5f", key="tr_lr")
+seed = c5.number_input("Seed", 0, 2**31 - 1, tr.seed, key="tr_seed")
+c1, c2, c3, c4 = st.columns(4)
+split = c1.selectbox("Data split", SPLITS, SPLITS.index(tr.split), key="tr_split", format_func=SPLIT_LABELS.get)
+alpha = c2.number_input("Dirichlet alpha", 0.001, 1000.0, float(tr.dirichlet_alpha), key="tr_alpha",
+                        disabled=split != "dirichlet", help="small: each worker sees few classes")
+exchange = c3.number_input("Exchange share per step", 0.0, 1.0, float(tr.exchange_share), key="tr_exchange",
+                           help="seed C: share of its samples each worker hands its ring neighbour after every step")
+lr_scaling = c4.checkbox("Scale lr by workers", tr.lr_scaling, key="tr_lr_scaling", help="seed D's linear scaling rule")
+emulate = st.toggle("Emulate the topology's devices and links", tr.emulate, key="tr_emulate")
+devices = list(tr.worker_devices)
+if emulate or split == "weighted":
+    names = sc.topology.device_names
+    cols = st.columns(workers + (1 if sync == "param_server" else 0))
+    devices = [cols[i].selectbox(f"Worker {i} device" if i < workers else "Server device", names,
+                                 names.index(devices[i]) if i < len(devices) and devices[i] in names
+                                 else names.index("gpu") if "gpu" in names else 0, key=f"tr_dev_{i}")
+               for i in range(len(cols))]
+with ui.guarded("the training settings"):
+    new = tr.replace(optimizer=optimizer, model=model, sync=sync, allreduce_impl=impl, workers=workers, steps=steps,
+                     batch_size=batch, lr=lr, seed=seed, split=split, dirichlet_alpha=alpha, exchange_share=exchange,
+                     lr_scaling=lr_scaling, emulate=emulate, worker_devices=tuple(devices))
+    if new != tr:
+        sc = sc.replace(training=new)
+        ui.set_scenario(sc)
+
+b1, b2, _ = st.columns([1, 2, 3])
+if b1.button("Run", type="primary", key="train_run", icon=":material/play_arrow:"):
+    with ui.guarded("starting the run"):
+        st.session_state["train_watch"] = jm.submit(sc, name=f"{sc.name} · {sc.training.optimizer}").run_id
+        st.rerun()
+if b2.button("Compare the three optimisers", key="train_compare3", icon=":material/compare_arrows:",
+             help="Queues three runs of this scenario that differ only in the optimiser; they run one after another"):
+    with ui.guarded("queueing the comparison"):
+        jobs = jm.submit_many([(sc.replace(training=sc.training.replace(optimizer=o)), f"{sc.name} · {o}")
+                               for o in OPTIMIZERS])
+        st.session_state["train_watch"] = jobs[0].run_id
+        st.session_state["cmp_runs"] = [j.run_id for j in jobs]
+        st.rerun()
+
+
+# ---------------------------------------------------------------- live view
+# Poll the store every second while a job is queued or running; a full rerun when they all end
+# turns the polling off again.
+polling = bool(len(runs_store.list_runs(statuses=ACTIVE)))
+
+
+@st.fragment(run_every=1.0 if polling else None)
+def live() -> None:
+    runs = runs_store.list_runs()
+    if runs.empty:
+        st.info("No runs yet: press **Run**.")
+        return
+    active = runs[runs.status.isin(ACTIVE)]
+    if polling and not len(active):
+        st.rerun()
+    if len(active):
+        st.caption(f"Active jobs: {', '.join(f'{r.id} ({r.status})' for r in active.itertuples())}. "
+                   "At most one runs at a time; the others wait in the queue.")
+    watch = st.session_state.get("train_watch")
+    if watch not in set(runs.id):
+        running = runs[runs.status == "running"]
+        watch = (running if len(running) else runs).id.iloc[0]
+    run = runs_store.get_run(watch)
+    tr_w = run["scenario"]["training"]
+    done = runs_store.progress(watch)
+    st.subheader(f"Run {watch}")
+    st.progress(min(1.0, done / tr_w["steps"]), text=f"{run['status']}: step {done} of {tr_w['steps']} · "
+                f"{OPTIMISER_LABELS.get(tr_w['optimizer'])}, {tr_w['workers']} workers, {tr_w['sync']}"
+                + (" · emulated devices and links" if tr_w["emulate"] else " · plain local processes"))
+    if run["status"] in ("queued", "running") and st.button("Stop", key=f"train_stop_{watch}", icon=":material/stop:"):
+        with ui.guarded("stopping the run"):
+            jm.stop(watch)
+            st.rerun(scope="fragment")
+    if run["status"] in ("failed", "diverged", "interrupted") and run["error"]:
+        st.error(f"This run {run['status']}: {run['error'].splitlines()[0]}", icon=":material/error:")
+    elif run["status"] == "stopped":
+        st.warning(run["error"] or "stopped")
+    m = runs_store.metrics(watch)
+    if m.empty:
+        st.caption("Waiting for the first measurements…")
+        return
+    job, per = m[m.worker == JOB_WORKER], m[m.worker != JOB_WORKER]
+    left, right = st.columns(2)
+    left.plotly_chart(figs.loss_figure({watch: job}), key="train_loss")
+    right.plotly_chart(figs.accuracy_figure({watch: job}), key="train_acc")
+    ui.caption("measured", f"Loss of each step over the combined batch of all workers; test accuracy on the held-out "
+               f"set every {tr_w['eval_every']} steps.")
+    if len(per):
+        info = run["info"]
+        labels = {int(w): f"worker {int(w)}" + (f" ({info['devices'][int(w)]})" if info.get("devices") else "")
+                  for w in per.worker.unique()}
+        if info.get("server_rank") is not None:
+            labels[info["server_rank"]] = "parameter server"
+        st.plotly_chart(figs.time_split_figure(per, labels), key="train_split")
+        ui.caption("emulated" if tr_w["emulate"] else "measured",
+                   "Seconds per worker so far. Idle: how much earlier this worker was ready to communicate than the "
+                   "slowest one. Hatched: emulated waits (device slower than this machine; modelled link times)."
+                   f" Bytes are {info.get('bytes_kind', 'measured')} "
+                   f"({'counted by the lab ring / parameter server' if info.get('bytes_kind') == 'measured' else 'what a ring all-reduce sends; gloo does not count'}).")
+        sent = per.bytes_sent.sum() / 1e6
+        thr = job.samples_per_s.dropna()
+        c1, c2, c3 = st.columns(3)
+        c1.metric("Wall time (s)", f"{job.wall.max():.2f}")
+        c2.metric("Throughput (samples/s)", f"{thr.tail(20).mean():,.0f}" if len(thr) else "–")
+        c3.metric("Sent by all workers (MB)", f"{sent:.2f}")
+
+
+with ui.guarded("the live view"):
+    live()

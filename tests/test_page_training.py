@@ -1,0 +1,102 @@
+"""The Training and Compare pages under AppTest: settings edit the scenario, a short real run started
+from the page is watched to completion, errors are messages, and Compare overlays, exports and deletes."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from lab.runs import RunStore
+from tests.conftest import app_test, assert_no_exception
+
+pytestmark = pytest.mark.timeout(300)
+
+
+def texts(at) -> str:
+    parts = [m.value for m in at.markdown] + [c.value for c in at.caption] + [s.value for s in at.subheader]
+    parts += [str(e.value) for e in at.error] + [str(w.value) for w in at.warning] + [str(i.value) for i in at.info]
+    return "\n".join(parts)
+
+
+def run_until(at, cond, timeout=180.0):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        at.run()
+        assert not at.exception, [e.value for e in at.exception]
+        if cond(at):
+            return at
+        time.sleep(1.0)
+    raise AssertionError("timed out: " + texts(at)[-2000:])
+
+
+def test_training_page_edits_the_scenario_and_runs_a_short_job(lab_db):
+    at = app_test("pages/training.py")
+    assert_no_exception(at)
+    assert "No runs yet" in texts(at)
+    at.selectbox(key="tr_optimizer").set_value("adabelief").run()
+    at.number_input(key="tr_steps").set_value(12).run()
+    at.number_input(key="tr_lr").set_value(0.01).run()
+    assert_no_exception(at)
+    tr = at.session_state["scenario"].training
+    assert (tr.optimizer, tr.steps, tr.lr, tr.workers) == ("adabelief", 12, 0.01, 2)
+
+    at.button(key="train_run").click().run()
+    assert_no_exception(at)
+    rid = at.session_state["train_watch"]
+    store = RunStore(lab_db)
+    run_until(at, lambda a: store.status(rid) in ("done", "failed", "diverged"))
+    at.run()
+    assert_no_exception(at)
+    run = store.get_run(rid)
+    assert run["status"] == "done", run["error"]
+    assert run["scenario"]["training"]["optimizer"] == "adabelief" and run["pid"]
+    assert f"Run {rid}" in texts(at)
+    bars = at.get("progress")
+    assert bars and "done: step 12 of 12" in bars[0].proto.text
+    assert len(at.get("plotly_chart")) == 3  # loss, accuracy, time split
+    assert "measured" in texts(at)
+    metrics = {m.label: m.value for m in at.metric}
+    assert float(metrics["Wall time (s)"]) > 0
+
+
+def test_a_bad_emulation_mapping_is_a_message_not_a_traceback(lab_db):
+    at = app_test("pages/training.py")
+    at.toggle(key="tr_emulate").set_value(True).run()
+    assert_no_exception(at)
+    at.selectbox(key="tr_dev_0").set_value("fpga").run()
+    at.button(key="train_run").click().run()
+    assert not at.exception
+    errors = [str(e.value) for e in at.error]
+    assert any("no matmul kernel" in e for e in errors), errors
+    assert RunStore(lab_db).list_runs().empty
+
+
+def test_compare_three_optimisers_queues_then_compare_page(lab_db):
+    at = app_test("pages/training.py")
+    at.number_input(key="tr_steps").set_value(4).run()
+    at.slider(key="tr_workers").set_value(1).run()
+    at.button(key="train_compare3").click().run()
+    assert_no_exception(at)
+    store = RunStore(lab_db)
+    runs = store.list_runs()
+    assert sorted(runs.optimizer) == ["adabelief", "adam", "maxadabelief"]
+    assert (runs.status.isin(["queued", "running"])).all()
+    run_until(at, lambda a: store.list_runs().status.eq("done").all(), timeout=240)
+    ids = list(store.list_runs().id)
+
+    cp = app_test("pages/compare.py")
+    assert_no_exception(cp)
+    cp.multiselect(key="cmp_runs").set_value(ids).run()
+    assert_no_exception(cp)
+    assert len(cp.get("plotly_chart")) == 2
+    table = cp.dataframe[0].value
+    assert len(table) == 3 and "final test accuracy (%)" in table.columns
+    cp.radio(key="cmp_x").set_value("wall").run()
+    assert_no_exception(cp)
+    assert cp.get("download_button")
+    cp.multiselect(key="cmp_runs").set_value(ids[:1]).run()
+    cp.checkbox(key="cmp_confirm").check().run()
+    cp.button(key="cmp_delete").click().run()
+    assert_no_exception(cp)
+    assert sorted(store.list_runs().id) == sorted(ids[1:])
