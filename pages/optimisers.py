@@ -26,7 +26,7 @@ def playground(fn: str, opts: tuple, start: tuple, steps: int, lr: float, seed: 
 
 @st.cache_data(max_entries=16)
 def grid(fn: str):
-    return contour_grid(fn)
+    return contour_grid(fn, n=241)
 
 
 @st.cache_data(show_spinner="Running the counterexample…", max_entries=16)
@@ -37,19 +37,20 @@ def counterexample(opts: tuple, steps: int, lr: float, schedule: str):
 # ---------------------------------------------------------------- the 2-D playground
 st.header("2-D playground")
 with st.form("playground"):
-    c1, c2, c3 = st.columns([2, 3, 2])
+    c1, c2 = st.columns([2, 3])
     fn_key = c1.selectbox("Test function", list(FUNCTIONS), format_func=lambda k: FUNCTIONS[k].label, key="pg_fn")
     opts = c2.multiselect("Optimisers", list(PLAYGROUND_OPTIMISERS), default=list(PLAYGROUND_OPTIMISERS),
                           format_func=OPTIMISER_LABELS.get, key="pg_opts")
-    seed = c3.number_input("Noise seed", 0, 2**31 - 1, 0, key="pg_seed",
-                           help="Fixes the gradient noise of the noisy quadratic; every optimiser sees the same noise")
-    c1, c2, c3, c4, c5 = st.columns(5)
+    c1, c2, c3 = st.columns(3)
     steps = c1.slider("Steps (count)", 10, 2000, 400, step=10, key="pg_steps")
     lr = c2.number_input("Learning rate lr", 1e-4, 10.0, 0.1, format="%.4f", key="pg_lr")
-    own_start = c3.checkbox("Own start point", False, key="pg_own_start",
+    seed = c3.number_input("Noise seed", 0, 2**31 - 1, 0, key="pg_seed",
+                           help="Fixes the gradient noise of the noisy quadratic; every optimiser sees the same noise")
+    c1, c2, c3 = st.columns(3)
+    own_start = c1.checkbox("Own start point", False, key="pg_own_start",
                             help="Otherwise each function's usual start point")
-    x0 = c4.number_input("start x", -10.0, 10.0, -1.5, key="pg_x0")
-    y0 = c5.number_input("start y", -10.0, 10.0, 2.0, key="pg_y0")
+    x0 = c2.number_input("start x", -10.0, 10.0, -1.5, key="pg_x0")
+    y0 = c3.number_input("start y", -10.0, 10.0, 2.0, key="pg_y0")
     st.form_submit_button("Run", type="primary", key="pg_run")
 
 with ui.guarded("the playground"):

@@ -9,6 +9,7 @@ from typing import Mapping
 
 import numpy as np
 import plotly.graph_objects as go
+from PIL import Image
 
 #: One colour per optimiser key (lab.optim.OPTIMISERS), the same on every figure.
 OPTIMISER_COLOURS = {"adam": "#d62728", "adabelief": "#1f77b4", "maxadabelief": "#2ca02c",
@@ -18,6 +19,22 @@ _DASHES = {"maxadabelief-corrected": "dot"}
 
 def _colour(key: str) -> str:
     return OPTIMISER_COLOURS.get(key, "#444444")
+
+_LEVELS = 18
+_BAND_SCALE = [[0.0, "rgb(110,110,110)"], [1.0, "rgb(250,250,250)"]]
+
+
+def contour_image(z: np.ndarray, levels: int = _LEVELS) -> Image.Image:
+    """z (rows = increasing y) as a greyscale image of filled bands, darker = lower, band edges drawn."""
+    z = np.asarray(z, dtype=float)
+    zmin, zmax = float(np.nanmin(z)), float(np.nanmax(z))
+    q = np.floor((z - zmin) / max(zmax - zmin, 1e-300) * levels).clip(0, levels - 1)
+    grey = 110.0 + q / max(levels - 1, 1) * 140.0
+    edge = np.zeros(q.shape, dtype=bool)
+    edge[:-1, :] |= q[:-1, :] != q[1:, :]
+    edge[:, :-1] |= q[:, :-1] != q[:, 1:]
+    grey[edge] -= 45.0
+    return Image.fromarray(np.clip(grey, 0, 255).astype(np.uint8)[::-1])
 
 
 def frame_indices(n_points: int, max_frames: int = 60) -> list[int]:
@@ -32,7 +49,7 @@ def trajectory_figure(xs: np.ndarray, ys: np.ndarray, z: np.ndarray, paths: Mapp
                       labels: Mapping[str, str], *, minimum: tuple[float, float],
                       z_title: str = "f (dimensionless)", max_frames: int = 60,
                       title: str = "") -> go.Figure:
-    """Contour plot of a 2-D function with each optimiser's path, animated (play button + slider).
+    """Filled contours of a 2-D function (a background image) with each optimiser's path, animated (play button + slider).
 
     ``paths[key]`` is an (n, 2) array of points (x, y) after 0..n-1 steps. Frame j shows every path
     up to step ``frame_indices(...)[j]`` (paths that stopped early stay at their last point).
@@ -40,10 +57,16 @@ def trajectory_figure(xs: np.ndarray, ys: np.ndarray, z: np.ndarray, paths: Mapp
     n_max = max((len(p) for p in paths.values()), default=1)
     idx = frame_indices(n_max, max_frames)
     fig = go.Figure()
-    fig.add_trace(go.Contour(x=xs, y=ys, z=z, colorscale="Greys", reversescale=True, ncontours=30,
-                             contours=dict(showlines=True), line=dict(width=0.5), opacity=0.55,
-                             colorbar=dict(title=dict(text=z_title, side="right")),
-                             hovertemplate="x %{x:.3f}<br>y %{y:.3f}<br>" + z_title + " %{z:.3g}<extra></extra>"))
+    # The function is drawn as a background image of filled contour bands, not a Contour trace:
+    # inside Streamlit a Contour/Heatmap trace vanishes as soon as a frame animates, an image stays.
+    zmin, zmax = float(np.nanmin(z)), float(np.nanmax(z))
+    fig.add_layout_image(source=contour_image(z), xref="x", yref="y", x=float(xs[0]), y=float(ys[-1]),
+                         sizex=float(xs[-1] - xs[0]), sizey=float(ys[-1] - ys[0]), sizing="stretch",
+                         layer="below", opacity=1.0)
+    fig.add_trace(go.Scatter(                           # carries the colour bar for the image
+        x=[None], y=[None], mode="markers", showlegend=False, hoverinfo="skip",
+        marker=dict(color=[zmin, zmax], cmin=zmin, cmax=zmax, colorscale=_BAND_SCALE, showscale=True,
+                    colorbar=dict(title=dict(text=z_title, side="right")))))
     fig.add_trace(go.Scatter(x=[minimum[0]], y=[minimum[1]], mode="markers", name="minimum",
                              marker=dict(symbol="star", size=14, color="gold", line=dict(color="black", width=1))))
     keys = list(paths)
@@ -53,30 +76,30 @@ def trajectory_figure(xs: np.ndarray, ys: np.ndarray, z: np.ndarray, paths: Mapp
                                  line=dict(color=_colour(key), width=2, dash=_DASHES.get(key, "solid")),
                                  marker=dict(size=3), hovertemplate="x %{x:.4f}<br>y %{y:.4f}<extra>"
                                  + labels.get(key, key) + "</extra>"))
-    first_path_trace = 2
+    first_path_trace = 2                                # after the colour-bar carrier and the star
     frames = []
     for j, i in enumerate(idx):
-        data = [go.Scatter(x=paths[k][: min(i, len(paths[k]) - 1) + 1, 0],
-                           y=paths[k][: min(i, len(paths[k]) - 1) + 1, 1]) for k in keys]
+        data = [go.Scatter(x=paths[k][: min(i, len(paths[k]) - 1) + 1, 0].tolist(),
+                           y=paths[k][: min(i, len(paths[k]) - 1) + 1, 1].tolist()) for k in keys]
         frames.append(go.Frame(data=data, traces=list(range(first_path_trace, first_path_trace + len(keys))),
                                name=str(i)))
     fig.frames = frames
     play = dict(label="▶ play", method="animate",
-                args=[None, dict(frame=dict(duration=80, redraw=False), transition=dict(duration=0),
+                args=[None, dict(frame=dict(duration=80, redraw=True), transition=dict(duration=0),
                                  fromcurrent=True, mode="immediate")])
     pause = dict(label="❚❚ pause", method="animate",
                  args=[[None], dict(frame=dict(duration=0, redraw=False), mode="immediate")])
     fig.update_layout(
-        title=title, height=520, margin=dict(l=60, r=20, t=60 if title else 30, b=110),
-        xaxis=dict(title="x (dimensionless)", range=[float(xs[0]), float(xs[-1])]),
-        yaxis=dict(title="y (dimensionless)", range=[float(ys[0]), float(ys[-1])]),
-        legend=dict(orientation="h", y=-0.3),
+        title=dict(text=title, y=0.98, yanchor="top"), height=560, margin=dict(l=60, r=20, t=100, b=90),
+        xaxis=dict(title="x (dimensionless)", range=[float(xs[0]), float(xs[-1])], showgrid=False, zeroline=False),
+        yaxis=dict(title="y (dimensionless)", range=[float(ys[0]), float(ys[-1])], showgrid=False, zeroline=False),
+        legend=dict(orientation="h", y=1.01, yanchor="bottom", x=0),
         updatemenus=[dict(type="buttons", buttons=[play, pause], direction="left", x=0.0, y=-0.12,
                           xanchor="left", yanchor="top", showactive=False)],
         sliders=[dict(active=len(idx) - 1, x=0.18, len=0.82, y=-0.08, yanchor="top",
-                      currentvalue=dict(prefix="step "),
+                      currentvalue=dict(prefix="step ", xanchor="right"),
                       steps=[dict(label=str(i), method="animate",
-                                  args=[[str(i)], dict(mode="immediate", frame=dict(duration=0, redraw=False))])
+                                  args=[[str(i)], dict(mode="immediate", frame=dict(duration=0, redraw=True))])
                              for i in idx])])
     return fig
 
@@ -107,7 +130,7 @@ def effective_lr_figure(effective: Mapping[str, np.ndarray], labels: Mapping[str
                                  line=dict(color=_colour(key), dash=_DASHES.get(key, "solid"))))
     fig.update_layout(height=340, margin=dict(l=60, r=20, t=30, b=50), legend=dict(orientation="h", y=-0.25),
                       xaxis_title="step (count)",
-                      yaxis_title=f"effective step on {name}: lr / denominator (dimensionless)")
+                      yaxis_title=f"lr / denominator on {name} (dimensionless)")
     fig.update_yaxes(type="log")
     return fig
 
@@ -134,8 +157,8 @@ def counterexample_figure(xs: Mapping[str, np.ndarray], labels: Mapping[str, str
         t, y = decimate(np.arange(1, len(x) + 1), np.asarray(x), max_points)
         fig.add_trace(go.Scattergl(x=t, y=y, mode="lines", name=labels.get(key, key),
                                    line=dict(color=_colour(key), width=1.5, dash=_DASHES.get(key, "solid"))))
-    fig.add_hline(y=-1, line=dict(color="gold", width=3), annotation_text="optimum x = -1",
-                  annotation_position="bottom right")
+    fig.add_hline(y=-1, line=dict(color="goldenrod", width=2, dash="dash"), layer="below",
+                  annotation_text="optimum x = -1", annotation_position="top right")
     fig.update_layout(height=380, margin=dict(l=60, r=20, t=30, b=50), legend=dict(orientation="h", y=-0.22),
                       xaxis_title="t (step count)", yaxis_title="x_t (dimensionless)",
                       yaxis=dict(range=[-1.1, 1.1]))
@@ -143,15 +166,22 @@ def counterexample_figure(xs: Mapping[str, np.ndarray], labels: Mapping[str, str
 
 
 def regret_figure(avg_regret: Mapping[str, np.ndarray], labels: Mapping[str, str],
-                  max_points: int = 4000) -> go.Figure:
-    """Average regret R_t / t against t (it goes to 0 only for a method that converges)."""
+                  max_points: int = 4000, skip: int = 101) -> go.Figure:
+    """Average regret R_t / t against t (it goes to 0 only for a method that converges). The y range
+    leaves out the first ``skip`` steps, where R_t / t starts at 1010 and would flatten the rest."""
     fig = go.Figure()
+    tails = [np.asarray(r)[skip:] for r in avg_regret.values() if len(r) > skip]
+    if tails:
+        lo, hi = min(float(t.min()) for t in tails), max(float(t.max()) for t in tails)
+        pad = 0.05 * max(hi - lo, 1e-9)
+        fig.update_yaxes(range=[min(lo, 0.0) - pad, hi + pad])
     for key, r in avg_regret.items():
         t, y = decimate(np.arange(1, len(r) + 1), np.asarray(r), max_points)
         fig.add_trace(go.Scattergl(x=t, y=y, mode="lines", name=labels.get(key, key),
                                    line=dict(color=_colour(key), width=1.5, dash=_DASHES.get(key, "solid"))))
+    n = max((len(r) for r in avg_regret.values()), default=1)
     fig.update_layout(height=340, margin=dict(l=60, r=20, t=30, b=50), legend=dict(orientation="h", y=-0.25),
                       xaxis_title="t (step count)", yaxis_title="average regret R_t / t (dimensionless)")
-    fig.update_xaxes(type="log")
+    fig.update_xaxes(type="log", range=[np.log10(min(skip, n)), np.log10(max(n, 2))])
     return fig
 
