@@ -350,6 +350,47 @@ def check_schedule(s: Schedule) -> None:
                                      f"{s.label(mask, c)} instead of every contribution")
 
 
+def uniform_star(n: int, bandwidth: float, latency: float, *, host: bool = True,
+                 group_size: int | None = None) -> Topology:
+    """N identical devices A, B, C, ... (and a "host") on one non-blocking switch, each link
+    ``bandwidth`` bytes/s per direction and ``latency`` s; pools of ``group_size`` devices
+    (default about sqrt(N)) for the hierarchical algorithm."""
+    from lab.topology import Device, Link, Switch
+
+    if not 2 <= n <= MAX_SCHEDULE_DEVICES:
+        raise LabError(f"N must be from 2 to {MAX_SCHEDULE_DEVICES} (got {n})", where="identical devices")
+    sizes = [group_size] * (n // group_size) + ([n % group_size] if n % group_size else []) if group_size \
+        else _default_group_sizes(n)
+    pools = [f"group{g}" for g, size in enumerate(sizes) for _ in range(size)]
+    devs = [Device(nm, "gpu", pool=pools[i], throughput={"matmul": 1e12}) for i, nm in enumerate(default_names(n))]
+    if host:
+        devs.append(Device("host", "cpu", pool="host", throughput={"matmul": 1e12}))
+    links = [Link(d.name, "switch", "switch", bandwidth, latency) for d in devs]
+    return Topology(f"{n} identical devices", tuple(devs), tuple(links), (Switch("switch"),),
+                    "identical devices on one switch").validate()
+
+
+def default_participants(topology: Topology) -> list[str]:
+    """The devices that hold gradients by default: every device but host CPUs (seed A: the host
+    hands out work and the accelerators all-reduce), or every device when that leaves fewer than 2."""
+    names = [d.name for d in topology.devices if d.type != "cpu"]
+    return names if len(names) >= 2 else topology.device_names
+
+
+def default_host(topology: Topology, participants: Sequence[str]) -> str:
+    """The aggregating node for host aggregation: the first host CPU not taking part, else the
+    first participant."""
+    for d in topology.devices:
+        if d.type == "cpu" and d.name not in participants:
+            return d.name
+    return participants[0]
+
+
+def topology_groups(topology: Topology, participants: Sequence[str]) -> list[list[str]]:
+    """The topology's pools (resource groups), restricted to the participants."""
+    return [g for g in ([d for d in members if d in participants] for members in topology.pools.values()) if g]
+
+
 # ---------------------------------------------------------------------------------------------
 # nccl-tests bandwidths
 # ---------------------------------------------------------------------------------------------
@@ -817,3 +858,77 @@ def fit_alpha_beta(n: int, sizes: Sequence[float], times: Sequence[float]) -> Al
     pred = a @ np.array([alpha, beta])
     return AlphaBetaFit(n, float(alpha), float(beta), tuple(int(s) for s, _ in rows), tuple(float(v) for v in t),
                         tuple(float(v) for v in pred))
+
+
+# ---------------------------------------------------------------------------------------------
+# sweeps for the page (all modelled)
+# ---------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Setup:
+    """Who takes part and how: everything a schedule needs besides the algorithm and size."""
+
+    participants: tuple[str, ...]
+    order: tuple[int, ...] | None = None
+    groups: tuple[tuple[str, ...], ...] | None = None
+    host: str | None = None
+
+    def schedule(self, algorithm: str, nbytes: int, with_state: bool = False) -> Schedule:
+        return build_schedule(algorithm, list(self.participants), nbytes, order=self.order,
+                              groups=self.groups, host=self.host, with_state=with_state)
+
+    def prefix(self, k: int) -> "Setup":
+        """The first ``k`` participants (in ring order), with the same groups and host."""
+        order = self.order or tuple(range(len(self.participants)))
+        keep = [self.participants[i] for i in order[:k]]
+        groups = None
+        if self.groups is not None:
+            groups = tuple(g for g in (tuple(x for x in grp if x in keep) for grp in self.groups) if g)
+        return Setup(tuple(keep), None, groups, self.host)
+
+
+def compare_algorithms(topology: Topology, setup: Setup, nbytes: int,
+                       algorithms: Sequence[str] = ALGORITHMS) -> list[dict]:
+    """One row per algorithm: modelled seconds, algbw, busbw, steps and the bottleneck hop."""
+    rows = []
+    for alg in algorithms:
+        est = schedule_time(setup.schedule(alg, nbytes), topology)
+        rows.append({"algorithm": alg, "seconds": est.seconds, "algbw": est.algbw, "busbw": est.busbw,
+                     "steps": len(est.steps), "bottleneck": link_label(topology, est.bottleneck),
+                     "bottleneck_share": est.bottleneck_seconds / est.seconds if est.seconds else 0.0})
+    return rows
+
+
+def sweep_sizes(topology: Topology, setups: Mapping[str, tuple[str, Setup]],
+                sizes: Sequence[int]) -> dict[str, tuple[list[int], list[float]]]:
+    """Modelled time against buffer size: ``setups`` maps a label to (algorithm, setup)."""
+    return {label: (list(sizes), [schedule_time(setup.schedule(alg, s), topology).seconds for s in sizes])
+            for label, (alg, setup) in setups.items()}
+
+
+def sweep_devices(topology: Topology, setups: Mapping[str, tuple[str, Setup]],
+                  nbytes: int) -> dict[str, tuple[list[int], list[float]]]:
+    """Modelled time against N, taking the first N participants of each setup (N >= 2)."""
+    out = {}
+    for label, (alg, setup) in setups.items():
+        ns = list(range(2, len(setup.participants) + 1))
+        out[label] = (ns, [schedule_time(setup.prefix(k).schedule(alg, nbytes), topology).seconds for k in ns])
+    return out
+
+
+def sweep_uniform(n_values: Sequence[int], nbytes: int, alpha: float, beta: float,
+                  algorithms: Sequence[str] = ALGORITHMS) -> dict[str, tuple[list[int], list[float]]]:
+    """The closed-form uniform model against N (any N, e.g. up to 1024)."""
+    return {alg: (list(n_values), [uniform_time(alg, n, nbytes, alpha, beta).seconds for n in n_values])
+            for alg in algorithms}
+
+
+def compute_times(topology: Topology, participants: Sequence[str], flops: float,
+                  op_class: str = "matmul") -> dict[str, float]:
+    """Seconds each device needs for ``flops`` of work of ``op_class`` (its fastest class if it
+    has no kernel for that one): the per-device compute time for the trigger timeline."""
+    out = {}
+    for nm in participants:
+        thr = topology.device(nm).throughput
+        rate = thr.get(op_class) or max(thr.values())
+        out[nm] = flops / rate
+    return out

@@ -1,0 +1,185 @@
+"""All-reduce: what each device sends at each step, how long that takes on this cluster, and a real measurement."""
+
+import pandas as pd
+import streamlit as st
+
+import ui
+from lab import collectives as C
+from lab.comm import measure as M
+from lab.errors import LabError
+from lab.figures import allreduce as figs
+
+sc = ui.scenario_sidebar()
+topo = sc.topology
+st.title("All-reduce")
+st.markdown("Every device holds a gradient buffer of S bytes; an all-reduce leaves the sum on every device. Step "
+            "through the **ring** (seed A's worked example: reduce-scatter, then all-gather), **host aggregation**, a "
+            "binary **tree** and a two-level **hierarchical** all-reduce (inside each pool or resource group, then "
+            "among the group leaders). Times come from the alpha-beta model on the topology's links: a message costs "
+            "its route's latency plus bytes over the narrowest bandwidth on the route, a link crossed by k messages "
+            "at once in one direction gives each 1/k, a step lasts as long as its slowest message.")
+SIZES = [4 << 10 << (2 * k) for k in range(10)]  # 4 KiB .. 1 GiB
+
+c1, c2, c3 = st.columns(3)
+source = c1.radio("Devices", ["topology", "identical"], key="ar_source", horizontal=True,
+                  format_func={"topology": "of the scenario's topology", "identical": "N identical devices"}.get)
+if source == "topology":
+    if st.session_state.get("ar_devices_of") != topo.device_names:  # a new topology: start from its defaults
+        st.session_state["ar_devices_of"] = topo.device_names
+        st.session_state["ar_devices"] = C.default_participants(topo)
+    names = c1.multiselect("Devices taking part (ring order = this order)", topo.device_names,
+                           key="ar_devices")
+    cluster = topo
+else:
+    n = c1.slider("N", 2, 16, 4, key="ar_n")
+    bw = c1.number_input("Link bandwidth (GB/s per direction)", 0.01, 1000.0, 25.0, key="ar_bw")
+    lat = c1.number_input("Link latency (µs)", 0.0, 10000.0, 1.0, key="ar_lat")
+    cluster, names = C.uniform_star(n, bw * 1e9, lat * 1e-6), C.default_names(n)
+alg = c2.selectbox("Algorithm", C.ALGORITHMS, format_func=C.ALGORITHM_LABELS.get, key="ar_alg")
+nbytes = c2.select_slider("Buffer per device S", SIZES, value=4 << 20, format_func=M.human_bytes, key="ar_size")
+order_mode = c3.radio("Ring order", ["given", "lab"], key="ar_order", format_func={
+    "given": "as listed", "lab": "the lab's: widest slowest hop"}.get)
+
+setup = None
+with ui.guarded("the all-reduce set-up"):
+    if len(names) < 2:
+        raise LabError("choose at least two devices", where="devices taking part")
+    given, best = C.given_ring_order(cluster, names), C.best_ring_order(cluster, names)
+    chosen = best if order_mode == "lab" else given
+    setup = C.Setup(tuple(names), tuple(names.index(x) for x in chosen.names),
+                    tuple(map(tuple, C.topology_groups(cluster, names))), C.default_host(cluster, names))
+    c3.markdown(f"Ring: {' → '.join(chosen.names)} → {chosen.names[0]}  \nSlowest hop: as listed "
+                f"**{figs.fmt_rate(given.slowest_hop_bandwidth)}**, lab's order **"
+                f"{figs.fmt_rate(best.slowest_hop_bandwidth)}** ({best.method}; links shared by hops counted).")
+    c3.caption(f"Host aggregation: **{setup.host}**. Groups: "
+               + "; ".join(", ".join(g) for g in setup.groups) + ".")
+
+if setup is not None:
+    st.subheader("Step by step")
+    with ui.guarded("the step-through"):
+        sched = setup.schedule(alg, nbytes, with_state=True)
+        step = st.slider("Step (0 = before the first)", 0, len(sched.steps), 0, key="ar_step")
+        st.plotly_chart(figs.step_figure(sched, step, C.ALGORITHM_LABELS[alg]), key="ar_steps")
+        ui.caption("modelled", "the schedule itself: arrows are the messages of the chosen step (red = added into "
+                               "the receiver's chunk, blue = copied over it); the grid shows the contributions every "
+                               "device holds per chunk. ▶ plays every step.")
+        if step:
+            prev = sched.state_at(step - 1)
+            st.dataframe(pd.DataFrame([{"from": sched.nodes[t.src], "to": sched.nodes[t.dst], "chunk": t.chunk,
+                                        "content sent": sched.label(prev[t.src][t.chunk], t.chunk, 8),
+                                        "bytes (B)": t.nbytes, "operation": "add" if t.op == "reduce" else "copy"}
+                                       for t in sched.steps[step - 1].transfers]), hide_index=True, key="ar_transfers")
+        sent, recv = sched.sent_bytes(), sched.received_bytes()
+        st.dataframe(pd.DataFrame({"device": sched.nodes, "sent (B)": sent, "received (B)": recv,
+                                   "sent / S": [x / max(1, nbytes) for x in sent]}), hide_index=True, key="ar_bytes")
+        ui.caption("modelled", f"bytes each node sends and receives in the whole all-reduce; a ring sends 2(N−1)/N "
+                               f"× S = {2 * (len(names) - 1) / len(names):.3g} × S per device.")
+
+    st.subheader("How long on this cluster")
+    with ui.guarded("the time model"):
+        est = C.schedule_time(setup.schedule(alg, nbytes), cluster)
+        m1, m2, m3 = st.columns(3)
+        m1.metric("Modelled time", figs.fmt_seconds(est.seconds))
+        m2.metric("algbw", figs.fmt_rate(est.algbw))
+        m3.metric("busbw", figs.fmt_rate(est.busbw))
+        rates = {m.bandwidth for s in est.steps for m in s.messages if m.nbytes > 0}
+        st.markdown(f"**Slowest link: {C.link_label(cluster, est.bottleneck)}**, the narrowest hop of the slowest "
+                    f"message in steps taking {100 * est.bottleneck_seconds / max(est.seconds, 1e-30):.0f}% of "
+                    "the time" + (" (every message gets the same bandwidth here, so this is the first of equals)."
+                                  if len(rates) == 1 else "."))
+        ui.caption("modelled", "algbw and busbw as nccl-tests defines them for all-reduce (S = buffer per device, "
+                               "t = time, N = devices):")
+        st.latex(C.BANDWIDTH_FORMULA)
+        scale, unit = figs.time_unit(max(s.seconds for s in est.steps))
+        st.dataframe(pd.DataFrame([{"step": s.index + 1, "phase": s.phase, f"time ({unit})": s.seconds * scale,
+                                    "slowest message": f"{s.slowest.src} → {s.slowest.dst}" if s.slowest else "",
+                                    "its narrowest hop": s.slowest.bottleneck if s.slowest else "",
+                                    "messages sharing it": s.slowest.sharing if s.slowest else 0,
+                                    "its bandwidth (GB/s)": s.slowest.bandwidth / 1e9 if s.slowest else None}
+                                   for s in est.steps]), hide_index=True, key="ar_step_times")
+        ui.caption("modelled", "every step of the chosen algorithm; a step lasts as long as its slowest message.")
+        rows = C.compare_algorithms(cluster, setup, nbytes)
+        st.dataframe(pd.DataFrame([{"algorithm": C.ALGORITHM_LABELS[r["algorithm"]], "steps": r["steps"],
+                                    "time (µs)": r["seconds"] * 1e6, "algbw (GB/s)": r["algbw"] / 1e9,
+                                    "busbw (GB/s)": r["busbw"] / 1e9, "slowest link": r["bottleneck"]}
+                                   for r in rows]), hide_index=True, key="ar_compare")
+        ui.caption("modelled", f"all four algorithms at S = {M.human_bytes(nbytes)} on {ui.plain(cluster.name)}.")
+        curves = {a: (a, setup) for a in C.ALGORITHMS}
+        curves["ring (lab order)"] = ("ring", C.Setup(setup.participants, tuple(names.index(x) for x in best.names),
+                                                      setup.groups, setup.host))
+        g1, g2 = st.columns(2)
+        g1.plotly_chart(figs.time_vs_size_figure(C.sweep_sizes(cluster, curves, SIZES), "time against buffer size"),
+                        key="ar_vs_size")
+        g2.plotly_chart(figs.time_vs_n_figure(C.sweep_devices(cluster, curves, nbytes),
+                                              f"time against N (first N devices), S = {M.human_bytes(nbytes)}"),
+                        key="ar_vs_n")
+        ui.caption("modelled", "on the chosen devices' links; against N, the first N devices of the ring order.")
+        alpha = max(cluster.path(a, b).latency for a, b in zip(chosen.names, chosen.names[1:] + chosen.names[:1]))
+        beta = 1 / chosen.slowest_hop_bandwidth
+        ns = [2 ** k for k in range(1, 11)]
+        st.plotly_chart(figs.time_vs_n_figure(C.sweep_uniform(ns, nbytes, alpha, beta),
+                                              f"uniform model up to N = 1024: t = steps·α + bytes·β, α = "
+                                              f"{figs.fmt_seconds(alpha)}, β = 1/({figs.fmt_rate(1 / beta)})",
+                                              log_x=True), key="ar_uniform")
+        ui.caption("modelled", "no real topology is this large: every device on its own switch port with this "
+                               "ring's slowest hop (α its largest hop latency); ring 2(N−1) steps of S/N, host 2 "
+                               "steps of N·S through the host's port, tree 2·log2 N levels of up to 2·S.")
+
+    st.subheader("Synchronous or asynchronous trigger (seed A)")
+    with ui.guarded("the trigger timeline"):
+        gflop = st.number_input("Work per device and iteration (GFLOP, run as matrix multiplies)", 0.001, 1e6,
+                                1.0, key="ar_work")
+        comp = C.compute_times(cluster, names, gflop * 1e9)
+        edited = st.data_editor(pd.DataFrame({"device": names, "compute (ms)": [comp[x] * 1e3 for x in names]}),
+                                hide_index=True, disabled=["device"], key="ar_compute")
+        comp = {d: float(t) / 1e3 for d, t in zip(edited["device"], edited["compute (ms)"])}
+        plain = setup.schedule(alg, nbytes)
+        tls = {m: C.trigger_timeline(plain, cluster, comp, m) for m in ("sync", "async")}
+        scale, unit = figs.time_unit(max(t.makespan for t in tls.values()))
+        st.plotly_chart(figs.trigger_figure(tls, scale, unit), key="ar_trigger")
+        st.dataframe(pd.DataFrame([{"device": d, **{f"{m}: idle ({unit})": tls[m].idle[d] * scale for m in tls},
+                                    **{f"{m}: done at ({unit})": tls[m].end[d] * scale for m in tls}}
+                                   for d in plain.nodes]), hide_index=True, key="ar_idle")
+        ui.caption("modelled", "sync: the host starts the all-reduce when the last device is done; async: each "
+                               "device starts when it is done and waits only for the devices it exchanges with. "
+                               "Compute time = work / the device's matmul FLOP/s (edit the table); messages take "
+                               "their lock-step times; idle = neither computing nor communicating.")
+
+    st.subheader("Measured on this machine")
+    st.markdown("Real processes on this machine's CPU (gloo over loopback): the lab's ring (`lab.comm.ring_allreduce`, "
+                "isend/irecv) beside gloo's own `all_reduce`, each size after a warm-up, median over iterations of "
+                "the slowest process. The α-β model is then fitted to these times (least squares on relative error, "
+                "t = 2(N−1)·α + 2(N−1)/N·S·β). The same from a shell: `python -m lab.comm.measure --procs 4`.")
+    k1, k2, k3 = st.columns(3)
+    procs = k1.selectbox("Processes", [2, 3, 4], key="ar_procs")
+    top = k2.selectbox("Largest size", [64 << 10, 256 << 10, 1 << 20], index=1, format_func=M.human_bytes,
+                       key="ar_top")
+    iters = k3.number_input("Iterations per size", 1, 50, 5, key="ar_iters")
+    if st.button("Run the measurement", key="ar_measure", icon=":material/speed:"):
+        with ui.guarded("the measurement"):
+            bar = st.progress(0.0, "starting the processes")
+            st.session_state["ar_rows"] = M.measure(
+                procs, M.sizes_between(4096, top, 4), int(iters), warmup=1, timeout=90, op_timeout=30,
+                progress=lambda d, t, r: bar.progress(d / t, f"{d} of {t}: {r['impl']} at {M.human_bytes(r['size'])}"))
+    measured = st.session_state.get("ar_rows")
+    if measured:
+        with ui.guarded("the measured results"):
+            fits = {impl: M.fit_rows(measured, impl) for impl in M.IMPLS}
+            st.plotly_chart(figs.measured_vs_model_figure(measured, fits, f"{measured[0]['procs']} processes"),
+                            key="ar_measured")
+            ui.caption("measured", "markers: median time (bars: fastest and slowest iteration); dashed lines: the "
+                                   "fitted α-β model (modelled).")
+            table = []
+            for r in measured:
+                fit = fits[r["impl"]]
+                pred = fit.predicted[fit.sizes.index(r["size"])]
+                table.append({"size (B)": r["size"], "implementation": M.IMPL_LABELS[r["impl"]],
+                              "measured time (µs)": r["time"] * 1e6, "modelled time (µs)": pred * 1e6,
+                              "model error (%)": 100 * (pred / r["time"] - 1),
+                              "algbw (GB/s)": r["algbw"] / 1e9, "busbw (GB/s)": r["busbw"] / 1e9})
+            st.dataframe(pd.DataFrame(table), hide_index=True, key="ar_measured_table")
+            st.markdown(" ".join(f"**{impl}**: α = {f.alpha * 1e6:.3g} µs, β = {f.beta * 1e9:.3g} ns/B "
+                                 f"(≈ {figs.fmt_rate(f.bandwidth)}), geometric-mean error "
+                                 f"**{100 * f.geomean_error:.1f}%**." for impl, f in fits.items()))
+            ui.caption("measured", f"times, algbw and busbw are measured; the modelled column and the errors come "
+                                   f"from the fit. {C.GEOMEAN_ERROR_DEFINITION}.")
