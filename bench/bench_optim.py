@@ -1,9 +1,9 @@
 """Time per step of the lab's optimisers against torch.optim.Adam on one 10M-parameter tensor.
 
-    .venv/bin/python bench/bench_optim.py [--numel 10000000] [--rounds 6] [--threads N]
+    .venv/bin/python bench/bench_optim.py [--numel 10000000] [--rounds 5] [--threads N]
 
 Every optimiser gets its own float32 parameter and a fixed random gradient. The optimisers take
-turns (one step each per round, round-robin, after two warm-up steps) so a noisy neighbour on a
+turns (one step each per round, round-robin, after one warm-up step) so a noisy neighbour on a
 shared machine slows them alike; the table shows the median ms/step and the ratio to
 torch.optim.Adam (foreach) measured in the same run. Target: the lab's optimisers within 1.5x.
 """
@@ -39,7 +39,7 @@ def candidates():
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--numel", type=int, default=10_000_000)
-    ap.add_argument("--rounds", type=int, default=6)
+    ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--threads", type=int, default=0, help="torch intra-op threads (0: torch's default)")
     args = ap.parse_args(argv)
     if args.threads:
@@ -48,12 +48,11 @@ def main(argv=None) -> None:
     grad = torch.randn(args.numel, generator=gen)
     runs = []
     for name, make in candidates():
-        p = torch.nn.Parameter(torch.randn(args.numel, generator=gen) * 0.1)
+        p = torch.nn.Parameter(grad * 0.1)
         p.grad = grad
         try:
             opt = make(p)
-            opt.step()
-            opt.step()
+            opt.step()                                          # warm-up: creates the state
         except (RuntimeError, ValueError) as exc:  # e.g. fused not available on this build
             print(f"skipped {name}: {exc}")
             continue

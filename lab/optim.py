@@ -261,8 +261,8 @@ def allreduce_tensors(tensors: Sequence[Tensor], op: str, allreduce_fn: AllReduc
 def torch_allreduce_fn(group=None) -> AllReduceFn:
     """An ``allreduce_fn`` over an initialised ``torch.distributed`` process group.
 
-    "mean" is a SUM followed by a division by the group size (gloo has no AVG); every rank gets
-    bit-identical results because the collective returns the same reduced values to every rank.
+    "mean" is a SUM followed by a division by the group size (gloo has no AVG). gloo's all-reduce
+    returns the same reduced values to every rank, so every rank takes the same step.
     """
     import torch.distributed as dist
 

@@ -125,9 +125,16 @@ with ui.guarded("the counterexample"):
     ui.caption("measured", f"x after each of {run.steps} steps. Computed from the optimisers' update vectorised "
                "over time: the gradient does not depend on x, so the moments are computed for all t at once "
                "and only the projection runs step by step (tests check this equals stepping lab.optim's "
-               "optimisers, to ~1e-15). The default, lr/√t with 50,500 steps (500 periods), shows the effect "
+               "optimisers to rounding; tests/test_optim.py holds them to 1e-12). The default, lr/√t with 50,500 steps (500 periods), shows the effect "
                "in well under a second; long lines are thinned to each bucket's min and max.")
     st.info(describe_counterexample(run), icon=":material/insights:")
+    st.markdown(
+        "**What to look for.** Without a max, the denominator forgets the rare large gradient within about "
+        "1/(1 − b2) = 100 steps, so the hundred small gradients that follow are divided by a small number and "
+        "take large steps towards +1. With the max, the denominator keeps the memory of the large gradient, "
+        "the small gradients' steps stay small, and the net pull of each period (+10, towards −1) can win. "
+        "The belief term sees the same spike: at the large gradient g − m_t = b1 (g − m_(t−1)) ≈ 0.9 × 1020, "
+        "so AdaBelief's s rises and decays much like Adam's v.")
     st.plotly_chart(figs.regret_figure(run.avg_regret, labels), key="ce_regret")
     ui.caption("measured", "Average regret R_t / t = (1/t) Σ f_k(x_(k−1)) − f_k(−1), same runs: it tends to 0 "
                "only for a method that converges to the optimum.")
