@@ -68,7 +68,8 @@ Errors
 Bad hyper-parameters (negative lr or eps, betas outside [0, 1), negative weight decay, unknown
 max_mode) raise :class:`lab.errors.LabError`, at construction and again at each step (a scheduler may
 change them). A NaN or infinite gradient raises :class:`NonFiniteGradient` (a LabError) naming the
-parameter group and index; the step is then skipped and parameters and state are unchanged. In a
+parameter group and index; the step is then skipped and parameters and state are unchanged
+(``check_finite=False`` turns the check off; it costs about one read of the gradients). In a
 distributed step every worker raises together (the check is agreed through one extra 1-element
 all-reduce in ``sync="state"``; in ``sync="gradient"`` the averaged gradient is checked).
 """
@@ -423,11 +424,17 @@ def _nonfinite_index(grads: list[Tensor]) -> tuple[int, str] | None:
 class _LabOptimizer(torch.optim.Optimizer):
     """Shared plumbing: validation, state creation, finite checks, local and distributed steps."""
 
-    _state_keys: tuple[str, ...] = ()
-
     def add_param_group(self, param_group: dict) -> None:
         super().add_param_group(param_group)
         _check_group(self.param_groups[-1], f"{type(self).__name__}, parameter group {len(self.param_groups) - 1}")
+
+    def load_state_dict(self, state_dict: dict) -> None:
+        """torch's load, then any hyper-parameter the saved groups lack is taken from this
+        optimiser's defaults (e.g. a torch.optim.Adam state dict has no check_finite)."""
+        super().load_state_dict(state_dict)
+        for group in self.param_groups:
+            for key, value in self.defaults.items():
+                group.setdefault(key, value)
 
     # -- subclass hooks -------------------------------------------------------------------
     def _new_state(self, p: Tensor, group: dict) -> dict:
@@ -530,6 +537,8 @@ class _LabOptimizer(torch.optim.Optimizer):
                 state = self.state[p]
                 if len(state) == 0:
                     state.update(self._new_state(p, group))
+                elif not isinstance(state["step"], Tensor):   # e.g. a state dict from adabelief-pytorch
+                    state["step"] = torch.tensor(float(state["step"]), dtype=torch.float32)
                 states.append(state)
             step_ts = [s["step"] for s in states]
             torch._foreach_add_(step_ts, 1)

@@ -242,6 +242,7 @@ def test_adam_state_dict_is_interchangeable_with_torch():
     ours2 = Adam(clone_params(b), lr=1e-2)
     ours2.load_state_dict(copy.deepcopy(theirs.state_dict()))
     assert float(ours2.state[ours2.param_groups[0]["params"][0]]["step"]) == 100
+    assert ours2.param_groups[0]["check_finite"] is True         # filled in from the defaults
 
 
 @pytest.mark.parametrize("cls", CLASSES)
