@@ -67,7 +67,7 @@ class Spec:
         raise AssertionError(self.type)
 
 
-OPTIMIZERS = ("adam", "adabelief", "maxadabelief")
+OPTIMIZERS = ("adam", "adabelief", "maxadabelief", "maxadabelief-corrected")
 MODELS = ("mlp", "cnn", "resnet", "transformer")
 DATASETS = ("digits", "synthetic")
 SYNC_MODES = ("allreduce", "param_server", "state_allreduce")
