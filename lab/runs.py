@@ -285,6 +285,17 @@ class RunStore:
                           f"({','.join('?' * len(cols))})", data)
         return len(data)
 
+    def add_metric_rows(self, run_id: str, rows: Iterable[tuple]) -> int:
+        """Fast path: tuples (step, worker, *METRIC_COLUMNS) in that order; NaN/inf become NULL."""
+        cols = ("run_id", "step", "worker", *METRIC_COLUMNS)
+        data = [(run_id, int(r[0]), int(r[1]), *(_clean(v) for v in r[2:])) for r in rows]
+        if not data:
+            return 0
+        with self._write() as c:
+            c.executemany(f"INSERT OR REPLACE INTO metrics ({','.join(cols)}) VALUES "
+                          f"({','.join('?' * len(cols))})", data)
+        return len(data)
+
     def metrics(self, run_ids: str | Iterable[str], worker: int | None = None,
                 since_step: int | None = None) -> pd.DataFrame:
         """Metric rows of one or several runs, ordered by run, step, worker."""

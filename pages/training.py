@@ -13,6 +13,7 @@ from lab.scenario import OPTIMIZERS, SPLITS, SYNC_MODES
 SYNC_LABELS = {"allreduce": "gradient all-reduce, then identical local steps",
                "param_server": "parameter server (one extra process steps the optimiser)",
                "state_allreduce": "optimiser-state all-reduce (the seed's distributed Max-AdaBelief)"}
+THREE = ("adam", "adabelief", "maxadabelief")  # the preset compares the seed's three optimisers
 SPLIT_LABELS = {"even": "even", "weighted": "weighted by compute share", "dirichlet": "non-IID by label (Dirichlet)"}
 
 
@@ -82,7 +83,7 @@ if b2.button("Compare the three optimisers", key="train_compare3", icon=":materi
              help="Queues three runs of this scenario that differ only in the optimiser; they run one after another"):
     with ui.guarded("queueing the comparison"):
         jobs = jm.submit_many([(sc.replace(training=sc.training.replace(optimizer=o)), f"{sc.name} · {o}")
-                               for o in OPTIMIZERS])
+                               for o in THREE])
         st.session_state["train_watch"] = jobs[0].run_id
         st.session_state["cmp_runs"] = [j.run_id for j in jobs]
         st.rerun()

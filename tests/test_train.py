@@ -136,14 +136,16 @@ def test_state_allreduce_keeps_parameters_identical(lab_db):
 
 
 def test_torchrun_two_processes(lab_db):
-    rid, acc, proc = run_cli("--steps", "5", "--lr", "0.01", torchrun=True)
+    rid, acc, proc = run_cli("--steps", "5", "--lr", "0.01", "--set", "lr_scaling=true", torchrun=True)
     assert proc.returncode == 0, proc.stderr[-2000:]
     store = RunStore(lab_db)
     run = store.get_run(rid)
     assert run["status"] == "done" and run["info"]["launcher"] == "torchrun"
     assert run["info"]["workers"] == 2
+    assert run["info"]["lr_effective"] == pytest.approx(0.02)  # linear scaling: lr x 2 workers
     assert 0.0 < acc <= 1.0
-    assert_close_state(final_state(store, rid)["model"], single_process(Training(workers=2, steps=5, lr=0.01)))
+    assert_close_state(final_state(store, rid)["model"],
+                       single_process(Training(workers=2, steps=5, lr=0.01, lr_scaling=True)))
 
 
 # ----- failures ------------------------------------------------------------------------------
@@ -215,6 +217,9 @@ def test_emulated_devices_wait_and_weighted_split(lab_db):
     assert (m[m.worker >= 0].t_emul_comm <= m[m.worker >= 0].t_comm + m[m.worker >= 0].t_idle + 1e-9).all()
     # the fast worker idles while the slow one computes
     assert gpu.t_idle.sum() > 3 * host.t_idle.sum()
+    # seed C's exchange travels too: more than the gradient all-reduce's bytes every step
+    grad_bytes = (info["params"] + 1) * 4
+    assert (m[m.worker >= 0].bytes_sent > grad_bytes).all()
     assert (store.checkpoint_dir(rid) / "step000005.pt").exists()
     assert (store.checkpoint_dir(rid) / "final.pt").exists()
 

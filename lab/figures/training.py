@@ -12,7 +12,8 @@ import pandas as pd
 import plotly.graph_objects as go
 
 #: Same colours as the Optimisers page for the three optimisers.
-OPTIMISER_COLOURS = {"adam": "#d62728", "adabelief": "#1f77b4", "maxadabelief": "#2ca02c"}
+OPTIMISER_COLOURS = {"adam": "#d62728", "adabelief": "#1f77b4", "maxadabelief": "#2ca02c",
+                     "maxadabelief-corrected": "#9467bd"}
 PALETTE = ["#d62728", "#1f77b4", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b", "#e377c2", "#17becf"]
 X_TITLES = {"step": "step (count)", "wall": "wall time (s)"}
 

@@ -17,21 +17,47 @@ topology's model, not a measurement of the device.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Callable
 
+import torch
 from torch import nn
 
 from lab.errors import LabError
 from lab.topology import Topology
 
 
-def dominant_op_class(model: nn.Module, in_features: int) -> str:
-    """The operator class with the most forward FLOPs (lab.opgraph's trace, the cost model's own count)."""
-    from lab.opgraph import trace
+def op_flops(model: nn.Module, in_features: int) -> dict[str, float]:
+    """Forward FLOPs of one sample in the linear ("matmul") and convolution ("conv") layers, counted
+    with forward hooks (cheap: no tracing). For the lab's models these dominate every other class;
+    lab.opgraph has the full per-operator count."""
+    flops = {"matmul": 0.0, "conv": 0.0}
 
-    flops = trace(model, batch_size=1, in_features=in_features).flops_by_class()
-    return max(flops, key=lambda k: flops[k])
+    def lin(mod, inp, out):
+        flops["matmul"] += 2.0 * mod.in_features * out.numel()
+
+    def conv(mod, inp, out):
+        flops["conv"] += 2.0 * math.prod(mod.kernel_size) * (mod.in_channels // mod.groups) * out.numel()
+
+    hooks = [m.register_forward_hook(lin) for m in model.modules() if isinstance(m, nn.Linear)]
+    hooks += [m.register_forward_hook(conv) for m in model.modules() if isinstance(m, nn.Conv2d)]
+    was_training = model.training
+    model.eval()
+    try:
+        with torch.no_grad():
+            model(torch.zeros(1, in_features))
+    finally:
+        for h in hooks:
+            h.remove()
+        model.train(was_training)
+    return flops
+
+
+def dominant_op_class(model: nn.Module, in_features: int) -> str:
+    """The operator class (matmul or conv) with the most forward FLOPs."""
+    f = op_flops(model, in_features)
+    return max(f, key=lambda k: f[k])
 
 
 @dataclass(frozen=True)

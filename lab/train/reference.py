@@ -2,8 +2,8 @@
 
 * :func:`single_process` -- one process training on the combined batch (every worker's batch of a
   step concatenated), the same model, seed and optimiser: what gradient all-reduce must equal.
-* :func:`ddp_worker` -- one rank of the same training loop written with
-  ``torch.nn.parallel.DistributedDataParallel``, for bench/bench_train.py.
+* :func:`paired_worker` -- one rank of bench/bench_train.py: the lab's loop and the same training
+  written with ``torch.nn.parallel.DistributedDataParallel``, taking turns in the same processes.
 """
 
 from __future__ import annotations
@@ -39,31 +39,51 @@ def single_process(tr: Training, steps: int | None = None) -> dict[str, torch.Te
     return {k: v.detach().clone() for k, v in model.state_dict().items()}
 
 
-def ddp_worker(rank: int, world: int, port: int, training: dict, steps: int, warmup: int, out_file: str) -> None:
-    """One DDP rank: the same data, model, batch and optimiser as the lab's allreduce mode; rank 0
-    writes the samples/s measured between step ``warmup`` and the last step to ``out_file``."""
+def paired_worker(rank: int, world: int, port: int, training: dict, steps: int, warmup: int, rounds: int,
+                  db: str, out_file: str) -> None:
+    """One rank of the paired benchmark: in the same processes and process group, each round runs
+    the lab's training loop (:class:`lab.train.worker.Trainer`, the job's own code, writing to the
+    run store at ``db``) and then the DDP loop, back to back, so both see the same machine load.
+    Rank 0 appends one JSON line per round to ``out_file``: samples/s of each between step
+    ``warmup`` and the last step."""
+    from lab.runs import JOB_WORKER, RunStore
+    from lab.scenario import default_scenario
+    from lab.train.worker import Trainer
+
     torch.set_num_threads(1)
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     dist.init_process_group("gloo", rank=rank, world_size=world, timeout=datetime.timedelta(seconds=60))
     tr = Training.from_dict(training)
+    sc = default_scenario()
+    sc = sc.replace(training=tr)
+    store = RunStore(db)
     ds = data_mod.load_dataset(tr.dataset, tr.dataset_size, tr.seed)
-    model = build_model(tr.model, ds.in_features, ds.classes, seed=tr.seed)
-    ddp = torch.nn.parallel.DistributedDataParallel(model)
-    opt = make_optimizer(tr, list(ddp.parameters()), tr.lr)
-    sampler = data_mod.worker_data(ds, rank, world, tr.split, tr.batch_size, seed=tr.seed)
-    dist.barrier()
-    t_warm = None
-    for step in range(1, steps + 1):
-        x, y = sampler.next_batch()
-        opt.zero_grad()
-        F.cross_entropy(ddp(x), y).backward()
-        opt.step()
-        if step == warmup:
-            t_warm = time.time()
-    t_end = time.time()
-    if rank == 0:
-        with open(out_file, "w") as f:
-            json.dump({"samples_per_s": (steps - warmup) * tr.batch_size * world / (t_end - t_warm),
-                       "seconds": t_end - t_warm}, f)
-    dist.barrier()
+    samples = (steps - warmup) * tr.batch_size * world
+    for _ in range(rounds):
+        rid = store.create_run(sc, status="running") if rank == 0 else None
+        trainer = Trainer(sc, rank, world, rid, store, launched=True)
+        trainer.setup()
+        trainer.run()
+        lab = None
+        if rank == 0:
+            job = store.metrics(rid, worker=JOB_WORKER).set_index("step")
+            lab = samples / (job.wall[steps] - job.wall[warmup])
+        model = build_model(tr.model, ds.in_features, ds.classes, seed=tr.seed)
+        ddp = torch.nn.parallel.DistributedDataParallel(model)
+        opt = make_optimizer(tr, list(ddp.parameters()), tr.lr)
+        sampler = data_mod.worker_data(ds, rank, world, tr.split, tr.batch_size, seed=tr.seed)
+        dist.barrier()
+        t_warm = time.time()
+        for step in range(1, steps + 1):
+            x, y = sampler.next_batch()
+            opt.zero_grad()
+            F.cross_entropy(ddp(x), y).backward()
+            opt.step()
+            if step == warmup:
+                t_warm = time.time()
+        ddp_sps = samples / (time.time() - t_warm)
+        if rank == 0:
+            with open(out_file, "a") as f:
+                f.write(json.dumps({"lab": lab, "ddp": ddp_sps}) + "\n")
+        dist.barrier()
     dist.destroy_process_group()

@@ -42,8 +42,10 @@ import sys
 import threading
 import time
 import traceback
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
+import numpy as np
 import torch
 import torch.distributed as dist
 import torch.nn.functional as F
@@ -56,7 +58,7 @@ from lab.train import data as data_mod
 from lab.train import emulation as emu
 
 GLOO_TIMEOUT_S = float(os.environ.get("LAB_GLOO_TIMEOUT", "60"))
-FLUSH_EVERY = 10  # steps between measurement gathers (live charts refresh at this pace)
+FLUSH_EVERY = int(os.environ.get("LAB_FLUSH_EVERY", "10"))  # steps between measurement gathers (live charts refresh at this pace)
 REC = ("step", "loss", "t_compute", "t_coll", "t_emul_compute", "t_emul_comm", "ready", "end", "bytes_sent",
        "bytes_recv", "samples")
 R = {k: i for i, k in enumerate(REC)}
@@ -194,6 +196,8 @@ class Trainer:
             self.link_delay = emu.ring_link_delay(sc.topology, plan.emulation.devices)
         self.bytes_kind = "measured" if (self.ring or plan.server is not None) else "modelled"
         self.records: list[list[float]] = []
+        self._writer: ThreadPoolExecutor | None = None
+        self._pending: list = []
         self.history: dict[int, dict] = {}  # rank 0: job-level values per step (loss, test_acc)
 
     # ----- collectives -------------------------------------------------------------------------
@@ -234,7 +238,7 @@ class Trainer:
         x, y = self.sampler.next_batch()
         self.gflat.zero_()
         loss = F.cross_entropy(self.model(x), y)
-        (loss * self.weight).backward()
+        (loss if self.weight == 1.0 else loss * self.weight).backward()
         lv = float(loss.detach())
         self.gflat[-1] = lv * self.weight
         return lv
@@ -429,36 +433,51 @@ class Trainer:
             self.store_records([o[2:2 + int(o[1]) * len(REC)].reshape(-1, len(REC)) for o in out])
 
     def store_records(self, recs: list[torch.Tensor]) -> None:
-        workers = range(self.n)
-        out = []
-        for j in range(recs[0].shape[0]):
-            rs = [recs[r][j] for r in range(self.world)]
-            step = int(rs[0][R["step"]])
-            latest = max(float(rs[w][R["ready"]]) for w in workers)
-            end = max(float(r[R["end"]]) for r in rs)
-            tot_samples = 0.0
-            for rank, r in enumerate(rs):
-                coll = float(r[R["t_coll"]])
-                idle = min(max(0.0, latest - float(r[R["ready"]])), coll)
-                prev = self._prev_end.get(rank, self.t_start)
-                dt = max(float(r[R["end"]]) - prev, 1e-9)
-                self._prev_end[rank] = float(r[R["end"]])
-                samples = float(r[R["samples"]])
-                tot_samples += samples
-                out.append({"step": step, "worker": rank, "loss": float(r[R["loss"]]),
-                            "bytes_sent": float(r[R["bytes_sent"]]), "bytes_recv": float(r[R["bytes_recv"]]),
-                            "t_compute": float(r[R["t_compute"]]), "t_comm": coll - idle, "t_compress": 0.0,
-                            "t_idle": idle, "t_emul_compute": float(r[R["t_emul_compute"]]),
-                            "t_emul_comm": float(r[R["t_emul_comm"]]),
-                            "samples_per_s": samples / dt, "wall": float(r[R["end"]]) - self.t_start})
-            prev = self._prev_end.get(JOB_WORKER, self.t_start)
-            self._prev_end[JOB_WORKER] = end
-            h = self.history.pop(step, {})
-            out.append({"step": step, "worker": JOB_WORKER, "loss": h.get("loss"), "test_acc": h.get("test_acc"),
-                        "bytes_sent": sum(float(r[R["bytes_sent"]]) for r in rs),
-                        "bytes_recv": sum(float(r[R["bytes_recv"]]) for r in rs),
-                        "samples_per_s": tot_samples / max(end - prev, 1e-9), "wall": end - self.t_start})
-        self.store.add_metrics(self.run_id, out)
+        """Rank 0: turn the gathered records (world x steps x REC) into metric rows and hand them to
+        the writer thread (SQLite work overlaps the next steps)."""
+        a = torch.stack(recs).numpy()
+        world, k, _ = a.shape
+        if k == 0:
+            return
+        col = lambda name: a[:, :, R[name]]  # noqa: E731 - (world, k)
+        steps = a[0, :, R["step"]].astype(np.int64)
+        ready, end, coll, samples = col("ready"), col("end"), col("t_coll"), col("samples")
+        latest = ready[: self.n].max(0)  # the slowest worker's stamp, per step
+        idle = np.minimum(np.clip(latest[None, :] - ready, 0.0, None), coll)
+        prev = np.concatenate([self._prev_end[:, None], end[:, :-1]], axis=1)
+        self._prev_end = end[:, -1].copy()
+        per = np.stack([col("loss"), np.full((world, k), np.nan), col("bytes_sent"), col("bytes_recv"),
+                        col("t_compute"), coll - idle, np.zeros((world, k)), idle, col("t_emul_compute"),
+                        col("t_emul_comm"), samples / np.maximum(end - prev, 1e-9), end - self.t_start], axis=-1)
+        rows = [(int(steps[j]), r, *per[r, j].tolist()) for r in range(world) for j in range(k)]
+        job_end = end.max(0)
+        job_prev = np.concatenate([[self._prev_job_end], job_end[:-1]])
+        self._prev_job_end = float(job_end[-1])
+        tput = samples.sum(0) / np.maximum(job_end - job_prev, 1e-9)
+        for j in range(k):
+            h = self.history.pop(int(steps[j]), {})
+            rows.append((int(steps[j]), JOB_WORKER, h.get("loss", math.nan), h.get("test_acc", math.nan),
+                         float(col("bytes_sent")[:, j].sum()), float(col("bytes_recv")[:, j].sum()),
+                         *([math.nan] * 6), float(tput[j]), float(job_end[j] - self.t_start)))
+        self._write(self.store.add_metric_rows, self.run_id, rows)
+
+    def _write(self, fn, *args) -> None:
+        """Run a store write on rank 0's writer thread; a failed earlier write is raised here."""
+        if self._writer is None:
+            self._writer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="lab-store")
+        for f in [f for f in self._pending if f.done()]:
+            self._pending.remove(f)
+            f.result()
+        self._pending.append(self._writer.submit(fn, *args))
+
+    def drain(self) -> None:
+        """Wait for every queued store write (and raise the first error)."""
+        for f in self._pending:
+            f.result()
+        self._pending.clear()
+        if self._writer is not None:
+            self._writer.shutdown(wait=True)
+            self._writer = None
 
     def checkpoint(self, step: int, final: bool) -> None:
         owner = self.plan.server if self.plan.server is not None else 0
@@ -511,7 +530,8 @@ class Trainer:
         if self.world > 1:
             dist.barrier()
         self.t_start = time.time()
-        self._prev_end: dict[int, float] = {}
+        self._prev_end = np.full(self.world, self.t_start)
+        self._prev_job_end = self.t_start
         if self.rank == 0 and self.store is not None:
             self.store.add_metrics(self.run_id, [{"step": 0, "worker": JOB_WORKER, "test_acc": self.evaluate(),
                                                   "wall": 0.0}])
@@ -550,6 +570,7 @@ class Trainer:
                 break
         if diverged_at is None:
             self.checkpoint(step, final=True)
+        self.drain()
         return {"steps": step, "diverged": diverged_at, "test_acc": last_acc}
 
     def _check_grad_views(self) -> None:

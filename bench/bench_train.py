@@ -1,0 +1,101 @@
+"""Training throughput of the lab's loop against DistributedDataParallel, and one epoch end to end.
+
+    .venv/bin/python bench/bench_train.py [--workers 2] [--steps 500] [--warmup 50] [--batch 32]
+                                          [--model mlp] [--rounds 7]
+
+1. Samples per second of the lab's training loop in gradient all-reduce mode (gloo, no emulation)
+   against the same training written with ``torch.nn.parallel.DistributedDataParallel``: same
+   model, data, shards, batch, optimiser (lab.optim) and process count, one thread per process.
+   Both run in the same worker processes (lab.train.reference.paired_worker): each round runs the
+   lab's loop -- the job's own :class:`lab.train.worker.Trainer`, recording every step in a run
+   store as always -- and then the DDP loop, back to back, so a noisy neighbour on this shared
+   machine slows both alike. Both are timed from the end of step ``--warmup`` to the last step.
+   The ratio is the median of the per-round ratios (best and worst printed beside it). Target:
+   the lab's loop at least 0.9 of DDP.
+2. A 4-worker MLP run on digits for one epoch (ceil(1347 / (4 x 32)) = 11 steps), timed end to end
+   from the command line (``python -m lab.train --workers 4 --steps 11``), process start-up included.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+import torch.multiprocessing as mp  # noqa: E402
+
+from lab.runs import JOB_WORKER, RunStore  # noqa: E402
+from lab.scenario import Training  # noqa: E402
+from lab.train.launcher import free_port  # noqa: E402
+from lab.train.reference import paired_worker  # noqa: E402
+
+
+def table(header: list[str], rows: list[list]) -> str:
+    cells = [header] + [[str(c) for c in r] for r in rows]
+    w = [max(len(r[i]) for r in cells) for i in range(len(header))]
+    line = lambda r: "  ".join(c.rjust(w[i]) if i else c.ljust(w[i]) for i, c in enumerate(r))  # noqa: E731
+    return "\n".join([line(cells[0]), "  ".join("-" * x for x in w)] + [line(r) for r in cells[1:]])
+
+
+def paired(tmp: Path, workers: int, steps: int, warmup: int, batch: int, model: str, rounds: int) -> list[dict]:
+    out = tmp / "paired.jsonl"
+    tr = Training(workers=workers, steps=steps, batch_size=batch, model=model, eval_every=steps).to_dict()
+    mp.start_processes(paired_worker, args=(workers, free_port(), tr, steps, warmup, rounds, str(tmp / "paired.db"),
+                                            str(out)), nprocs=workers, join=True, start_method="spawn")
+    return [json.loads(line) for line in out.read_text().splitlines()]
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--workers", type=int, default=2)
+    ap.add_argument("--steps", type=int, default=500)
+    ap.add_argument("--warmup", type=int, default=50)
+    ap.add_argument("--batch", type=int, default=32)
+    ap.add_argument("--model", default="mlp")
+    ap.add_argument("--rounds", type=int, default=7)
+    args = ap.parse_args()
+    a = args
+    with tempfile.TemporaryDirectory(prefix="bench-train-") as d:
+        tmp = Path(d)
+        os.environ["LAB_DATA"] = str(tmp)
+        res = paired(tmp, a.workers, a.steps, a.warmup, a.batch, a.model, a.rounds)
+        lab, ddp = [r["lab"] for r in res], [r["ddp"] for r in res]
+        ratios = [r["lab"] / r["ddp"] for r in res]
+        print(f"{a.model}, digits, {a.workers} processes x batch {a.batch}, steps {a.warmup + 1}..{a.steps} timed, "
+              f"gloo on loopback, 1 thread per process, {a.rounds} rounds (lab loop then DDP, same processes)")
+        rows = [[str(i + 1), f"{r['lab']:,.0f}", f"{r['ddp']:,.0f}", f"{q:.3f}"] for i, (r, q) in enumerate(zip(res, ratios))]
+        rows.append(["median", f"{statistics.median(lab):,.0f}", f"{statistics.median(ddp):,.0f}",
+                     f"{statistics.median(ratios):.3f}"])
+        print(table(["round", "lab loop samples/s", "DDP samples/s", "lab / DDP"], rows))
+        print(f"ratio lab / DDP: {statistics.median(ratios):.3f} (median of rounds; best {max(ratios):.3f}, "
+              f"worst {min(ratios):.3f}); target >= 0.9")
+
+        steps = math.ceil(1347 / (4 * 32))
+        db = tmp / "epoch.db"
+        t0 = time.perf_counter()
+        proc = subprocess.run([sys.executable, "-m", "lab.train", "--workers", "4", "--steps", str(steps)], cwd=ROOT,
+                              env=dict(os.environ, LAB_DB=str(db)), capture_output=True, text=True, timeout=600)
+        wall = time.perf_counter() - t0
+        last = proc.stdout.strip().splitlines()[-1] if proc.stdout.strip() else proc.stderr[-500:]
+        store = RunStore(db)
+        rid = store.list_runs().id[0]
+        train_s = store.metrics(rid, worker=JOB_WORKER).wall.max()
+        print()
+        print(table(["one epoch of digits, 4 workers, MLP", "seconds"],
+                    [["end to end (command line, start-up included)", f"{wall:.1f}"],
+                     [f"training loop only ({steps} steps)", f"{train_s:.2f}"]]))
+        print(f"last line: {last}")
+
+
+if __name__ == "__main__":
+    main()
