@@ -97,6 +97,11 @@ polling = bool(len(runs_store.list_runs(statuses=ACTIVE)))
 
 @st.fragment(run_every=1.0 if polling else None)
 def live() -> None:
+    with ui.guarded("the live view"):  # inside: the fragment also reruns on its own
+        live_view()
+
+
+def live_view() -> None:
     runs = runs_store.list_runs()
     if runs.empty:
         st.info("No runs yet: press **Run**.")
@@ -121,7 +126,7 @@ def live() -> None:
     if run["status"] in ("queued", "running") and st.button("Stop", key=f"train_stop_{watch}", icon=":material/stop:"):
         with ui.guarded("stopping the run"):
             jm.stop(watch)
-            st.rerun(scope="fragment")
+            st.rerun()
     if run["status"] in ("failed", "diverged", "interrupted") and run["error"]:
         st.error(f"This run {run['status']}: {run['error'].splitlines()[0]}", icon=":material/error:")
     elif run["status"] == "stopped":
@@ -138,7 +143,8 @@ def live() -> None:
                f"set every {tr_w['eval_every']} steps.")
     if len(per):
         info = run["info"]
-        labels = {int(w): f"worker {int(w)}" + (f" ({info['devices'][int(w)]})" if info.get("devices") else "")
+        devs = info.get("devices") or []
+        labels = {int(w): f"worker {int(w)}" + (f" ({devs[int(w)]})" if int(w) < len(devs) else "")
                   for w in per.worker.unique()}
         if info.get("server_rank") is not None:
             labels[info["server_rank"]] = "parameter server"
@@ -153,8 +159,7 @@ def live() -> None:
         c1, c2, c3 = st.columns(3)
         c1.metric("Wall time (s)", f"{job.wall.max():.2f}")
         c2.metric("Throughput (samples/s)", f"{thr.tail(20).mean():,.0f}" if len(thr) else "–")
-        c3.metric("Sent by all workers (MB)", f"{sent:.2f}")
+        c3.metric(f"Sent by all workers (MB, {info.get('bytes_kind', 'measured')})", f"{sent:.2f}")
 
 
-with ui.guarded("the live view"):
-    live()
+live()

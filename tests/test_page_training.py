@@ -60,6 +60,29 @@ def test_training_page_edits_the_scenario_and_runs_a_short_job(lab_db):
     assert float(metrics["Wall time (s)"]) > 0
 
 
+def test_stop_button_ends_the_job(lab_db):
+    from tests.test_train import processes_with
+
+    at = app_test("pages/training.py")
+    at.number_input(key="tr_steps").set_value(100_000).run()
+    at.selectbox(key="tr_sync").set_value("param_server").run()
+    at.toggle(key="tr_emulate").set_value(True).run()  # workers on gpu (defaults), server on the host
+    at.button(key="train_run").click().run()
+    rid = at.session_state["train_watch"]
+    store = RunStore(lab_db)
+    run_until(at, lambda a: store.progress(rid) >= 10)
+    assert len(at.get("plotly_chart")) == 3 and "parameter server" in str(at.get("plotly_chart")[2].proto.spec)
+    at.button(key=f"train_stop_{rid}").click().run()
+    assert_no_exception(at)
+    assert store.status(rid) == "stopped"
+    deadline = time.monotonic() + 10
+    while processes_with(rid) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert processes_with(rid) == []
+    at.run()
+    assert any("stopped by the user" in str(w.value) for w in at.warning)
+
+
 def test_a_bad_emulation_mapping_is_a_message_not_a_traceback(lab_db):
     at = app_test("pages/training.py")
     at.toggle(key="tr_emulate").set_value(True).run()

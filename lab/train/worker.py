@@ -194,7 +194,12 @@ class Trainer:
         self.link_delay = None
         if plan.emulation is not None and plan.server is None:
             self.link_delay = emu.ring_link_delay(sc.topology, plan.emulation.devices)
-        self.bytes_kind = "measured" if (self.ring or plan.server is not None) else "modelled"
+        if plan.server is not None or (self.ring and tr.sync == "allreduce"):
+            self.bytes_kind = "measured"
+        elif self.ring:  # the optimiser's max all-reduces go through gloo
+            self.bytes_kind = "measured (ring) + modelled (gloo max)"
+        else:
+            self.bytes_kind = "modelled"
         self.records: list[list[float]] = []
         self._writer: ThreadPoolExecutor | None = None
         self._pending: list = []
