@@ -25,7 +25,8 @@ Time split per worker and step (seconds):
   the collective. No extra barrier is needed (same machine: one clock; several machines: as good
   as their clock synchronisation).
 * ``t_comm``: the rest of the time in the collective (and in seed C's sample exchange).
-* ``t_compress``: 0 (no compression yet).
+* ``t_compress``: compressing the gradient (``training.compression``, gradient all-reduce only; see
+  lab.train.compressed), measured; 0 without compression.
 * ``t_emul_compute``: the part of t_compute that was emulated device waiting.
 * ``t_emul_comm``: the part of t_comm that was emulated link waiting.
 """
@@ -54,13 +55,14 @@ from lab.errors import LabError
 from lab.models import build_model
 from lab.runs import JOB_WORKER, RunStore
 from lab.scenario import Scenario, Training
+from lab.train import compressed
 from lab.train import data as data_mod
 from lab.train import emulation as emu
 
 GLOO_TIMEOUT_S = float(os.environ.get("LAB_GLOO_TIMEOUT", "60"))
 FLUSH_EVERY = int(os.environ.get("LAB_FLUSH_EVERY", "10"))  # steps between measurement gathers (live charts refresh at this pace)
 REC = ("step", "loss", "t_compute", "t_coll", "t_emul_compute", "t_emul_comm", "ready", "end", "bytes_sent",
-       "bytes_recv", "samples")
+       "bytes_recv", "samples", "t_compress")
 R = {k: i for i, k in enumerate(REC)}
 IDLE_DEFINITION = ("idle = latest 'ready to communicate' wall-clock stamp among the workers minus this "
                    "worker's own stamp, capped at its time in the collective; comm = the rest")
@@ -102,6 +104,7 @@ def make_plan(sc: Scenario, world: int, model: torch.nn.Module, in_features: int
     server_dev = emu.server_device(sc.topology, tr.worker_devices, workers) if (ps and tr.emulate) else None
     weights = em.shares if (em is not None and tr.split == "weighted") else None
     sizes = data_mod.batch_sizes(tr.batch_size, workers, tr.split, weights)
+    compressed.check(tr, sum(p.numel() for p in model.parameters() if p.requires_grad))
     lr = tr.lr * (workers if tr.lr_scaling else 1)
     return Plan(tr, world, workers, workers if ps else None, lr, sizes, em if tr.emulate else None,
                 server_dev, op, {"weights": weights, "compute_shares_from": list(em.devices) if em else None})
@@ -200,6 +203,7 @@ class Trainer:
             self.bytes_kind = "measured (ring) + modelled (gloo max)"
         else:
             self.bytes_kind = "modelled"
+        self.compressed = compressed.attach(self)  # issue 7: compressed gradient sync, or None
         self.records: list[list[float]] = []
         self._writer: ThreadPoolExecutor | None = None
         self._pending: list = []
@@ -292,9 +296,13 @@ class Trainer:
         emul = self.compute_wait(tc + getattr(self, "_last_opt_s", 0.0))
         ready = time.time()
         t1 = time.perf_counter()
-        sent, recv, emul_c = self.allreduce(self.gflat, "mean")
-        tcoll = time.perf_counter() - t1
-        glob = float(self.gflat[-1])
+        if self.compressed is not None:  # compress, share by the chosen method, mean (lab.train.compressed)
+            ready, sent, recv, emul_c, self.t_compress = self.compressed.sync(self.gflat, local)
+            glob = local  # the job's loss is the weighted mean of the workers' (store_records)
+        else:
+            sent, recv, emul_c = self.allreduce(self.gflat, "mean")
+            glob = float(self.gflat[-1])
+        tcoll = time.perf_counter() - t1 - self.t_compress
         t2 = time.perf_counter()
         if math.isfinite(glob):
             glob = self._opt_step(glob)
@@ -452,16 +460,20 @@ class Trainer:
         prev = np.concatenate([self._prev_end[:, None], end[:, :-1]], axis=1)
         self._prev_end = end[:, -1].copy()
         per = np.stack([col("loss"), np.full((world, k), np.nan), col("bytes_sent"), col("bytes_recv"),
-                        col("t_compute"), coll - idle, np.zeros((world, k)), idle, col("t_emul_compute"),
+                        col("t_compute"), coll - idle, col("t_compress"), idle, col("t_emul_compute"),
                         col("t_emul_comm"), samples / np.maximum(end - prev, 1e-9), end - self.t_start], axis=-1)
         rows = [(int(steps[j]), r, *per[r, j].tolist()) for r in range(world) for j in range(k)]
         job_end = end.max(0)
         job_prev = np.concatenate([[self._prev_job_end], job_end[:-1]])
         self._prev_job_end = float(job_end[-1])
         tput = samples.sum(0) / np.maximum(job_end - job_prev, 1e-9)
+        job_loss = self.compressed.job_loss(col("loss")[: self.n]) if self.compressed is not None else None
         for j in range(k):
             h = self.history.pop(int(steps[j]), {})
-            rows.append((int(steps[j]), JOB_WORKER, h.get("loss", math.nan), h.get("test_acc", math.nan),
+            loss = h.get("loss", math.nan)
+            if job_loss is not None and math.isfinite(loss):  # compressed: the workers' losses, weighted
+                loss = float(job_loss[j])
+            rows.append((int(steps[j]), JOB_WORKER, loss, h.get("test_acc", math.nan),
                          float(col("bytes_sent")[:, j].sum()), float(col("bytes_recv")[:, j].sum()),
                          *([math.nan] * 6), float(tput[j]), float(job_end[j] - self.t_start)))
         self._write(self.store.add_metric_rows, self.run_id, rows)
@@ -556,7 +568,7 @@ class Trainer:
             finite = math.isfinite(glob)
             samples = 0 if self.is_server else self.plan.batch_sizes[self.rank]
             self.records.append([step, local, tcomp, tcoll, emul_cp, emul_cm, ready, time.time(), sent + xs, recv + xr,
-                                 samples])
+                                 samples, self.t_compress])
             last = step == steps or not finite
             if self.rank == 0:
                 self.history.setdefault(step, {})["loss"] = glob
