@@ -68,8 +68,8 @@ def test_compressed_run_matches_the_reference_byte_for_byte(lab_db, sharing, ef,
     assert sent.tolist() == ref["bytes_sent"] and recv.tolist() == ref["bytes_recv"]
     kept = GroupTopK(0.05, 256).kept(info["params"])
     assert all(k == [kept, kept] for k in ref["kept"])
-    if sharing == "sparse_allgather":  # one message per step: 8 B count + 24 B header + 6 B per kept entry
-        assert (sent == 8 + 24 + 6 * kept).all()
+    if sharing == "sparse_allgather":  # one message per step: the payload, 24 B header + 6 B per kept entry
+        assert (sent == 24 + 6 * kept).all()
     elif sharing == "dense":  # the lab ring of the decompressed fp32 gradient (no loss slot)
         assert (sent == info["params"] * 4).all()  # 2 (N-1)/N x 4 n with N = 2
     else:  # the sparse ring: 8 B per (index, value) pair, fill-in included, and less than dense
@@ -97,7 +97,7 @@ def test_ratio_one_equals_the_uncompressed_run_and_lr_scaling_applies(lab_db):
     assert max_diff(ck["model"], single_process(sc.training)) <= 1e-5
     per = store.metrics(rid)
     per = per[per.worker >= 0]
-    assert (per.bytes_sent == 8 + 24 + 6 * info["params"]).all()  # every entry, 6 B each
+    assert (per.bytes_sent == 24 + 6 * info["params"]).all()  # every entry, 6 B each
 
 
 def test_a_diverging_compressed_run_stops_on_every_worker_at_once(lab_db):
