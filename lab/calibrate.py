@@ -1,97 +1,279 @@
-"""Calibrate the cost model on this machine: a device profile "this machine".
+"""Calibrate the cost model on this machine: the device profile "this machine".
 
-For each operator class the calibration times forward + backward of representative operators at the
-sizes the lab's models use (batch 8 to 256 on digits-sized layers) and fits
+What is measured (all medians of repeated timings, one torch thread per process as the training
+workers use):
 
-    time(op) = overhead + flops / throughput        (least squares, both >= 0)
+* **Compute, per operator class, in context.** A family of *calibration networks* (the lab's
+  model classes at widths, depths and batch sizes that the presets do not use, see
+  :data:`CALIBRATION_NETS`) runs the training step exactly as :mod:`lab.train.worker` does: a batch
+  taken from a shard, the flat gradient buffer zeroed, forward, cross-entropy, backward into the
+  flat buffer, the loss read back. Each network's operators come from :func:`lab.opgraph.trace`.
+  A non-negative least-squares fit (relative errors) then gives
 
-where ``flops`` are the operator's forward FLOPs; the fitted throughput therefore already includes the
-backward pass. On a CPU with small layers the fixed per-operator overhead (dispatch, autograd) is
-most of the time, which is why a plain FLOPs / peak model would be far off here.
+      t_fb = fixed + per_tensor x (parameter tensors) + sum over operators (overhead[class] + flops / throughput[class])
 
-It does this once with one process and once per worker count N with N processes running the same
-benchmark at the same moment (they compete for the cores), and measures the optimiser step cost per
-parameter and a fixed per-step overhead. The all-reduce alpha and beta come from the all-reduce
-measurement (``lab.comm.measure``) when it is available.
+  ``throughput`` is achieved forward FLOP/s of forward + backward time, so it already includes the
+  backward pass; ``fixed`` is the step's own cost outside the operators (batch, zeroing, loss,
+  autograd start, reading the loss); ``per_tensor`` is the gradient accumulation of each parameter.
+  The first matrix product or convolution of a network needs no input gradient: it counts 2/3 of
+  its FLOPs (the backward pass of a product is two products, one of them for the input).
+* **Optimiser step** of each lab optimiser (:mod:`lab.optim`) on synthetic parameter lists:
+  ``t_opt = fixed + per_tensor x tensors + per_param x parameters``.
+* **Compressors** (:mod:`lab.compress`, with and without error feedback): ``t = fixed + per_element x n``.
+* All of the above **once with one process and once per worker count N = 2..4 with N processes
+  running it at the same moment** (they compete for the cores exactly as N training workers do).
+* **All-reduce alpha and beta** per N and implementation (gloo, lab ring) from the all-reduce
+  measurement command, :func:`lab.comm.measure.measure` (nccl-tests style), fitted by
+  :func:`lab.collectives.fit_alpha_beta`.
+* **Compressed sharing** (sparse all-gather, sparse ring, dense ring of the decompressed tensor) on
+  N real processes: ``t = per_hop x hops + per_byte x bytes sent``.
 
-The result is a :class:`MachineProfile`, saved as JSON (date and machine description included) and
-loaded back by the pages and the predictor.
+The result is a :class:`MachineProfile`: saved as JSON (with the date and a machine description),
+loaded back by the pages and by :func:`lab.predict.predict_step`. ``python -m lab.calibrate``
+runs it from the command line (``--quick`` for a short run).
 """
 
 from __future__ import annotations
 
+import argparse
 import json
+import math
 import os
 import platform
 import statistics
+import sys
+import tempfile
 import time
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Callable
+from typing import Any, Callable, Sequence
 
 import numpy as np
-import torch
-from torch import nn
 
 from lab.errors import LabError
-from lab.topology import OP_CLASSES
 
-PROFILE_VERSION = 1
+PROFILE_VERSION = 2
+COMPUTE_CLASSES = ("matmul", "conv", "elementwise", "norm", "pool", "other")
+OPTIMIZER_KINDS = ("adam", "adabelief", "maxadabelief", "maxadabelief-corrected")
+COMPRESSOR_KEYS = ("none", "group_topk", "topk", "randomk", "fp16")
+SHARING_METHODS = ("dense", "sparse_ring", "sparse_allgather")
+MAX_PROCS = 4
+
+#: Calibration networks: (model class name in lab.models, constructor keyword arguments). None of
+#: them is a preset (MLP 128-64, CNN 8/16 channels, ResNet 16 channels x 3 blocks, encoder 32/64).
+CALIBRATION_NETS: tuple[tuple[str, dict], ...] = (
+    ("MLP", {"hidden": (32,)}),
+    ("MLP", {"hidden": (96,)}),
+    ("MLP", {"hidden": (256,)}),
+    ("MLP", {"hidden": (96, 48)}),
+    ("MLP", {"hidden": (192, 96, 48)}),
+    ("MLP", {"hidden": (48, 48, 48, 48)}),
+    ("CNN", {"channels": (4, 8)}),
+    ("CNN", {"channels": (12, 24)}),
+    ("CNN", {"channels": (16, 32)}),
+    ("SmallResNet", {"channels": 8, "blocks": 1}),
+    ("SmallResNet", {"channels": 12, "blocks": 2}),
+    ("EncoderBlock", {"d_model": 16, "d_ff": 32}),
+    ("EncoderBlock", {"d_model": 48, "d_ff": 96}),
+)
+CALIBRATION_BATCHES = (16, 64)
+QUICK_NETS = (0, 3, 7, 9, 12)  # indices of CALIBRATION_NETS timed with N processes at once
 
 
+# ---------------------------------------------------------------------------------------------
+# The profile
+# ---------------------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class ClassCost:
     overhead: float  # seconds per operator (forward + backward)
-    throughput: float  # forward FLOPs per second of forward + backward time
+    throughput: float  # forward FLOPs per second of forward + backward time (inf: no FLOP dependence)
 
     def time(self, flops: float) -> float:
-        return self.overhead + flops / self.throughput
+        return self.overhead + (flops / self.throughput if self.throughput and math.isfinite(self.throughput) else 0.0)
+
+
+@dataclass(frozen=True)
+class LinearCost:
+    """``fixed + per_tensor x tensors + per_unit x units`` (units: parameters, elements or bytes)."""
+
+    fixed: float = 0.0
+    per_tensor: float = 0.0
+    per_unit: float = 0.0
+
+    def time(self, units: float, tensors: float = 0.0) -> float:
+        return self.fixed + self.per_tensor * tensors + self.per_unit * units
+
+
+@dataclass(frozen=True)
+class ComputeFit:
+    classes: dict  # {op class: ClassCost}
+    fixed: float  # seconds per step outside the operators
+    per_tensor: float  # seconds per parameter tensor (gradient accumulation)
+    fit_error: float  # geometric-mean error of the fit on the calibration networks (fraction)
+    samples: int  # calibration (network, batch) pairs
+
+    def cost(self, op_class: str) -> ClassCost:
+        return self.classes.get(op_class) or self.classes["elementwise"]
+
+    def scaled(self, k: float) -> "ComputeFit":
+        """The same fit on a machine ``k`` times slower."""
+        return ComputeFit({c: ClassCost(v.overhead * k, v.throughput / k) for c, v in self.classes.items()},
+                          self.fixed * k, self.per_tensor * k, self.fit_error, self.samples)
+
+
+@dataclass(frozen=True)
+class CommFit:
+    alpha: float  # seconds per ring step
+    beta: float  # seconds per byte
+    fit_error: float  # geometric-mean error over the measured cases (fraction)
+
+    def time(self, procs: int, nbytes: float) -> float:
+        """Ring all-reduce time: 2(N-1) alpha + 2(N-1)/N S beta."""
+        return 2 * (procs - 1) * self.alpha + 2 * (procs - 1) / procs * nbytes * self.beta
+
+
+@dataclass(frozen=True)
+class SharingFit:
+    per_hop: float  # seconds per message hop (count + payload, decode/merge included)
+    per_byte: float  # seconds per byte this rank sends
+    fit_error: float
+
+    def time(self, hops: float, nbytes: float) -> float:
+        return self.per_hop * hops + self.per_byte * nbytes
 
 
 @dataclass(frozen=True)
 class MachineProfile:
+    """"This machine": what :func:`calibrate` measured. One-process costs, a slow-down factor per
+    process count N, and per N the in-context costs of the collectives and the idle jitter."""
+
     created: str
     machine: dict
-    classes: dict  # {procs (str): {op class: ClassCost}}
-    optimizer_per_param: dict  # {procs (str): seconds per parameter per step}
-    step_overhead: dict  # {procs (str): seconds per step outside operators (loss, zero_grad, loop)}
-    alpha: float | None = None  # seconds per all-reduce message step (gloo, this machine)
-    beta: float | None = None  # seconds per byte
+    compute: ComputeFit  # one process
+    optimizer: dict  # {kind: LinearCost (per_unit: per parameter)}, one process
+    compressor: dict  # {"kind" or "kind+ef": LinearCost (per_unit: per element)}, one process
+    contention: dict  # {procs (str): CPU-time inflation of compute with N processes at once}
+    allreduce: dict  # {procs: {"gloo" | "ring": CommFit}} measured inside training-like cycles
+    sharing: dict  # {procs: {method: SharingFit}} measured inside training-like cycles
+    jitter: dict  # {procs: LinearCost: mean idle = fixed + per_unit x compute CPU seconds}
+    measured_allreduce: dict  # {procs: {"gloo" | "ring": CommFit}} from lab.comm.measure (barrier first)
+    probe: dict  # {procs: {"compute", "cpu", "comm", "idle", "cycle"}}: the load probe at calibration time
+    settings: dict = field(default_factory=dict)
     notes: list = field(default_factory=list)
 
-    def cost(self, op_class: str, procs: int = 1) -> ClassCost:
-        table = self.classes.get(str(procs)) or self.classes[str(self.nearest_procs(procs))]
-        return table.get(op_class) or table["elementwise"]
+    # ----- lookups (nearest calibrated process count when N itself was not calibrated) ---------
+    @staticmethod
+    def _nearest(table: dict, procs: int) -> Any:
+        if not table:
+            raise LabError("the machine profile has no entry for this quantity; calibrate again", where="profile")
+        if str(procs) in table:
+            return table[str(procs)]
+        have = sorted(int(k) for k in table)
+        return table[str(min(have, key=lambda p: (abs(p - procs), -p)))]
 
-    def nearest_procs(self, procs: int) -> int:
-        have = sorted(int(k) for k in self.classes)
-        return min(have, key=lambda p: (abs(p - procs), p))
+    def slowdown(self, procs: int) -> float:
+        """CPU-time inflation of compute with ``procs`` processes at once (shared caches, memory)."""
+        return float(self._nearest(self.contention, procs)) if procs > 1 else 1.0
 
-    def to_json(self) -> str:
+    def compute_fit(self, procs: int = 1) -> ComputeFit:
+        """Per-class costs with ``procs`` processes sharing the cores."""
+        return self.compute.scaled(self.slowdown(procs))
+
+    def optimizer_cost(self, kind: str, procs: int = 1) -> LinearCost:
+        c = self.optimizer.get(kind) or self.optimizer["adam"]
+        k = self.slowdown(procs)
+        return LinearCost(c.fixed * k, c.per_tensor * k, c.per_unit * k)
+
+    def compressor_cost(self, kind: str, error_feedback: bool, procs: int = 1) -> LinearCost:
+        key = kind + ("+ef" if error_feedback else "")
+        c = self.compressor.get(key) or self.compressor.get(kind) or LinearCost()
+        k = self.slowdown(procs)
+        return LinearCost(c.fixed * k, c.per_tensor * k, c.per_unit * k)
+
+    def allreduce_fit(self, impl: str, procs: int) -> CommFit:
+        t = self._nearest(self.allreduce, procs)
+        return t.get(impl) or t["gloo"]
+
+    def sharing_fit(self, method: str, procs: int) -> SharingFit:
+        t = self._nearest(self.sharing, procs)
+        if method not in t:
+            raise LabError(f"the machine profile has no timing of sharing method {method!r}; calibrate again",
+                           where="profile")
+        return t[method]
+
+    def jitter_cost(self, procs: int) -> LinearCost:
+        return self._nearest(self.jitter, procs) if procs > 1 and self.jitter else LinearCost()
+
+    @property
+    def procs(self) -> list[int]:
+        return sorted(int(k) for k in self.contention)
+
+    def describe(self) -> str:
+        m = self.machine
+        return (f"{m.get('cpu') or 'unknown CPU'}, {m.get('cores')} cores, host {m.get('hostname')}, "
+                f"torch {m.get('torch')}; calibrated {self.created}")
+
+    # ----- JSON -----------------------------------------------------------------------------------
+    def to_dict(self) -> dict:
         d = asdict(self)
         d["version"] = PROFILE_VERSION
-        return json.dumps(d, indent=2)
+        return d
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), indent=1, default=_json_default)
 
     @staticmethod
-    def from_json(text: str) -> "MachineProfile":
+    def from_dict(d: Any) -> "MachineProfile":
         try:
-            d = json.loads(text)
+            d = dict(d)
             if d.pop("version", None) != PROFILE_VERSION:
-                raise LabError("the saved machine profile is from another version; calibrate again")
-            d["classes"] = {p: {k: ClassCost(**v) for k, v in t.items()} for p, t in d["classes"].items()}
-            return MachineProfile(**d)
+                raise LabError("the saved machine profile is from another version of the lab; calibrate again",
+                               where="profile")
+            c = d["compute"]
+            d["compute"] = ComputeFit(**{**c, "classes": {k: ClassCost(**v) for k, v in c["classes"].items()}})
+            d["optimizer"] = {k: LinearCost(**v) for k, v in d["optimizer"].items()}
+            d["compressor"] = {k: LinearCost(**v) for k, v in d["compressor"].items()}
+            d["contention"] = {str(k): float(v) for k, v in d["contention"].items()}
+            d["allreduce"] = {p: {k: CommFit(**v) for k, v in t.items()} for p, t in d["allreduce"].items()}
+            d["measured_allreduce"] = {p: {k: CommFit(**v) for k, v in t.items()}
+                                       for p, t in d["measured_allreduce"].items()}
+            d["sharing"] = {p: {k: SharingFit(**v) for k, v in t.items()} for p, t in d["sharing"].items()}
+            d["jitter"] = {p: LinearCost(**v) for p, v in d["jitter"].items()}
+            d["probe"] = {str(p): {k: float(v) for k, v in t.items()} for p, t in d["probe"].items()}
+            prof = MachineProfile(**d)
         except LabError:
             raise
-        except (ValueError, TypeError, KeyError) as exc:
-            raise LabError(f"the saved machine profile is damaged ({exc}); calibrate again") from None
+        except (ValueError, TypeError, KeyError, AttributeError) as exc:
+            raise LabError(f"the saved machine profile is damaged ({type(exc).__name__}: {exc}); calibrate again",
+                           where="profile") from None
+        if "adam" not in prof.optimizer or "elementwise" not in prof.compute.classes:
+            raise LabError("the saved machine profile is incomplete; calibrate again", where="profile")
+        return prof
 
-    def save(self, path: Path) -> Path:
+    @staticmethod
+    def from_json(text: str | bytes) -> "MachineProfile":
+        try:
+            d = json.loads(text)
+        except ValueError as exc:
+            raise LabError(f"the saved machine profile is not JSON ({exc}); calibrate again", where="profile") from None
+        return MachineProfile.from_dict(d)
+
+    def save(self, path: Path | str | None = None) -> Path:
+        path = Path(path) if path is not None else profile_path()
         path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(".tmp")
+        tmp = path.with_name(path.name + ".tmp")
         tmp.write_text(self.to_json())
         os.replace(tmp, path)
         return path
+
+
+def _json_default(o: Any) -> Any:
+    if isinstance(o, (np.floating, np.integer)):
+        return o.item()
+    if isinstance(o, tuple):
+        return list(o)
+    raise TypeError(f"cannot serialise {type(o).__name__}")
 
 
 def data_dir() -> Path:
@@ -103,17 +285,21 @@ def data_dir() -> Path:
 
 
 def profile_path() -> Path:
+    """Where "this machine"'s profile lives: LAB_DATA (or the run store's folder)/machine_profile.json."""
     return data_dir() / "machine_profile.json"
 
 
-def load_profile(path: Path | None = None) -> MachineProfile | None:
-    path = path or profile_path()
+def load_profile(path: Path | str | None = None) -> MachineProfile | None:
+    """The saved profile, or None when there is none yet (a damaged file raises LabError)."""
+    path = Path(path) if path is not None else profile_path()
     if not path.exists():
         return None
     return MachineProfile.from_json(path.read_text())
 
 
 def machine_description() -> dict:
+    import torch
+
     cpu = platform.processor() or ""
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
@@ -122,201 +308,743 @@ def machine_description() -> dict:
                 break
     except OSError:
         pass
+    try:
+        load = os.getloadavg()[0]
+    except OSError:
+        load = None
     return {"hostname": platform.node(), "cpu": cpu, "cores": os.cpu_count(), "python": platform.python_version(),
-            "torch": torch.__version__, "torch_threads_per_worker": 1, "platform": platform.platform()}
+            "torch": torch.__version__, "torch_threads_per_process": 1, "platform": platform.platform(),
+            "load_average_1min": load}
 
 
-# ---- representative operators ------------------------------------------------------------------
+# ---------------------------------------------------------------------------------------------
+# Fitting
+# ---------------------------------------------------------------------------------------------
+def nnls_relative(features: np.ndarray, seconds: np.ndarray) -> np.ndarray:
+    """Non-negative least squares of ``features @ x = seconds`` in relative terms (each row divided
+    by its measured time, so small and large cases count alike). Columns are scaled first."""
+    from scipy.optimize import nnls
 
-def _cases() -> dict[str, list[tuple[Callable[[int], tuple[nn.Module, torch.Tensor]], Callable[[int], float]]]]:
-    """Per class: (build(batch) -> (module, input), forward FLOPs(batch))."""
-
-    def lin(i, o):
-        return (lambda b: (nn.Linear(i, o), torch.randn(b, i)), lambda b: 2.0 * b * i * o)
-
-    def conv(c_in, c_out, side, k=3):
-        return (lambda b: (nn.Conv2d(c_in, c_out, k, padding=k // 2), torch.randn(b, c_in, side, side)),
-                lambda b: 2.0 * b * c_out * side * side * c_in * k * k)
-
-    def ew(shape):
-        n = int(np.prod(shape))
-        return (lambda b: (nn.ReLU(), torch.randn(b, *shape)), lambda b: float(b * n))
-
-    def bn(c, side):
-        return (lambda b: (nn.BatchNorm2d(c), torch.randn(b, c, side, side)), lambda b: 4.0 * b * c * side * side)
-
-    def ln(d, t):
-        return (lambda b: (nn.LayerNorm(d), torch.randn(b, t, d)), lambda b: 5.0 * b * t * d)
-
-    def pool(c, side):
-        return (lambda b: (nn.MaxPool2d(2), torch.randn(b, c, side, side)), lambda b: float(b * c * side * side))
-
-    def other(shape):
-        return (lambda b: (nn.Flatten(), torch.randn(b, *shape)), lambda b: 0.0)
-
-    return {
-        "matmul": [lin(64, 128), lin(128, 64), lin(64, 10), lin(256, 256)],
-        "conv": [conv(1, 8, 8), conv(8, 16, 4), conv(16, 16, 8)],
-        "elementwise": [ew((128,)), ew((8, 8, 8)), ew((16, 8, 8))],
-        "norm": [bn(16, 8), ln(32, 8)],
-        "pool": [pool(8, 8), pool(16, 4)],
-        "other": [other((16, 2, 2)), other((8, 8, 8))],
-    }
-
-
-def _time_fwd_bwd(module: nn.Module, x: torch.Tensor, repeat: int) -> float:
-    x = x.requires_grad_(True)
-    for _ in range(3):
-        module(x).sum().backward()
-    times = []
-    for _ in range(repeat):
-        t0 = time.perf_counter()
-        module(x).sum().backward()
-        times.append(time.perf_counter() - t0)
-    # The .sum() and its backward are part of every timing; subtract their own cost.
-    y = torch.randn_like(module(x)).requires_grad_(True)
-    base = []
-    for _ in range(repeat):
-        t0 = time.perf_counter()
-        y.sum().backward()
-        base.append(time.perf_counter() - t0)
-    return max(1e-9, statistics.median(times) - statistics.median(base))
-
-
-def fit_cost(flops: list[float], seconds: list[float]) -> ClassCost:
-    """Least squares time = overhead + flops / throughput, with both terms kept non-negative."""
-    f = np.asarray(flops, dtype=float)
+    a = np.asarray(features, dtype=float)
     t = np.asarray(seconds, dtype=float)
-    if np.ptp(f) > 0:
-        slope, intercept = np.polyfit(f, t, 1)
-    else:
-        slope, intercept = 0.0, float(t.mean())
-    if slope <= 0:
-        slope = 1e-15  # no measurable FLOP dependence: effectively all overhead
-        intercept = float(t.mean())
-    if intercept < 0:
-        intercept = 0.0
-        slope = float((f * t).sum() / max((f * f).sum(), 1e-30))
-    return ClassCost(overhead=float(intercept), throughput=float(1.0 / slope))
+    if a.ndim != 2 or a.shape[0] != t.shape[0] or a.shape[0] == 0:
+        raise LabError("fitting needs one row of features per measured time", where="calibration")
+    if np.any(t <= 0) or not np.all(np.isfinite(t)):
+        raise LabError("measured times must be positive and finite", where="calibration")
+    scale = np.abs(a).max(axis=0)
+    scale[scale == 0] = 1.0
+    x, _ = nnls(a / scale / t[:, None], np.ones(len(t)), maxiter=50 * a.shape[1])
+    return x / scale
 
 
-def measure_classes(batches: tuple[int, ...] = (8, 32, 128, 256), repeat: int = 15, seed: int = 0) -> dict:
+def geomean_error(predicted: Sequence[float], measured: Sequence[float]) -> float:
+    """exp(mean |ln(predicted / measured)|) - 1 over the positive pairs (NaN when there are none)."""
+    logs = [abs(math.log(p / m)) for p, m in zip(predicted, measured)
+            if p and m and p > 0 and m > 0 and math.isfinite(p) and math.isfinite(m)]
+    return math.exp(sum(logs) / len(logs)) - 1 if logs else math.nan
+
+
+def graph_features(graph: Any, n_tensors: int) -> dict:
+    """Counts and FLOPs per operator class of a traced model (lab.opgraph.OpGraph), the first
+    matrix product / convolution counting 2/3 (no input gradient), and its parameter tensors."""
+    counts = {c: 0 for c in COMPUTE_CLASSES}
+    flops = {c: 0.0 for c in COMPUTE_CLASSES}
+    for op in graph.ops:
+        cls = op.op_class if op.op_class in counts else "other"
+        f = float(op.flops)
+        if not op.inputs and cls in ("matmul", "conv"):
+            f *= 2.0 / 3.0
+        counts[cls] += 1
+        flops[cls] += f
+    return {"counts": counts, "flops": flops, "tensors": int(n_tensors)}
+
+
+def _feature_row(feat: dict, classes: Sequence[str]) -> list[float]:
+    row = [1.0, float(feat["tensors"])]
+    for c in classes:
+        row += [float(feat["counts"][c]), float(feat["flops"][c])]
+    return row
+
+
+def fit_compute(samples: Sequence[dict]) -> ComputeFit:
+    """Fit the compute model to ``samples`` ({"features": graph_features(...), "seconds": t_fb})."""
+    if not samples:
+        raise LabError("no calibration samples to fit", where="calibration")
+    present = [c for c in COMPUTE_CLASSES if any(s["features"]["counts"][c] for s in samples)]
+    a = np.array([_feature_row(s["features"], present) for s in samples])
+    t = np.array([s["seconds"] for s in samples])
+    x = nnls_relative(a, t)
+    classes = {}
+    for i, c in enumerate(present):
+        ov, inv = x[2 + 2 * i], x[3 + 2 * i]
+        classes[c] = ClassCost(float(ov), float(1.0 / inv) if inv > 0 else math.inf)
+    for c in COMPUTE_CLASSES:  # classes no calibration network has: cost as element-wise
+        classes.setdefault(c, classes.get("elementwise", ClassCost(0.0, math.inf)))
+    fit = ComputeFit(classes, float(x[0]), float(x[1]), 0.0, len(samples))
+    pred = [compute_seconds(fit, s["features"]) for s in samples]
+    return ComputeFit(classes, float(x[0]), float(x[1]), geomean_error(pred, t), len(samples))
+
+
+def compute_seconds(fit: ComputeFit, feat: dict) -> float:
+    """Forward + backward seconds of one training step for graph features ``feat``."""
+    t = fit.fixed + fit.per_tensor * feat["tensors"]
+    for c in COMPUTE_CLASSES:
+        n = feat["counts"].get(c, 0)
+        if n:
+            cc = fit.cost(c)
+            t += n * cc.overhead + (feat["flops"][c] / cc.throughput if math.isfinite(cc.throughput) else 0.0)
+    return t
+
+
+def fit_linear(rows: Sequence[tuple[float, float, float]]) -> LinearCost:
+    """Non-negative fit of t = fixed + per_tensor x tensors + per_unit x units; rows (tensors, units, t)."""
+    a = np.array([[1.0, r[0], r[1]] for r in rows])
+    t = np.array([r[2] for r in rows])
+    x = nnls_relative(a, t)
+    return LinearCost(float(x[0]), float(x[1]), float(x[2]))
+
+
+# ---------------------------------------------------------------------------------------------
+# Measurements (run inside one process; the N-process case runs them in N processes at once)
+# ---------------------------------------------------------------------------------------------
+def _median_time(fn: Callable[[], Any], repeat: int, warmup: int = 2, clock: Callable[[], float] = time.perf_counter) -> float:
+    """Median seconds of ``fn`` by ``clock`` (wall by default; ``time.process_time``: CPU time of
+    this process, which a process waiting for a core does not accumulate)."""
+    for _ in range(warmup):
+        fn()
+    ts = []
+    for _ in range(repeat):
+        t0 = clock()
+        fn()
+        ts.append(clock() - t0)
+    return statistics.median(ts)
+
+
+CPU = time.process_time
+
+
+def build_calibration_net(cls_name: str, kwargs: dict, seed: int = 0):
+    import torch
+
+    from lab import models
+
+    gen = torch.random.get_rng_state()
     torch.manual_seed(seed)
+    try:
+        return getattr(models, cls_name)(in_features=64, classes=10, **kwargs)
+    finally:
+        torch.random.set_rng_state(gen)
+
+
+class StepHarness:
+    """The training step of :class:`lab.train.worker.Trainer` (``forward_backward``) for any model:
+    parameters and gradients as views of flat buffers, a shard to draw batches from."""
+
+    def __init__(self, model, batch: int, seed: int = 0, shard: int = 1347):
+        import torch
+
+        self.model = model
+        self.params = [p for p in model.parameters() if p.requires_grad]
+        numel = sum(p.numel() for p in self.params)
+        self.pflat, self.gflat = torch.zeros(numel + 1), torch.zeros(numel + 1)
+        off = 0
+        with torch.no_grad():
+            for p in self.params:
+                k = p.numel()
+                self.pflat[off:off + k].copy_(p.reshape(-1))
+                p.data = self.pflat[off:off + k].view_as(p)
+                p.grad = self.gflat[off:off + k].view_as(p)
+                off += k
+        g = torch.Generator().manual_seed(seed)
+        self.x = torch.rand(shard, 64, generator=g)
+        self.y = torch.randint(0, 10, (shard,), generator=g)
+        self.perm = torch.randperm(shard, generator=g)
+        self.batch, self.pos, self.weight = batch, 0, 1.0
+
+    def forward_backward(self) -> float:
+        import torch.nn.functional as F
+
+        if self.pos + self.batch > len(self.perm):
+            self.pos = 0
+        idx = self.perm[self.pos:self.pos + self.batch]
+        self.pos += self.batch
+        x, y = self.x[idx], self.y[idx]
+        self.gflat.zero_()
+        loss = F.cross_entropy(self.model(x), y)
+        (loss * self.weight).backward()
+        lv = float(loss.detach())
+        self.gflat[-1] = lv * self.weight
+        return lv
+
+
+def measure_compute(nets: Sequence[int] | None = None, batches: Sequence[int] = CALIBRATION_BATCHES,
+                    repeat: int = 15, seed: int = 0, passes: int = 3,
+                    sync: Callable[[], None] | None = None) -> list[dict]:
+    """Forward + backward seconds of the calibration networks, as the training worker runs a step.
+
+    The cases take turns in ``passes`` rounds of ``repeat / passes`` timed steps each, and each
+    case's time is the median of its round medians, so a burst of load from other processes on
+    the machine spoils one round of a few cases rather than all the rounds of one case. ``sync``
+    (a barrier, with several processes) is called before every timed round, so that concurrent
+    processes run the same case at the same moment, as training workers do."""
+    import torch
+
+    from lab.opgraph import trace
+
     torch.set_num_threads(1)
-    out = {}
-    for cls, cases in _cases().items():
-        fl, ts = [], []
-        for build, flops in cases:
-            for b in batches:
-                m, x = build(b)
-                ts.append(_time_fwd_bwd(m, x, repeat))
-                fl.append(flops(b))
-        out[cls] = fit_cost(fl, ts)
+    cases = []
+    for i in (range(len(CALIBRATION_NETS)) if nets is None else nets):
+        cls_name, kwargs = CALIBRATION_NETS[i]
+        for b in batches:
+            model = build_calibration_net(cls_name, kwargs, seed)
+            feat = graph_features(trace(build_calibration_net(cls_name, kwargs, seed), batch_size=b,
+                                        name=f"{cls_name}{kwargs}"), sum(1 for p in model.parameters()))
+            cases.append(({"net": i, "name": f"{cls_name} {kwargs}", "batch": b, "features": feat},
+                          StepHarness(model, b, seed), []))
+    per = max(3, repeat // max(1, passes))
+    for k in range(max(1, passes)):
+        for _, h, meds in cases:
+            h.forward_backward()
+            if sync is not None:
+                sync()
+            meds.append(_median_time(h.forward_backward, per, warmup=2 if k == 0 else 0, clock=CPU))
+    return [{**info, "seconds": statistics.median(meds)} for info, _, meds in cases]
+
+
+#: Synthetic parameter lists for the optimiser benchmark: (tensors, total parameters).
+OPT_SHAPES = ((2, 2_000), (6, 17_000), (8, 60_000), (24, 15_000), (24, 120_000))
+
+
+def measure_optimizers(kinds: Sequence[str] = OPTIMIZER_KINDS, repeat: int = 15,
+                       shapes: Sequence[tuple[int, int]] = OPT_SHAPES) -> dict[str, list[tuple[float, float, float]]]:
+    """Seconds of one optimiser step (lab.optim) for each kind on synthetic parameter lists."""
+    import torch
+
+    from lab.optim import make_optimizer
+
+    torch.set_num_threads(1)
+    out: dict[str, list] = {}
+    for kind in kinds:
+        rows = []
+        for tensors, total in shapes:
+            each = max(1, total // tensors)
+            params = [torch.nn.Parameter(torch.randn(each)) for _ in range(tensors)]
+            for p in params:
+                p.grad = torch.randn(each) * 1e-3
+            opt = make_optimizer(kind, params, lr=1e-3)
+            rows.append((float(tensors), float(each * tensors), _median_time(opt.step, repeat, warmup=3, clock=CPU)))
+        out[kind] = rows
     return out
 
 
-def measure_optimizer_and_overhead(repeat: int = 20) -> tuple[float, float]:
-    """Seconds per parameter of an Adam-family step, and the fixed per-step loop overhead."""
+COMPRESS_SIZES = (4_096, 32_768, 131_072)
+
+
+def measure_compressors(keys: Sequence[str] = COMPRESSOR_KEYS, sizes: Sequence[int] = COMPRESS_SIZES,
+                        repeat: int = 10, ratio: float = 0.01, group_size: int = 1024,
+                        seed: int = 0) -> dict[str, list[tuple[float, float, float]]]:
+    """Seconds of one compress call per compressor (with and without error feedback) and size."""
+    import torch
+
+    from lab.compress import make_compressor
+
     torch.set_num_threads(1)
-    sizes = [10_000, 100_000, 400_000]
-    ts = []
-    for n in sizes:
-        p = nn.Parameter(torch.randn(n))
-        p.grad = torch.randn(n)
-        opt = torch.optim.Adam([p], lr=1e-3, foreach=True)
-        for _ in range(3):
-            opt.step()
-        samples = []
-        for _ in range(repeat):
-            t0 = time.perf_counter()
-            opt.step()
-            samples.append(time.perf_counter() - t0)
-        ts.append(statistics.median(samples))
-    per_param = max(0.0, float(np.polyfit(sizes, ts, 1)[0]))
-    # Fixed cost of one training-loop step around the operators: cross-entropy, zero_grad, bookkeeping.
-    logits = torch.randn(32, 10, requires_grad=True)
-    target = torch.randint(0, 10, (32,))
-    samples = []
-    for _ in range(repeat):
+    out: dict[str, list] = {}
+    g = torch.Generator().manual_seed(seed)
+    for kind in keys:
+        for ef in (False, True):
+            if kind == "none" and ef:
+                continue
+            rows = []
+            for n in sizes:
+                x = torch.randn(n, generator=g)
+                c = make_compressor(kind, ratio, group_size, error_feedback=ef, seed=seed)
+                rows.append((0.0, float(n), _median_time(lambda: c.compress(x), repeat, warmup=2, clock=CPU)))
+            out[kind + ("+ef" if ef else "")] = rows
+    return out
+
+
+def measure_all_local(nets: Sequence[int] | None = None, repeat: int = 15) -> dict:
+    """Every single-process measurement (compute, optimisers, compressors), raw."""
+    return {"compute": measure_compute(nets=nets, repeat=repeat),
+            "optimizer": measure_optimizers(repeat=repeat),
+            "compressor": measure_compressors(repeat=max(3, repeat // 2))}
+
+
+def fit_local(raw: dict) -> tuple[dict, dict]:
+    """Optimiser and compressor fits from raw local measurements."""
+    opt = {k: fit_linear(rows) for k, rows in raw["optimizer"].items()}
+    cmp = {k: fit_linear(rows) for k, rows in raw["compressor"].items()}
+    return opt, cmp
+
+
+# ---------------------------------------------------------------------------------------------
+# N processes at once: training-like cycles on the calibration networks
+# ---------------------------------------------------------------------------------------------
+#: Collectives timed in the cycles: (label, sharing method or None for a dense all-reduce, impl).
+CYCLE_KINDS = (("gloo", None, "gloo"), ("ring", None, "ring"), ("sparse_allgather", "sparse_allgather", None),
+               ("sparse_ring", "sparse_ring", None), ("dense", "dense", None))
+CYCLE_RATIO = 0.01  # Group-TopK ratio of the compressed cycles
+
+
+def _cycle_case(rank: int, world: int, net: int, batch: int, kind: tuple, repeat: int, seed: int = 0) -> dict:
+    """``repeat`` training-like cycles of one calibration network on every rank at once: forward +
+    backward, then the collective, then the optimiser step, timed as lab.train.worker times them
+    (idle = latest 'ready' stamp among the ranks minus one's own, capped at the collective)."""
+    import torch
+    import torch.distributed as dist
+
+    from lab.comm.ring import ring_allreduce
+    from lab.comm.sparse import share
+    from lab.compress import GroupTopK
+    from lab.optim import make_optimizer
+
+    label, method, impl = kind
+    cls_name, kwargs = CALIBRATION_NETS[net]
+    model = build_calibration_net(cls_name, kwargs, seed)
+    h = StepHarness(model, batch, seed + rank)
+    opt = make_optimizer("adam", h.params, lr=1e-3)
+    comp = GroupTopK(CYCLE_RATIO, 1024)
+    recs = []
+    dist.barrier()
+    for i in range(repeat + 2):
+        c0 = CPU()
         t0 = time.perf_counter()
-        loss = nn.functional.cross_entropy(logits, target)
-        loss.backward()
-        logits.grad = None
-        _ = float(loss.detach())
-        samples.append(time.perf_counter() - t0)
-    return per_param, statistics.median(samples)
-
-
-def _worker(args) -> dict:
-    barrier, repeat = args
-    barrier.wait(timeout=120)
-    classes = measure_classes(repeat=repeat)
-    opt, overhead = measure_optimizer_and_overhead()
-    return {"classes": {k: asdict(v) for k, v in classes.items()}, "opt": opt, "overhead": overhead}
-
-
-def _concurrent(procs: int, repeat: int) -> dict:
-    """Run the class benchmark in ``procs`` processes at once; average their fits."""
-    import multiprocessing as mp
-
-    ctx = mp.get_context("spawn")
-    with ctx.Manager() as manager:
-        barrier = manager.Barrier(procs)
-        with ctx.Pool(procs) as pool:
-            results = pool.map_async(_worker, [(barrier, repeat)] * procs).get(timeout=600)
-    classes = {}
-    for cls in OP_CLASSES:
-        ov = float(np.mean([r["classes"][cls]["overhead"] for r in results]))
-        th = float(len(results) / np.sum([1.0 / r["classes"][cls]["throughput"] for r in results]))
-        classes[cls] = ClassCost(ov, th)
-    return {"classes": classes, "opt": float(np.mean([r["opt"] for r in results])),
-            "overhead": float(np.mean([r["overhead"] for r in results]))}
-
-
-def calibrate(procs: tuple[int, ...] = (1, 2, 4), repeat: int = 15, alpha_beta: tuple[float, float] | None = None,
-              progress: Callable[[str, float], None] | None = None) -> MachineProfile:
-    """Measure this machine and return its profile (not saved; call ``.save(profile_path())``)."""
-    progress = progress or (lambda msg, frac: None)
-    classes, opt, overhead = {}, {}, {}
-    for i, p in enumerate(procs):
-        progress(f"operator classes with {p} process(es)", i / (len(procs) + 1))
-        if p == 1:
-            threads = torch.get_num_threads()
-            try:
-                c = measure_classes(repeat=repeat)
-                o, ov = measure_optimizer_and_overhead()
-            finally:
-                torch.set_num_threads(threads)
-            r = {"classes": c, "opt": o, "overhead": ov}
+        h.forward_backward()
+        t1 = time.perf_counter()
+        c1 = CPU()
+        ready = time.time()
+        tz = 0.0
+        sent = 0.0
+        hops = 0.0
+        if method is None:
+            if impl == "ring":
+                st = ring_allreduce(h.gflat, "mean")
+                sent, hops = float(st.sent), float(st.messages_sent)
+            else:
+                dist.all_reduce(h.gflat)
+                h.gflat.div_(world)
+                sent = 2.0 * (world - 1) * math.ceil(h.gflat.numel() / world) * 4
+                hops = 2.0 * (world - 1)
+            t2 = time.perf_counter()
         else:
-            r = _concurrent(p, repeat)
-        classes[str(p)] = r["classes"]
-        opt[str(p)] = r["opt"]
-        overhead[str(p)] = r["overhead"]
-    notes = []
-    if alpha_beta is None:
-        progress("all-reduce alpha and beta", len(procs) / (len(procs) + 1))
-        alpha_beta = _measure_alpha_beta()
-        if alpha_beta is None:
-            notes.append("all-reduce alpha/beta not measured (lab.comm.measure unavailable)")
-    progress("done", 1.0)
-    return MachineProfile(created=datetime.now(timezone.utc).isoformat(timespec="seconds"),
-                          machine=machine_description(), classes=classes, optimizer_per_param=opt,
-                          step_overhead=overhead, alpha=alpha_beta[0] if alpha_beta else None,
-                          beta=alpha_beta[1] if alpha_beta else None, notes=notes)
+            payload = comp.compress(h.gflat)
+            tz = time.perf_counter() - t1
+            summed, st = share(payload, method)
+            h.gflat.copy_(summed.div_(world))
+            t2 = time.perf_counter()
+            sent = float(st["bytes_sent"])
+            hops = float(len([x for x in st.get("hops", []) if x.get("phase") != "start"]) or 2 * (world - 1))
+        c2 = CPU()
+        opt.step()
+        t3 = time.perf_counter()
+        c3 = CPU()
+        if i >= 2:
+            recs.append([t1 - t0, t3 - t2, tz, t2 - t1 - tz, ready, sent, hops, time.time(), (c1 - c0) + (c3 - c2)])
+    local = torch.tensor(recs, dtype=torch.float64)
+    every = [torch.zeros_like(local) for _ in range(world)]
+    dist.all_gather(every, local)
+    r = every[rank]
+    latest = torch.stack([e[:, 4] for e in every]).max(dim=0).values
+    coll = r[:, 3]
+    idle = torch.minimum((latest - r[:, 4]).clamp_min(0.0), coll)
+    ends = torch.stack([e[:, 7] for e in every]).max(dim=0).values
+    cycle = ends.diff()
+    med = lambda x: float(x.median()) if x.numel() else math.nan  # noqa: E731
+    return {"net": net, "batch": batch, "kind": label, "fb": med(r[:, 0]), "opt": med(r[:, 1]),
+            "compress": med(r[:, 2]), "comm": med(coll - idle), "idle": med(idle), "cycle": med(cycle),
+            "bytes_sent": med(r[:, 5]), "hops": med(r[:, 6]), "numel": int(h.gflat.numel()), "cpu": med(r[:, 8])}
 
 
-def _measure_alpha_beta() -> tuple[float, float] | None:
+def _procs_worker(rank: int, world: int, port: int, out_dir: str, nets: list | None, repeat: int) -> None:
+    """One of N calibration processes (spawned by :func:`measure_procs`). One process: the compute,
+    optimiser and compressor benchmarks. Several: training-like cycles of each collective."""
+    import torch.distributed as dist
+
+    from lab.comm.sparse import init_worker
+
+    init_worker(rank, world, port, timeout_s=300.0)
+    result: dict = {"rank": rank}
     try:
-        from lab.comm import measure as m
-    except ImportError:
+        dist.barrier()
+        if world == 1:
+            result["local"] = measure_all_local(nets=nets, repeat=repeat)
+        else:
+            rows = []
+            for kind in CYCLE_KINDS:
+                dense = kind[0] == "gloo"
+                for net in (nets if dense else nets[::2]):
+                    for b in (CALIBRATION_BATCHES if dense else CALIBRATION_BATCHES[:1]):
+                        rows.append(_cycle_case(rank, world, net, b, kind, repeat))
+            result["cycles"] = rows
+        dist.barrier()
+    except Exception as exc:  # noqa: BLE001 - reported to the coordinator
+        result["error"] = f"{type(exc).__name__}: {exc}"
+    finally:
+        dist.destroy_process_group()
+    tmp = os.path.join(out_dir, f"rank{rank}.json.tmp")
+    with open(tmp, "w") as f:
+        json.dump(result, f)
+    os.replace(tmp, os.path.join(out_dir, f"rank{rank}.json"))
+
+
+def measure_procs(procs: int, nets: Sequence[int] | None = None, repeat: int = 15,
+                  timeout: float = 600.0) -> list[dict]:
+    """Run the calibration in ``procs`` spawned processes at once; every rank's raw result."""
+    from lab.comm.sparse import run_local
+
+    if not 1 <= procs <= MAX_PROCS:
+        raise LabError(f"calibrate 1 to {MAX_PROCS} processes (got {procs})", where="calibration")
+    nets = list(range(len(CALIBRATION_NETS))) if nets is None else list(nets)
+    with tempfile.TemporaryDirectory(prefix="lab-calib-") as tmp:
+        try:
+            run_local(_procs_worker, procs, (tmp, nets, repeat), timeout_s=timeout)
+        except RuntimeError as exc:
+            raise LabError(f"the calibration with {procs} processes failed: {exc}", where="calibration") from None
+        results = []
+        for r in range(procs):
+            path = Path(tmp) / f"rank{r}.json"
+            if not path.exists():
+                raise LabError(f"calibration process {r} of {procs} left no result", where="calibration")
+            results.append(json.loads(path.read_text()))
+    errors = [f"rank {r['rank']}: {r['error']}" for r in results if "error" in r]
+    if errors:
+        raise LabError("the calibration failed: " + "; ".join(errors), where="calibration")
+    return results
+
+
+def merge_cycles(results: list[dict]) -> list[dict]:
+    """Per cycle case, the mean over the ranks of each median."""
+    out = []
+    for j, case in enumerate(results[0]["cycles"]):
+        row = dict(case)
+        for k in ("fb", "opt", "compress", "comm", "idle", "bytes_sent", "hops", "cpu"):
+            row[k] = float(np.mean([r["cycles"][j][k] for r in results]))
+        row["cycle"] = case["cycle"]
+        out.append(row)
+    return out
+
+
+def fit_cycles(procs: int, rows: Sequence[dict], base: ComputeFit, optimizer: dict,
+               features: dict) -> dict:
+    """From the N-process cycles: the slow-down factor, the collectives' in-context costs, the idle jitter.
+
+    ``features``: {(net, batch): graph features} (to predict the one-process compute of each case)."""
+    # CPU-time inflation: CPU seconds of (fb + opt) with N processes / predicted for one process alone
+    # (caches and memory shared; the waiting for a core is not CPU time, the load probe measures it)
+    ratios = []
+    for r in rows:
+        if r["kind"] != "gloo":
+            continue
+        feat = features[(r["net"], r["batch"])]
+        alone = compute_seconds(base, feat) + optimizer["adam"].time(r["numel"] - 1, feat["tensors"])
+        ratios.append(r["cpu"] / alone)
+    k = max(1.0, float(statistics.median(ratios))) if ratios else 1.0
+    comm: dict = {}
+    for label, method, _ in CYCLE_KINDS:
+        sel = [r for r in rows if r["kind"] == label and r["comm"] > 0]
+        if len(sel) < 2:
+            continue
+        if method is None:  # dense all-reduce: ring features 2(N-1) alpha + 2(N-1)/N S beta
+            a = np.array([[2.0 * (procs - 1), 2.0 * (procs - 1) / procs * r["numel"] * 4] for r in sel])
+        else:
+            a = np.array([[r["hops"], r["bytes_sent"]] for r in sel])
+        t = np.array([r["comm"] for r in sel])
+        x = nnls_relative(a, t)
+        err = geomean_error(list(a @ x), list(t))
+        comm[label] = CommFit(float(x[0]), float(x[1]), err) if method is None else SharingFit(float(x[0]), float(x[1]), err)
+    sel = [r for r in rows if r["kind"] == "gloo"]
+    a = np.array([[1.0, r["cpu"]] for r in sel])
+    t = np.array([max(r["idle"], 1e-6) for r in sel])
+    x = nnls_relative(a, t)
+    jitter = LinearCost(float(x[0]), 0.0, float(x[1]))
+    return {"contention": k, "comm": comm, "jitter": jitter}
+
+
+ALLREDUCE_SIZES = (4_096, 16_384, 65_536, 262_144)
+
+
+def measure_allreduce(procs: int, iters: int = 10, sizes: Sequence[int] = ALLREDUCE_SIZES) -> dict[str, CommFit]:
+    """alpha and beta of gloo's all_reduce and the lab ring with ``procs`` processes, by the
+    all-reduce measurement command (lab.comm.measure, nccl-tests style: every call after a barrier)."""
+    from lab.comm.measure import fit_rows, measure
+
+    rows = measure(procs, list(sizes), iters=iters, impls=("gloo", "ring"), warmup=2)
+    out = {}
+    for impl in ("gloo", "ring"):
+        fit = fit_rows(rows, impl)
+        out[impl] = CommFit(float(fit.alpha), float(fit.beta), float(fit.geomean_error))
+    return out
+
+
+#: The load probe: (calibration network, batch) pairs run as training-like cycles.
+PROBE_CASES = ((1, 16), (7, 16))
+
+
+def _probe_worker(rank: int, world: int, port: int, out_dir: str, repeat: int) -> None:
+    import torch.distributed as dist
+
+    from lab.comm.sparse import init_worker
+
+    init_worker(rank, world, port, timeout_s=120.0)
+    result: dict = {"rank": rank}
+    try:
+        rows = [_cycle_case(rank, world, net, b, CYCLE_KINDS[0], repeat) for net, b in PROBE_CASES]
+        result["probe"] = {"compute": sum(r["fb"] + r["opt"] for r in rows), "cpu": sum(r["cpu"] for r in rows),
+                           "comm": sum(r["comm"] for r in rows), "idle": sum(r["idle"] for r in rows),
+                           "cycle": sum(r["cycle"] for r in rows)}
+        dist.barrier()
+    except Exception as exc:  # noqa: BLE001 - reported to the coordinator
+        result["error"] = f"{type(exc).__name__}: {exc}"
+    finally:
+        dist.destroy_process_group()
+    with open(os.path.join(out_dir, f"probe{rank}.json"), "w") as f:
+        json.dump(result, f)
+
+
+def probe(procs: int = 1, repeat: int = 12, timeout: float = 120.0) -> dict:
+    """The load probe: ``procs`` processes run a fixed small piece of training-like work (two
+    calibration networks: forward + backward, gloo all-reduce, optimiser step) and report, in
+    seconds per cycle, ``compute`` (forward + backward + optimiser, wall clock), ``cpu`` (the CPU
+    time of the same), ``comm`` and ``idle`` (means over the processes). ``compute / cpu`` is the
+    share of a core each process gets: 1 on an idle machine, 3 when three processes want each core. Compared with the same probe at calibration time it says how much slower
+    this shared machine is at the moment (other processes competing for the cores)."""
+    from lab.comm.sparse import run_local
+
+    if not 1 <= procs <= MAX_PROCS:
+        raise LabError(f"probe 1 to {MAX_PROCS} processes (got {procs})", where="load probe")
+    with tempfile.TemporaryDirectory(prefix="lab-probe-") as tmp:
+        try:
+            run_local(_probe_worker, procs, (tmp, repeat), timeout_s=timeout)
+        except RuntimeError as exc:
+            raise LabError(f"the load probe with {procs} processes failed: {exc}", where="load probe") from None
+        res = [json.loads((Path(tmp) / f"probe{r}.json").read_text()) for r in range(procs)]
+    errors = [r["error"] for r in res if "error" in r]
+    if errors:
+        raise LabError("the load probe failed: " + "; ".join(errors), where="load probe")
+    return {k: float(np.mean([r["probe"][k] for r in res])) for k in ("compute", "cpu", "comm", "idle", "cycle")}
+
+
+# ---------------------------------------------------------------------------------------------
+# The whole calibration
+# ---------------------------------------------------------------------------------------------
+def calibrate(procs: Sequence[int] = (1, 2, 3, 4), *, quick: bool = False, repeat: int = 15,
+              allreduce_iters: int = 10, nets: Sequence[int] | None = None,
+              allreduce_sizes: Sequence[int] = ALLREDUCE_SIZES, measure_command: bool = True,
+              progress: Callable[[str, float], None] | None = None) -> MachineProfile:
+    """Measure this machine and return its profile (not saved: call ``.save()``).
+
+    One process runs every calibration network (``nets``: indices into :data:`CALIBRATION_NETS`,
+    default all); N processes run training-like cycles on a subset (:data:`QUICK_NETS`).
+    ``quick`` takes fewer repeats everywhere (about half the time). ``measure_command`` also runs
+    the all-reduce measurement command per N (nccl-tests style alpha and beta)."""
+    from lab.opgraph import trace
+
+    if quick:
+        repeat, allreduce_iters = min(repeat, 8), min(allreduce_iters, 5)
+    procs = sorted({int(p) for p in procs} | {1})
+    if procs[0] < 1 or procs[-1] > MAX_PROCS:
+        raise LabError(f"process counts must lie in 1..{MAX_PROCS} (got {procs})", where="calibration")
+    progress = progress or (lambda msg, frac: None)
+    all_nets = list(range(len(CALIBRATION_NETS))) if nets is None else list(nets)
+    sub = [i for i in QUICK_NETS if i in all_nets] or all_nets
+    t_start = time.time()
+    multi = [p for p in procs if p > 1]
+    stages = 1 + len(multi) * (2 if measure_command else 1)
+    progress("compute, optimisers and compressors, one process", 0.0)
+    probes = {"1": probe(1)}
+    raw = measure_procs(1, nets=all_nets, repeat=repeat)[0]["local"]
+    compute = fit_compute(raw["compute"])
+    optimizer, compressor = fit_local(raw)
+    features = {}
+    for i in sub:
+        for b in CALIBRATION_BATCHES:
+            cls_name, kwargs = CALIBRATION_NETS[i]
+            m = build_calibration_net(cls_name, kwargs)
+            features[(i, b)] = graph_features(trace(m, batch_size=b), sum(1 for _ in m.parameters()))
+    contention, allreduce, sharing, jitter, measured, cycles = {"1": 1.0}, {}, {}, {}, {}, {}
+    done = 1
+    for p in multi:
+        progress(f"training-like cycles with {p} processes at once (compute, all-reduce, compressed sharing)",
+                 done / stages)
+        rows = merge_cycles(measure_procs(p, nets=sub, repeat=repeat))
+        probes[str(p)] = probe(p)
+        cycles[str(p)] = rows
+        fit = fit_cycles(p, rows, compute, optimizer, features)
+        contention[str(p)] = fit["contention"]
+        allreduce[str(p)] = {k: v for k, v in fit["comm"].items() if isinstance(v, CommFit)}
+        sharing[str(p)] = {k: v for k, v in fit["comm"].items() if isinstance(v, SharingFit)}
+        jitter[str(p)] = fit["jitter"]
+        done += 1
+    if measure_command:
+        for p in multi:
+            progress(f"all-reduce alpha and beta with {p} processes (lab.comm.measure)", done / stages)
+            measured[str(p)] = measure_allreduce(p, iters=allreduce_iters, sizes=allreduce_sizes)
+            done += 1
+    progress("done", 1.0)
+    settings = {"procs": procs, "repeat": repeat, "allreduce_iters": allreduce_iters,
+                "allreduce_sizes": list(allreduce_sizes),
+                "calibration_nets": [f"{CALIBRATION_NETS[i][0]} {CALIBRATION_NETS[i][1]}" for i in all_nets],
+                "cycle_nets": [f"{CALIBRATION_NETS[i][0]} {CALIBRATION_NETS[i][1]}" for i in sub],
+                "calibration_batches": list(CALIBRATION_BATCHES), "seconds": round(time.time() - t_start, 1),
+                "compute_samples": [{k: v for k, v in s.items() if k != "features"} for s in raw["compute"]],
+                "cycles": cycles}
+    return MachineProfile(created=datetime.now(timezone.utc).isoformat(timespec="seconds"),
+                          machine=machine_description(), compute=compute, optimizer=optimizer,
+                          compressor=compressor, contention=contention, allreduce=allreduce, sharing=sharing,
+                          jitter=jitter, measured_allreduce=measured, probe=probes,
+                          settings=settings)
+
+
+def synthetic_profile(*, overhead: float = 10e-6, throughput: float = 1e9, fixed: float = 100e-6,
+                      per_tensor: float = 0.0, opt: LinearCost = LinearCost(50e-6, 0.0, 0.0),
+                      compress: LinearCost = LinearCost(20e-6, 0.0, 1e-9), contention: float = 1.0,
+                      alpha: float = 100e-6, beta: float = 1e-9, per_hop: float = 200e-6, per_byte: float = 2e-9,
+                      jitter: LinearCost = LinearCost(), procs: Sequence[int] = (1, 2, 3, 4)) -> MachineProfile:
+    """A made-up profile with round numbers (not a measurement): for tests, examples and hand
+    calculations. Every operator class costs ``overhead + flops / throughput``."""
+    classes = {c: ClassCost(overhead, throughput) for c in COMPUTE_CLASSES}
+    multi = [str(p) for p in procs if p > 1]
+    probe_row = {"compute": 1e-3, "cpu": 1e-3, "comm": 1e-3, "idle": 0.0, "cycle": 2e-3}
+    return MachineProfile(
+        created="2000-01-01T00:00:00+00:00", machine={"hostname": "synthetic", "cpu": "made-up numbers", "cores": 2},
+        compute=ComputeFit(classes, fixed, per_tensor, 0.0, 0),
+        optimizer={k: opt for k in OPTIMIZER_KINDS},
+        compressor={k: compress for k in [*COMPRESSOR_KEYS, *(c + "+ef" for c in COMPRESSOR_KEYS if c != "none")]},
+        contention={"1": 1.0, **{p: contention for p in multi}},
+        allreduce={p: {"gloo": CommFit(alpha, beta, 0.0), "ring": CommFit(alpha, beta, 0.0)} for p in multi},
+        sharing={p: {m: SharingFit(per_hop, per_byte, 0.0) for m in SHARING_METHODS} for p in multi},
+        jitter={p: jitter for p in multi}, measured_allreduce={},
+        probe={str(p): dict(probe_row) for p in procs}, settings={"synthetic": True}, notes=["synthetic"])
+
+
+# ---------------------------------------------------------------------------------------------
+# Running it in the background (the Fidelity page) and from the command line
+# ---------------------------------------------------------------------------------------------
+def progress_path(path: Path | None = None) -> Path:
+    path = Path(path) if path is not None else profile_path()
+    return path.with_name(path.stem + ".progress.json")
+
+
+def read_progress(path: Path | None = None) -> dict | None:
+    """The progress of a background calibration: {"message", "fraction", "pid", "error", "done"}."""
+    p = progress_path(path)
+    try:
+        return json.loads(p.read_text())
+    except (OSError, ValueError):
         return None
-    fit = getattr(m, "fit_alpha_beta", None)
-    run = getattr(m, "measure", None)
-    if fit is None or run is None:
-        return None
-    rows = run(procs=2, sizes=[4096, 65536, 1 << 20, 4 << 20], iters=5, impls=("gloo",))
-    result = fit(rows)
-    if isinstance(result, dict):
-        return float(result["alpha"]), float(result["beta"])
-    return float(result[0]), float(result[1])
+
+
+def _write_progress(path: Path, **fields: Any) -> None:
+    p = progress_path(path)
+    p.parent.mkdir(parents=True, exist_ok=True)
+    tmp = p.with_name(p.name + ".tmp")
+    tmp.write_text(json.dumps({"pid": os.getpid(), "time": time.time(), **fields}))
+    os.replace(tmp, p)
+
+
+def probe_subprocess(procs: int, timeout: float = 180.0) -> dict:
+    """:func:`probe` in a fresh ``python -m lab.calibrate --probe N`` (safe from any thread or server)."""
+    import subprocess
+
+    root = Path(__file__).resolve().parent.parent
+    env = dict(os.environ, OMP_NUM_THREADS="1")
+    env["PYTHONPATH"] = str(root) + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    try:
+        out = subprocess.run([sys.executable, "-m", "lab.calibrate", "--probe", str(int(procs))], cwd=str(root),
+                             env=env, capture_output=True, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        raise LabError(f"the load probe took longer than {timeout:g} s", where="load probe") from None
+    if out.returncode != 0:
+        raise LabError(f"the load probe failed: {out.stderr.strip()[-500:]}", where="load probe")
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def start_background(path: Path | None = None, quick: bool = False):
+    """Start ``python -m lab.calibrate`` in its own session (it writes the profile and a progress
+    file next to it). Returns the Popen."""
+    import subprocess
+
+    path = Path(path) if path is not None else profile_path()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    root = Path(__file__).resolve().parent.parent
+    env = dict(os.environ)
+    env["PYTHONPATH"] = str(root) + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    env["OMP_NUM_THREADS"] = "1"
+    cmd = [sys.executable, "-m", "lab.calibrate", "--out", str(path)] + (["--quick"] if quick else [])
+    _write_progress(path, message="starting", fraction=0.0, done=False, error=None)
+    log = open(path.with_name(path.stem + ".log"), "wb")
+    try:
+        return subprocess.Popen(cmd, cwd=str(root), env=env, stdout=log, stderr=subprocess.STDOUT,
+                                start_new_session=True)
+    finally:
+        log.close()
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m lab.calibrate", description=__doc__.split("\n\n")[0])
+    ap.add_argument("--out", default=None, help="profile file (default: LAB_DATA/machine_profile.json)")
+    ap.add_argument("--quick", action="store_true", help="fewer repeats (about half the time)")
+    ap.add_argument("--procs", default="1,2,3,4", help="process counts to calibrate (default 1,2,3,4)")
+    ap.add_argument("--repeat", type=int, default=15, help="timed repeats per measurement (default 15)")
+    ap.add_argument("--probe", type=int, default=None, metavar="N",
+                    help="only run the load probe with N processes and print it as JSON")
+    args = ap.parse_args(argv)
+    if args.probe is not None:
+        try:
+            print(json.dumps(probe(args.probe)), flush=True)
+        except LabError as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return 2
+        return 0
+    out = Path(args.out) if args.out else profile_path()
+
+    def progress(msg: str, frac: float) -> None:
+        print(f"[{frac * 100:5.1f}%] {msg}", flush=True)
+        _write_progress(out, message=msg, fraction=frac, done=False, error=None)
+
+    try:
+        procs = [int(p) for p in args.procs.split(",") if p.strip()]
+        prof = calibrate(procs, repeat=args.repeat, quick=args.quick, progress=progress)
+        prof.save(out)
+    except (LabError, ValueError) as exc:
+        _write_progress(out, message="failed", fraction=1.0, done=True, error=str(exc))
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    _write_progress(out, message="done", fraction=1.0, done=True, error=None)
+    print(format_profile(prof))
+    print(f"# wrote {out}")
+    return 0
+
+
+def format_profile(prof: MachineProfile) -> str:
+    c = prof.compute
+    lines = [f"# machine profile: {prof.describe()}",
+             f"one process: fixed {c.fixed * 1e6:.0f} us/step, {c.per_tensor * 1e6:.1f} us/parameter tensor, "
+             f"fit error {c.fit_error * 100:.1f}% over {c.samples} calibration cases"]
+    for cls, cc in c.classes.items():
+        thr = f"{cc.throughput / 1e9:.2f} GFLOP/s" if math.isfinite(cc.throughput) else "no FLOP term"
+        lines.append(f"    {cls:12s} overhead {cc.overhead * 1e6:7.1f} us/op  {thr}")
+    o = prof.optimizer_cost("adam")
+    lines.append(f"    adam step: {o.fixed * 1e6:.0f} us + {o.per_tensor * 1e6:.1f} us/tensor + {o.per_unit * 1e9:.2f} ns/param")
+    for p in prof.procs:
+        if p < 2:
+            continue
+        j = prof.jitter_cost(p)
+        pr = prof.probe.get(str(p), {})
+        lines.append(f"{p} processes: compute x{prof.slowdown(p):.2f}; idle jitter {j.fixed * 1e6:.0f} us + "
+                     f"{j.per_unit:.2f} x compute; load probe: compute {pr.get('compute', math.nan) * 1e3:.2f} ms, "
+                     f"comm {pr.get('comm', math.nan) * 1e3:.2f} ms")
+        for impl, f in prof.allreduce.get(str(p), {}).items():
+            m = prof.measured_allreduce.get(str(p), {}).get(impl)
+            extra = (f"; measure command: alpha {m.alpha * 1e6:.1f} us, beta {m.beta * 1e9:.3f} ns/B" if m else "")
+            lines.append(f"    all-reduce {impl:5s} in training: alpha {f.alpha * 1e6:.1f} us, beta {f.beta * 1e9:.3f} ns/B "
+                         f"(fit error {f.fit_error * 100:.0f}%){extra}")
+        for meth, f in prof.sharing.get(str(p), {}).items():
+            lines.append(f"    {meth:16s} {f.per_hop * 1e6:.1f} us/hop + {f.per_byte * 1e9:.3f} ns/B "
+                         f"(fit error {f.fit_error * 100:.0f}%)")
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

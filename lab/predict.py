@@ -1,0 +1,626 @@
+"""Predict a training step from the machine profile, and set the prediction beside the measurement.
+
+:func:`predict_step` takes a Scenario and a :class:`lab.calibrate.MachineProfile` and works out,
+per worker and step, what :mod:`lab.train.worker` will record:
+
+* ``fb``: forward + backward of the worker's batch (its model's operators through the calibrated
+  per-class costs, plus the step's fixed and per-tensor costs), with the profile measured for as
+  many processes as the job runs (they share the cores);
+* ``opt``: the optimiser step (lab.optim kind; fixed + per tensor + per parameter);
+* ``emul_compute``: the emulated device wait, **the worker's own formula**: a worker standing for a
+  device ``scale`` times slower than the fastest waits ``(scale - 1) x (fb + opt)``;
+* ``compute = fb + opt + emul_compute`` (the run store's ``t_compute``);
+* ``compress``: compressing the flat gradient (calibrated compressor cost for its length);
+* ``comm``: the collective after the last worker arrives: alpha-beta of the all-reduce
+  implementation for N processes on the bytes it sends, or, compressed, the sharing method's
+  message pattern (hops and exact wire bytes of :mod:`lab.compress` payloads); plus the emulated
+  link wait with the worker's formulas (:func:`lab.train.emulation.ring_allreduce_time` for gloo,
+  the per-message ``topology.transfer_time`` of the lab ring and the sparse methods);
+* ``idle``: waiting for the slowest worker, ``max(arrival) - own arrival`` where arrival =
+  compute + compress;
+* ``step = max(arrival) + comm``.
+
+Parameter-server and state all-reduce runs are predicted with the same pieces but more coarsely
+(``Prediction.approximate``).
+
+:func:`measured_step` reads a run from the run store (median over the steps after a warm-up) and
+:func:`prediction_table` puts the two side by side with relative errors.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, field
+from functools import lru_cache
+from typing import Any, Mapping, Sequence
+
+from lab.calibrate import MachineProfile, compute_seconds, geomean_error, graph_features
+from lab.errors import LabError
+from lab.scenario import Scenario
+
+PARTS = ("compute", "compress", "comm", "idle", "step")
+PART_LABELS = {"compute": "compute", "compress": "compression", "comm": "communication", "idle": "idle",
+               "step": "step time"}
+ITEM = 4  # float32 gradient entries
+COUNT_BYTES = 8  # the count sent before every variable-length message (lab.comm.sparse)
+
+
+@dataclass(frozen=True)
+class WorkerPrediction:
+    worker: int
+    device: str | None
+    batch: int
+    fb: float
+    opt: float
+    emul_compute: float
+    compute: float
+    compress: float
+    comm: float
+    emul_comm: float
+    idle: float
+    step: float
+    bytes_sent: float
+
+
+@dataclass(frozen=True)
+class Prediction:
+    """Seconds per step; the totals are means over the workers (as the run store's summary)."""
+
+    compute: float
+    compress: float
+    comm: float
+    idle: float
+    step: float
+    emul_compute: float
+    emul_comm: float
+    bytes_sent: float  # per worker and step (mean)
+    per_worker: tuple[WorkerPrediction, ...]
+    procs: int  # processes the job runs (workers, plus the parameter server)
+    profile_procs: int  # the calibrated process count used for compute
+    approximate: bool = False
+    notes: tuple[str, ...] = ()
+    load_compute: float = 1.0  # load factors the prediction used (1: the machine as at calibration)
+    load_comm: float = 1.0
+
+    def parts(self) -> dict[str, float]:
+        return {k: getattr(self, k) for k in PARTS}
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+# ---------------------------------------------------------------------------------------------
+# What the worker will run
+# ---------------------------------------------------------------------------------------------
+@lru_cache(maxsize=64)
+def _model_facts(model: str, batch: int, in_features: int, classes: int, seed: int) -> tuple:
+    """(graph features, parameter count, parameter tensors) of a preset model at a batch size."""
+    from lab.models import build_model
+    from lab.opgraph import trace
+
+    m = build_model(model, in_features, classes, seed=seed)
+    params = [p for p in m.parameters() if p.requires_grad]
+    g = trace(m, batch_size=batch, in_features=in_features, name=model)
+    feat = graph_features(g, len(params))
+    return feat, sum(p.numel() for p in params), len(params)
+
+
+@lru_cache(maxsize=64)
+def _payload_bytes(kind: str, ratio: float, group_size: int, n: int, seed: int) -> tuple[int, int]:
+    """(serialised payload bytes, entries kept) of one worker's compressed gradient of n entries."""
+    import torch
+
+    from lab.compress import make_compressor
+
+    c = make_compressor(kind, ratio, group_size, error_feedback=False, seed=seed)
+    p = c.compress(torch.randn(n, generator=torch.Generator().manual_seed(seed)))
+    return int(p.nbytes), int(p.count)
+
+
+def _plan(sc: Scenario):
+    from lab.train.worker import check_scenario
+
+    return check_scenario(sc)
+
+
+def _ring_message_delays(sc: Scenario, devices: Sequence[str], nbytes_per_message: float) -> list[float]:
+    """Emulated seconds of one message from each rank to its right neighbour (0 on the same device)."""
+    n = len(devices)
+    out = []
+    for r in range(n):
+        a, b = devices[r], devices[(r + 1) % n]
+        out.append(0.0 if a == b else sc.topology.transfer_time(a, b, nbytes_per_message))
+    return out
+
+
+def _sparse_ring_bytes(n: int, world: int, kept: int) -> float:
+    """Bytes one rank sends in the seed's sparse ring, estimated: every worker's kept entries spread
+    evenly over the N blocks, supports independent (the fill-in grows as 1 - (1 - density)^k)."""
+    block = n / world
+    dens = min(1.0, kept / max(n, 1))
+    total = 0.0
+    for s in range(world - 1):  # reduce-scatter: the block sent at hop s holds s + 1 workers' entries
+        total += COUNT_BYTES + 8 * block * (1 - (1 - dens) ** (s + 1))
+    full = block * (1 - (1 - dens) ** world)
+    total += (world - 1) * (COUNT_BYTES + 8 * full)
+    return total
+
+
+def _dense_ring_bytes(n: int, world: int) -> float:
+    return 2 * (world - 1) * math.ceil(n / world) * ITEM
+
+
+# ---------------------------------------------------------------------------------------------
+# The prediction
+# ---------------------------------------------------------------------------------------------
+def predict_step(scenario: Scenario, profile: MachineProfile, *, load: "Load | None" = None,
+                 plan: Any = None) -> Prediction:
+    """Predicted seconds per step of ``scenario`` on the machine described by ``profile``.
+
+    ``load`` (:class:`Load`, from the load probe around the run): ``load.compute`` multiplies the
+    compute and compression times, ``load.comm`` the communication and the idle jitter; the
+    emulated waits follow the worker's formulas from the predicted compute. Default: the machine as
+    it was at calibration."""
+    load = load or Load()
+    lc, lm = float(load.compute), float(load.comm)
+    if not all(math.isfinite(x) and x > 0 for x in (lc, lm)):
+        raise LabError(f"the load factors must be positive numbers (got {lc!r}, {lm!r})", where="prediction")
+    if not isinstance(profile, MachineProfile):
+        raise LabError("predicting needs a machine profile: calibrate this machine first", where="prediction")
+    sc = scenario
+    plan = plan if plan is not None else _plan(sc)
+    tr = plan.training
+    n_workers = plan.workers
+    procs = plan.world
+    in_features, classes = 64, 10
+    notes: list[str] = []
+    approximate = tr.sync != "allreduce"
+    fit = profile.compute_fit(procs).scaled(lc)
+    if procs > 1 and str(procs) not in profile.contention:
+        notes.append(f"the slow-down for {procs} processes is taken from the nearest calibrated count "
+                     f"(calibrated: {profile.procs})")
+    oc = profile.optimizer_cost(tr.optimizer, procs)
+    from lab.calibrate import LinearCost
+
+    opt_cost = LinearCost(oc.fixed * lc, oc.per_tensor * lc, oc.per_unit * lc)
+    numel = _model_facts(tr.model, 1, in_features, classes, tr.seed)[1]
+    tensors = _model_facts(tr.model, 1, in_features, classes, tr.seed)[2]
+    flat_bytes = (numel + 1) * ITEM  # the flat gradient buffer carries the loss in one extra slot
+    scales = list(plan.emulation.scales) if plan.emulation is not None else [1.0] * n_workers
+    devices = list(plan.emulation.devices) if plan.emulation is not None else [None] * n_workers
+
+    fb, opt = [], []
+    for w in range(n_workers):
+        feat = _model_facts(tr.model, int(plan.batch_sizes[w]), in_features, classes, tr.seed)[0]
+        fb.append(compute_seconds(fit, feat))
+        opt.append(opt_cost.time(numel, tensors) if plan.server is None else 0.0)
+    emul_c = [(s - 1.0) * (f + o) if s > 1.0 else 0.0 for s, f, o in zip(scales, fb, opt)]
+
+    comp = tr.compression
+    compressed = comp.kind != "none" and tr.sync == "allreduce" and n_workers > 1
+    compress = [0.0] * n_workers
+    comm_base, emul_comm, sent = 0.0, [0.0] * n_workers, [0.0] * n_workers
+    if n_workers > 1 or plan.server is not None:
+        if tr.sync == "allreduce" and not compressed:
+            impl = tr.allreduce_impl
+            comm_base = profile.allreduce_fit(impl, procs).time(procs, flat_bytes) * lm
+            sent = [_dense_ring_bytes(numel + 1, procs)] * n_workers
+            if plan.emulation is not None:
+                if impl == "gloo":
+                    from lab.train.emulation import ring_allreduce_time
+
+                    e = ring_allreduce_time(sc.topology, tuple(devices), flat_bytes)
+                    emul_comm = [e] * n_workers
+                else:
+                    emul_comm = _ring_emulation(sc, devices, flat_bytes)
+        elif compressed:
+            comm_base, emul_comm, sent, compress = _compressed(sc, profile, tr, devices, numel + 1, procs,
+                                                               plan.emulation is not None, notes)
+            comm_base, compress = comm_base * lm, [z * lc for z in compress]
+        elif tr.sync == "state_allreduce":
+            ab = profile.allreduce_fit(tr.allreduce_impl, procs)
+            calls = [(ITEM, 1), (8, 1), (numel * ITEM, 2)]  # loss, non-finite flag, two state tensors
+            comm_base = sum(k * ab.time(procs, b) for b, k in calls) * lm
+            sent = [sum(k * _dense_ring_bytes(max(1, b // ITEM), procs) for b, k in calls)] * n_workers
+            if plan.emulation is not None:
+                from lab.train.emulation import ring_allreduce_time
+
+                emul_comm = [sum(k * ring_allreduce_time(sc.topology, tuple(devices), b) for b, k in calls)] * n_workers
+            notes.append("state all-reduce: four all-reduces per step (loss, flag, two optimiser states)")
+        else:  # parameter server
+            hop = profile.sharing_fit("sparse_allgather", procs)
+            one = hop.per_hop + hop.per_byte * flat_bytes
+            server_opt = opt_cost.time(numel, tensors)
+            comm_base = (2 * one + n_workers * flat_bytes * hop.per_byte) * lm + server_opt
+            sent = [float(flat_bytes)] * n_workers
+            if plan.emulation is not None and plan.server_device is not None:
+                up = [0.0 if d == plan.server_device else sc.topology.transfer_time(d, plan.server_device, flat_bytes)
+                      for d in devices]
+                down = max(0.0 if d == plan.server_device else sc.topology.transfer_time(plan.server_device, d, flat_bytes)
+                           for d in devices)
+                emul_comm = [u + down for u in up]
+            notes.append("parameter server: gradients up, parameters down, the server's optimiser step in between")
+
+    compute = [f + o + e for f, o, e in zip(fb, opt, emul_c)]
+    arrival = [c + z + (e if tr.sync == "param_server" else 0.0) for c, z, e in zip(compute, compress, emul_comm)]
+    last = max(arrival)
+    shared_emul = max(emul_comm) if tr.sync != "param_server" else 0.0
+    comm = comm_base + shared_emul
+    # jitter: on a shared machine the workers never arrive together even when equal; the profile's
+    # fit of the idle measured in training-like cycles (a share of the compute time, plus a constant)
+    jitter = profile.jitter_cost(procs).time(sum(f + o for f, o in zip(fb, opt)) / n_workers / lc) * lm
+    if procs < 2:
+        jitter = 0.0
+    idle = [last - a + jitter for a in arrival]
+    step = last + jitter + comm
+    per = tuple(WorkerPrediction(w, devices[w], int(plan.batch_sizes[w]), fb[w], opt[w], emul_c[w], compute[w],
+                                 compress[w], comm, emul_comm[w], idle[w], step, sent[w]) for w in range(n_workers))
+
+    def mean(xs):
+        return sum(xs) / len(xs)
+
+    return Prediction(compute=mean(compute), compress=mean(compress), comm=comm, idle=mean(idle), step=step,
+                      emul_compute=mean(emul_c), emul_comm=mean(emul_comm), bytes_sent=mean(sent), per_worker=per,
+                      procs=procs, profile_procs=int(min(profile.procs, key=lambda p: abs(p - procs))),
+                      approximate=approximate, notes=tuple(notes), load_compute=lc, load_comm=lm)
+
+
+def _ring_emulation(sc: Scenario, devices: Sequence[str], nbytes: float) -> list[float]:
+    """The lab ring's emulated wait: 2(N-1) messages per rank (pieces of at most 1 MiB), each slept
+    before it is sent; the lock-step ring lasts as long as its slowest sender's messages."""
+    from lab.comm.ring import PIECE_BYTES
+
+    n = len(devices)
+    chunk = math.ceil(nbytes / ITEM / n) * ITEM
+    pieces = max(1, math.ceil(chunk / PIECE_BYTES))
+    d = _ring_message_delays(sc, devices, chunk / pieces)
+    per_rank = [2 * (n - 1) * pieces * x for x in d]
+    return [max(per_rank)] * n
+
+
+def _compressed(sc: Scenario, profile: MachineProfile, tr, devices, n: int, procs: int, emulate: bool,
+                notes: list[str]):
+    """(comm seconds, emulated link seconds per worker, bytes sent per worker, compress seconds per worker)."""
+    comp = tr.compression
+    method = comp.sharing
+    t_compress = profile.compressor_cost(comp.kind, comp.error_feedback, procs).time(n)
+    payload, kept = _payload_bytes(comp.kind, float(comp.ratio), int(comp.group_size), n, tr.seed)
+    fit = profile.sharing_fit(method, procs)
+    if method == "sparse_allgather":
+        hops = procs - 1
+        msg = COUNT_BYTES + payload
+        sent = hops * msg
+        per_msg = [msg] * hops
+    elif method == "sparse_ring":
+        hops = 2 * (procs - 1)
+        sent = _sparse_ring_bytes(n, procs, kept)
+        per_msg = [sent / hops] * hops
+        notes.append("sparse ring bytes estimated: fill-in of independent supports (real gradients overlap "
+                     "more, so fewer bytes)")
+    else:  # dense ring of the decompressed tensor
+        hops = 2 * (procs - 1)
+        sent = _dense_ring_bytes(n, procs)
+        per_msg = [sent / hops] * hops
+    comm = fit.per_hop * hops + fit.per_byte * sent
+    emul = [0.0] * procs
+    if emulate:
+        per_rank = [sum(_ring_message_delays(sc, devices, m)[r] for m in per_msg) for r in range(procs)]
+        emul = [max(per_rank)] * procs
+    return comm, emul, [float(sent)] * procs, [t_compress] * procs
+
+
+@dataclass(frozen=True)
+class Load:
+    """How much slower this shared machine is than at calibration, for a job of ``procs`` processes,
+    from the load probe (:func:`lab.calibrate.probe`, the same small training-like work with as
+    many processes) just before and after the run: ``compute`` = probe compute now / at
+    calibration, ``comm`` = probe communication + idle now / at calibration (1 = unchanged)."""
+
+    compute: float = 1.0
+    comm: float = 1.0
+    procs: int = 1
+    probe: dict = field(default_factory=dict)
+
+    @staticmethod
+    def from_probes(profile: MachineProfile, procs: int, probes: Sequence[Mapping[str, float]]) -> "Load":
+        ref = profile.probe.get(str(procs))
+        if not ref or not probes:
+            return Load(procs=procs)
+        mean = {k: sum(p[k] for p in probes) / len(probes) for k in ("compute", "cpu", "comm", "idle")}
+        comp = mean["compute"] / ref["compute"] if ref["compute"] > 0 else 1.0
+        comm = comp
+        if procs > 1 and ref["comm"] + ref["idle"] > 0:
+            comm = (mean["comm"] + mean["idle"]) / (ref["comm"] + ref["idle"])
+        return Load(comp, comm, procs, {"now": mean, "calibration": ref})
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def measure_load(profile: MachineProfile, procs: int, repeat: int = 12) -> dict:
+    """Run the load probe now with ``procs`` processes (lab.calibrate.probe); the raw probe dict."""
+    from lab.calibrate import probe
+
+    return probe(procs, repeat=repeat)
+
+
+def job_procs(sc: Scenario) -> int:
+    tr = sc.training
+    return tr.workers + (1 if tr.sync == "param_server" else 0)
+
+
+# ---------------------------------------------------------------------------------------------
+# Measured, from the run store
+# ---------------------------------------------------------------------------------------------
+MEASURED_PARTS = ("t_compute", "t_compress", "t_comm", "t_idle", "t_emul_compute", "t_emul_comm")
+
+
+def default_warmup(steps: int) -> int:
+    """Steps left out at the start of a run (process start, first allocations): 10, or a quarter of a short run."""
+    return int(min(10, max(1, steps // 4)))
+
+
+def measured_step(metrics: Any, warmup: int | None = None) -> dict:
+    """Medians over the steps after ``warmup`` of a run's metrics (the run store's layout).
+
+    Returns {"step": median seconds between the ends of consecutive steps (whole job), "compute",
+    "compress", "comm", "idle", "emul_compute", "emul_comm": mean over workers of each worker's
+    median, "bytes_sent": mean over workers of the median bytes per step, "steps": steps used,
+    "per_worker": {worker: {part: median}}}."""
+    import pandas as pd
+
+    m = metrics
+    if m is None or len(m) == 0:
+        raise LabError("the run has no measurements yet", where="measured step")
+    job = m[m.worker == -1].sort_values("step")
+    per = m[m.worker >= 0]
+    last = int(job.step.max()) if len(job) else int(per.step.max())
+    warmup = default_warmup(last) if warmup is None else int(warmup)
+    wall = job[["step", "wall"]].dropna()
+    wall = wall[wall.step >= 1]
+    dt = wall.wall.diff()
+    dt = dt[(wall.step > warmup).values & (wall.step.diff() == 1).values]
+    sel = per[per.step > warmup]
+    if sel.empty or dt.dropna().empty:
+        raise LabError(f"the run has no steps after the {warmup} warm-up steps yet", where="measured step")
+    by = sel.groupby("worker")
+    med = by[list(MEASURED_PARTS) + ["bytes_sent"]].median()
+    out = {"step": float(dt.median()), "steps": int(sel.step.nunique()), "warmup": warmup}
+    for col in MEASURED_PARTS:
+        out[col[2:]] = float(pd.to_numeric(med[col], errors="coerce").fillna(0.0).mean())
+    out["bytes_sent"] = float(med["bytes_sent"].fillna(0.0).mean())
+    out["per_worker"] = {int(w): {c[2:]: float(v) for c, v in row.items() if c in MEASURED_PARTS}
+                         for w, row in med.iterrows()}
+    return out
+
+
+def compare(pred: Prediction, meas: Mapping[str, Any]) -> list[dict]:
+    """Rows (part, predicted s, measured s, error = predicted / measured - 1) for the parts and the step."""
+    rows = []
+    for part in PARTS:
+        p, m = float(getattr(pred, part)), float(meas.get(part, math.nan))
+        err = p / m - 1 if m > 0 and math.isfinite(m) else math.nan
+        rows.append({"part": part, "label": PART_LABELS[part], "predicted": p, "measured": m, "error": err})
+    return rows
+
+
+def prediction_table(run: Any = None, profile: MachineProfile | None = None, *, store: Any = None,
+                     scenario: Scenario | None = None, metrics: Any = None, warmup: int | None = None):
+    """Predicted against measured step time and its parts, with the relative error, as a DataFrame.
+
+    Either ``run`` (a run id; the scenario and metrics come from the run store ``store``, default
+    :func:`lab.runs.store`) or ``scenario`` + ``metrics``. ``profile`` defaults to the saved
+    machine profile. Columns: part, predicted_ms, measured_ms, error_pct (predicted / measured - 1,
+    in percent). Raises LabError when there is no profile or no measurement yet.
+    """
+    import pandas as pd
+
+    from lab.calibrate import load_profile
+
+    profile = profile or load_profile()
+    if profile is None:
+        raise LabError("no machine profile yet: calibrate this machine on the Fidelity page (or run "
+                       "python -m lab.calibrate)", where="prediction")
+    if run is not None:
+        from lab.runs import store as default_store
+
+        st = store or default_store()
+        info = st.get_run(run)
+        scenario = Scenario.from_dict(info["scenario"])
+        metrics = st.metrics(run)
+    if scenario is None or metrics is None:
+        raise LabError("give a run id, or a scenario and its metrics", where="prediction")
+    pred = predict_step(scenario, profile)
+    meas = measured_step(metrics, warmup)
+    rows = compare(pred, meas)
+    return pd.DataFrame([{"part": r["label"], "predicted_ms": r["predicted"] * 1e3, "measured_ms": r["measured"] * 1e3,
+                          "error_pct": r["error"] * 100} for r in rows])
+
+
+def _facts(sc: Scenario) -> dict:
+    tr = sc.training
+    return {"model": tr.model, "workers": tr.workers, "compressed": tr.compression.kind != "none" and tr.workers > 1,
+            "emulated": bool(tr.emulate), "sync": tr.sync}
+
+
+def evaluate_run(store: Any, run_id: str, profile: MachineProfile, warmup: int | None = None) -> dict:
+    """One stored run, predicted and measured: a row for the Fidelity page's tables and figures.
+
+    The prediction uses the load recorded with the run (``info["load"]``, written by
+    :class:`FidelityBatch` from the probes around the run) when there is one; ``predicted_at_calibration``
+    is the prediction for the machine as it was at calibration."""
+    run = store.get_run(run_id)
+    sc = Scenario.from_dict(run["scenario"])
+    info = run.get("info") or {}
+    load = Load(**info["load"]) if isinstance(info.get("load"), dict) else None
+    plan = _plan(sc)
+    pred = predict_step(sc, profile, load=load, plan=plan)
+    pred0 = predict_step(sc, profile, plan=plan) if load is not None else pred
+    meas = measured_step(store.metrics(run_id), warmup)
+    return {"id": run_id, "name": run["name"], **_facts(sc), "predicted": pred.step, "measured": meas["step"],
+            "predicted_at_calibration": pred0.step, "error": pred.step / meas["step"] - 1,
+            "parts_predicted": pred.parts(), "parts_measured": {k: meas[k] for k in PARTS},
+            "load": load.to_dict() if load else None, "steps": meas["steps"], "approximate": pred.approximate}
+
+
+def evaluate_runs(store: Any, profile: MachineProfile, run_ids: Sequence[str] | None = None,
+                  warmup: int | None = None) -> tuple[list[dict], list[dict]]:
+    """:func:`evaluate_run` for the finished runs (default: every run with status done); returns
+    (rows, skipped) where skipped lists {"id", "name", "why"} for runs that could not be compared."""
+    if run_ids is None:
+        runs = store.list_runs(statuses=("done",))
+        run_ids = list(runs.id)
+    rows, skipped = [], []
+    for rid in run_ids:
+        try:
+            rows.append(evaluate_run(store, rid, profile, warmup))
+        except LabError as exc:
+            try:
+                name = store.get_run(rid)["name"]
+            except LabError:
+                name = rid
+            skipped.append({"id": rid, "name": name, "why": str(exc)})
+    return rows, skipped
+
+
+class FidelityBatch:
+    """The preset batch run through the job queue (lab.jobs) one run at a time, with the load probe
+    (in a fresh process) just before and just after each run; the probes' :class:`Load` is stored
+    in the run's info so that the Fidelity page predicts it for the machine as it was then.
+
+    ``start()`` runs it in a daemon thread; ``status()`` says how far it is."""
+
+    def __init__(self, manager: Any, profile: MachineProfile, steps: int = 60, scenarios: Sequence[Scenario] | None = None,
+                 probe: Any = None, wait_s: float = 600.0):
+        from lab.calibrate import probe_subprocess
+
+        self.manager, self.profile = manager, profile
+        self.scenarios = list(scenarios) if scenarios is not None else preset_batch(steps)
+        self.probe = probe or probe_subprocess
+        self.wait_s = wait_s
+        self.run_ids: list[str] = []
+        self.current: str | None = None
+        self.error: str | None = None
+        self.finished = False
+        self.cancelled = False
+        self._thread = None
+
+    def start(self) -> "FidelityBatch":
+        import threading
+
+        self._thread = threading.Thread(target=self._run, name="lab-fidelity-batch", daemon=True)
+        self._thread.start()
+        return self
+
+    def cancel(self) -> None:
+        self.cancelled = True
+
+    def running(self) -> bool:
+        return self._thread is not None and self._thread.is_alive()
+
+    def join(self, timeout: float | None = None) -> None:
+        if self._thread is not None:
+            self._thread.join(timeout)
+
+    def status(self) -> dict:
+        return {"total": len(self.scenarios), "done": len(self.run_ids) - (1 if self.current else 0),
+                "current": self.current, "run_ids": list(self.run_ids), "error": self.error,
+                "finished": self.finished, "running": self.running()}
+
+    def _run(self) -> None:
+        try:
+            for sc in self.scenarios:
+                if self.cancelled:
+                    break
+                n = job_procs(sc)
+                self.current = sc.name
+                before = self.probe(n)
+                job = self.manager.submit(sc, sc.name)
+                self.run_ids.append(job.run_id)
+                status = self.manager.wait(job.run_id, timeout=self.wait_s)
+                after = self.probe(n)
+                load = Load.from_probes(self.profile, n, [before, after])
+                self.manager.store.merge_info(job.run_id, {"load": load.to_dict(), "fidelity_batch": True})
+                self.current = None
+                if status != "done":
+                    self.error = f"{sc.name}: the run ended {status}"
+        except Exception as exc:  # noqa: BLE001 - shown on the page
+            self.error = f"{type(exc).__name__}: {exc}"
+        finally:
+            self.current = None
+            self.finished = True
+
+
+GEOMEAN_ERROR_HELP = ("exp(mean over runs of |ln(predicted / measured)|) − 1: the typical factor by which the "
+                      "prediction misses, as a percentage; over- and under-estimates count alike")
+
+
+def fidelity_table(rows: Sequence[dict]) -> list[dict]:
+    """The Fidelity page's table: one row per run, milliseconds and percent in the column names."""
+    out = []
+    for r in rows:
+        pp, mm = r["parts_predicted"], r["parts_measured"]
+        load = r.get("load") or {}
+        d = {"run": r["name"], "model": r["model"], "workers": r["workers"], "compressed": r["compressed"],
+             "emulated": r["emulated"], "predicted step (ms)": r["predicted"] * 1e3,
+             "measured step (ms)": r["measured"] * 1e3, "error (%)": r["error"] * 100}
+        for part in ("compute", "compress", "comm", "idle"):
+            d[f"{PART_LABELS[part]} predicted (ms)"] = pp[part] * 1e3
+            d[f"{PART_LABELS[part]} measured (ms)"] = mm[part] * 1e3
+        d["load: compute factor"] = load.get("compute")
+        d["load: comm factor"] = load.get("comm")
+        d["id"] = r["id"]
+        out.append(d)
+    return out
+
+
+def step_error_summary(pairs: Sequence[tuple[float, float]]) -> float:
+    """Geometric-mean error of (predicted, measured) step times."""
+    return geomean_error([p for p, _ in pairs], [m for _, m in pairs])
+
+
+# ---------------------------------------------------------------------------------------------
+# The preset batch: real runs spanning 1-4 workers, MLP and CNN, dense and compressed, emulation
+# ---------------------------------------------------------------------------------------------
+#: (name, topology preset, training changes). Short runs (steps set by preset_batch).
+PRESET_BATCH: tuple[tuple[str, str, dict], ...] = (
+    ("mlp 1w", "cxl", {"model": "mlp", "workers": 1}),
+    ("mlp 2w", "cxl", {"model": "mlp", "workers": 2}),
+    ("mlp 3w", "cxl", {"model": "mlp", "workers": 3}),
+    ("mlp 4w", "cxl", {"model": "mlp", "workers": 4}),
+    ("cnn 1w", "cxl", {"model": "cnn", "workers": 1}),
+    ("cnn 2w", "cxl", {"model": "cnn", "workers": 2}),
+    ("cnn 4w", "cxl", {"model": "cnn", "workers": 4}),
+    ("mlp 2w group-topk", "cxl", {"model": "mlp", "workers": 2,
+                                  "compression": {"kind": "group_topk", "ratio": 0.01, "sharing": "sparse_allgather"}}),
+    ("cnn 3w group-topk", "cxl", {"model": "cnn", "workers": 3,
+                                  "compression": {"kind": "group_topk", "ratio": 0.05, "sharing": "sparse_allgather"}}),
+    ("mlp 2w emulated gpu+host", "cxl", {"model": "mlp", "workers": 2, "emulate": True,
+                                         "worker_devices": ["gpu", "host"]}),
+    ("cnn 2w emulated gpu+fpga", "cxl", {"model": "cnn", "workers": 2, "emulate": True,
+                                         "worker_devices": ["gpu", "fpga"]}),
+    ("mlp 4w emulated edge", "edge", {"model": "mlp", "workers": 4, "emulate": True,
+                                      "worker_devices": ["edge0", "edge1", "edge2", "edge3"]}),
+    ("mlp 4w emulated edge group-topk", "edge", {"model": "mlp", "workers": 4, "emulate": True,
+                                                 "worker_devices": ["edge0", "edge1", "edge2", "edge3"],
+                                                 "compression": {"kind": "group_topk", "ratio": 0.01,
+                                                                 "sharing": "sparse_allgather"}}),
+)
+
+
+def preset_batch(steps: int = 40, seed: int = 0) -> list[Scenario]:
+    """The Fidelity page's and bench's batch of real runs, as Scenarios (named after the case)."""
+    from lab.catalogue import preset
+    from lab.scenario import Compression, Training
+
+    out = []
+    for name, topo, changes in PRESET_BATCH:
+        ch = dict(changes)
+        comp = Compression.from_dict(ch.pop("compression", {}))
+        tr = Training().replace(steps=steps, seed=seed, eval_every=max(10, steps), check_every=10, **ch)
+        out.append(Scenario(name=f"fidelity: {name}", topology=preset(topo), training=tr.replace(compression=comp)))
+    return out
+
+
+__all__ = ["preset_batch", "PRESET_BATCH", "Prediction", "WorkerPrediction", "predict_step", "measured_step", "compare", "prediction_table",
+           "PARTS", "PART_LABELS", "default_warmup", "step_error_summary"]
