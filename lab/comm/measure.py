@@ -192,8 +192,9 @@ def _measure_worker(cfg: dict) -> None:
                 fns[impl](x)
         times = {impl: [] for impl in cfg["impls"]}
         ok = {impl: True for impl in cfg["impls"]}
-        for _ in range(cfg["iters"]):
-            for impl in cfg["impls"]:  # take turns, so drifting machine load hits both alike
+        for it in range(cfg["iters"]):
+            # take turns, first one then the other first, so drifting machine load hits both alike
+            for impl in (cfg["impls"] if it % 2 == 0 else cfg["impls"][::-1]):
                 x.fill_(1.0)
                 dist.barrier()
                 t0 = time.perf_counter()
@@ -218,7 +219,7 @@ def _row(procs: int, raw: dict) -> dict:
     return {"procs": procs, "size": raw["size"], "count": raw["size"] // ITEMSIZE, "impl": raw["impl"],
             "time": t, "time_min": min(times), "time_max": max(times), "iters": len(times),
             "algbw": algbw(raw["size"], t), "busbw": busbw(raw["size"], t, procs) if procs > 1 else 0.0,
-            "correct": raw["correct"], "source": "measured"}
+            "correct": raw["correct"], "source": "measured", "times": list(times)}
 
 
 def _kill_all(procs: list[subprocess.Popen]) -> None:
@@ -316,7 +317,8 @@ def measure(procs: int, sizes: Sequence[int], iters: int = 20, impls: Sequence[s
 
     Each row: procs, size (bytes), count (float32 elements), impl, time (s, median over
     iterations of the slowest rank), time_min, time_max, iters, algbw, busbw (bytes/s),
-    correct, source="measured". ``progress(done, total, row)`` is called as rows arrive.
+    correct, source="measured", times (every iteration's time, in order; implementations take
+    turns within an iteration). ``progress(done, total, row)`` is called as rows arrive.
     The whole run stops with a LabError after ``timeout`` seconds; ``die_rank`` makes that
     worker exit at start (to test the error path).
     """

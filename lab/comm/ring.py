@@ -6,10 +6,12 @@ Reduce-scatter (N-1 steps) then all-gather (N-1 steps), exactly the schedule tha
 at all-gather step ``s`` it forwards chunk ``(r + 1 - s) mod N`` and receives chunk ``(r - s) mod N``
 straight into place.
 
-Speed: the buffer is one flat contiguous tensor and every chunk is a view of it (no copies).
-Each chunk is cut into pieces (:data:`PIECE_BYTES`); the receive of piece ``k + 1`` is posted
-before piece ``k`` is added, so the additions overlap the transfers (gloo's own ring does the
-same). Sends and receives are non-blocking (isend/irecv), so neighbours never deadlock.
+Speed: the buffer is one flat contiguous tensor and every chunk and piece is a view of it (no
+copies). Chunks travel in pieces (:data:`PIECE_BYTES`) in a lock-step pipeline like gloo's own
+ring: a piece is forwarded as soon as the one before it has been added, so transfers and
+additions of consecutive pieces and steps overlap, with :data:`LAG` pieces in flight each way.
+Sends and receives are non-blocking (the process group's isend/irecv), and every wait is for
+something the neighbour has already started, so neighbours never deadlock.
 
 Every call counts the bytes it sent and received in :data:`BYTES` (a module-level
 :class:`ByteCounter` callers may read and reset) and returns a :class:`RingStats`.
@@ -27,10 +29,12 @@ import torch.distributed as dist
 
 from lab.errors import LabError
 
-#: Piece size for pipelining the reduce-scatter additions with the transfers (bytes).
+#: Piece size: chunks travel in pieces of at most this many bytes (gloo's ring: 1 MiB segments).
 PIECE_BYTES = 1 << 20
-#: Pieces in flight each way (the lag of the lock-step pipeline), at most.
-WINDOW = 2
+#: Pieces in flight each way: piece i - LAG is finished before piece i is sent.
+LAG = 2
+#: Receives posted ahead of the piece about to be sent.
+AHEAD = 1
 
 LinkDelay = Callable[[int, int, int], float]
 
@@ -130,11 +134,10 @@ def ring_allreduce(tensor: torch.Tensor, op: str = "sum", *, group=None,
     if n == 1 or tensor.numel() == 0:
         return RingStats(n, tensor.numel(), 0, 0, 0, 0, 0, time.perf_counter() - t0)
 
-    def global_rank(r: int) -> int:
-        return r if group is None else dist.get_global_rank(group, r)
-
-    right, left = global_rank((rank + 1) % n), global_rank((rank - 1) % n)
-    right_local = (rank + 1) % n
+    # The process group's own send/recv (ranks local to the group) skip torch.distributed's
+    # per-call Python checks, which matter at hundreds of pieces per call.
+    pg = group if group is not None else dist.group.WORLD
+    right, left = (rank + 1) % n, (rank - 1) % n
     flat = tensor.view(-1) if tensor.is_contiguous() else tensor.contiguous().view(-1)
     item = flat.element_size()
     bounds = chunk_bounds(flat.numel(), n)
@@ -146,30 +149,36 @@ def ring_allreduce(tensor: torch.Tensor, op: str = "sum", *, group=None,
         nonlocal sent, msent, delayed
         nbytes = view.numel() * item
         if link_delay is not None:
-            d = float(link_delay(rank, right_local, nbytes))
+            d = float(link_delay(rank, right, nbytes))
             if d > 0:
                 time.sleep(d)
                 delayed += d
         sent += nbytes
         msent += 1
-        return dist.isend(view, right)
+        return pg.send([view], right, 0)
 
     def recv(view: torch.Tensor) -> dist.Work:
         nonlocal received, mrecv
         received += view.numel() * item
         mrecv += 1
-        return dist.irecv(view, left)
+        return pg.recv([view], left, 0)
 
     # Every chunk is cut into the same number m of pieces (some may be empty when a chunk is
-    # tiny), so all ranks agree on the piece sequence. Pieces move in lock step with a lag of
-    # L <= m iterations, as gloo's own ring does (L = 2, 1 MiB segments): iteration i first
-    # finishes the receive and send of iteration i - L, then posts receive i and send i.
-    # Send i (i >= m) forwards the piece received at i - m, finished at i - m + L <= i. Waiting
-    # for send i - L is safe: the neighbour posted that receive at its own iteration i - L.
+    # tiny), so all ranks agree on the piece sequence. Pieces move in lock step, as in gloo's own
+    # ring (1 MiB segments, two in flight): iteration i finishes receive and send i - L (L =
+    # LAG), posts the receives up to i + AHEAD - 1, then sends piece i. Send i (i >= m) forwards
+    # the piece received at i - m, finished at i - m + L <= i. Sender and receiver post piece i
+    # at about the same iteration, so gloo mostly finds the receive posted and writes the piece
+    # at once from this thread. Every wait is for something the neighbour started at an earlier
+    # iteration, so the ring cannot deadlock. Reduce-scatter pieces land in L + AHEAD
+    # piece-sized scratch slots that stay in cache while they are added; all-gather pieces are
+    # received in place, all posted at once.
     m = max(1, -(-bounds[0][1] // piece))
-    lag = min(WINDOW, m)
-    scratch = torch.empty(lag * min(piece, bounds[0][1]), dtype=flat.dtype)
-    slot = scratch.numel() // lag
+    lag = min(LAG, m)
+    ahead = max(1, AHEAD)
+    slots = lag + ahead
+    slot = min(piece, bounds[0][1])
+    scratch = torch.empty(slots * slot, dtype=flat.dtype)
 
     def pieces_of(chunk: int) -> list[torch.Tensor]:
         o0, length = bounds[chunk % n]
@@ -180,29 +189,40 @@ def ring_allreduce(tensor: torch.Tensor, op: str = "sum", *, group=None,
         ``first`` and then every received piece except those of the final step."""
         send_seq = first + recv_views[:len(recv_views) - m]
         nr = len(recv_views)
-        rq: list = [None] * lag
-        sq: list = [None] * lag
-        tmps: list = [None] * lag
-        for i in range(nr + lag):
-            k = i % lag
-            if i >= lag:
-                if rq[k] is not None:
-                    rq[k].wait()
-                    if reduce:
-                        done = recv_views[i - lag]
-                        done.add_(tmps[k])
-                        if op == "mean" and i - lag >= nr - m:
-                            done.div_(n)
-                if sq[k] is not None:
-                    sq[k].wait()
-            if i < nr:
-                v = recv_views[i]
-                rq[k] = None
+        rq: list = [None] * nr
+        tmps: list = [None] * nr
+        sq: list = [None] * nr
+        ah = ahead if reduce else nr  # received in place, every piece has its home: post all at once
+        posted = 0
+
+        def post_until(end: int) -> None:
+            nonlocal posted
+            while posted < min(nr, end):
+                v = recv_views[posted]
                 if v.numel():
-                    tmps[k] = scratch[k * slot:k * slot + v.numel()] if reduce else v
-                    rq[k] = recv(tmps[k])
-                out = send_seq[i]
-                sq[k] = send(out) if out.numel() else None
+                    k = posted % slots
+                    tmps[posted] = scratch[k * slot:k * slot + v.numel()] if reduce else v
+                    rq[posted] = recv(tmps[posted])
+                posted += 1
+
+        post_until(lag + ah - 1)
+        for i in range(nr + lag):
+            j = i - lag
+            if j >= 0:
+                if rq[j] is not None:
+                    rq[j].wait()
+                    if reduce:
+                        done = recv_views[j]
+                        done.add_(tmps[j])
+                        if op == "mean" and j >= nr - m:
+                            done.div_(n)
+                    rq[j] = tmps[j] = None
+                if sq[j] is not None:
+                    sq[j].wait()
+                    sq[j] = None
+            post_until(i + ah)
+            if i < nr and send_seq[i].numel():
+                sq[i] = send(send_seq[i])
 
     # ---- reduce-scatter: after N-1 steps rank r owns the full sum of chunk (r + 1) mod N ----
     # Step s receives chunk (r - s - 1) (added into place) and sends chunk (r - s), which it
