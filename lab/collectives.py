@@ -196,7 +196,8 @@ def _ring_steps(b: _Builder, members: Sequence[int], chunks: Sequence[int], labe
         return
     for s in range(m - 1):
         b.step(f"{label}reduce-scatter", [
-            Transfer(members[p], members[(p + 1) % m], chunks[(p - s) % m], b.chunk_bytes[chunks[(p - s) % m]], "reduce")
+            Transfer(members[p], members[(p + 1) % m], chunks[(p - s) % m], b.chunk_bytes[chunks[(p - s) % m]],
+                     "reduce")
             for p in range(m)])
     for s in range(m - 1):
         b.step(f"{label}all-gather", [

@@ -48,7 +48,8 @@ with ui.guarded("the all-reduce set-up"):
     chosen = best if order_mode == "lab" else given
     setup = C.Setup(tuple(names), tuple(names.index(x) for x in chosen.names),
                     tuple(map(tuple, C.topology_groups(cluster, names))), C.default_host(cluster, names))
-    c3.markdown(f"Ring: {' → '.join(chosen.names)} → {chosen.names[0]}  \nSlowest hop: as listed "
+    c3.markdown(f"{ui.badge('modelled')} Ring: {' → '.join(chosen.names)} → {chosen.names[0]}  \n"
+                f"Slowest hop: as listed "
                 f"**{figs.fmt_rate(given.slowest_hop_bandwidth)}**, lab's order **"
                 f"{figs.fmt_rate(best.slowest_hop_bandwidth)}** ({best.method}; links shared by hops counted).")
     c3.caption(f"Host aggregation: **{setup.host}**. Groups: "

@@ -52,7 +52,8 @@ def test_seed_example_four_devices_ring_a_b_c_d():
     s = C.build_schedule("ring", ["A", "B", "C", "D"], 16)  # four chunks of one float each
     assert [st.phase for st in s.steps] == ["reduce-scatter"] * 3 + ["all-gather"] * 3
     for st in s.steps:  # every step: A -> B, B -> C, C -> D, D -> A, one chunk each
-        assert [(s.nodes[t.src], s.nodes[t.dst]) for t in st.transfers] == [("A", "B"), ("B", "C"), ("C", "D"), ("D", "A")]
+        assert [(s.nodes[t.src], s.nodes[t.dst]) for t in st.transfers] == [
+            ("A", "B"), ("B", "C"), ("C", "D"), ("D", "A")]
         assert all(t.nbytes == 4 for t in st.transfers)
     lab = lambda step, dev, chunk: s.label(s.state_at(step)[s.nodes.index(dev)][chunk], chunk)  # noqa: E731
     assert [lab(0, "A", c) for c in range(4)] == ["a0", "a1", "a2", "a3"]
@@ -130,7 +131,8 @@ def test_hierarchical_uses_groups_and_leaders():
 
 def test_ring_order_changes_who_sends_to_whom():
     s = C.build_schedule("ring", ["A", "B", "C", "D"], 16, order=[0, 2, 1, 3])
-    assert [(s.nodes[t.src], s.nodes[t.dst]) for t in s.steps[0].transfers] == [("A", "C"), ("C", "B"), ("B", "D"), ("D", "A")]
+    assert [(s.nodes[t.src], s.nodes[t.dst]) for t in s.steps[0].transfers] == [
+        ("A", "C"), ("C", "B"), ("B", "D"), ("D", "A")]
     C.check_schedule(s)
 
 

@@ -31,8 +31,9 @@ def captions(at) -> str:
 def test_default_page_shows_the_cxl_ring_with_modelled_numbers():
     at = app_test(PAGE)
     assert_no_exception(at)
-    assert [s.value for s in at.subheader] == ["Step by step", "How long on this cluster",
-                                              "Synchronous or asynchronous trigger (seed A)", "Measured on this machine"]
+    assert [s.value for s in at.subheader] == [
+        "Step by step", "How long on this cluster", "Synchronous or asynchronous trigger (seed A)",
+        "Measured on this machine"]
     topo = preset("cxl")
     names = C.default_participants(topo)
     assert names == ["gpu", "fpga", "asic", "dpu"]
