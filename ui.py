@@ -21,6 +21,9 @@ log = logging.getLogger("lab.ui")
 
 SCENARIO_KEY = "scenario"
 URL_PARAM = "s"
+LESSON_KEY = "lesson_mode"  # persistent (session) value of the lesson switch
+LESSON_WIDGET = "lesson_mode_toggle"
+LESSON_PARAM = "lesson"
 
 KIND_BADGES = {
     "measured": ":green-badge[:material/straighten: measured]",
@@ -76,7 +79,43 @@ def scenario_sidebar() -> Scenario:
                     f"({len(sc.topology.devices)} devices)")
         if st.button("Put this scenario in the page link", help="The address bar then reproduces this view"):
             st.query_params[URL_PARAM] = sc.to_url_param()
+        _lesson_toggle()
     return sc
+
+
+def lesson_mode() -> bool:
+    """The "lesson" switch: True when pages should hide their advanced controls.
+
+    Kept in session state (so it survives page changes) and in the link as ``?lesson=1`` (so a
+    shared link opens in lesson mode). The toggle itself is drawn by :func:`scenario_sidebar`."""
+    if LESSON_KEY not in st.session_state:
+        st.session_state[LESSON_KEY] = st.query_params.get(LESSON_PARAM) == "1"
+    on = bool(st.session_state[LESSON_KEY])
+    if on and st.query_params.get(LESSON_PARAM) != "1":
+        st.query_params[LESSON_PARAM] = "1"
+    return on
+
+
+def set_lesson_mode(on: bool) -> None:
+    """Switch lesson mode (call it from a widget callback or before the sidebar is drawn)."""
+    st.session_state[LESSON_KEY] = bool(on)
+    try:
+        st.session_state[LESSON_WIDGET] = bool(on)
+    except st.errors.StreamlitAPIException:  # the toggle is already drawn in this run
+        pass
+    if on:
+        st.query_params[LESSON_PARAM] = "1"
+    elif LESSON_PARAM in st.query_params:
+        del st.query_params[LESSON_PARAM]
+
+
+def _lesson_toggle() -> None:
+    def changed() -> None:
+        set_lesson_mode(st.session_state[LESSON_WIDGET])
+
+    st.session_state[LESSON_WIDGET] = lesson_mode()  # drawn once per run, after any switch elsewhere
+    st.toggle("Lesson mode", key=LESSON_WIDGET, on_change=changed,
+              help="Hide the advanced controls on every page; the link then opens in lesson mode too (?lesson=1)")
 
 
 def _plain(text: str) -> str:

@@ -935,6 +935,18 @@ def read_progress(path: Path | None = None) -> dict | None:
         return None
 
 
+def calibration_running(path: Path | None = None) -> bool:
+    """A background calibration is under way: its progress file says not done and its process lives."""
+    p = read_progress(path)
+    if not p or p.get("done"):
+        return False
+    try:
+        os.kill(int(p.get("pid", 0)), 0)
+    except (OSError, ValueError, TypeError):
+        return False
+    return True
+
+
 def _write_progress(path: Path, **fields: Any) -> None:
     p = progress_path(path)
     p.parent.mkdir(parents=True, exist_ok=True)

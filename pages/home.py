@@ -1,9 +1,23 @@
-"""Home: what the lab is, and a link to each page."""
+"""Home: what the lab is, a link to each page, and the lessons."""
+
+import json
 
 import streamlit as st
 
 import ui
-from app import available_pages
+from app import ROOT, available_pages
+from lab.scenario import Scenario
+
+LESSONS = ROOT / "assets" / "lessons"
+
+
+def _open_lesson(lesson: dict) -> None:
+    """Button callback: load the lesson's scenario, switch lesson mode on, go to its page next run."""
+    sc = Scenario.from_json((LESSONS / lesson["scenario"]).read_text())
+    ui.set_scenario(sc)
+    ui.set_lesson_mode(True)
+    st.session_state["home_goto"] = (lesson["page"], sc.to_url_param())
+
 
 ui.scenario_sidebar()
 st.title("Heterogeneous distributed training lab")
@@ -32,3 +46,21 @@ for file, title, icon in available_pages():
     if title == "Home":
         continue
     st.page_link(file, label=f"**{title}**: {DESCRIPTIONS.get(title, '')}", icon=icon)
+
+st.subheader("Lessons")
+st.markdown("Three short lessons. Each opens its page with its scenario (in the page link, so the address bar "
+            "can be shared) and lesson mode on, which hides the advanced controls; switch it off in the sidebar.")
+with ui.guarded("the lessons"):
+    pages = {f for f, _, _ in available_pages()}
+    for lesson in json.loads((LESSONS / "index.json").read_text())["lessons"]:
+        text = (LESSONS / lesson["text"]).read_text()
+        with st.container(border=True):
+            st.markdown(f"**{lesson['title']}**")
+            with st.expander("What this lesson shows"):
+                st.markdown(text)
+            st.button("Open this lesson", key=f"lesson_{lesson['id']}", on_click=_open_lesson, args=(lesson,),
+                      disabled=lesson["page"] not in pages, icon=":material/school:",
+                      help=None if lesson["page"] in pages else f"{lesson['page']} is not part of this build yet")
+goto = st.session_state.pop("home_goto", None)
+if goto:
+    st.switch_page(goto[0], query_params={ui.URL_PARAM: goto[1], ui.LESSON_PARAM: "1"})

@@ -1,0 +1,178 @@
+"""Fidelity: the cost model's prediction beside the measurement, for every stored run."""
+
+import math
+
+import pandas as pd
+import streamlit as st
+
+import ui
+from lab import calibrate as cal
+from lab import predict as P
+from lab import trace_export as T
+from lab.figures import fidelity as figs
+from lab.runs import default_db_path, store as run_store
+
+ui.scenario_sidebar()
+lesson = ui.lesson_mode()
+st.title("Fidelity: prediction beside measurement")
+st.markdown(
+    "The lab does not only predict: it runs the same scenario on this machine and shows how far the prediction "
+    "was off. The cost model is **calibrated** here (calibration networks that are not the presets, the optimiser "
+    "and compressor costs, the collectives inside training-like cycles with 2 to 4 processes at once), then it "
+    "predicts each run's step time and its parts; the run store holds what the workers measured.")
+
+BAND = 0.15
+SIMULATORS = (
+    "For scale, published claims of the simulators this lab stands beside (their numbers, on dedicated GPU "
+    "clusters, not re-measured here): **SimAI** (NSDI '25) reports an average of 98.1 % alignment with real "
+    "training runs, i.e. about 2 % error; **ASTRA-sim 2.0** (ISPASS '23) reports validating its models against real "
+    "systems; **Calculon** (SC '23) is an analytical model for co-design studies. Errors of a few percent up to about "
+    "20 % are the usual range such papers report. This lab runs on a shared CPU, where other processes change the "
+    "machine's speed from minute to minute, so it publishes its own error, on its own runs, with the load it saw.")
+
+# ----- the machine profile -------------------------------------------------------------------------
+st.subheader("This machine")
+prof = None
+with ui.guarded("the machine profile"):
+    prof = cal.load_profile()
+busy = cal.calibration_running()
+if prof is not None:
+    st.markdown(f"**Profile:** {ui.plain(prof.describe())}")
+    ui.caption("measured", f"calibration took {prof.settings.get('seconds', math.nan):.0f} s; compute fit error "
+                           f"{prof.compute.fit_error * 100:.1f} % of CPU time over {prof.compute.samples} calibration "
+                           "cases (networks and batch sizes the presets do not use)")
+else:
+    st.info("This machine has no profile yet: calibrate it (about two minutes; other pages stay usable).")
+c1, c2 = st.columns([1, 2])
+quick = False if lesson else c2.toggle("Quick (fewer repeats, about half the time)", key="fid_quick")
+if c1.button("Calibrate this machine", key="fid_calibrate", icon=":material/speed:", disabled=busy) and not busy:
+    with ui.guarded("starting the calibration"):
+        cal.start_background(quick=quick)
+        busy = True
+
+
+@st.fragment(run_every=2.0 if busy else None)
+def calibration_progress() -> None:
+    p = cal.read_progress()
+    if not p:
+        return
+    if p.get("error"):
+        st.error(f"The last calibration failed: {p['error']}")
+    elif cal.calibration_running():
+        st.progress(float(p.get("fraction", 0.0)), f"calibrating: {p.get('message', '')}")
+    elif busy:  # it just finished (or its process is gone): show the new profile
+        st.rerun()
+
+
+calibration_progress()
+
+if prof is not None and not lesson:
+    with st.expander("What the calibration measured"):
+        rows = [{"procs": p, "class": c, "throughput": v.throughput, "overhead": v.overhead}
+                for p in prof.procs for c, v in prof.compute_fit(p).classes.items()]
+        st.plotly_chart(figs.class_throughput(rows), key="fid_classes")
+        ui.caption("measured", "per operator class, fitted to the calibration networks' CPU time per step "
+                               "(forward + backward); with N processes the CPU time grows by the measured factor")
+        comm = [{"processes": p, "collective": k, "α or per hop (µs)": f.alpha * 1e6 if hasattr(f, "alpha") else f.per_hop * 1e6,
+                 "β or per byte (ns/B)": (f.beta if hasattr(f, "beta") else f.per_byte) * 1e9,
+                 "fit error (%)": f.fit_error * 100, "where": "training-like cycles"}
+                for p, t in {**prof.allreduce}.items() for k, f in t.items()]
+        comm += [{"processes": p, "collective": k, "α or per hop (µs)": f.alpha * 1e6, "β or per byte (ns/B)": f.beta * 1e9,
+                  "fit error (%)": f.fit_error * 100, "where": "lab.comm.measure (barrier first)"}
+                 for p, t in prof.measured_allreduce.items() for k, f in t.items()]
+        comm += [{"processes": p, "collective": k, "α or per hop (µs)": f.per_hop * 1e6,
+                  "β or per byte (ns/B)": f.per_byte * 1e9, "fit error (%)": f.fit_error * 100,
+                  "where": "training-like cycles"} for p, t in prof.sharing.items() for k, f in t.items()]
+        st.dataframe(pd.DataFrame(comm), hide_index=True, key="fid_comm")
+        ui.caption("measured", "the all-reduce measurement command starts every call after a barrier, with every "
+                               "process awake; inside training the early workers sleep in the receive and must be "
+                               "woken, which on a busy shared CPU costs more, so the prediction uses the cycles")
+
+# ----- stored runs ---------------------------------------------------------------------------------
+st.subheader("Stored runs: predicted against measured")
+store = run_store()
+
+
+@st.cache_resource
+def batch_holder(db: str) -> dict:
+    return {"batch": None}
+
+
+holder = batch_holder(str(default_db_path()))
+batch = holder["batch"]
+b1, b2 = st.columns([1, 2])
+steps = 60 if lesson else b2.number_input("Steps per run", 20, 400, 60, step=10, key="fid_steps")
+if b1.button("Run the preset batch", key="fid_batch", icon=":material/play_arrow:",
+             disabled=prof is None or (batch is not None and batch.running()),
+             help="13 short real runs: 1-4 workers, MLP and CNN, dense and Group-TopK, emulation off and on"):
+    with ui.guarded("starting the preset batch"):
+        from lab.jobs import shared
+
+        holder["batch"] = batch = P.FidelityBatch(shared(), prof, steps=int(steps)).start()
+
+
+@st.fragment(run_every=3.0 if batch is not None and batch.running() else None)
+def batch_progress() -> None:
+    b = holder["batch"]
+    if b is None:
+        return
+    s = b.status()
+    if s["running"]:
+        st.progress(s["done"] / s["total"], f"run {s['done'] + 1} of {s['total']}: {s['current'] or 'probing'}")
+    elif s["finished"]:
+        st.caption(f"The preset batch finished ({len(s['run_ids'])} runs).")
+    if s["error"]:
+        st.warning(s["error"])
+
+
+batch_progress()
+
+rows = []
+if prof is not None:
+    with ui.guarded("the comparison"):
+        rows, skipped = P.evaluate_runs(store, prof)
+        if not rows:
+            st.info("No finished runs to compare yet: run the preset batch, or runs on the Training page.")
+        else:
+            g = P.step_error_summary([(r["predicted"], r["measured"]) for r in rows])
+            g0 = P.step_error_summary([(r["predicted_at_calibration"], r["measured"]) for r in rows])
+            m1, m2, m3 = st.columns(3)
+            m1.metric("Geometric-mean error of the step time", f"{g * 100:.1f} %", help=P.GEOMEAN_ERROR_HELP)
+            m2.metric("Target on this machine", f"≤ {BAND * 100:.0f} %")
+            m3.metric("Runs compared", len(rows))
+            st.markdown(f"{'Within' if g <= BAND else 'Outside'} the target. Without the load recorded around each "
+                        f"run (the machine as it was at calibration) the error would be {g0 * 100:.1f} %. " + SIMULATORS)
+            st.plotly_chart(figs.step_scatter(rows, BAND), key="fid_scatter")
+            ui.caption("measured", "x: measured median step time (wall clock between the ends of consecutive steps, "
+                                   "after the warm-up); y: modelled, from the profile; dashed: y = x; band: ±15 %")
+            st.plotly_chart(figs.error_bars(rows, BAND), key="fid_errors")
+            ui.caption("modelled", "error = predicted / measured − 1 of the step time, per run")
+            if not lesson:
+                st.plotly_chart(figs.parts_scatter(rows, band=BAND), key="fid_parts")
+                ui.caption("measured", "each part: mean over workers of each worker's median (measured) against the "
+                                       "model's per-worker mean (modelled); emulated waits are inside compute and "
+                                       "communication")
+            st.dataframe(pd.DataFrame(P.fidelity_table(rows)), hide_index=True, key="fid_table")
+            ui.caption("measured", "ms per step; error in percent; load = how much slower the load probe ran "
+                                   "around the run than at calibration (blank: none recorded)")
+        if skipped and not lesson:
+            with st.expander(f"{len(skipped)} run(s) not compared"):
+                st.dataframe(pd.DataFrame(skipped), hide_index=True, key="fid_skipped")
+
+# ----- trace export --------------------------------------------------------------------------------
+st.subheader("One step as a trace")
+st.markdown("Export a run's step per worker (compute, compression, communication, idle; one track per worker) "
+            "as Chrome / Perfetto trace-event JSON, measured and, with a profile, predicted. Open it at "
+            "[ui.perfetto.dev](https://ui.perfetto.dev) or chrome://tracing.")
+with ui.guarded("the trace export"):
+    runs = store.list_runs(statuses=("done", "stopped", "failed", "diverged", "interrupted"))
+    if runs.empty:
+        st.caption("No stored runs yet.")
+    else:
+        rid = st.selectbox("Run", list(runs.id), key="fid_trace_run",
+                           format_func=lambda i: f"{runs.set_index('id').name[i]} ({i})")
+        doc = T.store_trace(store, rid, profile=prof)
+        st.download_button("Download the trace (JSON)", T.to_json(doc), file_name=f"{rid}-step.trace.json",
+                           mime="application/json", key="fid_trace_download", icon=":material/download:")
+        ui.caption("measured", f"step {doc['otherData']['steps'][0]} (closest to the median step time); "
+                               f"{len(doc['traceEvents'])} events; timestamps in µs")

@@ -1,0 +1,147 @@
+"""lab.calibrate: the fits recover known coefficients; a tiny real calibration gives sane positive
+numbers and a saved profile that loads back."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pytest
+
+from lab import calibrate as C
+from lab.errors import LabError
+from lab.opgraph import trace
+
+
+def feat(counts: dict, flops: dict, tensors: int) -> dict:
+    return {"counts": {c: counts.get(c, 0) for c in C.COMPUTE_CLASSES},
+            "flops": {c: float(flops.get(c, 0.0)) for c in C.COMPUTE_CLASSES}, "tensors": tensors}
+
+
+def test_graph_features_of_the_mlp_by_hand():
+    f = C.graph_features(trace("mlp", batch_size=32), 6)
+    assert f["counts"]["matmul"] == 3 and f["counts"]["elementwise"] == 2 and f["tensors"] == 6
+    first = 2 * 32 * 64 * 128 * 2 / 3  # the first product needs no input gradient
+    assert f["flops"]["matmul"] == pytest.approx(first + 2 * 32 * 128 * 64 + 2 * 32 * 64 * 10)
+    assert f["flops"]["elementwise"] == pytest.approx(32 * 128 + 32 * 64)
+
+
+def test_fit_compute_recovers_known_costs():
+    rng = np.random.default_rng(0)
+    truth = {"matmul": (20e-6, 10e9), "conv": (50e-6, 5e9), "elementwise": (5e-6, 1e9)}
+    fixed, per_tensor = 150e-6, 8e-6
+    samples = []
+    for _ in range(40):
+        counts = {c: int(rng.integers(1, 6)) for c in truth}
+        flops = {c: float(rng.uniform(1e4, 5e7)) for c in truth}
+        tensors = int(rng.integers(2, 30))
+        t = fixed + per_tensor * tensors + sum(counts[c] * ov + flops[c] / thr for c, (ov, thr) in truth.items())
+        samples.append({"features": feat(counts, flops, tensors), "seconds": t})
+    fit = C.fit_compute(samples)
+    assert fit.fixed == pytest.approx(fixed, rel=1e-3)
+    assert fit.per_tensor == pytest.approx(per_tensor, rel=1e-3)
+    for c, (ov, thr) in truth.items():
+        assert fit.classes[c].overhead == pytest.approx(ov, rel=1e-3)
+        assert fit.classes[c].throughput == pytest.approx(thr, rel=1e-3)
+    assert fit.fit_error < 1e-6
+    assert fit.classes["pool"] == fit.classes["elementwise"]  # no calibration case had pooling
+    for s in samples:
+        assert C.compute_seconds(fit, s["features"]) == pytest.approx(s["seconds"], rel=1e-6)
+
+
+def test_fit_linear_and_nnls_keep_terms_non_negative():
+    rows = [(t, n, 40e-6 + 10e-6 * t + 3e-9 * n) for t in (2, 8, 24) for n in (1e3, 1e5)]
+    c = C.fit_linear(rows)
+    assert (c.fixed, c.per_tensor, c.per_unit) == pytest.approx((40e-6, 10e-6, 3e-9), rel=1e-6)
+    # a decreasing relation cannot be fitted with non-negative terms: the slope stays at 0
+    x = C.nnls_relative(np.array([[1.0, 1.0], [1.0, 2.0], [1.0, 3.0]]), np.array([3.0, 2.0, 1.0]))
+    assert np.all(x >= 0)
+    with pytest.raises(LabError):
+        C.nnls_relative(np.ones((2, 2)), np.array([1.0, -1.0]))
+
+
+def test_geomean_error():
+    assert C.geomean_error([2.0, 0.5], [1.0, 1.0]) == pytest.approx(1.0)
+    assert math.isnan(C.geomean_error([], []))
+
+
+def test_profile_json_round_trip_and_damage(tmp_path):
+    p = C.synthetic_profile()
+    path = p.save(tmp_path / "prof.json")
+    assert C.load_profile(path) == p
+    assert C.load_profile(tmp_path / "missing.json") is None
+    d = json.loads(path.read_text())
+    d["version"] = 1
+    (tmp_path / "old.json").write_text(json.dumps(d))
+    with pytest.raises(LabError, match="another version"):
+        C.load_profile(tmp_path / "old.json")
+    (tmp_path / "bad.json").write_text("{not json")
+    with pytest.raises(LabError, match="not JSON"):
+        C.load_profile(tmp_path / "bad.json")
+    d = json.loads(path.read_text())
+    del d["compute"]["classes"]
+    (tmp_path / "cut.json").write_text(json.dumps(d))
+    with pytest.raises(LabError, match="damaged"):
+        C.load_profile(tmp_path / "cut.json")
+
+
+def test_profile_lookups():
+    p = C.synthetic_profile(contention=2.0, procs=(1, 2, 4))
+    assert p.slowdown(1) == 1.0 and p.slowdown(2) == 2.0 and p.slowdown(3) == 2.0  # nearest: 2 and 4 tie -> 4
+    assert p.compute_fit(2).classes["matmul"].throughput == pytest.approx(0.5e9)
+    assert p.optimizer_cost("adam", 2).fixed == pytest.approx(100e-6)
+    assert p.allreduce_fit("gloo", 3).alpha == pytest.approx(100e-6)
+    with pytest.raises(LabError, match="no timing"):
+        C.MachineProfile.from_dict({**p.to_dict(), "sharing": {"2": {}}}).sharing_fit("sparse_ring", 2)
+
+
+def test_profile_path_follows_lab_data(tmp_path, monkeypatch):
+    monkeypatch.setenv("LAB_DATA", str(tmp_path))
+    assert C.profile_path() == tmp_path / "machine_profile.json"
+    assert C.progress_path() == tmp_path / "machine_profile.progress.json"
+
+
+def test_step_harness_is_the_workers_step():
+    h = C.StepHarness(C.build_calibration_net("MLP", {"hidden": (16,)}), batch=8)
+    lv = h.forward_backward()
+    assert math.isfinite(lv) and h.gflat[-1] == pytest.approx(lv)
+    assert float(h.gflat[:-1].abs().sum()) > 0  # gradients landed in the flat buffer
+    assert all(p.grad.data_ptr() >= h.gflat.data_ptr() for p in h.params)
+
+
+def test_measurements_are_positive():
+    rows = C.measure_compute(nets=[0], batches=(8,), repeat=3, passes=1)
+    assert rows[0]["seconds"] > 0 and rows[0]["features"]["counts"]["matmul"] == 2
+    opt = C.measure_optimizers(kinds=("adam",), repeat=3, shapes=((2, 1000),))
+    assert opt["adam"][0][2] > 0
+    comp = C.measure_compressors(keys=("group_topk",), sizes=(4096,), repeat=2)
+    assert set(comp) == {"group_topk", "group_topk+ef"} and all(r[0][2] > 0 for r in comp.values())
+
+
+@pytest.mark.timeout(600)
+def test_tiny_calibration_end_to_end(tmp_path):
+    seen = []
+    prof = C.calibrate(procs=(1, 2), nets=[0, 7], repeat=3, allreduce_iters=2, allreduce_sizes=(4096, 16384),
+                       progress=lambda m, f: seen.append(f))
+    assert seen[0] == 0.0 and seen[-1] == 1.0
+    assert prof.procs == [1, 2]
+    c = prof.compute
+    assert c.fixed >= 0 and c.per_tensor >= 0 and c.samples == 4
+    for cc in c.classes.values():
+        assert cc.overhead >= 0 and cc.throughput > 0
+    assert prof.slowdown(2) >= 1.0
+    for kind in C.OPTIMIZER_KINDS:
+        o = prof.optimizer[kind]
+        assert min(o.fixed, o.per_tensor, o.per_unit) >= 0 and o.time(1e4, 4) > 0
+    assert prof.compressor["group_topk"].time(1e4) > 0
+    ab = prof.allreduce["2"]["gloo"]
+    assert ab.alpha >= 0 and ab.beta >= 0 and ab.time(2, 65536) > 0
+    assert set(prof.measured_allreduce["2"]) == {"gloo", "ring"}
+    assert set(prof.sharing["2"]) == set(C.SHARING_METHODS)
+    assert all(prof.probe[p]["compute"] > 0 for p in ("1", "2"))
+    assert prof.machine["cores"] >= 1 and prof.created
+    path = prof.save(tmp_path / "machine_profile.json")
+    back = C.load_profile(path)
+    assert back == prof
+    assert "process" in C.format_profile(back)

@@ -1,0 +1,159 @@
+"""Fidelity page (AppTest): no profile, a stored run beside its prediction, calibration and batch
+buttons, the trace download, lesson mode; and the Home page's lessons."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pandas as pd
+import pytest
+
+from lab.calibrate import synthetic_profile
+from lab.catalogue import preset
+from lab.predict import predict_step
+from lab.runs import RunStore
+from lab.scenario import Scenario, Training
+from tests.conftest import ROOT, app_test, assert_no_exception
+
+PAGE = "pages/fidelity.py"
+
+
+@pytest.fixture
+def data(lab_db, tmp_path, monkeypatch):
+    monkeypatch.setenv("LAB_DATA", str(tmp_path))
+    import streamlit as st
+
+    st.cache_resource.clear()
+    st.cache_data.clear()
+    return tmp_path
+
+
+def stored_run(lab_db, steps=20, step_s=0.01) -> tuple[str, Scenario]:
+    st = RunStore(lab_db)
+    sc = Scenario(name="stored mlp", topology=preset("cxl"), training=Training(model="mlp", workers=2, steps=steps))
+    rid = st.create_run(sc, status="done")
+    rows, wall = [], 0.0
+    for s in range(1, steps + 1):
+        wall += step_s
+        rows.append({"step": s, "worker": -1, "wall": wall})
+        for w in range(2):
+            rows.append({"step": s, "worker": w, "t_compute": 0.004, "t_comm": 0.003, "t_idle": 0.001 * w,
+                         "t_compress": 0.0, "t_emul_compute": 0.0, "t_emul_comm": 0.0, "bytes_sent": 1e5,
+                         "wall": wall})
+    st.add_metrics(rid, rows)
+    return rid, sc
+
+
+def test_page_without_profile_or_runs(data):
+    at = app_test(PAGE)
+    assert_no_exception(at)
+    assert any("no profile yet" in i.value for i in at.info)
+    assert at.button(key="fid_calibrate")
+    assert at.button(key="fid_batch").disabled  # nothing to predict with yet
+
+
+def test_stored_run_beside_its_prediction(data, lab_db):
+    prof = synthetic_profile()
+    prof.save()
+    rid, sc = stored_run(lab_db)
+    at = app_test(PAGE)
+    assert_no_exception(at)
+    pred = predict_step(sc, prof).step
+    err = abs(math.log(pred / 0.01))
+    metric = [m for m in at.metric if m.label.startswith("Geometric-mean")][0]
+    assert metric.value == f"{(math.exp(err) - 1) * 100:.1f} %"
+    table = [d.value for d in at.dataframe if "measured step (ms)" in d.value.columns][0]
+    assert list(table["id"]) == [rid]
+    assert table["measured step (ms)"].iloc[0] == pytest.approx(10.0)
+    assert table["predicted step (ms)"].iloc[0] == pytest.approx(pred * 1e3)
+    assert any("SimAI" in m.value for m in at.markdown)
+    assert at.selectbox(key="fid_trace_run").value == rid
+    assert "synthetic" in "".join(m.value for m in at.markdown)  # the profile's machine description
+
+
+def test_calibrate_button_starts_the_background_calibration(data, monkeypatch):
+    import lab.calibrate as cal
+
+    calls = []
+
+    def fake_start(path=None, quick=False):
+        calls.append(quick)
+        cal._write_progress(cal.profile_path(), message="compute, one process", fraction=0.25, done=False,
+                            error=None)
+
+    monkeypatch.setattr(cal, "start_background", fake_start)
+    at = app_test(PAGE)
+    at.toggle(key="fid_quick").set_value(True).run()
+    at.button(key="fid_calibrate").click().run()
+    assert_no_exception(at)
+    assert calls == [True]
+    at.run()
+    assert at.button(key="fid_calibrate").disabled  # one calibration at a time
+    cal._write_progress(cal.profile_path(), message="failed", fraction=1.0, done=True, error="no cores left")
+    at.run()
+    assert any("no cores left" in e.value for e in at.error)
+
+
+def test_preset_batch_button_queues_the_batch(data, lab_db, monkeypatch):
+    import lab.predict as P
+
+    synthetic_profile().save()
+    started = []
+
+    class FakeBatch:
+        def __init__(self, manager, profile, steps=60):
+            started.append(steps)
+
+        def start(self):
+            return self
+
+        def running(self):
+            return True
+
+        def status(self):
+            return {"total": 13, "done": 4, "current": "fidelity: cnn 1w", "run_ids": [], "error": None,
+                    "finished": False, "running": True}
+
+    monkeypatch.setattr(P, "FidelityBatch", FakeBatch)
+    at = app_test(PAGE)
+    at.number_input(key="fid_steps").set_value(30).run()
+    at.button(key="fid_batch").click().run()
+    assert_no_exception(at)
+    assert started == [30]
+    at.run()
+    assert at.button(key="fid_batch").disabled  # one batch at a time
+
+
+def test_lesson_mode_hides_advanced_controls(data, lab_db):
+    from streamlit.testing.v1 import AppTest
+
+    synthetic_profile().save()
+    stored_run(lab_db)
+    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=60)
+    at.query_params["lesson"] = "1"
+    at.run()
+    at.switch_page(PAGE)
+    at.run()
+    assert_no_exception(at)
+    assert at.toggle(key="lesson_mode_toggle").value is True
+    keys = {w.key for w in at.toggle} | {w.key for w in at.number_input}
+    assert "fid_quick" not in keys and "fid_steps" not in keys
+    assert not [p for p in at.get("plotly_chart") if getattr(p, "key", None) == "fid_parts"]
+    at.toggle(key="lesson_mode_toggle").set_value(False).run()
+    assert at.number_input(key="fid_steps")
+
+
+def test_home_opens_a_lesson_on_its_page_with_its_scenario(data):
+    at = app_test("pages/home.py")
+    assert_no_exception(at)
+    index = json.loads((ROOT / "assets" / "lessons" / "index.json").read_text())
+    lesson = [x for x in index["lessons"] if x["id"] == "ring-allreduce"][0]
+    at.button(key="lesson_ring-allreduce").click().run()
+    assert_no_exception(at)
+    want = Scenario.from_json((ROOT / "assets" / "lessons" / lesson["scenario"]).read_text())
+    assert at.session_state["scenario"] == want
+    assert at.session_state["lesson_mode"] is True
+    assert at.query_params["lesson"] == ["1"] or at.query_params["lesson"] == "1"
+    s = at.query_params["s"]
+    assert Scenario.from_url_param(s[0] if isinstance(s, list) else s) == want
