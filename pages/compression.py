@@ -7,13 +7,16 @@ import torch
 
 import ui
 from lab import cholesky as chol
-from lab.comm.sparse import compare_sharing, fill_in_table, hop_bytes_table, simulate_sparse_ring
+from lab.comm.sparse import SHARING_LABELS, compare_sharing, fill_in_table, hop_bytes_table, simulate_sparse_ring
 from lab.compress import COMPRESSOR_LABELS, evaluate, generated_gradients, make_compressor, real_gradients
 from lab.figures import compression as figs
 from lab.figures.topology import fmt_seconds
 from lab.errors import LabError
+from lab.jobs import JobManager
 from lab.models import MODEL_LABELS, MODEL_NAMES
+from lab.runs import ACTIVE, default_db_path, store
 from lab.scenario import Compression
+from lab.train.compressed import grid_results, grid_scenarios, grid_table
 
 sc = ui.scenario_sidebar()
 comp = sc.training.compression
@@ -180,9 +183,50 @@ with ui.guarded("the Cholesky section"):
                    f"factorise again at every hop: {rr['hops']} factorisations, {fmt_seconds(rr['seconds'])} here, "
                    f"relative error {rr['rel_error']:.1e}.")
 
-# ---------------------------------------------------------------- training runs (placeholder)
+# ---------------------------------------------------------------- training runs: the preset grid
 st.header("Training with compression")
-# PLACEHOLDER (issue 7 follow-up): the preset experiment grid of training runs (compressor x ratio x
-# error feedback x sharing) goes here once the training job calls lab.compress.GradientCompressor.
-st.info("Coming next: a preset grid of real training runs with each compressor, with and without error "
-        "feedback, shared by each method, compared on the Compare page.", icon=":material/construction:")
+sharing = comp.sharing if comp.sharing != "dense" else "sparse_allgather"
+st.markdown(
+    "Real training runs of the current scenario, gradient all-reduce over the lab's ring: the seed's three "
+    "optimisers × (dense, Group-TopK 1 %, Group-TopK 1 % with error feedback), 9 runs queued one after another. "
+    f"Group-TopK uses the scenario's group size ({comp.group_size}) and shares by **{SHARING_LABELS[sharing]}**; "
+    "every byte is counted from the real messages. Turn emulation on (Training page; the edge preset has "
+    "100 Mbit/s links) to see what the links cost; `bench/bench_compress_train.py` measures exactly that.")
+
+
+@st.cache_resource
+def manager(db: str) -> JobManager:
+    jm = JobManager(db)
+    jm.mark_interrupted()
+    return jm
+
+
+c1, c2 = st.columns([1, 3])
+if c1.button("Queue the 9 runs", type="primary", key="cp_grid_run", icon=":material/grid_view:"):
+    with ui.guarded("queueing the grid"):
+        jobs = manager(str(default_db_path())).submit_many(grid_scenarios(sc))
+        st.session_state["cp_grid_runs"] = st.session_state["cmp_runs"] = [j.run_id for j in jobs]
+c2.page_link("pages/compare.py", label="Compare them: loss, accuracy, bytes and time",
+             icon=":material/compare_arrows:")
+grid_ids = st.session_state.get("cp_grid_runs", [])
+polling = bool(grid_ids) and store().list_runs(statuses=ACTIVE).id.isin(grid_ids).any()
+
+
+@st.fragment(run_every=2.0 if polling else None)
+def grid_view() -> None:
+    with ui.guarded("the grid's results"):
+        rows = grid_results(store(), grid_ids)
+        if polling and not any(r["status"] in ACTIVE for r in rows):
+            st.rerun()
+        if not rows:
+            return
+        done = [r for r in rows if r["status"] == "done"]
+        if done:
+            st.plotly_chart(figs.grid_figure(done), key="cp_grid_fig")
+        st.dataframe(pd.DataFrame(grid_table(rows)), hide_index=True, key="cp_grid_table")
+        ui.caption("emulated" if sc.training.emulate else "measured",
+                   "Measured in the runs (bytes from the real messages; times on this shared machine, with "
+                   "emulated link waits when emulation is on). Steps: count.")
+
+
+grid_view()

@@ -24,7 +24,8 @@ def test_page_renders_every_section_with_labels(at):
     heads = [h.value for h in at.header]
     assert heads[:3] == ["Compressors on one gradient",
                          "Sharing across workers: the seed's sparse ring and its fill-in", "The Cholesky claim (seed A)"]
-    assert "Training with compression" in heads and "preset grid" in at.info[0].value
+    assert "Training with compression" in heads
+    assert at.button(key="cp_grid_run").label == "Queue the 9 runs"
     n = real_gradients("mlp", 1, 64, 0)[0].numel()
     body = text(at)
     assert f"**{n:,} entries**" in body
@@ -89,3 +90,74 @@ def test_cholesky_on_a_gram_matrix_and_without_damping(at):
     at.button(key="ch_run").click().run()
     assert_no_exception(at)
     assert any("positive-definite" in i.value for i in at.info)
+
+
+# ---- the preset grid of training runs -----------------------------------------------------------
+def grid_table(page):
+    tables = [d.value for d in page.dataframe if "variant" in d.value.columns]
+    assert len(tables) == 1
+    return tables[0]
+
+
+def test_grid_button_queues_nine_runs_then_they_are_stopped(lab_db):
+    import time
+
+    from lab.jobs import JobManager
+    from lab.runs import RunStore
+    from lab.train.compressed import GRID_OPTIMISERS, variant_of
+    from tests.test_train import processes_with
+
+    page = app_test("pages/compression.py", timeout=180)
+    page.button(key="cp_grid_run").click().run()
+    assert_no_exception(page)
+    store = RunStore(lab_db)
+    ids = page.session_state["cp_grid_runs"]
+    assert len(ids) == 9 and page.session_state["cmp_runs"] == ids  # preselected on the Compare page
+    runs = store.list_runs().set_index("id").loc[ids]
+    assert runs.status.isin(["queued", "running"]).all() and (runs.sync == "allreduce").all()
+    got = sorted((store.get_run(r)["scenario"]["training"]["optimizer"],
+                  variant_of(store.get_run(r)["scenario"]["training"])) for r in ids)
+    assert got == sorted((o, v) for o in GRID_OPTIMISERS for v in ("dense", "gtk", "gtk_ef"))
+    comps = [store.get_run(r)["scenario"]["training"]["compression"] for r in ids]
+    assert sorted(c["kind"] for c in comps).count("group_topk") == 6 and {c["ratio"] for c in comps
+                                                                         if c["kind"] == "group_topk"} == {0.01}
+    # stop them all: the queued ones first (so none starts), then whatever runs; no process is left
+    jm = JobManager(lab_db)
+    for rid in sorted(ids, key=lambda r: store.status(r) == "running"):
+        jm.stop(rid)
+    deadline = time.monotonic() + 30
+    while any(processes_with(r) for r in ids) and time.monotonic() < deadline:
+        time.sleep(0.3)
+    assert not any(processes_with(r) for r in ids)
+    assert set(store.list_runs().set_index("id").loc[ids].status) <= {"stopped", "done"}
+    page.run()
+    assert_no_exception(page)
+    table = grid_table(page)
+    assert len(table) == 9 and set(table["status"]) <= {"stopped", "done"}
+
+
+def test_grid_results_table_and_figure_from_the_store(lab_db):
+    from lab.runs import JOB_WORKER, RunStore
+    from lab.scenario import default_scenario
+    from lab.train.compressed import grid_scenarios
+
+    store = RunStore(lab_db)
+    ids = []
+    for k, (sc, name) in enumerate(grid_scenarios(default_scenario())[:3]):  # adam: dense, gtk, gtk + EF
+        rid = store.create_run(sc.replace(training=sc.training.replace(steps=4)), name=name, status="done")
+        rows = [{"step": s, "worker": JOB_WORKER, "test_acc": 0.5 + 0.1 * k, "wall": 0.01 * s} for s in range(5)]
+        rows += [{"step": s, "worker": w, "bytes_sent": 1000.0 * (k + 1), "t_compress": 0.001 * k}
+                 for s in range(1, 5) for w in range(2)]
+        store.add_metrics(rid, rows)
+        ids.append(rid)
+    page = app_test("pages/compression.py", timeout=180)
+    page.session_state["cp_grid_runs"] = ids
+    page.run()
+    assert_no_exception(page)
+    table = grid_table(page)
+    assert list(table["final test accuracy (%)"]) == pytest.approx([50.0, 60.0, 70.0])
+    assert list(table["sent per worker per step (kB)"]) == pytest.approx([1.0, 2.0, 3.0])
+    assert list(table["time per step (ms)"]) == pytest.approx([10.0, 10.0, 10.0])
+    assert list(table["variant"]) == ["dense (fp32 ring)", "Group-TopK 1%", "Group-TopK 1% + error feedback"]
+    figs = [c for c in page.get("plotly_chart") if "the preset grid" in str(c.proto.spec)]
+    assert len(figs) == 1

@@ -153,3 +153,30 @@ def factor_sum_figure(true_sum: np.ndarray, factor_sum: np.ndarray, workers: int
     fig = _layout(fig, "Adding factors is not adding matrices", height=460)
     fig.update_layout(margin=dict(t=110))
     return fig
+
+
+GRID_COLOURS = {"dense": "#4c566a", "gtk": "#66bb6a", "gtk_ef": "#1b5e20"}
+
+
+def grid_figure(rows: Sequence[Mapping]) -> go.Figure:
+    """The preset grid's finished runs (lab.train.compressed.grid_results rows): final test accuracy,
+    time per step and bytes per worker per step, grouped by optimiser, one colour per variant."""
+    fig = make_subplots(rows=1, cols=3, subplot_titles=("final test accuracy", "time per step",
+                                                        "sent per worker per step"), horizontal_spacing=0.08)
+    for variant in dict.fromkeys(r["variant"] for r in rows):
+        rs = [r for r in rows if r["variant"] == variant]
+        x = [r["optimizer"] for r in rs]
+        common = dict(name=rs[0]["label"], marker_color=GRID_COLOURS.get(variant, "#444"), legendgroup=variant)
+        fig.add_trace(go.Bar(x=x, y=[100 * r["final_test_acc"] for r in rs], **common,
+                             hovertemplate="%{x}: %{y:.2f} %<extra>" + rs[0]["label"] + "</extra>"), row=1, col=1)
+        fig.add_trace(go.Bar(x=x, y=[1e3 * r["s_per_step"] for r in rs], showlegend=False, **common,
+                             hovertemplate="%{x}: %{y:.2f} ms per step<extra>" + rs[0]["label"] + "</extra>"),
+                      row=1, col=2)
+        fig.add_trace(go.Bar(x=x, y=[r["bytes_per_worker_step"] / 1e3 for r in rs], showlegend=False, **common,
+                             hovertemplate="%{x}: %{y:,.2f} kB<extra>" + rs[0]["label"] + "</extra>"), row=1, col=3)
+    fig.update_layout(barmode="group")
+    fig.update_xaxes(title="optimiser")
+    fig.update_yaxes(title="test accuracy (%)", row=1, col=1)
+    fig.update_yaxes(title="wall time per step (ms)", rangemode="tozero", row=1, col=2)
+    fig.update_yaxes(title="bytes sent per worker per step (kB)", type="log", row=1, col=3)
+    return _layout(fig, "Dense vs Group-TopK in training (the preset grid)", height=440)

@@ -41,10 +41,12 @@ Loss and divergence
 The loss does not travel with the compressed gradient (it is not a gradient entry to compress):
 every worker keeps its own, the records carry it to rank 0 anyway, and rank 0 stores the job's loss
 as the batch-weighted mean of the workers' losses (what the dense path's all-reduce computes). A
-NaN or inf loss or gradient on any worker is turned into an all-NaN gradient before compressing:
-every compressor keeps NaN entries (top-k ranks NaN first; FP16 keeps NaN), so the summed gradient
-is non-finite on every worker, every optimiser skips that step together, and the run is marked
-diverged at the same step everywhere.
+NaN or inf loss on any worker turns its gradient into all NaN before compressing: every compressor
+keeps NaN entries (top-k ranks NaN and inf first; FP16 keeps NaN), so the summed gradient is
+non-finite on every worker, every optimiser skips that step together, and the run is marked
+diverged at the same step everywhere. (A stray non-finite gradient entry under a finite loss is
+kept by the top-k compressors too; Random-K may leave it out, and then every worker steps on the
+same finite sum: the workers never disagree, since they all step on one identical tensor.)
 
 Compression time is measured on this machine and is not scaled by the emulated device speed.
 Refused (LabError at check time): compression with ``sync`` other than "allreduce" (the parameter
@@ -229,7 +231,7 @@ class CompressedAllReduce:
         mean over the workers in place. Returns (ready wall-clock stamp, bytes sent, bytes received,
         emulated link seconds, compression seconds)."""
         grad = gflat[:-1]
-        if not (math.isfinite(local_loss) and bool(torch.isfinite(grad).all())):
+        if not math.isfinite(local_loss):
             grad.fill_(math.nan)  # reaches every worker through the sum (see the module docstring)
         t0 = time.perf_counter()
         payload = self.gc.compressor.compress(grad)
@@ -361,9 +363,18 @@ def variant_of(tr: dict) -> str:
     return "gtk_ef" if c.get("error_feedback") else "gtk"
 
 
+def grid_table(rows: list[dict]) -> list[dict]:
+    """The page's table of :func:`grid_results` rows, units in the column names."""
+    return [{"optimiser": r["optimizer"], "variant": r["label"], "status": r["status"], "steps": r["steps"],
+             "final test accuracy (%)": 100 * r["final_test_acc"], "time per step (ms)": 1e3 * r["s_per_step"],
+             "sent per worker per step (kB)": r["bytes_per_worker_step"] / 1e3,
+             "compression per step (ms)": 1e3 * r["t_compress_per_step"]} for r in rows]
+
+
 def grid_results(store: Any, run_ids: Iterable[str]) -> list[dict]:
-    """One row per run of the grid, from the run store (units in the keys' names: SI)."""
-    ids = list(run_ids)
+    """One row per run of the grid still in the store (units: SI; s = seconds, bytes)."""
+    known = set(store.list_runs().id)
+    ids = [r for r in run_ids if r in known]
     if not ids:
         return []
     s = store.summary(ids).set_index("id")
@@ -385,5 +396,6 @@ def grid_results(store: Any, run_ids: Iterable[str]) -> list[dict]:
     return rows
 
 
-__all__ = ["enabled", "check", "attach", "CompressedAllReduce", "simulate", "grid_scenarios", "grid_results",
-           "GRID_OPTIMISERS", "GRID_VARIANTS", "variant_label", "variant_of"]
+__all__ = ["enabled", "check", "attach", "CompressedAllReduce", "share", "allgather_equal", "sparse_ring",
+           "sum_payloads", "simulate", "grid_scenarios", "grid_results", "grid_table", "GRID_OPTIMISERS",
+           "GRID_VARIANTS", "variant_label", "variant_of"]
