@@ -1,28 +1,34 @@
 """Prediction beside measurement: the cost model's step time against real training runs.
 
-    .venv/bin/python bench/bench_fidelity.py [--steps 40] [--profile FILE] [--quick] [--only mlp]
+    .venv/bin/python bench/bench_fidelity.py [--steps 60] [--profile FILE] [--quick] [--only mlp]
+                                             [--db FILE] [--evaluate]
 
 1. Calibrates this machine (``lab.calibrate.calibrate``: calibration networks that are not the
-   presets, optimiser and compressor microbenchmarks, N processes at once, all-reduce alpha/beta
-   from lab.comm.measure) unless ``--profile`` names a saved profile.
+   presets, optimiser and compressor microbenchmarks, training-like cycles with 2-4 processes at
+   once, all-reduce alpha/beta from lab.comm.measure, the load probe) unless ``--profile`` names a
+   saved profile.
 2. Runs the preset batch (``lab.predict.preset_batch``: 1-4 workers, MLP and CNN, dense and
-   Group-TopK, emulation off and on) as real training jobs, one after another, into a temporary run
-   store, and predicts each with ``lab.predict.predict_step`` *before* it runs (the runs are never
-   used to fit anything).
-3. Prints per run: predicted and measured step time (median over the steps after the warm-up, the
-   time between the ends of consecutive steps), the error, and the parts (compute, compression,
-   communication, idle; mean over workers of each worker's median); then the geometric-mean error
-   of the step time, exp(mean |ln(predicted / measured)|) - 1. Target: within 15 % on this machine.
+   Group-TopK, emulation off and on) as real training jobs, one after another, into a run store
+   (``--db``, default a temporary file), with the load probe just before and after each run (its
+   result is stored in the run's info, as the Fidelity page's batch does). The runs are never used
+   to fit anything.
+3. Predicts each run (``lab.predict.evaluate_runs``, the Fidelity page's code) and prints per run:
+   the load factors, the prediction for the machine as at calibration, the prediction with the
+   load, the measured step time (median over the steps after the warm-up of the time between the
+   ends of consecutive steps), the error, and the parts (compute, compression, communication, idle;
+   mean over workers of each worker's median); then the geometric-mean error of the step time,
+   exp(mean |ln(predicted / measured)|) - 1. Target: within 15 % on this machine.
+
+``--evaluate`` skips the runs and re-predicts the runs already in ``--db`` with the profile.
 
 The machine is shared (2 cores, other work running): runs with 3-4 workers are contended, which is
-what the N-process calibration is meant to capture. The load average at the start and end is
-printed with the table.
+what the N-process calibration and the load probe are meant to capture. The load average at the
+start and end is printed with the table.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import os
 import sys
@@ -33,9 +39,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from lab.calibrate import MachineProfile, calibrate, format_profile, load_profile  # noqa: E402
-from lab.predict import (Load, compare, measure_load, measured_step, predict_step, preset_batch,  # noqa: E402
-                         step_error_summary)
+from lab.calibrate import calibrate, format_profile, load_profile, probe  # noqa: E402
+from lab.predict import Load, evaluate_runs, job_procs, preset_batch, step_error_summary  # noqa: E402
 from lab.runs import RunStore  # noqa: E402
 
 
@@ -46,12 +51,49 @@ def table(header: list[str], rows: list[list]) -> str:
     return "\n".join([line(cells[0]), "  ".join("-" * x for x in w)] + [line(r) for r in cells[1:]])
 
 
-def ms(x: float) -> str:
+def ms(x: float | None) -> str:
     return "-" if x is None or not math.isfinite(x) else f"{x * 1e3:.2f}"
 
 
-def pct(x: float) -> str:
+def pct(x: float | None) -> str:
     return "-" if x is None or not math.isfinite(x) else f"{x * 100:+.0f}%"
+
+
+def run_batch(prof, db: Path, steps: int, only: str | None) -> None:
+    from lab.train.launcher import launch
+
+    store = RunStore(db)
+    for sc in preset_batch(steps):
+        if only and only not in sc.name:
+            continue
+        n = job_procs(sc)
+        before = probe(n)
+        with open(os.devnull, "w") as devnull:
+            res = launch(sc, name=sc.name, store_path=db, log=devnull)
+        after = probe(n)
+        load = Load.from_probes(prof, n, [before, after])
+        store.merge_info(res.run_id, {"load": load.to_dict(), "fidelity_batch": True})
+        print(f"# {sc.name}: {res.status}; load x{load.compute:.2f} compute, x{load.comm:.2f} comm", flush=True)
+
+
+def report(prof, db: Path) -> float:
+    rows, skipped = evaluate_runs(RunStore(db), prof)
+    out = []
+    for r in rows:
+        pp, mm, ld = r["parts_predicted"], r["parts_measured"], r["load"] or {}
+        out.append([r["name"].replace("fidelity: ", ""), f"{ld.get('compute', 1):.2f}/{ld.get('comm', 1):.2f}",
+                    ms(r["predicted_at_calibration"]), ms(r["predicted"]), ms(r["measured"]), pct(r["error"]),
+                    *(f"{ms(pp[k])}/{ms(mm[k])}" for k in ("compute", "compress", "comm", "idle"))])
+    print(table(["scenario", "load c/m", "pred@calib (ms)", "pred step (ms)", "meas step (ms)", "error",
+                 "compute p/m (ms)", "compress p/m (ms)", "comm p/m (ms)", "idle p/m (ms)"], out))
+    for s in skipped:
+        print(f"# not compared: {s['name']}: {s['why']}")
+    g = step_error_summary([(r["predicted"], r["measured"]) for r in rows])
+    g0 = step_error_summary([(r["predicted_at_calibration"], r["measured"]) for r in rows])
+    print(f"\ngeometric-mean error of the step time over {len(rows)} runs: {g * 100:.1f}% "
+          f"(target <= 15%; exp(mean |ln(predicted / measured)|) - 1)")
+    print(f"without the load probe (the machine as it was at calibration): {g0 * 100:.1f}%")
+    return g
 
 
 def main() -> int:
@@ -61,7 +103,8 @@ def main() -> int:
     ap.add_argument("--save-profile", default=None, help="save the fresh profile here")
     ap.add_argument("--quick", action="store_true", help="quick calibration (fewer repeats)")
     ap.add_argument("--only", default=None, help="only cases whose name contains this text")
-    ap.add_argument("--json", default=None, help="write the rows as JSON here")
+    ap.add_argument("--db", default=None, help="run store to write (default: a temporary file)")
+    ap.add_argument("--evaluate", action="store_true", help="only re-predict the runs already in --db")
     args = ap.parse_args()
 
     load0 = os.getloadavg()[0]
@@ -78,50 +121,15 @@ def main() -> int:
         if args.save_profile:
             prof.save(Path(args.save_profile))
     print(format_profile(prof))
-
-    from lab.train.launcher import launch
-
-    cases = [sc for sc in preset_batch(args.steps) if not args.only or args.only in sc.name]
-    rows, out, pairs, pairs0 = [], [], [], []
     with tempfile.TemporaryDirectory(prefix="lab-fidelity-") as tmp:
-        db = Path(tmp) / "runs.db"
+        db = Path(args.db) if args.db else Path(tmp) / "runs.db"
         os.environ["LAB_DB"] = str(db)
-        os.environ.setdefault("LAB_DATA", tmp)
-        store = RunStore(db)
-        for sc in cases:
-            n = sc.training.workers
-            before = measure_load(prof, n)
-            pred0 = predict_step(sc, prof)
-            with open(os.devnull, "w") as devnull:
-                res = launch(sc, name=sc.name, store_path=db, log=devnull)
-            if res.status != "done":
-                print(f"# {sc.name}: run {res.status}: {res.error}", flush=True)
-                continue
-            after = measure_load(prof, n)
-            load = Load.from_probes(prof, n, [before, after])
-            pred = predict_step(sc, prof, load=load)
-            meas = measured_step(store.metrics(res.run_id))
-            cmp = {r["part"]: r for r in compare(pred, meas)}
-            pairs.append((pred.step, meas["step"]))
-            pairs0.append((pred0.step, meas["step"]))
-            rows.append([sc.name.replace("fidelity: ", ""), f"{load.compute:.2f}/{load.comm:.2f}", ms(pred0.step), ms(pred.step), ms(meas["step"]),
-                         pct(cmp["step"]["error"]),
-                         f"{ms(pred.compute)}/{ms(meas['compute'])}", f"{ms(pred.compress)}/{ms(meas['compress'])}",
-                         f"{ms(pred.comm)}/{ms(meas['comm'])}", f"{ms(pred.idle)}/{ms(meas['idle'])}"])
-            out.append({"name": sc.name, "load": load.to_dict(), "predicted": pred.parts(), "predicted_no_load": pred0.parts(),
-                        "measured": {k: meas[k] for k in cmp}, "run_id": res.run_id})
-            print(f"# {rows[-1][0]}: load x{rows[-1][1]}, predicted {rows[-1][3]} ms, measured {rows[-1][4]} ms "
-                  f"({rows[-1][5]})", flush=True)
-    print()
-    print(f"# load average (1 min) {load0:.1f} at the start, {os.getloadavg()[0]:.1f} at the end; 2 cores shared")
-    print(table(["scenario", "load", "pred@calib (ms)", "pred step (ms)", "meas step (ms)", "error",
-                 "compute p/m (ms)", "compress p/m (ms)", "comm p/m (ms)", "idle p/m (ms)"], rows))
-    g, g0 = step_error_summary(pairs), step_error_summary(pairs0)
-    print(f"\ngeometric-mean error of the step time over {len(pairs)} runs: {g * 100:.1f}% "
-          f"(target <= 15%; exp(mean |ln(predicted / measured)|) - 1)")
-    print(f"without the load probe (the machine as it was at calibration): {g0 * 100:.1f}%")
-    if args.json:
-        Path(args.json).write_text(json.dumps({"rows": out, "geomean_error": g}, indent=1))
+        os.environ.setdefault("LAB_DATA", str(db.parent))
+        if not args.evaluate:
+            run_batch(prof, db, args.steps, args.only)
+        print()
+        print(f"# load average (1 min) {load0:.1f} at the start, {os.getloadavg()[0]:.1f} at the end; 2 cores shared")
+        report(prof, db)
     return 0
 
 

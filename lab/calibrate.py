@@ -47,7 +47,7 @@ import time
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
@@ -725,13 +725,17 @@ def merge_cycles(results: list[dict]) -> list[dict]:
     return out
 
 
-def fit_cycles(procs: int, rows: Sequence[dict], base: ComputeFit, optimizer: dict,
-               features: dict) -> dict:
-    """From the N-process cycles: the slow-down factor, the collectives' in-context costs, the idle jitter.
+def fit_cycles(procs: int, rows: Sequence[dict], base: ComputeFit, optimizer: dict, features: dict,
+               betas: Mapping[str, float] | None = None) -> dict:
+    """From the N-process cycles: the compute slow-down, the collectives' in-context costs, the idle jitter.
 
+    Medians, not least squares: on a shared machine single cases are often far off, and the
+    medians of a dozen cases are steadier. Per byte the collectives take beta from the all-reduce
+    measurement command (``betas``: impl -> seconds per byte; the cycles' small gradients cannot
+    separate bandwidth from latency); what remains is the per-step (per-hop) cost in context.
     ``features``: {(net, batch): graph features} (to predict the one-process compute of each case)."""
+    betas = dict(betas or {})
     # CPU-time inflation: CPU seconds of (fb + opt) with N processes / predicted for one process alone
-    # (caches and memory shared; the waiting for a core is not CPU time, the load probe measures it)
     ratios = []
     for r in rows:
         if r["kind"] != "gloo":
@@ -741,24 +745,37 @@ def fit_cycles(procs: int, rows: Sequence[dict], base: ComputeFit, optimizer: di
         ratios.append(r["cpu"] / alone)
     k = max(1.0, float(statistics.median(ratios))) if ratios else 1.0
     comm: dict = {}
-    for label, method, _ in CYCLE_KINDS:
+    for label, method, impl in CYCLE_KINDS:
         sel = [r for r in rows if r["kind"] == label and r["comm"] > 0]
-        if len(sel) < 2:
+        if not sel:
             continue
-        if method is None:  # dense all-reduce: ring features 2(N-1) alpha + 2(N-1)/N S beta
-            a = np.array([[2.0 * (procs - 1), 2.0 * (procs - 1) / procs * r["numel"] * 4] for r in sel])
-        else:
-            a = np.array([[r["hops"], r["bytes_sent"]] for r in sel])
-        t = np.array([r["comm"] for r in sel])
-        x = nnls_relative(a, t)
-        err = geomean_error(list(a @ x), list(t))
-        comm[label] = CommFit(float(x[0]), float(x[1]), err) if method is None else SharingFit(float(x[0]), float(x[1]), err)
-    sel = [r for r in rows if r["kind"] == "gloo"]
-    a = np.array([[1.0, r["cpu"]] for r in sel])
-    t = np.array([max(r["idle"], 1e-6) for r in sel])
-    x = nnls_relative(a, t)
-    jitter = LinearCost(float(x[0]), 0.0, float(x[1]))
+        if method is None:  # dense all-reduce: 2(N-1) alpha + 2(N-1)/N S beta
+            beta = betas.get(impl, 0.0)
+            steps = 2.0 * (procs - 1)
+            wire = [2.0 * (procs - 1) / procs * r["numel"] * 4 for r in sel]
+            alpha = max(0.0, float(statistics.median([(r["comm"] - w * beta) / steps for r, w in zip(sel, wire)])))
+            pred = [steps * alpha + w * beta for w in wire]
+            comm[label] = CommFit(alpha, beta, geomean_error(pred, [r["comm"] for r in sel]))
+        else:  # hops x per_hop + bytes x per_byte (the dense ring's beta: the same point-to-point sends)
+            beta = betas.get("ring", 0.0)
+            hop = max(0.0, float(statistics.median([(r["comm"] - r["bytes_sent"] * beta) / max(r["hops"], 1.0)
+                                                    for r in sel])))
+            pred = [r["hops"] * hop + r["bytes_sent"] * beta for r in sel]
+            comm[label] = SharingFit(hop, beta, geomean_error(pred, [r["comm"] for r in sel]))
+    idle = [r["idle"] for r in rows if r["kind"] == "gloo"]
+    jitter = LinearCost(float(statistics.median(idle)) if idle else 0.0, 0.0, 0.0)
     return {"contention": k, "comm": comm, "jitter": jitter}
+
+
+def profile_errors(fits: Mapping[str, CommFit], rows: Sequence[dict]) -> dict[str, float]:
+    """Geometric-mean error of a profile's alpha-beta (impl -> CommFit) against measurement rows of
+    lab.comm.measure (procs, size, impl, time)."""
+    out = {}
+    for impl, f in fits.items():
+        sel = [r for r in rows if r["impl"] == impl]
+        if sel:
+            out[impl] = geomean_error([f.time(r["procs"], r["size"]) for r in sel], [r["time"] for r in sel])
+    return out
 
 
 ALLREDUCE_SIZES = (4_096, 16_384, 65_536, 262_144)
@@ -865,22 +882,22 @@ def calibrate(procs: Sequence[int] = (1, 2, 3, 4), *, quick: bool = False, repea
     contention, allreduce, sharing, jitter, measured, cycles = {"1": 1.0}, {}, {}, {}, {}, {}
     done = 1
     for p in multi:
+        if measure_command:
+            progress(f"all-reduce alpha and beta with {p} processes (lab.comm.measure)", done / stages)
+            measured[str(p)] = measure_allreduce(p, iters=allreduce_iters, sizes=allreduce_sizes)
+            done += 1
         progress(f"training-like cycles with {p} processes at once (compute, all-reduce, compressed sharing)",
                  done / stages)
         rows = merge_cycles(measure_procs(p, nets=sub, repeat=repeat))
         probes[str(p)] = probe(p)
         cycles[str(p)] = rows
-        fit = fit_cycles(p, rows, compute, optimizer, features)
+        betas = {impl: f.beta for impl, f in measured.get(str(p), {}).items()}
+        fit = fit_cycles(p, rows, compute, optimizer, features, betas)
         contention[str(p)] = fit["contention"]
         allreduce[str(p)] = {k: v for k, v in fit["comm"].items() if isinstance(v, CommFit)}
         sharing[str(p)] = {k: v for k, v in fit["comm"].items() if isinstance(v, SharingFit)}
         jitter[str(p)] = fit["jitter"]
         done += 1
-    if measure_command:
-        for p in multi:
-            progress(f"all-reduce alpha and beta with {p} processes (lab.comm.measure)", done / stages)
-            measured[str(p)] = measure_allreduce(p, iters=allreduce_iters, sizes=allreduce_sizes)
-            done += 1
     progress("done", 1.0)
     settings = {"procs": procs, "repeat": repeat, "allreduce_iters": allreduce_iters,
                 "allreduce_sizes": list(allreduce_sizes),

@@ -5,9 +5,11 @@ import streamlit as st
 
 import ui
 from lab import collectives as C
+from lab.calibrate import load_profile, profile_errors
 from lab.comm import measure as M
 from lab.errors import LabError
 from lab.figures import allreduce as figs
+from lab.figures.fidelity import add_profile_models
 
 sc = ui.scenario_sidebar()
 topo = sc.topology
@@ -166,10 +168,18 @@ if setup is not None:
     if measured:
         with ui.guarded("the measured results"):
             fits = {impl: M.fit_rows(measured, impl) for impl in M.IMPLS}
-            st.plotly_chart(figs.measured_vs_model_figure(measured, fits, f"{measured[0]['procs']} processes"),
-                            key="ar_measured")
+            fig = figs.measured_vs_model_figure(measured, fits, f"{measured[0]['procs']} processes")
+            prof = load_profile()  # the saved machine profile's alpha-beta (Fidelity page) beside this fit
+            pfits = prof.measured_allreduce.get(str(measured[0]["procs"]), {}) if prof is not None else {}
+            note = ""
+            if pfits:
+                add_profile_models(fig, pfits, sorted({r["size"] for r in measured}), measured[0]["procs"], prof.created)
+                errs = profile_errors(pfits, measured)
+                note = (f"; dotted: the saved machine profile's α-β (modelled, calibrated {prof.created[:16]}), "
+                        "its error against these measurements " + ", ".join(f"{i} {e * 100:.0f}%" for i, e in errs.items()))
+            st.plotly_chart(fig, key="ar_measured")
             ui.caption("measured", "markers: median time (bars: fastest and slowest iteration); dashed lines: the "
-                                   "fitted α-β model (modelled).")
+                                   "fitted α-β model (modelled)" + note + ".")
             table = []
             for r in measured:
                 fit = fits[r["impl"]]

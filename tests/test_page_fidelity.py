@@ -157,3 +157,24 @@ def test_home_opens_a_lesson_on_its_page_with_its_scenario(data):
     assert at.query_params["lesson"] == ["1"] or at.query_params["lesson"] == "1"
     s = at.query_params["s"]
     assert Scenario.from_url_param(s[0] if isinstance(s, list) else s) == want
+
+
+def test_allreduce_page_draws_the_profile_beside_its_measurement(data):
+    from lab.calibrate import CommFit, MachineProfile
+
+    prof = synthetic_profile()
+    fits = {"gloo": CommFit(100e-6, 1e-9, 0.0), "ring": CommFit(150e-6, 2e-9, 0.0)}
+    MachineProfile.from_dict({**prof.to_dict(), "measured_allreduce": {"2": {k: v.__dict__ for k, v in fits.items()}}}).save()
+    rows = []
+    for impl, f in fits.items():
+        for size in (4096, 16384, 65536):
+            t = f.time(2, size) * 1.1  # measured 10 % slower than the profile
+            rows.append({"procs": 2, "size": size, "count": size // 4, "impl": impl, "time": t, "time_min": t,
+                         "time_max": t, "iters": 3, "algbw": size / t, "busbw": size / t, "correct": True,
+                         "source": "measured"})
+    at = app_test("pages/allreduce.py")
+    at.session_state["ar_rows"] = rows
+    at.run()
+    assert_no_exception(at)
+    cap = " ".join(c.value for c in at.caption)
+    assert "machine profile" in cap and "gloo 10%" in cap and "ring 10%" in cap

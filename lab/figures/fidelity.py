@@ -131,6 +131,38 @@ def parts_bars(predicted: Mapping[str, float], measured: Mapping[str, float],
     return fig
 
 
+def prediction_figure(table, title: str | None = None) -> go.Figure:
+    """:func:`lab.predict.prediction_table`'s DataFrame (part, predicted_ms, measured_ms, error_pct) as
+    grouped bars, the error written over each pair."""
+    parts = list(table["part"])
+    fig = go.Figure([
+        go.Bar(name="predicted (modelled)", x=parts, y=list(table["predicted_ms"]), marker_color="#4c78a8",
+               hovertemplate="%{x}: %{y:.2f} ms<extra>predicted</extra>"),
+        go.Bar(name="measured", x=parts, y=list(table["measured_ms"]), marker_color="#f58518",
+               hovertemplate="%{x}: %{y:.2f} ms<extra>measured</extra>"),
+    ])
+    for part, p, m, e in zip(parts, table["predicted_ms"], table["measured_ms"], table["error_pct"]):
+        if e is not None and math.isfinite(e):
+            fig.add_annotation(x=part, y=max(p, m), text=f"{e:+.0f}%", showarrow=False, yshift=12)
+    fig.update_layout(barmode="group", title=title or "Predicted beside measured, per step", height=320,
+                      margin=dict(l=10, r=10, t=50, b=10), legend=dict(orientation="h", y=-0.25))
+    fig.update_yaxes(title="time per step (ms)")
+    return fig
+
+
+def add_profile_models(fig: go.Figure, fits: Mapping[str, object], sizes: Sequence[float], procs: int,
+                       created: str) -> go.Figure:
+    """Dotted lines of the saved machine profile's alpha-beta model (``fits``: impl -> CommFit) over
+    ``sizes`` (bytes), for the All-reduce page's measured-against-modelled chart (time in seconds)."""
+    colours = {"ring": "#e45756", "gloo": "#4c78a8"}
+    xs = sorted(sizes)
+    for impl, f in fits.items():
+        fig.add_trace(go.Scatter(x=xs, y=[f.time(procs, s) for s in xs], mode="lines",
+                                 name=f"{impl}: machine profile ({created[:10]})",
+                                 line=dict(color=colours.get(impl, "#888"), dash="dot", width=2)))
+    return fig
+
+
 def class_throughput(rows: Sequence[Mapping]) -> go.Figure:
     """Achieved FLOP/s per operator class (GFLOP/s, log) and per-operator overhead (µs), per process count.
 
@@ -174,5 +206,5 @@ def calibration_fit(samples: Sequence[Mapping]) -> go.Figure:
     return fig
 
 
-__all__ = ["step_scatter", "parts_scatter", "error_bars", "parts_bars", "class_throughput", "calibration_fit",
-           "group_of"]
+__all__ = ["step_scatter", "parts_scatter", "error_bars", "parts_bars", "prediction_figure", "add_profile_models",
+           "class_throughput", "calibration_fit", "group_of"]
