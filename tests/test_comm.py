@@ -25,8 +25,8 @@ TOL = {"float32": 1e-5, "float64": 1e-12, "int64": 0.0}
 def test_ring_equals_gloo_all_reduce(procs, piece):
     # one process group per N, every size and case inside it; with 256-byte pieces even these
     # small tensors run the multi-piece pipeline (uneven pieces, empty chunks); N=3 uses the
-    # default pieces (one per chunk at these sizes) and one larger tensor
-    counts = COUNTS + ([120_001] if piece is None else [])
+    # default pieces (one per chunk at these sizes, two per chunk for the 6.4 MB tensor)
+    counts = COUNTS + ([1_600_003] if piece is None else [])
     rows = M.check_ring(procs, counts, seed=procs, piece_bytes=piece)
     cases = [r for r in rows if r["case"] != "link_delay"]
     assert len(cases) == len(counts) * 5
