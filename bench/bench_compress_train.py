@@ -21,6 +21,7 @@ bytes per worker per step counted from the real messages.
 from __future__ import annotations
 
 import argparse
+import os
 import shutil
 import sys
 import tempfile
@@ -85,6 +86,7 @@ def main() -> None:
     plan.append(("adam", "gtk_ef_ring", gtk_ring))
     res: dict = {}
     t0 = time.time()
+    load0 = os.getloadavg()[0]
     try:
         for opt, variant, comp in plan:
             sc = scenario(opt, comp, args.steps, args.lr, args.batch, args.workers)
@@ -100,13 +102,17 @@ def main() -> None:
     print(f"\nEdge preset (emulated 100 Mbit/s links, 200 us per hop), {args.workers} workers, digits, MLP, "
           f"batch {args.batch}/worker, {args.steps} steps, lr {args.lr}, lab ring for dense.")
     print("Time per step: job wall clock, steps "
-          f"{WARMUP + 1}..{args.steps} (mean; median of single steps in brackets). Accuracy: final test accuracy.\n")
-    print(f"{'optimiser':13s} {'dense ms/step':>18s} {'GTK1%+EF ms/step':>18s} {'speed-up':>9s} "
+          f"{WARMUP + 1}..{args.steps} (mean; median of single steps in brackets; speed-up = dense / GTK). "
+          "Accuracy: final test accuracy.")
+    print(f"Machine load (1-min load average, {os.cpu_count()} cores) before / after: {load0:.1f} / "
+          f"{os.getloadavg()[0]:.1f}\n")
+    print(f"{'optimiser':13s} {'dense ms/step':>18s} {'GTK1%+EF ms/step':>18s} {'speed-up':>16s} "
           f"{'dense acc %':>12s} {'GTK1%+EF acc %':>15s} {'diff (pts)':>11s}")
     for opt in args.optimisers.split(","):
         d, c = res[(opt, "dense")], res[(opt, "gtk_ef")]
         print(f"{opt:13s} {d['s_step'] * 1e3:8.2f} ({d['s_step_median'] * 1e3:6.2f}) "
-              f"{c['s_step'] * 1e3:8.2f} ({c['s_step_median'] * 1e3:6.2f}) {d['s_step'] / c['s_step']:8.2f}x "
+              f"{c['s_step'] * 1e3:8.2f} ({c['s_step_median'] * 1e3:6.2f}) {d['s_step'] / c['s_step']:6.2f}x "
+              f"({d['s_step_median'] / c['s_step_median']:5.2f}x) "
               f"{100 * d['acc']:12.2f} {100 * c['acc']:15.2f} {100 * (c['acc'] - d['acc']):+11.2f}")
 
     print("\nTime split per worker and step (ms; means over workers and steps; comm includes the emulated link wait)")
