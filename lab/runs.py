@@ -16,6 +16,14 @@ bytes_sent, bytes_recv (bytes in that step), t_compute, t_comm, t_compress, t_id
 t_emul_comm (seconds in that step; t_emul_compute is the part of t_compute that was emulated device
 waiting, t_emul_comm the part of t_comm that was emulated link waiting),
 samples_per_s, wall (seconds since the run started, at the end of that step).
+
+``stages``: the job's lifecycle (seed C), one row per event: seq, run_id, t (Unix seconds), stage
+(one of :data:`STAGES`), attempt (0 for the first start, k after the k-th restart), step, worker,
+detail (JSON). ``heartbeats``: the latest heartbeat of each worker of a running job (run_id, worker,
+attempt, pid, step, phase, t, progress_t), written by the launcher that watches them.
+
+Both tables were added after the first release: ``CREATE TABLE IF NOT EXISTS`` on every open adds
+them to an older store and leaves its rows alone.
 """
 
 from __future__ import annotations
@@ -42,6 +50,10 @@ from lab.errors import LabError
 STATUSES = ("queued", "running", "done", "failed", "diverged", "stopped", "interrupted")
 ACTIVE = ("queued", "running")
 FINISHED = ("done", "failed", "diverged", "stopped", "interrupted")
+#: Lifecycle events, in the order a job normally meets them (seed C's steps); fault, alarm, restart
+#: and stop happen only when something goes wrong or a user intervenes.
+STAGES = ("submitted", "parsed", "scheduled", "started", "data", "running", "fault", "alarm", "restart",
+          "stop", "ended", "released")
 METRIC_COLUMNS = ("loss", "test_acc", "bytes_sent", "bytes_recv", "t_compute", "t_comm", "t_compress",
                   "t_idle", "t_emul_compute", "t_emul_comm", "samples_per_s", "wall")
 RUN_COLUMNS = ("id", "name", "scenario", "status", "created", "start", "end", "error", "pid", "info")
@@ -70,6 +82,28 @@ CREATE TABLE IF NOT EXISTS metrics (
     t_compute REAL, t_comm REAL, t_compress REAL, t_idle REAL, t_emul_compute REAL, t_emul_comm REAL,
     samples_per_s REAL, wall REAL,
     PRIMARY KEY (run_id, step, worker)
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS stages (
+    seq INTEGER PRIMARY KEY AUTOINCREMENT,
+    run_id TEXT NOT NULL,
+    t REAL NOT NULL,
+    stage TEXT NOT NULL,
+    attempt INTEGER NOT NULL DEFAULT 0,
+    step INTEGER,
+    worker INTEGER,
+    detail TEXT
+);
+CREATE INDEX IF NOT EXISTS stages_by_run ON stages (run_id, seq);
+CREATE TABLE IF NOT EXISTS heartbeats (
+    run_id TEXT NOT NULL,
+    worker INTEGER NOT NULL,
+    attempt INTEGER,
+    pid INTEGER,
+    step INTEGER,
+    phase TEXT,
+    t REAL,
+    progress_t REAL,
+    PRIMARY KEY (run_id, worker)
 ) WITHOUT ROWID;
 """
 
@@ -238,6 +272,21 @@ class RunStore:
         d["info"] = json.loads(d["info"] or "{}")
         return d
 
+    def find_run(self, **info: Any) -> str | None:
+        """The newest run whose info has every given key with the given value (e.g. the
+        ``elastic_run_id`` torchrun gave it), or None."""
+        sql = "SELECT id FROM runs"
+        conds, args = [], []
+        for k, v in info.items():
+            if not re.match(r"^[A-Za-z_][A-Za-z0-9_]*$", k):
+                raise LabError(f"bad info key {k!r}", where="run store")
+            conds.append(f"json_extract(info, '$.{k}') = ?")
+            args.append(v)
+        if conds:
+            sql += " WHERE " + " AND ".join(conds)
+        row = self._conn().execute(sql + " ORDER BY created DESC LIMIT 1", args).fetchone()
+        return row["id"] if row else None
+
     def status(self, run_id: str) -> str:
         row = self._conn().execute("SELECT status FROM runs WHERE id=?", (run_id,)).fetchone()
         if row is None:
@@ -269,6 +318,8 @@ class RunStore:
         check_run_id(run_id)
         with self._write() as c:
             c.execute("DELETE FROM metrics WHERE run_id=?", (run_id,))
+            c.execute("DELETE FROM stages WHERE run_id=?", (run_id,))
+            c.execute("DELETE FROM heartbeats WHERE run_id=?", (run_id,))
             c.execute("DELETE FROM runs WHERE id=?", (run_id,))
         shutil.rmtree(self.checkpoint_dir(run_id, create=False), ignore_errors=True)
 
@@ -356,6 +407,73 @@ class RunStore:
             out.append(row)
         return pd.DataFrame(out)
 
+    def discard_after(self, run_id: str, step: int) -> int:
+        """Delete the metric rows after ``step`` (a restart from the checkpoint at ``step`` redoes
+        them); returns how many rows went. Rows up to ``step`` are never touched."""
+        with self._write() as c:
+            return c.execute("DELETE FROM metrics WHERE run_id=? AND step>?", (run_id, int(step))).rowcount
+
+    # ----- lifecycle ---------------------------------------------------------------------------
+    def add_stage(self, run_id: str, stage: str, *, attempt: int = 0, step: int | None = None,
+                  worker: int | None = None, detail: Mapping | None = None, t: float | None = None) -> None:
+        """Record one lifecycle event of a run (see :data:`STAGES`)."""
+        if stage not in STAGES:
+            raise LabError(f"unknown stage {stage!r}; allowed: {list(STAGES)}", where="run store")
+        with self._write() as c:
+            c.execute("INSERT INTO stages (run_id, t, stage, attempt, step, worker, detail) VALUES (?,?,?,?,?,?,?)",
+                      (run_id, time.time() if t is None else float(t), stage, int(attempt),
+                       None if step is None else int(step), None if worker is None else int(worker),
+                       json.dumps(dict(detail or {}), default=str)))
+
+    def stages(self, run_ids: str | Iterable[str] | None = None) -> pd.DataFrame:
+        """Lifecycle events (of the given runs, or all), oldest first; ``detail`` as a dict."""
+        import pandas as pd
+
+        cols = ["seq", "run_id", "t", "stage", "attempt", "step", "worker", "detail"]
+        sql = f"SELECT {','.join(cols)} FROM stages"
+        args: list = []
+        if run_ids is not None:
+            ids = [run_ids] if isinstance(run_ids, str) else list(run_ids)
+            if not ids:
+                return pd.DataFrame(columns=cols)
+            sql += f" WHERE run_id IN ({','.join('?' * len(ids))})"
+            args = ids
+        rows = [dict(r) for r in self._conn().execute(sql + " ORDER BY seq", args).fetchall()]
+        for r in rows:
+            r["detail"] = json.loads(r["detail"] or "{}")
+        return pd.DataFrame(rows, columns=cols)
+
+    def last_stage(self, run_id: str, stage: str | None = None) -> dict | None:
+        sql, args = "SELECT * FROM stages WHERE run_id=?", [run_id]
+        if stage is not None:
+            sql += " AND stage=?"
+            args.append(stage)
+        row = self._conn().execute(sql + " ORDER BY seq DESC LIMIT 1", args).fetchone()
+        if row is None:
+            return None
+        d = dict(row)
+        d["detail"] = json.loads(d["detail"] or "{}")
+        return d
+
+    def set_heartbeats(self, run_id: str, beats: Iterable[Mapping[str, Any]]) -> None:
+        """Replace the run's latest heartbeat per worker (dicts: worker, attempt, pid, step, phase,
+        t, progress_t)."""
+        cols = ("worker", "attempt", "pid", "step", "phase", "t", "progress_t")
+        data = [(run_id, *(b.get(k) for k in cols)) for b in beats]
+        with self._write() as c:
+            c.execute("DELETE FROM heartbeats WHERE run_id=?", (run_id,))
+            if data:
+                c.executemany(f"INSERT INTO heartbeats (run_id, {','.join(cols)}) VALUES "
+                              f"({','.join('?' * (len(cols) + 1))})", data)
+
+    def heartbeats(self, run_id: str) -> pd.DataFrame:
+        import pandas as pd
+
+        cols = ["worker", "attempt", "pid", "step", "phase", "t", "progress_t"]
+        rows = self._conn().execute(f"SELECT {','.join(cols)} FROM heartbeats WHERE run_id=? ORDER BY worker",
+                                    (run_id,)).fetchall()
+        return pd.DataFrame([tuple(r) for r in rows], columns=cols)
+
     # ----- export ------------------------------------------------------------------------------
     def export_frame(self, run_ids: Iterable[str]) -> pd.DataFrame:
         ids = list(run_ids)
@@ -422,5 +540,5 @@ def store(path: str | os.PathLike | None = None) -> RunStore:
     return _DEFAULT[p]
 
 
-__all__ = ["RunStore", "store", "STATUSES", "METRIC_COLUMNS", "JOB_WORKER", "safe_filename", "new_run_id",
+__all__ = ["RunStore", "store", "STATUSES", "STAGES", "METRIC_COLUMNS", "JOB_WORKER", "safe_filename", "new_run_id",
            "check_run_id", "default_db_path"]

@@ -11,6 +11,8 @@ import threading
 
 import pandas as pd
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as hst
 
 from lab.errors import LabError
 from lab.runs import JOB_WORKER, METRIC_COLUMNS, RunStore, default_db_path, safe_filename, store
@@ -173,3 +175,123 @@ def test_checkpoints_go_next_to_the_store_or_lab_data(tmp_path, monkeypatch):
     assert s.checkpoint_dir("r1") == tmp_path / "b" / "checkpoints" / "r1"
     with pytest.raises(LabError):
         s.checkpoint_dir("../r1")
+
+
+# ----- issue 8: lifecycle tables, old stores, a writer killed mid-run ---------------------------
+OLD_SCHEMA = """
+CREATE TABLE runs (id TEXT PRIMARY KEY, name TEXT NOT NULL, scenario TEXT NOT NULL, status TEXT NOT NULL,
+    created REAL NOT NULL, start REAL, "end" REAL, error TEXT, pid INTEGER, info TEXT);
+CREATE TABLE metrics (run_id TEXT NOT NULL, step INTEGER NOT NULL, worker INTEGER NOT NULL,
+    loss REAL, test_acc REAL, bytes_sent REAL, bytes_recv REAL, t_compute REAL, t_comm REAL, t_compress REAL,
+    t_idle REAL, t_emul_compute REAL, t_emul_comm REAL, samples_per_s REAL, wall REAL,
+    PRIMARY KEY (run_id, step, worker)) WITHOUT ROWID;
+"""
+
+
+def test_an_older_store_gains_the_lifecycle_tables_and_keeps_its_rows(tmp_path):
+    db = tmp_path / "old.db"
+    conn = sqlite3.connect(db)
+    conn.executescript(OLD_SCHEMA)
+    conn.execute("INSERT INTO runs (id, name, scenario, status, created, info) VALUES (?,?,?,?,?,?)",
+                 ("old-run", "from last year", json.dumps(default_scenario().to_dict()), "done", 1.0, "{}"))
+    conn.execute("INSERT INTO metrics (run_id, step, worker, loss) VALUES ('old-run', 1, -1, 2.5)")
+    conn.commit()
+    conn.close()
+    s = RunStore(db)
+    assert s.get_run("old-run")["name"] == "from last year"
+    assert s.metrics("old-run").loss.tolist() == [2.5]
+    assert s.stages("old-run").empty and s.heartbeats("old-run").empty
+    s.add_stage("old-run", "released", detail={"by": "test"})
+    s.set_heartbeats("old-run", [{"worker": 0, "step": 3, "phase": "busy", "t": 5.0, "progress_t": 4.0}])
+    again = RunStore(db)  # a second opening runs the schema again: nothing changes
+    assert list(again.stages("old-run").stage) == ["released"]
+    assert again.heartbeats("old-run").step.tolist() == [3]
+    assert again.metrics("old-run").loss.tolist() == [2.5]
+
+
+def test_stages_heartbeats_discard_and_find(tmp_path):
+    s = RunStore(tmp_path / "r.db")
+    rid = s.create_run(default_scenario(), info={"elastic_run_id": "abc", "owner": "me"})
+    other = s.create_run(default_scenario(), info={"elastic_run_id": "xyz"})
+    assert s.find_run(elastic_run_id="abc") == rid and s.find_run(elastic_run_id="nope") is None
+    with pytest.raises(LabError, match="unknown stage"):
+        s.add_stage(rid, "teleported")
+    with pytest.raises(LabError):
+        s.find_run(**{"a') OR 1=1 --": 1})
+    for k, st in enumerate(["submitted", "parsed", "scheduled"]):
+        s.add_stage(rid, st, attempt=0, step=None if k < 2 else 0, detail={"k": k})
+    s.add_stage(other, "submitted")
+    ev = s.stages(rid)
+    assert list(ev.stage) == ["submitted", "parsed", "scheduled"] and ev.detail.iloc[2] == {"k": 2}
+    assert s.last_stage(rid)["stage"] == "scheduled" and s.last_stage(rid, "parsed")["detail"] == {"k": 1}
+    assert len(s.stages()) == 4 and s.stages([]).empty
+    s.add_metrics(rid, _rows(8))
+    assert s.discard_after(rid, 5) == 9  # 3 rows per step (2 workers and the job) for steps 6-8
+    assert s.metrics(rid).step.max() == 5 and len(s.metrics(rid)) == 15
+    s.set_heartbeats(rid, [{"worker": w, "step": 5, "phase": "comm", "t": 1.0, "progress_t": 1.0} for w in (1, 0)])
+    assert s.heartbeats(rid).worker.tolist() == [0, 1]
+    s.set_heartbeats(rid, [])
+    assert s.heartbeats(rid).empty
+    s.delete_run(rid)
+    assert s.stages(rid).empty and len(s.stages()) == 1
+
+
+KILLED_WRITER = """
+import sys, time
+from lab.runs import RunStore
+s = RunStore(sys.argv[1])
+rid = sys.argv[2]
+step = 0
+while True:
+    step += 1
+    with s._write() as c:  # one transaction per step; every 4th stays open a while (a kill lands inside)
+        c.executemany("INSERT INTO metrics (run_id, step, worker, loss) VALUES (?,?,?,?)",
+                      [(rid, step, w, 1.0 / step) for w in (-1, 0, 1)])
+        c.execute("INSERT INTO stages (run_id, t, stage, attempt, step) VALUES (?,?,?,?,?)",
+                  (rid, time.time(), "running", 0, step))
+        if step % 4 == 0:
+            time.sleep(0.02)
+    print(step, flush=True)
+"""
+
+
+def test_the_store_survives_a_kill_9_of_its_writer_mid_run(tmp_path):
+    import os
+    import signal
+
+    db = tmp_path / "runs.db"
+    s = RunStore(db)
+    rid = s.create_run(default_scenario(), status="running")
+    proc = subprocess.Popen([sys.executable, "-c", KILLED_WRITER, str(db), rid], cwd=ROOT, stdout=subprocess.PIPE,
+                            text=True)
+    committed = []
+    try:
+        for line in proc.stdout:
+            committed.append(int(line))
+            if len(committed) >= 60:
+                break
+        os.kill(proc.pid, signal.SIGKILL)
+    finally:
+        proc.kill()
+        proc.wait(timeout=10)
+    assert proc.returncode == -signal.SIGKILL
+    fresh = RunStore(db)  # a new process's view: opens, recovers the WAL, nothing committed is lost
+    conn = sqlite3.connect(db)
+    assert conn.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+    m = fresh.metrics(rid)
+    per_step = m.groupby("step").worker.count()
+    assert set(committed) <= set(per_step.index)  # every step the writer saw committed is there
+    assert (per_step == 3).all()  # and no step is half there
+    assert sorted(per_step.index) == list(range(1, len(per_step) + 1))
+    assert len(per_step) >= len(committed)  # (it went on writing between our reading and the kill)
+    assert fresh.stages(rid).step.tolist() == sorted(per_step.index)
+    fresh.add_stage(rid, "ended", detail={"status": "interrupted"})  # and it still takes writes
+    assert fresh.last_stage(rid)["stage"] == "ended"
+
+
+@settings(max_examples=200, deadline=None)
+@given(hst.text(max_size=300))
+def test_no_export_name_leaves_the_export_folder(tmp_path_factory, name):
+    folder = tmp_path_factory.getbasetemp() / "exports"
+    path = RunStore._export_path(folder, name, ".csv")
+    assert path.parent == folder.resolve() and path.suffix == ".csv" and len(path.name) <= 110
