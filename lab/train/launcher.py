@@ -1,15 +1,32 @@
 """The lab's launcher: starts N worker processes on this machine (N + 1 with a parameter server),
-watches them, and ends the whole job within a fraction of a second when any of them fails.
+watches them, and ends the job -- or restarts it from its last checkpoint -- within seconds when
+any of them fails.
 
 It does what torchrun does for one machine, so the workers run the very same code either way:
 each worker is ``python -m lab.train --scenario FILE --run-id ID`` with RANK, WORLD_SIZE,
 MASTER_ADDR and MASTER_PORT in its environment. The launcher also
 
-* picks a free port for the rendezvous (and retries with another if it was taken meanwhile),
+* holds the rendezvous port: it binds and listens on a port the operating system picks and hands
+  the socket to rank 0's TCPStore (LAB_STORE_FD), with a per-attempt key prefix
+  (LAB_RDZV_PREFIX), so two jobs started at the same moment can never clash on a port,
 * passes LAB_ERROR_FILE so a failing worker leaves its error for the launcher, which stores the
   root cause (not the "connection closed" its peers see afterwards),
+* watches every worker's heartbeat file (LAB_HEARTBEAT_FILE, see :mod:`lab.train.resilience`): a
+  worker that still beats but whose step has not moved for LAB_HEARTBEAT_TIMEOUT seconds (default
+  30; before its first step LAB_START_TIMEOUT, default 180) while it is not waiting for its peers
+  is *hung*; a process whose heartbeat file has not changed for LAB_FROZEN_TIMEOUT seconds (default
+  30) is *frozen*. The latest heartbeats go to the run store
+  every second (the Jobs page shows them),
+* on a failure records an ``alarm`` stage (what, which worker, when) and follows the scenario's
+  ``fault_policy``: ``fail`` ends the job (status failed, the root cause as its error);
+  ``recover`` restarts it from the newest checkpoint without the failed worker (its data re-split
+  over the others; seed C's migration), at most LAB_MAX_RESTARTS times (default 3). A worker's
+  own LabError (a wrong setting) is never retried,
+* writes each worker's log to ``<data>/logs/<run id>/rank<k>.log`` (kept after the job),
+* pins rank k to the CPU given in LAB_RANK_CPUS (comma list; :class:`lab.jobs.JobManager` sets it),
 * kills and reaps every worker on failure, on SIGTERM/SIGINT/SIGHUP (marking the run stopped), and
-  -- through PR_SET_PDEATHSIG in the workers -- when the launcher itself is killed.
+  -- through PR_SET_PDEATHSIG in the workers -- when the launcher itself is killed; then records
+  ``ended`` and ``released`` (with the count of processes left behind: 0).
 
 The workers stay in the launcher's process group. Started by :mod:`lab.jobs` (new session) or by an
 interactive shell (its own job), the launcher leads that group, so one ``killpg`` ends the whole job.
@@ -31,12 +48,41 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from lab.errors import LabError
-from lab.runs import JOB_WORKER, RunStore
+from lab.runs import ACTIVE, JOB_WORKER, RunStore
 from lab.scenario import Scenario
 
 ROOT = Path(__file__).resolve().parents[2]
 POLL_S = 0.05
 KILL_GRACE_S = 5.0
+BEATS_TO_STORE_S = 1.0
+
+
+def _env_float(name: str, default: float) -> float:
+    try:
+        return float(os.environ.get(name) or default)
+    except ValueError:
+        return default
+
+
+def heartbeat_timeout() -> float:
+    return _env_float("LAB_HEARTBEAT_TIMEOUT", 30.0)
+
+
+def start_timeout() -> float:
+    return _env_float("LAB_START_TIMEOUT", 180.0)
+
+
+def frozen_timeout() -> float:
+    return _env_float("LAB_FROZEN_TIMEOUT", 30.0)
+
+
+def _fresh_s() -> float:
+    """A heartbeat file rewritten within this many seconds counts as fresh (its process runs)."""
+    return max(1.0, 5 * _env_float("LAB_HEARTBEAT_EVERY", 0.5))
+
+
+def max_restarts() -> int:
+    return int(_env_float("LAB_MAX_RESTARTS", 3))
 
 
 class Stopped(BaseException):
@@ -49,16 +95,39 @@ class LaunchResult:
     status: str
     test_accuracy: float
     error: str | None = None
+    restarts: int = 0
 
     @property
     def exit_code(self) -> int:
         return {"done": 0, "diverged": 2, "stopped": 143}.get(self.status, 1)
 
 
+@dataclass(frozen=True)
+class Failure:
+    """Why an attempt ended: which rank, what kind, the message, and whether retrying can help."""
+
+    rank: int | None
+    kind: str  # error | killed | exited | hung | frozen | port-taken
+    error: str
+    step: int | None = None
+    retryable: bool = True
+    last_beat: float | None = None
+
+
 def free_port() -> int:
+    """A port that was free a moment ago (racy: prefer :func:`listening_socket`)."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+def listening_socket() -> socket.socket:
+    """A socket bound to a port the OS picked, already listening: the port is ours until closed."""
+    s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    s.bind(("127.0.0.1", 0))
+    s.listen(128)
+    s.set_inheritable(True)
+    return s
 
 
 def world_size(sc: Scenario) -> int:
@@ -87,9 +156,54 @@ def preflight(sc: Scenario) -> None:
                        f"{sc.topology.device_names})", where="training.worker_devices")
 
 
+def without_worker(sc: Scenario, rank: int | None) -> Scenario:
+    """The scenario for a restart without worker ``rank`` (its device dropped from the mapping).
+    The parameter server's rank, an unknown rank, or the last worker: same size (a fresh process
+    takes the role: migration)."""
+    tr = sc.training
+    if rank is None or tr.workers <= 1 or rank >= tr.workers:
+        return sc
+    devices = list(tr.worker_devices)
+    if rank < len(devices):
+        del devices[rank]
+    return sc.replace(training=tr.replace(workers=tr.workers - 1, worker_devices=tuple(devices)))
+
+
+def logs_dir(store: RunStore, run_id: str) -> Path:
+    return store.data_dir() / "logs" / run_id
+
+
+def processes_of(run_id: str, exclude: tuple[int, ...] = ()) -> list[int]:
+    """Live (non-zombie) processes whose command line names this run (``--run-id <id>``)."""
+    needle = f"--run-id {run_id}"
+    out = []
+    for d in Path("/proc").iterdir():
+        if not d.name.isdigit() or int(d.name) in exclude:
+            continue
+        try:
+            cmd = (d / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+            state = (d / "stat").read_text().rsplit(")", 1)[1].split()[0]
+        except (OSError, IndexError):
+            continue
+        if needle in cmd + " " and state != "Z":
+            out.append(int(d.name))
+    return out
+
+
+def parse_cpus(text: str | None) -> list[int] | None:
+    if not text:
+        return None
+    try:
+        return [int(c) for c in text.split(",") if c.strip()]
+    except ValueError:
+        return None
+
+
 def launch(sc: Scenario, run_id: str | None = None, *, name: str | None = None,
-           store_path: str | os.PathLike | None = None, log=sys.stderr) -> LaunchResult:
-    """Run the scenario's training job to its end; returns the run id, status and final accuracy."""
+           store_path: str | os.PathLike | None = None, log=sys.stderr,
+           cpus: list[int] | None = None) -> LaunchResult:
+    """Run the scenario's training job to its end (restarting it after faults when its policy is
+    ``recover``); returns the run id, status and final accuracy."""
     store = RunStore(store_path)
     preflight(sc)
     if run_id is not None:
@@ -104,30 +218,65 @@ def launch(sc: Scenario, run_id: str | None = None, *, name: str | None = None,
             run_id = store.create_run(sc, name=name, status="queued", run_id=run_id)
     else:
         run_id = store.create_run(sc, name=name, status="queued")
+    if store.last_stage(run_id, "submitted") is None:  # started by hand, not through lab.jobs
+        from lab.scheduling import parse_job
+
+        store.add_stage(run_id, "submitted", detail={"by": "command line", "pid": os.getpid()})
+        store.add_stage(run_id, "parsed", detail=parse_job(sc))
     store.update_run(run_id, pid=os.getpid(), scenario=sc.to_dict())
     if not store.set_status(run_id, "running", only_from=("queued",)):
         return LaunchResult(run_id, store.status(run_id), math.nan, "stopped before it started")
+    cpus = cpus if cpus is not None else parse_cpus(os.environ.get("LAB_RANK_CPUS"))
     old = {s: signal.signal(s, _on_signal) for s in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)}
     tmp = Path(tempfile.mkdtemp(prefix=f"lab-job-{run_id}-"))
+    logs = logs_dir(store, run_id)
+    logs.mkdir(parents=True, exist_ok=True)
     procs: list[subprocess.Popen] = []
+    attempt, current, restarts = 0, sc, 0
     try:
-        scenario_file = tmp / "scenario.json"
-        scenario_file.write_text(sc.to_json())
-        for attempt in range(3):
-            procs = _spawn(sc, run_id, scenario_file, tmp, store.path)
-            outcome = _watch(procs, tmp)
-            if outcome == "port-taken" and attempt < 2:
-                _kill_all(procs)
-                print("lab.train: the rendezvous port was taken; retrying with another", file=log)
-                continue
-            break
-        if outcome == "ok":
-            store.set_status(run_id, "done", only_from=("running",))  # normally rank 0 did this already
-        else:
-            rank, error = outcome
+        while True:
+            scenario_file = tmp / f"scenario{attempt}.json"
+            scenario_file.write_text(current.to_json())
+            sock = listening_socket()
+            try:
+                procs = _spawn(current, run_id, scenario_file, tmp, store.path, attempt, sock, logs, cpus)
+                store.add_stage(run_id, "started", attempt=attempt, detail={
+                    "launcher": "lab", "launcher_pid": os.getpid(), "world": len(procs),
+                    "workers": current.training.workers, "pids": [p.pid for p in procs],
+                    "port": sock.getsockname()[1], "cpus": (cpus or [])[:len(procs)] or None})
+                failure = _watch(procs, tmp, store, run_id, attempt, logs)
+            finally:
+                sock.close()
+            if failure is None:
+                store.set_status(run_id, "done", only_from=("running",))  # normally rank 0 did this already
+                break
             _kill_all(procs)
-            _copy_logs(tmp, log)
-            store.set_status(run_id, "failed", error=error, only_from=("running", "queued"))
+            policy = current.training.fault_policy
+            again = (policy == "recover" and failure.retryable and restarts < max_restarts()
+                     and store.status(run_id) == "running")
+            nxt = without_worker(current, failure.rank) if again else None
+            from lab.train.resilience import latest_checkpoint
+
+            ck = store.checkpoint_dir(run_id, create=False)
+            ck_step = latest_checkpoint(ck) if ck.exists() else None
+            if again:
+                action = (f"restart from the checkpoint at step {ck_step}" if ck_step else
+                          "restart from step 0 (no checkpoint yet)") + f" with {nxt.training.workers} worker(s)"
+            else:
+                action = "fail the job" + ("" if policy == "fail" or failure.retryable else
+                                           " (a setting is wrong: restarting cannot help)")
+            store.add_stage(run_id, "alarm", attempt=attempt, step=failure.step, worker=failure.rank, detail={
+                "kind": failure.kind, "summary": failure.error, "last_heartbeat": failure.last_beat,
+                "policy": policy, "action": action})
+            print(f"lab.train: attempt {attempt}: {failure.error}; {action}", file=log)
+            _copy_logs(logs, log, attempt)
+            if not again:
+                suffix = f" (after {restarts} restart(s))" if restarts else ""
+                store.set_status(run_id, "failed", error=failure.error + suffix, only_from=("running", "queued"))
+                break
+            restarts += 1
+            attempt += 1
+            current = nxt
     except Stopped as sig:
         _kill_all(procs)
         store.set_status(run_id, "stopped", error=f"stopped by {sig}", only_from=("running", "queued"))
@@ -136,43 +285,152 @@ def launch(sc: Scenario, run_id: str | None = None, *, name: str | None = None,
         for s, h in old.items():
             signal.signal(s, h)
         shutil.rmtree(tmp, ignore_errors=True)
+        _record_end(store, run_id, attempt)
     run = store.get_run(run_id)
-    return LaunchResult(run_id, run["status"], final_accuracy(store, run_id), run["error"])
+    return LaunchResult(run_id, run["status"], final_accuracy(store, run_id), run["error"], restarts)
 
 
-def _spawn(sc: Scenario, run_id: str, scenario_file: Path, tmp: Path, db: Path) -> list[subprocess.Popen]:
+def _record_end(store: RunStore, run_id: str, attempt: int) -> None:
+    try:
+        status = store.status(run_id)
+        if status in ACTIVE:  # cannot happen through launch(); belt and braces
+            store.set_status(run_id, "failed", error="the launcher ended without a result", only_from=ACTIVE)
+            status = "failed"
+        store.set_heartbeats(run_id, [])
+        store.add_stage(run_id, "ended", attempt=attempt, detail={"status": status})
+        left = processes_of(run_id, exclude=(os.getpid(),))
+        store.add_stage(run_id, "released", attempt=attempt, detail={
+            "by": "launcher", "worker_processes_left": len(left), "pids_left": left})
+    except Exception:  # noqa: BLE001 - the store may be gone; the processes are already reaped
+        pass
+
+
+def _spawn(sc: Scenario, run_id: str, scenario_file: Path, tmp: Path, db: Path, attempt: int,
+           sock: socket.socket, logs: Path, cpus: list[int] | None) -> list[subprocess.Popen]:
     world = world_size(sc)
-    port = free_port()
     base = dict(os.environ)
     base.update({
         "WORLD_SIZE": str(world), "LOCAL_WORLD_SIZE": str(world), "MASTER_ADDR": "127.0.0.1",
-        "MASTER_PORT": str(port), "LAB_DB": str(Path(db).resolve()), "LAB_LAUNCHER_PID": str(os.getpid()),
+        "MASTER_PORT": str(sock.getsockname()[1]), "LAB_DB": str(Path(db).resolve()),
+        "LAB_LAUNCHER_PID": str(os.getpid()), "LAB_ATTEMPT": str(attempt),
+        "LAB_RDZV_PREFIX": f"lab/{run_id}/{attempt}/{os.getpid()}/",
         "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1",
         "PYTHONPATH": os.pathsep.join([str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])]),
     })
+    for k in ("TORCHELASTIC_RUN_ID", "TORCHELASTIC_RESTART_COUNT", "TORCHELASTIC_MAX_RESTARTS", "LAB_STORE_FD"):
+        base.pop(k, None)
     procs = []
     for rank in range(world):
-        env = dict(base, RANK=str(rank), LOCAL_RANK=str(rank), LAB_ERROR_FILE=str(tmp / f"rank{rank}.err"))
-        err = open(tmp / f"rank{rank}.log", "wb")
+        env = dict(base, RANK=str(rank), LOCAL_RANK=str(rank), LAB_ERROR_FILE=str(tmp / f"rank{rank}.err"),
+                   LAB_HEARTBEAT_FILE=str(tmp / f"rank{rank}.hb"))
+        (tmp / f"rank{rank}.err").unlink(missing_ok=True)
+        (tmp / f"rank{rank}.hb").unlink(missing_ok=True)
+        fds: tuple = ()
+        if rank == 0:
+            env["LAB_STORE_FD"] = str(sock.fileno())
+            fds = (sock.fileno(),)
+        cpu = cpus[rank % len(cpus)] if cpus else None
+        err = open(logs / f"rank{rank}.log", "ab")
         try:
+            err.write(f"===== {time.strftime('%Y-%m-%d %H:%M:%S')} attempt {attempt}: rank {rank} of {world}"
+                      f"{f', cpu {cpu}' if cpu is not None else ''} =====\n".encode())
+            err.flush()
             procs.append(subprocess.Popen(
                 [sys.executable, "-m", "lab.train", "--scenario", str(scenario_file), "--run-id", run_id, "--quiet"],
-                env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=err, cwd=str(ROOT)))
+                env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=err, cwd=str(ROOT),
+                pass_fds=fds, preexec_fn=(lambda c=cpu: _pin(c)) if cpu is not None else None))
         finally:
             err.close()
     return procs
 
 
-def _watch(procs: list[subprocess.Popen], tmp: Path):
-    """Wait until every worker exits 0 ("ok") or one fails: returns (rank, error text)."""
+def _pin(cpu: int) -> None:
+    try:
+        os.sched_setaffinity(0, {cpu})
+    except (OSError, AttributeError):
+        pass
+
+
+def _watch(procs: list[subprocess.Popen], tmp: Path, store: RunStore | None = None, run_id: str | None = None,
+           attempt: int = 0, logs: Path | None = None) -> Failure | None:
+    """Wait until every worker exits 0 (None) or one fails or hangs (a :class:`Failure`)."""
+    from lab.train.resilience import read_heartbeat
+
+    started = time.time()
+    stored = 0.0
     while True:
         codes = [p.poll() for p in procs]
         if all(c == 0 for c in codes):
-            return "ok"
+            return None
+        beats = [read_heartbeat(tmp / f"rank{r}.hb") for r in range(len(procs))]
         failed = [r for r, c in enumerate(codes) if c not in (None, 0)]
         if failed:
-            return _root_cause(procs, failed, tmp)
+            return _root_cause(procs, failed, tmp, beats, logs)
+        now = time.time()
+        hung = _stuck(procs, beats, now, started)
+        if hung is not None:
+            return hung
+        if store is not None and now - stored >= BEATS_TO_STORE_S:
+            stored = now
+            try:
+                store.set_heartbeats(run_id, [dict(worker=r, attempt=attempt, pid=(b or {}).get("pid", p.pid),
+                                                   step=(b or {}).get("step"), phase=(b or {}).get("phase"),
+                                                   t=(b or {}).get("t"), progress_t=(b or {}).get("progress_t"))
+                                              for r, (p, b) in enumerate(zip(procs, beats))])
+            except Exception:  # noqa: BLE001 - monitoring must not end the job
+                pass
         time.sleep(POLL_S)
+
+
+def _stuck(procs, beats, now: float, started: float) -> Failure | None:
+    """A worker that froze (its heartbeat file not rewritten for LAB_FROZEN_TIMEOUT s; before the
+    first step LAB_START_TIMEOUT) or hangs (it still beats, but its step has not moved for
+    LAB_HEARTBEAT_TIMEOUT s while it is busy, i.e. not waiting for its peers). Workers waiting for
+    their peers are not blamed, except when every live worker waits and none moves (a deadlock).
+    A stale file alone (a process starved of CPU on a loaded machine) only counts once it is older
+    than the frozen timeout, so load does not cause false alarms."""
+    hb, st, fz, fresh = heartbeat_timeout(), start_timeout(), frozen_timeout(), _fresh_s()
+    live = [r for r, p in enumerate(procs) if p.poll() is None and (beats[r] or {}).get("phase") != "exiting"]
+    culprits, stalled_comm, frozen = [], [], set()
+    for r in live:
+        b = beats[r]
+        if b is None:
+            if now - started > st:
+                culprits.append(r)
+            continue
+        first = b.get("step", 0) == 0
+        if now - b["t"] > (st if first else fz):
+            culprits.append(r)
+            frozen.add(r)
+            continue
+        if now - b["t"] > fresh or now - b["progress_t"] <= (st if first else hb):
+            continue
+        if b.get("phase") != "comm":
+            culprits.append(r)
+        else:
+            stalled_comm.append(r)
+    if not culprits:
+        if not live or len(stalled_comm) < len(live):
+            return None
+        culprits = stalled_comm  # everyone waits for everyone
+    r = culprits[0]
+    b = beats[r]
+    if b is None:
+        return Failure(r, "hung", f"worker {r} (pid {procs[r].pid}) sent no heartbeat within {st:g} s of its start",
+                       0, True, None)
+    waiting = [k for k in live if k != r and beats[k] and beats[k].get("phase") == "comm"]
+    if r in frozen:
+        text = (f"worker {r} (pid {procs[r].pid}) froze at step {b['step']}: its heartbeat stopped "
+                f"{now - b['t']:.1f} s ago (timeout {fz if b.get('step') else st:g} s)")
+        kind = "frozen"
+    else:
+        text = (f"worker {r} (pid {procs[r].pid}) hangs at step {b['step']}"
+                + (f" in {b['where']}()" if b.get("where") else "")
+                + f": no progress for {now - b['progress_t']:.1f} s (heartbeat timeout {hb:g} s)")
+        kind = "hung" if b.get("phase") != "comm" else "deadlock"
+    if waiting:
+        text += f"; worker(s) {', '.join(map(str, waiting))} wait for it"
+    return Failure(r, kind, text, b.get("step"), True, b.get("t"))
 
 
 def _read_error(tmp: Path, rank: int) -> dict | None:
@@ -182,29 +440,43 @@ def _read_error(tmp: Path, rank: int) -> dict | None:
         return None
 
 
-def _root_cause(procs, failed: list[int], tmp: Path):
+def _root_cause(procs, failed: list[int], tmp: Path, beats: list | None = None, logs: Path | None = None) -> Failure:
+    beats = beats or [None] * len(procs)
     errors = {r: _read_error(tmp, r) for r in failed}
     texts = " ".join((e or {}).get("summary", "") + (e or {}).get("traceback", "") for e in errors.values())
     if ("address already in use" in texts.lower() or "EADDRINUSE" in texts) and \
             all((e or {}).get("step", 0) == 0 for e in errors.values()):
-        return "port-taken"
+        return Failure(None, "port-taken", "the rendezvous port was taken", 0, True)
     primary = [r for r in failed if errors[r] and not errors[r].get("secondary")]
     killed = [r for r in failed if procs[r].returncode < 0 and not errors[r]]
+    if not primary and not killed:  # only "peer closed / timed out": blame a live worker that hangs
+        now = time.time()
+        busy = [r for r, p in enumerate(procs) if p.poll() is None and beats[r]
+                and beats[r].get("phase") != "comm"]
+        if busy:
+            r = busy[0]
+            b = beats[r]
+            return Failure(r, "hung", f"worker {r} (pid {procs[r].pid}) hangs at step {b['step']}: its peers gave up "
+                           f"waiting for it after {now - b['progress_t']:.1f} s ({errors[failed[0]]['summary']})",
+                           b.get("step"), True, b.get("t"))
     for group in (primary, killed, [r for r in failed if errors[r]], failed):
         if group:
             r = group[0]
             break
     e, code = errors[r], procs[r].returncode
+    last = (beats[r] or {}).get("t")
+    step = (e or {}).get("step", (beats[r] or {}).get("step"))
     if e:
-        return r, e["summary"]
+        return Failure(r, "error", e["summary"], step, e.get("type") != "LabError", last)
     if code < 0:
         try:
             name = signal.Signals(-code).name
         except ValueError:
             name = str(-code)
-        return r, f"worker {r} (pid {procs[r].pid}) was killed by signal {name}"
-    tail = _tail(tmp / f"rank{r}.log")
-    return r, f"worker {r} (pid {procs[r].pid}) exited with code {code}" + (f": {tail}" if tail else "")
+        return Failure(r, "killed", f"worker {r} (pid {procs[r].pid}) was killed by signal {name}", step, True, last)
+    tail = _tail((logs or tmp) / f"rank{r}.log")
+    return Failure(r, "exited", f"worker {r} (pid {procs[r].pid}) exited with code {code}" + (f": {tail}" if tail else ""),
+                   step, True, last)
 
 
 def _tail(path: Path, lines: int = 1) -> str:
@@ -215,11 +487,23 @@ def _tail(path: Path, lines: int = 1) -> str:
     return " ".join(text[-lines:])[-500:]
 
 
-def _copy_logs(tmp: Path, log) -> None:
-    for f in sorted(tmp.glob("rank*.log")):
-        text = f.read_text(errors="replace").strip()
+def tail_text(path: Path, max_bytes: int = 4000) -> str:
+    """The end of a (log) file, at most ``max_bytes`` bytes, decoded leniently."""
+    try:
+        with open(path, "rb") as f:
+            f.seek(0, os.SEEK_END)
+            size = f.tell()
+            f.seek(max(0, size - max_bytes))
+            return f.read().decode(errors="replace")
+    except OSError:
+        return ""
+
+
+def _copy_logs(logs: Path, log, attempt: int) -> None:
+    for f in sorted(logs.glob("rank*.log")):
+        text = tail_text(f).split(f"attempt {attempt}:")[-1].strip()
         if text:
-            print(f"----- {f.stem} -----\n{text[-4000:]}", file=log)
+            print(f"----- {f.stem} (attempt {attempt}) -----\n{text[-4000:]}", file=log)
 
 
 def _kill_all(procs: list[subprocess.Popen]) -> None:

@@ -34,7 +34,6 @@ Time split per worker and step (seconds):
 from __future__ import annotations
 
 import ctypes
-import datetime
 import json
 import math
 import os
@@ -154,6 +153,7 @@ class Trainer:
         self.sc, self.rank, self.world, self.run_id, self.store = sc, rank, world, run_id, store
         self.launched = launched
         self.step_no = 0
+        self.start_step, self._resumed_t_start = 0, None
 
     # ------------------------------------------------------------------------------------------
     def setup(self) -> None:
@@ -497,30 +497,85 @@ class Trainer:
             self._writer = None
 
     def checkpoint(self, step: int, final: bool) -> None:
-        owner = self.plan.server if self.plan.server is not None else 0
-        if self.rank != owner or self.store is None:
+        """Intermediate: every worker saves its own state, all meet, then the owner saves the model
+        and optimiser (so a main checkpoint implies the ranks' files; lab.train.resilience)."""
+        from lab.train import resilience as rz
+
+        if self.store is None:
             return
+        owner = self.plan.server if self.plan.server is not None else 0
         folder = self.store.checkpoint_dir(self.run_id)
+        if not final:
+            for f in self._pending:  # rank 0: every measurement up to this step is committed first
+                f.result()
+            self._pending.clear()
+            if not self.is_server:
+                rz.save_atomic(rz.rank_state(self), folder / rz.rank_name(step, self.rank))
+            if self.world > 1:
+                dist.barrier()
+        if self.rank != owner:
+            return
         state = {"model": self.model.state_dict(), "optimizer": self.opt.state_dict(), "step": step,
                  "rng": torch.get_rng_state(), "run_id": self.run_id,
-                 "training": json.dumps(self.tr.to_dict())}
+                 "training": json.dumps(self.tr.to_dict()), "world": self.world, "t_start": self.t_start}
         if self.sampler is not None:
             state["sampler_rng"] = self.sampler.gen.get_state()
-        name = "final.pt" if final else f"step{step:06d}.pt"
-        tmp = folder / (name + ".tmp")
-        torch.save(state, tmp)
-        os.replace(tmp, folder / name)
+        rz.save_atomic(state, folder / ("final.pt" if final else rz.main_name(step)))
+        if not final:
+            rz.prune(folder)
+            self.log(f"checkpoint at step {step}")
+
+    def resume(self) -> None:
+        """A restarted attempt continues from the newest checkpoint (lab.train.resilience)."""
+        from lab.train import resilience as rz
+
+        self.start_step, self._resumed_t_start = 0, None
+        if rz.attempt() == 0 or self.store is None or self.run_id is None:
+            return
+        folder = self.store.checkpoint_dir(self.run_id, create=False)
+        step = rz.latest_checkpoint(folder) if folder.exists() else None
+        exact = False
+        if step is not None:
+            ck = rz.load(folder / rz.main_name(step))
+            self.model.load_state_dict(ck["model"])  # copies into the flat buffer's views
+            if self.opt is not None:
+                self.opt.load_state_dict(ck["optimizer"])
+            torch.set_rng_state(ck["rng"])
+            files = [folder / rz.rank_name(step, r) for r in range(self.n)]
+            exact = ck.get("world") == self.world and all(f.exists() for f in files)
+            if exact and not self.is_server:
+                rz.restore_rank_state(self, rz.load(files[self.rank]))
+            elif self.sampler is not None:  # new shards: a fresh stream, not a replay of the first batches
+                self.sampler.gen.manual_seed(30_000 + 7919 * self.rank + self.tr.seed + 1_000_003 * step)
+            self._resumed_t_start = ck.get("t_start")
+        self.start_step = step or 0
+        self.log(f"attempt {rz.attempt()}: resuming from step {self.start_step} "
+                 f"({'exact state of every rank' if exact else 'data re-split over ' + str(self.n) + ' worker(s)'})")
+        if self.rank == 0:
+            gone = self.store.discard_after(self.run_id, self.start_step)
+            self.store.add_stage(self.run_id, "restart", attempt=rz.attempt(), step=self.start_step,
+                                 detail={"from_checkpoint": step is not None, "world": self.world,
+                                         "workers": self.n, "exact": exact, "discarded_rows": gone,
+                                         "launcher": "lab" if self.launched else "torchrun",
+                                         "compression_state_reset": getattr(self, "compressed", None) is not None})
+
+    def log(self, text: str) -> None:
+        """One line of this worker's log (the launcher keeps it per rank; silent under torchrun)."""
+        if self.launched:
+            sys.stderr.write(f"{time.strftime('%H:%M:%S')} rank {self.rank}: {text}\n")
+            sys.stderr.flush()
 
     def fault(self, step: int) -> None:
-        tr = self.tr
-        if tr.fault == "none" or step != tr.fault_step or self.rank != tr.fault_worker:
-            return
-        if tr.fault == "raise":
-            raise RuntimeError(f"injected fault: worker {self.rank} raised at step {step}")
-        if tr.fault == "kill":
-            os.kill(os.getpid(), signal.SIGKILL)
-        if tr.fault == "hang":
-            time.sleep(10 * GLOO_TIMEOUT_S)
+        """The scenario's injected fault (first attempt only; lab.train.resilience.inject)."""
+        from lab.train import resilience as rz
+
+        def record(detail: dict) -> None:
+            if self.store is not None and self.run_id:
+                self.store.add_stage(self.run_id, "fault", attempt=rz.attempt(), step=step, worker=self.rank,
+                                     detail=detail)
+            self.log(f"injecting fault {detail['kind']!r} at step {step}")
+
+        rz.inject(self.tr, self.rank, step, record)
 
     # ----- the loop ----------------------------------------------------------------------------
     def run(self) -> dict:
@@ -535,12 +590,18 @@ class Trainer:
                     "scales": list(plan.emulation.scales) if plan.emulation else None,
                     "server_device": plan.server_device, "torch_threads": torch.get_num_threads(),
                     "launcher": "lab" if self.launched else "torchrun", "checkpoint_dir":
-                        str(self.store.checkpoint_dir(self.run_id, create=False))}
+                        str(self.store.checkpoint_dir(self.run_id, create=False)),
+                    "attempt": _attempt()}
             if self.sampler is not None:
                 info["shard_sizes"] = [len(s) for s in data_mod.make_shards(
                     self.ds.y_train, self.n, tr.split, weights=plan.info["weights"], alpha=tr.dirichlet_alpha,
                     seed=tr.seed)]
             self.store.merge_info(self.run_id, info)
+            self.store.add_stage(self.run_id, "data", attempt=_attempt(), step=self.start_step, detail={
+                "split": tr.split, "workers": self.n, "shard_sizes": info["shard_sizes"],
+                "batch_sizes": plan.batch_sizes, "dataset": tr.dataset, "exchange_share": tr.exchange_share})
+        if self.sampler is not None:
+            self.log(f"pid {os.getpid()}, {len(self.sampler)} local samples, batch {plan.batch_sizes[self.rank]}")
         step_fn = {"allreduce": self.step_allreduce, "state_allreduce": self.step_state}.get(tr.sync)
         if tr.sync == "param_server":
             step_fn = self.step_ps_server if self.is_server else self.step_ps_worker
@@ -549,13 +610,18 @@ class Trainer:
         self.t_start = time.time()
         self._prev_end = np.full(self.world, self.t_start)
         self._prev_job_end = self.t_start
+        if self._resumed_t_start is not None:  # wall time counts from the first attempt's start
+            self.t_start = float(self._resumed_t_start)
         if self.rank == 0 and self.store is not None:
+            self.store.add_stage(self.run_id, "running", attempt=_attempt(), step=self.start_step,
+                                 detail={"world": self.world, "workers": self.n})
+        if self.rank == 0 and self.store is not None and self.start_step == 0:
             self.store.add_metrics(self.run_id, [{"step": 0, "worker": JOB_WORKER, "test_acc": self.evaluate(),
                                                   "wall": 0.0}])
         diverged_at = None
         last_acc = math.nan
-        step = 0
-        for step in range(1, steps + 1):
+        step = self.start_step
+        for step in range(self.start_step + 1, steps + 1):
             self.step_no = step
             self.fault(step)
             local, glob, tcomp, tcoll, emul_cp, emul_cm, ready, sent, recv = step_fn()
@@ -578,8 +644,10 @@ class Trainer:
                 if self.rank == 0:
                     last_acc = self.history[step]["test_acc"] = self.evaluate()
             check = finite and (step % tr.check_every == 0 or last)
-            if last or check or step % FLUSH_EVERY == 0 or len(self.records) >= FLUSH_EVERY:
+            ck_step = bool(tr.checkpoint_every) and step % tr.checkpoint_every == 0  # rows stored before the checkpoint
+            if last or check or ck_step or step % FLUSH_EVERY == 0 or len(self.records) >= FLUSH_EVERY:
                 self.flush(step, check)
+                self.log(f"step {step}: local loss {local:.4f}")
             if tr.checkpoint_every and step % tr.checkpoint_every == 0 and finite and not last:
                 self.checkpoint(step, final=False)
             if not finite:
@@ -615,8 +683,15 @@ def _report_error(exc: BaseException, rank: int, step: int, run_id: str | None, 
         except OSError:
             pass
     elif store is not None and run_id:
+        from lab.train import resilience as rz
+
         try:
-            store.set_status(run_id, "failed", error=summary, only_from=("queued", "running"))
+            if rz.under_torchrun() and rz.torchrun_restarts_left():  # torchrun starts the job again
+                store.add_stage(run_id, "alarm", attempt=rz.attempt(), step=step, worker=rank,
+                                detail={"summary": summary, "secondary": _is_secondary(exc),
+                                        "action": "torchrun restarts the job (--max-restarts)"})
+            else:
+                store.set_status(run_id, "failed", error=summary, only_from=("queued", "running"))
         except Exception:  # noqa: BLE001 - the store may be unreachable on this machine
             pass
     sys.stderr.write(tb)
@@ -643,12 +718,19 @@ def run_rank(sc: Scenario, run_id: str | None, *, store_path: str | None = None,
     torch.set_num_threads(1)
     store = RunStore(store_path)  # opened only when used: rank 0 writes, the checkpoint owner saves
     trainer = None
+    from lab.train import resilience as rz
+
+    holder: list = []
+    beat = None
+    if os.environ.get("LAB_HEARTBEAT_FILE"):
+        beat = rz.Heartbeat(os.environ["LAB_HEARTBEAT_FILE"], lambda: holder[0].step_no if holder else 0).start()
     try:
-        dist.init_process_group("gloo", init_method="env://", rank=rank, world_size=world,
-                                timeout=datetime.timedelta(seconds=GLOO_TIMEOUT_S))
+        rz.init_process_group(rank, world, GLOO_TIMEOUT_S)
         run_id = _agree_run_id(sc, run_id, rank, world, store, name)
         trainer = Trainer(sc, rank, world, run_id, store, launched=launched)
+        holder.append(trainer)
         trainer.setup()
+        trainer.resume()
         result = trainer.run()
         if world > 1:
             dist.barrier()
@@ -662,6 +744,8 @@ def run_rank(sc: Scenario, run_id: str | None, *, store_path: str | None = None,
             if not launched and not quiet:
                 print(f"run {run_id} test_accuracy {result['test_acc']:.6f}", flush=True)
         dist.destroy_process_group()
+        if beat is not None:
+            beat.stop("exiting")  # the launcher expects no more heartbeats from this worker
         return 0
     except BaseException as exc:  # noqa: BLE001 - every failure is reported, then the process ends
         _report_error(exc, rank, trainer.step_no if trainer else 0, run_id, store)
@@ -673,14 +757,25 @@ def _agree_run_id(sc: Scenario, run_id: str | None, rank: int, world: int, store
                   name: str | None) -> str:
     """Rank 0 makes sure the run exists in the store. Under torchrun without --run-id, rank 0 creates
     it and tells the others its id (every rank got the same arguments, so all take the same path)."""
+    from lab.train import resilience as rz
+
     given = run_id is not None
+    elastic = os.environ.get("TORCHELASTIC_RUN_ID") if rz.under_torchrun() else None
+    if rank == 0 and store is not None and run_id is None and elastic and rz.attempt() > 0:
+        run_id = store.find_run(elastic_run_id=elastic)  # torchrun restarted us: the same run
     if rank == 0 and store is not None:
         if run_id is None or not _exists(store, run_id):
             run_id = store.create_run(sc, name=name, status="running", run_id=run_id)
             store.update_run(run_id, pid=os.getpid())
+            if elastic:
+                store.merge_info(run_id, {"elastic_run_id": elastic})
         elif not os.environ.get("LAB_ERROR_FILE"):
             store.set_status(run_id, "running", only_from=("queued",))
             store.update_run(run_id, pid=os.getpid())
+        if elastic:
+            store.add_stage(run_id, "started", attempt=rz.attempt(), detail={
+                "launcher": "torchrun", "world": world, "elastic_run_id": elastic, "rank0_pid": os.getpid(),
+                "max_restarts": os.environ.get("TORCHELASTIC_MAX_RESTARTS")})
     if given or world == 1:
         return run_id
     buf = torch.zeros(64, dtype=torch.uint8)
@@ -689,6 +784,12 @@ def _agree_run_id(sc: Scenario, run_id: str | None, rank: int, world: int, store
         buf[:len(raw)] = torch.tensor(list(raw), dtype=torch.uint8)
     dist.broadcast(buf, 0)
     return bytes(buf[buf > 0].tolist()).decode()
+
+
+def _attempt() -> int:
+    from lab.train.resilience import attempt
+
+    return attempt()
 
 
 def _exists(store: RunStore, run_id: str) -> bool:

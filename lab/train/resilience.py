@@ -1,0 +1,273 @@
+"""What keeps a training job alive through faults: heartbeats, checkpoints with every rank's state,
+resuming, injected faults, and the rendezvous that cannot clash.
+
+* **Heartbeats.** Under the lab's launcher (LAB_HEARTBEAT_FILE set) a daemon thread in every worker
+  writes a small JSON file every ``LAB_HEARTBEAT_EVERY`` seconds (default 0.5): pid, attempt, the
+  step it is on, when that step began (``progress_t``), and its *phase*: ``comm`` while the main
+  thread waits for its peers (a torch.distributed call, the lab's ring, the parameter-server
+  exchange), ``busy`` otherwise, with the lab function it is in (``where``). A process that froze
+  stops writing (the file grows old); a worker that hangs keeps writing but its step stops moving.
+  The launcher tells the culprit (``busy``) from the peers that wait for it (``comm``).
+* **Checkpoints.** Every ``checkpoint_every`` steps each rank writes its own small state (sampler
+  position and random generator, floating buffers, and its optimiser state where that is local:
+  ``state_allreduce``), all ranks meet at a barrier, then the owner (rank 0, or the parameter
+  server) writes the model and optimiser atomically (``stepNNNNNN.pt``). A main checkpoint on disk
+  therefore implies every rank's state of that step is there too. The last two are kept.
+* **Resuming.** A restarted attempt (LAB_ATTEMPT > 0 from the lab's launcher, or
+  TORCHELASTIC_RESTART_COUNT > 0 under torchrun) loads the newest checkpoint. With the same world
+  size every rank restores its exact state, so the run continues as if nothing happened; with
+  fewer workers (the lab's recovery drops the failed one) the data is re-split over the remaining
+  workers and their samplers start afresh (seeded by the step). Metric rows after the checkpoint
+  step are deleted (those steps are redone); rows up to it stay.
+* **Faults** (``training.fault``) fire only in attempt 0, so a restart does not repeat them: ``kill``
+  (SIGKILL itself), ``raise`` (an exception), ``hang`` (sleeps forever in the step; only the
+  heartbeat watch or gloo's timeout ends it). Before firing, the worker stores a ``fault`` stage
+  with the time, so detection time can be measured.
+* **Rendezvous.** The launcher binds and listens on a port-0 socket and hands its descriptor to
+  rank 0, whose TCPStore serves on it (``master_listen_fd``): the port is held from the moment the
+  operating system chose it, so two jobs can never pick the same one; keys live under a per-attempt
+  prefix, so a stray process from another job or attempt cannot join.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import os
+import signal
+import sys
+import threading
+import time
+from pathlib import Path
+
+import torch
+
+HEARTBEAT_EVERY_S = float(os.environ.get("LAB_HEARTBEAT_EVERY", "0.5"))
+KEEP_CHECKPOINTS = 2
+#: Functions of the lab in which the main thread waits for its peers.
+COMM_FUNCS = frozenset({"allreduce", "exchange", "step_ps_worker", "step_ps_server", "flush", "sync_buffers",
+                        "_send_delay", "_agree_run_id", "barrier"})
+_LAB = str(Path(__file__).resolve().parents[1])  # .../lab
+_COMM_FILES = (os.path.join(_LAB, "comm") + os.sep, os.path.join(_LAB, "train", "compressed.py"))
+
+
+def attempt() -> int:
+    """0 for the first start of the job, k after the k-th restart."""
+    for key in ("LAB_ATTEMPT", "TORCHELASTIC_RESTART_COUNT"):
+        v = os.environ.get(key)
+        if v and v.isdigit():
+            return int(v)
+    return 0
+
+
+def under_torchrun() -> bool:
+    return "TORCHELASTIC_RUN_ID" in os.environ and not os.environ.get("LAB_ERROR_FILE")
+
+
+def torchrun_restarts_left() -> bool:
+    """Under torchrun: will the agent start this job again after a failure?"""
+    try:
+        return int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")) < int(os.environ.get("TORCHELASTIC_MAX_RESTARTS", "0"))
+    except ValueError:
+        return False
+
+
+# ----- rendezvous ------------------------------------------------------------------------------
+def init_process_group(rank: int, world: int, timeout_s: float) -> None:
+    """gloo process group: through the launcher's held socket (LAB_STORE_FD on rank 0) and a key
+    prefix (LAB_RDZV_PREFIX) when the lab's launcher started us, else env:// (torchrun)."""
+    import torch.distributed as dist
+
+    timeout = datetime.timedelta(seconds=timeout_s)
+    prefix = os.environ.get("LAB_RDZV_PREFIX")
+    if not prefix and os.environ.get("TORCHELASTIC_USE_AGENT_STORE") == "True":
+        # torchrun's agent keeps one store for every restart of the job: without a prefix per
+        # attempt, a restarted rank can read a dead rank's address from the previous attempt
+        store = dist.TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), world, False,
+                              timeout=timeout)
+        tag = os.environ.get("TORCHELASTIC_RUN_ID", "job")
+        dist.init_process_group("gloo", store=dist.PrefixStore(f"lab/{tag}/attempt{attempt()}/", store), rank=rank,
+                                world_size=world, timeout=timeout)
+        return
+    if not prefix:
+        dist.init_process_group("gloo", init_method="env://", rank=rank, world_size=world, timeout=timeout)
+        return
+    addr, port = os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"])
+    kw = {}
+    if rank == 0 and os.environ.get("LAB_STORE_FD"):
+        kw["master_listen_fd"] = int(os.environ["LAB_STORE_FD"])
+    store = dist.TCPStore(addr, port, world, rank == 0, timeout=timeout, wait_for_workers=False, **kw)
+    dist.init_process_group("gloo", store=dist.PrefixStore(prefix, store), rank=rank, world_size=world,
+                            timeout=timeout)
+
+
+# ----- heartbeats ------------------------------------------------------------------------------
+def main_thread_phase() -> tuple[str, str]:
+    """('comm' | 'busy', innermost lab function) of the main thread, from its current stack."""
+    frame = sys._current_frames().get(threading.main_thread().ident)
+    where = ""
+    in_dist = False
+    comm_file = False
+    while frame is not None:
+        fn = frame.f_code.co_filename
+        if "torch" in fn and "distributed" in fn:
+            in_dist = True
+        if not where and fn.startswith(_LAB):
+            where = frame.f_code.co_name
+            comm_file = fn.startswith(_COMM_FILES)
+        frame = frame.f_back
+    comm = in_dist or comm_file or where in COMM_FUNCS
+    return ("comm" if comm else "busy"), where
+
+
+class Heartbeat:
+    """A daemon thread writing this worker's heartbeat file (see the module docstring)."""
+
+    def __init__(self, path: str | os.PathLike, step_of, every: float = HEARTBEAT_EVERY_S):
+        self.path = Path(path)
+        self.step_of = step_of
+        self.every = every
+        self._stop = threading.Event()
+        self._step = -1
+        self._progress_t = time.time()
+        self._thread = threading.Thread(target=self._run, name="lab-heartbeat", daemon=True)
+
+    def start(self) -> "Heartbeat":
+        self.beat()
+        self._thread.start()
+        return self
+
+    def beat(self) -> None:
+        step = int(self.step_of() or 0)
+        now = time.time()
+        if step != self._step:
+            self._step, self._progress_t = step, now
+        phase, where = main_thread_phase()
+        doc = {"pid": os.getpid(), "attempt": attempt(), "step": step, "phase": phase, "where": where, "t": now,
+               "progress_t": self._progress_t}
+        tmp = self.path.with_name(self.path.name + ".tmp")
+        try:
+            tmp.write_text(json.dumps(doc))
+            os.replace(tmp, self.path)
+        except OSError:
+            pass
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.every):
+            self.beat()
+
+    def stop(self, phase: str | None = None) -> None:
+        """End the thread; with ``phase`` (e.g. "exiting") write one last heartbeat saying so,
+        after which the launcher no longer expects beats from this worker."""
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join(timeout=2 * self.every + 1.0)
+        if phase is not None:
+            doc = {"pid": os.getpid(), "attempt": attempt(), "step": int(self.step_of() or 0), "phase": phase,
+                   "where": "", "t": time.time(), "progress_t": time.time()}
+            tmp = self.path.with_name(self.path.name + ".tmp")
+            try:
+                tmp.write_text(json.dumps(doc))
+                os.replace(tmp, self.path)
+            except OSError:
+                pass
+
+
+def read_heartbeat(path: str | os.PathLike) -> dict | None:
+    try:
+        return json.loads(Path(path).read_text())
+    except (OSError, ValueError):
+        return None
+
+
+# ----- faults ----------------------------------------------------------------------------------
+def inject(tr, rank: int, step: int, record) -> None:
+    """Fire the scenario's fault at (fault_worker, fault_step), first attempt only. ``record(detail)``
+    stores the 'fault' stage first (its time is the start of the detection clock)."""
+    if tr.fault == "none" or step != tr.fault_step or rank != tr.fault_worker or attempt() != 0:
+        return
+    try:
+        record({"kind": tr.fault, "rank": rank, "pid": os.getpid()})
+    except Exception:  # noqa: BLE001 - the fault happens even if the store is unreachable
+        pass
+    if tr.fault == "raise":
+        raise RuntimeError(f"injected fault: worker {rank} raised at step {step}")
+    if tr.fault == "kill":
+        os.kill(os.getpid(), signal.SIGKILL)
+    if tr.fault == "hang":
+        while True:  # until someone kills this process
+            time.sleep(3600)
+
+
+# ----- checkpoints -----------------------------------------------------------------------------
+def main_name(step: int) -> str:
+    return f"step{step:06d}.pt"
+
+
+def rank_name(step: int, rank: int) -> str:
+    return f"step{step:06d}.rank{rank}.pt"
+
+
+def latest_checkpoint(folder: Path) -> int | None:
+    """The newest step with a complete main checkpoint in ``folder``."""
+    steps = []
+    for f in folder.glob("step*.pt"):
+        stem = f.name[4:-3]
+        if stem.isdigit():
+            steps.append(int(stem))
+    return max(steps) if steps else None
+
+
+def save_atomic(obj, path: Path) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    torch.save(obj, tmp)
+    os.replace(tmp, path)
+
+
+def prune(folder: Path, keep: int = KEEP_CHECKPOINTS) -> None:
+    """Keep the newest ``keep`` intermediate checkpoints (main and rank files)."""
+    steps = sorted({int(f.name[4:10]) for f in folder.glob("step*.pt") if f.name[4:10].isdigit()})
+    for s in steps[:-keep] if keep else steps:
+        for f in folder.glob(f"step{s:06d}*.pt"):
+            f.unlink(missing_ok=True)
+
+
+def rank_state(trainer) -> dict:
+    """This rank's own state at a checkpoint: what the owner's file does not hold."""
+    st: dict = {"world": trainer.world, "step": trainer.step_no}
+    s = trainer.sampler
+    if s is not None:
+        st["sampler_gen"] = s.gen.get_state()
+        st["sampler_perm"] = s._perm.clone()
+        st["sampler_pos"] = int(s._pos)
+        if trainer.tr.exchange_share > 0:  # seed C's exchange changed the local samples
+            st["sampler_x"], st["sampler_y"] = s.x.clone(), s.y.clone()
+    if trainer.buffers:
+        st["buffers"] = [b.detach().clone() for b in trainer.buffers]
+    if trainer.opt is not None and trainer.tr.sync == "state_allreduce":
+        st["optimizer"] = trainer.opt.state_dict()
+    return st
+
+
+def restore_rank_state(trainer, st: dict) -> None:
+    s = trainer.sampler
+    if s is not None and "sampler_gen" in st:
+        if "sampler_x" in st:
+            s.replace_samples(st["sampler_x"], st["sampler_y"])
+        s.gen.set_state(st["sampler_gen"])
+        s._perm, s._pos = st["sampler_perm"], int(st["sampler_pos"])
+    if "buffers" in st:
+        with torch.no_grad():
+            for b, v in zip(trainer.buffers, st["buffers"]):
+                b.copy_(v)
+    if "optimizer" in st and trainer.opt is not None:
+        trainer.opt.load_state_dict(st["optimizer"])
+
+
+def load(path: Path) -> dict:
+    return torch.load(path, map_location="cpu", weights_only=True)
+
+
+__all__ = ["Heartbeat", "read_heartbeat", "attempt", "under_torchrun", "torchrun_restarts_left", "inject",
+           "init_process_group", "latest_checkpoint", "main_name", "rank_name", "save_atomic", "prune",
+           "rank_state", "restore_rank_state", "load", "main_thread_phase"]
