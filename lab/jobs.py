@@ -1,18 +1,26 @@
-"""Training jobs as OS processes: submit, queue, watch, stop, and notice the ones that vanished.
+"""Training jobs as OS processes: submit, queue fairly, place on this machine's cores, watch, stop,
+release, and notice the ones that vanished -- seed C's job lifecycle, for real.
 
-A job is ``python -m lab.train --scenario FILE --run-id ID`` started in a new session, so the
-launcher leads a process group holding every worker and one ``killpg`` ends all of it. The run
-row is created (status ``queued``) when the job is submitted; the launcher marks it ``running`` and
-the workers write their measurements; pages poll the run store, never the process.
+A job is ``python -m lab.train --scenario FILE --run-id ID`` (the launcher, :mod:`lab.train.launcher`)
+started in a new session, so the launcher leads a process group holding every worker and one
+``killpg`` ends all of it. Its lifecycle goes to the run store's ``stages`` table:
 
-A :class:`JobManager` keeps a queue and starts at most ``capacity`` jobs at a time (default 1:
-this machine has 2 cores) from a small daemon thread, so a preset such as "compare the three
-optimisers" runs its jobs one after another. Pages keep one manager in ``st.cache_resource``.
+``submitted`` (queued, with its owner) -> ``parsed`` (task manager, parameter server, compute workers,
+the topology's resource groups; :func:`lab.scheduling.parse_job`) -> ``scheduled`` (which local
+cores hold which rank, after how long in the queue) -> ``started`` (the launcher created the worker
+processes) -> ``data`` (split and shipped) -> ``running`` -> [``fault`` / ``alarm`` / ``restart``]
+-> ``ended`` -> ``released`` (processes reaped, slots freed).
+
+A :class:`JobManager` keeps one queue for every session of the app (pages share one manager per
+run store through :func:`shared`). It starts at most ``capacity`` jobs at a time (default 1: this
+machine has 2 cores), and only where its ranks fit on the local resource groups (one per core,
+:func:`lab.scheduling.local_groups`) under the placement policy (uniform or resource-state). The
+queue is fair across owners (one browser session = one owner): round-robin over owners, first
+come first served within one, so a session that queues ten jobs cannot starve the others.
 """
 
 from __future__ import annotations
 
-import collections
 import os
 import signal
 import subprocess
@@ -26,9 +34,11 @@ from typing import Iterable
 from lab.errors import LabError
 from lab.runs import ACTIVE, FINISHED, RunStore
 from lab.scenario import Scenario
+from lab.scheduling import POLICIES, SlotBook, cpu_of, fair_order, local_groups, parse_job, place
 
 ROOT = Path(__file__).resolve().parent.parent
 STOP_GRACE_S = 3.0
+ANONYMOUS = "-"
 
 
 @dataclass(frozen=True)
@@ -60,15 +70,28 @@ def _proc_alive(pid: int | None, must_contain: str = "lab.train") -> bool:
     return not Path("/proc").exists()
 
 
+def processes_of(run_id: str, exclude: Iterable[int] = ()) -> list[int]:
+    """Live processes of a run: their command line holds ``--run-id <id>`` (launcher and workers)."""
+    from lab.train.launcher import processes_of as scan
+
+    return scan(run_id, exclude=tuple(exclude))
+
+
 class JobManager:
-    def __init__(self, store_path: str | os.PathLike | None = None, capacity: int = 1, poll_s: float = 0.2):
+    def __init__(self, store_path: str | os.PathLike | None = None, capacity: int = 1, poll_s: float = 0.2,
+                 policy: str = "uniform", cpus: Iterable[int] | None = None, slots_per_cpu: int | None = None):
         if capacity < 1:
             raise LabError(f"capacity must be at least 1 (got {capacity})", where="jobs")
+        if policy not in POLICIES:
+            raise LabError(f"unknown placement policy {policy!r}; choose one of {list(POLICIES)}", where="jobs")
         self.store = RunStore(store_path)
         self.capacity = capacity
         self.poll_s = poll_s
+        self.policy = policy
+        self.book = SlotBook(local_groups(cpus, slots_per_cpu))
         self.started_at = time.time()
-        self._queue: collections.deque[str] = collections.deque()
+        self._queue: list[tuple[str, str]] = []  # (run id, owner), in submission order
+        self._last_owner: str | None = None
         self._running: dict[str, subprocess.Popen] = {}
         self._files: dict[str, tuple[Path, object]] = {}
         self._lock = threading.RLock()
@@ -82,27 +105,48 @@ class JobManager:
         return d
 
     def log_path(self, run_id: str) -> Path:
+        """The launcher's log (the workers' logs are in :meth:`worker_logs`)."""
         return self.store.data_dir() / "logs" / f"{run_id}.log"
 
-    # ----- submitting --------------------------------------------------------------------------
-    def submit(self, scenario: Scenario, name: str | None = None) -> Job:
-        """Queue a run of ``scenario``; it starts as soon as there is capacity."""
-        return self.submit_many([(scenario, name)])[0]
+    def worker_logs(self, run_id: str) -> dict[int, Path]:
+        """rank -> its log file (every attempt appended)."""
+        folder = self.store.data_dir() / "logs" / run_id
+        out = {}
+        for f in folder.glob("rank*.log") if folder.exists() else []:
+            k = f.stem[4:]
+            if k.isdigit():
+                out[int(k)] = f
+        return dict(sorted(out.items()))
 
-    def submit_many(self, items: Iterable[tuple[Scenario, str | None]]) -> list[Job]:
-        """Queue several runs; they start one after another (``capacity`` at a time)."""
-        jobs = []
+    # ----- submitting --------------------------------------------------------------------------
+    def submit(self, scenario: Scenario, name: str | None = None, owner: str = ANONYMOUS) -> Job:
+        """Queue a run of ``scenario`` for ``owner`` (a session id); it starts when its turn comes
+        and its ranks fit on the free local slots."""
+        return self.submit_many([(scenario, name)], owner=owner)[0]
+
+    def submit_many(self, items: Iterable[tuple[Scenario, str | None]], owner: str = ANONYMOUS) -> list[Job]:
+        """Queue several runs of one owner; they run in order (``capacity`` jobs at a time overall)."""
+        from lab.train.launcher import preflight, world_size
+        from lab.train.worker import check_scenario
+
+        owner = str(owner or ANONYMOUS)[:64]
+        checked = []
         for sc, name in items:
             if not isinstance(sc, Scenario):
                 raise LabError("a job needs a Scenario", where="jobs")
-            from lab.train.launcher import preflight
-            from lab.train.worker import check_scenario
-
             preflight(sc)
             check_scenario(sc)
-            rid = self.store.create_run(sc, name=name, status="queued")
+            if world_size(sc) > self.book.total:
+                raise LabError(f"the job needs {world_size(sc)} processes but this machine offers "
+                               f"{self.book.total} worker slots", where="training.workers")
+            checked.append((sc, name))
+        jobs = []
+        for sc, name in checked:
+            rid = self.store.create_run(sc, name=name, status="queued", info={"owner": owner})
+            self.store.add_stage(rid, "submitted", detail={"owner": owner, "by": "job manager"})
+            self.store.add_stage(rid, "parsed", detail=parse_job(sc))
             with self._lock:
-                self._queue.append(rid)
+                self._queue.append((rid, owner))
             jobs.append(Job(rid))
         self._ensure_thread()
         self._schedule()
@@ -122,35 +166,55 @@ class JobManager:
             except Exception:  # noqa: BLE001 - the scheduler must keep running
                 pass
             with self._lock:
-                idle = not self._queue and not self._running
-            if idle:
-                # nothing to do: the thread ends and is started again by the next submit
-                with self._lock:
-                    if not self._queue and not self._running:
-                        self._thread = None
-                        return
+                if not self._queue and not self._running:
+                    # nothing to do: the thread ends and is started again by the next submit
+                    self._thread = None
+                    return
             time.sleep(self.poll_s)
 
     def _schedule(self) -> None:
+        from lab.train.launcher import world_size
+
         with self._lock:
             for rid, p in list(self._running.items()):
                 if p.poll() is not None:
                     self._finish(rid, p)
             while len(self._running) < self.capacity and self._queue:
-                rid = self._queue.popleft()
-                try:
-                    if self.store.status(rid) != "queued":  # stopped or deleted while it waited
-                        continue
-                except LabError:
-                    continue
-                self._start(rid)
+                started = False
+                for rid, owner in fair_order(self._queue, owner_of=lambda q: q[1], after=self._last_owner):
+                    try:
+                        run = self.store.get_run(rid)
+                    except LabError:  # deleted while it waited
+                        self._queue.remove((rid, owner))
+                        started = True
+                        break
+                    if run["status"] != "queued":  # stopped while it waited
+                        self._queue.remove((rid, owner))
+                        started = True
+                        break
+                    tasks = world_size(Scenario.from_dict(run["scenario"]))
+                    where = place(tasks, self.book.free(), self.policy)
+                    if where is None:
+                        continue  # first fit: a later job may fit
+                    self._queue.remove((rid, owner))
+                    self._last_owner = owner
+                    self._start(rid, run, tasks, where)
+                    started = True
+                    break
+                if not started:
+                    break
 
-    def _start(self, rid: str) -> None:
-        run = self.store.get_run(rid)
+    def _start(self, rid: str, run: dict, tasks: int, where: dict) -> None:
+        held = self.book.take(rid, where)
+        cpus = _rank_cpus(held, tasks)
+        self.store.add_stage(rid, "scheduled", detail={
+            "policy": self.policy, "groups": {g: len(ds) for g, ds in held.items()}, "slots": held,
+            "rank_cpus": cpus, "queued_s": time.time() - run["created"]})
         scenario_file = self._dir("jobs") / f"{rid}.json"
         scenario_file.write_text(Scenario.from_dict(run["scenario"]).to_json())
         log = open(self._dir("logs") / f"{rid}.log", "ab")
         env = dict(os.environ, LAB_DB=str(self.store.path.resolve()),
+                   LAB_RANK_CPUS=",".join(map(str, cpus)),
                    PYTHONPATH=os.pathsep.join([str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])]))
         try:
             p = subprocess.Popen([sys.executable, "-m", "lab.train", "--scenario", str(scenario_file),
@@ -158,16 +222,17 @@ class JobManager:
                                  stdout=log, stderr=log, start_new_session=True)
         except OSError as exc:
             log.close()
-            self.store.set_status(rid, "failed", error=f"could not start the job process: {exc}",
-                                  only_from=ACTIVE)
+            self.book.release(rid)
+            self.store.set_status(rid, "failed", error=f"could not start the job process: {exc}", only_from=ACTIVE)
             return
         self.store.update_run(rid, pid=p.pid)
         self._running[rid] = p
         self._files[rid] = (scenario_file, log)
 
     def _finish(self, rid: str, p: subprocess.Popen) -> None:
-        """A job process ended: clean up, and make sure its run does not stay 'running'."""
+        """A job process ended: free its slots, clean up, make sure its run does not stay 'running'."""
         self._running.pop(rid, None)
+        slots = self.book.release(rid)
         scenario_file, log = self._files.pop(rid, (None, None))
         if log is not None:
             log.close()
@@ -183,6 +248,11 @@ class JobManager:
                    else f"exit code {code}")
             self.store.set_status(rid, "failed", error=f"the job process ended ({why}) without finishing the run; "
                                   f"see {self.log_path(rid)}", only_from=ACTIVE)
+            self.store.set_heartbeats(rid, [])
+            self.store.add_stage(rid, "ended", detail={"status": "failed", "by": "job manager", "why": why})
+        left = processes_of(rid)
+        self.store.add_stage(rid, "released", detail={"by": "job manager", "slots": slots,
+                                                       "worker_processes_left": len(left)})
 
     # ----- watching ----------------------------------------------------------------------------
     def status(self, run_id: str) -> str:
@@ -199,12 +269,33 @@ class JobManager:
             return None
 
     def queued(self) -> list[str]:
+        """Queued run ids in the order they will be considered (fair across owners)."""
         with self._lock:
-            return list(self._queue)
+            return [rid for rid, _ in fair_order(self._queue, owner_of=lambda q: q[1], after=self._last_owner)]
+
+    def queue_position(self, run_id: str) -> int | None:
+        """1 = next to start; None when the run is not waiting in this manager's queue."""
+        order = self.queued()
+        return order.index(run_id) + 1 if run_id in order else None
+
+    def owner_of(self, run_id: str) -> str | None:
+        with self._lock:
+            for rid, owner in self._queue:
+                if rid == run_id:
+                    return owner
+        try:
+            return self.store.get_run(run_id)["info"].get("owner")
+        except LabError:
+            return None
 
     def running(self) -> list[str]:
         with self._lock:
             return list(self._running)
+
+    def slots(self) -> dict[str, dict[str, list[str]]]:
+        """run id -> local group -> slots it holds."""
+        with self._lock:
+            return {k: dict(v) for k, v in self.book.held.items()}
 
     def wait(self, run_id: str, timeout: float = 300.0) -> str:
         """Block until the run is finished (or ``timeout`` seconds pass); returns its status."""
@@ -220,22 +311,29 @@ class JobManager:
                 return st
             time.sleep(0.1)
 
-    # ----- stopping ----------------------------------------------------------------------------
-    def stop(self, run_id: str) -> bool:
+    # ----- stopping and releasing -------------------------------------------------------------
+    def stop(self, run_id: str, by: str = "the user") -> bool:
         """Stop a queued or running job: a queued one never starts; a running one's whole process
         group is ended (SIGTERM, then SIGKILL after a grace period). Returns whether it was active."""
         with self._lock:
-            if run_id in self._queue:
-                self._queue.remove(run_id)
-                return self.store.set_status(run_id, "stopped", error="stopped before it started",
-                                             only_from=("queued",))
+            queued = [q for q in self._queue if q[0] == run_id]
+            for q in queued:
+                self._queue.remove(q)
             p = self._running.get(run_id)
+        if queued:
+            ok = self.store.set_status(run_id, "stopped", error="stopped before it started", only_from=("queued",))
+            if ok:
+                self.store.add_stage(run_id, "stop", detail={"by": by, "while": "queued"})
+                self.store.add_stage(run_id, "ended", detail={"status": "stopped"})
+            return ok
         try:
             run = self.store.get_run(run_id)
         except LabError:
             return False
         # marked first, so the launcher's own "stopped by SIGTERM" or a last "done" cannot overwrite it
-        was_active = self.store.set_status(run_id, "stopped", error="stopped by the user", only_from=ACTIVE)
+        was_active = self.store.set_status(run_id, "stopped", error=f"stopped by {by}", only_from=ACTIVE)
+        if was_active:
+            self.store.add_stage(run_id, "stop", detail={"by": by, "while": run["status"]})
         if p is not None:
             _end_group(p.pid, lambda: p.poll() is not None)
             try:
@@ -249,40 +347,196 @@ class JobManager:
             _end_group(run["pid"], lambda: not _proc_alive(run["pid"]))
         return was_active
 
+    def release(self, run_id: str) -> dict:
+        """Release what a finished (or abandoned) job still holds: processes still carrying its run
+        id are killed, a run left 'running' by a vanished process becomes interrupted, its
+        intermediate checkpoints, heartbeats and scenario file go (final.pt and the logs stay).
+        A job that is queued or running must be stopped first. Returns what was released."""
+        run = self.store.get_run(run_id)
+        with self._lock:
+            ours = run_id in self._running or any(q[0] == run_id for q in self._queue)
+        if ours or (run["status"] in ACTIVE and _proc_alive(run["pid"])):
+            raise LabError(f"run {run_id} is {run['status']}: stop it before releasing its resources", where="jobs")
+        killed = []
+        for pid in processes_of(run_id, exclude=(os.getpid(),)):
+            try:
+                os.kill(pid, signal.SIGKILL)
+                killed.append(pid)
+            except ProcessLookupError:
+                pass
+        if run["status"] in ACTIVE:
+            self.store.set_status(run_id, "interrupted", only_from=ACTIVE,
+                                  error="released: its process had ended without reporting")
+        removed = 0
+        ck = self.store.checkpoint_dir(run_id, create=False)
+        if ck.exists():
+            for f in ck.glob("step*.pt*"):
+                f.unlink(missing_ok=True)
+                removed += 1
+        (self.store.data_dir() / "jobs" / f"{run_id}.json").unlink(missing_ok=True)
+        self.store.set_heartbeats(run_id, [])
+        with self._lock:
+            slots = self.book.release(run_id)
+        detail = {"by": "release button", "killed": killed, "checkpoint_files_removed": removed, "slots": slots,
+                  "kept": "final.pt and the logs"}
+        self.store.add_stage(run_id, "released", detail=detail)
+        return detail
+
     def mark_interrupted(self) -> list[str]:
         """Runs marked running whose process is gone (and queued runs nobody will start, left by an
         earlier manager) become 'interrupted'. Returns their ids."""
         out = []
         runs = self.store.list_runs(statuses=ACTIVE)
         with self._lock:
-            ours = set(self._queue) | set(self._running)
+            ours = {q[0] for q in self._queue} | set(self._running)
         for _, r in runs.iterrows():
             rid = r["id"]
             if rid in ours:
                 continue
             pid = _as_pid(r["pid"])
+            changed = False
             if r["status"] == "running":
                 if not _proc_alive(pid):
-                    if self.store.set_status(rid, "interrupted", only_from=("running",),
-                                             error="the job's process ended without reporting (killed, or the "
-                                                   "machine restarted)"):
-                        out.append(rid)
+                    changed = self.store.set_status(
+                        rid, "interrupted", only_from=("running",),
+                        error="the job's process ended without reporting (killed, or the machine restarted)")
             elif r["created"] < self.started_at and not _proc_alive(pid):
-                if self.store.set_status(rid, "interrupted", only_from=("queued",),
-                                         error="queued by an earlier session of the lab that has ended"):
-                    out.append(rid)
+                changed = self.store.set_status(rid, "interrupted", only_from=("queued",),
+                                                error="queued by an earlier session of the lab that has ended")
+            if changed:
+                out.append(rid)
+                self.store.set_heartbeats(rid, [])
+                self.store.add_stage(rid, "ended", detail={"status": "interrupted", "by": "job manager at start"})
         return out
 
     def shutdown(self, stop_running: bool = True) -> None:
         with self._lock:
-            queued = list(self._queue)
+            queued = [q[0] for q in self._queue]
             running = list(self._running)
         for rid in queued:
-            self.stop(rid)
+            self.stop(rid, by="shutdown")
         if stop_running:
             for rid in running:
-                self.stop(rid)
+                self.stop(rid, by="shutdown")
         self._closed = True
+
+
+# ----- views for the Jobs page (plain data) ---------------------------------------------------
+def overview(store: RunStore, jm: JobManager | None = None, owner: str | None = None, limit: int = 50):
+    """One row per job (newest first): status, last stage, owner (you / another session / the
+    command line), place in the queue, resources, restarts, alarms, and times (Unix seconds)."""
+    import pandas as pd
+
+    runs = store.list_runs().head(limit)
+    cols = ["id", "name", "owner", "status", "stage", "queue", "resources", "attempt", "restarts", "alarms",
+            "submitted", "start", "end", "queued_s", "ran_s"]
+    if runs.empty:
+        return pd.DataFrame(columns=cols)
+    stages = store.stages(list(runs.id))
+    by_run = {rid: g for rid, g in stages.groupby("run_id")} if len(stages) else {}
+    rows = []
+    for r in runs.itertuples():
+        ev = by_run.get(r.id)
+        info_owner = store.get_run(r.id)["info"].get("owner")
+        who = ("you" if owner is not None and info_owner == owner else
+               "command line" if info_owner is None else "another session")
+        sched = ev[ev.stage == "scheduled"] if ev is not None else None
+        started = ev[ev.stage == "started"] if ev is not None else None
+        res = ""
+        if sched is not None and len(sched):
+            d = sched.detail.iloc[-1]
+            res = ", ".join(f"{g}: {n} slot{'s' if n != 1 else ''}" for g, n in d.get("groups", {}).items())
+        elif started is not None and len(started):
+            res = f"{started.detail.iloc[-1].get('world', '?')} process(es), not pinned"
+        pos = jm.queue_position(r.id) if jm is not None and r.status == "queued" else None
+        start, end = r.start, r.end
+        rows.append({
+            "id": r.id, "name": r.name, "owner": who, "status": r.status,
+            "stage": ev.stage.iloc[-1] if ev is not None else "submitted", "queue": pos, "resources": res,
+            "attempt": int(ev.attempt.max()) if ev is not None else 0,
+            "restarts": int((ev.stage == "restart").sum()) if ev is not None else 0,
+            "alarms": int((ev.stage == "alarm").sum()) if ev is not None else 0,
+            "submitted": r.created, "start": start, "end": end,
+            "queued_s": (start - r.created) if start == start and start is not None else None,
+            "ran_s": (end - start) if end == end and end is not None and start == start and start is not None else None,
+        })
+    return pd.DataFrame(rows, columns=cols)
+
+
+def slot_timeline(store: RunStore, run_ids: Iterable[str], now: float | None = None) -> tuple[list[dict], float]:
+    """Which job held which local slot when: rows (job, label, resource, start, end in seconds since
+    the earliest 'scheduled' event) from each run's scheduled and released stages; a job still
+    holding its slots ends at ``now``. Returns (rows, t0)."""
+    now = time.time() if now is None else now
+    st = store.stages(list(run_ids))
+    if st.empty:
+        return [], now
+    names = {}
+    spans = []
+    for rid, ev in st.groupby("run_id"):
+        sched = ev[ev.stage == "scheduled"]
+        if sched.empty:
+            continue
+        t_start = float(sched.t.iloc[-1])
+        rel = ev[(ev.stage == "released") & (ev.t >= t_start)]
+        rel = rel[[d.get("by") != "launcher" for d in rel.detail]] if len(rel) else rel
+        t_end = float(rel.t.iloc[0]) if len(rel) else now
+        if rid not in names:
+            try:
+                names[rid] = store.get_run(rid)["name"]
+            except LabError:
+                names[rid] = rid
+        for g, slots in sched.detail.iloc[-1].get("slots", {}).items():
+            for s in slots:
+                spans.append((rid, s, t_start, t_end))
+    if not spans:
+        return [], now
+    t0 = min(s[2] for s in spans)
+    return [{"job": rid, "label": f"{names[rid]} ({rid})", "resource": s, "start": a - t0, "end": b - t0}
+            for rid, s, a, b in spans], t0
+
+
+def log_tails(jm: JobManager, run_id: str, max_bytes: int = 3000) -> dict[str, str]:
+    """The end of each worker's log and of the launcher's log."""
+    from lab.train.launcher import tail_text
+
+    out = {f"rank {k}": tail_text(p, max_bytes) for k, p in jm.worker_logs(run_id).items()}
+    launcher = tail_text(jm.log_path(run_id), max_bytes)
+    if launcher:
+        out["launcher"] = launcher
+    return out
+
+
+def _rank_cpus(held: dict[str, list[str]], tasks: int) -> list[int]:
+    """Rank k -> core: the placement's groups taken in turn (rank 0 on the first group, ...)."""
+    turns = []
+    left = {g: len(ds) for g, ds in held.items()}
+    while len(turns) < tasks and any(left.values()):
+        for g in held:
+            if left[g] and len(turns) < tasks:
+                turns.append(g)
+                left[g] -= 1
+    return [c for c in (cpu_of(g) for g in turns) if c is not None]
+
+
+_SHARED: dict[str, JobManager] = {}
+_SHARED_LOCK = threading.Lock()
+
+
+def shared(store_path: str | os.PathLike | None = None, **kw) -> JobManager:
+    """The one JobManager of this process for a run store (every browser session uses it; pages
+    keep it in ``st.cache_resource``). The first call marks runs left by an earlier process as
+    interrupted. Capacity from LAB_JOB_CAPACITY (default 1)."""
+    from lab.runs import default_db_path
+
+    key = str(Path(store_path if store_path is not None else default_db_path()).resolve())
+    with _SHARED_LOCK:
+        jm = _SHARED.get(key)
+        if jm is None:
+            kw.setdefault("capacity", int(os.environ.get("LAB_JOB_CAPACITY") or 1))
+            jm = _SHARED[key] = JobManager(key, **kw)
+            jm.mark_interrupted()
+        return jm
 
 
 def _as_pid(v) -> int | None:
@@ -320,4 +574,4 @@ def _end_group(pid: int, gone) -> None:
     send(signal.SIGKILL)
 
 
-__all__ = ["Job", "JobManager"]
+__all__ = ["Job", "JobManager", "shared", "processes_of", "overview", "slot_timeline", "log_tails"]
