@@ -1,10 +1,12 @@
 """Training: real multi-process runs of the current scenario, watched live from the run store."""
 
+import uuid
+
 import streamlit as st
 
 import ui
 from lab.figures import training as figs
-from lab.jobs import JobManager
+from lab.jobs import JobManager, shared
 from lab.models import MODEL_LABELS
 from lab.optim import OPTIMISER_LABELS
 from lab.runs import ACTIVE, JOB_WORKER, default_db_path, store
@@ -19,12 +21,11 @@ SPLIT_LABELS = {"even": "even", "weighted": "weighted by compute share", "dirich
 
 @st.cache_resource
 def manager(db: str) -> JobManager:
-    jm = JobManager(db)
-    jm.mark_interrupted()
-    return jm
+    return shared(db)  # one manager (and one fair queue) per run store, shared with the Jobs page
 
 
 sc = ui.scenario_sidebar()
+owner = st.session_state.setdefault("job_owner", uuid.uuid4().hex[:12])  # this session, for the fair queue
 jm = manager(str(default_db_path()))
 runs_store = store()
 st.title("Training")
@@ -77,13 +78,13 @@ with ui.guarded("the training settings"):
 b1, b2, _ = st.columns([1, 2, 3])
 if b1.button("Run", type="primary", key="train_run", icon=":material/play_arrow:"):
     with ui.guarded("starting the run"):
-        st.session_state["train_watch"] = jm.submit(sc, name=f"{sc.name} · {sc.training.optimizer}").run_id
+        st.session_state["train_watch"] = jm.submit(sc, name=f"{sc.name} · {sc.training.optimizer}", owner=owner).run_id
         st.rerun()
 if b2.button("Compare the three optimisers", key="train_compare3", icon=":material/compare_arrows:",
              help="Queues three runs of this scenario that differ only in the optimiser; they run one after another"):
     with ui.guarded("queueing the comparison"):
         jobs = jm.submit_many([(sc.replace(training=sc.training.replace(optimizer=o)), f"{sc.name} · {o}")
-                               for o in THREE])
+                               for o in THREE], owner=owner)
         st.session_state["train_watch"] = jobs[0].run_id
         st.session_state["cmp_runs"] = [j.run_id for j in jobs]
         st.rerun()
@@ -111,13 +112,17 @@ def live_view() -> None:
         st.rerun()
     if len(active):
         st.caption(f"Active jobs: {', '.join(f'{r.id} ({r.status})' for r in active.itertuples())}. "
-                   "At most one runs at a time; the others wait in the queue.")
+                   f"At most {jm.capacity} run(s) at a time; the others wait in a queue that takes every session in turn.")
     watch = st.session_state.get("train_watch")
     if watch not in set(runs.id):
         running = runs[runs.status == "running"]
         watch = (running if len(running) else runs).id.iloc[0]
     run = runs_store.get_run(watch)
     tr_w = run["scenario"]["training"]
+    place = jm.queue_position(watch) if run["status"] == "queued" else None
+    if place is not None:
+        whose = "Your job" if run["info"].get("owner") == owner else "This job (another session's)"
+        st.info(f"{whose} is number {place} in the queue.", icon=":material/hourglass_top:")
     done = runs_store.progress(watch)
     st.subheader(f"Run {watch}")
     st.progress(min(1.0, done / tr_w["steps"]), text=f"{run['status']}: step {done} of {tr_w['steps']} · "

@@ -1,0 +1,176 @@
+"""Jobs: seed C's job lifecycle on this machine (queue, placement on cores, heartbeats, alarms,
+restarts, logs, stop and release), and a what-if of the two scheduling policies on a topology."""
+
+import time
+import uuid
+
+import pandas as pd
+import streamlit as st
+
+import ui
+from lab import jobs as jobs_mod
+from lab.catalogue import PRESET_LABELS, preset
+from lab.figures import jobs as figs
+from lab.runs import ACTIVE, FINISHED, default_db_path, store
+from lab.scheduling import POLICIES, POLICY_LABELS, JobRequest, compare_policies, resource_groups
+from lab.train.launcher import heartbeat_timeout
+
+
+@st.cache_resource
+def manager(db: str) -> jobs_mod.JobManager:
+    return jobs_mod.shared(db)  # one manager per run store, shared by every session
+
+
+sc = ui.scenario_sidebar()
+owner = st.session_state.setdefault("job_owner", uuid.uuid4().hex[:12])
+jm = manager(str(default_db_path()))
+runs_store = store()
+st.title("Jobs")
+st.markdown(
+    "Every training job goes through seed C's lifecycle: **submitted** → **parsed** into a task manager (the "
+    "launcher), a parameter server where the sync mode has one, and compute workers → **scheduled** onto resource "
+    "groups (here: this machine's CPU cores, a few worker slots each) → **started** → data **split and shipped** → "
+    "**running**, watched through per-worker heartbeats → **ended** → resources **released**. A worker that dies or "
+    "hangs raises an **alarm**; the job then fails, or (policy *recover*) **restarts** from its last checkpoint "
+    f"without that worker. Everything in the job list is {ui.badge('measured')} from the run store.")
+st.caption(f"Queue: fair across sessions (round-robin by session, in order within one); at most {jm.capacity} "
+           f"job(s) at a time; placement policy {POLICY_LABELS[jm.policy]}; "
+           f"{jm.book.total} worker slots on {len(jm.book.groups)} core(s).")
+
+polling = bool(len(runs_store.list_runs(statuses=ACTIVE)))
+
+
+@st.fragment(run_every=1.0 if polling else None)
+def live() -> None:
+    with ui.guarded("the job list"):
+        live_view()
+
+
+def live_view() -> None:
+    table = jobs_mod.overview(runs_store, jm, owner)
+    if table.empty:
+        st.info("No jobs yet: start one on the Training page.")
+        return
+    if polling and not table.status.isin(ACTIVE).any():
+        st.rerun()
+    for r in table[(table.owner == "you") & table.queue.notna()].itertuples():
+        st.info(f"Your job {r.id} is number {int(r.queue)} in the queue.", icon=":material/hourglass_top:")
+    recent = runs_store.stages(list(table.id[table.status.isin(ACTIVE)]))
+    for a in recent[recent.stage == "alarm"].itertuples():
+        st.error(f"Alarm, job {a.run_id}, attempt {a.attempt}: {ui.plain(a.detail.get('summary', ''))} → "
+                 f"{ui.plain(a.detail.get('action', ''))}", icon=":material/notifications_active:")
+    shown = table.assign(**{c: pd.to_datetime(table[c], unit="s") for c in ("submitted", "start", "end")})
+    st.dataframe(shown, hide_index=True, key="jobs_table", column_config={
+        "queue": st.column_config.NumberColumn("queue (place)", format="%d"),
+        "queued_s": st.column_config.NumberColumn("waited (s)", format="%.1f"),
+        "ran_s": st.column_config.NumberColumn("ran (s)", format="%.1f"),
+        "submitted": st.column_config.DatetimeColumn("submitted (UTC)", format="HH:mm:ss"),
+        "start": st.column_config.DatetimeColumn("start (UTC)", format="HH:mm:ss"),
+        "end": st.column_config.DatetimeColumn("end (UTC)", format="HH:mm:ss"),
+        "restarts": st.column_config.NumberColumn("restarts (count)"),
+        "alarms": st.column_config.NumberColumn("alarms (count)")})
+    ui.caption("measured", "Times are wall-clock (UTC) from the run store; 'waited' is submission to start, "
+               "'ran' start to end; resources are the local slots the job manager gave it.")
+    rows, _ = jobs_mod.slot_timeline(runs_store, list(table.id[:20]))
+    if rows:
+        st.plotly_chart(figs.timeline_figure(rows, title="Which job held which local worker slot, when",
+                                             x_title="time since the first job shown was scheduled (s)"),
+                        key="jobs_timeline")
+        ui.caption("measured", "From each job's 'scheduled' and 'released' events.")
+    labels = {r.id: f"{r.id} · {r.status} · {r.name}" for r in table.itertuples()}
+    pick = st.selectbox("Job", list(labels), format_func=labels.get, key="jobs_pick")
+    details(pick)
+
+
+def details(rid: str) -> None:
+    run = runs_store.get_run(rid)
+    st.subheader(f"Job {rid}")
+    st.text(f"Name: {run['name']}")
+    b1, b2, _ = st.columns([1, 1, 4])
+    if b1.button("Stop", key="jobs_stop", icon=":material/stop:", disabled=run["status"] not in ACTIVE):
+        jm.stop(rid, by="the Stop button")
+        st.rerun()
+    if b2.button("Release", key="jobs_release", icon=":material/cleaning_services:",
+                 disabled=run["status"] not in FINISHED,
+                 help="Kill anything left of the job, delete its intermediate checkpoints (final.pt and logs stay)"):
+        done = jm.release(rid)
+        st.success(f"Released: {len(done['killed'])} process(es) ended, "
+                   f"{done['checkpoint_files_removed']} checkpoint file(s) removed.")
+    if run["error"]:
+        (st.warning if run["status"] == "stopped" else st.error)(ui.plain(run["error"].splitlines()[0]))
+    ev = runs_store.stages(rid)
+    if len(ev):
+        st.plotly_chart(figs.stages_figure(ev.to_dict("records"), {rid: rid}), key="jobs_stages")
+        t0 = ev.t.iloc[0]
+        st.dataframe(pd.DataFrame({
+            "stage": ev.stage, "time since submitted (s)": ev.t - t0, "attempt": ev.attempt, "step": ev.step,
+            "worker": ev.worker, "detail": [_summary(d) for d in ev.detail]}), hide_index=True, key="jobs_stage_table",
+            column_config={"time since submitted (s)": st.column_config.NumberColumn(format="%.2f")})
+        ui.caption("measured", "Lifecycle events as the job manager, the launcher and rank 0 recorded them.")
+    beats = runs_store.heartbeats(rid)
+    if run["status"] == "running" and len(beats):
+        now = time.time()
+        st.plotly_chart(figs.heartbeat_figure(list(beats.worker), list(now - beats.progress_t.fillna(now)),
+                                              list(beats.phase.fillna("")), heartbeat_timeout()), key="jobs_beats")
+        ui.caption("measured", "comm: waiting for its peers (not blamed); busy: computing. A busy worker past the "
+                   "line is declared hung; one whose heartbeat file stops changing, frozen.")
+    tails = jobs_mod.log_tails(jm, rid)
+    if tails:
+        st.markdown("**Log tail per worker**")
+        for tab, (who, text) in zip(st.tabs(list(tails)), tails.items()):
+            tab.code(text or "(empty)", language=None)
+
+
+def _summary(d: dict) -> str:
+    keys = ("summary", "action", "policy", "groups", "rank_cpus", "world", "workers", "shard_sizes", "status",
+            "worker_processes_left", "from_checkpoint", "exact", "kind", "by", "owner")
+    return "; ".join(f"{k}: {d[k]}" for k in keys if k in d and d[k] not in (None, "", [], {}))[:300]
+
+
+live()
+
+# ---------------------------------------------------------------- what-if
+st.header("What if: several jobs on a topology's resource groups")
+st.markdown("Seed C's two policies, played on the resource groups (one hardware type each) of a topology. A job "
+            "needs *tasks* devices and an amount of *work*; it runs as fast as its slowest device "
+            "(synchronous data parallelism): duration = work / (tasks × slowest device's matmul FLOP/s). "
+            f"Everything here is {ui.badge('modelled')}.")
+with ui.guarded("the scheduling what-if"):
+    names = ["scenario"] + list(PRESET_LABELS)
+    which = st.selectbox("Topology", names, index=names.index("gpu-npu"), key="jobs_topo",
+                         format_func=lambda n: "the scenario's topology" if n == "scenario" else PRESET_LABELS[n])
+    topo = sc.topology if which == "scenario" else preset(which)
+    groups = resource_groups(topo)
+    st.dataframe(pd.DataFrame({"group": [g.name for g in groups], "hardware type": [g.type for g in groups],
+                               "devices (count)": [g.size for g in groups],
+                               "matmul per device (TFLOP/s)": [g.speed / 1e12 for g in groups]}),
+                 hide_index=True, key="jobs_groups")
+    default = pd.DataFrame({"job": ["A-1", "A-2", "B-1", "C-1", "B-2", "C-2"], "owner": list("AABCBC"),
+                            "tasks": [4, 2, 3, 1, 4, 2], "work (PFLOP)": [2.0, 1.0, 1.5, 0.3, 2.0, 0.5],
+                            "submit (s)": [0.0, 0.0, 0.0, 5.0, 10.0, 20.0], "type": ["any"] * 6})
+    types = ["any"] + sorted({g.type for g in groups})
+    edited = st.data_editor(default, num_rows="dynamic", key="jobs_whatif", hide_index=True, column_config={
+        "tasks": st.column_config.NumberColumn("tasks (devices)", min_value=1, max_value=64, step=1),
+        "work (PFLOP)": st.column_config.NumberColumn(min_value=0.001, max_value=1e6),
+        "submit (s)": st.column_config.NumberColumn(min_value=0.0, max_value=1e6),
+        "type": st.column_config.SelectboxColumn("device type", options=types)})
+    cap = st.number_input("At most this many jobs at once (0: no limit)", 0, 100, 0, key="jobs_maxrun")
+    reqs = [JobRequest(str(r["job"]), int(r["tasks"]), str(r["owner"]), float(r["submit (s)"]),
+                       work=float(r["work (PFLOP)"]) * 1e15, type=None if r["type"] in (None, "any") else r["type"])
+            for r in edited.dropna(subset=["job", "tasks", "work (PFLOP)", "submit (s)"]).to_dict("records")]
+    schedules = compare_policies(groups, reqs, cap or None)
+    devices = [d for g in groups if g.speed > 0 for d in g.devices]
+    cols = st.columns(len(POLICIES))
+    for col, p in zip(cols, POLICIES):
+        s = schedules[p]
+        col.plotly_chart(figs.timeline_figure(s.rows(), title=POLICY_LABELS[p], resources=devices,
+                                              x_title="simulated time (s)"), key=f"jobs_sim_{p}")
+        col.metric("Makespan (s)", f"{s.makespan:.1f}")
+        col.metric("Mean wait in the queue (s)", f"{s.mean_wait:.1f}")
+        col.metric("Device utilisation (%)", f"{100 * s.utilisation:.0f}")
+        if s.unplaceable:
+            col.warning("Too large for this policy even on the empty groups (never start): " + ", ".join(s.unplaceable))
+    ui.caption("modelled", "Jobs start in fair order (round-robin over owners) wherever they fit now; a job that "
+               "does not fit is passed over. Uniform spreads a job over groups of different speeds, so it runs at "
+               "the slowest group's pace; resource-state keeps it in one group but cannot start a job larger than "
+               "every group.")
