@@ -35,6 +35,8 @@ from lab.errors import LabError
 #: Python calls and thread wake-ups that gloo's C++ loop does not pay.
 PIECE_BYTES = 8 << 20
 MIN_PIECE_BYTES = 1 << 20
+#: Reduce-scatter pieces: small enough that the received piece is still in cache when it is added.
+REDUCE_PIECE_BYTES = 2 << 20
 #: Pieces in flight each way: piece i - LAG is finished before piece i is sent.
 LAG = 2
 #: Receives posted ahead of the piece about to be sent.
@@ -150,10 +152,15 @@ def ring_allreduce(tensor: torch.Tensor, op: str = "sum", *, group=None,
     flat = tensor.view(-1) if tensor.is_contiguous() else tensor.contiguous().view(-1)
     item = flat.element_size()
     bounds = chunk_bounds(flat.numel(), n)
-    piece = max(1, (piece_bytes or PIECE_BYTES) // item)
-    pieces_per_chunk = -(-bounds[0][1] // piece)
-    if piece_bytes is None and bounds[0][1] * item >= 2 * MIN_PIECE_BYTES:
-        pieces_per_chunk = max(2, pieces_per_chunk)
+
+    def pieces_per_chunk(limit: int) -> int:
+        m = max(1, -(-bounds[0][1] // max(1, limit // item)))
+        if piece_bytes is None and bounds[0][1] * item >= 2 * MIN_PIECE_BYTES:
+            m = max(2, m)
+        return m
+
+    m_rs = pieces_per_chunk(piece_bytes or REDUCE_PIECE_BYTES)
+    m_ag = pieces_per_chunk(piece_bytes or PIECE_BYTES)
     sent = received = msent = mrecv = 0
     delayed = 0.0
 
@@ -185,20 +192,20 @@ def ring_allreduce(tensor: torch.Tensor, op: str = "sum", *, group=None,
     # iteration, so the ring cannot deadlock. Reduce-scatter pieces land in L + AHEAD
     # piece-sized scratch slots that stay in cache while they are added; all-gather pieces are
     # received in place, all posted at once.
-    m = max(1, pieces_per_chunk)
-    lag = min(LAG, m)
     ahead = max(1, AHEAD)
-    slots = lag + ahead
-    slot = -(-bounds[0][1] // m)
+    slots = min(LAG, m_rs) + ahead
+    slot = -(-bounds[0][1] // m_rs)
     scratch = _scratch(slots * slot, flat.dtype)
 
-    def pieces_of(chunk: int) -> list[torch.Tensor]:
+    def pieces_of(chunk: int, m: int) -> list[torch.Tensor]:
         o0, length = bounds[chunk % n]
         return [flat[o0 + o:o0 + o + l] for o, l in chunk_bounds(length, m)]
 
     def run(recv_views: list, first: list, reduce: bool) -> None:
         """Receive ``recv_views`` in order (into scratch then add, or in place) while sending
         ``first`` and then every received piece except those of the final step."""
+        m = len(first)
+        lag = min(LAG, m)
         send_seq = first + recv_views[:len(recv_views) - m]
         nr = len(recv_views)
         rq: list = [None] * nr
@@ -240,12 +247,12 @@ def ring_allreduce(tensor: torch.Tensor, op: str = "sum", *, group=None,
     # Step s receives chunk (r - s - 1) (added into place) and sends chunk (r - s), which it
     # finished adding at step s - 1: a piece goes on as soon as it is added, so the steps
     # overlap (gloo's own ring does the same with two 1 MiB segments in flight).
-    rs = [v for s in range(n - 1) for v in pieces_of(rank - s - 1)]
-    run(rs, pieces_of(rank), reduce=True)
+    rs = [v for s in range(n - 1) for v in pieces_of(rank - s - 1, m_rs)]
+    run(rs, pieces_of(rank, m_rs), reduce=True)
     # ---- all-gather: forward the finished chunks round the ring, received in place ----
     # Step s receives chunk (r - s) and sends chunk (r + 1 - s), the one it received at s - 1.
-    ag = [v for s in range(n - 1) for v in pieces_of(rank - s)]
-    run(ag, pieces_of(rank + 1), reduce=False)
+    ag = [v for s in range(n - 1) for v in pieces_of(rank - s, m_ag)]
+    run(ag, pieces_of(rank + 1, m_ag), reduce=False)
     if flat.data_ptr() != tensor.data_ptr() or not tensor.is_contiguous():
         tensor.copy_(flat.view_as(tensor))
     BYTES.add(sent, received, msent, mrecv)
