@@ -1,15 +1,16 @@
 """The lab's own ring all-reduce, built from point-to-point send/recv over torch.distributed.
 
 Reduce-scatter (N-1 steps) then all-gather (N-1 steps), exactly the schedule that
-:func:`lab.collectives.ring_schedule` draws: at reduce-scatter step ``s`` rank ``r`` sends chunk
+:func:`lab.collectives.build_schedule` draws for ``"ring"``: at reduce-scatter step ``s`` rank ``r`` sends chunk
 ``(r - s) mod N`` to rank ``r + 1`` and adds chunk ``(r - s - 1) mod N`` received from ``r - 1``;
 at all-gather step ``s`` it forwards chunk ``(r + 1 - s) mod N`` and receives chunk ``(r - s) mod N``
 straight into place.
 
 Speed: the buffer is one flat contiguous tensor and every chunk and piece is a view of it (no
-copies). Chunks travel in pieces (:data:`PIECE_BYTES`) in a lock-step pipeline like gloo's own
-ring: a piece is forwarded as soon as the one before it has been added, so transfers and
-additions of consecutive pieces and steps overlap, with :data:`LAG` pieces in flight each way.
+copies). Chunks travel in pieces (:data:`REDUCE_PIECE_BYTES`, :data:`PIECE_BYTES`) in a
+lock-step pipeline like gloo's own ring: a piece is forwarded as soon as it has been added, so
+transfers and additions of consecutive pieces and steps overlap, with :data:`LAG` pieces in
+flight each way. The receive scratch buffer is reused across calls.
 Sends and receives are non-blocking (the process group's isend/irecv), and every wait is for
 something the neighbour has already started, so neighbours never deadlock.
 
@@ -30,9 +31,9 @@ import torch.distributed as dist
 from lab.errors import LabError
 
 #: Chunks travel in pieces of at most this many bytes, and in at least two pieces when a chunk
-#: has 2 x MIN_PIECE_BYTES or more (so transfers and additions overlap). Measured on a shared
-#: 2-core machine, fewer and larger pieces beat gloo's 1 MiB segments here: every piece costs
-#: Python calls and thread wake-ups that gloo's C++ loop does not pay.
+#: has 2 x MIN_PIECE_BYTES or more (so transfers and additions overlap). On a shared 2-core
+#: machine, fewer and larger pieces did better than gloo's 1 MiB segments (noisy measurements):
+#: every piece costs Python calls and thread wake-ups that gloo's C++ loop does not pay.
 PIECE_BYTES = 8 << 20
 MIN_PIECE_BYTES = 1 << 20
 #: Reduce-scatter pieces: small enough that the received piece is still in cache when it is added.
