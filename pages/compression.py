@@ -1,5 +1,7 @@
 """Compression: Group-TopK and its sparse ring, byte-true accounting, and the Cholesky claim tested."""
 
+import uuid
+
 import numpy as np
 import pandas as pd
 import streamlit as st
@@ -12,7 +14,7 @@ from lab.compress import COMPRESSOR_LABELS, evaluate, generated_gradients, make_
 from lab.figures import compression as figs
 from lab.figures.topology import fmt_seconds
 from lab.errors import LabError
-from lab.jobs import JobManager
+from lab.jobs import JobManager, shared
 from lab.models import MODEL_LABELS, MODEL_NAMES
 from lab.runs import ACTIVE, default_db_path, store
 from lab.scenario import Compression
@@ -196,15 +198,14 @@ st.markdown(
 
 @st.cache_resource
 def manager(db: str) -> JobManager:
-    jm = JobManager(db)
-    jm.mark_interrupted()
-    return jm
+    return shared(db)  # one manager (and one fair queue) per run store, shared with the Jobs page
 
 
 c1, c2 = st.columns([1, 3])
 if c1.button("Queue the 9 runs", type="primary", key="cp_grid_run", icon=":material/grid_view:"):
     with ui.guarded("queueing the grid"):
-        jobs = manager(str(default_db_path())).submit_many(grid_scenarios(sc))
+        owner = st.session_state.setdefault("job_owner", uuid.uuid4().hex[:12])  # as the Training page
+        jobs = manager(str(default_db_path())).submit_many(grid_scenarios(sc), owner=owner)
         st.session_state["cp_grid_runs"] = st.session_state["cmp_runs"] = [j.run_id for j in jobs]
 c2.page_link("pages/compare.py", label="Compare them: loss, accuracy, bytes and time",
              icon=":material/compare_arrows:")

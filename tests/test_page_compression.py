@@ -102,7 +102,7 @@ def grid_table(page):
 def test_grid_button_queues_nine_runs_then_they_are_stopped(lab_db):
     import time
 
-    from lab.jobs import JobManager
+    from lab.jobs import shared
     from lab.runs import RunStore
     from lab.train.compressed import GRID_OPTIMISERS, variant_of
     from tests.test_train import processes_with
@@ -121,10 +121,11 @@ def test_grid_button_queues_nine_runs_then_they_are_stopped(lab_db):
     comps = [store.get_run(r)["scenario"]["training"]["compression"] for r in ids]
     assert sorted(c["kind"] for c in comps).count("group_topk") == 6 and {c["ratio"] for c in comps
                                                                          if c["kind"] == "group_topk"} == {0.01}
-    # stop them all: the queued ones first (so none starts), then whatever runs; no process is left
-    jm = JobManager(lab_db)
-    for rid in sorted(ids, key=lambda r: store.status(r) == "running"):
-        jm.stop(rid)
+    # the page queued them on the shared manager of this run store (the Training page's): stop them
+    # all there, the queued ones first (so none starts), then whatever runs; no process is left
+    jm = shared(lab_db)
+    assert set(ids) <= set(jm.queued()) | set(jm.running())
+    jm.shutdown()
     deadline = time.monotonic() + 30
     while any(processes_with(r) for r in ids) and time.monotonic() < deadline:
         time.sleep(0.3)
