@@ -42,6 +42,8 @@ REDUCE_PIECE_BYTES = 2 << 20
 LAG = 2
 #: Receives posted ahead of the piece about to be sent.
 AHEAD = 1
+#: Up to this many bytes of reduce-scatter receives, all are posted at once.
+ALL_AHEAD_BYTES = 8 << 20
 
 LinkDelay = Callable[[int, int, int], float]
 
@@ -193,9 +195,12 @@ def ring_allreduce(tensor: torch.Tensor, op: str = "sum", *, group=None,
     # iteration, so the ring cannot deadlock. Reduce-scatter pieces land in L + AHEAD
     # piece-sized scratch slots that stay in cache while they are added; all-gather pieces are
     # received in place, all posted at once.
-    ahead = max(1, AHEAD)
-    slots = min(LAG, m_rs) + ahead
     slot = -(-bounds[0][1] // m_rs)
+    n_rs = (n - 1) * m_rs
+    # small buffers: post every reduce-scatter receive at once (no piece ever waits for its
+    # receive to be announced, which is what small messages are most sensitive to)
+    ahead = n_rs if n_rs * slot * item <= ALL_AHEAD_BYTES else max(1, AHEAD)
+    slots = min(n_rs, min(LAG, m_rs) + ahead)
     scratch = _scratch(slots * slot, flat.dtype)
 
     def pieces_of(chunk: int, m: int) -> list[torch.Tensor]:
