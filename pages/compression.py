@@ -188,12 +188,10 @@ with ui.guarded("the Cholesky section"):
 # ---------------------------------------------------------------- training runs: the preset grid
 st.header("Training with compression")
 sharing = comp.sharing if comp.sharing != "dense" else "sparse_allgather"
-st.markdown(
-    "Real training runs of the current scenario, gradient all-reduce over the lab's ring: the seed's three "
-    "optimisers × (dense, Group-TopK 1 %, Group-TopK 1 % with error feedback), 9 runs queued one after another. "
-    f"Group-TopK uses the scenario's group size ({comp.group_size}) and shares by **{SHARING_LABELS[sharing]}**; "
-    "every byte is counted from the real messages. Turn emulation on (Training page; the edge preset has "
-    "100 Mbit/s links) to see what the links cost; `bench/bench_compress_train.py` measures exactly that.")
+st.markdown(f"The current scenario trained for real (gradient all-reduce, the lab's ring) with the seed's three "
+            "optimisers × (dense, Group-TopK 1 %, Group-TopK 1 % + error feedback): 9 runs, queued in turn. Group "
+            f"size {comp.group_size}, shared by **{SHARING_LABELS[sharing]}**; bytes counted from the real messages. "
+            "Emulate the edge preset's 100 Mbit/s links (Training page) to see what links cost.")
 
 
 @st.cache_resource
@@ -207,8 +205,7 @@ if c1.button("Queue the 9 runs", type="primary", key="cp_grid_run", icon=":mater
         owner = st.session_state.setdefault("job_owner", uuid.uuid4().hex[:12])  # as the Training page
         jobs = manager(str(default_db_path())).submit_many(grid_scenarios(sc), owner=owner)
         st.session_state["cp_grid_runs"] = st.session_state["cmp_runs"] = [j.run_id for j in jobs]
-c2.page_link("pages/compare.py", label="Compare them: loss, accuracy, bytes and time",
-             icon=":material/compare_arrows:")
+c2.page_link("pages/compare.py", label="Compare them: loss, accuracy, bytes, time", icon=":material/compare_arrows:")
 grid_ids = st.session_state.get("cp_grid_runs", [])
 polling = bool(grid_ids) and store().list_runs(statuses=ACTIVE).id.isin(grid_ids).any()
 
@@ -219,15 +216,12 @@ def grid_view() -> None:
         rows = grid_results(store(), grid_ids)
         if polling and not any(r["status"] in ACTIVE for r in rows):
             st.rerun()
-        if not rows:
-            return
-        done = [r for r in rows if r["status"] == "done"]
-        if done:
+        if done := [r for r in rows if r["status"] == "done"]:
             st.plotly_chart(figs.grid_figure(done), key="cp_grid_fig")
-        st.dataframe(pd.DataFrame(grid_table(rows)), hide_index=True, key="cp_grid_table")
-        ui.caption("emulated" if sc.training.emulate else "measured",
-                   "Measured in the runs (bytes from the real messages; times on this shared machine, with "
-                   "emulated link waits when emulation is on). Steps: count.")
+        if rows:
+            st.dataframe(pd.DataFrame(grid_table(rows)), hide_index=True, key="cp_grid_table")
+            ui.caption("emulated" if sc.training.emulate else "measured", "Measured in the runs (bytes from the "
+                       "real messages; times on this shared machine, emulated link waits included). Steps: count.")
 
 
 grid_view()
