@@ -146,7 +146,9 @@ if setup is not None:
         ui.caption("modelled", "sync: the host starts the all-reduce when the last device is done; async: each "
                                "device starts when it is done and waits only for the devices it exchanges with. "
                                "Compute time = work / the device's matmul FLOP/s (edit the table); messages take "
-                               "their lock-step times; idle = neither computing nor communicating.")
+                               "their lock-step times; idle = neither computing nor communicating; blue over grey = a "
+                               "message arriving while the device still computes. A ring waits for its slowest "
+                               "device either way: async saves only what can move before it is done.")
 
     st.subheader("Measured on this machine")
     st.markdown("Real processes on this machine's CPU (gloo over loopback): the lab's ring (`lab.comm.ring_allreduce`, "
