@@ -92,6 +92,7 @@ class JobManager:
         self.started_at = time.time()
         self._queue: list[tuple[str, str]] = []  # (run id, owner), in submission order
         self._last_owner: str | None = None
+        self._ring: list[str] = []  # every owner seen, in order of first submission: whose turn is next
         self._running: dict[str, subprocess.Popen] = {}
         self._files: dict[str, tuple[Path, object]] = {}
         self._lock = threading.RLock()
@@ -147,6 +148,8 @@ class JobManager:
             self.store.add_stage(rid, "parsed", detail=parse_job(sc))
             with self._lock:
                 self._queue.append((rid, owner))
+                if owner not in self._ring:
+                    self._ring.append(owner)
             jobs.append(Job(rid))
         self._ensure_thread()
         self._schedule()
@@ -181,7 +184,8 @@ class JobManager:
                     self._finish(rid, p)
             while len(self._running) < self.capacity and self._queue:
                 started = False
-                for rid, owner in fair_order(self._queue, owner_of=lambda q: q[1], after=self._last_owner):
+                for rid, owner in fair_order(self._queue, owner_of=lambda q: q[1], after=self._last_owner,
+                                             ring=self._ring):
                     try:
                         run = self.store.get_run(rid)
                     except LabError:  # deleted while it waited
@@ -271,7 +275,8 @@ class JobManager:
     def queued(self) -> list[str]:
         """Queued run ids in the order they will be considered (fair across owners)."""
         with self._lock:
-            return [rid for rid, _ in fair_order(self._queue, owner_of=lambda q: q[1], after=self._last_owner)]
+            return [rid for rid, _ in fair_order(self._queue, owner_of=lambda q: q[1], after=self._last_owner,
+                                                 ring=self._ring)]
 
     def queue_position(self, run_id: str) -> int | None:
         """1 = next to start; None when the run is not waiting in this manager's queue."""

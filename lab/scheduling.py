@@ -202,16 +202,21 @@ def place(tasks: int, free: Mapping[str, int], policy: str = "uniform") -> dict[
     return out
 
 
-def fair_order(items: Sequence, owner_of=lambda j: j.owner, after: str | None = None) -> list:
-    """Round-robin over owners (in the order each owner's first item appears; starting with the
-    owner after ``after``), first in first out within an owner."""
+def fair_order(items: Sequence, owner_of=lambda j: j.owner, after: str | None = None,
+               ring: Sequence[str] | None = None) -> list:
+    """Round-robin over owners, first in first out within an owner. The owners take turns in the
+    order of ``ring`` (every owner ever seen, in order of first arrival; default: the order their
+    first item appears here), starting with the one after ``after`` (the owner served last), even
+    when ``after`` has nothing left in the queue."""
     queues: dict[str, list] = {}
     for it in items:
         queues.setdefault(owner_of(it), []).append(it)
-    owners = list(queues)
-    if after in owners:
-        i = owners.index(after) + 1
-        owners = owners[i:] + owners[:i]
+    base = list(dict.fromkeys(ring or ()))
+    base += [o for o in queues if o not in base]
+    if after in base:
+        i = base.index(after) + 1
+        base = base[i:] + base[:i]
+    owners = [o for o in base if o in queues]
     out = []
     depth = 0
     while len(out) < len(items):
@@ -257,15 +262,18 @@ def simulate(groups: Sequence[Group], jobs: Sequence[JobRequest], policy: str = 
     queue: list[JobRequest] = []
     out: list[Allocation] = []
     now, last_owner = 0.0, None
+    ring: list[str] = []
     while pending or queue or running:
         while pending and pending[0].submit <= now + 1e-12:
             queue.append(pending.pop(0))
+            if queue[-1].owner not in ring:
+                ring.append(queue[-1].owner)
         started = True
         while started and queue:
             started = False
             if max_running is not None and len(running) >= max_running:
                 break
-            for j in fair_order(queue, after=last_owner):
+            for j in fair_order(queue, after=last_owner, ring=ring):
                 el = eligible(j)
                 where = place(j.tasks, {g: len(free_dev[g]) for g in el}, policy)
                 if where is None:

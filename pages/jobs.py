@@ -37,6 +37,26 @@ st.caption(f"Queue: fair across sessions (round-robin by session, in order withi
            f"job(s) at a time; placement policy {POLICY_LABELS[jm.policy]}; "
            f"{jm.book.total} worker slots on {len(jm.book.groups)} core(s).")
 
+with st.expander("Watch a failure: start a job with an injected fault", icon=":material/bolt:"):
+    tr = sc.training
+    c1, c2, c3, c4, c5 = st.columns(5)
+    kind = c1.selectbox("Fault", ["kill", "hang", "raise"], key="jobs_fault", help="kill: SIGKILL; hang: sleeps "
+                        "forever (found by its heartbeat); raise: an exception")
+    workers = max(2, tr.workers)
+    who = c2.number_input("Worker (rank)", 0, workers - 1, min(1, workers - 1), key="jobs_fault_worker")
+    at_step = c3.number_input("At step", 1, 100_000, 7, key="jobs_fault_step")
+    policy = c4.selectbox("Policy", ["recover", "fail"], key="jobs_fault_policy",
+                          help="recover: restart from the last checkpoint without the failed worker")
+    every = c5.number_input("Checkpoint every (steps)", 0, 100_000, 5, key="jobs_fault_ck")
+    if st.button("Start the job", key="jobs_fault_run", icon=":material/play_arrow:"):
+        with ui.guarded("starting the fault drill"):
+            drill = tr.replace(workers=workers, steps=max(tr.steps, at_step + 10), fault=kind, fault_worker=who,
+                               fault_step=at_step, fault_policy=policy, checkpoint_every=every)
+            job = jm.submit(sc.replace(training=drill), name=f"{sc.name} · {kind} worker {who} at step {at_step}",
+                            owner=owner)
+            st.session_state["jobs_pick"] = job.run_id
+            st.rerun()
+
 polling = bool(len(runs_store.list_runs(statuses=ACTIVE)))
 
 

@@ -124,6 +124,8 @@ def test_the_queue_is_fair_across_sessions(lab_db):
         jm.stop(blocker.run_id)
         wait_for(lambda: "scheduled" in stages(store, b1.run_id), what="the next job to be scheduled")
         assert "scheduled" not in stages(store, c1.run_id) + stages(store, a2.run_id)
+        # B has nothing left, yet the turn passes on to C (not back to A, who queued most)
+        assert jm.queued() == [c1.run_id, a2.run_id, a3.run_id]
     finally:
         jm.shutdown()
     for j in (blocker, a2, a3, b1, c1):

@@ -186,3 +186,31 @@ def test_queue_place_and_stop_from_the_pages(lab_db):
     while processes_of(blocker.run_id) and time.monotonic() < deadline:
         time.sleep(0.2)
     assert processes_of(blocker.run_id) == []
+
+
+def test_a_fault_drill_is_started_from_the_page(lab_db):
+    jm = jobs_mod.shared(lab_db)
+    at = app("me")
+    at.selectbox(key="jobs_fault").set_value("raise")
+    at.number_input(key="jobs_fault_worker").set_value(1)
+    at.number_input(key="jobs_fault_step").set_value(3)
+    at.selectbox(key="jobs_fault_policy").set_value("fail")
+    at.number_input(key="jobs_fault_ck").set_value(2)
+    at.button(key="jobs_fault_run").click().run()
+    assert not at.exception
+    store = RunStore(lab_db)
+    try:
+        rid = at.session_state["jobs_pick"]
+        run = store.get_run(rid)
+        tr = run["scenario"]["training"]
+        assert (tr["fault"], tr["fault_worker"], tr["fault_step"], tr["fault_policy"], tr["checkpoint_every"]) == \
+            ("raise", 1, 3, "fail", 2)
+        assert tr["workers"] == 2 and tr["steps"] >= 13 and run["info"]["owner"] == "me"
+        assert jm.wait(rid, timeout=240) == "failed"
+        assert "injected fault: worker 1 raised at step 3" in store.get_run(rid)["error"]
+        at.run()
+        assert not at.exception
+        assert frame(at, "owner").set_index("id").alarms[rid] == 1
+    finally:
+        jm.shutdown()
+    assert processes_of(rid) == []

@@ -85,6 +85,19 @@ def test_fair_order_is_round_robin_over_owners():
     assert [j.name for j in fair_order(jobs)] == ["A1", "B1", "C1", "A2", "C2", "A3"]
     assert [j.name for j in fair_order(jobs, after="A")] == ["B1", "C1", "A1", "C2", "A2", "A3"]
     assert fair_order([]) == []
+    # the owner served last has nothing left: the turn still passes on round the ring, not back to A
+    rest = [j for j in jobs if j.name != "B1"]
+    assert [j.name for j in fair_order(rest, after="B", ring=["A", "B", "C"])] == ["C1", "A1", "C2", "A2", "A3"]
+    assert [j.name for j in fair_order(rest, after="B")] == ["A1", "C1", "A2", "C2", "A3"]  # B unknown: no ring
+
+
+def test_a_greedy_owner_does_not_get_every_other_turn():
+    """o0 queues four jobs before o1, o2, o3 queue one each: o0, o1, o2, o3, then o0's others."""
+    gs = groups(g=1)
+    jobs = [JobRequest(f"o0-{k}", 1, "o0", submit=0.0, duration=1) for k in range(4)]
+    jobs += [JobRequest(f"o{o}", 1, f"o{o}", submit=0.1 * o, duration=1) for o in (1, 2, 3)]
+    order = [a.owner for a in simulate(gs, jobs, "uniform").allocations]
+    assert order == ["o0", "o1", "o2", "o3", "o0", "o0", "o0"]
 
 
 # ----- the what-if -----------------------------------------------------------------------------
