@@ -53,7 +53,7 @@ import numpy as np
 
 from lab.errors import LabError
 
-PROFILE_VERSION = 2
+PROFILE_VERSION = 3
 COMPUTE_CLASSES = ("matmul", "conv", "elementwise", "norm", "pool", "other")
 OPTIMIZER_KINDS = ("adam", "adabelief", "maxadabelief", "maxadabelief-corrected")
 COMPRESSOR_KEYS = ("none", "group_topk", "topk", "randomk", "fp16")
@@ -78,7 +78,6 @@ CALIBRATION_NETS: tuple[tuple[str, dict], ...] = (
     ("EncoderBlock", {"d_model": 48, "d_ff": 96}),
 )
 CALIBRATION_BATCHES = (16, 64)
-QUICK_NETS = (0, 3, 7, 9, 12)  # indices of CALIBRATION_NETS timed with N processes at once
 
 
 # ---------------------------------------------------------------------------------------------
@@ -156,9 +155,9 @@ class MachineProfile:
     contention: dict  # {procs (str): CPU-time inflation of compute with N processes at once}
     allreduce: dict  # {procs: {"gloo" | "ring": CommFit}} measured inside training-like cycles
     sharing: dict  # {procs: {method: SharingFit}} measured inside training-like cycles
-    jitter: dict  # {procs: LinearCost: mean idle = fixed + per_unit x compute CPU seconds}
+    jitter: dict  # {procs: LinearCost: mean idle of equal workers (fixed, seconds)}
+    remainder: dict  # {procs: LinearCost: rest of the step: loop, ranks ending apart (fixed, seconds)}
     measured_allreduce: dict  # {procs: {"gloo" | "ring": CommFit}} from lab.comm.measure (barrier first)
-    probe: dict  # {procs: {"compute", "cpu", "comm", "idle", "cycle"}}: the load probe at calibration time
     settings: dict = field(default_factory=dict)
     notes: list = field(default_factory=list)
 
@@ -205,6 +204,9 @@ class MachineProfile:
     def jitter_cost(self, procs: int) -> LinearCost:
         return self._nearest(self.jitter, procs) if procs > 1 and self.jitter else LinearCost()
 
+    def remainder_cost(self, procs: int) -> LinearCost:
+        return self._nearest(self.remainder, procs) if procs > 1 and self.remainder else LinearCost()
+
     @property
     def procs(self) -> list[int]:
         return sorted(int(k) for k in self.contention)
@@ -240,7 +242,7 @@ class MachineProfile:
                                        for p, t in d["measured_allreduce"].items()}
             d["sharing"] = {p: {k: SharingFit(**v) for k, v in t.items()} for p, t in d["sharing"].items()}
             d["jitter"] = {p: LinearCost(**v) for p, v in d["jitter"].items()}
-            d["probe"] = {str(p): {k: float(v) for k, v in t.items()} for p, t in d["probe"].items()}
+            d["remainder"] = {p: LinearCost(**v) for p, v in d["remainder"].items()}
             prof = MachineProfile(**d)
         except LabError:
             raise
@@ -656,7 +658,29 @@ def _cycle_case(rank: int, world: int, net: int, batch: int, kind: tuple, repeat
             "bytes_sent": med(r[:, 5]), "hops": med(r[:, 6]), "numel": int(h.gflat.numel()), "cpu": med(r[:, 8])}
 
 
-def _procs_worker(rank: int, world: int, port: int, out_dir: str, nets: list | None, repeat: int) -> None:
+#: Training-like cycles with N processes: collective label -> (calibration network, batch) cases.
+CYCLE_CASES: dict[str, tuple[tuple[int, int], ...]] = {
+    "gloo": ((0, 16), (3, 16), (7, 16), (12, 16)),
+    "ring": ((3, 16),),
+    "sparse_allgather": ((3, 16), (7, 16)),
+    "sparse_ring": ((3, 16),),
+    "dense": ((3, 16),),
+}
+CYCLE_REPEAT = 50  # cycles per case: a steady state, as in a run (short bursts after a barrier run slow)
+
+
+def cycle_cases(nets: Sequence[int] | None = None) -> list[tuple[str, int, int]]:
+    """(collective label, network, batch) of the cycles; with ``nets``, only cases of those networks
+    (each collective keeps at least one case, on the first of ``nets``)."""
+    out = []
+    for label, cases in CYCLE_CASES.items():
+        sel = [c for c in cases if nets is None or c[0] in nets] or ([(nets[0], 16)] if nets else list(cases[:1]))
+        out += [(label, n, b) for n, b in sel]
+    return out
+
+
+def _procs_worker(rank: int, world: int, port: int, out_dir: str, nets: list | None, repeat: int,
+                  cases: list | None = None) -> None:
     """One of N calibration processes (spawned by :func:`measure_procs`). One process: the compute,
     optimiser and compressor benchmarks. Several: training-like cycles of each collective."""
     import torch.distributed as dist
@@ -670,13 +694,8 @@ def _procs_worker(rank: int, world: int, port: int, out_dir: str, nets: list | N
         if world == 1:
             result["local"] = measure_all_local(nets=nets, repeat=repeat)
         else:
-            rows = []
-            for kind in CYCLE_KINDS:
-                dense = kind[0] == "gloo"
-                for net in (nets if dense else nets[::2]):
-                    for b in (CALIBRATION_BATCHES if dense else CALIBRATION_BATCHES[:1]):
-                        rows.append(_cycle_case(rank, world, net, b, kind, repeat))
-            result["cycles"] = rows
+            kinds = {k[0]: k for k in CYCLE_KINDS}
+            result["cycles"] = [_cycle_case(rank, world, net, b, kinds[label], repeat) for label, net, b in cases]
         dist.barrier()
     except Exception as exc:  # noqa: BLE001 - reported to the coordinator
         result["error"] = f"{type(exc).__name__}: {exc}"
@@ -689,8 +708,10 @@ def _procs_worker(rank: int, world: int, port: int, out_dir: str, nets: list | N
 
 
 def measure_procs(procs: int, nets: Sequence[int] | None = None, repeat: int = 15,
-                  timeout: float = 600.0) -> list[dict]:
-    """Run the calibration in ``procs`` spawned processes at once; every rank's raw result."""
+                  timeout: float = 600.0, cases: Sequence[tuple[str, int, int]] | None = None) -> list[dict]:
+    """Run the calibration in ``procs`` spawned processes at once; every rank's raw result. One
+    process: the compute benchmarks of ``nets``; several: the training-like ``cases``
+    (:func:`cycle_cases`), ``repeat`` cycles each."""
     from lab.comm.sparse import run_local
 
     if not 1 <= procs <= MAX_PROCS:
@@ -698,7 +719,7 @@ def measure_procs(procs: int, nets: Sequence[int] | None = None, repeat: int = 1
     nets = list(range(len(CALIBRATION_NETS))) if nets is None else list(nets)
     with tempfile.TemporaryDirectory(prefix="lab-calib-") as tmp:
         try:
-            run_local(_procs_worker, procs, (tmp, nets, repeat), timeout_s=timeout)
+            run_local(_procs_worker, procs, (tmp, nets, repeat, list(cases or cycle_cases(nets))), timeout_s=timeout)
         except RuntimeError as exc:
             raise LabError(f"the calibration with {procs} processes failed: {exc}", where="calibration") from None
         results = []
@@ -727,19 +748,18 @@ def merge_cycles(results: list[dict]) -> list[dict]:
 
 def fit_cycles(procs: int, rows: Sequence[dict], base: ComputeFit, optimizer: dict, features: dict,
                betas: Mapping[str, float] | None = None) -> dict:
-    """From the N-process cycles: the compute slow-down, the collectives' in-context costs, the idle jitter.
-
-    Medians, not least squares: on a shared machine single cases are often far off, and the
-    medians of a dozen cases are steadier. Per byte the collectives take beta from the all-reduce
-    measurement command (``betas``: impl -> seconds per byte; the cycles' small gradients cannot
-    separate bandwidth from latency); what remains is the per-step (per-hop) cost in context.
+    """From the N-process cycles: the compute slow-down, the collectives' in-context costs, the idle
+    jitter of equal workers and the rest of the step (the loop around the collective, the ranks
+    ending at different moments), as medians over the cases (steadier than least squares when single
+    cases on a shared machine are far off). Per byte the collectives take beta from the all-reduce
+    measurement command (``betas``: impl -> seconds per byte; the calibration gradients are too small
+    to separate bandwidth from latency); what remains is the per-step (per-hop) cost in context.
     ``features``: {(net, batch): graph features} (to predict the one-process compute of each case)."""
     betas = dict(betas or {})
+    dense = [r for r in rows if r["kind"] == "gloo"]
     # CPU-time inflation: CPU seconds of (fb + opt) with N processes / predicted for one process alone
     ratios = []
-    for r in rows:
-        if r["kind"] != "gloo":
-            continue
+    for r in dense:
         feat = features[(r["net"], r["batch"])]
         alone = compute_seconds(base, feat) + optimizer["adam"].time(r["numel"] - 1, feat["tensors"])
         ratios.append(r["cpu"] / alone)
@@ -752,19 +772,23 @@ def fit_cycles(procs: int, rows: Sequence[dict], base: ComputeFit, optimizer: di
         if method is None:  # dense all-reduce: 2(N-1) alpha + 2(N-1)/N S beta
             beta = betas.get(impl, 0.0)
             steps = 2.0 * (procs - 1)
-            wire = [2.0 * (procs - 1) / procs * r["numel"] * 4 for r in sel]
-            alpha = max(0.0, float(statistics.median([(r["comm"] - w * beta) / steps for r, w in zip(sel, wire)])))
-            pred = [steps * alpha + w * beta for w in wire]
-            comm[label] = CommFit(alpha, beta, geomean_error(pred, [r["comm"] for r in sel]))
-        else:  # hops x per_hop + bytes x per_byte (the dense ring's beta: the same point-to-point sends)
+            alpha = max(0.0, float(statistics.median(
+                [(r["comm"] - 2.0 * (procs - 1) / procs * r["numel"] * 4 * beta) / steps for r in sel])))
+            f = CommFit(alpha, beta, 0.0)
+            err = geomean_error([f.time(procs, r["numel"] * 4) for r in sel], [r["comm"] for r in sel])
+            comm[label] = CommFit(alpha, beta, err)
+        else:  # hops x per_hop + bytes x per_byte (beta of the lab ring: the same point-to-point sends)
             beta = betas.get("ring", 0.0)
             hop = max(0.0, float(statistics.median([(r["comm"] - r["bytes_sent"] * beta) / max(r["hops"], 1.0)
                                                     for r in sel])))
-            pred = [r["hops"] * hop + r["bytes_sent"] * beta for r in sel]
-            comm[label] = SharingFit(hop, beta, geomean_error(pred, [r["comm"] for r in sel]))
-    idle = [r["idle"] for r in rows if r["kind"] == "gloo"]
-    jitter = LinearCost(float(statistics.median(idle)) if idle else 0.0, 0.0, 0.0)
-    return {"contention": k, "comm": comm, "jitter": jitter}
+            f = SharingFit(hop, beta, 0.0)
+            err = geomean_error([f.time(r["hops"], r["bytes_sent"]) for r in sel], [r["comm"] for r in sel])
+            comm[label] = SharingFit(hop, beta, err)
+    idle = [r["idle"] for r in dense]
+    rest = [r["cycle"] - r["fb"] - r["opt"] - r["comm"] - r["idle"] for r in dense]
+    return {"contention": k, "comm": comm,
+            "jitter": LinearCost(max(0.0, float(statistics.median(idle))) if idle else 0.0),
+            "remainder": LinearCost(max(0.0, float(statistics.median(rest))) if rest else 0.0)}
 
 
 def profile_errors(fits: Mapping[str, CommFit], rows: Sequence[dict]) -> dict[str, float]:
@@ -794,92 +818,45 @@ def measure_allreduce(procs: int, iters: int = 10, sizes: Sequence[int] = ALLRED
     return out
 
 
-#: The load probe: (calibration network, batch) pairs run as training-like cycles.
-PROBE_CASES = ((1, 16), (7, 16))
-
-
-def _probe_worker(rank: int, world: int, port: int, out_dir: str, repeat: int) -> None:
-    import torch.distributed as dist
-
-    from lab.comm.sparse import init_worker
-
-    init_worker(rank, world, port, timeout_s=120.0)
-    result: dict = {"rank": rank}
-    try:
-        rows = [_cycle_case(rank, world, net, b, CYCLE_KINDS[0], repeat) for net, b in PROBE_CASES]
-        result["probe"] = {"compute": sum(r["fb"] + r["opt"] for r in rows), "cpu": sum(r["cpu"] for r in rows),
-                           "comm": sum(r["comm"] for r in rows), "idle": sum(r["idle"] for r in rows),
-                           "cycle": sum(r["cycle"] for r in rows)}
-        dist.barrier()
-    except Exception as exc:  # noqa: BLE001 - reported to the coordinator
-        result["error"] = f"{type(exc).__name__}: {exc}"
-    finally:
-        dist.destroy_process_group()
-    with open(os.path.join(out_dir, f"probe{rank}.json"), "w") as f:
-        json.dump(result, f)
-
-
-def probe(procs: int = 1, repeat: int = 12, timeout: float = 120.0) -> dict:
-    """The load probe: ``procs`` processes run a fixed small piece of training-like work (two
-    calibration networks: forward + backward, gloo all-reduce, optimiser step) and report, in
-    seconds per cycle, ``compute`` (forward + backward + optimiser, wall clock), ``cpu`` (the CPU
-    time of the same), ``comm`` and ``idle`` (means over the processes). ``compute / cpu`` is the
-    share of a core each process gets: 1 on an idle machine, 3 when three processes want each core. Compared with the same probe at calibration time it says how much slower
-    this shared machine is at the moment (other processes competing for the cores)."""
-    from lab.comm.sparse import run_local
-
-    if not 1 <= procs <= MAX_PROCS:
-        raise LabError(f"probe 1 to {MAX_PROCS} processes (got {procs})", where="load probe")
-    with tempfile.TemporaryDirectory(prefix="lab-probe-") as tmp:
-        try:
-            run_local(_probe_worker, procs, (tmp, repeat), timeout_s=timeout)
-        except RuntimeError as exc:
-            raise LabError(f"the load probe with {procs} processes failed: {exc}", where="load probe") from None
-        res = [json.loads((Path(tmp) / f"probe{r}.json").read_text()) for r in range(procs)]
-    errors = [r["error"] for r in res if "error" in r]
-    if errors:
-        raise LabError("the load probe failed: " + "; ".join(errors), where="load probe")
-    return {k: float(np.mean([r["probe"][k] for r in res])) for k in ("compute", "cpu", "comm", "idle", "cycle")}
-
-
 # ---------------------------------------------------------------------------------------------
 # The whole calibration
 # ---------------------------------------------------------------------------------------------
 def calibrate(procs: Sequence[int] = (1, 2, 3, 4), *, quick: bool = False, repeat: int = 15,
               allreduce_iters: int = 10, nets: Sequence[int] | None = None,
               allreduce_sizes: Sequence[int] = ALLREDUCE_SIZES, measure_command: bool = True,
+              cycle_repeat: int = CYCLE_REPEAT,
               progress: Callable[[str, float], None] | None = None) -> MachineProfile:
     """Measure this machine and return its profile (not saved: call ``.save()``).
 
     One process runs every calibration network (``nets``: indices into :data:`CALIBRATION_NETS`,
-    default all); N processes run training-like cycles on a subset (:data:`QUICK_NETS`).
-    ``quick`` takes fewer repeats everywhere (about half the time). ``measure_command`` also runs
-    the all-reduce measurement command per N (nccl-tests style alpha and beta)."""
+    default all); N processes run ``cycle_repeat`` training-like cycles of each case of
+    :data:`CYCLE_CASES` (those of ``nets``). ``quick`` takes fewer repeats everywhere (about half
+    the time). ``measure_command`` also runs the all-reduce measurement command per N (nccl-tests
+    style alpha and beta; the collectives take their per-byte cost from it)."""
     from lab.opgraph import trace
 
     if quick:
-        repeat, allreduce_iters = min(repeat, 8), min(allreduce_iters, 5)
+        repeat, allreduce_iters, cycle_repeat = min(repeat, 8), min(allreduce_iters, 5), min(cycle_repeat, 30)
     procs = sorted({int(p) for p in procs} | {1})
     if procs[0] < 1 or procs[-1] > MAX_PROCS:
         raise LabError(f"process counts must lie in 1..{MAX_PROCS} (got {procs})", where="calibration")
     progress = progress or (lambda msg, frac: None)
     all_nets = list(range(len(CALIBRATION_NETS))) if nets is None else list(nets)
-    sub = [i for i in QUICK_NETS if i in all_nets] or all_nets
+    cases = cycle_cases(None if nets is None else all_nets)
     t_start = time.time()
     multi = [p for p in procs if p > 1]
     stages = 1 + len(multi) * (2 if measure_command else 1)
     progress("compute, optimisers and compressors, one process", 0.0)
-    probes = {"1": probe(1)}
     raw = measure_procs(1, nets=all_nets, repeat=repeat)[0]["local"]
     compute = fit_compute(raw["compute"])
     optimizer, compressor = fit_local(raw)
     features = {}
-    for i in sub:
-        for b in CALIBRATION_BATCHES:
-            cls_name, kwargs = CALIBRATION_NETS[i]
-            m = build_calibration_net(cls_name, kwargs)
-            features[(i, b)] = graph_features(trace(m, batch_size=b), sum(1 for _ in m.parameters()))
+    for _, i, b in cases:
+        cls_name, kwargs = CALIBRATION_NETS[i]
+        m = build_calibration_net(cls_name, kwargs)
+        features[(i, b)] = graph_features(trace(m, batch_size=b), sum(1 for _ in m.parameters()))
     contention, allreduce, sharing, jitter, measured, cycles = {"1": 1.0}, {}, {}, {}, {}, {}
+    remainder: dict = {}
     done = 1
     for p in multi:
         if measure_command:
@@ -888,8 +865,7 @@ def calibrate(procs: Sequence[int] = (1, 2, 3, 4), *, quick: bool = False, repea
             done += 1
         progress(f"training-like cycles with {p} processes at once (compute, all-reduce, compressed sharing)",
                  done / stages)
-        rows = merge_cycles(measure_procs(p, nets=sub, repeat=repeat))
-        probes[str(p)] = probe(p)
+        rows = merge_cycles(measure_procs(p, repeat=cycle_repeat, cases=cases))
         cycles[str(p)] = rows
         betas = {impl: f.beta for impl, f in measured.get(str(p), {}).items()}
         fit = fit_cycles(p, rows, compute, optimizer, features, betas)
@@ -897,19 +873,21 @@ def calibrate(procs: Sequence[int] = (1, 2, 3, 4), *, quick: bool = False, repea
         allreduce[str(p)] = {k: v for k, v in fit["comm"].items() if isinstance(v, CommFit)}
         sharing[str(p)] = {k: v for k, v in fit["comm"].items() if isinstance(v, SharingFit)}
         jitter[str(p)] = fit["jitter"]
+        remainder[str(p)] = fit["remainder"]
         done += 1
     progress("done", 1.0)
     settings = {"procs": procs, "repeat": repeat, "allreduce_iters": allreduce_iters,
                 "allreduce_sizes": list(allreduce_sizes),
                 "calibration_nets": [f"{CALIBRATION_NETS[i][0]} {CALIBRATION_NETS[i][1]}" for i in all_nets],
-                "cycle_nets": [f"{CALIBRATION_NETS[i][0]} {CALIBRATION_NETS[i][1]}" for i in sub],
+                "cycle_cases": [[label, f"{CALIBRATION_NETS[i][0]} {CALIBRATION_NETS[i][1]}", b] for label, i, b in cases],
+                "cycle_repeat": cycle_repeat,
                 "calibration_batches": list(CALIBRATION_BATCHES), "seconds": round(time.time() - t_start, 1),
                 "compute_samples": [{k: v for k, v in s.items() if k != "features"} for s in raw["compute"]],
                 "cycles": cycles}
     return MachineProfile(created=datetime.now(timezone.utc).isoformat(timespec="seconds"),
                           machine=machine_description(), compute=compute, optimizer=optimizer,
                           compressor=compressor, contention=contention, allreduce=allreduce, sharing=sharing,
-                          jitter=jitter, measured_allreduce=measured, probe=probes,
+                          jitter=jitter, remainder=remainder, measured_allreduce=measured,
                           settings=settings)
 
 
@@ -917,12 +895,12 @@ def synthetic_profile(*, overhead: float = 10e-6, throughput: float = 1e9, fixed
                       per_tensor: float = 0.0, opt: LinearCost = LinearCost(50e-6, 0.0, 0.0),
                       compress: LinearCost = LinearCost(20e-6, 0.0, 1e-9), contention: float = 1.0,
                       alpha: float = 100e-6, beta: float = 1e-9, per_hop: float = 200e-6, per_byte: float = 2e-9,
-                      jitter: LinearCost = LinearCost(), procs: Sequence[int] = (1, 2, 3, 4)) -> MachineProfile:
+                      jitter: LinearCost = LinearCost(), remainder: LinearCost = LinearCost(),
+                      procs: Sequence[int] = (1, 2, 3, 4)) -> MachineProfile:
     """A made-up profile with round numbers (not a measurement): for tests, examples and hand
     calculations. Every operator class costs ``overhead + flops / throughput``."""
     classes = {c: ClassCost(overhead, throughput) for c in COMPUTE_CLASSES}
     multi = [str(p) for p in procs if p > 1]
-    probe_row = {"compute": 1e-3, "cpu": 1e-3, "comm": 1e-3, "idle": 0.0, "cycle": 2e-3}
     return MachineProfile(
         created="2000-01-01T00:00:00+00:00", machine={"hostname": "synthetic", "cpu": "made-up numbers", "cores": 2},
         compute=ComputeFit(classes, fixed, per_tensor, 0.0, 0),
@@ -931,8 +909,8 @@ def synthetic_profile(*, overhead: float = 10e-6, throughput: float = 1e9, fixed
         contention={"1": 1.0, **{p: contention for p in multi}},
         allreduce={p: {"gloo": CommFit(alpha, beta, 0.0), "ring": CommFit(alpha, beta, 0.0)} for p in multi},
         sharing={p: {m: SharingFit(per_hop, per_byte, 0.0) for m in SHARING_METHODS} for p in multi},
-        jitter={p: jitter for p in multi}, measured_allreduce={},
-        probe={str(p): dict(probe_row) for p in procs}, settings={"synthetic": True}, notes=["synthetic"])
+        jitter={p: jitter for p in multi}, remainder={p: remainder for p in multi}, measured_allreduce={},
+        settings={"synthetic": True}, notes=["synthetic"])
 
 
 # ---------------------------------------------------------------------------------------------
@@ -972,23 +950,6 @@ def _write_progress(path: Path, **fields: Any) -> None:
     os.replace(tmp, p)
 
 
-def probe_subprocess(procs: int, timeout: float = 180.0) -> dict:
-    """:func:`probe` in a fresh ``python -m lab.calibrate --probe N`` (safe from any thread or server)."""
-    import subprocess
-
-    root = Path(__file__).resolve().parent.parent
-    env = dict(os.environ, OMP_NUM_THREADS="1")
-    env["PYTHONPATH"] = str(root) + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
-    try:
-        out = subprocess.run([sys.executable, "-m", "lab.calibrate", "--probe", str(int(procs))], cwd=str(root),
-                             env=env, capture_output=True, text=True, timeout=timeout)
-    except subprocess.TimeoutExpired:
-        raise LabError(f"the load probe took longer than {timeout:g} s", where="load probe") from None
-    if out.returncode != 0:
-        raise LabError(f"the load probe failed: {out.stderr.strip()[-500:]}", where="load probe")
-    return json.loads(out.stdout.strip().splitlines()[-1])
-
-
 def start_background(path: Path | None = None, quick: bool = False):
     """Start ``python -m lab.calibrate`` in its own session (it writes the profile and a progress
     file next to it). Returns the Popen."""
@@ -1016,16 +977,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--quick", action="store_true", help="fewer repeats (about half the time)")
     ap.add_argument("--procs", default="1,2,3,4", help="process counts to calibrate (default 1,2,3,4)")
     ap.add_argument("--repeat", type=int, default=15, help="timed repeats per measurement (default 15)")
-    ap.add_argument("--probe", type=int, default=None, metavar="N",
-                    help="only run the load probe with N processes and print it as JSON")
     args = ap.parse_args(argv)
-    if args.probe is not None:
-        try:
-            print(json.dumps(probe(args.probe)), flush=True)
-        except LabError as exc:
-            print(f"error: {exc}", file=sys.stderr)
-            return 2
-        return 0
     out = Path(args.out) if args.out else profile_path()
 
     def progress(msg: str, frac: float) -> None:
@@ -1060,10 +1012,9 @@ def format_profile(prof: MachineProfile) -> str:
         if p < 2:
             continue
         j = prof.jitter_cost(p)
-        pr = prof.probe.get(str(p), {})
-        lines.append(f"{p} processes: compute x{prof.slowdown(p):.2f}; idle jitter {j.fixed * 1e6:.0f} us + "
-                     f"{j.per_unit:.2f} x compute; load probe: compute {pr.get('compute', math.nan) * 1e3:.2f} ms, "
-                     f"comm {pr.get('comm', math.nan) * 1e3:.2f} ms")
+        rm = prof.remainder_cost(p)
+        lines.append(f"{p} processes: compute x{prof.slowdown(p):.2f}; idle of equal workers {j.fixed * 1e6:.0f} us; "
+                     f"rest of the step {rm.fixed * 1e6:.0f} us")
         for impl, f in prof.allreduce.get(str(p), {}).items():
             m = prof.measured_allreduce.get(str(p), {}).get(impl)
             extra = (f"; measure command: alpha {m.alpha * 1e6:.1f} us, beta {m.beta * 1e9:.3f} ns/B" if m else "")

@@ -17,8 +17,12 @@ per worker and step, what :mod:`lab.train.worker` will record:
   link wait with the worker's formulas (:func:`lab.train.emulation.ring_allreduce_time` for gloo,
   the per-message ``topology.transfer_time`` of the lab ring and the sparse methods);
 * ``idle``: waiting for the slowest worker, ``max(arrival) - own arrival`` where arrival =
-  compute + compress;
-* ``step = max(arrival) + comm``.
+  compute + compress, plus the jitter of equal workers on a shared machine (the profile's median
+  idle in training-like cycles with as many processes);
+* ``step = max(arrival) + jitter + comm + rest``, ``rest`` being the part of a step outside the
+  timed pieces (the loop around the collective, ranks ending at different moments; the profile's
+  median in the same cycles), so that the step compares with the wall time between the ends of
+  consecutive steps.
 
 Parameter-server and state all-reduce runs are predicted with the same pieces but more coarsely
 (``Prediction.approximate``).
@@ -79,8 +83,7 @@ class Prediction:
     profile_procs: int  # the calibrated process count used for compute
     approximate: bool = False
     notes: tuple[str, ...] = ()
-    load_compute: float = 1.0  # load factors the prediction used (1: the machine as at calibration)
-    load_comm: float = 1.0
+    rest: float = 0.0  # rest of the step (loop, ranks ending apart), inside ``step``
 
     def parts(self) -> dict[str, float]:
         return {k: getattr(self, k) for k in PARTS}
@@ -153,18 +156,10 @@ def _dense_ring_bytes(n: int, world: int) -> float:
 # ---------------------------------------------------------------------------------------------
 # The prediction
 # ---------------------------------------------------------------------------------------------
-def predict_step(scenario: Scenario, profile: MachineProfile, *, load: "Load | None" = None,
-                 plan: Any = None) -> Prediction:
+def predict_step(scenario: Scenario, profile: MachineProfile, *, plan: Any = None) -> Prediction:
     """Predicted seconds per step of ``scenario`` on the machine described by ``profile``.
 
-    ``load`` (:class:`Load`, from the load probe around the run): ``load.compute`` multiplies the
-    compute and compression times, ``load.comm`` the communication and the idle jitter; the
-    emulated waits follow the worker's formulas from the predicted compute. Default: the machine as
-    it was at calibration."""
-    load = load or Load()
-    lc, lm = float(load.compute), float(load.comm)
-    if not all(math.isfinite(x) and x > 0 for x in (lc, lm)):
-        raise LabError(f"the load factors must be positive numbers (got {lc!r}, {lm!r})", where="prediction")
+    ``plan``: the worker's plan (:func:`lab.train.worker.check_scenario`), when already made."""
     if not isinstance(profile, MachineProfile):
         raise LabError("predicting needs a machine profile: calibrate this machine first", where="prediction")
     sc = scenario
@@ -175,14 +170,11 @@ def predict_step(scenario: Scenario, profile: MachineProfile, *, load: "Load | N
     in_features, classes = 64, 10
     notes: list[str] = []
     approximate = tr.sync != "allreduce"
-    fit = profile.compute_fit(procs).scaled(lc)
+    fit = profile.compute_fit(procs)
     if procs > 1 and str(procs) not in profile.contention:
         notes.append(f"the slow-down for {procs} processes is taken from the nearest calibrated count "
                      f"(calibrated: {profile.procs})")
-    oc = profile.optimizer_cost(tr.optimizer, procs)
-    from lab.calibrate import LinearCost
-
-    opt_cost = LinearCost(oc.fixed * lc, oc.per_tensor * lc, oc.per_unit * lc)
+    opt_cost = profile.optimizer_cost(tr.optimizer, procs)
     numel = _model_facts(tr.model, 1, in_features, classes, tr.seed)[1]
     tensors = _model_facts(tr.model, 1, in_features, classes, tr.seed)[2]
     flat_bytes = (numel + 1) * ITEM  # the flat gradient buffer carries the loss in one extra slot
@@ -203,7 +195,7 @@ def predict_step(scenario: Scenario, profile: MachineProfile, *, load: "Load | N
     if n_workers > 1 or plan.server is not None:
         if tr.sync == "allreduce" and not compressed:
             impl = tr.allreduce_impl
-            comm_base = profile.allreduce_fit(impl, procs).time(procs, flat_bytes) * lm
+            comm_base = profile.allreduce_fit(impl, procs).time(procs, flat_bytes)
             sent = [_dense_ring_bytes(numel + 1, procs)] * n_workers
             if plan.emulation is not None:
                 if impl == "gloo":
@@ -216,11 +208,10 @@ def predict_step(scenario: Scenario, profile: MachineProfile, *, load: "Load | N
         elif compressed:
             comm_base, emul_comm, sent, compress = _compressed(sc, profile, tr, devices, numel + 1, procs,
                                                                plan.emulation is not None, notes)
-            comm_base, compress = comm_base * lm, [z * lc for z in compress]
         elif tr.sync == "state_allreduce":
             ab = profile.allreduce_fit(tr.allreduce_impl, procs)
             calls = [(ITEM, 1), (8, 1), (numel * ITEM, 2)]  # loss, non-finite flag, two state tensors
-            comm_base = sum(k * ab.time(procs, b) for b, k in calls) * lm
+            comm_base = sum(k * ab.time(procs, b) for b, k in calls)
             sent = [sum(k * _dense_ring_bytes(max(1, b // ITEM), procs) for b, k in calls)] * n_workers
             if plan.emulation is not None:
                 from lab.train.emulation import ring_allreduce_time
@@ -231,7 +222,7 @@ def predict_step(scenario: Scenario, profile: MachineProfile, *, load: "Load | N
             hop = profile.sharing_fit("sparse_allgather", procs)
             one = hop.per_hop + hop.per_byte * flat_bytes
             server_opt = opt_cost.time(numel, tensors)
-            comm_base = (2 * one + n_workers * flat_bytes * hop.per_byte) * lm + server_opt
+            comm_base = 2 * one + n_workers * flat_bytes * hop.per_byte + server_opt
             sent = [float(flat_bytes)] * n_workers
             if plan.emulation is not None and plan.server_device is not None:
                 up = [0.0 if d == plan.server_device else sc.topology.transfer_time(d, plan.server_device, flat_bytes)
@@ -246,13 +237,13 @@ def predict_step(scenario: Scenario, profile: MachineProfile, *, load: "Load | N
     last = max(arrival)
     shared_emul = max(emul_comm) if tr.sync != "param_server" else 0.0
     comm = comm_base + shared_emul
-    # jitter: on a shared machine the workers never arrive together even when equal; the profile's
-    # fit of the idle measured in training-like cycles (a share of the compute time, plus a constant)
-    jitter = profile.jitter_cost(procs).time(sum(f + o for f, o in zip(fb, opt)) / n_workers / lc) * lm
-    if procs < 2:
-        jitter = 0.0
+    # jitter: on a shared machine the workers never arrive together even when equal; and the rest of
+    # the step (the loop around the collective, the ranks ending at different moments): medians of
+    # the profile's training-like cycles
+    jitter = profile.jitter_cost(procs).fixed if procs > 1 else 0.0
+    rest = profile.remainder_cost(procs).fixed if procs > 1 else 0.0
     idle = [last - a + jitter for a in arrival]
-    step = last + jitter + comm
+    step = last + jitter + comm + rest
     per = tuple(WorkerPrediction(w, devices[w], int(plan.batch_sizes[w]), fb[w], opt[w], emul_c[w], compute[w],
                                  compress[w], comm, emul_comm[w], idle[w], step, sent[w]) for w in range(n_workers))
 
@@ -262,7 +253,7 @@ def predict_step(scenario: Scenario, profile: MachineProfile, *, load: "Load | N
     return Prediction(compute=mean(compute), compress=mean(compress), comm=comm, idle=mean(idle), step=step,
                       emul_compute=mean(emul_c), emul_comm=mean(emul_comm), bytes_sent=mean(sent), per_worker=per,
                       procs=procs, profile_procs=int(min(profile.procs, key=lambda p: abs(p - procs))),
-                      approximate=approximate, notes=tuple(notes), load_compute=lc, load_comm=lm)
+                      approximate=approximate, notes=tuple(notes), rest=rest)
 
 
 def _ring_emulation(sc: Scenario, devices: Sequence[str], nbytes: float) -> list[float]:
@@ -301,47 +292,12 @@ def _compressed(sc: Scenario, profile: MachineProfile, tr, devices, n: int, proc
         hops = 2 * (procs - 1)
         sent = _dense_ring_bytes(n, procs)
         per_msg = [sent / hops] * hops
-    comm = fit.per_hop * hops + fit.per_byte * sent
+    comm = fit.time(hops, sent)
     emul = [0.0] * procs
     if emulate:
         per_rank = [sum(_ring_message_delays(sc, devices, m)[r] for m in per_msg) for r in range(procs)]
         emul = [max(per_rank)] * procs
     return comm, emul, [float(sent)] * procs, [t_compress] * procs
-
-
-@dataclass(frozen=True)
-class Load:
-    """How much slower this shared machine is than at calibration, for a job of ``procs`` processes,
-    from the load probe (:func:`lab.calibrate.probe`, the same small training-like work with as
-    many processes) just before and after the run: ``compute`` = probe compute now / at
-    calibration, ``comm`` = probe communication + idle now / at calibration (1 = unchanged)."""
-
-    compute: float = 1.0
-    comm: float = 1.0
-    procs: int = 1
-    probe: dict = field(default_factory=dict)
-
-    @staticmethod
-    def from_probes(profile: MachineProfile, procs: int, probes: Sequence[Mapping[str, float]]) -> "Load":
-        ref = profile.probe.get(str(procs))
-        if not ref or not probes:
-            return Load(procs=procs)
-        mean = {k: sum(p[k] for p in probes) / len(probes) for k in ("compute", "cpu", "comm", "idle")}
-        comp = mean["compute"] / ref["compute"] if ref["compute"] > 0 else 1.0
-        comm = comp
-        if procs > 1 and ref["comm"] + ref["idle"] > 0:
-            comm = (mean["comm"] + mean["idle"]) / (ref["comm"] + ref["idle"])
-        return Load(comp, comm, procs, {"now": mean, "calibration": ref})
-
-    def to_dict(self) -> dict:
-        return asdict(self)
-
-
-def measure_load(profile: MachineProfile, procs: int, repeat: int = 12) -> dict:
-    """Run the load probe now with ``procs`` processes (lab.calibrate.probe); the raw probe dict."""
-    from lab.calibrate import probe
-
-    return probe(procs, repeat=repeat)
 
 
 def job_procs(sc: Scenario) -> int:
@@ -446,21 +402,14 @@ def _facts(sc: Scenario) -> dict:
 def evaluate_run(store: Any, run_id: str, profile: MachineProfile, warmup: int | None = None) -> dict:
     """One stored run, predicted and measured: a row for the Fidelity page's tables and figures.
 
-    The prediction uses the load recorded with the run (``info["load"]``, written by
-    :class:`FidelityBatch` from the probes around the run) when there is one; ``predicted_at_calibration``
-    is the prediction for the machine as it was at calibration."""
+    """
     run = store.get_run(run_id)
     sc = Scenario.from_dict(run["scenario"])
-    info = run.get("info") or {}
-    load = Load(**info["load"]) if isinstance(info.get("load"), dict) else None
-    plan = _plan(sc)
-    pred = predict_step(sc, profile, load=load, plan=plan)
-    pred0 = predict_step(sc, profile, plan=plan) if load is not None else pred
+    pred = predict_step(sc, profile)
     meas = measured_step(store.metrics(run_id), warmup)
     return {"id": run_id, "name": run["name"], **_facts(sc), "predicted": pred.step, "measured": meas["step"],
-            "predicted_at_calibration": pred0.step, "error": pred.step / meas["step"] - 1,
-            "parts_predicted": pred.parts(), "parts_measured": {k: meas[k] for k in PARTS},
-            "load": load.to_dict() if load else None, "steps": meas["steps"], "approximate": pred.approximate}
+            "error": pred.step / meas["step"] - 1, "parts_predicted": pred.parts(),
+            "parts_measured": {k: meas[k] for k in PARTS}, "steps": meas["steps"], "approximate": pred.approximate}
 
 
 def evaluate_runs(store: Any, profile: MachineProfile, run_ids: Sequence[str] | None = None,
@@ -484,71 +433,33 @@ def evaluate_runs(store: Any, profile: MachineProfile, run_ids: Sequence[str] | 
 
 
 class FidelityBatch:
-    """The preset batch run through the job queue (lab.jobs) one run at a time, with the load probe
-    (in a fresh process) just before and just after each run; the probes' :class:`Load` is stored
-    in the run's info so that the Fidelity page predicts it for the machine as it was then.
+    """The preset batch queued through the job queue (lab.jobs; one run at a time unless its
+    capacity says otherwise). ``status()`` says how far it is, from the run store."""
 
-    ``start()`` runs it in a daemon thread; ``status()`` says how far it is."""
-
-    def __init__(self, manager: Any, profile: MachineProfile, steps: int = 60, scenarios: Sequence[Scenario] | None = None,
-                 probe: Any = None, wait_s: float = 600.0):
-        from lab.calibrate import probe_subprocess
-
-        self.manager, self.profile = manager, profile
+    def __init__(self, manager: Any, profile: MachineProfile | None = None, steps: int = 200,
+                 scenarios: Sequence[Scenario] | None = None):
+        self.manager = manager
         self.scenarios = list(scenarios) if scenarios is not None else preset_batch(steps)
-        self.probe = probe or probe_subprocess
-        self.wait_s = wait_s
         self.run_ids: list[str] = []
-        self.current: str | None = None
-        self.error: str | None = None
-        self.finished = False
-        self.cancelled = False
-        self._thread = None
 
     def start(self) -> "FidelityBatch":
-        import threading
-
-        self._thread = threading.Thread(target=self._run, name="lab-fidelity-batch", daemon=True)
-        self._thread.start()
+        jobs = self.manager.submit_many([(sc, sc.name) for sc in self.scenarios])
+        self.run_ids = [j.run_id for j in jobs]
         return self
 
-    def cancel(self) -> None:
-        self.cancelled = True
+    def status(self) -> dict:
+        from lab.runs import ACTIVE
+
+        st = [self.manager.store.status(r) for r in self.run_ids]
+        active = [r for r, s in zip(self.run_ids, st) if s in ACTIVE]
+        current = next((self.manager.store.get_run(r)["name"] for r, s in zip(self.run_ids, st) if s == "running"), None)
+        failed = [r for r, s in zip(self.run_ids, st) if s not in ACTIVE and s != "done"]
+        return {"total": len(self.run_ids), "done": len(self.run_ids) - len(active), "current": current,
+                "run_ids": list(self.run_ids), "running": bool(active), "finished": not active,
+                "error": f"{len(failed)} run(s) did not finish: {', '.join(failed)}" if failed else None}
 
     def running(self) -> bool:
-        return self._thread is not None and self._thread.is_alive()
-
-    def join(self, timeout: float | None = None) -> None:
-        if self._thread is not None:
-            self._thread.join(timeout)
-
-    def status(self) -> dict:
-        return {"total": len(self.scenarios), "done": len(self.run_ids) - (1 if self.current else 0),
-                "current": self.current, "run_ids": list(self.run_ids), "error": self.error,
-                "finished": self.finished, "running": self.running()}
-
-    def _run(self) -> None:
-        try:
-            for sc in self.scenarios:
-                if self.cancelled:
-                    break
-                n = job_procs(sc)
-                self.current = sc.name
-                before = self.probe(n)
-                job = self.manager.submit(sc, sc.name)
-                self.run_ids.append(job.run_id)
-                status = self.manager.wait(job.run_id, timeout=self.wait_s)
-                after = self.probe(n)
-                load = Load.from_probes(self.profile, n, [before, after])
-                self.manager.store.merge_info(job.run_id, {"load": load.to_dict(), "fidelity_batch": True})
-                self.current = None
-                if status != "done":
-                    self.error = f"{sc.name}: the run ended {status}"
-        except Exception as exc:  # noqa: BLE001 - shown on the page
-            self.error = f"{type(exc).__name__}: {exc}"
-        finally:
-            self.current = None
-            self.finished = True
+        return self.status()["running"]
 
 
 GEOMEAN_ERROR_HELP = ("exp(mean over runs of |ln(predicted / measured)|) − 1: the typical factor by which the "
@@ -560,15 +471,12 @@ def fidelity_table(rows: Sequence[dict]) -> list[dict]:
     out = []
     for r in rows:
         pp, mm = r["parts_predicted"], r["parts_measured"]
-        load = r.get("load") or {}
         d = {"run": r["name"], "model": r["model"], "workers": r["workers"], "compressed": r["compressed"],
              "emulated": r["emulated"], "predicted step (ms)": r["predicted"] * 1e3,
              "measured step (ms)": r["measured"] * 1e3, "error (%)": r["error"] * 100}
         for part in ("compute", "compress", "comm", "idle"):
             d[f"{PART_LABELS[part]} predicted (ms)"] = pp[part] * 1e3
             d[f"{PART_LABELS[part]} measured (ms)"] = mm[part] * 1e3
-        d["load: compute factor"] = load.get("compute")
-        d["load: comm factor"] = load.get("comm")
         d["id"] = r["id"]
         out.append(d)
     return out
@@ -608,7 +516,7 @@ PRESET_BATCH: tuple[tuple[str, str, dict], ...] = (
 )
 
 
-def preset_batch(steps: int = 40, seed: int = 0) -> list[Scenario]:
+def preset_batch(steps: int = 200, seed: int = 0) -> list[Scenario]:
     """The Fidelity page's and bench's batch of real runs, as Scenarios (named after the case)."""
     from lab.catalogue import preset
     from lab.scenario import Compression, Training
@@ -622,5 +530,5 @@ def preset_batch(steps: int = 40, seed: int = 0) -> list[Scenario]:
     return out
 
 
-__all__ = ["preset_batch", "PRESET_BATCH", "Prediction", "WorkerPrediction", "predict_step", "measured_step", "compare", "prediction_table",
+__all__ = ["preset_batch", "PRESET_BATCH", "FidelityBatch", "evaluate_runs", "evaluate_run", "fidelity_table", "Prediction", "WorkerPrediction", "predict_step", "measured_step", "compare", "prediction_table",
            "PARTS", "PART_LABELS", "default_warmup", "step_error_summary"]

@@ -160,11 +160,9 @@ def store_trace(store: Any, run_id: str, *, steps: tuple[int, int] | None = None
     run = store.get_run(run_id)
     pred = None
     if profile is not None:
-        from lab.predict import Load, predict_step
+        from lab.predict import predict_step
 
-        sc = Scenario.from_dict(run["scenario"])
-        load = (run.get("info") or {}).get("load")
-        pred = predict_step(sc, profile, load=Load(**load) if isinstance(load, dict) else None)
+        pred = predict_step(Scenario.from_dict(run["scenario"]), profile)
     return run_trace(store.metrics(run_id), steps=steps, prediction=pred, name=run["name"], run_id=run_id)
 
 

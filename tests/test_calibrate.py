@@ -123,7 +123,7 @@ def test_measurements_are_positive():
 def test_tiny_calibration_end_to_end(tmp_path):
     seen = []
     prof = C.calibrate(procs=(1, 2), nets=[0, 7], repeat=3, allreduce_iters=2, allreduce_sizes=(4096, 16384),
-                       progress=lambda m, f: seen.append(f))
+                       cycle_repeat=4, progress=lambda m, f: seen.append(f))
     assert seen[0] == 0.0 and seen[-1] == 1.0
     assert prof.procs == [1, 2]
     c = prof.compute
@@ -139,7 +139,7 @@ def test_tiny_calibration_end_to_end(tmp_path):
     assert ab.alpha >= 0 and ab.beta >= 0 and ab.time(2, 65536) > 0
     assert set(prof.measured_allreduce["2"]) == {"gloo", "ring"}
     assert set(prof.sharing["2"]) == set(C.SHARING_METHODS)
-    assert all(prof.probe[p]["compute"] > 0 for p in ("1", "2"))
+    assert prof.jitter["2"].fixed >= 0 and prof.remainder["2"].fixed >= 0
     assert prof.machine["cores"] >= 1 and prof.created
     path = prof.save(tmp_path / "machine_profile.json")
     back = C.load_profile(path)

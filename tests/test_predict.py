@@ -12,8 +12,8 @@ import pytest
 from lab.calibrate import LinearCost, synthetic_profile
 from lab.catalogue import preset
 from lab.errors import LabError
-from lab.predict import (Load, PARTS, compare, evaluate_runs, measured_step, predict_step, prediction_table,
-                         preset_batch, step_error_summary)
+from lab.predict import (PARTS, FidelityBatch, compare, evaluate_runs, measured_step, predict_step,
+                         prediction_table, preset_batch, step_error_summary)
 from lab.scenario import Compression, Scenario, Training
 
 LESSONS = Path(__file__).resolve().parent.parent / "assets" / "lessons"
@@ -61,18 +61,13 @@ def test_dense_allreduce_alpha_beta_by_hand(workers):
     assert p.bytes_sent == pytest.approx(2 * (workers - 1) * math.ceil((MLP_PARAMS + 1) / workers) * 4)
 
 
-def test_contention_and_load_scale_compute_and_comm():
-    base = synthetic_profile()
-    slow = synthetic_profile(contention=2.0)
+def test_contention_scales_compute_not_comm():
     sc = sc_of(model="mlp", workers=2, batch_size=32)
-    p0, p1 = predict_step(sc, base), predict_step(sc, slow)
+    p0, p1 = predict_step(sc, synthetic_profile()), predict_step(sc, synthetic_profile(contention=2.0))
     assert p1.compute == pytest.approx(2 * p0.compute)
     assert p1.comm == pytest.approx(p0.comm)
-    p2 = predict_step(sc, base, load=Load(compute=1.5, comm=3.0, procs=2))
-    assert p2.compute == pytest.approx(1.5 * p0.compute)
-    assert p2.comm == pytest.approx(3.0 * p0.comm)
-    with pytest.raises(LabError, match="positive"):
-        predict_step(sc, base, load=Load(compute=-1.0))
+    assert predict_step(sc_of(model="mlp", workers=1), synthetic_profile(contention=2.0)).compute == \
+        pytest.approx(p0.compute)  # one process alone is never slowed down
 
 
 def test_emulated_waits_use_the_workers_formulas():
@@ -122,13 +117,14 @@ def test_dense_sharing_of_compressed_gradients_counts_the_dense_ring():
     assert p.comm == pytest.approx(6 * 200 * US + p.bytes_sent * 2e-9)
 
 
-def test_jitter_adds_idle_and_step():
-    prof = synthetic_profile(jitter=LinearCost(300 * US, 0.0, 0.5))
+def test_jitter_and_rest_of_the_step():
+    prof = synthetic_profile(jitter=LinearCost(300 * US), remainder=LinearCost(400 * US))
     p = predict_step(sc_of(model="mlp", workers=2, batch_size=32), prof)
     c = mlp_fb() + 50 * US
-    j = 300 * US + 0.5 * c
-    assert p.idle == pytest.approx(j)
-    assert p.step == pytest.approx(c + j + 2 * 100 * US + (MLP_PARAMS + 1) * 4 * 1e-9)
+    assert p.idle == pytest.approx(300 * US) and p.rest == pytest.approx(400 * US)
+    assert p.step == pytest.approx(c + 300 * US + 400 * US + 2 * 100 * US + (MLP_PARAMS + 1) * 4 * 1e-9)
+    one = predict_step(sc_of(model="mlp", workers=1, batch_size=32), prof)
+    assert one.idle == 0 and one.rest == 0  # one process: no collective, nothing to wait for
 
 
 def test_weighted_split_gives_imbalance():
@@ -152,16 +148,6 @@ def test_other_sync_modes_are_marked_approximate():
 def test_prediction_needs_a_profile():
     with pytest.raises(LabError, match="calibrate"):
         predict_step(sc_of(), None)
-
-
-def test_load_from_probes():
-    prof = synthetic_profile()  # probe at calibration: compute 1 ms, comm 1 ms, idle 0
-    load = Load.from_probes(prof, 2, [{"compute": 2e-3, "cpu": 2e-3, "comm": 3e-3, "idle": 1e-3},
-                                      {"compute": 1e-3, "cpu": 1e-3, "comm": 1e-3, "idle": 1e-3}])
-    assert load.compute == pytest.approx(1.5) and load.comm == pytest.approx(3.0)
-    assert Load.from_probes(prof, 2, []).compute == 1.0
-    back = Load(**load.to_dict())
-    assert back == load
 
 
 # ----- measured side -------------------------------------------------------------------------------
@@ -230,18 +216,38 @@ def test_evaluate_stored_runs(lab_db):
     rid = store.create_run(sc, status="done")
     m = synthetic_metrics()
     store.add_metrics(rid, m.drop(columns=["run_id"]).to_dict("records"))
-    store.merge_info(rid, {"load": Load(compute=2.0, comm=1.0, procs=2).to_dict()})
     empty = store.create_run(sc, status="done")
     rows, skipped = evaluate_runs(store, prof)
     assert [r["id"] for r in rows] == [rid] and [s["id"] for s in skipped] == [empty]
     r = rows[0]
-    assert r["measured"] == pytest.approx(0.01)
-    p_load = predict_step(sc, prof, load=Load(compute=2.0, comm=1.0, procs=2))
-    assert r["predicted"] == pytest.approx(p_load.step)
-    assert r["predicted_at_calibration"] == pytest.approx(predict_step(sc, prof).step)
-    assert r["error"] == pytest.approx(p_load.step / 0.01 - 1)
-    assert step_error_summary([(r["predicted"], r["measured"])]) == pytest.approx(abs(math.log(p_load.step / 0.01)) and
-                                                                                  math.exp(abs(math.log(p_load.step / 0.01))) - 1)
+    pred = predict_step(sc, prof).step
+    assert r["measured"] == pytest.approx(0.01) and r["predicted"] == pytest.approx(pred)
+    assert r["error"] == pytest.approx(pred / 0.01 - 1)
+    assert (r["model"], r["workers"], r["compressed"], r["emulated"]) == ("mlp", 2, False, False)
+    assert step_error_summary([(r["predicted"], r["measured"])]) == pytest.approx(
+        math.exp(abs(math.log(pred / 0.01))) - 1)
+
+
+def test_fidelity_batch_queues_the_preset_batch(lab_db):
+    from lab.runs import RunStore
+
+    class Manager:  # the part of lab.jobs.JobManager the batch uses
+        def __init__(self):
+            self.store = RunStore(lab_db)
+
+        def submit_many(self, items):
+            from lab.jobs import Job
+
+            return [Job(self.store.create_run(sc, name=name, status="queued")) for sc, name in items]
+
+    b = FidelityBatch(Manager(), synthetic_profile(), steps=30).start()
+    s = b.status()
+    assert s["total"] == len(preset_batch()) == len(b.run_ids) and s["running"] and s["done"] == 0
+    for rid in b.run_ids[:-1]:
+        b.manager.store.set_status(rid, "done")
+    b.manager.store.set_status(b.run_ids[-1], "failed")
+    s = b.status()
+    assert s["finished"] and not s["running"] and s["done"] == s["total"] and "did not finish" in s["error"]
 
 
 def test_geomean_error_by_hand():
