@@ -205,8 +205,8 @@ def predict_step(scenario: Scenario, profile: MachineProfile, *, plan: Any = Non
                     emul_comm = [e] * n_workers
                 else:
                     emul_comm = _ring_emulation(sc, devices, flat_bytes)
-        elif compressed:
-            comm_base, emul_comm, sent, compress = _compressed(sc, profile, tr, devices, numel + 1, procs,
+        elif compressed:  # the gradient without the loss slot is compressed (lab.train.compressed)
+            comm_base, emul_comm, sent, compress = _compressed(sc, profile, tr, devices, numel, procs,
                                                                plan.emulation is not None, notes)
         elif tr.sync == "state_allreduce":
             ab = profile.allreduce_fit(tr.allreduce_impl, procs)
@@ -277,11 +277,10 @@ def _compressed(sc: Scenario, profile: MachineProfile, tr, devices, n: int, proc
     t_compress = profile.compressor_cost(comp.kind, comp.error_feedback, procs).time(n)
     payload, kept = _payload_bytes(comp.kind, float(comp.ratio), int(comp.group_size), n, tr.seed)
     fit = profile.sharing_fit(method, procs)
-    if method == "sparse_allgather":
+    if method == "sparse_allgather":  # equal-size payloads: no count travels (lab.train.compressed)
         hops = procs - 1
-        msg = COUNT_BYTES + payload
-        sent = hops * msg
-        per_msg = [msg] * hops
+        sent = hops * payload
+        per_msg = [payload] * hops
     elif method == "sparse_ring":
         hops = 2 * (procs - 1)
         sent = _sparse_ring_bytes(n, procs, kept)
