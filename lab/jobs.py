@@ -11,6 +11,9 @@ cores hold which rank, after how long in the queue) -> ``started`` (the launcher
 processes) -> ``data`` (split and shipped) -> ``running`` -> [``fault`` / ``alarm`` / ``restart``]
 -> ``ended`` -> ``released`` (processes reaped, slots freed).
 
+Job processes (launcher and workers) run at a lower priority (nice 10, LAB_JOB_NICE), so the app's
+pages stay responsive while the cores train.
+
 A :class:`JobManager` keeps one queue for every session of the app (pages share one manager per
 run store through :func:`shared`). It starts at most ``capacity`` jobs at a time (default 1: this
 machine has 2 cores), and only where its ranks fit on the local resource groups (one per core,
@@ -38,6 +41,22 @@ from lab.scheduling import POLICIES, SlotBook, cpu_of, fair_order, local_groups,
 
 ROOT = Path(__file__).resolve().parent.parent
 STOP_GRACE_S = 3.0
+
+
+def job_nice() -> int:
+    """Scheduling priority of job processes: training is batch work, the pages are interactive,
+    so jobs run at nice LAB_JOB_NICE (default 10) and a classroom's page views win the CPU."""
+    try:
+        return max(0, min(19, int(os.environ.get("LAB_JOB_NICE") or 10)))
+    except ValueError:
+        return 10
+
+
+def _lower_priority(n: int) -> None:
+    try:
+        os.nice(n)
+    except OSError:
+        pass
 ANONYMOUS = "-"
 
 
@@ -213,7 +232,7 @@ class JobManager:
         cpus = _rank_cpus(held, tasks)
         self.store.add_stage(rid, "scheduled", detail={
             "policy": self.policy, "groups": {g: len(ds) for g, ds in held.items()}, "slots": held,
-            "rank_cpus": cpus, "queued_s": time.time() - run["created"]})
+            "rank_cpus": cpus, "queued_s": time.time() - run["created"], "nice": job_nice()})
         scenario_file = self._dir("jobs") / f"{rid}.json"
         scenario_file.write_text(Scenario.from_dict(run["scenario"]).to_json())
         log = open(self._dir("logs") / f"{rid}.log", "ab")
@@ -223,7 +242,8 @@ class JobManager:
         try:
             p = subprocess.Popen([sys.executable, "-m", "lab.train", "--scenario", str(scenario_file),
                                   "--run-id", rid], cwd=str(ROOT), env=env, stdin=subprocess.DEVNULL,
-                                 stdout=log, stderr=log, start_new_session=True)
+                                 stdout=log, stderr=log, start_new_session=True,
+                                 preexec_fn=(lambda n=job_nice(): _lower_priority(n)) if job_nice() else None)
         except OSError as exc:
             log.close()
             self.book.release(rid)

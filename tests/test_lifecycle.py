@@ -97,9 +97,11 @@ def test_resource_state_pins_a_whole_job_to_one_core(lab_db):
         sched = store.stages(job.run_id).set_index("stage").detail
         assert len(sched["scheduled"]["groups"]) == 1 and len(set(sched["scheduled"]["rank_cpus"])) == 1
         cpu = sched["scheduled"]["rank_cpus"][0]
+        base = os.getpriority(os.PRIO_PROCESS, 0)
         for pid in sched["started"]["pids"]:  # the kernel's view of each worker process
             allowed = [ln for ln in open(f"/proc/{pid}/status") if ln.startswith("Cpus_allowed_list")][0]
             assert allowed.split()[-1] == str(cpu)
+            assert os.getpriority(os.PRIO_PROCESS, pid) == min(19, base + 10)  # batch work yields to the pages
     finally:
         jm.stop(job.run_id)
     wait_for(lambda: processes_of(job.run_id) == [], timeout=15, what="every process to end")
