@@ -158,6 +158,7 @@ class MachineProfile:
     jitter: dict  # {procs: LinearCost: mean idle of equal workers (fixed, seconds)}
     remainder: dict  # {procs: LinearCost: rest of the step: loop, ranks ending apart (fixed, seconds)}
     measured_allreduce: dict  # {procs: {"gloo" | "ring": CommFit}} from lab.comm.measure (barrier first)
+    wait_slowdown: list = field(default_factory=lambda: [[0.0, 1.0]])  # [[wait s, compute factor], ...]
     settings: dict = field(default_factory=dict)
     notes: list = field(default_factory=list)
 
@@ -200,6 +201,11 @@ class MachineProfile:
             raise LabError(f"the machine profile has no timing of sharing method {method!r}; calibrate again",
                            where="profile")
         return t[method]
+
+    def wait_factor(self, wait: float) -> float:
+        """Compute slow-down after waiting ``wait`` seconds before the step (interpolated, flat beyond)."""
+        pts = sorted(self.wait_slowdown or [[0.0, 1.0]])
+        return float(np.interp(max(0.0, wait), [p[0] for p in pts], [p[1] for p in pts]))
 
     def jitter_cost(self, procs: int) -> LinearCost:
         return self._nearest(self.jitter, procs) if procs > 1 and self.jitter else LinearCost()
@@ -566,9 +572,52 @@ def measure_compressors(keys: Sequence[str] = COMPRESSOR_KEYS, sizes: Sequence[i
     return out
 
 
+#: Waits before a step for the wait sweep (seconds) and its cases (calibration network, batch).
+WAITS = (0.0, 0.001, 0.003, 0.01, 0.03)
+WAIT_CASES = ((1, 16), (7, 16))
+
+
+def measure_wait_slowdown(cases: Sequence[tuple[int, int]] = WAIT_CASES, waits: Sequence[float] = WAITS,
+                          repeat: int = 15) -> list[list[float]]:
+    """How much slower a step computes after the process waited (slept) ``w`` seconds: on a shared
+    machine other processes run meanwhile and push its data out of the caches. Per wait, the median
+    over the cases of (median forward + backward + optimiser wall time after the wait) / (the same
+    with no wait). Returns [[wait s, factor], ...], factor 1 at wait 0."""
+    import torch
+
+    from lab.optim import make_optimizer
+
+    torch.set_num_threads(1)
+    ratios: dict[float, list[float]] = {w: [] for w in waits}
+    for net, b in cases:
+        cls_name, kwargs = CALIBRATION_NETS[net]
+        h = StepHarness(build_calibration_net(cls_name, kwargs), b)
+        opt = make_optimizer("adam", h.params, lr=1e-3)
+        times: dict[float, list[float]] = {w: [] for w in waits}
+        for _ in range(3):
+            h.forward_backward()
+            opt.step()
+        for _ in range(repeat):
+            for w in waits:  # take turns, so drifting load hits every wait alike
+                if w > 0:
+                    time.sleep(w)
+                t0 = time.perf_counter()
+                h.forward_backward()
+                opt.step()
+                times[w].append(time.perf_counter() - t0)
+        base = statistics.median(times[waits[0]])
+        for w in waits:
+            ratios[w].append(statistics.median(times[w]) / base)
+    out, last = [], 1.0
+    for w in waits:
+        last = max(last, float(statistics.median(ratios[w]))) if w > 0 else 1.0
+        out.append([float(w), last])  # non-decreasing in the wait
+    return out
+
+
 def measure_all_local(nets: Sequence[int] | None = None, repeat: int = 15) -> dict:
-    """Every single-process measurement (compute, optimisers, compressors), raw."""
-    return {"compute": measure_compute(nets=nets, repeat=repeat),
+    """Every single-process measurement (compute, optimisers, compressors, the wait sweep), raw."""
+    return {"compute": measure_compute(nets=nets, repeat=repeat), "wait": measure_wait_slowdown(repeat=repeat),
             "optimizer": measure_optimizers(repeat=repeat),
             "compressor": measure_compressors(repeat=max(3, repeat // 2))}
 
@@ -893,6 +942,7 @@ def calibrate(procs: Sequence[int] = (1, 2, 3, 4), *, quick: bool = False, repea
     return MachineProfile(created=datetime.now(timezone.utc).isoformat(timespec="seconds"),
                           machine=machine_description(), compute=compute, optimizer=optimizer,
                           compressor=compressor, contention=contention, allreduce=allreduce, sharing=sharing,
+                          wait_slowdown=raw["wait"],
                           jitter=jitter, remainder=remainder, measured_allreduce=measured,
                           settings=settings)
 
@@ -1014,6 +1064,7 @@ def format_profile(prof: MachineProfile) -> str:
         lines.append(f"    {cls:12s} overhead {cc.overhead * 1e6:7.1f} us/op  {thr}")
     o = prof.optimizer_cost("adam")
     lines.append(f"    adam step: {o.fixed * 1e6:.0f} us + {o.per_tensor * 1e6:.1f} us/tensor + {o.per_unit * 1e9:.2f} ns/param")
+    lines.append("    compute after a wait: " + ", ".join(f"{w * 1e3:g} ms x{f:.2f}" for w, f in prof.wait_slowdown))
     for p in prof.procs:
         if p < 2:
             continue

@@ -232,9 +232,6 @@ def predict_step(scenario: Scenario, profile: MachineProfile, *, plan: Any = Non
                 emul_comm = [u + down for u in up]
             notes.append("parameter server: gradients up, parameters down, the server's optimiser step in between")
 
-    compute = [f + o + e for f, o, e in zip(fb, opt, emul_c)]
-    arrival = [c + z + (e if tr.sync == "param_server" else 0.0) for c, z, e in zip(compute, compress, emul_comm)]
-    last = max(arrival)
     shared_emul = max(emul_comm) if tr.sync != "param_server" else 0.0
     comm = comm_base + shared_emul
     # jitter: on a shared machine the workers never arrive together even when equal; and the rest of
@@ -242,8 +239,27 @@ def predict_step(scenario: Scenario, profile: MachineProfile, *, plan: Any = Non
     # the profile's training-like cycles
     jitter = profile.jitter_cost(procs).fixed if procs > 1 else 0.0
     rest = profile.remainder_cost(procs).fixed if procs > 1 else 0.0
+    # A worker that waited (in the collective, or sleeping for its emulated device) computes slower
+    # on a shared machine (the profile's wait sweep); its wait depends on the step, and the step on
+    # its compute: a few rounds of fixed-point iteration settle it.
+    c0 = [f + o for f, o in zip(fb, opt)]
+    slow = [1.0] * n_workers
+    for _ in range(8):
+        c = [x * k for x, k in zip(c0, slow)]
+        emul_c = [(s_ - 1.0) * x if s_ > 1.0 else 0.0 for s_, x in zip(scales, c)]  # the worker's own formula
+        compute = [x + e for x, e in zip(c, emul_c)]
+        arrival = [x + z + (e if tr.sync == "param_server" else 0.0) for x, z, e in zip(compute, compress, emul_comm)]
+        last = max(arrival)
+        step = last + jitter + comm + rest
+        new = [profile.wait_factor(step - x - z) for x, z in zip(c, compress)]
+        if max(abs(a - b) for a, b in zip(new, slow)) < 1e-6:
+            break
+        slow = new
+    fb = [f * k for f, k in zip(fb, slow)]
+    opt = [o * k for o, k in zip(opt, slow)]
+    if max(slow) > 1.0:
+        notes.append(f"compute after waiting: x{min(slow):.2f} to x{max(slow):.2f} (the profile's wait sweep)")
     idle = [last - a + jitter for a in arrival]
-    step = last + jitter + comm + rest
     per = tuple(WorkerPrediction(w, devices[w], int(plan.batch_sizes[w]), fb[w], opt[w], emul_c[w], compute[w],
                                  compress[w], comm, emul_comm[w], idle[w], step, sent[w]) for w in range(n_workers))
 
