@@ -1007,8 +1007,8 @@ def _write_progress(path: Path, **fields: Any) -> None:
 
 
 def start_background(path: Path | None = None, quick: bool = False):
-    """Start ``python -m lab.calibrate`` in its own session (it writes the profile and a progress
-    file next to it). Returns the Popen."""
+    """Start ``python -m lab.calibrate`` in its own session, at the training jobs' niceness (it writes
+    the profile and a progress file next to it). Returns the Popen."""
     import subprocess
 
     path = Path(path) if path is not None else profile_path()
@@ -1019,10 +1019,16 @@ def start_background(path: Path | None = None, quick: bool = False):
     env["OMP_NUM_THREADS"] = "1"
     cmd = [sys.executable, "-m", "lab.calibrate", "--out", str(path)] + (["--quick"] if quick else [])
     _write_progress(path, message="starting", fraction=0.0, done=False, error=None)
+    try:  # as nice as the training jobs the profile will predict (lab.jobs runs them niced)
+        from lab.jobs import job_nice
+
+        nice = job_nice()
+    except ImportError:  # pragma: no cover
+        nice = 0
     log = open(path.with_name(path.stem + ".log"), "wb")
     try:
         return subprocess.Popen(cmd, cwd=str(root), env=env, stdout=log, stderr=subprocess.STDOUT,
-                                start_new_session=True)
+                                start_new_session=True, preexec_fn=(lambda: os.nice(nice)) if nice else None)
     finally:
         log.close()
 

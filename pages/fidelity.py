@@ -84,6 +84,11 @@ if prof is not None and not lesson:
                   "β or per byte (ns/B)": f.per_byte * 1e9, "fit error (%)": f.fit_error * 100,
                   "where": "training-like cycles"} for p, t in prof.sharing.items() for k, f in t.items()]
         st.dataframe(pd.DataFrame(comm), hide_index=True, key="fid_comm")
+        st.dataframe(pd.DataFrame([{"processes": str(p), "compute slow-down (×)": prof.slowdown(p),
+                                    "idle of equal workers (µs)": prof.jitter_cost(p).fixed * 1e6,
+                                    "rest of the step (µs)": prof.remainder_cost(p).fixed * 1e6} for p in prof.procs]
+                                  + [{"processes": f"after a {w * 1e3:g} ms wait", "compute slow-down (×)": f}
+                                     for w, f in prof.wait_slowdown]), hide_index=True, key="fid_step_terms")
         ui.caption("measured", "the all-reduce measurement command starts every call after a barrier, with every "
                                "process awake; inside training the early workers sleep in the receive and must be "
                                "woken, which on a busy shared CPU costs more, so the prediction uses the cycles")
