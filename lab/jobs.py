@@ -274,9 +274,13 @@ class JobManager:
                                   f"see {self.log_path(rid)}", only_from=ACTIVE)
             self.store.set_heartbeats(rid, [])
             self.store.add_stage(rid, "ended", detail={"status": "failed", "by": "job manager", "why": why})
+        from lab.train.launcher import remove_scratch
+
         left = processes_of(rid)
+        scratch = remove_scratch(rid) if not left else 0  # left by a launcher that was killed
         self.store.add_stage(rid, "released", detail={"by": "job manager", "slots": slots,
-                                                       "worker_processes_left": len(left)})
+                                                       "worker_processes_left": len(left),
+                                                       "scratch_folders_removed": scratch})
 
     # ----- watching ----------------------------------------------------------------------------
     def status(self, run_id: str) -> str:
@@ -399,11 +403,14 @@ class JobManager:
                 f.unlink(missing_ok=True)
                 removed += 1
         (self.store.data_dir() / "jobs" / f"{run_id}.json").unlink(missing_ok=True)
+        from lab.train.launcher import remove_scratch
+
+        scratch = remove_scratch(run_id)
         self.store.set_heartbeats(run_id, [])
         with self._lock:
             slots = self.book.release(run_id)
         detail = {"by": "release button", "killed": killed, "checkpoint_files_removed": removed, "slots": slots,
-                  "kept": "final.pt and the logs"}
+                  "scratch_folders_removed": scratch, "kept": "final.pt and the logs"}
         self.store.add_stage(run_id, "released", detail=detail)
         return detail
 
@@ -429,7 +436,10 @@ class JobManager:
                 changed = self.store.set_status(rid, "interrupted", only_from=("queued",),
                                                 error="queued by an earlier session of the lab that has ended")
             if changed:
+                from lab.train.launcher import remove_scratch
+
                 out.append(rid)
+                remove_scratch(rid)
                 self.store.set_heartbeats(rid, [])
                 self.store.add_stage(rid, "ended", detail={"status": "interrupted", "by": "job manager at start"})
         return out

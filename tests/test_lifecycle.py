@@ -11,8 +11,10 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
 import time
+from pathlib import Path
 
 import pytest
 
@@ -21,7 +23,7 @@ from lab.errors import LabError
 from lab.jobs import JobManager
 from lab.runs import JOB_WORKER, RunStore
 from lab.scenario import default_scenario
-from lab.train.launcher import listening_socket, processes_of
+from lab.train.launcher import listening_socket, processes_of, scratch_prefix
 from tests.conftest import ROOT
 
 pytestmark = pytest.mark.timeout(300)
@@ -245,7 +247,10 @@ def test_a_dead_controller_is_noticed_at_the_next_start(lab_db):
     os.killpg(launcher, signal.SIGKILL)
     wait_for(lambda: processes_of(running) == [], timeout=20, what="the workers to die with their launcher")
     assert store.status(running) == "running"  # nobody could record anything
+    left = list(Path(tempfile.gettempdir()).glob(scratch_prefix(running) + "*"))
+    assert left  # the killed launcher could not clean up its scratch folder
     assert JobManager(lab_db).mark_interrupted() == [running]
+    assert not list(Path(tempfile.gettempdir()).glob(scratch_prefix(running) + "*"))  # the next start does
     run = store.get_run(running)
     assert run["status"] == "interrupted" and "without reporting" in run["error"]
     assert jm.release(running)["killed"] == []  # nothing was left to kill

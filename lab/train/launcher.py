@@ -190,6 +190,20 @@ def processes_of(run_id: str, exclude: tuple[int, ...] = ()) -> list[int]:
     return out
 
 
+def scratch_prefix(run_id: str) -> str:
+    return f"lab-job-{run_id}-"
+
+
+def remove_scratch(run_id: str) -> int:
+    """Delete the scratch folders a launcher of this run left behind (a launcher killed with
+    SIGKILL cannot clean up); returns how many went."""
+    n = 0
+    for d in Path(tempfile.gettempdir()).glob(scratch_prefix(run_id) + "*"):
+        shutil.rmtree(d, ignore_errors=True)
+        n += 1
+    return n
+
+
 def parse_cpus(text: str | None) -> list[int] | None:
     if not text:
         return None
@@ -228,7 +242,7 @@ def launch(sc: Scenario, run_id: str | None = None, *, name: str | None = None,
         return LaunchResult(run_id, store.status(run_id), math.nan, "stopped before it started")
     cpus = cpus if cpus is not None else parse_cpus(os.environ.get("LAB_RANK_CPUS"))
     old = {s: signal.signal(s, _on_signal) for s in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)}
-    tmp = Path(tempfile.mkdtemp(prefix=f"lab-job-{run_id}-"))
+    tmp = Path(tempfile.mkdtemp(prefix=scratch_prefix(run_id)))
     logs = logs_dir(store, run_id)
     logs.mkdir(parents=True, exist_ok=True)
     procs: list[subprocess.Popen] = []
