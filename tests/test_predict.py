@@ -285,3 +285,35 @@ def test_lesson_files_round_trip(path):
     sc = Scenario.from_json(path.read_text())
     assert Scenario.from_url_param(sc.to_url_param()) == sc
     assert Scenario.from_json(sc.to_json()) == sc
+
+
+def test_collective_and_rest_grow_with_the_compute_before_them():
+    from dataclasses import replace
+
+    from lab.calibrate import CommFit
+
+    prof = synthetic_profile(remainder=LinearCost(100 * US, 0.0, 0.5))
+    prof = replace(prof, allreduce={p: {k: CommFit(100 * US, 1e-9, 0.0, 0.8) for k in ("gloo", "ring")}
+                                    for p in ("2", "3", "4")})
+    p = predict_step(sc_of(model="mlp", workers=2, batch_size=32), prof)
+    c = mlp_fb() + 50 * US
+    comm = 2 * 100 * US + (MLP_PARAMS + 1) * 4 * 1e-9 + 0.8 * c
+    assert p.comm == pytest.approx(comm)
+    assert p.rest == pytest.approx(100 * US + 0.5 * c)
+    assert p.step == pytest.approx(c + comm + p.rest)
+
+
+def test_compute_after_a_wait_is_slower():
+    from dataclasses import replace
+
+    prof = replace(synthetic_profile(), wait_slowdown=[[0.0, 1.0], [0.001, 2.0]])
+    assert prof.wait_factor(0.0) == 1.0 and prof.wait_factor(0.0005) == pytest.approx(1.5)
+    assert prof.wait_factor(1.0) == 2.0  # flat beyond the last wait
+    one = predict_step(sc_of(model="mlp", workers=1), prof)
+    assert one.compute == pytest.approx(mlp_fb() + 50 * US)  # never waits
+    two = predict_step(sc_of(model="mlp", workers=2), prof)  # waits 269 us in the all-reduce
+    c0 = mlp_fb() + 50 * US
+    for w in two.per_worker:
+        waited = two.step - w.compute
+        assert w.compute == pytest.approx(c0 * prof.wait_factor(waited), rel=1e-5)
+    assert two.compute > c0
