@@ -126,12 +126,10 @@ class CommFit:
     alpha: float  # seconds per ring step
     beta: float  # seconds per byte
     fit_error: float  # geometric-mean error over the measured cases (fraction)
-    per_compute: float = 0.0  # seconds per second of compute before it, in training (see fit_cycles)
 
-    def time(self, procs: int, nbytes: float, compute: float = 0.0) -> float:
-        """Ring all-reduce time: 2(N-1) alpha + 2(N-1)/N S beta (+ per_compute x compute)."""
-        return (2 * (procs - 1) * self.alpha + 2 * (procs - 1) / procs * nbytes * self.beta
-                + self.per_compute * compute)
+    def time(self, procs: int, nbytes: float) -> float:
+        """Ring all-reduce time: 2(N-1) alpha + 2(N-1)/N S beta."""
+        return 2 * (procs - 1) * self.alpha + 2 * (procs - 1) / procs * nbytes * self.beta
 
 
 @dataclass(frozen=True)
@@ -139,10 +137,9 @@ class SharingFit:
     per_hop: float  # seconds per message hop (count + payload, decode/merge included)
     per_byte: float  # seconds per byte this rank sends
     fit_error: float
-    per_compute: float = 0.0  # seconds per second of compute before it, in training
 
-    def time(self, hops: float, nbytes: float, compute: float = 0.0) -> float:
-        return self.per_hop * hops + self.per_byte * nbytes + self.per_compute * compute
+    def time(self, hops: float, nbytes: float) -> float:
+        return self.per_hop * hops + self.per_byte * nbytes
 
 
 @dataclass(frozen=True)
@@ -159,7 +156,7 @@ class MachineProfile:
     allreduce: dict  # {procs: {"gloo" | "ring": CommFit}} measured inside training-like cycles
     sharing: dict  # {procs: {method: SharingFit}} measured inside training-like cycles
     jitter: dict  # {procs: LinearCost: mean idle of equal workers (fixed, seconds)}
-    remainder: dict  # {procs: LinearCost: rest of the step (loop, ranks ending apart) = fixed + per_unit x compute}
+    remainder: dict  # {procs: LinearCost: rest of the step: loop, ranks ending apart (fixed, seconds)}
     measured_allreduce: dict  # {procs: {"gloo" | "ring": CommFit}} from lab.comm.measure (barrier first)
     wait_slowdown: list = field(default_factory=lambda: [[0.0, 1.0]])  # [[wait s, compute factor], ...]
     settings: dict = field(default_factory=dict)
@@ -804,34 +801,14 @@ def merge_cycles(results: list[dict]) -> list[dict]:
     return out
 
 
-def _robust_line(x: Sequence[float], y: Sequence[float]) -> tuple[float, float]:
-    """Theil-Sen line y = a + b x (median of the pairwise slopes, kept >= 0; the intercept the median
-    of y - b x), robust to the odd case a busy shared machine spoils; (median of y, 0) when x does
-    not vary or there are fewer than three points."""
-    from scipy.stats import theilslopes
-
-    x, y = np.asarray(x, float), np.asarray(y, float)
-    if len(x) < 3 or np.ptp(x) <= 0:
-        return float(np.median(y)), 0.0
-    b = max(0.0, float(theilslopes(y, x)[0]))
-    return float(np.median(y - b * x)), b
-
-
 def fit_cycles(procs: int, rows: Sequence[dict], base: ComputeFit, optimizer: dict, features: dict,
                betas: Mapping[str, float] | None = None) -> dict:
     """From the N-process cycles: the compute slow-down, the collectives' in-context costs, the idle
     jitter of equal workers and the rest of the step (the loop around the collective, the ranks
-    ending at different moments).
-
-    What the cycles show on this 2-core machine: the collective and the rest of the step take longer
-    the longer the compute before them (with more processes than cores the ranks are descheduled in
-    turn, and a rank that must answer the ring waits for a core), so both are lines in the compute
-    time ``c`` (forward + backward + optimiser, wall clock), fitted robustly (Theil-Sen) over the
-    cases: dense all-reduce ``2(N-1) alpha + 2(N-1)/N S beta + g c``, compressed sharing
-    ``hops x per_hop + bytes x per_byte + g c`` (the dense slope ``g``: those methods have fewer
-    cases), rest ``a + b c``; the idle of equal workers is their median. Per byte the collectives
-    take beta from the all-reduce measurement command (``betas``: impl -> seconds per byte; the
-    calibration gradients are too small to separate bandwidth from latency).
+    ending at different moments), as medians over the cases (steadier than least squares when single
+    cases on a shared machine are far off). Per byte the collectives take beta from the all-reduce
+    measurement command (``betas``: impl -> seconds per byte; the calibration gradients are too small
+    to separate bandwidth from latency); what remains is the per-step (per-hop) cost in context.
     ``features``: {(net, batch): graph features} (to predict the one-process compute of each case)."""
     betas = dict(betas or {})
     dense = [r for r in rows if r["kind"] == "gloo"]
@@ -842,36 +819,31 @@ def fit_cycles(procs: int, rows: Sequence[dict], base: ComputeFit, optimizer: di
         alone = compute_seconds(base, feat) + optimizer["adam"].time(r["numel"] - 1, feat["tensors"])
         ratios.append(r["cpu"] / alone)
     k = max(1.0, float(statistics.median(ratios))) if ratios else 1.0
-    c_of = lambda r: r["fb"] + r["opt"]  # noqa: E731
     comm: dict = {}
-    slope = 0.0
     for label, method, impl in CYCLE_KINDS:
         sel = [r for r in rows if r["kind"] == label and r["comm"] > 0]
         if not sel:
             continue
-        if method is None:  # dense all-reduce
+        if method is None:  # dense all-reduce: 2(N-1) alpha + 2(N-1)/N S beta
             beta = betas.get(impl, 0.0)
             steps = 2.0 * (procs - 1)
-            wire = [2.0 * (procs - 1) / procs * r["numel"] * 4 for r in sel]
-            a, g = _robust_line([c_of(r) for r in sel], [r["comm"] - w * beta for r, w in zip(sel, wire)])
-            if label == "gloo":
-                slope = g
-            f = CommFit(max(0.0, a) / steps, beta, 0.0, g)
-            err = geomean_error([f.time(procs, r["numel"] * 4, c_of(r)) for r in sel], [r["comm"] for r in sel])
-            comm[label] = CommFit(f.alpha, beta, err, g)
-        else:  # beta of the lab ring: the same point-to-point sends
+            alpha = max(0.0, float(statistics.median(
+                [(r["comm"] - 2.0 * (procs - 1) / procs * r["numel"] * 4 * beta) / steps for r in sel])))
+            f = CommFit(alpha, beta, 0.0)
+            err = geomean_error([f.time(procs, r["numel"] * 4) for r in sel], [r["comm"] for r in sel])
+            comm[label] = CommFit(alpha, beta, err)
+        else:  # hops x per_hop + bytes x per_byte (beta of the lab ring: the same point-to-point sends)
             beta = betas.get("ring", 0.0)
-            hop = max(0.0, float(statistics.median([(r["comm"] - r["bytes_sent"] * beta - slope * c_of(r))
-                                                    / max(r["hops"], 1.0) for r in sel])))
-            f = SharingFit(hop, beta, 0.0, slope)
-            err = geomean_error([f.time(r["hops"], r["bytes_sent"], c_of(r)) for r in sel], [r["comm"] for r in sel])
-            comm[label] = SharingFit(hop, beta, err, slope)
-    cs = [c_of(r) for r in dense]
+            hop = max(0.0, float(statistics.median([(r["comm"] - r["bytes_sent"] * beta) / max(r["hops"], 1.0)
+                                                    for r in sel])))
+            f = SharingFit(hop, beta, 0.0)
+            err = geomean_error([f.time(r["hops"], r["bytes_sent"]) for r in sel], [r["comm"] for r in sel])
+            comm[label] = SharingFit(hop, beta, err)
     idle = [r["idle"] for r in dense]
-    ra, rb = _robust_line(cs, [r["cycle"] - c_of(r) - r["comm"] - r["idle"] for r in dense]) if dense else (0, 0)
+    rest = [r["cycle"] - r["fb"] - r["opt"] - r["comm"] - r["idle"] for r in dense]
     return {"contention": k, "comm": comm,
             "jitter": LinearCost(max(0.0, float(statistics.median(idle))) if idle else 0.0),
-            "remainder": LinearCost(max(0.0, ra), 0.0, rb)}
+            "remainder": LinearCost(max(0.0, float(statistics.median(rest))) if rest else 0.0)}
 
 
 def profile_errors(fits: Mapping[str, CommFit], rows: Sequence[dict]) -> dict[str, float]:
@@ -1105,15 +1077,15 @@ def format_profile(prof: MachineProfile) -> str:
         j = prof.jitter_cost(p)
         rm = prof.remainder_cost(p)
         lines.append(f"{p} processes: compute x{prof.slowdown(p):.2f}; idle of equal workers {j.fixed * 1e6:.0f} us; "
-                     f"rest of the step {rm.fixed * 1e6:.0f} us + {rm.per_unit:.2f} x compute")
+                     f"rest of the step {rm.fixed * 1e6:.0f} us")
         for impl, f in prof.allreduce.get(str(p), {}).items():
             m = prof.measured_allreduce.get(str(p), {}).get(impl)
             extra = (f"; measure command: alpha {m.alpha * 1e6:.1f} us, beta {m.beta * 1e9:.3f} ns/B" if m else "")
-            lines.append(f"    all-reduce {impl:5s} in training: alpha {f.alpha * 1e6:.1f} us, beta {f.beta * 1e9:.3f} ns/B, "
-                         f"+{f.per_compute:.2f} x compute (fit error {f.fit_error * 100:.0f}%){extra}")
+            lines.append(f"    all-reduce {impl:5s} in training: alpha {f.alpha * 1e6:.1f} us, beta {f.beta * 1e9:.3f} ns/B "
+                         f"(fit error {f.fit_error * 100:.0f}%){extra}")
         for meth, f in prof.sharing.get(str(p), {}).items():
-            lines.append(f"    {meth:16s} {f.per_hop * 1e6:.1f} us/hop + {f.per_byte * 1e9:.3f} ns/B + "
-                         f"{f.per_compute:.2f} x compute (fit error {f.fit_error * 100:.0f}%)")
+            lines.append(f"    {meth:16s} {f.per_hop * 1e6:.1f} us/hop + {f.per_byte * 1e9:.3f} ns/B "
+                         f"(fit error {f.fit_error * 100:.0f}%)")
     return "\n".join(lines)
 
 

@@ -192,12 +192,10 @@ def predict_step(scenario: Scenario, profile: MachineProfile, *, plan: Any = Non
     compressed = comp.kind != "none" and tr.sync == "allreduce" and n_workers > 1
     compress = [0.0] * n_workers
     comm_base, emul_comm, sent = 0.0, [0.0] * n_workers, [0.0] * n_workers
-    per_compute = 0.0  # the collective's growth with the compute before it (profile, in training)
     if n_workers > 1 or plan.server is not None:
         if tr.sync == "allreduce" and not compressed:
             impl = tr.allreduce_impl
-            ab = profile.allreduce_fit(impl, procs)
-            comm_base, per_compute = ab.time(procs, flat_bytes), ab.per_compute
+            comm_base = profile.allreduce_fit(impl, procs).time(procs, flat_bytes)
             sent = [_dense_ring_bytes(numel + 1, procs)] * n_workers
             if plan.emulation is not None:
                 if impl == "gloo":
@@ -210,11 +208,10 @@ def predict_step(scenario: Scenario, profile: MachineProfile, *, plan: Any = Non
         elif compressed:  # the gradient without the loss slot is compressed (lab.train.compressed)
             comm_base, emul_comm, sent, compress = _compressed(sc, profile, tr, devices, numel, procs,
                                                                plan.emulation is not None, notes)
-            per_compute = profile.sharing_fit(comp.sharing, procs).per_compute
         elif tr.sync == "state_allreduce":
             ab = profile.allreduce_fit(tr.allreduce_impl, procs)
             calls = [(ITEM, 1), (8, 1), (numel * ITEM, 2)]  # loss, non-finite flag, two state tensors
-            comm_base, per_compute = sum(k * ab.time(procs, b) for b, k in calls), ab.per_compute
+            comm_base = sum(k * ab.time(procs, b) for b, k in calls)
             sent = [sum(k * _dense_ring_bytes(max(1, b // ITEM), procs) for b, k in calls)] * n_workers
             if plan.emulation is not None:
                 from lab.train.emulation import ring_allreduce_time
@@ -236,12 +233,12 @@ def predict_step(scenario: Scenario, profile: MachineProfile, *, plan: Any = Non
             notes.append("parameter server: gradients up, parameters down, the server's optimiser step in between")
 
     shared_emul = max(emul_comm) if tr.sync != "param_server" else 0.0
-    # jitter: on a shared machine the workers never arrive together even when equal; rest: the part
-    # of the step outside the timed pieces (the loop around the collective, the ranks ending at
-    # different moments). The collective and the rest grow with the compute before them (the
-    # profile's lines in the compute time, from its training-like cycles).
+    comm = comm_base + shared_emul
+    # jitter: on a shared machine the workers never arrive together even when equal; and the rest of
+    # the step (the loop around the collective, the ranks ending at different moments): medians of
+    # the profile's training-like cycles
     jitter = profile.jitter_cost(procs).fixed if procs > 1 else 0.0
-    rest_cost = profile.remainder_cost(procs)
+    rest = profile.remainder_cost(procs).fixed if procs > 1 else 0.0
     # A worker that waited (in the collective, or sleeping for its emulated device) computes slower
     # on a shared machine (the profile's wait sweep); its wait depends on the step, and the step on
     # its compute: a few rounds of fixed-point iteration settle it.
@@ -249,9 +246,6 @@ def predict_step(scenario: Scenario, profile: MachineProfile, *, plan: Any = Non
     slow = [1.0] * n_workers
     for _ in range(8):
         c = [x * k for x, k in zip(c0, slow)]
-        burst = sum(c) / n_workers
-        comm = comm_base + per_compute * burst + shared_emul
-        rest = rest_cost.fixed + rest_cost.per_unit * burst if procs > 1 else 0.0
         emul_c = [(s_ - 1.0) * x if s_ > 1.0 else 0.0 for s_, x in zip(scales, c)]  # the worker's own formula
         compute = [x + e for x, e in zip(c, emul_c)]
         arrival = [x + z + (e if tr.sync == "param_server" else 0.0) for x, z, e in zip(compute, compress, emul_comm)]

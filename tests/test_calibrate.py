@@ -150,28 +150,25 @@ def test_tiny_calibration_end_to_end(tmp_path):
 def test_fit_cycles_recovers_known_in_context_costs():
     base = C.synthetic_profile().compute
     opt = {"adam": C.LinearCost(50e-6, 0.0, 0.0)}
-    procs, alpha, beta, g = 3, 400e-6, 2e-9, 0.8
+    procs, alpha, beta = 3, 400e-6, 2e-9
     feats, rows = {}, []
-    for i, (net, c) in enumerate([(0, 1e-3), (3, 2e-3), (7, 3e-3), (12, 5e-3)]):
+    for i, (net, c, extra) in enumerate([(0, 1e-3, 0.0), (3, 2e-3, 0.0), (7, 3e-3, 0.0), (12, 5e-3, 9e-3)]):
         feats[(net, 16)] = {"counts": {k: 0 for k in C.COMPUTE_CLASSES}, "flops": {k: 0.0 for k in C.COMPUTE_CLASSES},
                             "tensors": 4}
         numel = 1000 * (i + 1)
-        comm = 2 * (procs - 1) * alpha + 2 * (procs - 1) / procs * numel * 4 * beta + g * c
-        rest = 100e-6 + 0.5 * c
+        comm = 2 * (procs - 1) * alpha + 2 * (procs - 1) / procs * numel * 4 * beta + extra  # one outlier case
         rows.append({"kind": "gloo", "net": net, "batch": 16, "fb": 0.7 * c, "opt": 0.3 * c, "cpu": 1.5 * (100e-6 + 50e-6),
-                     "compress": 0.0, "comm": comm, "idle": 200e-6, "cycle": c + comm + 200e-6 + rest,
+                     "compress": 0.0, "comm": comm, "idle": 200e-6 + extra, "cycle": c + comm + 200e-6 + extra + 300e-6,
                      "bytes_sent": 0.0, "hops": 4.0, "numel": numel})
-    for net, c in [(3, 2e-3), (7, 3e-3)]:
-        rows.append({"kind": "sparse_allgather", "net": net, "batch": 16, "fb": c, "opt": 0.0, "cpu": 0.0,
-                     "compress": 1e-4, "comm": 2 * 700e-6 + 5000 * 3e-9 + g * c, "idle": 0.0, "cycle": 0.0,
+    for net in (3, 7):
+        rows.append({"kind": "sparse_allgather", "net": net, "batch": 16, "fb": 1e-3, "opt": 0.0, "cpu": 0.0,
+                     "compress": 1e-4, "comm": 2 * 700e-6 + 5000 * 3e-9, "idle": 0.0, "cycle": 0.0,
                      "bytes_sent": 5000.0, "hops": 2.0, "numel": 1000})
     fit = C.fit_cycles(procs, rows, base, opt, feats, betas={"gloo": beta, "ring": 3e-9})
     ab = fit["comm"]["gloo"]
-    assert ab.alpha == pytest.approx(alpha, rel=1e-6) and ab.per_compute == pytest.approx(g, rel=1e-6)
-    assert ab.fit_error == pytest.approx(0.0, abs=1e-9)
+    assert ab.alpha == pytest.approx(alpha, rel=1e-6) and ab.beta == beta  # the median ignores the outlier
     sh = fit["comm"]["sparse_allgather"]
-    assert sh.per_hop == pytest.approx(700e-6, rel=1e-6) and sh.per_compute == pytest.approx(g, rel=1e-6)
+    assert sh.per_hop == pytest.approx(700e-6, rel=1e-6) and sh.fit_error == pytest.approx(0.0, abs=1e-9)
     assert fit["jitter"].fixed == pytest.approx(200e-6)
-    assert fit["remainder"].fixed == pytest.approx(100e-6, rel=1e-6)
-    assert fit["remainder"].per_unit == pytest.approx(0.5, rel=1e-6)
+    assert fit["remainder"].fixed == pytest.approx(300e-6, rel=1e-6)
     assert fit["contention"] == pytest.approx(1.5)  # CPU time 1.5 x the one-process prediction (100 + 50 us)

@@ -287,22 +287,6 @@ def test_lesson_files_round_trip(path):
     assert Scenario.from_json(sc.to_json()) == sc
 
 
-def test_collective_and_rest_grow_with_the_compute_before_them():
-    from dataclasses import replace
-
-    from lab.calibrate import CommFit
-
-    prof = synthetic_profile(remainder=LinearCost(100 * US, 0.0, 0.5))
-    prof = replace(prof, allreduce={p: {k: CommFit(100 * US, 1e-9, 0.0, 0.8) for k in ("gloo", "ring")}
-                                    for p in ("2", "3", "4")})
-    p = predict_step(sc_of(model="mlp", workers=2, batch_size=32), prof)
-    c = mlp_fb() + 50 * US
-    comm = 2 * 100 * US + (MLP_PARAMS + 1) * 4 * 1e-9 + 0.8 * c
-    assert p.comm == pytest.approx(comm)
-    assert p.rest == pytest.approx(100 * US + 0.5 * c)
-    assert p.step == pytest.approx(c + comm + p.rest)
-
-
 def test_compute_after_a_wait_is_slower():
     from dataclasses import replace
 
