@@ -133,8 +133,10 @@ class Heartbeat:
         self._thread = threading.Thread(target=self._run, name="lab-heartbeat", daemon=True)
 
     def start(self) -> "Heartbeat":
+        global _BEAT
         self.beat()
         self._thread.start()
+        _BEAT = self
         return self
 
     def beat(self) -> None:
@@ -171,6 +173,16 @@ class Heartbeat:
                 os.replace(tmp, self.path)
             except OSError:
                 pass
+
+
+_BEAT: Heartbeat | None = None
+
+
+def poke() -> None:
+    """Beat now (from the main thread): called on the first step of an attempt, so the launcher
+    knows at once that this worker is past its start-up (whose timeout is much longer)."""
+    if _BEAT is not None:
+        _BEAT.beat()
 
 
 def read_heartbeat(path: str | os.PathLike) -> dict | None:

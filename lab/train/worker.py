@@ -569,6 +569,9 @@ class Trainer:
         """The scenario's injected fault (first attempt only; lab.train.resilience.inject)."""
         from lab.train import resilience as rz
 
+        if step == self.start_step + 1:
+            rz.poke()  # past start-up: from now on the (shorter) heartbeat timeouts apply
+
         def record(detail: dict) -> None:
             if self.store is not None and self.run_id:
                 self.store.add_stage(self.run_id, "fault", attempt=rz.attempt(), step=step, worker=self.rank,
