@@ -118,6 +118,25 @@ def _lesson_toggle() -> None:
               help="Hide the advanced controls on every page; the link then opens in lesson mode too (?lesson=1)")
 
 
+@st.cache_data(ttl=15, show_spinner="predicting the runs from the machine profile")
+def predicted_runs(db: str, created: str, _profile, ids: tuple) -> tuple:
+    """:func:`lab.predict.evaluate_runs` for the runs ``ids`` of the store at ``db``, cached per profile
+    (``created`` names it): (rows, skipped)."""
+    from lab.predict import evaluate_runs
+    from lab.runs import store
+
+    return evaluate_runs(store(db), _profile, list(ids))
+
+
+@st.cache_data(ttl=60, show_spinner=False)
+def prediction_table(db: str, created: str, _profile, run_id: str):
+    """:func:`lab.predict.prediction_table` of one stored run, cached per profile."""
+    from lab.predict import prediction_table as table
+    from lab.runs import store
+
+    return table(run_id, _profile, store=store(db))
+
+
 def _plain(text: str) -> str:
     """User text shown as text: escape markdown and HTML special characters."""
     out = []

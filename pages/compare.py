@@ -4,6 +4,9 @@ download them as CSV, delete them."""
 import streamlit as st
 
 import ui
+from lab import predict as P
+from lab.calibrate import load_profile
+from lab.figures import fidelity as fid
 from lab.figures import training as figs
 from lab.optim import OPTIMISER_LABELS
 from lab.runs import FINISHED, JOB_WORKER, safe_filename, store
@@ -68,6 +71,22 @@ with ui.guarded("the comparison"):
     st.download_button("Download CSV (every step of the chosen runs)", runs_store.export_frame(chosen).to_csv(index=False),
                        file_name=safe_filename("runs-" + "-".join(chosen[:3]), ".csv"), mime="text/csv",
                        key="cmp_download", icon=":material/download:")
+
+st.subheader("Predicted beside measured")
+with ui.guarded("the prediction"):
+    prof = load_profile()
+    if prof is None:
+        st.info("No machine profile yet: calibrate this machine on the Fidelity page to see the cost model's "
+                "prediction beside these runs.")
+    else:
+        rows, skipped = ui.predicted_runs(str(runs_store.path), prof.created, prof, tuple(chosen))
+        if rows:
+            st.plotly_chart(fid.step_scatter(rows, 0.15, "Step time of the chosen runs"), key="cmp_pred")
+            st.dataframe(P.fidelity_table(rows), hide_index=True, key="cmp_pred_table")
+            ui.caption("modelled", f"Predicted from this machine's profile ({prof.created[:10]}) against the measured "
+                       "median step (ms) after the warm-up; dashed y = x, band ±15 %; error = predicted / measured − 1.")
+        for s in skipped:
+            st.caption(f"Run {s['id']} not predicted: {s['why']}")
 
 with st.expander("Delete runs"):
     st.markdown("Deletes the chosen runs, their measurements and their checkpoints.")

@@ -133,16 +133,11 @@ def batch_progress() -> None:
 
 batch_progress()
 
-@st.cache_data(ttl=15, show_spinner="predicting the stored runs")
-def compared(db: str, created: str, _prof, ids: tuple) -> tuple:
-    return P.evaluate_runs(run_store(db), _prof, list(ids))
-
-
 rows = []
 if prof is not None:
     with ui.guarded("the comparison"):
         done = tuple(store.list_runs(statuses=("done",)).id)
-        rows, skipped = compared(str(store.path), prof.created, prof, done)
+        rows, skipped = ui.predicted_runs(str(store.path), prof.created, prof, done)
         if not rows:
             st.info("No finished runs to compare yet: run the preset batch, or runs on the Training page.")
         else:

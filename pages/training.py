@@ -5,7 +5,9 @@ import uuid
 import streamlit as st
 
 import ui
+from lab.calibrate import load_profile
 from lab.figures import training as figs
+from lab.figures.fidelity import prediction_figure
 from lab.jobs import JobManager, shared
 from lab.models import MODEL_LABELS
 from lab.optim import OPTIMISER_LABELS
@@ -165,6 +167,22 @@ def live_view() -> None:
         c1.metric("Wall time (s)", f"{job.wall.max():.2f}")
         c2.metric("Throughput (samples/s)", f"{thr.tail(20).mean():,.0f}" if len(thr) else "–")
         c3.metric(f"Sent by all workers (MB, {info.get('bytes_kind', 'measured')})", f"{sent:.2f}")
+    if run["status"] == "done":
+        with ui.guarded("the prediction"):
+            predicted_beside_measured(watch)
+
+
+def predicted_beside_measured(run_id: str) -> None:
+    prof = load_profile()
+    if prof is None:
+        st.caption("No machine profile yet: calibrate this machine on the Fidelity page to see the cost model's "
+                   "prediction beside these measurements.")
+        return
+    table = ui.prediction_table(str(runs_store.path), prof.created, prof, run_id)
+    st.plotly_chart(prediction_figure(table, "Predicted beside measured, per step"), key="train_pred")
+    ui.caption("modelled", f"Blue: the cost model's step time and its parts from this machine's profile "
+               f"({prof.created[:10]}); orange: measured medians per step after the warm-up. Over each pair: "
+               "error = predicted / measured − 1. The Fidelity page shows every run.")
 
 
 live()

@@ -178,3 +178,39 @@ def test_allreduce_page_draws_the_profile_beside_its_measurement(data):
     assert_no_exception(at)
     cap = " ".join(c.value for c in at.caption)
     assert "machine profile" in cap and "gloo 10%" in cap and "ring 10%" in cap
+
+
+def test_training_page_shows_the_finished_run_beside_its_prediction(data, lab_db):
+    prof = synthetic_profile()
+    prof.save()
+    rid, sc = stored_run(lab_db)
+    at = app_test("pages/training.py")
+    assert_no_exception(at)
+    chart = at.get("plotly_chart")
+    bars = [json.loads(c.proto.spec) for c in chart]
+    pred = [b for b in bars if any(t.get("name", "").startswith("predicted") for t in b["data"])]
+    assert len(pred) == 1
+    traces = {t["name"]: t for t in pred[0]["data"]}
+    step = predict_step(sc, prof).step
+    assert traces["predicted (modelled)"]["y"][-1] == pytest.approx(step * 1e3)
+    assert traces["measured"]["y"][-1] == pytest.approx(10.0)
+
+
+def test_training_page_without_profile_says_how_to_get_one(data, lab_db):
+    stored_run(lab_db)
+    at = app_test("pages/training.py")
+    assert_no_exception(at)
+    assert any("calibrate this machine" in c.value for c in at.caption)
+
+
+def test_compare_page_shows_prediction_beside_measurement(data, lab_db):
+    prof = synthetic_profile()
+    prof.save()
+    rid, sc = stored_run(lab_db)
+    at = app_test("pages/compare.py")
+    assert_no_exception(at)
+    assert at.multiselect(key="cmp_runs").value == [rid]
+    table = [d.value for d in at.dataframe if "predicted step (ms)" in d.value.columns][0]
+    assert list(table["id"]) == [rid]
+    assert table["predicted step (ms)"].iloc[0] == pytest.approx(predict_step(sc, prof).step * 1e3)
+    assert table["measured step (ms)"].iloc[0] == pytest.approx(10.0)
