@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import uuid
 from typing import Iterator
 
 import streamlit as st
@@ -116,6 +117,14 @@ def _lesson_toggle() -> None:
     st.session_state[LESSON_WIDGET] = lesson_mode()  # drawn once per run, after any switch elsewhere
     st.toggle("Lesson mode", key=LESSON_WIDGET, on_change=changed,
               help="Hide the advanced controls on every page; the link then opens in lesson mode too (?lesson=1)")
+
+
+def job_manager():
+    """(the server's one JobManager of the run store, shared by every session and page, with its fair
+    queue; this session's owner id in that queue)."""
+    from lab.jobs import shared
+
+    return shared(), st.session_state.setdefault("job_owner", uuid.uuid4().hex[:12])
 
 
 @st.cache_data(ttl=15, show_spinner="predicting the runs from the machine profile")

@@ -12,6 +12,7 @@ from lab.figures import allreduce as figs
 from lab.figures.fidelity import add_profile_models
 
 sc = ui.scenario_sidebar()
+lesson = ui.lesson_mode()  # hides the advanced controls and tables
 topo = sc.topology
 st.title("All-reduce")
 st.markdown("Every device holds a gradient buffer of S bytes; an all-reduce leaves the sum on every device. Step "
@@ -34,8 +35,8 @@ if source == "topology":
     cluster = topo
 else:
     n = c1.slider("N", 2, 16, 4, key="ar_n")
-    bw = c1.number_input("Link bandwidth (GB/s per direction)", 0.01, 1000.0, 25.0, key="ar_bw")
-    lat = c1.number_input("Link latency (µs)", 0.0, 10000.0, 1.0, key="ar_lat")
+    bw = 25.0 if lesson else c1.number_input("Link bandwidth (GB/s per direction)", 0.01, 1000.0, 25.0, key="ar_bw")
+    lat = 1.0 if lesson else c1.number_input("Link latency (µs)", 0.0, 10000.0, 1.0, key="ar_lat")
     cluster, names = C.uniform_star(n, bw * 1e9, lat * 1e-6), C.default_names(n)
 alg = c2.selectbox("Algorithm", C.ALGORITHMS, format_func=C.ALGORITHM_LABELS.get, key="ar_alg")
 nbytes = c2.select_slider("Buffer per device S", SIZES, value=4 << 20, format_func=M.human_bytes, key="ar_size")
@@ -94,13 +95,14 @@ if setup is not None:
                                "t = time, N = devices):")
         st.latex(C.BANDWIDTH_FORMULA)
         scale, unit = figs.time_unit(max(s.seconds for s in est.steps))
-        st.dataframe(pd.DataFrame([{"step": s.index + 1, "phase": s.phase, f"time ({unit})": s.seconds * scale,
-                                    "slowest message": f"{s.slowest.src} → {s.slowest.dst}" if s.slowest else "",
-                                    "its narrowest hop": s.slowest.bottleneck if s.slowest else "",
-                                    "messages sharing it": s.slowest.sharing if s.slowest else 0,
-                                    "its bandwidth (GB/s)": s.slowest.bandwidth / 1e9 if s.slowest else None}
-                                   for s in est.steps]), hide_index=True, key="ar_step_times")
-        ui.caption("modelled", "every step of the chosen algorithm; a step lasts as long as its slowest message.")
+        if not lesson:
+            st.dataframe(pd.DataFrame([{"step": s.index + 1, "phase": s.phase, f"time ({unit})": s.seconds * scale,
+                                        "slowest message": f"{s.slowest.src} → {s.slowest.dst}" if s.slowest else "",
+                                        "its narrowest hop": s.slowest.bottleneck if s.slowest else "",
+                                        "messages sharing it": s.slowest.sharing if s.slowest else 0,
+                                        "its bandwidth (GB/s)": s.slowest.bandwidth / 1e9 if s.slowest else None}
+                                       for s in est.steps]), hide_index=True, key="ar_step_times")
+            ui.caption("modelled", "every step of the chosen algorithm; a step lasts as long as its slowest message.")
         rows = C.compare_algorithms(cluster, setup, nbytes)
         st.dataframe(pd.DataFrame([{"algorithm": C.ALGORITHM_LABELS[r["algorithm"]], "steps": r["steps"],
                                     "time (µs)": r["seconds"] * 1e6, "algbw (GB/s)": r["algbw"] / 1e9,
@@ -117,17 +119,19 @@ if setup is not None:
                                               f"time against N (first N devices), S = {M.human_bytes(nbytes)}"),
                         key="ar_vs_n")
         ui.caption("modelled", "on the chosen devices' links; against N, the first N devices of the ring order.")
-        alpha = max(cluster.path(a, b).latency for a, b in zip(chosen.names, chosen.names[1:] + chosen.names[:1]))
-        beta = 1 / chosen.slowest_hop_bandwidth
-        ns = [2 ** k for k in range(1, 11)]
-        st.plotly_chart(figs.time_vs_n_figure(C.sweep_uniform(ns, nbytes, alpha, beta),
-                                              f"uniform model up to N = 1024: t = steps·α + bytes·β, α = "
-                                              f"{figs.fmt_seconds(alpha)}, β = 1/({figs.fmt_rate(1 / beta)})",
-                                              log_x=True), key="ar_uniform")
-        ui.caption("modelled", "no real topology is this large: every device on its own switch port with this "
-                               "ring's slowest hop (α its largest hop latency); ring 2(N−1) steps of S/N, host 2 "
-                               "steps of N·S through the host's port, tree 2·log2 N levels of up to 2·S.")
+        if not lesson:
+            alpha = max(cluster.path(a, b).latency for a, b in zip(chosen.names, chosen.names[1:] + chosen.names[:1]))
+            beta = 1 / chosen.slowest_hop_bandwidth
+            ns = [2 ** k for k in range(1, 11)]
+            st.plotly_chart(figs.time_vs_n_figure(C.sweep_uniform(ns, nbytes, alpha, beta),
+                                                  f"uniform model up to N = 1024: t = steps·α + bytes·β, α = "
+                                                  f"{figs.fmt_seconds(alpha)}, β = 1/({figs.fmt_rate(1 / beta)})",
+                                                  log_x=True), key="ar_uniform")
+            ui.caption("modelled", "no real topology is this large: every device on its own switch port with this "
+                                   "ring's slowest hop (α its largest hop latency); ring 2(N−1) steps of S/N, host 2 "
+                                   "steps of N·S through the host's port, tree 2·log2 N levels of up to 2·S.")
 
+if setup is not None and not lesson:
     st.subheader("Synchronous or asynchronous trigger (seed A)")
     with ui.guarded("the trigger timeline"):
         gflop = st.number_input("Work per device and iteration (GFLOP, run as matrix multiplies)", 0.001, 1e6,
@@ -150,6 +154,7 @@ if setup is not None:
                                "message arriving while the device still computes. A ring waits for its slowest "
                                "device either way: async saves only what can move before it is done.")
 
+if setup is not None:
     st.subheader("Measured on this machine")
     st.markdown("Real processes on this machine's CPU (gloo over loopback): the lab's ring (`lab.comm.ring_allreduce`, "
                 "isend/irecv) beside gloo's own `all_reduce`, each size after a warm-up, median over iterations of "
@@ -157,9 +162,9 @@ if setup is not None:
                 "t = 2(N−1)·α + 2(N−1)/N·S·β). The same from a shell: `python -m lab.comm.measure --procs 4`.")
     k1, k2, k3 = st.columns(3)
     procs = k1.selectbox("Processes", [2, 3, 4], key="ar_procs")
-    top = k2.selectbox("Largest size", [64 << 10, 256 << 10, 1 << 20], index=1, format_func=M.human_bytes,
-                       key="ar_top")
-    iters = k3.number_input("Iterations per size", 1, 50, 5, key="ar_iters")
+    top = 256 << 10 if lesson else k2.selectbox("Largest size", [64 << 10, 256 << 10, 1 << 20], index=1,
+                                                 format_func=M.human_bytes, key="ar_top")
+    iters = 5 if lesson else k3.number_input("Iterations per size", 1, 50, 5, key="ar_iters")
     if st.button("Run the measurement", key="ar_measure", icon=":material/speed:"):
         with ui.guarded("the measurement"):
             bar = st.progress(0.0, "starting the processes")

@@ -1,7 +1,5 @@
 """Compression: Group-TopK and its sparse ring, byte-true accounting, and the Cholesky claim tested."""
 
-import uuid
-
 import numpy as np
 import pandas as pd
 import streamlit as st
@@ -9,18 +7,18 @@ import torch
 
 import ui
 from lab import cholesky as chol
-from lab.comm.sparse import SHARING_LABELS, compare_sharing, fill_in_table, hop_bytes_table, simulate_sparse_ring
-from lab.compress import COMPRESSOR_LABELS, evaluate, generated_gradients, make_compressor, real_gradients
+from lab.comm.sparse import SHARING_LABELS, sharing_report
+from lab.compress import COMPRESSOR_LABELS, evaluate, generated_gradients, real_gradients
 from lab.figures import compression as figs
 from lab.figures.topology import fmt_seconds
 from lab.errors import LabError
-from lab.jobs import JobManager, shared
 from lab.models import MODEL_LABELS, MODEL_NAMES
-from lab.runs import ACTIVE, default_db_path, store
+from lab.runs import ACTIVE, store
 from lab.scenario import Compression
 from lab.train.compressed import grid_results, grid_scenarios, grid_table
 
 sc = ui.scenario_sidebar()
+lesson = ui.lesson_mode()  # hides the advanced controls
 comp = sc.training.compression
 st.title("Compression")
 st.markdown(
@@ -46,15 +44,12 @@ def table(grad: np.ndarray, group_size: int, ratios: tuple, seed: int) -> list[d
 
 @st.cache_data(show_spinner="Simulating the ring…", max_entries=8)
 def ring(grads: list, kind: str, ratio: float, group_size: int, seed: int):
-    payloads = [make_compressor(kind, ratio, group_size, seed=seed).compress(torch.from_numpy(g)) for g in grads]
-    sim = simulate_sparse_ring(payloads, payloads[0].numel)
-    return fill_in_table(sim), hop_bytes_table(sim), compare_sharing(payloads, sim)
+    return sharing_report(grads, kind, ratio, group_size, seed)
 
 
 @st.cache_data(show_spinner="Factorising…", max_entries=8)
 def matrices(seed: int, batch: int, damping: float, workers: int, by_class: bool) -> dict:
-    mats = chol.example_matrices(seed, batch, damping, workers, by_class)
-    return {k: [m.numpy() for m in v] for k, v in mats.items()}
+    return {k: [m.numpy() for m in v] for k, v in chol.example_matrices(seed, batch, damping, workers, by_class).items()}
 
 
 # ---------------------------------------------------------------- compressors on one gradient
@@ -67,8 +62,10 @@ with st.form("cp_form"):
     n = c3.number_input("Entries (generated, count)", 1_000, 5_000_000, 1_000_000, step=100_000, key="cp_n")
     batch = c4.number_input("Batch per worker (digits)", 8, 512, 64, key="cp_batch")
     c1, c2, c3 = st.columns([1, 1, 2])
-    group_size = c1.number_input("Group size (entries)", 1, 65536, int(min(comp.group_size, 65536)), key="cp_group")
-    seed = c2.number_input("Seed", 0, 2**31 - 1, int(sc.training.seed), key="cp_seed")
+    group_size, seed = int(min(comp.group_size, 65536)), int(sc.training.seed)
+    if not lesson:
+        group_size = c1.number_input("Group size (entries)", 1, 65536, group_size, key="cp_group")
+        seed = c2.number_input("Seed", 0, 2**31 - 1, seed, key="cp_seed")
     ratios = c3.multiselect("Ratios (kept fraction)", [0.001, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2],
                             default=[0.001, 0.01, 0.05, 0.1], key="cp_ratios")
     st.form_submit_button("Compute", type="primary", key="cp_run")
@@ -144,7 +141,8 @@ st.markdown(
 with st.form("ch_form"):
     c1, c2, c3, c4, c5 = st.columns([3, 1, 1, 1, 1])
     name = c1.selectbox("Matrix", chol.MATRIX_NAMES, index=2, key="ch_matrix")
-    damping = c2.number_input("Damping (× mean diagonal)", 0.0, 1.0, 1e-3, format="%.4f", key="ch_damping")
+    damping = 1e-3 if lesson else c2.number_input("Damping (× mean diagonal)", 0.0, 1.0, 1e-3, format="%.4f",
+                                                  key="ch_damping")
     ch_workers = c3.number_input("Workers", 2, 8, 4, key="ch_workers")
     ch_batch = c4.number_input("Batch (digits)", 2, 1797, 256, key="ch_batch")
     by_class = c5.checkbox("Non-IID (by class)", False, key="ch_by_class")
@@ -194,16 +192,11 @@ st.markdown(f"The current scenario trained for real (gradient all-reduce, the la
             "Emulate the edge preset's 100 Mbit/s links (Training page) to see what links cost.")
 
 
-@st.cache_resource
-def manager(db: str) -> JobManager:
-    return shared(db)  # one manager (and one fair queue) per run store, shared with the Jobs page
-
-
 c1, c2 = st.columns([1, 3])
 if c1.button("Queue the 9 runs", type="primary", key="cp_grid_run", icon=":material/grid_view:"):
     with ui.guarded("queueing the grid"):
-        owner = st.session_state.setdefault("job_owner", uuid.uuid4().hex[:12])  # as the Training page
-        jobs = manager(str(default_db_path())).submit_many(grid_scenarios(sc), owner=owner)
+        jm, owner = ui.job_manager()  # the Training page's manager and fair queue
+        jobs = jm.submit_many(grid_scenarios(sc), owner=owner)
         st.session_state["cp_grid_runs"] = st.session_state["cmp_runs"] = [j.run_id for j in jobs]
 c2.page_link("pages/compare.py", label="Compare them: loss, accuracy, bytes, time", icon=":material/compare_arrows:")
 grid_ids = st.session_state.get("cp_grid_runs", [])

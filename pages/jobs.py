@@ -2,7 +2,6 @@
 restarts, logs, stop and release), and a what-if of the two scheduling policies on a topology."""
 
 import time
-import uuid
 
 import pandas as pd
 import streamlit as st
@@ -11,19 +10,13 @@ import ui
 from lab import jobs as jobs_mod
 from lab.catalogue import PRESET_LABELS, preset
 from lab.figures import jobs as figs
-from lab.runs import ACTIVE, FINISHED, default_db_path, store
+from lab.runs import ACTIVE, FINISHED, store
 from lab.scheduling import POLICIES, POLICY_LABELS, JobRequest, compare_policies, resource_groups
 from lab.train.launcher import heartbeat_timeout
 
 
-@st.cache_resource
-def manager(db: str) -> jobs_mod.JobManager:
-    return jobs_mod.shared(db)  # one manager per run store, shared by every session
-
-
 sc = ui.scenario_sidebar()
-owner = st.session_state.setdefault("job_owner", uuid.uuid4().hex[:12])
-jm = manager(str(default_db_path()))
+jm, owner = ui.job_manager()  # one manager per run store, shared by every session
 runs_store = store()
 st.title("Jobs")
 st.markdown(

@@ -44,13 +44,15 @@ with st.form("playground"):
     c1, c2, c3 = st.columns(3)
     steps = c1.slider("Steps (count)", 10, 2000, 400, step=10, key="pg_steps")
     lr = c2.number_input("Learning rate lr", 1e-4, 10.0, 0.1, format="%.4f", key="pg_lr")
-    seed = c3.number_input("Noise seed", 0, 2**31 - 1, 0, key="pg_seed",
-                           help="Fixes the gradient noise of the noisy quadratic; every optimiser sees the same noise")
-    c1, c2, c3 = st.columns(3)
-    own_start = c1.checkbox("Own start point", False, key="pg_own_start",
-                            help="Otherwise each function's usual start point")
-    x0 = c2.number_input("start x", -10.0, 10.0, -1.5, key="pg_x0")
-    y0 = c3.number_input("start y", -10.0, 10.0, 2.0, key="pg_y0")
+    seed, own_start, x0, y0 = 0, False, -1.5, 2.0  # lesson mode: the defaults
+    if not ui.lesson_mode():
+        seed = c3.number_input("Noise seed", 0, 2**31 - 1, 0, key="pg_seed",
+                               help="Fixes the gradient noise of the noisy quadratic; every optimiser sees the same noise")
+        c1, c2, c3 = st.columns(3)
+        own_start = c1.checkbox("Own start point", False, key="pg_own_start",
+                                help="Otherwise each function's usual start point")
+        x0 = c2.number_input("start x", -10.0, 10.0, -1.5, key="pg_x0")
+        y0 = c3.number_input("start y", -10.0, 10.0, 2.0, key="pg_y0")
     st.form_submit_button("Run", type="primary", key="pg_run")
 
 with ui.guarded("the playground"):

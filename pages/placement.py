@@ -125,12 +125,14 @@ for i, n in enumerate(names):
     slowdown[n] = cols[i % len(cols)].number_input(f"{n} slowdown (×)", 0.01, 1e6, 20.0 if n == fastest else 1.0,
                                                    key=f"pl_slow_{n}")
 b2.caption(f"By default {fastest} (the catalogue's fastest matmul device) runs 20× slower than its datasheet.")
-k1, k2, k3, k4, k5 = st.columns(5)
-noise = k1.number_input("noise σ", 0.0, 1.0, 0.02, 0.01, key="pl_noise")
-seed = int(k2.number_input("seed", 0, 2**31 - 1, sc.training.seed, key="pl_seed"))
-tol = k3.number_input("tolerance", 0.0, 1.0, 0.05, 0.01, key="pl_tol")
-patience = int(k4.number_input("patience (rounds)", 1, 100, 3, key="pl_patience"))
-max_rounds = int(k5.number_input("max rounds", 1, 500, 40, key="pl_rounds"))
+noise, seed, tol, patience, max_rounds = 0.02, sc.training.seed, 0.05, 3, 40  # lesson mode: the defaults
+if not ui.lesson_mode():
+    k1, k2, k3, k4, k5 = st.columns(5)
+    noise = k1.number_input("noise σ", 0.0, 1.0, noise, 0.01, key="pl_noise")
+    seed = int(k2.number_input("seed", 0, 2**31 - 1, seed, key="pl_seed"))
+    tol = k3.number_input("tolerance", 0.0, 1.0, tol, 0.01, key="pl_tol")
+    patience = int(k4.number_input("patience (rounds)", 1, 100, patience, key="pl_patience"))
+    max_rounds = int(k5.number_input("max rounds", 1, 500, max_rounds, key="pl_rounds"))
 if g is not None:
     with ui.guarded("the balancing loop"):
         kw = dict(slowdown=slowdown, noise=noise, seed=seed, tolerance=tol, patience=patience, max_rounds=max_rounds)

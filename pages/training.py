@@ -1,17 +1,14 @@
 """Training: real multi-process runs of the current scenario, watched live from the run store."""
 
-import uuid
-
 import streamlit as st
 
 import ui
 from lab.calibrate import load_profile
 from lab.figures import training as figs
 from lab.figures.fidelity import prediction_figure
-from lab.jobs import JobManager, shared
 from lab.models import MODEL_LABELS
 from lab.optim import OPTIMISER_LABELS
-from lab.runs import ACTIVE, JOB_WORKER, default_db_path, store
+from lab.runs import ACTIVE, JOB_WORKER, store
 from lab.scenario import OPTIMIZERS, SPLITS, SYNC_MODES
 
 SYNC_LABELS = {"allreduce": "gradient all-reduce, then identical local steps",
@@ -21,14 +18,9 @@ THREE = ("adam", "adabelief", "maxadabelief")  # the preset compares the seed's 
 SPLIT_LABELS = {"even": "even", "weighted": "weighted by compute share", "dirichlet": "non-IID by label (Dirichlet)"}
 
 
-@st.cache_resource
-def manager(db: str) -> JobManager:
-    return shared(db)  # one manager (and one fair queue) per run store, shared with the Jobs page
-
-
 sc = ui.scenario_sidebar()
-owner = st.session_state.setdefault("job_owner", uuid.uuid4().hex[:12])  # this session, for the fair queue
-jm = manager(str(default_db_path()))
+lesson = ui.lesson_mode()  # hides the advanced controls
+jm, owner = ui.job_manager()  # shared with the Jobs page; owner: this session, for the fair queue
 runs_store = store()
 st.title("Training")
 st.markdown(
@@ -45,21 +37,25 @@ optimizer = c1.selectbox("Optimiser", OPTIMIZERS, OPTIMIZERS.index(tr.optimizer)
 model = c2.selectbox("Model", list(MODEL_LABELS), list(MODEL_LABELS).index(tr.model), key="tr_model",
                      format_func=MODEL_LABELS.get)
 sync = c3.selectbox("Sync mode", SYNC_MODES, SYNC_MODES.index(tr.sync), key="tr_sync", format_func=SYNC_LABELS.get)
-impl = c4.selectbox("All-reduce", ["gloo", "ring"], ["gloo", "ring"].index(tr.allreduce_impl), key="tr_impl",
-                    format_func={"gloo": "gloo's all_reduce", "ring": "the lab's ring (counts bytes)"}.get)
+impl = tr.allreduce_impl if lesson else c4.selectbox(
+    "All-reduce", ["gloo", "ring"], ["gloo", "ring"].index(tr.allreduce_impl), key="tr_impl",
+    format_func={"gloo": "gloo's all_reduce", "ring": "the lab's ring (counts bytes)"}.get)
 c1, c2, c3, c4, c5 = st.columns(5)
 workers = c1.slider("Workers (processes)", 1, 4, tr.workers, key="tr_workers")
 steps = c2.number_input("Steps (count)", 1, 100_000, tr.steps, key="tr_steps")
 batch = c3.number_input("Batch per worker (samples)", 1, 4096, tr.batch_size, key="tr_batch")
 lr = c4.number_input("Learning rate", 0.0, 10.0, float(tr.lr), format="%.5f", key="tr_lr")
-seed = c5.number_input("Seed", 0, 2**31 - 1, tr.seed, key="tr_seed")
-c1, c2, c3, c4 = st.columns(4)
-split = c1.selectbox("Data split", SPLITS, SPLITS.index(tr.split), key="tr_split", format_func=SPLIT_LABELS.get)
-alpha = c2.number_input("Dirichlet alpha", 0.001, 1000.0, float(tr.dirichlet_alpha), key="tr_alpha",
-                        disabled=split != "dirichlet", help="small: each worker sees few classes")
-exchange = c3.number_input("Exchange share per step", 0.0, 1.0, float(tr.exchange_share), key="tr_exchange",
-                           help="seed C: share of its samples each worker hands its ring neighbour after every step")
-lr_scaling = c4.checkbox("Scale lr by workers", tr.lr_scaling, key="tr_lr_scaling", help="seed D's linear scaling rule")
+seed = tr.seed if lesson else c5.number_input("Seed", 0, 2**31 - 1, tr.seed, key="tr_seed")
+split, alpha, exchange, lr_scaling = tr.split, tr.dirichlet_alpha, tr.exchange_share, tr.lr_scaling
+if not lesson:
+    c1, c2, c3, c4 = st.columns(4)
+    split = c1.selectbox("Data split", SPLITS, SPLITS.index(tr.split), key="tr_split", format_func=SPLIT_LABELS.get)
+    alpha = c2.number_input("Dirichlet alpha", 0.001, 1000.0, float(tr.dirichlet_alpha), key="tr_alpha",
+                            disabled=split != "dirichlet", help="small: each worker sees few classes")
+    exchange = c3.number_input("Exchange share per step", 0.0, 1.0, float(tr.exchange_share), key="tr_exchange",
+                               help="seed C: share of its samples each worker hands its ring neighbour each step")
+    lr_scaling = c4.checkbox("Scale lr by workers", tr.lr_scaling, key="tr_lr_scaling",
+                             help="seed D's linear scaling rule")
 emulate = st.toggle("Emulate the topology's devices and links", tr.emulate, key="tr_emulate")
 devices = list(tr.worker_devices)
 if emulate or split == "weighted":

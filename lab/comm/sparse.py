@@ -432,6 +432,16 @@ def compare_sharing(payloads: list[Payload], sim: RingSimulation | None = None) 
             "kept_per_worker": [p.count for p in payloads]}
 
 
+def sharing_report(grads: list, kind: str, ratio: float, group_size: int, seed: int = 0) -> tuple:
+    """The workers' gradients ``grads`` (arrays or tensors) compressed by ``kind``, the seed's sparse ring
+    simulated on them: (:func:`fill_in_table`, :func:`hop_bytes_table`, :func:`compare_sharing`)."""
+    from lab.compress import make_compressor
+
+    payloads = [make_compressor(kind, ratio, group_size, seed=seed).compress(torch.as_tensor(g)) for g in grads]
+    sim = simulate_sparse_ring(payloads, payloads[0].numel)
+    return fill_in_table(sim), hop_bytes_table(sim), compare_sharing(payloads, sim)
+
+
 def dense_allreduce(payload: Payload, *, group: Any = None,
                     link_delay: LinkDelay | None = None) -> tuple[torch.Tensor, dict]:
     """Decompress, then the lab's dense ring all-reduce of the float32 tensor (bytes counted by it)."""
