@@ -24,7 +24,7 @@ import torch
 
 from lab.models import build_model
 from lab.runs import JOB_WORKER, RunStore
-from lab.scenario import Training, default_scenario
+from lab.scenario import Compression, Training, default_scenario
 from lab.train import data as data_mod
 from lab.train.launcher import launch, processes_of
 from lab.train.reference import single_process
@@ -225,6 +225,32 @@ def test_torchrun_restarts_the_job_from_its_checkpoint(env):
     ref = single_process(Training(workers=2, steps=STEPS, lr=0.01))
     for k in ref:
         assert (ck["model"][k] - ref[k]).abs().max().item() < 1e-5, k
+    assert processes_of(rid) == []
+
+
+def test_torchrun_restart_keeps_the_error_feedback_residual(env, tmp_path):
+    """Compressed training (Group-TopK 1 %, error feedback): each rank's checkpoint holds its
+    residual, so the torchrun restart from step 5 ends where the uninterrupted run ends (without
+    the residual the restarted run would send different entries from step 6 on)."""
+    comp = Compression(kind="group_topk", ratio=0.01, group_size=64, error_feedback=True)
+    ref = launch(scenario(compression=comp))
+    assert ref.status == "done"
+    path = tmp_path / "compressed.json"
+    path.write_text(scenario(compression=comp, fault="raise").to_json())
+    cmd = [str(ROOT / ".venv/bin/torchrun"), "--standalone", "--nproc-per-node", "2", "--max-restarts", "1",
+           "--monitor-interval", "0.5", "-m", "lab.train", "--scenario", str(path)]
+    proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=240)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    rid = proc.stdout.strip().splitlines()[-1].split()[1]
+    store = RunStore(env)
+    restart = stage(store, rid, "restart").iloc[0]
+    assert restart.step == CK and restart.detail["exact"] is True
+    assert restart.detail["compression_state_reset"] is False
+    files = sorted(p.name for p in store.checkpoint_dir(rid).glob("*rank*"))
+    assert files and all("ef_residual" in torch.load(store.checkpoint_dir(rid) / f, weights_only=True) for f in files)
+    got, want = final_model_is_valid(store, rid), final_model_is_valid(store, ref.run_id)
+    for k in want["model"]:
+        assert torch.equal(got["model"][k], want["model"][k]), k
     assert processes_of(rid) == []
 
 

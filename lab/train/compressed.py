@@ -52,7 +52,9 @@ Compression time is measured on this machine and is not scaled by the emulated d
 Refused (LabError at check time): compression with ``sync`` other than "allreduce" (the parameter
 server and the optimiser-state all-reduce exchange other tensors than one gradient), and settings
 that keep no entry of this model's gradient. The error-feedback residual lives in the worker
-(``trainer.compressed.gc.compressor.residual``); it is not part of the checkpoints.
+(``trainer.compressed.gc.compressor.residual``); every rank's checkpoint file holds it (and Random-K's
+generator), so a resume with the same world size continues exactly; a recovery on fewer workers
+re-splits the data and starts the residuals from zero.
 """
 
 from __future__ import annotations

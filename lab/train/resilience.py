@@ -258,6 +258,26 @@ def rank_state(trainer) -> dict:
         st["buffers"] = [b.detach().clone() for b in trainer.buffers]
     if trainer.opt is not None and trainer.tr.sync == "state_allreduce":
         st["optimizer"] = trainer.opt.state_dict()
+    st.update(compression_state(trainer))
+    return st
+
+
+def _compressor(trainer):
+    c = getattr(trainer, "compressed", None)
+    return c.gc.compressor if c is not None else None
+
+
+def compression_state(trainer) -> dict:
+    """This rank's compression memory: the error-feedback residual and Random-K's generator."""
+    from lab.compress import ErrorFeedback, RandomK
+
+    comp, st = _compressor(trainer), {}
+    if isinstance(comp, ErrorFeedback):
+        if comp.residual is not None:
+            st["ef_residual"] = comp.residual.clone()
+        comp = comp.compressor
+    if isinstance(comp, RandomK):
+        st["randomk_gen"] = comp.generator.get_state()
     return st
 
 
@@ -274,6 +294,12 @@ def restore_rank_state(trainer, st: dict) -> None:
                 b.copy_(v)
     if "optimizer" in st and trainer.opt is not None:
         trainer.opt.load_state_dict(st["optimizer"])
+    comp = _compressor(trainer)
+    if "ef_residual" in st and comp is not None:
+        comp.residual = st["ef_residual"].clone()
+        comp = comp.compressor
+    if "randomk_gen" in st and comp is not None:
+        comp.generator.set_state(st["randomk_gen"])
 
 
 def load(path: Path) -> dict:
@@ -282,4 +308,4 @@ def load(path: Path) -> dict:
 
 __all__ = ["Heartbeat", "read_heartbeat", "attempt", "under_torchrun", "torchrun_restarts_left", "inject",
            "init_process_group", "latest_checkpoint", "main_name", "rank_name", "save_atomic", "prune",
-           "rank_state", "restore_rank_state", "load", "main_thread_phase"]
+           "rank_state", "restore_rank_state", "compression_state", "load", "main_thread_phase"]

@@ -557,7 +557,7 @@ class Trainer:
                                  detail={"from_checkpoint": step is not None, "world": self.world,
                                          "workers": self.n, "exact": exact, "discarded_rows": gone,
                                          "launcher": "lab" if self.launched else "torchrun",
-                                         "compression_state_reset": getattr(self, "compressed", None) is not None})
+                                         "compression_state_reset": getattr(self, "compressed", None) is not None and not exact})
 
     def log(self, text: str) -> None:
         """One line of this worker's log (the launcher keeps it per rank; silent under torchrun)."""
