@@ -1,7 +1,7 @@
 """Prediction beside measurement: the cost model's step time against real training runs.
 
-    .venv/bin/python bench/bench_fidelity.py [--steps 200] [--profile FILE] [--quick] [--only mlp]
-                                             [--db FILE] [--evaluate]
+    .venv/bin/python bench/bench_fidelity.py [--steps 200] [--batches 2] [--profile FILE] [--quick]
+                                             [--only mlp] [--db FILE] [--evaluate]
 
 1. Calibrates this machine (``lab.calibrate.calibrate``: calibration networks that are not the
    presets, optimiser and compressor microbenchmarks, training-like cycles with 2-4 processes at
@@ -16,6 +16,11 @@
    ends of consecutive steps), the error, and the parts (compute, compression, communication, idle;
    mean over workers of each worker's median); then the geometric-mean error of the step time,
    exp(mean |ln(predicted / measured)|) - 1. Target: within 15 % on this machine.
+
+4. The peer, measured in the same run: the batch runs ``--batches`` times (default 2, one after the
+   other); the same scenario's measured step times in two batches differ by some amount, printed as
+   the geometric-mean difference between batches. That is the measurement's own reproducibility on
+   this machine, the floor under any model's error.
 
 ``--evaluate`` skips the runs and re-predicts the runs already in ``--db`` with the profile.
 
@@ -38,7 +43,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from lab.calibrate import calibrate, format_profile, load_profile  # noqa: E402
-from lab.predict import evaluate_runs, preset_batch, step_error_summary  # noqa: E402
+from lab.predict import evaluate_runs, preset_batch, reproducibility, step_error_summary  # noqa: E402
 from lab.runs import RunStore  # noqa: E402
 
 
@@ -57,15 +62,16 @@ def pct(x: float | None) -> str:
     return "-" if x is None or not math.isfinite(x) else f"{x * 100:+.0f}%"
 
 
-def run_batch(db: Path, steps: int, only: str | None) -> None:
+def run_batch(db: Path, steps: int, only: str | None, batch: int = 1) -> None:
     from lab.train.launcher import launch
 
     for sc in preset_batch(steps):
         if only and only not in sc.name:
             continue
+        name = f"{sc.name} #{batch}"
         with open(os.devnull, "w") as devnull:
-            res = launch(sc, name=sc.name, store_path=db, log=devnull)
-        print(f"# {sc.name}: {res.status} (load average {os.getloadavg()[0]:.1f})", flush=True)
+            res = launch(sc, name=name, store_path=db, log=devnull)
+        print(f"# {name}: {res.status} (load average {os.getloadavg()[0]:.1f})", flush=True)
 
 
 def report(prof, db: Path) -> float:
@@ -82,12 +88,21 @@ def report(prof, db: Path) -> float:
     g = step_error_summary([(r["predicted"], r["measured"]) for r in rows])
     print(f"\ngeometric-mean error of the step time over {len(rows)} runs: {g * 100:.1f}% "
           f"(target <= 15%; exp(mean |ln(predicted / measured)|) - 1)")
+    for tag in sorted({r["name"].rpartition(" #")[2] for r in rows if " #" in r["name"]}):
+        sel = [(r["predicted"], r["measured"]) for r in rows if r["name"].endswith(f" #{tag}")]
+        print(f"  batch {tag}: {step_error_summary(sel) * 100:.1f}% over {len(sel)} runs")
+    spread, pairs = reproducibility(sorted(rows, key=lambda r: r["name"]))
+    if pairs:
+        print(f"reproducibility (the peer): the same scenarios measured in consecutive batches differ by a "
+              f"geometric mean of {spread * 100:.1f}% (exp(mean |ln(m_b / m_a)|) - 1, {pairs} pairs); "
+              f"model error / reproducibility = {g / spread:.2f}")
     return g
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--steps", type=int, default=200)
+    ap.add_argument("--batches", type=int, default=2, help="run the preset batch this many times (default 2)")
     ap.add_argument("--profile", default=None, help="use this saved profile instead of calibrating")
     ap.add_argument("--save-profile", default=None, help="save the fresh profile here")
     ap.add_argument("--quick", action="store_true", help="quick calibration (fewer repeats)")
@@ -115,7 +130,8 @@ def main() -> int:
         os.environ["LAB_DB"] = str(db)
         os.environ.setdefault("LAB_DATA", str(db.parent))
         if not args.evaluate:
-            run_batch(db, args.steps, args.only)
+            for b in range(1, args.batches + 1):
+                run_batch(db, args.steps, args.only, b)
         print()
         print(f"# load average (1 min) {load0:.1f} at the start, {os.getloadavg()[0]:.1f} at the end; 2 cores shared")
         report(prof, db)

@@ -34,7 +34,7 @@ Parameter-server and state all-reduce runs are predicted with the same pieces bu
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from functools import lru_cache
 from typing import Any, Mapping, Sequence
 
@@ -422,7 +422,8 @@ def evaluate_run(store: Any, run_id: str, profile: MachineProfile, warmup: int |
     sc = Scenario.from_dict(run["scenario"])
     pred = predict_step(sc, profile)
     meas = measured_step(store.metrics(run_id), warmup)
-    return {"id": run_id, "name": run["name"], **_facts(sc), "predicted": pred.step, "measured": meas["step"],
+    return {"id": run_id, "name": run["name"], **_facts(sc), "scenario_key": scenario_key(sc),
+            "predicted": pred.step, "measured": meas["step"],
             "error": pred.step / meas["step"] - 1, "parts_predicted": pred.parts(),
             "parts_measured": {k: meas[k] for k in PARTS}, "steps": meas["steps"], "approximate": pred.approximate}
 
@@ -500,6 +501,29 @@ def fidelity_table(rows: Sequence[dict]) -> list[dict]:
 def step_error_summary(pairs: Sequence[tuple[float, float]]) -> float:
     """Geometric-mean error of (predicted, measured) step times."""
     return geomean_error([p for p, _ in pairs], [m for _, m in pairs])
+
+
+def scenario_key(sc: Scenario) -> str:
+    """What makes two runs the same experiment: the scenario without its name."""
+    import json
+
+    d = sc.to_dict()
+    d.pop("name", None)
+    return json.dumps(d, sort_keys=True)
+
+
+def reproducibility(rows: Sequence[Mapping]) -> tuple[float, int]:
+    """The measurement's own spread: runs of the same scenario (:func:`scenario_key`), taken in the
+    order given, in consecutive pairs; the geometric-mean difference of their measured step times,
+    exp(mean |ln(m_b / m_a)|) - 1, and the number of pairs ((nan, 0) when no scenario ran twice).
+    No model can be expected to predict closer than this."""
+    groups: dict[str, list[float]] = {}
+    for r in rows:
+        groups.setdefault(r["scenario_key"], []).append(float(r["measured"]))
+    ratios = [b / a for ms in groups.values() for a, b in zip(ms, ms[1:]) if a > 0 and b > 0]
+    if not ratios:
+        return math.nan, 0
+    return math.exp(sum(abs(math.log(x)) for x in ratios) / len(ratios)) - 1, len(ratios)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -42,7 +42,7 @@ if prof is not None:
                            f"{prof.compute.fit_error * 100:.1f} % of CPU time over {prof.compute.samples} calibration "
                            "cases (networks and batch sizes the presets do not use)")
 else:
-    st.info("This machine has no profile yet: calibrate it (about two minutes; other pages stay usable).")
+    st.info("This machine has no profile yet: calibrate it (about a minute; other pages stay usable).")
 c1, c2 = st.columns([1, 2])
 quick = False if lesson else c2.toggle("Quick (fewer repeats, about half the time)", key="fid_quick")
 if c1.button("Calibrate this machine", key="fid_calibrate", icon=":material/speed:", disabled=busy) and not busy:
@@ -142,10 +142,15 @@ if prof is not None:
             st.info("No finished runs to compare yet: run the preset batch, or runs on the Training page.")
         else:
             g = P.step_error_summary([(r["predicted"], r["measured"]) for r in rows])
-            m1, m2, m3 = st.columns(3)
+            spread, pairs = P.reproducibility(rows[::-1])  # oldest first
+            m1, m2, m3, m4 = st.columns(4)
             m1.metric("Geometric-mean error of the step time", f"{g * 100:.1f} %", help=P.GEOMEAN_ERROR_HELP)
             m2.metric("Target on this machine", f"≤ {BAND * 100:.0f} %")
             m3.metric("Runs compared", len(rows))
+            m4.metric("Same scenario, measured again", f"{spread * 100:.1f} %" if pairs else "–",
+                      help="The measurement's own spread: runs of the same scenario (the preset batch run twice, "
+                           "say) differ by this geometric mean of |ln(m_b / m_a)|; no model can be expected to "
+                           f"predict closer. {pairs} pair(s) of runs.")
             st.markdown(f"**{'Within' if g <= BAND else 'Outside'} the target.** " + SIMULATORS)
             st.plotly_chart(figs.step_scatter(rows, BAND), key="fid_scatter")
             ui.caption("measured", "x: measured median step time (wall clock between the ends of consecutive steps, "

@@ -214,3 +214,13 @@ def test_compare_page_shows_prediction_beside_measurement(data, lab_db):
     assert list(table["id"]) == [rid]
     assert table["predicted step (ms)"].iloc[0] == pytest.approx(predict_step(sc, prof).step * 1e3)
     assert table["measured step (ms)"].iloc[0] == pytest.approx(10.0)
+
+
+def test_the_same_scenario_run_twice_shows_the_measurement_spread(data, lab_db):
+    synthetic_profile().save()
+    stored_run(lab_db, step_s=0.010)
+    stored_run(lab_db, step_s=0.020)
+    at = app_test(PAGE)
+    assert_no_exception(at)
+    metric = [m for m in at.metric if m.label.startswith("Same scenario")][0]
+    assert metric.value == "100.0 %"  # 10 ms then 20 ms: exp(|ln 2|) - 1

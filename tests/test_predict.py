@@ -301,3 +301,19 @@ def test_compute_after_a_wait_is_slower():
         waited = two.step - w.compute
         assert w.compute == pytest.approx(c0 * prof.wait_factor(waited), rel=1e-5)
     assert two.compute > c0
+
+
+def test_reproducibility_pairs_runs_of_the_same_scenario_only():
+    from lab.predict import reproducibility, scenario_key
+
+    a, b = preset_batch(20)[:2]
+    renamed = a.replace(name="another name")
+    assert scenario_key(a) == scenario_key(renamed) != scenario_key(b)
+    rows = [{"scenario_key": scenario_key(a), "measured": 0.010},
+            {"scenario_key": scenario_key(b), "measured": 0.050},
+            {"scenario_key": scenario_key(renamed), "measured": 0.020},
+            {"scenario_key": scenario_key(a), "measured": 0.010}]
+    spread, pairs = reproducibility(rows)
+    assert pairs == 2  # (10 ms, 20 ms) and (20 ms, 10 ms); b ran once
+    assert spread == pytest.approx(1.0)  # |ln 2| both times: exp(ln 2) - 1
+    assert reproducibility(rows[:2]) == (pytest.approx(math.nan, nan_ok=True), 0)
