@@ -11,6 +11,11 @@ and "thinks" between clicks (uniform, mean --think seconds; seeded). The peer, m
 run on the same server: one session alone, no jobs. A second crowd phase on the Home page only
 (almost no work of its own) separates Streamlit's own per-session cost from the pages' work.
 
+The server runs with the app's .streamlit/config.toml: runner.postScriptGC = false (a full garbage
+collection after every rerun took two thirds of the server's CPU per page view: py-spy on this bench;
+with it on, p95 was 10.5 s at think 5 s, with it off 0.23 s, in consecutive runs); ``--post-script-gc`` turns it back on
+for comparison. The server's resident memory is printed.
+
 Meanwhile the bench's own JobManager (capacity 1, as the app's) gets --jobs short training jobs
 from --owners sessions; they must run one at a time, in round-robin order of owners.
 
@@ -38,11 +43,12 @@ sys.path.insert(0, str(ROOT))
 PAGES = ("topology", "placement", "allreduce")
 
 
-def start_server(data: Path, port: int) -> subprocess.Popen:
+def start_server(data: Path, port: int, post_script_gc: bool = False) -> subprocess.Popen:
     env = dict(os.environ, LAB_DB=str(data / "runs.db"), LAB_DATA=str(data))
     proc = subprocess.Popen(
         [sys.executable, "-m", "streamlit", "run", str(ROOT / "app.py"), "--server.headless", "true",
-         "--server.port", str(port), "--server.address", "127.0.0.1", "--server.fileWatcherType", "none"],
+         "--server.port", str(port), "--server.address", "127.0.0.1", "--server.fileWatcherType", "none",
+         "--runner.postScriptGC", str(post_script_gc).lower()],
         cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
     deadline = time.time() + 90
     while time.time() < deadline:
@@ -108,6 +114,14 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+def rss_mb(pid: int) -> float:
+    """Resident memory of a process (MB, from /proc)."""
+    for line in open(f"/proc/{pid}/status"):
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return float("nan")
+
+
 def pct(v, q):
     v = sorted(v)
     return v[min(len(v) - 1, int(round(q * (len(v) - 1))))] if v else float("nan")
@@ -122,6 +136,8 @@ def main() -> None:
     ap.add_argument("--jobs", type=int, default=8)
     ap.add_argument("--owners", type=int, default=4)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--post-script-gc", action="store_true",
+                    help="run the server with Streamlit's default runner.postScriptGC = true (the app turns it off)")
     args = ap.parse_args()
 
     from lab.jobs import JobManager
@@ -131,13 +147,14 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         data = Path(tmp)
         port = free_port()
-        server = start_server(data, port)
+        server = start_server(data, port, args.post_script_gc)
         url = f"ws://127.0.0.1:{port}/_stcore/stream"
         jm = None
         try:
             for page in PAGES:  # first visit of each page in the server process (imports, caches)
                 run_sessions_once(url, page)
             cpu = {}
+            rss = {"warm": rss_mb(server.pid)}
             c0 = cpu_seconds(server.pid)
             alone = run_sessions(url, 1, max(10.0, 2 * len(PAGES) * 1.0), 0.2, args.seed)
             cpu["alone"] = cpu_seconds(server.pid) - c0
@@ -169,6 +186,7 @@ def main() -> None:
             c1 = cpu_seconds(server.pid)
             crowd = run_sessions(url, args.sessions, args.duration, args.think, args.seed)
             cpu["home"], cpu["crowd"] = c1 - c0, cpu_seconds(server.pid) - c1
+            rss["end"] = rss_mb(server.pid)
             stop_watch = True
             w.join()
             load1 = os.getloadavg()[0]
@@ -209,6 +227,9 @@ def main() -> None:
         if v:
             print(f"{'  ' + page + ' (classroom)':<34}{'':>9}{'':>6}{len(v):>8}{statistics.median(v):>10.3f}"
                   f"{pct(v, .95):>8.3f}{max(v):>8.3f}")
+    print(f"server resident memory: {rss['warm']:.0f} MB after the first visit of each page, {rss['end']:.0f} MB "
+          f"after the classroom ({len(alone) + len(home) + len(crowd)} reruns; runner.postScriptGC "
+          f"{'on' if args.post_script_gc else 'off'})")
     print(f"training jobs: {len(ids)} submitted by {args.owners} sessions, capacity 1: at most {peak['running']} ran at "
           f"once; {finished} finished during the {args.duration:g} s; start order by owner: {' '.join(owners_in_order)}; "
           f"processes left after shutdown: {left}")
