@@ -19,7 +19,6 @@
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import os
 import statistics
@@ -32,12 +31,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-import torch.multiprocessing as mp  # noqa: E402
-
 from lab.runs import JOB_WORKER, RunStore  # noqa: E402
-from lab.scenario import Training  # noqa: E402
-from lab.train.launcher import free_port  # noqa: E402
-from lab.train.reference import paired_worker  # noqa: E402
+from lab.train.reference import paired_throughput  # noqa: E402
 
 
 def table(header: list[str], rows: list[list]) -> str:
@@ -48,11 +43,7 @@ def table(header: list[str], rows: list[list]) -> str:
 
 
 def paired(tmp: Path, workers: int, steps: int, warmup: int, batch: int, model: str, rounds: int) -> list[dict]:
-    out = tmp / "paired.jsonl"
-    tr = Training(workers=workers, steps=steps, batch_size=batch, model=model, eval_every=steps).to_dict()
-    mp.start_processes(paired_worker, args=(workers, free_port(), tr, steps, warmup, rounds, str(tmp / "paired.db"),
-                                            str(out)), nprocs=workers, join=True, start_method="spawn")
-    return [json.loads(line) for line in out.read_text().splitlines()]
+    return paired_throughput(tmp, workers, steps, warmup, batch, model, rounds)
 
 
 def main() -> None:

@@ -298,3 +298,16 @@ def test_emulation_scales_and_errors():
         emu.worker_devices(topo, ("gpu",), 2, "matmul")
     t = emu.ring_allreduce_time(topo, ("gpu", "host"), 1e6)
     assert t == pytest.approx(2 * topo.transfer_time("gpu", "host", 5e5))
+
+
+def test_paired_benchmark_runs_the_lab_loop_and_ddp_in_the_same_processes(tmp_path, monkeypatch):
+    """bench/bench_train.py's measurement: every rank runs the job's Trainer (checkpoints included),
+    then the DDP loop; one row of positive samples/s per round."""
+    from lab.train.reference import paired_throughput
+
+    monkeypatch.setenv("LAB_DATA", str(tmp_path))
+    rows = paired_throughput(tmp_path, workers=2, steps=12, warmup=4, batch=16, rounds=2)
+    assert len(rows) == 2
+    assert all(r["lab"] > 0 and r["ddp"] > 0 for r in rows)
+    store = RunStore(tmp_path / "paired.db")
+    assert len(store.list_runs()) == 2 and all(store.progress(r) == 12 for r in store.list_runs().id)

@@ -12,6 +12,7 @@ import datetime
 import json
 import os
 import time
+from pathlib import Path
 
 import torch
 import torch.distributed as dist
@@ -60,7 +61,9 @@ def paired_worker(rank: int, world: int, port: int, training: dict, steps: int, 
     ds = data_mod.load_dataset(tr.dataset, tr.dataset_size, tr.seed)
     samples = (steps - warmup) * tr.batch_size * world
     for _ in range(rounds):
-        rid = store.create_run(sc, status="running") if rank == 0 else None
+        rid = [store.create_run(sc, status="running") if rank == 0 else None]
+        dist.broadcast_object_list(rid, src=0)  # every rank names the run (checkpoints, logs)
+        rid = rid[0]
         trainer = Trainer(sc, rank, world, rid, store, launched=True)
         trainer.setup()
         trainer.run()
@@ -87,3 +90,21 @@ def paired_worker(rank: int, world: int, port: int, training: dict, steps: int, 
                 f.write(json.dumps({"lab": lab, "ddp": ddp_sps}) + "\n")
         dist.barrier()
     dist.destroy_process_group()
+
+
+def paired_throughput(folder: str | os.PathLike, workers: int, steps: int, warmup: int, batch: int = 32,
+                      model: str = "mlp", rounds: int = 1, port: int | None = None) -> list[dict]:
+    """Run :func:`paired_worker` in ``workers`` spawned processes (files in ``folder``); one
+    {"lab": samples/s, "ddp": samples/s} per round (bench/bench_train.py)."""
+    import torch.multiprocessing as mp
+
+    from lab.train.launcher import free_port
+
+    folder = Path(folder)
+    out = folder / "paired.jsonl"
+    tr = Training(workers=workers, steps=steps, batch_size=batch, model=model, eval_every=steps).to_dict()
+    mp.start_processes(paired_worker, args=(workers, port or free_port(), tr, steps, warmup, rounds,
+                                            str(folder / "paired.db"), str(out)),
+                       nprocs=workers, join=True, start_method="spawn")
+    return [json.loads(line) for line in out.read_text().splitlines()]
+
