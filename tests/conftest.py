@@ -28,11 +28,14 @@ def lab_db(tmp_path, monkeypatch):
     return path
 
 
-def app_test(page: str | None = None, timeout: float = 60):
-    """An AppTest of app.py, switched to ``page`` (e.g. "pages/topology.py") and run once."""
+def app_test(page: str | None = None, timeout: float = 60, query: dict | None = None):
+    """An AppTest of app.py (opened with the link's ``query`` parameters), switched to ``page``
+    (e.g. "pages/topology.py") and run once."""
     from streamlit.testing.v1 import AppTest
 
     at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=timeout)
+    for k, v in (query or {}).items():
+        at.query_params[k] = v
     at.run()
     if page:
         at.switch_page(page)

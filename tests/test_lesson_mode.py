@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.conftest import ROOT, assert_no_exception
+from tests.conftest import app_test, assert_no_exception
 
 # page -> keys of advanced widgets it draws outside lesson mode (and hides in it)
 ADVANCED = {
@@ -24,13 +24,7 @@ def widget_keys(at) -> set[str]:
 
 @pytest.mark.parametrize("page", sorted(ADVANCED))
 def test_lesson_mode_hides_the_advanced_controls(page, lab_db):
-    from streamlit.testing.v1 import AppTest
-
-    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=120)
-    at.query_params["lesson"] = "1"
-    at.run()
-    at.switch_page(page)
-    at.run()
+    at = app_test(page, timeout=120, query={"lesson": "1"})
     assert_no_exception(at)
     assert at.toggle(key="lesson_mode_toggle").value is True
     hidden = ADVANCED[page] & widget_keys(at)

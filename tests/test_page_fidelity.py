@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import math
 
-import pandas as pd
 import pytest
 
 from lab.calibrate import synthetic_profile
@@ -126,15 +125,9 @@ def test_preset_batch_button_queues_the_batch(data, lab_db, monkeypatch):
 
 
 def test_lesson_mode_hides_advanced_controls(data, lab_db):
-    from streamlit.testing.v1 import AppTest
-
     synthetic_profile().save()
     stored_run(lab_db)
-    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=60)
-    at.query_params["lesson"] = "1"
-    at.run()
-    at.switch_page(PAGE)
-    at.run()
+    at = app_test(PAGE, query={"lesson": "1"})
     assert_no_exception(at)
     assert at.toggle(key="lesson_mode_toggle").value is True
     keys = {w.key for w in at.toggle} | {w.key for w in at.number_input}
