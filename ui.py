@@ -72,8 +72,23 @@ def guarded(what: str = "this step") -> Iterator[None]:
         st.error(f"Something went wrong in {what}: {type(exc).__name__}: {exc}", icon=":material/error:")
 
 
+def _route_through_app() -> None:
+    """Until app.py's ``st.navigation`` has run once in the server process, Streamlit treats the
+    ``pages/`` folder as an old-style multipage app: a server whose first request is a deep link
+    (``/allreduce?lesson=1``) would run that file on its own, without app.py (no page titles in
+    the sidebar, no wide layout). Turn that mode off and rerun, so app.py routes the request."""
+    try:
+        from streamlit.runtime.pages_manager import PagesManager
+    except ImportError:  # another Streamlit: nothing to undo
+        return
+    if getattr(PagesManager, "uses_pages_directory", False):
+        PagesManager.uses_pages_directory = False
+        st.rerun()
+
+
 def scenario_sidebar() -> Scenario:
     """The sidebar every page shows: the scenario's name and topology, and a link that reproduces it."""
+    _route_through_app()
     sc = scenario()
     with st.sidebar:
         st.markdown(f"**Scenario:** {_plain(sc.name)}  \n**Topology:** {_plain(sc.topology.name)} "

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import socket
 import sys
@@ -54,14 +55,14 @@ def assert_no_exception(at) -> None:
 CHROMIUM = os.environ.get("LAB_CHROMIUM", "/usr/bin/chromium")
 
 
-@pytest.fixture(scope="session")
-def streamlit_server(tmp_path_factory):
-    """`streamlit run app.py` on a free port, with its own run store; yields the base URL."""
+@contextlib.contextmanager
+def lab_server(data: Path):
+    """`streamlit run app.py` on a free port, with its run store in ``data``; yields the base URL."""
+    import signal
     import subprocess
     import time
     import urllib.request
 
-    data = tmp_path_factory.mktemp("server-data")
     port = free_port()
     env = dict(os.environ, LAB_DB=str(data / "runs.db"), LAB_DATA=str(data))
     proc = subprocess.Popen(
@@ -85,8 +86,6 @@ def streamlit_server(tmp_path_factory):
             time.sleep(0.3)
         yield base
     finally:
-        import signal
-
         try:
             os.killpg(proc.pid, signal.SIGTERM)
             proc.wait(timeout=15)
@@ -95,6 +94,13 @@ def streamlit_server(tmp_path_factory):
         except Exception:
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait(timeout=5)
+
+
+@pytest.fixture(scope="session")
+def streamlit_server(tmp_path_factory):
+    """One server for the browser tests (see :func:`lab_server`)."""
+    with lab_server(tmp_path_factory.mktemp("server-data")) as base:
+        yield base
 
 
 @pytest.fixture(scope="session")

@@ -46,3 +46,24 @@ def test_topology_invalid_upload_in_browser(page, streamlit_server, tmp_path):
     settle(page)
     assert page.locator("[data-testid='stException']").count() == 0
     assert "must be positive" in page.locator("[data-testid='stAlert']").first.inner_text()
+
+
+def test_a_fresh_server_opened_on_a_deep_link_routes_through_app_py(browser, tmp_path):
+    """The first request a server gets is a shared link to a page (the lessons give such links):
+    the page still comes through app.py's st.navigation (titles in the sidebar, the wide layout),
+    not Streamlit's fallback that runs a file of pages/ on its own."""
+    from conftest import lab_server
+
+    with lab_server(tmp_path) as base:
+        pg = browser.new_page(viewport={"width": 1400, "height": 900})
+        try:
+            pg.goto(base + "/allreduce?lesson=1")
+            settle(pg)
+            pg.get_by_role("heading", name="All-reduce").first.wait_for(timeout=30_000)
+            nav = pg.locator("[data-testid='stSidebarNav']").inner_text()
+            assert "All-reduce" in nav and "Fidelity" in nav, nav
+            assert "allreduce" not in nav and "app" not in nav.split(), nav
+            assert pg.locator("[data-testid='stException']").count() == 0
+            assert pg.get_by_text("Iterations per size").count() == 0  # ?lesson=1 kept: advanced controls hidden
+        finally:
+            pg.close()
