@@ -78,8 +78,11 @@ def _route_through_app() -> None:
     (``/allreduce?lesson=1``) would run that file on its own, without app.py (no page titles in
     the sidebar, no wide layout). Turn that mode off and rerun, so app.py routes the request."""
     try:
+        from streamlit import config
         from streamlit.runtime.pages_manager import PagesManager
     except ImportError:  # another Streamlit: nothing to undo
+        return
+    if config.get_option("global.appTest"):  # AppTest sets the old mode again before every run
         return
     if getattr(PagesManager, "uses_pages_directory", False):
         PagesManager.uses_pages_directory = False

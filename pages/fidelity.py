@@ -144,7 +144,7 @@ if prof is not None:
             g = P.step_error_summary([(r["predicted"], r["measured"]) for r in rows])
             spread, pairs = P.reproducibility(rows[::-1])  # oldest first
             m1, m2, m3, m4 = st.columns(4)
-            m1.metric("Geometric-mean error of the step time", f"{g * 100:.1f} %", help=P.GEOMEAN_ERROR_HELP)
+            m1.metric("Model error, step time", f"{g * 100:.1f} %", help=P.GEOMEAN_ERROR_HELP)
             m2.metric("Target on this machine", f"≤ {BAND * 100:.0f} %")
             m3.metric("Runs compared", len(rows))
             m4.metric("Same scenario, measured again", f"{spread * 100:.1f} %" if pairs else "–",

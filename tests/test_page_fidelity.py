@@ -60,7 +60,7 @@ def test_stored_run_beside_its_prediction(data, lab_db):
     assert_no_exception(at)
     pred = predict_step(sc, prof).step
     err = abs(math.log(pred / 0.01))
-    metric = [m for m in at.metric if m.label.startswith("Geometric-mean")][0]
+    metric = [m for m in at.metric if m.label.startswith("Model error")][0]
     assert metric.value == f"{(math.exp(err) - 1) * 100:.1f} %"
     table = [d.value for d in at.dataframe if "measured step (ms)" in d.value.columns][0]
     assert list(table["id"]) == [rid]
