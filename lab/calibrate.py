@@ -27,6 +27,13 @@ workers use):
   :func:`lab.collectives.fit_alpha_beta`.
 * **Compressed sharing** (sparse all-gather, sparse ring, dense ring of the decompressed tensor) on
   N real processes: ``t = per_hop x hops + per_byte x bytes sent``.
+* **The N-process terms** (compute slow-down, the collectives in context, idle jitter, the rest of
+  the step) come from training-like cycles on the calibration networks (the default,
+  ``cycle_source="harness"``) or from short jobs of the calibration networks run by the training
+  job's own loop (``cycle_source="loop"``, :mod:`lab.calibrate_loop`). Measured on this 2-core VM
+  (calibrations alternating, each profile predicting the same three stored 13-run batches): mean
+  geometric-mean errors 19.8 and 25.0 % with the loop, 29.6 and 22.4 % with the harness: no
+  difference beyond the calibration-to-calibration spread, so the default stays the harness.
 
 The result is a :class:`MachineProfile`: saved as JSON (with the date and a machine description),
 loaded back by the pages and by :func:`lab.predict.predict_step`. ``python -m lab.calibrate``
@@ -153,8 +160,8 @@ class MachineProfile:
     optimizer: dict  # {kind: LinearCost (per_unit: per parameter)}, one process
     compressor: dict  # {"kind" or "kind+ef": LinearCost (per_unit: per element)}, one process
     contention: dict  # {procs (str): CPU-time inflation of compute with N processes at once}
-    allreduce: dict  # {procs: {"gloo" | "ring": CommFit}} measured inside training-like cycles
-    sharing: dict  # {procs: {method: SharingFit}} measured inside training-like cycles
+    allreduce: dict  # {procs: {"gloo" | "ring": CommFit}} measured in context (job loop or cycles)
+    sharing: dict  # {procs: {method: SharingFit}} measured in context (job loop or cycles)
     jitter: dict  # {procs: LinearCost: mean idle of equal workers (fixed, seconds)}
     remainder: dict  # {procs: LinearCost: rest of the step: loop, ranks ending apart (fixed, seconds)}
     measured_allreduce: dict  # {procs: {"gloo" | "ring": CommFit}} from lab.comm.measure (barrier first)
@@ -721,7 +728,7 @@ CYCLE_CASES: dict[str, tuple[tuple[int, int], ...]] = {
     "sparse_ring": ((3, 16),),
     "dense": ((3, 16),),
 }
-CYCLE_REPEAT = 150  # cycles per case: a steady state, as in a run (short bursts after a barrier run slow);
+CYCLE_REPEAT = 150  # cycles (or job steps) per case: a steady state, as in a run (short bursts after a barrier run slow);
 # 150 rather than 50: on this shared 2-core VM, two calibrations with 50 predicted the same 13 runs with
 # geometric-mean errors of 41.6 and 24.2 %, two with 150 (and 30 repeats) 20.6 and 21.9 %
 CALIBRATION_REPEAT = 30
@@ -882,7 +889,7 @@ def measure_allreduce(procs: int, iters: int = 10, sizes: Sequence[int] = ALLRED
 def calibrate(procs: Sequence[int] = (1, 2, 3, 4), *, quick: bool = False, repeat: int = CALIBRATION_REPEAT,
               allreduce_iters: int = 10, nets: Sequence[int] | None = None,
               allreduce_sizes: Sequence[int] = ALLREDUCE_SIZES, measure_command: bool = True,
-              cycle_repeat: int = CYCLE_REPEAT,
+              cycle_repeat: int = CYCLE_REPEAT, cycle_source: str = "harness",
               progress: Callable[[str, float], None] | None = None) -> MachineProfile:
     """Measure this machine and return its profile (not saved: call ``.save()``).
 
@@ -895,6 +902,8 @@ def calibrate(procs: Sequence[int] = (1, 2, 3, 4), *, quick: bool = False, repea
 
     if quick:
         repeat, allreduce_iters, cycle_repeat = min(repeat, 8), min(allreduce_iters, 5), min(cycle_repeat, 30)
+    if cycle_source not in ("loop", "harness"):
+        raise LabError(f"cycle_source is 'loop' or 'harness' (got {cycle_source!r})", where="calibration")
     procs = sorted({int(p) for p in procs} | {1})
     if procs[0] < 1 or procs[-1] > MAX_PROCS:
         raise LabError(f"process counts must lie in 1..{MAX_PROCS} (got {procs})", where="calibration")
@@ -921,9 +930,15 @@ def calibrate(procs: Sequence[int] = (1, 2, 3, 4), *, quick: bool = False, repea
             progress(f"all-reduce alpha and beta with {p} processes (lab.comm.measure)", done / stages)
             measured[str(p)] = measure_allreduce(p, iters=allreduce_iters, sizes=allreduce_sizes)
             done += 1
-        progress(f"training-like cycles with {p} processes at once (compute, all-reduce, compressed sharing)",
+        progress(f"short jobs of the calibration networks with {p} processes (compute, all-reduce, compressed sharing)"
+                 if cycle_source == "loop" else f"training-like cycles with {p} processes at once",
                  done / stages)
-        rows = merge_cycles(measure_procs(p, repeat=cycle_repeat, cases=cases))
+        if cycle_source == "loop":  # the training job's own loop on the calibration networks (lab.calibrate_loop)
+            from lab.calibrate_loop import measure_loop
+
+            rows = measure_loop(p, [(label, i) for label, i, _ in cases], steps=cycle_repeat)
+        else:  # the training-like harness
+            rows = merge_cycles(measure_procs(p, repeat=cycle_repeat, cases=cases))
         cycles[str(p)] = rows
         betas = {impl: f.beta for impl, f in measured.get(str(p), {}).items()}
         fit = fit_cycles(p, rows, compute, optimizer, features, betas)
@@ -938,7 +953,7 @@ def calibrate(procs: Sequence[int] = (1, 2, 3, 4), *, quick: bool = False, repea
                 "allreduce_sizes": list(allreduce_sizes),
                 "calibration_nets": [f"{CALIBRATION_NETS[i][0]} {CALIBRATION_NETS[i][1]}" for i in all_nets],
                 "cycle_cases": [[label, f"{CALIBRATION_NETS[i][0]} {CALIBRATION_NETS[i][1]}", b] for label, i, b in cases],
-                "cycle_repeat": cycle_repeat,
+                "cycle_repeat": cycle_repeat, "cycle_source": cycle_source,
                 "calibration_batches": list(CALIBRATION_BATCHES), "seconds": round(time.time() - t_start, 1),
                 "compute_samples": [{k: v for k, v in s.items() if k != "features"} for s in raw["compute"]],
                 "cycles": cycles}
@@ -1041,6 +1056,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--out", default=None, help="profile file (default: LAB_DATA/machine_profile.json)")
     ap.add_argument("--quick", action="store_true", help="fewer repeats (about half the time)")
     ap.add_argument("--procs", default="1,2,3,4", help="process counts to calibrate (default 1,2,3,4)")
+    ap.add_argument("--cycles", choices=("harness", "loop"), default="harness",
+                    help="N-process terms from training-like cycles (default) or the job's own loop")
     ap.add_argument("--repeat", type=int, default=CALIBRATION_REPEAT,
                     help=f"timed repeats per measurement (default {CALIBRATION_REPEAT})")
     args = ap.parse_args(argv)
@@ -1052,7 +1069,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     try:
         procs = [int(p) for p in args.procs.split(",") if p.strip()]
-        prof = calibrate(procs, repeat=args.repeat, quick=args.quick, progress=progress)
+        prof = calibrate(procs, repeat=args.repeat, quick=args.quick, cycle_source=args.cycles, progress=progress)
         prof.save(out)
     except (LabError, ValueError) as exc:
         _write_progress(out, message="failed", fraction=1.0, done=True, error=str(exc))

@@ -3,6 +3,7 @@ numbers and a saved profile that loads back."""
 
 from __future__ import annotations
 
+import os
 import json
 import math
 
@@ -172,3 +173,30 @@ def test_fit_cycles_recovers_known_in_context_costs():
     assert fit["jitter"].fixed == pytest.approx(200e-6)
     assert fit["remainder"].fixed == pytest.approx(300e-6, rel=1e-6)
     assert fit["contention"] == pytest.approx(1.5)  # CPU time 1.5 x the one-process prediction (100 + 50 us)
+
+
+@pytest.mark.timeout(300)
+def test_loop_calibration_runs_the_job_loop_on_calibration_networks(tmp_path, monkeypatch):
+    """lab.calibrate_loop: the N-process rows come from the training job's own Trainer on a
+    calibration network (not a preset model): bytes as the lab ring counts them, times positive."""
+    from lab.calibrate_loop import measure_loop
+
+    monkeypatch.setenv("LAB_DATA", str(tmp_path))
+    rows = measure_loop(2, [("ring", 0), ("sparse_allgather", 0)], steps=12)
+    assert [r["kind"] for r in rows] == ["ring", "sparse_allgather"]
+    cls_name, kwargs = C.CALIBRATION_NETS[0]
+    numel = sum(p.numel() for p in C.build_calibration_net(cls_name, kwargs).parameters()) + 1  # + the loss slot
+    ring, sparse = rows
+    assert ring["numel"] == sparse["numel"] == numel
+    assert ring["bytes_sent"] == pytest.approx(numel * 4, rel=0.01)  # 2(N-1)/N of the buffer, N = 2
+    assert 0 < sparse["bytes_sent"] < 0.1 * ring["bytes_sent"]  # Group-TopK 1 %
+    assert (ring["hops"], sparse["hops"]) == (2.0, 1.0)
+    for r in rows:
+        assert r["fb"] > 0 and r["comm"] > 0 and r["cycle"] >= r["fb"] and r["idle"] >= 0
+    assert sparse["compress"] > 0 and ring["compress"] == 0
+    assert os.environ["LAB_DATA"] == str(tmp_path)  # restored after the temporary store
+
+
+def test_unknown_cycle_source_is_a_clear_error():
+    with pytest.raises(LabError, match="cycle_source"):
+        C.calibrate(cycle_source="guess")

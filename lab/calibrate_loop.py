@@ -1,0 +1,111 @@
+"""The N-process terms of the machine profile, measured in the training job's own loop.
+
+:func:`lab.calibrate.calibrate` measures the N-process costs (compute slow-down, collectives in
+context, idle jitter, the rest of the step) in *training-like cycles*: a harness that imitates a
+step. This module measures the same quantities in the job's real loop instead: N spawned processes
+run :class:`lab.train.worker.Trainer` -- the code of every real run, metrics and store writes
+included -- on the *calibration networks* (never the preset models a prediction is judged on), one
+short job per cycle case, and return rows in the layout :func:`lab.calibrate.fit_cycles` reads.
+"""
+
+from __future__ import annotations
+
+import datetime
+import os
+import tempfile
+from pathlib import Path
+from typing import Sequence
+
+from lab.errors import LabError
+
+#: steps per calibration job; the first quarter (at most 10) is the warm-up left out
+LOOP_STEPS = 150
+LOOP_BATCH = 16
+
+
+def case_scenario(label: str, workers: int, steps: int = LOOP_STEPS, batch: int = LOOP_BATCH):
+    """The Scenario of one cycle case ``label`` (a :data:`lab.calibrate.CYCLE_KINDS` label)."""
+    from lab.calibrate import CYCLE_KINDS, CYCLE_RATIO
+    from lab.scenario import Compression, default_scenario
+
+    kinds = {k[0]: k for k in CYCLE_KINDS}
+    if label not in kinds:
+        raise LabError(f"unknown cycle case {label!r}; choose one of {list(kinds)}", where="calibration")
+    _, method, impl = kinds[label]
+    sc = default_scenario()
+    comp = (Compression() if method is None else
+            Compression(kind="group_topk", ratio=CYCLE_RATIO, group_size=1024, sharing=method))
+    tr = sc.training.replace(workers=workers, steps=steps, batch_size=batch, optimizer="adam", sync="allreduce",
+                             allreduce_impl=impl or "gloo", compression=comp, eval_every=steps, emulate=False,
+                             checkpoint_every=0)
+    return sc.replace(name=f"calibration {label}", training=tr)
+
+
+def _loop_worker(rank: int, world: int, port: int, cases: list, steps: int, db: str) -> None:
+    """One rank: for every (label, net) case, the job's Trainer on that calibration network."""
+    import torch
+    import torch.distributed as dist
+
+    import lab.train.worker as W
+    from lab.calibrate import CALIBRATION_NETS, build_calibration_net
+    from lab.runs import RunStore
+
+    torch.set_num_threads(1)  # as a job's workers
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    dist.init_process_group("gloo", rank=rank, world_size=world, timeout=datetime.timedelta(seconds=120))
+    store = RunStore(db)
+    try:
+        for label, net in cases:
+            cls_name, kwargs = CALIBRATION_NETS[net]
+            W.build_model = lambda *a, _c=cls_name, _k=kwargs, seed=0, **kw: build_calibration_net(_c, _k, seed)
+            sc = case_scenario(label, world, steps)
+            rid = [store.create_run(sc, name=f"{label} net{net}", status="running") if rank == 0 else None]
+            dist.broadcast_object_list(rid, src=0)
+            trainer = W.Trainer(sc, rank, world, rid[0], store, launched=True)
+            trainer.setup()
+            trainer.run()
+            dist.barrier()
+            if rank == 0:
+                store.set_status(rid[0], "done", only_from=("running",))
+    finally:
+        dist.destroy_process_group()
+
+
+def measure_loop(procs: int, cases: Sequence[tuple[str, int]], steps: int = LOOP_STEPS,
+                 timeout: float = 600.0) -> list[dict]:
+    """Run every (label, calibration network) case as a short job of ``procs`` workers in the job's
+    own loop; one row per case for :func:`lab.calibrate.fit_cycles` (medians after the warm-up)."""
+    from lab.calibrate import CALIBRATION_NETS, build_calibration_net
+    from lab.comm.sparse import run_local
+    from lab.predict import measured_step
+    from lab.runs import RunStore
+
+    if not 2 <= procs <= 4:
+        raise LabError(f"the loop calibration runs 2 to 4 processes (got {procs})", where="calibration")
+    with tempfile.TemporaryDirectory(prefix="lab-calib-loop-") as tmp:
+        db = str(Path(tmp) / "runs.db")
+        old = os.environ.get("LAB_DATA")
+        os.environ["LAB_DATA"] = tmp  # the jobs' checkpoints and logs stay in the temporary folder
+        try:
+            run_local(_loop_worker, procs, (list(cases), steps, db), timeout_s=timeout)
+        except RuntimeError as exc:
+            raise LabError(f"the loop calibration with {procs} processes failed: {exc}", where="calibration") from None
+        finally:
+            if old is None:
+                os.environ.pop("LAB_DATA", None)
+            else:
+                os.environ["LAB_DATA"] = old
+        store = RunStore(db)
+        runs = store.list_runs().iloc[::-1]  # oldest first: the order of the cases
+        if len(runs) != len(cases):
+            raise LabError(f"the loop calibration left {len(runs)} of {len(cases)} runs", where="calibration")
+        rows = []
+        for (label, net), rid in zip(cases, runs.id):
+            m = measured_step(store.metrics(rid))
+            cls_name, kwargs = CALIBRATION_NETS[net]
+            numel = sum(p.numel() for p in build_calibration_net(cls_name, kwargs).parameters()) + 1
+            hops = procs - 1 if label == "sparse_allgather" else 2 * (procs - 1)
+            rows.append({"kind": label, "net": net, "batch": LOOP_BATCH, "fb": m["compute"], "opt": 0.0,
+                         "compress": m["compress"], "comm": m["comm"], "idle": m["idle"], "cycle": m["step"],
+                         "bytes_sent": m["bytes_sent"], "hops": float(hops), "numel": numel, "cpu": m["compute"]})
+    return rows
