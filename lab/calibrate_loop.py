@@ -96,11 +96,13 @@ def measure_loop(procs: int, cases: Sequence[tuple[str, int]], steps: int = LOOP
             else:
                 os.environ["LAB_DATA"] = old
         store = RunStore(db)
-        runs = store.list_runs().iloc[::-1]  # oldest first: the order of the cases
-        if len(runs) != len(cases):
-            raise LabError(f"the loop calibration left {len(runs)} of {len(cases)} runs", where="calibration")
+        runs = store.list_runs()
+        ids = dict(zip(runs.name, runs.id))  # each case's job is named after it
         rows = []
-        for (label, net), rid in zip(cases, runs.id):
+        for label, net in cases:
+            rid = ids.get(f"{label} net{net}")
+            if rid is None:
+                raise LabError(f"the loop calibration left no run for {label} on network {net}", where="calibration")
             m = measured_step(store.metrics(rid))
             cls_name, kwargs = CALIBRATION_NETS[net]
             numel = sum(p.numel() for p in build_calibration_net(cls_name, kwargs).parameters()) + 1
