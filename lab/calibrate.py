@@ -31,9 +31,11 @@ workers use):
   the step) come from training-like cycles on the calibration networks (the default,
   ``cycle_source="harness"``) or from short jobs of the calibration networks run by the training
   job's own loop (``cycle_source="loop"``, :mod:`lab.calibrate_loop`). Measured on this 2-core VM
-  (calibrations alternating, each profile predicting the same three stored 13-run batches): mean
-  geometric-mean errors 19.8 and 25.0 % with the loop, 29.6 and 22.4 % with the harness: no
-  difference beyond the calibration-to-calibration spread, so the default stays the harness.
+  (each profile predicting the same three stored 13-run batches): mean geometric-mean errors 19.8
+  and 25.0 % with the loop, 29.6 and 22.4 % with the harness (calibrations alternating), then 20.5,
+  25.0 and 18.9 % with the loop also pricing one process (the job loop cost 1.25-1.3x the harness
+  step there); ten harness profiles gave 18-30 %. No difference beyond the calibration-to-
+  calibration spread, so the default stays the harness.
 
 The result is a :class:`MachineProfile`: saved as JSON (with the date and a machine description),
 loaded back by the pages and by :func:`lab.predict.predict_step`. ``python -m lab.calibrate``
@@ -181,7 +183,9 @@ class MachineProfile:
 
     def slowdown(self, procs: int) -> float:
         """CPU-time inflation of compute with ``procs`` processes at once (shared caches, memory)."""
-        return float(self._nearest(self.contention, procs)) if procs > 1 else 1.0
+        if procs <= 1:  # 1.0, or the job loop's own cost over the harness's (cycle_source="loop")
+            return float(self.contention.get("1", 1.0))
+        return float(self._nearest(self.contention, procs))
 
     def compute_fit(self, procs: int = 1) -> ComputeFit:
         """Per-class costs with ``procs`` processes sharing the cores."""
@@ -811,6 +815,17 @@ def merge_cycles(results: list[dict]) -> list[dict]:
     return out
 
 
+def compute_inflation(rows: Sequence[dict], base: ComputeFit, optimizer: dict, features: dict) -> float:
+    """Median over ``rows`` (dense cases) of the compute (CPU seconds of fb + opt) over the one-process
+    prediction for the same calibration network alone; 1.0 without rows."""
+    ratios = []
+    for r in rows:
+        feat = features[(r["net"], r["batch"])]
+        alone = compute_seconds(base, feat) + optimizer["adam"].time(r["numel"] - 1, feat["tensors"])
+        ratios.append(r["cpu"] / alone)
+    return float(statistics.median(ratios)) if ratios else 1.0
+
+
 def fit_cycles(procs: int, rows: Sequence[dict], base: ComputeFit, optimizer: dict, features: dict,
                betas: Mapping[str, float] | None = None) -> dict:
     """From the N-process cycles: the compute slow-down, the collectives' in-context costs, the idle
@@ -822,13 +837,7 @@ def fit_cycles(procs: int, rows: Sequence[dict], base: ComputeFit, optimizer: di
     ``features``: {(net, batch): graph features} (to predict the one-process compute of each case)."""
     betas = dict(betas or {})
     dense = [r for r in rows if r["kind"] == "gloo"]
-    # CPU-time inflation: CPU seconds of (fb + opt) with N processes / predicted for one process alone
-    ratios = []
-    for r in dense:
-        feat = features[(r["net"], r["batch"])]
-        alone = compute_seconds(base, feat) + optimizer["adam"].time(r["numel"] - 1, feat["tensors"])
-        ratios.append(r["cpu"] / alone)
-    k = max(1.0, float(statistics.median(ratios))) if ratios else 1.0
+    k = max(1.0, compute_inflation(dense, base, optimizer, features))
     comm: dict = {}
     for label, method, impl in CYCLE_KINDS:
         sel = [r for r in rows if r["kind"] == label and r["comm"] > 0]
@@ -925,6 +934,13 @@ def calibrate(procs: Sequence[int] = (1, 2, 3, 4), *, quick: bool = False, repea
     contention, allreduce, sharing, jitter, measured, cycles = {"1": 1.0}, {}, {}, {}, {}, {}
     remainder: dict = {}
     done = 1
+    if cycle_source == "loop":  # one process in the job's own loop: what the loop costs beyond the harness
+        from lab.calibrate_loop import measure_loop
+
+        progress("short jobs of the calibration networks with 1 process", done / stages)
+        rows1 = measure_loop(1, [(label, i) for label, i, _ in cases if label == "gloo"], steps=cycle_repeat)
+        cycles["1"] = rows1
+        contention["1"] = compute_inflation(rows1, compute, optimizer, features)
     for p in multi:
         if measure_command:
             progress(f"all-reduce alpha and beta with {p} processes (lab.comm.measure)", done / stages)

@@ -80,8 +80,8 @@ def measure_loop(procs: int, cases: Sequence[tuple[str, int]], steps: int = LOOP
     from lab.predict import measured_step
     from lab.runs import RunStore
 
-    if not 2 <= procs <= 4:
-        raise LabError(f"the loop calibration runs 2 to 4 processes (got {procs})", where="calibration")
+    if not 1 <= procs <= 4:
+        raise LabError(f"the loop calibration runs 1 to 4 processes (got {procs})", where="calibration")
     with tempfile.TemporaryDirectory(prefix="lab-calib-loop-") as tmp:
         db = str(Path(tmp) / "runs.db")
         old = os.environ.get("LAB_DATA")
@@ -106,7 +106,7 @@ def measure_loop(procs: int, cases: Sequence[tuple[str, int]], steps: int = LOOP
             m = measured_step(store.metrics(rid))
             cls_name, kwargs = CALIBRATION_NETS[net]
             numel = sum(p.numel() for p in build_calibration_net(cls_name, kwargs).parameters()) + 1
-            hops = procs - 1 if label == "sparse_allgather" else 2 * (procs - 1)
+            hops = procs - 1 if label == "sparse_allgather" else 2 * (procs - 1)  # 0 with one process
             rows.append({"kind": label, "net": net, "batch": LOOP_BATCH, "fb": m["compute"], "opt": 0.0,
                          "compress": m["compress"], "comm": m["comm"], "idle": m["idle"], "cycle": m["step"],
                          "bytes_sent": m["bytes_sent"], "hops": float(hops), "numel": numel, "cpu": m["compute"]})

@@ -200,3 +200,21 @@ def test_loop_calibration_runs_the_job_loop_on_calibration_networks(tmp_path, mo
 def test_unknown_cycle_source_is_a_clear_error():
     with pytest.raises(LabError, match="cycle_source"):
         C.calibrate(cycle_source="guess")
+
+
+@pytest.mark.timeout(300)
+def test_loop_calibration_with_one_process_prices_the_job_loop(tmp_path, monkeypatch):
+    """One process in the job's loop: compute only (no collective), and a profile whose contention
+    table holds that one-process cost applies it to one-process predictions."""
+    import dataclasses
+
+    from lab.calibrate_loop import measure_loop
+
+    monkeypatch.setenv("LAB_DATA", str(tmp_path))
+    (row,) = measure_loop(1, [("gloo", 0)], steps=12)
+    assert row["fb"] > 0 and row["hops"] == 0 and row["bytes_sent"] == 0
+    prof = C.synthetic_profile()
+    assert prof.slowdown(1) == 1.0
+    loop = dataclasses.replace(prof, contention={**prof.contention, "1": 1.25})
+    assert loop.slowdown(1) == 1.25 and loop.slowdown(2) == prof.slowdown(2)
+    assert loop.compute_fit(1).fixed == pytest.approx(prof.compute_fit(1).fixed * 1.25)
