@@ -937,7 +937,8 @@ def calibrate(procs: Sequence[int] = (1, 2, 3, 4), *, quick: bool = False, repea
     if cycle_source == "loop":  # one process in the job's own loop: what the loop costs beyond the harness
         from lab.calibrate_loop import measure_loop
 
-        progress("short jobs of the calibration networks with 1 process", done / stages)
+        what = "short jobs of the calibration networks with {} process(es)"
+        progress(what.format(1), done / stages)
         rows1 = measure_loop(1, [(label, i) for label, i, _ in cases if label == "gloo"], steps=cycle_repeat)
         cycles["1"] = rows1
         contention["1"] = compute_inflation(rows1, compute, optimizer, features)
@@ -946,14 +947,12 @@ def calibrate(procs: Sequence[int] = (1, 2, 3, 4), *, quick: bool = False, repea
             progress(f"all-reduce alpha and beta with {p} processes (lab.comm.measure)", done / stages)
             measured[str(p)] = measure_allreduce(p, iters=allreduce_iters, sizes=allreduce_sizes)
             done += 1
-        progress(f"short jobs of the calibration networks with {p} processes (compute, all-reduce, compressed sharing)"
-                 if cycle_source == "loop" else f"training-like cycles with {p} processes at once",
-                 done / stages)
-        if cycle_source == "loop":  # the training job's own loop on the calibration networks (lab.calibrate_loop)
-            from lab.calibrate_loop import measure_loop
-
+        if cycle_source == "loop":  # the training job's own loop on the calibration networks
+            progress(what.format(p), done / stages)
             rows = measure_loop(p, [(label, i) for label, i, _ in cases], steps=cycle_repeat)
         else:  # the training-like harness
+            progress(f"training-like cycles with {p} processes at once (compute, all-reduce, compressed sharing)",
+                     done / stages)
             rows = merge_cycles(measure_procs(p, repeat=cycle_repeat, cases=cases))
         cycles[str(p)] = rows
         betas = {impl: f.beta for impl, f in measured.get(str(p), {}).items()}

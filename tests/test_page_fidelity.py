@@ -44,6 +44,16 @@ def stored_run(lab_db, steps=20, step_s=0.01) -> tuple[str, Scenario]:
     return rid, sc
 
 
+def page_with_a_stored_run(lab_db, page: str):
+    """A saved synthetic profile, one stored run, and ``page`` opened: (AppTest, run id, scenario, profile)."""
+    prof = synthetic_profile()
+    prof.save()
+    rid, sc = stored_run(lab_db)
+    at = app_test(page)
+    assert_no_exception(at)
+    return at, rid, sc, prof
+
+
 def test_page_without_profile_or_runs(data):
     at = app_test(PAGE)
     assert_no_exception(at)
@@ -53,11 +63,7 @@ def test_page_without_profile_or_runs(data):
 
 
 def test_stored_run_beside_its_prediction(data, lab_db):
-    prof = synthetic_profile()
-    prof.save()
-    rid, sc = stored_run(lab_db)
-    at = app_test(PAGE)
-    assert_no_exception(at)
+    at, rid, sc, prof = page_with_a_stored_run(lab_db, PAGE)
     pred = predict_step(sc, prof).step
     err = abs(math.log(pred / 0.01))
     metric = [m for m in at.metric if m.label.startswith("Model error")][0]
@@ -174,11 +180,7 @@ def test_allreduce_page_draws_the_profile_beside_its_measurement(data):
 
 
 def test_training_page_shows_the_finished_run_beside_its_prediction(data, lab_db):
-    prof = synthetic_profile()
-    prof.save()
-    rid, sc = stored_run(lab_db)
-    at = app_test("pages/training.py")
-    assert_no_exception(at)
+    at, rid, sc, prof = page_with_a_stored_run(lab_db, "pages/training.py")
     chart = at.get("plotly_chart")
     bars = [json.loads(c.proto.spec) for c in chart]
     pred = [b for b in bars if any(t.get("name", "").startswith("predicted") for t in b["data"])]
@@ -197,11 +199,7 @@ def test_training_page_without_profile_says_how_to_get_one(data, lab_db):
 
 
 def test_compare_page_shows_prediction_beside_measurement(data, lab_db):
-    prof = synthetic_profile()
-    prof.save()
-    rid, sc = stored_run(lab_db)
-    at = app_test("pages/compare.py")
-    assert_no_exception(at)
+    at, rid, sc, prof = page_with_a_stored_run(lab_db, "pages/compare.py")
     assert at.multiselect(key="cmp_runs").value == [rid]
     table = [d.value for d in at.dataframe if "predicted step (ms)" in d.value.columns][0]
     assert list(table["id"]) == [rid]

@@ -107,4 +107,3 @@ def paired_throughput(folder: str | os.PathLike, workers: int, steps: int, warmu
                                             str(folder / "paired.db"), str(out)),
                        nprocs=workers, join=True, start_method="spawn")
     return [json.loads(line) for line in out.read_text().splitlines()]
-
