@@ -43,7 +43,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from lab.calibrate import calibrate, format_profile, load_profile  # noqa: E402
-from lab.predict import evaluate_runs, preset_batch, reproducibility, step_error_summary  # noqa: E402
+from lab.predict import evaluate_runs, oracle_error, preset_batch, reproducibility, step_error_summary  # noqa: E402
 from lab.runs import RunStore  # noqa: E402
 
 
@@ -69,8 +69,14 @@ def run_batch(db: Path, steps: int, only: str | None, batch: int = 1) -> None:
         if only and only not in sc.name:
             continue
         name = f"{sc.name} #{batch}"
+        cpus = None
+        if os.environ.get("LAB_CALIBRATION_PIN", "1") != "0":  # ranks on the cores the job manager gives them
+            from lab.calibrate import rank_cpu
+            from lab.predict import job_procs
+
+            cpus = [rank_cpu(k) for k in range(job_procs(sc))]
         with open(os.devnull, "w") as devnull:
-            res = launch(sc, name=name, store_path=db, log=devnull)
+            res = launch(sc, name=name, store_path=db, log=devnull, cpus=cpus)
         print(f"# {name}: {res.status} (load average {os.getloadavg()[0]:.1f})", flush=True)
 
 
@@ -96,6 +102,10 @@ def report(prof, db: Path) -> float:
         print(f"reproducibility (the peer): the same scenarios measured in consecutive batches differ by a "
               f"geometric mean of {spread * 100:.1f}% (exp(mean |ln(m_b / m_a)|) - 1, {pairs} pairs); "
               f"model error / reproducibility = {g / spread:.2f}")
+    floor, n = oracle_error(rows)
+    if n:
+        print(f"oracle floor: each scenario predicted by the best constant fitted to its own {n} measured runs "
+              f"(the median): {floor * 100:.1f}%; no model of one step time per scenario does better here")
     return g
 
 
@@ -106,6 +116,8 @@ def main() -> int:
     ap.add_argument("--profile", default=None, help="use this saved profile instead of calibrating")
     ap.add_argument("--save-profile", default=None, help="save the fresh profile here")
     ap.add_argument("--quick", action="store_true", help="quick calibration (fewer repeats)")
+    ap.add_argument("--cycles", choices=("harness", "loop"), default=None,
+                    help="where the calibration measures the N-process terms (default: lab.calibrate's)")
     ap.add_argument("--only", default=None, help="only cases whose name contains this text")
     ap.add_argument("--db", default=None, help="run store to write (default: a temporary file)")
     ap.add_argument("--evaluate", action="store_true", help="only re-predict the runs already in --db")
@@ -119,7 +131,8 @@ def main() -> int:
             return 2
     else:
         t0 = time.time()
-        prof = calibrate(quick=args.quick, progress=lambda m, f: print(f"# calibrating [{f * 100:3.0f}%] {m}",
+        extra = {"cycle_source": args.cycles} if args.cycles else {}
+        prof = calibrate(quick=args.quick, **extra, progress=lambda m, f: print(f"# calibrating [{f * 100:3.0f}%] {m}",
                                                                           flush=True))
         print(f"# calibration took {time.time() - t0:.0f} s")
         if args.save_profile:

@@ -28,14 +28,20 @@ workers use):
 * **Compressed sharing** (sparse all-gather, sparse ring, dense ring of the decompressed tensor) on
   N real processes: ``t = per_hop x hops + per_byte x bytes sent``.
 * **The N-process terms** (compute slow-down, the collectives in context, idle jitter, the rest of
-  the step) come from training-like cycles on the calibration networks (the default,
-  ``cycle_source="harness"``) or from short jobs of the calibration networks run by the training
-  job's own loop (``cycle_source="loop"``, :mod:`lab.calibrate_loop`). Measured on this 2-core VM
-  (each profile predicting the same three stored 13-run batches): mean geometric-mean errors 19.8
-  and 25.0 % with the loop, 29.6 and 22.4 % with the harness (calibrations alternating), then 20.5,
-  25.0 and 18.9 % with the loop also pricing one process (the job loop cost 1.25-1.3x the harness
-  step there); ten harness profiles gave 18-30 %. No difference beyond the calibration-to-
-  calibration spread, so the default stays the harness.
+  the step) come from short jobs of the calibration networks run by the training job's own loop
+  (the default, ``cycle_source="loop"``, :mod:`lab.calibrate_loop`) or from training-like cycles
+  in a harness (``cycle_source="harness"``).
+* **Ranks pinned as jobs are.** The lab's job manager pins rank k of a job to one core (the
+  uniform placement on an idle machine: ranks take the cores in turn), so every calibration process
+  is pinned the same way (:func:`pin_rank`; ``LAB_CALIBRATION_PIN=0`` turns it off). Pinned and
+  unpinned runs differ by up to 2x on this 2-core VM (4 workers: faster pinned; 2 workers: every
+  other step waits 3-5 ms for a scheduler slice on the pinned core), so a profile measured
+  unpinned predicted the pinned runs with 62-68 % error where a pinned one gave 31-41 %.
+* Measured on this 2-core VM, unpinned (each profile predicting the same three stored 13-run
+  batches): the loop 19.8 and 25.0 %, the harness 29.6 and 22.4 % (calibrations alternating); ten
+  harness profiles 18-30 %. Pinned (two stored 13-run batches, one profile each): the loop 31.3 and
+  35.1 %, the harness 37.2 and 40.6 %: the job's loop holds what the pinned core also runs (the
+  metrics writer and heartbeat threads), the harness does not, so the loop is the default.
 
 The result is a :class:`MachineProfile`: saved as JSON (with the date and a machine description),
 loaded back by the pages and by :func:`lab.predict.predict_step`. ``python -m lab.calibrate``
@@ -748,6 +754,29 @@ def cycle_cases(nets: Sequence[int] | None = None) -> list[tuple[str, int, int]]
     return out
 
 
+def rank_cpu(rank: int) -> int | None:
+    """The core the lab's job manager gives a job's rank ``rank`` on an idle machine (the uniform
+    placement policy: ranks take this process's allowed cores in turn; :mod:`lab.jobs`)."""
+    try:
+        cpus = sorted(os.sched_getaffinity(0))
+    except (AttributeError, OSError):  # pragma: no cover - not Linux
+        return None
+    return cpus[rank % len(cpus)] if cpus else None
+
+
+def pin_rank(rank: int) -> None:
+    """Pin this process to :func:`rank_cpu` (as the job manager pins a job's ranks), when
+    ``LAB_CALIBRATION_PIN`` is not "0"."""
+    if os.environ.get("LAB_CALIBRATION_PIN", "1") == "0":
+        return
+    cpu = rank_cpu(rank)
+    if cpu is not None:
+        try:
+            os.sched_setaffinity(0, {cpu})
+        except OSError:  # pragma: no cover - not allowed here
+            pass
+
+
 def _procs_worker(rank: int, world: int, port: int, out_dir: str, nets: list | None, repeat: int,
                   cases: list | None = None) -> None:
     """One of N calibration processes (spawned by :func:`measure_procs`). One process: the compute,
@@ -755,6 +784,8 @@ def _procs_worker(rank: int, world: int, port: int, out_dir: str, nets: list | N
     import torch.distributed as dist
 
     from lab.comm.sparse import init_worker
+
+    pin_rank(rank)
 
     init_worker(rank, world, port, timeout_s=300.0)
     result: dict = {"rank": rank}
@@ -898,13 +929,14 @@ def measure_allreduce(procs: int, iters: int = 10, sizes: Sequence[int] = ALLRED
 def calibrate(procs: Sequence[int] = (1, 2, 3, 4), *, quick: bool = False, repeat: int = CALIBRATION_REPEAT,
               allreduce_iters: int = 10, nets: Sequence[int] | None = None,
               allreduce_sizes: Sequence[int] = ALLREDUCE_SIZES, measure_command: bool = True,
-              cycle_repeat: int = CYCLE_REPEAT, cycle_source: str = "harness",
+              cycle_repeat: int = CYCLE_REPEAT, cycle_source: str = "loop",
               progress: Callable[[str, float], None] | None = None) -> MachineProfile:
     """Measure this machine and return its profile (not saved: call ``.save()``).
 
     One process runs every calibration network (``nets``: indices into :data:`CALIBRATION_NETS`,
-    default all); N processes run ``cycle_repeat`` training-like cycles of each case of
-    :data:`CYCLE_CASES` (those of ``nets``). ``quick`` takes fewer repeats everywhere (about half
+    default all); N processes run ``cycle_repeat`` steps of each case of :data:`CYCLE_CASES` (those
+    of ``nets``), as short jobs in the training job's own loop (``cycle_source="loop"``) or as
+    training-like cycles in a harness (``"harness"``), pinned as the job manager pins ranks. ``quick`` takes fewer repeats everywhere (about half
     the time). ``measure_command`` also runs the all-reduce measurement command per N (nccl-tests
     style alpha and beta; the collectives take their per-byte cost from it)."""
     from lab.opgraph import trace
@@ -1071,8 +1103,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--out", default=None, help="profile file (default: LAB_DATA/machine_profile.json)")
     ap.add_argument("--quick", action="store_true", help="fewer repeats (about half the time)")
     ap.add_argument("--procs", default="1,2,3,4", help="process counts to calibrate (default 1,2,3,4)")
-    ap.add_argument("--cycles", choices=("harness", "loop"), default="harness",
-                    help="N-process terms from training-like cycles (default) or the job's own loop")
+    ap.add_argument("--cycles", choices=("harness", "loop"), default="loop",
+                    help="N-process terms from the job's own loop (default) or training-like cycles")
     ap.add_argument("--repeat", type=int, default=CALIBRATION_REPEAT,
                     help=f"timed repeats per measurement (default {CALIBRATION_REPEAT})")
     args = ap.parse_args(argv)

@@ -51,6 +51,9 @@ def _loop_worker(rank: int, world: int, port: int, cases: list, steps: int, db: 
     from lab.runs import RunStore
 
     torch.set_num_threads(1)  # as a job's workers
+    from lab.calibrate import pin_rank
+
+    pin_rank(rank)  # on the core the job manager would give this rank
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     dist.init_process_group("gloo", rank=rank, world_size=world, timeout=datetime.timedelta(seconds=120))
     store = RunStore(db)

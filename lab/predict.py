@@ -526,6 +526,30 @@ def reproducibility(rows: Sequence[Mapping]) -> tuple[float, int]:
     return math.exp(sum(abs(math.log(x)) for x in ratios) / len(ratios)) - 1, len(ratios)
 
 
+def oracle_error(rows: Sequence[Mapping]) -> tuple[float, int]:
+    """The least error a model of *one step time per scenario* could reach on these runs: every run
+    of a scenario measured at least twice (:func:`scenario_key`) predicted by the best constant for
+    that scenario, fitted to the very runs it is judged on (the median of their log step times, which
+    minimises the sum of |ln(predicted / measured)|). Returns (geometric-mean error,
+    exp(mean |ln(oracle / measured)|) - 1, and the number of runs); (nan, 0) when no scenario ran
+    twice. A calibrated model, fitted elsewhere, cannot beat it on the same runs."""
+    import statistics
+
+    groups: dict[str, list[float]] = {}
+    for r in rows:
+        m = float(r["measured"])
+        if m > 0 and math.isfinite(m):
+            groups.setdefault(r["scenario_key"], []).append(math.log(m))
+    logs = []
+    for ls in groups.values():
+        if len(ls) > 1:
+            best = statistics.median(ls)
+            logs += [abs(best - x) for x in ls]
+    if not logs:
+        return math.nan, 0
+    return math.exp(sum(logs) / len(logs)) - 1, len(logs)
+
+
 # ---------------------------------------------------------------------------------------------
 # The preset batch: real runs spanning 1-4 workers, MLP and CNN, dense and compressed, emulation
 # ---------------------------------------------------------------------------------------------
@@ -569,5 +593,5 @@ def preset_batch(steps: int = 200, seed: int = 0) -> list[Scenario]:
     return out
 
 
-__all__ = ["preset_batch", "PRESET_BATCH", "FidelityBatch", "evaluate_runs", "evaluate_run", "fidelity_table", "Prediction", "WorkerPrediction", "predict_step", "measured_step", "compare", "prediction_table",
+__all__ = ["oracle_error", "reproducibility", "preset_batch", "PRESET_BATCH", "FidelityBatch", "evaluate_runs", "evaluate_run", "fidelity_table", "Prediction", "WorkerPrediction", "predict_step", "measured_step", "compare", "prediction_table",
            "PARTS", "PART_LABELS", "default_warmup", "step_error_summary"]

@@ -18,7 +18,8 @@ st.title("Fidelity: prediction beside measurement")
 st.markdown(
     "The lab does not only predict: it runs the same scenario on this machine and shows how far the prediction "
     "was off. The cost model is **calibrated** here (calibration networks that are not the presets, the optimiser "
-    "and compressor costs, the collectives inside training-like cycles with 2 to 4 processes at once), then it "
+    "and compressor costs, short jobs with 2 to 4 processes at once, each pinned to a core as the job manager "
+    "pins a job's ranks), then it "
     "predicts each run's step time and its parts; the run store holds what the workers measured.")
 
 BAND = 0.15
@@ -68,6 +69,8 @@ calibration_progress()
 
 if prof is not None and not lesson:
     with st.expander("What the calibration measured"):
+        where = ("short jobs in the training loop" if prof.settings.get("cycle_source") == "loop"
+                 else "training-like cycles")
         rows = [{"procs": p, "class": c, "throughput": v.throughput, "overhead": v.overhead}
                 for p in prof.procs for c, v in prof.compute_fit(p).classes.items()]
         st.plotly_chart(figs.class_throughput(rows), key="fid_classes")
@@ -75,14 +78,14 @@ if prof is not None and not lesson:
                                "(forward + backward); with N processes the CPU time grows by the measured factor")
         comm = [{"processes": p, "collective": k, "α or per hop (µs)": f.alpha * 1e6 if hasattr(f, "alpha") else f.per_hop * 1e6,
                  "β or per byte (ns/B)": (f.beta if hasattr(f, "beta") else f.per_byte) * 1e9,
-                 "fit error (%)": f.fit_error * 100, "where": "training-like cycles"}
+                 "fit error (%)": f.fit_error * 100, "where": where}
                 for p, t in {**prof.allreduce}.items() for k, f in t.items()]
         comm += [{"processes": p, "collective": k, "α or per hop (µs)": f.alpha * 1e6, "β or per byte (ns/B)": f.beta * 1e9,
                   "fit error (%)": f.fit_error * 100, "where": "lab.comm.measure (barrier first)"}
                  for p, t in prof.measured_allreduce.items() for k, f in t.items()]
         comm += [{"processes": p, "collective": k, "α or per hop (µs)": f.per_hop * 1e6,
                   "β or per byte (ns/B)": f.per_byte * 1e9, "fit error (%)": f.fit_error * 100,
-                  "where": "training-like cycles"} for p, t in prof.sharing.items() for k, f in t.items()]
+                  "where": where} for p, t in prof.sharing.items() for k, f in t.items()]
         st.dataframe(pd.DataFrame(comm), hide_index=True, key="fid_comm")
         st.dataframe(pd.DataFrame([{"processes": str(p), "compute slow-down (×)": prof.slowdown(p),
                                     "idle of equal workers (µs)": prof.jitter_cost(p).fixed * 1e6,
@@ -143,7 +146,8 @@ if prof is not None:
         else:
             g = P.step_error_summary([(r["predicted"], r["measured"]) for r in rows])
             spread, pairs = P.reproducibility(rows[::-1])  # oldest first
-            m1, m2, m3, m4 = st.columns(4)
+            floor, n_floor = P.oracle_error(rows)
+            m1, m2, m3, m4, m5 = st.columns(5)
             m1.metric("Model error, step time", f"{g * 100:.1f} %", help=P.GEOMEAN_ERROR_HELP)
             m2.metric("Target on this machine", f"≤ {BAND * 100:.0f} %")
             m3.metric("Runs compared", len(rows))
@@ -151,6 +155,10 @@ if prof is not None:
                       help="The measurement's own spread: runs of the same scenario (the preset batch run twice, "
                            "say) differ by this geometric mean of |ln(m_b / m_a)|; no model can be expected to "
                            f"predict closer. {pairs} pair(s) of runs.")
+            m5.metric("Best possible here", f"{floor * 100:.1f} %" if n_floor else "–",
+                      help="An oracle that knows each scenario's own measurements and predicts the best single step "
+                           "time for it (the median): the least error any model of one number per scenario reaches "
+                           f"on these runs. {n_floor} run(s) of scenarios measured more than once.")
             st.markdown(f"**{'Within' if g <= BAND else 'Outside'} the target.** " + SIMULATORS)
             st.plotly_chart(figs.step_scatter(rows, BAND), key="fid_scatter")
             ui.caption("measured", "x: measured median step time (wall clock between the ends of consecutive steps, "

@@ -218,3 +218,20 @@ def test_loop_calibration_with_one_process_prices_the_job_loop(tmp_path, monkeyp
     loop = dataclasses.replace(prof, contention={**prof.contention, "1": 1.25})
     assert loop.slowdown(1) == 1.25 and loop.slowdown(2) == prof.slowdown(2)
     assert loop.compute_fit(1).fixed == pytest.approx(prof.compute_fit(1).fixed * 1.25)
+
+
+@pytest.mark.skipif(not hasattr(os, "sched_getaffinity"), reason="CPU affinity is Linux only")
+def test_calibration_processes_are_pinned_as_the_job_manager_pins_ranks():
+    """Rank k goes to the k-th allowed core in turn (the uniform placement on an idle machine, as
+    lab.jobs pins a job's ranks); LAB_CALIBRATION_PIN=0 leaves the process free."""
+    import subprocess
+    import sys
+
+    allowed = sorted(os.sched_getaffinity(0))
+    assert [C.rank_cpu(k) for k in range(4)] == [allowed[k % len(allowed)] for k in range(4)]
+    code = "import os; from lab.calibrate import pin_rank; pin_rank({}); print(sorted(os.sched_getaffinity(0)))"
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    for rank, flag, want in ((1, "1", [C.rank_cpu(1)]), (2, "1", [C.rank_cpu(2)]), (1, "0", allowed)):
+        out = subprocess.run([sys.executable, "-c", code.format(rank)], cwd=root, capture_output=True, text=True,
+                             env={**os.environ, "LAB_CALIBRATION_PIN": flag}, timeout=60, check=True).stdout
+        assert out.strip() == str(want)

@@ -317,3 +317,27 @@ def test_reproducibility_pairs_runs_of_the_same_scenario_only():
     assert pairs == 2  # (10 ms, 20 ms) and (20 ms, 10 ms); b ran once
     assert spread == pytest.approx(1.0)  # |ln 2| both times: exp(ln 2) - 1
     assert reproducibility(rows[:2]) == (pytest.approx(math.nan, nan_ok=True), 0)
+
+
+def test_oracle_error_is_the_best_constant_per_scenario():
+    """The oracle's error equals a brute-force search over constant predictions per scenario, and
+    no constant does better; scenarios measured once are left out."""
+    import itertools
+
+    from lab.predict import oracle_error, scenario_key
+
+    a, b, c = preset_batch(20)[:3]
+    meas = {scenario_key(a): [0.010, 0.013, 0.011], scenario_key(b): [0.050, 0.040]}
+    rows = [{"scenario_key": k, "measured": m} for k, ms in meas.items() for m in ms]
+    rows.append({"scenario_key": scenario_key(c), "measured": 0.5})  # ran once: not counted
+    err, n = oracle_error(rows)
+    assert n == 5
+    # by hand: a's median 0.011 -> |ln(11/10)| + |ln(11/13)|; b: any constant between -> |ln(5/4)|
+    by_hand = math.exp((math.log(1.1) + math.log(13 / 11) + math.log(1.25)) / 5) - 1
+    assert err == pytest.approx(by_hand, rel=1e-12)
+    grid = {k: ms + [min(ms) * (max(ms) / min(ms)) ** (i / 40) for i in range(-10, 51)] for k, ms in meas.items()}
+    best = min(sum(abs(math.log(pa / m)) for m in meas[scenario_key(a)]) + sum(abs(math.log(pb / m)) for m in meas[scenario_key(b)])
+               for pa, pb in itertools.product(grid[scenario_key(a)], grid[scenario_key(b)]))
+    assert math.exp(best / 5) - 1 >= err - 1e-12
+    assert math.exp(best / 5) - 1 == pytest.approx(err, rel=1e-9)  # the grid holds the measured values
+    assert oracle_error(rows[-1:]) == (pytest.approx(math.nan, nan_ok=True), 0)
