@@ -151,7 +151,7 @@ if prof is not None:
             m1.metric("Model error, step time", f"{g * 100:.1f} %", help=P.GEOMEAN_ERROR_HELP)
             m2.metric("Target on this machine", f"≤ {BAND * 100:.0f} %")
             m3.metric("Runs compared", len(rows))
-            m4.metric("Same scenario, measured again", f"{spread * 100:.1f} %" if pairs else "–",
+            m4.metric("Re-measured spread", f"{spread * 100:.1f} %" if pairs else "–",
                       help="The measurement's own spread: runs of the same scenario (the preset batch run twice, "
                            "say) differ by this geometric mean of |ln(m_b / m_a)|; no model can be expected to "
                            f"predict closer. {pairs} pair(s) of runs.")

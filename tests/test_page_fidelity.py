@@ -213,5 +213,7 @@ def test_the_same_scenario_run_twice_shows_the_measurement_spread(data, lab_db):
     stored_run(lab_db, step_s=0.020)
     at = app_test(PAGE)
     assert_no_exception(at)
-    metric = [m for m in at.metric if m.label.startswith("Same scenario")][0]
+    metric = [m for m in at.metric if m.label == "Re-measured spread"][0]
     assert metric.value == "100.0 %"  # 10 ms then 20 ms: exp(|ln 2|) - 1
+    floor = [m for m in at.metric if m.label == "Best possible here"][0]
+    assert floor.value == "41.4 %"  # any constant between 10 and 20 ms: exp(|ln 2| / 2) - 1 = sqrt(2) - 1
