@@ -12,9 +12,9 @@
    default: on this shared machine the median step of a 60-step run varies by about +-25 % from one
    run to the next (measured: the same 2-worker MLP run four times in a row), longer runs less.
 3. Predicts each run (``lab.predict.evaluate_runs``, the Fidelity page's code) and prints per run
-   the predicted and the measured step time (median over the steps after the warm-up of the time between the
+   the predicted and the measured step time (mean over the steps after the warm-up of the time between the
    ends of consecutive steps), the error, and the parts (compute, compression, communication, idle;
-   mean over workers of each worker's median); then the geometric-mean error of the step time,
+   mean over workers of each worker's mean); then the geometric-mean error of the step time,
    exp(mean |ln(predicted / measured)|) - 1. Target: within 15 % on this machine.
 
 4. The peer, measured in the same run: the batch runs ``--batches`` times (default 2, one after the

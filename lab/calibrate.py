@@ -59,7 +59,7 @@ import statistics
 import sys
 import tempfile
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
@@ -167,7 +167,7 @@ class MachineProfile:
     compute: ComputeFit  # one process
     optimizer: dict  # {kind: LinearCost (per_unit: per parameter)}, one process
     compressor: dict  # {"kind" or "kind+ef": LinearCost (per_unit: per element)}, one process
-    contention: dict  # {procs (str): CPU-time inflation of compute with N processes at once}
+    contention: dict  # {procs (str): factor on compute with N processes at once (plus step_extra)}
     allreduce: dict  # {procs: {"gloo" | "ring": CommFit}} measured in context (job loop or cycles)
     sharing: dict  # {procs: {method: SharingFit}} measured in context (job loop or cycles)
     jitter: dict  # {procs: LinearCost: mean idle of equal workers (fixed, seconds)}
@@ -176,6 +176,12 @@ class MachineProfile:
     wait_slowdown: list = field(default_factory=lambda: [[0.0, 1.0]])  # [[wait s, compute factor], ...]
     settings: dict = field(default_factory=dict)
     notes: list = field(default_factory=list)
+    #: {procs: seconds added to every step's compute with N processes}: compute with N processes is
+    #: ``slowdown(N) x (one-process time) + step_extra[N]`` (empty: no fixed extra)
+    step_extra: dict = field(default_factory=dict)
+    #: {procs: mean wait per step (collective, idle, rest) in the N-process calibration runs}: the
+    #: wait whose after-effect the N-process compute terms already hold
+    cycle_wait: dict = field(default_factory=dict)
 
     # ----- lookups (nearest calibrated process count when N itself was not calibrated) ---------
     @staticmethod
@@ -188,14 +194,24 @@ class MachineProfile:
         return table[str(min(have, key=lambda p: (abs(p - procs), -p)))]
 
     def slowdown(self, procs: int) -> float:
-        """CPU-time inflation of compute with ``procs`` processes at once (shared caches, memory)."""
+        """Factor on compute with ``procs`` processes at once (shared cores, caches, memory, the job
+        loop); with :meth:`extra_per_step` added once per step."""
         if procs <= 1:  # 1.0, or the job loop's own cost over the harness's (cycle_source="loop")
             return float(self.contention.get("1", 1.0))
         return float(self._nearest(self.contention, procs))
 
+    def extra_per_step(self, procs: int) -> float:
+        """Seconds added to every step's compute with ``procs`` processes (see :attr:`step_extra`)."""
+        if not self.step_extra or (procs <= 1 and "1" not in self.step_extra):
+            return 0.0
+        return float(self._nearest(self.step_extra, max(1, procs)))
+
     def compute_fit(self, procs: int = 1) -> ComputeFit:
-        """Per-class costs with ``procs`` processes sharing the cores."""
-        return self.compute.scaled(self.slowdown(procs))
+        """Per-class costs with ``procs`` processes sharing the cores: every cost times
+        :meth:`slowdown`, plus :meth:`extra_per_step` once per step."""
+        fit = self.compute.scaled(self.slowdown(procs))
+        extra = self.extra_per_step(procs)
+        return replace(fit, fixed=fit.fixed + extra) if extra else fit
 
     def optimizer_cost(self, kind: str, procs: int = 1) -> LinearCost:
         c = self.optimizer.get(kind) or self.optimizer["adam"]
@@ -224,11 +240,23 @@ class MachineProfile:
         pts = sorted(self.wait_slowdown or [[0.0, 1.0]])
         return float(np.interp(max(0.0, wait), [p[0] for p in pts], [p[1] for p in pts]))
 
+    def extra_wait_factor(self, wait: float, procs: int) -> float:
+        """Compute slow-down after waiting ``wait`` seconds *beyond* what the N-process terms already
+        hold: their calibration runs waited :attr:`cycle_wait` [N] per step, so the factor is
+        ``wait_factor(wait) / wait_factor(cycle_wait[N])``, at least 1."""
+        base = float(self._nearest(self.cycle_wait, procs)) if self.cycle_wait and procs > 1 else 0.0
+        return max(1.0, self.wait_factor(wait) / self.wait_factor(base))
+
     def jitter_cost(self, procs: int) -> LinearCost:
         return self._nearest(self.jitter, procs) if procs > 1 and self.jitter else LinearCost()
 
     def remainder_cost(self, procs: int) -> LinearCost:
-        return self._nearest(self.remainder, procs) if procs > 1 and self.remainder else LinearCost()
+        """The rest of the step outside the timed parts with ``procs`` processes (one process: only
+        when the job's loop was calibrated with one process, ``cycle_source="loop"``)."""
+        if procs <= 1:
+            return self.remainder.get("1", LinearCost())
+        multi = {k: v for k, v in self.remainder.items() if k != "1"}
+        return self._nearest(multi, procs) if multi else LinearCost()
 
     @property
     def procs(self) -> list[int]:
@@ -260,6 +288,8 @@ class MachineProfile:
             d["optimizer"] = {k: LinearCost(**v) for k, v in d["optimizer"].items()}
             d["compressor"] = {k: LinearCost(**v) for k, v in d["compressor"].items()}
             d["contention"] = {str(k): float(v) for k, v in d["contention"].items()}
+            d["step_extra"] = {str(k): float(v) for k, v in d.get("step_extra", {}).items()}
+            d["cycle_wait"] = {str(k): float(v) for k, v in d.get("cycle_wait", {}).items()}
             d["allreduce"] = {p: {k: CommFit(**v) for k, v in t.items()} for p, t in d["allreduce"].items()}
             d["measured_allreduce"] = {p: {k: CommFit(**v) for k, v in t.items()}
                                        for p, t in d["measured_allreduce"].items()}
@@ -724,7 +754,7 @@ def _cycle_case(rank: int, world: int, net: int, batch: int, kind: tuple, repeat
     idle = torch.minimum((latest - r[:, 4]).clamp_min(0.0), coll)
     ends = torch.stack([e[:, 7] for e in every]).max(dim=0).values
     cycle = ends.diff()
-    med = lambda x: float(x.median()) if x.numel() else math.nan  # noqa: E731
+    med = lambda x: float(x.mean()) if x.numel() else math.nan  # noqa: E731 - per step, as lab.predict.measured_step
     return {"net": net, "batch": batch, "kind": label, "fb": med(r[:, 0]), "opt": med(r[:, 1]),
             "compress": med(r[:, 2]), "comm": med(coll - idle), "idle": med(idle), "cycle": med(cycle),
             "bytes_sent": med(r[:, 5]), "hops": med(r[:, 6]), "numel": int(h.gflat.numel()), "cpu": med(r[:, 8])}
@@ -846,20 +876,41 @@ def merge_cycles(results: list[dict]) -> list[dict]:
     return out
 
 
-def compute_inflation(rows: Sequence[dict], base: ComputeFit, optimizer: dict, features: dict) -> float:
-    """Median over ``rows`` (dense cases) of the compute (CPU seconds of fb + opt) over the one-process
-    prediction for the same calibration network alone; 1.0 without rows."""
-    ratios = []
+def fit_compute_slowdown(rows: Sequence[dict], base: ComputeFit, optimizer: dict,
+                         features: dict) -> tuple[float, float]:
+    """(k, d): with N processes, a case's compute per step (wall time of forward + backward + the
+    optimiser step, ``fb + opt`` of the rows) is ``k x (its one-process prediction) + d``. A
+    non-negative least-squares fit in relative terms over the rows (k alone, d = 0, with fewer than
+    two distinct cases). The fixed ``d`` is what a step pays whatever its size (the job loop around
+    the step, waking up on a shared core); measured here the small networks grow by much more than
+    the large ones with N processes, which one factor cannot describe. (1.0, 0.0) without rows."""
+    t1, y = [], []
     for r in rows:
         feat = features[(r["net"], r["batch"])]
-        alone = compute_seconds(base, feat) + optimizer["adam"].time(r["numel"] - 1, feat["tensors"])
-        ratios.append(r["cpu"] / alone)
-    return float(statistics.median(ratios)) if ratios else 1.0
+        t1.append(compute_seconds(base, feat) + optimizer["adam"].time(r["numel"] - 1, feat["tensors"]))
+        y.append(r["fb"] + r["opt"])
+    t1a, ya = np.array(t1), np.array(y)
+    ok = (t1a > 0) & (ya > 0) & np.isfinite(ya)
+    t1a, ya = t1a[ok], ya[ok]
+    if len(t1a) == 0:
+        return 1.0, 0.0
+    if len(np.unique(np.round(t1a, 12))) < 2:
+        return float(np.median(ya / t1a)), 0.0
+    k, d = nnls_relative(np.stack([t1a, np.ones_like(t1a)], axis=1), ya)
+    return float(k), float(d)
+
+
+def cycle_wait(rows: Sequence[dict]) -> float:
+    """Median over the dense all-reduce cases of the wait per step (the step minus forward,
+    backward and the optimiser: the collective, idle and the rest); 0 without such rows."""
+    w = [r["cycle"] - r["fb"] - r["opt"] for r in rows if r["kind"] == "gloo"]
+    return max(0.0, float(statistics.median(w))) if w else 0.0
 
 
 def fit_cycles(procs: int, rows: Sequence[dict], base: ComputeFit, optimizer: dict, features: dict,
                betas: Mapping[str, float] | None = None) -> dict:
-    """From the N-process cycles: the compute slow-down, the collectives' in-context costs, the idle
+    """From the N-process cycles: the compute slow-down and fixed extra per step
+    (:func:`fit_compute_slowdown`), the wait per step (:func:`cycle_wait`), the collectives' in-context costs, the idle
     jitter of equal workers and the rest of the step (the loop around the collective, the ranks
     ending at different moments), as medians over the cases (steadier than least squares when single
     cases on a shared machine are far off). Per byte the collectives take beta from the all-reduce
@@ -868,7 +919,7 @@ def fit_cycles(procs: int, rows: Sequence[dict], base: ComputeFit, optimizer: di
     ``features``: {(net, batch): graph features} (to predict the one-process compute of each case)."""
     betas = dict(betas or {})
     dense = [r for r in rows if r["kind"] == "gloo"]
-    k = max(1.0, compute_inflation(dense, base, optimizer, features))
+    k, extra = fit_compute_slowdown(rows, base, optimizer, features)
     comm: dict = {}
     for label, method, impl in CYCLE_KINDS:
         sel = [r for r in rows if r["kind"] == label and r["comm"] > 0]
@@ -890,10 +941,16 @@ def fit_cycles(procs: int, rows: Sequence[dict], base: ComputeFit, optimizer: di
             err = geomean_error([f.time(r["hops"], r["bytes_sent"]) for r in sel], [r["comm"] for r in sel])
             comm[label] = SharingFit(hop, beta, err)
     idle = [r["idle"] for r in dense]
-    rest = [r["cycle"] - r["fb"] - r["opt"] - r["comm"] - r["idle"] for r in dense]
-    return {"contention": k, "comm": comm,
+    return {"contention": k, "step_extra": extra, "wait": cycle_wait(rows), "comm": comm,
             "jitter": LinearCost(max(0.0, float(statistics.median(idle))) if idle else 0.0),
-            "remainder": LinearCost(max(0.0, float(statistics.median(rest))) if rest else 0.0)}
+            "remainder": step_rest(dense)}
+
+
+def step_rest(rows: Sequence[dict]) -> LinearCost:
+    """The rest of the step outside the timed parts (the loop around them, ranks ending at
+    different moments): the median over ``rows`` of step - compute - collective - idle (fixed, s)."""
+    rest = [r["cycle"] - r["fb"] - r["opt"] - r["comm"] - r["idle"] - r.get("compress", 0.0) for r in rows]
+    return LinearCost(max(0.0, float(statistics.median(rest))) if rest else 0.0)
 
 
 def profile_errors(fits: Mapping[str, CommFit], rows: Sequence[dict]) -> dict[str, float]:
@@ -964,6 +1021,7 @@ def calibrate(procs: Sequence[int] = (1, 2, 3, 4), *, quick: bool = False, repea
         m = build_calibration_net(cls_name, kwargs)
         features[(i, b)] = graph_features(trace(m, batch_size=b), sum(1 for _ in m.parameters()))
     contention, allreduce, sharing, jitter, measured, cycles = {"1": 1.0}, {}, {}, {}, {}, {}
+    step_extra, waits = {}, {}
     remainder: dict = {}
     done = 1
     if cycle_source == "loop":  # one process in the job's own loop: what the loop costs beyond the harness
@@ -973,7 +1031,8 @@ def calibrate(procs: Sequence[int] = (1, 2, 3, 4), *, quick: bool = False, repea
         progress(what.format(1), done / stages)
         rows1 = measure_loop(1, [(label, i) for label, i, _ in cases if label == "gloo"], steps=cycle_repeat)
         cycles["1"] = rows1
-        contention["1"] = compute_inflation(rows1, compute, optimizer, features)
+        contention["1"], step_extra["1"] = fit_compute_slowdown(rows1, compute, optimizer, features)
+        remainder["1"] = step_rest(rows1)
     for p in multi:
         if measure_command:
             progress(f"all-reduce alpha and beta with {p} processes (lab.comm.measure)", done / stages)
@@ -990,6 +1049,8 @@ def calibrate(procs: Sequence[int] = (1, 2, 3, 4), *, quick: bool = False, repea
         betas = {impl: f.beta for impl, f in measured.get(str(p), {}).items()}
         fit = fit_cycles(p, rows, compute, optimizer, features, betas)
         contention[str(p)] = fit["contention"]
+        step_extra[str(p)] = fit["step_extra"]
+        waits[str(p)] = fit["wait"]
         allreduce[str(p)] = {k: v for k, v in fit["comm"].items() if isinstance(v, CommFit)}
         sharing[str(p)] = {k: v for k, v in fit["comm"].items() if isinstance(v, SharingFit)}
         jitter[str(p)] = fit["jitter"]
@@ -1007,9 +1068,42 @@ def calibrate(procs: Sequence[int] = (1, 2, 3, 4), *, quick: bool = False, repea
     return MachineProfile(created=datetime.now(timezone.utc).isoformat(timespec="seconds"),
                           machine=machine_description(), compute=compute, optimizer=optimizer,
                           compressor=compressor, contention=contention, allreduce=allreduce, sharing=sharing,
-                          wait_slowdown=raw["wait"],
+                          wait_slowdown=raw["wait"], step_extra=step_extra, cycle_wait=waits,
                           jitter=jitter, remainder=remainder, measured_allreduce=measured,
                           settings=settings)
+
+
+def refit(prof: MachineProfile) -> MachineProfile:
+    """The profile's N-process terms fitted again from the raw calibration rows it keeps
+    (``settings["cycles"]``), with this version's :func:`fit_cycles`: no new measurement."""
+    from lab.opgraph import trace
+
+    cycles = (prof.settings or {}).get("cycles") or {}
+    if not cycles:
+        raise LabError("the profile keeps no calibration rows to fit again; calibrate again", where="calibration")
+    features = {}
+    for rows in cycles.values():
+        for r in rows:
+            key = (r["net"], r["batch"])
+            if key not in features:
+                cls_name, kwargs = CALIBRATION_NETS[r["net"]]
+                m = build_calibration_net(cls_name, kwargs)
+                features[key] = graph_features(trace(m, batch_size=r["batch"]), sum(1 for _ in m.parameters()))
+    contention, step_extra, waits = {"1": 1.0}, {}, {}
+    allreduce, sharing, jitter, remainder = {}, {}, {}, {}
+    for p, rows in cycles.items():
+        if int(p) == 1:
+            contention["1"], step_extra["1"] = fit_compute_slowdown(rows, prof.compute, prof.optimizer, features)
+            remainder["1"] = step_rest(rows)
+            continue
+        betas = {impl: f.beta for impl, f in prof.measured_allreduce.get(p, {}).items()}
+        fit = fit_cycles(int(p), rows, prof.compute, prof.optimizer, features, betas)
+        contention[p], step_extra[p], waits[p] = fit["contention"], fit["step_extra"], fit["wait"]
+        allreduce[p] = {k: v for k, v in fit["comm"].items() if isinstance(v, CommFit)}
+        sharing[p] = {k: v for k, v in fit["comm"].items() if isinstance(v, SharingFit)}
+        jitter[p], remainder[p] = fit["jitter"], fit["remainder"]
+    return replace(prof, contention=contention, step_extra=step_extra, cycle_wait=waits, allreduce=allreduce,
+                   sharing=sharing, jitter=jitter, remainder=remainder)
 
 
 def synthetic_profile(*, overhead: float = 10e-6, throughput: float = 1e9, fixed: float = 100e-6,
@@ -1139,12 +1233,16 @@ def format_profile(prof: MachineProfile) -> str:
     o = prof.optimizer_cost("adam")
     lines.append(f"    adam step: {o.fixed * 1e6:.0f} us + {o.per_tensor * 1e6:.1f} us/tensor + {o.per_unit * 1e9:.2f} ns/param")
     lines.append("    compute after a wait: " + ", ".join(f"{w * 1e3:g} ms x{f:.2f}" for w, f in prof.wait_slowdown))
+    if prof.slowdown(1) != 1.0 or prof.extra_per_step(1):
+        lines.append(f"1 process in the job's loop: compute x{prof.slowdown(1):.2f} + "
+                     f"{prof.extra_per_step(1) * 1e6:.0f} us/step")
     for p in prof.procs:
         if p < 2:
             continue
         j = prof.jitter_cost(p)
         rm = prof.remainder_cost(p)
-        lines.append(f"{p} processes: compute x{prof.slowdown(p):.2f}; idle of equal workers {j.fixed * 1e6:.0f} us; "
+        lines.append(f"{p} processes: compute x{prof.slowdown(p):.2f} + {prof.extra_per_step(p) * 1e6:.0f} us/step; "
+                     f"idle of equal workers {j.fixed * 1e6:.0f} us; "
                      f"rest of the step {rm.fixed * 1e6:.0f} us")
         for impl, f in prof.allreduce.get(str(p), {}).items():
             m = prof.measured_allreduce.get(str(p), {}).get(impl)

@@ -84,7 +84,7 @@ with ui.guarded("the prediction"):
             st.plotly_chart(fid.step_scatter(rows, 0.15, "Step time of the chosen runs"), key="cmp_pred")
             st.dataframe(P.fidelity_table(rows), hide_index=True, key="cmp_pred_table")
             ui.caption("modelled", f"Predicted from this machine's profile ({prof.created[:10]}) against the measured "
-                       "median step (ms) after the warm-up; dashed y = x, band ±15 %; error = predicted / measured − 1.")
+                       "mean step (ms) after the warm-up; dashed y = x, band ±15 %; error = predicted / measured − 1.")
         for s in skipped:
             st.caption(f"Run {s['id']} not predicted: {s['why']}")
 

@@ -88,6 +88,7 @@ if prof is not None and not lesson:
                   "where": where} for p, t in prof.sharing.items() for k, f in t.items()]
         st.dataframe(pd.DataFrame(comm), hide_index=True, key="fid_comm")
         st.dataframe(pd.DataFrame([{"processes": str(p), "compute slow-down (×)": prof.slowdown(p),
+                                    "+ per step (µs)": prof.extra_per_step(p) * 1e6,
                                     "idle of equal workers (µs)": prof.jitter_cost(p).fixed * 1e6,
                                     "rest of the step (µs)": prof.remainder_cost(p).fixed * 1e6} for p in prof.procs]
                                   + [{"processes": f"after a {w * 1e3:g} ms wait", "compute slow-down (×)": f}
@@ -161,17 +162,17 @@ if prof is not None:
                            f"on these runs. {n_floor} run(s) of scenarios measured more than once.")
             st.markdown(f"**{'Within' if g <= BAND else 'Outside'} the target.** " + SIMULATORS)
             st.plotly_chart(figs.step_scatter(rows, BAND), key="fid_scatter")
-            ui.caption("measured", "x: measured median step time (wall clock between the ends of consecutive steps, "
+            ui.caption("measured", "x: measured mean step time (wall clock between the ends of consecutive steps, "
                                    "after the warm-up); y: modelled, from the profile; dashed: y = x; band: ±15 %")
             st.plotly_chart(figs.error_bars(rows, BAND), key="fid_errors")
             ui.caption("modelled", "error = predicted / measured − 1 of the step time, per run")
             if not lesson:
                 st.plotly_chart(figs.parts_scatter(rows, band=BAND), key="fid_parts")
-                ui.caption("measured", "each part: mean over workers of each worker's median (measured) against the "
+                ui.caption("measured", "each part: mean over workers of each worker's mean (measured) against the "
                                        "model's per-worker mean (modelled); emulated waits are inside compute and "
                                        "communication")
             st.dataframe(pd.DataFrame(P.fidelity_table(rows)), hide_index=True, key="fid_table")
-            ui.caption("measured", "ms per step (measured: medians after the warm-up; predicted: modelled); "
+            ui.caption("measured", "ms per step (measured: means after the warm-up; predicted: modelled); "
                                    "error = predicted / measured − 1, in percent")
         if skipped and not lesson:
             with st.expander(f"{len(skipped)} run(s) not compared"):

@@ -177,7 +177,7 @@ def predicted_beside_measured(run_id: str) -> None:
     table = ui.prediction_table(str(runs_store.path), prof.created, prof, run_id)
     st.plotly_chart(prediction_figure(table, "Predicted beside measured, per step"), key="train_pred")
     ui.caption("modelled", f"Blue: the cost model's step time and its parts from this machine's profile "
-               f"({prof.created[:10]}); orange: measured medians per step after the warm-up. Over each pair: "
+               f"({prof.created[:10]}); orange: measured means per step after the warm-up. Over each pair: "
                "error = predicted / measured − 1. The Fidelity page shows every run.")
 
 

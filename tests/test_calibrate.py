@@ -3,6 +3,7 @@ numbers and a saved profile that loads back."""
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import json
 import math
@@ -146,24 +147,35 @@ def test_tiny_calibration_end_to_end(tmp_path):
     back = C.load_profile(path)
     assert back == prof
     assert "process" in C.format_profile(back)
+    again = C.refit(back)  # the same rows through the same fit: the same N-process terms
+    assert (again.contention, again.step_extra, again.cycle_wait, again.allreduce, again.sharing) == \
+        (prof.contention, prof.step_extra, prof.cycle_wait, prof.allreduce, prof.sharing)
+    assert set(prof.step_extra) >= {"2"} and prof.cycle_wait["2"] >= 0
+    with pytest.raises(LabError, match="calibrate again"):
+        C.refit(C.synthetic_profile())
 
 
 def test_fit_cycles_recovers_known_in_context_costs():
-    base = C.synthetic_profile().compute
+    base = C.synthetic_profile().compute  # 100 us per step + 10 us per operator
     opt = {"adam": C.LinearCost(50e-6, 0.0, 0.0)}
     procs, alpha, beta = 3, 400e-6, 2e-9
-    feats, rows = {}, []
-    for i, (net, c, extra) in enumerate([(0, 1e-3, 0.0), (3, 2e-3, 0.0), (7, 3e-3, 0.0), (12, 5e-3, 9e-3)]):
-        feats[(net, 16)] = {"counts": {k: 0 for k in C.COMPUTE_CLASSES}, "flops": {k: 0.0 for k in C.COMPUTE_CLASSES},
-                            "tensors": 4}
+    k, d = 1.5, 200e-6  # compute with N processes: 1.5 x the one-process time + 200 us per step
+    feats, rows, alone = {}, [], {}
+    for i, net in enumerate((0, 3, 7, 12)):
+        counts = {c: 0 for c in C.COMPUTE_CLASSES}
+        counts["elementwise"] = 5 * (i + 1)
+        feats[(net, 16)] = {"counts": counts, "flops": {c: 0.0 for c in C.COMPUTE_CLASSES}, "tensors": 4}
+        alone[net] = 100e-6 + 50e-6 * (i + 1) + 50e-6  # forward + backward + the optimiser step
+    for i, (net, extra) in enumerate([(0, 0.0), (3, 0.0), (7, 0.0), (12, 9e-3)]):
         numel = 1000 * (i + 1)
+        c = k * alone[net] + d
         comm = 2 * (procs - 1) * alpha + 2 * (procs - 1) / procs * numel * 4 * beta + extra  # one outlier case
-        rows.append({"kind": "gloo", "net": net, "batch": 16, "fb": 0.7 * c, "opt": 0.3 * c, "cpu": 1.5 * (100e-6 + 50e-6),
+        rows.append({"kind": "gloo", "net": net, "batch": 16, "fb": 0.7 * c, "opt": 0.3 * c, "cpu": c,
                      "compress": 0.0, "comm": comm, "idle": 200e-6 + extra, "cycle": c + comm + 200e-6 + extra + 300e-6,
                      "bytes_sent": 0.0, "hops": 4.0, "numel": numel})
     for net in (3, 7):
-        rows.append({"kind": "sparse_allgather", "net": net, "batch": 16, "fb": 1e-3, "opt": 0.0, "cpu": 0.0,
-                     "compress": 1e-4, "comm": 2 * 700e-6 + 5000 * 3e-9, "idle": 0.0, "cycle": 0.0,
+        rows.append({"kind": "sparse_allgather", "net": net, "batch": 16, "fb": k * alone[net] + d, "opt": 0.0,
+                     "cpu": 0.0, "compress": 1e-4, "comm": 2 * 700e-6 + 5000 * 3e-9, "idle": 0.0, "cycle": 0.0,
                      "bytes_sent": 5000.0, "hops": 2.0, "numel": 1000})
     fit = C.fit_cycles(procs, rows, base, opt, feats, betas={"gloo": beta, "ring": 3e-9})
     ab = fit["comm"]["gloo"]
@@ -172,7 +184,34 @@ def test_fit_cycles_recovers_known_in_context_costs():
     assert sh.per_hop == pytest.approx(700e-6, rel=1e-6) and sh.fit_error == pytest.approx(0.0, abs=1e-9)
     assert fit["jitter"].fixed == pytest.approx(200e-6)
     assert fit["remainder"].fixed == pytest.approx(300e-6, rel=1e-6)
-    assert fit["contention"] == pytest.approx(1.5)  # CPU time 1.5 x the one-process prediction (100 + 50 us)
+    assert fit["contention"] == pytest.approx(k, rel=1e-6)  # wall time of fb + opt = k x alone + d
+    assert fit["step_extra"] == pytest.approx(d, rel=1e-5)
+    waits = sorted(r["cycle"] - r["fb"] - r["opt"] for r in rows if r["kind"] == "gloo")
+    assert fit["wait"] == pytest.approx((waits[1] + waits[2]) / 2)  # the median wait per step of the dense cases
+
+
+def test_compute_slowdown_with_one_case_or_equal_cases_is_a_plain_factor():
+    base = C.synthetic_profile().compute
+    opt = {"adam": C.LinearCost(50e-6, 0.0, 0.0)}
+    feat = {"counts": {c: 0 for c in C.COMPUTE_CLASSES}, "flops": {c: 0.0 for c in C.COMPUTE_CLASSES}, "tensors": 0}
+    row = {"net": 0, "batch": 16, "fb": 200e-6, "opt": 100e-6, "numel": 11}
+    assert C.fit_compute_slowdown([row, dict(row)], base, opt, {(0, 16): feat}) == (pytest.approx(2.0), 0.0)
+    assert C.fit_compute_slowdown([], base, opt, {}) == (1.0, 0.0)
+
+
+def test_profile_compute_with_n_processes_adds_the_fixed_extra_once():
+    p = dataclasses.replace(C.synthetic_profile(contention=2.0), step_extra={"2": 300e-6}, cycle_wait={"2": 0.001},
+                            wait_slowdown=[[0.0, 1.0], [0.001, 1.5], [0.01, 3.0]])
+    feat = {"counts": {c: 0 for c in C.COMPUTE_CLASSES}, "flops": {c: 0.0 for c in C.COMPUTE_CLASSES}, "tensors": 0}
+    feat["counts"]["matmul"] = 3
+    one = C.compute_seconds(p.compute_fit(1), feat)
+    assert one == pytest.approx(100e-6 + 3 * 10e-6)
+    assert C.compute_seconds(p.compute_fit(2), feat) == pytest.approx(2.0 * one + 300e-6)
+    assert p.extra_per_step(1) == 0.0 and p.extra_per_step(4) == pytest.approx(300e-6)  # nearest count
+    # the N-process terms hold the 1 ms wait of their calibration runs: only what goes beyond counts
+    assert p.extra_wait_factor(0.001, 2) == 1.0 and p.extra_wait_factor(0.0, 2) == 1.0
+    assert p.extra_wait_factor(0.01, 2) == pytest.approx(3.0 / 1.5)
+    assert p.extra_wait_factor(0.01, 1) == pytest.approx(3.0)  # one process: no calibration wait
 
 
 @pytest.mark.timeout(300)

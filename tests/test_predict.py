@@ -1,4 +1,4 @@
-"""lab.predict: predictions for synthetic profiles equal hand calculations; measured medians; tables."""
+"""lab.predict: predictions for synthetic profiles equal hand calculations; measured means and medians; tables."""
 
 from __future__ import annotations
 
@@ -158,7 +158,7 @@ def synthetic_metrics(steps=20, workers=2, step_s=0.01, compute=(0.004, 0.006), 
     for s in range(1, steps + 1):
         dt = step_s + (jitter * rng.standard_normal() if jitter else 0.0)
         if s == 3:
-            dt = 10 * step_s  # an outlier the median ignores
+            dt = 10 * step_s  # an outlier the median ignores and the mean counts
         wall += dt
         rows.append({"run_id": "r", "step": s, "worker": -1, "wall": wall})
         for w in range(workers):
@@ -171,14 +171,22 @@ def synthetic_metrics(steps=20, workers=2, step_s=0.01, compute=(0.004, 0.006), 
     return df
 
 
-def test_measured_step_medians():
+def test_measured_step_means_and_medians():
+    """The default statistic is the mean over the steps after the warm-up (the wall time per step the
+    run achieved), so the slow step 3 counts; the median ignores it."""
     m = measured_step(synthetic_metrics(), warmup=2)
-    assert m["step"] == pytest.approx(0.01)
+    assert m["statistic"] == "mean"
+    assert m["step"] == pytest.approx((17 * 0.01 + 0.1) / 18)  # steps 3..20: one of 10x the others
     assert m["compute"] == pytest.approx(0.005)
     assert m["comm"] == pytest.approx(0.003)
     assert m["idle"] == pytest.approx(0.001)
     assert m["steps"] == 18 and m["bytes_sent"] == 1000.0
     assert m["per_worker"][1]["compute"] == pytest.approx(0.006)
+    med = measured_step(synthetic_metrics(), warmup=2, statistic="median")
+    assert med["step"] == pytest.approx(0.01) and med["statistic"] == "median"
+    assert measured_step(synthetic_metrics(), warmup=3)["step"] == pytest.approx(0.01)  # the slow step left out
+    with pytest.raises(LabError, match="statistic"):
+        measured_step(synthetic_metrics(), statistic="mode")
     with pytest.raises(LabError, match="warm-up"):
         measured_step(synthetic_metrics(steps=3), warmup=5)
     with pytest.raises(LabError, match="no measurements"):

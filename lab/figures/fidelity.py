@@ -69,7 +69,7 @@ def step_scatter(rows: Sequence[Mapping], band: float = 0.15, title: str | None 
                         for r in rs],
             hovertemplate="%{text}<br>measured %{x:.2f} ms<br>predicted %{y:.2f} ms<br>workers %{customdata[0]}"
                           "<br>error %{customdata[1]:+.0f}%<extra></extra>"))
-    fig.update_xaxes(type="log", title="measured step time (ms, median over steps)", range=[math.log10(lo), math.log10(hi)])
+    fig.update_xaxes(type="log", title="measured step time (ms, mean over steps)", range=[math.log10(lo), math.log10(hi)])
     fig.update_yaxes(type="log", title="predicted step time (ms, cost model)", range=[math.log10(lo), math.log10(hi)],
                      scaleanchor="x")
     fig.update_layout(title=title or "Step time: predicted against measured", height=460,
@@ -95,7 +95,7 @@ def parts_scatter(rows: Sequence[Mapping], parts: Sequence[str] = ("compute", "c
                       row=1, col=i)
         fig.update_xaxes(title="measured (ms)", range=[0, top], row=1, col=i)
         fig.update_yaxes(title="predicted (ms)" if i == 1 else None, range=[0, top], row=1, col=i)
-    fig.update_layout(title="Parts of the step: predicted against measured (mean over workers of the medians)",
+    fig.update_layout(title="Parts of the step: predicted against measured (mean over workers of the means)",
                       height=340, margin=dict(l=10, r=10, t=70, b=10), legend=dict(orientation="h", y=-0.3))
     return fig
 
