@@ -27,21 +27,24 @@ workers use):
   :func:`lab.collectives.fit_alpha_beta`.
 * **Compressed sharing** (sparse all-gather, sparse ring, dense ring of the decompressed tensor) on
   N real processes: ``t = per_hop x hops + per_byte x bytes sent``.
-* **The N-process terms** (compute slow-down, the collectives in context, idle jitter, the rest of
-  the step) come from short jobs of the calibration networks run by the training job's own loop
-  (the default, ``cycle_source="loop"``, :mod:`lab.calibrate_loop`) or from training-like cycles
-  in a harness (``cycle_source="harness"``).
+* **The N-process terms** come from short jobs of the calibration networks run by the training
+  job's own loop (the default, ``cycle_source="loop"``, :mod:`lab.calibrate_loop`; one process
+  too) or from training-like cycles in a harness (``cycle_source="harness"``). Every per-step
+  quantity is the mean over the steps after the warm-up, as :func:`lab.predict.measured_step`
+  measures a run. From them, per N: compute = ``k x (one-process time) + d`` (a factor and a fixed
+  extra per step, :func:`fit_compute_slowdown`: with N processes small networks grew by much more
+  than large ones, which one factor could not describe); the collectives in context; the idle of
+  equal workers; the rest of the step; and the wait per step those runs had
+  (:func:`cycle_wait`), so that the after-wait slow-down counts only beyond it.
 * **Ranks pinned as jobs are.** The lab's job manager pins rank k of a job to one core (the
   uniform placement on an idle machine: ranks take the cores in turn), so every calibration process
   is pinned the same way (:func:`pin_rank`; ``LAB_CALIBRATION_PIN=0`` turns it off). Pinned and
   unpinned runs differ by up to 2x on this 2-core VM (4 workers: faster pinned; 2 workers: every
-  other step waits 3-5 ms for a scheduler slice on the pinned core), so a profile measured
-  unpinned predicted the pinned runs with 62-68 % error where a pinned one gave 31-41 %.
-* Measured on this 2-core VM, unpinned (each profile predicting the same three stored 13-run
-  batches): the loop 19.8 and 25.0 %, the harness 29.6 and 22.4 % (calibrations alternating); ten
-  harness profiles 18-30 %. Pinned (two stored 13-run batches, one profile each): the loop 31.3 and
-  35.1 %, the harness 37.2 and 40.6 %: the job's loop holds what the pinned core also runs (the
-  metrics writer and heartbeat threads), the harness does not, so the loop is the default.
+  other step waits 3-5 ms for a scheduler slice on the pinned core).
+* Measured on this 2-core VM (bench_fidelity and stored batches of the 13 preset runs): unpinned
+  calibration predicting pinned runs 62-68 % off; pinned, medians, one factor: 31-41 %; pinned,
+  means, ``k x t + d``, the after-wait factor beyond the calibration wait, loop: 8.3 % on the
+  bench's own two batches and 11-13 % on three batches measured up to an hour earlier.
 
 The result is a :class:`MachineProfile`: saved as JSON (with the date and a machine description),
 loaded back by the pages and by :func:`lab.predict.predict_step`. ``python -m lab.calibrate``

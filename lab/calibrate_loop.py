@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import datetime
 import os
+import sys
 import tempfile
 from pathlib import Path
 from typing import Sequence
@@ -54,6 +55,8 @@ def _loop_worker(rank: int, world: int, port: int, cases: list, steps: int, db: 
     from lab.calibrate import pin_rank
 
     pin_rank(rank)  # on the core the job manager would give this rank
+    # each rank's log goes to a file beside the store, as the launcher keeps a job's logs per rank
+    sys.stderr = open(Path(db).parent / f"rank{rank}.log", "a", buffering=1)  # noqa: SIM115 - until the process ends
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     dist.init_process_group("gloo", rank=rank, world_size=world, timeout=datetime.timedelta(seconds=120))
     store = RunStore(db)

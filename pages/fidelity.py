@@ -75,7 +75,8 @@ if prof is not None and not lesson:
                 for p in prof.procs for c, v in prof.compute_fit(p).classes.items()]
         st.plotly_chart(figs.class_throughput(rows), key="fid_classes")
         ui.caption("measured", "per operator class, fitted to the calibration networks' CPU time per step "
-                               "(forward + backward); with N processes the CPU time grows by the measured factor")
+                               "(forward + backward); with N processes: the slow-down factor plus the fixed extra per step of the "
+                               "table below")
         comm = [{"processes": p, "collective": k, "α or per hop (µs)": f.alpha * 1e6 if hasattr(f, "alpha") else f.per_hop * 1e6,
                  "β or per byte (ns/B)": (f.beta if hasattr(f, "beta") else f.per_byte) * 1e9,
                  "fit error (%)": f.fit_error * 100, "where": where}
