@@ -71,7 +71,7 @@ import numpy as np
 
 from lab.errors import LabError
 
-PROFILE_VERSION = 3
+PROFILE_VERSION = 4  # 4: compute with N processes is k x t + d (wall time, means per step), pinned ranks
 COMPUTE_CLASSES = ("matmul", "conv", "elementwise", "norm", "pool", "other")
 OPTIMIZER_KINDS = ("adam", "adabelief", "maxadabelief", "maxadabelief-corrected")
 COMPRESSOR_KEYS = ("none", "group_topk", "topk", "randomk", "fp16")
