@@ -311,3 +311,38 @@ def test_paired_benchmark_runs_the_lab_loop_and_ddp_in_the_same_processes(tmp_pa
     assert all(r["lab"] > 0 and r["ddp"] > 0 for r in rows)
     store = RunStore(tmp_path / "paired.db")
     assert len(store.list_runs()) == 2 and all(store.progress(r) == 12 for r in store.list_runs().id)
+
+
+def test_digits_load_once_under_concurrent_sessions(tmp_path, monkeypatch):
+    """Eight threads (the app's sessions submitting at the same moment) get equal digits arrays from
+    a single .npz load: concurrent np.load of the header raised SystemError in CPython 3.11."""
+    import threading
+
+    import lab.train.data as D
+
+    monkeypatch.setenv("LAB_DATA", str(tmp_path))
+    x0, y0 = D._digits_arrays()  # writes the cache file of this LAB_DATA
+    D._DIGITS.clear()
+    calls = []
+    real = np.load
+    monkeypatch.setattr(D.np, "load", lambda *a, **k: calls.append(1) or real(*a, **k))
+    out, errors = [], []
+    barrier = threading.Barrier(8)
+
+    def go():
+        barrier.wait()
+        try:
+            out.append(D._digits_arrays())
+        except Exception as exc:  # noqa: BLE001 - collected for the assertion
+            errors.append(exc)
+
+    threads = [threading.Thread(target=go) for _ in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=60)
+    assert not errors and len(out) == 8 and len(calls) == 1
+    for x, y in out:
+        assert np.array_equal(x, x0) and np.array_equal(y, y0)
+    out[0][0][0, 0] = 99.0  # callers get copies: the cache stays intact
+    assert D._digits_arrays()[0][0, 0] == x0[0, 0]

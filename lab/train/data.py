@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import os
 import tempfile
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -52,7 +53,24 @@ def _cache_dir() -> Path:
     return Path(tempfile.gettempdir()) / "hetlab-cache"
 
 
+_DIGITS_LOCK = threading.Lock()
+_DIGITS: dict[str, tuple[np.ndarray, np.ndarray]] = {}
+
+
 def _digits_arrays() -> tuple[np.ndarray, np.ndarray]:
+    """The digits arrays (copies): loaded once per process and cache folder, under a lock. Loading
+    an .npz in several threads at once can fail in CPython 3.11 (numpy parses each array's header
+    with ``ast.literal_eval``: "AST constructor recursion depth mismatch"), which the app's
+    sessions, each a thread, did when several submitted runs at the same moment."""
+    key = str(_cache_dir())
+    with _DIGITS_LOCK:
+        if key not in _DIGITS:
+            _DIGITS[key] = _load_digits_arrays()
+        x, y = _DIGITS[key]
+    return x.copy(), y.copy()
+
+
+def _load_digits_arrays() -> tuple[np.ndarray, np.ndarray]:
     path = _cache_dir() / "digits.npz"
     try:
         with np.load(path) as z:
