@@ -996,10 +996,9 @@ def calibrate(procs: Sequence[int] = (1, 2, 3, 4), *, quick: bool = False, repea
     One process runs every calibration network (``nets``: indices into :data:`CALIBRATION_NETS`,
     default all); N processes run ``cycle_repeat`` steps of each case of :data:`CYCLE_CASES` (those
     of ``nets``), as short jobs in the training job's own loop (``cycle_source="loop"``) or as
-    training-like cycles in a harness (``"harness"``), pinned as the job manager pins ranks. ``quick`` takes fewer repeats everywhere (about half
-    the time). ``measure_command`` also runs the all-reduce measurement command per N (nccl-tests
+    training-like cycles in a harness (``"harness"``), pinned as the job manager pins ranks.
+    ``quick`` takes fewer repeats everywhere (about half the time). ``measure_command`` also runs the all-reduce measurement command per N (nccl-tests
     style alpha and beta; the collectives take their per-byte cost from it)."""
-    from lab.opgraph import trace
 
     if quick:
         repeat, allreduce_iters, cycle_repeat = min(repeat, 8), min(allreduce_iters, 5), min(cycle_repeat, 30)
@@ -1018,14 +1017,7 @@ def calibrate(procs: Sequence[int] = (1, 2, 3, 4), *, quick: bool = False, repea
     raw = measure_procs(1, nets=all_nets, repeat=repeat)[0]["local"]
     compute = fit_compute(raw["compute"])
     optimizer, compressor = fit_local(raw)
-    features = {}
-    for _, i, b in cases:
-        cls_name, kwargs = CALIBRATION_NETS[i]
-        m = build_calibration_net(cls_name, kwargs)
-        features[(i, b)] = graph_features(trace(m, batch_size=b), sum(1 for _ in m.parameters()))
-    contention, allreduce, sharing, jitter, measured, cycles = {"1": 1.0}, {}, {}, {}, {}, {}
-    step_extra, waits = {}, {}
-    remainder: dict = {}
+    measured, cycles = {}, {}
     done = 1
     if cycle_source == "loop":  # one process in the job's own loop: what the loop costs beyond the harness
         from lab.calibrate_loop import measure_loop
@@ -1034,8 +1026,6 @@ def calibrate(procs: Sequence[int] = (1, 2, 3, 4), *, quick: bool = False, repea
         progress(what.format(1), done / stages)
         rows1 = measure_loop(1, [(label, i) for label, i, _ in cases if label == "gloo"], steps=cycle_repeat)
         cycles["1"] = rows1
-        contention["1"], step_extra["1"] = fit_compute_slowdown(rows1, compute, optimizer, features)
-        remainder["1"] = step_rest(rows1)
     for p in multi:
         if measure_command:
             progress(f"all-reduce alpha and beta with {p} processes (lab.comm.measure)", done / stages)
@@ -1049,16 +1039,8 @@ def calibrate(procs: Sequence[int] = (1, 2, 3, 4), *, quick: bool = False, repea
                      done / stages)
             rows = merge_cycles(measure_procs(p, repeat=cycle_repeat, cases=cases))
         cycles[str(p)] = rows
-        betas = {impl: f.beta for impl, f in measured.get(str(p), {}).items()}
-        fit = fit_cycles(p, rows, compute, optimizer, features, betas)
-        contention[str(p)] = fit["contention"]
-        step_extra[str(p)] = fit["step_extra"]
-        waits[str(p)] = fit["wait"]
-        allreduce[str(p)] = {k: v for k, v in fit["comm"].items() if isinstance(v, CommFit)}
-        sharing[str(p)] = {k: v for k, v in fit["comm"].items() if isinstance(v, SharingFit)}
-        jitter[str(p)] = fit["jitter"]
-        remainder[str(p)] = fit["remainder"]
         done += 1
+    terms = fit_process_terms(cycles, compute, optimizer, measured)
     progress("done", 1.0)
     settings = {"procs": procs, "repeat": repeat, "allreduce_iters": allreduce_iters,
                 "allreduce_sizes": list(allreduce_sizes),
@@ -1070,43 +1052,53 @@ def calibrate(procs: Sequence[int] = (1, 2, 3, 4), *, quick: bool = False, repea
                 "cycles": cycles}
     return MachineProfile(created=datetime.now(timezone.utc).isoformat(timespec="seconds"),
                           machine=machine_description(), compute=compute, optimizer=optimizer,
-                          compressor=compressor, contention=contention, allreduce=allreduce, sharing=sharing,
-                          wait_slowdown=raw["wait"], step_extra=step_extra, cycle_wait=waits,
-                          jitter=jitter, remainder=remainder, measured_allreduce=measured,
+                          compressor=compressor, wait_slowdown=raw["wait"], measured_allreduce=measured,
+                          **terms,
                           settings=settings)
+
+
+def case_features(keys) -> dict:
+    """{(calibration network, batch): graph features} for the given (network, batch) pairs."""
+    from lab.opgraph import trace
+
+    features = {}
+    for net, batch in keys:
+        if (net, batch) not in features:
+            cls_name, kwargs = CALIBRATION_NETS[net]
+            m = build_calibration_net(cls_name, kwargs)
+            features[(net, batch)] = graph_features(trace(m, batch_size=batch), sum(1 for _ in m.parameters()))
+    return features
+
+
+def fit_process_terms(cycles: Mapping[str, Sequence[dict]], compute: ComputeFit, optimizer: dict,
+                      measured: Mapping[str, dict]) -> dict:
+    """The profile's N-process terms from the raw calibration rows ``cycles`` ({procs: rows}; "1":
+    one process in the job's loop, when measured) and the measure command's fits ``measured`` (the
+    collectives' per-byte cost): keyword arguments of :class:`MachineProfile`."""
+    features = case_features((r["net"], r["batch"]) for rows in cycles.values() for r in rows)
+    t: dict = {"contention": {"1": 1.0}, "step_extra": {}, "cycle_wait": {}, "allreduce": {}, "sharing": {},
+               "jitter": {}, "remainder": {}}
+    for p, rows in cycles.items():
+        if int(p) == 1:
+            t["contention"]["1"], t["step_extra"]["1"] = fit_compute_slowdown(rows, compute, optimizer, features)
+            t["remainder"]["1"] = step_rest(rows)
+            continue
+        betas = {impl: f.beta for impl, f in measured.get(p, {}).items()}
+        fit = fit_cycles(int(p), rows, compute, optimizer, features, betas)
+        t["contention"][p], t["step_extra"][p], t["cycle_wait"][p] = fit["contention"], fit["step_extra"], fit["wait"]
+        t["allreduce"][p] = {k: v for k, v in fit["comm"].items() if isinstance(v, CommFit)}
+        t["sharing"][p] = {k: v for k, v in fit["comm"].items() if isinstance(v, SharingFit)}
+        t["jitter"][p], t["remainder"][p] = fit["jitter"], fit["remainder"]
+    return t
 
 
 def refit(prof: MachineProfile) -> MachineProfile:
     """The profile's N-process terms fitted again from the raw calibration rows it keeps
     (``settings["cycles"]``), with this version's :func:`fit_cycles`: no new measurement."""
-    from lab.opgraph import trace
-
     cycles = (prof.settings or {}).get("cycles") or {}
     if not cycles:
         raise LabError("the profile keeps no calibration rows to fit again; calibrate again", where="calibration")
-    features = {}
-    for rows in cycles.values():
-        for r in rows:
-            key = (r["net"], r["batch"])
-            if key not in features:
-                cls_name, kwargs = CALIBRATION_NETS[r["net"]]
-                m = build_calibration_net(cls_name, kwargs)
-                features[key] = graph_features(trace(m, batch_size=r["batch"]), sum(1 for _ in m.parameters()))
-    contention, step_extra, waits = {"1": 1.0}, {}, {}
-    allreduce, sharing, jitter, remainder = {}, {}, {}, {}
-    for p, rows in cycles.items():
-        if int(p) == 1:
-            contention["1"], step_extra["1"] = fit_compute_slowdown(rows, prof.compute, prof.optimizer, features)
-            remainder["1"] = step_rest(rows)
-            continue
-        betas = {impl: f.beta for impl, f in prof.measured_allreduce.get(p, {}).items()}
-        fit = fit_cycles(int(p), rows, prof.compute, prof.optimizer, features, betas)
-        contention[p], step_extra[p], waits[p] = fit["contention"], fit["step_extra"], fit["wait"]
-        allreduce[p] = {k: v for k, v in fit["comm"].items() if isinstance(v, CommFit)}
-        sharing[p] = {k: v for k, v in fit["comm"].items() if isinstance(v, SharingFit)}
-        jitter[p], remainder[p] = fit["jitter"], fit["remainder"]
-    return replace(prof, contention=contention, step_extra=step_extra, cycle_wait=waits, allreduce=allreduce,
-                   sharing=sharing, jitter=jitter, remainder=remainder)
+    return replace(prof, **fit_process_terms(cycles, prof.compute, prof.optimizer, prof.measured_allreduce))
 
 
 def synthetic_profile(*, overhead: float = 10e-6, throughput: float = 1e9, fixed: float = 100e-6,
