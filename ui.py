@@ -15,6 +15,7 @@ from typing import Iterator
 
 import streamlit as st
 
+from lab import viewstate
 from lab.errors import LabError
 from lab.scenario import Scenario, default_scenario
 
@@ -22,6 +23,9 @@ log = logging.getLogger("lab.ui")
 
 SCENARIO_KEY = "scenario"
 URL_PARAM = "s"
+VIEW_PARAM = "v"  # the page's controls (lab.viewstate), beside the scenario in a link
+VIEW_SHADOW = "_view_values"  # every control's last value, kept while its page is not shown
+VIEW_NOTICES = "_view_notices"
 LESSON_KEY = "lesson_mode"  # persistent (session) value of the lesson switch
 LESSON_WIDGET = "lesson_mode_toggle"
 LESSON_PARAM = "lesson"
@@ -89,16 +93,70 @@ def _route_through_app() -> None:
         st.rerun()
 
 
+def _sync_view(sc: Scenario) -> None:
+    """Keep every control of every page set while its page is not shown.
+
+    Streamlit forgets a widget's value once a run does not draw it (another page is open). The
+    last value of every control of :data:`lab.viewstate.VIEW` is kept in a shadow and put back
+    before the page draws its widgets; a control never touched gets its default from the table.
+    On a session's first run, the link's ``?v=`` fills the shadow (checked against the table)."""
+    ss = st.session_state
+    shadow = ss.setdefault(VIEW_SHADOW, {})
+    for key in list(ss.keys()):
+        if isinstance(key, str) and viewstate.control_for(key) is not None:
+            shadow[key] = ss[key]
+    if not ss.get("_view_link_read"):
+        ss["_view_link_read"] = True
+        values, notices = viewstate.decode(st.query_params.get(VIEW_PARAM))
+        shadow.update(values)
+        if notices:
+            ss[VIEW_NOTICES] = notices
+    for key, value in {**viewstate.defaults(sc), **shadow}.items():
+        if key not in ss:
+            ss[key] = list(value) if isinstance(value, tuple) else value
+
+
+def view_value(key: str):
+    """The current value of control ``key`` (before or after its widget is drawn)."""
+    return st.session_state.get(key, st.session_state.get(VIEW_SHADOW, {}).get(key))
+
+
+def set_view(key: str, value, notice: str | None = None) -> None:
+    """Set control ``key`` before its widget is drawn in this run (a page re-deriving a choice that
+    no longer fits, a lesson opening its view), with an optional one-line notice."""
+    st.session_state[key] = list(value) if isinstance(value, tuple) else value
+    st.session_state.setdefault(VIEW_SHADOW, {})[key] = value
+    if notice:
+        st.info(notice, icon=":material/info:")
+
+
+def view_link_params(sc: Scenario) -> dict[str, str]:
+    """The query parameters that reproduce this view: the scenario, every control, lesson mode."""
+    shadow = dict(st.session_state.get(VIEW_SHADOW, {}))
+    for key in list(st.session_state.keys()):
+        if isinstance(key, str) and viewstate.control_for(key) is not None:
+            shadow[key] = st.session_state[key]
+    params = {URL_PARAM: sc.to_url_param(), VIEW_PARAM: viewstate.encode(shadow, sc)}
+    if lesson_mode():
+        params[LESSON_PARAM] = "1"
+    return params
+
+
 def scenario_sidebar() -> Scenario:
-    """The sidebar every page shows: the scenario's name and topology, and a link that reproduces it."""
+    """The sidebar every page shows: the scenario's name and topology, and a link that reproduces the
+    whole view (this page, the scenario, every control)."""
     _route_through_app()
     sc = scenario()
+    _sync_view(sc)
     with st.sidebar:
         st.markdown(f"**Scenario:** {_plain(sc.name)}  \n**Topology:** {_plain(sc.topology.name)} "
                     f"({len(sc.topology.devices)} devices)")
-        if st.button("Put this scenario in the page link", help="The address bar then reproduces this view"):
-            st.query_params[URL_PARAM] = sc.to_url_param()
+        if st.button("Put this view in the page link", key="ui_link",
+                     help="The address bar then opens this page with this scenario and these controls"):
+            st.query_params.from_dict(view_link_params(sc))
         _lesson_toggle()
+    for notice in st.session_state.pop(VIEW_NOTICES, []):
+        st.info(f"From the link: {notice}.", icon=":material/info:")
     return sc
 
 

@@ -1,0 +1,207 @@
+"""The view: every control a page shows that changes what it draws, in one declarative table.
+
+The Scenario holds what a person sets up about the cluster and the training; this table holds how
+they look at it (an all-reduce algorithm, a step, a buffer size, a placement strategy, the runs
+they picked). As in TensorFlow Playground's ``state.ts``, one table drives everything: the page's
+session state and its defaults, validation, and the compact ``?v=`` form that a link carries, so a
+link opens the same page with the same controls and figures.
+
+Each control is keyed by the widget key its page uses. A control whose key is a prefix (one widget
+per device, say) covers every key that starts with it. A default may be taken from the Scenario
+(the Placement page's model starts as the training model). Decoding a link never raises: an unknown
+or invalid entry falls back to its default and comes back as a notice a page can show.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import math
+import zlib
+from dataclasses import dataclass
+from typing import Any, Callable, Iterable, Mapping
+
+from lab.collectives import ALGORITHMS
+from lab.errors import LabError
+from lab.models import MODEL_NAMES
+from lab.placement import STRATEGIES
+from lab.scenario import Spec
+
+MAX_VIEW_CHARS = 20_000  # a link's view part longer than this is not read
+
+
+@dataclass(frozen=True)
+class Control:
+    """One control of one page: its page, its type, default and allowed values, its label."""
+
+    page: str
+    spec: Spec
+    label: str
+    prefix: bool = False
+    from_scenario: Callable[[Any], Any] | None = None
+
+    def check(self, key: str, value: Any) -> Any:
+        if self.spec.type is float and isinstance(value, int) and not isinstance(value, bool):
+            value = float(value)
+        value = self.spec.check(key, value, "view")
+        if self.spec.choices is not None and self.spec.type is not str and value not in self.spec.choices:
+            raise LabError(f"{value!r} is not one of the allowed values", where=f"view.{key}")
+        return value
+
+    def default(self, scenario: Any = None) -> Any:
+        if self.from_scenario is not None and scenario is not None:
+            return self.from_scenario(scenario)
+        return self.spec.default
+
+
+def _c(page: str, type_: type, default: Any, label: str, choices: tuple | None = None, lo: float | None = None,
+       hi: float | None = None, **kw: Any) -> Control:
+    return Control(page, Spec(type_, default, choices, lo, hi), label, **kw)
+
+
+ALLREDUCE_SIZES = tuple(4 << 10 << (2 * k) for k in range(10))  # 4 KiB .. 1 GiB
+TRANSFER_SIZES_MB = (0.001, 0.01, 0.1, 1.0, 10.0, 100.0, 1000.0)
+
+VIEW: dict[str, Control] = {
+    # ---- Topology
+    "topo_size": _c("topology", float, 10.0, "transfer size (MB)", TRANSFER_SIZES_MB),
+    "topo_from": _c("topology", str, "", "route from"),
+    "topo_to": _c("topology", str, "", "route to"),
+    # ---- Placement
+    "pl_model": _c("placement", str, "mlp", "model", tuple(MODEL_NAMES), from_scenario=lambda sc: sc.training.model),
+    "pl_batch": _c("placement", int, 32, "batch size", lo=1, hi=65536, from_scenario=lambda sc: sc.training.batch_size),
+    "pl_strategy": _c("placement", str, "greedy_eft", "strategy", tuple(STRATEGIES)),
+    "pl_bal_mode": _c("placement", str, "model", "what is balanced", ("model", "data")),
+    "pl_slow_": _c("placement", float, 1.0, "slowdown", lo=0.01, hi=1e6, prefix=True),
+    "pl_noise": _c("placement", float, 0.02, "noise", lo=0.0, hi=1.0),
+    "pl_seed": _c("placement", int, 0, "seed", lo=0, hi=2**31 - 1, from_scenario=lambda sc: sc.training.seed),
+    "pl_tol": _c("placement", float, 0.05, "tolerance", lo=0.0, hi=1.0),
+    "pl_patience": _c("placement", int, 3, "patience", lo=1, hi=100),
+    "pl_rounds": _c("placement", int, 40, "max rounds", lo=1, hi=500),
+    # ---- All-reduce
+    "ar_source": _c("allreduce", str, "topology", "devices", ("topology", "identical")),
+    "ar_devices": _c("allreduce", tuple, (), "devices taking part"),
+    "ar_n": _c("allreduce", int, 4, "N", lo=2, hi=16),
+    "ar_bw": _c("allreduce", float, 25.0, "link bandwidth (GB/s)", lo=0.01, hi=1000.0),
+    "ar_lat": _c("allreduce", float, 1.0, "link latency (µs)", lo=0.0, hi=10000.0),
+    "ar_alg": _c("allreduce", str, "ring", "algorithm", tuple(ALGORITHMS)),
+    "ar_size": _c("allreduce", int, 4 << 20, "buffer per device", ALLREDUCE_SIZES),
+    "ar_order": _c("allreduce", str, "given", "ring order", ("given", "lab")),
+    "ar_step": _c("allreduce", int, 0, "step", lo=0, hi=100_000),
+    "ar_work": _c("allreduce", float, 1.0, "work per device (GFLOP)", lo=0.001, hi=1e6),
+    "ar_procs": _c("allreduce", int, 2, "processes", (2, 3, 4)),
+    "ar_top": _c("allreduce", int, 256 << 10, "largest size", (64 << 10, 256 << 10, 1 << 20)),
+    "ar_iters": _c("allreduce", int, 5, "iterations per size", lo=1, hi=50),
+    # ---- Compare
+    "cmp_runs": _c("compare", tuple, (), "runs"),
+}
+
+
+def control_for(key: str) -> Control | None:
+    """The control that owns widget key ``key`` (exactly, or by a prefix control), else None."""
+    c = VIEW.get(key)
+    if c is not None:
+        return c
+    for k, c in VIEW.items():
+        if c.prefix and key.startswith(k) and len(key) > len(k):
+            return c
+    return None
+
+
+def page_keys(page: str) -> list[str]:
+    return [k for k, c in VIEW.items() if c.page == page and not c.prefix]
+
+
+def defaults(scenario: Any = None) -> dict[str, Any]:
+    """Every (non-prefix) control's default, some taken from ``scenario``."""
+    return {k: c.default(scenario) for k, c in VIEW.items() if not c.prefix}
+
+
+def checked(values: Mapping[str, Any]) -> tuple[dict[str, Any], list[str]]:
+    """The entries of ``values`` that are known controls with allowed values, and a notice for each
+    entry that is not (it is left out, so its default stays)."""
+    good: dict[str, Any] = {}
+    notices: list[str] = []
+    for key, value in values.items():
+        if not isinstance(key, str):
+            notices.append("an entry of the view has a name that is not text; it is ignored")
+            continue
+        c = control_for(key)
+        if c is None:
+            notices.append(f"the control {key[:60]!r} is unknown here; it is ignored")
+            continue
+        try:
+            good[key] = c.check(key, value)
+        except LabError as exc:
+            notices.append(f"{c.label}: {exc}; its default is shown")
+    return good, notices
+
+
+def _plain_json(value: Any) -> Any:
+    if isinstance(value, tuple):
+        return list(value)
+    if isinstance(value, float) and value.is_integer() and abs(value) < 2**53:
+        return value  # json keeps 10.0 as 10.0, so the type round-trips
+    return value
+
+
+def encode(values: Mapping[str, Any], scenario: Any = None) -> str:
+    """The compact link form of ``values``: only the controls that differ from their default,
+    as deflated JSON in base64url. Unknown keys and invalid values are left out."""
+    good, _ = checked(values)
+    base = defaults(scenario)
+    diff = {k: _plain_json(v) for k, v in sorted(good.items()) if k not in base or base[k] != v}
+    raw = json.dumps(diff, separators=(",", ":"), ensure_ascii=True).encode()
+    return base64.urlsafe_b64encode(zlib.compress(raw, 9)).decode().rstrip("=")
+
+
+def _finite_only(text: str) -> Any:
+    def constant(name: str) -> Any:
+        raise ValueError(f"{name} is not a number this lab accepts")
+
+    return json.loads(text, parse_constant=constant)
+
+
+def decode(text: Any) -> tuple[dict[str, Any], list[str]]:
+    """The controls a link's ``?v=`` carries, checked against the table, and notices for whatever
+    was left out. Never raises: a damaged link gives no values and one notice."""
+    if not isinstance(text, str) or not text:
+        return {}, []
+    if len(text) > MAX_VIEW_CHARS:
+        return {}, [f"the view part of the link is longer than {MAX_VIEW_CHARS:,} characters; defaults are shown"]
+    try:
+        raw = zlib.decompressobj().decompress(base64.urlsafe_b64decode(text + "=" * (-len(text) % 4)), 1 << 20)
+        data = _finite_only(raw.decode("utf-8"))
+    except (ValueError, zlib.error, UnicodeDecodeError, RecursionError) as exc:
+        return {}, [f"the view part of the link is damaged ({type(exc).__name__}); defaults are shown"]
+    if not isinstance(data, dict):
+        return {}, ["the view part of the link is not a table of controls; defaults are shown"]
+    return checked(data)
+
+
+def fit_choice(value: Any, options: Iterable[Any], fallback: Any) -> tuple[Any, bool]:
+    """``value`` if it is one of ``options``, else ``fallback``; and whether it changed."""
+    opts = list(options)
+    if value in opts:
+        return value, False
+    return fallback, True
+
+
+def fit_subset(value: Iterable[Any], options: Iterable[Any], fallback: Iterable[Any]) -> tuple[tuple, bool]:
+    """``value`` without the items that are no longer ``options``; ``fallback`` when fewer than two
+    remain (a choice of participants needs two). The second item says whether it changed."""
+    opts = list(options)
+    kept = tuple(v for v in value if v in opts)
+    if len(kept) >= 2 and len(kept) == len(tuple(value)):
+        return kept, False
+    if len(kept) >= 2:
+        return kept, True
+    return tuple(fallback), tuple(fallback) != tuple(value)
+
+
+def fit_range(value: Any, lo: float, hi: float) -> tuple[Any, bool]:
+    """``value`` clamped into [lo, hi], and whether it changed (NaN becomes ``lo``)."""
+    if isinstance(value, float) and math.isnan(value):
+        return lo, True
+    v = min(max(value, lo), hi)
+    return v, v != value
