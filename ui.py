@@ -104,7 +104,9 @@ def _sync_view(sc: Scenario) -> None:
     shadow = ss.setdefault(VIEW_SHADOW, {})
     for key in list(ss.keys()):
         if isinstance(key, str) and viewstate.control_for(key) is not None:
-            shadow[key] = ss[key]
+            # Set it again as a plain value, so that Streamlit keeps it (not its first value) once
+            # its widget is not drawn.
+            ss[key] = shadow[key] = ss[key]
     if not ss.get("_view_link_read"):
         ss["_view_link_read"] = True
         values, notices = viewstate.decode(st.query_params.get(VIEW_PARAM))
@@ -156,7 +158,7 @@ def scenario_sidebar() -> Scenario:
             st.query_params.from_dict(view_link_params(sc))
         _lesson_toggle()
     for notice in st.session_state.pop(VIEW_NOTICES, []):
-        st.info(f"From the link: {notice}.", icon=":material/info:")
+        st.info("From the link: " + _plain(notice) + ".", icon=":material/info:")
     return sc
 
 

@@ -21,9 +21,11 @@ import zlib
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Mapping
 
+from lab.cholesky import MATRIX_NAMES
 from lab.collectives import ALGORITHMS
 from lab.errors import LabError
 from lab.models import MODEL_NAMES
+from lab.optim_playground import FUNCTIONS, MAX_COUNTEREXAMPLE_STEPS, PERIOD, PLAYGROUND_OPTIMISERS, SCHEDULES
 from lab.placement import STRATEGIES
 from lab.scenario import Spec
 
@@ -43,6 +45,12 @@ class Control:
     def check(self, key: str, value: Any) -> Any:
         if self.spec.type is float and isinstance(value, int) and not isinstance(value, bool):
             value = float(value)
+        if self.spec.type is tuple and self.spec.choices is not None:  # a set of allowed values, any type
+            if not isinstance(value, (list, tuple)) or len(value) > len(self.spec.choices):
+                raise LabError(f"must be a list of allowed values (got {value!r:.80})", where=f"view.{key}")
+            if any(isinstance(v, bool) or v not in self.spec.choices for v in value):
+                raise LabError(f"holds a value that is not allowed (got {value!r:.80})", where=f"view.{key}")
+            return tuple(value)
         value = self.spec.check(key, value, "view")
         if self.spec.choices is not None and self.spec.type is not str and value not in self.spec.choices:
             raise LabError(f"{value!r} is not one of the allowed values", where=f"view.{key}")
@@ -59,6 +67,7 @@ def _c(page: str, type_: type, default: Any, label: str, choices: tuple | None =
     return Control(page, Spec(type_, default, choices, lo, hi), label, **kw)
 
 
+RING_COMPRESSORS = ("group_topk", "topk", "randomk")  # the compressors the sparse ring simulation takes
 ALLREDUCE_SIZES = tuple(4 << 10 << (2 * k) for k in range(10))  # 4 KiB .. 1 GiB
 TRANSFER_SIZES_MB = (0.001, 0.01, 0.1, 1.0, 10.0, 100.0, 1000.0)
 
@@ -94,6 +103,45 @@ VIEW: dict[str, Control] = {
     "ar_iters": _c("allreduce", int, 5, "iterations per size", lo=1, hi=50),
     # ---- Compare
     "cmp_runs": _c("compare", tuple, (), "runs"),
+    "cmp_x": _c("compare", str, "step", "against", ("step", "wall")),
+    # ---- Optimisers
+    "pg_fn": _c("optimisers", str, "rosenbrock", "test function", tuple(FUNCTIONS)),
+    "pg_opts": _c("optimisers", tuple, tuple(PLAYGROUND_OPTIMISERS), "optimisers", tuple(PLAYGROUND_OPTIMISERS)),
+    "pg_steps": _c("optimisers", int, 400, "steps", lo=10, hi=2000),
+    "pg_lr": _c("optimisers", float, 0.1, "learning rate", lo=1e-4, hi=10.0),
+    "pg_seed": _c("optimisers", int, 0, "noise seed", lo=0, hi=2**31 - 1),
+    "pg_own_start": _c("optimisers", bool, False, "own start point"),
+    "pg_x0": _c("optimisers", float, -1.5, "start x", lo=-10.0, hi=10.0),
+    "pg_y0": _c("optimisers", float, 2.0, "start y", lo=-10.0, hi=10.0),
+    "ce_schedule": _c("optimisers", str, SCHEDULES[0], "step size", tuple(SCHEDULES)),
+    "ce_lr": _c("optimisers", float, 1.0, "lr", lo=1e-4, hi=10.0),
+    "ce_steps": _c("optimisers", int, 500 * PERIOD, "steps", lo=PERIOD, hi=MAX_COUNTEREXAMPLE_STEPS),
+    "ce_opts": _c("optimisers", tuple, tuple(PLAYGROUND_OPTIMISERS), "optimisers", tuple(PLAYGROUND_OPTIMISERS)),
+    # ---- Compression
+    "cp_source": _c("compression", str, "real", "gradient", ("real", "generated")),
+    "cp_model": _c("compression", str, "mlp", "model", tuple(MODEL_NAMES)),
+    "cp_n": _c("compression", int, 1_000_000, "entries", lo=1_000, hi=5_000_000),
+    "cp_batch": _c("compression", int, 64, "batch per worker", lo=8, hi=512),
+    "cp_group": _c("compression", int, 1024, "group size", lo=1, hi=65536,
+                   from_scenario=lambda sc: int(min(sc.training.compression.group_size, 65536))),
+    "cp_seed": _c("compression", int, 0, "seed", lo=0, hi=2**31 - 1, from_scenario=lambda sc: sc.training.seed),
+    "cp_ratios": _c("compression", tuple, (0.001, 0.01, 0.05, 0.1), "ratios",
+                    (0.001, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2)),
+    "ring_workers": _c("compression", int, 4, "workers", lo=2, hi=8,
+                       from_scenario=lambda sc: max(4, sc.training.workers)),
+    "ring_kind": _c("compression", str, "group_topk", "compressor", RING_COMPRESSORS,
+                    from_scenario=lambda sc: sc.training.compression.kind
+                    if sc.training.compression.kind in RING_COMPRESSORS else RING_COMPRESSORS[0]),
+    "ring_ratio": _c("compression", float, 0.01, "ratio", lo=1e-4, hi=1.0,
+                     from_scenario=lambda sc: max(1e-4, sc.training.compression.ratio)),
+    "ch_matrix": _c("compression", str, MATRIX_NAMES[2], "matrix", tuple(MATRIX_NAMES)),
+    "ch_damping": _c("compression", float, 1e-3, "damping", lo=0.0, hi=1.0),
+    "ch_workers": _c("compression", int, 4, "workers", lo=2, hi=8),
+    "ch_batch": _c("compression", int, 256, "batch", lo=2, hi=1797),
+    "ch_by_class": _c("compression", bool, False, "non-IID"),
+    # ---- Fidelity
+    "fid_quick": _c("fidelity", bool, False, "quick calibration"),
+    "fid_steps": _c("fidelity", int, 200, "steps per run", lo=20, hi=1000),
 }
 
 

@@ -10,36 +10,40 @@ from lab.comm import measure as M
 from lab.errors import LabError
 from lab.figures import allreduce as figs
 from lab.figures.fidelity import add_profile_models
+from lab.viewstate import ALLREDUCE_SIZES, VIEW, fit_range, fit_subset
 
 sc = ui.scenario_sidebar()
 lesson = ui.lesson_mode()  # hides the advanced controls and tables
 topo = sc.topology
 st.title("All-reduce")
 st.markdown("Every device holds a gradient buffer of S bytes; an all-reduce leaves the sum on every device. Step "
-            "through the **ring** (seed A's worked example: reduce-scatter, then all-gather), **host aggregation**, a "
+            "through the **ring** (the CXL design's worked example of four devices: reduce-scatter, then all-gather), **host aggregation**, a "
             "binary **tree** and a two-level **hierarchical** all-reduce (inside each pool or resource group, then "
             "among the group leaders). Times come from the alpha-beta model on the topology's links: a message costs "
             "its route's latency plus bytes over the narrowest bandwidth on the route, a link crossed by k messages "
             "at once in one direction gives each 1/k, a step lasts as long as its slowest message.")
-SIZES = [4 << 10 << (2 * k) for k in range(10)]  # 4 KiB .. 1 GiB
+SIZES = list(ALLREDUCE_SIZES)
 
 c1, c2, c3 = st.columns(3)
 source = c1.radio("Devices", ["topology", "identical"], key="ar_source", horizontal=True,
                   format_func={"topology": "of the scenario's topology", "identical": "N identical devices"}.get)
 if source == "topology":
-    if st.session_state.get("ar_devices_of") != topo.device_names:  # a new topology: start from its defaults
-        st.session_state["ar_devices_of"] = topo.device_names
-        st.session_state["ar_devices"] = C.default_participants(topo)
+    chosen_before = tuple(ui.view_value("ar_devices") or ())
+    fitted, changed = fit_subset(chosen_before, topo.device_names, C.default_participants(topo))
+    if changed:  # a new topology, or a link's default: take the devices that still exist, else its defaults
+        ui.set_view("ar_devices", fitted, notice=None if not chosen_before else
+                    "The topology changed, so the devices taking part are now: " + ui.plain(", ".join(fitted)) + ".")
     names = c1.multiselect("Devices taking part (ring order = this order)", topo.device_names,
                            key="ar_devices")
     cluster = topo
 else:
-    n = c1.slider("N", 2, 16, 4, key="ar_n")
-    bw = 25.0 if lesson else c1.number_input("Link bandwidth (GB/s per direction)", 0.01, 1000.0, 25.0, key="ar_bw")
-    lat = 1.0 if lesson else c1.number_input("Link latency (µs)", 0.0, 10000.0, 1.0, key="ar_lat")
+    n = c1.slider("N", 2, 16, key="ar_n")
+    bw = VIEW["ar_bw"].spec.default if lesson else c1.number_input("Link bandwidth (GB/s per direction)", 0.01,
+                                                                   1000.0, key="ar_bw")
+    lat = VIEW["ar_lat"].spec.default if lesson else c1.number_input("Link latency (µs)", 0.0, 10000.0, key="ar_lat")
     cluster, names = C.uniform_star(n, bw * 1e9, lat * 1e-6), C.default_names(n)
 alg = c2.selectbox("Algorithm", C.ALGORITHMS, format_func=C.ALGORITHM_LABELS.get, key="ar_alg")
-nbytes = c2.select_slider("Buffer per device S", SIZES, value=4 << 20, format_func=M.human_bytes, key="ar_size")
+nbytes = c2.select_slider("Buffer per device S", SIZES, format_func=M.human_bytes, key="ar_size")
 order_mode = c3.radio("Ring order", ["given", "lab"], key="ar_order", format_func={
     "given": "as listed", "lab": "the lab's: widest slowest hop"}.get)
 
@@ -51,18 +55,22 @@ with ui.guarded("the all-reduce set-up"):
     chosen = best if order_mode == "lab" else given
     setup = C.Setup(tuple(names), tuple(names.index(x) for x in chosen.names),
                     tuple(map(tuple, C.topology_groups(cluster, names))), C.default_host(cluster, names))
-    c3.markdown(f"{ui.badge('modelled')} Ring: {' → '.join(chosen.names)} → {chosen.names[0]}  \n"
+    c3.markdown(f"{ui.badge('modelled')} Ring: {ui.plain(' → '.join([*chosen.names, chosen.names[0]]))}  \n"
                 f"Slowest hop: as listed "
                 f"**{figs.fmt_rate(given.slowest_hop_bandwidth)}**, lab's order **"
                 f"{figs.fmt_rate(best.slowest_hop_bandwidth)}** ({best.method}; links shared by hops counted).")
-    c3.caption(f"Host aggregation: **{setup.host}**. Groups: "
-               + "; ".join(", ".join(g) for g in setup.groups) + ".")
+    c3.caption(f"Host aggregation: **{ui.plain(setup.host)}**. Groups: "
+               + ui.plain("; ".join(", ".join(g) for g in setup.groups)) + ".")
 
 if setup is not None:
     st.subheader("Step by step")
     with ui.guarded("the step-through"):
         sched = setup.schedule(alg, nbytes, with_state=True)
-        step = st.slider("Step (0 = before the first)", 0, len(sched.steps), 0, key="ar_step")
+        step_now, clamped = fit_range(ui.view_value("ar_step") or 0, 0, len(sched.steps))
+        if clamped:
+            ui.set_view("ar_step", step_now, notice=f"This schedule has {len(sched.steps)} steps, so the step "
+                                                    f"is now {step_now}.")
+        step = st.slider("Step (0 = before the first)", 0, len(sched.steps), key="ar_step")
         st.plotly_chart(figs.step_figure(sched, step, C.ALGORITHM_LABELS[alg]), key="ar_steps")
         ui.caption("modelled", "the schedule itself: arrows are the messages of the chosen step (red = added into "
                                "the receiver's chunk, blue = copied over it); the grid shows the contributions every "
@@ -87,7 +95,7 @@ if setup is not None:
         m2.metric("algbw", figs.fmt_rate(est.algbw))
         m3.metric("busbw", figs.fmt_rate(est.busbw))
         rates = {m.bandwidth for s in est.steps for m in s.messages if m.nbytes > 0}
-        st.markdown(f"**Slowest link: {C.link_label(cluster, est.bottleneck)}**, the narrowest hop of the slowest "
+        st.markdown(f"**Slowest link: {ui.plain(C.link_label(cluster, est.bottleneck))}**, the narrowest hop of the slowest "
                     f"message in steps taking {100 * est.bottleneck_seconds / max(est.seconds, 1e-30):.0f}% of "
                     "the time" + (" (every message gets the same bandwidth here, so this is the first of equals)."
                                   if len(rates) == 1 else "."))
@@ -132,10 +140,10 @@ if setup is not None:
                                    "steps of N·S through the host's port, tree 2·log2 N levels of up to 2·S.")
 
 if setup is not None and not lesson:
-    st.subheader("Synchronous or asynchronous trigger (seed A)")
+    st.subheader("Synchronous or asynchronous trigger (the CXL design's host-issued all-reduce)")
     with ui.guarded("the trigger timeline"):
         gflop = st.number_input("Work per device and iteration (GFLOP, run as matrix multiplies)", 0.001, 1e6,
-                                1.0, key="ar_work")
+                                key="ar_work")
         comp = C.compute_times(cluster, names, gflop * 1e9)
         edited = st.data_editor(pd.DataFrame({"device": names, "compute (ms)": [comp[x] * 1e3 for x in names]}),
                                 hide_index=True, disabled=["device"], key="ar_compute")
@@ -161,10 +169,10 @@ if setup is not None:
                 "the slowest process. The α-β model is then fitted to these times (least squares on relative error, "
                 "t = 2(N−1)·α + 2(N−1)/N·S·β). The same from a shell: `python -m lab.comm.measure --procs 4`.")
     k1, k2, k3 = st.columns(3)
-    procs = k1.selectbox("Processes", [2, 3, 4], key="ar_procs")
-    top = 256 << 10 if lesson else k2.selectbox("Largest size", [64 << 10, 256 << 10, 1 << 20], index=1,
-                                                 format_func=M.human_bytes, key="ar_top")
-    iters = 5 if lesson else k3.number_input("Iterations per size", 1, 50, 5, key="ar_iters")
+    procs = k1.selectbox("Processes", list(VIEW["ar_procs"].spec.choices), key="ar_procs")
+    top = VIEW["ar_top"].spec.default if lesson else k2.selectbox(
+        "Largest size", list(VIEW["ar_top"].spec.choices), format_func=M.human_bytes, key="ar_top")
+    iters = VIEW["ar_iters"].spec.default if lesson else k3.number_input("Iterations per size", 1, 50, key="ar_iters")
     if st.button("Run the measurement", key="ar_measure", icon=":material/speed:"):
         with ui.guarded("the measurement"):
             bar = st.progress(0.0, "starting the processes")

@@ -25,10 +25,11 @@ if runs.empty:
 
 labels = {r.id: f"{r.name} · {OPTIMISER_LABELS.get(r.optimizer, r.optimizer)} · {r.status} · {r.id}"
           for r in runs.itertuples()}
-if "cmp_runs" in st.session_state:  # drop runs deleted elsewhere
-    st.session_state["cmp_runs"] = [r for r in st.session_state["cmp_runs"] if r in labels]
-default = list(runs[runs.status.isin(FINISHED)].id[:3])
-chosen = st.multiselect("Runs", list(labels), default=default, format_func=labels.get, key="cmp_runs")
+before = list(ui.view_value("cmp_runs") or [])
+kept = [r for r in before if r in labels] or list(runs[runs.status.isin(FINISHED)].id[:3])
+if kept != before:  # runs deleted elsewhere, or none chosen yet: the newest finished ones
+    ui.set_view("cmp_runs", kept)
+chosen = st.multiselect("Runs", list(labels), format_func=labels.get, key="cmp_runs")
 x = st.radio("Against", ["step", "wall"], horizontal=True, key="cmp_x",
              format_func={"step": "step (count)", "wall": "wall time (s)"}.get)
 if not chosen:

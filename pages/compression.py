@@ -16,6 +16,7 @@ from lab.models import MODEL_LABELS, MODEL_NAMES
 from lab.runs import ACTIVE, store
 from lab.scenario import Compression
 from lab.train.compressed import grid_results, grid_scenarios, grid_table
+from lab.viewstate import RING_COMPRESSORS, VIEW
 
 sc = ui.scenario_sidebar()
 lesson = ui.lesson_mode()  # hides the advanced controls
@@ -59,15 +60,14 @@ with st.form("cp_form"):
     source = c1.radio("Gradient", ["real", "generated"], key="cp_source", horizontal=True,
                       format_func={"real": "real (one backward pass on digits)", "generated": "generated"}.get)
     model = c2.selectbox("Model (real)", MODEL_NAMES, format_func=MODEL_LABELS.get, key="cp_model")
-    n = c3.number_input("Entries (generated, count)", 1_000, 5_000_000, 1_000_000, step=100_000, key="cp_n")
-    batch = c4.number_input("Batch per worker (digits)", 8, 512, 64, key="cp_batch")
+    n = c3.number_input("Entries (generated, count)", 1_000, 5_000_000, step=100_000, key="cp_n")
+    batch = c4.number_input("Batch per worker (digits)", 8, 512, key="cp_batch")
     c1, c2, c3 = st.columns([1, 1, 2])
     group_size, seed = int(min(comp.group_size, 65536)), int(sc.training.seed)
     if not lesson:
-        group_size = c1.number_input("Group size (entries)", 1, 65536, group_size, key="cp_group")
-        seed = c2.number_input("Seed", 0, 2**31 - 1, seed, key="cp_seed")
-    ratios = c3.multiselect("Ratios (kept fraction)", [0.001, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2],
-                            default=[0.001, 0.01, 0.05, 0.1], key="cp_ratios")
+        group_size = c1.number_input("Group size (entries)", 1, 65536, key="cp_group")
+        seed = c2.number_input("Seed", 0, 2**31 - 1, key="cp_seed")
+    ratios = c3.multiselect("Ratios (kept fraction)", list(VIEW["cp_ratios"].spec.choices), key="cp_ratios")
     st.form_submit_button("Compute", type="primary", key="cp_run")
 
 rows = []
@@ -105,11 +105,9 @@ st.markdown(
     "every worker's payload as it is and let each worker add them up.")
 with st.form("ring_form"):
     c1, c2, c3 = st.columns(3)
-    workers = c1.slider("Workers N", 2, 8, max(4, sc.training.workers), key="ring_workers")
-    kinds = ["group_topk", "topk", "randomk"]
-    kind = c2.selectbox("Compressor", kinds, format_func=COMPRESSOR_LABELS.get, key="ring_kind",
-                        index=kinds.index(comp.kind) if comp.kind in kinds else 0)
-    ratio = c3.number_input("Ratio (kept fraction)", 0.0001, 1.0, float(comp.ratio), format="%.4f", key="ring_ratio")
+    workers = c1.slider("Workers N", 2, 8, key="ring_workers")
+    kind = c2.selectbox("Compressor", list(RING_COMPRESSORS), format_func=COMPRESSOR_LABELS.get, key="ring_kind")
+    ratio = c3.number_input("Ratio (kept fraction)", 0.0001, 1.0, format="%.4f", key="ring_ratio")
     st.form_submit_button("Simulate", type="primary", key="ring_run")
 
 with ui.guarded("the ring simulation"):
@@ -140,12 +138,12 @@ st.markdown(
     "triangle of a symmetric D, which can be sent with no factorisation at all.")
 with st.form("ch_form"):
     c1, c2, c3, c4, c5 = st.columns([3, 1, 1, 1, 1])
-    name = c1.selectbox("Matrix", chol.MATRIX_NAMES, index=2, key="ch_matrix")
-    damping = 1e-3 if lesson else c2.number_input("Damping (× mean diagonal)", 0.0, 1.0, 1e-3, format="%.4f",
-                                                  key="ch_damping")
-    ch_workers = c3.number_input("Workers", 2, 8, 4, key="ch_workers")
-    ch_batch = c4.number_input("Batch (digits)", 2, 1797, 256, key="ch_batch")
-    by_class = c5.checkbox("Non-IID (by class)", False, key="ch_by_class")
+    name = c1.selectbox("Matrix", chol.MATRIX_NAMES, key="ch_matrix")
+    damping = VIEW["ch_damping"].spec.default if lesson else c2.number_input(
+        "Damping (× mean diagonal)", 0.0, 1.0, format="%.4f", key="ch_damping")
+    ch_workers = c3.number_input("Workers", 2, 8, key="ch_workers")
+    ch_batch = c4.number_input("Batch (digits)", 2, 1797, key="ch_batch")
+    by_class = c5.checkbox("Non-IID (by class)", key="ch_by_class")
     st.form_submit_button("Test the claim", type="primary", key="ch_run")
 
 with ui.guarded("the Cholesky section"):

@@ -11,6 +11,7 @@ from lab import predict as P
 from lab import trace_export as T
 from lab.figures import fidelity as figs
 from lab.runs import default_db_path, store as run_store
+from lab.viewstate import VIEW
 
 ui.scenario_sidebar()
 lesson = ui.lesson_mode()
@@ -113,7 +114,8 @@ def batch_holder(db: str) -> dict:
 holder = batch_holder(str(default_db_path()))
 batch = holder["batch"]
 b1, b2 = st.columns([1, 2])
-steps = 200 if lesson else b2.number_input("Steps per run", 20, 1000, 200, step=20, key="fid_steps")
+steps = VIEW["fid_steps"].spec.default if lesson else b2.number_input("Steps per run", 20, 1000, step=20,
+                                                                      key="fid_steps")
 if b1.button("Run the preset batch", key="fid_batch", icon=":material/play_arrow:",
              disabled=prof is None or (batch is not None and batch.running()),
              help="13 short real runs queued one after another: 1-4 workers, MLP and CNN, dense and Group-TopK, "

@@ -6,6 +6,7 @@ import streamlit as st
 import ui
 from lab.figures import optim as figs
 from lab.optim import OPTIMISER_LABELS
+from lab.viewstate import VIEW
 from lab.optim_playground import (FUNCTIONS, MAX_COUNTEREXAMPLE_STEPS, PERIOD, PLAYGROUND_OPTIMISERS, SCHEDULES,
                                   contour_grid, describe_counterexample, describe_playground, function,
                                   run_counterexample, run_playground, summary_table)
@@ -39,20 +40,19 @@ st.header("2-D playground")
 with st.form("playground"):
     c1, c2 = st.columns([2, 3])
     fn_key = c1.selectbox("Test function", list(FUNCTIONS), format_func=lambda k: FUNCTIONS[k].label, key="pg_fn")
-    opts = c2.multiselect("Optimisers", list(PLAYGROUND_OPTIMISERS), default=list(PLAYGROUND_OPTIMISERS),
-                          format_func=OPTIMISER_LABELS.get, key="pg_opts")
+    opts = c2.multiselect("Optimisers", list(PLAYGROUND_OPTIMISERS), format_func=OPTIMISER_LABELS.get, key="pg_opts")
     c1, c2, c3 = st.columns(3)
-    steps = c1.slider("Steps (count)", 10, 2000, 400, step=10, key="pg_steps")
-    lr = c2.number_input("Learning rate lr", 1e-4, 10.0, 0.1, format="%.4f", key="pg_lr")
-    seed, own_start, x0, y0 = 0, False, -1.5, 2.0  # lesson mode: the defaults
+    steps = c1.slider("Steps (count)", 10, 2000, step=10, key="pg_steps")
+    lr = c2.number_input("Learning rate lr", 1e-4, 10.0, format="%.4f", key="pg_lr")
+    seed, own_start, x0, y0 = (VIEW[k].spec.default for k in ("pg_seed", "pg_own_start", "pg_x0", "pg_y0"))
     if not ui.lesson_mode():
-        seed = c3.number_input("Noise seed", 0, 2**31 - 1, 0, key="pg_seed",
+        seed = c3.number_input("Noise seed", 0, 2**31 - 1, key="pg_seed",
                                help="Fixes the gradient noise of the noisy quadratic; every optimiser sees the same noise")
         c1, c2, c3 = st.columns(3)
-        own_start = c1.checkbox("Own start point", False, key="pg_own_start",
+        own_start = c1.checkbox("Own start point", key="pg_own_start",
                                 help="Otherwise each function's usual start point")
-        x0 = c2.number_input("start x", -10.0, 10.0, -1.5, key="pg_x0")
-        y0 = c3.number_input("start y", -10.0, 10.0, 2.0, key="pg_y0")
+        x0 = c2.number_input("start x", -10.0, 10.0, key="pg_x0")
+        y0 = c3.number_input("start y", -10.0, 10.0, key="pg_y0")
     st.form_submit_button("Run", type="primary", key="pg_run")
 
 with ui.guarded("the playground"):
@@ -113,11 +113,10 @@ with st.form("counterexample"):
     c1, c2, c3 = st.columns(3)
     ce_schedule = c1.radio("Step size", SCHEDULES, key="ce_schedule", horizontal=True,
                            format_func=lambda s: "lr / √t (the paper's)" if s == "1/sqrt(t)" else "constant lr")
-    ce_lr = c2.number_input("lr", 1e-4, 10.0, 1.0, format="%.4f", key="ce_lr")
-    ce_steps = c3.number_input("Steps (count)", PERIOD, MAX_COUNTEREXAMPLE_STEPS, 500 * PERIOD, step=PERIOD,
-                               key="ce_steps")
-    ce_opts = st.multiselect("Optimisers", list(PLAYGROUND_OPTIMISERS), default=list(PLAYGROUND_OPTIMISERS),
-                             format_func=OPTIMISER_LABELS.get, key="ce_opts")
+    ce_lr = c2.number_input("lr", 1e-4, 10.0, format="%.4f", key="ce_lr")
+    ce_steps = c3.number_input("Steps (count)", PERIOD, MAX_COUNTEREXAMPLE_STEPS, step=PERIOD, key="ce_steps")
+    ce_opts = st.multiselect("Optimisers", list(PLAYGROUND_OPTIMISERS), format_func=OPTIMISER_LABELS.get,
+                             key="ce_opts")
     st.form_submit_button("Run", type="primary", key="ce_run")
 
 with ui.guarded("the counterexample"):
