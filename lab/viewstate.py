@@ -236,11 +236,14 @@ def fit_choice(value: Any, options: Iterable[Any], fallback: Any) -> tuple[Any, 
 
 
 def fit_subset(value: Iterable[Any], options: Iterable[Any], fallback: Iterable[Any]) -> tuple[tuple, bool]:
-    """``value`` without the items that are no longer ``options``; ``fallback`` when fewer than two
-    remain (a choice of participants needs two). The second item says whether it changed."""
+    """``value`` as it is while every item is still one of ``options`` (a person's own choice, even
+    of one device, stays theirs); otherwise without the items that are gone, or ``fallback`` when
+    that leaves fewer than two (a choice of participants needs two) or nothing was chosen yet. The
+    second item says whether it changed."""
     opts = list(options)
+    value = tuple(value)
     kept = tuple(v for v in value if v in opts)
-    if len(kept) >= 2 and len(kept) == len(tuple(value)):
+    if value and kept == value:
         return kept, False
     if len(kept) >= 2:
         return kept, True

@@ -140,7 +140,7 @@ if setup is not None:
                                    "steps of N·S through the host's port, tree 2·log2 N levels of up to 2·S.")
 
 if setup is not None and not lesson:
-    st.subheader("Synchronous or asynchronous trigger (the CXL design's host-issued all-reduce)")
+    st.subheader("Synchronous or asynchronous trigger")
     with ui.guarded("the trigger timeline"):
         gflop = st.number_input("Work per device and iteration (GFLOP, run as matrix multiplies)", 0.001, 1e6,
                                 key="ar_work")
