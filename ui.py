@@ -10,13 +10,16 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import sys
 import uuid
+from pathlib import Path
 from typing import Iterator
 
 import streamlit as st
 
 from lab import viewstate
 from lab.errors import LabError
+from lab.lessons import Lesson, find_lesson
 from lab.scenario import Scenario, default_scenario
 
 log = logging.getLogger("lab.ui")
@@ -29,6 +32,9 @@ VIEW_NOTICES = "_view_notices"
 LESSON_KEY = "lesson_mode"  # persistent (session) value of the lesson switch
 LESSON_WIDGET = "lesson_mode_toggle"
 LESSON_PARAM = "lesson"
+LESSON_ID_PARAM = "l"  # the lesson whose steps a link shows
+LESSON_ACTIVE = "lesson_active"
+LESSONS = Path(__file__).resolve().parent / "assets" / "lessons"
 
 KIND_BADGES = {
     "measured": ":green-badge[:material/straighten: measured]",
@@ -141,7 +147,49 @@ def view_link_params(sc: Scenario) -> dict[str, str]:
     params = {URL_PARAM: sc.to_url_param(), VIEW_PARAM: viewstate.encode(shadow, sc)}
     if lesson_mode():
         params[LESSON_PARAM] = "1"
+    if st.session_state.get(LESSON_ACTIVE):
+        params[LESSON_ID_PARAM] = st.session_state[LESSON_ACTIVE]
     return params
+
+
+def open_lesson(lesson: Lesson) -> dict[str, str]:
+    """Load the lesson's scenario and view, switch lesson mode on, show its steps; returns the
+    query parameters of its page (call it from a button callback, before the page's widgets)."""
+    sc = lesson.scenario(LESSONS)
+    set_scenario(sc)
+    shadow = st.session_state.setdefault(VIEW_SHADOW, {})
+    for key, value in {**viewstate.defaults(sc), **lesson.view}.items():
+        if viewstate.VIEW[key].page == Path(lesson.page).stem:
+            st.session_state[key] = list(value) if isinstance(value, tuple) else value
+            shadow[key] = value
+    for key in [k for k in st.session_state if isinstance(k, str) and k.startswith("lesson_tick_")]:
+        del st.session_state[key]
+    st.session_state[LESSON_ACTIVE] = lesson.id
+    set_lesson_mode(True)
+    return {URL_PARAM: sc.to_url_param(), VIEW_PARAM: viewstate.encode(lesson.view, sc), LESSON_PARAM: "1",
+            LESSON_ID_PARAM: lesson.id}
+
+
+def _lesson_panel(page: str) -> None:
+    """The active lesson's steps, on the lesson's own page: a short list the student ticks off."""
+    ss = st.session_state
+    if LESSON_ACTIVE not in ss:  # a shared link names its lesson
+        ss[LESSON_ACTIVE] = st.query_params.get(LESSON_ID_PARAM)
+    lesson = find_lesson(LESSONS, ss.get(LESSON_ACTIVE))
+    if lesson is None:
+        return
+    if Path(lesson.page).stem != page:
+        return
+    with st.container(border=True, key="lesson_panel"):
+        done = sum(bool(ss.get(f"lesson_tick_{lesson.id}_{i}")) for i in range(len(lesson.steps)))
+        st.markdown(f"**:material/school: Lesson: {_plain(lesson.title)}** ({done} of {len(lesson.steps)} steps done)")
+        for i, step in enumerate(lesson.steps):
+            st.checkbox(f"{i + 1}. {step}", key=f"lesson_tick_{lesson.id}_{i}")
+        if st.button("End the lesson", key="lesson_end", icon=":material/close:"):
+            ss[LESSON_ACTIVE] = None
+            if LESSON_ID_PARAM in st.query_params:
+                del st.query_params[LESSON_ID_PARAM]
+            st.rerun()
 
 
 def scenario_sidebar() -> Scenario:
@@ -159,6 +207,7 @@ def scenario_sidebar() -> Scenario:
         _lesson_toggle()
     for notice in st.session_state.pop(VIEW_NOTICES, []):
         st.info("From the link: " + _plain(notice) + ".", icon=":material/info:")
+    _lesson_panel(Path(sys._getframe(1).f_code.co_filename).stem)  # the calling page's file
     return sc
 
 

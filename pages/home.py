@@ -1,22 +1,15 @@
 """Home: what the lab is, a link to each page, and the lessons."""
 
-import json
-
 import streamlit as st
 
 import ui
-from app import ROOT, available_pages
-from lab.scenario import Scenario
-
-LESSONS = ROOT / "assets" / "lessons"
+from app import available_pages
+from lab.lessons import load_lessons
 
 
-def _open_lesson(lesson: dict) -> None:
-    """Button callback: load the lesson's scenario, switch lesson mode on, go to its page next run."""
-    sc = Scenario.from_json((LESSONS / lesson["scenario"]).read_text())
-    ui.set_scenario(sc)
-    ui.set_lesson_mode(True)
-    st.session_state["home_goto"] = (lesson["page"], sc.to_url_param())
+def _open_lesson(lesson) -> None:
+    """Button callback: load the lesson's scenario and view, go to its page next run."""
+    st.session_state["home_goto"] = (lesson.page, ui.open_lesson(lesson))
 
 
 ui.scenario_sidebar()
@@ -52,15 +45,15 @@ st.markdown("Three short lessons. Each opens its page with its scenario (in the 
             "can be shared) and lesson mode on, which hides the advanced controls; switch it off in the sidebar.")
 with ui.guarded("the lessons"):
     pages = {f for f, _, _ in available_pages()}
-    for lesson in json.loads((LESSONS / "index.json").read_text())["lessons"]:
-        text = (LESSONS / lesson["text"]).read_text()
+    for lesson in load_lessons(ui.LESSONS):
         with st.container(border=True):
-            st.markdown(f"**{lesson['title']}**")
+            st.markdown(f"**{lesson.title}**")
             with st.expander("What this lesson shows"):
-                st.markdown(text)
-            st.button("Open this lesson", key=f"lesson_{lesson['id']}", on_click=_open_lesson, args=(lesson,),
-                      disabled=lesson["page"] not in pages, icon=":material/school:",
-                      help=None if lesson["page"] in pages else f"{lesson['page']} is not part of this build yet")
+                st.markdown(lesson.text(ui.LESSONS))
+                st.markdown("\n".join(f"{i + 1}. {step}" for i, step in enumerate(lesson.steps)))
+            st.button("Open this lesson", key=f"lesson_{lesson.id}", on_click=_open_lesson, args=(lesson,),
+                      disabled=lesson.page not in pages, icon=":material/school:",
+                      help=None if lesson.page in pages else f"{lesson.page} is not part of this build yet")
 goto = st.session_state.pop("home_goto", None)
 if goto:
-    st.switch_page(goto[0], query_params={ui.URL_PARAM: goto[1], ui.LESSON_PARAM: "1"})
+    st.switch_page(goto[0], query_params=goto[1])
