@@ -51,7 +51,12 @@ class Control:
             if any(isinstance(v, bool) or v not in self.spec.choices for v in value):
                 raise LabError(f"holds a value that is not allowed (got {value!r:.80})", where=f"view.{key}")
             return tuple(value)
-        value = self.spec.check(key, value, "view")
+        try:
+            value = self.spec.check(key, value, "view")
+        except (OverflowError, ValueError) as exc:  # an infinite or huge number: not a value of any control
+            if isinstance(exc, LabError):
+                raise
+            raise LabError(f"is not a number this control takes ({type(exc).__name__})", where=f"view.{key}") from None
         if self.spec.choices is not None and self.spec.type is not str and value not in self.spec.choices:
             raise LabError(f"{value!r} is not one of the allowed values", where=f"view.{key}")
         return value
