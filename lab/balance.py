@@ -1,26 +1,28 @@
-"""Dynamic load balancing (seed B, S3-S6) and data-parallel batch splits (seed C).
+"""Dynamic load balancing (weights from each node's waiting time) and data-parallel batch splits.
 
 **Splits.** :func:`split_batch` cuts a global batch into whole per-node counts, even or in
 proportion to weights, with the largest-remainder (Hamilton) method in exact rational arithmetic:
 the counts always add up to the batch and each is within one of its exact quota.
-:func:`compute_shares` gives seed C's "each node's share of the total compute" from the cost model.
+:func:`compute_shares` gives the task-level heterogeneous system's "each node's share of the total
+compute" from the cost model.
 
-**The balancing loop** (both modes follow seed B's steps):
+**The balancing loop** (both modes follow the same four steps):
 
-* S3: every node gets a weight; all start equal.
-* S4: each round, plan with the current weights, run the round, and record every node's busy time
+* weights: every node gets a weight; all start equal.
+* a round: plan with the current weights, run the round, and record every node's busy time
   and waiting time (``wait = round time - busy``; the node that finishes last waits 0).
-* S5: ``imbalance = (max wait - mean wait) / round time``. If it is at most ``tolerance`` the
+* the test: ``imbalance = (max wait - mean wait) / round time``. If it is at most ``tolerance`` the
   balance is good enough and the weights stay; otherwise they are updated by the chosen rule and
   the next round re-plans.
-* S6: stop when the plan has not changed for ``patience`` rounds in a row (or after ``max_rounds``,
-  reported as not converged).
+* the stop: when the plan has not changed for ``patience`` rounds in a row (or after
+  ``max_rounds``, reported as not converged).
 
-Two update rules (seed B leaves the rule open; both are offered and shown side by side):
+Two update rules (the load-balancing design leaves the rule open; both are offered and shown side
+by side):
 
-* ``"wait"`` (seed B's wording, made definite): ``w_i <- w_i * (1 + step * (wait_i - mean wait) /
-  round time)``, then renormalised. Load moves from nodes that waited less than average (the
-  slowest, which waited 0, loses most) to those that waited more, in proportion to the difference.
+* ``"wait"`` (the load-balancing design's wording, made definite):
+  ``w_i <- w_i * (1 + step * (wait_i - mean wait) / round time)``, then renormalised. Load moves
+  from nodes that waited less than average (the slowest, which waited 0, loses most) to those that waited more, in proportion to the difference.
   It needs no speed measurement but only creeps towards balance, and a node that stays idle
   because of the plan's shape keeps gaining weight, so in model parallelism it can oscillate.
 * ``"throughput"`` (the literature's rule, e.g. LB-BSP, Chen et al. 2020; HetPipe): measure each
@@ -56,7 +58,7 @@ from lab.cost import check_speed, op_time
 from lab.errors import LabError
 
 RULES = ("wait", "throughput")
-RULE_LABELS = {"wait": "shift by waiting time (seed B)", "throughput": "proportional to measured speed"}
+RULE_LABELS = {"wait": "shift by waiting time", "throughput": "proportional to measured speed"}
 MAX_ROUNDS = 500
 
 

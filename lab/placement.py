@@ -13,20 +13,30 @@ message; links have no contention (HEFT's model).
 
 **Strategies** (all return a Schedule):
 
-* :func:`greedy_eft` - seed B's S2: tasks in topological order (keeping the given order where
+* :func:`greedy_eft` - greedy earliest finish: tasks in topological order (keeping the given order where
   dependencies allow); each goes to the device where it finishes first, counting the device's
   queue (appended at its end, no insertion) and the arrival of its inputs.
 * :func:`heft` - HEFT (Topcuoglu et al. 2002): tasks by decreasing upward rank (mean compute over
   the devices that have a kernel, mean transfer over ordered pairs of distinct devices), each to
   the device of earliest finish, inserted into an idle gap when one is long enough.
 * :func:`optimal` - the exact minimum makespan by branch and bound, up to ``max_tasks`` (12).
-* baselines: :func:`type_rule` (seed A: linear -> GPU, convolution -> FPGA, activation -> ASIC or
-  DPU, the rest -> host, else the fastest device with a kernel), :func:`single_fastest`,
+* baselines: :func:`type_rule` (the CXL design's rule by device type: linear -> GPU, convolution ->
+  FPGA, activation -> ASIC or DPU, the rest -> host, else the fastest device with a kernel), :func:`single_fastest`,
   :func:`round_robin`, :func:`even_split` (contiguous equal layer counts), and :func:`chain_dp`
   (the optimal contiguous pipeline partition, :func:`chain_partition`).
 
 Assignment-only strategies are turned into times by :func:`schedule_assignment` (tasks in stable
 topological order, appended to their device's queue as soon as inputs have arrived).
+
+**Pins.** :meth:`TaskGraph.with_pins` fixes chosen tasks to one device each ("what if conv1 ran on
+the FPGA?"): a pinned task keeps a finite time only on its device, so every strategy, which only
+ever places a task where it has a kernel, places it there and the rest around it. The unpinned
+times stay in ``free_C``, so :func:`why` can still show what the pin costs.
+
+**Why.** :func:`why` splits an operator's finish time on every candidate device into the time its
+inputs were produced, the transfer of its inputs, the wait for the device and its compute, as the
+earliest-finish rule weighs them at the moment the plan places it; :func:`reasons` says it in one
+line per operator.
 """
 
 from __future__ import annotations
@@ -46,7 +56,7 @@ from lab.errors import LabError
 Task = Hashable
 Device = str
 
-#: Seed A's type rule: preferred device types per operator class; the rest go to the host CPU.
+#: The rule by device type: preferred device types per operator class; the rest go to the host CPU.
 TYPE_RULE: dict[str, tuple[str, ...]] = {"matmul": ("gpu",), "conv": ("fpga",), "elementwise": ("asic", "dpu")}
 TYPE_RULE_DEFAULT: tuple[str, ...] = ("cpu",)
 OPTIMAL_MAX_TASKS = 12
@@ -137,6 +147,8 @@ class TaskGraph:
         self._lat = self._ibw = None
         if isinstance(link_time, LinkCost):
             self._lat, self._ibw = link_time.matrices(devs)
+        self.pins: dict[Task, Device] = {}
+        self.free_C = self.C  # compute times before any pin
 
     # ----- construction -------------------------------------------------------------------------
     @classmethod
@@ -162,15 +174,49 @@ class TaskGraph:
                    capacity={d.name: d.memory for d in topology.devices})
 
     def with_compute(self, compute: Mapping[Task, Mapping[Device, float]]) -> "TaskGraph":
-        """The same graph (edges, transfers, memory) with other compute times."""
-        return TaskGraph(compute, self.transfer, self.link_time, devices=self.devices, info=self.info,
-                         device_types=self.device_types, memory=dict(zip(self.tasks, self.memory)),
-                         capacity=dict(zip(self.devices, self.capacity)))
+        """The same graph (edges, transfers, memory, pins) with other compute times."""
+        g = TaskGraph(compute, self.transfer, self.link_time, devices=self.devices, info=self.info,
+                      device_types=self.device_types, memory=dict(zip(self.tasks, self.memory)),
+                      capacity=dict(zip(self.devices, self.capacity)))
+        return g.with_pins(self.pins) if self.pins else g
 
     def scaled(self, factor: Callable[[Task, Device], float]) -> "TaskGraph":
-        """Compute times multiplied by ``factor(task, device)``."""
-        return self.with_compute({t: {d: float(self.C[i, j]) * factor(t, d) for j, d in enumerate(self.devices)
-                                      if math.isfinite(self.C[i, j])} for i, t in enumerate(self.tasks)})
+        """Compute times multiplied by ``factor(task, device)`` (the pins stay)."""
+        C = self.free_C
+        return self.with_compute({t: {d: float(C[i, j]) * factor(t, d) for j, d in enumerate(self.devices)
+                                      if math.isfinite(C[i, j])} for i, t in enumerate(self.tasks)})
+
+    def with_pins(self, pins: Mapping[Task, Device] | Iterable[tuple[Task, Device]] | None) -> "TaskGraph":
+        """A copy where each pinned task can run only on its device (``pins``: task -> device, or
+        (task, device) pairs). Raises :class:`LabError` naming the operator, the device and why
+        when a pin is impossible: an unknown operator, an unknown device, or no kernel there."""
+        pins = dict(pins.items() if isinstance(pins, Mapping) else (pins or ()))
+        base = self.free_C
+        for t, d in pins.items():
+            if t not in self._ti:
+                raise LabError(f"operator {t!r} is pinned to {d!r}, but this model has no operator {t!r} "
+                               f"(its operators: {', '.join(map(str, self.tasks[:12]))}"
+                               f"{', ...' if len(self.tasks) > 12 else ''}); unpin it", where="pins")
+            if d not in self._di:
+                raise LabError(f"operator {t!r} is pinned to {d!r}, which is not a device of this topology "
+                               f"(devices: {', '.join(self.devices)}); unpin it", where="pins")
+            if not math.isfinite(base[self._ti[t], self._di[d]]):
+                cls = self.task_class(t)
+                kernels = [x for j, x in enumerate(self.devices) if math.isfinite(base[self._ti[t], j])]
+                raise LabError(f"operator {t!r} cannot be pinned to {d!r}: that device has no kernel for "
+                               f"{'its class ' + repr(cls) if cls else 'it'} (devices that can run it: "
+                               f"{', '.join(kernels)})", where="pins")
+        g = object.__new__(TaskGraph)
+        g.__dict__.update(self.__dict__)
+        g.free_C = base
+        g.pins = pins
+        C = base.copy()
+        for t, d in pins.items():
+            keep = C[self._ti[t], self._di[d]]
+            C[self._ti[t]] = math.inf
+            C[self._ti[t], self._di[d]] = keep
+        g.C = C
+        return g
 
     # ----- queries ------------------------------------------------------------------------------
     def __len__(self) -> int:
@@ -329,7 +375,7 @@ def _ready_row(g: TaskGraph, i: int, dev: list[int], fin: list[float]) -> np.nda
 
 
 def greedy_eft(g: TaskGraph) -> Schedule:
-    """Seed B's S2: stable topological order, earliest finish time, append to the device queue."""
+    """Greedy earliest finish: stable topological order, earliest finish time, append to the device queue."""
     n = len(g.tasks)
     avail = np.zeros(len(g.devices))
     dev, start, fin = [0] * n, [0.0] * n, [0.0] * n
@@ -407,6 +453,8 @@ def schedule_assignment(g: TaskGraph, assignment: Mapping[Task, Device], strateg
         d = assignment[t]
         if d not in g._di:
             raise LabError(f"task {t!r} is assigned to {d!r}, which is not a device", where=strategy)
+        if t in g.pins and g.pins[t] != d:
+            raise LabError(f"task {t!r} is assigned to {d!r}, but it is pinned to {g.pins[t]!r}", where=strategy)
         if not g.can_run(t, d):
             raise LabError(f"task {t!r} is assigned to {d!r}, which has no kernel for it", where=strategy)
         dev[g._ti[t]] = g._di[d]
@@ -436,7 +484,7 @@ def replay(g: TaskGraph, plan: Schedule, strategy: str | None = None) -> Schedul
 # ----- baselines ------------------------------------------------------------------------------------
 
 def type_rule(g: TaskGraph) -> Schedule:
-    """Seed A's rule by device type; fallback: the fastest device that has a kernel."""
+    """The rule by device type; fallback: the fastest device that has a kernel (a pinned task: its pin)."""
     if not g.device_types or len(g.info) < len(g.tasks):
         raise LabError("the type rule needs each task's operator class and each device's type; build the "
                        "graph with TaskGraph.from_model", where="type_rule")
@@ -451,12 +499,15 @@ def type_rule(g: TaskGraph) -> Schedule:
 
 
 def single_fastest(g: TaskGraph) -> Schedule:
-    """Everything on the one device that runs the whole graph fastest (no transfers)."""
-    totals = g.C.sum(axis=0)
+    """Everything on the one device that runs the whole graph fastest (no transfers); pinned tasks
+    stay on their pins and the device is chosen for the rest."""
+    free = [i for i, t in enumerate(g.tasks) if t not in g.pins]
+    totals = g.C[free].sum(axis=0)
     if not np.isfinite(totals).any():
-        raise LabError("no single device has a kernel for every task", where="single_fastest")
+        raise LabError("no single device has a kernel for every task"
+                       + (" that is not pinned" if g.pins else ""), where="single_fastest")
     d = g.devices[int(np.argmin(totals))]
-    return schedule_assignment(g, {t: d for t in g.tasks}, "single_fastest")
+    return schedule_assignment(g, {t: g.pins.get(t, d) for t in g.tasks}, "single_fastest")
 
 
 def round_robin(g: TaskGraph) -> Schedule:
@@ -475,16 +526,19 @@ def round_robin(g: TaskGraph) -> Schedule:
 
 def even_split(g: TaskGraph) -> Schedule:
     """The coarse layer-by-layer baseline: the topological order cut into contiguous blocks of equal
-    task count, one per device that has a kernel for every task (in device order)."""
-    general = [j for j in range(len(g.devices)) if np.isfinite(g.C[:, j]).all()]
+    task count, one per device that has a kernel for every task (in device order). Pinned tasks
+    stay on their pins; the blocks cut the other tasks."""
+    free = [i for i in g.topo if g.tasks[i] not in g.pins]
+    general = [j for j in range(len(g.devices)) if np.isfinite(g.C[free, j]).all()]
     if not general:
-        raise LabError("no device has a kernel for every task, so an even layer split is impossible",
-                       where="even_split")
-    n, k = len(g.tasks), min(len(general), len(g.tasks))
-    sizes = [n // k + (1 if b < n % k else 0) for b in range(k)]
-    assignment, pos = {}, 0
+        raise LabError("no device has a kernel for every task" + (" that is not pinned" if g.pins else "")
+                       + ", so an even layer split is impossible", where="even_split")
+    assignment = dict(g.pins)
+    n, k = len(free), min(len(general), len(free))
+    sizes = [n // k + (1 if b < n % k else 0) for b in range(k)] if k else []
+    pos = 0
     for b, size in enumerate(sizes):
-        for i in g.topo[pos:pos + size]:
+        for i in free[pos:pos + size]:
             assignment[g.tasks[i]] = g.devices[general[b]]
         pos += size
     return schedule_assignment(g, assignment, "even_split")
@@ -623,8 +677,9 @@ def chain_partition(g: TaskGraph, devices: Sequence[Device] | None = None, best_
         if best is None or bn < best[0]:
             best = (bn, stages, order)
     if best is None:
-        raise LabError("no contiguous split fits: some layer has no device with a kernel and enough memory",
-                       where="chain partition")
+        raise LabError("no contiguous split fits: some layer has no device with a kernel and enough memory"
+                       + (f" (with the pins {', '.join(f'{t} -> {d}' for t, d in g.pins.items())}, each device "
+                          "must hold one unbroken run of layers)" if g.pins else ""), where="chain partition")
     bn, stages, order = best
     topo = [g.tasks[i] for i in g.topo]
     return ChainPlan(bn, tuple((order[j], tuple(topo[a:b])) for j, a, b in stages), tuple(order), count)
@@ -877,6 +932,9 @@ def coarsen(g: TaskGraph, max_tasks: int = OPTIMAL_MAX_TASKS) -> tuple[TaskGraph
     coarse = TaskGraph(compute, transfer, g.link_time, devices=g.devices, info=info, device_types=g.device_types,
                        memory={names[k]: float(sum(g.memory[i] for i in members[k])) for k in order},
                        capacity=dict(zip(g.devices, g.capacity)))
+    if g.pins:  # a group holding a pinned task stays on that pin; its free times are its members' sums
+        coarse.free_C = np.array([g.free_C[members[k]].sum(axis=0) for k in order])
+        coarse.pins = {names[k]: g.pins[g.tasks[i]] for k in order for i in members[k] if g.tasks[i] in g.pins}
     return coarse, {names[k]: [g.tasks[i] for i in members[k]] for k in order}
 
 
@@ -893,10 +951,10 @@ STRATEGIES: dict[str, Callable[[TaskGraph], Schedule]] = {
     "chain_dp": chain_dp,
 }
 STRATEGY_LABELS: dict[str, str] = {
-    "greedy_eft": "greedy earliest finish (seed B, S2)",
+    "greedy_eft": "greedy earliest finish",
     "heft": "HEFT (rank order, gap insertion)",
     "optimal": "exact optimum (branch and bound)",
-    "type_rule": "type rule (seed A: linear->GPU, conv->FPGA, activation->ASIC/DPU)",
+    "type_rule": "rule by device type (linear->GPU, conv->FPGA, activation->ASIC/DPU)",
     "single_fastest": "single fastest device",
     "round_robin": "round robin",
     "even_split": "even contiguous layer split",
@@ -958,6 +1016,133 @@ def device_usage(g: TaskGraph, s: Schedule) -> list[dict[str, Any]]:
     return out
 
 
+# ----- why an operator went where it went --------------------------------------------------------------
+
+def decision_order(g: TaskGraph, s: Schedule) -> list[int]:
+    """The order in which the plan placed its tasks: greedy earliest finish follows the stable
+    topological order; every other plan is read in start order (each of its tasks starts as soon
+    as its inputs and its device allow, so that order rebuilds its state)."""
+    if s.strategy == "greedy_eft":
+        return list(g.topo)
+    return sorted(range(len(g.tasks)), key=lambda i: (s.slots[g.tasks[i]][1], s.slots[g.tasks[i]][2], g.pos[i]))
+
+
+def _why_all(g: TaskGraph, s: Schedule) -> dict[Task, list[dict[str, Any]]]:
+    n, m = len(g.tasks), len(g.devices)
+    dev = [g._di[s.slots[t][0]] for t in g.tasks]
+    fin = [float(s.slots[t][2]) for t in g.tasks]
+    avail = np.zeros(m)
+    out: dict[Task, list[dict[str, Any]]] = {}
+    for i in decision_order(g, s):
+        t = g.tasks[i]
+        inputs_at = max((fin[p] for p, _ in g.preds[i]), default=0.0)
+        ready = _ready_row(g, i, dev, fin)
+        rows = []
+        for j, d in enumerate(g.devices):
+            c = float(g.free_C[i, j])
+            row = {"task": t, "device": d, "type": g.device_types.get(d), "kernel": math.isfinite(c),
+                   "allowed": math.isfinite(g.C[i, j]), "chosen": j == dev[i], "inputs_at": inputs_at,
+                   "transfer": None, "wait": None, "compute": None, "finish": None}
+            if row["kernel"]:
+                st = max(float(avail[j]), float(ready[j]))
+                row.update(transfer=float(ready[j]) - inputs_at, wait=st - float(ready[j]), compute=c, finish=st + c)
+            rows.append(row)
+        out[t] = rows
+        avail[dev[i]] = max(avail[dev[i]], fin[i])
+    return out
+
+
+def why(g: TaskGraph, s: Schedule, task: Task) -> list[dict[str, Any]]:
+    """One row per device for ``task``: as the earliest-finish rule weighs it at the moment the plan
+    places ``task`` (see :func:`decision_order`; the devices hold the tasks placed before it).
+
+    Row: device, type, kernel (has one), allowed (not excluded by a pin), chosen (the plan's
+    device), inputs_at (s, when its last input was produced; 0 without inputs), transfer (s, how
+    much later the inputs arrive on that device), wait (s, for the device to finish its queue),
+    compute (s), finish (s). ``inputs_at + transfer + wait + compute == finish``; for the chosen
+    device ``finish`` is the plan's finish (and with greedy earliest finish it is the smallest of
+    the allowed devices). Devices without a kernel have None times."""
+    if task not in g._ti:
+        raise LabError(f"{task!r} is not an operator of this graph", where="why")
+    return _why_all(g, s)[task]
+
+
+def _reason(g: TaskGraph, s: Schedule, rows: list[dict[str, Any]]) -> str:
+    cands = sorted((r for r in rows if r["kernel"]), key=lambda r: r["finish"])
+    chosen = next(r for r in rows if r["chosen"])
+    t0 = chosen["inputs_at"]
+
+    def pct(r: dict) -> str:  # time from the inputs to the finish, against the chosen device's
+        span = chosen["finish"] - t0
+        if span <= 0:
+            return "same finish" if r["finish"] == chosen["finish"] else f"+{r['finish'] - chosen['finish']:.3g} s"
+        ratio = (r["finish"] - t0) / span
+        return f"{100 * (ratio - 1):+.0f} %" if ratio < 3 else f"{ratio:.3g}x as long"
+
+    cls = g.task_class(chosen["task"])
+    if len(cands) == 1:
+        return f"the only device with a kernel for {cls or 'it'}"
+    others = [r for r in cands if not r["chosen"]]
+    if chosen["task"] in g.pins:
+        best = cands[0]
+        if best["chosen"]:
+            return f"pinned (also the earliest finish; next best {others[0]['device']} {pct(others[0])})"
+        return f"pinned; the free choice {best['device']}: {pct(best)}"
+    if chosen is cands[0] or chosen["finish"] <= cands[0]["finish"]:
+        return f"earliest finish of {len(cands)} candidates; next best {others[0]['device']} {pct(others[0])}"
+    best = next(r for r in cands if r["allowed"])
+    label = STRATEGY_LABELS.get(s.strategy, s.strategy)
+    return f"placed by {label}; earliest finish at this point: {best['device']} {pct(best)}"
+
+
+def reasons(g: TaskGraph, s: Schedule) -> dict[Task, str]:
+    """One line per task saying why it is on its device (earliest finish and the next best device,
+    or its pin and what the free choice would have been)."""
+    return {t: _reason(g, s, rows) for t, rows in _why_all(g, s).items()}
+
+
+def transfer_rows(g: TaskGraph, s: Schedule) -> list[dict[str, Any]]:
+    """Every transfer between two devices: producer, consumer, src, dst, start (the producer's
+    finish), finish (its arrival), bytes (None when the graph's transfers are in seconds)."""
+    out = []
+    for (u, v), val in g.transfer.items():
+        du, _, fu = s.slots[u]
+        dv = s.slots[v][0]
+        if du != dv:
+            out.append({"producer": u, "consumer": v, "src": du, "dst": dv, "start": fu,
+                        "finish": fu + g.transfer_time(u, v, du, dv),
+                        "bytes": val if g.link_time is not None else None})
+    return out
+
+
+def plan_record(model: str, batch: int, strategy: str, pins: Mapping[Task, Device], s: Schedule) -> dict[str, Any]:
+    """What a plan is kept as for a later comparison: its settings, makespan and busy time per device."""
+    return {"model": model, "batch": int(batch), "strategy": strategy, "pins": dict(pins),
+            "makespan": float(s.makespan), "busy": {d: float(b) for d, b in s.busy().items()}}
+
+
+def compare_plans(base: Mapping[str, Any], now: Mapping[str, Any]) -> tuple[str, list[dict[str, Any]]]:
+    """A one-line summary of what changed between two :func:`plan_record`s and what it did to the
+    makespan (e.g. "conv1 pinned to fpga: makespan +12.0 %"), and rows per device: busy time (s) in
+    the baseline and now, and the change (s)."""
+    changes = []
+    if base["model"] != now["model"] or base["batch"] != now["batch"]:
+        changes.append(f"model {base['model']} (batch {base['batch']}) -> {now['model']} (batch {now['batch']})")
+    if base["strategy"] != now["strategy"]:
+        changes.append(f"strategy {base['strategy']} -> {now['strategy']}")
+    bp, np_ = base["pins"], now["pins"]
+    changes += [f"{t} pinned to {d}" for t, d in np_.items() if bp.get(t) != d]
+    changes += [f"{t} unpinned" for t in bp if t not in np_]
+    rel = now["makespan"] / base["makespan"] - 1.0 if base["makespan"] > 0 else 0.0
+    summary = f"{'; '.join(changes) or 'same settings'}: makespan {100 * rel:+.1f} %"
+    devs = list(dict.fromkeys([*base["busy"], *now["busy"]]))
+    rows = [{"device": d, "baseline": base["busy"].get(d, 0.0), "now": now["busy"].get(d, 0.0),
+             "change": now["busy"].get(d, 0.0) - base["busy"].get(d, 0.0)} for d in devs]
+    rows.append({"device": "makespan", "baseline": base["makespan"], "now": now["makespan"],
+                 "change": now["makespan"] - base["makespan"]})
+    return summary, rows
+
+
 def model_task_graph(model: str, topology, batch_size: int = 32, speed: Mapping[str, float] | None = None,
                      merge_data_ops: bool = True) -> TaskGraph:
     """Trace a preset model at ``batch_size`` and cost it on ``topology``."""
@@ -969,4 +1154,5 @@ def model_task_graph(model: str, topology, batch_size: int = 32, speed: Mapping[
 __all__ = ["TaskGraph", "Schedule", "greedy_eft", "heft", "optimal", "type_rule", "single_fastest",
            "round_robin", "even_split", "chain_dp", "chain_partition", "partition_chain", "ChainPlan",
            "schedule_assignment", "replay", "coarsen", "compare_strategies", "schedule_table", "device_usage",
-           "upward_ranks", "STRATEGIES", "STRATEGY_LABELS", "run_strategy", "model_task_graph", "OPTIMAL_MAX_TASKS"]
+           "upward_ranks", "STRATEGIES", "STRATEGY_LABELS", "run_strategy", "model_task_graph", "OPTIMAL_MAX_TASKS",
+           "why", "reasons", "decision_order", "transfer_rows", "plan_record", "compare_plans"]

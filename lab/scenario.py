@@ -118,6 +118,33 @@ COMPRESSION_FIELDS: dict[str, Spec] = {
 }
 
 
+MAX_PINS = 256
+MAX_PIN_NAME = 200
+
+
+def check_pins(value: Any, where: str = "training.pins") -> tuple:
+    """Operator -> device pins as a tuple of (operator, device) pairs sorted by operator (hashable;
+    the same pins in any order are the same scenario). Accepts a mapping or a list of pairs."""
+    if isinstance(value, Mapping):
+        pairs = list(value.items())
+    elif isinstance(value, (list, tuple)) and all(isinstance(p, (list, tuple)) and len(p) == 2 for p in value):
+        pairs = [tuple(p) for p in value]
+    else:
+        raise LabError(f"must map operator names to device names (got {value!r:.80})", where=where)
+    if len(pairs) > MAX_PINS:
+        raise LabError(f"holds {len(pairs)} pins; at most {MAX_PINS} are allowed", where=where)
+    seen: dict[str, str] = {}
+    for op, dev in pairs:
+        for what, name in (("operator", op), ("device", dev)):
+            if not isinstance(name, str) or not name or len(name) > MAX_PIN_NAME:
+                raise LabError(f"every {what} name must be a non-empty string of at most {MAX_PIN_NAME} "
+                               f"characters (got {name!r:.80})", where=where)
+        if op in seen and seen[op] != dev:
+            raise LabError(f"operator {op!r} is pinned twice ({seen[op]!r} and {dev!r})", where=where)
+        seen[op] = dev
+    return tuple(sorted(seen.items()))
+
+
 def _section_from_dict(specs: Mapping[str, Spec], d: Any, where: str) -> dict:
     _check_keys(d, specs, (), where)
     return {k: spec.check(k, d[k], where) if k in d else spec.default for k, spec in specs.items()}
@@ -170,19 +197,22 @@ class Training:
     fault_step: int = TRAINING_FIELDS["fault_step"].default
     fault_policy: str = TRAINING_FIELDS["fault_policy"].default
     compression: Compression = field(default_factory=Compression)
+    pins: tuple = ()  # ((operator, device), ...) from check_pins: operators placed by hand
 
     def to_dict(self) -> dict:
         d = {k: getattr(self, k) for k in TRAINING_FIELDS}
         d["worker_devices"] = list(self.worker_devices)
         d["compression"] = self.compression.to_dict()
+        d["pins"] = dict(self.pins)
         return d
 
     @staticmethod
     def from_dict(d: Any, where: str = "training") -> "Training":
         d = dict(d) if isinstance(d, Mapping) else d
         comp = d.pop("compression", {}) if isinstance(d, dict) else {}
+        pins = check_pins(d.pop("pins", {}) if isinstance(d, dict) else {}, where=f"{where}.pins")
         values = _section_from_dict(TRAINING_FIELDS, d, where)
-        return Training(**values, compression=Compression.from_dict(comp, where=f"{where}.compression"))
+        return Training(**values, compression=Compression.from_dict(comp, where=f"{where}.compression"), pins=pins)
 
     def replace(self, **changes: Any) -> "Training":
         """A copy with ``changes`` applied and checked against the field table."""
@@ -190,6 +220,8 @@ class Training:
         for k, v in changes.items():
             if k == "compression" and isinstance(v, Compression):
                 v = v.to_dict()
+            if k == "pins":
+                v = dict(check_pins(v))
             d[k] = list(v) if isinstance(v, tuple) else v
         return Training.from_dict(d)
 
@@ -228,6 +260,10 @@ class Scenario:
             if n not in names:
                 raise LabError(f"worker device {n!r} is not a device of topology {self.topology.name!r}",
                                where="training.worker_devices")
+        for op, dev in self.training.pins:
+            if dev not in names:
+                raise LabError(f"operator {op!r} is pinned to {dev!r}, which is not a device of topology "
+                               f"{self.topology.name!r}; devices: {sorted(names)}", where="training.pins")
 
     def to_json(self, indent: int | None = 2) -> str:
         return json.dumps(self.to_dict(), indent=indent)

@@ -14,7 +14,8 @@ from lab.errors import LabError
 from lab.opgraph import trace
 from lab.placement import (STRATEGIES, Schedule, TaskGraph, chain_dp, chain_partition, coarsen, compare_strategies,
                            device_usage, even_split, greedy_eft, heft, model_task_graph, optimal, partition_chain,
-                           replay, round_robin, schedule_assignment, schedule_table, single_fastest, type_rule)
+                           replay, round_robin, schedule_assignment, schedule_table, single_fastest, type_rule,
+                           why, reasons, transfer_rows, plan_record, compare_plans)
 
 
 # ----- helpers ---------------------------------------------------------------------------------------
@@ -415,3 +416,224 @@ def test_tables():
         assert not u["over"]
     tiny = TaskGraph({"a": {"p": 1}}, memory={"a": 10}, capacity={"p": 5})
     assert device_usage(tiny, greedy_eft(tiny))[0]["over"]
+
+
+# ----- pins ----------------------------------------------------------------------------------------------
+
+def brute_force_pinned(g: TaskGraph, pins: dict) -> float:
+    """:func:`brute_force` over the assignments of the unpinned graph that honour ``pins``, written
+    independently of TaskGraph.with_pins."""
+    preds = {t: [u for (u, v) in g.transfer if v == t] for t in g.tasks}
+    orders = [perm for perm in itertools.permutations(g.tasks)
+              if all(set(preds[t]) <= set(perm[:k]) for k, t in enumerate(perm))]
+    caps = [[pins[t]] if t in pins else [d for d in g.devices if g.can_run(t, d)] for t in g.tasks]
+    best = math.inf
+    for choice in itertools.product(*caps):
+        a = dict(zip(g.tasks, choice))
+        for perm in orders:
+            avail = dict.fromkeys(g.devices, 0.0)
+            fin: dict = {}
+            for t in perm:
+                d = a[t]
+                r = max([fin[p] + g.transfer_time(p, t, a[p], d) for p in preds[t]], default=0.0)
+                fin[t] = max(avail[d], r) + g.compute_time(t, d)
+                avail[d] = fin[t]
+            best = min(best, max(fin.values()))
+    return best
+
+
+def random_pins(g: TaskGraph, seed: int) -> dict:
+    rng = random.Random(seed)
+    pins = {}
+    for t in g.tasks:
+        if rng.random() < 0.4:
+            pins[t] = rng.choice([d for d in g.devices if g.can_run(t, d)])
+    return pins
+
+
+PIN_CASES = [(seed, random.Random(seed).randint(2, 5), random.Random(seed + 7).randint(2, 3)) for seed in range(30)]
+
+
+@pytest.mark.parametrize("seed,n,m", PIN_CASES)
+def test_every_strategy_honours_the_pins_and_optimal_is_the_pinned_brute_force(seed, n, m):
+    g = rand_graph(n, m, seed, p=random.Random(seed).random(), pair_links=seed % 3 == 0)
+    pins = random_pins(g, seed)
+    gp = g.with_pins(pins)
+    assert gp.pins == pins and g.pins == {}
+    want = brute_force_pinned(g, pins)
+    opt = optimal(gp).validate(gp).validate(g)
+    assert opt.makespan == pytest.approx(want, rel=1e-9)
+    assert all(opt.slots[t][0] == d for t, d in pins.items())
+    assert brute_force(g) <= want * (1 + 1e-9)  # a pin can only cost
+    for strategy in (greedy_eft, heft, single_fastest, round_robin, even_split, chain_dp):
+        try:
+            s = strategy(gp)
+        except LabError as exc:
+            # only the strategies that need one device for everything, or contiguous stages, may refuse
+            assert strategy in (single_fastest, even_split, chain_dp), exc
+            continue
+        s.validate(g)
+        assert all(s.slots[t][0] == d for t, d in pins.items()), s.strategy
+        assert s.makespan >= want * (1 - 1e-9), s.strategy
+        again = replay(gp, s)
+        assert all(again.slots[t][0] == d for t, d in pins.items())
+
+
+@pytest.mark.parametrize("model", ["mlp", "cnn", "transformer"])
+def test_every_named_strategy_honours_pins_on_a_model(model):
+    g = model_task_graph(model, preset("cxl"))
+    for seed in range(4):
+        pins = random_pins(g, seed)
+        gp = g.with_pins(pins)
+        for name in STRATEGIES:
+            try:
+                if name == "optimal" and len(gp) > 12:
+                    coarse, groups = coarsen(gp, 12)
+                    cs = optimal(coarse).validate(coarse)
+                    s = schedule_assignment(g, {t: cs.slots[k][0] for k, ms in groups.items() for t in ms})
+                else:
+                    s = STRATEGIES[name](gp).validate(g)
+            except LabError as exc:  # contiguous stages cannot honour pins that interleave two devices
+                assert name == "chain_dp" and "unbroken run of layers" in str(exc)
+                continue
+            assert {t: s.slots[t][0] for t in pins} == pins, name
+        # the pins survive rescaling (the balancing loop re-plans with scaled times)
+        s = greedy_eft(gp.scaled(lambda t, d: 3.0 if d == "gpu" else 1.0))
+        assert {t: s.slots[t][0] for t in pins} == pins
+
+
+def test_pinning_conv1_to_the_fpga_moves_it_there():
+    g = model_task_graph("cnn", preset("cxl"))
+    free = greedy_eft(g)
+    assert free.slots["conv1"][0] != "fpga"
+    pinned = greedy_eft(g.with_pins({"conv1": "fpga"}))
+    assert pinned.slots["conv1"][0] == "fpga"
+    assert pinned.makespan >= optimal(g).makespan * (1 - 1e-9)
+
+
+def test_pins_carry_through_coarsening():
+    g = model_task_graph("resnet", preset("cxl"))
+    gp = g.with_pins({"blocks_1_conv1": "fpga"})
+    coarse, groups = coarsen(gp, 12)
+    group = next(k for k, ms in groups.items() if "blocks_1_conv1" in ms)
+    assert coarse.pins == {group: "fpga"}
+    s = optimal(coarse).validate(coarse)
+    assert s.slots[group][0] == "fpga"
+
+
+@pytest.mark.parametrize("pins,match", [
+    ({"conv1": "asic"}, r"'conv1' cannot be pinned to 'asic': that device has no kernel for its class 'conv'"),
+    ({"conv1": "tpu"}, r"'conv1' is pinned to 'tpu', which is not a device"),
+    ({"embed": "gpu"}, r"'embed' is pinned to 'gpu', but this model has no operator 'embed'"),
+])
+def test_impossible_pins_are_clear_errors(pins, match):
+    g = model_task_graph("cnn", preset("cxl"))
+    with pytest.raises(LabError, match=match):
+        g.with_pins(pins)
+
+
+def test_schedule_assignment_refuses_to_break_a_pin():
+    g = model_task_graph("cnn", preset("cxl")).with_pins({"conv1": "fpga"})
+    a = greedy_eft(g).assignment | {"conv1": "gpu"}
+    with pytest.raises(LabError, match="pinned to 'fpga'"):
+        schedule_assignment(g, a)
+
+
+# ----- why ------------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("seed", range(12))
+def test_why_adds_up_and_the_greedy_choice_is_the_earliest_finish(seed):
+    g = rand_graph(random.Random(seed).randint(3, 8), 3, seed, p=0.5, pair_links=seed % 2 == 0)
+    pins = random_pins(g, seed)
+    gp = g.with_pins(pins)
+    for s in (greedy_eft(gp), heft(gp), round_robin(gp)):
+        for t in gp.tasks:
+            rows = why(gp, s, t)
+            assert [r["device"] for r in rows] == gp.devices
+            chosen = [r for r in rows if r["chosen"]]
+            assert len(chosen) == 1 and chosen[0]["device"] == s.slots[t][0]
+            assert chosen[0]["finish"] == pytest.approx(s.slots[t][2], rel=1e-12, abs=1e-12)
+            for r in rows:
+                assert r["kernel"] == gp.can_run(t, r["device"]) or t in pins
+                if r["kernel"]:
+                    assert min(r["transfer"], r["wait"], r["compute"]) >= 0
+                    assert r["inputs_at"] + r["transfer"] + r["wait"] + r["compute"] == pytest.approx(r["finish"])
+                else:
+                    assert r["finish"] is None
+            allowed = [r["finish"] for r in rows if r["allowed"] and r["kernel"]]
+            if s.strategy == "greedy_eft":
+                assert chosen[0]["finish"] == min(allowed)
+            if t in pins:
+                assert [r["device"] for r in rows if r["allowed"]] == [pins[t]]
+
+
+def test_reasons_name_the_candidates_and_the_pins():
+    g = model_task_graph("cnn", preset("cxl")).with_pins({"conv1": "fpga"})
+    s = greedy_eft(g)
+    r = reasons(g, s)
+    assert r["conv1"].startswith("pinned")
+    assert "earliest finish of" in r["fc1"] and "next best" in r["fc1"]
+    rows = why(g, s, "conv1")
+    assert next(x for x in rows if x["device"] == "gpu")["allowed"] is False
+    assert next(x for x in rows if x["device"] == "asic")["kernel"] is False
+
+
+def test_transfer_rows_are_the_edges_between_devices():
+    g = model_task_graph("cnn", preset("cxl")).with_pins({"conv1": "fpga"})
+    s = greedy_eft(g).validate(g)
+    rows = transfer_rows(g, s)
+    crossing = [(u, v) for (u, v) in g.transfer if s.slots[u][0] != s.slots[v][0]]
+    assert [(r["producer"], r["consumer"]) for r in rows] == crossing and rows
+    for r in rows:
+        assert r["start"] == s.slots[r["producer"]][2]
+        assert r["start"] < r["finish"] <= s.slots[r["consumer"]][1] + 1e-15
+        assert r["bytes"] == g.transfer[(r["producer"], r["consumer"])]
+
+
+def test_compare_plans_summarises_a_pin():
+    g = model_task_graph("cnn", preset("cxl"))
+    base = plan_record("cnn", 32, "greedy_eft", {}, greedy_eft(g))
+    pinned = greedy_eft(g.with_pins({"conv1": "host"}))
+    now = plan_record("cnn", 32, "greedy_eft", {"conv1": "host"}, pinned)
+    summary, rows = compare_plans(base, now)
+    rel = 100 * (pinned.makespan / base["makespan"] - 1)
+    assert summary == f"conv1 pinned to host: makespan {rel:+.1f} %" and rel > 0
+    by = {r["device"]: r for r in rows}
+    assert by["makespan"]["now"] == pinned.makespan
+    assert by["host"]["now"] == pytest.approx(pinned.busy()["host"])
+    assert compare_plans(now, base)[0].startswith("conv1 unpinned: makespan -")
+
+
+# ----- pins in the Scenario ---------------------------------------------------------------------------------
+
+def test_pins_round_trip_through_dict_json_and_link():
+    from lab.scenario import Scenario, default_scenario
+
+    sc = default_scenario()
+    pinned = sc.replace(training=sc.training.replace(pins={"fc1": "gpu", "conv1": "fpga"}))
+    assert pinned.training.pins == (("conv1", "fpga"), ("fc1", "gpu"))
+    assert pinned.to_dict()["training"]["pins"] == {"conv1": "fpga", "fc1": "gpu"}
+    assert Scenario.from_dict(pinned.to_dict()) == pinned
+    assert Scenario.from_json(pinned.to_json()) == pinned
+    assert Scenario.from_url_param(pinned.to_url_param()) == pinned
+    assert sc.training.pins == () and Scenario.from_json(sc.to_json()) == sc
+    old = sc.to_dict()
+    del old["training"]["pins"]  # a file written before pins existed
+    assert Scenario.from_dict(old) == sc
+
+
+@pytest.mark.parametrize("pins,match", [
+    ({"conv1": "tpu"}, r"'conv1' is pinned to 'tpu', which is not a device of topology"),
+    ({"conv1": 3}, "every device name must be a non-empty string"),
+    ({"": "gpu"}, "every operator name must be a non-empty string"),
+    ({"x" * 201: "gpu"}, "at most 200 characters"),
+    ({f"op{i}": "gpu" for i in range(257)}, "at most 256"),
+    (["conv1"], "must map operator names to device names"),
+])
+def test_bad_pins_in_a_scenario_file_are_clear_errors(pins, match):
+    from lab.scenario import Scenario, default_scenario
+
+    d = default_scenario().to_dict()
+    d["training"]["pins"] = pins
+    with pytest.raises(LabError, match=match):
+        Scenario.from_dict(d)
