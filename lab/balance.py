@@ -22,9 +22,10 @@ by side):
 
 * ``"wait"`` (the load-balancing design's wording, made definite):
   ``w_i <- w_i * (1 + step * (wait_i - mean wait) / round time)``, then renormalised. Load moves
-  from nodes that waited less than average (the slowest, which waited 0, loses most) to those that waited more, in proportion to the difference.
-  It needs no speed measurement but only creeps towards balance, and a node that stays idle
-  because of the plan's shape keeps gaining weight, so in model parallelism it can oscillate.
+  from nodes that waited less than average (the slowest, which waited 0, loses most) to those
+  that waited more, in proportion to the difference. It needs no speed measurement but only
+  creeps towards balance, and a node that stays idle because of the plan's shape keeps gaining
+  weight, so in model parallelism it can oscillate.
 * ``"throughput"`` (the literature's rule, e.g. LB-BSP, Chen et al. 2020; HetPipe): measure each
   node's speed as ``work done / busy time`` and make its load proportional to it. Nodes that did
   no work keep their previous speed estimate (the catalogue's at first). Without noise it lands on
