@@ -1,0 +1,77 @@
+"""Helpers for the browser journeys: drive Streamlit's widgets in headless Chromium as a person does."""
+
+from __future__ import annotations
+
+from conftest import settle
+
+
+def new_page(browser, context=None):
+    """A page at 1400x900 that records page errors in ``page.errors``."""
+    ctx = context or browser.new_context(viewport={"width": 1400, "height": 900})
+    pg = ctx.new_page()
+    pg.errors = []
+    pg.on("pageerror", lambda e: pg.errors.append(str(e)))
+    return pg
+
+
+def no_error_boxes(pg) -> None:
+    boxes = pg.locator("[data-testid='stException']").all_inner_texts()
+    assert not boxes, boxes
+    assert not pg.errors, pg.errors
+
+
+def choose(pg, label: str, option: str) -> None:
+    """Pick ``option`` in the selectbox labelled ``label``."""
+    pg.get_by_role("combobox", name=label, exact=True).first.click()
+    pg.get_by_role("option", name=option, exact=True).click()
+    settle(pg)
+
+
+def selected(pg, label: str) -> str:
+    return pg.get_by_role("combobox", name=label, exact=True).first.input_value()
+
+
+def _range(pg, label: str):
+    """The range input of a slider (its accessible name repeats the label, so match the attribute)."""
+    return pg.locator(f"input[type='range'][aria-label={label!r}]").first
+
+
+def slider_value(pg, label: str) -> str:
+    """The shown value of the slider (or select slider) labelled ``label``."""
+    thumb = _range(pg, label)
+    return thumb.get_attribute("aria-valuetext") or thumb.input_value()
+
+
+def slide(pg, label: str, presses: int) -> None:
+    """Move the slider labelled ``label`` by ``presses`` steps with the arrow keys (negative: left)."""
+    thumb = _range(pg, label)
+    thumb.focus()
+    for _ in range(abs(presses)):
+        pg.keyboard.press("ArrowRight" if presses > 0 else "ArrowLeft")
+    pg.wait_for_timeout(400)  # the slider sends its value after the key presses settle
+    settle(pg)
+
+
+def radio(pg, label: str, option: str) -> None:
+    group = pg.locator("[data-testid='stRadio']").filter(has_text=label).first
+    group.get_by_text(option, exact=True).click()
+    settle(pg)
+
+
+def nav(pg, title: str) -> None:
+    """Go to another page through the sidebar, as a person does (the session stays)."""
+    pg.locator("[data-testid='stSidebarNav']").get_by_text(title, exact=True).click()
+    settle(pg)
+
+
+def metric(pg, label: str) -> str:
+    m = pg.locator("[data-testid='stMetric']").filter(has_text=label).first
+    return m.locator("[data-testid='stMetricValue']").inner_text().strip()
+
+
+def take_link(pg) -> str:
+    """Click the sidebar's link button and return the address it puts in the bar."""
+    pg.get_by_role("button", name="Put this view in the page link").click()
+    pg.wait_for_function("() => window.location.search.includes('v=')", timeout=30_000)
+    settle(pg)
+    return pg.url
