@@ -85,6 +85,7 @@ VIEW: dict[str, Control] = {
     "pl_model": _c("placement", str, "mlp", "model", tuple(MODEL_NAMES), from_scenario=lambda sc: sc.training.model),
     "pl_batch": _c("placement", int, 32, "batch size", lo=1, hi=65536, from_scenario=lambda sc: sc.training.batch_size),
     "pl_strategy": _c("placement", str, "greedy_eft", "strategy", tuple(STRATEGIES)),
+    "pl_why": _c("placement", str, "", "operator explained"),
     "pl_bal_mode": _c("placement", str, "model", "what is balanced", ("model", "data")),
     "pl_slow_": _c("placement", float, 1.0, "slowdown", lo=0.01, hi=1e6, prefix=True),
     "pl_noise": _c("placement", float, 0.02, "noise", lo=0.0, hi=1.0),

@@ -1,6 +1,4 @@
-"""Placement: which operator runs on which device, why, and how the balance is found."""
-
-import math
+"""Placement: which operator runs on which device, why, what a pin costs, and how the balance is found."""
 
 import pandas as pd
 import streamlit as st
@@ -12,13 +10,17 @@ from lab.figures import placement as figs
 from lab.models import MODEL_LABELS, MODEL_NAMES
 from lab.opgraph import trace
 
+BASELINE = "placement_baseline"  # the plan kept for comparison (session only, not part of the link)
+
 sc = ui.scenario_sidebar()
 topo = sc.topology
+pins = dict(sc.training.pins)
 st.title("Placement")
 st.markdown("Each preset model is traced (torch.fx) into operators with FLOPs and bytes. The cost model turns them "
             "into seconds on every device of the scenario's topology (**FLOPs / the device's throughput for the "
             "operator's class**; a device without that kernel cannot run it) and transfers into seconds over the "
-            "route (**latency + bytes / bottleneck**). Each strategy then places every operator. Everything on this "
+            "route (**latency + bytes / bottleneck**). Each strategy then places every operator; a **pin** puts one "
+            "operator on a device of your choice and the strategy places the rest around it. Everything on this "
             "page is modelled from the topology's numbers, not measured.")
 
 
@@ -27,18 +29,46 @@ def op_graph(model: str, batch: int):
     return trace(model, batch)
 
 
+def set_pins(change: str) -> None:
+    """Pin / unpin the chosen operator, or clear every pin, in the session's scenario."""
+    now, ss = ui.scenario(), st.session_state
+    new = dict(now.training.pins)
+    if change == "pin":
+        new[ss["pl_pin_op"]] = ss["pl_pin_dev"]
+    elif change == "unpin":
+        new.pop(ss["pl_pin_op"], None)
+    else:
+        new = {}
+    ui.set_scenario(now.replace(training=now.training.replace(pins=new)))
+
+
 c1, c2, c3 = st.columns([1, 1, 2])
-model = c1.selectbox("Model", MODEL_NAMES, index=MODEL_NAMES.index(sc.training.model), format_func=MODEL_LABELS.get,
-                     key="pl_model")
-batch = int(c2.number_input("Batch size (samples)", 1, 65536, sc.training.batch_size, key="pl_batch"))
+model = c1.selectbox("Model", MODEL_NAMES, format_func=MODEL_LABELS.get, key="pl_model")
+batch = int(c2.number_input("Batch size (samples)", 1, 65536, key="pl_batch"))
 strategy = c3.selectbox("Strategy", list(pl.STRATEGIES), format_func=pl.STRATEGY_LABELS.get, key="pl_strategy")
-st.caption(f"Topology **{ui.plain(topo.name)}**: {', '.join(f'{d.name} ({d.type})' for d in topo.devices)}. "
+st.caption(f"Topology **{ui.plain(topo.name)}**: {ui.plain(', '.join(f'{d.name} ({d.type})' for d in topo.devices))}. "
            "Change it on the Topology page.")
 
-g = None
-with ui.guarded("the placement"):
+og = g = None
+with ui.guarded("tracing the model"):
     og = op_graph(model, batch)
-    g = pl.TaskGraph.from_model(og, topo)
+if og is None:
+    st.stop()
+p1, p2, p3, p4, p5 = st.columns([2, 2, 1, 1, 1], vertical_alignment="bottom")
+for key, options in (("pl_pin_op", og.names), ("pl_pin_dev", topo.device_names)):
+    if st.session_state.get(key) not in options:  # another model or topology: start from its first entry
+        st.session_state.pop(key, None)
+op = p1.selectbox("Operator to pin", og.names, key="pl_pin_op")
+p2.selectbox("on device", topo.device_names, key="pl_pin_dev")
+p3.button("Pin", key="pl_pin", on_click=set_pins, args=("pin",))
+p4.button("Unpin", key="pl_unpin", on_click=set_pins, args=("unpin",), disabled=op not in pins)
+p5.button("Clear pins", key="pl_pins_clear", on_click=set_pins, args=("clear",), disabled=not pins)
+st.markdown("**Pinned:** " + (", ".join(f"{ui.plain(t)} → {ui.plain(d)}" for t, d in pins.items())
+                              or "nothing: the strategy places every operator") + ". Pins are part of the scenario "
+            "(saved with it and carried by the page link).")
+
+with ui.guarded("the placement"):
+    g = pl.TaskGraph.from_model(og, topo).with_pins(pins)
     shown = g
     if strategy == "optimal" and len(g) > pl.OPTIMAL_MAX_TASKS:
         shown, groups = pl.coarsen(g, pl.OPTIMAL_MAX_TASKS)
@@ -47,29 +77,62 @@ with ui.guarded("the placement"):
                 "optimum is an upper bound on the true one).", icon=":material/info:")
     s = pl.run_strategy(strategy, shown).validate(shown)
     scale, unit = figs.time_unit(s.makespan)
-    moved = sum(1 for (u, v) in shown.transfer if s.slots[u][0] != s.slots[v][0])
+    transfers = pl.transfer_rows(shown, s)
+    reasons = pl.reasons(shown, s)
     m1, m2, m3, m4 = st.columns(4)
     m1.metric(f"Makespan ({unit})", f"{s.makespan * scale:.4g}")
     m2.metric("Operators", len(og))
     m3.metric("Devices used", len(set(s.assignment.values())))
-    m4.metric("Transfers between devices", moved)
+    m4.metric("Transfers between devices", len(transfers))
     if s.note:
         st.caption(s.note)
     st.plotly_chart(figs.gantt_figure(pl.schedule_table(shown, s), shown.devices,
-                                      f"{pl.STRATEGY_LABELS[strategy]}: one forward pass"), key="pl_gantt")
-    ui.caption("modelled", "each bar is an operator on a device, from its start to its finish; gaps are waiting "
-                           "(for inputs or for the device).")
+                                      f"{pl.STRATEGY_LABELS[strategy]}: one forward pass", transfers, reasons),
+                    key="pl_gantt")
+    ui.caption("modelled", "each bar is an operator on a device, from its start to its finish (hover: its class and "
+                           "why it is there); the red lane under a device holds the transfers arriving there. Bars "
+                           f"shorter than {100 * figs.MIN_VISIBLE:.1f} % of the time axis carry a diamond so they stay "
+                           "visible. Gaps are waiting (for inputs or for the device).")
+
+    st.subheader("Why is an operator where it is?")
+    names = [str(t) for t in shown.tasks]
+    if ui.view_value("pl_why") not in names:
+        old = ui.view_value("pl_why")
+        ui.set_view("pl_why", names[0], notice=f"The operator explained is now {names[0]} ({old} is not in this "
+                                               "graph)." if old else None)
+    task = st.selectbox("Operator", names, key="pl_why")
+    rows = pl.why(shown, s, task)
+    w1, w2 = st.columns([3, 2])
+    w1.dataframe(pd.DataFrame(figs.why_table(rows)), hide_index=True, key="pl_why_table")
+    w1.markdown(f"**{ui.plain(task)}** ({ui.plain(str(shown.task_class(task)))}): {ui.plain(reasons[task])}.")
+    w2.plotly_chart(figs.why_figure(rows, task), key="pl_why_fig")
+    ui.caption("modelled", "the finish on each device as the earliest-finish rule weighs it when the plan places "
+                           "this operator (greedy earliest finish: in topological order; other strategies: in start "
+                           "order), with the operators placed before it already queued: inputs exist + transfer "
+                           "+ wait for the device + compute = finish.")
+
+    st.subheader("Against a baseline")
+    record = pl.plan_record(model, batch, strategy, pins, s)
+    k1, k2 = st.columns(2)
+    k1.button("Keep this plan as the baseline", key="pl_keep",
+              on_click=lambda: st.session_state.__setitem__(BASELINE, record))
+    k2.button("Clear baseline", key="pl_base_clear", disabled=BASELINE not in st.session_state,
+              on_click=lambda: st.session_state.pop(BASELINE, None))
+    if BASELINE in st.session_state:
+        summary, brows = pl.compare_plans(st.session_state[BASELINE], record)
+        st.markdown(f"**{ui.plain(summary)}** {ui.badge('modelled')}")
+        st.dataframe(pd.DataFrame(figs.baseline_table(brows)), hide_index=True, key="pl_base_table",
+                     column_config={"change (%)": st.column_config.NumberColumn(format="%+.1f")})
+        ui.caption("modelled", "busy time per device (compute only), then the makespan, in the baseline and now.")
+    else:
+        st.caption("Keep a plan, then pin an operator or change the strategy to see what it costs.")
+
     st.subheader("Assignment")
-    rows = []
-    for r in pl.schedule_table(shown, s):
-        row = {"operator": str(r["task"]), "class": r["class"], "FLOPs": r["flops"], "device": r["device"],
-               f"start ({unit})": r["start"] * scale, f"finish ({unit})": r["finish"] * scale}
-        row |= {f"on {d} ({unit})": (t * scale if math.isfinite(t) else None) for d, t in r["times"].items()}
-        rows.append(row)
-    st.dataframe(pd.DataFrame(rows), hide_index=True, key="pl_table")
+    st.dataframe(pd.DataFrame(figs.assignment_table(pl.schedule_table(shown, s), scale, unit, reasons)),
+                 hide_index=True, key="pl_table")
     ui.caption("modelled", f"times in {unit}; an empty 'on device' cell means that device has no kernel for the "
-                           "operator's class. Data-layout ops (view, flatten, transpose) are merged into the operator "
-                           "that produced their input.")
+                           "operator's class (or a pin excludes it). Data-layout ops (view, flatten, transpose) are "
+                           "merged into the operator that produced their input.")
     st.plotly_chart(figs.dag_figure(shown.topological_order(), shown.edges, s.assignment, shown.devices,
                                     {t: f"{shown.task_class(t)}, {shown.info.get(t, {}).get('flops', 0):.3g} FLOPs"
                                      for t in shown.tasks}, "Operator graph coloured by device"), key="pl_dag")
@@ -81,7 +144,7 @@ with ui.guarded("the placement"):
     ui.caption("modelled", "memory = parameters + output activations (float32) of the operators placed there.")
     over = [u["device"] for u in usage if u["over"]]
     if over:
-        st.warning(f"Over-full: {', '.join(over)} hold more than their memory.", icon=":material/warning:")
+        st.warning(f"Over-full: {ui.plain(', '.join(over))} hold more than their memory.", icon=":material/warning:")
 
 st.subheader("All strategies on this scenario")
 if g is not None:
@@ -96,17 +159,17 @@ if g is not None:
                         f"runs on a coarsened graph of {len(coarse)} groups (chains merged first; a group stays on "
                         "one device). The optimum and the gaps are for that graph.")
         st.plotly_chart(figs.comparison_figure(rows), key="pl_compare")
-        span = max(r["makespan"] for r in rows if r["makespan"] is not None)
+        span = max([r["makespan"] for r in rows if r["makespan"] is not None] + [0.0])
         cscale, cunit = figs.time_unit(span)
         st.dataframe(pd.DataFrame([{"graph": r["graph"], "strategy": r["strategy"],
                                     f"makespan ({cunit})": r["makespan"] * cscale if r["makespan"] else None,
                                     "above optimum (%)": 100 * r["gap"] if r["gap"] is not None else None,
                                     "note": r["note"]} for r in rows]), hide_index=True, key="pl_compare_table",
                      column_config={"above optimum (%)": st.column_config.NumberColumn(format="%.1f")})
-        ui.caption("modelled", "one forward pass of one batch; chain_dp optimises the steady pipeline bottleneck "
-                               "(its note), not this single-pass makespan.")
+        ui.caption("modelled", "one forward pass of one batch, with the pins; chain_dp optimises the steady pipeline "
+                               "bottleneck (its note), not this single-pass makespan.")
 
-st.subheader("Dynamic load balancing (seed B, S3–S6)")
+st.subheader("Dynamic load balancing: weights from each node's waiting time")
 st.markdown("Every node starts with an equal weight. Each round the planner plans with the weights, the round runs "
             "at the **true** speeds (the catalogue's divided by the slowdown below, times seeded noise), every node's "
             "waiting time is recorded, and if `(max wait − mean wait) / round time` exceeds the tolerance the weights "
@@ -116,33 +179,34 @@ st.markdown("Every node starts with an equal weight. Each round the planner plan
             "one the planner would make knowing the true speeds (the green line).")
 b1, b2 = st.columns([1, 2])
 mode = b1.radio("What is balanced", ["model", "data"], key="pl_bal_mode", format_func={
-    "model": "operators across devices (model parallel)", "data": "batch shares (data parallel, seed C)"}.get)
-names = topo.device_names
-fastest = max(names, key=lambda n: topo.device(n).throughput.get("matmul", 0.0))
+    "model": "operators across devices (model parallel)", "data": "batch shares (data parallel)"}.get)
+dnames = topo.device_names
+fastest = max(dnames, key=lambda n: topo.device(n).throughput.get("matmul", 0.0))
 slowdown = {}
-cols = b2.columns(min(len(names), 5))
-for i, n in enumerate(names):
-    slowdown[n] = cols[i % len(cols)].number_input(f"{n} slowdown (×)", 0.01, 1e6, 20.0 if n == fastest else 1.0,
-                                                   key=f"pl_slow_{n}")
-b2.caption(f"By default {fastest} (the catalogue's fastest matmul device) runs 20× slower than its datasheet.")
-noise, seed, tol, patience, max_rounds = 0.02, sc.training.seed, 0.05, 3, 40  # lesson mode: the defaults
-if not ui.lesson_mode():
-    k1, k2, k3, k4, k5 = st.columns(5)
-    noise = k1.number_input("noise σ", 0.0, 1.0, noise, 0.01, key="pl_noise")
-    seed = int(k2.number_input("seed", 0, 2**31 - 1, seed, key="pl_seed"))
-    tol = k3.number_input("tolerance", 0.0, 1.0, tol, 0.01, key="pl_tol")
-    patience = int(k4.number_input("patience (rounds)", 1, 100, patience, key="pl_patience"))
-    max_rounds = int(k5.number_input("max rounds", 1, 500, max_rounds, key="pl_rounds"))
+cols = b2.columns(min(len(dnames), 5))
+for i, n in enumerate(dnames):
+    if ui.view_value(f"pl_slow_{n}") is None:
+        ui.set_view(f"pl_slow_{n}", 20.0 if n == fastest else 1.0)
+    slowdown[n] = cols[i % len(cols)].number_input(f"{n} slowdown (×)", 0.01, 1e6, key=f"pl_slow_{n}")
+b2.caption(f"By default {ui.plain(fastest)} (the catalogue's fastest matmul device) runs 20× slower than its datasheet.")
+knobs = {"pl_noise": ("noise σ", 0.0, 1.0, 0.01), "pl_seed": ("seed", 0, 2**31 - 1, 1), "pl_tol": ("tolerance", 0.0,
+         1.0, 0.01), "pl_patience": ("patience (rounds)", 1, 100, 1), "pl_rounds": ("max rounds", 1, 500, 1)}
+if ui.lesson_mode():  # lesson mode hides the knobs and keeps their values
+    noise, seed, tol, patience, max_rounds = (ui.view_value(k) for k in knobs)
+else:
+    noise, seed, tol, patience, max_rounds = (col.number_input(label, lo, hi, step=step, key=k) for col, (k, (
+        label, lo, hi, step)) in zip(st.columns(5), knobs.items()))
 if g is not None:
     with ui.guarded("the balancing loop"):
-        kw = dict(slowdown=slowdown, noise=noise, seed=seed, tolerance=tol, patience=patience, max_rounds=max_rounds)
+        kw = dict(slowdown=slowdown, noise=noise, seed=int(seed), tolerance=tol, patience=int(patience),
+                  max_rounds=int(max_rounds))
         if mode == "model":
             results = {r: balance_model_parallel(g, rule=r, **kw) for r in RULES}
         else:
             per_sample = per_sample_times(og, topo)
             kw["slowdown"] = {n: slowdown[n] for n in per_sample}
-            st.caption(f"Data-parallel nodes: the devices that can run the whole model ({', '.join(per_sample)}); "
-                       f"the global batch of {batch} samples is split between them.")
+            st.caption(f"Data-parallel nodes: the devices that can run the whole model "
+                       f"({ui.plain(', '.join(per_sample))}); the global batch of {batch} samples is split between them.")
             results = {r: balance_data_parallel(per_sample, batch, rule=r, **kw) for r in RULES}
         nodes = results[RULES[0]].nodes
         series = {r: {"round": [x.round for x in res.rounds], "round_time": [x.round_time for x in res.rounds],
@@ -153,21 +217,12 @@ if g is not None:
         st.plotly_chart(figs.balance_figure(series, nodes, ref["round_time"]), key="pl_balance")
         ui.caption("modelled", "each round is simulated with the cost model at the true speeds, not run.")
         for r, res in results.items():
-            last = res.final
-            verdict = "stopped" if res.converged else "did not stop"
-            st.markdown(f"**{r}** ({RULE_LABELS[r]}): {verdict} after {len(res.rounds)} rounds ({res.reason}); "
-                        f"last round {last.round_time * scale:.4g} {unit} vs {ref['round_time'] * scale:.4g} {unit} "
-                        f"for the {'plan' if mode == 'model' else 'split'} made with the true speeds "
-                        f"{ui.badge('modelled')}.")
-        tabs = st.tabs([f"rounds: {r}" for r in results])
-        for tab, (r, res) in zip(tabs, results.items()):
-            tab.dataframe(pd.DataFrame([{
-                "round": x.round, **{f"w {n}": w for n, w in zip(nodes, x.weights)},
-                f"round time ({unit})": x.round_time * scale, f"max wait ({unit})": x.max_wait * scale,
-                f"mean wait ({unit})": x.mean_wait * scale, "imbalance": x.imbalance, "good enough": x.good_enough,
-                ("operators moved" if mode == "model" else "samples moved"): x.changes,
-                "plan": ", ".join(map(str, x.plan)) if mode == "data" else ", ".join(
-                    f"{n}:{sum(1 for p in x.plan if p == n)}" for n in nodes if n in x.plan)}
-                for x in res.rounds]), hide_index=True, key=f"pl_rounds_{r}")
+            st.markdown(f"**{r}** ({RULE_LABELS[r]}): {'stopped' if res.converged else 'did not stop'} after "
+                        f"{len(res.rounds)} rounds ({ui.plain(res.reason)}); last round "
+                        f"{res.final.round_time * scale:.4g} {unit} vs {ref['round_time'] * scale:.4g} {unit} for the "
+                        f"{'plan' if mode == 'model' else 'split'} made with the true speeds {ui.badge('modelled')}.")
+        for tab, (r, res) in zip(st.tabs([f"rounds: {r}" for r in results]), results.items()):
+            tab.dataframe(pd.DataFrame(figs.rounds_table(res, nodes, mode, scale, unit)), hide_index=True,
+                          key=f"pl_rounds_{r}")
         ui.caption("modelled", f"weights: {'batch shares' if mode == 'data' else 'the planner speed factor per device'}"
                                "; imbalance = (max wait − mean wait) / round time (dimensionless).")

@@ -3,6 +3,7 @@ and are shown in the unit :func:`time_unit` picks (s, ms, µs or ns), named on e
 
 from __future__ import annotations
 
+import html
 import math
 from typing import Any, Mapping, Sequence
 
@@ -36,27 +37,95 @@ def device_colours(devices: Sequence[str]) -> dict[str, str]:
     return {d: _PALETTE[i % len(_PALETTE)] for i, d in enumerate(devices)}
 
 
-def gantt_figure(rows: Sequence[Mapping[str, Any]], devices: Sequence[str], title: str = "") -> go.Figure:
-    """One lane per device; a bar per task from start to finish, coloured by operator class.
+TRANSFER_COLOUR = "#cf222e"
+MIN_VISIBLE = 0.006  # bars shorter than this share of the time axis also get a marker
+
+
+def _esc(x: Any) -> str:
+    """User text inside plotly's hover and labels (which read a few HTML tags) shown as text."""
+    return html.escape(str(x), quote=False)
+
+
+def receive_lane(device: str) -> str:
+    return f"{device} ← in"
+
+
+def gantt_figure(rows: Sequence[Mapping[str, Any]], devices: Sequence[str], title: str = "",
+                 transfers: Sequence[Mapping[str, Any]] = (), reasons: Mapping[Any, str] | None = None) -> go.Figure:
+    """One lane per device; a bar per task from start to finish, coloured by operator class, its
+    hover saying the class and why it is there (``reasons``). Under each device that receives data,
+    a lane of its incoming transfers (``transfers``: producer, consumer, src, dst, start, finish, s).
+    Bars too short to see at this scale carry a diamond marker with the same hover.
     ``rows``: dicts with task, device, start, finish (s) and class."""
-    span = max((r["finish"] for r in rows), default=0.0)
+    span = max([r["finish"] for r in rows] + [t["finish"] for t in transfers] + [0.0])
     scale, unit = time_unit(span)
     fig = go.Figure()
+    tiny = MIN_VISIBLE * span
+
+    def add(lanes, starts, ends, colour, name, texts, hovers, group, opacity=1.0):
+        fig.add_trace(go.Bar(
+            y=lanes, x=[(b - a) * scale for a, b in zip(starts, ends)], base=[a * scale for a in starts],
+            orientation="h", name=name, legendgroup=group, opacity=opacity, text=texts, textposition="inside",
+            insidetextanchor="middle", marker=dict(color=colour, line=dict(color="white", width=1)),
+            hovertext=hovers, hoverinfo="text"))
+        small = [k for k, (a, b) in enumerate(zip(starts, ends)) if b - a < tiny]
+        if small:
+            fig.add_trace(go.Scatter(
+                y=[lanes[k] for k in small], x=[(starts[k] + ends[k]) / 2 * scale for k in small], mode="markers",
+                marker=dict(symbol="diamond", size=9, color=colour, line=dict(color="white", width=1)),
+                hovertext=[hovers[k] for k in small], hoverinfo="text", legendgroup=group, showlegend=False))
+
     by_class: dict[Any, list] = {}
     for r in rows:
         by_class.setdefault(r.get("class"), []).append(r)
     for cls, rs in by_class.items():
-        fig.add_trace(go.Bar(
-            y=[r["device"] for r in rs], x=[(r["finish"] - r["start"]) * scale for r in rs],
-            base=[r["start"] * scale for r in rs], orientation="h", name=str(cls or "task"),
-            marker=dict(color=CLASS_COLOURS.get(cls, "#9e9e9e"), line=dict(color="white", width=1)),
-            text=[str(r["task"]) for r in rs], textposition="inside", insidetextanchor="middle",
-            hovertext=[f"<b>{r['task']}</b> ({cls})<br>{r['device']}: {r['start'] * scale:.4g}–"
-                       f"{r['finish'] * scale:.4g} {unit}" for r in rs], hoverinfo="text"))
-    fig.update_layout(title=title, barmode="overlay", height=120 + 38 * len(devices),
-                      xaxis_title=f"time ({unit})", yaxis_title="device", legend_title="operator class",
-                      margin=dict(l=10, r=10, t=50, b=40))
-    fig.update_yaxes(categoryorder="array", categoryarray=list(devices)[::-1])
+        add([r["device"] for r in rs], [r["start"] for r in rs], [r["finish"] for r in rs],
+            CLASS_COLOURS.get(cls, "#9e9e9e"), str(cls or "task"), [_esc(r["task"]) for r in rs],
+            [f"<b>{_esc(r['task'])}</b> ({_esc(cls)})<br>{_esc(r['device'])}: {r['start'] * scale:.4g}–"
+             f"{r['finish'] * scale:.4g} {unit}" + (f"<br>{_esc((reasons or {}).get(r['task'], ''))}"
+                                                    if reasons else "") for r in rs], str(cls))
+    if transfers:
+        add([receive_lane(t["dst"]) for t in transfers], [t["start"] for t in transfers],
+            [t["finish"] for t in transfers], TRANSFER_COLOUR, "transfer (arriving)", [""] * len(transfers),
+            [f"transfer {_esc(t['producer'])} → {_esc(t['consumer'])}<br>{_esc(t['src'])} → {_esc(t['dst'])}: "
+             f"{t['start'] * scale:.4g}–{t['finish'] * scale:.4g} {unit}"
+             + (f"<br>{_fmt_bytes(t['bytes'])}" if t.get("bytes") is not None else "") for t in transfers],
+            "transfer", opacity=0.55)
+    receiving = {t["dst"] for t in transfers}
+    lanes = [x for d in devices for x in ([d, receive_lane(d)] if d in receiving else [d])]
+    fig.update_layout(title=title, barmode="overlay", height=140 + 34 * len(lanes), uniformtext=dict(minsize=8,
+                      mode="hide"), xaxis_title=f"time ({unit})", yaxis_title="device (and its arriving transfers)",
+                      legend_title="operator class", margin=dict(l=10, r=10, t=50, b=40))
+    fig.update_yaxes(categoryorder="array", categoryarray=lanes[::-1])
+    return fig
+
+
+WHY_PARTS = (("inputs_at", "until its inputs exist", "#d0d7de"), ("transfer", "input transfer", TRANSFER_COLOUR),
+             ("wait", "waiting for the device", "#d29922"), ("compute", "compute", "#2e7d32"))
+
+
+def why_figure(rows: Sequence[Mapping[str, Any]], task: Any) -> go.Figure:
+    """One stacked bar per candidate device of ``task``: when its inputs exist, then transfer, wait
+    and compute up to its finish there (``rows`` from :func:`lab.placement.why`, seconds). The
+    plan's device is marked; devices without a kernel or excluded by a pin say so."""
+    ok = [r for r in rows if r["kernel"]]
+    scale, unit = time_unit(max((r["finish"] for r in ok), default=0.0))
+
+    def label(r: Mapping[str, Any]) -> str:
+        tag = " ★ chosen" if r["chosen"] else ("" if r["allowed"] else " (pin excludes)")
+        return _esc(r["device"]) + tag
+
+    fig = go.Figure()
+    for key, name, colour in WHY_PARTS:
+        fig.add_trace(go.Bar(y=[label(r) for r in ok], x=[r[key] * scale for r in ok], name=name, orientation="h",
+                             marker_color=colour, hovertemplate=f"{name}: %{{x:.4g}} {unit}<extra>%{{y}}</extra>"))
+    for r in rows:
+        if not r["kernel"]:
+            fig.add_trace(go.Bar(y=[_esc(r["device"]) + " (no kernel)"], x=[0], showlegend=False, hoverinfo="skip"))
+    fig.update_layout(barmode="stack", title=f"Why {_esc(task)} is where it is: finish on each device",
+                      xaxis_title=f"time ({unit})", yaxis_title="candidate device", legend_title="part of the finish",
+                      height=160 + 36 * len(rows), margin=dict(l=10, r=10, t=50, b=40))
+    fig.update_yaxes(autorange="reversed")
     return fig
 
 
@@ -199,5 +268,54 @@ def balance_figure(series: Mapping[str, Mapping[str, Any]], nodes: Sequence[str]
     return fig
 
 
-__all__ = ["time_unit", "bytes_unit", "device_colours", "gantt_figure", "dag_figure", "usage_figure",
-           "memory_figure", "comparison_figure", "balance_figure", "CLASS_COLOURS"]
+# ----- tables for st.dataframe: plain rows, times in the unit the page shows ------------------------------
+
+def assignment_table(rows: Sequence[Mapping[str, Any]], scale: float, unit: str,
+                     reasons: Mapping[Any, str] | None = None) -> list[dict[str, Any]]:
+    """The schedule table (:func:`lab.placement.schedule_table`) with units in the column names and
+    the reason each operator is on its device."""
+    out = []
+    for r in rows:
+        row = {"operator": str(r["task"]), "class": r["class"], "FLOPs": r["flops"], "device": r["device"],
+               f"start ({unit})": r["start"] * scale, f"finish ({unit})": r["finish"] * scale,
+               "why here": (reasons or {}).get(r["task"], "")}
+        row |= {f"on {d} ({unit})": (t * scale if math.isfinite(t) else None) for d, t in r["times"].items()}
+        out.append(row)
+    return out
+
+
+def why_table(rows: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """:func:`lab.placement.why` rows with units named (one unit for the whole table)."""
+    scale, unit = time_unit(max((r["finish"] for r in rows if r["kernel"]), default=0.0))
+
+    def t(x: float | None) -> float | None:
+        return None if x is None else x * scale
+
+    return [{"device": r["device"], "type": r["type"], "plan's choice": r["chosen"],
+             "allowed": "no kernel" if not r["kernel"] else ("yes" if r["allowed"] else "no: pinned elsewhere"),
+             f"inputs exist at ({unit})": t(r["inputs_at"]) if r["kernel"] else None,
+             f"transfer ({unit})": t(r["transfer"]), f"wait for device ({unit})": t(r["wait"]),
+             f"compute ({unit})": t(r["compute"]), f"finish ({unit})": t(r["finish"])} for r in rows]
+
+
+def baseline_table(rows: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """:func:`lab.placement.compare_plans` rows (busy time per device, then the makespan) with units."""
+    scale, unit = time_unit(max([abs(r["baseline"]) for r in rows] + [abs(r["now"]) for r in rows] + [0.0]))
+    return [{"device": r["device"], f"baseline ({unit})": r["baseline"] * scale, f"now ({unit})": r["now"] * scale,
+             f"change ({unit})": r["change"] * scale,
+             "change (%)": 100 * r["change"] / r["baseline"] if r["baseline"] else None} for r in rows]
+
+
+def rounds_table(res: Any, nodes: Sequence[str], mode: str, scale: float, unit: str) -> list[dict[str, Any]]:
+    """One row per balancing round (:class:`lab.balance.BalanceResult`): weights, times, the plan."""
+    return [{"round": x.round, **{f"w {n}": w for n, w in zip(nodes, x.weights)},
+             f"round time ({unit})": x.round_time * scale, f"max wait ({unit})": x.max_wait * scale,
+             f"mean wait ({unit})": x.mean_wait * scale, "imbalance": x.imbalance, "good enough": x.good_enough,
+             ("operators moved" if mode == "model" else "samples moved"): x.changes,
+             "plan": ", ".join(map(str, x.plan)) if mode == "data" else ", ".join(
+                 f"{n}:{sum(1 for p in x.plan if p == n)}" for n in nodes if n in x.plan)} for x in res.rounds]
+
+
+__all__ = ["time_unit", "bytes_unit", "device_colours", "gantt_figure", "why_figure", "receive_lane", "dag_figure",
+           "usage_figure", "memory_figure", "comparison_figure", "balance_figure", "CLASS_COLOURS",
+           "assignment_table", "why_table", "baseline_table", "rounds_table"]
