@@ -48,7 +48,7 @@ DEVICE_CATALOGUE: dict[str, CatalogueEntry] = {
     "asic": CatalogueEntry(
         "asic", "activation / normalisation ASIC", 8e9,
         {"elementwise": 1.0 * T, "norm": 0.8 * T},
-        "no public part: an illustrative fixed-function activation engine (seed A's ASIC role)"),
+        "no public part: an illustrative fixed-function activation engine (the CXL design's ASIC role)"),
     "dpu": CatalogueEntry(
         "dpu", "data-processing unit (BlueField-2-class)", 16e9,
         {"elementwise": 0.05 * T, "pool": 0.03 * T, "other": 0.05 * T},
@@ -96,7 +96,7 @@ def preset_cxl() -> Topology:
     sw = Switch("cxl-switch")
     links = [catalogue_link(d.name, sw.name, "cxl") for d in devs]
     return Topology("cxl", tuple(devs), tuple(links), (sw,),
-                    "Seed A: one host with a GPU, an FPGA, an ASIC and a DPU on a CXL switch; "
+                    "The CXL design: one host with a GPU, an FPGA, an ASIC and a DPU on a CXL switch; "
                     "any device reads another's memory directly (one switch hop, no host copy).").validate()
 
 
@@ -104,7 +104,7 @@ def preset_pcie() -> Topology:
     devs = _pool("", "pool0")
     links = [catalogue_link("host", d.name, "pcie") for d in devs[1:]]
     return Topology("pcie", tuple(devs), tuple(links), (),
-                    "Seed A's baseline: the same devices on PCIe to the host; every device-to-device "
+                    "The CXL design's baseline: the same devices on PCIe to the host; every device-to-device "
                     "transfer goes through the host (two hops, the slower bounds the path).").validate()
 
 
@@ -116,7 +116,7 @@ def preset_two_pools() -> Topology:
     links += [catalogue_link("p0-host", "p1-host", "upi"),
               catalogue_link("p0-cxl", "fabric", "switch"), catalogue_link("p1-cxl", "fabric", "switch")]
     return Topology("two-pools", tuple(devs), tuple(links), sws,
-                    "Seed A: two resource pools, each a host and four devices on CXL; hosts linked by "
+                    "The CXL design: two resource pools, each a host and four devices on CXL; hosts linked by "
                     "UPI, devices of different pools reach each other through a fabric switch.").validate()
 
 
@@ -130,7 +130,7 @@ def preset_gpu_npu() -> Topology:
     links += [catalogue_link("gpu-nvswitch", "tor", "ethernet"), catalogue_link("npu-hccs", "tor", "ethernet"),
               catalogue_link("master", "tor", "ethernet", bandwidth=3.125 * G)]
     return Topology("gpu-npu", tuple(devs), tuple(links), sws,
-                    "Seed C: resource groups of one hardware type each (4 GPUs on NVLink, 4 NPUs on an "
+                    "The task-level design: resource groups of one hardware type each (4 GPUs on NVLink, 4 NPUs on an "
                     "HCCS-like 56 GB/s fabric), joined by 100 GbE; a 25 GbE task-manager node.").validate()
 
 
@@ -141,7 +141,7 @@ def preset_edge() -> Topology:
     sw = Switch("edge-switch")
     links = [Link(d.name, sw.name, "ethernet", 100e6 / 8, 200e-6) for d in devs]
     return Topology("edge", tuple(devs), tuple(links), (sw,),
-                    "Seed D: eight weak edge devices (Raspberry Pi 4-class: 4x Cortex-A72, ~13.5 GFLOP/s "
+                    "The edge-compression design: eight weak edge devices (Raspberry Pi 4-class: 4x Cortex-A72, ~13.5 GFLOP/s "
                     "FP32) on a 100 Mbit/s Ethernet switch (12.5 MB/s, 200 us per hop).").validate()
 
 

@@ -1,4 +1,4 @@
-"""Seed A's "Cholesky compression", tested.
+"""The CXL design's "Cholesky compression", tested.
 
 The claim: a device whose result is a matrix D sends the factor L of D = L L^T instead, and the
 receiver rebuilds D, "halving" the traffic. What holds and what does not, each shown by a function:

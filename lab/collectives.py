@@ -3,7 +3,7 @@
 Four algorithms over N participating devices, each a :class:`Schedule` of :class:`Step` s:
 
 * ``ring``: reduce-scatter (N-1 steps) then all-gather (N-1 steps) over N chunks, in a chosen
-  ring order (seed A's worked example: A -> B -> C -> D -> A, chunks a0..d3).
+  ring order (the CXL design's worked example: A -> B -> C -> D -> A, chunks a0..d3).
 * ``host``: host aggregation: every device uploads its buffer to the host, the host sums and
   sends the result back (2 steps; the host's own port carries N buffers each way).
 * ``tree``: reduce up a binary tree (heap layout over the order, root first), broadcast down.
@@ -139,7 +139,7 @@ def contribution_label(mask: int, chunk: int, n: int, max_terms: int = 4) -> str
 
 
 def default_names(n: int) -> list[str]:
-    """A, B, C, ... (seed A's device names), then D26, D27, ..."""
+    """A, B, C, ... (the CXL design's device names), then D26, D27, ..."""
     return [chr(ord("A") + i) if i < 26 else f"D{i}" for i in range(n)]
 
 
@@ -372,7 +372,7 @@ def uniform_star(n: int, bandwidth: float, latency: float, *, host: bool = True,
 
 
 def default_participants(topology: Topology) -> list[str]:
-    """The devices that hold gradients by default: every device but host CPUs (seed A: the host
+    """The devices that hold gradients by default: every device but host CPUs (the CXL design: the host
     hands out work and the accelerators all-reduce), or every device when that leaves fewer than 2."""
     names = [d.name for d in topology.devices if d.type != "cpu"]
     return names if len(names) >= 2 else topology.device_names
@@ -715,7 +715,7 @@ def _default_group_sizes(n: int) -> list[int]:
 
 
 # ---------------------------------------------------------------------------------------------
-# synchronous versus asynchronous trigger (seed A)
+# synchronous versus asynchronous trigger (the CXL design)
 # ---------------------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class Segment:

@@ -434,7 +434,7 @@ class ErrorFeedback(Compressor):
 
 COMPRESSOR_LABELS = {
     "none": "no compression (fp32)",
-    "group_topk": "Group-TopK (seed D)",
+    "group_topk": "Group-TopK (top k in every group)",
     "topk": "global Top-K",
     "randomk": "Random-K",
     "fp16": "FP16",

@@ -1,4 +1,4 @@
-"""Adam, AdaBelief and Max-AdaBelief as ``torch.optim.Optimizer`` subclasses, with the seed's
+"""Adam, AdaBelief and Max-AdaBelief as ``torch.optim.Optimizer`` subclasses, with the CXL design's
 optimizer-state all-reduce.
 
 The maths (one step, for a parameter theta with gradient g, step number t = 1, 2, ...)
@@ -18,7 +18,7 @@ AdaBelief (the official update with rectification off)::
 Note that eps appears twice, as in the paper and in ``adabelief-pytorch``: it is added to the stored
 s_t at every step (so in steady state s carries eps / (1-b2)) and again outside the square root.
 
-Max-AdaBelief (the seed design's variant, the AMSGrad idea applied to AdaBelief) keeps a running
+Max-AdaBelief (the CXL design's variant, the AMSGrad idea applied to AdaBelief) keeps a running
 maximum and uses it in the denominator. Two variants, both offered:
 
 * ``max_mode="raw"`` (:class:`MaxAdaBelief`, the default, what the seed and ``adabelief-pytorch``'s
@@ -52,7 +52,7 @@ collective: one call per (device, dtype) bucket, in the same order on every work
 :func:`torch_allreduce_fn` builds one over ``torch.distributed``; :class:`LocalAllReduce` simulates
 several workers as threads of one process (tests, notebooks).
 
-* ``sync="state"`` (the seed design's "optimizer-state all-reduce"): each worker updates its own
+* ``sync="state"`` (the CXL design's "optimizer-state all-reduce"): each worker updates its own
   m_t and s_t from its local gradient; the workers all-reduce (mean) the bias-corrected first moment
   m_hat; each takes the max of s_t with its previous maximum and the workers all-reduce (max) that
   (it is stored as the new maximum, so every worker holds the same maximum afterwards); then every
@@ -186,7 +186,7 @@ def adabelief_update(params: list[Tensor], grads: list[Tensor], exp_avgs: list[T
     bc1 = _bias_corrections(beta1, steps)
     bc2 = _bias_corrections(beta2, steps)
     bc2_sqrt = [math.sqrt(b) for b in bc2]
-    if allreduce_fn is not None:                            # the seed's order: m_hat first
+    if allreduce_fn is not None:                            # the CXL design's order: m_hat first
         m_hat = torch._foreach_div(exp_avgs, bc1)
         allreduce_tensors(m_hat, "mean", allreduce_fn)
 
@@ -479,7 +479,7 @@ class _LabOptimizer(torch.optim.Optimizer):
         return loss
 
     def step_distributed(self, allreduce_fn: AllReduceFn, sync: str = "state", closure=None):
-        """A collective step: ``sync="state"`` (the seed's optimizer-state all-reduce) or
+        """A collective step: ``sync="state"`` (the CXL design's optimizer-state all-reduce) or
         ``sync="gradient"`` (all-reduce the gradients, then the local step). See the module docstring."""
         if not callable(allreduce_fn):
             raise LabError("allreduce_fn must be a function (tensor, op) -> None", where=type(self).__name__)
@@ -660,7 +660,7 @@ class AdaBelief(_AdaBeliefFamily):
 
 
 class MaxAdaBelief(_AdaBeliefFamily):
-    """Max-AdaBelief, the seed's variant: s_max_t = max(s_max_{t-1}, s_t) in the denominator
+    """Max-AdaBelief, the CXL design's variant: s_max_t = max(s_max_{t-1}, s_t) in the denominator
     (``max_mode="raw"``, = ``adabelief-pytorch`` with ``amsgrad=True, rectify=False``). Pass
     ``max_mode="corrected"`` (or use :class:`MaxAdaBeliefCorrected`) for the max of the bias-corrected
     value, whose effective step never grows."""

@@ -137,7 +137,7 @@ def _ring_message_delays(sc: Scenario, devices: Sequence[str], nbytes_per_messag
 
 
 def _sparse_ring_bytes(n: int, world: int, kept: int) -> float:
-    """Bytes one rank sends in the seed's sparse ring, estimated: every worker's kept entries spread
+    """Bytes one rank sends in the edge-compression design's sparse ring, estimated: every worker's kept entries spread
     evenly over the N blocks, supports independent (the fill-in grows as 1 - (1 - density)^k)."""
     block = n / world
     dens = min(1.0, kept / max(n, 1))

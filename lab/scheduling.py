@@ -1,8 +1,8 @@
-"""Scheduling jobs onto resource groups (seed C): pure functions, no processes.
+"""Scheduling jobs onto resource groups (the task-level design): pure functions, no processes.
 
-A *resource group* holds devices of one hardware type (seed C: CPU, GPU, NPU, ... groups). A job
+A *resource group* holds devices of one hardware type (the task-level design: CPU, GPU, NPU, ... groups). A job
 asks for ``tasks`` devices (its compute workers, plus one for the parameter server when its sync
-mode uses one). Two placement policies, as in seed C:
+mode uses one). Two placement policies, as in the task-level design:
 
 * ``uniform``: spread the job's tasks evenly over every group that has a free device (one task per
   group in turn, in the groups' order), so no group carries more than its share.
@@ -346,7 +346,7 @@ __all__ = ["Group", "JobRequest", "Allocation", "Schedule", "POLICIES", "POLICY_
 
 
 def parse_job(sc) -> dict:
-    """Seed C's parsing step: the job's roles (a task manager, a parameter server where the sync mode
+    """The task-level design's parsing step: the job's roles (a task manager, a parameter server where the sync mode
     uses one, the compute workers), the device each worker stands for, and the topology's resource
     groups (one hardware type each) those devices belong to. Plain data (JSON-ready)."""
     tr = sc.training

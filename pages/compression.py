@@ -23,7 +23,7 @@ lesson = ui.lesson_mode()  # hides the advanced controls
 comp = sc.training.compression
 st.title("Compression")
 st.markdown(
-    "Seed D's **Group-TopK** keeps, in every group of *group size* consecutive gradient entries, the "
+    "The edge-compression design's **Group-TopK** keeps, in every group of *group size* consecutive gradient entries, the "
     "*ratio × group size* entries of largest magnitude, and shares the sparse result round a ring. Here it "
     "stands beside global Top-K, Random-K and FP16 on a real gradient, with every byte counted from the "
     "payload as it is really serialised (fp32 value + uint16 in-group offset: 6 B per kept entry for "
@@ -96,7 +96,7 @@ with ui.guarded("the compressor comparison"):
         hide_index=True, key="cp_table")
 
 # ---------------------------------------------------------------- the ring and its fill-in
-st.header("Sharing across workers: the seed's sparse ring and its fill-in")
+st.header("Sharing across workers: the edge-compression design's sparse ring and its fill-in")
 st.markdown(
     "Each worker cuts its sparse gradient into N blocks. In the reduce-scatter (hops a1 … a(N−1)) a block "
     "travels round the ring and every worker adds its own entries to it; the sum of sparse vectors has the "
@@ -131,9 +131,9 @@ with ui.guarded("the ring simulation"):
         st.success(f"Scenario compression: {COMPRESSOR_LABELS[kind]}, ratio {ratio:g}, group size {group_size}.")
 
 # ---------------------------------------------------------------- the Cholesky claim
-st.header("The Cholesky claim (seed A)")
+st.header("The Cholesky claim (the CXL design)")
 st.markdown(
-    "Seed A proposes sending the factor L of a result matrix D = L Lᵀ instead of D, \"halving\" the traffic. "
+    "The CXL design proposes sending the factor L of a result matrix D = L Lᵀ instead of D, \"halving\" the traffic. "
     "L exists only for a symmetric positive-definite D, and it has n(n+1)/2 entries: exactly the lower "
     "triangle of a symmetric D, which can be sent with no factorisation at all.")
 with st.form("ch_form"):
@@ -184,7 +184,7 @@ with ui.guarded("the Cholesky section"):
 # ---------------------------------------------------------------- training runs: the preset grid
 st.header("Training with compression")
 sharing = comp.sharing if comp.sharing != "dense" else "sparse_allgather"
-st.markdown(f"The current scenario trained for real (gradient all-reduce, the lab's ring) with the seed's three "
+st.markdown(f"The current scenario trained for real (gradient all-reduce, the lab's ring) with the CXL design's three "
             "optimisers × (dense, Group-TopK 1 %, Group-TopK 1 % + error feedback): 9 runs, queued in turn. Group "
             f"size {comp.group_size}, shared by **{SHARING_LABELS[sharing]}**; bytes counted from the real messages. "
             "Emulate the edge preset's 100 Mbit/s links (Training page) to see what links cost.")

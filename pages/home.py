@@ -34,6 +34,7 @@ DESCRIPTIONS = {
     "Compression": "Group-TopK, error feedback, sparse rings, and the Cholesky claim",
     "Jobs": "job lifecycle, faults and recovery",
     "Fidelity": "prediction beside measurement for every run",
+    "About the designs": "the four published designs the lab is built from, their claims, and where each is tested",
 }
 for file, title, icon in available_pages():
     if title == "Home":

@@ -14,7 +14,7 @@ from lab.optim_playground import (FUNCTIONS, MAX_COUNTEREXAMPLE_STEPS, PERIOD, P
 ui.scenario_sidebar()
 st.title("Optimisers")
 st.markdown(
-    "Adam, AdaBelief and the seed design's Max-AdaBelief, run by the lab's own optimisers "
+    "Adam, AdaBelief and the CXL design's Max-AdaBelief, run by the lab's own optimisers "
     "(`lab.optim`, checked against `torch.optim.Adam` and the published `adabelief-pytorch`). "
     "Every chart here is a real run on an analytic function, so it is labelled "
     f"{ui.badge('measured')}: nothing is modelled.")
@@ -92,7 +92,7 @@ with ui.guarded("the playground"):
                    "step (optimizer.effective_lr()), same runs.")
         st.markdown(
             "**The max.** Max-AdaBelief keeps the largest belief value seen so far in the denominator, so one "
-            "big surprise keeps later steps small (the AMSGrad idea). The seed's version takes the max of the "
+            "big surprise keeps later steps small (the AMSGrad idea). The CXL design's version takes the max of the "
             "raw s, which is then divided by 1 − b2ᵗ; that factor grows towards 1 over the first ~1/(1 − b2) "
             "steps, so its effective step can still grow. Taking the max of the bias-corrected ŝ (dotted) gives "
             "an effective step that never grows, at a price: one early large surprise caps every later step, "

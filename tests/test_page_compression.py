@@ -23,7 +23,7 @@ def test_page_renders_every_section_with_labels(at):
     assert at.title[0].value == "Compression"
     heads = [h.value for h in at.header]
     assert heads[:3] == ["Compressors on one gradient",
-                         "Sharing across workers: the seed's sparse ring and its fill-in", "The Cholesky claim (seed A)"]
+                         "Sharing across workers: the edge-compression design's sparse ring and its fill-in", "The Cholesky claim (the CXL design)"]
     assert "Training with compression" in heads
     assert at.button(key="cp_grid_run").label == "Queue the 9 runs"
     n = real_gradients("mlp", 1, 64, 0)[0].numel()
@@ -33,7 +33,7 @@ def test_page_renders_every_section_with_labels(at):
     # the table: 4 ratios x 3 sparse compressors + fp16 + none, bytes as the payload says
     df = at.dataframe[0].value
     assert len(df) == 14
-    gt = df[(df["compressor"] == "Group-TopK (seed D)") & (df["ratio"] == 0.01)].iloc[0]
+    gt = df[(df["compressor"] == "Group-TopK (top k in every group)") & (df["ratio"] == 0.01)].iloc[0]
     assert gt["kept (entries)"] == GroupTopK(0.01, 1024).kept(n) and gt["bytes (B)"] == 24 + 6 * gt["kept (entries)"]
     # the default ring: 4 workers, Group-TopK at the scenario's ratio
     assert f"Each worker kept **{GroupTopK(0.01, 1024).kept(n):,}**" in body
@@ -64,7 +64,7 @@ def test_generated_gradient_and_refused_ratio(at):
     assert "**20,000 entries**" in text(at)
     assert any("k = 0" in w.value and "0.001" in w.value for w in at.warning)
     df = at.dataframe[0].value
-    assert set(df[df["compressor"] == "Group-TopK (seed D)"]["ratio"]) == {0.1}
+    assert set(df[df["compressor"] == "Group-TopK (top k in every group)"]["ratio"]) == {0.1}
 
 
 @pytest.mark.parametrize("matrix,why", [("weight gradient, transformer q (32x32)", "symmetric"),

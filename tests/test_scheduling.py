@@ -1,4 +1,4 @@
-"""lab.scheduling: resource groups from the topology, seed C's two placement policies, the fair
+"""lab.scheduling: resource groups from the topology, the task-level design's two placement policies, the fair
 queue, and the what-if simulation (checked by hand-worked schedules, invariants over random job
 sets, and a brute-force replay)."""
 

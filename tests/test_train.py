@@ -217,7 +217,7 @@ def test_emulated_devices_wait_and_weighted_split(lab_db):
     assert (m[m.worker >= 0].t_emul_comm <= m[m.worker >= 0].t_comm + m[m.worker >= 0].t_idle + 1e-9).all()
     # the fast worker idles while the slow one computes
     assert gpu.t_idle.sum() > 3 * host.t_idle.sum()
-    # seed C's exchange travels too: more than the gradient all-reduce's bytes every step
+    # the task-level design's exchange travels too: more than the gradient all-reduce's bytes every step
     grad_bytes = (info["params"] + 1) * 4
     assert (m[m.worker >= 0].bytes_sent > grad_bytes).all()
     assert (store.checkpoint_dir(rid) / "step000005.pt").exists()

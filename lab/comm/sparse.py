@@ -1,4 +1,4 @@
-"""Sharing compressed gradients between real processes: the seed's sparse ring, sparse all-gather,
+"""Sharing compressed gradients between real processes: the edge-compression design's sparse ring, sparse all-gather,
 and the dense all-reduce of the decompressed tensors, all with exact byte counts.
 
 Every method returns the dense float32 **sum** of what the workers sent (every rank gets the same
@@ -11,7 +11,7 @@ Point-to-point over torch.distributed (gloo), variable length: first the count (
 then the payload (skipped when the count is 0). Sends are non-blocking (isend) and receives
 blocking, so neighbours never deadlock.
 
-* **Sparse ring** (seed D, :func:`sparse_ring_allreduce`). The index range ``0..n-1`` is cut into
+* **Sparse ring** (the edge-compression design, :func:`sparse_ring_allreduce`). The index range ``0..n-1`` is cut into
   ``N`` near-equal blocks (the first ``n mod N`` blocks one entry longer, as the dense ring in
   :mod:`lab.comm.ring`). Reduce-scatter, N-1 hops (a1, a2, ...): at hop ``s`` rank ``r`` sends its
   block ``(r - s) mod N`` to rank ``r + 1`` and adds the block ``(r - s - 1) mod N`` received from
@@ -42,7 +42,7 @@ DDP communication hook
 feedback) into ``DistributedDataParallel.register_comm_hook`` on gloo: every worker keeps exactly
 k entries per group, so all payloads have the same length and gloo's asynchronous ``all_gather``
 (whose ``get_future()`` gloo supports) carries them without padding. ``sharing="sparse_ring"``
-runs the seed's ring inside the hook instead; on gloo the point-to-point ``isend``/``irecv`` works
+runs the edge-compression design's ring inside the hook instead; on gloo the point-to-point ``isend``/``irecv`` works
 have no future a hook could chain (``Work.get_future()`` raises "Work::getFuture not implemented",
 torch 2.13), so that variant completes synchronously and returns a finished future (correct, but
 the communication no longer overlaps the rest of the backward pass).
@@ -62,7 +62,7 @@ from lab.errors import LabError
 
 SHARING_METHODS = ("dense", "sparse_ring", "sparse_allgather")
 SHARING_LABELS = {"dense": "dense ring all-reduce (fp32, decompressed)",
-                  "sparse_ring": "sparse ring (seed D)", "sparse_allgather": "sparse all-gather"}
+                  "sparse_ring": "sparse ring (reduce-scatter + all-gather)", "sparse_allgather": "sparse all-gather"}
 COUNT_BYTES = 8  # the int64 count sent before every variable-length message
 PAIR_BYTES = 8  # int32 index + fp32 value
 _TAG_COUNT, _TAG_DATA = 11, 12
@@ -150,7 +150,7 @@ class RankLog:
 
 
 def _ring_program(rank: int, world: int, blocks: list, log: RankLog) -> Generator:
-    """The seed's sparse ring for one rank; ``blocks`` (its N sparse blocks) are updated in place."""
+    """The edge-compression design's sparse ring for one rank; ``blocks`` (its N sparse blocks) are updated in place."""
     n = world
     for s in range(n - 1):  # reduce-scatter
         send_b, recv_b = (rank - s) % n, (rank - s - 1) % n
@@ -264,7 +264,7 @@ def _start_rows(blocks, rank: int) -> list[dict]:
 
 def sparse_ring_allreduce(pairs, n: int, *, group: Any = None,
                           link_delay: LinkDelay | None = None) -> tuple[torch.Tensor, dict]:
-    """The seed's sparse ring over real processes. ``pairs`` is a Payload or (indices, values).
+    """The edge-compression design's sparse ring over real processes. ``pairs`` is a Payload or (indices, values).
 
     Returns the dense float32 sum (length ``n``) and stats: bytes_sent, bytes_recv, hops (one row
     per hop of this rank, plus ``a0`` rows with the starting entries of each block), t_comm, delay.
@@ -433,7 +433,7 @@ def compare_sharing(payloads: list[Payload], sim: RingSimulation | None = None) 
 
 
 def sharing_report(grads: list, kind: str, ratio: float, group_size: int, seed: int = 0) -> tuple:
-    """The workers' gradients ``grads`` (arrays or tensors) compressed by ``kind``, the seed's sparse ring
+    """The workers' gradients ``grads`` (arrays or tensors) compressed by ``kind``, the edge-compression design's sparse ring
     simulated on them: (:func:`fill_in_table`, :func:`hop_bytes_table`, :func:`compare_sharing`)."""
     from lab.compress import make_compressor
 

@@ -100,7 +100,7 @@ def fill_in_figure(fill_rows: Sequence[Mapping], hop_rows: Sequence[Mapping]) ->
     fig.update_xaxes(title="hop (a: reduce-scatter, b: all-gather; a0 = start)", row=2, col=1)
     fig.update_yaxes(title="entries (count)", rangemode="tozero", row=1, col=1)
     fig.update_yaxes(title="kB", rangemode="tozero", row=2, col=1)
-    return _layout(fig, "Fill-in round the seed's sparse ring", height=620)
+    return _layout(fig, "Fill-in round the edge-compression design's sparse ring", height=620)
 
 
 def sharing_bytes_figure(method_rows: Sequence[Mapping]) -> go.Figure:

@@ -17,7 +17,7 @@ uses. ``kind = "none"`` keeps the ordinary path (gloo or the lab's ring, loss ri
 
 Sharing methods (the schedules of lab.comm.sparse; a leaner transport)
 ----------------------------------------------------------------------
-* ``sparse_ring`` (seed D): lab.comm.sparse's own ring program (reduce-scatter then all-gather of
+* ``sparse_ring`` (the edge-compression design): lab.comm.sparse's own ring program (reduce-scatter then all-gather of
   (int32 index, fp32 value) pairs, 8 B each, fill-in included), so the hops and bytes are exactly
   those of :func:`lab.comm.sparse.simulate_sparse_ring`: every message is an 8 B count, then the
   pairs. The transport differs from :func:`lab.comm.sparse.sparse_ring_allreduce` only in posting
@@ -158,7 +158,7 @@ def allgather_equal(payload: Any, link_delay: Any = None) -> tuple[torch.Tensor,
 
 
 def sparse_ring(payload: Any, link_delay: Any = None) -> tuple[torch.Tensor, dict]:
-    """Seed D's sparse ring: lab.comm.sparse's ring program (and so its hops and bytes), with each
+    """The edge-compression design's sparse ring: lab.comm.sparse's ring program (and so its hops and bytes), with each
     count's receive posted one hop ahead."""
     from lab.comm import sparse as sp
 

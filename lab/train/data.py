@@ -1,4 +1,4 @@
-"""Data for the training job: data sets, shards per worker, per-step batches, and seed C's exchange.
+"""Data for the training job: data sets, shards per worker, per-step batches, and the task-level design's exchange.
 
 * ``digits``: scikit-learn's bundled 8x8 digits (1,797 images), a fixed train/test split by seed
   (25 % test, stratified), features scaled to [0, 1] (pixel / 16). Cached as a small .npz (in
@@ -6,7 +6,7 @@
 * ``synthetic``: ``dataset_size`` generated samples of 64 features in [0, 1] from 10 classes (a
   class prototype image plus noise), whose size can grow for scale runs; 20 % test.
 
-Shards (every worker starts from different data, seed D): ``even`` (equal disjoint parts),
+Shards (every worker starts from different data, the edge-compression design): ``even`` (equal disjoint parts),
 ``weighted`` (part sizes and per-worker batch sizes in proportion to compute shares, through
 :func:`lab.balance.split_batch`), ``dirichlet`` (non-IID: each class is spread over the workers by
 proportions drawn from Dirichlet(alpha); small alpha = each worker sees few classes).

@@ -252,7 +252,7 @@ def rank_state(trainer) -> dict:
         st["sampler_gen"] = s.gen.get_state()
         st["sampler_perm"] = s._perm.clone()
         st["sampler_pos"] = int(s._pos)
-        if trainer.tr.exchange_share > 0:  # seed C's exchange changed the local samples
+        if trainer.tr.exchange_share > 0:  # the task-level design's exchange changed the local samples
             st["sampler_x"], st["sampler_y"] = s.x.clone(), s.y.clone()
     if trainer.buffers:
         st["buffers"] = [b.detach().clone() for b in trainer.buffers]
