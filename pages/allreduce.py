@@ -24,7 +24,7 @@ st.markdown("Every device holds a gradient buffer of S bytes; an all-reduce leav
             "at once in one direction gives each 1/k, a step lasts as long as its slowest message.")
 SIZES = list(ALLREDUCE_SIZES)
 
-c1, c2, c3 = st.columns(3)
+c1, c2 = st.columns(2)  # two columns and the ring below them: a 1024-pixel projector shows them whole
 source = c1.radio("Devices", ["topology", "identical"], key="ar_source", horizontal=True,
                   format_func={"topology": "of the scenario's topology", "identical": "N identical devices"}.get)
 if source == "topology":
@@ -44,7 +44,8 @@ else:
     cluster, names = C.uniform_star(n, bw * 1e9, lat * 1e-6), C.default_names(n)
 alg = c2.selectbox("Algorithm", C.ALGORITHMS, format_func=C.ALGORITHM_LABELS.get, key="ar_alg")
 nbytes = c2.select_slider("Buffer per device S", SIZES, format_func=M.human_bytes, key="ar_size")
-order_mode = c3.radio("Ring order", ["given", "lab"], key="ar_order", format_func={
+c3 = st.container()
+order_mode = c3.radio("Ring order", ["given", "lab"], key="ar_order", horizontal=True, format_func={
     "given": "as listed", "lab": "the lab's: widest slowest hop"}.get)
 
 setup = None

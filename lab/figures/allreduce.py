@@ -126,8 +126,9 @@ def step_figure(s: Schedule, active: int = 0, title: str = "") -> go.Figure:
                                                     transition=dict(duration=0))]),
                               dict(label="❚❚ pause", method="animate",
                                    args=[[None], dict(mode="immediate", frame=dict(duration=0, redraw=False))])])],
-        sliders=[dict(active=active, steps=slider_steps, x=0.14, y=-0.02, len=0.86,
-                      currentvalue=dict(prefix="step "))])
+        # The step label sits at the slider's right end, clear of the play and pause buttons on the left.
+        sliders=[dict(active=active, steps=slider_steps, x=0.22, y=-0.02, len=0.78,
+                      currentvalue=dict(prefix="step ", xanchor="right"))])
     fig.update_xaxes(visible=False, range=[-1.35, 1.35], row=1, col=1)
     fig.update_yaxes(visible=False, range=[-1.3, 1.3], scaleanchor="x", row=1, col=1)
     fig.update_yaxes(autorange="reversed", row=1, col=2)
