@@ -110,6 +110,7 @@ VIEW: dict[str, Control] = {
     # ---- Compare
     "cmp_runs": _c("compare", tuple, (), "runs"),
     "cmp_x": _c("compare", str, "step", "against", ("step", "wall")),
+    "cmp_target": _c("compare", float, 90.0, "target test accuracy (%)", lo=1.0, hi=100.0),
     # ---- Optimisers
     "pg_fn": _c("optimisers", str, "rosenbrock", "test function", tuple(FUNCTIONS)),
     "pg_opts": _c("optimisers", tuple, tuple(PLAYGROUND_OPTIMISERS), "optimisers", tuple(PLAYGROUND_OPTIMISERS)),

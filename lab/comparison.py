@@ -1,0 +1,326 @@
+"""Comparisons a class can trust: runs grouped into variants, repeats summarised with their spread,
+and a verdict on whether two variants differ by more than their noise.
+
+Pure functions over plain data (a run's scenario dict and its job-level metric rows), so the Compare
+page, the command line and the tests share them. A *variant* is every setting but the seed: runs
+that differ only in their seed are repeats of one variant.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any, Iterable, Mapping, Sequence
+
+import numpy as np
+import pandas as pd
+
+from lab.errors import LabError
+
+#: The setting columns of an export, in order: (column, path in the scenario's training section).
+SETTING_COLUMNS: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("optimizer", ("optimizer",)), ("compression", ("compression", "kind")), ("ratio", ("compression", "ratio")),
+    ("group_size", ("compression", "group_size")), ("error_feedback", ("compression", "error_feedback")),
+    ("sharing", ("compression", "sharing")), ("model", ("model",)), ("workers", ("workers",)),
+    ("steps", ("steps",)), ("batch", ("batch_size",)), ("lr", ("lr",)), ("seed", ("seed",)), ("sync", ("sync",)),
+    ("emulation", ("emulate",)),
+)
+SETTING_NAMES = tuple(c for c, _ in SETTING_COLUMNS)
+OPTIMISER_SHORT = {"adam": "Adam", "adabelief": "AdaBelief", "maxadabelief": "Max-AdaBelief",
+                   "maxadabelief-corrected": "Max-AdaBelief (corrected)"}
+COMPRESSION_SHORT = {"none": "dense", "group_topk": "Group-TopK", "topk": "Top-K", "randomk": "Random-K",
+                     "fp16": "FP16"}
+T95 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306, 9: 2.262, 10: 2.228,
+       15: 2.131, 20: 2.086, 30: 2.042}  # Student's t, two-sided 95 %, by degrees of freedom
+
+
+def t95(dof: int) -> float:
+    """Student's t quantile for a two-sided 95 % interval with ``dof`` degrees of freedom."""
+    if dof < 1:
+        return math.inf
+    if dof in T95:
+        return T95[dof]
+    below = max(k for k in T95 if k <= dof)
+    return T95[below] if dof < 60 else 1.96
+
+
+def settings_of(scenario: Mapping[str, Any]) -> dict[str, Any]:
+    """The setting columns of a stored run's scenario (a missing field is None)."""
+    tr = scenario.get("training", {}) if isinstance(scenario, Mapping) else {}
+    out = {}
+    for col, path in SETTING_COLUMNS:
+        v: Any = tr
+        for k in path:
+            v = v.get(k) if isinstance(v, Mapping) else None
+        out[col] = v
+    return out
+
+
+def variant_key(settings: Mapping[str, Any]) -> tuple:
+    """Every setting but the seed: runs with equal keys are repeats of one variant."""
+    s = dict(settings)
+    if s.get("compression") in (None, "none"):  # compression parameters do not matter without compression
+        s.update(ratio=None, group_size=None, error_feedback=None, sharing=None)
+    return tuple(s.get(c) for c in SETTING_NAMES if c != "seed")
+
+
+def compression_label(settings: Mapping[str, Any]) -> str:
+    kind = settings.get("compression") or "none"
+    if kind == "none":
+        return "dense"
+    label = COMPRESSION_SHORT.get(kind, str(kind))
+    if kind in ("group_topk", "topk", "randomk") and settings.get("ratio") is not None:
+        label += f" {100 * float(settings['ratio']):g} %"
+    if settings.get("error_feedback"):
+        label += " + EF"
+    return label
+
+
+def short_label(settings: Mapping[str, Any]) -> str:
+    """A legend label: optimiser and compression (the full settings go in the hover text)."""
+    opt = OPTIMISER_SHORT.get(settings.get("optimizer"), str(settings.get("optimizer")))
+    return f"{opt} · {compression_label(settings)}"
+
+
+def full_label(settings: Mapping[str, Any]) -> str:
+    return ", ".join(f"{c} {settings.get(c)}" for c in SETTING_NAMES if c != "seed")
+
+
+def run_name(settings: Mapping[str, Any]) -> str:
+    """A run's name that says what it is: model, optimiser, compression, steps, seed."""
+    return (f"{settings.get('model')} · {short_label(settings)} · {settings.get('steps')} steps · "
+            f"seed {settings.get('seed')}")
+
+
+@dataclass(frozen=True)
+class RunResult:
+    """What one run measured, as the summary needs it."""
+
+    run_id: str
+    final_acc: float
+    best_acc: float
+    steps_to_target: float  # nan: not reached
+    seconds_to_target: float
+    step_time: float  # s, mean over the steps after the warm-up
+    bytes_per_step: float  # sent per worker and step
+
+
+def run_result(run_id: str, job: pd.DataFrame, per_worker: pd.DataFrame, target: float, workers: int,
+               warmup: float = 0.1) -> RunResult:
+    """``job``: the run's job-level rows (step, test_acc, wall); ``per_worker``: its per-worker rows
+    (bytes_sent). ``target`` is a test accuracy (a fraction)."""
+    if not 0 < target <= 1:
+        raise LabError(f"the target accuracy must be between 0 and 100 % (got {100 * target:g} %)",
+                       where="comparison")
+    job = job.sort_values("step")
+    acc = job.dropna(subset=["test_acc"])
+    hit = acc[acc.test_acc >= target]
+    steps_to = float(hit.step.iloc[0]) if len(hit) else math.nan
+    secs_to = float(hit.wall.iloc[0]) if len(hit) and "wall" in hit else math.nan
+    timed = job.dropna(subset=["wall"])
+    step_time = math.nan
+    if len(timed) >= 2:
+        last = int(timed.step.max())
+        start = timed[timed.step >= max(1, int(warmup * last))].iloc[0]
+        end = timed.iloc[-1]
+        if end.step > start.step:
+            step_time = float((end.wall - start.wall) / (end.step - start.step))
+    steps = int(job.step.max()) if len(job) else 0
+    sent = float(per_worker.bytes_sent.sum()) if len(per_worker) else math.nan
+    return RunResult(run_id, float(acc.test_acc.iloc[-1]) if len(acc) else math.nan,
+                     float(acc.test_acc.max()) if len(acc) else math.nan, steps_to, secs_to, step_time,
+                     sent / max(1, steps) / max(1, workers) if steps else math.nan)
+
+
+@dataclass(frozen=True)
+class Spread:
+    """A summary number over repeats: mean, min, max, and the 95 % interval's half-width."""
+
+    n: int
+    mean: float
+    lo: float
+    hi: float
+    half95: float
+    sd: float
+
+    @staticmethod
+    def of(values: Iterable[float]) -> "Spread":
+        v = np.array([x for x in values if x is not None and math.isfinite(x)], dtype=float)
+        if len(v) == 0:
+            return Spread(0, math.nan, math.nan, math.nan, math.nan, math.nan)
+        sd = float(v.std(ddof=1)) if len(v) > 1 else math.nan
+        half = t95(len(v) - 1) * sd / math.sqrt(len(v)) if len(v) > 1 else math.inf
+        return Spread(len(v), float(v.mean()), float(v.min()), float(v.max()), half, sd)
+
+    def interval(self) -> tuple[float, float]:
+        return self.mean - self.half95, self.mean + self.half95
+
+    def text(self, scale: float = 1.0, digits: int = 3) -> str:
+        if self.n == 0:
+            return "—"
+        if self.n == 1:
+            return f"{self.mean * scale:.{digits}g} (one run)"
+        return (f"{self.mean * scale:.{digits}g} ± {self.half95 * scale:.2g} "
+                f"(range {self.lo * scale:.{digits}g}–{self.hi * scale:.{digits}g})")
+
+
+def overlap(a: Spread, b: Spread) -> bool:
+    """True when the two 95 % intervals overlap (or either has fewer than two repeats)."""
+    if a.n < 2 or b.n < 2:
+        return True
+    (alo, ahi), (blo, bhi) = a.interval(), b.interval()
+    return not (ahi < blo or bhi < alo)
+
+
+def repeats_needed(a: Spread, b: Spread, cap: int = 1000) -> int | None:
+    """How many repeats per variant would make the 95 % intervals of ``a`` and ``b`` stop
+    overlapping, if the spread and the difference stay as observed (None: no difference seen)."""
+    diff = abs(a.mean - b.mean)
+    if not (math.isfinite(a.sd) and math.isfinite(b.sd)) or diff == 0:
+        return None
+    for n in range(2, cap + 1):
+        if t95(n - 1) * (a.sd + b.sd) / math.sqrt(n) < diff:
+            return n
+    return None
+
+
+def verdict(a: Spread, b: Spread, what: str = "final accuracy") -> str:
+    if a.n < 2 or b.n < 2:
+        return f"one run each: the difference in {what} cannot be told from noise; repeat with more seeds"
+    if not overlap(a, b):
+        return f"distinguishable: the 95 % intervals of {what} do not overlap"
+    n = repeats_needed(a, b)
+    need = f"about {n} repeats each would tell them apart if the spread stays as seen" if n else \
+        "no difference seen at all"
+    return f"not distinguishable at {min(a.n, b.n)} repeats ({what}); {need}"
+
+
+def summary_rows(variants: Mapping[str, Sequence[RunResult]], dense_bytes: float | None = None,
+                 target: float = 0.9) -> list[dict[str, Any]]:
+    """One row per variant: repeats, accuracies, time to the target, step time, bytes per step and
+    their ratio to dense, each as mean ± 95 % half-width and range."""
+    rows = []
+    for label, results in variants.items():
+        final = Spread.of(r.final_acc for r in results)
+        best = Spread.of(r.best_acc for r in results)
+        reached = [r for r in results if math.isfinite(r.steps_to_target)]
+        steps_to = Spread.of(r.steps_to_target for r in reached)
+        secs_to = Spread.of(r.seconds_to_target for r in reached)
+        step = Spread.of(r.step_time for r in results)
+        sent = Spread.of(r.bytes_per_step for r in results)
+        rows.append({
+            "variant": label, "repeats": len(results),
+            "final test accuracy (%)": final.text(100), "best test accuracy (%)": best.text(100),
+            f"steps to {100 * target:g} %": steps_to.text() if reached else "not reached",
+            f"seconds to {100 * target:g} %": secs_to.text() if reached else "not reached",
+            f"reached {100 * target:g} %": f"{len(reached)} of {len(results)}",
+            "mean step time (ms)": step.text(1e3), "sent per worker and step (kB)": sent.text(1e-3),
+            "bytes vs dense": (f"{sent.mean / dense_bytes:.3g}×" if dense_bytes and math.isfinite(sent.mean)
+                               and dense_bytes > 0 else "—"),
+            "_final": final, "_step": step,
+        })
+    return rows
+
+
+def verdicts(rows: Sequence[Mapping[str, Any]]) -> list[dict[str, str]]:
+    """Each variant against the one with the best mean final accuracy."""
+    rows = [r for r in rows if r["_final"].n]
+    if len(rows) < 2:
+        return []
+    best = max(rows, key=lambda r: r["_final"].mean)
+    return [{"variant": r["variant"], "against": best["variant"],
+             "accuracy difference (points)": f"{100 * (r['_final'].mean - best['_final'].mean):+.2f}",
+             "verdict": verdict(r["_final"], best["_final"])} for r in rows if r is not best]
+
+
+def band(curves: Sequence[pd.DataFrame], x: str, y: str) -> pd.DataFrame:
+    """Mean, min and max of ``y`` over repeats at every step they all have; column ``x`` is the step,
+    or with ``x="wall"`` the repeats' mean wall time at that step (repeats share steps, not times)."""
+    parts = [c[["step", "wall", y]].dropna(subset=[y]) for c in curves]
+    parts = [p for p in parts if len(p)]
+    if not parts:
+        return pd.DataFrame(columns=[x, "mean", "min", "max", "n"])
+    g = pd.concat(parts).groupby("step")
+    out = pd.DataFrame({"mean": g[y].mean(), "min": g[y].min(), "max": g[y].max(), "n": g[y].count(),
+                        "wall": g["wall"].mean()}).reset_index()
+    out = out[out.n == len(parts)]
+    return out.rename(columns={"step": "x"} if x == "step" else {"wall": "x"})[["x", "mean", "min", "max", "n"]] \
+        .rename(columns={"x": x})
+
+
+def export_frame(runs: Sequence[Mapping[str, Any]], metrics: pd.DataFrame) -> pd.DataFrame:
+    """Every metric row of ``runs`` (dicts with id, name, scenario) with one column per setting."""
+    rows = []
+    for run in runs:
+        s = settings_of(run["scenario"])
+        rows.append({"run_id": run["id"], "run_name": run["name"], **s})
+    settings = pd.DataFrame(rows, columns=["run_id", "run_name", *SETTING_NAMES])
+    return settings.merge(metrics, on="run_id", how="right")[
+        ["run_id", "run_name", *SETTING_NAMES, *[c for c in metrics.columns if c != "run_id"]]]
+
+
+def export_filename(runs: Sequence[Mapping[str, Any]], what: str = "runs") -> str:
+    """A file name that says what the file holds: how many runs of which models and optimisers."""
+    models = sorted({str(settings_of(r["scenario"]).get("model")) for r in runs})
+    opts = sorted({str(settings_of(r["scenario"]).get("optimizer")) for r in runs})
+    return f"{what}-{len(runs)}-runs-{'-'.join(models)}-{'-'.join(opts)}"
+
+
+@dataclass(frozen=True)
+class VariantCurve:
+    """One variant's curve over its repeats: its band (columns x, mean, min, max, n)."""
+
+    label: str
+    hover: str
+    optimizer: str
+    compression: str
+    band: pd.DataFrame
+    repeats: int
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """Stored runs grouped into variants: curves, the summary table and the verdicts."""
+
+    runs: list[dict]
+    loss: list[VariantCurve]
+    accuracy: list[VariantCurve]
+    rows: list[dict]
+    verdicts: list[dict]
+
+    def table(self) -> pd.DataFrame:
+        return pd.DataFrame([{k: v for k, v in r.items() if not k.startswith("_")} for r in self.rows])
+
+
+def compare_runs(store: Any, run_ids: Sequence[str], target: float = 0.9, x: str = "step") -> Comparison:
+    """Read ``run_ids`` from the run store, group them into variants (every setting but the seed) and
+    summarise each over its repeats."""
+    job_worker = -1
+    runs = [store.get_run(rid) for rid in run_ids]
+    m = store.metrics(list(run_ids))
+    groups: dict[tuple, list[dict]] = {}
+    for run in runs:
+        groups.setdefault(variant_key(settings_of(run["scenario"])), []).append(run)
+    results: dict[str, list[RunResult]] = {}
+    loss, acc = [], []
+    dense = []
+    for members in groups.values():
+        s = settings_of(members[0]["scenario"])
+        label = short_label(s)
+        if label in results:  # two variants with the same short label: tell them apart by their settings
+            label = f"{label} ({full_label(s)})"
+        rs, jobs = [], []
+        for run in members:
+            mm = m[m.run_id == run["id"]]
+            job, per = mm[mm.worker == job_worker], mm[mm.worker != job_worker]
+            rs.append(run_result(run["id"], job, per, target, int(s.get("workers") or 1)))
+            jobs.append(job)
+        results[label] = rs
+        if (s.get("compression") or "none") == "none":
+            dense += [r.bytes_per_step for r in rs if math.isfinite(r.bytes_per_step) and r.bytes_per_step > 0]
+        common = dict(label=label, hover=full_label(s), optimizer=str(s.get("optimizer")),
+                      compression=compression_label(s), repeats=len(members))
+        loss.append(VariantCurve(band=band(jobs, x, "loss"), **common))
+        acc.append(VariantCurve(band=band(jobs, x, "test_acc"), **common))
+    rows = summary_rows(results, float(np.mean(dense)) if dense else None, target)
+    return Comparison(runs, loss, acc, rows, verdicts(rows))
