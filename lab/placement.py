@@ -1091,8 +1091,7 @@ def _reason(g: TaskGraph, s: Schedule, rows: list[dict[str, Any]]) -> str:
     if chosen is cands[0] or chosen["finish"] <= cands[0]["finish"]:
         return f"earliest finish of {len(cands)} candidates; next best {others[0]['device']} {pct(others[0])}"
     best = next(r for r in cands if r["allowed"])
-    label = STRATEGY_LABELS.get(s.strategy, s.strategy)
-    return f"placed by {label}; earliest finish at this point: {best['device']} {pct(best)}"
+    return f"placed by {s.strategy}, not by earliest finish; {best['device']} would finish it {pct(best)}"
 
 
 def reasons(g: TaskGraph, s: Schedule) -> dict[Task, str]:

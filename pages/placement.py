@@ -57,7 +57,7 @@ if og is None:
 p1, p2, p3, p4, p5 = st.columns([2, 2, 1, 1, 1], vertical_alignment="bottom")
 for key, options in (("pl_pin_op", og.names), ("pl_pin_dev", topo.device_names)):
     if st.session_state.get(key) not in options:  # another model or topology: start from its first entry
-        st.session_state.pop(key, None)
+        st.session_state[key] = options[0]  # set, not dropped, so the browser's box follows
 op = p1.selectbox("Operator to pin", og.names, key="pl_pin_op")
 p2.selectbox("on device", topo.device_names, key="pl_pin_dev")
 p3.button("Pin", key="pl_pin", on_click=set_pins, args=("pin",))
