@@ -16,6 +16,7 @@ import numpy as np
 import pandas as pd
 
 from lab.errors import LabError
+from lab.scenario import Compression, Scenario
 
 #: The setting columns of an export, in order: (column, path in the scenario's training section).
 SETTING_COLUMNS: tuple[tuple[str, tuple[str, ...]], ...] = (
@@ -90,6 +91,34 @@ def run_name(settings: Mapping[str, Any]) -> str:
     """A run's name that says what it is: model, optimiser, compression, steps, seed."""
     return (f"{settings.get('model')} · {short_label(settings)} · {settings.get('steps')} steps · "
             f"seed {settings.get('seed')}")
+
+
+THREE_OPTIMISERS = ("adam", "adabelief", "maxadabelief")
+MAX_COMPARISON_RUNS = 60  # a comparison queues at most this many runs
+
+
+def comparison_scenarios(sc: Scenario, compressions: Sequence[Compression], repeats: int = 3,
+                         optimizers: Sequence[str] = THREE_OPTIMISERS) -> list[tuple[Scenario, str]]:
+    """The runs of one comparison: every optimiser x every compression x ``repeats`` seeds (the
+    scenario's seed, seed + 1, ...), all else as the scenario has it, with gradient all-reduce over the
+    lab's ring (it counts the dense bytes too, so every variant's bytes can be compared). Repeat r of
+    every variant has the same seed, so the variants see the same data order and initial weights.
+    Ordered repeat by repeat, so the first variants' first repeats finish first."""
+    if not 1 <= repeats <= 10:
+        raise LabError(f"repeats must be between 1 and 10 (got {repeats})", where="comparison")
+    n = repeats * len(optimizers) * len(compressions)
+    if n > MAX_COMPARISON_RUNS:
+        raise LabError(f"this comparison would queue {n} runs; at most {MAX_COMPARISON_RUNS} are allowed",
+                       where="comparison")
+    out = []
+    for r in range(repeats):
+        for opt in optimizers:
+            for comp in compressions:
+                tr = sc.training.replace(optimizer=opt, sync="allreduce", allreduce_impl="ring", compression=comp,
+                                         seed=(sc.training.seed + r) % 2**31)
+                run = sc.replace(training=tr)
+                out.append((run, run_name(settings_of(run.to_dict()))))
+    return out
 
 
 @dataclass(frozen=True)

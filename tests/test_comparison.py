@@ -139,3 +139,18 @@ def test_many_variants_get_small_multiples_by_compression():
     axes = {t.xaxis for t in fig.data}
     assert len(axes) == 3  # one panel per compression
     assert [a.text for a in fig.layout.annotations] == ["dense", "Group-TopK 1 %", "Top-K 1 %"]
+
+
+def test_comparison_scenarios_are_optimisers_by_compressions_by_seeds():
+    sc = scenario(seed=7)
+    gtk = Compression(kind="group_topk", ratio=0.01, error_feedback=True)
+    runs = C.comparison_scenarios(sc, [Compression(), gtk], repeats=3)
+    assert len(runs) == 3 * 2 * 3
+    keys = {C.variant_key(C.settings_of(s.to_dict())) for s, _ in runs}
+    assert len(keys) == 6
+    for r in range(3):  # repeat r of every variant has the same seed
+        assert {s.training.seed for s, _ in runs[6 * r:6 * (r + 1)]} == {7 + r}
+    assert all(s.training.allreduce_impl == "ring" and s.training.steps == 40 for s, _ in runs)
+    assert all("40 steps" in name and "mlp" in name for _, name in runs)
+    with pytest.raises(Exception, match="at most"):
+        C.comparison_scenarios(sc, [Compression()] * 5, repeats=5)

@@ -66,6 +66,7 @@ from typing import Any, Iterable
 import numpy as np
 import torch
 
+from lab.comparison import comparison_scenarios
 from lab.errors import LabError
 from lab.scenario import Compression, Scenario, Training
 
@@ -346,15 +347,10 @@ def grid_scenarios(sc: Scenario, ratio: float = GRID_RATIO, sharing: str | None 
     sparse all-gather, else the sparse variants would send as much as dense)."""
     base = sc.training.compression
     sharing = sharing or (base.sharing if base.sharing != "dense" else "sparse_allgather")
-    out = []
-    for opt in GRID_OPTIMISERS:
-        for v in GRID_VARIANTS:
-            comp = Compression() if v == "dense" else Compression(
-                kind="group_topk", ratio=ratio, group_size=base.group_size, error_feedback=v == "gtk_ef",
-                sharing=sharing)
-            tr = sc.training.replace(optimizer=opt, sync="allreduce", allreduce_impl="ring", compression=comp)
-            out.append((sc.replace(training=tr), f"{sc.name} · grid · {opt} · {variant_label(v, ratio)}"))
-    return out
+    comps = [Compression() if v == "dense" else Compression(
+        kind="group_topk", ratio=ratio, group_size=base.group_size, error_feedback=v == "gtk_ef", sharing=sharing)
+        for v in GRID_VARIANTS]
+    return comparison_scenarios(sc, comps, repeats=1, optimizers=GRID_OPTIMISERS)
 
 
 def variant_of(tr: dict) -> str:
