@@ -1,20 +1,23 @@
 """Training: real multi-process runs of the current scenario, watched live from the run store."""
 
+import time
+
 import streamlit as st
 
 import ui
+from lab import submit_guard
 from lab.calibrate import load_profile
 from lab.figures import training as figs
 from lab.figures.fidelity import prediction_figure
 from lab.models import MODEL_LABELS
 from lab.optim import OPTIMISER_LABELS
 from lab.runs import ACTIVE, JOB_WORKER, store
-from lab.scenario import OPTIMIZERS, SPLITS, SYNC_MODES
+from lab.scenario import COMPRESSORS, OPTIMIZERS, SHARING, SPLITS, SYNC_MODES, Compression
 
 SYNC_LABELS = {"allreduce": "gradient all-reduce, then identical local steps",
                "param_server": "parameter server (one extra process steps the optimiser)",
-               "state_allreduce": "optimiser-state all-reduce (the seed's distributed Max-AdaBelief)"}
-THREE = ("adam", "adabelief", "maxadabelief")  # the preset compares the seed's three optimisers
+               "state_allreduce": "optimiser-state all-reduce (the distributed Max-AdaBelief of the CXL design)"}
+THREE = ("adam", "adabelief", "maxadabelief")  # Adam and the two optimisers the CXL design builds on it
 SPLIT_LABELS = {"even": "even", "weighted": "weighted by compute share", "dirichlet": "non-IID by label (Dirichlet)"}
 
 
@@ -53,9 +56,9 @@ if not lesson:
     alpha = c2.number_input("Dirichlet alpha", 0.001, 1000.0, float(tr.dirichlet_alpha), key="tr_alpha",
                             disabled=split != "dirichlet", help="small: each worker sees few classes")
     exchange = c3.number_input("Exchange share per step", 0.0, 1.0, float(tr.exchange_share), key="tr_exchange",
-                               help="seed C: share of its samples each worker hands its ring neighbour each step")
+                               help="share of its samples each worker hands its ring neighbour each step (the task-level design's data exchange)")
     lr_scaling = c4.checkbox("Scale lr by workers", tr.lr_scaling, key="tr_lr_scaling",
-                             help="seed D's linear scaling rule")
+                             help="the edge-compression design's linear scaling rule: lr × workers")
 emulate = st.toggle("Emulate the topology's devices and links", tr.emulate, key="tr_emulate")
 devices = list(tr.worker_devices)
 if emulate or split == "weighted":
@@ -65,27 +68,76 @@ if emulate or split == "weighted":
                                  names.index(devices[i]) if i < len(devices) and devices[i] in names
                                  else names.index("gpu") if "gpu" in names else 0, key=f"tr_dev_{i}")
                for i in range(len(cols))]
+# The same compression settings the Compression page edits (sc.training.compression).
+cp = tr.compression
+c1, c2, c3, c4, c5 = st.columns(5)
+kind = c1.selectbox("Compressor", COMPRESSORS, COMPRESSORS.index(cp.kind), key="tr_cmp_kind",
+                    format_func=figs.COMPRESSOR_NAMES.get, help="what each worker sends of its gradient each step")
+ratio = c2.number_input("Ratio (kept fraction)", 1e-6, 1.0, float(cp.ratio), step=0.001, format="%.6f",
+                        key="tr_cmp_ratio", disabled=kind in ("none", "fp16"), help="0.01 keeps 1 % of the entries")
+group_size, feedback, sharing = cp.group_size, cp.error_feedback, cp.sharing
+if not lesson:
+    group_size = c3.number_input("Group size (entries)", 1, 1 << 24, int(cp.group_size), key="tr_cmp_group",
+                                 disabled=kind != "group_topk", help="Group-TopK keeps the top entries of every group")
+    sharing = c4.selectbox("Sharing method", SHARING, SHARING.index(cp.sharing), key="tr_cmp_sharing",
+                           format_func=figs.SHARING_NAMES.get, disabled=kind == "none")
+    feedback = c5.checkbox("Error feedback", cp.error_feedback, key="tr_cmp_ef", disabled=kind == "none",
+                           help="adds what was not sent to the next step's gradient, so it is sent later")
 with ui.guarded("the training settings"):
     new = tr.replace(optimizer=optimizer, model=model, sync=sync, allreduce_impl=impl, workers=workers, steps=steps,
                      batch_size=batch, lr=lr, seed=seed, split=split, dirichlet_alpha=alpha, exchange_share=exchange,
-                     lr_scaling=lr_scaling, emulate=emulate, worker_devices=tuple(devices))
+                     lr_scaling=lr_scaling, emulate=emulate, worker_devices=tuple(devices),
+                     compression=Compression(kind=kind, ratio=float(ratio), group_size=int(group_size),
+                                             error_feedback=bool(feedback), sharing=sharing))
     if new != tr:
         sc = sc.replace(training=new)
         ui.set_scenario(sc)
 
+comp_now = sc.training.compression
+st.markdown(f":material/compress: **Compression:** {ui.plain(figs.compression_summary(comp_now.to_dict()))}")
+if comp_now.kind != "none" and sc.training.sync != "allreduce":
+    st.warning("Compression works with the sync mode gradient all-reduce only: set Compressor to none or "
+               "Sync mode to gradient all-reduce.", icon=":material/warning:")
+
+SUBMIT_TOKEN = "train_submit_token"  # this session's last submit (lab.submit_guard)
+
+
+def submit_once(action: str, submit) -> list | None:
+    """Run ``submit()`` (which queues jobs and returns them) unless this session has just queued
+    the same thing; then say so and return None."""
+    fp, now = submit_guard.fingerprint(sc, action), time.monotonic()
+    last = st.session_state.get(SUBMIT_TOKEN)
+    decision = submit_guard.decide(last, fp, now, submit_guard.phases(runs_store, last.run_ids) if last else {})
+    if not decision.go:
+        st.info(decision.message, icon=":material/hourglass_top:")
+        return None
+    # Held before submitting, so that a click arriving while this one is under way is seen as a repeat.
+    st.session_state[SUBMIT_TOKEN] = submit_guard.Token(fp, now)
+    try:
+        jobs = submit()
+    except Exception:
+        st.session_state[SUBMIT_TOKEN] = last  # nothing was queued: the same settings may be tried again
+        raise
+    st.session_state[SUBMIT_TOKEN] = submit_guard.Token(fp, now, tuple(j.run_id for j in jobs))
+    return jobs
+
+
 b1, b2, _ = st.columns([1, 2, 3])
 if b1.button("Run", type="primary", key="train_run", icon=":material/play_arrow:"):
     with ui.guarded("starting the run"):
-        st.session_state["train_watch"] = jm.submit(sc, name=f"{sc.name} · {sc.training.optimizer}", owner=owner).run_id
-        st.rerun()
+        if jobs := submit_once("run", lambda: [
+                jm.submit(sc, name=f"{sc.name} · {sc.training.optimizer}", owner=owner)]):
+            st.session_state["train_watch"] = jobs[0].run_id
+            st.rerun()
 if b2.button("Compare the three optimisers", key="train_compare3", icon=":material/compare_arrows:",
              help="Queues three runs of this scenario that differ only in the optimiser; they run one after another"):
     with ui.guarded("queueing the comparison"):
-        jobs = jm.submit_many([(sc.replace(training=sc.training.replace(optimizer=o)), f"{sc.name} · {o}")
-                               for o in THREE], owner=owner)
-        st.session_state["train_watch"] = jobs[0].run_id
-        st.session_state["cmp_runs"] = [j.run_id for j in jobs]
-        st.rerun()
+        if jobs := submit_once("compare three optimisers", lambda: jm.submit_many(
+                [(sc.replace(training=sc.training.replace(optimizer=o)), f"{sc.name} · {o}") for o in THREE],
+                owner=owner)):
+            st.session_state["train_watch"] = jobs[0].run_id
+            st.session_state["cmp_runs"] = [j.run_id for j in jobs]
+            st.rerun()
 
 
 # ---------------------------------------------------------------- live view
@@ -123,6 +175,9 @@ def live_view() -> None:
         st.info(f"{whose} is number {place} in the queue.", icon=":material/hourglass_top:")
     done = runs_store.progress(watch)
     st.subheader(f"Run {watch}")
+    # From the stored run's own settings: the controls above may have changed since it was queued.
+    st.markdown(":material/compress: **Compression in this run:** "
+                + ui.plain(figs.compression_summary(tr_w.get("compression", {}))))
     st.progress(min(1.0, done / tr_w["steps"]), text=f"{run['status']}: step {done} of {tr_w['steps']} · "
                 f"{OPTIMISER_LABELS.get(tr_w['optimizer'])}, {tr_w['workers']} workers, {tr_w['sync']}"
                 + (" · emulated devices and links" if tr_w["emulate"] else " · plain local processes"))

@@ -8,6 +8,8 @@ import time
 import pytest
 
 from lab.runs import RunStore
+from lab.scenario import Compression
+from lab.submit_guard import WINDOW_S
 from tests.conftest import app_test, assert_no_exception
 
 pytestmark = pytest.mark.timeout(300)
@@ -17,6 +19,13 @@ def texts(at) -> str:
     parts = [m.value for m in at.markdown] + [c.value for c in at.caption] + [s.value for s in at.subheader]
     parts += [str(e.value) for e in at.error] + [str(w.value) for w in at.warning] + [str(i.value) for i in at.info]
     return "\n".join(parts)
+
+
+def line(at, start: str) -> str:
+    """What follows ``start`` in the one markdown element holding it, markdown escapes removed."""
+    found = [m.value.replace("\\", "") for m in at.markdown if start in m.value]
+    assert len(found) == 1, (start, found)
+    return found[0].split(start, 1)[1].strip()
 
 
 def run_until(at, cond, timeout=180.0):
@@ -37,9 +46,11 @@ def test_training_page_edits_the_scenario_and_runs_a_short_job(lab_db):
     at.selectbox(key="tr_optimizer").set_value("adabelief").run()
     at.number_input(key="tr_steps").set_value(12).run()
     at.number_input(key="tr_lr").set_value(0.01).run()
+    at.selectbox(key="tr_cmp_kind").set_value("group_topk").run()
     assert_no_exception(at)
     tr = at.session_state["scenario"].training
     assert (tr.optimizer, tr.steps, tr.lr, tr.workers) == ("adabelief", 12, 0.01, 2)
+    assert tr.compression.kind == "group_topk"
 
     at.button(key="train_run").click().run()
     assert_no_exception(at)
@@ -52,6 +63,12 @@ def test_training_page_edits_the_scenario_and_runs_a_short_job(lab_db):
     assert run["status"] == "done", run["error"]
     assert run["scenario"]["training"]["optimizer"] == "adabelief" and run["pid"]
     assert f"Run {rid}" in texts(at)
+    # The header reads the stored run's settings, not the controls: switching compression off now
+    # changes the line above Run, not what this run says it ran with.
+    at.selectbox(key="tr_cmp_kind").set_value("none").run()
+    assert_no_exception(at)
+    assert line(at, "**Compression:**") == "no compression"
+    assert line(at, "**Compression in this run:**").startswith("Group-TopK, 1 % per group of 1024")
     bars = at.get("progress")
     assert bars and "done: step 12 of 12" in bars[0].proto.text
     assert len(at.get("plotly_chart")) == 3  # loss, accuracy, time split
@@ -100,7 +117,9 @@ def test_compare_three_optimisers_queues_then_compare_page(lab_db):
     at.number_input(key="tr_steps").set_value(4).run()
     at.slider(key="tr_workers").set_value(1).run()
     at.button(key="train_compare3").click().run()
+    at.button(key="train_compare3").click().run()  # a double click queues the comparison once
     assert_no_exception(at)
+    assert any("Already queued" in str(i.value) for i in at.info), texts(at)
     store = RunStore(lab_db)
     runs = store.list_runs()
     assert sorted(runs.optimizer) == ["adabelief", "adam", "maxadabelief"]
@@ -123,3 +142,77 @@ def test_compare_three_optimisers_queues_then_compare_page(lab_db):
     cp.button(key="cmp_delete").click().run()
     assert_no_exception(cp)
     assert sorted(store.list_runs().id) == sorted(ids[1:])
+
+
+def test_compression_controls_edit_the_scenario_and_the_line_above_run(lab_db):
+    at = app_test("pages/training.py")
+    assert_no_exception(at)
+    assert line(at, "**Compression:**") == "no compression"
+    at.selectbox(key="tr_cmp_kind").set_value("group_topk").run()
+    at.number_input(key="tr_cmp_ratio").set_value(0.02).run()
+    at.number_input(key="tr_cmp_group").set_value(512).run()
+    at.checkbox(key="tr_cmp_ef").check().run()
+    at.selectbox(key="tr_cmp_sharing").set_value("sparse_ring").run()
+    assert_no_exception(at)
+    assert at.session_state["scenario"].training.compression == Compression(
+        kind="group_topk", ratio=0.02, group_size=512, error_feedback=True, sharing="sparse_ring")
+    assert line(at, "**Compression:**") == "Group-TopK, 2 % per group of 512, with error feedback, shared by sparse ring"
+
+    at.selectbox(key="tr_cmp_kind").set_value("topk").run()
+    at.checkbox(key="tr_cmp_ef").uncheck().run()
+    assert line(at, "**Compression:**") == "global Top-K, 2 % of all entries, without error feedback, shared by sparse ring"
+
+    # The scenario holds them: another page and back, the controls start from it again.
+    at.switch_page("pages/home.py").run()
+    at.switch_page("pages/training.py").run()
+    assert_no_exception(at)
+    assert at.selectbox(key="tr_cmp_kind").value == "topk" and at.number_input(key="tr_cmp_ratio").value == 0.02
+    assert at.number_input(key="tr_cmp_group").value == 512
+
+    # Compression needs the gradient all-reduce: the page says so before anything is queued.
+    at.selectbox(key="tr_sync").set_value("param_server").run()
+    assert any("gradient all-reduce only" in str(w.value) for w in at.warning)
+    at.selectbox(key="tr_cmp_kind").set_value("none").run()
+    assert not at.warning and line(at, "**Compression:**") == "no compression"
+    assert at.session_state["scenario"].training.compression.kind == "none"
+
+
+def test_lesson_mode_keeps_the_compressor_and_ratio(lab_db):
+    at = app_test("pages/training.py", query={"lesson": "1"})
+    assert_no_exception(at)
+    keys = {w.key for kind in ("selectbox", "number_input", "checkbox") for w in at.get(kind)}
+    assert {"tr_cmp_kind", "tr_cmp_ratio"} <= keys
+    at.selectbox(key="tr_cmp_kind").set_value("randomk").run()
+    at.number_input(key="tr_cmp_ratio").set_value(0.05).run()
+    assert line(at, "**Compression:**").startswith("Random-K, 5 % of all entries")
+    comp = at.session_state["scenario"].training.compression
+    assert (comp.kind, comp.ratio) == ("randomk", 0.05)
+
+
+def test_two_quick_clicks_on_run_queue_one_job(lab_db):
+    at = app_test("pages/training.py")
+    at.number_input(key="tr_steps").set_value(5).run()
+    at.slider(key="tr_workers").set_value(1).run()
+    at.button(key="train_run").click().run()
+    at.button(key="train_run").click().run()  # the second click of a double click
+    assert_no_exception(at)
+    store = RunStore(lab_db)
+    runs = store.list_runs()
+    assert len(runs) == 1, runs
+    rid = runs.id.iloc[0]
+    assert at.session_state["train_watch"] == rid
+    assert any("Already queued" in str(i.value) for i in at.info), texts(at)
+    run_until(at, lambda a: store.status(rid) in ("done", "failed", "diverged"))
+    assert store.status(rid) == "done", store.get_run(rid)["error"]
+
+    # Once that run has finished and a few seconds have passed, the same settings run again.
+    while time.monotonic() < at.session_state["train_submit_token"].at + WINDOW_S:
+        time.sleep(0.2)
+    at.button(key="train_run").click().run()
+    assert_no_exception(at)
+    assert len(store.list_runs()) == 2
+    again = at.session_state["train_watch"]
+    assert again != rid
+    from lab.jobs import shared
+
+    shared(lab_db).stop(again)

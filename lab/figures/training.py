@@ -28,6 +28,30 @@ SEGMENTS = [
 ]
 
 
+#: The compressors and sharing methods as the Training page names them (lab.scenario's values).
+COMPRESSOR_NAMES = {"none": "none (no compression)", "group_topk": "Group-TopK", "topk": "global Top-K",
+                    "randomk": "Random-K", "fp16": "FP16"}
+SHARING_NAMES = {"dense": "dense ring all-reduce", "sparse_ring": "sparse ring",
+                 "sparse_allgather": "sparse all-gather"}
+
+
+def compression_summary(comp: Mapping) -> str:
+    """One line saying which compression a run uses, from a :class:`lab.scenario.Compression`'s
+    dict (the current settings, or a stored run's ``scenario["training"]["compression"]``), e.g.
+    "Group-TopK, 1 % per group of 1024, with error feedback, shared by sparse all-gather"."""
+    kind = comp.get("kind", "none")
+    if kind == "none":
+        return "no compression"
+    name = COMPRESSOR_NAMES.get(kind, str(kind))
+    pct = f"{100 * float(comp.get('ratio', 0.0)):.4g} %"
+    kept = {"group_topk": f"{pct} per group of {int(comp.get('group_size', 0))}",
+            "topk": f"{pct} of all entries", "randomk": f"{pct} of all entries, chosen at random",
+            "fp16": "every entry at half precision"}.get(kind, pct)
+    feedback = "with error feedback" if comp.get("error_feedback") else "without error feedback"
+    sharing = SHARING_NAMES.get(comp.get("sharing", ""), str(comp.get("sharing", "")))
+    return f"{name}, {kept}, {feedback}, shared by {sharing}"
+
+
 def _colour(i: int, key: str | None = None) -> str:
     return OPTIMISER_COLOURS.get(key or "", PALETTE[i % len(PALETTE)])
 
