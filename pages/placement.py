@@ -159,12 +159,7 @@ if g is not None:
                         f"runs on a coarsened graph of {len(coarse)} groups (chains merged first; a group stays on "
                         "one device). The optimum and the gaps are for that graph.")
         st.plotly_chart(figs.comparison_figure(rows), key="pl_compare")
-        span = max([r["makespan"] for r in rows if r["makespan"] is not None] + [0.0])
-        cscale, cunit = figs.time_unit(span)
-        st.dataframe(pd.DataFrame([{"graph": r["graph"], "strategy": r["strategy"],
-                                    f"makespan ({cunit})": r["makespan"] * cscale if r["makespan"] else None,
-                                    "above optimum (%)": 100 * r["gap"] if r["gap"] is not None else None,
-                                    "note": r["note"]} for r in rows]), hide_index=True, key="pl_compare_table",
+        st.dataframe(pd.DataFrame(figs.comparison_table(rows)), hide_index=True, key="pl_compare_table",
                      column_config={"above optimum (%)": st.column_config.NumberColumn(format="%.1f")})
         ui.caption("modelled", "one forward pass of one batch, with the pins; chain_dp optimises the steady pipeline "
                                "bottleneck (its note), not this single-pass makespan.")
@@ -188,7 +183,8 @@ for i, n in enumerate(dnames):
     if ui.view_value(f"pl_slow_{n}") is None:
         ui.set_view(f"pl_slow_{n}", 20.0 if n == fastest else 1.0)
     slowdown[n] = cols[i % len(cols)].number_input(f"{n} slowdown (×)", 0.01, 1e6, key=f"pl_slow_{n}")
-b2.caption(f"By default {ui.plain(fastest)} (the catalogue's fastest matmul device) runs 20× slower than its datasheet.")
+b2.caption(f"By default {ui.plain(fastest)} (the catalogue's fastest matmul device) runs 20× slower than its "
+           "datasheet.")
 knobs = {"pl_noise": ("noise σ", 0.0, 1.0, 0.01), "pl_seed": ("seed", 0, 2**31 - 1, 1), "pl_tol": ("tolerance", 0.0,
          1.0, 0.01), "pl_patience": ("patience (rounds)", 1, 100, 1), "pl_rounds": ("max rounds", 1, 500, 1)}
 if ui.lesson_mode():  # lesson mode hides the knobs and keeps their values
@@ -206,15 +202,13 @@ if g is not None:
             per_sample = per_sample_times(og, topo)
             kw["slowdown"] = {n: slowdown[n] for n in per_sample}
             st.caption(f"Data-parallel nodes: the devices that can run the whole model "
-                       f"({ui.plain(', '.join(per_sample))}); the global batch of {batch} samples is split between them.")
+                       f"({ui.plain(', '.join(per_sample))}); the global batch of {batch} samples is split "
+                       "between them.")
             results = {r: balance_data_parallel(per_sample, batch, rule=r, **kw) for r in RULES}
         nodes = results[RULES[0]].nodes
-        series = {r: {"round": [x.round for x in res.rounds], "round_time": [x.round_time for x in res.rounds],
-                      "max_wait": [x.max_wait for x in res.rounds], "mean_wait": [x.mean_wait for x in res.rounds],
-                      "weights": [x.weights for x in res.rounds]} for r, res in results.items()}
         ref = results[RULES[0]].reference
         scale, unit = figs.time_unit(max(x.round_time for res in results.values() for x in res.rounds))
-        st.plotly_chart(figs.balance_figure(series, nodes, ref["round_time"]), key="pl_balance")
+        st.plotly_chart(figs.balance_figure(figs.balance_series(results), nodes, ref["round_time"]), key="pl_balance")
         ui.caption("modelled", "each round is simulated with the cost model at the true speeds, not run.")
         for r, res in results.items():
             st.markdown(f"**{r}** ({RULE_LABELS[r]}): {'stopped' if res.converged else 'did not stop'} after "

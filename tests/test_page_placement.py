@@ -189,7 +189,8 @@ def test_why_table_explains_the_chosen_device():
     assert len(chosen) == 1
     finish = [c for c in why.columns if c.startswith("finish (")][0]
     assert chosen.iloc[0][finish] == why[finish].min()  # greedy earliest finish picks the earliest finish
-    parts = [c for c in why.columns if c.split(" (")[0] in ("inputs exist at", "transfer", "wait for device", "compute")]
+    parts = [c for c in why.columns
+             if c.split(" (")[0] in ("inputs exist at", "transfer", "wait for device", "compute")]
     ok = why.dropna(subset=[finish])
     assert ((ok[parts].sum(axis=1) - ok[finish]).abs() <= 1e-9 * ok[finish].abs().max()).all()
     assert "earliest finish of" in _md(at)

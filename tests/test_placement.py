@@ -637,3 +637,25 @@ def test_bad_pins_in_a_scenario_file_are_clear_errors(pins, match):
     d["training"]["pins"] = pins
     with pytest.raises(LabError, match=match):
         Scenario.from_dict(d)
+
+
+def test_gantt_draws_transfers_on_receiving_lanes_and_marks_tiny_bars():
+    from lab.figures.placement import MIN_VISIBLE, gantt_figure, receive_lane
+
+    g = model_task_graph("cnn", preset("cxl")).with_pins({"conv1": "fpga"})
+    s = type_rule(g)
+    transfers = transfer_rows(g, s)
+    why_line = reasons(g, s)
+    fig = gantt_figure(schedule_table(g, s), g.devices, "t", transfers, why_line)
+    moved = next(t for t in fig.data if t.name == "transfer (arriving)")
+    assert sorted(moved.y) == sorted(receive_lane(t["dst"]) for t in transfers)
+    lanes = list(fig.layout.yaxis.categoryarray)
+    for d in {t["dst"] for t in transfers}:  # each receiving lane sits right under its device
+        assert lanes.index(receive_lane(d)) == lanes.index(d) - 1
+    hovers = " ".join(h for t in fig.data if t.type == "bar" for h in (t.hovertext or ()))
+    assert why_line["conv1"] in hovers and "(conv)" in hovers
+    span = max([r["finish"] for r in schedule_table(g, s)] + [t["finish"] for t in transfers])
+    tiny = sum(1 for d, a, b in s.slots.values() if b - a < MIN_VISIBLE * span)
+    tiny += sum(1 for t in transfers if t["finish"] - t["start"] < MIN_VISIBLE * span)
+    markers = sum(len(t.x) for t in fig.data if t.type == "scatter")
+    assert tiny > 0 and markers == tiny

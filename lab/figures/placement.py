@@ -306,6 +306,21 @@ def baseline_table(rows: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
              "change (%)": 100 * r["change"] / r["baseline"] if r["baseline"] else None} for r in rows]
 
 
+def comparison_table(rows: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """:func:`lab.placement.compare_strategies` rows (with their graph) in one time unit."""
+    scale, unit = time_unit(max([r["makespan"] for r in rows if r["makespan"] is not None] + [0.0]))
+    return [{"graph": r["graph"], "strategy": r["strategy"],
+             f"makespan ({unit})": r["makespan"] * scale if r["makespan"] is not None else None,
+             "above optimum (%)": 100 * r["gap"] if r["gap"] is not None else None, "note": r["note"]} for r in rows]
+
+
+def balance_series(results: Mapping[str, Any]) -> dict[str, dict[str, list]]:
+    """Per rule, the round-by-round lists :func:`balance_figure` draws (from each BalanceResult)."""
+    return {r: {"round": [x.round for x in res.rounds], "round_time": [x.round_time for x in res.rounds],
+                "max_wait": [x.max_wait for x in res.rounds], "mean_wait": [x.mean_wait for x in res.rounds],
+                "weights": [x.weights for x in res.rounds]} for r, res in results.items()}
+
+
 def rounds_table(res: Any, nodes: Sequence[str], mode: str, scale: float, unit: str) -> list[dict[str, Any]]:
     """One row per balancing round (:class:`lab.balance.BalanceResult`): weights, times, the plan."""
     return [{"round": x.round, **{f"w {n}": w for n, w in zip(nodes, x.weights)},
@@ -318,4 +333,4 @@ def rounds_table(res: Any, nodes: Sequence[str], mode: str, scale: float, unit: 
 
 __all__ = ["time_unit", "bytes_unit", "device_colours", "gantt_figure", "why_figure", "receive_lane", "dag_figure",
            "usage_figure", "memory_figure", "comparison_figure", "balance_figure", "CLASS_COLOURS",
-           "assignment_table", "why_table", "baseline_table", "rounds_table"]
+           "assignment_table", "why_table", "baseline_table", "rounds_table", "comparison_table", "balance_series"]
