@@ -167,3 +167,96 @@ def preset(name: str) -> Topology:
     if name not in PRESETS:
         raise LabError(f"no preset named {name!r}; presets: {list(PRESETS)}")
     return PRESETS[name]()
+
+
+def has_cxl(topo: Topology) -> bool:
+    """Whether any link of ``topo`` is a CXL link."""
+    return any(l.kind == "cxl" for l in topo.links)
+
+
+def host_of(topo: Topology, device: str) -> str:
+    """The host CPU of ``device``'s pool: the first device of type ``cpu`` in that pool (in the
+    topology's order), else the first ``cpu`` of the whole topology (a pool without a host of its
+    own borrows one). Raises LabError when the topology has no CPU at all."""
+    from lab.errors import LabError
+
+    pool = topo.device(device).pool
+    cpus = [d for d in topo.devices if d.type == "cpu"]
+    if not cpus:
+        raise LabError("the cluster has no host CPU (a device of type cpu) to route PCIe through")
+    own = [d.name for d in cpus if d.pool == pool]
+    return own[0] if own else cpus[0].name
+
+
+def as_pcie(topo: Topology) -> Topology:
+    """The same cluster with its CXL links replaced by PCIe through the host.
+
+    The rule, applied to a copy of ``topo`` (devices, their numbers and every non-CXL link stay):
+
+    1. Every CXL link is removed.
+    2. Every device that had a CXL link (to a CXL switch, or directly to another device) gets a
+       PCIe link, with the PCIe catalogue numbers (:data:`LINK_CATALOGUE` ``"pcie"``), to the host
+       CPU of its pool (:func:`host_of`), unless it is that host or the two are already linked.
+    3. A host CPU that had a CXL link to a switch gets a PCIe link to that switch instead, so
+       whatever was reachable beyond the switch (a fabric to another pool) stays reachable, now
+       through the host.
+    4. Switches left with fewer than two links are removed with their link (repeatedly), and so are
+       groups of switches that no longer reach any device.
+
+    So every device-to-device transfer that took a CXL switch now goes device → host → device,
+    as on a PCIe-only server. A topology without a CXL link comes back unchanged (renamed). Raises
+    LabError when the result cannot be built (no host CPU, or a part of the cluster that only CXL
+    joined to the rest)."""
+    from lab.errors import LabError
+
+    bw, lat, _ = LINK_CATALOGUE["pcie"]
+    devices = {d.name for d in topo.devices}
+    switches = {s.name for s in topo.switches}
+    kept = [l for l in topo.links if l.kind != "cxl"]
+    linked = {frozenset((l.a, l.b)) for l in kept}
+    added: list[Link] = []
+
+    def connect(a: str, b: str) -> None:
+        pair = frozenset((a, b))
+        if a != b and pair not in linked:
+            linked.add(pair)
+            added.append(Link(a, b, "pcie", bw, lat))
+
+    for l in topo.links:
+        if l.kind != "cxl":
+            continue
+        for end, other in ((l.a, l.b), (l.b, l.a)):
+            if end not in devices:
+                continue
+            host = host_of(topo, end)
+            if end != host:
+                connect(end, host)
+            elif other in switches:
+                connect(host, other)
+    links = kept + added
+    while True:  # rule 4: drop switches that no longer join two things
+        degree: dict[str, int] = {}
+        for l in links:
+            for end in (l.a, l.b):
+                degree[end] = degree.get(end, 0) + 1
+        loose = {s for s in switches if degree.get(s, 0) < 2}
+        if not loose:
+            break
+        switches -= loose
+        links = [l for l in links if l.a not in loose and l.b not in loose]
+    import networkx as nx
+
+    g = nx.Graph()
+    g.add_nodes_from(devices | switches)
+    g.add_edges_from((l.a, l.b) for l in links)
+    for part in list(nx.connected_components(g)):
+        if not part & devices:
+            switches -= part
+            links = [l for l in links if l.a not in part]
+    out = Topology(f"{topo.name}-pcie", topo.devices, tuple(links),
+                   tuple(s for s in topo.switches if s.name in switches),
+                   f"{topo.name} with its CXL links replaced by PCIe through the host.")
+    try:
+        return out.validate()
+    except LabError as exc:
+        raise LabError(f"the same cluster with PCIe through the host cannot be built: {exc}") from None

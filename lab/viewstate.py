@@ -21,6 +21,7 @@ import zlib
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Mapping
 
+from lab.catalogue import PRESETS
 from lab.cholesky import MATRIX_NAMES
 from lab.collectives import ALGORITHMS
 from lab.errors import LabError
@@ -81,6 +82,7 @@ VIEW: dict[str, Control] = {
     "topo_size": _c("topology", float, 10.0, "transfer size (MB)", TRANSFER_SIZES_MB),
     "topo_from": _c("topology", str, "", "route from"),
     "topo_to": _c("topology", str, "", "route to"),
+    "topo_cmp": _c("topology", str, "as_pcie", "compare with", ("as_pcie", *PRESETS)),
     # ---- Placement
     "pl_model": _c("placement", str, "mlp", "model", tuple(MODEL_NAMES), from_scenario=lambda sc: sc.training.model),
     "pl_batch": _c("placement", int, 32, "batch size", lo=1, hi=65536, from_scenario=lambda sc: sc.training.batch_size),

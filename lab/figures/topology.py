@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import html
 import math
 
 import networkx as nx
@@ -14,6 +15,12 @@ TYPE_COLOURS = {"cpu": "#4c566a", "gpu": "#2e7d32", "fpga": "#1565c0", "asic": "
                 "dpu": "#ef6c00", "npu": "#c62828", "tpu": "#00838f", "switch": "#9e9e9e"}
 KIND_COLOURS = {"cxl": "#1f6feb", "pcie": "#d29922", "upi": "#8250df", "nvlink": "#2da44e",
                 "switch": "#6e7781", "ethernet": "#cf222e"}
+
+
+def _t(text: str) -> str:
+    """User text (device, switch, pool and topology names) shown as text: plotly reads a subset of
+    HTML in labels and hovers, so its special characters are escaped."""
+    return html.escape(str(text), quote=False)
 
 
 def fmt_bytes_per_s(x: float) -> str:
@@ -55,26 +62,26 @@ def network_figure(topo: Topology) -> go.Figure:
         shown_kinds.add(link.kind)
         mid_x.append((x0 + x1) / 2)
         mid_y.append((y0 + y1) / 2)
-        mid_text.append(f"{link.a} ↔ {link.b}<br>{LINK_KIND_LABELS[link.kind]}<br>"
+        mid_text.append(f"{_t(link.a)} ↔ {_t(link.b)}<br>{LINK_KIND_LABELS[link.kind]}<br>"
                         f"{fmt_bytes_per_s(link.bandwidth)} per direction<br>latency {fmt_seconds(link.latency)}")
     fig.add_trace(go.Scatter(x=mid_x, y=mid_y, mode="markers", marker=dict(size=9, opacity=0.0),
                              hovertext=mid_text, hoverinfo="text", showlegend=False, name="links"))
     groups: dict[str, list] = {}
     for d in topo.devices:
         groups.setdefault(d.type, []).append(
-            (d.name, f"<b>{d.name}</b> ({DEVICE_TYPE_LABELS[d.type]}, pool {d.pool})<br>"
+            (d.name, f"<b>{_t(d.name)}</b> ({DEVICE_TYPE_LABELS[d.type]}, pool {_t(d.pool)})<br>"
                      f"memory {d.memory / 1e9:.3g} GB<br>kernels: {', '.join(sorted(d.kernels))}"))
     for s in topo.switches:
-        groups.setdefault("switch", []).append((s.name, f"<b>{s.name}</b> (switch)"))
+        groups.setdefault("switch", []).append((s.name, f"<b>{_t(s.name)}</b> (switch)"))
     for t, items in groups.items():
         fig.add_trace(go.Scatter(
             x=[pos[n][0] for n, _ in items], y=[pos[n][1] for n, _ in items], mode="markers+text",
             marker=dict(size=26 if t != "switch" else 18, color=TYPE_COLOURS.get(t, "#333"),
                         symbol="square" if t == "switch" else "circle", line=dict(color="white", width=2)),
-            text=[n for n, _ in items], textposition="bottom center", hovertext=[h for _, h in items],
+            text=[_t(n) for n, _ in items], textposition="bottom center", hovertext=[h for _, h in items],
             hoverinfo="text", name=DEVICE_TYPE_LABELS.get(t, t), legendgroup="type-" + t))
     fig.update_layout(
-        title=f"Topology “{topo.name}”: {len(topo.devices)} devices, {len(topo.switches)} switches, "
+        title=f"Topology “{_t(topo.name)}”: {len(topo.devices)} devices, {len(topo.switches)} switches, "
               f"{len(topo.links)} links (hover a link's middle for its numbers)",
         xaxis=dict(visible=False), yaxis=dict(visible=False, scaleanchor="x"), height=460,
         margin=dict(l=10, r=10, t=50, b=10), legend=dict(orientation="v"), plot_bgcolor="white")
@@ -86,11 +93,12 @@ def path_heatmap(matrix: dict, nbytes: float) -> go.Figure:
     names = matrix["names"]
     t = matrix["time"]
     z = [[v * 1e6 for v in row] for row in t]
-    hover = [[f"{a} → {b}<br>time {fmt_seconds(t[i][j])}<br>bottleneck "
+    hover = [[f"{_t(a)} → {_t(b)}<br>time {fmt_seconds(t[i][j])}<br>bottleneck "
               f"{fmt_bytes_per_s(matrix['bottleneck'][i][j]) if i != j else '—'}<br>"
               f"latency {fmt_seconds(matrix['latency'][i][j])}<br>hops {matrix['hops'][i][j]}"
               for j, b in enumerate(names)] for i, a in enumerate(names)]
-    fig = go.Figure(go.Heatmap(z=z, x=names, y=names, hovertext=hover, hoverinfo="text",
+    labels = [_t(n) for n in names]
+    fig = go.Figure(go.Heatmap(z=z, x=labels, y=labels, hovertext=hover, hoverinfo="text",
                                colorscale="Blues", colorbar=dict(title="µs")))
     fig.update_layout(title=f"Modelled time to move {nbytes / 1e6:.3g} MB from row to column (µs)",
                       xaxis_title="to device", yaxis_title="from device", height=420,
@@ -103,8 +111,8 @@ def comparison_figure(df: pd.DataFrame, nbytes: float) -> go.Figure:
     fig = go.Figure()
     for label, part in df.groupby("topology", sort=False):
         fig.add_trace(go.Bar(
-            x=part["pair"], y=part["time_s"] * 1e6, name=str(label),
-            hovertext=[f"route {r}<br>{h} hops, bottleneck {fmt_bytes_per_s(b)}"
+            x=[_t(p) for p in part["pair"]], y=part["time_s"] * 1e6, name=_t(str(label)),
+            hovertext=[f"route {_t(r)}<br>{h} hops, bottleneck {fmt_bytes_per_s(b)}"
                        for r, h, b in zip(part["route"], part["hops"], part["bottleneck_Bps"])],
             hoverinfo="text+y"))
     fig.update_layout(barmode="group", title=f"Modelled time to move {nbytes / 1e6:.3g} MB device to device",
