@@ -1,0 +1,59 @@
+"""One real comparison: the three optimisers x {dense, Group-TopK 1 % + error feedback}, each with
+several seeds, MLP on digits with 2 workers, queued through the job manager as the Training page
+does; prints the summary by variant and the verdicts (lab.comparison), and the wall time.
+
+    .venv/bin/python bench/bench_comparison.py --steps 200 --repeats 3
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from lab import comparison as C  # noqa: E402
+from lab.jobs import JobManager  # noqa: E402
+from lab.runs import RunStore  # noqa: E402
+from lab.scenario import Compression, default_scenario  # noqa: E402
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--steps", type=int, default=200)
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--workers", type=int, default=2)
+    ap.add_argument("--target", type=float, default=0.9)
+    ap.add_argument("--db", default=None, help="run store (default: a fresh temporary one)")
+    a = ap.parse_args()
+
+    db = Path(a.db) if a.db else Path(tempfile.mkdtemp(prefix="bench-cmp-")) / "runs.db"
+    sc = default_scenario()
+    sc = sc.replace(training=sc.training.replace(workers=a.workers, steps=a.steps, eval_every=10))
+    gtk = Compression(kind="group_topk", ratio=0.01, group_size=1024, error_feedback=True, sharing="sparse_allgather")
+    items = C.comparison_scenarios(sc, [Compression(), gtk], repeats=a.repeats)
+    jm = JobManager(str(db), capacity=1)
+    t0 = time.perf_counter()
+    jobs = jm.submit_many(items, owner="bench")
+    for j in jobs:
+        jm.wait(j.run_id, timeout=3600)
+    wall = time.perf_counter() - t0
+    jm.shutdown()
+    store = RunStore(db)
+    ids = [j.run_id for j in jobs]
+    statuses = {store.status(r) for r in ids}
+    cmp = C.compare_runs(store, ids, target=a.target)
+    table = cmp.table()
+    print(f"{len(ids)} runs ({a.repeats} seeds x {len(items) // a.repeats} variants), {a.steps} steps, "
+          f"{a.workers} workers, MLP on digits; statuses {sorted(statuses)}; wall {wall:.0f} s; store {db}")
+    print(table.to_markdown(index=False) if hasattr(table, "to_markdown") else table.to_string(index=False))
+    for v in cmp.verdicts:
+        print(f"- {v['variant']} vs {v['against']}: {v['accuracy difference (points)']} points; {v['verdict']}")
+
+
+if __name__ == "__main__":
+    main()
