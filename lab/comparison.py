@@ -330,10 +330,18 @@ def compare_runs(store: Any, run_ids: Sequence[str], target: float = 0.9, x: str
     groups: dict[tuple, list[dict]] = {}
     for run in runs:
         groups.setdefault(variant_key(settings_of(run["scenario"])), []).append(run)
+    order = list(OPTIMISER_SHORT)
+
+    def rank(key_members: tuple) -> tuple:  # optimisers in their usual order, dense before compressed
+        s = settings_of(key_members[1][0]["scenario"])
+        opt = s.get("optimizer")
+        return (order.index(opt) if opt in order else len(order), (s.get("compression") or "none") != "none",
+                compression_label(s))
+
     results: dict[str, list[RunResult]] = {}
     loss, acc = [], []
     dense = []
-    for members in groups.values():
+    for _, members in sorted(groups.items(), key=rank):
         s = settings_of(members[0]["scenario"])
         label = short_label(s)
         if label in results:  # two variants with the same short label: tell them apart by their settings

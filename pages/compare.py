@@ -25,10 +25,16 @@ if runs.empty:
     st.info("No stored runs yet: start one on the Training page.")
     st.stop()
 
-labels = {r.id: f"{r.name} · {OPTIMISER_LABELS.get(r.optimizer, r.optimizer)} · {r.status} · {r.id}"
-          for r in runs.itertuples()}
+
+def run_label(r) -> str:
+    named = comparison.OPTIMISER_SHORT.get(r.optimizer, "?") in r.name  # names from a comparison say it
+    opt = "" if named else f" · {OPTIMISER_LABELS.get(r.optimizer, r.optimizer)}"
+    return f"{r.name}{opt} · {r.status} · {r.id}"
+
+
+labels = {r.id: run_label(r) for r in runs.itertuples()}
 before = list(ui.view_value("cmp_runs") or [])
-kept = [r for r in before if r in labels] or list(runs[runs.status.isin(FINISHED)].id[:3])
+kept = [r for r in before if r in labels] or list(runs[runs.status.isin(FINISHED)].id[:6])
 if kept != before:  # runs deleted elsewhere, or none chosen yet: the newest finished ones
     ui.set_view("cmp_runs", kept)
 chosen = st.multiselect("Runs", list(labels), format_func=labels.get, key="cmp_runs")

@@ -27,7 +27,7 @@ def _rgba(hex_colour: str, alpha: float) -> str:
 
 def band_figure(curves: list, x: str, y_title: str, title: str, y_scale: float = 1.0) -> go.Figure:
     """Mean lines with min–max bands; one panel per compression when there are more than six curves."""
-    compressions = list(dict.fromkeys(c.compression for c in curves))
+    compressions = sorted(dict.fromkeys(c.compression for c in curves), key=lambda k: k != "dense")  # dense: solid
     panels = compressions if len(curves) > MAX_CURVES_PER_PANEL else ["all"]
     cols = min(3, len(panels))
     rows = math.ceil(len(panels) / cols)
