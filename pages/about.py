@@ -3,6 +3,7 @@
 import streamlit as st
 
 import ui
+from app import PAGES
 
 ui.scenario_sidebar()
 st.title("About the designs")
@@ -60,9 +61,11 @@ DESIGNS = [
        "the fill-in, measured block by block")]),
 ]
 
+TITLES = {f: t for f, t, _ in PAGES}
 for title, summary, claims in DESIGNS:
     with st.container(border=True):
         st.subheader(title)
         st.markdown(summary)
         for claim, page, how in claims:
-            st.page_link(page, label=f"Claim: “{claim}” Tested on this page: {how}.", icon=":material/science:")
+            st.markdown(f"**Claim:** “{claim}”  \n*Where the lab tests it:* {how}.")
+            st.page_link(page, label=f"Open {TITLES[page]}", icon=":material/science:")

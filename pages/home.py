@@ -24,17 +24,17 @@ st.markdown(
     f"topology's numbers, or {ui.badge('emulated')} (a device or link made slower by waiting). "
     "The device and link numbers are illustrative assumptions taken from public datasheets; edit them.")
 st.subheader("Pages")
-DESCRIPTIONS = {
-    "Topology": "build the cluster: devices, links, routes, the CXL-versus-PCIe question",
-    "Placement": "which operator runs on which device, the schedule, and dynamic load balancing",
-    "All-reduce": "ring, tree, host and hierarchical all-reduce step by step, modelled and measured",
-    "Optimisers": "Adam, AdaBelief and Max-AdaBelief on 2-D functions and Adam's counterexample",
+DESCRIPTIONS = {  # short: a page link does not wrap, and a projector is 1024 pixels wide
+    "Topology": "build the cluster; routes; CXL versus PCIe",
+    "Placement": "which operator runs where, and why; load balancing",
+    "All-reduce": "all-reduce step by step, modelled and measured",
+    "Optimisers": "Adam, AdaBelief, Max-AdaBelief on 2-D functions",
     "Training": "real multi-process runs, live",
-    "Compare": "stored runs side by side",
-    "Compression": "Group-TopK, error feedback, sparse rings, and the Cholesky claim",
+    "Compare": "runs side by side, with their noise",
+    "Compression": "Group-TopK, sparse rings, the Cholesky claim",
     "Jobs": "job lifecycle, faults and recovery",
-    "Fidelity": "prediction beside measurement for every run",
-    "About the designs": "the four published designs the lab is built from, their claims, and where each is tested",
+    "Fidelity": "prediction beside measurement",
+    "About the designs": "the four designs, their claims, where each is tested",
 }
 for file, title, icon in available_pages():
     if title == "Home":
