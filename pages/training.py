@@ -99,27 +99,40 @@ if comp_now.kind != "none" and sc.training.sync != "allreduce":
     st.warning("Compression works with the sync mode gradient all-reduce only: set Compressor to none or "
                "Sync mode to gradient all-reduce.", icon=":material/warning:")
 
-SUBMIT_TOKEN = "train_submit_token"  # this session's last submit (lab.submit_guard)
+
+@st.cache_resource(show_spinner=False)
+def last_submits() -> dict:
+    """Each session's last submit (owner -> lab.submit_guard.Token). Kept out of st.session_state
+    on purpose: touching session state is where Streamlit stops a script for a newer click, and a
+    double click must still find the first click's token and the runs it queued."""
+    return {}
 
 
 def submit_once(action: str, submit) -> list | None:
     """Run ``submit()`` (which queues jobs and returns them) unless this session has just queued
     the same thing; then say so and return None."""
+    tokens = last_submits()
     fp, now = submit_guard.fingerprint(sc, action), time.monotonic()
-    last = st.session_state.get(SUBMIT_TOKEN)
+    last = tokens.get(owner)
     decision = submit_guard.decide(last, fp, now, submit_guard.phases(runs_store, last.run_ids) if last else {})
     if not decision.go:
         st.info(decision.message, icon=":material/hourglass_top:")
         return None
-    # Held before submitting, so that a click arriving while this one is under way is seen as a repeat.
-    st.session_state[SUBMIT_TOKEN] = submit_guard.Token(fp, now)
+    tokens[owner] = submit_guard.Token(fp, now)  # before submitting: a click arriving meanwhile is a repeat
     try:
         jobs = submit()
     except Exception:
-        st.session_state[SUBMIT_TOKEN] = last  # nothing was queued: the same settings may be tried again
+        tokens[owner] = last  # nothing was queued: the same settings may be tried again
         raise
-    st.session_state[SUBMIT_TOKEN] = submit_guard.Token(fp, now, tuple(j.run_id for j in jobs))
+    tokens[owner] = submit_guard.Token(fp, now, tuple(j.run_id for j in jobs))
     return jobs
+
+
+def submit_pending() -> bool:
+    """Whether this session's last submit is still under way in another script run (a double click:
+    the first click's run queues the job while the second's draws the page)."""
+    tok = last_submits().get(owner)
+    return tok is not None and not tok.run_ids and 0 <= time.monotonic() - tok.at < submit_guard.WINDOW_S
 
 
 b1, b2, _ = st.columns([1, 2, 3])
@@ -142,8 +155,8 @@ if b2.button("Compare the three optimisers", key="train_compare3", icon=":materi
 
 # ---------------------------------------------------------------- live view
 # Poll the store every second while a job is queued or running; a full rerun when they all end
-# turns the polling off again.
-polling = bool(len(runs_store.list_runs(statuses=ACTIVE)))
+# turns the polling off again. A submit still under way (a double click) polls too, so its run shows.
+polling = submit_pending() or bool(len(runs_store.list_runs(statuses=ACTIVE)))
 
 
 @st.fragment(run_every=1.0 if polling else None)
@@ -156,9 +169,11 @@ def live_view() -> None:
     runs = runs_store.list_runs()
     if runs.empty:
         st.info("No runs yet: press **Run**.")
+        if polling and not submit_pending():
+            st.rerun()
         return
     active = runs[runs.status.isin(ACTIVE)]
-    if polling and not len(active):
+    if polling and not len(active) and not submit_pending():
         st.rerun()
     if len(active):
         st.caption(f"Active jobs: {', '.join(f'{r.id} ({r.status})' for r in active.itertuples())}. "
