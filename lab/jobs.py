@@ -1,5 +1,5 @@
 """Training jobs as OS processes: submit, queue fairly, place on this machine's cores, watch, stop,
-release, and notice the ones that vanished -- seed C's job lifecycle, for real.
+release, and notice the ones that vanished -- the task-level design's job lifecycle, for real.
 
 A job is ``python -m lab.train --scenario FILE --run-id ID`` (the launcher, :mod:`lab.train.launcher`)
 started in a new session, so the launcher leads a process group holding every worker and one
@@ -20,10 +20,23 @@ machine has 2 cores), and only where its ranks fit on the local resource groups 
 :func:`lab.scheduling.local_groups`) under the placement policy (uniform or resource-state). The
 queue is fair across owners (one browser session = one owner): round-robin over owners, first
 come first served within one, so a session that queues ten jobs cannot starve the others.
+
+Thirty students share one server, so a job belongs to the session that submitted it (its owner id,
+kept in the run's info): :meth:`JobManager.stop` and :meth:`JobManager.release` take the acting
+owner and refuse another's job with a LabError, unless the actor is the teacher. A session is the
+teacher when its link carries ``?teacher=<token>`` and the token equals the server's secret
+LAB_TEACHER_TOKEN (:func:`is_teacher`; no token set: nobody is). The store records who stopped
+what: the owner id, or "teacher".
+
+A launcher killed with SIGKILL can record nothing, so :meth:`JobManager.sweep` (run from the pages'
+polling and every LAB_SWEEP_S seconds on a timer) finds runs marked running whose launcher is gone
+(its pid, host, boot and start time in the store; :func:`lab.train.launcher.launcher_gone`), marks
+them interrupted, waits for their workers to exit, then removes their scratch folder.
 """
 
 from __future__ import annotations
 
+import hmac
 import os
 import signal
 import subprocess
@@ -41,6 +54,43 @@ from lab.scheduling import POLICIES, SlotBook, cpu_of, fair_order, local_groups,
 
 ROOT = Path(__file__).resolve().parent.parent
 STOP_GRACE_S = 3.0
+DRAIN_S = 10.0  # workers of a dead launcher get this long to exit before they are killed
+TEACHER = "teacher"  # how the store names the teacher as the one who stopped or released a job
+
+
+def teacher_token() -> str:
+    """The server's teacher secret (LAB_TEACHER_TOKEN); empty: there is no teacher."""
+    return os.environ.get("LAB_TEACHER_TOKEN") or ""
+
+
+def is_teacher(claim) -> bool:
+    """Whether ``claim`` (the ``teacher`` value of a session's link) is the server's teacher token.
+    Compared in constant time; no token set on the server, or none claimed: False."""
+    token = teacher_token()
+    if not token or not isinstance(claim, str) or not claim:
+        return False
+    return hmac.compare_digest(claim.encode(), token.encode())
+
+
+def teacher_session(state, params, key: str = "job_teacher") -> bool:
+    """The session's teacher flag, in ``state`` (a session-state mapping) once its link's
+    ``params["teacher"]`` matched the token, so it lasts while the session moves between pages.
+    The token is then dropped from the link, so it is not shared with a copied address."""
+    claim = params.get("teacher") if params is not None else None
+    if claim is not None:
+        if is_teacher(claim):
+            state[key] = True
+        try:
+            del params["teacher"]
+        except (KeyError, TypeError):
+            pass
+    return bool(state.get(key, False)) and bool(teacher_token())
+
+
+def can_manage(run_owner: str | None, owner: str | None, teacher: bool = False) -> bool:
+    """Whether ``owner`` (acting, with the teacher flag) may stop or release a job of ``run_owner``:
+    its own (never a command-line run, which has no owner), or any when the teacher."""
+    return bool(teacher) or (run_owner is not None and owner is not None and str(owner) == str(run_owner))
 
 
 def job_nice() -> int:
@@ -117,6 +167,11 @@ class JobManager:
         self._lock = threading.RLock()
         self._thread: threading.Thread | None = None
         self._closed = False
+        # run id -> what waits until its last process is gone (slots, scratch folder, since when)
+        self._draining: dict[str, dict] = {}
+        self._suspects: dict[str, float] = {}  # run id -> first sweep that found its process gone
+        self._last_sweep = 0.0
+        self._sweeper: threading.Thread | None = None
 
     # ----- folders -----------------------------------------------------------------------------
     def _dir(self, name: str) -> Path:
@@ -188,7 +243,7 @@ class JobManager:
             except Exception:  # noqa: BLE001 - the scheduler must keep running
                 pass
             with self._lock:
-                if not self._queue and not self._running:
+                if not self._queue and not self._running and not self._draining:
                     # nothing to do: the thread ends and is started again by the next submit
                     self._thread = None
                     return
@@ -198,9 +253,7 @@ class JobManager:
         from lab.train.launcher import world_size
 
         with self._lock:
-            for rid, p in list(self._running.items()):
-                if p.poll() is not None:
-                    self._finish(rid, p)
+            self._reap()
             while len(self._running) < self.capacity and self._queue:
                 started = False
                 for rid, owner in fair_order(self._queue, owner_of=lambda q: q[1], after=self._last_owner,
@@ -253,10 +306,19 @@ class JobManager:
         self._running[rid] = p
         self._files[rid] = (scenario_file, log)
 
+    def _reap(self) -> None:
+        """Finish the jobs whose launcher ended; clean up after those whose workers have now exited."""
+        with self._lock:
+            for rid, p in list(self._running.items()):
+                if p.poll() is not None:
+                    self._finish(rid, p)
+            for rid in list(self._draining):
+                self._drain(rid)
+
     def _finish(self, rid: str, p: subprocess.Popen) -> None:
-        """A job process ended: free its slots, clean up, make sure its run does not stay 'running'."""
+        """A job process ended: make sure its run does not stay 'running', then free its slots and
+        remove its scratch once its last worker is gone (:meth:`_drain`)."""
         self._running.pop(rid, None)
-        slots = self.book.release(rid)
         scenario_file, log = self._files.pop(rid, (None, None))
         if log is not None:
             log.close()
@@ -266,21 +328,66 @@ class JobManager:
         try:
             status = self.store.status(rid)
         except LabError:
+            self.book.release(rid)
             return
         if status in ACTIVE:
-            why = (f"killed by signal {signal.Signals(-code).name}" if code is not None and code < 0
-                   else f"exit code {code}")
-            self.store.set_status(rid, "failed", error=f"the job process ended ({why}) without finishing the run; "
-                                  f"see {self.log_path(rid)}", only_from=ACTIVE)
+            if code is not None and code < 0:  # killed from outside: it could not report
+                why = f"killed by signal {_signal_name(-code)}"
+                self.store.set_status(rid, "interrupted", only_from=ACTIVE, error=(
+                    f"the job's launcher (pid {p.pid}) was {why} and could not finish the run; "
+                    f"see {self.log_path(rid)}"))
+                new = "interrupted"
+            else:
+                why = f"exit code {code}"
+                self.store.set_status(rid, "failed", error=f"the job process ended ({why}) without finishing the run; "
+                                      f"see {self.log_path(rid)}", only_from=ACTIVE)
+                new = "failed"
             self.store.set_heartbeats(rid, [])
-            self.store.add_stage(rid, "ended", detail={"status": "failed", "by": "job manager", "why": why})
+            self.store.add_stage(rid, "ended", detail={"status": new, "by": "job manager", "why": why})
+        self._begin_drain(rid, by="job manager")
+
+    def _begin_drain(self, rid: str, by: str) -> None:
+        rec = self.store.launcher(rid) or {}
+        self._draining.setdefault(rid, {"since": time.monotonic(), "scratch": rec.get("scratch"), "by": by,
+                                        "killed": []})
+        self._drain(rid)
+
+    def _drain(self, rid: str) -> bool:
+        """Release a job whose launcher is gone once its last process is: workers still exiting
+        are waited for (SIGKILL after DRAIN_S), then its slots are freed and its scratch folder goes.
+        Returns whether it is released."""
+        d = self._draining.get(rid)
+        if d is None:
+            return True
+        left = processes_of(rid, exclude=(os.getpid(),))
+        if left and time.monotonic() - d["since"] > DRAIN_S:
+            for pid in left:
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                    d["killed"].append(pid)
+                except ProcessLookupError:
+                    pass
+            return False
+        if left:
+            return False
         from lab.train.launcher import remove_scratch
 
-        left = processes_of(rid)
-        scratch = remove_scratch(rid) if not left else 0  # left by a launcher that was killed
-        self.store.add_stage(rid, "released", detail={"by": "job manager", "slots": slots,
-                                                       "worker_processes_left": len(left),
-                                                       "scratch_folders_removed": scratch})
+        del self._draining[rid]
+        slots = self.book.release(rid)
+        scratch = remove_scratch(rid, d["scratch"])
+        try:
+            self.store.set_heartbeats(rid, [])
+            self.store.add_stage(rid, "released", detail={
+                "by": d["by"], "slots": slots, "worker_processes_left": 0, "killed": d["killed"],
+                "waited_s": round(time.monotonic() - d["since"], 3), "scratch_folders_removed": scratch})
+        except LabError:
+            pass
+        return True
+
+    def draining(self) -> list[str]:
+        """Jobs whose launcher is gone, waiting for their workers to exit before they are released."""
+        with self._lock:
+            return list(self._draining)
 
     # ----- watching ----------------------------------------------------------------------------
     def status(self, run_id: str) -> str:
@@ -341,18 +448,42 @@ class JobManager:
             time.sleep(0.1)
 
     # ----- stopping and releasing -------------------------------------------------------------
-    def stop(self, run_id: str, by: str = "the user") -> bool:
-        """Stop a queued or running job: a queued one never starts; a running one's whole process
-        group is ended (SIGTERM, then SIGKILL after a grace period). Returns whether it was active."""
+    def _check_actor(self, run_id: str, owner: str | None, teacher: bool, what: str) -> dict:
+        """The run, when ``owner`` (with the teacher flag) may act on it; else a LabError."""
+        run = self.store.get_run(run_id)
+        run_owner = self.owner_of(run_id)
+        if not can_manage(run_owner, owner, teacher):
+            whose = "a command-line run" if run_owner is None else "another session's job"
+            raise LabError(f"run {run_id} is {whose}: only its own session or the teacher may {what} it",
+                           where="jobs")
+        return run
+
+    @staticmethod
+    def _actor(owner: str | None, teacher: bool) -> str:
+        return TEACHER if teacher else str(owner)
+
+    def stop(self, run_id: str, owner: str | None, *, teacher: bool = False, via: str = "the Stop button") -> bool:
+        """Stop a queued or running job for ``owner`` (the acting session's id; ``teacher``: the
+        teacher acts and may stop any job). Another session's job is refused with a LabError. A
+        queued one never starts; a running one's whole process group is ended (SIGTERM, then
+        SIGKILL after a grace period). The stop stage and the run's info record who stopped it.
+        Returns whether it was active."""
+        self._check_actor(run_id, owner, teacher, "stop")
+        by = self._actor(owner, teacher)
+        return self._stop(run_id, by, {"by": by, "session": str(owner), "via": via})
+
+    def _stop(self, run_id: str, by: str, detail: dict) -> bool:
         with self._lock:
             queued = [q for q in self._queue if q[0] == run_id]
             for q in queued:
                 self._queue.remove(q)
             p = self._running.get(run_id)
         if queued:
-            ok = self.store.set_status(run_id, "stopped", error="stopped before it started", only_from=("queued",))
+            ok = self.store.set_status(run_id, "stopped", error=f"stopped by {_who(by)} before it started",
+                                       only_from=("queued",))
             if ok:
-                self.store.add_stage(run_id, "stop", detail={"by": by, "while": "queued"})
+                self.store.merge_info(run_id, {"stopped_by": by})
+                self.store.add_stage(run_id, "stop", detail={**detail, "while": "queued"})
                 self.store.add_stage(run_id, "ended", detail={"status": "stopped"})
             return ok
         try:
@@ -360,9 +491,10 @@ class JobManager:
         except LabError:
             return False
         # marked first, so the launcher's own "stopped by SIGTERM" or a last "done" cannot overwrite it
-        was_active = self.store.set_status(run_id, "stopped", error=f"stopped by {by}", only_from=ACTIVE)
+        was_active = self.store.set_status(run_id, "stopped", error=f"stopped by {_who(by)}", only_from=ACTIVE)
         if was_active:
-            self.store.add_stage(run_id, "stop", detail={"by": by, "while": run["status"]})
+            self.store.merge_info(run_id, {"stopped_by": by})
+            self.store.add_stage(run_id, "stop", detail={**detail, "while": run["status"]})
         if p is not None:
             _end_group(p.pid, lambda: p.poll() is not None)
             try:
@@ -372,19 +504,29 @@ class JobManager:
             with self._lock:
                 if p.poll() is not None and run_id in self._running:
                     self._finish(run_id, p)
-        elif run["status"] == "running" and _proc_alive(run["pid"]):  # started elsewhere
-            _end_group(run["pid"], lambda: not _proc_alive(run["pid"]))
+        elif run["status"] == "running" and self._launcher_alive(run_id, run["pid"]):  # started elsewhere
+            _end_group(run["pid"], lambda: not self._launcher_alive(run_id, run["pid"]))
         return was_active
 
-    def release(self, run_id: str) -> dict:
-        """Release what a finished (or abandoned) job still holds: processes still carrying its run
-        id are killed, a run left 'running' by a vanished process becomes interrupted, its
-        intermediate checkpoints, heartbeats and scenario file go (final.pt and the logs stay).
-        A job that is queued or running must be stopped first. Returns what was released."""
-        run = self.store.get_run(run_id)
+    def _launcher_alive(self, run_id: str, pid) -> bool:
+        from lab.train.launcher import launcher_gone
+
+        rec = self.store.launcher(run_id)
+        if rec is not None:
+            return launcher_gone(rec) is None
+        return _proc_alive(_as_pid(pid))
+
+    def release(self, run_id: str, owner: str | None, *, teacher: bool = False) -> dict:
+        """Release what a finished (or abandoned) job still holds, for ``owner`` (or the teacher;
+        another session's job is refused with a LabError): processes still carrying its run id
+        are killed and waited for, a run left 'running' by a vanished process becomes interrupted,
+        its intermediate checkpoints, heartbeats, scratch and scenario file go (final.pt and the
+        logs stay). A job that is queued or running must be stopped first. Returns what was released."""
+        run = self._check_actor(run_id, owner, teacher, "release")
+        by = self._actor(owner, teacher)
         with self._lock:
             ours = run_id in self._running or any(q[0] == run_id for q in self._queue)
-        if ours or (run["status"] in ACTIVE and _proc_alive(run["pid"])):
+        if ours or (run["status"] in ACTIVE and self._launcher_alive(run_id, run["pid"])):
             raise LabError(f"run {run_id} is {run['status']}: stop it before releasing its resources", where="jobs")
         killed = []
         for pid in processes_of(run_id, exclude=(os.getpid(),)):
@@ -393,6 +535,9 @@ class JobManager:
                 killed.append(pid)
             except ProcessLookupError:
                 pass
+        deadline = time.monotonic() + DRAIN_S  # the scratch folder goes once they are gone
+        while killed and processes_of(run_id, exclude=(os.getpid(),)) and time.monotonic() < deadline:
+            time.sleep(0.05)
         if run["status"] in ACTIVE:
             self.store.set_status(run_id, "interrupted", only_from=ACTIVE,
                                   error="released: its process had ended without reporting")
@@ -405,43 +550,128 @@ class JobManager:
         (self.store.data_dir() / "jobs" / f"{run_id}.json").unlink(missing_ok=True)
         from lab.train.launcher import remove_scratch
 
-        scratch = remove_scratch(run_id)
+        scratch = remove_scratch(run_id, (self.store.launcher(run_id) or {}).get("scratch"))
         self.store.set_heartbeats(run_id, [])
         with self._lock:
+            self._draining.pop(run_id, None)
             slots = self.book.release(run_id)
-        detail = {"by": "release button", "killed": killed, "checkpoint_files_removed": removed, "slots": slots,
-                  "scratch_folders_removed": scratch, "kept": "final.pt and the logs"}
+        detail = {"by": "release button", "released_by": by, "killed": killed, "checkpoint_files_removed": removed,
+                  "slots": slots, "scratch_folders_removed": scratch, "kept": "final.pt and the logs"}
         self.store.add_stage(run_id, "released", detail=detail)
         return detail
 
+    # ----- finding dead launchers ---------------------------------------------------------------
+    def sweep(self, min_interval: float = 1.0) -> list[str]:
+        """Find jobs whose launcher died without a word (SIGKILL, a crash of the machine) while the
+        app runs: this manager's own launchers that ended, and runs marked running elsewhere (the
+        command line, another app) whose launcher is gone (:func:`lab.train.launcher.launcher_gone`;
+        a run without a launcher record, e.g. under torchrun, once its process has been gone for
+        LAB_LAUNCHER_STALE seconds). Their runs become interrupted; their scratch folders go once
+        their last worker has exited. Cheap, and skipped when the last sweep was less than
+        ``min_interval`` seconds ago (every polling page calls it). Returns the runs marked now."""
+        from lab.train.launcher import launcher_gone, stale_after
+
+        now = time.monotonic()
+        with self._lock:
+            if now - self._last_sweep < min_interval:
+                return []
+            self._last_sweep = now
+            before = set(self._running)
+            self._reap()
+            out = [rid for rid in before - set(self._running) if self._status_or(rid) == "interrupted"]
+            ours = {q[0] for q in self._queue} | set(self._running) | set(self._draining)
+        runs = self.store.list_runs(statuses=("running",))
+        seen = set()
+        for r in runs.itertuples():
+            rid = r.id
+            seen.add(rid)
+            if rid in ours:
+                continue
+            rec = self.store.launcher(rid)
+            if rec is not None:
+                why = launcher_gone(rec)
+            elif _proc_alive(_as_pid(r.pid)):
+                why = None
+            else:  # no launcher record (torchrun restarts its rank 0): only when gone for a while
+                first = self._suspects.setdefault(rid, now)
+                why = (f"its process (pid {_as_pid(r.pid)}) has been gone for {now - first:.0f} s"
+                       if now - first >= stale_after() else None)
+            if why is None:
+                continue
+            if self._interrupt(rid, why, "job manager sweep"):
+                out.append(rid)
+        with self._lock:
+            for rid in set(self._suspects) - seen:
+                del self._suspects[rid]
+            for rid in out:
+                self._suspects.pop(rid, None)
+        return out
+
+    def _status_or(self, rid: str, default: str | None = None) -> str | None:
+        try:
+            return self.store.status(rid)
+        except LabError:
+            return default
+
+    def _interrupt(self, rid: str, why: str, by: str) -> bool:
+        changed = self.store.set_status(rid, "interrupted", only_from=("running",),
+                                        error=f"the job ended without reporting: {why}")
+        if changed:
+            self.store.set_heartbeats(rid, [])
+            self.store.add_stage(rid, "ended", detail={"status": "interrupted", "by": by, "why": why})
+            with self._lock:
+                self._begin_drain(rid, by=by)
+                if rid in self._draining:  # its workers are still exiting: the loop finishes the release
+                    self._ensure_thread()
+        return changed
+
+    def start_sweeper(self, every_s: float | None = None) -> None:
+        """Sweep every ``every_s`` seconds (LAB_SWEEP_S, default 5) on a daemon thread, so dead
+        launchers are found while no page polls."""
+        every = every_s if every_s is not None else _env_float("LAB_SWEEP_S", 5.0)
+        with self._lock:
+            if self._sweeper is not None and self._sweeper.is_alive():
+                return
+
+            def loop():
+                while not self._closed:
+                    time.sleep(every)
+                    try:
+                        self.sweep(min_interval=0.0)
+                        with self._lock:
+                            if self._draining:
+                                self._ensure_thread()
+                    except Exception:  # noqa: BLE001 - the sweeper must keep running
+                        pass
+
+            self._sweeper = threading.Thread(target=loop, name="lab-jobs-sweep", daemon=True)
+            self._sweeper.start()
+
     def mark_interrupted(self) -> list[str]:
-        """Runs marked running whose process is gone (and queued runs nobody will start, left by an
-        earlier manager) become 'interrupted'. Returns their ids."""
+        """At the start of a manager: runs marked running whose launcher is gone (and queued runs
+        nobody will start, left by an earlier manager) become 'interrupted'. Returns their ids."""
+        from lab.train.launcher import launcher_gone
+
         out = []
         runs = self.store.list_runs(statuses=ACTIVE)
         with self._lock:
             ours = {q[0] for q in self._queue} | set(self._running)
-        for _, r in runs.iterrows():
-            rid = r["id"]
+        for r in runs.itertuples():
+            rid = r.id
             if rid in ours:
                 continue
-            pid = _as_pid(r["pid"])
-            changed = False
-            if r["status"] == "running":
-                if not _proc_alive(pid):
-                    changed = self.store.set_status(
-                        rid, "interrupted", only_from=("running",),
-                        error="the job's process ended without reporting (killed, or the machine restarted)")
-            elif r["created"] < self.started_at and not _proc_alive(pid):
-                changed = self.store.set_status(rid, "interrupted", only_from=("queued",),
-                                                error="queued by an earlier session of the lab that has ended")
-            if changed:
-                from lab.train.launcher import remove_scratch
-
-                out.append(rid)
-                remove_scratch(rid)
-                self.store.set_heartbeats(rid, [])
-                self.store.add_stage(rid, "ended", detail={"status": "interrupted", "by": "job manager at start"})
+            pid = _as_pid(r.pid)
+            if r.status == "running":
+                rec = self.store.launcher(rid)
+                gone = launcher_gone(rec) if rec is not None else (
+                    None if _proc_alive(pid) else "its process is gone (killed, or the machine restarted)")
+                if gone is not None and self._interrupt(rid, gone, "job manager at start"):
+                    out.append(rid)
+            elif r.created < self.started_at and not _proc_alive(pid):
+                if self.store.set_status(rid, "interrupted", only_from=("queued",),
+                                         error="queued by an earlier session of the lab that has ended"):
+                    out.append(rid)
+                    self.store.add_stage(rid, "ended", detail={"status": "interrupted", "by": "job manager at start"})
         return out
 
     def shutdown(self, stop_running: bool = True) -> None:
@@ -449,20 +679,23 @@ class JobManager:
             queued = [q[0] for q in self._queue]
             running = list(self._running)
         for rid in queued:
-            self.stop(rid, by="shutdown")
+            self._stop(rid, "shutdown", {"by": "shutdown"})
         if stop_running:
             for rid in running:
-                self.stop(rid, by="shutdown")
+                self._stop(rid, "shutdown", {"by": "shutdown"})
         self._closed = True
 
 
 # ----- views for the Jobs page (plain data) ---------------------------------------------------
-def overview(store: RunStore, jm: JobManager | None = None, owner: str | None = None, limit: int = 50):
+def overview(store: RunStore, jm: JobManager | None = None, owner: str | None = None, limit: int = 50,
+             everyone: bool = False, show_ids: bool = False):
     """One row per job (newest first): status, last stage, owner (you / another session / the
-    command line), place in the queue, resources, restarts, alarms, and times (Unix seconds)."""
+    command line; with ``show_ids`` the other session's id), place in the queue, resources,
+    restarts, alarms, and times (Unix seconds). With an ``owner``, only that session's jobs unless
+    ``everyone`` (the whole class, for reading; the teacher's view)."""
     import pandas as pd
 
-    runs = store.list_runs().head(limit)
+    runs = store.list_runs(owner=None if everyone or owner is None else owner).head(limit)
     cols = ["id", "name", "owner", "status", "stage", "queue", "resources", "attempt", "restarts", "alarms",
             "submitted", "start", "end", "queued_s", "ran_s"]
     if runs.empty:
@@ -472,9 +705,10 @@ def overview(store: RunStore, jm: JobManager | None = None, owner: str | None = 
     rows = []
     for r in runs.itertuples():
         ev = by_run.get(r.id)
-        info_owner = store.get_run(r.id)["info"].get("owner")
+        info_owner = r.owner
         who = ("you" if owner is not None and info_owner == owner else
-               "command line" if info_owner is None else "another session")
+               "command line" if info_owner is None else
+               f"session {info_owner}" if show_ids else "another session")
         sched = ev[ev.stage == "scheduled"] if ev is not None else None
         started = ev[ev.stage == "started"] if ev is not None else None
         res = ""
@@ -496,6 +730,12 @@ def overview(store: RunStore, jm: JobManager | None = None, owner: str | None = 
             "ran_s": (end - start) if end == end and end is not None and start == start and start is not None else None,
         })
     return pd.DataFrame(rows, columns=cols)
+
+
+def has_active(store: RunStore, owner: str | None = None, everyone: bool = False) -> bool:
+    """Whether a job in this view (the session's own, or everyone's) is queued or running: pages
+    poll the store only then."""
+    return bool(len(store.list_runs(statuses=ACTIVE, owner=None if everyone else owner)))
 
 
 def slot_timeline(store: RunStore, run_ids: Iterable[str], now: float | None = None) -> tuple[list[dict], float]:
@@ -561,7 +801,8 @@ _SHARED_LOCK = threading.Lock()
 def shared(store_path: str | os.PathLike | None = None, **kw) -> JobManager:
     """The one JobManager of this process for a run store (every browser session uses it; pages
     keep it in ``st.cache_resource``). The first call marks runs left by an earlier process as
-    interrupted. Capacity from LAB_JOB_CAPACITY (default 1)."""
+    interrupted and starts its sweeper (dead launchers found every LAB_SWEEP_S seconds). Capacity
+    from LAB_JOB_CAPACITY (default 1)."""
     from lab.runs import default_db_path
 
     key = str(Path(store_path if store_path is not None else default_db_path()).resolve())
@@ -571,7 +812,31 @@ def shared(store_path: str | os.PathLike | None = None, **kw) -> JobManager:
             kw.setdefault("capacity", int(os.environ.get("LAB_JOB_CAPACITY") or 1))
             jm = _SHARED[key] = JobManager(key, **kw)
             jm.mark_interrupted()
+            jm.start_sweeper()
         return jm
+
+
+def _who(by: str) -> str:
+    """How a stop reads in the run's error: the teacher, its session, or the lab itself."""
+    if by == TEACHER:
+        return "the teacher"
+    if by in ("shutdown",):
+        return "the lab shutting down"
+    return f"session {by}"
+
+
+def _signal_name(n: int) -> str:
+    try:
+        return signal.Signals(n).name
+    except ValueError:
+        return str(n)
+
+
+def _env_float(name: str, default: float) -> float:
+    try:
+        return float(os.environ.get(name) or default)
+    except ValueError:
+        return default
 
 
 def _as_pid(v) -> int | None:
@@ -609,4 +874,5 @@ def _end_group(pid: int, gone) -> None:
     send(signal.SIGKILL)
 
 
-__all__ = ["Job", "JobManager", "shared", "processes_of", "overview", "slot_timeline", "log_tails"]
+__all__ = ["Job", "JobManager", "shared", "processes_of", "overview", "has_active", "slot_timeline", "log_tails",
+           "TEACHER", "is_teacher", "teacher_session", "can_manage", "teacher_token"]

@@ -17,10 +17,14 @@ t_emul_comm (seconds in that step; t_emul_compute is the part of t_compute that 
 waiting, t_emul_comm the part of t_comm that was emulated link waiting),
 samples_per_s, wall (seconds since the run started, at the end of that step).
 
-``stages``: the job's lifecycle (seed C), one row per event: seq, run_id, t (Unix seconds), stage
+``stages``: the job's lifecycle, one row per event: seq, run_id, t (Unix seconds), stage
 (one of :data:`STAGES`), attempt (0 for the first start, k after the k-th restart), step, worker,
 detail (JSON). ``heartbeats``: the latest heartbeat of each worker of a running job (run_id, worker,
 attempt, pid, step, phase, t, progress_t), written by the launcher that watches them.
+``launchers``: who runs each job (run_id, pid, host, boot (the kernel's boot id), pid_start (the
+process's start time in clock ticks since boot, so a reused pid is not mistaken for it), scratch
+(its temporary folder), started, beat (Unix seconds of its last heartbeat)), written by the launcher;
+the job manager's sweep reads it to find launchers that died without a word.
 
 Both tables were added after the first release: ``CREATE TABLE IF NOT EXISTS`` on every open adds
 them to an older store and leaves its rows alone.
@@ -50,7 +54,7 @@ from lab.errors import LabError
 STATUSES = ("queued", "running", "done", "failed", "diverged", "stopped", "interrupted")
 ACTIVE = ("queued", "running")
 FINISHED = ("done", "failed", "diverged", "stopped", "interrupted")
-#: Lifecycle events, in the order a job normally meets them (seed C's steps); fault, alarm, restart
+#: Lifecycle events, in the order a job normally meets them; fault, alarm, restart
 #: and stop happen only when something goes wrong or a user intervenes.
 STAGES = ("submitted", "parsed", "scheduled", "started", "data", "running", "fault", "alarm", "restart",
           "stop", "ended", "released")
@@ -105,6 +109,16 @@ CREATE TABLE IF NOT EXISTS heartbeats (
     progress_t REAL,
     PRIMARY KEY (run_id, worker)
 ) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS launchers (
+    run_id TEXT PRIMARY KEY,
+    pid INTEGER,
+    host TEXT,
+    boot TEXT,
+    pid_start INTEGER,
+    scratch TEXT,
+    started REAL,
+    beat REAL
+);
 """
 
 
@@ -293,16 +307,24 @@ class RunStore:
             raise LabError(f"there is no run {run_id!r} in the store", where="run store")
         return row["status"]
 
-    def list_runs(self, statuses: Iterable[str] | None = None) -> pd.DataFrame:
-        """Every run (newest first) with its settings' key fields; scenario JSON left out."""
+    def list_runs(self, statuses: Iterable[str] | None = None, owner: str | None = None) -> pd.DataFrame:
+        """Every run (newest first) with its settings' key fields and its owner (the browser session
+        that submitted it; None for a command-line run); scenario JSON left out. ``owner``: only
+        that session's runs."""
         import pandas as pd
 
-        sql = "SELECT id, name, status, created, start, \"end\", error, pid, scenario FROM runs"
-        args: tuple = ()
+        sql = ("SELECT id, name, status, created, start, \"end\", error, pid, scenario, "
+               "json_extract(info, '$.owner') AS owner FROM runs")
+        conds, args = [], []
         if statuses is not None:
             st = tuple(statuses)
-            sql += f" WHERE status IN ({','.join('?' * len(st))})"
-            args = st
+            conds.append(f"status IN ({','.join('?' * len(st))})")
+            args.extend(st)
+        if owner is not None:
+            conds.append("json_extract(info, '$.owner') = ?")
+            args.append(str(owner))
+        if conds:
+            sql += " WHERE " + " AND ".join(conds)
         sql += " ORDER BY created DESC, id DESC"
         rows = [dict(r) for r in self._conn().execute(sql, args).fetchall()]
         for r in rows:
@@ -310,7 +332,7 @@ class RunStore:
             for k in ("optimizer", "sync", "model", "workers", "steps", "split", "emulate"):
                 r[k] = tr.get(k)
         cols = ["id", "name", "status", "created", "start", "end", "error", "pid",
-                "optimizer", "sync", "model", "workers", "steps", "split", "emulate"]
+                "optimizer", "sync", "model", "workers", "steps", "split", "emulate", "owner"]
         return pd.DataFrame(rows, columns=cols)
 
     def delete_run(self, run_id: str) -> None:
@@ -320,6 +342,7 @@ class RunStore:
             c.execute("DELETE FROM metrics WHERE run_id=?", (run_id,))
             c.execute("DELETE FROM stages WHERE run_id=?", (run_id,))
             c.execute("DELETE FROM heartbeats WHERE run_id=?", (run_id,))
+            c.execute("DELETE FROM launchers WHERE run_id=?", (run_id,))
             c.execute("DELETE FROM runs WHERE id=?", (run_id,))
         shutil.rmtree(self.checkpoint_dir(run_id, create=False), ignore_errors=True)
 
@@ -473,6 +496,31 @@ class RunStore:
         rows = self._conn().execute(f"SELECT {','.join(cols)} FROM heartbeats WHERE run_id=? ORDER BY worker",
                                     (run_id,)).fetchall()
         return pd.DataFrame([tuple(r) for r in rows], columns=cols)
+
+    def set_launcher(self, run_id: str, **fields: Any) -> None:
+        """Record (or update) who runs the job: pid, host, boot, pid_start, scratch; a new record
+        also gets ``started`` and a first ``beat``."""
+        cols = ("pid", "host", "boot", "pid_start", "scratch")
+        bad = set(fields) - set(cols)
+        if bad:
+            raise LabError(f"unknown launcher field(s) {sorted(bad)}", where="run store")
+        now = time.time()
+        with self._write() as c:
+            if c.execute("SELECT 1 FROM launchers WHERE run_id=?", (run_id,)).fetchone() is None:
+                c.execute("INSERT INTO launchers (run_id, started, beat) VALUES (?,?,?)", (run_id, now, now))
+            if fields:
+                c.execute(f"UPDATE launchers SET {', '.join(f'{k}=?' for k in fields)} WHERE run_id=?",
+                          (*fields.values(), run_id))
+
+    def beat_launcher(self, run_id: str, t: float | None = None) -> None:
+        """The launcher is alive at ``t`` (default now)."""
+        with self._write() as c:
+            c.execute("UPDATE launchers SET beat=? WHERE run_id=?", (time.time() if t is None else float(t), run_id))
+
+    def launcher(self, run_id: str) -> dict | None:
+        """The launcher record of a run (see the ``launchers`` table), or None."""
+        row = self._conn().execute("SELECT * FROM launchers WHERE run_id=?", (run_id,)).fetchone()
+        return dict(row) if row else None
 
     # ----- export ------------------------------------------------------------------------------
     def export_frame(self, run_ids: Iterable[str]) -> pd.DataFrame:

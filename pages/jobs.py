@@ -1,5 +1,7 @@
-"""Jobs: seed C's job lifecycle on this machine (queue, placement on cores, heartbeats, alarms,
-restarts, logs, stop and release), and a what-if of the two scheduling policies on a topology."""
+"""Jobs: the task-level design's job lifecycle on this machine (queue, placement on cores,
+heartbeats, alarms, restarts, logs, stop and release), and a what-if of the two scheduling policies
+on a topology. A session sees and manages its own jobs; the whole class's jobs are shown read-only on
+request; the teacher (link with ?teacher=<LAB_TEACHER_TOKEN>) manages every job."""
 
 import time
 
@@ -17,10 +19,12 @@ from lab.train.launcher import heartbeat_timeout
 
 sc = ui.scenario_sidebar()
 jm, owner = ui.job_manager()  # one manager per run store, shared by every session
+teacher = jobs_mod.teacher_session(st.session_state, st.query_params)
 runs_store = store()
+jm.sweep()  # runs whose launcher died without a word become interrupted
 st.title("Jobs")
 st.markdown(
-    "Every training job goes through seed C's lifecycle: **submitted** → **parsed** into a task manager (the "
+    "Every training job goes through the task-level design's lifecycle: **submitted** → **parsed** into a task manager (the "
     "launcher), a parameter server where the sync mode has one, and compute workers → **scheduled** onto resource "
     "groups (here: this machine's CPU cores, a few worker slots each) → **started** → data **split and shipped** → "
     "**running**, watched through per-worker heartbeats → **ended** → resources **released**. A worker that dies or "
@@ -50,7 +54,14 @@ with st.expander("Watch a failure: start a job with an injected fault", icon=":m
             st.session_state["jobs_pick"] = job.run_id
             st.rerun()
 
-polling = bool(len(runs_store.list_runs(statuses=ACTIVE)))
+if teacher:
+    st.info("Teacher: you see and manage every session's jobs.", icon=":material/school:")
+    everyone = True
+else:
+    everyone = st.toggle("Show the whole class's jobs (read-only)", key="jobs_class",
+                         help="Every session's jobs and the command line's, to read; you stop and release only yours")
+# Poll only while a job in this view is queued or running; a full rerun when they end turns it off.
+polling = jobs_mod.has_active(runs_store, owner, everyone)
 
 
 @st.fragment(run_every=1.0 if polling else None)
@@ -60,9 +71,11 @@ def live() -> None:
 
 
 def live_view() -> None:
-    table = jobs_mod.overview(runs_store, jm, owner)
+    jm.sweep()
+    table = jobs_mod.overview(runs_store, jm, owner, everyone=everyone, show_ids=teacher)
     if table.empty:
-        st.info("No jobs yet: start one on the Training page.")
+        st.info("No jobs yet: start one on the Training page." if everyone else
+                "No jobs of yours yet: start one on the Training page (the switch above shows the whole class's).")
         return
     if polling and not table.status.isin(ACTIVE).any():
         st.rerun()
@@ -90,7 +103,9 @@ def live_view() -> None:
                                              x_title="time since the first job shown was scheduled (s)"),
                         key="jobs_timeline")
         ui.caption("measured", "From each job's 'scheduled' and 'released' events.")
-    labels = {r.id: f"{r.id} · {r.status} · {r.name}" for r in table.itertuples()}
+    labels = {r.id: f"{r.id} · {r.status} · {r.owner} · {r.name}" for r in table.itertuples()}
+    if st.session_state.get("jobs_pick") not in labels:  # not in this view (the switch turned off)
+        st.session_state.pop("jobs_pick", None)
     pick = st.selectbox("Job", list(labels), format_func=labels.get, key="jobs_pick")
     details(pick)
 
@@ -99,16 +114,26 @@ def details(rid: str) -> None:
     run = runs_store.get_run(rid)
     st.subheader(f"Job {rid}")
     st.text(f"Name: {run['name']}")
-    b1, b2, _ = st.columns([1, 1, 4])
-    if b1.button("Stop", key="jobs_stop", icon=":material/stop:", disabled=run["status"] not in ACTIVE):
-        jm.stop(rid, by="the Stop button")
-        st.rerun()
-    if b2.button("Release", key="jobs_release", icon=":material/cleaning_services:",
-                 disabled=run["status"] not in FINISHED,
-                 help="Kill anything left of the job, delete its intermediate checkpoints (final.pt and logs stay)"):
-        done = jm.release(rid)
-        st.success(f"Released: {len(done['killed'])} process(es) ended, "
-                   f"{done['checkpoint_files_removed']} checkpoint file(s) removed.")
+    if jobs_mod.can_manage(run["info"].get("owner"), owner, teacher):
+        b1, b2, _ = st.columns([1, 1, 4])
+        if b1.button("Stop", key="jobs_stop", icon=":material/stop:", disabled=run["status"] not in ACTIVE):
+            with ui.guarded("stopping the job"):
+                jm.stop(rid, owner, teacher=teacher)
+                st.rerun()
+        if b2.button("Release", key="jobs_release", icon=":material/cleaning_services:",
+                     disabled=run["status"] not in FINISHED,
+                     help="Kill anything left of the job, delete its intermediate checkpoints (final.pt and logs stay)"):
+            with ui.guarded("releasing the job"):
+                done = jm.release(rid, owner, teacher=teacher)
+                st.success(f"Released: {len(done['killed'])} process(es) ended, "
+                           f"{done['checkpoint_files_removed']} checkpoint file(s) removed.")
+    else:
+        st.caption(":material/visibility: Read-only: this job belongs to "
+                   + ("the command line" if run["info"].get("owner") is None else "another session")
+                   + "; only its own session or the teacher can stop or release it.")
+    if run["info"].get("stopped_by"):
+        by = run["info"]["stopped_by"]
+        st.text("Stopped by: " + ("the teacher" if by == jobs_mod.TEACHER else "you" if by == owner else f"session {by}"))
     if run["error"]:
         (st.warning if run["status"] == "stopped" else st.error)(ui.plain(run["error"].splitlines()[0]))
     ev = runs_store.stages(rid)
@@ -144,7 +169,7 @@ live()
 
 # ---------------------------------------------------------------- what-if
 st.header("What if: several jobs on a topology's resource groups")
-st.markdown("Seed C's two policies, played on the resource groups (one hardware type each) of a topology. A job "
+st.markdown("The task-level design's two policies, played on the resource groups (one hardware type each) of a topology. A job "
             "needs *tasks* devices and an amount of *work*; it runs as fast as its slowest device "
             "(synchronous data parallelism): duration = work / (tasks × slowest device's matmul FLOP/s). "
             f"Everything here is {ui.badge('modelled')}.")

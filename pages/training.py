@@ -156,7 +156,7 @@ if b2.button("Compare the three optimisers", key="train_compare3", icon=":materi
 # ---------------------------------------------------------------- live view
 # Poll the store every second while a job is queued or running; a full rerun when they all end
 # turns the polling off again. A submit still under way (a double click) polls too, so its run shows.
-polling = submit_pending() or bool(len(runs_store.list_runs(statuses=ACTIVE)))
+polling = submit_pending() or bool(len(runs_store.list_runs(statuses=ACTIVE, owner=owner)))  # this session's
 
 
 @st.fragment(run_every=1.0 if polling else None)
@@ -166,7 +166,8 @@ def live() -> None:
 
 
 def live_view() -> None:
-    runs = runs_store.list_runs()
+    jm.sweep()  # a run whose launcher died without a word becomes interrupted
+    runs = runs_store.list_runs(owner=owner)  # this session's runs: the class's are on the Jobs page
     if runs.empty:
         st.info("No runs yet: press **Run**.")
         if polling and not submit_pending():
@@ -198,7 +199,7 @@ def live_view() -> None:
                 + (" · emulated devices and links" if tr_w["emulate"] else " · plain local processes"))
     if run["status"] in ("queued", "running") and st.button("Stop", key=f"train_stop_{watch}", icon=":material/stop:"):
         with ui.guarded("stopping the run"):
-            jm.stop(watch)
+            jm.stop(watch, owner)
             st.rerun()
     if run["status"] in ("failed", "diverged", "interrupted") and run["error"]:
         st.error(f"This run {run['status']}: {run['error'].splitlines()[0]}", icon=":material/error:")

@@ -77,13 +77,17 @@ def test_a_job_goes_through_every_stage_then_is_released(lab_db):
     row = table.set_index("id").loc[job.run_id]
     assert row.owner == "you" and row.status == "done" and row.stage == "released" and row.restarts == 0
     assert "slot" in row.resources and row.ran_s > 0 and row.queued_s >= 0
-    assert jobs_mod.overview(store, jm, owner="bob").set_index("id").owner[job.run_id] == "another session"
+    assert jobs_mod.overview(store, jm, owner="bob").empty  # bob sees only his own jobs by default
+    assert jobs_mod.overview(store, jm, owner="bob", everyone=True).set_index("id").owner[job.run_id] == \
+        "another session"
+    assert jobs_mod.overview(store, jm, owner="bob", everyone=True, show_ids=True).set_index("id").owner[
+        job.run_id] == "session alice"
     rows, _ = jobs_mod.slot_timeline(store, [job.run_id])
     assert len(rows) == 2 and all(r["end"] > r["start"] >= 0 for r in rows)
     # release: intermediate checkpoints go, the final model and the logs stay
     ck = store.checkpoint_dir(job.run_id)
     assert list(ck.glob("step*.pt"))
-    out = jm.release(job.run_id)
+    out = jm.release(job.run_id, "alice")
     assert out["killed"] == [] and out["checkpoint_files_removed"] > 0
     assert not list(ck.glob("step*.pt")) and (ck / "final.pt").exists() and logs[0].exists()
     assert stages(store, job.run_id)[-1] == "released"
@@ -105,7 +109,7 @@ def test_resource_state_pins_a_whole_job_to_one_core(lab_db):
             assert allowed.split()[-1] == str(cpu)
             assert os.getpriority(os.PRIO_PROCESS, pid) == min(19, base + 10)  # batch work yields to the pages
     finally:
-        jm.stop(job.run_id)
+        jm.stop(job.run_id, jobs_mod.ANONYMOUS)
     wait_for(lambda: processes_of(job.run_id) == [], timeout=15, what="every process to end")
 
 
@@ -122,10 +126,10 @@ def test_the_queue_is_fair_across_sessions(lab_db):
         assert jm.queued() == [b1.run_id, c1.run_id, a2.run_id, a3.run_id]
         assert [jm.queue_position(j.run_id) for j in (b1, c1, a2, a3)] == [1, 2, 3, 4]
         assert jm.queue_position(blocker.run_id) is None
-        table = jobs_mod.overview(store, jm, owner="B").set_index("id")
+        table = jobs_mod.overview(store, jm, owner="B", everyone=True).set_index("id")
         assert table.queue[b1.run_id] == 1 and table.owner[b1.run_id] == "you"
         assert table.owner[a2.run_id] == "another session"
-        jm.stop(blocker.run_id)
+        jm.stop(blocker.run_id, "A")
         wait_for(lambda: "scheduled" in stages(store, b1.run_id), what="the next job to be scheduled")
         assert "scheduled" not in stages(store, c1.run_id) + stages(store, a2.run_id)
         # B has nothing left, yet the turn passes on to C (not back to A, who queued most)
@@ -253,7 +257,7 @@ def test_a_dead_controller_is_noticed_at_the_next_start(lab_db):
     assert not list(Path(tempfile.gettempdir()).glob(scratch_prefix(running) + "*"))  # the next start does
     run = store.get_run(running)
     assert run["status"] == "interrupted" and "without reporting" in run["error"]
-    assert jm.release(running)["killed"] == []  # nothing was left to kill
+    assert jm.release(running, "app")["killed"] == []  # nothing was left to kill
 
 
 def test_release_refuses_an_active_job(lab_db):
@@ -262,9 +266,9 @@ def test_release_refuses_an_active_job(lab_db):
     queued = jm.submit(scenario())
     try:
         with pytest.raises(LabError, match="stop it"):
-            jm.release(queued.run_id)
+            jm.release(queued.run_id, jobs_mod.ANONYMOUS)
         with pytest.raises(LabError, match="stop it"):
-            jm.release(blocker.run_id)
+            jm.release(blocker.run_id, jobs_mod.ANONYMOUS)
     finally:
         jm.shutdown()
     wait_for(lambda: processes_of(blocker.run_id) == [], timeout=20, what="no process left")

@@ -59,7 +59,7 @@ def app(owner: str | None = None, page: str = "pages/jobs.py", state: dict | Non
 def test_the_what_if_shows_both_policies_as_lab_scheduling_computes_them(lab_db):
     at = app_test("pages/jobs.py")
     assert_no_exception(at)
-    assert "No jobs yet" in marked_up(at)
+    assert "No jobs of yours yet" in marked_up(at)
     groups = resource_groups(preset("gpu-npu"))
     ref = compare_policies(groups, default_jobs())
     metrics = [(m.label, m.value) for m in at.metric]
@@ -129,10 +129,16 @@ def test_jobs_with_stages_logs_alarms_and_hostile_names(lab_db):
                                 {"worker": 1, "step": 7, "phase": "busy", "t": now, "progress_t": now - 4}])
     at.run()
     assert not at.exception
+    assert live not in set(frame(at, "owner").id)  # another session's job: not in this session's view
+    at.toggle(key="jobs_class").set_value(True).run()  # the whole class, read-only
+    assert not at.exception
+    assert frame(at, "owner").set_index("id").owner[live] == "another session"
     assert any("Alarm" in e.value and "hangs at step 7" in e.value for e in at.error)
     at.selectbox(key="jobs_pick").set_value(live).run()
     assert not at.exception
     assert any("heartbeat" in str(c.proto.spec).lower() for c in at.get("plotly_chart"))
+    assert not [b for b in at.button if b.key in ("jobs_stop", "jobs_release")]  # read-only
+    assert any("Read-only" in c.value for c in at.caption)
     store.set_status(live, "interrupted")
     # Release: the finished job's intermediate checkpoint goes, final.pt stays
     at.selectbox(key="jobs_pick").set_value(rid).run()
@@ -169,16 +175,24 @@ def test_queue_place_and_stop_from_the_pages(lab_db):
         tr = app("me", "pages/training.py", {"train_watch": mine.run_id})
         assert not tr.exception
         assert "Your job is number 1 in the queue." in [i.value for i in tr.info]
+        # another session's Training page does not show this job as its own (nor at all)
         other = app("someone else", "pages/training.py", {"train_watch": mine.run_id})
-        assert "This job (another session's) is number 1 in the queue." in [i.value for i in other.info]
+        assert not other.exception
+        assert not [i.value for i in other.info if "in the queue" in i.value]
+        assert f"Run {mine.run_id}" not in [s.value for s in other.subheader]
         at.selectbox(key="jobs_pick").set_value(mine.run_id).run()
         at.button(key="jobs_stop").click().run()
         assert not at.exception
         assert store.status(mine.run_id) == "stopped" and store.last_stage(mine.run_id)["stage"] == "ended"
-        assert "stop" in list(store.stages(mine.run_id).stage)
+        stop = store.stages(mine.run_id).set_index("stage").detail["stop"]
+        assert stop["by"] == "me" and store.get_run(mine.run_id)["info"]["stopped_by"] == "me"
+        assert blocker.run_id not in set(frame(at, "owner").id)  # not mine: not in my list
+        at.toggle(key="jobs_class").set_value(True).run()
         at.selectbox(key="jobs_pick").set_value(blocker.run_id).run()
-        at.button(key="jobs_stop").click().run()
         assert not at.exception
+        assert not [b for b in at.button if b.key == "jobs_stop"]  # read-only: no Stop for another's job
+        assert store.status(blocker.run_id) == "running"
+        assert jm.stop(blocker.run_id, "other")
         assert store.status(blocker.run_id) == "stopped"
     finally:
         jm.shutdown()

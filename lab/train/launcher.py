@@ -20,13 +20,17 @@ MASTER_ADDR and MASTER_PORT in its environment. The launcher also
 * on a failure records an ``alarm`` stage (what, which worker, when) and follows the scenario's
   ``fault_policy``: ``fail`` ends the job (status failed, the root cause as its error);
   ``recover`` restarts it from the newest checkpoint without the failed worker (its data re-split
-  over the others; seed C's migration), at most LAB_MAX_RESTARTS times (default 3). A worker's
+  over the others: the job migrates off the failed worker), at most LAB_MAX_RESTARTS times (default 3). A worker's
   own LabError (a wrong setting) is never retried,
 * writes each worker's log to ``<data>/logs/<run id>/rank<k>.log`` (kept after the job),
 * pins rank k to the CPU given in LAB_RANK_CPUS (comma list; :class:`lab.jobs.JobManager` sets it),
 * kills and reaps every worker on failure, on SIGTERM/SIGINT/SIGHUP (marking the run stopped), and
   -- through PR_SET_PDEATHSIG in the workers -- when the launcher itself is killed; then records
-  ``ended`` and ``released`` (with the count of processes left behind: 0).
+  ``ended`` and ``released`` (with the count of processes left behind: 0),
+* records who it is in the run store's ``launchers`` table (pid, host, boot id and the process's
+  start time, and its scratch folder) and beats there every second, so that a job manager finds a
+  launcher killed with SIGKILL (which can record nothing) while the app runs
+  (:meth:`lab.jobs.JobManager.sweep`).
 
 The workers stay in the launcher's process group. Started by :mod:`lab.jobs` (new session) or by an
 interactive shell (its own job), the launcher leads that group, so one ``killpg`` ends the whole job.
@@ -194,14 +198,90 @@ def scratch_prefix(run_id: str) -> str:
     return f"lab-job-{run_id}-"
 
 
-def remove_scratch(run_id: str) -> int:
+def remove_scratch(run_id: str, folder: str | os.PathLike | None = None) -> int:
     """Delete the scratch folders a launcher of this run left behind (a launcher killed with
-    SIGKILL cannot clean up); returns how many went."""
+    SIGKILL cannot clean up): ``folder`` (the one its launcher recorded, wherever its temporary
+    directory was) when it is this run's, and any in this process's temporary directory; returns
+    how many went."""
+    found = set(Path(tempfile.gettempdir()).glob(scratch_prefix(run_id) + "*"))
+    if folder:
+        f = Path(folder)
+        if f.name.startswith(scratch_prefix(run_id)) and f.is_dir():  # never anything else
+            found.add(f)
     n = 0
-    for d in Path(tempfile.gettempdir()).glob(scratch_prefix(run_id) + "*"):
+    for d in found:
         shutil.rmtree(d, ignore_errors=True)
-        n += 1
+        n += not d.exists()
     return n
+
+
+def boot_id() -> str:
+    """The kernel's id of this boot ("" where there is none): a pid means nothing after a reboot."""
+    try:
+        return Path("/proc/sys/kernel/random/boot_id").read_text().strip()
+    except OSError:
+        return ""
+
+
+def host_name() -> str:
+    return socket.gethostname()
+
+
+def process_start(pid: int | None) -> int | None:
+    """When process ``pid`` started (clock ticks since boot, /proc/<pid>/stat field 22), or None
+    when there is no such process. With the pid it names one process for the whole boot."""
+    if not pid:
+        return None
+    try:
+        return int(Path(f"/proc/{int(pid)}/stat").read_text().rsplit(")", 1)[1].split()[19])
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+def _state(pid: int) -> str | None:
+    try:
+        return Path(f"/proc/{int(pid)}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+def identity(pid: int | None = None) -> dict:
+    """Who a launcher is: pid, host, boot id and the process's start time."""
+    pid = os.getpid() if pid is None else pid
+    return {"pid": pid, "host": host_name(), "boot": boot_id(), "pid_start": process_start(pid)}
+
+
+def stale_after() -> float:
+    """A launcher on another machine (or without /proc) whose heartbeat is older than this many
+    seconds (LAB_LAUNCHER_STALE, default 30) is taken for dead."""
+    return _env_float("LAB_LAUNCHER_STALE", 30.0)
+
+
+def launcher_gone(record: dict | None, now: float | None = None) -> str | None:
+    """Why the launcher of a launcher record is gone, or None while it may still run.
+
+    On this machine in this boot the process itself decides: gone when no process has its pid and
+    start time, or that process is a zombie (killed, not yet reaped). After a reboot every launcher
+    is gone. Elsewhere (another host sharing the store) only its heartbeat can tell: gone once it
+    is older than :func:`stale_after`."""
+    if not record:
+        return None
+    now = time.time() if now is None else now
+    pid = record.get("pid")
+    here = record.get("host") == host_name()
+    if here and record.get("boot") and boot_id() and record["boot"] != boot_id():
+        return "the machine restarted since the launcher started"
+    if here and Path("/proc").exists():
+        start = process_start(pid)
+        if start is None or (record.get("pid_start") is not None and start != record["pid_start"]):
+            return f"its launcher (pid {pid}) is gone"
+        if _state(pid) in ("Z", "X"):
+            return f"its launcher (pid {pid}) was killed"
+        return None
+    beat = record.get("beat") or record.get("started")
+    if beat is not None and now - beat > stale_after():
+        return f"its launcher (pid {pid} on {record.get('host')}) has not beaten for {now - beat:.0f} s"
+    return None
 
 
 def parse_cpus(text: str | None) -> list[int] | None:
@@ -238,11 +318,13 @@ def launch(sc: Scenario, run_id: str | None = None, *, name: str | None = None,
         store.add_stage(run_id, "submitted", detail={"by": "command line", "pid": os.getpid()})
         store.add_stage(run_id, "parsed", detail=parse_job(sc))
     store.update_run(run_id, pid=os.getpid(), scenario=sc.to_dict())
+    store.set_launcher(run_id, **identity())  # before "running": a sweep must never see a running run without it
     if not store.set_status(run_id, "running", only_from=("queued",)):
         return LaunchResult(run_id, store.status(run_id), math.nan, "stopped before it started")
     cpus = cpus if cpus is not None else parse_cpus(os.environ.get("LAB_RANK_CPUS"))
     old = {s: signal.signal(s, _on_signal) for s in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)}
     tmp = Path(tempfile.mkdtemp(prefix=scratch_prefix(run_id)))
+    store.set_launcher(run_id, scratch=str(tmp))
     logs = logs_dir(store, run_id)
     logs.mkdir(parents=True, exist_ok=True)
     procs: list[subprocess.Popen] = []
@@ -391,6 +473,7 @@ def _watch(procs: list[subprocess.Popen], tmp: Path, store: RunStore | None = No
                                                    step=(b or {}).get("step"), phase=(b or {}).get("phase"),
                                                    t=(b or {}).get("t"), progress_t=(b or {}).get("progress_t"))
                                               for r, (p, b) in enumerate(zip(procs, beats))])
+                store.beat_launcher(run_id, now)
             except Exception:  # noqa: BLE001 - monitoring must not end the job
                 pass
         time.sleep(POLL_S)
