@@ -273,3 +273,19 @@ def test_a_setting_error_is_not_retried(tmp_path):
     (tmp / "rank0.err").write_text(json.dumps({"rank": 0, "step": 3, "type": "RuntimeError", "summary": "boom",
                                                "secondary": False, "traceback": ""}))
     assert _root_cause([P()], [0], tmp).retryable is True
+
+
+def test_a_launcher_leaves_who_it_is_and_its_heartbeat_in_the_store(env):
+    """What a job manager needs to tell a live launcher from one killed with SIGKILL: its pid, host,
+    boot and start time, its scratch folder (gone after a normal end) and a heartbeat that moves."""
+    from lab.train.launcher import identity, launcher_gone
+
+    res = launch(scenario(fault="none", steps=STEPS))
+    store = RunStore(env)
+    rec = store.launcher(res.run_id)
+    assert res.status == "done"
+    assert {k: rec[k] for k in ("pid", "host", "boot", "pid_start")} == identity()  # this process ran it
+    assert launcher_gone(rec) is None  # and it still runs
+    assert rec["scratch"] and not os.path.exists(rec["scratch"])  # removed by the launcher at its end
+    assert rec["beat"] >= rec["started"]
+    check_no_process_left(store, res.run_id)

@@ -220,3 +220,21 @@ def _exists(store: RunStore, rid: str) -> bool:
         return True
     except LabError:
         return False
+
+
+def test_a_run_without_a_launcher_record_is_given_time_before_it_is_interrupted(lab_db, monkeypatch):
+    """Under torchrun rank 0 writes the run and torchrun may restart it with a new pid: a run with
+    no launcher record is interrupted only once its process has been gone for LAB_LAUNCHER_STALE s."""
+    store = RunStore(lab_db)
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    rid = store.create_run(default_scenario(), status="running")
+    store.update_run(rid, pid=dead.pid)
+    monkeypatch.setenv("LAB_LAUNCHER_STALE", "3600")
+    jm = JobManager(lab_db)
+    assert jm.sweep(min_interval=0.0) == [] and store.status(rid) == "running"
+    monkeypatch.setenv("LAB_LAUNCHER_STALE", "0")
+    assert jm.sweep(min_interval=0.0) == [rid]
+    run = store.get_run(rid)
+    assert run["status"] == "interrupted" and "has been gone" in run["error"]
+    assert store.stages(rid).stage.iloc[-1] == "released"  # nothing of it was left to wait for
