@@ -31,7 +31,9 @@ def available_pages() -> list[tuple[str, str, str]]:
 def main() -> None:
     import streamlit as st
 
-    st.set_page_config(page_title="Heterogeneous training lab", page_icon=":material/hub:", layout="wide")
+    # A local icon: a Material icon as page_icon makes every viewer's browser fetch it from Google's font server.
+    st.set_page_config(page_title="Heterogeneous training lab", page_icon=str(ROOT / "assets" / "icon.png"),
+                       layout="wide")
     pages = [st.Page(str(ROOT / f), title=t, icon=i, default=(f == "pages/home.py"))
              for f, t, i in available_pages()]
     st.navigation(pages).run()

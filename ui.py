@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import re
 import sys
 import uuid
 from pathlib import Path
@@ -273,8 +274,15 @@ def prediction_table(db: str, created: str, _profile, run_id: str):
     return table(run_id, _profile, store=store(db))
 
 
+_WJ = "\u2060"  # word joiner: invisible, and it breaks the patterns Markdown turns into links by itself
+
+
 def _plain(text: str) -> str:
-    """User text shown as text: escape markdown and HTML special characters."""
+    """User text shown as text: escape markdown and HTML special characters, and break the bare
+    addresses (``http://``, ``www.``, ``name@host``) that Streamlit's Markdown would turn into live
+    links even when every special character is escaped."""
+    text = re.sub(r"(?i)(?<=[a-z]):(?=//)", ":" + _WJ, str(text))
+    text = re.sub(r"(?i)\b(www)\.", r"\1" + _WJ + ".", text).replace("@", _WJ + "@")
     out = []
     for ch in text:
         if ch in "\\`*_{}[]()#+-.!|<>~$:":

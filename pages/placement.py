@@ -182,7 +182,7 @@ cols = b2.columns(min(len(dnames), 5))
 for i, n in enumerate(dnames):
     if ui.view_value(f"pl_slow_{n}") is None:
         ui.set_view(f"pl_slow_{n}", 20.0 if n == fastest else 1.0)
-    slowdown[n] = cols[i % len(cols)].number_input(f"{n} slowdown (×)", 0.01, 1e6, key=f"pl_slow_{n}")
+    slowdown[n] = cols[i % len(cols)].number_input(f"{ui.plain(n)} slowdown (×)", 0.01, 1e6, key=f"pl_slow_{n}")
 b2.caption(f"By default {ui.plain(fastest)} (the catalogue's fastest matmul device) runs 20× slower than its "
            "datasheet.")
 knobs = {"pl_noise": ("noise σ", 0.0, 1.0, 0.01), "pl_seed": ("seed", 0, 2**31 - 1, 1), "pl_tol": ("tolerance", 0.0,
