@@ -250,8 +250,16 @@ def with_device(tables: tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame], device:
     dev_row = to_tables(one)[0]
     link_row = pd.DataFrame([{"a": link.a, "b": link.b, "kind": link.kind, "bandwidth_GBps": link.bandwidth / GB,
                               "latency_us": link.latency / US}], columns=LINK_COLUMNS)
-    return (pd.concat([devices, dev_row], ignore_index=True), pd.concat([links, link_row], ignore_index=True),
-            switches.reset_index(drop=True))
+    return _stack(devices, dev_row), _stack(links, link_row), switches.reset_index(drop=True)
+
+
+def _stack(top: pd.DataFrame, bottom: pd.DataFrame) -> pd.DataFrame:
+    """Rows of ``top`` then ``bottom`` (the same columns), number columns kept as numbers."""
+    out = pd.DataFrame(top.to_dict("records") + bottom.to_dict("records"), columns=list(top.columns))
+    for col in out.columns:
+        if col in COLUMN_UNITS:
+            out[col] = _numeric_or_object(out[col])
+    return out
 
 
 # ---- link kinds -------------------------------------------------------------------------------

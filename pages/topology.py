@@ -151,8 +151,9 @@ ss.setdefault("topo_new_type", "gpu")
 if "topo_new_name" not in ss or (ss.get("_topo_new_taken") != taken and ss["topo_new_name"].strip() in taken):
     propose_name()  # a name the topology now uses is replaced; one the person types stays, to be refused
 ss["_topo_new_taken"] = taken
-if ss.get("topo_new_attach") not in taken:
-    ss["topo_new_attach"] = next(iter(names_in(ed["devices"].iloc[:0], ed["switches"])), taken[0] if taken else None)
+if ss.get("topo_new_attach") not in taken:  # first visit, or that node is gone: the first switch, else device
+    switch_names = names_in(ed["devices"].iloc[:0], ed["switches"])
+    ss["topo_new_attach"] = (switch_names or taken or [None])[0]
 if "topo_new_kind" not in ss:
     ss["topo_new_kind"] = LINK_KINDS[0]
     ss["_topo_new_kind_was"] = None

@@ -40,18 +40,28 @@ def column(pg, which: int, col: int) -> list[str]:
 
 def type_into_cell(pg, which: int, row: int, col: int, text: str) -> None:
     """Select a cell as a person does (click its row's first cell, arrow keys to the column), open
-    its editor with Enter, replace the value and commit with Tab."""
-    g = grid(pg, which)
-    g.scroll_into_view_if_needed()
-    g.click(position={"x": 60, "y": 35 * (row + 1) + 17})  # header row 35 px, rows 35 px; past the row marker
-    for _ in range(col - 1):
-        pg.keyboard.press("ArrowRight")
-    pg.keyboard.press("Enter")
-    pg.wait_for_timeout(200)
-    pg.keyboard.press("ControlOrMeta+a")
-    pg.keyboard.type(text)
-    pg.keyboard.press("Tab")
-    pg.wait_for_timeout(300)
+    its editor with Enter, replace the value and commit with Tab. On a busy machine the grid may
+    not take the first click yet (its canvas still drawing): then the person tries again."""
+    for _ in range(3):
+        g = grid(pg, which)
+        g.scroll_into_view_if_needed()
+        pg.wait_for_timeout(500)
+        g.click(position={"x": 60, "y": 35 * (row + 1) + 17})  # header row 35 px, rows 35 px; past the row marker
+        for _ in range(col - 1):
+            pg.keyboard.press("ArrowRight")
+        pg.keyboard.press("Enter")
+        pg.wait_for_timeout(300)
+        pg.keyboard.press("ControlOrMeta+a")
+        pg.keyboard.type(text)
+        pg.keyboard.press("Tab")
+        try:
+            pg.wait_for_function(
+                "([i, id, want]) => { const g = document.querySelectorAll(\"[data-testid='stDataFrameResizable']\")[i];"
+                " const td = g && g.querySelector('td#' + id); return td && td.textContent.trim() === want; }",
+                arg=[which, f"glide-cell-{col}-{row}", text], timeout=10_000)
+            break
+        except Exception:
+            pg.keyboard.press("Escape")
     settle(pg)
     wait_for_tables(pg)
 
@@ -79,6 +89,8 @@ def test_a_link_edit_stays_on_every_page_after_visiting_others(streamlit_server,
         assert cell(pg, LINKS, 1, 1) == "gpu" and cell(pg, LINKS, 1, 2) == "cxl-switch"
         before = cell(pg, LINKS, 1, BANDWIDTH)
         type_into_cell(pg, LINKS, 1, BANDWIDTH, "8")
+        pg.get_by_text("Edit applied").wait_for(timeout=60_000)
+        settle(pg)
         assert before != "8"
         assert cell(pg, LINKS, 1, BANDWIDTH) == "8"
         assert any("Edit applied" in a for a in alerts(pg))
@@ -106,6 +118,8 @@ def test_a_refused_edit_stays_as_typed_with_its_message_beside_its_table(streaml
         open_topology(pg, streamlit_server)
         route = route_line(pg)
         type_into_cell(pg, LINKS, 1, BANDWIDTH, "-5")
+        pg.get_by_text("This edit is not applied").wait_for(timeout=60_000)
+        settle(pg)
         message = [a for a in alerts(pg) if "not applied" in a]
         assert message and "links row 2 (gpu–cxl-switch)" in message[0] and "got -5 GB/s" in message[0], alerts(pg)
         assert "bandwidth (GB/s each way)" in message[0]
@@ -148,6 +162,7 @@ def test_adding_a_device_with_a_taken_name_proposes_a_free_one_and_leaves_no_gho
         name_box.press("Enter")
         settle(pg)
         pg.get_by_role("button", name="Add", exact=True).click()
+        pg.get_by_text("Nothing was added").wait_for(timeout=60_000)
         settle(pg)
         refusal = [a for a in alerts(pg) if "Nothing was added" in a]
         assert refusal and "already exists" in refusal[0] and proposed in refusal[0], alerts(pg)
@@ -158,6 +173,7 @@ def test_adding_a_device_with_a_taken_name_proposes_a_free_one_and_leaves_no_gho
         name_box.press("Enter")
         settle(pg)
         pg.get_by_role("button", name="Add", exact=True).click()
+        pg.get_by_text(f"Added “{proposed}”").wait_for(timeout=60_000)
         settle(pg)
         wait_for_tables(pg)
         assert column(pg, DEVICES, 1) == names + [proposed]
