@@ -97,6 +97,20 @@ THREE_OPTIMISERS = ("adam", "adabelief", "maxadabelief")
 MAX_COMPARISON_RUNS = 60  # a comparison queues at most this many runs
 
 
+DEFAULT_COMPRESSION = Compression(kind="group_topk", ratio=0.01, group_size=1024, error_feedback=True,
+                                  sharing="sparse_allgather")
+
+
+def comparison_compressions(chosen: Compression) -> list[Compression]:
+    """No compression, and the chosen one (Group-TopK 1 % with error feedback when none is chosen;
+    dense sharing of a sparse compressor falls back to sparse all-gather, which is what it is for)."""
+    if chosen.kind == "none":
+        return [Compression(), DEFAULT_COMPRESSION]
+    if chosen.sharing == "dense" and chosen.kind in ("group_topk", "topk", "randomk"):
+        chosen = Compression(**{**chosen.to_dict(), "sharing": "sparse_allgather"})
+    return [Compression(), chosen]
+
+
 def comparison_scenarios(sc: Scenario, compressions: Sequence[Compression], repeats: int = 3,
                          optimizers: Sequence[str] = THREE_OPTIMISERS) -> list[tuple[Scenario, str]]:
     """The runs of one comparison: every optimiser x every compression x ``repeats`` seeds (the

@@ -109,6 +109,8 @@ VIEW: dict[str, Control] = {
     "ar_procs": _c("allreduce", int, 2, "processes", (2, 3, 4)),
     "ar_top": _c("allreduce", int, 256 << 10, "largest size", (64 << 10, 256 << 10, 1 << 20)),
     "ar_iters": _c("allreduce", int, 5, "iterations per size", lo=1, hi=50),
+    # ---- Training (the settings of a run are the Scenario's; these only shape a comparison)
+    "tr_repeats": _c("training", int, 3, "repeats (seeds)", lo=1, hi=10),
     # ---- Compare
     "cmp_runs": _c("compare", tuple, (), "runs"),
     "cmp_x": _c("compare", str, "step", "against", ("step", "wall")),

@@ -11,7 +11,7 @@ from lab.calibrate import load_profile
 from lab.figures import compare as cfigs
 from lab.figures import fidelity as fid
 from lab.optim import OPTIMISER_LABELS
-from lab.runs import FINISHED, safe_filename, store
+from lab.runs import ACTIVE, FINISHED, safe_filename, store
 
 ui.scenario_sidebar()
 st.title("Compare runs")
@@ -47,56 +47,71 @@ if not chosen:
 target = st.number_input("Target test accuracy (%)", 1.0, 100.0, step=1.0, key="cmp_target",
                          help="The summary gives the steps and seconds each variant took to reach it")
 
-with ui.guarded("the comparison"):
-    cmp = comparison.compare_runs(runs_store, chosen, target / 100, x)
-    st.plotly_chart(cfigs.band_figure(cmp.loss, x, "training loss (nats)", "Training loss"), key="cmp_loss")
-    st.plotly_chart(cfigs.band_figure(cmp.accuracy, x, "test accuracy (%)", "Test accuracy", y_scale=100),
-                    key="cmp_acc")
-    ui.caption("measured", "colour = optimiser, line style = compression; a line is the mean over a variant's "
-               "repeats (runs that differ only in their seed), the shaded band their min–max. Loss over each run's "
-               "combined batch; accuracy on the held-out set. Hover a line for its full settings.")
-    opts = {c.optimizer for c in cmp.accuracy}
-    if {"adabelief", "maxadabelief"} <= opts:
-        st.caption("AdaBelief and Max-AdaBelief lie on top of each other while the raw belief s is still growing "
-                   "from zero (roughly the first 1/(1 - beta2) steps, 1,000 for beta2 = 0.999): the running max of a "
-                   "growing value is the value itself. They part only when s first falls.")
+active = int(runs.set_index("id").status.reindex(chosen).isin(ACTIVE).sum())
 
-    st.subheader("Summary by variant")
-    table = cmp.table()
-    st.dataframe(table, hide_index=True, key="cmp_summary")
-    ui.caption("measured", "mean ± the half-width of its 95 % interval (Student's t over the repeats), and the range. "
-               "Step time: mean wall time per step after the first 10 % of the steps. Sent: bytes per worker and "
-               "step (counted by the lab's ring and the sparse transports; gloo's own all-reduce counts none). "
-               "Bytes vs dense: against the mean of the dense variants here.")
-    if cmp.verdicts:
-        st.dataframe(pd.DataFrame(cmp.verdicts), hide_index=True, key="cmp_verdicts")
-        ui.caption("measured", "each variant against the one with the best mean final accuracy: two variants are "
-                   "told apart only when their 95 % intervals do not overlap.")
-    d1, d2 = st.columns(2)
-    d1.download_button("Download the summary (CSV)", table.to_csv(index=False), mime="text/csv",
-                       file_name=safe_filename(comparison.export_filename(cmp.runs, "summary"), ".csv"),
-                       key="cmp_download_summary", icon=":material/download:")
-    d2.download_button("Download every step with its settings (CSV)",
-                       comparison.export_frame(cmp.runs, runs_store.metrics(chosen)).to_csv(index=False),
-                       file_name=safe_filename(comparison.export_filename(cmp.runs), ".csv"), mime="text/csv",
-                       key="cmp_download", icon=":material/download:")
 
-    with st.expander("Every run: settings, time split, bytes"):
-        s = runs_store.summary(chosen)
-        per_run = s.assign(**{
-            "final test accuracy (%)": s.final_test_acc * 100, "best test accuracy (%)": s.best_test_acc * 100,
-            "final loss (nats)": s.final_loss, "wall time (s)": s.wall_s, "sent (MB)": s.bytes_sent / 1e6,
-            "compute (s/worker)": s.t_compute, "comm (s/worker)": s.t_comm, "compression (s/worker)": s.t_compress,
-            "idle (s/worker)": s.t_idle, "emulated device wait (s/worker)": s.t_emul_compute,
-            "emulated link wait (s/worker)": s.t_emul_comm,
-        })[["id", "name", "status", "optimizer", "sync", "workers", "emulate", "steps", "final test accuracy (%)",
-            "best test accuracy (%)", "final loss (nats)", "wall time (s)", "sent (MB)", "compute (s/worker)",
-            "comm (s/worker)", "compression (s/worker)", "idle (s/worker)", "emulated device wait (s/worker)",
-            "emulated link wait (s/worker)"]]
-        st.dataframe(per_run, hide_index=True, key="cmp_table",
-                     column_config={c: st.column_config.NumberColumn(format="%.3f") for c in per_run.columns[8:]})
-        ui.caption("measured", "Time columns: seconds per worker summed over the run (mean over workers); compute "
-                   "and comm include the emulated waits shown in the last two columns (0 without emulation).")
+@st.fragment(run_every=3.0 if active else None)
+def comparison_view() -> None:
+    """The comparison; while chosen runs are queued or running it refreshes itself every 3 s."""
+    if active:
+        live = runs_store.list_runs(statuses=ACTIVE).id.isin(chosen).sum()
+        st.info(f"{live} of {len(chosen)} chosen runs are still queued or running; the curves and the summary "
+                "fill in as they finish.", icon=":material/hourglass_top:")
+        if not live:
+            st.rerun()
+    with ui.guarded("the comparison"):
+        cmp = comparison.compare_runs(runs_store, chosen, target / 100, x)
+        st.plotly_chart(cfigs.band_figure(cmp.loss, x, "training loss (nats)", "Training loss"), key="cmp_loss")
+        st.plotly_chart(cfigs.band_figure(cmp.accuracy, x, "test accuracy (%)", "Test accuracy", y_scale=100),
+                        key="cmp_acc")
+        ui.caption("measured", "colour = optimiser, line style = compression; a line is the mean over a variant's "
+                   "repeats (runs that differ only in their seed), the shaded band their min–max. Loss over each run's "
+                   "combined batch; accuracy on the held-out set. Hover a line for its full settings.")
+        opts = {c.optimizer for c in cmp.accuracy}
+        if {"adabelief", "maxadabelief"} <= opts:
+            st.caption("AdaBelief and Max-AdaBelief lie on top of each other while the raw belief s is still growing "
+                       "from zero (roughly the first 1/(1 - beta2) steps, 1,000 for beta2 = 0.999): the running max of a "
+                       "growing value is the value itself. They part only when s first falls.")
+
+        st.subheader("Summary by variant")
+        table = cmp.table()
+        st.dataframe(table, hide_index=True, key="cmp_summary")
+        ui.caption("measured", "mean ± the half-width of its 95 % interval (Student's t over the repeats), and the range. "
+                   "Step time: mean wall time per step after the first 10 % of the steps. Sent: bytes per worker and "
+                   "step (counted by the lab's ring and the sparse transports; gloo's own all-reduce counts none). "
+                   "Bytes vs dense: against the mean of the dense variants here.")
+        if cmp.verdicts:
+            st.dataframe(pd.DataFrame(cmp.verdicts), hide_index=True, key="cmp_verdicts")
+            ui.caption("measured", "each variant against the one with the best mean final accuracy: two variants are "
+                       "told apart only when their 95 % intervals do not overlap.")
+        d1, d2 = st.columns(2)
+        d1.download_button("Download the summary (CSV)", table.to_csv(index=False), mime="text/csv",
+                           file_name=safe_filename(comparison.export_filename(cmp.runs, "summary"), ".csv"),
+                           key="cmp_download_summary", icon=":material/download:")
+        d2.download_button("Download every step with its settings (CSV)",
+                           comparison.export_frame(cmp.runs, runs_store.metrics(chosen)).to_csv(index=False),
+                           file_name=safe_filename(comparison.export_filename(cmp.runs), ".csv"), mime="text/csv",
+                           key="cmp_download", icon=":material/download:")
+
+        with st.expander("Every run: settings, time split, bytes"):
+            s = runs_store.summary(chosen)
+            per_run = s.assign(**{
+                "final test accuracy (%)": s.final_test_acc * 100, "best test accuracy (%)": s.best_test_acc * 100,
+                "final loss (nats)": s.final_loss, "wall time (s)": s.wall_s, "sent (MB)": s.bytes_sent / 1e6,
+                "compute (s/worker)": s.t_compute, "comm (s/worker)": s.t_comm, "compression (s/worker)": s.t_compress,
+                "idle (s/worker)": s.t_idle, "emulated device wait (s/worker)": s.t_emul_compute,
+                "emulated link wait (s/worker)": s.t_emul_comm,
+            })[["id", "name", "status", "optimizer", "sync", "workers", "emulate", "steps", "final test accuracy (%)",
+                "best test accuracy (%)", "final loss (nats)", "wall time (s)", "sent (MB)", "compute (s/worker)",
+                "comm (s/worker)", "compression (s/worker)", "idle (s/worker)", "emulated device wait (s/worker)",
+                "emulated link wait (s/worker)"]]
+            st.dataframe(per_run, hide_index=True, key="cmp_table",
+                         column_config={c: st.column_config.NumberColumn(format="%.3f") for c in per_run.columns[8:]})
+            ui.caption("measured", "Time columns: seconds per worker summed over the run (mean over workers); compute "
+                       "and comm include the emulated waits shown in the last two columns (0 without emulation).")
+
+
+comparison_view()
 
 st.subheader("Predicted beside measured")
 with ui.guarded("the prediction"):

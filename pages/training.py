@@ -7,17 +7,18 @@ import streamlit as st
 import ui
 from lab import submit_guard
 from lab.calibrate import load_profile
+from lab.comparison import comparison_compressions, comparison_scenarios, run_name, settings_of
 from lab.figures import training as figs
 from lab.figures.fidelity import prediction_figure
 from lab.models import MODEL_LABELS
 from lab.optim import OPTIMISER_LABELS
 from lab.runs import ACTIVE, JOB_WORKER, store
 from lab.scenario import COMPRESSORS, OPTIMIZERS, SHARING, SPLITS, SYNC_MODES, Compression
+from lab.viewstate import VIEW
 
 SYNC_LABELS = {"allreduce": "gradient all-reduce, then identical local steps",
                "param_server": "parameter server (one extra process steps the optimiser)",
                "state_allreduce": "optimiser-state all-reduce (the distributed Max-AdaBelief of the CXL design)"}
-THREE = ("adam", "adabelief", "maxadabelief")  # Adam and the two optimisers the CXL design builds on it
 SPLIT_LABELS = {"even": "even", "weighted": "weighted by compute share", "dirichlet": "non-IID by label (Dirichlet)"}
 
 
@@ -135,22 +136,25 @@ def submit_pending() -> bool:
     return tok is not None and not tok.run_ids and 0 <= time.monotonic() - tok.at < submit_guard.WINDOW_S
 
 
-b1, b2, _ = st.columns([1, 2, 3])
+b1, b2, b3 = st.columns([1, 3, 2], vertical_alignment="bottom")
 if b1.button("Run", type="primary", key="train_run", icon=":material/play_arrow:"):
     with ui.guarded("starting the run"):
         if jobs := submit_once("run", lambda: [
-                jm.submit(sc, name=f"{sc.name} · {sc.training.optimizer}", owner=owner)]):
+                jm.submit(sc, name=run_name(settings_of(sc.to_dict())), owner=owner)]):
             st.session_state["train_watch"] = jobs[0].run_id
             st.rerun()
-if b2.button("Compare the three optimisers", key="train_compare3", icon=":material/compare_arrows:",
-             help="Queues three runs of this scenario that differ only in the optimiser; they run one after another"):
+repeats = VIEW["tr_repeats"].spec.default if lesson else b3.number_input(
+    "Repeats (seeds)", 1, 10, key="tr_repeats", help="each variant runs with this many seeds, so its noise shows")
+if b2.button("Compare optimisers × compression", key="train_compare", icon=":material/compare_arrows:",
+             help="Queues Adam, AdaBelief and Max-AdaBelief, each without compression and with the compression "
+                  "above (Group-TopK 1 % with error feedback when none is chosen), each with several seeds; "
+                  "then opens the Compare page on exactly those runs"):
     with ui.guarded("queueing the comparison"):
-        if jobs := submit_once("compare three optimisers", lambda: jm.submit_many(
-                [(sc.replace(training=sc.training.replace(optimizer=o)), f"{sc.name} · {o}") for o in THREE],
-                owner=owner)):
+        items = comparison_scenarios(sc, comparison_compressions(sc.training.compression), int(repeats))
+        if jobs := submit_once(f"compare x{repeats}", lambda: jm.submit_many(items, owner=owner)):
             st.session_state["train_watch"] = jobs[0].run_id
-            st.session_state["cmp_runs"] = [j.run_id for j in jobs]
-            st.rerun()
+            ui.set_view("cmp_runs", [j.run_id for j in jobs])
+            st.switch_page("pages/compare.py")
 
 
 # ---------------------------------------------------------------- live view

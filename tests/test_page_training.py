@@ -112,36 +112,40 @@ def test_a_bad_emulation_mapping_is_a_message_not_a_traceback(lab_db):
     assert RunStore(lab_db).list_runs().empty
 
 
-def test_compare_three_optimisers_queues_then_compare_page(lab_db):
+def test_one_click_comparison_queues_every_variant_with_equal_seeds_and_opens_compare(lab_db):
+    from lab.comparison import settings_of, variant_key
+    from lab.jobs import shared
+
     at = app_test("pages/training.py")
     at.number_input(key="tr_steps").set_value(4).run()
     at.slider(key="tr_workers").set_value(1).run()
-    at.button(key="train_compare3").click().run()
-    at.button(key="train_compare3").click().run()  # a double click queues the comparison once
+    at.number_input(key="tr_seed").set_value(5).run()
+    at.number_input(key="tr_repeats").set_value(2).run()
+    at.button(key="train_compare").click().run()
     assert_no_exception(at)
-    assert any("Already queued" in str(i.value) for i in at.info), texts(at)
     store = RunStore(lab_db)
-    runs = store.list_runs()
-    assert sorted(runs.optimizer) == ["adabelief", "adam", "maxadabelief"]
-    assert (runs.status.isin(["queued", "running"])).all()
-    run_until(at, lambda a: store.list_runs().status.eq("done").all(), timeout=240)
-    ids = list(store.list_runs().id)
-
-    cp = app_test("pages/compare.py")
-    assert_no_exception(cp)
-    cp.multiselect(key="cmp_runs").set_value(ids).run()
-    assert_no_exception(cp)
-    assert len(cp.get("plotly_chart")) == 2
-    table = cp.dataframe[0].value
-    assert len(table) == 3 and "final test accuracy (%)" in table.columns
-    cp.radio(key="cmp_x").set_value("wall").run()
-    assert_no_exception(cp)
-    assert cp.get("download_button")
-    cp.multiselect(key="cmp_runs").set_value(ids[:1]).run()
-    cp.checkbox(key="cmp_confirm").check().run()
-    cp.button(key="cmp_delete").click().run()
-    assert_no_exception(cp)
-    assert sorted(store.list_runs().id) == sorted(ids[1:])
+    try:
+        runs = [store.get_run(r) for r in store.list_runs().id]
+        assert len(runs) == 6 * 2  # three optimisers x {dense, Group-TopK 1 % + EF} x two seeds
+        settings = [settings_of(r["scenario"]) for r in runs]
+        variants = {}
+        for s in settings:
+            variants.setdefault(variant_key(s), []).append(s["seed"])
+        assert len(variants) == 6 and all(sorted(seeds) == [5, 6] for seeds in variants.values())
+        assert {s["compression"] for s in settings} == {"none", "group_topk"}
+        assert all(s["steps"] == 4 and s["workers"] == 1 for s in settings)
+        # the Compare page opens on exactly those runs, grouped by variant, one line style per compression
+        assert [t.value for t in at.title] == ["Compare runs"]
+        assert sorted(at.multiselect(key="cmp_runs").value) == sorted(r["id"] for r in runs)
+        summary = next(d.value for d in at.dataframe if "variant" in d.value.columns)
+        assert len(summary) == 6 and set(summary.repeats) == {2}
+        assert any("still queued or running" in str(i.value) for i in at.info)
+    finally:
+        jm, owner = shared(), at.session_state["job_owner"]
+        for rid in store.list_runs(statuses=("queued", "running")).id:
+            jm.stop(rid, owner)
+        for rid in store.list_runs().id:
+            jm.wait(rid, timeout=60)
 
 
 def test_compression_controls_edit_the_scenario_and_the_line_above_run(lab_db):
