@@ -197,6 +197,10 @@ def scenario_sidebar() -> Scenario:
     """The sidebar every page shows: the scenario's name and topology, and a link that reproduces the
     whole view (this page, the scenario, every control)."""
     _route_through_app()
+    if "teacher" in st.query_params:  # the teacher's link works from any page; the token leaves the address
+        from lab.jobs import teacher_session
+
+        teacher_session(st.session_state, st.query_params)
     sc = scenario()
     _sync_view(sc)
     with st.sidebar:

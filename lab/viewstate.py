@@ -150,6 +150,8 @@ VIEW: dict[str, Control] = {
     "ch_workers": _c("compression", int, 4, "workers", lo=2, hi=8),
     "ch_batch": _c("compression", int, 256, "batch", lo=2, hi=1797),
     "ch_by_class": _c("compression", bool, False, "non-IID"),
+    # ---- Jobs
+    "jobs_class": _c("jobs", bool, False, "the whole class's jobs"),
     # ---- Fidelity
     "fid_quick": _c("fidelity", bool, False, "quick calibration"),
     "fid_steps": _c("fidelity", int, 200, "steps per run", lo=20, hi=1000),
