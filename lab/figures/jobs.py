@@ -15,9 +15,19 @@ import html
 from typing import Iterable, Mapping, Sequence
 
 import plotly.graph_objects as go
+from plotly.colors import qualitative
 
+# 10 distinct colours, then 24 more, then the same with a hatch: two jobs never look alike below 68.
 PALETTE = ["#4c78a8", "#f58518", "#54a24b", "#e45756", "#72b7b2", "#eeca3b", "#b279a2", "#ff9da6", "#9d755d",
-           "#bab0ac"]
+           "#bab0ac"] + list(qualitative.Dark24)
+PATTERNS = ["", "/"]
+
+
+def job_style(i: int) -> tuple[str, str]:
+    """The colour and fill pattern of the i-th job of a figure."""
+    return PALETTE[i % len(PALETTE)], PATTERNS[(i // len(PALETTE)) % len(PATTERNS)]
+
+
 STAGE_COLOURS = {"submitted": "#bab0ac", "parsed": "#9d755d", "scheduled": "#72b7b2", "started": "#4c78a8",
                  "data": "#54a24b", "running": "#2ca02c", "fault": "#e45756", "alarm": "#d62728",
                  "restart": "#f58518", "stop": "#b279a2", "ended": "#1f1f1f", "released": "#7f7f7f"}
@@ -30,8 +40,11 @@ def esc(text) -> str:
 
 
 def _layout(fig: go.Figure, title: str, x_title: str, y_title: str, height: int) -> go.Figure:
-    fig.update_layout(title=title, height=height, margin=dict(l=10, r=10, t=50, b=10),
-                      legend=dict(orientation="h", y=-0.2), barmode="overlay")
+    # The legend sits between the title and the plot, so it never covers an axis or its title.
+    fig.update_layout(title=dict(text=title, x=0, xanchor="left", y=1, yanchor="top", pad=dict(t=8)),
+                      height=height + 40, margin=dict(l=10, r=10, t=90, b=50),
+                      legend=dict(orientation="h", x=0, xanchor="left", y=1.02, yanchor="bottom"),
+                      barmode="overlay")
     fig.update_xaxes(title=x_title)
     fig.update_yaxes(title=y_title)
     return fig
@@ -49,7 +62,8 @@ def timeline_figure(rows: Sequence[Mapping], *, title: str = "Which job held wha
         label = esc(mine[0].get("label", job))
         fig.add_trace(go.Bar(
             y=[esc(r["resource"]) for r in mine], x=[max(0.0, r["end"] - r["start"]) for r in mine],
-            base=[r["start"] for r in mine], orientation="h", name=label, marker_color=PALETTE[i % len(PALETTE)],
+            base=[r["start"] for r in mine], orientation="h", name=label,
+            marker=dict(color=job_style(i)[0], pattern_shape=job_style(i)[1]),
             customdata=[[r["start"], r["end"]] for r in mine],
             hovertemplate=f"{label}<br>%{{y}}<br>%{{customdata[0]:.2f}} s to %{{customdata[1]:.2f}} s<extra></extra>"))
     fig = _layout(fig, title, x_title, "resource", max(260, 60 + 22 * len(order)))
