@@ -260,7 +260,7 @@ def summary_rows(variants: Mapping[str, Sequence[RunResult]], dense_bytes: float
             "mean step time (ms)": step.text(1e3), "sent per worker and step (kB)": sent.text(1e-3),
             "bytes vs dense": (f"{sent.mean / dense_bytes:.3g}×" if dense_bytes and math.isfinite(sent.mean)
                                and dense_bytes > 0 else "—"),
-            "_final": final, "_step": step,
+            "_final": final, "_step": step, "_ids": [r.run_id for r in results],
         })
     return rows
 
@@ -331,8 +331,15 @@ class Comparison:
     rows: list[dict]
     verdicts: list[dict]
 
-    def table(self) -> pd.DataFrame:
-        return pd.DataFrame([{k: v for k, v in r.items() if not k.startswith("_")} for r in self.rows])
+    def table(self, predicted: Mapping[str, float] | None = None) -> pd.DataFrame:
+        """The summary; with ``predicted`` (run id -> predicted step time, s, from the machine model),
+        each variant's predicted step time beside its measured one."""
+        df = pd.DataFrame([{k: v for k, v in r.items() if not k.startswith("_")} for r in self.rows])
+        if predicted:
+            at = list(df.columns).index("mean step time (ms)") + 1
+            df.insert(at, "predicted step time (ms, modelled)",
+                      [Spread.of(predicted.get(rid, math.nan) for rid in r["_ids"]).text(1e3) for r in self.rows])
+        return df
 
 
 def compare_runs(store: Any, run_ids: Sequence[str], target: float = 0.9, x: str = "step") -> Comparison:

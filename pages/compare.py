@@ -74,12 +74,17 @@ def comparison_view() -> None:
                        "growing value is the value itself. They part only when s first falls.")
 
         st.subheader("Summary by variant")
-        table = cmp.table()
+        prof = load_profile()
+        predicted = {r["id"]: r["predicted"] for r in ui.predicted_runs(
+            str(runs_store.path), prof.created, prof, tuple(chosen))[0]} if prof is not None else None
+        table = cmp.table(predicted)
         st.dataframe(table, hide_index=True, key="cmp_summary")
         ui.caption("measured", "mean ± the half-width of its 95 % interval (Student's t over the repeats), and the range. "
                    "Step time: mean wall time per step after the first 10 % of the steps. Sent: bytes per worker and "
                    "step (counted by the lab's ring and the sparse transports; gloo's own all-reduce counts none). "
-                   "Bytes vs dense: against the mean of the dense variants here.")
+                   "Bytes vs dense: against the mean of the dense variants here."
+                   + (" Predicted: the calibrated machine model's step time (modelled), where a profile exists."
+                      if predicted else ""))
         if cmp.verdicts:
             st.dataframe(pd.DataFrame(cmp.verdicts), hide_index=True, key="cmp_verdicts")
             ui.caption("measured", "each variant against the one with the best mean final accuracy: two variants are "

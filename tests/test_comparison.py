@@ -92,6 +92,10 @@ def test_compare_runs_groups_repeats_and_the_export_has_every_setting(lab_db):
     assert list(table["reached 85 %"]) == ["3 of 3", "0 of 3"]
     assert table["bytes vs dense"].iloc[1] == "0.1×"
     assert len(cmp.verdicts) == 1 and cmp.verdicts[0]["verdict"].startswith("distinguishable")
+    with_pred = cmp.table({rid: 0.002 for rid in ids[:3]})
+    col = "predicted step time (ms, modelled)"
+    assert list(with_pred.columns).index(col) == list(with_pred.columns).index("mean step time (ms)") + 1
+    assert with_pred[col].iloc[0].startswith("2 ± 0") and with_pred[col].iloc[1] == "—"
     assert len(cmp.accuracy[0].band) == 2 and cmp.accuracy[0].band["min"].iloc[-1] == pytest.approx(0.9)
     frame = C.export_frame(cmp.runs, st.metrics(ids))
     for col in ("optimizer", "compression", "ratio", "group_size", "error_feedback", "sharing", "model", "workers",
