@@ -12,7 +12,7 @@ from lab.figures import training as figs
 from lab.figures.fidelity import prediction_figure
 from lab.models import MODEL_LABELS
 from lab.optim import OPTIMISER_LABELS
-from lab.runs import ACTIVE, JOB_WORKER, store
+from lab.runs import ACTIVE, JOB_WORKER, start_phase, store
 from lab.scenario import COMPRESSORS, OPTIMIZERS, SHARING, SPLITS, SYNC_MODES, Compression
 from lab.viewstate import VIEW
 
@@ -198,7 +198,7 @@ def live_view() -> None:
     # From the stored run's own settings: the controls above may have changed since it was queued.
     st.markdown(":material/compress: **Compression in this run:** "
                 + ui.plain(figs.compression_summary(tr_w.get("compression", {}))))
-    st.progress(min(1.0, done / tr_w["steps"]), text=f"{run['status']}: step {done} of {tr_w['steps']} · "
+    st.progress(min(1.0, done / tr_w["steps"]), text=f"{run['status']}: {start_phase(runs_store, watch, place)} · "
                 f"{OPTIMISER_LABELS.get(tr_w['optimizer'])}, {tr_w['workers']} workers, {tr_w['sync']}"
                 + (" · emulated devices and links" if tr_w["emulate"] else " · plain local processes"))
     if run["status"] in ("queued", "running") and st.button("Stop", key=f"train_stop_{watch}", icon=":material/stop:"):
