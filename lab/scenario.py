@@ -15,7 +15,7 @@ from dataclasses import dataclass, field, fields, replace
 from typing import Any, Mapping
 
 from lab.errors import LabError
-from lab.topology import Topology, _check_keys, _loads
+from lab.topology import Topology, _check_keys, _loads, check_text
 
 MAX_SCENARIO_BYTES = 2_000_000  # uploads larger than this are refused before parsing
 
@@ -40,10 +40,13 @@ class Spec:
         if self.type in (int, float):
             if isinstance(value, bool) or not isinstance(value, (int, float)):
                 raise LabError(f"must be a number (got {value!r})", where=w)
+            if isinstance(value, float) and not math.isfinite(value):
+                raise LabError(f"must be finite (got {value})", where=w)
+            if isinstance(value, int) and abs(value) > 10**18:  # far beyond every field's range; float() may overflow
+                raise LabError(f"is far too large (an integer of about {int(value.bit_length() * 0.30103)} digits)",
+                               where=w)
             if self.type is int and float(value) != int(value):
                 raise LabError(f"must be a whole number (got {value!r})", where=w)
-            if not math.isfinite(float(value)):
-                raise LabError(f"must be finite (got {value})", where=w)
             value = self.type(value)
             if self.min is not None and value < self.min:
                 raise LabError(f"must be at least {self.min:g} (got {value:g})", where=w)
@@ -245,9 +248,7 @@ class Scenario:
         _check_keys(d, ("format", "name", "topology", "training"), ("topology",), "scenario")
         if d.get("format", "hetlab-scenario/1") != "hetlab-scenario/1":
             raise LabError(f"unsupported format {d['format']!r}; this lab reads hetlab-scenario/1", where="scenario")
-        name = d.get("name", "scenario")
-        if not isinstance(name, str) or not name or len(name) > 200:
-            raise LabError("name must be a non-empty string of at most 200 characters", where="scenario")
+        name = check_text(d.get("name", "scenario"), "scenario", what="the scenario's name", max_len=200)
         topo = Topology.from_dict(d["topology"])
         training = Training.from_dict(d.get("training", {}))
         sc = Scenario(name=name, topology=topo, training=training)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import math
+import unicodedata
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any, Iterable, Mapping
@@ -43,20 +44,56 @@ LINK_KIND_LABELS: dict[str, str] = {
 }
 
 _NAME_MAX = 64
+MAX_DEVICES = 256  # a topology's size is capped: every page's routes and schedules grow with it
+MAX_SWITCHES = 64
+MAX_LINKS = 1024
+_BIDI = set(range(0x202A, 0x202F)) | set(range(0x2066, 0x206A))  # embeddings, overrides, isolates
+_INVISIBLE = {0x200B, 0x200C, 0x200D, 0x2060, 0xFEFF, 0x00AD, 0x180E}
+
+
+def check_text(text: Any, where: str, *, what: str = "a name", max_len: int = _NAME_MAX,
+               multiline: bool = False) -> str:
+    """Text a person typed, checked so that every page can show it and no two names look alike
+    while differing: a string of at most ``max_len`` characters, no lone surrogates (they cannot be
+    encoded), no control characters (tabs and newlines allowed with ``multiline``), no bidirectional
+    overrides (they reorder what is shown), and for a name, not made only of invisible characters."""
+    if not isinstance(text, str):
+        raise LabError(f"{what} must be text (got {type(text).__name__})", where=where)
+    if len(text) > max_len:
+        raise LabError(f"{what} may have at most {max_len} characters (got {len(text)})", where=where)
+    for ch in text:
+        o = ord(ch)
+        if 0xD800 <= o <= 0xDFFF:
+            raise LabError(f"{what} holds a character that is not text (U+{o:04X})", where=where)
+        if o in _BIDI:
+            raise LabError(f"{what} holds a direction override (U+{o:04X}), which reorders what is shown",
+                           where=where)
+        if unicodedata.category(ch) == "Cc" and not (multiline and ch in "\n\t\r"):
+            raise LabError(f"{what} holds a control character (U+{o:04X})", where=where)
+    if not multiline and not any(not ch.isspace() and ord(ch) not in _INVISIBLE
+                                 and unicodedata.category(ch) != "Cf" for ch in text):
+        raise LabError(f"{what} must have a visible character", where=where)
+    return text
 
 
 def _check_name(name: Any, where: str) -> str:
     if not isinstance(name, str) or not name.strip():
         raise LabError("a name must be a non-empty string", where=where)
-    if len(name) > _NAME_MAX:
-        raise LabError(f"a name may have at most {_NAME_MAX} characters (got {len(name)})", where=where)
-    return name
+    return check_text(name, where)
+
+
+def _as_float(value: int | float, what: str, where: str) -> float:
+    try:
+        return float(value)
+    except OverflowError:  # an integer too large for a float
+        raise LabError(f"{what} is too large (an integer of about {int(value.bit_length() * 0.30103)} digits)",
+                       where=where) from None
 
 
 def _check_positive(value: Any, what: str, where: str) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise LabError(f"{what} must be a number (got {value!r})", where=where)
-    value = float(value)
+    value = _as_float(value, what, where)
     if not math.isfinite(value):
         raise LabError(f"{what} must be finite (got {value})", where=where)
     if value <= 0:
@@ -67,7 +104,7 @@ def _check_positive(value: Any, what: str, where: str) -> float:
 def _check_nonnegative(value: Any, what: str, where: str) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise LabError(f"{what} must be a number (got {value!r})", where=where)
-    value = float(value)
+    value = _as_float(value, what, where)
     if not math.isfinite(value):
         raise LabError(f"{what} must be finite (got {value})", where=where)
     if value < 0:
@@ -220,6 +257,10 @@ class Topology:
 
     # ----- validation -------------------------------------------------------------------------
     def validate(self) -> "Topology":
+        for items, cap, what in ((self.devices, MAX_DEVICES, "devices"), (self.switches, MAX_SWITCHES, "switches"),
+                                 (self.links, MAX_LINKS, "links")):
+            if len(items) > cap:
+                raise LabError(f"has {len(items)} {what}; the lab takes at most {cap}", where=f"topology {self.name!r}")
         if not self.devices:
             raise LabError("a topology needs at least one device", where=f"topology {self.name!r}")
         seen: set[str] = set()
@@ -357,9 +398,8 @@ class Topology:
         links = tuple(Link.from_dict(x, where=f"links[{i}]") for i, x in enumerate(d["links"]))
         name = d.get("name", "custom")
         _check_name(name, "topology name")
-        desc = d.get("description", "")
-        if not isinstance(desc, str):
-            raise LabError("description must be a string", where="topology")
+        desc = check_text(d.get("description", ""), "topology", what="the description", max_len=2000,
+                          multiline=True)
         return Topology(name=name, devices=devices, links=links, switches=switches, description=desc).validate()
 
     def to_json(self, indent: int | None = 2) -> str:
@@ -379,8 +419,9 @@ class Topology:
 
 def _loads(text: str | bytes) -> Any:
     try:
+        # NaN and Infinity parse as floats: every number's own check then names the field that holds one.
         return json.loads(text)
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+    except (ValueError, UnicodeDecodeError) as exc:  # JSONDecodeError, integers too long to read
         raise LabError(f"not valid JSON: {exc}") from None
     except RecursionError:
         raise LabError("not a scenario: the JSON is nested too deeply") from None

