@@ -6,7 +6,8 @@
 * its class, one of :data:`lab.topology.OP_CLASSES`:
 
   ==============  ==========================================================================
-  ``matmul``      ``nn.Linear``, ``torch.matmul`` / ``@``, ``mm``, ``bmm``, ``F.linear``
+  ``matmul``      ``nn.Linear``, ``torch.matmul`` / ``@``, ``mm``, ``bmm``, ``F.linear``, ``addmm``, ``baddbmm``,
+                  ``addbmm`` (the product; the added term is not counted, as in torch) and ``einsum``
   ``conv``        ``nn.Conv1d/2d/3d``, ``nn.ConvTranspose*``, ``F.conv*``
   ``elementwise`` activations (ReLU, GELU, SiLU, sigmoid, tanh, dropout...) and arithmetic
                   between tensors or with scalars (add, sub, mul, div)
@@ -218,6 +219,32 @@ def _fn_name(target: Any) -> str:
     return getattr(target, "__name__", str(target))
 
 
+_ADD_PRODUCT_FUNCTIONS = {torch.addmm, torch.baddbmm, torch.addbmm}
+
+
+def _product_flops(kind: str, node: fx.Node) -> float:
+    """FLOPs of a matrix product with an added term, as torch's counter takes them: 2·m·n·k per
+    product (the addition is not counted); einsum: 2 × the product of every index size when an
+    index is summed over (a contraction, as the bmm torch turns it into), else one per output."""
+    args = [a for a in node.args]
+    if kind == "einsum":
+        eq = str(args[0]).replace(" ", "")
+        operands = args[1:] if len(args) > 2 or not isinstance(args[1], (list, tuple)) else list(args[1])
+        lhs, _, rhs = eq.partition("->")
+        sizes: dict[str, int] = {}
+        for spec, op in zip(lhs.split(","), operands):
+            for letter, n in zip(spec, _shape(op) if isinstance(op, fx.Node) else ()):
+                sizes[letter] = int(n)
+        out = rhs if "->" in eq else "".join(sorted(c for c in set(lhs.replace(",", "")) if lhs.count(c) == 1))
+        total = math.prod(sizes.values()) if sizes else 0
+        return 2.0 * total if set(sizes) - set(out) else float(total)
+    a, b = _shape(args[1]), _shape(args[2])  # (input, mat1, mat2)
+    if not a or not b:
+        return 0.0
+    batch = a[0] if len(a) == 3 else 1
+    return 2.0 * batch * a[-2] * a[-1] * b[-1]
+
+
 def _classify(node: fx.Node, gm: fx.GraphModule) -> tuple[str, str, float, int, bool]:
     """(kind, class, flops, param_bytes, is_data_op) of one call node."""
     out_shape = _shape(node)
@@ -260,6 +287,8 @@ def _classify(node: fx.Node, gm: fx.GraphModule) -> tuple[str, str, float, int, 
     if node.op == "call_function":
         fn = node.target
         kind = _fn_name(fn)
+        if fn in _ADD_PRODUCT_FUNCTIONS or fn is torch.einsum:
+            return kind, "matmul", _product_flops(kind, node), 0, False
         if fn in _MATMUL_FUNCTIONS:
             k = _shape(ins[0])[-1] if ins and _shape(ins[0]) else 1
             return kind, "matmul", 2.0 * out_n * k, 0, False
@@ -289,6 +318,8 @@ def _classify(node: fx.Node, gm: fx.GraphModule) -> tuple[str, str, float, int, 
 
     # call_method
     name = str(node.target)
+    if name in ("addmm", "baddbmm", "addbmm"):
+        return name, "matmul", _product_flops(name, node), 0, False
     if name in _MATMUL_METHODS:
         k = _shape(ins[0])[-1] if ins and _shape(ins[0]) else 1
         return name, "matmul", 2.0 * out_n * k, 0, False
@@ -414,7 +445,7 @@ def reference_flops(model: nn.Module | str, batch_size: int = 32, in_features: i
         model(torch.zeros(batch_size, in_features))
     for op, n in counter.get_flop_counts().get("Global", {}).items():
         name = str(op).split(".")[1] if "." in str(op) else str(op)
-        if name in ("mm", "addmm", "bmm", "baddbmm", "matmul"):
+        if name in ("mm", "addmm", "bmm", "baddbmm", "matmul", "addbmm"):
             out["matmul"] += n
         elif "convolution" in name:
             out["conv"] += n
