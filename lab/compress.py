@@ -403,6 +403,10 @@ class ErrorFeedback(Compressor):
     """Memory of what was not sent: compress(g + e), then e <- (g + e) - sent.
 
     One instance per worker (the residual is that worker's). Works with any compressor.
+    sent + new residual = g + old residual holds bit for bit in float32, with one exception: an
+    FP16 entry clamped at ±65504 whose |g + e| is 2^29 or more. There float32's spacing (64 or more)
+    is coarser than 65504's last bit (32), so (g + e) − 65504 is rounded to float32: an error of at
+    most half that spacing, 2^-24 relative to g + e. Below 2^29 the subtraction is exact.
     """
 
     def __init__(self, compressor: Compressor):

@@ -233,3 +233,21 @@ def test_real_gradients_are_one_backward_pass_of_the_model():
     assert torch.equal(grads[0], real_gradients("mlp", workers=1, batch_size=32, seed=0)[0])  # seeded
     with pytest.raises(LabError):
         real_gradients("mlp", batch_size=0)
+
+
+def test_fp16_error_feedback_is_exact_below_2_to_29_and_within_half_a_spacing_above():
+    from lab.compress import FP16, ErrorFeedback
+
+    below = torch.tensor([65504.0 + 32 * k for k in range(1, 200)] + [2.0**29 - 64, -(2.0**29 - 64)])
+    ef = ErrorFeedback(FP16())
+    sent = ef.decompress(ef.compress(below))
+    assert torch.equal(sent + ef.residual, below)  # exact: the documented invariant
+    above = torch.tensor([2.0**29 + 64, 2.0**33 + 2.0**10, -(2.0**40), 3.0e38])
+    ef = ErrorFeedback(FP16())
+    sent = ef.decompress(ef.compress(above))
+    assert (sent.abs() == 65504).all()
+    err = ((sent.double() + ef.residual.double()) - above.double()).abs()
+    spacing = torch.tensor([float(torch.finfo(torch.float32).eps) * 2.0 ** torch.floor(torch.log2(v.abs())).item()
+                            for v in above.double()], dtype=torch.float64)
+    assert (err <= spacing / 2).all(), (err, spacing)
+    assert not torch.equal(sent.double() + ef.residual.double(), above.double())  # the exception is real
