@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import os
 import sys
 
@@ -104,7 +105,14 @@ def main(argv: list[str] | None = None) -> int:
     if os.environ.get("RANK") is not None and os.environ.get("WORLD_SIZE") is not None:
         from lab.train.worker import run_rank
 
-        return run_rank(sc, args.run_id, name=args.name, quiet=args.quiet)
+        code = run_rank(sc, args.run_id, name=args.name, quiet=args.quiet)
+        # A rank ends here without the interpreter's shutdown: its process group is destroyed and its
+        # results are in the store, and C++ threads of torch's c10d clients still joinable while static
+        # destructors run would abort the process ("terminate called without an active exception").
+        logging.shutdown()
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
     from lab.train.launcher import launch
 
     try:

@@ -1,0 +1,72 @@
+"""The torchrun path repeated: a 2-process job N times (optionally with two busy loops on the cores),
+counting exit codes and aborts ("terminate called without an active exception", SIGABRT).
+
+    .venv/bin/python bench/bench_torchrun_repeat.py --repeats 20 --busy
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import multiprocessing as mp
+import os
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def spin(stop) -> None:
+    while not stop.is_set():
+        sum(i * i for i in range(10_000))
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--repeats", type=int, default=20)
+    ap.add_argument("--steps", type=int, default=5)
+    ap.add_argument("--busy", action="store_true", help="two background processes spin on the cores")
+    a = ap.parse_args()
+    stop = mp.Event()
+    spinners = [mp.Process(target=spin, args=(stop,), daemon=True) for _ in range(2 if a.busy else 0)]
+    for p in spinners:
+        p.start()
+    codes: collections.Counter = collections.Counter()
+    aborts, times = 0, []
+    torchrun = str(Path(sys.executable).parent / "torchrun")
+    try:
+        for i in range(a.repeats):
+            with tempfile.TemporaryDirectory() as tmp:
+                env = dict(os.environ, LAB_DB=str(Path(tmp) / "runs.db"), LAB_DATA=tmp)
+                t0 = time.perf_counter()
+                p = subprocess.run([torchrun, "--nnodes", "1", "--nproc-per-node", "2", "--rdzv-backend", "c10d",
+                                    "--rdzv-endpoint", f"127.0.0.1:{free_port()}", "-m", "lab.train",
+                                    "--steps", str(a.steps)], cwd=ROOT, env=env, capture_output=True, text=True,
+                                   timeout=300)
+                times.append(time.perf_counter() - t0)
+                codes[p.returncode] += 1
+                if "terminate called" in p.stderr or "SIGABRT" in p.stderr or "Signals.SIGABRT" in p.stderr:
+                    aborts += 1
+                print(f"{i + 1:3d}  exit {p.returncode}  {times[-1]:.1f} s" + ("  ABORT" if "terminate called"
+                                                                               in p.stderr else ""), flush=True)
+    finally:
+        stop.set()
+        for p in spinners:
+            p.join(timeout=5)
+    print("| repeats | busy cores | exit codes | aborts | median s |")
+    print("|---|---|---|---|---|")
+    print(f"| {a.repeats} | {2 if a.busy else 0} | {dict(codes)} | {aborts} | {sorted(times)[len(times) // 2]:.1f} |")
+
+
+if __name__ == "__main__":
+    main()
