@@ -125,7 +125,7 @@ def per_sample_times(graph, topology, devices: Sequence[str] | None = None,
 
 
 def compute_shares(per_sample: Mapping[str, float]) -> list[float]:
-    """Seed C's weighted split: each node's share of the total compute (samples/s over the sum)."""
+    """The task-level design's weighted split: each node's share of the total compute (samples/s over the sum)."""
     speeds = [1.0 / t if t > 0 else math.inf for t in per_sample.values()]
     if any(math.isinf(s) for s in speeds):
         inf = [math.isinf(s) for s in speeds]

@@ -7,9 +7,9 @@ The shape follows GRACE (sands-lab/grace): three small roles composed in one sen
 * a **Memory**, here :class:`ErrorFeedback`, adds what was not sent last time (the residual) to the
   next gradient before compressing, and keeps what is not sent this time;
 * a **Communicator**, here the sharing methods of :mod:`lab.comm.sparse` (dense all-reduce of the
-  decompressed tensor, the seed's sparse ring, sparse all-gather).
+  decompressed tensor, the edge-compression design's sparse ring, sparse all-gather).
 
-Compressors: :class:`NoCompression`, :class:`GroupTopK` (seed D), global :class:`TopK`,
+Compressors: :class:`NoCompression`, :class:`GroupTopK` (the edge-compression design), global :class:`TopK`,
 :class:`RandomK` and :class:`FP16`. :func:`make_compressor` builds one from the Scenario's
 ``Compression`` settings.
 
@@ -320,7 +320,7 @@ class RandomK(Compressor):
 
 
 class GroupTopK(Compressor):
-    """Seed D's Group-TopK: in each group of ``group_size`` entries keep the k largest magnitudes.
+    """The edge-compression design's Group-TopK: in each group of ``group_size`` entries keep the k largest magnitudes.
 
     See the module docstring for k, the tail group, ties and the wire format. ``index_format``:
     "auto" (uint16 offsets when group_size <= 65536, else int32), "uint16" or "int32".

@@ -1,4 +1,4 @@
-"""Seed A's Cholesky claim: packing, refusals, equal sizes, and why a ring cannot add factors."""
+"""The CXL design's Cholesky claim: packing, refusals, equal sizes, and why a ring cannot add factors."""
 
 from __future__ import annotations
 

@@ -46,7 +46,7 @@ def multiset_final(s: C.Schedule) -> list[list[Counter]]:
 
 
 # ---------------------------------------------------------------------------------------------
-# the seed's worked example
+# the CXL design's worked example
 # ---------------------------------------------------------------------------------------------
 def test_seed_example_four_devices_ring_a_b_c_d():
     s = C.build_schedule("ring", ["A", "B", "C", "D"], 16)  # four chunks of one float each

@@ -290,7 +290,7 @@ WORLD = 3
 
 
 def by_hand_distributed(kind, params0, steps, *, lr, b1, b2, eps):
-    """The seed's state all-reduce for WORLD workers, written out element by element."""
+    """The CXL design's state all-reduce for WORLD workers, written out element by element."""
     n = len(params0)
     theta = [p.detach().clone() for p in params0]
     m = [[torch.zeros_like(t) for t in theta] for _ in range(WORLD)]
@@ -351,7 +351,7 @@ def test_state_allreduce_matches_by_hand_and_workers_agree(name):
     # the local moments stay local: they differ between workers
     (p0, o0), (p1, o1) = results[0], results[1]
     assert not torch.equal(o0.state[p0[0]]["exp_avg"], o1.state[p1[0]]["exp_avg"])
-    # collectives per step, in the seed's order: agree on finiteness, m_hat (mean), then the second moment
+    # collectives per step, in the CXL design's order: agree on finiteness, m_hat (mean), then the second moment
     per_step = group.calls[:3]
     second = "max" if name.startswith("maxadabelief") else "mean"
     numel = sum(p.numel() for p in base)

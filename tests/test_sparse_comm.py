@@ -1,4 +1,4 @@
-"""Sharing sparse gradients: the seed's ring and sparse all-gather, simulated and over real processes."""
+"""Sharing sparse gradients: the edge-compression design's ring and sparse all-gather, simulated and over real processes."""
 
 from __future__ import annotations
 

@@ -12,7 +12,7 @@ all stop together, and the run is marked diverged).
 
 ``param_server``: one extra rank (the last) receives every worker's [gradients..., loss], sums them,
 steps the optimiser and sends [parameters..., loss] back. ``state_allreduce``: each worker's local
-gradient goes into lab.optim's ``step_distributed`` (the seed's optimiser-state all-reduce).
+gradient goes into lab.optim's ``step_distributed`` (the CXL design's optimiser-state all-reduce).
 
 Measurements travel to rank 0 in one all-gather every few steps (with the parameter checksum every
 ``check_every`` steps) and rank 0 is the only process writing to the run store.
@@ -24,7 +24,7 @@ Time split per worker and step (seconds):
   to communicate; idle = (latest stamp among the workers) - (own stamp), capped at the time spent in
   the collective. No extra barrier is needed (same machine: one clock; several machines: as good
   as their clock synchronisation).
-* ``t_comm``: the rest of the time in the collective (and in seed C's sample exchange).
+* ``t_comm``: the rest of the time in the collective (and in the task-level design's sample exchange).
 * ``t_compress``: compressing the gradient (``training.compression``, gradient all-reduce only; see
   lab.train.compressed), measured; 0 without compression.
 * ``t_emul_compute``: the part of t_compute that was emulated device waiting.
@@ -260,7 +260,7 @@ class Trainer:
         return w
 
     def exchange(self) -> tuple[int, int, float]:
-        """Seed C: hand a random share of the local samples to the ring neighbour (rank + 1)."""
+        """The task-level design: hand a random share of the local samples to the ring neighbour (rank + 1)."""
         if self.tr.exchange_share <= 0 or self.n < 2 or self.is_server:
             return 0, 0, 0.0
         right, left = (self.rank + 1) % self.n, (self.rank - 1) % self.n
