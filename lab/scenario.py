@@ -15,7 +15,7 @@ from dataclasses import dataclass, field, fields, replace
 from typing import Any, Mapping
 
 from lab.errors import LabError
-from lab.topology import Topology, _check_keys, _loads, check_text
+from lab.topology import Topology, _check_keys, _loads, check_text, nfc, shown
 
 MAX_SCENARIO_BYTES = 2_000_000  # uploads larger than this are refused before parsing
 
@@ -35,18 +35,18 @@ class Spec:
         w = f"{where}.{name}"
         if self.type is bool:
             if not isinstance(value, bool):
-                raise LabError(f"must be true or false (got {value!r})", where=w)
+                raise LabError(f"must be true or false (got {shown(value)})", where=w)
             return value
         if self.type in (int, float):
             if isinstance(value, bool) or not isinstance(value, (int, float)):
-                raise LabError(f"must be a number (got {value!r})", where=w)
+                raise LabError(f"must be a number (got {shown(value)})", where=w)
             if isinstance(value, float) and not math.isfinite(value):
                 raise LabError(f"must be finite (got {value})", where=w)
             if isinstance(value, int) and abs(value) > 10**18:  # far beyond every field's range; float() may overflow
                 raise LabError(f"is far too large (an integer of about {int(value.bit_length() * 0.30103)} digits)",
                                where=w)
             if self.type is int and float(value) != int(value):
-                raise LabError(f"must be a whole number (got {value!r})", where=w)
+                raise LabError(f"must be a whole number (got {shown(value)})", where=w)
             value = self.type(value)
             if self.min is not None and value < self.min:
                 raise LabError(f"must be at least {self.min:g} (got {value:g})", where=w)
@@ -55,18 +55,18 @@ class Spec:
             return value
         if self.type is str:
             if not isinstance(value, str):
-                raise LabError(f"must be a string (got {value!r})", where=w)
+                raise LabError(f"must be a string (got {shown(value)})", where=w)
             if self.choices is not None and value not in self.choices:
-                raise LabError(f"{value!r} is not allowed; choose one of {list(self.choices)}", where=w)
+                raise LabError(f"{shown(value)} is not allowed; choose one of {list(self.choices)}", where=w)
             if len(value) > 200:
                 raise LabError("is too long (at most 200 characters)", where=w)
             return value
         if self.type is tuple:  # a list of device names
             if not isinstance(value, (list, tuple)) or not all(isinstance(v, str) for v in value):
-                raise LabError(f"must be a list of names (got {value!r})", where=w)
+                raise LabError(f"must be a list of names (got {shown(value)})", where=w)
             if len(value) > 64:
                 raise LabError("lists at most 64 names", where=w)
-            return tuple(value)
+            return tuple(nfc(v) for v in value)  # device names are kept in composed form
         raise AssertionError(self.type)
 
 
@@ -235,6 +235,9 @@ class Scenario:
     topology: Topology
     training: Training = field(default_factory=Training)
 
+    def __post_init__(self) -> None:  # the name compares in composed form, however it was typed
+        object.__setattr__(self, "name", nfc(self.name))
+
     def to_dict(self) -> dict:
         return {"format": "hetlab-scenario/1", "name": self.name,
                 "topology": self.topology.to_dict(), "training": self.training.to_dict()}
@@ -259,7 +262,7 @@ class Scenario:
         names = set(self.topology.device_names)
         for n in self.training.worker_devices:
             if n not in names:
-                raise LabError(f"worker device {n!r} is not a device of topology {self.topology.name!r}",
+                raise LabError(f"worker device {shown(n)} is not a device of topology {self.topology.name!r}",
                                where="training.worker_devices")
         for op, dev in self.training.pins:
             if dev not in names:

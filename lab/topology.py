@@ -47,6 +47,7 @@ _NAME_MAX = 64
 MAX_DEVICES = 256  # a topology's size is capped: every page's routes and schedules grow with it
 MAX_SWITCHES = 64
 MAX_LINKS = 1024
+_DESCRIPTION_MAX = 2000
 _BIDI = set(range(0x202A, 0x202F)) | set(range(0x2066, 0x206A))  # embeddings, overrides, isolates
 _INVISIBLE = {0x200B, 0x200C, 0x200D, 0x2060, 0xFEFF, 0x00AD, 0x180E}
 
@@ -56,7 +57,9 @@ def check_text(text: Any, where: str, *, what: str = "a name", max_len: int = _N
     """Text a person typed, checked so that every page can show it and no two names look alike
     while differing: a string of at most ``max_len`` characters, no lone surrogates (they cannot be
     encoded), no control characters (tabs and newlines allowed with ``multiline``), no bidirectional
-    overrides (they reorder what is shown), and for a name, not made only of invisible characters."""
+    overrides (they reorder what is shown), and for a name, not made only of invisible characters.
+    Returns the text in Unicode's composed form (NFC), so that an accented letter typed as one
+    character or as a letter plus a combining accent is the same name."""
     if not isinstance(text, str):
         raise LabError(f"{what} must be text (got {type(text).__name__})", where=where)
     if len(text) > max_len:
@@ -73,7 +76,28 @@ def check_text(text: Any, where: str, *, what: str = "a name", max_len: int = _N
     if not multiline and not any(not ch.isspace() and ord(ch) not in _INVISIBLE
                                  and unicodedata.category(ch) != "Cf" for ch in text):
         raise LabError(f"{what} must have a visible character", where=where)
+    return nfc(text)
+
+
+def nfc(text: Any) -> Any:
+    """``text`` in Unicode's composed form (NFC); anything else as it is (the checks refuse it)."""
+    if isinstance(text, str) and not unicodedata.is_normalized("NFC", text):
+        return unicodedata.normalize("NFC", text)
     return text
+
+
+def shown(value: Any, limit: int = 80) -> str:
+    """``repr(value)`` cut to ``limit`` characters, for messages that quote what a person supplied."""
+    r = repr(value)
+    return r if len(r) <= limit else r[:limit - 1] + "…"
+
+
+def _check_size(devices: int, switches: int, links: int, where: str) -> None:
+    """The caps, checked before any route is computed: every page's routes and schedules grow with them."""
+    for n, cap, what in ((devices, MAX_DEVICES, "devices"), (switches, MAX_SWITCHES, "switches"),
+                         (links, MAX_LINKS, "links")):
+        if n > cap:
+            raise LabError(f"has {n:,} {what}; the lab takes at most {cap:,}", where=where)
 
 
 def _check_name(name: Any, where: str) -> str:
@@ -117,7 +141,7 @@ def _check_keys(d: Any, allowed: Iterable[str], required: Iterable[str], where: 
         raise LabError(f"expected an object with fields {sorted(allowed)}, got {type(d).__name__}", where=where)
     unknown = sorted(set(d) - set(allowed))
     if unknown:
-        raise LabError(f"unknown field(s) {unknown}; allowed: {sorted(allowed)}", where=where)
+        raise LabError(f"unknown field(s) {shown(unknown, 200)}; allowed: {sorted(allowed)}", where=where)
     missing = [k for k in required if k not in d]
     if missing:
         raise LabError(f"missing field(s) {missing}", where=where)
@@ -136,15 +160,19 @@ class Device:
     memory: float = 16e9  # bytes
     throughput: Mapping[str, float] = field(default_factory=dict)  # FLOP/s per op class
 
+    def __post_init__(self) -> None:  # names compare in composed form, however they were typed
+        object.__setattr__(self, "name", nfc(self.name))
+        object.__setattr__(self, "pool", nfc(self.pool))
+
     @property
     def kernels(self) -> frozenset[str]:
         return frozenset(self.throughput)
 
     def validate(self) -> None:
-        where = f"device {self.name!r}"
         _check_name(self.name, "device")
+        where = f"device {self.name!r}"
         if self.type not in DEVICE_TYPES:
-            raise LabError(f"unknown type {self.type!r}; allowed: {list(DEVICE_TYPES)}", where=where)
+            raise LabError(f"unknown type {shown(self.type)}; allowed: {list(DEVICE_TYPES)}", where=where)
         _check_name(self.pool, where + " pool")
         _check_positive(self.memory, "memory (bytes)", where)
         if not self.throughput:
@@ -152,7 +180,7 @@ class Device:
                            f"({', '.join(OP_CLASSES)})", where=where)
         for op, flops in self.throughput.items():
             if op not in OP_CLASSES:
-                raise LabError(f"unknown operator class {op!r}; allowed: {list(OP_CLASSES)}", where=where)
+                raise LabError(f"unknown operator class {shown(op)}; allowed: {list(OP_CLASSES)}", where=where)
             _check_positive(flops, f"throughput for {op} (FLOP/s)", where)
 
     def to_dict(self) -> dict:
@@ -164,7 +192,7 @@ class Device:
         _check_keys(d, ("name", "type", "pool", "memory", "throughput"), ("name", "type", "throughput"), where)
         thr = d["throughput"]
         if not isinstance(thr, Mapping):
-            raise LabError("throughput must be an object {operator class: FLOP/s}", where=f"device {d['name']!r}")
+            raise LabError("throughput must be an object {operator class: FLOP/s}", where=f"device {shown(d['name'])}")
         dev = Device(name=d["name"], type=d["type"], pool=d.get("pool", "pool0"),
                      memory=d.get("memory", 16e9), throughput=dict(thr))
         dev.validate()
@@ -177,6 +205,9 @@ class Switch:
     """A switch: a node that forwards traffic and computes nothing."""
 
     name: str
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "name", nfc(self.name))
 
     def to_dict(self) -> dict:
         return {"name": self.name}
@@ -197,18 +228,23 @@ class Link:
     bandwidth: float  # bytes/s, each direction
     latency: float = 1e-6  # seconds
 
+    def __post_init__(self) -> None:  # endpoints name devices and switches in their composed form
+        object.__setattr__(self, "a", nfc(self.a))
+        object.__setattr__(self, "b", nfc(self.b))
+
     @property
     def name(self) -> str:
         return f"{self.a}–{self.b}"
 
     def validate(self) -> None:
-        where = f"link {self.a!r}–{self.b!r}"
+        where = f"link {shown(self.a)}–{shown(self.b)}"
         _check_name(self.a, where + " endpoint a")
         _check_name(self.b, where + " endpoint b")
+        where = f"link {self.a!r}–{self.b!r}"
         if self.a == self.b:
             raise LabError("a link must join two different nodes", where=where)
         if self.kind not in LINK_KINDS:
-            raise LabError(f"unknown kind {self.kind!r}; allowed: {list(LINK_KINDS)}", where=where)
+            raise LabError(f"unknown kind {shown(self.kind)}; allowed: {list(LINK_KINDS)}", where=where)
         _check_positive(self.bandwidth, "bandwidth (bytes/s)", where)
         _check_nonnegative(self.latency, "latency (s)", where)
 
@@ -255,12 +291,15 @@ class Topology:
     switches: tuple[Switch, ...] = ()
     description: str = ""
 
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "name", nfc(self.name))
+        object.__setattr__(self, "description", nfc(self.description))
+
     # ----- validation -------------------------------------------------------------------------
     def validate(self) -> "Topology":
-        for items, cap, what in ((self.devices, MAX_DEVICES, "devices"), (self.switches, MAX_SWITCHES, "switches"),
-                                 (self.links, MAX_LINKS, "links")):
-            if len(items) > cap:
-                raise LabError(f"has {len(items)} {what}; the lab takes at most {cap}", where=f"topology {self.name!r}")
+        _check_name(self.name, "topology name")
+        check_text(self.description, "topology", what="the description", max_len=_DESCRIPTION_MAX, multiline=True)
+        _check_size(len(self.devices), len(self.switches), len(self.links), f"topology {self.name!r}")
         if not self.devices:
             raise LabError("a topology needs at least one device", where=f"topology {self.name!r}")
         seen: set[str] = set()
@@ -393,12 +432,13 @@ class Topology:
         for key in ("devices", "switches", "links"):
             if key in d and not isinstance(d[key], list):
                 raise LabError(f"{key} must be a list", where="topology")
+        _check_size(len(d["devices"]), len(d.get("switches", [])), len(d["links"]), "topology")
         devices = tuple(Device.from_dict(x, where=f"devices[{i}]") for i, x in enumerate(d["devices"]))
         switches = tuple(Switch.from_dict(x, where=f"switches[{i}]") for i, x in enumerate(d.get("switches", [])))
         links = tuple(Link.from_dict(x, where=f"links[{i}]") for i, x in enumerate(d["links"]))
         name = d.get("name", "custom")
         _check_name(name, "topology name")
-        desc = check_text(d.get("description", ""), "topology", what="the description", max_len=2000,
+        desc = check_text(d.get("description", ""), "topology", what="the description", max_len=_DESCRIPTION_MAX,
                           multiline=True)
         return Topology(name=name, devices=devices, links=links, switches=switches, description=desc).validate()
 

@@ -6,6 +6,7 @@ import base64
 import json
 import subprocess
 import sys
+import unicodedata
 import zlib
 
 import pytest
@@ -25,7 +26,8 @@ NUMBERS = st.one_of(
                      "-0", "0.0", "1e-400", "2.5", "3"]),
     st.integers(-10**30, 10**30).map(str), st.floats(allow_nan=True, allow_infinity=True).map(repr))
 TEXT = st.one_of(st.text(max_size=30), st.sampled_from(["\ud800", "\udfff", "\u200b", "\u202eabc", "\u2066x", "\x00",
-                                                          "a\nb", " ", "![i](http://127.0.0.2/x)", "x" * 300]))
+                                                          "a\nb", " ", "![i](http://127.0.0.2/x)", "x" * 300,
+                                                          "e\u0301", "\ufeff\u2060", "a\u200db"]))
 SETTINGS = settings(max_examples=1000, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 
@@ -90,10 +92,15 @@ def test_loader_text(text, where):
         sc = Scenario.from_json(raw)
     except LabError:
         return
-    # whatever loads can be encoded for the page and the store, and looks like a name
+    # whatever loads can be encoded for the page and the store, looks like a name, and is composed (NFC)
     sc.to_json().encode("utf-8")
-    for d in sc.topology.devices:
-        d.name.encode("utf-8")
+    t = sc.topology
+    for name in (sc.name, t.name, t.description, *(d.name for d in t.devices), *(d.pool for d in t.devices),
+                 *(s.name for s in t.switches)):
+        name.encode("utf-8")
+        assert unicodedata.is_normalized("NFC", name)
+        assert not any(0x202A <= ord(c) <= 0x202E or 0x2066 <= ord(c) <= 0x2069 for c in name)
+    for d in t.devices:
         assert d.name.strip()
 
 
@@ -126,7 +133,7 @@ def test_command_line_set(items):
 
 
 def test_command_line_bad_number_exits_2_with_one_line():
-    for value in ("Infinity", "1e999", "9" * 300):
+    for value in ("Infinity", "NaN", "1e999", "9" * 300):
         p = subprocess.run([sys.executable, "-m", "lab.train", "--set", f"steps={value}"], capture_output=True,
                            text=True, timeout=120)
         assert p.returncode == 2, (value, p.stderr)
@@ -150,3 +157,44 @@ def test_a_topology_beyond_the_caps_is_refused_before_any_route():
              for i in range(MAX_DEVICES + 1)]
     with pytest.raises(LabError, match="at most 256"):
         Scenario.from_json(json.dumps({"name": "star", "devices": devs, "switches": [{"name": "s"}], "links": links}))
+
+
+def test_names_are_kept_in_composed_form():
+    doc = preset("two-pools").to_dict()
+    old = doc["devices"][0]["name"]
+    doc["devices"][0]["name"] = "gpu-e\u0301"  # a letter plus a combining accent
+    for link in doc["links"]:
+        for end in "ab":
+            if link[end] == old:
+                link[end] = "gpu-\u00e9"  # the same name typed as one character
+    sc = Scenario.from_dict({"topology": doc, "training": {"worker_devices": ["gpu-e\u0301"]}})
+    assert sc.topology.devices[0].name == "gpu-\u00e9" and sc.training.worker_devices == ("gpu-\u00e9",)
+    # the two spellings are one name, so a second device spelled the other way is a duplicate
+    doc["devices"][1]["name"] = "gpu-\u00e9"
+    with pytest.raises(LabError, match="duplicate name"):
+        Scenario.from_dict({"topology": doc})
+
+
+def test_an_edited_topology_checks_its_own_name_and_description():
+    topo = preset("cxl")
+    for changes in ({"name": "\u202egpu"}, {"name": "\u200b"}, {"description": "a\x1bb"}, {"name": "x" * 65}):
+        with pytest.raises(LabError):
+            topo.replace(**changes).validate()
+    assert topo.replace(description="two lines\nof text").validate()
+
+
+def test_a_huge_value_is_quoted_briefly():
+    for doc in ({"topology": preset("cxl").to_dict(), "training": {"model": "m" * 100_000}},
+                {"topology": {**preset("cxl").to_dict(), "z" * 100_000: 1}},
+                {"topology": preset("cxl").to_dict(), "training": {"steps": "9" * 100_000}}):
+        with pytest.raises(LabError) as exc:
+            Scenario.from_json(json.dumps(doc))
+        assert len(str(exc.value)) < 600, str(exc.value)[:200]
+
+
+def test_caps_are_checked_before_the_devices_are_read():
+    devs = [{"name": "same"}] * (MAX_DEVICES + 1)  # invalid devices: the count is refused first
+    with pytest.raises(LabError, match="at most 256"):
+        Scenario.from_json(json.dumps({"devices": devs, "links": []}))
+    with pytest.raises(LabError, match="at most 1,024"):
+        Scenario.from_json(json.dumps({"devices": [], "links": [{}] * 1025}))
