@@ -198,3 +198,21 @@ def test_caps_are_checked_before_the_devices_are_read():
         Scenario.from_json(json.dumps({"devices": devs, "links": []}))
     with pytest.raises(LabError, match="at most 1,024"):
         Scenario.from_json(json.dumps({"devices": [], "links": [{}] * 1025}))
+
+
+def test_a_huge_scenario_file_is_refused_before_it_is_read(tmp_path, monkeypatch):
+    from lab.scenario import MAX_SCENARIO_BYTES
+    from lab.train import __main__ as cli
+
+    big = tmp_path / "big.json"
+    with open(big, "wb") as f:
+        f.truncate(MAX_SCENARIO_BYTES + 1)  # sparse: the size is there, the bytes need not be
+
+    def no_open(*a, **k):
+        raise AssertionError("the file was opened")
+
+    monkeypatch.setattr(cli, "open", no_open, raising=False)
+    with pytest.raises(LabError, match="bytes; at most"):
+        cli.load_scenario(str(big))
+    with pytest.raises(LabError, match="cannot read"):
+        cli.load_scenario(str(tmp_path / "missing.json"))
