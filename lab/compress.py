@@ -404,9 +404,12 @@ class ErrorFeedback(Compressor):
 
     One instance per worker (the residual is that worker's). Works with any compressor.
     sent + new residual = g + old residual holds bit for bit in float32, with one exception: an
-    FP16 entry clamped at ±65504 whose |g + e| is 2^29 or more. There float32's spacing (64 or more)
-    is coarser than 65504's last bit (32), so (g + e) − 65504 is rounded to float32: an error of at
-    most half that spacing, 2^-24 relative to g + e. Below 2^29 the subtraction is exact.
+    FP16 entry clamped at ±65504 whose |g + e| lies in [2^29 + 2^16, 2^30) and is an odd multiple
+    of 64 (half the float32 values there). From |g + e| = 2^29 + 2^16 on, (g + e) − 65504 is an odd
+    multiple of 32 at or above 2^29, where float32's spacing is 64 or more, so the residual is that
+    difference rounded: 32 off, at most 2^-24 relative to g + e. Added back to 65504 in float32, the
+    tie rounds to even: to g + e itself from 2^30 on and for even multiples of 64, one spacing (64)
+    away for odd ones below 2^30. Below 2^29 + 2^16 the residual is exact.
     """
 
     def __init__(self, compressor: Compressor):
