@@ -7,7 +7,9 @@
 
   ==============  ==========================================================================
   ``matmul``      ``nn.Linear``, ``torch.matmul`` / ``@``, ``mm``, ``bmm``, ``F.linear``, ``addmm``, ``baddbmm``,
-                  ``addbmm`` (the product; the added term is not counted, as in torch) and ``einsum``
+                  ``addbmm`` (the product; the added term is not counted, as in torch) and ``einsum`` of two or
+                  more operands that sums over an index (an einsum without one is element-wise,
+                  one of a single operand is "other")
   ``conv``        ``nn.Conv1d/2d/3d``, ``nn.ConvTranspose*``, ``F.conv*``
   ``elementwise`` activations (ReLU, GELU, SiLU, sigmoid, tanh, dropout...) and arithmetic
                   between tensors or with scalars (add, sub, mul, div)
@@ -223,26 +225,70 @@ _ADD_PRODUCT_FUNCTIONS = {torch.addmm, torch.baddbmm, torch.addbmm}
 
 
 def _product_flops(kind: str, node: fx.Node) -> float:
-    """FLOPs of a matrix product with an added term, as torch's counter takes them: 2·m·n·k per
-    product (the addition is not counted); einsum: 2 × the product of every index size when an
-    index is summed over (a contraction, as the bmm torch turns it into), else one per output."""
-    args = [a for a in node.args]
-    if kind == "einsum":
-        eq = str(args[0]).replace(" ", "")
-        operands = args[1:] if len(args) > 2 or not isinstance(args[1], (list, tuple)) else list(args[1])
-        lhs, _, rhs = eq.partition("->")
-        sizes: dict[str, int] = {}
-        for spec, op in zip(lhs.split(","), operands):
-            for letter, n in zip(spec, _shape(op) if isinstance(op, fx.Node) else ()):
-                sizes[letter] = int(n)
-        out = rhs if "->" in eq else "".join(sorted(c for c in set(lhs.replace(",", "")) if lhs.count(c) == 1))
-        total = math.prod(sizes.values()) if sizes else 0
-        return 2.0 * total if set(sizes) - set(out) else float(total)
+    """FLOPs of a matrix product with an added term (addmm, baddbmm, addbmm), as torch's counter
+    takes them: 2·m·n·k per product; the addition is not counted."""
+    args = list(node.args)
     a, b = _shape(args[1]), _shape(args[2])  # (input, mat1, mat2)
     if not a or not b:
         return 0.0
     batch = a[0] if len(a) == 3 else 1
     return 2.0 * batch * a[-2] * a[-1] * b[-1]
+
+
+def _einsum_cost(node: fx.Node) -> tuple[str, float]:
+    """(class, FLOPs) of an einsum. With two or more operands and an index summed over, it is the
+    contraction torch runs as a bmm: 2 × the product of every index size, as torch's counter says.
+    Without a summed index it is a broadcast product (torch runs a mul): element-wise, one per
+    output element. With one operand it is a sum or a view: "other", one per input element."""
+    args = list(node.args)
+    eq = str(args[0]).replace(" ", "")
+    operands = list(args[1]) if len(args) == 2 and isinstance(args[1], (list, tuple)) else args[1:]
+    lhs, arrow, rhs = eq.partition("->")
+    specs = lhs.split(",")
+    sizes: dict[str, int] = {}
+    ell = 0  # dimensions "..." stands for (broadcast, aligned to the right), named by digits
+    for spec, op in zip(specs, operands):
+        shape = _shape(op) if isinstance(op, fx.Node) else ()
+        if "..." in spec:
+            n_ell = max(len(shape) - (len(spec) - 3), 0)
+            ell = max(ell, n_ell)
+            head, _, tail = spec.partition("...")
+            spec = head + "".join(str(k) for k in range(ell - n_ell, ell)) + tail
+        for letter, n in zip(spec, shape):
+            sizes[letter] = max(sizes.get(letter, 1), int(n))
+    dots = "".join(str(k) for k in range(ell))
+    if arrow:
+        out = rhs.replace("...", dots)
+    else:  # implicit output: the broadcast dimensions, then every index seen once, in order
+        letters = lhs.replace("...", "").replace(",", "")
+        out = dots + "".join(sorted(c for c in set(letters) if letters.count(c) == 1))
+    if len(operands) < 2:
+        return "other", float(math.prod(sizes.values()) if sizes else 0)
+    # Operands are contracted in pairs, left to right, as torch does; each pair costs 2 × the product of its index
+    # sizes when it sums over an index (kept: the indices later operands or the output still need).
+    names = [_einsum_spec(spec, _shape(op) if isinstance(op, fx.Node) else (), dots)
+             for spec, op in zip(specs, operands)]
+    # an index only one operand has, and the output lacks, is summed out of it first (no product)
+    names = [set(n) & set(out).union(*(m for j, m in enumerate(names) if j != i)) for i, n in enumerate(names)]
+    flops, summed, acc = 0.0, False, names[0]
+    for i, nxt in enumerate(names[1:], start=1):
+        pair = set(acc) | set(nxt)
+        keep = set(out).union(*names[i + 1:])
+        if pair - keep:
+            summed = True
+            flops += 2.0 * math.prod(sizes.get(c, 1) for c in pair)
+        acc = "".join(sorted(pair & keep))
+    if summed:
+        return "matmul", flops
+    return "elementwise", float(math.prod(sizes[c] for c in out if c in sizes))
+
+
+def _einsum_spec(spec: str, shape: tuple, dots: str) -> str:
+    """An operand's indices with "..." replaced by the names of the broadcast dimensions it has."""
+    if "..." not in spec:
+        return spec
+    n = max(len(shape) - (len(spec) - 3), 0)
+    return spec.replace("...", dots[len(dots) - n:] if n else "")
 
 
 def _classify(node: fx.Node, gm: fx.GraphModule) -> tuple[str, str, float, int, bool]:
@@ -287,7 +333,10 @@ def _classify(node: fx.Node, gm: fx.GraphModule) -> tuple[str, str, float, int, 
     if node.op == "call_function":
         fn = node.target
         kind = _fn_name(fn)
-        if fn in _ADD_PRODUCT_FUNCTIONS or fn is torch.einsum:
+        if fn is torch.einsum:
+            cls, flops = _einsum_cost(node)
+            return kind, cls, flops, 0, False
+        if fn in _ADD_PRODUCT_FUNCTIONS:
             return kind, "matmul", _product_flops(kind, node), 0, False
         if fn in _MATMUL_FUNCTIONS:
             k = _shape(ins[0])[-1] if ins and _shape(ins[0]) else 1

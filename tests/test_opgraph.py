@@ -201,3 +201,42 @@ def test_products_with_an_added_term_and_einsum_count_as_matmul_like_torch(form)
         assert ours == 2 * 4 * 5 * 16 * 6
     else:
         assert ours == reference_flops(M(), 5)["matmul"]
+
+
+EINSUMS = {  # equation: operand shapes (the first is the module's input, reshaped)
+    "ij,jk->ik": [(5, 7), (7, 3)], "ij,jk": [(5, 7), (7, 3)], "bij,bkj->bik": [(2, 5, 7), (2, 3, 7)],
+    "ij,ij->": [(5, 7), (5, 7)], "abc,cd->abd": [(5, 2, 3), (3, 4)], "...ij,...jk->...ik": [(2, 5, 7), (7, 3)],
+    "...ij,jk": [(2, 2, 5, 7), (7, 3)], "b...,b...->b": [(5, 7), (5, 7)], "ij,jk,kl->il": [(5, 7), (7, 3), (3, 2)],
+    "ij,kj,jl->il": [(5, 7), (4, 7), (7, 2)], "i,j->ij": [(5,), (7,)], "ij,ij->ij": [(5, 7), (5, 7)],
+    "ij,kj->ikj": [(5, 3), (4, 3)], "ij->j": [(5, 7)],
+}
+
+
+@pytest.mark.parametrize("eq", list(EINSUMS))
+def test_einsum_costs_what_torch_counts(eq):
+    """A contraction is a matmul of torch's FLOPs; a product without a summed index is element-wise
+    (torch counts none), an einsum of one operand is a reduction ("other")."""
+    import math
+
+    import torch
+    from torch import nn
+
+    shapes = EINSUMS[eq]
+
+    class M(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.p = nn.ParameterList([nn.Parameter(torch.randn(*s)) for s in shapes[1:]])
+
+        def forward(self, x):
+            return torch.einsum(eq, x.reshape(shapes[0]), *self.p)
+
+    n = math.prod(shapes[0])
+    g = trace(M(), 1, in_features=n)
+    (op,) = [o for o in g.ops if o.kind == "einsum"]
+    torch_matmul = reference_flops(M(), 1, in_features=n)["matmul"]
+    if op.op_class == "matmul":
+        assert op.flops == torch_matmul > 0
+    else:
+        assert torch_matmul == 0 and op.op_class == ("other" if len(shapes) == 1 else "elementwise")
+        assert op.flops > 0
