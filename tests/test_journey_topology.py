@@ -117,8 +117,14 @@ def test_a_refused_edit_stays_as_typed_with_its_message_beside_its_table(streaml
     try:
         open_topology(pg, streamlit_server)
         route = route_line(pg)
-        type_into_cell(pg, LINKS, 1, BANDWIDTH, "-5")
-        pg.get_by_text("This edit is not applied").wait_for(timeout=60_000)
+        for attempt in range(3):  # a busy grid may drop the edit before it reaches the server: type it again
+            type_into_cell(pg, LINKS, 1, BANDWIDTH, "-5")
+            try:
+                pg.get_by_text("This edit is not applied").wait_for(timeout=30_000)
+                break
+            except Exception:
+                if attempt == 2:
+                    raise
         settle(pg)
         message = [a for a in alerts(pg) if "not applied" in a]
         assert message and "links row 2 (gpu–cxl-switch)" in message[0] and "got -5 GB/s" in message[0], alerts(pg)
