@@ -18,16 +18,16 @@ from typing import Iterator
 
 import streamlit as st
 
-from lab import viewstate
+from lab.view import state as viewstate
 from lab.errors import LabError
-from lab.lessons import Lesson, find_lesson
-from lab.scenario import Scenario, default_scenario
+from lab.view.lessons import Lesson, find_lesson
+from lab.scenario.document import Scenario, default_scenario
 
 log = logging.getLogger("lab.ui")
 
 SCENARIO_KEY = "scenario"
 URL_PARAM = "s"
-VIEW_PARAM = "v"  # the page's controls (lab.viewstate), beside the scenario in a link
+VIEW_PARAM = "v"  # the page's controls (lab.view.state), beside the scenario in a link
 VIEW_SHADOW = "_view_values"  # every control's last value, kept while its page is not shown
 VIEW_NOTICES = "_view_notices"
 LESSON_KEY = "lesson_mode"  # persistent (session) value of the lesson switch
@@ -104,7 +104,7 @@ def _sync_view(sc: Scenario) -> None:
     """Keep every control of every page set while its page is not shown.
 
     Streamlit forgets a widget's value once a run does not draw it (another page is open). The
-    last value of every control of :data:`lab.viewstate.VIEW` is kept in a shadow and put back
+    last value of every control of :data:`lab.view.state.VIEW` is kept in a shadow and put back
     before the page draws its widgets; a control never touched gets its default from the table.
     On a session's first run, the link's ``?v=`` fills the shadow (checked against the table)."""
     ss = st.session_state
@@ -198,7 +198,7 @@ def scenario_sidebar() -> Scenario:
     whole view (this page, the scenario, every control)."""
     _route_through_app()
     if "teacher" in st.query_params:  # the teacher's link works from any page; the token leaves the address
-        from lab.jobs import teacher_session
+        from lab.jobs.manager import teacher_session
 
         teacher_session(st.session_state, st.query_params)
     sc = scenario()
@@ -254,26 +254,26 @@ def _lesson_toggle() -> None:
 def job_manager():
     """(the server's one JobManager of the run store, shared by every session and page, with its fair
     queue; this session's owner id in that queue)."""
-    from lab.jobs import shared
+    from lab.jobs.manager import shared
 
     return shared(), st.session_state.setdefault("job_owner", uuid.uuid4().hex[:12])
 
 
 @st.cache_data(ttl=15, show_spinner="predicting the runs from the machine profile")
 def predicted_runs(db: str, created: str, _profile, ids: tuple) -> tuple:
-    """:func:`lab.predict.evaluate_runs` for the runs ``ids`` of the store at ``db``, cached per profile
+    """:func:`lab.machine.predict.evaluate_runs` for the runs ``ids`` of the store at ``db``, cached per profile
     (``created`` names it): (rows, skipped)."""
-    from lab.predict import evaluate_runs
-    from lab.runs import store
+    from lab.machine.predict import evaluate_runs
+    from lab.store.runs import store
 
     return evaluate_runs(store(db), _profile, list(ids))
 
 
 @st.cache_data(ttl=60, show_spinner=False)
 def prediction_table(db: str, created: str, _profile, run_id: str):
-    """:func:`lab.predict.prediction_table` of one stored run, cached per profile."""
-    from lab.predict import prediction_table as table
-    from lab.runs import store
+    """:func:`lab.machine.predict.prediction_table` of one stored run, cached per profile."""
+    from lab.machine.predict import prediction_table as table
+    from lab.store.runs import store
 
     return table(run_id, _profile, store=store(db))
 

@@ -25,7 +25,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from lab import collectives as C  # noqa: E402
+from lab.modelled import collectives as C  # noqa: E402
 from lab.comm import measure as M  # noqa: E402
 
 

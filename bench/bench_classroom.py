@@ -140,8 +140,8 @@ def main() -> None:
                     help="run the server with Streamlit's default runner.postScriptGC = true (the app turns it off)")
     args = ap.parse_args()
 
-    from lab.jobs import JobManager
-    from lab.scenario import default_scenario
+    from lab.jobs.manager import JobManager
+    from lab.scenario.document import default_scenario
     from lab.train.launcher import free_port, processes_of
 
     with tempfile.TemporaryDirectory() as tmp:

@@ -1,6 +1,6 @@
 """One real comparison: the three optimisers x {dense, Group-TopK 1 % + error feedback}, each with
 several seeds, MLP on digits with 2 workers, queued through the job manager as the Training page
-does; prints the summary by variant and the verdicts (lab.comparison), and the wall time.
+does; prints the summary by variant and the verdicts (lab.jobs.comparison), and the wall time.
 
     .venv/bin/python bench/bench_comparison.py --steps 200 --repeats 3
 """
@@ -16,10 +16,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from lab import comparison as C  # noqa: E402
-from lab.jobs import JobManager  # noqa: E402
-from lab.runs import RunStore  # noqa: E402
-from lab.scenario import Compression, default_scenario  # noqa: E402
+from lab.jobs import comparison as C  # noqa: E402
+from lab.jobs.manager import JobManager  # noqa: E402
+from lab.store.runs import RunStore  # noqa: E402
+from lab.scenario.document import Compression, default_scenario  # noqa: E402
 
 
 def main() -> None:

@@ -4,7 +4,7 @@
                                              [--rounds 7] [--threads N] [--share-numel 11689512] [--workers 4]
 
 1. Selection on one float32 tensor of ``--numel`` entries (default 25 M) at ``--ratio``: Group-TopK
-   (lab.compress.GroupTopK.select: abs + topk(k, dim=1) on (groups, group_size) views, a chunk at a
+   (lab.compression.compressors.GroupTopK.select: abs + topk(k, dim=1) on (groups, group_size) views, a chunk at a
    time) against global ``torch.topk(x.abs(), k)``, and the complete payloads of both. They take
    turns, round after round, so a noisy neighbour on a shared machine slows them alike. The ratio
    is taken on the best (minimum) time of each, the run least disturbed by other processes; the
@@ -32,7 +32,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from lab.comm.sparse import bench_worker, run_local  # noqa: E402
-from lab.compress import GroupTopK, TopK  # noqa: E402
+from lab.compression.compressors import GroupTopK, TopK  # noqa: E402
 
 
 def table(header: list[str], rows: list[list]) -> str:

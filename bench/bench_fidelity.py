@@ -3,15 +3,15 @@
     .venv/bin/python bench/bench_fidelity.py [--steps 200] [--batches 2] [--profile FILE] [--quick]
                                              [--only mlp] [--db FILE] [--evaluate]
 
-1. Calibrates this machine (``lab.calibrate.calibrate``: calibration networks that are not the
+1. Calibrates this machine (``lab.machine.calibrate.calibrate``: calibration networks that are not the
    presets, optimiser and compressor microbenchmarks, training-like cycles with 2-4 processes at
    once, all-reduce alpha/beta from lab.comm.measure) unless ``--profile`` names a saved profile.
-2. Runs the preset batch (``lab.predict.preset_batch``: 1-4 workers, MLP and CNN, dense and
+2. Runs the preset batch (``lab.machine.predict.preset_batch``: 1-4 workers, MLP and CNN, dense and
    Group-TopK, emulation off and on) as real training jobs, one after another, into a run store
    (``--db``, default a temporary file). The runs are never used to fit anything. 200 steps by
    default: on this shared machine the median step of a 60-step run varies by about +-25 % from one
    run to the next (measured: the same 2-worker MLP run four times in a row), longer runs less.
-3. Predicts each run (``lab.predict.evaluate_runs``, the Fidelity page's code) and prints per run
+3. Predicts each run (``lab.machine.predict.evaluate_runs``, the Fidelity page's code) and prints per run
    the predicted and the measured step time (mean over the steps after the warm-up of the time between the
    ends of consecutive steps), the error, and the parts (compute, compression, communication, idle;
    mean over workers of each worker's mean); then the geometric-mean error of the step time,
@@ -42,9 +42,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from lab.calibrate import calibrate, format_profile, load_profile  # noqa: E402
-from lab.predict import evaluate_runs, oracle_error, preset_batch, reproducibility, step_error_summary  # noqa: E402
-from lab.runs import RunStore  # noqa: E402
+from lab.machine.calibrate import calibrate, format_profile, load_profile  # noqa: E402
+from lab.machine.predict import evaluate_runs, oracle_error, preset_batch, reproducibility, step_error_summary  # noqa: E402
+from lab.store.runs import RunStore  # noqa: E402
 
 
 def table(header: list[str], rows: list[list]) -> str:
@@ -71,8 +71,8 @@ def run_batch(db: Path, steps: int, only: str | None, batch: int = 1) -> None:
         name = f"{sc.name} #{batch}"
         cpus = None
         if os.environ.get("LAB_CALIBRATION_PIN", "1") != "0":  # ranks on the cores the job manager gives them
-            from lab.calibrate import rank_cpu
-            from lab.predict import job_procs
+            from lab.machine.calibrate import rank_cpu
+            from lab.machine.predict import job_procs
 
             cpus = [rank_cpu(k) for k in range(job_procs(sc))]
         with open(os.devnull, "w") as devnull:
@@ -117,7 +117,7 @@ def main() -> int:
     ap.add_argument("--save-profile", default=None, help="save the fresh profile here")
     ap.add_argument("--quick", action="store_true", help="quick calibration (fewer repeats)")
     ap.add_argument("--cycles", choices=("harness", "loop"), default=None,
-                    help="where the calibration measures the N-process terms (default: lab.calibrate's)")
+                    help="where the calibration measures the N-process terms (default: lab.machine.calibrate's)")
     ap.add_argument("--only", default=None, help="only cases whose name contains this text")
     ap.add_argument("--db", default=None, help="run store to write (default: a temporary file)")
     ap.add_argument("--evaluate", action="store_true", help="only re-predict the runs already in --db")

@@ -7,7 +7,7 @@ and the contiguous chain partition (DP) on 200 layers over 8 devices.
 The DAG: every operator gets a random class and FLOPs and 1-3 inputs among the 40 operators before
 it; the 16 devices are catalogue devices (CPUs, GPUs, FPGAs, ASICs, DPUs: some lack kernels) on
 two CXL switches joined by a fabric switch, so transfer times depend on the device pair
-(lab.cost.LinkCost). Peers measured in the same run, on the same inputs:
+(lab.modelled.datasheet.LinkCost). Peers measured in the same run, on the same inputs:
 
 * ``networkx.topological_sort`` of the same DAG (a floor: any list scheduler visits every edge);
 * a naive greedy EFT in plain Python (per device, per input, one ``link_time`` call);
@@ -33,10 +33,10 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from lab.catalogue import catalogue_device, catalogue_link  # noqa: E402
-from lab.cost import LinkCost  # noqa: E402
-from lab.placement import TaskGraph, greedy_eft, heft, partition_chain  # noqa: E402
-from lab.topology import OP_CLASSES, Switch, Topology  # noqa: E402
+from lab.scenario.catalogue import catalogue_device, catalogue_link  # noqa: E402
+from lab.modelled.datasheet import LinkCost  # noqa: E402
+from lab.modelled.placement import TaskGraph, greedy_eft, heft, partition_chain  # noqa: E402
+from lab.scenario.topology import OP_CLASSES, Switch, Topology  # noqa: E402
 
 
 def table(header: list[str], rows: list[list]) -> str:

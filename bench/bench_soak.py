@@ -58,8 +58,8 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=5)
     args = ap.parse_args()
 
-    from lab import jobs as jobs_mod
-    from lab.scenario import default_scenario
+    from lab.jobs import manager as jobs_mod
+    from lab.scenario.document import default_scenario
     from lab.train.launcher import processes_of
 
     tmp_before = set(glob.glob(os.path.join(tempfile.gettempdir(), "lab-job-*")))

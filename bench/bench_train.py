@@ -5,7 +5,7 @@
 
 1. Samples per second of the lab's training loop in gradient all-reduce mode (gloo, no emulation)
    against the same training written with ``torch.nn.parallel.DistributedDataParallel``: same
-   model, data, shards, batch, optimiser (lab.optim) and process count, one thread per process.
+   model, data, shards, batch, optimiser (lab.optim.optimizers) and process count, one thread per process.
    Both run in the same worker processes (lab.train.reference.paired_worker): each round runs the
    lab's loop -- the job's own :class:`lab.train.worker.Trainer`, recording every step in a run
    store as always -- and then the DDP loop, back to back, so a noisy neighbour on this shared
@@ -31,7 +31,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from lab.runs import JOB_WORKER, RunStore  # noqa: E402
+from lab.store.runs import JOB_WORKER, RunStore  # noqa: E402
 from lab.train.reference import paired_throughput  # noqa: E402
 
 

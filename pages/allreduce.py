@@ -4,13 +4,13 @@ import pandas as pd
 import streamlit as st
 
 import ui
-from lab import collectives as C
-from lab.calibrate import load_profile, profile_errors
+from lab.modelled import collectives as C
+from lab.machine.calibrate import load_profile, profile_errors
 from lab.comm import measure as M
 from lab.errors import LabError
 from lab.figures import allreduce as figs
 from lab.figures.fidelity import add_profile_models
-from lab.viewstate import ALLREDUCE_SIZES, VIEW, fit_range, fit_subset
+from lab.view.state import ALLREDUCE_SIZES, VIEW, fit_range, fit_subset
 
 sc = ui.scenario_sidebar()
 lesson = ui.lesson_mode()  # hides the advanced controls and tables

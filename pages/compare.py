@@ -5,13 +5,13 @@ import pandas as pd
 import streamlit as st
 
 import ui
-from lab import comparison
-from lab import predict as P
-from lab.calibrate import load_profile
+from lab.jobs import comparison
+from lab.machine import predict as P
+from lab.machine.calibrate import load_profile
 from lab.figures import compare as cfigs
 from lab.figures import fidelity as fid
-from lab.optim import OPTIMISER_LABELS
-from lab.runs import ACTIVE, FINISHED, safe_filename, store
+from lab.optim.optimizers import OPTIMISER_LABELS
+from lab.store.runs import ACTIVE, FINISHED, safe_filename, store
 
 ui.scenario_sidebar()
 st.title("Compare runs")

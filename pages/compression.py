@@ -6,17 +6,17 @@ import streamlit as st
 import torch
 
 import ui
-from lab import cholesky as chol
+from lab.compression import cholesky as chol
 from lab.comm.sparse import SHARING_LABELS, sharing_report
-from lab.compress import COMPRESSOR_LABELS, evaluate, generated_gradients, real_gradients
+from lab.compression.compressors import COMPRESSOR_LABELS, evaluate, generated_gradients, real_gradients
 from lab.figures import compression as figs
 from lab.figures.topology import fmt_seconds
 from lab.errors import LabError
-from lab.models import MODEL_LABELS, MODEL_NAMES
-from lab.runs import ACTIVE, store
-from lab.scenario import Compression
+from lab.scenario.models import MODEL_LABELS, MODEL_NAMES
+from lab.store.runs import ACTIVE, store
+from lab.scenario.document import Compression
 from lab.train.compressed import grid_results, grid_scenarios, grid_table
-from lab.viewstate import RING_COMPRESSORS, VIEW
+from lab.view.state import RING_COMPRESSORS, VIEW
 
 sc = ui.scenario_sidebar()
 lesson = ui.lesson_mode()  # hides the advanced controls
@@ -28,7 +28,7 @@ st.markdown(
     "stands beside global Top-K, Random-K and FP16 on a real gradient, with every byte counted from the "
     "payload as it is really serialised (fp32 value + uint16 in-group offset: 6 B per kept entry for "
     "Group-TopK, 8 B with int32 indices for the others, plus a 24 B header). Error feedback, which adds what "
-    "was not sent to the next gradient, is part of `lab.compress` and of the training job.")
+    "was not sent to the next gradient, is part of `lab.compression.compressors` and of the training job.")
 
 
 @st.cache_data(show_spinner="Computing gradients…", max_entries=8)

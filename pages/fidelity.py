@@ -6,12 +6,12 @@ import pandas as pd
 import streamlit as st
 
 import ui
-from lab import calibrate as cal
-from lab import predict as P
-from lab import trace_export as T
+from lab.machine import calibrate as cal
+from lab.machine import predict as P
+from lab.machine import trace_export as T
 from lab.figures import fidelity as figs
-from lab.runs import default_db_path, store as run_store
-from lab.viewstate import VIEW
+from lab.store.runs import default_db_path, store as run_store
+from lab.view.state import VIEW
 
 ui.scenario_sidebar()
 lesson = ui.lesson_mode()
@@ -121,7 +121,7 @@ if b1.button("Run the preset batch", key="fid_batch", icon=":material/play_arrow
              help="13 short real runs queued one after another: 1-4 workers, MLP and CNN, dense and Group-TopK, "
                   "emulation off and on"):
     with ui.guarded("starting the preset batch"):
-        from lab.jobs import shared
+        from lab.jobs.manager import shared
 
         holder["batch"] = batch = P.FidelityBatch(shared(), prof, steps=int(steps)).start()
 

@@ -4,7 +4,7 @@ import streamlit as st
 
 import ui
 from app import available_pages
-from lab.lessons import load_lessons
+from lab.view.lessons import load_lessons
 
 
 def _open_lesson(lesson) -> None:

@@ -9,11 +9,11 @@ import pandas as pd
 import streamlit as st
 
 import ui
-from lab import jobs as jobs_mod
-from lab.catalogue import PRESET_LABELS, preset
+from lab.jobs import manager as jobs_mod
+from lab.scenario.catalogue import PRESET_LABELS, preset
 from lab.figures import jobs as figs
-from lab.runs import ACTIVE, FINISHED, store
-from lab.scheduling import POLICIES, POLICY_LABELS, JobRequest, compare_policies, resource_groups
+from lab.store.runs import ACTIVE, FINISHED, store
+from lab.jobs.policies import POLICIES, POLICY_LABELS, JobRequest, compare_policies, resource_groups
 from lab.train.launcher import heartbeat_timeout
 
 

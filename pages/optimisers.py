@@ -5,9 +5,9 @@ import streamlit as st
 
 import ui
 from lab.figures import optim as figs
-from lab.optim import OPTIMISER_LABELS
-from lab.viewstate import VIEW
-from lab.optim_playground import (FUNCTIONS, MAX_COUNTEREXAMPLE_STEPS, PERIOD, PLAYGROUND_OPTIMISERS, SCHEDULES,
+from lab.optim.optimizers import OPTIMISER_LABELS
+from lab.view.state import VIEW
+from lab.optim.playground import (FUNCTIONS, MAX_COUNTEREXAMPLE_STEPS, PERIOD, PLAYGROUND_OPTIMISERS, SCHEDULES,
                                   contour_grid, describe_counterexample, describe_playground, function,
                                   run_counterexample, run_playground, summary_table)
 
@@ -15,7 +15,7 @@ ui.scenario_sidebar()
 st.title("Optimisers")
 st.markdown(
     "Adam, AdaBelief and the CXL design's Max-AdaBelief, run by the lab's own optimisers "
-    "(`lab.optim`, checked against `torch.optim.Adam` and the published `adabelief-pytorch`). "
+    "(`lab.optim.optimizers`, checked against `torch.optim.Adam` and the published `adabelief-pytorch`). "
     "Every chart here is a real run on an analytic function, so it is labelled "
     f"{ui.badge('measured')}: nothing is modelled.")
 
@@ -125,7 +125,7 @@ with ui.guarded("the counterexample"):
     st.plotly_chart(figs.counterexample_figure(run.x, labels), key="ce_x")
     ui.caption("measured", f"x after each of {run.steps} steps. Computed from the optimisers' update vectorised "
                "over time: the gradient does not depend on x, so the moments are computed for all t at once "
-               "and only the projection runs step by step (tests check this equals stepping lab.optim's "
+               "and only the projection runs step by step (tests check this equals stepping lab.optim.optimizers's "
                "optimisers to rounding; tests/test_optim.py holds them to 1e-12). The default, lr/√t with 50,500 steps (500 periods), shows the effect "
                "in well under a second; long lines are thinned to each bucket's min and max.")
     st.info(describe_counterexample(run), icon=":material/insights:")

@@ -4,11 +4,11 @@ import pandas as pd
 import streamlit as st
 
 import ui
-from lab import placement as pl
-from lab.balance import RULE_LABELS, RULES, balance_data_parallel, balance_model_parallel, per_sample_times
+from lab.modelled import placement as pl
+from lab.modelled.balance import RULE_LABELS, RULES, balance_data_parallel, balance_model_parallel, per_sample_times
 from lab.figures import placement as figs
-from lab.models import MODEL_LABELS, MODEL_NAMES
-from lab.opgraph import trace
+from lab.scenario.models import MODEL_LABELS, MODEL_NAMES
+from lab.modelled.opgraph import trace
 
 BASELINE = "placement_baseline"  # the plan kept for comparison (session only, not part of the link)
 

@@ -3,15 +3,15 @@
 import streamlit as st
 
 import ui
-from lab.catalogue import (DEVICE_CATALOGUE, LINK_CATALOGUE, PRESET_LABELS, PRESETS, as_pcie, catalogue_device,
+from lab.scenario.catalogue import (DEVICE_CATALOGUE, LINK_CATALOGUE, PRESET_LABELS, PRESETS, as_pcie, catalogue_device,
                            has_cxl, preset)
 from lab.errors import LabError
 from lab.figures.topology import comparison_figure, fmt_bytes_per_s, fmt_seconds, network_figure, path_heatmap
-from lab.scenario import Scenario
-from lab.topology import DEVICE_TYPES, LINK_KINDS, OP_CLASS_LABELS, OP_CLASSES, Link
-from lab.topology_tables import (COLUMN_LABELS, apply_edit, catalogue_numbers, compare_designs, free_name,
+from lab.scenario.document import Scenario
+from lab.scenario.topology import DEVICE_TYPES, LINK_KINDS, OP_CLASS_LABELS, OP_CLASSES, Link
+from lab.scenario.tables import (COLUMN_LABELS, apply_edit, catalogue_numbers, compare_designs, free_name,
                                  kind_change, names_in, to_tables, with_device)
-from lab.viewstate import TRANSFER_SIZES_MB, fit_choice
+from lab.view.state import TRANSFER_SIZES_MB, fit_choice
 
 sc = ui.scenario_sidebar()
 ss = st.session_state

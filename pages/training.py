@@ -5,16 +5,16 @@ import time
 import streamlit as st
 
 import ui
-from lab import submit_guard
-from lab.calibrate import load_profile
-from lab.comparison import comparison_compressions, comparison_scenarios, run_name, settings_of
+from lab.jobs import guard as submit_guard
+from lab.machine.calibrate import load_profile
+from lab.jobs.comparison import comparison_compressions, comparison_scenarios, run_name, settings_of
 from lab.figures import training as figs
 from lab.figures.fidelity import prediction_figure
-from lab.models import MODEL_LABELS
-from lab.optim import OPTIMISER_LABELS
-from lab.runs import ACTIVE, JOB_WORKER, start_phase, store
-from lab.scenario import COMPRESSORS, OPTIMIZERS, SHARING, SPLITS, SYNC_MODES, Compression
-from lab.viewstate import VIEW
+from lab.scenario.models import MODEL_LABELS
+from lab.optim.optimizers import OPTIMISER_LABELS
+from lab.store.runs import ACTIVE, JOB_WORKER, start_phase, store
+from lab.scenario.document import COMPRESSORS, OPTIMIZERS, SHARING, SPLITS, SYNC_MODES, Compression
+from lab.view.state import VIEW
 
 SYNC_LABELS = {"allreduce": "gradient all-reduce, then identical local steps",
                "param_server": "parameter server (one extra process steps the optimiser)",
@@ -103,7 +103,7 @@ if comp_now.kind != "none" and sc.training.sync != "allreduce":
 
 @st.cache_resource(show_spinner=False)
 def last_submits() -> dict:
-    """Each session's last submit (owner -> lab.submit_guard.Token). Kept out of st.session_state
+    """Each session's last submit (owner -> lab.jobs.guard.Token). Kept out of st.session_state
     on purpose: touching session state is where Streamlit stops a script for a newer click, and a
     double click must still find the first click's token and the runs it queued."""
     return {}

@@ -9,12 +9,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from lab.balance import (balance_data_parallel, balance_model_parallel, compute_shares, per_sample_times,
+from lab.modelled.balance import (balance_data_parallel, balance_model_parallel, compute_shares, per_sample_times,
                          split_batch)
-from lab.catalogue import preset
+from lab.scenario.catalogue import preset
 from lab.errors import LabError
-from lab.opgraph import trace
-from lab.placement import TaskGraph, greedy_eft
+from lab.modelled.opgraph import trace
+from lab.modelled.placement import TaskGraph, greedy_eft
 
 
 # ----- split_batch -----------------------------------------------------------------------------------

@@ -33,7 +33,7 @@ def test_page_opens_without_errors(page, streamlit_server, file):
 
 
 def test_topology_invalid_upload_in_browser(page, streamlit_server, tmp_path):
-    from lab.catalogue import preset
+    from lab.scenario.catalogue import preset
 
     bad = preset("cxl").to_dict()
     bad["devices"][1]["memory"] = -1

@@ -1,4 +1,4 @@
-"""lab.calibrate: the fits recover known coefficients; a tiny real calibration gives sane positive
+"""lab.machine.calibrate: the fits recover known coefficients; a tiny real calibration gives sane positive
 numbers and a saved profile that loads back."""
 
 from __future__ import annotations
@@ -11,9 +11,9 @@ import math
 import numpy as np
 import pytest
 
-from lab import calibrate as C
+from lab.machine import calibrate as C
 from lab.errors import LabError
-from lab.opgraph import trace
+from lab.modelled.opgraph import trace
 
 
 def feat(counts: dict, flops: dict, tensors: int) -> dict:
@@ -216,9 +216,9 @@ def test_profile_compute_with_n_processes_adds_the_fixed_extra_once():
 
 @pytest.mark.timeout(300)
 def test_loop_calibration_runs_the_job_loop_on_calibration_networks(tmp_path, monkeypatch):
-    """lab.calibrate_loop: the N-process rows come from the training job's own Trainer on a
+    """lab.machine.loop: the N-process rows come from the training job's own Trainer on a
     calibration network (not a preset model): bytes as the lab ring counts them, times positive."""
-    from lab.calibrate_loop import measure_loop
+    from lab.machine.loop import measure_loop
 
     monkeypatch.setenv("LAB_DATA", str(tmp_path))
     rows = measure_loop(2, [("ring", 0), ("sparse_allgather", 0)], steps=12)
@@ -247,7 +247,7 @@ def test_loop_calibration_with_one_process_prices_the_job_loop(tmp_path, monkeyp
     table holds that one-process cost applies it to one-process predictions."""
     import dataclasses
 
-    from lab.calibrate_loop import measure_loop
+    from lab.machine.loop import measure_loop
 
     monkeypatch.setenv("LAB_DATA", str(tmp_path))
     (row,) = measure_loop(1, [("gloo", 0)], steps=12)
@@ -262,13 +262,13 @@ def test_loop_calibration_with_one_process_prices_the_job_loop(tmp_path, monkeyp
 @pytest.mark.skipif(not hasattr(os, "sched_getaffinity"), reason="CPU affinity is Linux only")
 def test_calibration_processes_are_pinned_as_the_job_manager_pins_ranks():
     """Rank k goes to the k-th allowed core in turn (the uniform placement on an idle machine, as
-    lab.jobs pins a job's ranks); LAB_CALIBRATION_PIN=0 leaves the process free."""
+    lab.jobs.manager pins a job's ranks); LAB_CALIBRATION_PIN=0 leaves the process free."""
     import subprocess
     import sys
 
     allowed = sorted(os.sched_getaffinity(0))
     assert [C.rank_cpu(k) for k in range(4)] == [allowed[k % len(allowed)] for k in range(4)]
-    code = "import os; from lab.calibrate import pin_rank; pin_rank({}); print(sorted(os.sched_getaffinity(0)))"
+    code = "import os; from lab.machine.calibrate import pin_rank; pin_rank({}); print(sorted(os.sched_getaffinity(0)))"
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     for rank, flag, want in ((1, "1", [C.rank_cpu(1)]), (2, "1", [C.rank_cpu(2)]), (1, "0", allowed)):
         out = subprocess.run([sys.executable, "-c", code.format(rank)], cwd=root, capture_output=True, text=True,

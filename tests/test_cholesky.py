@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from lab.cholesky import (applicability, asymmetry, cholesky_pack, cholesky_unpack, compare_methods,
+from lab.compression.cholesky import (applicability, asymmetry, cholesky_pack, cholesky_unpack, compare_methods,
                           example_matrices, ring_reduce_factors, sum_of_factors, tril_pack, tril_unpack)
 from lab.errors import LabError
 

@@ -1,4 +1,4 @@
-"""lab.collectives: schedules, bytes, alpha-beta times on topologies, ring order, trigger, fit."""
+"""lab.modelled.collectives: schedules, bytes, alpha-beta times on topologies, ring order, trigger, fit."""
 
 from __future__ import annotations
 
@@ -9,10 +9,10 @@ from collections import Counter
 
 import pytest
 
-from lab import collectives as C
-from lab.catalogue import preset
+from lab.modelled import collectives as C
+from lab.scenario.catalogue import preset
 from lab.errors import LabError
-from lab.topology import Device, Link, Switch, Topology
+from lab.scenario.topology import Device, Link, Switch, Topology
 
 G = 1e9
 

@@ -1,4 +1,4 @@
-"""lab.comparison and the Compare page: variants over repeats, time to a target, noise verdicts, export."""
+"""lab.jobs.comparison and the Compare page: variants over repeats, time to a target, noise verdicts, export."""
 
 import io
 import json
@@ -8,9 +8,9 @@ import pandas as pd
 import pytest
 from conftest import app_test, assert_no_exception
 
-from lab import comparison as C
-from lab.runs import JOB_WORKER, RunStore
-from lab.scenario import Compression, default_scenario
+from lab.jobs import comparison as C
+from lab.store.runs import JOB_WORKER, RunStore
+from lab.scenario.document import Compression, default_scenario
 
 
 def scenario(optimizer="adam", kind="none", seed=0, steps=40):

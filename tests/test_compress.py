@@ -8,11 +8,11 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from lab.compress import (FP16, HEADER_BYTES, ErrorFeedback, GradientCompressor, GroupTopK, NoCompression, Payload,
+from lab.compression.compressors import (FP16, HEADER_BYTES, ErrorFeedback, GradientCompressor, GroupTopK, NoCompression, Payload,
                           RandomK, TopK, evaluate, generated_gradients, make_compressor, real_gradients,
                           relative_error)
 from lab.errors import LabError
-from lab.models import build_model, parameter_count
+from lab.scenario.models import build_model, parameter_count
 
 
 def brute_group_topk(x: np.ndarray, ratio: float, gs: int) -> list[np.ndarray]:
@@ -200,7 +200,7 @@ def test_error_feedback_refuses_a_changed_layout():
 
 
 def test_make_compressor_and_gradient_compressor_settings():
-    from lab.scenario import Compression
+    from lab.scenario.document import Compression
 
     assert isinstance(make_compressor("group_topk", 0.01, 1024, error_feedback=True), ErrorFeedback)
     gc = GradientCompressor(Compression(kind="topk", ratio=0.1, error_feedback=False, sharing="sparse_ring"))
@@ -236,7 +236,7 @@ def test_real_gradients_are_one_backward_pass_of_the_model():
 
 
 def test_fp16_error_feedback_invariant_holds_except_where_documented():
-    from lab.compress import FP16, ErrorFeedback
+    from lab.compression.compressors import FP16, ErrorFeedback
 
     # every float32 around the two edges: 2^29 + 2^16 (the residual stops being exact) and 2^30
     grid = [torch.arange(2**29 - 2**12, 2**29, 32, dtype=torch.float64),

@@ -7,10 +7,10 @@ import math
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from lab.catalogue import PRESETS, preset
+from lab.scenario.catalogue import PRESETS, preset
 from lab.errors import LabError
-from lab.scenario import Scenario, default_scenario
-from lab.topology import Topology
+from lab.scenario.document import Scenario, default_scenario
+from lab.scenario.topology import Topology
 
 scalars = st.one_of(st.none(), st.booleans(), st.integers(-10**12, 10**12),
                     st.floats(allow_nan=True, allow_infinity=True), st.text(max_size=12))

@@ -13,10 +13,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from lab.catalogue import preset
+from lab.scenario.catalogue import preset
 from lab.errors import LabError
-from lab.scenario import TRAINING_FIELDS, Scenario, default_scenario
-from lab.topology import MAX_DEVICES, check_text
+from lab.scenario.document import TRAINING_FIELDS, Scenario, default_scenario
+from lab.scenario.topology import MAX_DEVICES, check_text
 from lab.train.__main__ import apply_overrides
 
 BASE = default_scenario().to_dict()
@@ -201,7 +201,7 @@ def test_caps_are_checked_before_the_devices_are_read():
 
 
 def test_a_huge_scenario_file_is_refused_before_it_is_read(tmp_path, monkeypatch):
-    from lab.scenario import MAX_SCENARIO_BYTES
+    from lab.scenario.document import MAX_SCENARIO_BYTES
     from lab.train import __main__ as cli
 
     big = tmp_path / "big.json"

@@ -15,11 +15,11 @@ from pathlib import Path
 
 import pytest
 
-from lab import jobs as jobs_mod
+from lab.jobs import manager as jobs_mod
 from lab.errors import LabError
-from lab.jobs import TEACHER, JobManager, can_manage, is_teacher, teacher_session
-from lab.runs import RunStore
-from lab.scenario import default_scenario
+from lab.jobs.manager import TEACHER, JobManager, can_manage, is_teacher, teacher_session
+from lab.store.runs import RunStore
+from lab.scenario.document import default_scenario
 from lab.train.launcher import boot_id, identity, launcher_gone, processes_of
 from tests.conftest import ROOT
 

@@ -10,9 +10,9 @@ import time
 
 import pytest
 
-from lab.jobs import ANONYMOUS, JobManager
-from lab.runs import RunStore
-from lab.scenario import default_scenario
+from lab.jobs.manager import ANONYMOUS, JobManager
+from lab.store.runs import RunStore
+from lab.scenario.document import default_scenario
 from tests.test_train import processes_with
 
 pytestmark = pytest.mark.timeout(240)

@@ -6,8 +6,8 @@ from conftest import page_url_path, settle
 from journey import new_page, no_error_boxes
 
 from app import available_pages
-from lab.catalogue import preset
-from lab.scenario import Scenario
+from lab.scenario.catalogue import preset
+from lab.scenario.document import Scenario
 
 pytestmark = pytest.mark.timeout(600)
 

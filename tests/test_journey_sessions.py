@@ -10,8 +10,8 @@ import pytest
 from conftest import lab_server, settle
 from journey import nav, new_page, no_error_boxes, selected, slide
 
-from lab.jobs import TEACHER
-from lab.runs import RunStore
+from lab.jobs.manager import TEACHER
+from lab.store.runs import RunStore
 from lab.train.launcher import processes_of
 
 pytestmark = pytest.mark.timeout(600)

@@ -5,7 +5,7 @@ import pytest
 from conftest import lab_server, settle
 from journey import choose, new_page, no_error_boxes
 
-from lab.runs import RunStore
+from lab.store.runs import RunStore
 
 pytestmark = pytest.mark.timeout(420)
 

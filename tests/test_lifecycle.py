@@ -1,4 +1,4 @@
-"""The job lifecycle through lab.jobs: every stage in order, placement on this machine's cores,
+"""The job lifecycle through lab.jobs.manager: every stage in order, placement on this machine's cores,
 the fair queue across sessions, two managers starting jobs at the same moment, a controller
 that dies (the app restarted), and releasing what a finished job holds. Jobs are tiny (MLP, 1-2
 workers, a few steps); long ones are stopped as soon as they have shown what is needed."""
@@ -18,11 +18,11 @@ from pathlib import Path
 
 import pytest
 
-from lab import jobs as jobs_mod
+from lab.jobs import manager as jobs_mod
 from lab.errors import LabError
-from lab.jobs import JobManager
-from lab.runs import JOB_WORKER, RunStore
-from lab.scenario import default_scenario
+from lab.jobs.manager import JobManager
+from lab.store.runs import JOB_WORKER, RunStore
+from lab.scenario.document import default_scenario
 from lab.train.launcher import listening_socket, processes_of, scratch_prefix
 from tests.conftest import ROOT
 
@@ -216,9 +216,9 @@ def test_listening_sockets_hold_distinct_ports():
 
 APP = """
 import sys, time
-from lab.jobs import JobManager
-from lab.runs import RunStore
-from lab.scenario import default_scenario
+from lab.jobs.manager import JobManager
+from lab.store.runs import RunStore
+from lab.scenario.document import default_scenario
 sc = default_scenario()
 sc = sc.replace(training=sc.training.replace(workers=1, steps=100000))
 jm = JobManager(sys.argv[1])

@@ -9,12 +9,12 @@ import pytest
 import torch
 from torch import nn
 
-from lab.cost import LinkCost, compute_table, op_seconds, transfer_seconds
-from lab.catalogue import preset
+from lab.modelled.datasheet import LinkCost, compute_table, op_seconds, transfer_seconds
+from lab.scenario.catalogue import preset
 from lab.errors import LabError
-from lab.models import MODEL_NAMES, build_model, parameter_count
-from lab.opgraph import reference_flops, trace
-from lab.topology import OP_CLASSES
+from lab.scenario.models import MODEL_NAMES, build_model, parameter_count
+from lab.modelled.opgraph import reference_flops, trace
+from lab.scenario.topology import OP_CLASSES
 
 
 @pytest.mark.parametrize("name", MODEL_NAMES)

@@ -1,4 +1,4 @@
-"""lab.optim against torch.optim.Adam, adabelief-pytorch 0.2.1 and the maths done by hand;
+"""lab.optim.optimizers against torch.optim.Adam, adabelief-pytorch 0.2.1 and the maths done by hand;
 the distributed forms with simulated workers; errors; the playground and the counterexample.
 
 Notes on adabelief-pytorch 0.2.1 (the reference), found while writing these tests:
@@ -31,10 +31,10 @@ import pytest
 import torch
 from adabelief_pytorch import AdaBelief as PackageAdaBelief
 
-from lab import optim_playground as pg
+from lab.optim import playground as pg
 from lab.errors import LabError
 from lab.figures import optim as figs
-from lab.optim import (OPTIMISERS, AdaBelief, Adam, LocalAllReduce, MaxAdaBelief, MaxAdaBeliefCorrected,
+from lab.optim.optimizers import (OPTIMISERS, AdaBelief, Adam, LocalAllReduce, MaxAdaBelief, MaxAdaBeliefCorrected,
                        NonFiniteGradient, adabelief_update, make_optimizer, torch_allreduce_fn)
 from conftest import free_port
 
@@ -515,7 +515,7 @@ def test_check_finite_off_lets_nan_through_and_overflowing_sums_are_not_reported
 
 
 def test_scenario_optimiser_names_are_known():
-    from lab.scenario import OPTIMIZERS
+    from lab.scenario.document import OPTIMIZERS
     assert set(OPTIMIZERS) <= set(OPTIMISERS)
 
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from lab import collectives as C
-from lab.catalogue import preset
+from lab.modelled import collectives as C
+from lab.scenario.catalogue import preset
 from lab.figures import allreduce as figs
 from tests.conftest import app_test, assert_no_exception
 
@@ -110,7 +110,7 @@ def test_measure_button_runs_real_processes():
 
 
 def test_two_pools_scenario_names_the_fabric_and_the_groups():
-    from lab.scenario import Scenario
+    from lab.scenario.document import Scenario
 
     at = app_test(PAGE)
     at.session_state["scenario"] = Scenario(name="two", topology=preset("two-pools"))

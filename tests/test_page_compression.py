@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from conftest import app_test, assert_no_exception
 
-from lab.compress import GroupTopK, TopK, real_gradients
+from lab.compression.compressors import GroupTopK, TopK, real_gradients
 
 
 @pytest.fixture(scope="module")
@@ -102,8 +102,8 @@ def grid_table(page):
 def test_grid_button_queues_nine_runs_then_they_are_stopped(lab_db):
     import time
 
-    from lab.jobs import shared
-    from lab.runs import RunStore
+    from lab.jobs.manager import shared
+    from lab.store.runs import RunStore
     from lab.train.compressed import GRID_OPTIMISERS, variant_of
     from tests.test_train import processes_with
 
@@ -138,8 +138,8 @@ def test_grid_button_queues_nine_runs_then_they_are_stopped(lab_db):
 
 
 def test_grid_results_table_and_figure_from_the_store(lab_db):
-    from lab.runs import JOB_WORKER, RunStore
-    from lab.scenario import default_scenario
+    from lab.store.runs import JOB_WORKER, RunStore
+    from lab.scenario.document import default_scenario
     from lab.train.compressed import grid_scenarios
 
     store = RunStore(lab_db)

@@ -8,11 +8,11 @@ import math
 
 import pytest
 
-from lab.calibrate import synthetic_profile
-from lab.catalogue import preset
-from lab.predict import predict_step
-from lab.runs import RunStore
-from lab.scenario import Scenario, Training
+from lab.machine.calibrate import synthetic_profile
+from lab.scenario.catalogue import preset
+from lab.machine.predict import predict_step
+from lab.store.runs import RunStore
+from lab.scenario.document import Scenario, Training
 from tests.conftest import ROOT, app_test, assert_no_exception
 
 PAGE = "pages/fidelity.py"
@@ -83,7 +83,7 @@ def test_stored_run_beside_its_prediction(data, lab_db):
 
 
 def test_calibrate_button_starts_the_background_calibration(data, monkeypatch):
-    import lab.calibrate as cal
+    import lab.machine.calibrate as cal
 
     calls = []
 
@@ -106,7 +106,7 @@ def test_calibrate_button_starts_the_background_calibration(data, monkeypatch):
 
 
 def test_preset_batch_button_queues_the_batch(data, lab_db, monkeypatch):
-    import lab.predict as P
+    import lab.machine.predict as P
 
     synthetic_profile().save()
     started = []
@@ -164,7 +164,7 @@ def test_home_opens_a_lesson_on_its_page_with_its_scenario(data):
 
 
 def test_allreduce_page_draws_the_profile_beside_its_measurement(data):
-    from lab.calibrate import CommFit, MachineProfile
+    from lab.machine.calibrate import CommFit, MachineProfile
 
     prof = synthetic_profile()
     fits = {"gloo": CommFit(100e-6, 1e-9, 0.0), "ring": CommFit(150e-6, 2e-9, 0.0)}

@@ -1,4 +1,4 @@
-"""The Jobs page under AppTest: the what-if against lab.scheduling, jobs from the store with their
+"""The Jobs page under AppTest: the what-if against lab.jobs.policies, jobs from the store with their
 stages, heartbeats, alarms and log tails, the Stop and Release buttons, the place in the fair queue
 (also on the Training page), and user-supplied names shown as text, never as markup."""
 
@@ -9,11 +9,11 @@ import time
 
 import pytest
 
-from lab import jobs as jobs_mod
-from lab.catalogue import preset
-from lab.runs import RunStore
-from lab.scenario import default_scenario
-from lab.scheduling import JobRequest, compare_policies, resource_groups, simulate
+from lab.jobs import manager as jobs_mod
+from lab.scenario.catalogue import preset
+from lab.store.runs import RunStore
+from lab.scenario.document import default_scenario
+from lab.jobs.policies import JobRequest, compare_policies, resource_groups, simulate
 from lab.train.launcher import processes_of
 from tests.conftest import ROOT, app_test, assert_no_exception
 

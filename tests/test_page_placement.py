@@ -2,9 +2,9 @@
 
 from conftest import app_test, assert_no_exception
 
-from lab.catalogue import preset
-from lab.scenario import Scenario
-from lab.topology import Device, Link, Switch, Topology
+from lab.scenario.catalogue import preset
+from lab.scenario.document import Scenario
+from lab.scenario.topology import Device, Link, Switch, Topology
 
 
 def _md(at) -> str:

@@ -7,8 +7,8 @@ import re
 
 from conftest import app_test, assert_no_exception
 
-from lab.catalogue import LINK_CATALOGUE, preset
-from lab.scenario import Scenario
+from lab.scenario.catalogue import LINK_CATALOGUE, preset
+from lab.scenario.document import Scenario
 
 
 def shown(text: str) -> str:

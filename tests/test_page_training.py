@@ -7,9 +7,9 @@ import time
 
 import pytest
 
-from lab.runs import RunStore
-from lab.scenario import Compression
-from lab.submit_guard import WINDOW_S
+from lab.store.runs import RunStore
+from lab.scenario.document import Compression
+from lab.jobs.guard import WINDOW_S
 from tests.conftest import app_test, assert_no_exception
 
 pytestmark = pytest.mark.timeout(300)
@@ -113,8 +113,8 @@ def test_a_bad_emulation_mapping_is_a_message_not_a_traceback(lab_db):
 
 
 def test_one_click_comparison_queues_every_variant_with_equal_seeds_and_opens_compare(lab_db):
-    from lab.comparison import settings_of, variant_key
-    from lab.jobs import shared
+    from lab.jobs.comparison import settings_of, variant_key
+    from lab.jobs.manager import shared
 
     at = app_test("pages/training.py")
     at.number_input(key="tr_steps").set_value(4).run()

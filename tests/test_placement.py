@@ -9,10 +9,10 @@ import random
 import numpy as np
 import pytest
 
-from lab.catalogue import preset
+from lab.scenario.catalogue import preset
 from lab.errors import LabError
-from lab.opgraph import trace
-from lab.placement import (STRATEGIES, Schedule, TaskGraph, chain_dp, chain_partition, coarsen, compare_strategies,
+from lab.modelled.opgraph import trace
+from lab.modelled.placement import (STRATEGIES, Schedule, TaskGraph, chain_dp, chain_partition, coarsen, compare_strategies,
                            device_usage, even_split, greedy_eft, heft, model_task_graph, optimal, partition_chain,
                            replay, round_robin, schedule_assignment, schedule_table, single_fastest, type_rule,
                            why, reasons, transfer_rows, plan_record, compare_plans)
@@ -158,7 +158,7 @@ def test_greedy_counts_the_queue_and_input_arrival():
 
 def test_heft_rank_order():
     g = TaskGraph({"a": {"p": 4, "q": 2}, "b": {"p": 1, "q": 1}, "c": {"p": 3, "q": 3}}, {("a", "b"): 2.0})
-    from lab.placement import upward_ranks
+    from lab.modelled.placement import upward_ranks
 
     r = upward_ranks(g)
     assert r == pytest.approx([3 + 2 + 1, 1, 3])
@@ -218,7 +218,7 @@ def test_from_model_uses_the_cost_model():
 
 
 def test_model_needing_a_missing_kernel_is_a_clear_error():
-    from lab.topology import Device, Topology
+    from lab.scenario.topology import Device, Topology
 
     only_conv = Topology("t", (Device("f", "fpga", throughput={"conv": 1e12}),), ())
     with pytest.raises(LabError, match="no device .* 'matmul' kernel"):
@@ -360,7 +360,7 @@ def test_chain_cut_counts_skip_edges_and_pair_links():
     g = TaskGraph({"a": {"p": 1, "q": 1}, "b": {"p": 1, "q": 1}, "c": {"p": 1, "q": 1}},
                   {("a", "b"): 10.0, ("b", "c"): 20.0, ("a", "c"): 30.0},
                   lambda u, v, nbytes: 0.5 + nbytes, devices=["p", "q"])
-    from lab.placement import _chain_arrays
+    from lab.modelled.placement import _chain_arrays
 
     _, cut = _chain_arrays(g)
     assert cut[0, 0, 1] == pytest.approx(2 * 0.5 + 40.0)  # after a: a->b and a->c
@@ -607,7 +607,7 @@ def test_compare_plans_summarises_a_pin():
 # ----- pins in the Scenario ---------------------------------------------------------------------------------
 
 def test_pins_round_trip_through_dict_json_and_link():
-    from lab.scenario import Scenario, default_scenario
+    from lab.scenario.document import Scenario, default_scenario
 
     sc = default_scenario()
     pinned = sc.replace(training=sc.training.replace(pins={"fc1": "gpu", "conv1": "fpga"}))
@@ -631,7 +631,7 @@ def test_pins_round_trip_through_dict_json_and_link():
     (["conv1"], "must map operator names to device names"),
 ])
 def test_bad_pins_in_a_scenario_file_are_clear_errors(pins, match):
-    from lab.scenario import Scenario, default_scenario
+    from lab.scenario.document import Scenario, default_scenario
 
     d = default_scenario().to_dict()
     d["training"]["pins"] = pins

@@ -1,4 +1,4 @@
-"""lab.predict: predictions for synthetic profiles equal hand calculations; measured means and medians; tables."""
+"""lab.machine.predict: predictions for synthetic profiles equal hand calculations; measured means and medians; tables."""
 
 from __future__ import annotations
 
@@ -9,12 +9,12 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from lab.calibrate import LinearCost, synthetic_profile
-from lab.catalogue import preset
+from lab.machine.calibrate import LinearCost, synthetic_profile
+from lab.scenario.catalogue import preset
 from lab.errors import LabError
-from lab.predict import (PARTS, FidelityBatch, compare, evaluate_runs, measured_step, predict_step,
+from lab.machine.predict import (PARTS, FidelityBatch, compare, evaluate_runs, measured_step, predict_step,
                          prediction_table, preset_batch, step_error_summary)
-from lab.scenario import Compression, Scenario, Training
+from lab.scenario.document import Compression, Scenario, Training
 
 LESSONS = Path(__file__).resolve().parent.parent / "assets" / "lessons"
 US = 1e-6
@@ -216,7 +216,7 @@ def test_prediction_table_without_profile(lab_db, monkeypatch):
 
 
 def test_evaluate_stored_runs(lab_db):
-    from lab.runs import RunStore
+    from lab.store.runs import RunStore
 
     store = RunStore(lab_db)
     prof = synthetic_profile()
@@ -237,14 +237,14 @@ def test_evaluate_stored_runs(lab_db):
 
 
 def test_fidelity_batch_queues_the_preset_batch(lab_db):
-    from lab.runs import RunStore
+    from lab.store.runs import RunStore
 
-    class Manager:  # the part of lab.jobs.JobManager the batch uses
+    class Manager:  # the part of lab.jobs.manager.JobManager the batch uses
         def __init__(self):
             self.store = RunStore(lab_db)
 
         def submit_many(self, items):
-            from lab.jobs import Job
+            from lab.jobs.manager import Job
 
             return [Job(self.store.create_run(sc, name=name, status="queued")) for sc, name in items]
 
@@ -312,7 +312,7 @@ def test_compute_after_a_wait_is_slower():
 
 
 def test_reproducibility_pairs_runs_of_the_same_scenario_only():
-    from lab.predict import reproducibility, scenario_key
+    from lab.machine.predict import reproducibility, scenario_key
 
     a, b = preset_batch(20)[:2]
     renamed = a.replace(name="another name")
@@ -332,7 +332,7 @@ def test_oracle_error_is_the_best_constant_per_scenario():
     no constant does better; scenarios measured once are left out."""
     import itertools
 
-    from lab.predict import oracle_error, scenario_key
+    from lab.machine.predict import oracle_error, scenario_key
 
     a, b, c = preset_batch(20)[:3]
     meas = {scenario_key(a): [0.010, 0.013, 0.011], scenario_key(b): [0.050, 0.040]}

@@ -15,8 +15,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as hst
 
 from lab.errors import LabError
-from lab.runs import JOB_WORKER, METRIC_COLUMNS, RunStore, default_db_path, safe_filename, store
-from lab.scenario import default_scenario
+from lab.store.runs import JOB_WORKER, METRIC_COLUMNS, RunStore, default_db_path, safe_filename, store
+from lab.scenario.document import default_scenario
 from tests.conftest import ROOT
 
 
@@ -119,7 +119,7 @@ def test_export_csv_and_json(tmp_path):
 
 WRITER = """
 import sys, time
-from lab.runs import RunStore
+from lab.store.runs import RunStore
 s = RunStore(sys.argv[1])
 rid = sys.argv[2]
 s.set_status(rid, "running")
@@ -238,7 +238,7 @@ def test_stages_heartbeats_discard_and_find(tmp_path):
 
 KILLED_WRITER = """
 import sys, time
-from lab.runs import RunStore
+from lab.store.runs import RunStore
 s = RunStore(sys.argv[1])
 rid = sys.argv[2]
 step = 0
@@ -298,8 +298,8 @@ def test_no_export_name_leaves_the_export_folder(tmp_path_factory, name):
 
 
 def test_start_phase_says_where_a_job_is_on_its_way(tmp_path):
-    from lab.runs import RunStore, start_phase
-    from lab.scenario import default_scenario
+    from lab.store.runs import RunStore, start_phase
+    from lab.scenario.document import default_scenario
 
     s = RunStore(tmp_path / "runs.db")
     sc = default_scenario()

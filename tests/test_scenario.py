@@ -4,10 +4,10 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from lab.catalogue import PRESETS, preset
+from lab.scenario.catalogue import PRESETS, preset
 from lab.errors import LabError
-from lab.scenario import COMPRESSION_FIELDS, TRAINING_FIELDS, Scenario, Training, default_scenario
-from lab.topology_tables import from_tables, to_tables, transfer_comparison
+from lab.scenario.document import COMPRESSION_FIELDS, TRAINING_FIELDS, Scenario, Training, default_scenario
+from lab.scenario.tables import from_tables, to_tables, transfer_comparison
 
 ASSETS = Path(__file__).resolve().parent.parent / "assets"
 

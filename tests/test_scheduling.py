@@ -1,4 +1,4 @@
-"""lab.scheduling: resource groups from the topology, the task-level design's two placement policies, the fair
+"""lab.jobs.policies: resource groups from the topology, the task-level design's two placement policies, the fair
 queue, and the what-if simulation (checked by hand-worked schedules, invariants over random job
 sets, and a brute-force replay)."""
 
@@ -10,10 +10,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as hst
 
-from lab.catalogue import preset
+from lab.scenario.catalogue import preset
 from lab.errors import LabError
-from lab.scenario import default_scenario
-from lab.scheduling import (Group, JobRequest, SlotBook, compare_policies, fair_order, local_groups, parse_job,
+from lab.scenario.document import default_scenario
+from lab.jobs.policies import (Group, JobRequest, SlotBook, compare_policies, fair_order, local_groups, parse_job,
                             place, resource_groups, simulate)
 
 

@@ -1,4 +1,4 @@
-"""One click submits once: lab.submit_guard's decision over plain values, and the phases it reads
+"""One click submits once: lab.jobs.guard's decision over plain values, and the phases it reads
 from a real run store."""
 
 from __future__ import annotations
@@ -6,9 +6,9 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from lab.runs import JOB_WORKER, RunStore
-from lab.scenario import Compression, default_scenario
-from lab.submit_guard import WINDOW_S, Token, decide, fingerprint, phases
+from lab.store.runs import JOB_WORKER, RunStore
+from lab.scenario.document import Compression, default_scenario
+from lab.jobs.guard import WINDOW_S, Token, decide, fingerprint, phases
 
 SC = default_scenario()
 FP = fingerprint(SC)

@@ -6,9 +6,9 @@ import math
 import networkx as nx
 import pytest
 
-from lab.catalogue import PRESETS, preset
+from lab.scenario.catalogue import PRESETS, preset
 from lab.errors import LabError
-from lab.topology import Device, Link, Switch, Topology
+from lab.scenario.topology import Device, Link, Switch, Topology
 
 FLOPS = {"matmul": 1e12}
 

@@ -6,10 +6,10 @@ import math
 import pandas as pd
 import pytest
 
-from lab.catalogue import LINK_CATALOGUE, PRESETS, as_pcie, catalogue_device, catalogue_link, has_cxl, host_of, preset
+from lab.scenario.catalogue import LINK_CATALOGUE, PRESETS, as_pcie, catalogue_device, catalogue_link, has_cxl, host_of, preset
 from lab.errors import LabError
-from lab.topology import Switch, Topology
-from lab.topology_tables import (TableError, apply_edit, compare_designs, fill_link_kinds, free_name, from_tables,
+from lab.scenario.topology import Switch, Topology
+from lab.scenario.tables import (TableError, apply_edit, compare_designs, fill_link_kinds, free_name, from_tables,
                                  kind_change, names_in, tables_equal, to_tables, with_device)
 
 PCIE_BW, PCIE_LAT, _ = LINK_CATALOGUE["pcie"]

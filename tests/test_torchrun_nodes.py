@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from conftest import ROOT, free_port
 
-from lab.runs import RunStore
+from lab.store.runs import RunStore
 
 pytestmark = pytest.mark.timeout(300)
 

@@ -1,4 +1,4 @@
-"""lab.trace_export: valid trace-event JSON, one track per worker, durations equal to the run store's."""
+"""lab.machine.trace_export: valid trace-event JSON, one track per worker, durations equal to the run store's."""
 
 from __future__ import annotations
 
@@ -7,12 +7,12 @@ import json
 import pandas as pd
 import pytest
 
-from lab.calibrate import synthetic_profile
-from lab.catalogue import preset
+from lab.machine.calibrate import synthetic_profile
+from lab.scenario.catalogue import preset
 from lab.errors import LabError
-from lab.predict import predict_step
-from lab.scenario import Scenario, Training
-from lab.trace_export import MAX_STEPS, pick_step, run_trace, store_trace, to_json
+from lab.machine.predict import predict_step
+from lab.scenario.document import Scenario, Training
+from lab.machine.trace_export import MAX_STEPS, pick_step, run_trace, store_trace, to_json
 
 COLS = ("t_compute", "t_emul_compute", "t_compress", "t_idle", "t_comm", "t_emul_comm")
 
@@ -104,7 +104,7 @@ def test_errors_are_clear():
 
 
 def test_store_trace(lab_db):
-    from lab.runs import RunStore
+    from lab.store.runs import RunStore
 
     st = RunStore(lab_db)
     sc = Scenario(name="stored", topology=preset("cxl"), training=Training(model="mlp", workers=3))

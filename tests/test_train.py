@@ -14,9 +14,9 @@ import pytest
 import torch
 
 from lab.errors import LabError
-from lab.models import build_model
-from lab.runs import RunStore
-from lab.scenario import Training, default_scenario
+from lab.scenario.models import build_model
+from lab.store.runs import RunStore
+from lab.scenario.document import Training, default_scenario
 from lab.train import data as data_mod
 from lab.train.reference import single_process
 from tests.conftest import ROOT
@@ -71,7 +71,7 @@ def assert_close_state(a: dict, b: dict, tol: float = 1e-5) -> None:
 @pytest.mark.parametrize("optimizer,impl,model", [("adam", "gloo", "mlp"), ("adabelief", "ring", "cnn"),
                                                   ("maxadabelief", "gloo", "mlp")])
 def test_gradient_allreduce_equals_one_process_on_combined_batch(lab_db, optimizer, impl, model):
-    from lab.optim import make_optimizer
+    from lab.optim.optimizers import make_optimizer
 
     steps, workers = 6, 2
     rid, acc, proc = run_cli("--workers", str(workers), "--steps", str(steps), "--optimizer", optimizer,
@@ -284,7 +284,7 @@ def test_combined_batches_are_the_workers_batches_concatenated():
 
 
 def test_emulation_scales_and_errors():
-    from lab.models import build_model
+    from lab.scenario.models import build_model
     from lab.train import emulation as emu
 
     topo = default_scenario().topology

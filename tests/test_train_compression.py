@@ -11,11 +11,11 @@ import numpy as np
 import pytest
 import torch
 
-from lab.catalogue import preset
-from lab.compress import GroupTopK
+from lab.scenario.catalogue import preset
+from lab.compression.compressors import GroupTopK
 from lab.errors import LabError
-from lab.runs import JOB_WORKER, RunStore
-from lab.scenario import Compression, Scenario, default_scenario
+from lab.store.runs import JOB_WORKER, RunStore
+from lab.scenario.document import Compression, Scenario, default_scenario
 from lab.train import compressed
 from lab.train.launcher import launch
 from lab.train.reference import single_process
@@ -134,7 +134,7 @@ def test_refused_and_allowed_combinations():
 
 
 def test_submitting_a_refused_combination_queues_nothing(lab_db):
-    from lab.jobs import JobManager
+    from lab.jobs.manager import JobManager
 
     sc = default_scenario()
     bad = sc.replace(training=sc.training.replace(sync="state_allreduce",

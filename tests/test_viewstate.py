@@ -1,4 +1,4 @@
-"""lab.viewstate: the one table of page controls, its link form, and the re-derivation helpers."""
+"""lab.view.state: the one table of page controls, its link form, and the re-derivation helpers."""
 
 import base64
 import json
@@ -8,9 +8,9 @@ from pathlib import Path
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from lab import viewstate as V
-from lab.lessons import load_lessons
-from lab.scenario import default_scenario
+from lab.view import state as V
+from lab.view.lessons import load_lessons
+from lab.scenario.document import default_scenario
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -33,7 +33,7 @@ import time
 from pathlib import Path
 from typing import Callable, Sequence
 
-from lab.collectives import algbw, busbw, fit_alpha_beta
+from lab.modelled.collectives import algbw, busbw, fit_alpha_beta
 from lab.errors import LabError
 
 IMPLS = ("ring", "gloo")
@@ -119,7 +119,7 @@ def _check_worker(cfg: dict) -> None:
     import torch
     import torch.distributed as dist
 
-    from lab.collectives import build_schedule
+    from lab.modelled.collectives import build_schedule
     from lab.comm import ring
     from lab.comm.ring import BYTES, ring_allreduce
 
@@ -370,7 +370,7 @@ def check_ring(procs: int, counts: Sequence[int], *, seed: int = 0, piece_bytes:
 
 
 def fit_rows(rows: Sequence[dict], impl: str):
-    """alpha-beta fit (ring features) to the measured rows of ``impl``: lab.collectives.AlphaBetaFit."""
+    """alpha-beta fit (ring features) to the measured rows of ``impl``: lab.modelled.collectives.AlphaBetaFit."""
     sel = [r for r in rows if r["impl"] == impl]
     if not sel:
         raise LabError(f"no measured rows for {impl!r}", where="alpha-beta fit")

@@ -1,7 +1,7 @@
 """The lab's own ring all-reduce, built from point-to-point send/recv over torch.distributed.
 
 Reduce-scatter (N-1 steps) then all-gather (N-1 steps), exactly the schedule that
-:func:`lab.collectives.build_schedule` draws for ``"ring"``: at reduce-scatter step ``s`` rank ``r`` sends chunk
+:func:`lab.modelled.collectives.build_schedule` draws for ``"ring"``: at reduce-scatter step ``s`` rank ``r`` sends chunk
 ``(r - s) mod N`` to rank ``r + 1`` and adds chunk ``(r - s - 1) mod N`` received from ``r - 1``;
 at all-gather step ``s`` it forwards chunk ``(r + 1 - s) mod N`` and receives chunk ``(r - s) mod N``
 straight into place.

@@ -57,7 +57,7 @@ from typing import Any, Callable, Generator
 import torch
 import torch.distributed as dist
 
-from lab.compress import GroupTopK, Payload
+from lab.compression.compressors import GroupTopK, Payload
 from lab.errors import LabError
 
 SHARING_METHODS = ("dense", "sparse_ring", "sparse_allgather")
@@ -435,7 +435,7 @@ def compare_sharing(payloads: list[Payload], sim: RingSimulation | None = None) 
 def sharing_report(grads: list, kind: str, ratio: float, group_size: int, seed: int = 0) -> tuple:
     """The workers' gradients ``grads`` (arrays or tensors) compressed by ``kind``, the edge-compression design's sparse ring
     simulated on them: (:func:`fill_in_table`, :func:`hop_bytes_table`, :func:`compare_sharing`)."""
-    from lab.compress import make_compressor
+    from lab.compression.compressors import make_compressor
 
     payloads = [make_compressor(kind, ratio, group_size, seed=seed).compress(torch.as_tensor(g)) for g in grads]
     sim = simulate_sparse_ring(payloads, payloads[0].numel)
@@ -592,8 +592,8 @@ def _gen_worker_gradient(rank: int, n: int, seed: int) -> torch.Tensor:
 
 
 def _sharing_checks(rank: int, world: int, sizes: tuple, seed: int) -> list[dict]:
-    from lab.compress import GradientCompressor
-    from lab.scenario import Compression
+    from lab.compression.compressors import GradientCompressor
+    from lab.scenario.document import Compression
 
     rows = []
     for N in range(2, world + 1):
@@ -712,7 +712,7 @@ def check_worker(rank: int, world: int, port: int, out_dir: str, sizes: tuple, s
     For every ring size N = 2..world (one process group per N, ranks 0..N-1) and every length in
     ``sizes``: Group-TopK of an integer-valued gradient shared by the sparse ring and by sparse
     all-gather, compared with ``dist.all_reduce`` (float64) of the decompressed tensors and with
-    the one-process simulation; :class:`lab.compress.GradientCompressor` for every method; then DDP
+    the one-process simulation; :class:`lab.compression.compressors.GradientCompressor` for every method; then DDP
     with :func:`group_topk_hook` (both sharings) on the whole world. Writes ``rank<r>.json``.
     """
     import json
@@ -744,8 +744,8 @@ def bench_worker(rank: int, world: int, port: int, out_dir: str, n: int, ratio: 
     import json
     import os
 
-    from lab.compress import GradientCompressor, generated_gradients
-    from lab.scenario import Compression
+    from lab.compression.compressors import GradientCompressor, generated_gradients
+    from lab.scenario.document import Compression
 
     init_worker(rank, world, port, timeout_s=300.0)
     rows = []

@@ -8,7 +8,7 @@ from typing import Mapping, Sequence
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from lab.collectives import AlphaBetaFit, Schedule, Timeline, contribution_letter
+from lab.modelled.collectives import AlphaBetaFit, Schedule, Timeline, contribution_letter
 
 ALGO_COLOURS = {"ring": "#1f6feb", "ring (lab order)": "#0b3d91", "host": "#cf222e", "tree": "#2da44e",
                 "hierarchical": "#8250df", "gloo": "#d29922"}

@@ -2,7 +2,7 @@
 over the repeats, small multiples by compression when the curves are many, a fixed readable height.
 
 Plain data in (curves with label, hover, optimizer, compression, band and repeats, as
-:class:`lab.comparison.VariantCurve` has them), go.Figure out.
+:class:`lab.jobs.comparison.VariantCurve` has them), go.Figure out.
 """
 
 from __future__ import annotations

@@ -106,7 +106,7 @@ WHY_PARTS = (("inputs_at", "until its inputs exist", "#d0d7de"), ("transfer", "i
 
 def why_figure(rows: Sequence[Mapping[str, Any]], task: Any) -> go.Figure:
     """One stacked bar per candidate device of ``task``: when its inputs exist, then transfer, wait
-    and compute up to its finish there (``rows`` from :func:`lab.placement.why`, seconds). The
+    and compute up to its finish there (``rows`` from :func:`lab.modelled.placement.why`, seconds). The
     plan's device is marked; devices without a kernel or excluded by a pin say so."""
     ok = [r for r in rows if r["kernel"]]
     scale, unit = time_unit(max((r["finish"] for r in ok), default=0.0))
@@ -272,7 +272,7 @@ def balance_figure(series: Mapping[str, Mapping[str, Any]], nodes: Sequence[str]
 
 def assignment_table(rows: Sequence[Mapping[str, Any]], scale: float, unit: str,
                      reasons: Mapping[Any, str] | None = None) -> list[dict[str, Any]]:
-    """The schedule table (:func:`lab.placement.schedule_table`) with units in the column names and
+    """The schedule table (:func:`lab.modelled.placement.schedule_table`) with units in the column names and
     the reason each operator is on its device."""
     out = []
     for r in rows:
@@ -285,7 +285,7 @@ def assignment_table(rows: Sequence[Mapping[str, Any]], scale: float, unit: str,
 
 
 def why_table(rows: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
-    """:func:`lab.placement.why` rows with units named (one unit for the whole table)."""
+    """:func:`lab.modelled.placement.why` rows with units named (one unit for the whole table)."""
     scale, unit = time_unit(max((r["finish"] for r in rows if r["kernel"]), default=0.0))
 
     def t(x: float | None) -> float | None:
@@ -299,7 +299,7 @@ def why_table(rows: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
 
 
 def baseline_table(rows: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
-    """:func:`lab.placement.compare_plans` rows (busy time per device, then the makespan) with units."""
+    """:func:`lab.modelled.placement.compare_plans` rows (busy time per device, then the makespan) with units."""
     scale, unit = time_unit(max([abs(r["baseline"]) for r in rows] + [abs(r["now"]) for r in rows] + [0.0]))
     return [{"device": r["device"], f"baseline ({unit})": r["baseline"] * scale, f"now ({unit})": r["now"] * scale,
              f"change ({unit})": r["change"] * scale,
@@ -307,7 +307,7 @@ def baseline_table(rows: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
 
 
 def comparison_table(rows: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
-    """:func:`lab.placement.compare_strategies` rows (with their graph) in one time unit."""
+    """:func:`lab.modelled.placement.compare_strategies` rows (with their graph) in one time unit."""
     scale, unit = time_unit(max([r["makespan"] for r in rows if r["makespan"] is not None] + [0.0]))
     return [{"graph": r["graph"], "strategy": r["strategy"],
              f"makespan ({unit})": r["makespan"] * scale if r["makespan"] is not None else None,
@@ -322,7 +322,7 @@ def balance_series(results: Mapping[str, Any]) -> dict[str, dict[str, list]]:
 
 
 def rounds_table(res: Any, nodes: Sequence[str], mode: str, scale: float, unit: str) -> list[dict[str, Any]]:
-    """One row per balancing round (:class:`lab.balance.BalanceResult`): weights, times, the plan."""
+    """One row per balancing round (:class:`lab.modelled.balance.BalanceResult`): weights, times, the plan."""
     return [{"round": x.round, **{f"w {n}": w for n, w in zip(nodes, x.weights)},
              f"round time ({unit})": x.round_time * scale, f"max wait ({unit})": x.max_wait * scale,
              f"mean wait ({unit})": x.mean_wait * scale, "imbalance": x.imbalance, "good enough": x.good_enough,

@@ -9,7 +9,7 @@ import networkx as nx
 import pandas as pd
 import plotly.graph_objects as go
 
-from lab.topology import DEVICE_TYPE_LABELS, LINK_KIND_LABELS, Topology
+from lab.scenario.topology import DEVICE_TYPE_LABELS, LINK_KIND_LABELS, Topology
 
 TYPE_COLOURS = {"cpu": "#4c566a", "gpu": "#2e7d32", "fpga": "#1565c0", "asic": "#8e24aa",
                 "dpu": "#ef6c00", "npu": "#c62828", "tpu": "#00838f", "switch": "#9e9e9e"}

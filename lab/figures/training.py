@@ -28,7 +28,7 @@ SEGMENTS = [
 ]
 
 
-#: The compressors and sharing methods as the Training page names them (lab.scenario's values).
+#: The compressors and sharing methods as the Training page names them (lab.scenario.document's values).
 COMPRESSOR_NAMES = {"none": "none (no compression)", "group_topk": "Group-TopK", "topk": "global Top-K",
                     "randomk": "Random-K", "fp16": "FP16"}
 SHARING_NAMES = {"dense": "dense ring all-reduce", "sparse_ring": "sparse ring",
@@ -36,7 +36,7 @@ SHARING_NAMES = {"dense": "dense ring all-reduce", "sparse_ring": "sparse ring",
 
 
 def compression_summary(comp: Mapping) -> str:
-    """One line saying which compression a run uses, from a :class:`lab.scenario.Compression`'s
+    """One line saying which compression a run uses, from a :class:`lab.scenario.document.Compression`'s
     dict (the current settings, or a stored run's ``scenario["training"]["compression"]``), e.g.
     "Group-TopK, 1 % per group of 1024, with error feedback, shared by sparse all-gather"."""
     kind = comp.get("kind", "none")

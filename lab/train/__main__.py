@@ -22,7 +22,7 @@ import os
 import sys
 
 from lab.errors import LabError
-from lab.scenario import MAX_SCENARIO_BYTES, OPTIMIZERS, SYNC_MODES, TRAINING_FIELDS, Scenario, default_scenario
+from lab.scenario.document import MAX_SCENARIO_BYTES, OPTIMIZERS, SYNC_MODES, TRAINING_FIELDS, Scenario, default_scenario
 
 # shortcut flag -> Training field
 SHORTCUTS = {
@@ -96,7 +96,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         sc = apply_overrides(load_scenario(args.scenario), args)
         if args.run_id:
-            from lab.runs import check_run_id
+            from lab.store.runs import check_run_id
 
             check_run_id(args.run_id)
     except LabError as exc:

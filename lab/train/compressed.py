@@ -6,7 +6,7 @@ In the job
 With ``training.compression.kind != "none"`` and ``sync = "allreduce"``, each worker's step is::
 
     forward/backward -> [emulated compute wait]
-      -> compress the flat gradient (lab.compress, with error feedback when it is on)   t_compress
+      -> compress the flat gradient (lab.compression.compressors, with error feedback when it is on)   t_compress
       -> share it by compression.sharing (below)                                        t_comm
       -> mean = sum / N -> the optimiser's ordinary local step (identical on every worker)
 
@@ -22,7 +22,7 @@ Sharing methods (the schedules of lab.comm.sparse; a leaner transport)
   those of :func:`lab.comm.sparse.simulate_sparse_ring`: every message is an 8 B count, then the
   pairs. The transport differs from :func:`lab.comm.sparse.sparse_ring_allreduce` only in posting
   each count's receive one hop ahead, through the process group's own send/recv.
-* ``sparse_allgather``: every worker's serialised payload (:meth:`lab.compress.Payload.to_bytes`,
+* ``sparse_allgather``: every worker's serialised payload (:meth:`lab.compression.compressors.Payload.to_bytes`,
   6 B per kept entry for Group-TopK) goes round the ring unchanged, N-1 hops. In training every
   worker compresses a gradient of the same length with the same settings, and each compressor keeps
   a count fixed by that length (Group-TopK: k per group; Top-K / Random-K: k; FP16: all), so every
@@ -66,9 +66,9 @@ from typing import Any, Iterable
 import numpy as np
 import torch
 
-from lab.comparison import comparison_scenarios
+from lab.jobs.comparison import comparison_scenarios
 from lab.errors import LabError
-from lab.scenario import Compression, Scenario, Training
+from lab.scenario.document import Compression, Scenario, Training
 
 SUPPORTED_SYNC = ("allreduce",)
 
@@ -86,7 +86,7 @@ def check(tr: Training, numel: int) -> None:
         raise LabError(f"compression ({c.kind}) works with sync = 'allreduce' (gradient all-reduce) only; got "
                        f"sync = {tr.sync!r}. Set compression.kind = 'none' or sync = 'allreduce'",
                        where="training.compression")
-    from lab.compress import make_compressor
+    from lab.compression.compressors import make_compressor
 
     make_compressor(c.kind, c.ratio, c.group_size, seed=tr.seed)  # GroupTopK refuses k = 0 here
     if c.kind in ("topk", "randomk") and int(math.floor(c.ratio * numel + 0.5)) == 0:
@@ -132,7 +132,7 @@ def sum_payloads(payloads: list) -> torch.Tensor:
 def allgather_equal(payload: Any, link_delay: Any = None) -> tuple[torch.Tensor, dict]:
     """Ring all-gather of equal-size serialised payloads (every rank's is ``payload.nbytes`` long):
     all N-1 receives posted first, each received payload forwarded at once; the sum in rank order."""
-    from lab.compress import Payload
+    from lab.compression.compressors import Payload
 
     pg, world, rank, right, left = _peers()
     if world == 1:
@@ -222,7 +222,7 @@ class CompressedAllReduce:
     """One worker's compressed gradient sync (built by :func:`attach`)."""
 
     def __init__(self, tr: Training, world: int, batch_sizes: list[int], link_delay: Any = None):
-        from lab.compress import GradientCompressor
+        from lab.compression.compressors import GradientCompressor
 
         self.gc = GradientCompressor(tr.compression, seed=tr.seed)
         self.world = world
@@ -274,8 +274,8 @@ def simulate(tr: Training, steps: int | None = None) -> dict:
     import torch.nn.functional as F
 
     from lab.comm.sparse import dense_ring_bytes_per_rank, simulate_sparse_ring
-    from lab.compress import make_compressor
-    from lab.models import build_model
+    from lab.compression.compressors import make_compressor
+    from lab.scenario.models import build_model
     from lab.train import data as data_mod
     from lab.train.worker import make_optimizer
 
@@ -412,7 +412,7 @@ def paired_bench_worker(rank: int, world: int, port: int, out_dir: str, config: 
     import json
     import os
 
-    from lab.catalogue import preset
+    from lab.scenario.catalogue import preset
     from lab.comm.sparse import init_worker
     from lab.train.worker import Trainer
 

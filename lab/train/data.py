@@ -8,7 +8,7 @@
 
 Shards (every worker starts from different data, the edge-compression design): ``even`` (equal disjoint parts),
 ``weighted`` (part sizes and per-worker batch sizes in proportion to compute shares, through
-:func:`lab.balance.split_batch`), ``dirichlet`` (non-IID: each class is spread over the workers by
+:func:`lab.modelled.balance.split_batch`), ``dirichlet`` (non-IID: each class is spread over the workers by
 proportions drawn from Dirichlet(alpha); small alpha = each worker sees few classes).
 """
 
@@ -138,8 +138,8 @@ def load_dataset(name: str = "digits", size: int = 4096, seed: int = 0) -> Datas
 
 # ----- shares and shards -------------------------------------------------------------------------
 def split_counts(total: int, weights) -> list[int]:
-    """Integer parts of ``total`` in proportion to ``weights`` (lab.balance.split_batch)."""
-    from lab.balance import split_batch
+    """Integer parts of ``total`` in proportion to ``weights`` (lab.modelled.balance.split_batch)."""
+    from lab.modelled.balance import split_batch
 
     return [int(v) for v in split_batch(int(total), [float(w) for w in weights])]
 

@@ -25,13 +25,13 @@ import torch
 from torch import nn
 
 from lab.errors import LabError
-from lab.topology import Topology
+from lab.scenario.topology import Topology
 
 
 def op_flops(model: nn.Module, in_features: int) -> dict[str, float]:
     """Forward FLOPs of one sample in the linear ("matmul") and convolution ("conv") layers, counted
     with forward hooks (cheap: no tracing). For the lab's models these dominate every other class;
-    lab.opgraph has the full per-operator count."""
+    lab.modelled.opgraph has the full per-operator count."""
     flops = {"matmul": 0.0, "conv": 0.0}
 
     def lin(mod, inp, out):

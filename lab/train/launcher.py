@@ -23,16 +23,16 @@ MASTER_ADDR and MASTER_PORT in its environment. The launcher also
   over the others: the job migrates off the failed worker), at most LAB_MAX_RESTARTS times (default 3). A worker's
   own LabError (a wrong setting) is never retried,
 * writes each worker's log to ``<data>/logs/<run id>/rank<k>.log`` (kept after the job),
-* pins rank k to the CPU given in LAB_RANK_CPUS (comma list; :class:`lab.jobs.JobManager` sets it),
+* pins rank k to the CPU given in LAB_RANK_CPUS (comma list; :class:`lab.jobs.manager.JobManager` sets it),
 * kills and reaps every worker on failure, on SIGTERM/SIGINT/SIGHUP (marking the run stopped), and
   -- through PR_SET_PDEATHSIG in the workers -- when the launcher itself is killed; then records
   ``ended`` and ``released`` (with the count of processes left behind: 0),
 * records who it is in the run store's ``launchers`` table (pid, host, boot id and the process's
   start time, and its scratch folder) and beats there every second, so that a job manager finds a
   launcher killed with SIGKILL (which can record nothing) while the app runs
-  (:meth:`lab.jobs.JobManager.sweep`).
+  (:meth:`lab.jobs.manager.JobManager.sweep`).
 
-The workers stay in the launcher's process group. Started by :mod:`lab.jobs` (new session) or by an
+The workers stay in the launcher's process group. Started by :mod:`lab.jobs.manager` (new session) or by an
 interactive shell (its own job), the launcher leads that group, so one ``killpg`` ends the whole job.
 """
 
@@ -52,8 +52,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from lab.errors import LabError
-from lab.runs import ACTIVE, JOB_WORKER, RunStore
-from lab.scenario import Scenario
+from lab.store.runs import ACTIVE, JOB_WORKER, RunStore
+from lab.scenario.document import Scenario
 
 ROOT = Path(__file__).resolve().parents[2]
 POLL_S = 0.05
@@ -312,8 +312,8 @@ def launch(sc: Scenario, run_id: str | None = None, *, name: str | None = None,
             run_id = store.create_run(sc, name=name, status="queued", run_id=run_id)
     else:
         run_id = store.create_run(sc, name=name, status="queued")
-    if store.last_stage(run_id, "submitted") is None:  # started by hand, not through lab.jobs
-        from lab.scheduling import parse_job
+    if store.last_stage(run_id, "submitted") is None:  # started by hand, not through lab.jobs.manager
+        from lab.jobs.policies import parse_job
 
         store.add_stage(run_id, "submitted", detail={"by": "command line", "pid": os.getpid()})
         store.add_stage(run_id, "parsed", detail=parse_job(sc))

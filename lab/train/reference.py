@@ -18,8 +18,8 @@ import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 
-from lab.models import build_model
-from lab.scenario import Training
+from lab.scenario.models import build_model
+from lab.scenario.document import Training
 from lab.train import data as data_mod
 from lab.train.worker import make_optimizer
 
@@ -47,8 +47,8 @@ def paired_worker(rank: int, world: int, port: int, training: dict, steps: int, 
     run store at ``db``) and then the DDP loop, back to back, so both see the same machine load.
     Rank 0 appends one JSON line per round to ``out_file``: samples/s of each between step
     ``warmup`` and the last step."""
-    from lab.runs import JOB_WORKER, RunStore
-    from lab.scenario import default_scenario
+    from lab.store.runs import JOB_WORKER, RunStore
+    from lab.scenario.document import default_scenario
     from lab.train.worker import Trainer
 
     torch.set_num_threads(1)

@@ -269,7 +269,7 @@ def _compressor(trainer):
 
 def compression_state(trainer) -> dict:
     """This rank's compression memory: the error-feedback residual and Random-K's generator."""
-    from lab.compress import ErrorFeedback, RandomK
+    from lab.compression.compressors import ErrorFeedback, RandomK
 
     comp, st = _compressor(trainer), {}
     if isinstance(comp, ErrorFeedback):

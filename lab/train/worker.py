@@ -12,7 +12,7 @@ all stop together, and the run is marked diverged).
 
 ``param_server``: one extra rank (the last) receives every worker's [gradients..., loss], sums them,
 steps the optimiser and sends [parameters..., loss] back. ``state_allreduce``: each worker's local
-gradient goes into lab.optim's ``step_distributed`` (the CXL design's optimiser-state all-reduce).
+gradient goes into lab.optim.optimizers's ``step_distributed`` (the CXL design's optimiser-state all-reduce).
 
 Measurements travel to rank 0 in one all-gather every few steps (with the parameter checksum every
 ``check_every`` steps) and rank 0 is the only process writing to the run store.
@@ -51,9 +51,9 @@ import torch.distributed as dist
 import torch.nn.functional as F
 
 from lab.errors import LabError
-from lab.models import build_model
-from lab.runs import JOB_WORKER, RunStore
-from lab.scenario import Scenario, Training
+from lab.scenario.models import build_model
+from lab.store.runs import JOB_WORKER, RunStore
+from lab.scenario.document import Scenario, Training
 from lab.train import compressed
 from lab.train import data as data_mod
 from lab.train import emulation as emu
@@ -122,7 +122,7 @@ def check_scenario(sc: Scenario) -> Plan:
 
 
 def make_optimizer(tr: Training, params, lr: float):
-    from lab.optim import make_optimizer as mk
+    from lab.optim.optimizers import make_optimizer as mk
 
     return mk(tr.optimizer, params, lr=lr, betas=(tr.beta1, tr.beta2), eps=tr.eps, weight_decay=tr.weight_decay)
 
@@ -338,7 +338,7 @@ class Trainer:
 
     def _opt_step(self, glob: float, allreduce_fn=None) -> float:
         """The optimiser step; a NaN/inf gradient (every rank sees it together) counts as divergence."""
-        from lab.optim import NonFiniteGradient
+        from lab.optim.optimizers import NonFiniteGradient
 
         try:
             if allreduce_fn is None:

@@ -468,7 +468,7 @@ def make_compressor(kind: str = "none", ratio: float = 0.01, group_size: int = 1
 
 
 def from_settings(settings: Any, seed: int = 0) -> Compressor:
-    """The compressor for a :class:`lab.scenario.Compression`."""
+    """The compressor for a :class:`lab.scenario.document.Compression`."""
     return make_compressor(settings.kind, settings.ratio, settings.group_size,
                            error_feedback=settings.error_feedback, seed=seed)
 
@@ -481,7 +481,7 @@ class GradientCompressor:
 
     def __init__(self, settings: Any = None, *, seed: int = 0, kind: str | None = None, ratio: float | None = None,
                  group_size: int | None = None, error_feedback: bool | None = None, sharing: str | None = None):
-        from lab.scenario import Compression
+        from lab.scenario.document import Compression
 
         s = settings if settings is not None else Compression()
         self.kind = kind if kind is not None else s.kind
@@ -538,7 +538,7 @@ def digits_batch(batch_size: int, seed: int) -> tuple[torch.Tensor, torch.Tensor
 
 def real_gradients(model: str = "mlp", workers: int = 1, batch_size: int = 64, seed: int = 0) -> list[torch.Tensor]:
     """One backward pass per worker (same initial model, different digits batches): flat gradients."""
-    from lab.models import build_model
+    from lab.scenario.models import build_model
 
     if not 1 <= workers <= 16:
         raise LabError(f"workers must be between 1 and 16 (got {workers})")

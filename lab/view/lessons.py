@@ -1,7 +1,7 @@
 """Lessons: a scenario, the exact view a lesson opens on, and the steps a student ticks off.
 
 A lesson lives in ``assets/lessons``: its entry in ``index.json`` names the page, the scenario file,
-the text, the view (controls of :data:`lab.viewstate.VIEW`, checked against that table so a lesson
+the text, the view (controls of :data:`lab.view.state.VIEW`, checked against that table so a lesson
 can only set controls that exist, to values they allow) and the steps.
 """
 
@@ -13,8 +13,8 @@ from pathlib import Path
 from typing import Any
 
 from lab.errors import LabError
-from lab.scenario import Scenario
-from lab.viewstate import checked
+from lab.scenario.document import Scenario
+from lab.view.state import checked
 
 INDEX_FORMAT = "hetlab-lessons/1"
 

@@ -3,7 +3,7 @@
 :func:`trace` runs ``torch.fx.symbolic_trace`` and ``ShapeProp`` on a batch of zeros and returns an
 :class:`OpGraph`: operators in topological order (the order fx records them), each with
 
-* its class, one of :data:`lab.topology.OP_CLASSES`:
+* its class, one of :data:`lab.scenario.topology.OP_CLASSES`:
 
   ==============  ==========================================================================
   ``matmul``      ``nn.Linear``, ``torch.matmul`` / ``@``, ``mm``, ``bmm``, ``F.linear``, ``addmm``, ``baddbmm``,
@@ -61,7 +61,7 @@ from torch import nn
 from torch.fx.passes.shape_prop import ShapeProp, TensorMetadata
 
 from lab.errors import LabError
-from lab.topology import OP_CLASSES
+from lab.scenario.topology import OP_CLASSES
 
 MAX_BATCH = 65536
 
@@ -402,14 +402,14 @@ def _check_batch(batch_size: Any) -> int:
 
 def trace(model: nn.Module | str, batch_size: int = 32, in_features: int = 64, *,
           merge_data_ops: bool = True, name: str | None = None, seed: int = 0) -> OpGraph:
-    """Trace ``model`` (a module, or a preset name for :func:`lab.models.build_model`) at ``batch_size``.
+    """Trace ``model`` (a module, or a preset name for :func:`lab.scenario.models.build_model`) at ``batch_size``.
 
     Raises :class:`LabError` if the model cannot be traced by torch.fx, fails on an input of shape
     ``(batch_size, in_features)``, or has no operators.
     """
     batch_size = _check_batch(batch_size)
     if isinstance(model, str):
-        from lab.models import build_model
+        from lab.scenario.models import build_model
 
         name = name or model
         model = build_model(model, in_features=in_features, seed=seed)
@@ -485,7 +485,7 @@ def reference_flops(model: nn.Module | str, batch_size: int = 32, in_features: i
 
     batch_size = _check_batch(batch_size)
     if isinstance(model, str):
-        from lab.models import build_model
+        from lab.scenario.models import build_model
 
         model = build_model(model, in_features=in_features, seed=seed)
     out = {"matmul": 0.0, "conv": 0.0, "other": 0.0}

@@ -8,7 +8,7 @@ recorded for the end of that step:
     compute (measured) | device wait (emulated) | compression | idle | communication | link wait (emulated)
 
 (the run store keeps the optimiser step inside ``t_compute``, so it is drawn with the compute at the
-start of the step). With a :class:`lab.predict.Prediction` the predicted step is added as a second
+start of the step). With a :class:`lab.machine.predict.Prediction` the predicted step is added as a second
 process (``pid`` 2, "predicted"), same tracks. Timestamps and durations are microseconds, as the
 format wants. Open the file at https://ui.perfetto.dev or chrome://tracing.
 
@@ -80,7 +80,7 @@ def _meta(pid: int, name: str, workers: Sequence[int], sort: int) -> list[dict]:
 
 def pick_step(metrics: Any, warmup: int | None = None) -> int:
     """The step after the warm-up whose duration (whole job) is closest to the median."""
-    from lab.predict import default_warmup
+    from lab.machine.predict import default_warmup
 
     job = metrics[metrics.worker == -1].sort_values("step")
     job = job[job.step >= 1]
@@ -145,7 +145,7 @@ def run_trace(metrics: Any, *, steps: tuple[int, int] | None = None, prediction:
             events += _events(PREDICTED_PID, int(w.worker), first, w.step, parts, "modelled")
     return {"traceEvents": meta + events, "displayTimeUnit": "ms",
             "otherData": {"run": name, "run_id": run_id or "", "steps": [first, last],
-                          "source": "hetlab run store (measured); lab.predict (modelled)",
+                          "source": "hetlab run store (measured); lab.machine.predict (modelled)",
                           "units": "microseconds"}}
 
 
@@ -155,12 +155,12 @@ def to_json(doc: dict) -> str:
 
 def store_trace(store: Any, run_id: str, *, steps: tuple[int, int] | None = None, profile: Any = None) -> dict:
     """:func:`run_trace` of a stored run (with the prediction when a machine profile is given)."""
-    from lab.scenario import Scenario
+    from lab.scenario.document import Scenario
 
     run = store.get_run(run_id)
     pred = None
     if profile is not None:
-        from lab.predict import predict_step
+        from lab.machine.predict import predict_step
 
         pred = predict_step(Scenario.from_dict(run["scenario"]), profile)
     return run_trace(store.metrics(run_id), steps=steps, prediction=pred, name=run["name"], run_id=run_id)

@@ -8,7 +8,7 @@ finish)}``, ``makespan``) that :meth:`Schedule.validate` can check.
 (0 on the same device). Without ``link_time`` the value is in *seconds* and the same for every
 device pair. With ``link_time(u_dev, v_dev, nbytes)`` the value is in *bytes* and the seconds
 depend on the pair: ``TaskGraph.from_model`` uses this, with ``link_time`` a
-:class:`lab.cost.LinkCost` (latency + bytes / bottleneck bandwidth of the route). Each edge is one
+:class:`lab.modelled.datasheet.LinkCost` (latency + bytes / bottleneck bandwidth of the route). Each edge is one
 message; links have no contention (HEFT's model).
 
 **Strategies** (all return a Schedule):
@@ -50,7 +50,7 @@ from typing import Any, Callable, Hashable, Iterable, Mapping, Sequence
 
 import numpy as np
 
-from lab.cost import LinkCost, compute_table
+from lab.modelled.datasheet import LinkCost, compute_table
 from lab.errors import LabError
 
 Task = Hashable
@@ -153,7 +153,7 @@ class TaskGraph:
     # ----- construction -------------------------------------------------------------------------
     @classmethod
     def from_model(cls, graph, topology, speed: Mapping[str, float] | None = None) -> "TaskGraph":
-        """Tasks = the operators of an :class:`lab.opgraph.OpGraph`; times from :mod:`lab.cost`.
+        """Tasks = the operators of an :class:`lab.modelled.opgraph.OpGraph`; times from :mod:`lab.modelled.datasheet`.
 
         compute = FLOPs / (throughput of the operator's class x ``speed`` factor); transfer = the
         producer's output bytes over the route between the two devices (``LinkCost``);
@@ -1145,7 +1145,7 @@ def compare_plans(base: Mapping[str, Any], now: Mapping[str, Any]) -> tuple[str,
 def model_task_graph(model: str, topology, batch_size: int = 32, speed: Mapping[str, float] | None = None,
                      merge_data_ops: bool = True) -> TaskGraph:
     """Trace a preset model at ``batch_size`` and cost it on ``topology``."""
-    from lab.opgraph import trace
+    from lab.modelled.opgraph import trace
 
     return TaskGraph.from_model(trace(model, batch_size, merge_data_ops=merge_data_ops), topology, speed)
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from lab.topology import Device, Link, Switch, Topology
+from lab.scenario.topology import Device, Link, Switch, Topology
 
 T = 1e12
 G = 1e9

@@ -21,14 +21,14 @@ import zlib
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Mapping
 
-from lab.catalogue import PRESETS
-from lab.cholesky import MATRIX_NAMES
-from lab.collectives import ALGORITHMS
+from lab.scenario.catalogue import PRESETS
+from lab.compression.cholesky import MATRIX_NAMES
+from lab.modelled.collectives import ALGORITHMS
 from lab.errors import LabError
-from lab.models import MODEL_NAMES
-from lab.optim_playground import FUNCTIONS, MAX_COUNTEREXAMPLE_STEPS, PERIOD, PLAYGROUND_OPTIMISERS, SCHEDULES
-from lab.placement import STRATEGIES
-from lab.scenario import Spec
+from lab.scenario.models import MODEL_NAMES
+from lab.optim.playground import FUNCTIONS, MAX_COUNTEREXAMPLE_STEPS, PERIOD, PLAYGROUND_OPTIMISERS, SCHEDULES
+from lab.modelled.placement import STRATEGIES
+from lab.scenario.document import Spec
 
 MAX_VIEW_CHARS = 20_000  # a link's view part longer than this is not read
 

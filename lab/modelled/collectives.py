@@ -35,7 +35,7 @@ from typing import Mapping, Sequence
 import numpy as np
 
 from lab.errors import LabError
-from lab.topology import Topology
+from lab.scenario.topology import Topology
 
 ALGORITHMS: tuple[str, ...] = ("ring", "host", "tree", "hierarchical")
 ALGORITHM_LABELS: dict[str, str] = {
@@ -356,7 +356,7 @@ def uniform_star(n: int, bandwidth: float, latency: float, *, host: bool = True,
     """N identical devices A, B, C, ... (and a "host") on one non-blocking switch, each link
     ``bandwidth`` bytes/s per direction and ``latency`` s; pools of ``group_size`` devices
     (default about sqrt(N)) for the hierarchical algorithm."""
-    from lab.topology import Device, Link, Switch
+    from lab.scenario.topology import Device, Link, Switch
 
     if not 2 <= n <= MAX_SCHEDULE_DEVICES:
         raise LabError(f"N must be from 2 to {MAX_SCHEDULE_DEVICES} (got {n})", where="identical devices")

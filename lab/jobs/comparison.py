@@ -16,7 +16,7 @@ import numpy as np
 import pandas as pd
 
 from lab.errors import LabError
-from lab.scenario import Compression, Scenario
+from lab.scenario.document import Compression, Scenario
 
 #: The setting columns of an export, in order: (column, path in the scenario's training section).
 SETTING_COLUMNS: tuple[tuple[str, tuple[str, ...]], ...] = (

@@ -14,7 +14,7 @@ session = one owner), first come first served within an owner. A job that does n
 passed over and later jobs that fit may start (first fit), so a small job never waits behind a
 large one; the price is that a large job can wait long on a busy cluster.
 
-The same functions serve twice: :class:`lab.jobs.JobManager` places real worker processes on this
+The same functions serve twice: :class:`lab.jobs.manager.JobManager` places real worker processes on this
 machine's CPU cores (:func:`local_groups`), and :func:`simulate` plays a what-if on a topology's
 groups (:func:`resource_groups`), where each job's duration is *modelled*.
 

@@ -1,5 +1,5 @@
 """The optimiser playground: 2-D test functions and the AMSGrad counterexample, run with the lab's
-optimisers (lab.optim). Plain data out, no streamlit; the Optimisers page draws it.
+optimisers (lab.optim.optimizers). Plain data out, no streamlit; the Optimisers page draws it.
 
 Everything here is a real optimiser run (measured by running the code), on analytic functions.
 Seeds fix the gradient noise, and every optimiser in one comparison sees the same noise.
@@ -17,7 +17,7 @@ import torch
 from scipy.signal import lfilter
 
 from lab.errors import LabError
-from lab.optim import OPTIMISER_LABELS, OPTIMISERS, NonFiniteGradient, make_optimizer
+from lab.optim.optimizers import OPTIMISER_LABELS, OPTIMISERS, NonFiniteGradient, make_optimizer
 
 MAX_STEPS = 5000
 MAX_COUNTEREXAMPLE_STEPS = 50_500
@@ -102,7 +102,7 @@ def _check_common(steps: int, lr: float, limit: int, where: str) -> None:
 def run_trajectory(function_key: str, optimiser: str, *, start: tuple[float, float] | None = None,
                    steps: int = 300, lr: float | None = None, seed: int = 0,
                    betas: tuple[float, float] = (0.9, 0.999)) -> Trajectory:
-    """Run ``optimiser`` (a key of lab.optim.OPTIMISERS) on a test function from ``start``."""
+    """Run ``optimiser`` (a key of lab.optim.optimizers.OPTIMISERS) on a test function from ``start``."""
     fn = function(function_key)
     lr = fn.lr if lr is None else lr
     _check_common(steps, lr, MAX_STEPS, "playground")
@@ -297,7 +297,7 @@ def _default_eps(name: str) -> float:
 
 
 def _counterexample_updates(name: str, g: np.ndarray, lrs: np.ndarray) -> np.ndarray:
-    """u_t, the step x_{t-1} - x_t before projection, for all t at once (the update of lab.optim)."""
+    """u_t, the step x_{t-1} - x_t before projection, for all t at once (the update of lab.optim.optimizers)."""
     b1, b2 = COUNTEREXAMPLE_BETAS
     eps = _default_eps(name)
     t = np.arange(1, len(g) + 1)

@@ -6,7 +6,7 @@ started in a new session, so the launcher leads a process group holding every wo
 ``killpg`` ends all of it. Its lifecycle goes to the run store's ``stages`` table:
 
 ``submitted`` (queued, with its owner) -> ``parsed`` (task manager, parameter server, compute workers,
-the topology's resource groups; :func:`lab.scheduling.parse_job`) -> ``scheduled`` (which local
+the topology's resource groups; :func:`lab.jobs.policies.parse_job`) -> ``scheduled`` (which local
 cores hold which rank, after how long in the queue) -> ``started`` (the launcher created the worker
 processes) -> ``data`` (split and shipped) -> ``running`` -> [``fault`` / ``alarm`` / ``restart``]
 -> ``ended`` -> ``released`` (processes reaped, slots freed).
@@ -17,7 +17,7 @@ pages stay responsive while the cores train.
 A :class:`JobManager` keeps one queue for every session of the app (pages share one manager per
 run store through :func:`shared`). It starts at most ``capacity`` jobs at a time (default 1: this
 machine has 2 cores), and only where its ranks fit on the local resource groups (one per core,
-:func:`lab.scheduling.local_groups`) under the placement policy (uniform or resource-state). The
+:func:`lab.jobs.policies.local_groups`) under the placement policy (uniform or resource-state). The
 queue is fair across owners (one browser session = one owner): round-robin over owners, first
 come first served within one, so a session that queues ten jobs cannot starve the others.
 
@@ -48,9 +48,9 @@ from pathlib import Path
 from typing import Iterable
 
 from lab.errors import LabError
-from lab.runs import ACTIVE, FINISHED, RunStore
-from lab.scenario import Scenario
-from lab.scheduling import POLICIES, SlotBook, cpu_of, fair_order, local_groups, parse_job, place
+from lab.store.runs import ACTIVE, FINISHED, RunStore
+from lab.scenario.document import Scenario
+from lab.jobs.policies import POLICIES, SlotBook, cpu_of, fair_order, local_groups, parse_job, place
 
 ROOT = Path(__file__).resolve().parent.parent
 STOP_GRACE_S = 3.0
@@ -803,7 +803,7 @@ def shared(store_path: str | os.PathLike | None = None, **kw) -> JobManager:
     keep it in ``st.cache_resource``). The first call marks runs left by an earlier process as
     interrupted and starts its sweeper (dead launchers found every LAB_SWEEP_S seconds). Capacity
     from LAB_JOB_CAPACITY (default 1)."""
-    from lab.runs import default_db_path
+    from lab.store.runs import default_db_path
 
     key = str(Path(store_path if store_path is not None else default_db_path()).resolve())
     with _SHARED_LOCK:

@@ -1,19 +1,19 @@
 """Predict a training step from the machine profile, and set the prediction beside the measurement.
 
-:func:`predict_step` takes a Scenario and a :class:`lab.calibrate.MachineProfile` and works out,
+:func:`predict_step` takes a Scenario and a :class:`lab.machine.calibrate.MachineProfile` and works out,
 per worker and step, what :mod:`lab.train.worker` will record:
 
 * ``fb``: forward + backward of the worker's batch (its model's operators through the calibrated
   per-class costs, plus the step's fixed and per-tensor costs), with the profile measured for as
   many processes as the job runs (they share the cores);
-* ``opt``: the optimiser step (lab.optim kind; fixed + per tensor + per parameter);
+* ``opt``: the optimiser step (lab.optim.optimizers kind; fixed + per tensor + per parameter);
 * ``emul_compute``: the emulated device wait, **the worker's own formula**: a worker standing for a
   device ``scale`` times slower than the fastest waits ``(scale - 1) x (fb + opt)``;
 * ``compute = fb + opt + emul_compute`` (the run store's ``t_compute``);
 * ``compress``: compressing the flat gradient (calibrated compressor cost for its length);
 * ``comm``: the collective after the last worker arrives: alpha-beta of the all-reduce
   implementation for N processes on the bytes it sends, or, compressed, the sharing method's
-  message pattern (hops and exact wire bytes of :mod:`lab.compress` payloads); plus the emulated
+  message pattern (hops and exact wire bytes of :mod:`lab.compression.compressors` payloads); plus the emulated
   link wait with the worker's formulas (:func:`lab.train.emulation.ring_allreduce_time` for gloo,
   the per-message ``topology.transfer_time`` of the lab ring and the sparse methods);
 * ``idle``: waiting for the slowest worker, ``max(arrival) - own arrival`` where arrival =
@@ -38,9 +38,9 @@ from dataclasses import asdict, dataclass
 from functools import lru_cache
 from typing import Any, Mapping, Sequence
 
-from lab.calibrate import MachineProfile, compute_seconds, geomean_error, graph_features
+from lab.machine.calibrate import MachineProfile, compute_seconds, geomean_error, graph_features
 from lab.errors import LabError
-from lab.scenario import Scenario
+from lab.scenario.document import Scenario
 
 PARTS = ("compute", "compress", "comm", "idle", "step")
 PART_LABELS = {"compute": "compute", "compress": "compression", "comm": "communication", "idle": "idle",
@@ -98,8 +98,8 @@ class Prediction:
 @lru_cache(maxsize=64)
 def _model_facts(model: str, batch: int, in_features: int, classes: int, seed: int) -> tuple:
     """(graph features, parameter count, parameter tensors) of a preset model at a batch size."""
-    from lab.models import build_model
-    from lab.opgraph import trace
+    from lab.scenario.models import build_model
+    from lab.modelled.opgraph import trace
 
     m = build_model(model, in_features, classes, seed=seed)
     params = [p for p in m.parameters() if p.requires_grad]
@@ -113,7 +113,7 @@ def _payload_bytes(kind: str, ratio: float, group_size: int, n: int, seed: int) 
     """(serialised payload bytes, entries kept) of one worker's compressed gradient of n entries."""
     import torch
 
-    from lab.compress import make_compressor
+    from lab.compression.compressors import make_compressor
 
     c = make_compressor(kind, ratio, group_size, error_feedback=False, seed=seed)
     p = c.compress(torch.randn(n, generator=torch.Generator().manual_seed(seed)))
@@ -395,20 +395,20 @@ def prediction_table(run: Any = None, profile: MachineProfile | None = None, *, 
     """Predicted against measured step time and its parts, with the relative error, as a DataFrame.
 
     Either ``run`` (a run id; the scenario and metrics come from the run store ``store``, default
-    :func:`lab.runs.store`) or ``scenario`` + ``metrics``. ``profile`` defaults to the saved
+    :func:`lab.store.runs.store`) or ``scenario`` + ``metrics``. ``profile`` defaults to the saved
     machine profile. Columns: part, predicted_ms, measured_ms, error_pct (predicted / measured - 1,
     in percent). Raises LabError when there is no profile or no measurement yet.
     """
     import pandas as pd
 
-    from lab.calibrate import load_profile
+    from lab.machine.calibrate import load_profile
 
     profile = profile or load_profile()
     if profile is None:
         raise LabError("no machine profile yet: calibrate this machine on the Fidelity page (or run "
-                       "python -m lab.calibrate)", where="prediction")
+                       "python -m lab.machine.calibrate)", where="prediction")
     if run is not None:
-        from lab.runs import store as default_store
+        from lab.store.runs import store as default_store
 
         st = store or default_store()
         info = st.get_run(run)
@@ -464,7 +464,7 @@ def evaluate_runs(store: Any, profile: MachineProfile, run_ids: Sequence[str] | 
 
 
 class FidelityBatch:
-    """The preset batch queued through the job queue (lab.jobs; one run at a time unless its
+    """The preset batch queued through the job queue (lab.jobs.manager; one run at a time unless its
     capacity says otherwise). ``status()`` says how far it is, from the run store."""
 
     def __init__(self, manager: Any, profile: MachineProfile | None = None, steps: int = 200,
@@ -479,7 +479,7 @@ class FidelityBatch:
         return self
 
     def status(self) -> dict:
-        from lab.runs import ACTIVE
+        from lab.store.runs import ACTIVE
 
         st = [self.manager.store.status(r) for r in self.run_ids]
         active = [r for r, s in zip(self.run_ids, st) if s in ACTIVE]
@@ -596,8 +596,8 @@ PRESET_BATCH: tuple[tuple[str, str, dict], ...] = (
 
 def preset_batch(steps: int = 200, seed: int = 0) -> list[Scenario]:
     """The Fidelity page's and bench's batch of real runs, as Scenarios (named after the case)."""
-    from lab.catalogue import preset
-    from lab.scenario import Compression, Training
+    from lab.scenario.catalogue import preset
+    from lab.scenario.document import Compression, Training
 
     out = []
     for name, topo, changes in PRESET_BATCH:

@@ -1,11 +1,11 @@
 """The N-process terms of the machine profile, measured in the training job's own loop.
 
-:func:`lab.calibrate.calibrate` measures the N-process costs (compute slow-down, collectives in
+:func:`lab.machine.calibrate.calibrate` measures the N-process costs (compute slow-down, collectives in
 context, idle jitter, the rest of the step) in *training-like cycles*: a harness that imitates a
 step. This module measures the same quantities in the job's real loop instead: N spawned processes
 run :class:`lab.train.worker.Trainer` -- the code of every real run, metrics and store writes
 included -- on the *calibration networks* (never the preset models a prediction is judged on), one
-short job per cycle case, and return rows in the layout :func:`lab.calibrate.fit_cycles` reads.
+short job per cycle case, and return rows in the layout :func:`lab.machine.calibrate.fit_cycles` reads.
 """
 
 from __future__ import annotations
@@ -25,9 +25,9 @@ LOOP_BATCH = 16
 
 
 def case_scenario(label: str, workers: int, steps: int = LOOP_STEPS, batch: int = LOOP_BATCH):
-    """The Scenario of one cycle case ``label`` (a :data:`lab.calibrate.CYCLE_KINDS` label)."""
-    from lab.calibrate import CYCLE_KINDS, CYCLE_RATIO
-    from lab.scenario import Compression, default_scenario
+    """The Scenario of one cycle case ``label`` (a :data:`lab.machine.calibrate.CYCLE_KINDS` label)."""
+    from lab.machine.calibrate import CYCLE_KINDS, CYCLE_RATIO
+    from lab.scenario.document import Compression, default_scenario
 
     kinds = {k[0]: k for k in CYCLE_KINDS}
     if label not in kinds:
@@ -48,11 +48,11 @@ def _loop_worker(rank: int, world: int, port: int, cases: list, steps: int, db: 
     import torch.distributed as dist
 
     import lab.train.worker as W
-    from lab.calibrate import CALIBRATION_NETS, build_calibration_net
-    from lab.runs import RunStore
+    from lab.machine.calibrate import CALIBRATION_NETS, build_calibration_net
+    from lab.store.runs import RunStore
 
     torch.set_num_threads(1)  # as a job's workers
-    from lab.calibrate import pin_rank
+    from lab.machine.calibrate import pin_rank
 
     pin_rank(rank)  # on the core the job manager would give this rank
     # each rank's log goes to a file beside the store, as the launcher keeps a job's logs per rank
@@ -80,11 +80,11 @@ def _loop_worker(rank: int, world: int, port: int, cases: list, steps: int, db: 
 def measure_loop(procs: int, cases: Sequence[tuple[str, int]], steps: int = LOOP_STEPS,
                  timeout: float = 600.0) -> list[dict]:
     """Run every (label, calibration network) case as a short job of ``procs`` workers in the job's
-    own loop; one row per case for :func:`lab.calibrate.fit_cycles` (medians after the warm-up)."""
-    from lab.calibrate import CALIBRATION_NETS, build_calibration_net
+    own loop; one row per case for :func:`lab.machine.calibrate.fit_cycles` (medians after the warm-up)."""
+    from lab.machine.calibrate import CALIBRATION_NETS, build_calibration_net
     from lab.comm.sparse import run_local
-    from lab.predict import measured_step
-    from lab.runs import RunStore
+    from lab.machine.predict import measured_step
+    from lab.store.runs import RunStore
 
     if not 1 <= procs <= 4:
         raise LabError(f"the loop calibration runs 1 to 4 processes (got {procs})", where="calibration")

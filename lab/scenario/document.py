@@ -15,7 +15,7 @@ from dataclasses import dataclass, field, fields, replace
 from typing import Any, Mapping
 
 from lab.errors import LabError
-from lab.topology import Topology, _check_keys, _loads, check_text, nfc, shown
+from lab.scenario.topology import Topology, _check_keys, _loads, check_text, nfc, shown
 
 MAX_SCENARIO_BYTES = 2_000_000  # uploads larger than this are refused before parsing
 
@@ -300,7 +300,7 @@ class Scenario:
 
 
 def default_scenario() -> Scenario:
-    from lab.catalogue import preset_cxl
+    from lab.scenario.catalogue import preset_cxl
 
     return Scenario(name="cxl-mlp", topology=preset_cxl())
 

@@ -22,10 +22,10 @@ from typing import TYPE_CHECKING, Mapping
 import numpy as np
 
 from lab.errors import LabError
-from lab.topology import Device, Topology
+from lab.scenario.topology import Device, Topology
 
 if TYPE_CHECKING:  # pragma: no cover
-    from lab.opgraph import Op, OpGraph
+    from lab.modelled.opgraph import Op, OpGraph
 
 
 def check_speed(speed: Mapping[str, float] | None, devices: list[str], what: str = "speed factor") -> dict[str, float]:
@@ -70,7 +70,7 @@ class LinkCost:
     """``link_time(a, b, nbytes)`` for a topology, backed by latency and inverse-bandwidth matrices.
 
     ``seconds = latency[a, b] + nbytes * inv_bandwidth[a, b]``, 0 when ``a == b``. Equal to
-    :meth:`lab.topology.Topology.transfer_time`.
+    :meth:`lab.scenario.topology.Topology.transfer_time`.
     """
 
     def __init__(self, topology: Topology, names: list[str] | None = None):

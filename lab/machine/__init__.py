@@ -1,0 +1,1 @@
+"""The calibrated machine model: profile, measurement, fit, prediction, fidelity and trace export."""
