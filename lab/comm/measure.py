@@ -35,6 +35,7 @@ from typing import Callable, Sequence
 
 from lab.modelled.collectives import algbw, busbw, fit_alpha_beta
 from lab.errors import LabError
+from lab.settings import ROOT
 
 IMPLS = ("ring", "gloo")
 IMPL_LABELS = {"ring": "lab ring (isend/irecv)", "gloo": "gloo all_reduce"}
@@ -43,7 +44,6 @@ MAX_BYTES = 1 << 30
 ITEMSIZE = 4  # float32
 _UNITS = {"": 1, "B": 1, "K": 1 << 10, "KB": 1 << 10, "KIB": 1 << 10, "M": 1 << 20, "MB": 1 << 20,
           "MIB": 1 << 20, "G": 1 << 30, "GB": 1 << 30, "GIB": 1 << 30}
-_ROOT = Path(__file__).resolve().parents[2]
 _RESULT = "RESULT "
 
 
@@ -253,7 +253,7 @@ def _run_workers(procs: int, cfg: dict, total: int, on_result: Callable[[dict], 
                           timeout=datetime.timedelta(seconds=op_timeout))
     cfg = {**cfg, "procs": procs, "port": store.port, "op_timeout": op_timeout}
     env = dict(os.environ)
-    env["PYTHONPATH"] = str(_ROOT) + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    env["PYTHONPATH"] = os.pathsep.join([str(ROOT), *filter(None, [env.get("PYTHONPATH")])])
     env.setdefault("GLOO_SOCKET_IFNAME", "lo")
     env["OMP_NUM_THREADS"] = "1"
     workers: list[subprocess.Popen] = []
@@ -267,7 +267,7 @@ def _run_workers(procs: int, cfg: dict, total: int, on_result: Callable[[dict], 
                     workers.append(subprocess.Popen(
                         [sys.executable, "-m", "lab.comm.measure", "--worker", json.dumps({**cfg, "rank": r})],
                         stdout=subprocess.PIPE if r == 0 else subprocess.DEVNULL, stderr=ef, env=env,
-                        cwd=str(_ROOT), text=True))
+                        cwd=str(ROOT), text=True))
 
             def pump(stream):
                 for line in stream:

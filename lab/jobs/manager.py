@@ -47,12 +47,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable
 
+from lab import settings
 from lab.errors import LabError
+from lab.settings import ROOT, job_nice
 from lab.store.runs import ACTIVE, FINISHED, RunStore
 from lab.scenario.document import Scenario
 from lab.jobs.policies import POLICIES, SlotBook, cpu_of, fair_order, local_groups, parse_job, place
 
-ROOT = Path(__file__).resolve().parent.parent
 STOP_GRACE_S = 3.0
 DRAIN_S = 10.0  # workers of a dead launcher get this long to exit before they are killed
 TEACHER = "teacher"  # how the store names the teacher as the one who stopped or released a job
@@ -60,7 +61,7 @@ TEACHER = "teacher"  # how the store names the teacher as the one who stopped or
 
 def teacher_token() -> str:
     """The server's teacher secret (LAB_TEACHER_TOKEN); empty: there is no teacher."""
-    return os.environ.get("LAB_TEACHER_TOKEN") or ""
+    return settings.raw("LAB_TEACHER_TOKEN")
 
 
 def is_teacher(claim) -> bool:
@@ -91,15 +92,6 @@ def can_manage(run_owner: str | None, owner: str | None, teacher: bool = False) 
     """Whether ``owner`` (acting, with the teacher flag) may stop or release a job of ``run_owner``:
     its own (never a command-line run, which has no owner), or any when the teacher."""
     return bool(teacher) or (run_owner is not None and owner is not None and str(owner) == str(run_owner))
-
-
-def job_nice() -> int:
-    """Scheduling priority of job processes: training is batch work, the pages are interactive,
-    so jobs run at nice LAB_JOB_NICE (default 10) and a classroom's page views win the CPU."""
-    try:
-        return max(0, min(19, int(os.environ.get("LAB_JOB_NICE") or 10)))
-    except ValueError:
-        return 10
 
 
 def _lower_priority(n: int) -> None:
@@ -289,9 +281,7 @@ class JobManager:
         scenario_file = self._dir("jobs") / f"{rid}.json"
         scenario_file.write_text(Scenario.from_dict(run["scenario"]).to_json())
         log = open(self._dir("logs") / f"{rid}.log", "ab")
-        env = dict(os.environ, LAB_DB=str(self.store.path.resolve()),
-                   LAB_RANK_CPUS=",".join(map(str, cpus)),
-                   PYTHONPATH=os.pathsep.join([str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])]))
+        env = settings.child_env(LAB_DB=str(self.store.path.resolve()), LAB_RANK_CPUS=",".join(map(str, cpus)))
         try:
             p = subprocess.Popen([sys.executable, "-m", "lab.train", "--scenario", str(scenario_file),
                                   "--run-id", rid], cwd=str(ROOT), env=env, stdin=subprocess.DEVNULL,
@@ -628,7 +618,7 @@ class JobManager:
     def start_sweeper(self, every_s: float | None = None) -> None:
         """Sweep every ``every_s`` seconds (LAB_SWEEP_S, default 5) on a daemon thread, so dead
         launchers are found while no page polls."""
-        every = every_s if every_s is not None else _env_float("LAB_SWEEP_S", 5.0)
+        every = every_s if every_s is not None else settings.number("LAB_SWEEP_S")
         with self._lock:
             if self._sweeper is not None and self._sweeper.is_alive():
                 return
@@ -803,13 +793,11 @@ def shared(store_path: str | os.PathLike | None = None, **kw) -> JobManager:
     keep it in ``st.cache_resource``). The first call marks runs left by an earlier process as
     interrupted and starts its sweeper (dead launchers found every LAB_SWEEP_S seconds). Capacity
     from LAB_JOB_CAPACITY (default 1)."""
-    from lab.store.runs import default_db_path
-
-    key = str(Path(store_path if store_path is not None else default_db_path()).resolve())
+    key = str(Path(store_path if store_path is not None else settings.db_path()).resolve())
     with _SHARED_LOCK:
         jm = _SHARED.get(key)
         if jm is None:
-            kw.setdefault("capacity", int(os.environ.get("LAB_JOB_CAPACITY") or 1))
+            kw.setdefault("capacity", max(1, settings.integer("LAB_JOB_CAPACITY")))
             jm = _SHARED[key] = JobManager(key, **kw)
             jm.mark_interrupted()
             jm.start_sweeper()
@@ -830,13 +818,6 @@ def _signal_name(n: int) -> str:
         return signal.Signals(n).name
     except ValueError:
         return str(n)
-
-
-def _env_float(name: str, default: float) -> float:
-    try:
-        return float(os.environ.get(name) or default)
-    except ValueError:
-        return default
 
 
 def _as_pid(v) -> int | None:

@@ -28,6 +28,7 @@ import os
 from dataclasses import dataclass, field
 from typing import Iterable, Mapping, Sequence
 
+from lab import settings
 from lab.errors import LabError
 
 POLICIES = ("uniform", "resource_state")
@@ -158,7 +159,7 @@ def local_groups(cpus: Iterable[int] | None = None, slots_per_cpu: int | None = 
     if not cpus:
         raise LabError("no CPU to run jobs on", where="scheduling")
     if slots_per_cpu is None:
-        slots_per_cpu = int(os.environ.get("LAB_SLOTS_PER_CPU") or max(2, math.ceil(5 / len(cpus))))
+        slots_per_cpu = (settings.integer("LAB_SLOTS_PER_CPU") or max(2, math.ceil(5 / len(cpus))))
     if slots_per_cpu < 1:
         raise LabError(f"slots per CPU must be at least 1 (got {slots_per_cpu})", where="scheduling")
     return [Group(f"cpu{c}", "cpu", tuple(f"cpu{c}/slot{k}" for k in range(slots_per_cpu)), "local")

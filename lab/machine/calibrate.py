@@ -69,6 +69,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
+from lab import settings
 from lab.errors import LabError
 
 PROFILE_VERSION = 4  # 4: compute with N processes is k x t + d (wall time, means per step), pinned ranks
@@ -334,12 +335,7 @@ def _json_default(o: Any) -> Any:
     raise TypeError(f"cannot serialise {type(o).__name__}")
 
 
-def data_dir() -> Path:
-    if os.environ.get("LAB_DATA"):
-        return Path(os.environ["LAB_DATA"])
-    if os.environ.get("LAB_DB"):
-        return Path(os.environ["LAB_DB"]).resolve().parent
-    return Path.cwd() / "data"
+data_dir = settings.data_dir
 
 
 def profile_path() -> Path:
@@ -800,7 +796,7 @@ def rank_cpu(rank: int) -> int | None:
 def pin_rank(rank: int) -> None:
     """Pin this process to :func:`rank_cpu` (as the job manager pins a job's ranks), when
     ``LAB_CALIBRATION_PIN`` is not "0"."""
-    if os.environ.get("LAB_CALIBRATION_PIN", "1") == "0":
+    if settings.raw("LAB_CALIBRATION_PIN") == "0":
         return
     cpu = rank_cpu(rank)
     if cpu is not None:
@@ -1167,28 +1163,20 @@ def start_background(path: Path | None = None, quick: bool = False):
 
     path = Path(path) if path is not None else profile_path()
     path.parent.mkdir(parents=True, exist_ok=True)
-    root = Path(__file__).resolve().parent.parent
-    env = dict(os.environ)
-    env["PYTHONPATH"] = str(root) + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
-    env["OMP_NUM_THREADS"] = "1"
+    env = settings.child_env(OMP_NUM_THREADS="1")
     cmd = [sys.executable, "-m", "lab.machine.calibrate", "--out", str(path)] + (["--quick"] if quick else [])
     _write_progress(path, message="starting", fraction=0.0, done=False, error=None)
-    try:  # as nice as the training jobs the profile will predict (lab.jobs.manager runs them niced)
-        from lab.jobs.manager import job_nice
-
-        nice = job_nice()
-    except ImportError:  # pragma: no cover
-        nice = 0
+    nice = settings.job_nice()  # as nice as the training jobs the profile will predict
     log = open(path.with_name(path.stem + ".log"), "wb")
     try:
-        return subprocess.Popen(cmd, cwd=str(root), env=env, stdout=log, stderr=subprocess.STDOUT,
+        return subprocess.Popen(cmd, cwd=str(settings.ROOT), env=env, stdout=log, stderr=subprocess.STDOUT,
                                 start_new_session=True, preexec_fn=(lambda: os.nice(nice)) if nice else None)
     finally:
         log.close()
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m lab.machine.calibrate", description=__doc__.split("\n\n")[0])
+    ap = argparse.ArgumentParser(prog="python -m lab.calibrate", description=__doc__.split("\n\n")[0])
     ap.add_argument("--out", default=None, help="profile file (default: LAB_DATA/machine_profile.json)")
     ap.add_argument("--quick", action="store_true", help="fewer repeats (about half the time)")
     ap.add_argument("--procs", default="1,2,3,4", help="process counts to calibrate (default 1,2,3,4)")

@@ -59,15 +59,16 @@ def _loop_worker(rank: int, world: int, port: int, cases: list, steps: int, db: 
     sys.stderr = open(Path(db).parent / f"rank{rank}.log", "a", buffering=1)  # noqa: SIM115 - until the process ends
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     dist.init_process_group("gloo", rank=rank, world_size=world, timeout=datetime.timedelta(seconds=120))
-    store = RunStore(db)
+    store = RunStore(db, data=Path(db).parent)  # the jobs' checkpoints and logs stay in the temporary folder
     try:
         for label, net in cases:
             cls_name, kwargs = CALIBRATION_NETS[net]
-            W.build_model = lambda *a, _c=cls_name, _k=kwargs, seed=0, **kw: build_calibration_net(_c, _k, seed)
             sc = case_scenario(label, world, steps)
             rid = [store.create_run(sc, name=f"{label} net{net}", status="running") if rank == 0 else None]
             dist.broadcast_object_list(rid, src=0)
-            trainer = W.Trainer(sc, rank, world, rid[0], store, launched=True)
+            trainer = W.Trainer(sc, rank, world, rid[0], store, launched=True,
+                                model_builder=lambda *a, _c=cls_name, _k=kwargs, seed=0, **kw:
+                                build_calibration_net(_c, _k, seed))
             trainer.setup()
             trainer.run()
             dist.barrier()
@@ -90,17 +91,10 @@ def measure_loop(procs: int, cases: Sequence[tuple[str, int]], steps: int = LOOP
         raise LabError(f"the loop calibration runs 1 to 4 processes (got {procs})", where="calibration")
     with tempfile.TemporaryDirectory(prefix="lab-calib-loop-") as tmp:
         db = str(Path(tmp) / "runs.db")
-        old = os.environ.get("LAB_DATA")
-        os.environ["LAB_DATA"] = tmp  # the jobs' checkpoints and logs stay in the temporary folder
         try:
             run_local(_loop_worker, procs, (list(cases), steps, db), timeout_s=timeout)
         except RuntimeError as exc:
             raise LabError(f"the loop calibration with {procs} processes failed: {exc}", where="calibration") from None
-        finally:
-            if old is None:
-                os.environ.pop("LAB_DATA", None)
-            else:
-                os.environ["LAB_DATA"] = old
         store = RunStore(db)
         runs = store.list_runs()
         ids = dict(zip(runs.name, runs.id))  # each case's job is named after it

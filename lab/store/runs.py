@@ -49,6 +49,7 @@ from typing import TYPE_CHECKING, Any, Iterable, Iterator, Mapping
 if TYPE_CHECKING:
     import pandas as pd
 
+from lab import settings
 from lab.errors import LabError
 
 STATUSES = ("queued", "running", "done", "failed", "diverged", "stopped", "interrupted")
@@ -122,8 +123,7 @@ CREATE TABLE IF NOT EXISTS launchers (
 """
 
 
-def default_db_path() -> Path:
-    return Path(os.environ.get("LAB_DB") or Path("data") / "runs.db")
+default_db_path = settings.db_path
 
 
 def new_run_id() -> str:
@@ -158,8 +158,9 @@ def _clean(v: Any) -> Any:
 class RunStore:
     """The SQLite run store at ``path`` (default: env LAB_DB or ./data/runs.db)."""
 
-    def __init__(self, path: str | os.PathLike | None = None):
+    def __init__(self, path: str | os.PathLike | None = None, data: str | os.PathLike | None = None):
         self.path = Path(path) if path is not None else default_db_path()
+        self._data = Path(data) if data is not None else None  # checkpoints and logs; default from settings
         self._local = threading.local()
         self._init_lock = threading.Lock()
         self._ready = False
@@ -563,7 +564,7 @@ class RunStore:
 
     # ----- checkpoints -------------------------------------------------------------------------
     def data_dir(self) -> Path:
-        return Path(os.environ.get("LAB_DATA") or self.folder)
+        return self._data if self._data is not None else settings.data_dir(self.folder)
 
     def checkpoint_dir(self, run_id: str, create: bool = True) -> Path:
         path = self.data_dir() / "checkpoints" / check_run_id(run_id)

@@ -23,6 +23,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from lab import settings
 from lab.errors import LabError
 
 IN_FEATURES = 64
@@ -48,9 +49,7 @@ class Dataset:
 
 def _cache_dir() -> Path:
     """LAB_DATA/cache when set, else a folder in the system's temporary directory (shared by runs)."""
-    if os.environ.get("LAB_DATA"):
-        return Path(os.environ["LAB_DATA"]) / "cache"
-    return Path(tempfile.gettempdir()) / "hetlab-cache"
+    return settings.cache_dir()
 
 
 _DIGITS_LOCK = threading.Lock()

@@ -51,42 +51,36 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from lab import settings
 from lab.errors import LabError
+from lab.settings import ROOT
 from lab.store.runs import ACTIVE, JOB_WORKER, RunStore
 from lab.scenario.document import Scenario
 
-ROOT = Path(__file__).resolve().parents[2]
 POLL_S = 0.05
 KILL_GRACE_S = 5.0
 BEATS_TO_STORE_S = 1.0
 
 
-def _env_float(name: str, default: float) -> float:
-    try:
-        return float(os.environ.get(name) or default)
-    except ValueError:
-        return default
-
-
 def heartbeat_timeout() -> float:
-    return _env_float("LAB_HEARTBEAT_TIMEOUT", 30.0)
+    return settings.number("LAB_HEARTBEAT_TIMEOUT")
 
 
 def start_timeout() -> float:
-    return _env_float("LAB_START_TIMEOUT", 180.0)
+    return settings.number("LAB_START_TIMEOUT")
 
 
 def frozen_timeout() -> float:
-    return _env_float("LAB_FROZEN_TIMEOUT", 30.0)
+    return settings.number("LAB_FROZEN_TIMEOUT")
 
 
 def _fresh_s() -> float:
     """A heartbeat file rewritten within this many seconds counts as fresh (its process runs)."""
-    return max(1.0, 5 * _env_float("LAB_HEARTBEAT_EVERY", 0.5))
+    return max(1.0, 5 * settings.number("LAB_HEARTBEAT_EVERY"))
 
 
 def max_restarts() -> int:
-    return int(_env_float("LAB_MAX_RESTARTS", 3))
+    return settings.integer("LAB_MAX_RESTARTS")
 
 
 class Stopped(BaseException):
@@ -254,7 +248,7 @@ def identity(pid: int | None = None) -> dict:
 def stale_after() -> float:
     """A launcher on another machine (or without /proc) whose heartbeat is older than this many
     seconds (LAB_LAUNCHER_STALE, default 30) is taken for dead."""
-    return _env_float("LAB_LAUNCHER_STALE", 30.0)
+    return settings.number("LAB_LAUNCHER_STALE")
 
 
 def launcher_gone(record: dict | None, now: float | None = None) -> str | None:
@@ -321,7 +315,7 @@ def launch(sc: Scenario, run_id: str | None = None, *, name: str | None = None,
     store.set_launcher(run_id, **identity())  # before "running": a sweep must never see a running run without it
     if not store.set_status(run_id, "running", only_from=("queued",)):
         return LaunchResult(run_id, store.status(run_id), math.nan, "stopped before it started")
-    cpus = cpus if cpus is not None else parse_cpus(os.environ.get("LAB_RANK_CPUS"))
+    cpus = cpus if cpus is not None else parse_cpus(settings.raw("LAB_RANK_CPUS"))
     old = {s: signal.signal(s, _on_signal) for s in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)}
     tmp = Path(tempfile.mkdtemp(prefix=scratch_prefix(run_id)))
     store.set_launcher(run_id, scratch=str(tmp))
@@ -404,14 +398,13 @@ def _record_end(store: RunStore, run_id: str, attempt: int) -> None:
 def _spawn(sc: Scenario, run_id: str, scenario_file: Path, tmp: Path, db: Path, attempt: int,
            sock: socket.socket, logs: Path, cpus: list[int] | None) -> list[subprocess.Popen]:
     world = world_size(sc)
-    base = dict(os.environ)
+    base = settings.child_env()
     base.update({
         "WORLD_SIZE": str(world), "LOCAL_WORLD_SIZE": str(world), "MASTER_ADDR": "127.0.0.1",
         "MASTER_PORT": str(sock.getsockname()[1]), "LAB_DB": str(Path(db).resolve()),
         "LAB_LAUNCHER_PID": str(os.getpid()), "LAB_ATTEMPT": str(attempt),
         "LAB_RDZV_PREFIX": f"lab/{run_id}/{attempt}/{os.getpid()}/",
         "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1",
-        "PYTHONPATH": os.pathsep.join([str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])]),
     })
     for k in ("TORCHELASTIC_RUN_ID", "TORCHELASTIC_RESTART_COUNT", "TORCHELASTIC_MAX_RESTARTS", "LAB_STORE_FD"):
         base.pop(k, None)

@@ -42,7 +42,8 @@ from pathlib import Path
 
 import torch
 
-HEARTBEAT_EVERY_S = float(os.environ.get("LAB_HEARTBEAT_EVERY", "0.5"))
+from lab import settings
+
 KEEP_CHECKPOINTS = 2
 #: Functions of the lab in which the main thread waits for its peers.
 COMM_FUNCS = frozenset({"allreduce", "exchange", "step_ps_worker", "step_ps_server", "flush", "sync_buffers",
@@ -61,7 +62,7 @@ def attempt() -> int:
 
 
 def under_torchrun() -> bool:
-    return "TORCHELASTIC_RUN_ID" in os.environ and not os.environ.get("LAB_ERROR_FILE")
+    return "TORCHELASTIC_RUN_ID" in os.environ and not settings.raw("LAB_ERROR_FILE")
 
 
 def torchrun_restarts_left() -> bool:
@@ -79,7 +80,7 @@ def init_process_group(rank: int, world: int, timeout_s: float) -> None:
     import torch.distributed as dist
 
     timeout = datetime.timedelta(seconds=timeout_s)
-    prefix = os.environ.get("LAB_RDZV_PREFIX")
+    prefix = settings.raw("LAB_RDZV_PREFIX")
     if not prefix and os.environ.get("TORCHELASTIC_USE_AGENT_STORE") == "True":
         # torchrun's agent keeps one store for every restart of the job: without a prefix per
         # attempt, a restarted rank can read a dead rank's address from the previous attempt
@@ -94,8 +95,8 @@ def init_process_group(rank: int, world: int, timeout_s: float) -> None:
         return
     addr, port = os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"])
     kw = {}
-    if rank == 0 and os.environ.get("LAB_STORE_FD"):
-        kw["master_listen_fd"] = int(os.environ["LAB_STORE_FD"])
+    if rank == 0 and settings.raw("LAB_STORE_FD"):
+        kw["master_listen_fd"] = int(settings.raw("LAB_STORE_FD"))
     store = dist.TCPStore(addr, port, world, rank == 0, timeout=timeout, wait_for_workers=False, **kw)
     dist.init_process_group("gloo", store=dist.PrefixStore(prefix, store), rank=rank, world_size=world,
                             timeout=timeout)
@@ -123,10 +124,10 @@ def main_thread_phase() -> tuple[str, str]:
 class Heartbeat:
     """A daemon thread writing this worker's heartbeat file (see the module docstring)."""
 
-    def __init__(self, path: str | os.PathLike, step_of, every: float = HEARTBEAT_EVERY_S):
+    def __init__(self, path: str | os.PathLike, step_of, every: float | None = None):
         self.path = Path(path)
         self.step_of = step_of
-        self.every = every
+        self.every = every if every is not None else settings.number("LAB_HEARTBEAT_EVERY")
         self._stop = threading.Event()
         self._step = -1
         self._progress_t = time.time()

@@ -50,6 +50,7 @@ import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 
+from lab import settings
 from lab.errors import LabError
 from lab.scenario.models import build_model
 from lab.store.runs import JOB_WORKER, RunStore
@@ -58,8 +59,6 @@ from lab.train import compressed
 from lab.train import data as data_mod
 from lab.train import emulation as emu
 
-GLOO_TIMEOUT_S = float(os.environ.get("LAB_GLOO_TIMEOUT", "60"))
-FLUSH_EVERY = int(os.environ.get("LAB_FLUSH_EVERY", "10"))  # steps between measurement gathers (live charts refresh at this pace)
 REC = ("step", "loss", "t_compute", "t_coll", "t_emul_compute", "t_emul_comm", "ready", "end", "bytes_sent",
        "bytes_recv", "samples", "t_compress")
 R = {k: i for i, k in enumerate(REC)}
@@ -134,7 +133,7 @@ def _die_with_parent() -> None:
         libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
     except OSError:
         pass
-    ppid = int(os.environ.get("LAB_LAUNCHER_PID", "0"))
+    ppid = int(settings.raw("LAB_LAUNCHER_PID") or 0)
     if ppid and os.getppid() != ppid:  # the launcher was already gone
         os._exit(1)
 
@@ -149,9 +148,12 @@ def _die_with_parent() -> None:
 
 class Trainer:
     def __init__(self, sc: Scenario, rank: int, world: int, run_id: str | None, store: RunStore | None,
-                 *, launched: bool):
+                 *, launched: bool, model_builder=None):
         self.sc, self.rank, self.world, self.run_id, self.store = sc, rank, world, run_id, store
+        # The calibration passes its own networks; a job builds the Scenario's model.
+        self.build_model = model_builder or build_model
         self.launched = launched
+        self.flush_every = max(1, settings.integer("LAB_FLUSH_EVERY"))  # steps between measurement gathers
         self.step_no = 0
         self.start_step, self._resumed_t_start = 0, None
 
@@ -160,7 +162,7 @@ class Trainer:
         sc = self.sc
         tr0 = sc.training
         self.ds = data_mod.load_dataset(tr0.dataset, tr0.dataset_size, tr0.seed)
-        self.model = build_model(tr0.model, self.ds.in_features, self.ds.classes, seed=tr0.seed)
+        self.model = self.build_model(tr0.model, self.ds.in_features, self.ds.classes, seed=tr0.seed)
         self.plan = plan = make_plan(sc, self.world, self.model, self.ds.in_features)
         self.tr = tr = plan.training
         self.is_server = plan.server is not None and self.rank == plan.server
@@ -425,7 +427,7 @@ class Trainer:
         """All ranks: gather the buffered records (and the checksum) to every rank; rank 0 stores them."""
         rows = self.records
         self.records = []
-        cap = FLUSH_EVERY * len(REC)
+        cap = self.flush_every * len(REC)
         local = torch.full((2 + cap,), math.nan, dtype=torch.float64)
         local[0] = self.checksum() if check else 0.0
         local[1] = len(rows)
@@ -648,7 +650,7 @@ class Trainer:
                     last_acc = self.history[step]["test_acc"] = self.evaluate()
             check = finite and (step % tr.check_every == 0 or last)
             ck_step = bool(tr.checkpoint_every) and step % tr.checkpoint_every == 0  # rows stored before the checkpoint
-            if last or check or ck_step or step % FLUSH_EVERY == 0 or len(self.records) >= FLUSH_EVERY:
+            if last or check or ck_step or step % self.flush_every == 0 or len(self.records) >= self.flush_every:
                 self.flush(step, check)
                 self.log(f"step {step}: local loss {local:.4f}")
             if tr.checkpoint_every and step % tr.checkpoint_every == 0 and finite and not last:
@@ -675,7 +677,7 @@ def _report_error(exc: BaseException, rank: int, step: int, run_id: str | None, 
     if isinstance(exc, LabError):
         summary = f"worker {rank} stopped at step {step}: {exc}"
     tb = traceback.format_exc()
-    err_file = os.environ.get("LAB_ERROR_FILE")
+    err_file = settings.raw("LAB_ERROR_FILE")
     if err_file:
         try:
             tmp = err_file + ".tmp"
@@ -715,7 +717,7 @@ def run_rank(sc: Scenario, run_id: str | None, *, store_path: str | None = None,
     """Entry point of one rank: reads RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT from the environment
     (set by torchrun or by the lab's launcher). Returns the process exit code."""
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
-    launched = bool(os.environ.get("LAB_ERROR_FILE"))
+    launched = bool(settings.raw("LAB_ERROR_FILE"))
     if launched:
         _die_with_parent()
     torch.set_num_threads(1)
@@ -725,10 +727,10 @@ def run_rank(sc: Scenario, run_id: str | None, *, store_path: str | None = None,
 
     holder: list = []
     beat = None
-    if os.environ.get("LAB_HEARTBEAT_FILE"):
-        beat = rz.Heartbeat(os.environ["LAB_HEARTBEAT_FILE"], lambda: holder[0].step_no if holder else 0).start()
+    if settings.raw("LAB_HEARTBEAT_FILE"):
+        beat = rz.Heartbeat(settings.raw("LAB_HEARTBEAT_FILE"), lambda: holder[0].step_no if holder else 0).start()
     try:
-        rz.init_process_group(rank, world, GLOO_TIMEOUT_S)
+        rz.init_process_group(rank, world, settings.number("LAB_GLOO_TIMEOUT"))
         run_id = _agree_run_id(sc, run_id, rank, world, store, name)
         trainer = Trainer(sc, rank, world, run_id, store, launched=launched)
         holder.append(trainer)
@@ -772,7 +774,7 @@ def _agree_run_id(sc: Scenario, run_id: str | None, rank: int, world: int, store
             store.update_run(run_id, pid=os.getpid())
             if elastic:
                 store.merge_info(run_id, {"elastic_run_id": elastic})
-        elif not os.environ.get("LAB_ERROR_FILE"):
+        elif not settings.raw("LAB_ERROR_FILE"):
             store.set_status(run_id, "running", only_from=("queued",))
             store.update_run(run_id, pid=os.getpid())
         if elastic:

@@ -1,0 +1,106 @@
+"""Every ``LAB_*`` environment variable and every data path, read in one place.
+
+Values are read when asked, never at import: a process forked from a warm parent, or a test that
+changes the environment, sees the value of the moment. Two kinds of variable live here: the ones a
+person sets (the table :data:`VARIABLES`, listed in the README) and the ones the lab sets for the
+processes it starts (the launcher-to-worker protocol, :data:`PROTOCOL`).
+"""
+from __future__ import annotations
+
+import os
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]  # the project folder: child processes get it on PYTHONPATH
+
+
+@dataclass(frozen=True)
+class Variable:
+    name: str
+    default: float | int | str
+    meaning: str
+
+
+VARIABLES: dict[str, Variable] = {v.name: v for v in (
+    Variable("LAB_DB", "", "the run store's SQLite file (default ./data/runs.db)"),
+    Variable("LAB_DATA", "", "folder for checkpoints, logs, the data cache and the machine profile"),
+    Variable("LAB_JOB_CAPACITY", 1, "jobs that run at once on the class server"),
+    Variable("LAB_JOB_NICE", 10, "niceness of job processes, so page views win the CPU (0-19)"),
+    Variable("LAB_SLOTS_PER_CPU", 0, "worker slots per CPU for the job queue (0: at least 2, about 5 in all)"),
+    Variable("LAB_SWEEP_S", 5.0, "seconds between sweeps for runs whose launcher died"),
+    Variable("LAB_TEACHER_TOKEN", "", "the teacher's token (?teacher=...) that manages every job"),
+    Variable("LAB_MAX_RESTARTS", 3, "restarts of a job whose fault policy is recover"),
+    Variable("LAB_HEARTBEAT_EVERY", 0.5, "seconds between a worker's heartbeats"),
+    Variable("LAB_HEARTBEAT_TIMEOUT", 30.0, "seconds without a heartbeat before a worker counts as hung"),
+    Variable("LAB_START_TIMEOUT", 180.0, "seconds a worker may take to start and join the group"),
+    Variable("LAB_FROZEN_TIMEOUT", 30.0, "seconds a stopped (SIGSTOP) worker is waited for"),
+    Variable("LAB_LAUNCHER_STALE", 30.0, "seconds after which a launcher without /proc evidence is taken for dead"),
+    Variable("LAB_GLOO_TIMEOUT", 60.0, "seconds a gloo collective may wait for a peer"),
+    Variable("LAB_FLUSH_EVERY", 10, "training steps between measurement gathers (live charts refresh at this pace)"),
+    Variable("LAB_CALIBRATION_PIN", "1", "0 turns off CPU pinning while calibrating"),
+    Variable("LAB_WARM", "", "1 starts jobs from the warm process starter"),
+)}
+
+# Set by the lab for the processes it starts; a person never sets these.
+PROTOCOL = ("LAB_RANK_CPUS", "LAB_LAUNCHER_PID", "LAB_ATTEMPT", "LAB_RDZV_PREFIX", "LAB_STORE_FD",
+            "LAB_ERROR_FILE", "LAB_HEARTBEAT_FILE", "LAB_STARTER_SOCK")
+
+
+def raw(name: str) -> str:
+    """The variable's text ('' when unset); only names this module knows."""
+    if name not in VARIABLES and name not in PROTOCOL:
+        raise KeyError(f"{name} is not one of the lab's variables")
+    return os.environ.get(name) or ""
+
+
+def number(name: str) -> float:
+    """A numeric variable, its default when unset or not a number."""
+    default = VARIABLES[name].default
+    try:
+        return float(raw(name) or default)
+    except ValueError:
+        return float(default)
+
+
+def integer(name: str) -> int:
+    return int(number(name))
+
+
+def flag(name: str) -> bool:
+    return raw(name).strip().lower() in ("1", "true", "yes", "on")
+
+
+def job_nice() -> int:
+    """Scheduling priority of job processes: training is batch work, the pages are interactive,
+    so jobs run niced and a classroom's page views win the CPU."""
+    return max(0, min(19, integer("LAB_JOB_NICE")))
+
+
+def db_path() -> Path:
+    """The run store: LAB_DB, else ./data/runs.db."""
+    return Path(raw("LAB_DB") or Path("data") / "runs.db")
+
+
+def data_dir(default: Path | None = None) -> Path:
+    """LAB_DATA, else ``default``, else the run store's folder when LAB_DB is set, else ./data."""
+    if raw("LAB_DATA"):
+        return Path(raw("LAB_DATA"))
+    if default is not None:
+        return Path(default)
+    if raw("LAB_DB"):
+        return Path(raw("LAB_DB")).resolve().parent
+    return Path.cwd() / "data"
+
+
+def cache_dir() -> Path:
+    """LAB_DATA/cache when set, else a folder in the system's temporary directory shared by runs."""
+    return Path(raw("LAB_DATA")) / "cache" if raw("LAB_DATA") else Path(tempfile.gettempdir()) / "hetlab-cache"
+
+
+def child_env(base: dict | None = None, **extra: str) -> dict:
+    """The environment for a lab process: ``base`` (default this one) with the project on PYTHONPATH."""
+    env = dict(os.environ if base is None else base)
+    env["PYTHONPATH"] = os.pathsep.join([str(ROOT), *filter(None, [env.get("PYTHONPATH")])])
+    env.update(extra)
+    return env
