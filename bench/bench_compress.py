@@ -31,7 +31,8 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from lab.comm.sparse import bench_worker, run_local  # noqa: E402
+from lab.comm.processes import run_local  # noqa: E402
+from lab.testing.sparse_workers import bench_worker  # noqa: E402
 from lab.compression.compressors import GroupTopK, TopK  # noqa: E402
 
 

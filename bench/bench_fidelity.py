@@ -42,7 +42,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from lab.machine.calibrate import calibrate, format_profile, load_profile  # noqa: E402
+from lab.machine.calibrate import calibrate, format_profile  # noqa: E402
+
+from lab.machine.profile import load_profile  # noqa: E402
 from lab.machine.predict import evaluate_runs, oracle_error, preset_batch, reproducibility, step_error_summary  # noqa: E402
 from lab.store.runs import RunStore  # noqa: E402
 
@@ -71,7 +73,7 @@ def run_batch(db: Path, steps: int, only: str | None, batch: int = 1) -> None:
         name = f"{sc.name} #{batch}"
         cpus = None
         if os.environ.get("LAB_CALIBRATION_PIN", "1") != "0":  # ranks on the cores the job manager gives them
-            from lab.machine.calibrate import rank_cpu
+            from lab.machine.cases import rank_cpu
             from lab.machine.predict import job_procs
 
             cpus = [rank_cpu(k) for k in range(job_procs(sc))]

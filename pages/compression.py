@@ -15,7 +15,7 @@ from lab.errors import LabError
 from lab.scenario.models import MODEL_LABELS, MODEL_NAMES
 from lab.store.runs import ACTIVE, store
 from lab.scenario.document import Compression
-from lab.train.compressed import grid_results, grid_scenarios, grid_table
+from lab.jobs.grid import grid_results, grid_scenarios, grid_table
 from lab.view.state import RING_COMPRESSORS, VIEW
 
 sc = ui.scenario_sidebar()

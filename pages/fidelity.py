@@ -7,6 +7,7 @@ import streamlit as st
 
 import ui
 from lab.machine import calibrate as cal
+from lab.machine.profile import load_profile
 from lab.machine import predict as P
 from lab.machine import trace_export as T
 from lab.figures import fidelity as figs
@@ -36,7 +37,7 @@ SIMULATORS = (
 st.subheader("This machine")
 prof = None
 with ui.guarded("the machine profile"):
-    prof = cal.load_profile()
+    prof = load_profile()
 busy = cal.calibration_running()
 if prof is not None:
     st.markdown(f"**Profile:** {ui.plain(prof.describe())}")

@@ -6,7 +6,7 @@ import streamlit as st
 
 import ui
 from lab.jobs import guard as submit_guard
-from lab.machine.calibrate import load_profile
+from lab.machine.profile import load_profile
 from lab.jobs.comparison import comparison_compressions, comparison_scenarios, run_name, settings_of
 from lab.figures import training as figs
 from lab.figures.fidelity import prediction_figure

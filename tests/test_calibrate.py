@@ -12,6 +12,8 @@ import numpy as np
 import pytest
 
 from lab.machine import calibrate as C
+from lab.machine import cases
+from lab.machine import profile as profile_mod
 from lab.errors import LabError
 from lab.modelled.opgraph import trace
 
@@ -71,21 +73,21 @@ def test_geomean_error():
 def test_profile_json_round_trip_and_damage(tmp_path):
     p = C.synthetic_profile()
     path = p.save(tmp_path / "prof.json")
-    assert C.load_profile(path) == p
-    assert C.load_profile(tmp_path / "missing.json") is None
+    assert profile_mod.load_profile(path) == p
+    assert profile_mod.load_profile(tmp_path / "missing.json") is None
     d = json.loads(path.read_text())
     d["version"] = 1
     (tmp_path / "old.json").write_text(json.dumps(d))
     with pytest.raises(LabError, match="another version"):
-        C.load_profile(tmp_path / "old.json")
+        profile_mod.load_profile(tmp_path / "old.json")
     (tmp_path / "bad.json").write_text("{not json")
     with pytest.raises(LabError, match="not JSON"):
-        C.load_profile(tmp_path / "bad.json")
+        profile_mod.load_profile(tmp_path / "bad.json")
     d = json.loads(path.read_text())
     del d["compute"]["classes"]
     (tmp_path / "cut.json").write_text(json.dumps(d))
     with pytest.raises(LabError, match="damaged"):
-        C.load_profile(tmp_path / "cut.json")
+        profile_mod.load_profile(tmp_path / "cut.json")
 
 
 def test_profile_lookups():
@@ -144,7 +146,7 @@ def test_tiny_calibration_end_to_end(tmp_path):
     assert prof.jitter["2"].fixed >= 0 and prof.remainder["2"].fixed >= 0
     assert prof.machine["cores"] >= 1 and prof.created
     path = prof.save(tmp_path / "machine_profile.json")
-    back = C.load_profile(path)
+    back = profile_mod.load_profile(path)
     assert back == prof
     assert "process" in C.format_profile(back)
     again = C.refit(back)  # the same rows through the same fit: the same N-process terms
@@ -267,10 +269,10 @@ def test_calibration_processes_are_pinned_as_the_job_manager_pins_ranks():
     import sys
 
     allowed = sorted(os.sched_getaffinity(0))
-    assert [C.rank_cpu(k) for k in range(4)] == [allowed[k % len(allowed)] for k in range(4)]
+    assert [cases.rank_cpu(k) for k in range(4)] == [allowed[k % len(allowed)] for k in range(4)]
     code = "import os; from lab.machine.calibrate import pin_rank; pin_rank({}); print(sorted(os.sched_getaffinity(0)))"
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    for rank, flag, want in ((1, "1", [C.rank_cpu(1)]), (2, "1", [C.rank_cpu(2)]), (1, "0", allowed)):
+    for rank, flag, want in ((1, "1", [cases.rank_cpu(1)]), (2, "1", [cases.rank_cpu(2)]), (1, "0", allowed)):
         out = subprocess.run([sys.executable, "-c", code.format(rank)], cwd=root, capture_output=True, text=True,
                              env={**os.environ, "LAB_CALIBRATION_PIN": flag}, timeout=60, check=True).stdout
         assert out.strip() == str(want)

@@ -104,7 +104,7 @@ def test_grid_button_queues_nine_runs_then_they_are_stopped(lab_db):
 
     from lab.jobs.manager import shared
     from lab.store.runs import RunStore
-    from lab.train.compressed import GRID_OPTIMISERS, variant_of
+    from lab.jobs.grid import GRID_OPTIMISERS, variant_of
     from tests.test_train import processes_with
 
     page = app_test("pages/compression.py", timeout=180)
@@ -140,7 +140,7 @@ def test_grid_button_queues_nine_runs_then_they_are_stopped(lab_db):
 def test_grid_results_table_and_figure_from_the_store(lab_db):
     from lab.store.runs import JOB_WORKER, RunStore
     from lab.scenario.document import default_scenario
-    from lab.train.compressed import grid_scenarios
+    from lab.jobs.grid import grid_scenarios
 
     store = RunStore(lab_db)
     ids = []

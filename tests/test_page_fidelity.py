@@ -164,7 +164,7 @@ def test_home_opens_a_lesson_on_its_page_with_its_scenario(data):
 
 
 def test_allreduce_page_draws_the_profile_beside_its_measurement(data):
-    from lab.machine.calibrate import CommFit, MachineProfile
+    from lab.machine.profile import CommFit, MachineProfile
 
     prof = synthetic_profile()
     fits = {"gloo": CommFit(100e-6, 1e-9, 0.0), "ring": CommFit(150e-6, 2e-9, 0.0)}

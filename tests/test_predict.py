@@ -9,7 +9,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from lab.machine.calibrate import LinearCost, synthetic_profile
+from lab.machine.profile import LinearCost
+
+from lab.machine.calibrate import synthetic_profile
 from lab.scenario.catalogue import preset
 from lab.errors import LabError
 from lab.machine.predict import (PARTS, FidelityBatch, compare, evaluate_runs, measured_step, predict_step,

@@ -13,7 +13,8 @@ from hypothesis import strategies as hst
 from lab.scenario.catalogue import preset
 from lab.errors import LabError
 from lab.scenario.document import default_scenario
-from lab.jobs.policies import (Group, JobRequest, SlotBook, compare_policies, fair_order, local_groups, parse_job,
+from lab.train.roles import parse_job
+from lab.jobs.policies import (Group, JobRequest, SlotBook, compare_policies, fair_order, local_groups,
                             place, resource_groups, simulate)
 
 

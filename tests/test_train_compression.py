@@ -16,7 +16,8 @@ from lab.compression.compressors import GroupTopK
 from lab.errors import LabError
 from lab.store.runs import JOB_WORKER, RunStore
 from lab.scenario.document import Compression, Scenario, default_scenario
-from lab.train import compressed
+from lab.jobs import grid
+from lab.train import compressed, reference
 from lab.train.launcher import launch
 from lab.train.reference import single_process
 from lab.train.worker import check_scenario
@@ -54,11 +55,11 @@ def max_diff(a: dict, b: dict) -> float:
 def test_compressed_run_matches_the_reference_byte_for_byte(lab_db, sharing, ef, edge):
     sc = scenario(sharing, ef, edge=edge)
     store, rid = run(sc, lab_db)  # check_every=1: the workers' parameter checksums agree after every step
-    ref = compressed.simulate(sc.training)
+    ref = reference.compressed_single_process(sc.training)
     ck = torch.load(store.checkpoint_dir(rid) / "final.pt", weights_only=True)
     assert max_diff(ck["model"], ref["state"]) <= 1e-5
     # it trained: not the initial weights
-    assert max_diff(ck["model"], compressed.simulate(sc.training, steps=0)["state"]) > 1e-3
+    assert max_diff(ck["model"], reference.compressed_single_process(sc.training, steps=0)["state"]) > 1e-3
     info = store.get_run(rid)["info"]
     assert info["bytes_kind"] == "measured"
     m = store.metrics(rid)
@@ -148,10 +149,10 @@ def test_submitting_a_refused_combination_queues_nothing(lab_db):
 def test_grid_scenarios_are_nine_runs_of_gradient_allreduce():
     sc = default_scenario()
     sc = sc.replace(training=sc.training.replace(sync="state_allreduce", compression=Compression(sharing="dense")))
-    items = compressed.grid_scenarios(sc)
+    items = grid.grid_scenarios(sc)
     assert len(items) == 9 and len({name for _, name in items}) == 9
-    got = {(s.training.optimizer, compressed.variant_of(s.training.to_dict())) for s, _ in items}
-    assert got == {(o, v) for o in compressed.GRID_OPTIMISERS for v in compressed.GRID_VARIANTS}
+    got = {(s.training.optimizer, grid.variant_of(s.training.to_dict())) for s, _ in items}
+    assert got == {(o, v) for o in grid.GRID_OPTIMISERS for v in grid.GRID_VARIANTS}
     for s, _ in items:
         tr = s.training
         assert tr.sync == "allreduce" and tr.allreduce_impl == "ring"
@@ -159,4 +160,4 @@ def test_grid_scenarios_are_nine_runs_of_gradient_allreduce():
         if tr.compression.kind == "group_topk":
             assert tr.compression.ratio == 0.01 and tr.compression.sharing == "sparse_allgather"
         check_scenario(s)
-    assert math.isclose(compressed.GRID_RATIO, 0.01)
+    assert math.isclose(grid.GRID_RATIO, 0.01)

@@ -474,54 +474,6 @@ def from_settings(settings: Any, seed: int = 0) -> Compressor:
 
 
 # ---------------------------------------------------------------------------------------------
-# The training job's entry point
-# ---------------------------------------------------------------------------------------------
-class GradientCompressor:
-    """Compress (with error feedback), share, and return the dense sum: see the module docstring."""
-
-    def __init__(self, settings: Any = None, *, seed: int = 0, kind: str | None = None, ratio: float | None = None,
-                 group_size: int | None = None, error_feedback: bool | None = None, sharing: str | None = None):
-        from lab.scenario.document import Compression
-
-        s = settings if settings is not None else Compression()
-        self.kind = kind if kind is not None else s.kind
-        self.sharing = sharing if sharing is not None else s.sharing
-        self.compressor = make_compressor(
-            self.kind, ratio if ratio is not None else s.ratio, group_size if group_size is not None else s.group_size,
-            error_feedback=error_feedback if error_feedback is not None else s.error_feedback, seed=seed)
-        from lab.comm.sparse import SHARING_METHODS
-
-        if self.sharing not in SHARING_METHODS:
-            raise LabError(f"unknown sharing method {self.sharing!r}; choose one of {list(SHARING_METHODS)}",
-                           where="compression.sharing")
-
-    def reset(self) -> None:
-        """Forget the error-feedback residual (e.g. after restoring a checkpoint)."""
-        if isinstance(self.compressor, ErrorFeedback):
-            self.compressor.reset()
-
-    def step(self, flat_grad: torch.Tensor, group: Any = None,
-             link_delay: Any = None) -> tuple[torch.Tensor, dict]:
-        """One step: compress, share over ``group`` (default: the whole world), return (sum, stats).
-
-        ``link_delay(src, dst, nbytes) -> seconds`` is slept before each message (link emulation,
-        the same hook as :func:`lab.comm.ring.ring_allreduce`).
-        """
-        from lab.comm.sparse import share
-
-        t0 = time.perf_counter()
-        payload = self.compressor.compress(flat_grad)
-        t1 = time.perf_counter()
-        summed, stats = share(payload, self.sharing, group=group, link_delay=link_delay)
-        t2 = time.perf_counter()
-        out = {"bytes_sent": stats["bytes_sent"], "bytes_recv": stats["bytes_recv"],
-               "t_compress": t1 - t0, "t_comm": t2 - t1, "delay": stats.get("delay", 0.0), "kept": payload.count,
-               "density": payload.count / payload.numel, "payload_bytes": payload.nbytes,
-               "nnz_sum": int(torch.count_nonzero(summed))}
-        return summed.view(flat_grad.shape), out
-
-
-# ---------------------------------------------------------------------------------------------
 # Gradients to look at (the page) and the comparison table
 # ---------------------------------------------------------------------------------------------
 def digits_batch(batch_size: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -610,5 +562,5 @@ def evaluate(grad: torch.Tensor, kinds: tuple[str, ...] = ("group_topk", "topk",
 
 
 __all__ = ["Payload", "Compressor", "NoCompression", "GroupTopK", "TopK", "RandomK", "FP16", "ErrorFeedback",
-           "make_compressor", "from_settings", "GradientCompressor", "HEADER_BYTES", "evaluate",
+           "make_compressor", "from_settings", "HEADER_BYTES", "evaluate",
            "real_gradients", "generated_gradients", "relative_error", "digits_batch", "COMPRESSOR_LABELS"]

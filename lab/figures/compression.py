@@ -159,7 +159,7 @@ GRID_COLOURS = {"dense": "#4c566a", "gtk": "#66bb6a", "gtk_ef": "#1b5e20"}
 
 
 def grid_figure(rows: Sequence[Mapping]) -> go.Figure:
-    """The preset grid's finished runs (lab.train.compressed.grid_results rows): final test accuracy,
+    """The preset grid's finished runs (lab.jobs.grid.grid_results rows): final test accuracy,
     time per step and bytes per worker per step, grouped by optimiser, one colour per variant."""
     fig = make_subplots(rows=1, cols=3, subplot_titles=("final test accuracy", "time per step",
                                                         "sent per worker per step"), horizontal_spacing=0.08)

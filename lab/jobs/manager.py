@@ -6,7 +6,7 @@ started in a new session, so the launcher leads a process group holding every wo
 ``killpg`` ends all of it. Its lifecycle goes to the run store's ``stages`` table:
 
 ``submitted`` (queued, with its owner) -> ``parsed`` (task manager, parameter server, compute workers,
-the topology's resource groups; :func:`lab.jobs.policies.parse_job`) -> ``scheduled`` (which local
+the topology's resource groups; :func:`lab.train.roles.parse_job`) -> ``scheduled`` (which local
 cores hold which rank, after how long in the queue) -> ``started`` (the launcher created the worker
 processes) -> ``data`` (split and shipped) -> ``running`` -> [``fault`` / ``alarm`` / ``restart``]
 -> ``ended`` -> ``released`` (processes reaped, slots freed).
@@ -52,7 +52,8 @@ from lab.errors import LabError
 from lab.settings import ROOT, job_nice
 from lab.store.runs import ACTIVE, FINISHED, RunStore
 from lab.scenario.document import Scenario
-from lab.jobs.policies import POLICIES, SlotBook, cpu_of, fair_order, local_groups, parse_job, place
+from lab.jobs.policies import POLICIES, SlotBook, cpu_of, fair_order, local_groups, place
+from lab.train.roles import parse_job
 
 STOP_GRACE_S = 3.0
 DRAIN_S = 10.0  # workers of a dead launcher get this long to exit before they are killed

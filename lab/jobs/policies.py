@@ -30,26 +30,11 @@ from typing import Iterable, Mapping, Sequence
 
 from lab import settings
 from lab.errors import LabError
+from lab.scenario.groups import Group, resource_groups
 
 POLICIES = ("uniform", "resource_state")
 POLICY_LABELS = {"uniform": "uniform (spread over every group with free devices)",
                  "resource_state": "resource-state (whole job on the largest free group that holds it)"}
-
-
-@dataclass(frozen=True)
-class Group:
-    """A resource group: devices of one hardware type. ``speed``: FLOP/s of one device for the
-    operator class the what-if uses (0: no kernel for it, so no job can use the group)."""
-
-    name: str
-    type: str
-    devices: tuple[str, ...]
-    pool: str = ""
-    speed: float = 1.0
-
-    @property
-    def size(self) -> int:
-        return len(self.devices)
 
 
 @dataclass(frozen=True)
@@ -130,26 +115,6 @@ class Schedule:
 
 
 # ----- groups ----------------------------------------------------------------------------------
-def resource_groups(topology, op_class: str = "matmul") -> list[Group]:
-    """The topology's devices grouped by (pool, hardware type), in the order they appear; a group's
-    device names are ``"<group>/<device>"``. ``speed`` is the slowest member's FLOP/s for ``op_class``."""
-    order: list[tuple[str, str]] = []
-    members: dict[tuple[str, str], list] = {}
-    for d in topology.devices:
-        key = (d.pool, d.type)
-        if key not in members:
-            order.append(key)
-            members[key] = []
-        members[key].append(d)
-    out = []
-    for pool, typ in order:
-        name = f"{pool}:{typ}"
-        devs = members[(pool, typ)]
-        speed = min(float(d.throughput.get(op_class, 0.0)) for d in devs)
-        out.append(Group(name, typ, tuple(f"{name}/{d.name}" for d in devs), pool, speed))
-    return out
-
-
 def local_groups(cpus: Iterable[int] | None = None, slots_per_cpu: int | None = None) -> list[Group]:
     """This machine as resource groups: one group per CPU core the lab may use ("cpu0", "cpu1", ...)
     with ``slots_per_cpu`` worker slots each (default: enough for the largest job, 4 workers and a
@@ -343,28 +308,4 @@ class SlotBook:
 
 __all__ = ["Group", "JobRequest", "Allocation", "Schedule", "POLICIES", "POLICY_LABELS", "resource_groups",
            "local_groups", "place", "fair_order", "simulate", "compare_policies", "duration_on", "SlotBook",
-           "cpu_of", "parse_job"]
-
-
-def parse_job(sc) -> dict:
-    """The task-level design's parsing step: the job's roles (a task manager, a parameter server where the sync mode
-    uses one, the compute workers), the device each worker stands for, and the topology's resource
-    groups (one hardware type each) those devices belong to. Plain data (JSON-ready)."""
-    tr = sc.training
-    ps = tr.sync == "param_server"
-    devs = list(tr.worker_devices)
-    groups = resource_groups(sc.topology)
-    group_of = {d.split("/", 1)[1]: g.name for g in groups for d in g.devices}
-    roles = [{"role": "task manager", "rank": None, "device": None, "group": None,
-              "process": "the launcher (splits the job, watches heartbeats, restarts)"}]
-    for r in range(tr.workers):
-        dev = devs[r] if r < len(devs) else None
-        roles.append({"role": "compute worker", "rank": r, "device": dev, "group": group_of.get(dev),
-                      "process": f"worker rank {r}"})
-    if ps:
-        dev = devs[tr.workers] if len(devs) > tr.workers else None
-        roles.append({"role": "parameter server", "rank": tr.workers, "device": dev, "group": group_of.get(dev),
-                      "process": f"rank {tr.workers}"})
-    return {"workers": tr.workers, "parameter_server": tr.workers if ps else None, "tasks": tr.workers + ps,
-            "sync": tr.sync, "roles": roles,
-            "resource_groups": [{"name": g.name, "type": g.type, "devices": g.size} for g in groups]}
+           "cpu_of"]

@@ -57,12 +57,11 @@ import argparse
 import json
 import math
 import os
-import platform
 import statistics
 import sys
 import tempfile
 import time
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import replace
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
@@ -71,391 +70,47 @@ import numpy as np
 
 from lab import settings
 from lab.errors import LabError
-
-PROFILE_VERSION = 4  # 4: compute with N processes is k x t + d (wall time, means per step), pinned ranks
-COMPUTE_CLASSES = ("matmul", "conv", "elementwise", "norm", "pool", "other")
-OPTIMIZER_KINDS = ("adam", "adabelief", "maxadabelief", "maxadabelief-corrected")
-COMPRESSOR_KEYS = ("none", "group_topk", "topk", "randomk", "fp16")
-SHARING_METHODS = ("dense", "sparse_ring", "sparse_allgather")
-MAX_PROCS = 4
-
-#: Calibration networks: (model class name in lab.scenario.models, constructor keyword arguments). None of
-#: them is a preset (MLP 128-64, CNN 8/16 channels, ResNet 16 channels x 3 blocks, encoder 32/64).
-CALIBRATION_NETS: tuple[tuple[str, dict], ...] = (
-    ("MLP", {"hidden": (32,)}),
-    ("MLP", {"hidden": (96,)}),
-    ("MLP", {"hidden": (256,)}),
-    ("MLP", {"hidden": (96, 48)}),
-    ("MLP", {"hidden": (192, 96, 48)}),
-    ("MLP", {"hidden": (48, 48, 48, 48)}),
-    ("CNN", {"channels": (4, 8)}),
-    ("CNN", {"channels": (12, 24)}),
-    ("CNN", {"channels": (16, 32)}),
-    ("SmallResNet", {"channels": 8, "blocks": 1}),
-    ("SmallResNet", {"channels": 12, "blocks": 2}),
-    ("EncoderBlock", {"d_model": 16, "d_ff": 32}),
-    ("EncoderBlock", {"d_model": 48, "d_ff": 96}),
+from lab.machine.cases import (
+    CALIBRATION_BATCHES,
+    CALIBRATION_NETS,
+    CALIBRATION_REPEAT,
+    CYCLE_KINDS,
+    CYCLE_RATIO,
+    CYCLE_REPEAT,
+    MAX_PROCS,
+    build_calibration_net,
+    cycle_cases,
+    pin_rank,
 )
-CALIBRATION_BATCHES = (16, 64)
-
+from lab.machine.profile import (
+    COMPRESSOR_KEYS,
+    COMPUTE_CLASSES,
+    OPTIMIZER_KINDS,
+    SHARING_METHODS,
+    ClassCost,
+    CommFit,
+    ComputeFit,
+    LinearCost,
+    MachineProfile,
+    SharingFit,
+    compute_seconds,
+    fit_compute,
+    fit_linear,
+    geomean_error,
+    graph_features,
+    machine_description,
+    nnls_relative,
+    profile_path,
+)
 
 # ---------------------------------------------------------------------------------------------
 # The profile
 # ---------------------------------------------------------------------------------------------
-@dataclass(frozen=True)
-class ClassCost:
-    overhead: float  # seconds per operator (forward + backward)
-    throughput: float  # forward FLOPs per second of forward + backward time (inf: no FLOP dependence)
-
-    def time(self, flops: float) -> float:
-        return self.overhead + (flops / self.throughput if self.throughput and math.isfinite(self.throughput) else 0.0)
-
-
-@dataclass(frozen=True)
-class LinearCost:
-    """``fixed + per_tensor x tensors + per_unit x units`` (units: parameters, elements or bytes)."""
-
-    fixed: float = 0.0
-    per_tensor: float = 0.0
-    per_unit: float = 0.0
-
-    def time(self, units: float, tensors: float = 0.0) -> float:
-        return self.fixed + self.per_tensor * tensors + self.per_unit * units
-
-
-@dataclass(frozen=True)
-class ComputeFit:
-    classes: dict  # {op class: ClassCost}
-    fixed: float  # seconds per step outside the operators
-    per_tensor: float  # seconds per parameter tensor (gradient accumulation)
-    fit_error: float  # geometric-mean error of the fit on the calibration networks (fraction)
-    samples: int  # calibration (network, batch) pairs
-
-    def cost(self, op_class: str) -> ClassCost:
-        return self.classes.get(op_class) or self.classes["elementwise"]
-
-    def scaled(self, k: float) -> "ComputeFit":
-        """The same fit on a machine ``k`` times slower."""
-        return ComputeFit({c: ClassCost(v.overhead * k, v.throughput / k) for c, v in self.classes.items()},
-                          self.fixed * k, self.per_tensor * k, self.fit_error, self.samples)
-
-
-@dataclass(frozen=True)
-class CommFit:
-    alpha: float  # seconds per ring step
-    beta: float  # seconds per byte
-    fit_error: float  # geometric-mean error over the measured cases (fraction)
-
-    def time(self, procs: int, nbytes: float) -> float:
-        """Ring all-reduce time: 2(N-1) alpha + 2(N-1)/N S beta."""
-        return 2 * (procs - 1) * self.alpha + 2 * (procs - 1) / procs * nbytes * self.beta
-
-
-@dataclass(frozen=True)
-class SharingFit:
-    per_hop: float  # seconds per message hop (count + payload, decode/merge included)
-    per_byte: float  # seconds per byte this rank sends
-    fit_error: float
-
-    def time(self, hops: float, nbytes: float) -> float:
-        return self.per_hop * hops + self.per_byte * nbytes
-
-
-@dataclass(frozen=True)
-class MachineProfile:
-    """"This machine": what :func:`calibrate` measured. One-process costs, a slow-down factor per
-    process count N, and per N the in-context costs of the collectives and the idle jitter."""
-
-    created: str
-    machine: dict
-    compute: ComputeFit  # one process
-    optimizer: dict  # {kind: LinearCost (per_unit: per parameter)}, one process
-    compressor: dict  # {"kind" or "kind+ef": LinearCost (per_unit: per element)}, one process
-    contention: dict  # {procs (str): factor on compute with N processes at once (plus step_extra)}
-    allreduce: dict  # {procs: {"gloo" | "ring": CommFit}} measured in context (job loop or cycles)
-    sharing: dict  # {procs: {method: SharingFit}} measured in context (job loop or cycles)
-    jitter: dict  # {procs: LinearCost: mean idle of equal workers (fixed, seconds)}
-    remainder: dict  # {procs: LinearCost: rest of the step: loop, ranks ending apart (fixed, seconds)}
-    measured_allreduce: dict  # {procs: {"gloo" | "ring": CommFit}} from lab.comm.measure (barrier first)
-    wait_slowdown: list = field(default_factory=lambda: [[0.0, 1.0]])  # [[wait s, compute factor], ...]
-    settings: dict = field(default_factory=dict)
-    notes: list = field(default_factory=list)
-    #: {procs: seconds added to every step's compute with N processes}: compute with N processes is
-    #: ``slowdown(N) x (one-process time) + step_extra[N]`` (empty: no fixed extra)
-    step_extra: dict = field(default_factory=dict)
-    #: {procs: mean wait per step (collective, idle, rest) in the N-process calibration runs}: the
-    #: wait whose after-effect the N-process compute terms already hold
-    cycle_wait: dict = field(default_factory=dict)
-
-    # ----- lookups (nearest calibrated process count when N itself was not calibrated) ---------
-    @staticmethod
-    def _nearest(table: dict, procs: int) -> Any:
-        if not table:
-            raise LabError("the machine profile has no entry for this quantity; calibrate again", where="profile")
-        if str(procs) in table:
-            return table[str(procs)]
-        have = sorted(int(k) for k in table)
-        return table[str(min(have, key=lambda p: (abs(p - procs), -p)))]
-
-    def slowdown(self, procs: int) -> float:
-        """Factor on compute with ``procs`` processes at once (shared cores, caches, memory, the job
-        loop); with :meth:`extra_per_step` added once per step."""
-        if procs <= 1:  # 1.0, or the job loop's own cost over the harness's (cycle_source="loop")
-            return float(self.contention.get("1", 1.0))
-        return float(self._nearest(self.contention, procs))
-
-    def extra_per_step(self, procs: int) -> float:
-        """Seconds added to every step's compute with ``procs`` processes (see :attr:`step_extra`)."""
-        if not self.step_extra or (procs <= 1 and "1" not in self.step_extra):
-            return 0.0
-        return float(self._nearest(self.step_extra, max(1, procs)))
-
-    def compute_fit(self, procs: int = 1) -> ComputeFit:
-        """Per-class costs with ``procs`` processes sharing the cores: every cost times
-        :meth:`slowdown`, plus :meth:`extra_per_step` once per step."""
-        fit = self.compute.scaled(self.slowdown(procs))
-        extra = self.extra_per_step(procs)
-        return replace(fit, fixed=fit.fixed + extra) if extra else fit
-
-    def optimizer_cost(self, kind: str, procs: int = 1) -> LinearCost:
-        c = self.optimizer.get(kind) or self.optimizer["adam"]
-        k = self.slowdown(procs)
-        return LinearCost(c.fixed * k, c.per_tensor * k, c.per_unit * k)
-
-    def compressor_cost(self, kind: str, error_feedback: bool, procs: int = 1) -> LinearCost:
-        key = kind + ("+ef" if error_feedback else "")
-        c = self.compressor.get(key) or self.compressor.get(kind) or LinearCost()
-        k = self.slowdown(procs)
-        return LinearCost(c.fixed * k, c.per_tensor * k, c.per_unit * k)
-
-    def allreduce_fit(self, impl: str, procs: int) -> CommFit:
-        t = self._nearest(self.allreduce, procs)
-        return t.get(impl) or t["gloo"]
-
-    def sharing_fit(self, method: str, procs: int) -> SharingFit:
-        t = self._nearest(self.sharing, procs)
-        if method not in t:
-            raise LabError(f"the machine profile has no timing of sharing method {method!r}; calibrate again",
-                           where="profile")
-        return t[method]
-
-    def wait_factor(self, wait: float) -> float:
-        """Compute slow-down after waiting ``wait`` seconds before the step (interpolated, flat beyond)."""
-        pts = sorted(self.wait_slowdown or [[0.0, 1.0]])
-        return float(np.interp(max(0.0, wait), [p[0] for p in pts], [p[1] for p in pts]))
-
-    def extra_wait_factor(self, wait: float, procs: int) -> float:
-        """Compute slow-down after waiting ``wait`` seconds *beyond* what the N-process terms already
-        hold: their calibration runs waited :attr:`cycle_wait` [N] per step, so the factor is
-        ``wait_factor(wait) / wait_factor(cycle_wait[N])``, at least 1."""
-        base = float(self._nearest(self.cycle_wait, procs)) if self.cycle_wait and procs > 1 else 0.0
-        return max(1.0, self.wait_factor(wait) / self.wait_factor(base))
-
-    def jitter_cost(self, procs: int) -> LinearCost:
-        return self._nearest(self.jitter, procs) if procs > 1 and self.jitter else LinearCost()
-
-    def remainder_cost(self, procs: int) -> LinearCost:
-        """The rest of the step outside the timed parts with ``procs`` processes (one process: only
-        when the job's loop was calibrated with one process, ``cycle_source="loop"``)."""
-        if procs <= 1:
-            return self.remainder.get("1", LinearCost())
-        multi = {k: v for k, v in self.remainder.items() if k != "1"}
-        return self._nearest(multi, procs) if multi else LinearCost()
-
-    @property
-    def procs(self) -> list[int]:
-        return sorted(int(k) for k in self.contention)
-
-    def describe(self) -> str:
-        m = self.machine
-        return (f"{m.get('cpu') or 'unknown CPU'}, {m.get('cores')} cores, host {m.get('hostname')}, "
-                f"torch {m.get('torch')}; calibrated {self.created}")
-
-    # ----- JSON -----------------------------------------------------------------------------------
-    def to_dict(self) -> dict:
-        d = asdict(self)
-        d["version"] = PROFILE_VERSION
-        return d
-
-    def to_json(self) -> str:
-        return json.dumps(self.to_dict(), indent=1, default=_json_default)
-
-    @staticmethod
-    def from_dict(d: Any) -> "MachineProfile":
-        try:
-            d = dict(d)
-            if d.pop("version", None) != PROFILE_VERSION:
-                raise LabError("the saved machine profile is from another version of the lab; calibrate again",
-                               where="profile")
-            c = d["compute"]
-            d["compute"] = ComputeFit(**{**c, "classes": {k: ClassCost(**v) for k, v in c["classes"].items()}})
-            d["optimizer"] = {k: LinearCost(**v) for k, v in d["optimizer"].items()}
-            d["compressor"] = {k: LinearCost(**v) for k, v in d["compressor"].items()}
-            d["contention"] = {str(k): float(v) for k, v in d["contention"].items()}
-            d["step_extra"] = {str(k): float(v) for k, v in d.get("step_extra", {}).items()}
-            d["cycle_wait"] = {str(k): float(v) for k, v in d.get("cycle_wait", {}).items()}
-            d["allreduce"] = {p: {k: CommFit(**v) for k, v in t.items()} for p, t in d["allreduce"].items()}
-            d["measured_allreduce"] = {p: {k: CommFit(**v) for k, v in t.items()}
-                                       for p, t in d["measured_allreduce"].items()}
-            d["sharing"] = {p: {k: SharingFit(**v) for k, v in t.items()} for p, t in d["sharing"].items()}
-            d["jitter"] = {p: LinearCost(**v) for p, v in d["jitter"].items()}
-            d["remainder"] = {p: LinearCost(**v) for p, v in d["remainder"].items()}
-            prof = MachineProfile(**d)
-        except LabError:
-            raise
-        except (ValueError, TypeError, KeyError, AttributeError) as exc:
-            raise LabError(f"the saved machine profile is damaged ({type(exc).__name__}: {exc}); calibrate again",
-                           where="profile") from None
-        if "adam" not in prof.optimizer or "elementwise" not in prof.compute.classes:
-            raise LabError("the saved machine profile is incomplete; calibrate again", where="profile")
-        return prof
-
-    @staticmethod
-    def from_json(text: str | bytes) -> "MachineProfile":
-        try:
-            d = json.loads(text)
-        except ValueError as exc:
-            raise LabError(f"the saved machine profile is not JSON ({exc}); calibrate again", where="profile") from None
-        return MachineProfile.from_dict(d)
-
-    def save(self, path: Path | str | None = None) -> Path:
-        path = Path(path) if path is not None else profile_path()
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(path.name + ".tmp")
-        tmp.write_text(self.to_json())
-        os.replace(tmp, path)
-        return path
-
-
-def _json_default(o: Any) -> Any:
-    if isinstance(o, (np.floating, np.integer)):
-        return o.item()
-    if isinstance(o, tuple):
-        return list(o)
-    raise TypeError(f"cannot serialise {type(o).__name__}")
-
-
-data_dir = settings.data_dir
-
-
-def profile_path() -> Path:
-    """Where "this machine"'s profile lives: LAB_DATA (or the run store's folder)/machine_profile.json."""
-    return data_dir() / "machine_profile.json"
-
-
-def load_profile(path: Path | str | None = None) -> MachineProfile | None:
-    """The saved profile, or None when there is none yet (a damaged file raises LabError)."""
-    path = Path(path) if path is not None else profile_path()
-    if not path.exists():
-        return None
-    return MachineProfile.from_json(path.read_text())
-
-
-def machine_description() -> dict:
-    import torch
-
-    cpu = platform.processor() or ""
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    try:
-        load = os.getloadavg()[0]
-    except OSError:
-        load = None
-    return {"hostname": platform.node(), "cpu": cpu, "cores": os.cpu_count(), "python": platform.python_version(),
-            "torch": torch.__version__, "torch_threads_per_process": 1, "platform": platform.platform(),
-            "load_average_1min": load}
 
 
 # ---------------------------------------------------------------------------------------------
 # Fitting
 # ---------------------------------------------------------------------------------------------
-def nnls_relative(features: np.ndarray, seconds: np.ndarray) -> np.ndarray:
-    """Non-negative least squares of ``features @ x = seconds`` in relative terms (each row divided
-    by its measured time, so small and large cases count alike). Columns are scaled first."""
-    from scipy.optimize import nnls
-
-    a = np.asarray(features, dtype=float)
-    t = np.asarray(seconds, dtype=float)
-    if a.ndim != 2 or a.shape[0] != t.shape[0] or a.shape[0] == 0:
-        raise LabError("fitting needs one row of features per measured time", where="calibration")
-    if np.any(t <= 0) or not np.all(np.isfinite(t)):
-        raise LabError("measured times must be positive and finite", where="calibration")
-    scale = np.abs(a).max(axis=0)
-    scale[scale == 0] = 1.0
-    x, _ = nnls(a / scale / t[:, None], np.ones(len(t)), maxiter=50 * a.shape[1])
-    return x / scale
-
-
-def geomean_error(predicted: Sequence[float], measured: Sequence[float]) -> float:
-    """exp(mean |ln(predicted / measured)|) - 1 over the positive pairs (NaN when there are none)."""
-    logs = [abs(math.log(p / m)) for p, m in zip(predicted, measured)
-            if p and m and p > 0 and m > 0 and math.isfinite(p) and math.isfinite(m)]
-    return math.exp(sum(logs) / len(logs)) - 1 if logs else math.nan
-
-
-def graph_features(graph: Any, n_tensors: int) -> dict:
-    """Counts and FLOPs per operator class of a traced model (lab.modelled.opgraph.OpGraph), the first
-    matrix product / convolution counting 2/3 (no input gradient), and its parameter tensors."""
-    counts = {c: 0 for c in COMPUTE_CLASSES}
-    flops = {c: 0.0 for c in COMPUTE_CLASSES}
-    for op in graph.ops:
-        cls = op.op_class if op.op_class in counts else "other"
-        f = float(op.flops)
-        if not op.inputs and cls in ("matmul", "conv"):
-            f *= 2.0 / 3.0
-        counts[cls] += 1
-        flops[cls] += f
-    return {"counts": counts, "flops": flops, "tensors": int(n_tensors)}
-
-
-def _feature_row(feat: dict, classes: Sequence[str]) -> list[float]:
-    row = [1.0, float(feat["tensors"])]
-    for c in classes:
-        row += [float(feat["counts"][c]), float(feat["flops"][c])]
-    return row
-
-
-def fit_compute(samples: Sequence[dict]) -> ComputeFit:
-    """Fit the compute model to ``samples`` ({"features": graph_features(...), "seconds": t_fb})."""
-    if not samples:
-        raise LabError("no calibration samples to fit", where="calibration")
-    present = [c for c in COMPUTE_CLASSES if any(s["features"]["counts"][c] for s in samples)]
-    a = np.array([_feature_row(s["features"], present) for s in samples])
-    t = np.array([s["seconds"] for s in samples])
-    x = nnls_relative(a, t)
-    classes = {}
-    for i, c in enumerate(present):
-        ov, inv = x[2 + 2 * i], x[3 + 2 * i]
-        classes[c] = ClassCost(float(ov), float(1.0 / inv) if inv > 0 else math.inf)
-    for c in COMPUTE_CLASSES:  # classes no calibration network has: cost as element-wise
-        classes.setdefault(c, classes.get("elementwise", ClassCost(0.0, math.inf)))
-    fit = ComputeFit(classes, float(x[0]), float(x[1]), 0.0, len(samples))
-    pred = [compute_seconds(fit, s["features"]) for s in samples]
-    return ComputeFit(classes, float(x[0]), float(x[1]), geomean_error(pred, t), len(samples))
-
-
-def compute_seconds(fit: ComputeFit, feat: dict) -> float:
-    """Forward + backward seconds of one training step for graph features ``feat``."""
-    t = fit.fixed + fit.per_tensor * feat["tensors"]
-    for c in COMPUTE_CLASSES:
-        n = feat["counts"].get(c, 0)
-        if n:
-            cc = fit.cost(c)
-            t += n * cc.overhead + (feat["flops"][c] / cc.throughput if math.isfinite(cc.throughput) else 0.0)
-    return t
-
-
-def fit_linear(rows: Sequence[tuple[float, float, float]]) -> LinearCost:
-    """Non-negative fit of t = fixed + per_tensor x tensors + per_unit x units; rows (tensors, units, t)."""
-    a = np.array([[1.0, r[0], r[1]] for r in rows])
-    t = np.array([r[2] for r in rows])
-    x = nnls_relative(a, t)
-    return LinearCost(float(x[0]), float(x[1]), float(x[2]))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -475,19 +130,6 @@ def _median_time(fn: Callable[[], Any], repeat: int, warmup: int = 2, clock: Cal
 
 
 CPU = time.process_time
-
-
-def build_calibration_net(cls_name: str, kwargs: dict, seed: int = 0):
-    import torch
-
-    from lab.scenario import models
-
-    gen = torch.random.get_rng_state()
-    torch.manual_seed(seed)
-    try:
-        return getattr(models, cls_name)(in_features=64, classes=10, **kwargs)
-    finally:
-        torch.random.set_rng_state(gen)
 
 
 class StepHarness:
@@ -678,10 +320,6 @@ def fit_local(raw: dict) -> tuple[dict, dict]:
 # ---------------------------------------------------------------------------------------------
 # N processes at once: training-like cycles on the calibration networks
 # ---------------------------------------------------------------------------------------------
-#: Collectives timed in the cycles: (label, sharing method or None for a dense all-reduce, impl).
-CYCLE_KINDS = (("gloo", None, "gloo"), ("ring", None, "ring"), ("sparse_allgather", "sparse_allgather", None),
-               ("sparse_ring", "sparse_ring", None), ("dense", "dense", None))
-CYCLE_RATIO = 0.01  # Group-TopK ratio of the compressed cycles
 
 
 def _cycle_case(rank: int, world: int, net: int, batch: int, kind: tuple, repeat: int, seed: int = 0) -> dict:
@@ -759,60 +397,13 @@ def _cycle_case(rank: int, world: int, net: int, batch: int, kind: tuple, repeat
             "bytes_sent": med(r[:, 5]), "hops": med(r[:, 6]), "numel": int(h.gflat.numel()), "cpu": med(r[:, 8])}
 
 
-#: Training-like cycles with N processes: collective label -> (calibration network, batch) cases.
-CYCLE_CASES: dict[str, tuple[tuple[int, int], ...]] = {
-    "gloo": ((0, 16), (3, 16), (7, 16), (12, 16)),
-    "ring": ((3, 16),),
-    "sparse_allgather": ((3, 16), (7, 16)),
-    "sparse_ring": ((3, 16),),
-    "dense": ((3, 16),),
-}
-CYCLE_REPEAT = 150  # cycles (or job steps) per case: a steady state, as in a run (short bursts after a barrier run slow);
-# 150 rather than 50: on this shared 2-core VM, two calibrations with 50 predicted the same 13 runs with
-# geometric-mean errors of 41.6 and 24.2 %, two with 150 (and 30 repeats) 20.6 and 21.9 %
-CALIBRATION_REPEAT = 30
-
-
-def cycle_cases(nets: Sequence[int] | None = None) -> list[tuple[str, int, int]]:
-    """(collective label, network, batch) of the cycles; with ``nets``, only cases of those networks
-    (each collective keeps at least one case, on the first of ``nets``)."""
-    out = []
-    for label, cases in CYCLE_CASES.items():
-        sel = [c for c in cases if nets is None or c[0] in nets] or ([(nets[0], 16)] if nets else list(cases[:1]))
-        out += [(label, n, b) for n, b in sel]
-    return out
-
-
-def rank_cpu(rank: int) -> int | None:
-    """The core the lab's job manager gives a job's rank ``rank`` on an idle machine (the uniform
-    placement policy: ranks take this process's allowed cores in turn; :mod:`lab.jobs.manager`)."""
-    try:
-        cpus = sorted(os.sched_getaffinity(0))
-    except (AttributeError, OSError):  # pragma: no cover - not Linux
-        return None
-    return cpus[rank % len(cpus)] if cpus else None
-
-
-def pin_rank(rank: int) -> None:
-    """Pin this process to :func:`rank_cpu` (as the job manager pins a job's ranks), when
-    ``LAB_CALIBRATION_PIN`` is not "0"."""
-    if settings.raw("LAB_CALIBRATION_PIN") == "0":
-        return
-    cpu = rank_cpu(rank)
-    if cpu is not None:
-        try:
-            os.sched_setaffinity(0, {cpu})
-        except OSError:  # pragma: no cover - not allowed here
-            pass
-
-
 def _procs_worker(rank: int, world: int, port: int, out_dir: str, nets: list | None, repeat: int,
                   cases: list | None = None) -> None:
     """One of N calibration processes (spawned by :func:`measure_procs`). One process: the compute,
     optimiser and compressor benchmarks. Several: training-like cycles of each collective."""
     import torch.distributed as dist
 
-    from lab.comm.sparse import init_worker
+    from lab.comm.processes import init_worker
 
     pin_rank(rank)
 
@@ -841,7 +432,7 @@ def measure_procs(procs: int, nets: Sequence[int] | None = None, repeat: int = 1
     """Run the calibration in ``procs`` spawned processes at once; every rank's raw result. One
     process: the compute benchmarks of ``nets``; several: the training-like ``cases``
     (:func:`cycle_cases`), ``repeat`` cycles each."""
-    from lab.comm.sparse import run_local
+    from lab.comm.processes import run_local
 
     if not 1 <= procs <= MAX_PROCS:
         raise LabError(f"calibrate 1 to {MAX_PROCS} processes (got {procs})", where="calibration")

@@ -26,7 +26,7 @@ LOOP_BATCH = 16
 
 def case_scenario(label: str, workers: int, steps: int = LOOP_STEPS, batch: int = LOOP_BATCH):
     """The Scenario of one cycle case ``label`` (a :data:`lab.machine.calibrate.CYCLE_KINDS` label)."""
-    from lab.machine.calibrate import CYCLE_KINDS, CYCLE_RATIO
+    from lab.machine.cases import CYCLE_KINDS, CYCLE_RATIO
     from lab.scenario.document import Compression, default_scenario
 
     kinds = {k[0]: k for k in CYCLE_KINDS}
@@ -48,11 +48,11 @@ def _loop_worker(rank: int, world: int, port: int, cases: list, steps: int, db: 
     import torch.distributed as dist
 
     import lab.train.worker as W
-    from lab.machine.calibrate import CALIBRATION_NETS, build_calibration_net
+    from lab.machine.cases import CALIBRATION_NETS, build_calibration_net
     from lab.store.runs import RunStore
 
     torch.set_num_threads(1)  # as a job's workers
-    from lab.machine.calibrate import pin_rank
+    from lab.machine.cases import pin_rank
 
     pin_rank(rank)  # on the core the job manager would give this rank
     # each rank's log goes to a file beside the store, as the launcher keeps a job's logs per rank
@@ -82,8 +82,8 @@ def measure_loop(procs: int, cases: Sequence[tuple[str, int]], steps: int = LOOP
                  timeout: float = 600.0) -> list[dict]:
     """Run every (label, calibration network) case as a short job of ``procs`` workers in the job's
     own loop; one row per case for :func:`lab.machine.calibrate.fit_cycles` (medians after the warm-up)."""
-    from lab.machine.calibrate import CALIBRATION_NETS, build_calibration_net
-    from lab.comm.sparse import run_local
+    from lab.machine.cases import CALIBRATION_NETS, build_calibration_net
+    from lab.comm.processes import run_local
     from lab.machine.predict import measured_step
     from lab.store.runs import RunStore
 

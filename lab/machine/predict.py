@@ -38,7 +38,7 @@ from dataclasses import asdict, dataclass
 from functools import lru_cache
 from typing import Any, Mapping, Sequence
 
-from lab.machine.calibrate import MachineProfile, compute_seconds, geomean_error, graph_features
+from lab.machine.profile import MachineProfile, compute_seconds, geomean_error, graph_features
 from lab.errors import LabError
 from lab.scenario.document import Scenario
 
@@ -401,7 +401,7 @@ def prediction_table(run: Any = None, profile: MachineProfile | None = None, *, 
     """
     import pandas as pd
 
-    from lab.machine.calibrate import load_profile
+    from lab.machine.profile import load_profile
 
     profile = profile or load_profile()
     if profile is None:

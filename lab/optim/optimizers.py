@@ -79,7 +79,7 @@ from __future__ import annotations
 import math
 import numbers
 import threading
-from typing import Callable, Iterable, Sequence
+from typing import Any, Callable, Iterable, Sequence
 
 import torch
 from torch import Tensor
@@ -708,3 +708,10 @@ def make_optimizer(name: str, params: Iterable, **hyper) -> _LabOptimizer:
     if name not in OPTIMISERS:
         raise LabError(f"unknown optimiser {name!r}; allowed: {', '.join(OPTIMISERS)}", where="optimizer")
     return OPTIMISERS[name](params, **hyper)
+
+
+def from_training(tr: Any, params: Iterable, lr: float) -> _LabOptimizer:
+    """The optimiser of a run's training settings (``optimizer``, ``beta1``, ``beta2``, ``eps``,
+    ``weight_decay``) at learning rate ``lr`` (the caller scales it with the number of workers)."""
+    return make_optimizer(tr.optimizer, params, lr=lr, betas=(tr.beta1, tr.beta2), eps=tr.eps,
+                          weight_decay=tr.weight_decay)

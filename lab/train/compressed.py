@@ -61,14 +61,13 @@ from __future__ import annotations
 
 import math
 import time
-from typing import Any, Iterable
+from typing import Any
 
 import numpy as np
 import torch
 
-from lab.jobs.comparison import comparison_scenarios
 from lab.errors import LabError
-from lab.scenario.document import Compression, Scenario, Training
+from lab.scenario.document import Training
 
 SUPPORTED_SYNC = ("allreduce",)
 
@@ -222,7 +221,7 @@ class CompressedAllReduce:
     """One worker's compressed gradient sync (built by :func:`attach`)."""
 
     def __init__(self, tr: Training, world: int, batch_sizes: list[int], link_delay: Any = None):
-        from lab.compression.compressors import GradientCompressor
+        from lab.comm.sharing import GradientCompressor
 
         self.gc = GradientCompressor(tr.compression, seed=tr.seed)
         self.world = world
@@ -260,196 +259,5 @@ def attach(trainer: Any) -> CompressedAllReduce | None:
     return CompressedAllReduce(tr, trainer.world, trainer.plan.batch_sizes, trainer.link_delay)
 
 
-# ---------------------------------------------------------------------------------------------
-# One-process reference: what the job must compute and send, step by step
-# ---------------------------------------------------------------------------------------------
-def simulate(tr: Training, steps: int | None = None) -> dict:
-    """The compressed training run of ``tr`` (even split, no exchange, no emulation) in one process.
-
-    Each worker's batch, gradient and compressor (error-feedback residual included) are its own;
-    the sharing is lab.comm.sparse's one-process simulation of the same schedule (dense: the lab
-    ring's byte count, the sum in rank order). Returns {"state": the model's state_dict at the
-    end, "bytes_sent": [[per worker] per step], "bytes_recv": ..., "kept": ...}.
-    """
-    import torch.nn.functional as F
-
-    from lab.comm.sparse import dense_ring_bytes_per_rank, simulate_sparse_ring
-    from lab.compression.compressors import make_compressor
-    from lab.scenario.models import build_model
-    from lab.train import data as data_mod
-    from lab.train.worker import make_optimizer
-
-    torch.set_num_threads(1)
-    steps = tr.steps if steps is None else steps
-    n_w, c = tr.workers, tr.compression
-    ds = data_mod.load_dataset(tr.dataset, tr.dataset_size, tr.seed)
-    model = build_model(tr.model, ds.in_features, ds.classes, seed=tr.seed)
-    params = [p for p in model.parameters() if p.requires_grad]
-    numel = sum(p.numel() for p in params)
-    check(tr, numel)
-    opt = make_optimizer(tr, params, tr.lr * (n_w if tr.lr_scaling else 1))
-    samplers = [data_mod.worker_data(ds, r, n_w, tr.split, tr.batch_size, alpha=tr.dirichlet_alpha, seed=tr.seed)
-                for r in range(n_w)]
-    sizes = data_mod.batch_sizes(tr.batch_size, n_w, tr.split)
-    comps = [make_compressor(c.kind, c.ratio, c.group_size, error_feedback=c.error_feedback, seed=tr.seed)
-             for _ in range(n_w)]
-    out: dict = {"bytes_sent": [], "bytes_recv": [], "kept": []}
-    for _ in range(steps):
-        payloads = []
-        for r in range(n_w):
-            x, y = samplers[r].next_batch()
-            model.zero_grad()
-            weight = sizes[r] * n_w / sum(sizes)
-            loss = F.cross_entropy(model(x), y)
-            (loss if weight == 1.0 else loss * weight).backward()
-            payloads.append(comps[r].compress(torch.cat([p.grad.reshape(-1) for p in params])))
-        if c.sharing == "sparse_ring":
-            sim = simulate_sparse_ring(payloads, numel)
-            total, sent, recv = sim.total, sim.bytes_sent, sim.bytes_recv
-        elif c.sharing == "sparse_allgather":  # equal-size payloads, no counts (see allgather_equal)
-            total = sum_payloads(payloads)
-            sent = recv = [(n_w - 1) * p.nbytes for p in payloads]
-        else:
-            total = payloads[0].to_dense()
-            for p in payloads[1:]:
-                total = total + p.to_dense()
-            sent = recv = dense_ring_bytes_per_rank(numel, n_w) if n_w > 1 else [0]
-        mean = total / n_w
-        off = 0
-        for p in params:
-            p.grad = mean[off:off + p.numel()].view_as(p).clone()
-            off += p.numel()
-        opt.step()
-        out["bytes_sent"].append(list(sent))
-        out["bytes_recv"].append(list(recv))
-        out["kept"].append([p.count for p in payloads])
-    out["state"] = {k: v.detach().clone() for k, v in model.state_dict().items()}
-    return out
-
-
-# ---------------------------------------------------------------------------------------------
-# The Compression page's preset grid: three optimisers x (dense, Group-TopK 1 %, + error feedback)
-# ---------------------------------------------------------------------------------------------
-GRID_OPTIMISERS = ("adam", "adabelief", "maxadabelief")
-GRID_VARIANTS = ("dense", "gtk", "gtk_ef")
-GRID_RATIO = 0.01
-
-
-def variant_label(variant: str, ratio: float = GRID_RATIO) -> str:
-    return {"dense": "dense (fp32 ring)", "gtk": f"Group-TopK {ratio:.0%}",
-            "gtk_ef": f"Group-TopK {ratio:.0%} + error feedback"}[variant]
-
-
-def grid_scenarios(sc: Scenario, ratio: float = GRID_RATIO, sharing: str | None = None) -> list[tuple[Scenario, str]]:
-    """The 9 runs of the grid: the scenario's training settings with gradient all-reduce over the
-    lab's ring (so dense bytes are counted too), each optimiser x each variant. Group-TopK uses the
-    scenario's group size and sharing method (``sharing`` overrides; "dense" falls back to
-    sparse all-gather, else the sparse variants would send as much as dense)."""
-    base = sc.training.compression
-    sharing = sharing or (base.sharing if base.sharing != "dense" else "sparse_allgather")
-    comps = [Compression() if v == "dense" else Compression(
-        kind="group_topk", ratio=ratio, group_size=base.group_size, error_feedback=v == "gtk_ef", sharing=sharing)
-        for v in GRID_VARIANTS]
-    return comparison_scenarios(sc, comps, repeats=1, optimizers=GRID_OPTIMISERS)
-
-
-def variant_of(tr: dict) -> str:
-    """The grid variant of a stored run's training settings (a dict)."""
-    c = tr.get("compression", {})
-    if c.get("kind", "none") == "none":
-        return "dense"
-    return "gtk_ef" if c.get("error_feedback") else "gtk"
-
-
-def grid_table(rows: list[dict]) -> list[dict]:
-    """The page's table of :func:`grid_results` rows, units in the column names."""
-    return [{"optimiser": r["optimizer"], "variant": r["label"], "status": r["status"], "steps": r["steps"],
-             "final test accuracy (%)": 100 * r["final_test_acc"], "time per step (ms)": 1e3 * r["s_per_step"],
-             "sent per worker per step (kB)": r["bytes_per_worker_step"] / 1e3,
-             "compression per step (ms)": 1e3 * r["t_compress_per_step"]} for r in rows]
-
-
-def grid_results(store: Any, run_ids: Iterable[str]) -> list[dict]:
-    """One row per run of the grid still in the store (units: SI; s = seconds, bytes)."""
-    known = set(store.list_runs().id)
-    ids = [r for r in run_ids if r in known]
-    if not ids:
-        return []
-    s = store.summary(ids).set_index("id")
-    rows = []
-    for rid in ids:
-        run = store.get_run(rid)
-        tr = run["scenario"]["training"]
-        r = s.loc[rid]
-        steps = int(r.steps) or 1
-        workers = int(tr.get("workers", 1))
-        c = tr.get("compression", {})
-        rows.append({"id": rid, "optimizer": tr["optimizer"], "variant": variant_of(tr),
-                     "label": variant_label(variant_of(tr), c.get("ratio", GRID_RATIO)),
-                     "sharing": "ring" if c.get("kind", "none") == "none" else c.get("sharing"),
-                     "status": run["status"], "steps": int(r.steps), "final_test_acc": float(r.final_test_acc),
-                     "wall_s": float(r.wall_s), "s_per_step": float(r.wall_s) / steps,
-                     "bytes_per_worker_step": float(r.bytes_sent) / (workers * steps),
-                     "t_compress_per_step": float(r.t_compress) / steps, "t_comm_per_step": float(r.t_comm) / steps})
-    return rows
-
-
 __all__ = ["enabled", "check", "attach", "CompressedAllReduce", "share", "allgather_equal", "sparse_ring",
-           "sum_payloads", "simulate", "grid_scenarios", "grid_results", "grid_table", "GRID_OPTIMISERS",
-           "GRID_VARIANTS", "variant_label", "variant_of"]
-
-
-# ---------------------------------------------------------------------------------------------
-# Paired benchmark worker (bench/bench_compress_train.py): spawned processes import it from here
-# ---------------------------------------------------------------------------------------------
-def paired_bench_worker(rank: int, world: int, port: int, out_dir: str, config: dict) -> None:
-    """One rank of the paired benchmark: for each optimiser, the job's own Trainer (setup and the
-    gradient all-reduce step, exactly as a run does) once per variant in ``config["variants"]``
-    (name -> Compression dict), all in these processes, taking turns **step by step** (the order
-    alternates every step), so every variant sees the same machine load. Per variant: wall time of
-    each step on this rank, bytes, compression time, emulated link time, and at the end the test
-    accuracy and the parameter checksum. Writes ``paired<rank>.json``."""
-    import json
-    import os
-
-    from lab.scenario.catalogue import preset
-    from lab.comm.sparse import init_worker
-    from lab.train.worker import Trainer
-
-    init_worker(rank, world, port, timeout_s=120.0)
-    import torch.distributed as dist
-
-    out: dict = {}
-    try:
-        for opt in config["optimisers"]:
-            trainers = {}
-            for name, comp in config["variants"].items():
-                tr = Training.from_dict({**config["training"], "optimizer": opt, "compression": comp})
-                sc = Scenario(config.get("name", "bench"), preset(config["preset"]), tr)
-                t = Trainer(sc, rank, world, None, None, launched=False)
-                t.setup()
-                trainers[name] = t
-            names = list(trainers)
-            rec = {n: {"dt": [], "sent": [], "recv": [], "t_compress": [], "emul_comm": []} for n in names}
-            dist.barrier()
-            for step in range(config["steps"]):
-                for n in (names if step % 2 == 0 else names[::-1]):
-                    t0 = time.perf_counter()
-                    res = trainers[n].step_allreduce()
-                    rec[n]["dt"].append(time.perf_counter() - t0)
-                    rec[n]["sent"].append(res[7])
-                    rec[n]["recv"].append(res[8])
-                    rec[n]["emul_comm"].append(res[5])
-                    rec[n]["t_compress"].append(trainers[n].t_compress)
-            for n, t in trainers.items():
-                rec[n]["test_acc"] = t.evaluate()
-                rec[n]["checksum"] = t.checksum()
-                rec[n]["lr"] = t.plan.lr
-            out[opt] = rec
-        dist.barrier()
-    except Exception as exc:  # noqa: BLE001 - reported to the bench
-        out = {"error": f"rank {rank}: {type(exc).__name__}: {exc}"}
-    finally:
-        dist.destroy_process_group()
-    with open(os.path.join(out_dir, f"paired{rank}.json"), "w") as f:
-        json.dump(out, f)
+           "sum_payloads"]

@@ -307,7 +307,7 @@ def launch(sc: Scenario, run_id: str | None = None, *, name: str | None = None,
     else:
         run_id = store.create_run(sc, name=name, status="queued")
     if store.last_stage(run_id, "submitted") is None:  # started by hand, not through lab.jobs.manager
-        from lab.jobs.policies import parse_job
+        from lab.train.roles import parse_job
 
         store.add_stage(run_id, "submitted", detail={"by": "command line", "pid": os.getpid()})
         store.add_stage(run_id, "parsed", detail=parse_job(sc))

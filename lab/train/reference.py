@@ -2,6 +2,8 @@
 
 * :func:`single_process` -- one process training on the combined batch (every worker's batch of a
   step concatenated), the same model, seed and optimiser: what gradient all-reduce must equal.
+* :func:`compressed_single_process` -- the compressed training run in one process: what each
+  worker must compute and send, step by step.
 * :func:`paired_worker` -- one rank of bench/bench_train.py: the lab's loop and the same training
   written with ``torch.nn.parallel.DistributedDataParallel``, taking turns in the same processes.
 """
@@ -21,7 +23,8 @@ import torch.nn.functional as F
 from lab.scenario.models import build_model
 from lab.scenario.document import Training
 from lab.train import data as data_mod
-from lab.train.worker import make_optimizer
+from lab.optim.optimizers import from_training as optim_from_training
+from lab.train import compressed
 
 
 def single_process(tr: Training, steps: int | None = None) -> dict[str, torch.Tensor]:
@@ -31,7 +34,7 @@ def single_process(tr: Training, steps: int | None = None) -> dict[str, torch.Te
     ds = data_mod.load_dataset(tr.dataset, tr.dataset_size, tr.seed)
     model = build_model(tr.model, ds.in_features, ds.classes, seed=tr.seed)
     lr = tr.lr * (tr.workers if tr.lr_scaling else 1)
-    opt = make_optimizer(tr, [p for p in model.parameters() if p.requires_grad], lr)
+    opt = optim_from_training(tr, [p for p in model.parameters() if p.requires_grad], lr)
     for x, y in data_mod.combined_batches(ds, tr.workers, tr.split, tr.batch_size, steps,
                                           alpha=tr.dirichlet_alpha, seed=tr.seed):
         opt.zero_grad()
@@ -73,7 +76,7 @@ def paired_worker(rank: int, world: int, port: int, training: dict, steps: int, 
             lab = samples / (job.wall[steps] - job.wall[warmup])
         model = build_model(tr.model, ds.in_features, ds.classes, seed=tr.seed)
         ddp = torch.nn.parallel.DistributedDataParallel(model)
-        opt = make_optimizer(tr, list(ddp.parameters()), tr.lr)
+        opt = optim_from_training(tr, list(ddp.parameters()), tr.lr)
         sampler = data_mod.worker_data(ds, rank, world, tr.split, tr.batch_size, seed=tr.seed)
         dist.barrier()
         t_warm = time.time()
@@ -107,3 +110,64 @@ def paired_throughput(folder: str | os.PathLike, workers: int, steps: int, warmu
                                             str(folder / "paired.db"), str(out)),
                        nprocs=workers, join=True, start_method="spawn")
     return [json.loads(line) for line in out.read_text().splitlines()]
+
+
+def compressed_single_process(tr: Training, steps: int | None = None) -> dict:
+    """The compressed training run of ``tr`` (even split, no exchange, no emulation) in one process.
+
+    Each worker's batch, gradient and compressor (error-feedback residual included) are its own;
+    the sharing is lab.comm.sparse's one-process simulation of the same schedule (dense: the lab
+    ring's byte count, the sum in rank order). Returns {"state": the model's state_dict at the
+    end, "bytes_sent": [[per worker] per step], "bytes_recv": ..., "kept": ...}.
+    """
+    import torch.nn.functional as F
+
+    from lab.comm.sparse import dense_ring_bytes_per_rank, simulate_sparse_ring
+    from lab.compression.compressors import make_compressor
+
+    torch.set_num_threads(1)
+    steps = tr.steps if steps is None else steps
+    n_w, c = tr.workers, tr.compression
+    ds = data_mod.load_dataset(tr.dataset, tr.dataset_size, tr.seed)
+    model = build_model(tr.model, ds.in_features, ds.classes, seed=tr.seed)
+    params = [p for p in model.parameters() if p.requires_grad]
+    numel = sum(p.numel() for p in params)
+    compressed.check(tr, numel)
+    opt = optim_from_training(tr, params, tr.lr * (n_w if tr.lr_scaling else 1))
+    samplers = [data_mod.worker_data(ds, r, n_w, tr.split, tr.batch_size, alpha=tr.dirichlet_alpha, seed=tr.seed)
+                for r in range(n_w)]
+    sizes = data_mod.batch_sizes(tr.batch_size, n_w, tr.split)
+    comps = [make_compressor(c.kind, c.ratio, c.group_size, error_feedback=c.error_feedback, seed=tr.seed)
+             for _ in range(n_w)]
+    out: dict = {"bytes_sent": [], "bytes_recv": [], "kept": []}
+    for _ in range(steps):
+        payloads = []
+        for r in range(n_w):
+            x, y = samplers[r].next_batch()
+            model.zero_grad()
+            weight = sizes[r] * n_w / sum(sizes)
+            loss = F.cross_entropy(model(x), y)
+            (loss if weight == 1.0 else loss * weight).backward()
+            payloads.append(comps[r].compress(torch.cat([p.grad.reshape(-1) for p in params])))
+        if c.sharing == "sparse_ring":
+            sim = simulate_sparse_ring(payloads, numel)
+            total, sent, recv = sim.total, sim.bytes_sent, sim.bytes_recv
+        elif c.sharing == "sparse_allgather":  # equal-size payloads, no counts (see allgather_equal)
+            total = compressed.sum_payloads(payloads)
+            sent = recv = [(n_w - 1) * p.nbytes for p in payloads]
+        else:
+            total = payloads[0].to_dense()
+            for p in payloads[1:]:
+                total = total + p.to_dense()
+            sent = recv = dense_ring_bytes_per_rank(numel, n_w) if n_w > 1 else [0]
+        mean = total / n_w
+        off = 0
+        for p in params:
+            p.grad = mean[off:off + p.numel()].view_as(p).clone()
+            off += p.numel()
+        opt.step()
+        out["bytes_sent"].append(list(sent))
+        out["bytes_recv"].append(list(recv))
+        out["kept"].append([p.count for p in payloads])
+    out["state"] = {k: v.detach().clone() for k, v in model.state_dict().items()}
+    return out

@@ -52,6 +52,7 @@ import torch.nn.functional as F
 
 from lab import settings
 from lab.errors import LabError
+from lab.optim.optimizers import from_training as optim_from_training
 from lab.scenario.models import build_model
 from lab.store.runs import JOB_WORKER, RunStore
 from lab.scenario.document import Scenario, Training
@@ -120,12 +121,6 @@ def check_scenario(sc: Scenario) -> Plan:
     return plan
 
 
-def make_optimizer(tr: Training, params, lr: float):
-    from lab.optim.optimizers import make_optimizer as mk
-
-    return mk(tr.optimizer, params, lr=lr, betas=(tr.beta1, tr.beta2), eps=tr.eps, weight_decay=tr.weight_decay)
-
-
 def _die_with_parent() -> None:
     """Launcher mode: the kernel kills this worker if the launcher dies (Linux prctl PDEATHSIG)."""
     try:
@@ -183,7 +178,7 @@ class Trainer:
                 p.grad = self.gflat[off:off + k].view_as(p)
                 off += k
         self.buffers = [b for b in self.model.buffers() if b.is_floating_point()]
-        self.opt = make_optimizer(tr, self.params, plan.lr) if (plan.server is None or self.is_server) else None
+        self.opt = optim_from_training(tr, self.params, plan.lr) if (plan.server is None or self.is_server) else None
         self.sampler = None
         self.weight = 1.0
         if not self.is_server:

@@ -1,0 +1,53 @@
+"""The sharing step of a compressed training step: compress (with error feedback), share the payload
+over the chosen transport, and return the dense sum. Compression knows nothing of processes; this is
+where it meets them."""
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import torch
+
+from lab.comm.sparse import SHARING_METHODS, share
+from lab.compression.compressors import ErrorFeedback, make_compressor
+from lab.errors import LabError
+from lab.scenario.document import Compression
+
+
+class GradientCompressor:
+    """Compress (with error feedback), share, and return the dense sum: see the module docstring."""
+
+    def __init__(self, settings: Any = None, *, seed: int = 0, kind: str | None = None, ratio: float | None = None,
+                 group_size: int | None = None, error_feedback: bool | None = None, sharing: str | None = None):
+        s = settings if settings is not None else Compression()
+        self.kind = kind if kind is not None else s.kind
+        self.sharing = sharing if sharing is not None else s.sharing
+        self.compressor = make_compressor(
+            self.kind, ratio if ratio is not None else s.ratio, group_size if group_size is not None else s.group_size,
+            error_feedback=error_feedback if error_feedback is not None else s.error_feedback, seed=seed)
+        if self.sharing not in SHARING_METHODS:
+            raise LabError(f"unknown sharing method {self.sharing!r}; choose one of {list(SHARING_METHODS)}",
+                           where="compression.sharing")
+
+    def reset(self) -> None:
+        """Forget the error-feedback residual (e.g. after restoring a checkpoint)."""
+        if isinstance(self.compressor, ErrorFeedback):
+            self.compressor.reset()
+
+    def step(self, flat_grad: torch.Tensor, group: Any = None,
+             link_delay: Any = None) -> tuple[torch.Tensor, dict]:
+        """One step: compress, share over ``group`` (default: the whole world), return (sum, stats).
+
+        ``link_delay(src, dst, nbytes) -> seconds`` is slept before each message (link emulation,
+        the same hook as :func:`lab.comm.ring.ring_allreduce`).
+        """
+        t0 = time.perf_counter()
+        payload = self.compressor.compress(flat_grad)
+        t1 = time.perf_counter()
+        summed, stats = share(payload, self.sharing, group=group, link_delay=link_delay)
+        t2 = time.perf_counter()
+        out = {"bytes_sent": stats["bytes_sent"], "bytes_recv": stats["bytes_recv"],
+               "t_compress": t1 - t0, "t_comm": t2 - t1, "delay": stats.get("delay", 0.0), "kept": payload.count,
+               "density": payload.count / payload.numel, "payload_bytes": payload.nbytes,
+               "nnz_sum": int(torch.count_nonzero(summed))}
+        return summed.view(flat_grad.shape), out

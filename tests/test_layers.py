@@ -1,0 +1,53 @@
+"""The import contract (.importlinter): lab/ imports point down its layers only, and no package's
+modules import each other in a cycle; imports inside functions count. The check is import-linter,
+run here so the README's test command runs it, and run once more on a copy of lab/ with an upward
+import planted, which it must refuse."""
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+from tests.conftest import ROOT
+
+LINT = Path(sys.executable).with_name("lint-imports")
+
+
+def _lint(cwd: Path) -> subprocess.CompletedProcess:
+    return subprocess.run([str(LINT), "--config", str(cwd / ".importlinter"), "--no-cache"], cwd=cwd,
+                          capture_output=True, text=True, timeout=300,
+                          env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(cwd)})
+
+
+def test_the_layers_and_the_acyclic_contract_hold():
+    p = _lint(ROOT)
+    assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-2000:]
+    assert "2 kept, 0 broken" in p.stdout
+
+
+def _copy(tmp_path: Path) -> Path:
+    shutil.copytree(ROOT / "lab", tmp_path / "lab", ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copy(ROOT / ".importlinter", tmp_path / ".importlinter")
+    return tmp_path
+
+
+def test_a_planted_upward_import_inside_a_function_is_refused(tmp_path):
+    root = _copy(tmp_path)
+    target = root / "lab" / "scenario" / "topology.py"
+    target.write_text(target.read_text() + "\n\ndef _planted():\n    from lab.jobs.manager import JobManager\n\n"
+                      "    return JobManager\n")
+    p = _lint(root)
+    assert p.returncode != 0
+    assert "lab.scenario is not allowed to import lab.jobs" in p.stdout
+    assert "lab.scenario.topology -> lab.jobs.manager" in p.stdout
+
+
+def test_a_planted_cycle_between_sibling_modules_is_refused(tmp_path):
+    root = _copy(tmp_path)
+    target = root / "lab" / "train" / "roles.py"  # roles is imported by the launcher; make it import back
+    target.write_text(target.read_text() + "\n\ndef _planted():\n    from lab.train import launcher\n\n"
+                      "    return launcher\n")
+    p = _lint(root)
+    assert p.returncode != 0
+    assert "No cycles are allowed in lab.train" in p.stdout
