@@ -18,18 +18,20 @@ json_values = st.recursive(scalars, lambda inner: st.one_of(
     st.lists(inner, max_size=4), st.dictionaries(st.text(max_size=8), inner, max_size=4)), max_leaves=12)
 
 
-def load(text, must_load: bool = False) -> None:
-    """Load ``text``: a LabError is an allowed answer unless ``must_load``, anything else fails."""
+def load(text, must_load: bool = False) -> bool:
+    """Load ``text``: True when it loaded (and passed the checks below), False when it was refused
+    with a LabError (an allowed answer unless ``must_load``); anything else fails."""
     try:
         sc = Scenario.from_json(text)
     except LabError:
         if must_load:
             raise
-        return
+        return False
     # Whatever loads must be fully valid: it round-trips and every route is computable.
     assert Scenario.from_json(sc.to_json()) == sc
     names = sc.topology.device_names
     assert all(math.isfinite(sc.topology.transfer_time(names[0], b, 1e6)) for b in names)
+    return True
 
 
 @settings(max_examples=300, deadline=None, suppress_health_check=list(HealthCheck))
@@ -83,7 +85,18 @@ def test_arbitrary_url_params(s):
 
 
 def test_default_scenario_survives_the_loader():
-    load(default_scenario().to_json(), must_load=True)
+    assert load(default_scenario().to_json(), must_load=True)
+
+
+def test_a_mutation_that_keeps_the_document_valid_loads_and_one_that_breaks_it_is_refused():
+    # The fuzz tests above accept a refusal as an answer; this one checks that both answers happen
+    # and that a document that loads goes through the round-trip and route checks.
+    for name in PRESETS:
+        doc = Scenario(name, preset(name)).to_dict()
+        doc["topology"]["links"][0]["bandwidth"] = 2.5
+        assert load(json.dumps(doc)) is True, name
+        doc["topology"]["links"][0]["bandwidth"] = -1
+        assert load(json.dumps(doc)) is False, name
 
 
 def test_deeply_nested_json_is_a_lab_error():

@@ -39,7 +39,9 @@ def test_queue_runs_jobs_one_after_another(lab_db):
     ids = [j.run_id for j in jobs]
     store = RunStore(lab_db)
     most = 0
+    deadline, st = time.monotonic() + 600, []
     while True:
+        assert time.monotonic() < deadline, f"the three jobs did not end within 600 s: {st}"
         st = [store.status(r) for r in ids]
         most = max(most, st.count("running"), len(jm.running()))
         if all(s not in ("queued", "running") for s in st) and not jm.running():

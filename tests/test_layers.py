@@ -51,3 +51,22 @@ def test_a_planted_cycle_between_sibling_modules_is_refused(tmp_path):
     p = _lint(root)
     assert p.returncode != 0
     assert "No cycles are allowed in lab.train" in p.stdout
+
+
+def test_every_lab_variable_is_read_through_settings_and_listed_in_the_readme():
+    import re
+
+    from lab import settings
+
+    readme = (ROOT / "README.md").read_text()
+    for name in settings.VARIABLES:
+        assert f"`{name}`" in readme, name
+    outside = []
+    for f in (ROOT / "lab").rglob("*.py"):
+        if f.name == "settings.py":
+            continue
+        for m in re.finditer(r"os\.environ(?:\.get)?[\[(]\s*[\"'](LAB_\w+)", f.read_text()):
+            outside.append(f"{f.relative_to(ROOT)}: {m.group(1)}")
+        for m in re.finditer(r"settings\.\w+\(\"(LAB_\w+)\"", f.read_text()):
+            assert m.group(1) in settings.VARIABLES or m.group(1) in settings.PROTOCOL, m.group(1)
+    assert outside == []
