@@ -42,7 +42,7 @@ from lab.scenario.document import Compression  # noqa: E402
 from lab.testing.train_workers import paired_bench_worker  # noqa: E402
 
 WARMUP = 20
-OPTIMISERS = ("adam", "adabelief", "maxadabelief")
+OPTIMIZER_CLASSES = ("adam", "adabelief", "maxadabelief")
 LABELS = {"dense": "dense ring all-reduce (fp32 gradient + loss slot)",
           "gtk_ef": "Group-TopK 1% + EF, sparse all-gather (6 B/entry)",
           "gtk_ef_ring": "Group-TopK 1% + EF, sparse ring, seed D (8 B/pair)"}
@@ -54,7 +54,7 @@ def main() -> None:
     ap.add_argument("--lr", type=float, default=0.01)
     ap.add_argument("--batch", type=int, default=32, help="per worker")
     ap.add_argument("--workers", type=int, default=4)
-    ap.add_argument("--optimisers", default=",".join(OPTIMISERS))
+    ap.add_argument("--optimisers", default=",".join(OPTIMIZER_CLASSES))
     args = ap.parse_args()
     if args.steps <= WARMUP + 1:
         ap.error(f"--steps must be more than {WARMUP + 1}")

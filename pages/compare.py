@@ -10,7 +10,7 @@ from lab.machine import predict as P
 from lab.machine.profile import load_profile
 from lab.figures import compare as cfigs
 from lab.figures import fidelity as fid
-from lab.optim.optimizers import OPTIMISER_LABELS
+from lab.scenario.names import OPTIMIZER_LABELS
 from lab.store.runs import ACTIVE, FINISHED, safe_filename, store
 
 ui.scenario_sidebar()
@@ -28,7 +28,7 @@ if runs.empty:
 
 def run_label(r) -> str:
     named = comparison.OPTIMISER_SHORT.get(r.optimizer, "?") in r.name  # names from a comparison say it
-    opt = "" if named else f" · {OPTIMISER_LABELS.get(r.optimizer, r.optimizer)}"
+    opt = "" if named else f" · {OPTIMIZER_LABELS.get(r.optimizer, r.optimizer)}"
     return f"{r.name}{opt} · {r.status} · {r.id}"
 
 

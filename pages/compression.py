@@ -7,12 +7,14 @@ import torch
 
 import ui
 from lab.compression import cholesky as chol
-from lab.comm.sparse import SHARING_LABELS, sharing_report
-from lab.compression.compressors import COMPRESSOR_LABELS, evaluate, generated_gradients, real_gradients
+from lab.scenario.names import SHARING_LABELS
+from lab.comm.sparse import sharing_report
+from lab.scenario.names import COMPRESSOR_LABELS
+from lab.compression.compressors import evaluate, generated_gradients, real_gradients
 from lab.figures import compression as figs
 from lab.figures.topology import fmt_seconds
 from lab.errors import LabError
-from lab.scenario.models import MODEL_LABELS, MODEL_NAMES
+from lab.scenario.names import MODEL_LABELS, MODELS
 from lab.store.runs import ACTIVE, store
 from lab.scenario.document import Compression
 from lab.jobs.grid import grid_results, grid_scenarios, grid_table
@@ -59,7 +61,7 @@ with st.form("cp_form"):
     c1, c2, c3, c4 = st.columns(4)
     source = c1.radio("Gradient", ["real", "generated"], key="cp_source", horizontal=True,
                       format_func={"real": "real (one backward pass on digits)", "generated": "generated"}.get)
-    model = c2.selectbox("Model (real)", MODEL_NAMES, format_func=MODEL_LABELS.get, key="cp_model")
+    model = c2.selectbox("Model (real)", MODELS, format_func=MODEL_LABELS.get, key="cp_model")
     n = c3.number_input("Entries (generated, count)", 1_000, 5_000_000, step=100_000, key="cp_n")
     batch = c4.number_input("Batch per worker (digits)", 8, 512, key="cp_batch")
     c1, c2, c3 = st.columns([1, 1, 2])

@@ -5,11 +5,12 @@ import streamlit as st
 
 import ui
 from lab.figures import optim as figs
-from lab.optim.optimizers import OPTIMISER_LABELS
+from lab.scenario.names import OPTIMIZER_LABELS
 from lab.view.state import VIEW
-from lab.optim.playground import (FUNCTIONS, MAX_COUNTEREXAMPLE_STEPS, PERIOD, PLAYGROUND_OPTIMISERS, SCHEDULES,
-                                  contour_grid, describe_counterexample, describe_playground, function,
-                                  run_counterexample, run_playground, summary_table)
+from lab.optim.playground import (FUNCTIONS, MAX_COUNTEREXAMPLE_STEPS, PERIOD, SCHEDULES, contour_grid,
+                                  describe_counterexample, describe_playground, function, run_counterexample,
+                                  run_playground, summary_table)
+from lab.scenario.names import OPTIMIZERS
 
 ui.scenario_sidebar()
 st.title("Optimisers")
@@ -40,7 +41,7 @@ st.header("2-D playground")
 with st.form("playground"):
     c1, c2 = st.columns([2, 3])
     fn_key = c1.selectbox("Test function", list(FUNCTIONS), format_func=lambda k: FUNCTIONS[k].label, key="pg_fn")
-    opts = c2.multiselect("Optimisers", list(PLAYGROUND_OPTIMISERS), format_func=OPTIMISER_LABELS.get, key="pg_opts")
+    opts = c2.multiselect("Optimisers", list(OPTIMIZERS), format_func=OPTIMIZER_LABELS.get, key="pg_opts")
     c1, c2, c3 = st.columns(3)
     steps = c1.slider("Steps (count)", 10, 2000, step=10, key="pg_steps")
     lr = c2.number_input("Learning rate lr", 1e-4, 10.0, format="%.4f", key="pg_lr")
@@ -115,13 +116,13 @@ with st.form("counterexample"):
                            format_func=lambda s: "lr / √t (the paper's)" if s == "1/sqrt(t)" else "constant lr")
     ce_lr = c2.number_input("lr", 1e-4, 10.0, format="%.4f", key="ce_lr")
     ce_steps = c3.number_input("Steps (count)", PERIOD, MAX_COUNTEREXAMPLE_STEPS, step=PERIOD, key="ce_steps")
-    ce_opts = st.multiselect("Optimisers", list(PLAYGROUND_OPTIMISERS), format_func=OPTIMISER_LABELS.get,
+    ce_opts = st.multiselect("Optimisers", list(OPTIMIZERS), format_func=OPTIMIZER_LABELS.get,
                              key="ce_opts")
     st.form_submit_button("Run", type="primary", key="ce_run")
 
 with ui.guarded("the counterexample"):
     run = counterexample(tuple(ce_opts), int(ce_steps), float(ce_lr), ce_schedule)
-    labels = {k: OPTIMISER_LABELS[k] for k in run.x}
+    labels = {k: OPTIMIZER_LABELS[k] for k in run.x}
     st.plotly_chart(figs.counterexample_figure(run.x, labels), key="ce_x")
     ui.caption("measured", f"x after each of {run.steps} steps. Computed from the optimisers' update vectorised "
                "over time: the gradient does not depend on x, so the moments are computed for all t at once "

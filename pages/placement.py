@@ -7,7 +7,7 @@ import ui
 from lab.modelled import placement as pl
 from lab.modelled.balance import RULE_LABELS, RULES, balance_data_parallel, balance_model_parallel, per_sample_times
 from lab.figures import placement as figs
-from lab.scenario.models import MODEL_LABELS, MODEL_NAMES
+from lab.scenario.names import MODEL_LABELS, MODELS
 from lab.modelled.opgraph import trace
 
 BASELINE = "placement_baseline"  # the plan kept for comparison (session only, not part of the link)
@@ -43,7 +43,7 @@ def set_pins(change: str) -> None:
 
 
 c1, c2, c3 = st.columns([1, 1, 2])
-model = c1.selectbox("Model", MODEL_NAMES, format_func=MODEL_LABELS.get, key="pl_model")
+model = c1.selectbox("Model", MODELS, format_func=MODEL_LABELS.get, key="pl_model")
 batch = int(c2.number_input("Batch size (samples)", 1, 65536, key="pl_batch"))
 strategy = c3.selectbox("Strategy", list(pl.STRATEGIES), format_func=pl.STRATEGY_LABELS.get, key="pl_strategy")
 st.caption(f"Topology **{ui.plain(topo.name)}**: {ui.plain(', '.join(f'{d.name} ({d.type})' for d in topo.devices))}. "

@@ -10,10 +10,11 @@ from lab.machine.profile import load_profile
 from lab.jobs.comparison import comparison_compressions, comparison_scenarios, run_name, settings_of
 from lab.figures import training as figs
 from lab.figures.fidelity import prediction_figure
-from lab.scenario.models import MODEL_LABELS
-from lab.optim.optimizers import OPTIMISER_LABELS
+from lab.scenario.names import MODEL_LABELS
+from lab.scenario.names import OPTIMIZER_LABELS
 from lab.store.runs import ACTIVE, JOB_WORKER, start_phase, store
-from lab.scenario.document import COMPRESSORS, OPTIMIZERS, SHARING, SPLITS, SYNC_MODES, Compression
+from lab.scenario.names import COMPRESSORS, OPTIMIZERS, SHARING
+from lab.scenario.document import SPLITS, SYNC_MODES, Compression
 from lab.view.state import VIEW
 
 SYNC_LABELS = {"allreduce": "gradient all-reduce, then identical local steps",
@@ -37,7 +38,7 @@ st.markdown(
 tr = sc.training
 c1, c2, c3, c4 = st.columns(4)
 optimizer = c1.selectbox("Optimiser", OPTIMIZERS, OPTIMIZERS.index(tr.optimizer), key="tr_optimizer",
-                         format_func=OPTIMISER_LABELS.get)
+                         format_func=OPTIMIZER_LABELS.get)
 model = c2.selectbox("Model", list(MODEL_LABELS), list(MODEL_LABELS).index(tr.model), key="tr_model",
                      format_func=MODEL_LABELS.get)
 sync = c3.selectbox("Sync mode", SYNC_MODES, SYNC_MODES.index(tr.sync), key="tr_sync", format_func=SYNC_LABELS.get)
@@ -199,7 +200,7 @@ def live_view() -> None:
     st.markdown(":material/compress: **Compression in this run:** "
                 + ui.plain(figs.compression_summary(tr_w.get("compression", {}))))
     st.progress(min(1.0, done / tr_w["steps"]), text=f"{run['status']}: {start_phase(runs_store, watch, place)} · "
-                f"{OPTIMISER_LABELS.get(tr_w['optimizer'])}, {tr_w['workers']} workers, {tr_w['sync']}"
+                f"{OPTIMIZER_LABELS.get(tr_w['optimizer'])}, {tr_w['workers']} workers, {tr_w['sync']}"
                 + (" · emulated devices and links" if tr_w["emulate"] else " · plain local processes"))
     if run["status"] in ("queued", "running") and st.button("Stop", key=f"train_stop_{watch}", icon=":material/stop:"):
         with ui.guarded("stopping the run"):

@@ -135,14 +135,14 @@ def test_tiny_calibration_end_to_end(tmp_path):
     for cc in c.classes.values():
         assert cc.overhead >= 0 and cc.throughput > 0
     assert math.isfinite(prof.slowdown(2)) and prof.slowdown(2) > 0  # its size is a timing: load can move it
-    for kind in C.OPTIMIZER_KINDS:
+    for kind in C.OPTIMIZERS:
         o = prof.optimizer[kind]
         assert min(o.fixed, o.per_tensor, o.per_unit) >= 0 and o.time(1e4, 4) > 0
     assert prof.compressor["group_topk"].time(1e4) > 0
     ab = prof.allreduce["2"]["gloo"]
     assert ab.alpha >= 0 and ab.beta >= 0 and ab.time(2, 65536) > 0
     assert set(prof.measured_allreduce["2"]) == {"gloo", "ring"}
-    assert set(prof.sharing["2"]) == set(C.SHARING_METHODS)
+    assert set(prof.sharing["2"]) == set(C.SHARING)
     assert prof.jitter["2"].fixed >= 0 and prof.remainder["2"].fixed >= 0
     assert prof.machine["cores"] >= 1 and prof.created
     path = prof.save(tmp_path / "machine_profile.json")

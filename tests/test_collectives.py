@@ -30,7 +30,7 @@ def star(k: int, bw: float = 10 * G, lat: float = 1e-6, host: bool = False, pool
     return Topology("star", tuple(devs), tuple(links), (Switch("sw"),)).validate()
 
 
-def multiset_final(s: C.Schedule) -> list[list[Counter]]:
+def multiset_final(s: C.CollectiveSchedule) -> list[list[Counter]]:
     """Reference: replay the transfers on multisets (Counter) of contributions, independent of
     the builder's bitmasks, so a contribution counted twice would show up as a count of 2."""
     nodes, chunks = len(s.nodes), len(s.chunk_bytes)

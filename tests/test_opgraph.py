@@ -12,12 +12,13 @@ from torch import nn
 from lab.modelled.datasheet import LinkCost, compute_table, op_seconds, transfer_seconds
 from lab.scenario.catalogue import preset
 from lab.errors import LabError
-from lab.scenario.models import MODEL_NAMES, build_model, parameter_count
+from lab.scenario.names import MODELS
+from lab.scenario.models import build_model, parameter_count
 from lab.modelled.opgraph import reference_flops, trace
 from lab.scenario.topology import OP_CLASSES
 
 
-@pytest.mark.parametrize("name", MODEL_NAMES)
+@pytest.mark.parametrize("name", MODELS)
 @pytest.mark.parametrize("batch", [1, 7])
 def test_matmul_and_conv_flops_equal_torch_flop_counter(name, batch):
     g = trace(name, batch)
@@ -29,7 +30,7 @@ def test_matmul_and_conv_flops_equal_torch_flop_counter(name, batch):
     assert mine["matmul"] + mine["conv"] > 0
 
 
-@pytest.mark.parametrize("name", MODEL_NAMES)
+@pytest.mark.parametrize("name", MODELS)
 def test_graph_is_topological_acyclic_and_params_add_up(name):
     g = trace(name, 4)
     seen = set()

@@ -34,7 +34,7 @@ from adabelief_pytorch import AdaBelief as PackageAdaBelief
 from lab.optim import playground as pg
 from lab.errors import LabError
 from lab.figures import optim as figs
-from lab.optim.optimizers import (OPTIMISERS, AdaBelief, Adam, LocalAllReduce, MaxAdaBelief, MaxAdaBeliefCorrected,
+from lab.optim.optimizers import (OPTIMIZER_CLASSES, AdaBelief, Adam, LocalAllReduce, MaxAdaBelief, MaxAdaBeliefCorrected,
                        NonFiniteGradient, adabelief_update, make_optimizer, torch_allreduce_fn)
 from conftest import free_port
 
@@ -339,7 +339,7 @@ def simulate(name, sync, steps, *, nan_at=None, **hyper):
     return base, group, group.run(worker)
 
 
-@pytest.mark.parametrize("name", list(OPTIMISERS))
+@pytest.mark.parametrize("name", list(OPTIMIZER_CLASSES))
 def test_state_allreduce_matches_by_hand_and_workers_agree(name):
     hyper = dict(lr=1e-2, betas=(0.9, 0.99), eps=1e-10)
     base, group, results = simulate(name, "state", 25, **hyper)
@@ -515,13 +515,13 @@ def test_check_finite_off_lets_nan_through_and_overflowing_sums_are_not_reported
 
 
 def test_scenario_optimiser_names_are_known():
-    from lab.scenario.document import OPTIMIZERS
-    assert set(OPTIMIZERS) <= set(OPTIMISERS)
+    from lab.scenario.names import OPTIMIZERS
+    assert set(OPTIMIZERS) <= set(OPTIMIZER_CLASSES)
 
 
 # ------------------------------------------------------------------ the counterexample and the playground
 
-ALL = tuple(OPTIMISERS)
+ALL = tuple(OPTIMIZER_CLASSES)
 
 
 def test_counterexample_vectorised_equals_stepping_the_optimisers():
@@ -566,7 +566,7 @@ def test_counterexample_sentence_follows_the_data():
 @pytest.mark.parametrize("key", list(pg.FUNCTIONS))
 def test_playground_runs_reduce_the_loss(key):
     trajs = pg.run_playground(key, steps=150, lr=0.05)
-    assert set(trajs) == set(pg.PLAYGROUND_OPTIMISERS)
+    assert set(trajs) == set(pg.OPTIMIZERS)
     for tr in trajs.values():
         assert tr.points.shape == (151, 2) and tr.losses.shape == (151,) and tr.effective_lr.shape == (150, 2)
         assert tr.losses[-1] < tr.losses[0]

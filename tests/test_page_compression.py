@@ -104,7 +104,8 @@ def test_grid_button_queues_nine_runs_then_they_are_stopped(lab_db):
 
     from lab.jobs.manager import shared
     from lab.store.runs import RunStore
-    from lab.jobs.grid import GRID_OPTIMISERS, variant_of
+    from lab.scenario.names import COMPARED_OPTIMIZERS
+    from lab.jobs.grid import variant_of
     from tests.test_train import processes_with
 
     page = app_test("pages/compression.py", timeout=180)
@@ -117,7 +118,7 @@ def test_grid_button_queues_nine_runs_then_they_are_stopped(lab_db):
     assert runs.status.isin(["queued", "running"]).all() and (runs.sync == "allreduce").all()
     got = sorted((store.get_run(r)["scenario"]["training"]["optimizer"],
                   variant_of(store.get_run(r)["scenario"]["training"])) for r in ids)
-    assert got == sorted((o, v) for o in GRID_OPTIMISERS for v in ("dense", "gtk", "gtk_ef"))
+    assert got == sorted((o, v) for o in COMPARED_OPTIMIZERS for v in ("dense", "gtk", "gtk_ef"))
     comps = [store.get_run(r)["scenario"]["training"]["compression"] for r in ids]
     assert sorted(c["kind"] for c in comps).count("group_topk") == 6 and {c["ratio"] for c in comps
                                                                          if c["kind"] == "group_topk"} == {0.01}

@@ -12,7 +12,7 @@ import pytest
 from lab.scenario.catalogue import preset
 from lab.errors import LabError
 from lab.modelled.opgraph import trace
-from lab.modelled.placement import (STRATEGIES, Schedule, TaskGraph, chain_dp, chain_partition, coarsen, compare_strategies,
+from lab.modelled.placement import (STRATEGIES, PlacementSchedule, TaskGraph, chain_dp, chain_partition, coarsen, compare_strategies,
                            device_usage, even_split, greedy_eft, heft, model_task_graph, optimal, partition_chain,
                            replay, round_robin, schedule_assignment, schedule_table, single_fastest, type_rule,
                            why, reasons, transfer_rows, plan_record, compare_plans)
@@ -257,16 +257,16 @@ def _g():
 def test_validate_names_the_broken_rule(slots, match):
     span = max(f for _, _, f in slots.values())
     with pytest.raises(LabError, match=match):
-        Schedule("hand", slots, span).validate(_g())
+        PlacementSchedule("hand", slots, span).validate(_g())
 
 
 def test_validate_catches_overlap_and_wrong_makespan():
     g = TaskGraph({"a": {"p": 1}, "b": {"p": 1}})
     with pytest.raises(LabError, match="overlap"):
-        Schedule("x", {"a": ("p", 0, 1), "b": ("p", 0.5, 1.5)}, 1.5).validate(g)
+        PlacementSchedule("x", {"a": ("p", 0, 1), "b": ("p", 0.5, 1.5)}, 1.5).validate(g)
     with pytest.raises(LabError, match="makespan"):
-        Schedule("x", {"a": ("p", 0, 1), "b": ("p", 1, 2)}, 3.0).validate(g)
-    Schedule("x", {"a": ("p", 0, 1), "b": ("p", 1, 2)}, 2.0).validate(g)
+        PlacementSchedule("x", {"a": ("p", 0, 1), "b": ("p", 1, 2)}, 3.0).validate(g)
+    PlacementSchedule("x", {"a": ("p", 0, 1), "b": ("p", 1, 2)}, 2.0).validate(g)
 
 
 @pytest.mark.parametrize("compute,transfer,match", [
@@ -360,7 +360,7 @@ def test_chain_cut_counts_skip_edges_and_pair_links():
     g = TaskGraph({"a": {"p": 1, "q": 1}, "b": {"p": 1, "q": 1}, "c": {"p": 1, "q": 1}},
                   {("a", "b"): 10.0, ("b", "c"): 20.0, ("a", "c"): 30.0},
                   lambda u, v, nbytes: 0.5 + nbytes, devices=["p", "q"])
-    from lab.modelled.placement import _chain_arrays
+    from lab.modelled.placement.search import _chain_arrays
 
     _, cut = _chain_arrays(g)
     assert cut[0, 0, 1] == pytest.approx(2 * 0.5 + 40.0)  # after a: a->b and a->c

@@ -8,7 +8,9 @@ from typing import Any
 
 import torch
 
-from lab.comm.sparse import SHARING_METHODS, share
+from lab.scenario.names import SHARING
+
+from lab.comm.sparse import share
 from lab.compression.compressors import ErrorFeedback, make_compressor
 from lab.errors import LabError
 from lab.scenario.document import Compression
@@ -25,8 +27,8 @@ class GradientCompressor:
         self.compressor = make_compressor(
             self.kind, ratio if ratio is not None else s.ratio, group_size if group_size is not None else s.group_size,
             error_feedback=error_feedback if error_feedback is not None else s.error_feedback, seed=seed)
-        if self.sharing not in SHARING_METHODS:
-            raise LabError(f"unknown sharing method {self.sharing!r}; choose one of {list(SHARING_METHODS)}",
+        if self.sharing not in SHARING:
+            raise LabError(f"unknown sharing method {self.sharing!r}; choose one of {list(SHARING)}",
                            where="compression.sharing")
 
     def reset(self) -> None:

@@ -58,11 +58,9 @@ import torch
 import torch.distributed as dist
 
 from lab.compression.compressors import GroupTopK, Payload
+from lab.scenario.names import SHARING, SHARING_LABELS
 from lab.errors import LabError
 
-SHARING_METHODS = ("dense", "sparse_ring", "sparse_allgather")
-SHARING_LABELS = {"dense": "dense ring all-reduce (fp32, decompressed)",
-                  "sparse_ring": "sparse ring (reduce-scatter + all-gather)", "sparse_allgather": "sparse all-gather"}
 COUNT_BYTES = 8  # the int64 count sent before every variable-length message
 PAIR_BYTES = 8  # int32 index + fp32 value
 _TAG_COUNT, _TAG_DATA = 11, 12
@@ -465,7 +463,7 @@ def share(payload: Payload, method: str, *, group: Any = None,
         return sparse_ring_allreduce(payload, payload.numel, group=group, link_delay=link_delay)
     if method == "sparse_allgather":
         return sparse_allgather(payload, group=group, link_delay=link_delay)
-    raise LabError(f"unknown sharing method {method!r}; choose one of {list(SHARING_METHODS)}",
+    raise LabError(f"unknown sharing method {method!r}; choose one of {list(SHARING)}",
                    where="compression.sharing")
 
 

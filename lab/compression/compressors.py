@@ -91,6 +91,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from lab.scenario.names import COMPRESSOR_LABELS
 from lab.errors import LabError
 
 HEADER = struct.Struct("<BBHIQII")
@@ -439,13 +440,6 @@ class ErrorFeedback(Compressor):
         return f"ErrorFeedback({self.compressor!r})"
 
 
-COMPRESSOR_LABELS = {
-    "none": "no compression (fp32)",
-    "group_topk": "Group-TopK (top k in every group)",
-    "topk": "global Top-K",
-    "randomk": "Random-K",
-    "fp16": "FP16",
-}
 
 
 def make_compressor(kind: str = "none", ratio: float = 0.01, group_size: int = 1024, *,

@@ -8,7 +8,7 @@ from typing import Mapping, Sequence
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from lab.modelled.collectives import AlphaBetaFit, Schedule, Timeline, contribution_letter
+from lab.modelled.collectives import AlphaBetaFit, CollectiveSchedule, Timeline, contribution_letter
 
 ALGO_COLOURS = {"ring": "#1f6feb", "ring (lab order)": "#0b3d91", "host": "#cf222e", "tree": "#2da44e",
                 "hierarchical": "#8250df", "gloo": "#d29922"}
@@ -16,7 +16,7 @@ KIND_COLOURS = {"compute": "#8c959f", "communicate": "#1f6feb", "idle": "#f6c343
 PHASE_COLOURS = {"reduce": "#cf222e", "copy": "#1f6feb"}
 
 
-def _node_positions(s: Schedule) -> dict[int, tuple[float, float]]:
+def _node_positions(s: CollectiveSchedule) -> dict[int, tuple[float, float]]:
     """Participants on a circle in ring order (first at the top, clockwise); an outside host in the middle."""
     pos = {}
     m = len(s.order)
@@ -35,11 +35,11 @@ def _node_positions(s: Schedule) -> dict[int, tuple[float, float]]:
     return pos
 
 
-def _chunk_names(s: Schedule) -> list[str]:
+def _chunk_names(s: CollectiveSchedule) -> list[str]:
     return ["whole buffer"] if len(s.chunk_bytes) == 1 else [f"chunk {c}" for c in range(len(s.chunk_bytes))]
 
 
-def _frame_data(s: Schedule, step: int, pos: dict[int, tuple[float, float]]) -> list[go.BaseTraceType]:
+def _frame_data(s: CollectiveSchedule, step: int, pos: dict[int, tuple[float, float]]) -> list[go.BaseTraceType]:
     """Traces 1..3 for step ``step`` (0 = before the first step): arrows, arrow labels, chunk grid."""
     ax, ay, sizes, mx, my, mtext, hover = [], [], [], [], [], [], []
     if step > 0:
@@ -81,14 +81,14 @@ def _frame_data(s: Schedule, step: int, pos: dict[int, tuple[float, float]]) -> 
     return [arrows, labels, grid]
 
 
-def _step_title(s: Schedule, step: int) -> str:
+def _step_title(s: CollectiveSchedule, step: int) -> str:
     if step == 0:
         return "before the first step: every device holds only its own contribution"
     st = s.steps[step - 1]
     return f"step {step} of {len(s.steps)}: {st.phase} ({'add' if st.transfers[0].op == 'reduce' else 'copy'})"
 
 
-def step_figure(s: Schedule, active: int = 0, title: str = "") -> go.Figure:
+def step_figure(s: CollectiveSchedule, active: int = 0, title: str = "") -> go.Figure:
     """Animated step-through: left, who sends what to whom; right, every device's chunks.
 
     One frame per step (frame 0 = the start), a play button and a slider; ``active`` is shown first.

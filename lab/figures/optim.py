@@ -11,7 +11,7 @@ import numpy as np
 import plotly.graph_objects as go
 from PIL import Image
 
-#: One colour per optimiser key (lab.optim.optimizers.OPTIMISERS), the same on every figure.
+#: One colour per optimiser key (lab.optim.optimizers.OPTIMIZER_CLASSES), the same on every figure.
 OPTIMISER_COLOURS = {"adam": "#d62728", "adabelief": "#1f77b4", "maxadabelief": "#2ca02c",
                      "maxadabelief-corrected": "#9467bd"}
 _DASHES = {"maxadabelief-corrected": "dot"}

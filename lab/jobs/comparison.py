@@ -15,6 +15,7 @@ from typing import Any, Iterable, Mapping, Sequence
 import numpy as np
 import pandas as pd
 
+from lab.scenario.names import COMPARED_OPTIMIZERS
 from lab.errors import LabError
 from lab.scenario.document import Compression, Scenario
 
@@ -93,7 +94,6 @@ def run_name(settings: Mapping[str, Any]) -> str:
             f"seed {settings.get('seed')}")
 
 
-THREE_OPTIMISERS = ("adam", "adabelief", "maxadabelief")
 MAX_COMPARISON_RUNS = 60  # a comparison queues at most this many runs
 
 
@@ -112,7 +112,7 @@ def comparison_compressions(chosen: Compression) -> list[Compression]:
 
 
 def comparison_scenarios(sc: Scenario, compressions: Sequence[Compression], repeats: int = 3,
-                         optimizers: Sequence[str] = THREE_OPTIMISERS) -> list[tuple[Scenario, str]]:
+                         optimizers: Sequence[str] = COMPARED_OPTIMIZERS) -> list[tuple[Scenario, str]]:
     """The runs of one comparison: every optimiser x every compression x ``repeats`` seeds (the
     scenario's seed, seed + 1, ...), all else as the scenario has it, with gradient all-reduce over the
     lab's ring (it counts the dense bytes too, so every variant's bytes can be compared). Repeat r of

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from typing import Any, Iterable
 
+from lab.scenario.names import COMPARED_OPTIMIZERS
 from lab.jobs.comparison import comparison_scenarios
 from lab.scenario.document import Compression, Scenario
 
-GRID_OPTIMISERS = ("adam", "adabelief", "maxadabelief")
 GRID_VARIANTS = ("dense", "gtk", "gtk_ef")
 GRID_RATIO = 0.01
 
@@ -27,7 +27,7 @@ def grid_scenarios(sc: Scenario, ratio: float = GRID_RATIO, sharing: str | None 
     comps = [Compression() if v == "dense" else Compression(
         kind="group_topk", ratio=ratio, group_size=base.group_size, error_feedback=v == "gtk_ef", sharing=sharing)
         for v in GRID_VARIANTS]
-    return comparison_scenarios(sc, comps, repeats=1, optimizers=GRID_OPTIMISERS)
+    return comparison_scenarios(sc, comps, repeats=1, optimizers=COMPARED_OPTIMIZERS)
 
 
 def variant_of(tr: dict) -> str:

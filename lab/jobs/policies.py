@@ -81,7 +81,7 @@ class Allocation:
 
 
 @dataclass(frozen=True)
-class Schedule:
+class JobSchedule:
     policy: str
     allocations: tuple[Allocation, ...]
     unplaceable: tuple[str, ...] = ()  # jobs no empty cluster could hold under this policy
@@ -203,7 +203,7 @@ def duration_on(job: JobRequest, groups: Mapping[str, Group], where: Mapping[str
 
 
 def simulate(groups: Sequence[Group], jobs: Sequence[JobRequest], policy: str = "uniform",
-             max_running: int | None = None) -> Schedule:
+             max_running: int | None = None) -> JobSchedule:
     """Play the queue: at every arrival or completion, start queued jobs in fair order wherever
     they fit (see :func:`place`), until none fits. Jobs that could not run even on the empty
     cluster are listed in ``unplaceable``."""
@@ -263,11 +263,11 @@ def simulate(groups: Sequence[Group], jobs: Sequence[JobRequest], policy: str = 
                 free_dev[g].extend(ds)
                 free_dev[g].sort(key=lambda d, g=g: byname[g].devices.index(d))
     all_devices = tuple(d for g in groups if g.speed > 0 for d in g.devices)
-    return Schedule(policy, tuple(sorted(out, key=lambda a: (a.start, a.job))), tuple(unplaceable), all_devices)
+    return JobSchedule(policy, tuple(sorted(out, key=lambda a: (a.start, a.job))), tuple(unplaceable), all_devices)
 
 
 def compare_policies(groups: Sequence[Group], jobs: Sequence[JobRequest],
-                     max_running: int | None = None) -> dict[str, Schedule]:
+                     max_running: int | None = None) -> dict[str, JobSchedule]:
     return {p: simulate(groups, jobs, p, max_running) for p in POLICIES}
 
 
@@ -306,6 +306,6 @@ class SlotBook:
         return self.held.pop(job, {})
 
 
-__all__ = ["Group", "JobRequest", "Allocation", "Schedule", "POLICIES", "POLICY_LABELS", "resource_groups",
+__all__ = ["Group", "JobRequest", "Allocation", "JobSchedule", "POLICIES", "POLICY_LABELS", "resource_groups",
            "local_groups", "place", "fair_order", "simulate", "compare_policies", "duration_on", "SlotBook",
            "cpu_of"]

@@ -82,11 +82,9 @@ from lab.machine.cases import (
     cycle_cases,
     pin_rank,
 )
+from lab.scenario.names import COMPRESSORS, OPTIMIZERS, SHARING
 from lab.machine.profile import (
-    COMPRESSOR_KEYS,
     COMPUTE_CLASSES,
-    OPTIMIZER_KINDS,
-    SHARING_METHODS,
     ClassCost,
     CommFit,
     ComputeFit,
@@ -211,7 +209,7 @@ def measure_compute(nets: Sequence[int] | None = None, batches: Sequence[int] = 
 OPT_SHAPES = ((2, 2_000), (6, 17_000), (8, 60_000), (24, 15_000), (24, 120_000))
 
 
-def measure_optimizers(kinds: Sequence[str] = OPTIMIZER_KINDS, repeat: int = 15,
+def measure_optimizers(kinds: Sequence[str] = OPTIMIZERS, repeat: int = 15,
                        shapes: Sequence[tuple[int, int]] = OPT_SHAPES) -> dict[str, list[tuple[float, float, float]]]:
     """Seconds of one optimiser step (lab.optim.optimizers) for each kind on synthetic parameter lists."""
     import torch
@@ -236,7 +234,7 @@ def measure_optimizers(kinds: Sequence[str] = OPTIMIZER_KINDS, repeat: int = 15,
 COMPRESS_SIZES = (4_096, 32_768, 131_072)
 
 
-def measure_compressors(keys: Sequence[str] = COMPRESSOR_KEYS, sizes: Sequence[int] = COMPRESS_SIZES,
+def measure_compressors(keys: Sequence[str] = COMPRESSORS, sizes: Sequence[int] = COMPRESS_SIZES,
                         repeat: int = 10, ratio: float = 0.01, group_size: int = 1024,
                         seed: int = 0) -> dict[str, list[tuple[float, float, float]]]:
     """Seconds of one compress call per compressor (with and without error feedback) and size."""
@@ -701,11 +699,11 @@ def synthetic_profile(*, overhead: float = 10e-6, throughput: float = 1e9, fixed
     return MachineProfile(
         created="2000-01-01T00:00:00+00:00", machine={"hostname": "synthetic", "cpu": "made-up numbers", "cores": 2},
         compute=ComputeFit(classes, fixed, per_tensor, 0.0, 0),
-        optimizer={k: opt for k in OPTIMIZER_KINDS},
-        compressor={k: compress for k in [*COMPRESSOR_KEYS, *(c + "+ef" for c in COMPRESSOR_KEYS if c != "none")]},
+        optimizer={k: opt for k in OPTIMIZERS},
+        compressor={k: compress for k in [*COMPRESSORS, *(c + "+ef" for c in COMPRESSORS if c != "none")]},
         contention={"1": 1.0, **{p: contention for p in multi}},
         allreduce={p: {"gloo": CommFit(alpha, beta, 0.0), "ring": CommFit(alpha, beta, 0.0)} for p in multi},
-        sharing={p: {m: SharingFit(per_hop, per_byte, 0.0) for m in SHARING_METHODS} for p in multi},
+        sharing={p: {m: SharingFit(per_hop, per_byte, 0.0) for m in SHARING} for p in multi},
         jitter={p: jitter for p in multi}, remainder={p: remainder for p in multi}, measured_allreduce={},
         settings={"synthetic": True}, notes=["synthetic"])
 

@@ -39,6 +39,7 @@ from functools import lru_cache
 from typing import Any, Mapping, Sequence
 
 from lab.machine.profile import MachineProfile, compute_seconds, geomean_error, graph_features
+from lab.comm.sparse import COUNT_BYTES
 from lab.errors import LabError
 from lab.scenario.document import Scenario
 
@@ -46,7 +47,6 @@ PARTS = ("compute", "compress", "comm", "idle", "step")
 PART_LABELS = {"compute": "compute", "compress": "compression", "comm": "communication", "idle": "idle",
                "step": "step time"}
 ITEM = 4  # float32 gradient entries
-COUNT_BYTES = 8  # the count sent before every variable-length message (lab.comm.sparse)
 
 
 @dataclass(frozen=True)

@@ -12,6 +12,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from lab import settings
+from lab.scenario.names import COMPRESSORS, OPTIMIZERS, SHARING
 from lab.errors import LabError
 
 PROFILE_VERSION = 4  # 4: compute with N processes is k x t + d (wall time, means per step), pinned ranks
@@ -20,13 +21,10 @@ PROFILE_VERSION = 4  # 4: compute with N processes is k x t + d (wall time, mean
 COMPUTE_CLASSES = ("matmul", "conv", "elementwise", "norm", "pool", "other")
 
 
-OPTIMIZER_KINDS = ("adam", "adabelief", "maxadabelief", "maxadabelief-corrected")
 
 
-COMPRESSOR_KEYS = ("none", "group_topk", "topk", "randomk", "fp16")
 
 
-SHARING_METHODS = ("dense", "sparse_ring", "sparse_allgather")
 
 
 @dataclass(frozen=True)

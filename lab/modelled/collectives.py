@@ -1,6 +1,6 @@
 """All-reduce, step by step and timed on a topology: pure functions, no processes.
 
-Four algorithms over N participating devices, each a :class:`Schedule` of :class:`Step` s:
+Four algorithms over N participating devices, each a :class:`CollectiveSchedule` of :class:`Step` s:
 
 * ``ring``: reduce-scatter (N-1 steps) then all-gather (N-1 steps) over N chunks, in a chosen
   ring order (the CXL design's worked example: A -> B -> C -> D -> A, chunks a0..d3).
@@ -34,16 +34,10 @@ from typing import Mapping, Sequence
 
 import numpy as np
 
+from lab.scenario.names import ALGORITHM_LABELS, ALGORITHMS
 from lab.errors import LabError
 from lab.scenario.topology import Topology
 
-ALGORITHMS: tuple[str, ...] = ("ring", "host", "tree", "hierarchical")
-ALGORITHM_LABELS: dict[str, str] = {
-    "ring": "ring (reduce-scatter + all-gather)",
-    "host": "host aggregation",
-    "tree": "binary tree (reduce + broadcast)",
-    "hierarchical": "hierarchical (groups, then leaders' ring)",
-}
 MAX_SCHEDULE_DEVICES = 256  # step-by-step schedules; uniform_time takes any N
 MAX_STATE_DEVICES = 64  # contribution sets are kept up to this many devices
 BRUTE_FORCE_MAX = 8  # ring-order search: exhaustive up to this many devices
@@ -74,7 +68,7 @@ class Step:
 
 
 @dataclass(frozen=True)
-class Schedule:
+class CollectiveSchedule:
     algorithm: str
     nodes: tuple[str, ...]  # participants first (index = contribution bit), then an outside host
     n: int  # number of participants (contributions)
@@ -184,8 +178,8 @@ class _Builder:
             state = tuple(tuple(r) for r in new)
         self.steps.append(Step(phase, tuple(transfers), state))
 
-    def build(self) -> Schedule:
-        return Schedule(self.algorithm, self.nodes, self.n, self.chunk_bytes, self.initial, tuple(self.steps),
+    def build(self) -> CollectiveSchedule:
+        return CollectiveSchedule(self.algorithm, self.nodes, self.n, self.chunk_bytes, self.initial, tuple(self.steps),
                         self.order, tuple(tuple(g) for g in self.groups), self.itemsize)
 
 
@@ -258,7 +252,7 @@ def _check_order(order: Sequence[int] | None, n: int) -> tuple[int, ...]:
 
 def build_schedule(algorithm: str, participants: int | Sequence[str], nbytes: int, *, itemsize: int = 4,
                    order: Sequence[int] | None = None, groups: Sequence[Sequence[str]] | None = None,
-                   host: str | None = None, with_state: bool = True) -> Schedule:
+                   host: str | None = None, with_state: bool = True) -> CollectiveSchedule:
     """The step-by-step schedule of ``algorithm`` over ``participants`` (a count or device names).
 
     ``nbytes``: the buffer every participant holds (a multiple of ``itemsize``; chunks are
@@ -341,7 +335,7 @@ def build_schedule(algorithm: str, participants: int | Sequence[str], nbytes: in
     return b.build()
 
 
-def check_schedule(s: Schedule) -> None:
+def check_schedule(s: CollectiveSchedule) -> None:
     """Raise if any node does not end holding every contribution of every chunk."""
     final = s.final()
     for i, row in enumerate(final):
@@ -484,7 +478,7 @@ def messages_time(topology: Topology, messages: Sequence[tuple[str, str, int]]) 
     return out
 
 
-def step_messages(s: Schedule, step: Step) -> list[tuple[str, str, int]]:
+def step_messages(s: CollectiveSchedule, step: Step) -> list[tuple[str, str, int]]:
     """The step's transfers merged per (src, dst) pair into one message each."""
     merged: dict[tuple[int, int], int] = {}
     for t in step.transfers:
@@ -492,7 +486,7 @@ def step_messages(s: Schedule, step: Step) -> list[tuple[str, str, int]]:
     return [(s.nodes[a], s.nodes[b], nb) for (a, b), nb in merged.items()]
 
 
-def schedule_time(s: Schedule, topology: Topology) -> TimeEstimate:
+def schedule_time(s: CollectiveSchedule, topology: Topology) -> TimeEstimate:
     """The alpha-beta time of ``s`` on ``topology`` (node names must be nodes of the topology)."""
     names = set(topology.device_names) | {sw.name for sw in topology.switches}
     unknown = [nm for nm in s.nodes if nm not in names]
@@ -735,7 +729,7 @@ class Timeline:
     allreduce_start: Mapping[str, float]
 
 
-def trigger_timeline(s: Schedule, topology: Topology, compute: Mapping[str, float], mode: str,
+def trigger_timeline(s: CollectiveSchedule, topology: Topology, compute: Mapping[str, float], mode: str,
                      trigger_latency: float = 0.0) -> Timeline:
     """One iteration: compute, then the all-reduce ``s``.
 
@@ -873,7 +867,7 @@ class Setup:
     groups: tuple[tuple[str, ...], ...] | None = None
     host: str | None = None
 
-    def schedule(self, algorithm: str, nbytes: int, with_state: bool = False) -> Schedule:
+    def schedule(self, algorithm: str, nbytes: int, with_state: bool = False) -> CollectiveSchedule:
         return build_schedule(algorithm, list(self.participants), nbytes, order=self.order,
                               groups=self.groups, host=self.host, with_state=with_state)
 

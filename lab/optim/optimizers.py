@@ -84,10 +84,11 @@ from typing import Any, Callable, Iterable, Sequence
 import torch
 from torch import Tensor
 
+from lab.scenario.names import OPTIMIZER_LABELS, OPTIMIZERS
 from lab.errors import LabError
 
 __all__ = [
-    "ALLREDUCE_OPS", "MAX_MODES", "OPTIMISERS", "OPTIMISER_LABELS", "AllReduceFn", "Adam", "AdaBelief",
+    "ALLREDUCE_OPS", "MAX_MODES", "OPTIMIZER_CLASSES", "OPTIMIZER_LABELS", "AllReduceFn", "Adam", "AdaBelief",
     "MaxAdaBelief", "MaxAdaBeliefCorrected", "NonFiniteGradient", "LocalAllReduce", "adam_update",
     "adabelief_update", "allreduce_tensors", "make_optimizer", "torch_allreduce_fn",
 ]
@@ -689,25 +690,19 @@ def _as_betas(betas):
 
 
 #: Optimiser names used by the Scenario, the pages and the training workers.
-OPTIMISERS: dict[str, type[_LabOptimizer]] = {
+OPTIMIZER_CLASSES: dict[str, type[_LabOptimizer]] = {
     "adam": Adam,
     "adabelief": AdaBelief,
     "maxadabelief": MaxAdaBelief,
     "maxadabelief-corrected": MaxAdaBeliefCorrected,
 }
-OPTIMISER_LABELS = {
-    "adam": "Adam",
-    "adabelief": "AdaBelief",
-    "maxadabelief": "Max-AdaBelief (max of s)",
-    "maxadabelief-corrected": "Max-AdaBelief (max of corrected ŝ)",
-}
 
 
 def make_optimizer(name: str, params: Iterable, **hyper) -> _LabOptimizer:
-    """The optimiser called ``name`` (a key of OPTIMISERS) over ``params``."""
-    if name not in OPTIMISERS:
-        raise LabError(f"unknown optimiser {name!r}; allowed: {', '.join(OPTIMISERS)}", where="optimizer")
-    return OPTIMISERS[name](params, **hyper)
+    """The optimiser called ``name`` (a key of OPTIMIZER_CLASSES) over ``params``."""
+    if name not in OPTIMIZER_CLASSES:
+        raise LabError(f"unknown optimiser {name!r}; allowed: {', '.join(OPTIMIZER_CLASSES)}", where="optimizer")
+    return OPTIMIZER_CLASSES[name](params, **hyper)
 
 
 def from_training(tr: Any, params: Iterable, lr: float) -> _LabOptimizer:

@@ -16,12 +16,13 @@ import numpy as np
 import torch
 from scipy.signal import lfilter
 
+from lab.scenario.names import COMPARED_OPTIMIZERS, OPTIMIZERS
 from lab.errors import LabError
-from lab.optim.optimizers import OPTIMISER_LABELS, OPTIMISERS, NonFiniteGradient, make_optimizer
+from lab.scenario.names import OPTIMIZER_LABELS
+from lab.optim.optimizers import OPTIMIZER_CLASSES, NonFiniteGradient, make_optimizer
 
 MAX_STEPS = 5000
 MAX_COUNTEREXAMPLE_STEPS = 50_500
-PLAYGROUND_OPTIMISERS = ("adam", "adabelief", "maxadabelief", "maxadabelief-corrected")
 
 
 @dataclass(frozen=True)
@@ -89,7 +90,7 @@ class Trajectory:
 
     @property
     def label(self) -> str:
-        return OPTIMISER_LABELS[self.optimiser]
+        return OPTIMIZER_LABELS[self.optimiser]
 
 
 def _check_common(steps: int, lr: float, limit: int, where: str) -> None:
@@ -102,12 +103,12 @@ def _check_common(steps: int, lr: float, limit: int, where: str) -> None:
 def run_trajectory(function_key: str, optimiser: str, *, start: tuple[float, float] | None = None,
                    steps: int = 300, lr: float | None = None, seed: int = 0,
                    betas: tuple[float, float] = (0.9, 0.999)) -> Trajectory:
-    """Run ``optimiser`` (a key of lab.optim.optimizers.OPTIMISERS) on a test function from ``start``."""
+    """Run ``optimiser`` (a key of lab.optim.optimizers.OPTIMIZER_CLASSES) on a test function from ``start``."""
     fn = function(function_key)
     lr = fn.lr if lr is None else lr
     _check_common(steps, lr, MAX_STEPS, "playground")
-    if optimiser not in OPTIMISERS:
-        raise LabError(f"unknown optimiser {optimiser!r}; allowed: {', '.join(OPTIMISERS)}", where="playground")
+    if optimiser not in OPTIMIZER_CLASSES:
+        raise LabError(f"unknown optimiser {optimiser!r}; allowed: {', '.join(OPTIMIZER_CLASSES)}", where="playground")
     start = fn.start if start is None else start
     if len(start) != 2 or not all(math.isfinite(float(v)) for v in start):
         raise LabError(f"start must be two finite numbers (x, y), got {start!r}", where="playground")
@@ -140,7 +141,7 @@ def run_trajectory(function_key: str, optimiser: str, *, start: tuple[float, flo
                       torch.stack(eff).numpy() if eff else np.zeros((0, 2)), stopped)
 
 
-def run_playground(function_key: str, optimisers: tuple[str, ...] = PLAYGROUND_OPTIMISERS, *,
+def run_playground(function_key: str, optimisers: tuple[str, ...] = OPTIMIZERS, *,
                    start: tuple[float, float] | None = None, steps: int = 300, lr: float | None = None,
                    seed: int = 0) -> dict[str, Trajectory]:
     """The same run (same start, steps, lr and noise seed) for each optimiser."""
@@ -239,7 +240,7 @@ class CounterexampleRun:
         return float(xs[max(0, end - PERIOD):end].mean())
 
 
-def run_counterexample(optimisers: tuple[str, ...] = ("adam", "adabelief", "maxadabelief"), *,
+def run_counterexample(optimisers: tuple[str, ...] = COMPARED_OPTIMIZERS, *,
                        steps: int = 5050, lr: float = 1.0, schedule: str = "1/sqrt(t)",
                        x0: float = 0.0, method: str = "vectorised") -> CounterexampleRun:
     """Run each optimiser on the online problem f_t(x) = g_t x over [-1, 1] (b1 = 0.9, b2 = 0.99, the
@@ -260,8 +261,8 @@ def run_counterexample(optimisers: tuple[str, ...] = ("adam", "adabelief", "maxa
     if method not in ("vectorised", "optimiser"):
         raise LabError(f"method must be 'vectorised' or 'optimiser', got {method!r}", where="counterexample")
     for name in optimisers:
-        if name not in OPTIMISERS:
-            raise LabError(f"unknown optimiser {name!r}; allowed: {', '.join(OPTIMISERS)}", where="counterexample")
+        if name not in OPTIMIZER_CLASSES:
+            raise LabError(f"unknown optimiser {name!r}; allowed: {', '.join(OPTIMIZER_CLASSES)}", where="counterexample")
     t = np.arange(1, steps + 1)
     g = np.where(t % PERIOD == 1, BIG, SMALL)
     lrs = lr / np.sqrt(t) if schedule == "1/sqrt(t)" else np.full(steps, float(lr))
@@ -293,7 +294,7 @@ def _counterexample_by_optimiser(name: str, g: np.ndarray, lrs: np.ndarray, x0: 
 
 
 def _default_eps(name: str) -> float:
-    return inspect.signature(OPTIMISERS[name]).parameters["eps"].default
+    return inspect.signature(OPTIMIZER_CLASSES[name]).parameters["eps"].default
 
 
 def _counterexample_updates(name: str, g: np.ndarray, lrs: np.ndarray) -> np.ndarray:
@@ -307,7 +308,7 @@ def _counterexample_updates(name: str, g: np.ndarray, lrs: np.ndarray) -> np.nda
         denom = np.sqrt(lfilter([1 - b2], [1, -b2], g * g)) / np.sqrt(bc2) + eps
     else:
         s = lfilter([1.0], [1, -b2], (1 - b2) * (g - m) ** 2 + eps)
-        mode = OPTIMISERS[name]([torch.zeros(1)]).defaults.get("max_mode")
+        mode = OPTIMIZER_CLASSES[name]([torch.zeros(1)]).defaults.get("max_mode")
         if mode == "raw":
             denom = np.sqrt(np.maximum.accumulate(s)) / np.sqrt(bc2) + eps
         elif mode == "corrected":
@@ -330,7 +331,7 @@ def describe_counterexample(run: CounterexampleRun) -> str:
     parts, wrong, right = [], [], []
     for name in run.x:
         now, before = run.period_mean(name), run.period_mean(name, back=1)
-        label = OPTIMISER_LABELS[name]
+        label = OPTIMIZER_LABELS[name]
         if now >= 0.9:
             where = "sits near x = +1, the worst point"
             wrong.append(label)

@@ -14,6 +14,7 @@ import zlib
 from dataclasses import dataclass, field, fields, replace
 from typing import Any, Mapping
 
+from lab.scenario.names import COMPRESSORS, MODELS, OPTIMIZERS, SHARING
 from lab.errors import LabError
 from lab.scenario.topology import Topology, _check_keys, _loads, check_text, nfc, shown
 
@@ -70,14 +71,10 @@ class Spec:
         raise AssertionError(self.type)
 
 
-OPTIMIZERS = ("adam", "adabelief", "maxadabelief", "maxadabelief-corrected")
-MODELS = ("mlp", "cnn", "resnet", "transformer")
 DATASETS = ("digits", "synthetic")
 SYNC_MODES = ("allreduce", "param_server", "state_allreduce")
 ALLREDUCE_IMPLS = ("gloo", "ring")
 SPLITS = ("even", "weighted", "dirichlet")
-COMPRESSORS = ("none", "group_topk", "topk", "randomk", "fp16")
-SHARING = ("dense", "sparse_ring", "sparse_allgather")
 FAULT_KINDS = ("none", "kill", "hang", "raise")
 FAULT_POLICIES = ("fail", "recover")
 

@@ -12,15 +12,9 @@ import math
 import torch
 from torch import nn
 
+from lab.scenario.names import MODEL_LABELS, MODELS
 from lab.errors import LabError
 
-MODEL_NAMES = ("mlp", "cnn", "resnet", "transformer")
-MODEL_LABELS = {
-    "mlp": "MLP (64-128-64-10)",
-    "cnn": "LeNet-style CNN",
-    "resnet": "small ResNet (3 residual blocks)",
-    "transformer": "Transformer encoder block",
-}
 
 
 def _side(in_features: int) -> int:
@@ -140,7 +134,7 @@ _BUILDERS = {"mlp": MLP, "cnn": CNN, "resnet": SmallResNet, "transformer": Encod
 def build_model(name: str, in_features: int = 64, classes: int = 10, seed: int = 0) -> nn.Module:
     """A fresh model with deterministic initial weights for ``seed``."""
     if name not in _BUILDERS:
-        raise LabError(f"unknown model {name!r}; choose one of {list(MODEL_NAMES)}")
+        raise LabError(f"unknown model {name!r}; choose one of {list(MODELS)}")
     if in_features < 1 or classes < 2:
         raise LabError(f"a model needs at least 1 input feature and 2 classes (got {in_features}, {classes})")
     gen_state = torch.random.get_rng_state()

@@ -9,7 +9,8 @@ import torch.distributed as dist
 
 from lab.comm.processes import init_worker
 from lab.comm.sharing import GradientCompressor
-from lab.comm.sparse import (SHARING_METHODS, GroupTopKHookState, group_topk_hook, simulate_sparse_allgather,
+from lab.scenario.names import SHARING
+from lab.comm.sparse import (GroupTopKHookState, group_topk_hook, simulate_sparse_allgather,
                              simulate_sparse_ring, sparse_allgather, sparse_ring_allreduce)
 from lab.compression.compressors import GroupTopK, generated_gradients
 from lab.scenario.document import Compression
@@ -59,7 +60,7 @@ def _sharing_checks(rank: int, world: int, sizes: tuple, seed: int) -> list[dict
                              "calls": len(calls), "delay": dst["delay"],
                              "bytes_match": sum(c[2] for c in calls) == dst["bytes_sent"],
                              "to_right": all(c == (rank, (rank + 1) % N) for c in (c[:2] for c in calls))})
-            for method in SHARING_METHODS:  # the one-line training entry point: two steps with EF
+            for method in SHARING:  # the one-line training entry point: two steps with EF
                 gc = GradientCompressor(Compression(kind="group_topk", ratio=0.1, group_size=16,
                                                     error_feedback=True, sharing=method), seed=seed)
                 ok = True

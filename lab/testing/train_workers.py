@@ -40,9 +40,9 @@ def paired_bench_worker(rank: int, world: int, port: int, out_dir: str, config: 
                     t0 = time.perf_counter()
                     res = trainers[n].step_allreduce()
                     rec[n]["dt"].append(time.perf_counter() - t0)
-                    rec[n]["sent"].append(res[7])
-                    rec[n]["recv"].append(res[8])
-                    rec[n]["emul_comm"].append(res[5])
+                    rec[n]["sent"].append(res.bytes_sent)
+                    rec[n]["recv"].append(res.bytes_recv)
+                    rec[n]["emul_comm"].append(res.t_emul_comm)
                     rec[n]["t_compress"].append(trainers[n].t_compress)
             for n, t in trainers.items():
                 rec[n]["test_acc"] = t.evaluate()

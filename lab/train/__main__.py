@@ -22,7 +22,10 @@ import os
 import sys
 
 from lab.errors import LabError
-from lab.scenario.document import MAX_SCENARIO_BYTES, OPTIMIZERS, SYNC_MODES, TRAINING_FIELDS, Scenario, default_scenario
+from lab.scenario.document import MAX_SCENARIO_BYTES, SYNC_MODES, TRAINING_FIELDS, Scenario, default_scenario
+
+# shortcut flag -> Training field
+from lab.scenario.names import OPTIMIZERS
 
 # shortcut flag -> Training field
 SHORTCUTS = {

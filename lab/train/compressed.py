@@ -66,6 +66,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from lab.comm.sparse import COUNT_BYTES
 from lab.errors import LabError
 from lab.scenario.document import Training
 
@@ -97,7 +98,6 @@ def check(tr: Training, numel: int) -> None:
 # Sharing over the default process group, receives posted ahead (see "Sharing methods" above)
 # ---------------------------------------------------------------------------------------------
 _TAG_COUNT, _TAG_DATA, _TAG_PAYLOAD = 31, 32, 33  # apart from lab.comm.ring's and lab.comm.sparse's tags
-COUNT_BYTES = 8
 
 
 def _peers() -> tuple[Any, int, int, int, int]:

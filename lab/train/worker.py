@@ -63,6 +63,21 @@ from lab.train import emulation as emu
 REC = ("step", "loss", "t_compute", "t_coll", "t_emul_compute", "t_emul_comm", "ready", "end", "bytes_sent",
        "bytes_recv", "samples", "t_compress")
 R = {k: i for i, k in enumerate(REC)}
+
+
+@dataclass(frozen=True)
+class StepResult:
+    """What one training step of one rank measured (seconds are wall time on this rank)."""
+
+    local_loss: float  # this rank's loss on its batch
+    loss: float  # the job's loss (the workers' mean); NaN when the step diverged
+    t_compute: float  # forward, backward, optimiser and emulated compute wait
+    t_coll: float  # communication
+    t_emul_compute: float  # of t_compute: the wait that emulates a slower device
+    t_emul_comm: float  # of t_coll: the wait that emulates a slower link
+    ready: float  # time.time() when this rank was ready to communicate
+    bytes_sent: int
+    bytes_recv: int
 IDLE_DEFINITION = ("idle = latest 'ready to communicate' wall-clock stamp among the workers minus this "
                    "worker's own stamp, capped at its time in the collective; comm = the rest")
 
@@ -286,7 +301,7 @@ class Trainer:
         return nbytes + 8, x_in.numel() * 4 + y_in.numel() * 8 + 8, delay
 
     # ----- the step, per sync mode -------------------------------------------------------------
-    def step_allreduce(self) -> tuple:
+    def step_allreduce(self) -> StepResult:
         t0 = time.perf_counter()
         local = self.forward_backward()
         tc = time.perf_counter() - t0
@@ -304,9 +319,9 @@ class Trainer:
         if math.isfinite(glob):
             glob = self._opt_step(glob)
         self._last_opt_s = time.perf_counter() - t2
-        return local, glob, tc + self._last_opt_s + emul, tcoll, emul, emul_c, ready, sent, recv
+        return StepResult(local, glob, tc + self._last_opt_s + emul, tcoll, emul, emul_c, ready, sent, recv)
 
-    def step_state(self) -> tuple:
+    def step_state(self) -> StepResult:
         t0 = time.perf_counter()
         local = self.forward_backward()
         tc = time.perf_counter() - t0
@@ -330,8 +345,8 @@ class Trainer:
         if math.isfinite(glob):
             glob = self._opt_step(glob, fn)
         self._last_opt_s = max(0.0, time.perf_counter() - t2 - (coll["t"] - before))
-        return (local, glob, tc + self._last_opt_s + emul, coll["t"], emul, coll["emul"], ready,
-                coll["sent"], coll["recv"])
+        return StepResult(local, glob, tc + self._last_opt_s + emul, coll["t"], emul, coll["emul"], ready,
+                          coll["sent"], coll["recv"])
 
     def _opt_step(self, glob: float, allreduce_fn=None) -> float:
         """The optimiser step; a NaN/inf gradient (every rank sees it together) counts as divergence."""
@@ -346,7 +361,7 @@ class Trainer:
             return math.nan
         return glob
 
-    def step_ps_worker(self) -> tuple:
+    def step_ps_worker(self) -> StepResult:
         t0 = time.perf_counter()
         local = self.forward_backward()
         tc = time.perf_counter() - t0
@@ -360,9 +375,9 @@ class Trainer:
             r.wait()
         tcoll = time.perf_counter() - t1
         glob = float(self.pflat[-1])
-        return local, glob, tc + emul, tcoll, emul, delay, ready, nbytes, nbytes
+        return StepResult(local, glob, tc + emul, tcoll, emul, delay, ready, nbytes, nbytes)
 
-    def step_ps_server(self) -> tuple:
+    def step_ps_server(self) -> StepResult:
         ready = time.time()
         t1 = time.perf_counter()
         bufs = [torch.empty_like(self.gflat) for _ in range(self.n)]
@@ -390,7 +405,7 @@ class Trainer:
         for r in [dist.isend(self.pflat, w) for w in range(self.n)]:
             r.wait()
         tcoll = t_recv + time.perf_counter() - t3
-        return math.nan, glob, tc, tcoll, 0.0, delay, ready, nbytes * self.n, nbytes * self.n
+        return StepResult(math.nan, glob, tc, tcoll, 0.0, delay, ready, nbytes * self.n, nbytes * self.n)
 
     # ----- evaluation, checksum, records -------------------------------------------------------
     def sync_buffers(self) -> None:
@@ -624,7 +639,10 @@ class Trainer:
         for step in range(self.start_step + 1, steps + 1):
             self.step_no = step
             self.fault(step)
-            local, glob, tcomp, tcoll, emul_cp, emul_cm, ready, sent, recv = step_fn()
+            r = step_fn()
+            local, glob, tcomp, tcoll, emul_cp, emul_cm = (r.local_loss, r.loss, r.t_compute, r.t_coll,
+                                                           r.t_emul_compute, r.t_emul_comm)
+            ready, sent, recv = r.ready, r.bytes_sent, r.bytes_recv
             if step == 1 and not self.is_server:
                 self._check_grad_views()
             t_x = time.perf_counter()

@@ -23,10 +23,11 @@ from typing import Any, Callable, Iterable, Mapping
 
 from lab.scenario.catalogue import PRESETS
 from lab.compression.cholesky import MATRIX_NAMES
-from lab.modelled.collectives import ALGORITHMS
+from lab.scenario.names import ALGORITHMS
 from lab.errors import LabError
-from lab.scenario.models import MODEL_NAMES
-from lab.optim.playground import FUNCTIONS, MAX_COUNTEREXAMPLE_STEPS, PERIOD, PLAYGROUND_OPTIMISERS, SCHEDULES
+from lab.scenario.names import MODELS
+from lab.optim.playground import FUNCTIONS, MAX_COUNTEREXAMPLE_STEPS, PERIOD, SCHEDULES
+from lab.scenario.names import OPTIMIZERS
 from lab.modelled.placement import STRATEGIES
 from lab.scenario.document import Spec
 
@@ -84,7 +85,7 @@ VIEW: dict[str, Control] = {
     "topo_to": _c("topology", str, "", "route to"),
     "topo_cmp": _c("topology", str, "as_pcie", "compare with", ("as_pcie", *PRESETS)),
     # ---- Placement
-    "pl_model": _c("placement", str, "mlp", "model", tuple(MODEL_NAMES), from_scenario=lambda sc: sc.training.model),
+    "pl_model": _c("placement", str, "mlp", "model", tuple(MODELS), from_scenario=lambda sc: sc.training.model),
     "pl_batch": _c("placement", int, 32, "batch size", lo=1, hi=65536, from_scenario=lambda sc: sc.training.batch_size),
     "pl_strategy": _c("placement", str, "greedy_eft", "strategy", tuple(STRATEGIES)),
     "pl_why": _c("placement", str, "", "operator explained"),
@@ -117,7 +118,7 @@ VIEW: dict[str, Control] = {
     "cmp_target": _c("compare", float, 90.0, "target test accuracy (%)", lo=1.0, hi=100.0),
     # ---- Optimisers
     "pg_fn": _c("optimisers", str, "rosenbrock", "test function", tuple(FUNCTIONS)),
-    "pg_opts": _c("optimisers", tuple, tuple(PLAYGROUND_OPTIMISERS), "optimisers", tuple(PLAYGROUND_OPTIMISERS)),
+    "pg_opts": _c("optimisers", tuple, tuple(OPTIMIZERS), "optimisers", tuple(OPTIMIZERS)),
     "pg_steps": _c("optimisers", int, 400, "steps", lo=10, hi=2000),
     "pg_lr": _c("optimisers", float, 0.1, "learning rate", lo=1e-4, hi=10.0),
     "pg_seed": _c("optimisers", int, 0, "noise seed", lo=0, hi=2**31 - 1),
@@ -127,10 +128,10 @@ VIEW: dict[str, Control] = {
     "ce_schedule": _c("optimisers", str, SCHEDULES[0], "step size", tuple(SCHEDULES)),
     "ce_lr": _c("optimisers", float, 1.0, "lr", lo=1e-4, hi=10.0),
     "ce_steps": _c("optimisers", int, 500 * PERIOD, "steps", lo=PERIOD, hi=MAX_COUNTEREXAMPLE_STEPS),
-    "ce_opts": _c("optimisers", tuple, tuple(PLAYGROUND_OPTIMISERS), "optimisers", tuple(PLAYGROUND_OPTIMISERS)),
+    "ce_opts": _c("optimisers", tuple, tuple(OPTIMIZERS), "optimisers", tuple(OPTIMIZERS)),
     # ---- Compression
     "cp_source": _c("compression", str, "real", "gradient", ("real", "generated")),
-    "cp_model": _c("compression", str, "mlp", "model", tuple(MODEL_NAMES)),
+    "cp_model": _c("compression", str, "mlp", "model", tuple(MODELS)),
     "cp_n": _c("compression", int, 1_000_000, "entries", lo=1_000, hi=5_000_000),
     "cp_batch": _c("compression", int, 64, "batch per worker", lo=8, hi=512),
     "cp_group": _c("compression", int, 1024, "group size", lo=1, hi=65536,

@@ -1,0 +1,229 @@
+"""Placement for people: the strategies by name, comparison tables, why an operator went where it went, plans kept as baselines, and the task graph of a model preset on a topology."""
+from __future__ import annotations
+
+import math
+from typing import Any, Callable, Iterable, Mapping
+
+import numpy as np
+
+from lab.errors import LabError
+from lab.modelled.placement.graph import Device, PlacementSchedule, Task, TaskGraph
+from lab.modelled.placement.heuristics import (
+    _ready_row,
+    even_split,
+    greedy_eft,
+    heft,
+    round_robin,
+    single_fastest,
+    type_rule,
+)
+from lab.modelled.placement.search import chain_dp, optimal
+
+STRATEGIES: dict[str, Callable[[TaskGraph], PlacementSchedule]] = {
+    "greedy_eft": greedy_eft,
+    "heft": heft,
+    "optimal": optimal,
+    "type_rule": type_rule,
+    "single_fastest": single_fastest,
+    "round_robin": round_robin,
+    "even_split": even_split,
+    "chain_dp": chain_dp,
+}
+
+
+STRATEGY_LABELS: dict[str, str] = {
+    "greedy_eft": "greedy earliest finish",
+    "heft": "HEFT (rank order, gap insertion)",
+    "optimal": "exact optimum (branch and bound)",
+    "type_rule": "rule by device type (linear->GPU, conv->FPGA, activation->ASIC/DPU)",
+    "single_fastest": "single fastest device",
+    "round_robin": "round robin",
+    "even_split": "even contiguous layer split",
+    "chain_dp": "optimal contiguous pipeline split (DP)",
+}
+
+
+def run_strategy(name: str, g: TaskGraph) -> PlacementSchedule:
+    if name not in STRATEGIES:
+        raise LabError(f"unknown strategy {name!r}; choose one of {list(STRATEGIES)}", where="placement")
+    return STRATEGIES[name](g)
+
+
+def compare_strategies(g: TaskGraph, names: Iterable[str] | None = None) -> list[dict[str, Any]]:
+    """Every strategy's makespan on ``g`` and its gap to the optimum (when it could be computed).
+
+    Rows: strategy, label, makespan (s, None if it failed), gap (fraction above the optimum or
+    None), note (the failure message when it failed)."""
+    rows, opt = [], None
+    for name in names or STRATEGIES:
+        try:
+            s = run_strategy(name, g)
+            rows.append({"strategy": name, "label": STRATEGY_LABELS[name], "makespan": s.makespan, "note": s.note})
+            if name == "optimal":
+                opt = s.makespan
+        except LabError as exc:
+            rows.append({"strategy": name, "label": STRATEGY_LABELS[name], "makespan": None, "note": str(exc)})
+    for r in rows:
+        r["gap"] = (r["makespan"] / opt - 1.0) if (opt and r["makespan"] is not None) else None
+    return rows
+
+
+def schedule_table(g: TaskGraph, s: PlacementSchedule) -> list[dict[str, Any]]:
+    """One row per task in start order: task, class, flops, device, start, finish (s), and its
+    compute time on every device (s, inf: no kernel)."""
+    rows = []
+    for t in sorted(g.tasks, key=lambda t: (s.slots[t][1], g.pos[g._ti[t]])):
+        d, a, b = s.slots[t]
+        row = {"task": t, "class": g.task_class(t), "flops": g.info.get(t, {}).get("flops"),
+               "device": d, "start": a, "finish": b}
+        row["times"] = {dv: g.compute_time(t, dv) for dv in g.devices}
+        rows.append(row)
+    return rows
+
+
+def device_usage(g: TaskGraph, s: PlacementSchedule) -> list[dict[str, Any]]:
+    """Per device: busy and idle seconds within the makespan, memory used (sum of its tasks'
+    memory), capacity, and whether it is over-full."""
+    busy = s.busy()
+    used: dict[Device, float] = {}
+    for t, (d, _, _) in s.slots.items():
+        used[d] = used.get(d, 0.0) + float(g.memory[g._ti[t]])
+    out = []
+    for j, d in enumerate(g.devices):
+        b = busy.get(d, 0.0)
+        cap = float(g.capacity[j])
+        out.append({"device": d, "busy": b, "idle": max(s.makespan - b, 0.0), "memory": used.get(d, 0.0),
+                    "capacity": cap, "over": used.get(d, 0.0) > cap})
+    return out
+
+
+def decision_order(g: TaskGraph, s: PlacementSchedule) -> list[int]:
+    """The order in which the plan placed its tasks: greedy earliest finish follows the stable
+    topological order; every other plan is read in start order (each of its tasks starts as soon
+    as its inputs and its device allow, so that order rebuilds its state)."""
+    if s.strategy == "greedy_eft":
+        return list(g.topo)
+    return sorted(range(len(g.tasks)), key=lambda i: (s.slots[g.tasks[i]][1], s.slots[g.tasks[i]][2], g.pos[i]))
+
+
+def _why_all(g: TaskGraph, s: PlacementSchedule) -> dict[Task, list[dict[str, Any]]]:
+    n, m = len(g.tasks), len(g.devices)
+    dev = [g._di[s.slots[t][0]] for t in g.tasks]
+    fin = [float(s.slots[t][2]) for t in g.tasks]
+    avail = np.zeros(m)
+    out: dict[Task, list[dict[str, Any]]] = {}
+    for i in decision_order(g, s):
+        t = g.tasks[i]
+        inputs_at = max((fin[p] for p, _ in g.preds[i]), default=0.0)
+        ready = _ready_row(g, i, dev, fin)
+        rows = []
+        for j, d in enumerate(g.devices):
+            c = float(g.free_C[i, j])
+            row = {"task": t, "device": d, "type": g.device_types.get(d), "kernel": math.isfinite(c),
+                   "allowed": math.isfinite(g.C[i, j]), "chosen": j == dev[i], "inputs_at": inputs_at,
+                   "transfer": None, "wait": None, "compute": None, "finish": None}
+            if row["kernel"]:
+                st = max(float(avail[j]), float(ready[j]))
+                row.update(transfer=float(ready[j]) - inputs_at, wait=st - float(ready[j]), compute=c, finish=st + c)
+            rows.append(row)
+        out[t] = rows
+        avail[dev[i]] = max(avail[dev[i]], fin[i])
+    return out
+
+
+def why(g: TaskGraph, s: PlacementSchedule, task: Task) -> list[dict[str, Any]]:
+    """One row per device for ``task``: as the earliest-finish rule weighs it at the moment the plan
+    places ``task`` (see :func:`decision_order`; the devices hold the tasks placed before it).
+
+    Row: device, type, kernel (has one), allowed (not excluded by a pin), chosen (the plan's
+    device), inputs_at (s, when its last input was produced; 0 without inputs), transfer (s, how
+    much later the inputs arrive on that device), wait (s, for the device to finish its queue),
+    compute (s), finish (s). ``inputs_at + transfer + wait + compute == finish``; for the chosen
+    device ``finish`` is the plan's finish (and with greedy earliest finish it is the smallest of
+    the allowed devices). Devices without a kernel have None times."""
+    if task not in g._ti:
+        raise LabError(f"{task!r} is not an operator of this graph", where="why")
+    return _why_all(g, s)[task]
+
+
+def _reason(g: TaskGraph, s: PlacementSchedule, rows: list[dict[str, Any]]) -> str:
+    cands = sorted((r for r in rows if r["kernel"]), key=lambda r: r["finish"])
+    chosen = next(r for r in rows if r["chosen"])
+    t0 = chosen["inputs_at"]
+
+    def pct(r: dict) -> str:  # time from the inputs to the finish, against the chosen device's
+        span = chosen["finish"] - t0
+        if span <= 0:
+            return "same finish" if r["finish"] == chosen["finish"] else f"+{r['finish'] - chosen['finish']:.3g} s"
+        ratio = (r["finish"] - t0) / span
+        return f"{100 * (ratio - 1):+.0f} %" if ratio < 3 else f"{ratio:.3g}x as long"
+
+    cls = g.task_class(chosen["task"])
+    if len(cands) == 1:
+        return f"the only device with a kernel for {cls or 'it'}"
+    others = [r for r in cands if not r["chosen"]]
+    if chosen["task"] in g.pins:
+        best = cands[0]
+        if best["chosen"]:
+            return f"pinned (also the earliest finish; next best {others[0]['device']} {pct(others[0])})"
+        return f"pinned; the free choice {best['device']}: {pct(best)}"
+    if chosen is cands[0] or chosen["finish"] <= cands[0]["finish"]:
+        return f"earliest finish of {len(cands)} candidates; next best {others[0]['device']} {pct(others[0])}"
+    best = next(r for r in cands if r["allowed"])
+    return f"placed by {s.strategy}, not by earliest finish; {best['device']} would finish it {pct(best)}"
+
+
+def reasons(g: TaskGraph, s: PlacementSchedule) -> dict[Task, str]:
+    """One line per task saying why it is on its device (earliest finish and the next best device,
+    or its pin and what the free choice would have been)."""
+    return {t: _reason(g, s, rows) for t, rows in _why_all(g, s).items()}
+
+
+def transfer_rows(g: TaskGraph, s: PlacementSchedule) -> list[dict[str, Any]]:
+    """Every transfer between two devices: producer, consumer, src, dst, start (the producer's
+    finish), finish (its arrival), bytes (None when the graph's transfers are in seconds)."""
+    out = []
+    for (u, v), val in g.transfer.items():
+        du, _, fu = s.slots[u]
+        dv = s.slots[v][0]
+        if du != dv:
+            out.append({"producer": u, "consumer": v, "src": du, "dst": dv, "start": fu,
+                        "finish": fu + g.transfer_time(u, v, du, dv),
+                        "bytes": val if g.link_time is not None else None})
+    return out
+
+
+def plan_record(model: str, batch: int, strategy: str, pins: Mapping[Task, Device], s: PlacementSchedule) -> dict[str, Any]:
+    """What a plan is kept as for a later comparison: its settings, makespan and busy time per device."""
+    return {"model": model, "batch": int(batch), "strategy": strategy, "pins": dict(pins),
+            "makespan": float(s.makespan), "busy": {d: float(b) for d, b in s.busy().items()}}
+
+
+def compare_plans(base: Mapping[str, Any], now: Mapping[str, Any]) -> tuple[str, list[dict[str, Any]]]:
+    """A one-line summary of what changed between two :func:`plan_record`s and what it did to the
+    makespan (e.g. "conv1 pinned to fpga: makespan +12.0 %"), and rows per device: busy time (s) in
+    the baseline and now, and the change (s)."""
+    changes = []
+    if base["model"] != now["model"] or base["batch"] != now["batch"]:
+        changes.append(f"model {base['model']} (batch {base['batch']}) -> {now['model']} (batch {now['batch']})")
+    if base["strategy"] != now["strategy"]:
+        changes.append(f"strategy {base['strategy']} -> {now['strategy']}")
+    bp, np_ = base["pins"], now["pins"]
+    changes += [f"{t} pinned to {d}" for t, d in np_.items() if bp.get(t) != d]
+    changes += [f"{t} unpinned" for t in bp if t not in np_]
+    rel = now["makespan"] / base["makespan"] - 1.0 if base["makespan"] > 0 else 0.0
+    summary = f"{'; '.join(changes) or 'same settings'}: makespan {100 * rel:+.1f} %"
+    devs = list(dict.fromkeys([*base["busy"], *now["busy"]]))
+    rows = [{"device": d, "baseline": base["busy"].get(d, 0.0), "now": now["busy"].get(d, 0.0),
+             "change": now["busy"].get(d, 0.0) - base["busy"].get(d, 0.0)} for d in devs]
+    rows.append({"device": "makespan", "baseline": base["makespan"], "now": now["makespan"],
+                 "change": now["makespan"] - base["makespan"]})
+    return summary, rows
+
+
+def model_task_graph(model: str, topology, batch_size: int = 32, speed: Mapping[str, float] | None = None,
+                     merge_data_ops: bool = True) -> TaskGraph:
+    """Trace a preset model at ``batch_size`` and cost it on ``topology``."""
+    from lab.modelled.opgraph import trace
+
+    return TaskGraph.from_model(trace(model, batch_size, merge_data_ops=merge_data_ops), topology, speed)
