@@ -78,14 +78,15 @@ from __future__ import annotations
 
 import math
 import numbers
-import threading
-from typing import Any, Callable, Iterable, Sequence
+from typing import Any, Iterable
 
 import torch
 from torch import Tensor
 
-from lab.scenario.names import OPTIMIZER_LABELS, OPTIMIZERS
 from lab.errors import LabError
+from lab.optim.distributed import ALLREDUCE_OPS, AllReduceFn, LocalAllReduce, allreduce_tensors, torch_allreduce_fn
+from lab.optim.functional import MAX_MODES, adabelief_update, adam_update
+from lab.scenario.names import OPTIMIZER_LABELS
 
 __all__ = [
     "ALLREDUCE_OPS", "MAX_MODES", "OPTIMIZER_CLASSES", "OPTIMIZER_LABELS", "AllReduceFn", "Adam", "AdaBelief",
@@ -93,9 +94,6 @@ __all__ = [
     "adabelief_update", "allreduce_tensors", "make_optimizer", "torch_allreduce_fn",
 ]
 
-AllReduceFn = Callable[[Tensor, str], None]
-ALLREDUCE_OPS = ("mean", "max", "sum")
-MAX_MODES = (None, "raw", "corrected")
 SYNC_MODES = ("state", "gradient")
 
 
@@ -113,265 +111,10 @@ class NonFiniteGradient(LabError):
 # The maths: plain functions over lists of tensors
 # --------------------------------------------------------------------------------------------
 
-def _bias_corrections(beta: float, steps: Sequence[int]) -> list[float]:
-    return [1 - beta ** t for t in steps]
-
-
-def adam_update(params: list[Tensor], grads: list[Tensor], exp_avgs: list[Tensor],
-                exp_avg_sqs: list[Tensor], steps: Sequence[int], *, lr: float, beta1: float,
-                beta2: float, eps: float, weight_decay: float = 0.0,
-                decoupled_weight_decay: bool = False, allreduce_fn: AllReduceFn | None = None) -> None:
-    """One Adam step, in place, on lists of tensors (the same operations as ``torch.optim.Adam``).
-
-    ``steps[i]`` is the step number t >= 1 of tensor i, already counted for this step. With
-    ``allreduce_fn`` the bias-corrected moments are all-reduced (mean) before the update
-    (``sync="state"``; see the module docstring). The gradients are not modified.
-    """
-    if not params:
-        return
-    if weight_decay != 0:
-        if decoupled_weight_decay:
-            torch._foreach_mul_(params, 1 - lr * weight_decay)
-        else:
-            grads = torch._foreach_add(grads, params, alpha=weight_decay)
-    torch._foreach_lerp_(exp_avgs, grads, 1 - beta1)
-    torch._foreach_mul_(exp_avg_sqs, beta2)
-    torch._foreach_addcmul_(exp_avg_sqs, grads, grads, value=1 - beta2)
-    bc1 = _bias_corrections(beta1, steps)
-    bc2 = _bias_corrections(beta2, steps)
-    if allreduce_fn is None:
-        denom = torch._foreach_sqrt(exp_avg_sqs)
-        torch._foreach_div_(denom, [math.sqrt(b) for b in bc2])
-        torch._foreach_add_(denom, eps)
-        torch._foreach_addcdiv_(params, exp_avgs, denom, [-lr / b for b in bc1])
-        return
-    m_hat = torch._foreach_div(exp_avgs, bc1)
-    allreduce_tensors(m_hat, "mean", allreduce_fn)
-    v_hat = torch._foreach_div(exp_avg_sqs, bc2)
-    allreduce_tensors(v_hat, "mean", allreduce_fn)
-    torch._foreach_sqrt_(v_hat)
-    torch._foreach_add_(v_hat, eps)
-    torch._foreach_addcdiv_(params, m_hat, v_hat, value=-lr)
-
-
-def adabelief_update(params: list[Tensor], grads: list[Tensor], exp_avgs: list[Tensor],
-                     exp_avg_vars: list[Tensor], max_exp_avg_vars: list[Tensor] | None,
-                     steps: Sequence[int], *, lr: float, beta1: float, beta2: float, eps: float,
-                     weight_decay: float = 0.0, decoupled_weight_decay: bool = True,
-                     max_mode: str | None = None, allreduce_fn: AllReduceFn | None = None) -> None:
-    """One AdaBelief / Max-AdaBelief step (rectification off), in place, on lists of tensors.
-
-    ``max_mode``: None (AdaBelief), "raw" (running max of s_t; ``max_exp_avg_vars`` holds it) or
-    "corrected" (running max of s_t / (1-b2^t); ``max_exp_avg_vars`` holds it). Decoupled weight decay
-    multiplies theta by (1 - lr * weight_decay) first (AdamW style); otherwise weight_decay * theta is
-    added to the gradient (L2), without modifying ``grads``. With ``allreduce_fn``: the state
-    all-reduce of the module docstring.
-    """
-    if max_mode not in MAX_MODES:
-        raise LabError(f"max_mode must be one of None, 'raw', 'corrected'; got {max_mode!r}",
-                       where="adabelief_update")
-    if not params:
-        return
-    if max_mode is not None and max_exp_avg_vars is None:
-        raise LabError("max_exp_avg_vars is needed when max_mode is set", where="adabelief_update")
-    if weight_decay != 0:
-        if decoupled_weight_decay:
-            torch._foreach_mul_(params, 1 - lr * weight_decay)
-        else:
-            grads = torch._foreach_add(grads, params, alpha=weight_decay)
-    torch._foreach_lerp_(exp_avgs, grads, 1 - beta1)
-    work = torch._foreach_sub(grads, exp_avgs)            # g - m_t, the surprise
-    torch._foreach_mul_(exp_avg_vars, beta2)
-    torch._foreach_addcmul_(exp_avg_vars, work, work, value=1 - beta2)
-    torch._foreach_add_(exp_avg_vars, eps)
-    bc1 = _bias_corrections(beta1, steps)
-    bc2 = _bias_corrections(beta2, steps)
-    bc2_sqrt = [math.sqrt(b) for b in bc2]
-    if allreduce_fn is not None:                            # the CXL design's order: m_hat first
-        m_hat = torch._foreach_div(exp_avgs, bc1)
-        allreduce_tensors(m_hat, "mean", allreduce_fn)
-
-    # `work` (free after the addcmul) becomes the denominator, written in place to spare an
-    # allocation. Uncorrected second moments use sqrt(s)/sqrt(bc2) + eps
-    # = (sqrt(s) + eps*sqrt(bc2)) / sqrt(bc2), the 1/sqrt(bc2) going into the final scalar.
-    if max_mode == "raw":
-        torch._foreach_maximum_(max_exp_avg_vars, exp_avg_vars)
-        if allreduce_fn is not None:
-            allreduce_tensors(max_exp_avg_vars, "max", allreduce_fn)
-        _sqrt_into(work, max_exp_avg_vars)
-        corrected = False
-    elif max_mode == "corrected":
-        _div_into(work, exp_avg_vars, bc2)
-        torch._foreach_maximum_(max_exp_avg_vars, work)
-        if allreduce_fn is not None:
-            allreduce_tensors(max_exp_avg_vars, "max", allreduce_fn)
-        _sqrt_into(work, max_exp_avg_vars)
-        corrected = True
-    elif allreduce_fn is not None:
-        _div_into(work, exp_avg_vars, bc2)
-        allreduce_tensors(work, "mean", allreduce_fn)
-        torch._foreach_sqrt_(work)
-        corrected = True
-    else:
-        _sqrt_into(work, exp_avg_vars)
-        corrected = False
-
-    if corrected:
-        torch._foreach_add_(work, eps)
-        scale = [1.0] * len(params)
-    else:
-        torch._foreach_add_(work, [eps * b for b in bc2_sqrt])
-        scale = bc2_sqrt
-    if allreduce_fn is None:
-        torch._foreach_addcdiv_(params, exp_avgs, work, [-lr * c / b for c, b in zip(scale, bc1)])
-    else:
-        torch._foreach_addcdiv_(params, m_hat, work, [-lr * c for c in scale])
-
-
-def _sqrt_into(dst: list[Tensor], src: list[Tensor]) -> None:
-    for d, s in zip(dst, src):
-        torch.sqrt(s, out=d)
-
-
-def _div_into(dst: list[Tensor], src: list[Tensor], divisors: list[float]) -> None:
-    for d, s, b in zip(dst, src, divisors):
-        torch.div(s, b, out=d)
-
 
 # --------------------------------------------------------------------------------------------
 # All-reduce plumbing
 # --------------------------------------------------------------------------------------------
-
-def allreduce_tensors(tensors: Sequence[Tensor], op: str, allreduce_fn: AllReduceFn) -> None:
-    """All-reduce ``tensors`` in place with one ``allreduce_fn`` call per (device, dtype) bucket."""
-    if op not in ALLREDUCE_OPS:
-        raise LabError(f"all-reduce op must be one of {', '.join(ALLREDUCE_OPS)}; got {op!r}",
-                       where="allreduce_tensors")
-    buckets: dict[tuple, list[Tensor]] = {}
-    for t in tensors:
-        buckets.setdefault((t.device, t.dtype), []).append(t)
-    for ts in buckets.values():
-        if len(ts) == 1 and ts[0].is_contiguous():
-            allreduce_fn(ts[0].view(-1), op)
-            continue
-        flat = torch.cat([t.reshape(-1) for t in ts])
-        allreduce_fn(flat, op)
-        parts = flat.split([t.numel() for t in ts])
-        torch._foreach_copy_(list(ts), [part.view_as(t) for part, t in zip(parts, ts)])
-
-
-def torch_allreduce_fn(group=None) -> AllReduceFn:
-    """An ``allreduce_fn`` over an initialised ``torch.distributed`` process group.
-
-    "mean" is a SUM followed by a division by the group size (gloo has no AVG). gloo's all-reduce
-    returns the same reduced values to every rank, so every rank takes the same step.
-    """
-    import torch.distributed as dist
-
-    def allreduce(tensor: Tensor, op: str) -> None:
-        if op == "mean":
-            dist.all_reduce(tensor, op=dist.ReduceOp.SUM, group=group)
-            tensor.div_(dist.get_world_size(group))
-        elif op == "sum":
-            dist.all_reduce(tensor, op=dist.ReduceOp.SUM, group=group)
-        elif op == "max":
-            dist.all_reduce(tensor, op=dist.ReduceOp.MAX, group=group)
-        else:
-            raise LabError(f"all-reduce op must be one of {', '.join(ALLREDUCE_OPS)}; got {op!r}",
-                           where="torch_allreduce_fn")
-
-    return allreduce
-
-
-class LocalAllReduce:
-    """An all-reduce among ``world_size`` threads of this process: a stand-in for torch.distributed.
-
-    Each simulated worker (a thread) uses ``group.fn(rank)`` as its ``allreduce_fn``; a call blocks
-    until every worker has made the matching call, then every worker's tensor holds the reduction
-    (mean, max or sum over workers, summed in rank order). ``run(worker)`` starts ``worker(rank, fn)``
-    in one thread per rank and returns their results in rank order, re-raising the first error.
-    ``calls`` records (op, numel) for every collective.
-    """
-
-    def __init__(self, world_size: int, timeout: float = 60.0):
-        if not isinstance(world_size, int) or world_size < 1:
-            raise LabError(f"world_size must be an integer >= 1, got {world_size!r}", where="LocalAllReduce")
-        self.world_size = world_size
-        self.timeout = timeout
-        self.calls: list[tuple[str, int]] = []
-        self._barrier = threading.Barrier(world_size, timeout=timeout)
-        self._slots: list[tuple[Tensor, str] | None] = [None] * world_size
-        self._result: Tensor | None = None
-        self._error: Exception | None = None
-
-    def fn(self, rank: int) -> AllReduceFn:
-        if not 0 <= rank < self.world_size:
-            raise LabError(f"rank must be in [0, {self.world_size}), got {rank}", where="LocalAllReduce")
-
-        def allreduce(tensor: Tensor, op: str) -> None:
-            self._slots[rank] = (tensor, op)
-            if self._barrier.wait() == 0:                   # one thread combines
-                self._combine()
-            self._barrier.wait()
-            if self._error is not None:
-                raise self._error
-            tensor.copy_(self._result)
-            self._barrier.wait()                            # nobody reuses the slots too early
-
-        return allreduce
-
-    def _combine(self) -> None:
-        slots = list(self._slots)
-        self._error = None
-        ops = {op for _, op in slots}
-        shapes = {(tuple(t.shape), t.dtype) for t, _ in slots}
-        if len(ops) != 1 or len(shapes) != 1:
-            self._error = LabError(f"workers made mismatched all-reduce calls: ops {sorted(ops)}, "
-                                   f"shapes/dtypes {sorted(map(str, shapes))}", where="LocalAllReduce")
-            return
-        op = ops.pop()
-        tensors = [t for t, _ in slots]
-        if op not in ALLREDUCE_OPS:
-            self._error = LabError(f"all-reduce op must be one of {', '.join(ALLREDUCE_OPS)}; got {op!r}",
-                                   where="LocalAllReduce")
-            return
-        if op == "max":
-            result = tensors[0].clone()
-            for t in tensors[1:]:
-                torch.maximum(result, t, out=result)
-        else:
-            result = tensors[0].clone()
-            for t in tensors[1:]:
-                result.add_(t)
-            if op == "mean":
-                result.div_(self.world_size)
-        self._result = result
-        self.calls.append((op, tensors[0].numel()))
-
-    def run(self, worker: Callable[[int, AllReduceFn], object]) -> list:
-        results: list = [None] * self.world_size
-        errors: list[BaseException | None] = [None] * self.world_size
-
-        def body(rank: int) -> None:
-            try:
-                results[rank] = worker(rank, self.fn(rank))
-            except BaseException as exc:  # noqa: BLE001 - re-raised in the caller's thread
-                errors[rank] = exc
-                self._barrier.abort()
-
-        threads = [threading.Thread(target=body, args=(r,), daemon=True) for r in range(self.world_size)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join(self.timeout)
-        if any(t.is_alive() for t in threads):
-            self._barrier.abort()
-            raise LabError(f"simulated workers did not finish within {self.timeout} s", where="LocalAllReduce")
-        real = [e for e in errors if e is not None and not isinstance(e, threading.BrokenBarrierError)]
-        if real or any(errors):
-            self._barrier.reset()
-            raise (real or [e for e in errors if e is not None])[0]
-        return results
 
 
 # --------------------------------------------------------------------------------------------

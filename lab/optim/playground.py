@@ -16,10 +16,9 @@ import numpy as np
 import torch
 from scipy.signal import lfilter
 
-from lab.scenario.names import COMPARED_OPTIMIZERS, OPTIMIZERS
 from lab.errors import LabError
-from lab.scenario.names import OPTIMIZER_LABELS
 from lab.optim.optimizers import OPTIMIZER_CLASSES, NonFiniteGradient, make_optimizer
+from lab.scenario.names import COMPARED_OPTIMIZERS, OPTIMIZER_LABELS, OPTIMIZERS
 
 MAX_STEPS = 5000
 MAX_COUNTEREXAMPLE_STEPS = 50_500
