@@ -33,8 +33,10 @@ import time
 from pathlib import Path
 from typing import Callable, Sequence
 
-from lab.modelled.collectives import algbw, busbw, fit_alpha_beta
+from lab.comm import ring
+from lab.comm.ring import BYTES, ring_allreduce
 from lab.errors import LabError
+from lab.modelled.collectives import algbw, build_schedule, busbw, fit_alpha_beta
 from lab.settings import ROOT
 
 IMPLS = ("ring", "gloo")
@@ -119,10 +121,6 @@ def _check_worker(cfg: dict) -> None:
     import torch
     import torch.distributed as dist
 
-    from lab.modelled.collectives import build_schedule
-    from lab.comm import ring
-    from lab.comm.ring import BYTES, ring_allreduce
-
     rank, world = cfg["rank"], cfg["procs"]
     if cfg.get("piece_bytes"):
         ring.PIECE_BYTES = int(cfg["piece_bytes"])
@@ -179,8 +177,6 @@ def _check_worker(cfg: dict) -> None:
 def _measure_worker(cfg: dict) -> None:
     import torch
     import torch.distributed as dist
-
-    from lab.comm.ring import ring_allreduce
 
     rank, world = cfg["rank"], cfg["procs"]
     fns = {"ring": lambda x: ring_allreduce(x, "sum"), "gloo": lambda x: dist.all_reduce(x)}

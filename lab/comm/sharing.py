@@ -8,12 +8,11 @@ from typing import Any
 
 import torch
 
-from lab.scenario.names import SHARING
-
 from lab.comm.sparse import share
 from lab.compression.compressors import ErrorFeedback, make_compressor
 from lab.errors import LabError
 from lab.scenario.document import Compression
+from lab.scenario.names import SHARING
 
 
 class GradientCompressor:

@@ -57,9 +57,10 @@ from typing import Any, Callable, Generator
 import torch
 import torch.distributed as dist
 
-from lab.compression.compressors import GroupTopK, Payload
-from lab.scenario.names import SHARING, SHARING_LABELS
+from lab.comm.ring import ring_allreduce
+from lab.compression.compressors import GroupTopK, Payload, make_compressor
 from lab.errors import LabError
+from lab.scenario.names import SHARING, SHARING_LABELS
 
 COUNT_BYTES = 8  # the int64 count sent before every variable-length message
 PAIR_BYTES = 8  # int32 index + fp32 value
@@ -433,7 +434,6 @@ def compare_sharing(payloads: list[Payload], sim: RingSimulation | None = None) 
 def sharing_report(grads: list, kind: str, ratio: float, group_size: int, seed: int = 0) -> tuple:
     """The workers' gradients ``grads`` (arrays or tensors) compressed by ``kind``, the edge-compression design's sparse ring
     simulated on them: (:func:`fill_in_table`, :func:`hop_bytes_table`, :func:`compare_sharing`)."""
-    from lab.compression.compressors import make_compressor
 
     payloads = [make_compressor(kind, ratio, group_size, seed=seed).compress(torch.as_tensor(g)) for g in grads]
     sim = simulate_sparse_ring(payloads, payloads[0].numel)
@@ -443,7 +443,6 @@ def sharing_report(grads: list, kind: str, ratio: float, group_size: int, seed: 
 def dense_allreduce(payload: Payload, *, group: Any = None,
                     link_delay: LinkDelay | None = None) -> tuple[torch.Tensor, dict]:
     """Decompress, then the lab's dense ring all-reduce of the float32 tensor (bytes counted by it)."""
-    from lab.comm.ring import ring_allreduce
 
     dense = payload.to_dense()
     t0 = time.perf_counter()

@@ -26,7 +26,9 @@ from dataclasses import dataclass
 
 import torch
 
+from lab.compression.compressors import digits_batch
 from lab.errors import LabError
+from lab.scenario.models import build_model
 
 
 @dataclass(frozen=True)
@@ -243,8 +245,6 @@ def example_matrices(seed: int = 0, batch: int = 256, damping: float = 1e-3, wor
     ``by_class``: worker w sees only the digits whose class is w modulo ``workers`` (non-IID data),
     so the workers' matrices differ more. Returns {name: [matrix per worker]} in float32.
     """
-    from lab.compression.compressors import digits_batch
-    from lab.scenario.models import build_model
 
     if not 0.0 <= damping <= 1.0:
         raise LabError(f"damping must be between 0 and 1 (got {damping})")

@@ -91,8 +91,9 @@ from typing import Any
 import numpy as np
 import torch
 
-from lab.scenario.names import COMPRESSOR_LABELS
 from lab.errors import LabError
+from lab.scenario.models import build_model
+from lab.scenario.names import COMPRESSOR_LABELS
 
 HEADER = struct.Struct("<BBHIQII")
 HEADER_BYTES = HEADER.size  # 24
@@ -484,7 +485,6 @@ def digits_batch(batch_size: int, seed: int) -> tuple[torch.Tensor, torch.Tensor
 
 def real_gradients(model: str = "mlp", workers: int = 1, batch_size: int = 64, seed: int = 0) -> list[torch.Tensor]:
     """One backward pass per worker (same initial model, different digits batches): flat gradients."""
-    from lab.scenario.models import build_model
 
     if not 1 <= workers <= 16:
         raise LabError(f"workers must be between 1 and 16 (got {workers})")

@@ -8,6 +8,7 @@ Plain data in (curves with label, hover, optimizer, compression, band and repeat
 from __future__ import annotations
 
 import math
+
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 

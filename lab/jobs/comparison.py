@@ -15,9 +15,9 @@ from typing import Any, Iterable, Mapping, Sequence
 import numpy as np
 import pandas as pd
 
-from lab.scenario.names import COMPARED_OPTIMIZERS
 from lab.errors import LabError
 from lab.scenario.document import Compression, Scenario
+from lab.scenario.names import COMPARED_OPTIMIZERS
 
 #: The setting columns of an export, in order: (column, path in the scenario's training section).
 SETTING_COLUMNS: tuple[tuple[str, tuple[str, ...]], ...] = (

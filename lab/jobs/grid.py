@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from typing import Any, Iterable
 
-from lab.scenario.names import COMPARED_OPTIMIZERS
 from lab.jobs.comparison import comparison_scenarios
 from lab.scenario.document import Compression, Scenario
+from lab.scenario.names import COMPARED_OPTIMIZERS
 
 GRID_VARIANTS = ("dense", "gtk", "gtk_ef")
 GRID_RATIO = 0.01

@@ -16,6 +16,7 @@ import hashlib
 from dataclasses import dataclass
 from typing import Any, Iterable, Mapping
 
+from lab.errors import LabError
 from lab.scenario.document import Scenario
 
 WINDOW_S = 5.0  # a repeat within this many seconds is a second click, not a second run
@@ -65,7 +66,6 @@ def decide(last: Token | None, fp: str, now: float, phases_of_last: Mapping[str,
 def phases(store: Any, run_ids: Iterable[str]) -> dict[str, str]:
     """run id -> "queued", "starting" (running, no step recorded yet), "running", "finished" or "gone"
     (deleted), read from a :class:`lab.store.runs.RunStore`."""
-    from lab.errors import LabError
 
     out = {}
     for rid in run_ids:

@@ -49,11 +49,14 @@ from typing import Iterable
 
 from lab import settings
 from lab.errors import LabError
+from lab.jobs.policies import POLICIES, SlotBook, cpu_of, fair_order, local_groups, place
+from lab.scenario.document import Scenario
 from lab.settings import ROOT, job_nice
 from lab.store.runs import ACTIVE, FINISHED, RunStore
-from lab.scenario.document import Scenario
-from lab.jobs.policies import POLICIES, SlotBook, cpu_of, fair_order, local_groups, place
+from lab.train.launcher import launcher_gone, preflight, remove_scratch, stale_after, tail_text, world_size
+from lab.train.launcher import processes_of as scan
 from lab.train.roles import parse_job
+from lab.train.worker import check_scenario
 
 STOP_GRACE_S = 3.0
 DRAIN_S = 10.0  # workers of a dead launcher get this long to exit before they are killed
@@ -134,7 +137,6 @@ def _proc_alive(pid: int | None, must_contain: str = "lab.train") -> bool:
 
 def processes_of(run_id: str, exclude: Iterable[int] = ()) -> list[int]:
     """Live processes of a run: their command line holds ``--run-id <id>`` (launcher and workers)."""
-    from lab.train.launcher import processes_of as scan
 
     return scan(run_id, exclude=tuple(exclude))
 
@@ -194,8 +196,6 @@ class JobManager:
 
     def submit_many(self, items: Iterable[tuple[Scenario, str | None]], owner: str = ANONYMOUS) -> list[Job]:
         """Queue several runs of one owner; they run in order (``capacity`` jobs at a time overall)."""
-        from lab.train.launcher import preflight, world_size
-        from lab.train.worker import check_scenario
 
         owner = str(owner or ANONYMOUS)[:64]
         checked = []
@@ -243,8 +243,6 @@ class JobManager:
             time.sleep(self.poll_s)
 
     def _schedule(self) -> None:
-        from lab.train.launcher import world_size
-
         with self._lock:
             self._reap()
             while len(self._running) < self.capacity and self._queue:
@@ -361,7 +359,6 @@ class JobManager:
             return False
         if left:
             return False
-        from lab.train.launcher import remove_scratch
 
         del self._draining[rid]
         slots = self.book.release(rid)
@@ -500,8 +497,6 @@ class JobManager:
         return was_active
 
     def _launcher_alive(self, run_id: str, pid) -> bool:
-        from lab.train.launcher import launcher_gone
-
         rec = self.store.launcher(run_id)
         if rec is not None:
             return launcher_gone(rec) is None
@@ -539,7 +534,6 @@ class JobManager:
                 f.unlink(missing_ok=True)
                 removed += 1
         (self.store.data_dir() / "jobs" / f"{run_id}.json").unlink(missing_ok=True)
-        from lab.train.launcher import remove_scratch
 
         scratch = remove_scratch(run_id, (self.store.launcher(run_id) or {}).get("scratch"))
         self.store.set_heartbeats(run_id, [])
@@ -560,7 +554,6 @@ class JobManager:
         LAB_LAUNCHER_STALE seconds). Their runs become interrupted; their scratch folders go once
         their last worker has exited. Cheap, and skipped when the last sweep was less than
         ``min_interval`` seconds ago (every polling page calls it). Returns the runs marked now."""
-        from lab.train.launcher import launcher_gone, stale_after
 
         now = time.monotonic()
         with self._lock:
@@ -641,7 +634,6 @@ class JobManager:
     def mark_interrupted(self) -> list[str]:
         """At the start of a manager: runs marked running whose launcher is gone (and queued runs
         nobody will start, left by an earlier manager) become 'interrupted'. Returns their ids."""
-        from lab.train.launcher import launcher_gone
 
         out = []
         runs = self.store.list_runs(statuses=ACTIVE)
@@ -764,7 +756,6 @@ def slot_timeline(store: RunStore, run_ids: Iterable[str], now: float | None = N
 
 def log_tails(jm: JobManager, run_id: str, max_bytes: int = 3000) -> dict[str, str]:
     """The end of each worker's log and of the launcher's log."""
-    from lab.train.launcher import tail_text
 
     out = {f"rank {k}": tail_text(p, max_bytes) for k, p in jm.worker_logs(run_id).items()}
     launcher = tail_text(jm.log_path(run_id), max_bytes)

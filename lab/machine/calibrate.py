@@ -69,6 +69,10 @@ from typing import Any, Callable, Mapping, Sequence
 import numpy as np
 
 from lab import settings
+from lab.comm.measure import fit_rows, measure
+from lab.comm.processes import init_worker, run_local
+from lab.comm.ring import ring_allreduce
+from lab.compression.compressors import GroupTopK, make_compressor
 from lab.errors import LabError
 from lab.machine.cases import (
     CALIBRATION_BATCHES,
@@ -82,7 +86,7 @@ from lab.machine.cases import (
     cycle_cases,
     pin_rank,
 )
-from lab.scenario.names import COMPRESSORS, OPTIMIZERS, SHARING
+from lab.machine.loop import measure_loop
 from lab.machine.profile import (
     COMPUTE_CLASSES,
     ClassCost,
@@ -100,6 +104,10 @@ from lab.machine.profile import (
     nnls_relative,
     profile_path,
 )
+from lab.modelled.opgraph import trace
+from lab.optim.optimizers import make_optimizer
+from lab.scenario.names import COMPRESSORS, OPTIMIZERS, SHARING
+from lab.train.compressed import share  # the training job's own transport for compressed gradients
 
 # ---------------------------------------------------------------------------------------------
 # The profile
@@ -183,8 +191,6 @@ def measure_compute(nets: Sequence[int] | None = None, batches: Sequence[int] = 
     processes run the same case at the same moment, as training workers do."""
     import torch
 
-    from lab.modelled.opgraph import trace
-
     torch.set_num_threads(1)
     cases = []
     for i in (range(len(CALIBRATION_NETS)) if nets is None else nets):
@@ -214,8 +220,6 @@ def measure_optimizers(kinds: Sequence[str] = OPTIMIZERS, repeat: int = 15,
     """Seconds of one optimiser step (lab.optim.optimizers) for each kind on synthetic parameter lists."""
     import torch
 
-    from lab.optim.optimizers import make_optimizer
-
     torch.set_num_threads(1)
     out: dict[str, list] = {}
     for kind in kinds:
@@ -239,8 +243,6 @@ def measure_compressors(keys: Sequence[str] = COMPRESSORS, sizes: Sequence[int] 
                         seed: int = 0) -> dict[str, list[tuple[float, float, float]]]:
     """Seconds of one compress call per compressor (with and without error feedback) and size."""
     import torch
-
-    from lab.compression.compressors import make_compressor
 
     torch.set_num_threads(1)
     out: dict[str, list] = {}
@@ -270,8 +272,6 @@ def measure_wait_slowdown(cases: Sequence[tuple[int, int]] = WAIT_CASES, waits: 
     over the cases of (median forward + backward + optimiser wall time after the wait) / (the same
     with no wait). Returns [[wait s, factor], ...], factor 1 at wait 0."""
     import torch
-
-    from lab.optim.optimizers import make_optimizer
 
     torch.set_num_threads(1)
     ratios: dict[float, list[float]] = {w: [] for w in waits}
@@ -326,15 +326,6 @@ def _cycle_case(rank: int, world: int, net: int, batch: int, kind: tuple, repeat
     (idle = latest 'ready' stamp among the ranks minus one's own, capped at the collective)."""
     import torch
     import torch.distributed as dist
-
-    from lab.comm.ring import ring_allreduce
-    from lab.compression.compressors import GroupTopK
-
-    try:  # the training job's own transport for compressed gradients (receives posted ahead)
-        from lab.train.compressed import share
-    except ImportError:  # pragma: no cover - an older lab.train
-        from lab.comm.sparse import share
-    from lab.optim.optimizers import make_optimizer
 
     label, method, impl = kind
     cls_name, kwargs = CALIBRATION_NETS[net]
@@ -401,8 +392,6 @@ def _procs_worker(rank: int, world: int, port: int, out_dir: str, nets: list | N
     optimiser and compressor benchmarks. Several: training-like cycles of each collective."""
     import torch.distributed as dist
 
-    from lab.comm.processes import init_worker
-
     pin_rank(rank)
 
     init_worker(rank, world, port, timeout_s=300.0)
@@ -430,7 +419,6 @@ def measure_procs(procs: int, nets: Sequence[int] | None = None, repeat: int = 1
     """Run the calibration in ``procs`` spawned processes at once; every rank's raw result. One
     process: the compute benchmarks of ``nets``; several: the training-like ``cases``
     (:func:`cycle_cases`), ``repeat`` cycles each."""
-    from lab.comm.processes import run_local
 
     if not 1 <= procs <= MAX_PROCS:
         raise LabError(f"calibrate 1 to {MAX_PROCS} processes (got {procs})", where="calibration")
@@ -558,7 +546,6 @@ ALLREDUCE_SIZES = (4_096, 16_384, 65_536, 262_144)
 def measure_allreduce(procs: int, iters: int = 10, sizes: Sequence[int] = ALLREDUCE_SIZES) -> dict[str, CommFit]:
     """alpha and beta of gloo's all_reduce and the lab ring with ``procs`` processes, by the
     all-reduce measurement command (lab.comm.measure, nccl-tests style: every call after a barrier)."""
-    from lab.comm.measure import fit_rows, measure
 
     rows = measure(procs, list(sizes), iters=iters, impls=("gloo", "ring"), warmup=2)
     out = {}
@@ -605,7 +592,6 @@ def calibrate(procs: Sequence[int] = (1, 2, 3, 4), *, quick: bool = False, repea
     measured, cycles = {}, {}
     done = 1
     if cycle_source == "loop":  # one process in the job's own loop: what the loop costs beyond the harness
-        from lab.machine.loop import measure_loop
 
         what = "short jobs of the calibration networks with {} process(es)"
         progress(what.format(1), done / stages)
@@ -644,7 +630,6 @@ def calibrate(procs: Sequence[int] = (1, 2, 3, 4), *, quick: bool = False, repea
 
 def case_features(keys) -> dict:
     """{(calibration network, batch): graph features} for the given (network, batch) pairs."""
-    from lab.modelled.opgraph import trace
 
     features = {}
     for net, batch in keys:

@@ -5,6 +5,7 @@ import os
 from typing import Sequence
 
 from lab import settings
+from lab.scenario import models
 
 MAX_PROCS = 4
 
@@ -33,8 +34,6 @@ CALIBRATION_BATCHES = (16, 64)
 
 def build_calibration_net(cls_name: str, kwargs: dict, seed: int = 0):
     import torch
-
-    from lab.scenario import models
 
     gen = torch.random.get_rng_state()
     torch.manual_seed(seed)

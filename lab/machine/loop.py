@@ -17,7 +17,13 @@ import tempfile
 from pathlib import Path
 from typing import Sequence
 
+import lab.train.worker as W
+from lab.comm.processes import run_local
 from lab.errors import LabError
+from lab.machine.cases import CALIBRATION_NETS, CYCLE_KINDS, CYCLE_RATIO, build_calibration_net, pin_rank
+from lab.machine.predict import measured_step
+from lab.scenario.document import Compression, default_scenario
+from lab.store.runs import RunStore
 
 #: steps per calibration job; the first quarter (at most 10) is the warm-up left out
 LOOP_STEPS = 150
@@ -26,8 +32,6 @@ LOOP_BATCH = 16
 
 def case_scenario(label: str, workers: int, steps: int = LOOP_STEPS, batch: int = LOOP_BATCH):
     """The Scenario of one cycle case ``label`` (a :data:`lab.machine.calibrate.CYCLE_KINDS` label)."""
-    from lab.machine.cases import CYCLE_KINDS, CYCLE_RATIO
-    from lab.scenario.document import Compression, default_scenario
 
     kinds = {k[0]: k for k in CYCLE_KINDS}
     if label not in kinds:
@@ -47,12 +51,7 @@ def _loop_worker(rank: int, world: int, port: int, cases: list, steps: int, db: 
     import torch
     import torch.distributed as dist
 
-    import lab.train.worker as W
-    from lab.machine.cases import CALIBRATION_NETS, build_calibration_net
-    from lab.store.runs import RunStore
-
     torch.set_num_threads(1)  # as a job's workers
-    from lab.machine.cases import pin_rank
 
     pin_rank(rank)  # on the core the job manager would give this rank
     # each rank's log goes to a file beside the store, as the launcher keeps a job's logs per rank
@@ -82,10 +81,6 @@ def measure_loop(procs: int, cases: Sequence[tuple[str, int]], steps: int = LOOP
                  timeout: float = 600.0) -> list[dict]:
     """Run every (label, calibration network) case as a short job of ``procs`` workers in the job's
     own loop; one row per case for :func:`lab.machine.calibrate.fit_cycles` (medians after the warm-up)."""
-    from lab.machine.cases import CALIBRATION_NETS, build_calibration_net
-    from lab.comm.processes import run_local
-    from lab.machine.predict import measured_step
-    from lab.store.runs import RunStore
 
     if not 1 <= procs <= 4:
         raise LabError(f"the loop calibration runs 1 to 4 processes (got {procs})", where="calibration")

@@ -38,10 +38,19 @@ from dataclasses import asdict, dataclass
 from functools import lru_cache
 from typing import Any, Mapping, Sequence
 
-from lab.machine.profile import MachineProfile, compute_seconds, geomean_error, graph_features
+from lab.comm.ring import PIECE_BYTES
 from lab.comm.sparse import COUNT_BYTES
+from lab.compression.compressors import make_compressor
 from lab.errors import LabError
-from lab.scenario.document import Scenario
+from lab.machine.profile import MachineProfile, compute_seconds, geomean_error, graph_features, load_profile
+from lab.modelled.opgraph import trace
+from lab.scenario.catalogue import preset
+from lab.scenario.document import Compression, Scenario, Training
+from lab.scenario.models import build_model
+from lab.store.runs import ACTIVE
+from lab.store.runs import store as default_store
+from lab.train.emulation import ring_allreduce_time
+from lab.train.worker import check_scenario
 
 PARTS = ("compute", "compress", "comm", "idle", "step")
 PART_LABELS = {"compute": "compute", "compress": "compression", "comm": "communication", "idle": "idle",
@@ -98,8 +107,6 @@ class Prediction:
 @lru_cache(maxsize=64)
 def _model_facts(model: str, batch: int, in_features: int, classes: int, seed: int) -> tuple:
     """(graph features, parameter count, parameter tensors) of a preset model at a batch size."""
-    from lab.scenario.models import build_model
-    from lab.modelled.opgraph import trace
 
     m = build_model(model, in_features, classes, seed=seed)
     params = [p for p in m.parameters() if p.requires_grad]
@@ -113,16 +120,12 @@ def _payload_bytes(kind: str, ratio: float, group_size: int, n: int, seed: int) 
     """(serialised payload bytes, entries kept) of one worker's compressed gradient of n entries."""
     import torch
 
-    from lab.compression.compressors import make_compressor
-
     c = make_compressor(kind, ratio, group_size, error_feedback=False, seed=seed)
     p = c.compress(torch.randn(n, generator=torch.Generator().manual_seed(seed)))
     return int(p.nbytes), int(p.count)
 
 
 def _plan(sc: Scenario):
-    from lab.train.worker import check_scenario
-
     return check_scenario(sc)
 
 
@@ -199,7 +202,6 @@ def predict_step(scenario: Scenario, profile: MachineProfile, *, plan: Any = Non
             sent = [_dense_ring_bytes(numel + 1, procs)] * n_workers
             if plan.emulation is not None:
                 if impl == "gloo":
-                    from lab.train.emulation import ring_allreduce_time
 
                     e = ring_allreduce_time(sc.topology, tuple(devices), flat_bytes)
                     emul_comm = [e] * n_workers
@@ -214,7 +216,6 @@ def predict_step(scenario: Scenario, profile: MachineProfile, *, plan: Any = Non
             comm_base = sum(k * ab.time(procs, b) for b, k in calls)
             sent = [sum(k * _dense_ring_bytes(max(1, b // ITEM), procs) for b, k in calls)] * n_workers
             if plan.emulation is not None:
-                from lab.train.emulation import ring_allreduce_time
 
                 emul_comm = [sum(k * ring_allreduce_time(sc.topology, tuple(devices), b) for b, k in calls)] * n_workers
             notes.append("state all-reduce: four all-reduces per step (loss, flag, two optimiser states)")
@@ -276,7 +277,6 @@ def predict_step(scenario: Scenario, profile: MachineProfile, *, plan: Any = Non
 def _ring_emulation(sc: Scenario, devices: Sequence[str], nbytes: float) -> list[float]:
     """The lab ring's emulated wait: 2(N-1) messages per rank (pieces of at most 1 MiB), each slept
     before it is sent; the lock-step ring lasts as long as its slowest sender's messages."""
-    from lab.comm.ring import PIECE_BYTES
 
     n = len(devices)
     chunk = math.ceil(nbytes / ITEM / n) * ITEM
@@ -401,14 +401,11 @@ def prediction_table(run: Any = None, profile: MachineProfile | None = None, *, 
     """
     import pandas as pd
 
-    from lab.machine.profile import load_profile
-
     profile = profile or load_profile()
     if profile is None:
         raise LabError("no machine profile yet: calibrate this machine on the Fidelity page (or run "
                        "python -m lab.machine.calibrate)", where="prediction")
     if run is not None:
-        from lab.store.runs import store as default_store
 
         st = store or default_store()
         info = st.get_run(run)
@@ -479,8 +476,6 @@ class FidelityBatch:
         return self
 
     def status(self) -> dict:
-        from lab.store.runs import ACTIVE
-
         st = [self.manager.store.status(r) for r in self.run_ids]
         active = [r for r, s in zip(self.run_ids, st) if s in ACTIVE]
         current = next((self.manager.store.get_run(r)["name"] for r, s in zip(self.run_ids, st) if s == "running"), None)
@@ -596,8 +591,6 @@ PRESET_BATCH: tuple[tuple[str, str, dict], ...] = (
 
 def preset_batch(steps: int = 200, seed: int = 0) -> list[Scenario]:
     """The Fidelity page's and bench's batch of real runs, as Scenarios (named after the case)."""
-    from lab.scenario.catalogue import preset
-    from lab.scenario.document import Compression, Training
 
     out = []
     for name, topo, changes in PRESET_BATCH:

@@ -12,7 +12,6 @@ from typing import Any, Sequence
 import numpy as np
 
 from lab import settings
-from lab.scenario.names import COMPRESSORS, OPTIMIZERS, SHARING
 from lab.errors import LabError
 
 PROFILE_VERSION = 4  # 4: compute with N processes is k x t + d (wall time, means per step), pinned ranks

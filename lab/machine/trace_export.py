@@ -24,6 +24,8 @@ import math
 from typing import Any, Sequence
 
 from lab.errors import LabError
+from lab.machine.predict import default_warmup, predict_step
+from lab.scenario.document import Scenario
 
 MAX_STEPS = 200
 #: (run store column, event name, category). The order is the order within a step.
@@ -80,7 +82,6 @@ def _meta(pid: int, name: str, workers: Sequence[int], sort: int) -> list[dict]:
 
 def pick_step(metrics: Any, warmup: int | None = None) -> int:
     """The step after the warm-up whose duration (whole job) is closest to the median."""
-    from lab.machine.predict import default_warmup
 
     job = metrics[metrics.worker == -1].sort_values("step")
     job = job[job.step >= 1]
@@ -155,12 +156,10 @@ def to_json(doc: dict) -> str:
 
 def store_trace(store: Any, run_id: str, *, steps: tuple[int, int] | None = None, profile: Any = None) -> dict:
     """:func:`run_trace` of a stored run (with the prediction when a machine profile is given)."""
-    from lab.scenario.document import Scenario
 
     run = store.get_run(run_id)
     pred = None
     if profile is not None:
-        from lab.machine.predict import predict_step
 
         pred = predict_step(Scenario.from_dict(run["scenario"]), profile)
     return run_trace(store.metrics(run_id), steps=steps, prediction=pred, name=run["name"], run_id=run_id)

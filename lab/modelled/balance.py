@@ -55,8 +55,9 @@ from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
-from lab.modelled.datasheet import check_speed, op_time
 from lab.errors import LabError
+from lab.modelled.datasheet import check_speed, op_time
+from lab.modelled.placement import greedy_eft, heft, replay
 
 RULES = ("wait", "throughput")
 RULE_LABELS = {"wait": "shift by waiting time", "throughput": "proportional to measured speed"}
@@ -273,7 +274,6 @@ def balance_model_parallel(g, slowdown: Mapping[str, float] | None = None, noise
     Weights are the planner's speed factors per device (1 = catalogue); the plan is the device of
     every task. The reference is the plan the planner makes when it knows the true (noise-free) speeds.
     """
-    from lab.modelled.placement import greedy_eft, heft, replay
 
     _check_common(rule, step, tolerance, patience, max_rounds, noise)
     plans = {"greedy_eft": greedy_eft, "heft": heft}

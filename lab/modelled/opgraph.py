@@ -61,6 +61,7 @@ from torch import nn
 from torch.fx.passes.shape_prop import ShapeProp, TensorMetadata
 
 from lab.errors import LabError
+from lab.scenario.models import build_model
 from lab.scenario.topology import OP_CLASSES
 
 MAX_BATCH = 65536
@@ -409,7 +410,6 @@ def trace(model: nn.Module | str, batch_size: int = 32, in_features: int = 64, *
     """
     batch_size = _check_batch(batch_size)
     if isinstance(model, str):
-        from lab.scenario.models import build_model
 
         name = name or model
         model = build_model(model, in_features=in_features, seed=seed)
@@ -485,7 +485,6 @@ def reference_flops(model: nn.Module | str, batch_size: int = 32, in_features: i
 
     batch_size = _check_batch(batch_size)
     if isinstance(model, str):
-        from lab.scenario.models import build_model
 
         model = build_model(model, in_features=in_features, seed=seed)
     out = {"matmul": 0.0, "conv": 0.0, "other": 0.0}

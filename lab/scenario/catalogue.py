@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from lab.errors import LabError
 from lab.scenario.topology import Device, Link, Switch, Topology
 
 T = 1e12
@@ -162,8 +163,6 @@ PRESET_LABELS = {
 
 
 def preset(name: str) -> Topology:
-    from lab.errors import LabError
-
     if name not in PRESETS:
         raise LabError(f"no preset named {name!r}; presets: {list(PRESETS)}")
     return PRESETS[name]()
@@ -178,7 +177,6 @@ def host_of(topo: Topology, device: str) -> str:
     """The host CPU of ``device``'s pool: the first device of type ``cpu`` in that pool (in the
     topology's order), else the first ``cpu`` of the whole topology (a pool without a host of its
     own borrows one). Raises LabError when the topology has no CPU at all."""
-    from lab.errors import LabError
 
     pool = topo.device(device).pool
     cpus = [d for d in topo.devices if d.type == "cpu"]
@@ -207,7 +205,6 @@ def as_pcie(topo: Topology) -> Topology:
     as on a PCIe-only server. A topology without a CXL link comes back unchanged (renamed). Raises
     LabError when the result cannot be built (no host CPU, or a part of the cluster that only CXL
     joined to the rest)."""
-    from lab.errors import LabError
 
     bw, lat, _ = LINK_CATALOGUE["pcie"]
     devices = {d.name for d in topo.devices}

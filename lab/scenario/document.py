@@ -14,8 +14,9 @@ import zlib
 from dataclasses import dataclass, field, fields, replace
 from typing import Any, Mapping
 
-from lab.scenario.names import COMPRESSORS, MODELS, OPTIMIZERS, SHARING
 from lab.errors import LabError
+from lab.scenario.catalogue import preset_cxl
+from lab.scenario.names import COMPRESSORS, MODELS, OPTIMIZERS, SHARING
 from lab.scenario.topology import Topology, _check_keys, _loads, check_text, nfc, shown
 
 MAX_SCENARIO_BYTES = 2_000_000  # uploads larger than this are refused before parsing
@@ -297,8 +298,6 @@ class Scenario:
 
 
 def default_scenario() -> Scenario:
-    from lab.scenario.catalogue import preset_cxl
-
     return Scenario(name="cxl-mlp", topology=preset_cxl())
 
 

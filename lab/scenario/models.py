@@ -12,9 +12,8 @@ import math
 import torch
 from torch import nn
 
-from lab.scenario.names import MODEL_LABELS, MODELS
 from lab.errors import LabError
-
+from lab.scenario.names import MODELS
 
 
 def _side(in_features: int) -> int:

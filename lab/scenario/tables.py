@@ -14,8 +14,8 @@ from typing import Any, Iterable
 
 import pandas as pd
 
-from lab.scenario.catalogue import LINK_CATALOGUE
 from lab.errors import LabError
+from lab.scenario.catalogue import LINK_CATALOGUE
 from lab.scenario.topology import _NAME_MAX, DEVICE_TYPES, LINK_KINDS, OP_CLASSES, Device, Link, Switch, Topology
 
 GB = 1e9

@@ -9,11 +9,17 @@ import torch.distributed as dist
 
 from lab.comm.processes import init_worker
 from lab.comm.sharing import GradientCompressor
-from lab.scenario.names import SHARING
-from lab.comm.sparse import (GroupTopKHookState, group_topk_hook, simulate_sparse_allgather,
-                             simulate_sparse_ring, sparse_allgather, sparse_ring_allreduce)
+from lab.comm.sparse import (
+    GroupTopKHookState,
+    group_topk_hook,
+    simulate_sparse_allgather,
+    simulate_sparse_ring,
+    sparse_allgather,
+    sparse_ring_allreduce,
+)
 from lab.compression.compressors import GroupTopK, generated_gradients
 from lab.scenario.document import Compression
+from lab.scenario.names import SHARING
 
 
 def _gen_worker_gradient(rank: int, n: int, seed: int) -> torch.Tensor:
@@ -23,7 +29,6 @@ def _gen_worker_gradient(rank: int, n: int, seed: int) -> torch.Tensor:
 
 
 def _sharing_checks(rank: int, world: int, sizes: tuple, seed: int) -> list[dict]:
-
     rows = []
     for N in range(2, world + 1):
         grp = dist.new_group(list(range(N))) if N < world else None  # every rank must take part
@@ -170,7 +175,6 @@ def bench_worker(rank: int, world: int, port: int, out_dir: str, n: int, ratio: 
     result is also checked against a float64 gloo all-reduce of the decompressed tensors.
     """
     import os
-
 
     init_worker(rank, world, port, timeout_s=300.0)
     rows = []

@@ -3,7 +3,11 @@ from __future__ import annotations
 
 import time
 
+from lab.comm.processes import init_worker
+from lab.scenario.catalogue import preset
 from lab.scenario.document import Scenario, Training
+from lab.train.worker import Trainer
+
 
 def paired_bench_worker(rank: int, world: int, port: int, out_dir: str, config: dict) -> None:
     """One rank of the paired benchmark: for each optimiser, the job's own Trainer (setup and the
@@ -14,10 +18,6 @@ def paired_bench_worker(rank: int, world: int, port: int, out_dir: str, config: 
     accuracy and the parameter checksum. Writes ``paired<rank>.json``."""
     import json
     import os
-
-    from lab.scenario.catalogue import preset
-    from lab.comm.processes import init_worker
-    from lab.train.worker import Trainer
 
     init_worker(rank, world, port, timeout_s=120.0)
     import torch.distributed as dist

@@ -4,13 +4,13 @@
 local worker processes itself; under ``torchrun`` (RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT set)
 the same command is one worker rank. See :mod:`lab.train.__main__` for every option.
 """
+from lab.train import __main__ as cli
 
 __all__ = ["load_scenario", "main"]
 
 
 def __getattr__(name):
     if name in __all__:
-        from lab.train import __main__ as cli
 
         return getattr(cli, name)
     raise AttributeError(name)

@@ -22,10 +22,12 @@ import os
 import sys
 
 from lab.errors import LabError
-from lab.scenario.document import MAX_SCENARIO_BYTES, SYNC_MODES, TRAINING_FIELDS, Scenario, default_scenario
+from lab.scenario.document import MAX_SCENARIO_BYTES, TRAINING_FIELDS, Scenario, default_scenario
+from lab.store.runs import check_run_id
 
 # shortcut flag -> Training field
-from lab.scenario.names import OPTIMIZERS
+from lab.train.launcher import launch
+from lab.train.worker import run_rank
 
 # shortcut flag -> Training field
 SHORTCUTS = {
@@ -99,14 +101,11 @@ def main(argv: list[str] | None = None) -> int:
     try:
         sc = apply_overrides(load_scenario(args.scenario), args)
         if args.run_id:
-            from lab.store.runs import check_run_id
-
             check_run_id(args.run_id)
     except LabError as exc:
         print(f"lab.train: {exc}", file=sys.stderr)
         return 2
     if os.environ.get("RANK") is not None and os.environ.get("WORLD_SIZE") is not None:
-        from lab.train.worker import run_rank
 
         code = run_rank(sc, args.run_id, name=args.name, quiet=args.quiet)
         # A rank ends here without the interpreter's shutdown: its process group is destroyed and its
@@ -116,7 +115,6 @@ def main(argv: list[str] | None = None) -> int:
         sys.stdout.flush()
         sys.stderr.flush()
         os._exit(code)
-    from lab.train.launcher import launch
 
     try:
         res = launch(sc, args.run_id, name=args.name)

@@ -66,7 +66,10 @@ from typing import Any
 import numpy as np
 import torch
 
-from lab.comm.sparse import COUNT_BYTES
+from lab.comm import sparse as sp
+from lab.comm.sharing import GradientCompressor
+from lab.comm.sparse import COUNT_BYTES, dense_allreduce
+from lab.compression.compressors import Payload, make_compressor
 from lab.errors import LabError
 from lab.scenario.document import Training
 
@@ -86,7 +89,6 @@ def check(tr: Training, numel: int) -> None:
         raise LabError(f"compression ({c.kind}) works with sync = 'allreduce' (gradient all-reduce) only; got "
                        f"sync = {tr.sync!r}. Set compression.kind = 'none' or sync = 'allreduce'",
                        where="training.compression")
-    from lab.compression.compressors import make_compressor
 
     make_compressor(c.kind, c.ratio, c.group_size, seed=tr.seed)  # GroupTopK refuses k = 0 here
     if c.kind in ("topk", "randomk") and int(math.floor(c.ratio * numel + 0.5)) == 0:
@@ -131,7 +133,6 @@ def sum_payloads(payloads: list) -> torch.Tensor:
 def allgather_equal(payload: Any, link_delay: Any = None) -> tuple[torch.Tensor, dict]:
     """Ring all-gather of equal-size serialised payloads (every rank's is ``payload.nbytes`` long):
     all N-1 receives posted first, each received payload forwarded at once; the sum in rank order."""
-    from lab.compression.compressors import Payload
 
     pg, world, rank, right, left = _peers()
     if world == 1:
@@ -160,7 +161,6 @@ def allgather_equal(payload: Any, link_delay: Any = None) -> tuple[torch.Tensor,
 def sparse_ring(payload: Any, link_delay: Any = None) -> tuple[torch.Tensor, dict]:
     """The edge-compression design's sparse ring: lab.comm.sparse's ring program (and so its hops and bytes), with each
     count's receive posted one hop ahead."""
-    from lab.comm import sparse as sp
 
     pg, world, rank, right, left = _peers()
     n = payload.numel
@@ -210,7 +210,6 @@ def share(payload: Any, sharing: str, link_delay: Any = None) -> tuple[torch.Ten
     if sharing == "sparse_ring":
         return sparse_ring(payload, link_delay)
     if sharing == "dense":
-        from lab.comm.sparse import dense_allreduce
 
         return dense_allreduce(payload, link_delay=link_delay)
     raise LabError(f"unknown sharing method {sharing!r}; choose dense, sparse_ring or sparse_allgather",
@@ -221,8 +220,6 @@ class CompressedAllReduce:
     """One worker's compressed gradient sync (built by :func:`attach`)."""
 
     def __init__(self, tr: Training, world: int, batch_sizes: list[int], link_delay: Any = None):
-        from lab.comm.sharing import GradientCompressor
-
         self.gc = GradientCompressor(tr.compression, seed=tr.seed)
         self.world = world
         self.batch_sizes = np.asarray(batch_sizes, dtype=np.float64)

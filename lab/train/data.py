@@ -25,6 +25,7 @@ import torch
 
 from lab import settings
 from lab.errors import LabError
+from lab.modelled.balance import split_batch
 
 IN_FEATURES = 64
 CLASSES = 10
@@ -138,7 +139,6 @@ def load_dataset(name: str = "digits", size: int = 4096, seed: int = 0) -> Datas
 # ----- shares and shards -------------------------------------------------------------------------
 def split_counts(total: int, weights) -> list[int]:
     """Integer parts of ``total`` in proportion to ``weights`` (lab.modelled.balance.split_batch)."""
-    from lab.modelled.balance import split_batch
 
     return [int(v) for v in split_batch(int(total), [float(w) for w in weights])]
 

@@ -53,9 +53,11 @@ from pathlib import Path
 
 from lab import settings
 from lab.errors import LabError
+from lab.scenario.document import Scenario
 from lab.settings import ROOT
 from lab.store.runs import ACTIVE, JOB_WORKER, RunStore
-from lab.scenario.document import Scenario
+from lab.train.resilience import latest_checkpoint, read_heartbeat
+from lab.train.roles import parse_job
 
 POLL_S = 0.05
 KILL_GRACE_S = 5.0
@@ -307,7 +309,6 @@ def launch(sc: Scenario, run_id: str | None = None, *, name: str | None = None,
     else:
         run_id = store.create_run(sc, name=name, status="queued")
     if store.last_stage(run_id, "submitted") is None:  # started by hand, not through lab.jobs.manager
-        from lab.train.roles import parse_job
 
         store.add_stage(run_id, "submitted", detail={"by": "command line", "pid": os.getpid()})
         store.add_stage(run_id, "parsed", detail=parse_job(sc))
@@ -345,8 +346,6 @@ def launch(sc: Scenario, run_id: str | None = None, *, name: str | None = None,
             again = (policy == "recover" and failure.retryable and restarts < max_restarts()
                      and store.status(run_id) == "running")
             nxt = without_worker(current, failure.rank) if again else None
-            from lab.train.resilience import latest_checkpoint
-
             ck = store.checkpoint_dir(run_id, create=False)
             ck_step = latest_checkpoint(ck) if ck.exists() else None
             if again:
@@ -443,7 +442,6 @@ def _pin(cpu: int) -> None:
 def _watch(procs: list[subprocess.Popen], tmp: Path, store: RunStore | None = None, run_id: str | None = None,
            attempt: int = 0, logs: Path | None = None) -> Failure | None:
     """Wait until every worker exits 0 (None) or one fails or hangs (a :class:`Failure`)."""
-    from lab.train.resilience import read_heartbeat
 
     started = time.time()
     stored = 0.0

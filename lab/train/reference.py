@@ -20,11 +20,16 @@ import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 
-from lab.scenario.models import build_model
-from lab.scenario.document import Training
-from lab.train import data as data_mod
+from lab.comm.sparse import dense_ring_bytes_per_rank, simulate_sparse_ring
+from lab.compression.compressors import make_compressor
 from lab.optim.optimizers import from_training as optim_from_training
+from lab.scenario.document import Training, default_scenario
+from lab.scenario.models import build_model
+from lab.store.runs import JOB_WORKER, RunStore
 from lab.train import compressed
+from lab.train import data as data_mod
+from lab.train.launcher import free_port
+from lab.train.worker import Trainer
 
 
 def single_process(tr: Training, steps: int | None = None) -> dict[str, torch.Tensor]:
@@ -50,9 +55,6 @@ def paired_worker(rank: int, world: int, port: int, training: dict, steps: int, 
     run store at ``db``) and then the DDP loop, back to back, so both see the same machine load.
     Rank 0 appends one JSON line per round to ``out_file``: samples/s of each between step
     ``warmup`` and the last step."""
-    from lab.store.runs import JOB_WORKER, RunStore
-    from lab.scenario.document import default_scenario
-    from lab.train.worker import Trainer
 
     torch.set_num_threads(1)
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
@@ -101,8 +103,6 @@ def paired_throughput(folder: str | os.PathLike, workers: int, steps: int, warmu
     {"lab": samples/s, "ddp": samples/s} per round (bench/bench_train.py)."""
     import torch.multiprocessing as mp
 
-    from lab.train.launcher import free_port
-
     folder = Path(folder)
     out = folder / "paired.jsonl"
     tr = Training(workers=workers, steps=steps, batch_size=batch, model=model, eval_every=steps).to_dict()
@@ -121,9 +121,6 @@ def compressed_single_process(tr: Training, steps: int | None = None) -> dict:
     end, "bytes_sent": [[per worker] per step], "bytes_recv": ..., "kept": ...}.
     """
     import torch.nn.functional as F
-
-    from lab.comm.sparse import dense_ring_bytes_per_rank, simulate_sparse_ring
-    from lab.compression.compressors import make_compressor
 
     torch.set_num_threads(1)
     steps = tr.steps if steps is None else steps

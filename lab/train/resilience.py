@@ -43,6 +43,7 @@ from pathlib import Path
 import torch
 
 from lab import settings
+from lab.compression.compressors import ErrorFeedback, RandomK
 
 KEEP_CHECKPOINTS = 2
 #: Functions of the lab in which the main thread waits for its peers.
@@ -270,7 +271,6 @@ def _compressor(trainer):
 
 def compression_state(trainer) -> dict:
     """This rank's compression memory: the error-feedback residual and Random-K's generator."""
-    from lab.compression.compressors import ErrorFeedback, RandomK
 
     comp, st = _compressor(trainer), {}
     if isinstance(comp, ErrorFeedback):

@@ -51,14 +51,18 @@ import torch.distributed as dist
 import torch.nn.functional as F
 
 from lab import settings
+from lab.comm import ring_allreduce
 from lab.errors import LabError
+from lab.optim.optimizers import NonFiniteGradient
 from lab.optim.optimizers import from_training as optim_from_training
+from lab.scenario.document import Scenario, Training
 from lab.scenario.models import build_model
 from lab.store.runs import JOB_WORKER, RunStore
-from lab.scenario.document import Scenario, Training
 from lab.train import compressed
 from lab.train import data as data_mod
 from lab.train import emulation as emu
+from lab.train import resilience as rz
+from lab.train.resilience import attempt
 
 REC = ("step", "loss", "t_compute", "t_coll", "t_emul_compute", "t_emul_comm", "ready", "end", "bytes_sent",
        "bytes_recv", "samples", "t_compress")
@@ -228,7 +232,6 @@ class Trainer:
             return 0, 0, 0.0
         nbytes = t.numel() * t.element_size()
         if self.ring and op in ("sum", "mean"):
-            from lab.comm import ring_allreduce
 
             st = ring_allreduce(t, op, link_delay=self.link_delay)
             return st.sent, st.received, st.delay_seconds
@@ -350,7 +353,6 @@ class Trainer:
 
     def _opt_step(self, glob: float, allreduce_fn=None) -> float:
         """The optimiser step; a NaN/inf gradient (every rank sees it together) counts as divergence."""
-        from lab.optim.optimizers import NonFiniteGradient
 
         try:
             if allreduce_fn is None:
@@ -511,7 +513,6 @@ class Trainer:
     def checkpoint(self, step: int, final: bool) -> None:
         """Intermediate: every worker saves its own state, all meet, then the owner saves the model
         and optimiser (so a main checkpoint implies the ranks' files; lab.train.resilience)."""
-        from lab.train import resilience as rz
 
         if self.store is None:
             return
@@ -539,7 +540,6 @@ class Trainer:
 
     def resume(self) -> None:
         """A restarted attempt continues from the newest checkpoint (lab.train.resilience)."""
-        from lab.train import resilience as rz
 
         self.start_step, self._resumed_t_start = 0, None
         if rz.attempt() == 0 or self.store is None or self.run_id is None:
@@ -579,7 +579,6 @@ class Trainer:
 
     def fault(self, step: int) -> None:
         """The scenario's injected fault (first attempt only; lab.train.resilience.inject)."""
-        from lab.train import resilience as rz
 
         if step == self.start_step + 1:
             rz.poke()  # past start-up: from now on the (shorter) heartbeat timeouts apply
@@ -701,7 +700,6 @@ def _report_error(exc: BaseException, rank: int, step: int, run_id: str | None, 
         except OSError:
             pass
     elif store is not None and run_id:
-        from lab.train import resilience as rz
 
         try:
             if rz.under_torchrun() and rz.torchrun_restarts_left():  # torchrun starts the job again
@@ -736,7 +734,6 @@ def run_rank(sc: Scenario, run_id: str | None, *, store_path: str | None = None,
     torch.set_num_threads(1)
     store = RunStore(store_path)  # opened only when used: rank 0 writes, the checkpoint owner saves
     trainer = None
-    from lab.train import resilience as rz
 
     holder: list = []
     beat = None
@@ -775,7 +772,6 @@ def _agree_run_id(sc: Scenario, run_id: str | None, rank: int, world: int, store
                   name: str | None) -> str:
     """Rank 0 makes sure the run exists in the store. Under torchrun without --run-id, rank 0 creates
     it and tells the others its id (every rank got the same arguments, so all take the same path)."""
-    from lab.train import resilience as rz
 
     given = run_id is not None
     elastic = os.environ.get("TORCHELASTIC_RUN_ID") if rz.under_torchrun() else None
@@ -805,8 +801,6 @@ def _agree_run_id(sc: Scenario, run_id: str | None, rank: int, world: int, store
 
 
 def _attempt() -> int:
-    from lab.train.resilience import attempt
-
     return attempt()
 
 

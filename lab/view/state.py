@@ -21,15 +21,13 @@ import zlib
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Mapping
 
-from lab.scenario.catalogue import PRESETS
 from lab.compression.cholesky import MATRIX_NAMES
-from lab.scenario.names import ALGORITHMS
 from lab.errors import LabError
-from lab.scenario.names import MODELS
-from lab.optim.playground import FUNCTIONS, MAX_COUNTEREXAMPLE_STEPS, PERIOD, SCHEDULES
-from lab.scenario.names import OPTIMIZERS
 from lab.modelled.placement import STRATEGIES
+from lab.optim.playground import FUNCTIONS, MAX_COUNTEREXAMPLE_STEPS, PERIOD, SCHEDULES
+from lab.scenario.catalogue import PRESETS
 from lab.scenario.document import Spec
+from lab.scenario.names import ALGORITHMS, MODELS, OPTIMIZERS
 
 MAX_VIEW_CHARS = 20_000  # a link's view part longer than this is not read
 

@@ -4,7 +4,6 @@
 * :mod:`.timing` -- their time on a topology, nccl-tests' bandwidths, the uniform alpha-beta model and its fit,
 * :mod:`.explore` -- ring orders, the synchronous versus asynchronous trigger, the sweeps of the All-reduce page.
 """
-from lab.scenario.names import ALGORITHM_LABELS, ALGORITHMS  # noqa: F401
 from lab.modelled.collectives.explore import (  # noqa: F401
     Setup,
     Timeline,
@@ -45,3 +44,4 @@ from lab.modelled.collectives.timing import (  # noqa: F401
     schedule_time,
     uniform_time,
 )
+from lab.scenario.names import ALGORITHM_LABELS, ALGORITHMS  # noqa: F401

@@ -35,7 +35,7 @@ import numpy as np
 
 from lab.errors import LabError
 from lab.scenario.names import ALGORITHMS
-from lab.scenario.topology import Topology
+from lab.scenario.topology import Device, Link, Switch, Topology
 
 MAX_SCHEDULE_DEVICES = 256  # step-by-step schedules; uniform_time takes any N
 MAX_STATE_DEVICES = 64  # contribution sets are kept up to this many devices
@@ -349,7 +349,6 @@ def uniform_star(n: int, bandwidth: float, latency: float, *, host: bool = True,
     """N identical devices A, B, C, ... (and a "host") on one non-blocking switch, each link
     ``bandwidth`` bytes/s per direction and ``latency`` s; pools of ``group_size`` devices
     (default about sqrt(N)) for the hierarchical algorithm."""
-    from lab.scenario.topology import Device, Link, Switch
 
     if not 2 <= n <= MAX_SCHEDULE_DEVICES:
         raise LabError(f"N must be from 2 to {MAX_SCHEDULE_DEVICES} (got {n})", where="identical devices")

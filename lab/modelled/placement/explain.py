@@ -7,6 +7,7 @@ from typing import Any, Callable, Iterable, Mapping
 import numpy as np
 
 from lab.errors import LabError
+from lab.modelled.opgraph import trace
 from lab.modelled.placement.graph import Device, PlacementSchedule, Task, TaskGraph
 from lab.modelled.placement.heuristics import (
     _ready_row,
@@ -224,6 +225,5 @@ def compare_plans(base: Mapping[str, Any], now: Mapping[str, Any]) -> tuple[str,
 def model_task_graph(model: str, topology, batch_size: int = 32, speed: Mapping[str, float] | None = None,
                      merge_data_ops: bool = True) -> TaskGraph:
     """Trace a preset model at ``batch_size`` and cost it on ``topology``."""
-    from lab.modelled.opgraph import trace
 
     return TaskGraph.from_model(trace(model, batch_size, merge_data_ops=merge_data_ops), topology, speed)
