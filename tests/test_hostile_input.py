@@ -17,7 +17,7 @@ from lab.scenario.catalogue import preset
 from lab.errors import LabError
 from lab.scenario.document import TRAINING_FIELDS, Scenario, default_scenario
 from lab.scenario.topology import MAX_DEVICES, check_text
-from lab.train.__main__ import apply_overrides
+from lab.train.cli import apply_overrides
 
 BASE = default_scenario().to_dict()
 FIELDS = sorted(TRAINING_FIELDS)
@@ -124,7 +124,7 @@ def _args(items):
 @SETTINGS
 @given(st.lists(st.tuples(st.sampled_from(FIELDS + ["nope", ""]), st.one_of(NUMBERS, TEXT)), min_size=1, max_size=3))
 def test_command_line_set(items):
-    from lab.train import __main__ as cli
+    from lab.train import cli
 
     args = _args([f"{k}={v}" for k, v in items])
     for k in cli.SHORTCUTS:
@@ -202,7 +202,7 @@ def test_caps_are_checked_before_the_devices_are_read():
 
 def test_a_huge_scenario_file_is_refused_before_it_is_read(tmp_path, monkeypatch):
     from lab.scenario.document import MAX_SCENARIO_BYTES
-    from lab.train import __main__ as cli
+    from lab.train import cli
 
     big = tmp_path / "big.json"
     with open(big, "wb") as f:

@@ -1,16 +1,7 @@
-"""The training job: data, one worker rank, the launcher, and the command line.
+"""The training job: its roles, data, one worker rank, compressed sync, emulated devices and links,
+resilience, the launcher, reference runs, and the command line.
 
 ``python -m lab.train [--scenario FILE] [--workers N] [--steps S] [--optimizer NAME] ...`` starts N
 local worker processes itself; under ``torchrun`` (RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT set)
-the same command is one worker rank. See :mod:`lab.train.__main__` for every option.
+the same command is one worker rank. See :mod:`lab.train.cli` for every option.
 """
-from lab.train import __main__ as cli
-
-__all__ = ["load_scenario", "main"]
-
-
-def __getattr__(name):
-    if name in __all__:
-
-        return getattr(cli, name)
-    raise AttributeError(name)

@@ -1,0 +1,129 @@
+"""Command line of the training job.
+
+Local (the lab starts the worker processes)::
+
+    python -m lab.train --workers 2 --steps 100 --optimizer adabelief
+    python -m lab.train --scenario my.json --set sync=param_server --set lr=0.003
+
+Under torchrun (one process per rank; on several machines too)::
+
+    torchrun --standalone --nproc-per-node 2 -m lab.train --scenario my.json --steps 50
+
+The last line printed is ``run <id> test_accuracy <float>``. The run store is the file in the
+environment variable LAB_DB (default ./data/runs.db).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import sys
+
+from lab.errors import LabError
+from lab.scenario.document import MAX_SCENARIO_BYTES, TRAINING_FIELDS, Scenario, default_scenario
+from lab.store.runs import check_run_id
+
+# shortcut flag -> Training field
+from lab.train.launcher import launch
+from lab.train.worker import run_rank
+
+# shortcut flag -> Training field
+SHORTCUTS = {
+    "workers": int, "steps": int, "optimizer": str, "sync": str, "model": str, "dataset": str, "lr": float,
+    "batch_size": int, "seed": int, "split": str, "allreduce_impl": str, "eval_every": int,
+    "check_every": int, "checkpoint_every": int, "exchange_share": float, "dirichlet_alpha": float,
+    "dataset_size": int,
+}
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m lab.train", description=__doc__.split("\n\n")[0],
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--scenario", help="scenario JSON file (default: digits, MLP, even split, gradient all-reduce)")
+    for name, typ in SHORTCUTS.items():
+        spec = TRAINING_FIELDS[name]
+        kw = {"choices": list(spec.choices)} if spec.choices else {}
+        p.add_argument("--" + name.replace("_", "-"), dest=name, type=typ, default=None,
+                       help=f"training.{name} (default {spec.default!r})", **kw)
+    p.add_argument("--emulate", dest="emulate", action="store_true", default=None,
+                   help="emulate the devices and links of the topology (needs --set worker_devices=[...])")
+    p.add_argument("--no-emulate", dest="emulate", action="store_false")
+    p.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE",
+                   help="any training field; VALUE is JSON when it parses (e.g. worker_devices='[\"gpu\",\"host\"]')")
+    p.add_argument("--run-id", help="id of the run in the store (default: a new one)")
+    p.add_argument("--name", help="name of the run (default: the scenario's name)")
+    p.add_argument("--quiet", action="store_true", help="print nothing but errors")
+    return p
+
+
+def load_scenario(path: str | None) -> Scenario:
+    if not path:
+        return default_scenario()
+    try:
+        size = os.stat(path).st_size  # before reading: a huge file is refused without loading it
+        if size > MAX_SCENARIO_BYTES:
+            raise LabError(f"the file is {size:,} bytes; at most {MAX_SCENARIO_BYTES:,} are accepted", where=path)
+        with open(path, "rb") as f:
+            return Scenario.from_json(f.read(MAX_SCENARIO_BYTES + 1))
+    except OSError as exc:
+        raise LabError(f"cannot read the scenario file: {exc.strerror}", where=path) from None
+
+
+def _no_constant(name: str):
+    raise ValueError(name)
+
+
+def apply_overrides(sc: Scenario, args: argparse.Namespace) -> Scenario:
+    changes = {k: getattr(args, k) for k in (*SHORTCUTS, "emulate") if getattr(args, k) is not None}
+    for item in args.set:
+        if "=" not in item:
+            raise LabError(f"needs FIELD=VALUE, got {item!r}", where="--set")
+        k, v = item.split("=", 1)
+        k = k.strip()
+        if k not in TRAINING_FIELDS:
+            raise LabError(f"unknown training field {k!r}; fields: {sorted(TRAINING_FIELDS)}", where="--set")
+        try:  # a JSON value (number, true, list); NaN and Infinity stay text, which no field takes
+            v = json.loads(v, parse_constant=_no_constant)
+        except (ValueError, RecursionError):
+            pass
+        changes[k] = v
+    if not changes:
+        return sc
+    sc = sc.replace(training=sc.training.replace(**changes))
+    sc.check_devices()
+    return sc
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    try:
+        sc = apply_overrides(load_scenario(args.scenario), args)
+        if args.run_id:
+            check_run_id(args.run_id)
+    except LabError as exc:
+        print(f"lab.train: {exc}", file=sys.stderr)
+        return 2
+    if os.environ.get("RANK") is not None and os.environ.get("WORLD_SIZE") is not None:
+        # Started by the launcher or by torchrun: this process is one rank of the job.
+        code = run_rank(sc, args.run_id, name=args.name, quiet=args.quiet)
+        # A rank ends here without the interpreter's shutdown: its process group is destroyed and its
+        # results are in the store, and C++ threads of torch's c10d clients still joinable while static
+        # destructors run would abort the process ("terminate called without an active exception").
+        logging.shutdown()
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
+    # Started by a person or by the job manager: this process launches the job's ranks.
+    try:
+        res = launch(sc, args.run_id, name=args.name)
+    except LabError as exc:
+        print(f"lab.train: {exc}", file=sys.stderr)
+        return 2
+    if res.status != "done":
+        print(f"lab.train: run {res.run_id} {res.status}" + (f": {res.error}" if res.error else ""),
+              file=sys.stderr)
+    if not args.quiet:
+        print(f"run {res.run_id} test_accuracy {res.test_accuracy:.6f}", flush=True)
+    return res.exit_code
