@@ -198,7 +198,7 @@ def scenario_sidebar() -> Scenario:
     whole view (this page, the scenario, every control)."""
     _route_through_app()
     if "teacher" in st.query_params:  # the teacher's link works from any page; the token leaves the address
-        from lab.jobs.manager import teacher_session
+        from lab.jobs.access import teacher_session
 
         teacher_session(st.session_state, st.query_params)
     sc = scenario()

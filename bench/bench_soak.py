@@ -59,6 +59,7 @@ def main() -> None:
     args = ap.parse_args()
 
     from lab.jobs import manager as jobs_mod
+    from lab.jobs import views as job_views
     from lab.scenario.document import default_scenario
     from lab.train.launcher import processes_of
 
@@ -77,9 +78,9 @@ def main() -> None:
             status = jm.wait(rid, timeout=300)
             if status != "done":
                 raise SystemExit(f"job {k} ended {status}: {jm.store.get_run(rid)['error']}")
-            jobs_mod.overview(jm.store, jm, owner="s0")
-            jobs_mod.slot_timeline(jm.store, ids[-20:])
-            jobs_mod.log_tails(jm, rid)
+            job_views.overview(jm.store, jm, owner="s0")
+            job_views.slot_timeline(jm.store, ids[-20:])
+            job_views.log_tails(jm, rid)
             gc.collect()
             rows.append({"job": k, "t": time.time() - t0, "rss": rss_mb(), "fds": fds(), "threads": threads(),
                          "children": children(), "left": sum(len(processes_of(r)) for r in ids)})

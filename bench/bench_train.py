@@ -7,7 +7,7 @@
    against the same training written with ``torch.nn.parallel.DistributedDataParallel``: same
    model, data, shards, batch, optimiser (lab.optim.optimizers) and process count, one thread per process.
    Both run in the same worker processes (lab.train.reference.paired_worker): each round runs the
-   lab's loop -- the job's own :class:`lab.train.worker.Trainer`, recording every step in a run
+   lab's loop -- the job's own :class:`lab.train.trainer.Trainer`, recording every step in a run
    store as always -- and then the DDP loop, back to back, so a noisy neighbour on this shared
    machine slows both alike. Both are timed from the end of step ``--warmup`` to the last step.
    The ratio is the median of the per-round ratios (best and worst printed beside it). Target:

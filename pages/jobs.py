@@ -10,6 +10,7 @@ import streamlit as st
 
 import ui
 from lab.jobs import manager as jobs_mod
+from lab.jobs import views as job_views
 from lab.scenario.catalogue import PRESET_LABELS, preset
 from lab.figures import jobs as figs
 from lab.store.runs import ACTIVE, FINISHED, store
@@ -61,7 +62,7 @@ else:
     everyone = st.toggle("Show the whole class's jobs (read-only)", key="jobs_class",
                          help="Every session's jobs and the command line's, to read; you stop and release only yours")
 # Poll only while a job in this view is queued or running; a full rerun when they end turns it off.
-polling = jobs_mod.has_active(runs_store, owner, everyone)
+polling = job_views.has_active(runs_store, owner, everyone)
 
 
 @st.fragment(run_every=1.0 if polling else None)
@@ -72,7 +73,7 @@ def live() -> None:
 
 def live_view() -> None:
     jm.sweep()
-    table = jobs_mod.overview(runs_store, jm, owner, everyone=everyone, show_ids=teacher)
+    table = job_views.overview(runs_store, jm, owner, everyone=everyone, show_ids=teacher)
     if table.empty:
         st.info("No jobs yet: start one on the Training page." if everyone else
                 "No jobs of yours yet: start one on the Training page (the switch above shows the whole class's).")
@@ -97,7 +98,7 @@ def live_view() -> None:
         "alarms": st.column_config.NumberColumn("alarms (count)")})
     ui.caption("measured", "Times are wall-clock (UTC) from the run store; 'waited' is submission to start, "
                "'ran' start to end; resources are the local slots the job manager gave it.")
-    rows, _ = jobs_mod.slot_timeline(runs_store, list(table.id[:20]))
+    rows, _ = job_views.slot_timeline(runs_store, list(table.id[:20]))
     if rows:
         st.plotly_chart(figs.timeline_figure(rows, title="Which job held which local worker slot, when",
                                              x_title="time since the first job shown was scheduled (s)"),
@@ -152,7 +153,7 @@ def details(rid: str) -> None:
                                               list(beats.phase.fillna("")), heartbeat_timeout()), key="jobs_beats")
         ui.caption("measured", "comm: waiting for its peers (not blamed); busy: computing. A busy worker past the "
                    "line is declared hung; one whose heartbeat file stops changing, frozen.")
-    tails = jobs_mod.log_tails(jm, rid)
+    tails = job_views.log_tails(jm, rid)
     if tails:
         st.markdown("**Log tail per worker**")
         for tab, (who, text) in zip(st.tabs(list(tails)), tails.items()):

@@ -16,8 +16,10 @@ from pathlib import Path
 import pytest
 
 from lab.jobs import manager as jobs_mod
+from lab.jobs import views as job_views
 from lab.errors import LabError
-from lab.jobs.manager import TEACHER, JobManager, can_manage, is_teacher, teacher_session
+from lab.jobs.access import TEACHER, can_manage, is_teacher, teacher_session
+from lab.jobs.manager import JobManager
 from lab.store.runs import RunStore
 from lab.scenario.document import default_scenario
 from lab.train.launcher import boot_id, identity, launcher_gone, processes_of
@@ -121,12 +123,12 @@ def test_each_session_sees_its_own_jobs_and_the_class_on_request(lab_db):
     cli = store.create_run(default_scenario(), name="cli", status="done")
     assert list(store.list_runs(owner="A").id) == [a]
     assert list(store.list_runs(statuses=("running",), owner="A").id) == []
-    table = jobs_mod.overview(store, owner="A")
+    table = job_views.overview(store, owner="A")
     assert list(table.id) == [a] and list(table.owner) == ["you"]
-    everyone = jobs_mod.overview(store, owner="A", everyone=True).set_index("id").owner
+    everyone = job_views.overview(store, owner="A", everyone=True).set_index("id").owner
     assert everyone.to_dict() == {a: "you", b: "another session", cli: "command line"}
-    assert not jobs_mod.has_active(store, "A") and jobs_mod.has_active(store, "A", everyone=True)
-    assert jobs_mod.has_active(store, "B")
+    assert not job_views.has_active(store, "A") and job_views.has_active(store, "A", everyone=True)
+    assert job_views.has_active(store, "B")
 
 
 # ----- launchers that die without a word --------------------------------------------------------
@@ -160,7 +162,7 @@ def check_swept(jm: JobManager, store: RunStore, rid: str, scratch: Path) -> Non
     ended = store.stages(rid)
     assert ended[ended.stage == "ended"].detail.iloc[-1]["status"] == "interrupted"
     assert store.heartbeats(rid).empty and jm.slots() == {}
-    assert not jobs_mod.has_active(store, everyone=True)  # the Jobs page stops polling
+    assert not job_views.has_active(store, everyone=True)  # the Jobs page stops polling
 
 
 def test_a_command_line_launcher_killed_with_sigkill_is_found_while_the_app_runs(lab_db, tmp_path):

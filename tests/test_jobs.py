@@ -10,7 +10,9 @@ import time
 
 import pytest
 
-from lab.jobs.manager import ANONYMOUS, JobManager
+from lab.jobs.access import ANONYMOUS
+
+from lab.jobs.manager import JobManager
 from lab.store.runs import RunStore
 from lab.scenario.document import default_scenario
 from tests.test_train import processes_with

@@ -10,7 +10,7 @@ import pytest
 from conftest import lab_server, settle
 from journey import nav, new_page, no_error_boxes, selected, slide
 
-from lab.jobs.manager import TEACHER
+from lab.jobs.access import TEACHER
 from lab.store.runs import RunStore
 from lab.train.launcher import processes_of
 

@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 
 from lab.jobs import manager as jobs_mod
+from lab.jobs import views as job_views
 from lab.errors import LabError
 from lab.jobs.manager import JobManager
 from lab.store.runs import JOB_WORKER, RunStore
@@ -73,16 +74,16 @@ def test_a_job_goes_through_every_stage_then_is_released(lab_db):
     assert jm.slots() == {}
     logs = jm.worker_logs(job.run_id)
     assert sorted(logs) == [0, 1] and "step 6" in logs[0].read_text()
-    table = jobs_mod.overview(store, jm, owner="alice")
+    table = job_views.overview(store, jm, owner="alice")
     row = table.set_index("id").loc[job.run_id]
     assert row.owner == "you" and row.status == "done" and row.stage == "released" and row.restarts == 0
     assert "slot" in row.resources and row.ran_s > 0 and row.queued_s >= 0
-    assert jobs_mod.overview(store, jm, owner="bob").empty  # bob sees only his own jobs by default
-    assert jobs_mod.overview(store, jm, owner="bob", everyone=True).set_index("id").owner[job.run_id] == \
+    assert job_views.overview(store, jm, owner="bob").empty  # bob sees only his own jobs by default
+    assert job_views.overview(store, jm, owner="bob", everyone=True).set_index("id").owner[job.run_id] == \
         "another session"
-    assert jobs_mod.overview(store, jm, owner="bob", everyone=True, show_ids=True).set_index("id").owner[
+    assert job_views.overview(store, jm, owner="bob", everyone=True, show_ids=True).set_index("id").owner[
         job.run_id] == "session alice"
-    rows, _ = jobs_mod.slot_timeline(store, [job.run_id])
+    rows, _ = job_views.slot_timeline(store, [job.run_id])
     assert len(rows) == 2 and all(r["end"] > r["start"] >= 0 for r in rows)
     # release: intermediate checkpoints go, the final model and the logs stay
     ck = store.checkpoint_dir(job.run_id)
@@ -126,7 +127,7 @@ def test_the_queue_is_fair_across_sessions(lab_db):
         assert jm.queued() == [b1.run_id, c1.run_id, a2.run_id, a3.run_id]
         assert [jm.queue_position(j.run_id) for j in (b1, c1, a2, a3)] == [1, 2, 3, 4]
         assert jm.queue_position(blocker.run_id) is None
-        table = jobs_mod.overview(store, jm, owner="B", everyone=True).set_index("id")
+        table = job_views.overview(store, jm, owner="B", everyone=True).set_index("id")
         assert table.queue[b1.run_id] == 1 and table.owner[b1.run_id] == "you"
         assert table.owner[a2.run_id] == "another session"
         jm.stop(blocker.run_id, "A")

@@ -20,7 +20,7 @@ from lab.jobs import grid
 from lab.train import compressed, reference
 from lab.train.launcher import launch
 from lab.train.reference import single_process
-from lab.train.worker import check_scenario
+from lab.train.plan import check_scenario
 
 pytestmark = pytest.mark.timeout(180)
 STEPS = 6

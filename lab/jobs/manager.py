@@ -36,7 +36,6 @@ them interrupted, waits for their workers to exit, then removes their scratch fo
 
 from __future__ import annotations
 
-import hmac
 import os
 import signal
 import subprocess
@@ -49,53 +48,18 @@ from typing import Iterable
 
 from lab import settings
 from lab.errors import LabError
+from lab.jobs.access import ANONYMOUS, TEACHER, can_manage, is_teacher, teacher_session, teacher_token
 from lab.jobs.policies import POLICIES, SlotBook, cpu_of, fair_order, local_groups, place
 from lab.scenario.document import Scenario
 from lab.settings import ROOT, job_nice
 from lab.store.runs import ACTIVE, FINISHED, RunStore
-from lab.train.launcher import launcher_gone, preflight, remove_scratch, stale_after, tail_text, world_size
+from lab.train.launcher import launcher_gone, preflight, remove_scratch, stale_after, world_size
 from lab.train.launcher import processes_of as scan
 from lab.train.roles import parse_job
-from lab.train.worker import check_scenario
+from lab.train.plan import check_scenario
 
 STOP_GRACE_S = 3.0
 DRAIN_S = 10.0  # workers of a dead launcher get this long to exit before they are killed
-TEACHER = "teacher"  # how the store names the teacher as the one who stopped or released a job
-
-
-def teacher_token() -> str:
-    """The server's teacher secret (LAB_TEACHER_TOKEN); empty: there is no teacher."""
-    return settings.raw("LAB_TEACHER_TOKEN")
-
-
-def is_teacher(claim) -> bool:
-    """Whether ``claim`` (the ``teacher`` value of a session's link) is the server's teacher token.
-    Compared in constant time; no token set on the server, or none claimed: False."""
-    token = teacher_token()
-    if not token or not isinstance(claim, str) or not claim:
-        return False
-    return hmac.compare_digest(claim.encode(), token.encode())
-
-
-def teacher_session(state, params, key: str = "job_teacher") -> bool:
-    """The session's teacher flag, in ``state`` (a session-state mapping) once its link's
-    ``params["teacher"]`` matched the token, so it lasts while the session moves between pages.
-    The token is then dropped from the link, so it is not shared with a copied address."""
-    claim = params.get("teacher") if params is not None else None
-    if claim is not None:
-        if is_teacher(claim):
-            state[key] = True
-        try:
-            del params["teacher"]
-        except (KeyError, TypeError):
-            pass
-    return bool(state.get(key, False)) and bool(teacher_token())
-
-
-def can_manage(run_owner: str | None, owner: str | None, teacher: bool = False) -> bool:
-    """Whether ``owner`` (acting, with the teacher flag) may stop or release a job of ``run_owner``:
-    its own (never a command-line run, which has no owner), or any when the teacher."""
-    return bool(teacher) or (run_owner is not None and owner is not None and str(owner) == str(run_owner))
 
 
 def _lower_priority(n: int) -> None:
@@ -103,7 +67,6 @@ def _lower_priority(n: int) -> None:
         os.nice(n)
     except OSError:
         pass
-ANONYMOUS = "-"
 
 
 @dataclass(frozen=True)
@@ -670,98 +633,6 @@ class JobManager:
 
 
 # ----- views for the Jobs page (plain data) ---------------------------------------------------
-def overview(store: RunStore, jm: JobManager | None = None, owner: str | None = None, limit: int = 50,
-             everyone: bool = False, show_ids: bool = False):
-    """One row per job (newest first): status, last stage, owner (you / another session / the
-    command line; with ``show_ids`` the other session's id), place in the queue, resources,
-    restarts, alarms, and times (Unix seconds). With an ``owner``, only that session's jobs unless
-    ``everyone`` (the whole class, for reading; the teacher's view)."""
-    import pandas as pd
-
-    runs = store.list_runs(owner=None if everyone or owner is None else owner).head(limit)
-    cols = ["id", "name", "owner", "status", "stage", "queue", "resources", "attempt", "restarts", "alarms",
-            "submitted", "start", "end", "queued_s", "ran_s"]
-    if runs.empty:
-        return pd.DataFrame(columns=cols)
-    stages = store.stages(list(runs.id))
-    by_run = {rid: g for rid, g in stages.groupby("run_id")} if len(stages) else {}
-    rows = []
-    for r in runs.itertuples():
-        ev = by_run.get(r.id)
-        info_owner = r.owner
-        who = ("you" if owner is not None and info_owner == owner else
-               "command line" if info_owner is None else
-               f"session {info_owner}" if show_ids else "another session")
-        sched = ev[ev.stage == "scheduled"] if ev is not None else None
-        started = ev[ev.stage == "started"] if ev is not None else None
-        res = ""
-        if sched is not None and len(sched):
-            d = sched.detail.iloc[-1]
-            res = ", ".join(f"{g}: {n} slot{'s' if n != 1 else ''}" for g, n in d.get("groups", {}).items())
-        elif started is not None and len(started):
-            res = f"{started.detail.iloc[-1].get('world', '?')} process(es), not pinned"
-        pos = jm.queue_position(r.id) if jm is not None and r.status == "queued" else None
-        start, end = r.start, r.end
-        rows.append({
-            "id": r.id, "name": r.name, "owner": who, "status": r.status,
-            "stage": ev.stage.iloc[-1] if ev is not None else "submitted", "queue": pos, "resources": res,
-            "attempt": int(ev.attempt.max()) if ev is not None else 0,
-            "restarts": int((ev.stage == "restart").sum()) if ev is not None else 0,
-            "alarms": int((ev.stage == "alarm").sum()) if ev is not None else 0,
-            "submitted": r.created, "start": start, "end": end,
-            "queued_s": (start - r.created) if start == start and start is not None else None,
-            "ran_s": (end - start) if end == end and end is not None and start == start and start is not None else None,
-        })
-    return pd.DataFrame(rows, columns=cols)
-
-
-def has_active(store: RunStore, owner: str | None = None, everyone: bool = False) -> bool:
-    """Whether a job in this view (the session's own, or everyone's) is queued or running: pages
-    poll the store only then."""
-    return bool(len(store.list_runs(statuses=ACTIVE, owner=None if everyone else owner)))
-
-
-def slot_timeline(store: RunStore, run_ids: Iterable[str], now: float | None = None) -> tuple[list[dict], float]:
-    """Which job held which local slot when: rows (job, label, resource, start, end in seconds since
-    the earliest 'scheduled' event) from each run's scheduled and released stages; a job still
-    holding its slots ends at ``now``. Returns (rows, t0)."""
-    now = time.time() if now is None else now
-    st = store.stages(list(run_ids))
-    if st.empty:
-        return [], now
-    names = {}
-    spans = []
-    for rid, ev in st.groupby("run_id"):
-        sched = ev[ev.stage == "scheduled"]
-        if sched.empty:
-            continue
-        t_start = float(sched.t.iloc[-1])
-        rel = ev[(ev.stage == "released") & (ev.t >= t_start)]
-        rel = rel[[d.get("by") != "launcher" for d in rel.detail]] if len(rel) else rel
-        t_end = float(rel.t.iloc[0]) if len(rel) else now
-        if rid not in names:
-            try:
-                names[rid] = store.get_run(rid)["name"]
-            except LabError:
-                names[rid] = rid
-        for g, slots in sched.detail.iloc[-1].get("slots", {}).items():
-            for s in slots:
-                spans.append((rid, s, t_start, t_end))
-    if not spans:
-        return [], now
-    t0 = min(s[2] for s in spans)
-    return [{"job": rid, "label": f"{names[rid]} ({rid})", "resource": s, "start": a - t0, "end": b - t0}
-            for rid, s, a, b in spans], t0
-
-
-def log_tails(jm: JobManager, run_id: str, max_bytes: int = 3000) -> dict[str, str]:
-    """The end of each worker's log and of the launcher's log."""
-
-    out = {f"rank {k}": tail_text(p, max_bytes) for k, p in jm.worker_logs(run_id).items()}
-    launcher = tail_text(jm.log_path(run_id), max_bytes)
-    if launcher:
-        out["launcher"] = launcher
-    return out
 
 
 def _rank_cpus(held: dict[str, list[str]], tasks: int) -> list[int]:
@@ -847,5 +718,5 @@ def _end_group(pid: int, gone) -> None:
     send(signal.SIGKILL)
 
 
-__all__ = ["Job", "JobManager", "shared", "processes_of", "overview", "has_active", "slot_timeline", "log_tails",
+__all__ = ["Job", "JobManager", "shared", "processes_of",
            "TEACHER", "is_teacher", "teacher_session", "can_manage", "teacher_token"]

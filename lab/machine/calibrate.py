@@ -5,7 +5,7 @@ workers use):
 
 * **Compute, per operator class, in context.** A family of *calibration networks* (the lab's
   model classes at widths, depths and batch sizes that the presets do not use, see
-  :data:`CALIBRATION_NETS`) runs the training step exactly as :mod:`lab.train.worker` does: a batch
+  :data:`CALIBRATION_NETS`) runs the training step exactly as :mod:`lab.train.trainer` does: a batch
   taken from a shard, the flat gradient buffer zeroed, forward, cross-entropy, backward into the
   flat buffer, the loss read back. Each network's operators come from :func:`lab.modelled.opgraph.trace`.
   A non-negative least-squares fit (relative errors) then gives
@@ -139,7 +139,7 @@ CPU = time.process_time
 
 
 class StepHarness:
-    """The training step of :class:`lab.train.worker.Trainer` (``forward_backward``) for any model:
+    """The training step of :class:`lab.train.trainer.Trainer` (``forward_backward``) for any model:
     parameters and gradients as views of flat buffers, a shard to draw batches from."""
 
     def __init__(self, model, batch: int, seed: int = 0, shard: int = 1347):
@@ -322,7 +322,7 @@ def fit_local(raw: dict) -> tuple[dict, dict]:
 
 def _cycle_case(rank: int, world: int, net: int, batch: int, kind: tuple, repeat: int, seed: int = 0) -> dict:
     """``repeat`` training-like cycles of one calibration network on every rank at once: forward +
-    backward, then the collective, then the optimiser step, timed as lab.train.worker times them
+    backward, then the collective, then the optimiser step, timed as lab.train.trainer times them
     (idle = latest 'ready' stamp among the ranks minus one's own, capped at the collective)."""
     import torch
     import torch.distributed as dist

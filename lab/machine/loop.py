@@ -3,7 +3,7 @@
 :func:`lab.machine.calibrate.calibrate` measures the N-process costs (compute slow-down, collectives in
 context, idle jitter, the rest of the step) in *training-like cycles*: a harness that imitates a
 step. This module measures the same quantities in the job's real loop instead: N spawned processes
-run :class:`lab.train.worker.Trainer` -- the code of every real run, metrics and store writes
+run :class:`lab.train.trainer.Trainer` -- the code of every real run, metrics and store writes
 included -- on the *calibration networks* (never the preset models a prediction is judged on), one
 short job per cycle case, and return rows in the layout :func:`lab.machine.calibrate.fit_cycles` reads.
 """
@@ -17,7 +17,7 @@ import tempfile
 from pathlib import Path
 from typing import Sequence
 
-import lab.train.worker as W
+import lab.train.trainer as W
 from lab.comm.processes import run_local
 from lab.errors import LabError
 from lab.machine.cases import CALIBRATION_NETS, CYCLE_KINDS, CYCLE_RATIO, build_calibration_net, pin_rank

@@ -1,7 +1,7 @@
 """Predict a training step from the machine profile, and set the prediction beside the measurement.
 
 :func:`predict_step` takes a Scenario and a :class:`lab.machine.calibrate.MachineProfile` and works out,
-per worker and step, what :mod:`lab.train.worker` will record:
+per worker and step, what :mod:`lab.train.trainer` will record:
 
 * ``fb``: forward + backward of the worker's batch (its model's operators through the calibrated
   per-class costs, plus the step's fixed and per-tensor costs), with the profile measured for as
@@ -50,7 +50,7 @@ from lab.scenario.models import build_model
 from lab.store.runs import ACTIVE
 from lab.store.runs import store as default_store
 from lab.train.emulation import ring_allreduce_time
-from lab.train.worker import check_scenario
+from lab.train.plan import check_scenario
 
 PARTS = ("compute", "compress", "comm", "idle", "step")
 PART_LABELS = {"compute": "compute", "compress": "compression", "comm": "communication", "idle": "idle",
@@ -162,7 +162,7 @@ def _dense_ring_bytes(n: int, world: int) -> float:
 def predict_step(scenario: Scenario, profile: MachineProfile, *, plan: Any = None) -> Prediction:
     """Predicted seconds per step of ``scenario`` on the machine described by ``profile``.
 
-    ``plan``: the worker's plan (:func:`lab.train.worker.check_scenario`), when already made."""
+    ``plan``: the worker's plan (:func:`lab.train.plan.check_scenario`), when already made."""
     if not isinstance(profile, MachineProfile):
         raise LabError("predicting needs a machine profile: calibrate this machine first", where="prediction")
     sc = scenario

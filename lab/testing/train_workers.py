@@ -6,7 +6,7 @@ import time
 from lab.comm.processes import init_worker
 from lab.scenario.catalogue import preset
 from lab.scenario.document import Scenario, Training
-from lab.train.worker import Trainer
+from lab.train.trainer import Trainer
 
 
 def paired_bench_worker(rank: int, world: int, port: int, out_dir: str, config: dict) -> None:

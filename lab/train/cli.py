@@ -27,7 +27,7 @@ from lab.store.runs import check_run_id
 
 # shortcut flag -> Training field
 from lab.train.launcher import launch
-from lab.train.worker import run_rank
+from lab.train.rank import run_rank
 
 # shortcut flag -> Training field
 SHORTCUTS = {

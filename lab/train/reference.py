@@ -29,7 +29,7 @@ from lab.store.runs import JOB_WORKER, RunStore
 from lab.train import compressed
 from lab.train import data as data_mod
 from lab.train.launcher import free_port
-from lab.train.worker import Trainer
+from lab.train.trainer import Trainer
 
 
 def single_process(tr: Training, steps: int | None = None) -> dict[str, torch.Tensor]:
@@ -51,7 +51,7 @@ def single_process(tr: Training, steps: int | None = None) -> dict[str, torch.Te
 def paired_worker(rank: int, world: int, port: int, training: dict, steps: int, warmup: int, rounds: int,
                   db: str, out_file: str) -> None:
     """One rank of the paired benchmark: in the same processes and process group, each round runs
-    the lab's training loop (:class:`lab.train.worker.Trainer`, the job's own code, writing to the
+    the lab's training loop (:class:`lab.train.trainer.Trainer`, the job's own code, writing to the
     run store at ``db``) and then the DDP loop, back to back, so both see the same machine load.
     Rank 0 appends one JSON line per round to ``out_file``: samples/s of each between step
     ``warmup`` and the last step."""

@@ -1,0 +1,104 @@
+"""Plain data for the Jobs and Training pages: the job table, whether anything is active, the slot timeline and log tails."""
+from __future__ import annotations
+
+import time
+from typing import Iterable
+
+from lab.errors import LabError
+from lab.jobs.manager import JobManager
+from lab.store.runs import ACTIVE, RunStore
+from lab.train.launcher import tail_text
+
+
+def overview(store: RunStore, jm: JobManager | None = None, owner: str | None = None, limit: int = 50,
+             everyone: bool = False, show_ids: bool = False):
+    """One row per job (newest first): status, last stage, owner (you / another session / the
+    command line; with ``show_ids`` the other session's id), place in the queue, resources,
+    restarts, alarms, and times (Unix seconds). With an ``owner``, only that session's jobs unless
+    ``everyone`` (the whole class, for reading; the teacher's view)."""
+    import pandas as pd
+
+    runs = store.list_runs(owner=None if everyone or owner is None else owner).head(limit)
+    cols = ["id", "name", "owner", "status", "stage", "queue", "resources", "attempt", "restarts", "alarms",
+            "submitted", "start", "end", "queued_s", "ran_s"]
+    if runs.empty:
+        return pd.DataFrame(columns=cols)
+    stages = store.stages(list(runs.id))
+    by_run = {rid: g for rid, g in stages.groupby("run_id")} if len(stages) else {}
+    rows = []
+    for r in runs.itertuples():
+        ev = by_run.get(r.id)
+        info_owner = r.owner
+        who = ("you" if owner is not None and info_owner == owner else
+               "command line" if info_owner is None else
+               f"session {info_owner}" if show_ids else "another session")
+        sched = ev[ev.stage == "scheduled"] if ev is not None else None
+        started = ev[ev.stage == "started"] if ev is not None else None
+        res = ""
+        if sched is not None and len(sched):
+            d = sched.detail.iloc[-1]
+            res = ", ".join(f"{g}: {n} slot{'s' if n != 1 else ''}" for g, n in d.get("groups", {}).items())
+        elif started is not None and len(started):
+            res = f"{started.detail.iloc[-1].get('world', '?')} process(es), not pinned"
+        pos = jm.queue_position(r.id) if jm is not None and r.status == "queued" else None
+        start, end = r.start, r.end
+        rows.append({
+            "id": r.id, "name": r.name, "owner": who, "status": r.status,
+            "stage": ev.stage.iloc[-1] if ev is not None else "submitted", "queue": pos, "resources": res,
+            "attempt": int(ev.attempt.max()) if ev is not None else 0,
+            "restarts": int((ev.stage == "restart").sum()) if ev is not None else 0,
+            "alarms": int((ev.stage == "alarm").sum()) if ev is not None else 0,
+            "submitted": r.created, "start": start, "end": end,
+            "queued_s": (start - r.created) if start == start and start is not None else None,
+            "ran_s": (end - start) if end == end and end is not None and start == start and start is not None else None,
+        })
+    return pd.DataFrame(rows, columns=cols)
+
+
+def has_active(store: RunStore, owner: str | None = None, everyone: bool = False) -> bool:
+    """Whether a job in this view (the session's own, or everyone's) is queued or running: pages
+    poll the store only then."""
+    return bool(len(store.list_runs(statuses=ACTIVE, owner=None if everyone else owner)))
+
+
+def slot_timeline(store: RunStore, run_ids: Iterable[str], now: float | None = None) -> tuple[list[dict], float]:
+    """Which job held which local slot when: rows (job, label, resource, start, end in seconds since
+    the earliest 'scheduled' event) from each run's scheduled and released stages; a job still
+    holding its slots ends at ``now``. Returns (rows, t0)."""
+    now = time.time() if now is None else now
+    st = store.stages(list(run_ids))
+    if st.empty:
+        return [], now
+    names = {}
+    spans = []
+    for rid, ev in st.groupby("run_id"):
+        sched = ev[ev.stage == "scheduled"]
+        if sched.empty:
+            continue
+        t_start = float(sched.t.iloc[-1])
+        rel = ev[(ev.stage == "released") & (ev.t >= t_start)]
+        rel = rel[[d.get("by") != "launcher" for d in rel.detail]] if len(rel) else rel
+        t_end = float(rel.t.iloc[0]) if len(rel) else now
+        if rid not in names:
+            try:
+                names[rid] = store.get_run(rid)["name"]
+            except LabError:
+                names[rid] = rid
+        for g, slots in sched.detail.iloc[-1].get("slots", {}).items():
+            for s in slots:
+                spans.append((rid, s, t_start, t_end))
+    if not spans:
+        return [], now
+    t0 = min(s[2] for s in spans)
+    return [{"job": rid, "label": f"{names[rid]} ({rid})", "resource": s, "start": a - t0, "end": b - t0}
+            for rid, s, a, b in spans], t0
+
+
+def log_tails(jm: JobManager, run_id: str, max_bytes: int = 3000) -> dict[str, str]:
+    """The end of each worker's log and of the launcher's log."""
+
+    out = {f"rank {k}": tail_text(p, max_bytes) for k, p in jm.worker_logs(run_id).items()}
+    launcher = tail_text(jm.log_path(run_id), max_bytes)
+    if launcher:
+        out["launcher"] = launcher
+    return out
