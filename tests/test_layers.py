@@ -70,3 +70,13 @@ def test_every_lab_variable_is_read_through_settings_and_listed_in_the_readme():
         for m in re.finditer(r"settings\.\w+\(\"(LAB_\w+)\"", f.read_text()):
             assert m.group(1) in settings.VARIABLES or m.group(1) in settings.PROTOCOL, m.group(1)
     assert outside == []
+
+
+def test_the_launcher_and_the_job_manager_start_without_torch():
+    # torch takes seconds to import; a job's launcher and the class server's job manager never need
+    # it, so their start-up must not pay for it (only ranks and the pages that compute do).
+    code = ("import sys; import lab.train.cli, lab.train.launcher, lab.train.resilience, lab.jobs.manager; "
+            "print(sorted(m for m in sys.modules if m == 'torch' or m.startswith('torch.')))")
+    p = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stderr
+    assert p.stdout.strip() == "[]"

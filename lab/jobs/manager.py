@@ -56,7 +56,6 @@ from lab.store.runs import ACTIVE, FINISHED, RunStore
 from lab.train.launcher import launcher_gone, preflight, remove_scratch, stale_after, world_size
 from lab.train.launcher import processes_of as scan
 from lab.train.roles import parse_job
-from lab.train.plan import check_scenario
 
 STOP_GRACE_S = 3.0
 DRAIN_S = 10.0  # workers of a dead launcher get this long to exit before they are killed
@@ -159,6 +158,8 @@ class JobManager:
 
     def submit_many(self, items: Iterable[tuple[Scenario, str | None]], owner: str = ANONYMOUS) -> list[Job]:
         """Queue several runs of one owner; they run in order (``capacity`` jobs at a time overall)."""
+
+        from lab.train.plan import check_scenario  # imports torch, which the manager needs only here
 
         owner = str(owner or ANONYMOUS)[:64]
         checked = []

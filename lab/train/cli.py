@@ -27,7 +27,6 @@ from lab.store.runs import check_run_id
 
 # shortcut flag -> Training field
 from lab.train.launcher import launch
-from lab.train.rank import run_rank
 
 # shortcut flag -> Training field
 SHORTCUTS = {
@@ -106,7 +105,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"lab.train: {exc}", file=sys.stderr)
         return 2
     if os.environ.get("RANK") is not None and os.environ.get("WORLD_SIZE") is not None:
-        # Started by the launcher or by torchrun: this process is one rank of the job.
+        # Started by the launcher or by torchrun: this process is one rank of the job. Only a rank
+        # imports torch; the launcher role starts without it.
+        from lab.train.rank import run_rank
+
         code = run_rank(sc, args.run_id, name=args.name, quiet=args.quiet)
         # A rank ends here without the interpreter's shutdown: its process group is destroyed and its
         # results are in the store, and C++ threads of torch's c10d clients still joinable while static

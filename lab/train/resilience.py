@@ -27,6 +27,10 @@ resuming, injected faults, and the rendezvous that cannot clash.
   rank 0, whose TCPStore serves on it (``master_listen_fd``): the port is held from the moment the
   operating system chose it, so two jobs can never pick the same one; keys live under a per-attempt
   prefix, so a stray process from another job or attempt cannot join.
+
+The launcher and the job manager read heartbeats and checkpoints' names from here without torch
+(it takes seconds to import), so torch and the compressors are imported only by the functions that
+save, load or restore state.
 """
 
 from __future__ import annotations
@@ -40,10 +44,7 @@ import threading
 import time
 from pathlib import Path
 
-import torch
-
 from lab import settings
-from lab.compression.compressors import ErrorFeedback, RandomK
 
 KEEP_CHECKPOINTS = 2
 #: Functions of the lab in which the main thread waits for its peers.
@@ -233,6 +234,8 @@ def latest_checkpoint(folder: Path) -> int | None:
 
 
 def save_atomic(obj, path: Path) -> None:
+    import torch
+
     tmp = path.with_name(path.name + ".tmp")
     torch.save(obj, tmp)
     os.replace(tmp, path)
@@ -271,6 +274,7 @@ def _compressor(trainer):
 
 def compression_state(trainer) -> dict:
     """This rank's compression memory: the error-feedback residual and Random-K's generator."""
+    from lab.compression.compressors import ErrorFeedback, RandomK  # imports torch (module docstring)
 
     comp, st = _compressor(trainer), {}
     if isinstance(comp, ErrorFeedback):
@@ -283,6 +287,8 @@ def compression_state(trainer) -> dict:
 
 
 def restore_rank_state(trainer, st: dict) -> None:
+    import torch
+
     s = trainer.sampler
     if s is not None and "sampler_gen" in st:
         if "sampler_x" in st:
@@ -304,6 +310,8 @@ def restore_rank_state(trainer, st: dict) -> None:
 
 
 def load(path: Path) -> dict:
+    import torch
+
     return torch.load(path, map_location="cpu", weights_only=True)
 
 
