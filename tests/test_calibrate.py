@@ -12,7 +12,8 @@ import numpy as np
 import pytest
 
 from lab.machine import calibrate as C
-from lab.machine import cases
+from lab.machine import cases, measure
+from lab.machine import fit as fit_mod
 from lab.machine import profile as profile_mod
 from lab.errors import LabError
 from lab.modelled.opgraph import trace
@@ -24,7 +25,7 @@ def feat(counts: dict, flops: dict, tensors: int) -> dict:
 
 
 def test_graph_features_of_the_mlp_by_hand():
-    f = C.graph_features(trace("mlp", batch_size=32), 6)
+    f = profile_mod.graph_features(trace("mlp", batch_size=32), 6)
     assert f["counts"]["matmul"] == 3 and f["counts"]["elementwise"] == 2 and f["tensors"] == 6
     first = 2 * 32 * 64 * 128 * 2 / 3  # the first product needs no input gradient
     assert f["flops"]["matmul"] == pytest.approx(first + 2 * 32 * 128 * 64 + 2 * 32 * 64 * 10)
@@ -51,23 +52,23 @@ def test_fit_compute_recovers_known_costs():
     assert fit.fit_error < 1e-6
     assert fit.classes["pool"] == fit.classes["elementwise"]  # no calibration case had pooling
     for s in samples:
-        assert C.compute_seconds(fit, s["features"]) == pytest.approx(s["seconds"], rel=1e-6)
+        assert profile_mod.compute_seconds(fit, s["features"]) == pytest.approx(s["seconds"], rel=1e-6)
 
 
 def test_fit_linear_and_nnls_keep_terms_non_negative():
     rows = [(t, n, 40e-6 + 10e-6 * t + 3e-9 * n) for t in (2, 8, 24) for n in (1e3, 1e5)]
-    c = C.fit_linear(rows)
+    c = profile_mod.fit_linear(rows)
     assert (c.fixed, c.per_tensor, c.per_unit) == pytest.approx((40e-6, 10e-6, 3e-9), rel=1e-6)
     # a decreasing relation cannot be fitted with non-negative terms: the slope stays at 0
-    x = C.nnls_relative(np.array([[1.0, 1.0], [1.0, 2.0], [1.0, 3.0]]), np.array([3.0, 2.0, 1.0]))
+    x = profile_mod.nnls_relative(np.array([[1.0, 1.0], [1.0, 2.0], [1.0, 3.0]]), np.array([3.0, 2.0, 1.0]))
     assert np.all(x >= 0)
     with pytest.raises(LabError):
-        C.nnls_relative(np.ones((2, 2)), np.array([1.0, -1.0]))
+        profile_mod.nnls_relative(np.ones((2, 2)), np.array([1.0, -1.0]))
 
 
 def test_geomean_error():
-    assert C.geomean_error([2.0, 0.5], [1.0, 1.0]) == pytest.approx(1.0)
-    assert math.isnan(C.geomean_error([], []))
+    assert profile_mod.geomean_error([2.0, 0.5], [1.0, 1.0]) == pytest.approx(1.0)
+    assert math.isnan(profile_mod.geomean_error([], []))
 
 
 def test_profile_json_round_trip_and_damage(tmp_path):
@@ -107,7 +108,7 @@ def test_profile_path_follows_lab_data(tmp_path, monkeypatch):
 
 
 def test_step_harness_is_the_workers_step():
-    h = C.StepHarness(C.build_calibration_net("MLP", {"hidden": (16,)}), batch=8)
+    h = measure.StepHarness(cases.build_calibration_net("MLP", {"hidden": (16,)}), batch=8)
     lv = h.forward_backward()
     assert math.isfinite(lv) and h.gflat[-1] == pytest.approx(lv)
     assert float(h.gflat[:-1].abs().sum()) > 0  # gradients landed in the flat buffer
@@ -115,11 +116,11 @@ def test_step_harness_is_the_workers_step():
 
 
 def test_measurements_are_positive():
-    rows = C.measure_compute(nets=[0], batches=(8,), repeat=3, passes=1)
+    rows = measure.measure_compute(nets=[0], batches=(8,), repeat=3, passes=1)
     assert rows[0]["seconds"] > 0 and rows[0]["features"]["counts"]["matmul"] == 2
-    opt = C.measure_optimizers(kinds=("adam",), repeat=3, shapes=((2, 1000),))
+    opt = measure.measure_optimizers(kinds=("adam",), repeat=3, shapes=((2, 1000),))
     assert opt["adam"][0][2] > 0
-    comp = C.measure_compressors(keys=("group_topk",), sizes=(4096,), repeat=2)
+    comp = measure.measure_compressors(keys=("group_topk",), sizes=(4096,), repeat=2)
     assert set(comp) == {"group_topk", "group_topk+ef"} and all(r[0][2] > 0 for r in comp.values())
 
 
@@ -179,7 +180,7 @@ def test_fit_cycles_recovers_known_in_context_costs():
         rows.append({"kind": "sparse_allgather", "net": net, "batch": 16, "fb": k * alone[net] + d, "opt": 0.0,
                      "cpu": 0.0, "compress": 1e-4, "comm": 2 * 700e-6 + 5000 * 3e-9, "idle": 0.0, "cycle": 0.0,
                      "bytes_sent": 5000.0, "hops": 2.0, "numel": 1000})
-    fit = C.fit_cycles(procs, rows, base, opt, feats, betas={"gloo": beta, "ring": 3e-9})
+    fit = fit_mod.fit_cycles(procs, rows, base, opt, feats, betas={"gloo": beta, "ring": 3e-9})
     ab = fit["comm"]["gloo"]
     assert ab.alpha == pytest.approx(alpha, rel=1e-6) and ab.beta == beta  # the median ignores the outlier
     sh = fit["comm"]["sparse_allgather"]
@@ -197,8 +198,8 @@ def test_compute_slowdown_with_one_case_or_equal_cases_is_a_plain_factor():
     opt = {"adam": C.LinearCost(50e-6, 0.0, 0.0)}
     feat = {"counts": {c: 0 for c in C.COMPUTE_CLASSES}, "flops": {c: 0.0 for c in C.COMPUTE_CLASSES}, "tensors": 0}
     row = {"net": 0, "batch": 16, "fb": 200e-6, "opt": 100e-6, "numel": 11}
-    assert C.fit_compute_slowdown([row, dict(row)], base, opt, {(0, 16): feat}) == (pytest.approx(2.0), 0.0)
-    assert C.fit_compute_slowdown([], base, opt, {}) == (1.0, 0.0)
+    assert fit_mod.fit_compute_slowdown([row, dict(row)], base, opt, {(0, 16): feat}) == (pytest.approx(2.0), 0.0)
+    assert fit_mod.fit_compute_slowdown([], base, opt, {}) == (1.0, 0.0)
 
 
 def test_profile_compute_with_n_processes_adds_the_fixed_extra_once():
@@ -206,9 +207,9 @@ def test_profile_compute_with_n_processes_adds_the_fixed_extra_once():
                             wait_slowdown=[[0.0, 1.0], [0.001, 1.5], [0.01, 3.0]])
     feat = {"counts": {c: 0 for c in C.COMPUTE_CLASSES}, "flops": {c: 0.0 for c in C.COMPUTE_CLASSES}, "tensors": 0}
     feat["counts"]["matmul"] = 3
-    one = C.compute_seconds(p.compute_fit(1), feat)
+    one = profile_mod.compute_seconds(p.compute_fit(1), feat)
     assert one == pytest.approx(100e-6 + 3 * 10e-6)
-    assert C.compute_seconds(p.compute_fit(2), feat) == pytest.approx(2.0 * one + 300e-6)
+    assert profile_mod.compute_seconds(p.compute_fit(2), feat) == pytest.approx(2.0 * one + 300e-6)
     assert p.extra_per_step(1) == 0.0 and p.extra_per_step(4) == pytest.approx(300e-6)  # nearest count
     # the N-process terms hold the 1 ms wait of their calibration runs: only what goes beyond counts
     assert p.extra_wait_factor(0.001, 2) == 1.0 and p.extra_wait_factor(0.0, 2) == 1.0
@@ -226,7 +227,7 @@ def test_loop_calibration_runs_the_job_loop_on_calibration_networks(tmp_path, mo
     rows = measure_loop(2, [("ring", 0), ("sparse_allgather", 0)], steps=12)
     assert [r["kind"] for r in rows] == ["ring", "sparse_allgather"]
     cls_name, kwargs = C.CALIBRATION_NETS[0]
-    numel = sum(p.numel() for p in C.build_calibration_net(cls_name, kwargs).parameters()) + 1  # + the loss slot
+    numel = sum(p.numel() for p in cases.build_calibration_net(cls_name, kwargs).parameters()) + 1  # + the loss slot
     ring, sparse = rows
     assert ring["numel"] == sparse["numel"] == numel
     assert ring["bytes_sent"] == pytest.approx(numel * 4, rel=0.01)  # 2(N-1)/N of the buffer, N = 2
@@ -270,7 +271,7 @@ def test_calibration_processes_are_pinned_as_the_job_manager_pins_ranks():
 
     allowed = sorted(os.sched_getaffinity(0))
     assert [cases.rank_cpu(k) for k in range(4)] == [allowed[k % len(allowed)] for k in range(4)]
-    code = "import os; from lab.machine.calibrate import pin_rank; pin_rank({}); print(sorted(os.sched_getaffinity(0)))"
+    code = "import os; from lab.machine.cases import pin_rank; pin_rank({}); print(sorted(os.sched_getaffinity(0)))"
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     for rank, flag, want in ((1, "1", [cases.rank_cpu(1)]), (2, "1", [cases.rank_cpu(2)]), (1, "0", allowed)):
         out = subprocess.run([sys.executable, "-c", code.format(rank)], cwd=root, capture_output=True, text=True,
