@@ -6,7 +6,7 @@ import streamlit as st
 import ui
 from lab.modelled import collectives as C
 from lab.machine.profile import load_profile
-from lab.machine.calibrate import profile_errors
+from lab.machine.fit import profile_errors
 from lab.comm import measure as M
 from lab.errors import LabError
 from lab.figures import allreduce as figs
