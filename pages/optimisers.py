@@ -127,7 +127,7 @@ with ui.guarded("the counterexample"):
     ui.caption("measured", f"x after each of {run.steps} steps. Computed from the optimisers' update vectorised "
                "over time: the gradient does not depend on x, so the moments are computed for all t at once "
                "and only the projection runs step by step (tests check this equals stepping lab.optim.optimizers's "
-               "optimisers to rounding; tests/test_optim.py holds them to 1e-12). The default, lr/√t with 50,500 steps (500 periods), shows the effect "
+               "optimisers to rounding; tests/optim/test_optim.py holds them to 1e-12). The default, lr/√t with 50,500 steps (500 periods), shows the effect "
                "in well under a second; long lines are thinned to each bucket's min and max.")
     st.info(describe_counterexample(run), icon=":material/insights:")
     st.markdown(

@@ -9,7 +9,7 @@ from lab.errors import LabError
 from lab.figures.topology import comparison_figure, fmt_bytes_per_s, fmt_seconds, network_figure, path_heatmap
 from lab.scenario.document import Scenario
 from lab.scenario.topology import DEVICE_TYPES, LINK_KINDS, OP_CLASS_LABELS, OP_CLASSES, Link
-from lab.scenario.tables import (COLUMN_LABELS, apply_edit, catalogue_numbers, compare_designs, free_name,
+from lab.scenario.tables import (COLUMN_LABELS, apply_edit, compare_designs, free_name,
                                  kind_change, names_in, to_tables, with_device)
 from lab.view.state import TRANSFER_SIZES_MB, fit_choice
 

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from conftest import settle
+import re
+
+from tests.conftest import settle
 
 
 def new_page(browser, context=None):
@@ -75,3 +77,20 @@ def take_link(pg) -> str:
     pg.wait_for_function("() => window.location.search.includes('v=')", timeout=30_000)
     settle(pg)
     return pg.url
+
+
+def type_number(pg, label: str, value: int) -> None:
+    box = pg.get_by_label(label, exact=True).first
+    box.fill(str(value))
+    box.press("Enter")
+    settle(pg)
+
+
+def wait_for_run(pg, timeout_ms: int = 60_000) -> None:
+    """Wait until the page shows a "Run <id>" heading: the run a click started is in the store.
+
+    A click reaches the server over the websocket; on a busy machine the page can still read as
+    settled before the run it starts is written, so journeys wait for what the person sees.
+    """
+    pg.get_by_role("heading", name=re.compile(r"^Run \S+")).first.wait_for(timeout=timeout_ms)
+    settle(pg)

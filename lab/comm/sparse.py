@@ -412,7 +412,7 @@ def hop_bytes_table(sim: RingSimulation) -> list[dict]:
 def compare_sharing(payloads: list[Payload], sim: RingSimulation | None = None) -> dict:
     """Bytes per worker per step for the three sharing methods, from the one-process simulations.
 
-    The counts are exactly those the real methods send (tests/test_sparse_comm.py checks it); the
+    The counts are exactly those the real methods send (tests/comm/test_sparse_comm.py checks it); the
     dense ring's are lab.comm.ring's schedule for n float32 values. Returns {"methods": [row per
     method], "support": non-zeros of the sum, "kept_per_worker": [...]}.
     """

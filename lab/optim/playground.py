@@ -250,7 +250,7 @@ def run_counterexample(optimisers: tuple[str, ...] = COMPARED_OPTIMIZERS, *,
     ``method="vectorised"`` (default, ~100x faster) uses that the gradient g_t does not depend on x:
     the moments are then the same linear recursions for any x, computed for all t at once
     (scipy.signal.lfilter, np.maximum.accumulate), and only the projection runs step by step.
-    The two agree to rounding (tests/test_optim.py checks them against each other).
+    The two agree to rounding (tests/optim/test_optim.py checks them against each other).
     """
     _check_common(steps, lr, MAX_COUNTEREXAMPLE_STEPS, "counterexample")
     if schedule not in SCHEDULES:

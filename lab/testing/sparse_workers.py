@@ -141,7 +141,7 @@ def _ddp_hook_check(rank: int, world: int, sharing: str, seed: int) -> dict:
 
 
 def check_worker(rank: int, world: int, port: int, out_dir: str, sizes: tuple, seed: int = 0) -> None:
-    """Test worker (tests/test_sparse_comm.py): sharing methods and the DDP hook on real processes.
+    """Test worker (tests/comm/test_sparse_comm.py): sharing methods and the DDP hook on real processes.
 
     For every ring size N = 2..world (one process group per N, ranks 0..N-1) and every length in
     ``sizes``: Group-TopK of an integer-valued gradient shared by the sparse ring and by sparse

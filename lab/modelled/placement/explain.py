@@ -108,7 +108,7 @@ def decision_order(g: TaskGraph, s: PlacementSchedule) -> list[int]:
 
 
 def _why_all(g: TaskGraph, s: PlacementSchedule) -> dict[Task, list[dict[str, Any]]]:
-    n, m = len(g.tasks), len(g.devices)
+    m = len(g.devices)
     dev = [g._di[s.slots[t][0]] for t in g.tasks]
     fin = [float(s.slots[t][2]) for t in g.tasks]
     avail = np.zeros(m)

@@ -1,0 +1,1 @@
+"""The tests: folders mirror lab/'s packages; pages/ are AppTest page tests, journeys/ drive headless Chromium."""

@@ -1,0 +1,159 @@
+"""lab.jobs.comparison and the Compare page: variants over repeats, time to a target, noise verdicts, export."""
+
+import json
+import math
+
+import pandas as pd
+import pytest
+from tests.conftest import app_test, assert_no_exception
+
+from lab.jobs import comparison as C
+from lab.store.runs import JOB_WORKER, RunStore
+from lab.scenario.document import Compression, default_scenario
+
+
+def scenario(optimizer="adam", kind="none", seed=0, steps=40):
+    sc = default_scenario()
+    tr = sc.training.replace(optimizer=optimizer, seed=seed, steps=steps, workers=2,
+                             compression=Compression(kind=kind, ratio=0.01, error_feedback=kind != "none"))
+    return sc.replace(training=tr)
+
+
+def store_run(st: RunStore, sc, accs, step_s=0.01, sent_per_step=1000.0):
+    """A finished run whose test accuracy is ``accs[i]`` at step 10 (i + 1), with wall = step × step_s."""
+    rid = st.create_run(sc, name=C.run_name(C.settings_of(sc.to_dict())), status="done")
+    rows = []
+    for step in range(1, 10 * len(accs) + 1):
+        acc = accs[step // 10 - 1] if step % 10 == 0 else None
+        rows.append({"step": step, "worker": JOB_WORKER, "loss": 2.0 / step, "test_acc": acc, "wall": step * step_s})
+        for w in range(2):
+            rows.append({"step": step, "worker": w, "bytes_sent": sent_per_step})
+    st.add_metrics(rid, rows)
+    return rid
+
+
+def test_time_to_target_is_the_first_evaluation_at_or_above_it(lab_db):
+    st = RunStore(lab_db)
+    rid = store_run(st, scenario(), [0.5, 0.85, 0.91, 0.89], step_s=0.02)
+    m = st.metrics(rid)
+    r = C.run_result(rid, m[m.worker == JOB_WORKER], m[m.worker != JOB_WORKER], 0.9, workers=2)
+    assert r.steps_to_target == 30  # by hand: accuracies at steps 10, 20, 30 are 0.5, 0.85, 0.91
+    assert r.seconds_to_target == pytest.approx(30 * 0.02)
+    assert r.final_acc == 0.89 and r.best_acc == 0.91
+    assert r.step_time == pytest.approx(0.02)
+    assert r.bytes_per_step == pytest.approx(1000.0)  # per worker and step
+    never = C.run_result(rid, m[m.worker == JOB_WORKER], m[m.worker != JOB_WORKER], 0.95, workers=2)
+    assert math.isnan(never.steps_to_target)
+
+
+def test_verdict_follows_the_overlap_of_the_intervals():
+    close_a, close_b = C.Spread.of([0.90, 0.92, 0.94]), C.Spread.of([0.91, 0.93, 0.95])
+    far_a, far_b = C.Spread.of([0.80, 0.801, 0.802]), C.Spread.of([0.95, 0.951, 0.952])
+    assert C.overlap(close_a, close_b) and not C.overlap(far_a, far_b)
+    assert C.verdict(close_a, close_b).startswith("not distinguishable at 3 repeats")
+    assert C.verdict(far_a, far_b).startswith("distinguishable")
+    assert "one run each" in C.verdict(C.Spread.of([0.9]), C.Spread.of([0.95]))
+    # the repeats needed: brute force over n with the same t quantiles and the observed spreads
+    a, b = C.Spread.of([0.90, 0.91, 0.92]), C.Spread.of([0.93, 0.935, 0.94])
+    n = C.repeats_needed(a, b)
+    assert n is not None and n > 3
+    assert C.t95(n - 1) * (a.sd + b.sd) / math.sqrt(n) < abs(a.mean - b.mean)
+    assert C.t95(n - 2) * (a.sd + b.sd) / math.sqrt(n - 1) >= abs(a.mean - b.mean)
+
+
+def test_spread_interval_matches_students_t():
+    s = C.Spread.of([1.0, 2.0, 3.0, 4.0])
+    sd = pd.Series([1.0, 2.0, 3.0, 4.0]).std()
+    assert s.half95 == pytest.approx(3.182 * sd / 2)
+    assert (s.lo, s.hi, s.n) == (1.0, 4.0, 4)
+
+
+def test_seeds_are_repeats_of_one_variant_and_compression_settings_matter():
+    a = C.settings_of(scenario(seed=1).to_dict())
+    b = C.settings_of(scenario(seed=2).to_dict())
+    c = C.settings_of(scenario(kind="group_topk").to_dict())
+    assert C.variant_key(a) == C.variant_key(b) != C.variant_key(c)
+    assert C.short_label(c) == "Adam · Group-TopK 1 % + EF"
+    name = C.run_name(c)
+    assert all(part in name for part in ("mlp", "Adam", "Group-TopK", "40 steps"))
+
+
+def test_compare_runs_groups_repeats_and_the_export_has_every_setting(lab_db):
+    st = RunStore(lab_db)
+    ids = [store_run(st, scenario("adam", "none", seed), [0.5, 0.9 + 0.01 * seed], sent_per_step=4000)
+           for seed in range(3)]
+    ids += [store_run(st, scenario("adabelief", "group_topk", seed), [0.4, 0.8 + 0.01 * seed],
+                      sent_per_step=400) for seed in range(3)]
+    cmp = C.compare_runs(st, ids, target=0.85)
+    table = cmp.table()
+    assert list(table.variant) == ["Adam · dense", "AdaBelief · Group-TopK 1 % + EF"]
+    assert list(table.repeats) == [3, 3]
+    assert list(table["reached 85 %"]) == ["3 of 3", "0 of 3"]
+    assert table["bytes vs dense"].iloc[1] == "0.1×"
+    assert len(cmp.verdicts) == 1 and cmp.verdicts[0]["verdict"].startswith("distinguishable")
+    with_pred = cmp.table({rid: 0.002 for rid in ids[:3]})
+    col = "predicted step time (ms, modelled)"
+    assert list(with_pred.columns).index(col) == list(with_pred.columns).index("mean step time (ms)") + 1
+    assert with_pred[col].iloc[0].startswith("2 ± 0") and with_pred[col].iloc[1] == "—"
+    assert len(cmp.accuracy[0].band) == 2 and cmp.accuracy[0].band["min"].iloc[-1] == pytest.approx(0.9)
+    frame = C.export_frame(cmp.runs, st.metrics(ids))
+    for col in ("optimizer", "compression", "ratio", "group_size", "error_feedback", "sharing", "model", "workers",
+                "steps", "batch", "lr", "seed", "sync", "emulation", "loss", "test_acc"):
+        assert col in frame.columns, col
+    assert set(frame.seed) == {0, 1, 2}
+    assert C.export_filename(cmp.runs) == "runs-6-runs-mlp-adabelief-adam"
+
+
+def _charts(at):
+    return [json.loads(e.proto.spec) for e in at.get("plotly_chart")]
+
+
+def test_compare_page_draws_variants_by_colour_and_line_style(lab_db):
+    st = RunStore(lab_db)
+    ids = []
+    for opt in ("adam", "adabelief", "maxadabelief"):
+        for kind in ("none", "group_topk"):
+            ids += [store_run(st, scenario(opt, kind, seed), [0.5, 0.85 + 0.02 * seed]) for seed in range(2)]
+    at = app_test("pages/compare.py", timeout=120)
+    at.multiselect(key="cmp_runs").set_value(ids).run()
+    assert_no_exception(at)
+    summary = next(d.value for d in at.dataframe if "variant" in d.value.columns and "repeats" in d.value.columns)
+    assert len(summary) == 6 and set(summary.repeats) == {2}
+    acc = next(c for c in _charts(at) if "Test accuracy" in json.dumps(c["layout"].get("title", {})))
+    lines = [t for t in acc["data"] if t.get("mode") == "lines"]
+    assert len(lines) == 6
+    by_label = {t["name"]: (t["line"]["color"], t["line"]["dash"]) for t in lines}
+    assert by_label["Adam · dense"][0] == by_label["Adam · Group-TopK 1 % + EF"][0]  # colour = optimiser
+    assert by_label["Adam · dense"][1] != by_label["Adam · Group-TopK 1 % + EF"][1]  # style = compression
+    assert by_label["Adam · dense"][0] != by_label["AdaBelief · dense"][0]
+    assert acc["layout"]["height"] >= 400
+    csv = next(b for b in at.get("download_button") if "every step" in b.proto.label)
+    assert csv.proto.label
+
+
+def test_many_variants_get_small_multiples_by_compression():
+    from lab.figures.compare import band_figure
+
+    curves = [C.VariantCurve(f"{o} · {k}", "", o, k, pd.DataFrame({"step": [1, 2], "mean": [0.1, 0.2],
+                                                                   "min": [0.1, 0.1], "max": [0.2, 0.3],
+                                                                   "n": [2, 2]}), 2)
+              for o in ("adam", "adabelief", "maxadabelief") for k in ("dense", "Group-TopK 1 %", "Top-K 1 %")]
+    fig = band_figure(curves, "step", "test accuracy (%)", "Test accuracy")
+    axes = {t.xaxis for t in fig.data}
+    assert len(axes) == 3  # one panel per compression
+    assert [a.text for a in fig.layout.annotations] == ["dense", "Group-TopK 1 %", "Top-K 1 %"]
+
+
+def test_comparison_scenarios_are_optimisers_by_compressions_by_seeds():
+    sc = scenario(seed=7)
+    gtk = Compression(kind="group_topk", ratio=0.01, error_feedback=True)
+    runs = C.comparison_scenarios(sc, [Compression(), gtk], repeats=3)
+    assert len(runs) == 3 * 2 * 3
+    keys = {C.variant_key(C.settings_of(s.to_dict())) for s, _ in runs}
+    assert len(keys) == 6
+    for r in range(3):  # repeat r of every variant has the same seed
+        assert {s.training.seed for s, _ in runs[6 * r:6 * (r + 1)]} == {7 + r}
+    assert all(s.training.allreduce_impl == "ring" and s.training.steps == 40 for s, _ in runs)
+    assert all("40 steps" in name and "mlp" in name for _, name in runs)
+    with pytest.raises(Exception, match="at most"):
+        C.comparison_scenarios(sc, [Compression()] * 5, repeats=5)

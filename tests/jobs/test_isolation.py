@@ -1,0 +1,241 @@
+"""Thirty students on one server: a session stops and releases only its own jobs (the teacher any),
+and the store says who stopped what. Launchers killed with SIGKILL (from the command line and from
+the app) are found while the app runs: their runs become interrupted, their workers are gone and
+their scratch folders removed. Jobs are tiny (MLP, at most 2 workers: at most 3 processes)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from lab.jobs import views as job_views
+from lab.errors import LabError
+from lab.jobs.access import TEACHER, can_manage, is_teacher, teacher_session
+from lab.jobs.manager import JobManager
+from lab.store.runs import RunStore
+from lab.scenario.document import default_scenario
+from lab.train.launcher import boot_id, identity, launcher_gone, processes_of
+from tests.conftest import ROOT
+
+pytestmark = pytest.mark.timeout(300)
+
+
+def scenario(**training):
+    sc = default_scenario()
+    return sc.replace(training=sc.training.replace(**{"workers": 1, "steps": 4, **training}))
+
+
+def wait_for(cond, timeout=120.0, what="condition"):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if cond():
+            return
+        time.sleep(0.1)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def reap(run_id: str) -> None:
+    """Whatever a failed test left of a run: killed."""
+    for pid in processes_of(run_id, exclude=(os.getpid(),)):
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+
+# ----- who may stop and release -----------------------------------------------------------------
+def test_the_teacher_is_who_knows_the_servers_token(monkeypatch):
+    monkeypatch.delenv("LAB_TEACHER_TOKEN", raising=False)
+    assert not is_teacher("") and not is_teacher("anything") and not is_teacher(None)  # no token: no teacher
+    monkeypatch.setenv("LAB_TEACHER_TOKEN", "s3cret-Token")
+    assert is_teacher("s3cret-Token")
+    for claim in ("", "s3cret-token", "s3cret-Token ", "s3cret", None, ["s3cret-Token"], 1):
+        assert not is_teacher(claim), claim
+    state, params = {}, {"teacher": "wrong", "s": "x"}
+    assert not teacher_session(state, params) and "teacher" not in params and params["s"] == "x"
+    params = {"teacher": "s3cret-Token"}
+    assert teacher_session(state, params) and "teacher" not in params  # the token leaves the link
+    assert teacher_session(state, {})  # and the session stays the teacher on other pages
+    monkeypatch.delenv("LAB_TEACHER_TOKEN")
+    assert not teacher_session(state, {})  # the server took the token away
+    assert can_manage("a", "a") and not can_manage("a", "b") and can_manage("a", "b", teacher=True)
+    assert not can_manage(None, "b") and can_manage(None, "b", teacher=True)  # a command-line run
+    assert not can_manage("a", None)
+
+
+def test_a_session_cannot_stop_or_release_another_sessions_job_the_teacher_can(lab_db):
+    jm = JobManager(lab_db, capacity=1)
+    store = RunStore(lab_db)
+    running = jm.submit(scenario(steps=100_000), "A's long run", owner="A")
+    queued = jm.submit(scenario(), "A's next run", owner="A")
+    try:
+        wait_for(lambda: store.status(running.run_id) == "running", what="A's job to run")
+        for rid in (running.run_id, queued.run_id):
+            with pytest.raises(LabError, match="another session's job"):
+                jm.stop(rid, "B")
+            with pytest.raises(LabError, match="another session's job"):
+                jm.release(rid, "B")
+        assert store.status(running.run_id) == "running" and store.status(queued.run_id) == "queued"
+        assert jm.queued() == [queued.run_id]
+        assert "stop" not in list(store.stages(running.run_id).stage)
+        # A stops its own queued job; the teacher stops A's running one
+        assert jm.stop(queued.run_id, "A")
+        assert jm.stop(running.run_id, "T-session", teacher=True)
+    finally:
+        jm.shutdown()
+    wait_for(lambda: processes_of(running.run_id) == [], timeout=30, what="A's processes to end")
+    for rid, who, error in ((queued.run_id, "A", "stopped by session A before it started"),
+                            (running.run_id, TEACHER, "stopped by the teacher")):
+        run = store.get_run(rid)
+        stop = store.stages(rid).set_index("stage").detail["stop"]
+        assert run["status"] == "stopped" and run["error"] == error
+        assert stop["by"] == who and run["info"]["stopped_by"] == who
+    assert store.stages(running.run_id).set_index("stage").detail["stop"]["session"] == "T-session"
+    # releasing a finished job: not B, but its owner and the teacher
+    with pytest.raises(LabError, match="another session's job"):
+        jm.release(running.run_id, "B")
+    assert store.last_stage(running.run_id)["detail"].get("released_by") is None
+    assert jm.release(running.run_id, "A")["released_by"] == "A"
+    assert jm.release(queued.run_id, "someone", teacher=True)["released_by"] == TEACHER
+
+
+def test_a_command_line_run_is_the_teachers_to_stop(lab_db):
+    store = RunStore(lab_db)
+    rid = store.create_run(default_scenario(), status="done")  # no owner: started by hand
+    jm = JobManager(lab_db)
+    with pytest.raises(LabError, match="command-line run"):
+        jm.release(rid, "A")
+    assert jm.release(rid, "A", teacher=True)["released_by"] == TEACHER
+
+
+def test_each_session_sees_its_own_jobs_and_the_class_on_request(lab_db):
+    store = RunStore(lab_db)
+    a = store.create_run(default_scenario(), name="a", status="done", info={"owner": "A"})
+    b = store.create_run(default_scenario(), name="b", status="running", info={"owner": "B"})
+    cli = store.create_run(default_scenario(), name="cli", status="done")
+    assert list(store.list_runs(owner="A").id) == [a]
+    assert list(store.list_runs(statuses=("running",), owner="A").id) == []
+    table = job_views.overview(store, owner="A")
+    assert list(table.id) == [a] and list(table.owner) == ["you"]
+    everyone = job_views.overview(store, owner="A", everyone=True).set_index("id").owner
+    assert everyone.to_dict() == {a: "you", b: "another session", cli: "command line"}
+    assert not job_views.has_active(store, "A") and job_views.has_active(store, "A", everyone=True)
+    assert job_views.has_active(store, "B")
+
+
+# ----- launchers that die without a word --------------------------------------------------------
+def test_a_launcher_record_names_one_process_of_one_boot():
+    me = identity()
+    assert launcher_gone({**me, "beat": time.time()}) is None
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    assert "gone" in launcher_gone({**me, "pid": dead.pid})
+    assert "gone" in launcher_gone({**me, "pid_start": me["pid_start"] + 1})  # the pid was reused
+    if boot_id():
+        assert "restarted" in launcher_gone({**me, "boot": "another-boot"})
+    elsewhere = {**me, "host": socket.gethostname() + "-elsewhere"}  # only the heartbeat can tell
+    assert launcher_gone({**elsewhere, "beat": time.time() - 1}) is None
+    assert "has not beaten" in launcher_gone({**elsewhere, "beat": time.time() - 3600})
+
+
+def check_swept(jm: JobManager, store: RunStore, rid: str, scratch: Path) -> None:
+    """A sweep marks the run interrupted; once its workers are gone its scratch is removed."""
+    wait_for(lambda: (jm.sweep(min_interval=0.0), store.status(rid))[1] == "interrupted", timeout=60,
+             what="a sweep to mark the run interrupted")
+    run = store.get_run(rid)
+    assert "without reporting" in run["error"] or "SIGKILL" in run["error"], run["error"]
+    wait_for(lambda: (jm.sweep(min_interval=0.0), rid not in jm.draining())[1], timeout=60,
+             what="the workers to exit and the job to be released")
+    assert processes_of(rid) == []
+    assert not scratch.exists()
+    released = store.stages(rid)
+    released = released[released.stage == "released"].detail.iloc[-1]
+    assert released["worker_processes_left"] == 0 and released["scratch_folders_removed"] == 1
+    ended = store.stages(rid)
+    assert ended[ended.stage == "ended"].detail.iloc[-1]["status"] == "interrupted"
+    assert store.heartbeats(rid).empty and jm.slots() == {}
+    assert not job_views.has_active(store, everyone=True)  # the Jobs page stops polling
+
+
+def test_a_command_line_launcher_killed_with_sigkill_is_found_while_the_app_runs(lab_db, tmp_path):
+    tmp = tmp_path / "tmp"  # the launcher's temporary directory is not this process's
+    tmp.mkdir()
+    rid = "cli-killed-1"
+    env = dict(os.environ, LAB_DB=str(lab_db), TMPDIR=str(tmp), LAB_HEARTBEAT_EVERY="0.2")
+    launcher = subprocess.Popen([sys.executable, "-m", "lab.train", "--workers", "2", "--steps", "400",
+                                 "--run-id", rid, "--quiet"], cwd=ROOT, env=env, stdin=subprocess.DEVNULL,
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    store = RunStore(lab_db)
+    jm = JobManager(lab_db)  # the app, already up
+    try:
+        wait_for(lambda: launcher.poll() is None and store.progress(rid) >= 3 if _exists(store, rid) else False,
+                 what="the command-line run to make progress")
+        rec = store.launcher(rid)
+        assert rec["pid"] == launcher.pid and rec["host"] == socket.gethostname()
+        scratch = Path(rec["scratch"])
+        assert scratch.parent == tmp and scratch.is_dir()
+        assert len(processes_of(rid)) == 3  # the launcher and its two workers
+        assert jm.sweep(min_interval=0.0) == [] and store.status(rid) == "running"  # alive: left alone
+        os.kill(launcher.pid, signal.SIGKILL)  # only the launcher
+        launcher.wait(timeout=10)  # its shell reaps it
+        check_swept(jm, store, rid, scratch)
+        assert store.status(rid) == "interrupted"
+    finally:
+        if launcher.poll() is None:
+            launcher.kill()
+            launcher.wait(timeout=10)
+        reap(rid)
+        jm.shutdown()
+
+
+def test_an_app_launcher_killed_with_sigkill_is_released_after_its_workers(lab_db):
+    jm = JobManager(lab_db, capacity=1)
+    store = RunStore(lab_db)
+    job = jm.submit(scenario(workers=2, steps=400), "killed from outside", owner="A")
+    rid = job.run_id
+    try:
+        wait_for(lambda: store.progress(rid) >= 3, what="the job to make progress")
+        rec = store.launcher(rid)
+        scratch = Path(rec["scratch"])
+        assert scratch.is_dir() and len(processes_of(rid)) == 3
+        assert jm.slots()  # it holds its local slots
+        os.kill(rec["pid"], signal.SIGKILL)  # only the launcher; the manager is its parent and reaps it
+        check_swept(jm, store, rid, scratch)
+        run = store.get_run(rid)
+        assert "SIGKILL" in run["error"] and jm.running() == []
+    finally:
+        reap(rid)
+        jm.shutdown()
+
+
+def _exists(store: RunStore, rid: str) -> bool:
+    try:
+        store.get_run(rid)
+        return True
+    except LabError:
+        return False
+
+
+def test_a_run_without_a_launcher_record_is_given_time_before_it_is_interrupted(lab_db, monkeypatch):
+    """Under torchrun rank 0 writes the run and torchrun may restart it with a new pid: a run with
+    no launcher record is interrupted only once its process has been gone for LAB_LAUNCHER_STALE s."""
+    store = RunStore(lab_db)
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    rid = store.create_run(default_scenario(), status="running")
+    store.update_run(rid, pid=dead.pid)
+    monkeypatch.setenv("LAB_LAUNCHER_STALE", "3600")
+    jm = JobManager(lab_db)
+    assert jm.sweep(min_interval=0.0) == [] and store.status(rid) == "running"
+    monkeypatch.setenv("LAB_LAUNCHER_STALE", "0")
+    assert jm.sweep(min_interval=0.0) == [rid]
+    run = store.get_run(rid)
+    assert run["status"] == "interrupted" and "has been gone" in run["error"]
+    assert store.stages(rid).stage.iloc[-1] == "released"  # nothing of it was left to wait for

@@ -1,0 +1,139 @@
+"""Browser journey: three people on one server. Student A starts a run on the Training page; student
+B's Training and Jobs pages do not show it as B's, B has no Stop or Release for it, and with the
+class switch B reads it (read-only); the teacher (a link carrying the server's token) stops it, and
+the store says the teacher did. Once nothing is active, B's Jobs page stops polling."""
+
+import os
+import signal
+
+import pytest
+from tests.conftest import lab_server, settle
+from tests.journey import nav, new_page, no_error_boxes, selected, slide, type_number, wait_for_run
+
+from lab.jobs.access import TEACHER
+from lab.store.runs import RunStore
+from lab.train.launcher import processes_of
+
+pytestmark = pytest.mark.timeout(600)
+TOKEN = "journey-teacher-7f3a"
+CLASS_SWITCH = "Show the whole class's jobs (read-only)"
+
+def job_choice(pg) -> str:
+    """The text of the Jobs page's job picker (id · status · owner · name)."""
+    return selected(pg, "Job")
+
+
+def buttons(pg, name: str) -> int:
+    return pg.get_by_role("button", name=name, exact=True).count()
+
+
+def count_frames(pg) -> None:
+    """Count the messages the server pushes to this page (a polling fragment sends some every second)."""
+    pg.frames_in = 0
+
+    def on_ws(ws):
+        def got(_payload):
+            pg.frames_in += 1
+        ws.on("framereceived", got)
+
+    pg.on("websocket", on_ws)
+
+
+def frames_within(pg, ms: int) -> int:
+    before = pg.frames_in
+    pg.wait_for_timeout(ms)
+    return pg.frames_in - before
+
+
+def test_students_see_their_own_jobs_and_the_teacher_manages_all(browser, tmp_path, monkeypatch):
+    monkeypatch.setenv("LAB_TEACHER_TOKEN", TOKEN)  # lab_server passes the environment on
+    store = RunStore(tmp_path / "runs.db")
+    with lab_server(tmp_path) as base:
+        a = new_page(browser)
+        b = new_page(browser)  # its own browser context: another person
+        t = new_page(browser)
+        for pg in (a, b):
+            count_frames(pg)
+        try:
+            # A starts a run: 1 worker, small batch (the teacher stops it in a moment)
+            a.goto(base + "/training")
+            settle(a)
+            a.get_by_role("heading", name="Training").first.wait_for(timeout=30_000)
+            slide(a, "Workers (processes)", -1)
+            type_number(a, "Steps (count)", 100_000)
+            type_number(a, "Batch per worker (samples)", 16)
+            a.get_by_role("button", name="Run", exact=True).click()
+            wait_for_run(a)
+            runs = store.list_runs()
+            assert len(runs) == 1, runs[["id", "status"]]
+            rid, owner_a = runs.id.iloc[0], runs.owner.iloc[0]
+            assert owner_a
+            a.get_by_role("heading", name=f"Run {rid}").wait_for(timeout=60_000)
+            a.get_by_text("running: step").first.wait_for(timeout=180_000)
+
+            # B's Training page: not B's run
+            b.goto(base + "/training")
+            settle(b)
+            b.get_by_text("No runs yet").wait_for(timeout=30_000)
+            assert b.get_by_role("heading", name=f"Run {rid}").count() == 0
+            assert buttons(b, "Stop") == 0
+
+            # B's Jobs page: nothing of B's; with the class switch, A's job to read, no buttons for it
+            b.goto(base + "/jobs")
+            settle(b)
+            b.get_by_text("No jobs of yours yet").wait_for(timeout=30_000)
+            assert buttons(b, "Stop") == 0 and buttons(b, "Release") == 0
+            b.get_by_text(CLASS_SWITCH).click()
+            settle(b)
+            b.get_by_role("heading", name=f"Job {rid}").wait_for(timeout=30_000)
+            choice = job_choice(b)
+            assert rid in choice and "another session" in choice and "you" not in choice.split(" · "), choice
+            assert b.get_by_text("Read-only: this job belongs to another session").count() == 1
+            assert buttons(b, "Stop") == 0 and buttons(b, "Release") == 0
+            assert store.status(rid) == "running"
+
+            # A's own Jobs page (the same session: through the sidebar) has the buttons for it
+            nav(a, "Jobs")
+            a.get_by_role("heading", name=f"Job {rid}").wait_for(timeout=30_000)
+            assert "· you ·" in job_choice(a)
+            assert buttons(a, "Stop") == 1 and buttons(a, "Release") == 1
+            assert frames_within(a, 3000) > 0  # its job is active: the page polls the store
+
+            # the teacher's link: every job, with Stop
+            t.goto(base + f"/jobs?teacher={TOKEN}")
+            settle(t)
+            t.get_by_text("Teacher: you see and manage every session's jobs.").wait_for(timeout=30_000)
+            assert TOKEN not in t.url  # the token leaves the address bar
+            t.get_by_role("heading", name=f"Job {rid}").wait_for(timeout=30_000)
+            assert f"session {owner_a}" in job_choice(t)
+            stop = t.get_by_role("button", name="Stop", exact=True)
+            assert stop.count() == 1 and stop.is_enabled()
+            stop.click()
+            settle(t)
+            t.get_by_text("Stopped by: the teacher").wait_for(timeout=60_000)
+            run = store.get_run(rid)
+            assert run["status"] == "stopped" and run["info"]["stopped_by"] == TEACHER
+            assert store.stages(rid).set_index("stage").detail["stop"]["by"] == TEACHER
+
+            # a wrong token makes nobody a teacher
+            b.goto(base + "/jobs?teacher=not-the-token")
+            settle(b)
+            b.get_by_text("No jobs of yours yet").wait_for(timeout=30_000)
+            assert b.get_by_text("Teacher:").count() == 0
+
+            # nothing active: the page no longer polls the store
+            b.get_by_text(CLASS_SWITCH).click()
+            settle(b)
+            assert "stopped" in job_choice(b)
+            assert frames_within(b, 3000) == 0
+            for pg in (a, b, t):
+                no_error_boxes(pg)
+        finally:
+            for pg in (a, b, t):
+                pg.context.close()
+            for r in store.list_runs().id:  # the job's processes run in their own session
+                for pid in processes_of(r):
+                    try:
+                        os.kill(pid, signal.SIGKILL)
+                    except ProcessLookupError:
+                        pass

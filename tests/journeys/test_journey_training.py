@@ -1,0 +1,56 @@
+"""Browser journey on the Training page: compression set by clicking, a double click on Run queues one
+job, and the run's header says which compression it ran with (from the stored run, not the controls)."""
+
+import pytest
+from tests.conftest import lab_server, settle
+from tests.journey import choose, new_page, no_error_boxes, type_number, wait_for_run
+
+from lab.store.runs import RunStore
+
+pytestmark = pytest.mark.timeout(420)
+
+
+def markdown_with(pg, text: str) -> str:
+    return pg.locator("[data-testid='stMarkdownContainer']").filter(has_text=text).first.inner_text()
+
+
+def test_a_group_topk_run_set_by_clicking_says_group_topk_in_its_header(browser, tmp_path):
+    with lab_server(tmp_path) as base:
+        pg = new_page(browser)
+        try:
+            pg.goto(base + "/training")
+            settle(pg)
+            pg.get_by_role("heading", name="Training").first.wait_for(timeout=30_000)
+            assert "no compression" in markdown_with(pg, "Compression:")
+            type_number(pg, "Steps (count)", 6)
+            type_number(pg, "Batch per worker (samples)", 16)
+            choose(pg, "Compressor", "Group-TopK")
+            line = markdown_with(pg, "Compression:")
+            assert "Group-TopK, 1 % per group of 1024" in line and "sparse all-gather" in line, line
+
+            run = pg.get_by_role("button", name="Run", exact=True)
+            run.click()
+            pg.wait_for_timeout(350)
+            run.click()  # a double click, as people do
+            wait_for_run(pg)
+            store = RunStore(tmp_path / "runs.db")
+            runs = store.list_runs()
+            assert len(runs) == 1, runs[["id", "status"]]
+            rid = runs.id.iloc[0]
+            tr = store.get_run(rid)["scenario"]["training"]
+            assert (tr["steps"], tr["workers"], tr["batch_size"], tr["compression"]["kind"]) == (6, 2, 16, "group_topk")
+
+            pg.get_by_text("done: step 6 of 6").wait_for(timeout=120_000)
+            settle(pg)
+            assert store.status(rid) == "done", store.get_run(rid)["error"]
+            assert pg.get_by_role("heading", name=f"Run {rid}").count() == 1
+            assert "Group-TopK, 1 % per group of 1024" in markdown_with(pg, "Compression in this run:")
+
+            # Switching compression off changes the next run's line, not what this run ran with.
+            choose(pg, "Compressor", "none (no compression)")
+            assert "no compression" in markdown_with(pg, "Compression:")
+            assert "Group-TopK" in markdown_with(pg, "Compression in this run:")
+            assert len(store.list_runs()) == 1
+            no_error_boxes(pg)
+        finally:
+            pg.context.close()

@@ -1,0 +1,165 @@
+"""The Compression page under streamlit's AppTest."""
+
+from __future__ import annotations
+
+import pytest
+from tests.conftest import app_test, assert_no_exception
+
+from lab.compression.compressors import GroupTopK, TopK, real_gradients
+
+
+@pytest.fixture(scope="module")
+def at():
+    page = app_test("pages/compression.py", timeout=180)
+    assert_no_exception(page)
+    return page
+
+
+def text(at) -> str:
+    return " ".join([m.value for m in at.markdown] + [c.value for c in at.caption])
+
+
+def test_page_renders_every_section_with_labels(at):
+    assert at.title[0].value == "Compression"
+    heads = [h.value for h in at.header]
+    assert heads[:3] == ["Compressors on one gradient",
+                         "Sharing across workers: the edge-compression design's sparse ring and its fill-in", "The Cholesky claim (the CXL design)"]
+    assert "Training with compression" in heads
+    assert at.button(key="cp_grid_run").label == "Queue the 9 runs"
+    n = real_gradients("mlp", 1, 64, 0)[0].numel()
+    body = text(at)
+    assert f"**{n:,} entries**" in body
+    assert "measured" in body and "modelled" in body
+    # the table: 4 ratios x 3 sparse compressors + fp16 + none, bytes as the payload says
+    df = at.dataframe[0].value
+    assert len(df) == 14
+    gt = df[(df["compressor"] == "Group-TopK (top k in every group)") & (df["ratio"] == 0.01)].iloc[0]
+    assert gt["kept (entries)"] == GroupTopK(0.01, 1024).kept(n) and gt["bytes (B)"] == 24 + 6 * gt["kept (entries)"]
+    # the default ring: 4 workers, Group-TopK at the scenario's ratio
+    assert f"Each worker kept **{GroupTopK(0.01, 1024).kept(n):,}**" in body
+    assert len(at.get("plotly_chart")) >= 6
+
+
+def test_ring_with_another_compressor_and_apply_to_scenario(at):
+    at.slider(key="ring_workers").set_value(3)
+    at.selectbox(key="ring_kind").set_value("topk")
+    at.number_input(key="ring_ratio").set_value(0.02)
+    at.button(key="ring_run").click().run()
+    assert_no_exception(at)
+    n = real_gradients("mlp", 1, 64, 0)[0].numel()
+    assert f"Each worker kept **{TopK(0.02).k_for(n):,}**" in text(at)
+    at.button(key="ring_apply").click().run()
+    assert_no_exception(at)
+    c = at.session_state["scenario"].training.compression
+    assert (c.kind, c.ratio, c.group_size) == ("topk", 0.02, 1024)
+
+
+def test_generated_gradient_and_refused_ratio(at):
+    at.radio(key="cp_source").set_value("generated")
+    at.number_input(key="cp_n").set_value(20_000)
+    at.number_input(key="cp_group").set_value(100)
+    at.multiselect(key="cp_ratios").set_value([0.001, 0.1])
+    at.button(key="cp_run").click().run()
+    assert_no_exception(at)
+    assert "**20,000 entries**" in text(at)
+    assert any("k = 0" in w.value and "0.001" in w.value for w in at.warning)
+    df = at.dataframe[0].value
+    assert set(df[df["compressor"] == "Group-TopK (top k in every group)"]["ratio"]) == {0.1}
+
+
+@pytest.mark.parametrize("matrix,why", [("weight gradient, transformer q (32x32)", "symmetric"),
+                                        ("weight gradient, MLP layer 1 (128x64)", "square")])
+def test_cholesky_refuses_weight_gradients(at, matrix, why):
+    at.selectbox(key="ch_matrix").set_value(matrix)
+    at.button(key="ch_run").click().run()
+    assert_no_exception(at)
+    infos = [i.value for i in at.info if i.value.startswith("Not applicable")]
+    assert infos and why in infos[0]
+
+
+def test_cholesky_on_a_gram_matrix_and_without_damping(at):
+    at.selectbox(key="ch_matrix").set_value("Gram of the digit images (64x64)")
+    at.number_input(key="ch_damping").set_value(0.001)
+    at.button(key="ch_run").click().run()
+    assert_no_exception(at)
+    tables = [d.value for d in at.dataframe]
+    chol = next(t for t in tables if "sent" in t.columns)
+    assert list(chol["bytes (B)"]) == [64 * 64 * 4, 64 * 65 // 2 * 4, 64 * 65 // 2 * 4]
+    assert "Adding the factors gives" in text(at)
+    at.number_input(key="ch_damping").set_value(0.0)
+    at.button(key="ch_run").click().run()
+    assert_no_exception(at)
+    assert any("positive-definite" in i.value for i in at.info)
+
+
+# ---- the preset grid of training runs -----------------------------------------------------------
+def grid_table(page):
+    tables = [d.value for d in page.dataframe if "variant" in d.value.columns]
+    assert len(tables) == 1
+    return tables[0]
+
+
+def test_grid_button_queues_nine_runs_then_they_are_stopped(lab_db):
+    import time
+
+    from lab.jobs.manager import shared
+    from lab.store.runs import RunStore
+    from lab.scenario.names import COMPARED_OPTIMIZERS
+    from lab.jobs.grid import variant_of
+    from tests.train.test_train import processes_with
+
+    page = app_test("pages/compression.py", timeout=180)
+    page.button(key="cp_grid_run").click().run()
+    assert_no_exception(page)
+    store = RunStore(lab_db)
+    ids = page.session_state["cp_grid_runs"]
+    assert len(ids) == 9 and page.session_state["cmp_runs"] == ids  # preselected on the Compare page
+    runs = store.list_runs().set_index("id").loc[ids]
+    assert runs.status.isin(["queued", "running"]).all() and (runs.sync == "allreduce").all()
+    got = sorted((store.get_run(r)["scenario"]["training"]["optimizer"],
+                  variant_of(store.get_run(r)["scenario"]["training"])) for r in ids)
+    assert got == sorted((o, v) for o in COMPARED_OPTIMIZERS for v in ("dense", "gtk", "gtk_ef"))
+    comps = [store.get_run(r)["scenario"]["training"]["compression"] for r in ids]
+    assert sorted(c["kind"] for c in comps).count("group_topk") == 6 and {c["ratio"] for c in comps
+                                                                         if c["kind"] == "group_topk"} == {0.01}
+    # the page queued them on the shared manager of this run store (the Training page's): stop them
+    # all there, the queued ones first (so none starts), then whatever runs; no process is left
+    jm = shared(lab_db)
+    assert set(ids) <= set(jm.queued()) | set(jm.running())
+    jm.shutdown()
+    deadline = time.monotonic() + 30
+    while any(processes_with(r) for r in ids) and time.monotonic() < deadline:
+        time.sleep(0.3)
+    assert not any(processes_with(r) for r in ids)
+    assert set(store.list_runs().set_index("id").loc[ids].status) <= {"stopped", "done"}
+    page.run()
+    assert_no_exception(page)
+    table = grid_table(page)
+    assert len(table) == 9 and set(table["status"]) <= {"stopped", "done"}
+
+
+def test_grid_results_table_and_figure_from_the_store(lab_db):
+    from lab.store.runs import JOB_WORKER, RunStore
+    from lab.scenario.document import default_scenario
+    from lab.jobs.grid import grid_scenarios
+
+    store = RunStore(lab_db)
+    ids = []
+    for k, (sc, name) in enumerate(grid_scenarios(default_scenario())[:3]):  # adam: dense, gtk, gtk + EF
+        rid = store.create_run(sc.replace(training=sc.training.replace(steps=4)), name=name, status="done")
+        rows = [{"step": s, "worker": JOB_WORKER, "test_acc": 0.5 + 0.1 * k, "wall": 0.01 * s} for s in range(5)]
+        rows += [{"step": s, "worker": w, "bytes_sent": 1000.0 * (k + 1), "t_compress": 0.001 * k}
+                 for s in range(1, 5) for w in range(2)]
+        store.add_metrics(rid, rows)
+        ids.append(rid)
+    page = app_test("pages/compression.py", timeout=180)
+    page.session_state["cp_grid_runs"] = ids
+    page.run()
+    assert_no_exception(page)
+    table = grid_table(page)
+    assert list(table["final test accuracy (%)"]) == pytest.approx([50.0, 60.0, 70.0])
+    assert list(table["sent per worker per step (kB)"]) == pytest.approx([1.0, 2.0, 3.0])
+    assert list(table["time per step (ms)"]) == pytest.approx([10.0, 10.0, 10.0])
+    assert list(table["variant"]) == ["dense (fp32 ring)", "Group-TopK 1%", "Group-TopK 1% + error feedback"]
+    figs = [c for c in page.get("plotly_chart") if "the preset grid" in str(c.proto.spec)]
+    assert len(figs) == 1
