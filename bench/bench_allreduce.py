@@ -25,8 +25,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from lab.modelled import collectives as C  # noqa: E402
 from lab.comm import measure as M  # noqa: E402
+from lab.modelled import collectives as C  # noqa: E402
 
 
 def table(header: list[str], rows: list[list]) -> str:

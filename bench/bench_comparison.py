@@ -18,8 +18,8 @@ sys.path.insert(0, str(ROOT))
 
 from lab.jobs import comparison as C  # noqa: E402
 from lab.jobs.manager import JobManager  # noqa: E402
-from lab.store.runs import RunStore  # noqa: E402
 from lab.scenario.document import Compression, default_scenario  # noqa: E402
+from lab.store.runs import RunStore  # noqa: E402
 
 
 def main() -> None:

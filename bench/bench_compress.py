@@ -32,8 +32,8 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from lab.comm.processes import run_local  # noqa: E402
-from lab.testing.sparse_workers import bench_worker  # noqa: E402
 from lab.compression.compressors import GroupTopK, TopK  # noqa: E402
+from lab.testing.sparse_workers import bench_worker  # noqa: E402
 
 
 def table(header: list[str], rows: list[list]) -> str:

@@ -43,9 +43,14 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from lab.machine.calibrate import calibrate, format_profile  # noqa: E402
-
+from lab.machine.predict import (  # noqa: E402
+    evaluate_runs,
+    oracle_error,
+    preset_batch,
+    reproducibility,
+    step_error_summary,
+)
 from lab.machine.profile import load_profile  # noqa: E402
-from lab.machine.predict import evaluate_runs, oracle_error, preset_batch, reproducibility, step_error_summary  # noqa: E402
 from lab.store.runs import RunStore  # noqa: E402
 
 

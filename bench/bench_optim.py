@@ -20,7 +20,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from lab.optim.optimizers import Adam, AdaBelief, MaxAdaBelief, MaxAdaBeliefCorrected  # noqa: E402
+from lab.optim.optimizers import AdaBelief, Adam, MaxAdaBelief, MaxAdaBeliefCorrected  # noqa: E402
 
 PEER = "torch.optim.Adam (foreach)"
 

@@ -33,9 +33,9 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from lab.scenario.catalogue import catalogue_device, catalogue_link  # noqa: E402
 from lab.modelled.datasheet import LinkCost  # noqa: E402
 from lab.modelled.placement import TaskGraph, greedy_eft, heft, partition_chain  # noqa: E402
+from lab.scenario.catalogue import catalogue_device, catalogue_link  # noqa: E402
 from lab.scenario.topology import OP_CLASSES, Switch, Topology  # noqa: E402
 
 

@@ -11,6 +11,7 @@ from lab.comm import measure as M
 from lab.errors import LabError
 from lab.figures import allreduce as figs
 from lab.figures.fidelity import add_profile_models
+from lab.figures.style import fmt_rate, fmt_seconds, time_unit
 from lab.view.state import ALLREDUCE_SIZES, VIEW, fit_range, fit_subset
 
 sc = ui.scenario_sidebar()
@@ -59,8 +60,8 @@ with ui.guarded("the all-reduce set-up"):
                     tuple(map(tuple, C.topology_groups(cluster, names))), C.default_host(cluster, names))
     c3.markdown(f"{ui.badge('modelled')} Ring: {ui.plain(' → '.join([*chosen.names, chosen.names[0]]))}  \n"
                 f"Slowest hop: as listed "
-                f"**{figs.fmt_rate(given.slowest_hop_bandwidth)}**, lab's order **"
-                f"{figs.fmt_rate(best.slowest_hop_bandwidth)}** ({best.method}; links shared by hops counted).")
+                f"**{fmt_rate(given.slowest_hop_bandwidth)}**, lab's order **"
+                f"{fmt_rate(best.slowest_hop_bandwidth)}** ({best.method}; links shared by hops counted).")
     c3.caption(f"Host aggregation: **{ui.plain(setup.host)}**. Groups: "
                + ui.plain("; ".join(", ".join(g) for g in setup.groups)) + ".")
 
@@ -93,9 +94,9 @@ if setup is not None:
     with ui.guarded("the time model"):
         est = C.schedule_time(setup.schedule(alg, nbytes), cluster)
         m1, m2, m3 = st.columns(3)
-        m1.metric("Modelled time", figs.fmt_seconds(est.seconds))
-        m2.metric("algbw", figs.fmt_rate(est.algbw))
-        m3.metric("busbw", figs.fmt_rate(est.busbw))
+        m1.metric("Modelled time", fmt_seconds(est.seconds))
+        m2.metric("algbw", fmt_rate(est.algbw))
+        m3.metric("busbw", fmt_rate(est.busbw))
         rates = {m.bandwidth for s in est.steps for m in s.messages if m.nbytes > 0}
         st.markdown(f"**Slowest link: {ui.plain(C.link_label(cluster, est.bottleneck))}**, the narrowest hop of the slowest "
                     f"message in steps taking {100 * est.bottleneck_seconds / max(est.seconds, 1e-30):.0f}% of "
@@ -104,7 +105,7 @@ if setup is not None:
         ui.caption("modelled", "algbw and busbw as nccl-tests defines them for all-reduce (S = buffer per device, "
                                "t = time, N = devices):")
         st.latex(C.BANDWIDTH_FORMULA)
-        scale, unit = figs.time_unit(max(s.seconds for s in est.steps))
+        scale, unit = time_unit(max(s.seconds for s in est.steps))
         if not lesson:
             st.dataframe(pd.DataFrame([{"step": s.index + 1, "phase": s.phase, f"time ({unit})": s.seconds * scale,
                                         "slowest message": f"{s.slowest.src} → {s.slowest.dst}" if s.slowest else "",
@@ -135,7 +136,7 @@ if setup is not None:
             ns = [2 ** k for k in range(1, 11)]
             st.plotly_chart(figs.time_vs_n_figure(C.sweep_uniform(ns, nbytes, alpha, beta),
                                                   f"uniform model up to N = 1024: t = steps·α + bytes·β, α = "
-                                                  f"{figs.fmt_seconds(alpha)}, β = 1/({figs.fmt_rate(1 / beta)})",
+                                                  f"{fmt_seconds(alpha)}, β = 1/({fmt_rate(1 / beta)})",
                                                   log_x=True), key="ar_uniform")
             ui.caption("modelled", "no real topology is this large: every device on its own switch port with this "
                                    "ring's slowest hop (α its largest hop latency); ring 2(N−1) steps of S/N, host 2 "
@@ -152,7 +153,7 @@ if setup is not None and not lesson:
         comp = {d: float(t) / 1e3 for d, t in zip(edited["device"], edited["compute (ms)"])}
         plain = setup.schedule(alg, nbytes)
         tls = {m: C.trigger_timeline(plain, cluster, comp, m) for m in ("sync", "async")}
-        scale, unit = figs.time_unit(max(t.makespan for t in tls.values()))
+        scale, unit = time_unit(max(t.makespan for t in tls.values()))
         st.plotly_chart(figs.trigger_figure(tls, scale, unit), key="ar_trigger")
         st.dataframe(pd.DataFrame([{"device": d, **{f"{m}: idle ({unit})": tls[m].idle[d] * scale for m in tls},
                                     **{f"{m}: done at ({unit})": tls[m].end[d] * scale for m in tls}}
@@ -207,7 +208,7 @@ if setup is not None:
                               "algbw (GB/s)": r["algbw"] / 1e9, "busbw (GB/s)": r["busbw"] / 1e9})
             st.dataframe(pd.DataFrame(table), hide_index=True, key="ar_measured_table")
             st.markdown(" ".join(f"**{impl}**: α = {f.alpha * 1e6:.3g} µs, β = {f.beta * 1e9:.3g} ns/B "
-                                 f"(≈ {figs.fmt_rate(f.bandwidth)}), geometric-mean error "
+                                 f"(≈ {fmt_rate(f.bandwidth)}), geometric-mean error "
                                  f"**{100 * f.geomean_error:.1f}%**." for impl, f in fits.items()))
             ui.caption("measured", f"times, algbw and busbw are measured; the modelled column and the errors come "
                                    f"from the fit. {C.GEOMEAN_ERROR_DEFINITION}.")

@@ -12,7 +12,7 @@ from lab.comm.sparse import sharing_report
 from lab.scenario.names import COMPRESSOR_LABELS
 from lab.compression.compressors import evaluate, generated_gradients, real_gradients
 from lab.figures import compression as figs
-from lab.figures.topology import fmt_seconds
+from lab.figures.style import fmt_seconds
 from lab.errors import LabError
 from lab.scenario.names import MODEL_LABELS, MODELS
 from lab.store.runs import ACTIVE, store

@@ -6,7 +6,7 @@ import ui
 from lab.scenario.catalogue import (DEVICE_CATALOGUE, LINK_CATALOGUE, PRESET_LABELS, PRESETS, as_pcie, catalogue_device,
                            has_cxl, preset)
 from lab.errors import LabError
-from lab.figures.topology import comparison_figure, fmt_bytes_per_s, fmt_seconds, network_figure, path_heatmap
+from lab.figures.topology import comparison_figure, fmt_rate, fmt_seconds, network_figure, path_heatmap
 from lab.scenario.document import Scenario
 from lab.scenario.topology import DEVICE_TYPES, LINK_KINDS, OP_CLASS_LABELS, OP_CLASSES, Link
 from lab.scenario.tables import (COLUMN_LABELS, apply_edit, compare_designs, free_name,
@@ -227,7 +227,7 @@ with ui.guarded("the path matrix"):
     slow = p.slowest_link
     st.markdown(f"Route **{' → '.join(ui.plain(n) for n in p.nodes)}**: {p.hops} hop(s), summed latency "
                 f"{fmt_seconds(p.latency)}, "
-                + (f"bottleneck {fmt_bytes_per_s(p.bottleneck)} on link {ui.plain(slow.a)}–{ui.plain(slow.b)} "
+                + (f"bottleneck {fmt_rate(p.bottleneck)} on link {ui.plain(slow.a)}–{ui.plain(slow.b)} "
                    f"({slow.kind}); {size_mb:g} MB take {fmt_seconds(p.time(nbytes))} {ui.badge('modelled')}."
                    if slow else "same device: no transfer."))
 

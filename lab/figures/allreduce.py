@@ -8,7 +8,12 @@ from typing import Mapping, Sequence
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from lab.modelled.collectives import AlphaBetaFit, CollectiveSchedule, Timeline, contribution_letter
+from lab.modelled.collectives import (
+    AlphaBetaFit,
+    CollectiveSchedule,
+    Timeline,
+    contribution_letter,
+)
 
 ALGO_COLOURS = {"ring": "#1f6feb", "ring (lab order)": "#0b3d91", "host": "#cf222e", "tree": "#2da44e",
                 "hierarchical": "#8250df", "gloo": "#d29922"}
@@ -207,30 +212,3 @@ def measured_vs_model_figure(rows: Sequence[dict], fits: Mapping[str, AlphaBetaF
     fig.update_xaxes(type="log", exponentformat="SI")
     fig.update_yaxes(type="log", exponentformat="SI")
     return fig
-
-
-def fmt_seconds(x: float) -> str:
-    if not math.isfinite(x):
-        return "∞"
-    for unit, scale in (("s", 1.0), ("ms", 1e-3), ("µs", 1e-6), ("ns", 1e-9)):
-        if x >= scale:
-            return f"{x / scale:.3g} {unit}"
-    return "0 s" if x == 0 else f"{x / 1e-9:.3g} ns"
-
-
-def fmt_rate(x: float) -> str:
-    if not math.isfinite(x):
-        return "∞"
-    for unit, scale in (("TB/s", 1e12), ("GB/s", 1e9), ("MB/s", 1e6), ("kB/s", 1e3)):
-        if x >= scale:
-            return f"{x / scale:.3g} {unit}"
-    return f"{x:.3g} B/s"
-
-
-def time_unit(seconds: float) -> tuple[float, str]:
-    """(scale, unit) so that ``seconds * scale`` reads well: s, ms or µs."""
-    if seconds >= 1:
-        return 1.0, "s"
-    if seconds >= 1e-3:
-        return 1e3, "ms"
-    return 1e6, "µs"

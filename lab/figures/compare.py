@@ -12,8 +12,8 @@ import math
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-OPTIMISER_COLOURS = {"adam": "#d62728", "adabelief": "#1f77b4", "maxadabelief": "#2ca02c",
-                     "maxadabelief-corrected": "#9467bd"}
+from lab.figures.style import OPTIMIZER_COLOURS
+
 OTHER_COLOURS = ["#ff7f0e", "#8c564b", "#e377c2", "#17becf", "#7f7f7f"]
 DASHES = ["solid", "dash", "dot", "dashdot", "longdash", "longdashdot"]
 X_TITLES = {"step": "step (count)", "wall": "wall time (s), mean over repeats"}
@@ -39,7 +39,7 @@ def band_figure(curves: list, x: str, y_title: str, title: str, y_scale: float =
     dash = {comp: DASHES[i % len(DASHES)] for i, comp in enumerate(compressions)}
     shown: set[str] = set()
     for c in curves:
-        colour = colours.setdefault(c.optimizer, OPTIMISER_COLOURS.get(c.optimizer) or next(others))
+        colour = colours.setdefault(c.optimizer, OPTIMIZER_COLOURS.get(c.optimizer) or next(others))
         k = 0 if panels == ["all"] else panels.index(c.compression)
         r, col = k // cols + 1, k % cols + 1
         b = c.band

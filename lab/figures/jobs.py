@@ -11,11 +11,12 @@ HTML tags in its text.
 
 from __future__ import annotations
 
-import html
 from typing import Iterable, Mapping, Sequence
 
 import plotly.graph_objects as go
 from plotly.colors import qualitative
+
+from lab.figures.style import esc
 
 # 10 distinct colours, then 24 more, then the same with a hatch: two jobs never look alike below 68.
 PALETTE = ["#4c78a8", "#f58518", "#54a24b", "#e45756", "#72b7b2", "#eeca3b", "#b279a2", "#ff9da6", "#9d755d",
@@ -32,11 +33,6 @@ STAGE_COLOURS = {"submitted": "#bab0ac", "parsed": "#9d755d", "scheduled": "#72b
                  "data": "#54a24b", "running": "#2ca02c", "fault": "#e45756", "alarm": "#d62728",
                  "restart": "#f58518", "stop": "#b279a2", "ended": "#1f1f1f", "released": "#7f7f7f"}
 STAGE_SYMBOLS = {"fault": "x", "alarm": "triangle-up", "restart": "star", "stop": "square"}
-
-
-def esc(text) -> str:
-    """A user-supplied name as plotly text: HTML special characters escaped."""
-    return html.escape(str(text), quote=True)
 
 
 def _layout(fig: go.Figure, title: str, x_title: str, y_title: str, height: int) -> go.Figure:

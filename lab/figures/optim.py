@@ -11,14 +11,13 @@ import numpy as np
 import plotly.graph_objects as go
 from PIL import Image
 
-#: One colour per optimiser key (lab.optim.optimizers.OPTIMIZER_CLASSES), the same on every figure.
-OPTIMISER_COLOURS = {"adam": "#d62728", "adabelief": "#1f77b4", "maxadabelief": "#2ca02c",
-                     "maxadabelief-corrected": "#9467bd"}
+from lab.figures.style import OPTIMIZER_COLOURS
+
 _DASHES = {"maxadabelief-corrected": "dot"}
 
 
 def _colour(key: str) -> str:
-    return OPTIMISER_COLOURS.get(key, "#444444")
+    return OPTIMIZER_COLOURS.get(key, "#444444")
 
 _LEVELS = 18
 _BAND_SCALE = [[0.0, "rgb(110,110,110)"], [1.0, "rgb(250,250,250)"]]

@@ -3,7 +3,6 @@ and are shown in the unit :func:`time_unit` picks (s, ms, µs or ns), named on e
 
 from __future__ import annotations
 
-import html
 import math
 from typing import Any, Mapping, Sequence
 
@@ -11,26 +10,11 @@ import plotly.graph_objects as go
 from plotly.colors import qualitative
 from plotly.subplots import make_subplots
 
+from lab.figures.style import bytes_unit, esc, fmt_bytes, time_unit
+
 CLASS_COLOURS = {"matmul": "#2e7d32", "conv": "#1565c0", "elementwise": "#8e24aa", "norm": "#ef6c00",
                  "pool": "#00838f", "other": "#6e7781", None: "#9e9e9e"}
 _PALETTE = qualitative.Plotly + qualitative.D3
-
-
-def time_unit(seconds: float) -> tuple[float, str]:
-    """(scale, unit) so that ``seconds * scale`` reads well: s, ms, µs or ns."""
-    x = abs(seconds) if seconds and math.isfinite(seconds) else 0.0
-    for scale, unit in ((1.0, "s"), (1e3, "ms"), (1e6, "µs")):
-        if x * scale >= 1.0:
-            return scale, unit
-    return 1e9, "ns"
-
-
-def bytes_unit(nbytes: float) -> tuple[float, str]:
-    x = abs(nbytes) if nbytes and math.isfinite(nbytes) else 0.0
-    for scale, unit in ((1e-9, "GB"), (1e-6, "MB"), (1e-3, "kB")):
-        if x * scale >= 1.0:
-            return scale, unit
-    return 1.0, "B"
 
 
 def device_colours(devices: Sequence[str]) -> dict[str, str]:
@@ -39,11 +23,6 @@ def device_colours(devices: Sequence[str]) -> dict[str, str]:
 
 TRANSFER_COLOUR = "#cf222e"
 MIN_VISIBLE = 0.006  # bars shorter than this share of the time axis also get a marker
-
-
-def _esc(x: Any) -> str:
-    """User text inside plotly's hover and labels (which read a few HTML tags) shown as text."""
-    return html.escape(str(x), quote=False)
 
 
 def receive_lane(device: str) -> str:
@@ -80,16 +59,16 @@ def gantt_figure(rows: Sequence[Mapping[str, Any]], devices: Sequence[str], titl
         by_class.setdefault(r.get("class"), []).append(r)
     for cls, rs in by_class.items():
         add([r["device"] for r in rs], [r["start"] for r in rs], [r["finish"] for r in rs],
-            CLASS_COLOURS.get(cls, "#9e9e9e"), str(cls or "task"), [_esc(r["task"]) for r in rs],
-            [f"<b>{_esc(r['task'])}</b> ({_esc(cls)})<br>{_esc(r['device'])}: {r['start'] * scale:.4g}–"
-             f"{r['finish'] * scale:.4g} {unit}" + (f"<br>{_esc((reasons or {}).get(r['task'], ''))}"
+            CLASS_COLOURS.get(cls, "#9e9e9e"), str(cls or "task"), [esc(r["task"]) for r in rs],
+            [f"<b>{esc(r['task'])}</b> ({esc(cls)})<br>{esc(r['device'])}: {r['start'] * scale:.4g}–"
+             f"{r['finish'] * scale:.4g} {unit}" + (f"<br>{esc((reasons or {}).get(r['task'], ''))}"
                                                     if reasons else "") for r in rs], str(cls))
     if transfers:
         add([receive_lane(t["dst"]) for t in transfers], [t["start"] for t in transfers],
             [t["finish"] for t in transfers], TRANSFER_COLOUR, "transfer (arriving)", [""] * len(transfers),
-            [f"transfer {_esc(t['producer'])} → {_esc(t['consumer'])}<br>{_esc(t['src'])} → {_esc(t['dst'])}: "
+            [f"transfer {esc(t['producer'])} → {esc(t['consumer'])}<br>{esc(t['src'])} → {esc(t['dst'])}: "
              f"{t['start'] * scale:.4g}–{t['finish'] * scale:.4g} {unit}"
-             + (f"<br>{_fmt_bytes(t['bytes'])}" if t.get("bytes") is not None else "") for t in transfers],
+             + (f"<br>{fmt_bytes(t['bytes'])}" if t.get("bytes") is not None else "") for t in transfers],
             "transfer", opacity=0.55)
     receiving = {t["dst"] for t in transfers}
     lanes = [x for d in devices for x in ([d, receive_lane(d)] if d in receiving else [d])]
@@ -113,7 +92,7 @@ def why_figure(rows: Sequence[Mapping[str, Any]], task: Any) -> go.Figure:
 
     def label(r: Mapping[str, Any]) -> str:
         tag = " ★ chosen" if r["chosen"] else ("" if r["allowed"] else " (pin excludes)")
-        return _esc(r["device"]) + tag
+        return esc(r["device"]) + tag
 
     fig = go.Figure()
     for key, name, colour in WHY_PARTS:
@@ -121,8 +100,8 @@ def why_figure(rows: Sequence[Mapping[str, Any]], task: Any) -> go.Figure:
                              marker_color=colour, hovertemplate=f"{name}: %{{x:.4g}} {unit}<extra>%{{y}}</extra>"))
     for r in rows:
         if not r["kernel"]:
-            fig.add_trace(go.Bar(y=[_esc(r["device"]) + " (no kernel)"], x=[0], showlegend=False, hoverinfo="skip"))
-    fig.update_layout(barmode="stack", title=f"Why {_esc(task)} is where it is: finish on each device",
+            fig.add_trace(go.Bar(y=[esc(r["device"]) + " (no kernel)"], x=[0], showlegend=False, hoverinfo="skip"))
+    fig.update_layout(barmode="stack", title=f"Why {esc(task)} is where it is: finish on each device",
                       xaxis_title=f"time ({unit})", yaxis_title="candidate device", legend_title="part of the finish",
                       height=160 + 36 * len(rows), margin=dict(l=10, r=10, t=50, b=40))
     fig.update_yaxes(autorange="reversed")
@@ -188,24 +167,17 @@ def memory_figure(rows: Sequence[Mapping[str, Any]]) -> go.Figure:
     used = [max(r["memory"], 1.0) for r in rows]
     fig = go.Figure(go.Bar(
         x=devs, y=used, name="used", marker_color=["#cf222e" if r["over"] else "#1565c0" for r in rows],
-        text=[_fmt_bytes(r["memory"]) for r in rows], textposition="outside",
-        hovertext=[f"{r['device']}: {_fmt_bytes(r['memory'])} of {_fmt_bytes(r['capacity'])}"
+        text=[fmt_bytes(r["memory"]) for r in rows], textposition="outside",
+        hovertext=[f"{r['device']}: {fmt_bytes(r['memory'])} of {fmt_bytes(r['capacity'])}"
                    + (" (OVER-FULL)" if r["over"] else "") for r in rows], hoverinfo="text"))
     fig.add_trace(go.Scatter(x=devs, y=[r["capacity"] for r in rows], mode="markers", name="capacity",
                              marker=dict(symbol="line-ew-open", size=28, color="#cf222e", line=dict(width=3)),
-                             hovertext=[f"{r['device']}: capacity {_fmt_bytes(r['capacity'])}" for r in rows],
+                             hovertext=[f"{r['device']}: capacity {fmt_bytes(r['capacity'])}" for r in rows],
                              hoverinfo="text"))
     fig.update_layout(title="Memory per device", xaxis_title="device",
                       yaxis_title="memory (bytes, log scale)", yaxis_type="log", height=340,
                       margin=dict(l=10, r=10, t=50, b=40))
     return fig
-
-
-def _fmt_bytes(x: float) -> str:
-    if not math.isfinite(x):
-        return "unlimited"
-    scale, unit = bytes_unit(x)
-    return f"{x * scale:.3g} {unit}"
 
 
 def comparison_figure(rows: Sequence[Mapping[str, Any]]) -> go.Figure:

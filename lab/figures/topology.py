@@ -2,41 +2,19 @@
 
 from __future__ import annotations
 
-import html
 import math
 
 import networkx as nx
 import pandas as pd
 import plotly.graph_objects as go
 
+from lab.figures.style import esc, fmt_rate, fmt_seconds
 from lab.scenario.topology import DEVICE_TYPE_LABELS, LINK_KIND_LABELS, Topology
 
 TYPE_COLOURS = {"cpu": "#4c566a", "gpu": "#2e7d32", "fpga": "#1565c0", "asic": "#8e24aa",
                 "dpu": "#ef6c00", "npu": "#c62828", "tpu": "#00838f", "switch": "#9e9e9e"}
 KIND_COLOURS = {"cxl": "#1f6feb", "pcie": "#d29922", "upi": "#8250df", "nvlink": "#2da44e",
                 "switch": "#6e7781", "ethernet": "#cf222e"}
-
-
-def _t(text: str) -> str:
-    """User text (device, switch, pool and topology names) shown as text: plotly reads a subset of
-    HTML in labels and hovers, so its special characters are escaped."""
-    return html.escape(str(text), quote=False)
-
-
-def fmt_bytes_per_s(x: float) -> str:
-    for unit, scale in (("TB/s", 1e12), ("GB/s", 1e9), ("MB/s", 1e6), ("kB/s", 1e3)):
-        if x >= scale:
-            return f"{x / scale:.3g} {unit}"
-    return f"{x:.3g} B/s"
-
-
-def fmt_seconds(x: float) -> str:
-    if not math.isfinite(x):
-        return "∞"
-    for unit, scale in (("s", 1.0), ("ms", 1e-3), ("µs", 1e-6), ("ns", 1e-9)):
-        if x >= scale:
-            return f"{x / scale:.3g} {unit}"
-    return "0 s" if x == 0 else f"{x / 1e-9:.3g} ns"
 
 
 def layout_positions(topo: Topology, seed: int = 7) -> dict[str, tuple[float, float]]:
@@ -62,26 +40,26 @@ def network_figure(topo: Topology) -> go.Figure:
         shown_kinds.add(link.kind)
         mid_x.append((x0 + x1) / 2)
         mid_y.append((y0 + y1) / 2)
-        mid_text.append(f"{_t(link.a)} ↔ {_t(link.b)}<br>{LINK_KIND_LABELS[link.kind]}<br>"
-                        f"{fmt_bytes_per_s(link.bandwidth)} per direction<br>latency {fmt_seconds(link.latency)}")
+        mid_text.append(f"{esc(link.a)} ↔ {esc(link.b)}<br>{LINK_KIND_LABELS[link.kind]}<br>"
+                        f"{fmt_rate(link.bandwidth)} per direction<br>latency {fmt_seconds(link.latency)}")
     fig.add_trace(go.Scatter(x=mid_x, y=mid_y, mode="markers", marker=dict(size=9, opacity=0.0),
                              hovertext=mid_text, hoverinfo="text", showlegend=False, name="links"))
     groups: dict[str, list] = {}
     for d in topo.devices:
         groups.setdefault(d.type, []).append(
-            (d.name, f"<b>{_t(d.name)}</b> ({DEVICE_TYPE_LABELS[d.type]}, pool {_t(d.pool)})<br>"
+            (d.name, f"<b>{esc(d.name)}</b> ({DEVICE_TYPE_LABELS[d.type]}, pool {esc(d.pool)})<br>"
                      f"memory {d.memory / 1e9:.3g} GB<br>kernels: {', '.join(sorted(d.kernels))}"))
     for s in topo.switches:
-        groups.setdefault("switch", []).append((s.name, f"<b>{_t(s.name)}</b> (switch)"))
+        groups.setdefault("switch", []).append((s.name, f"<b>{esc(s.name)}</b> (switch)"))
     for t, items in groups.items():
         fig.add_trace(go.Scatter(
             x=[pos[n][0] for n, _ in items], y=[pos[n][1] for n, _ in items], mode="markers+text",
             marker=dict(size=26 if t != "switch" else 18, color=TYPE_COLOURS.get(t, "#333"),
                         symbol="square" if t == "switch" else "circle", line=dict(color="white", width=2)),
-            text=[_t(n) for n, _ in items], textposition="bottom center", hovertext=[h for _, h in items],
+            text=[esc(n) for n, _ in items], textposition="bottom center", hovertext=[h for _, h in items],
             hoverinfo="text", name=DEVICE_TYPE_LABELS.get(t, t), legendgroup="type-" + t))
     fig.update_layout(
-        title=f"Topology “{_t(topo.name)}”: {len(topo.devices)} devices, {len(topo.switches)} switches, "
+        title=f"Topology “{esc(topo.name)}”: {len(topo.devices)} devices, {len(topo.switches)} switches, "
               f"{len(topo.links)} links (hover a link's middle for its numbers)",
         xaxis=dict(visible=False), yaxis=dict(visible=False, scaleanchor="x"), height=460,
         margin=dict(l=10, r=10, t=50, b=10), legend=dict(orientation="v"), plot_bgcolor="white")
@@ -93,11 +71,11 @@ def path_heatmap(matrix: dict, nbytes: float) -> go.Figure:
     names = matrix["names"]
     t = matrix["time"]
     z = [[v * 1e6 for v in row] for row in t]
-    hover = [[f"{_t(a)} → {_t(b)}<br>time {fmt_seconds(t[i][j])}<br>bottleneck "
-              f"{fmt_bytes_per_s(matrix['bottleneck'][i][j]) if i != j else '—'}<br>"
+    hover = [[f"{esc(a)} → {esc(b)}<br>time {fmt_seconds(t[i][j])}<br>bottleneck "
+              f"{fmt_rate(matrix['bottleneck'][i][j]) if i != j else '—'}<br>"
               f"latency {fmt_seconds(matrix['latency'][i][j])}<br>hops {matrix['hops'][i][j]}"
               for j, b in enumerate(names)] for i, a in enumerate(names)]
-    labels = [_t(n) for n in names]
+    labels = [esc(n) for n in names]
     fig = go.Figure(go.Heatmap(z=z, x=labels, y=labels, hovertext=hover, hoverinfo="text",
                                colorscale="Blues", colorbar=dict(title="µs")))
     fig.update_layout(title=f"Modelled time to move {nbytes / 1e6:.3g} MB from row to column (µs)",
@@ -111,8 +89,8 @@ def comparison_figure(df: pd.DataFrame, nbytes: float) -> go.Figure:
     fig = go.Figure()
     for label, part in df.groupby("topology", sort=False):
         fig.add_trace(go.Bar(
-            x=[_t(p) for p in part["pair"]], y=part["time_s"] * 1e6, name=_t(str(label)),
-            hovertext=[f"route {_t(r)}<br>{h} hops, bottleneck {fmt_bytes_per_s(b)}"
+            x=[esc(p) for p in part["pair"]], y=part["time_s"] * 1e6, name=esc(str(label)),
+            hovertext=[f"route {esc(r)}<br>{h} hops, bottleneck {fmt_rate(b)}"
                        for r, h, b in zip(part["route"], part["hops"], part["bottleneck_Bps"])],
             hoverinfo="text+y"))
     fig.update_layout(barmode="group", title=f"Modelled time to move {nbytes / 1e6:.3g} MB device to device",

@@ -11,9 +11,8 @@ from typing import Mapping
 import pandas as pd
 import plotly.graph_objects as go
 
-#: Same colours as the Optimisers page for the three optimisers.
-OPTIMISER_COLOURS = {"adam": "#d62728", "adabelief": "#1f77b4", "maxadabelief": "#2ca02c",
-                     "maxadabelief-corrected": "#9467bd"}
+from lab.figures.style import OPTIMIZER_COLOURS
+
 PALETTE = ["#d62728", "#1f77b4", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b", "#e377c2", "#17becf"]
 X_TITLES = {"step": "step (count)", "wall": "wall time (s)"}
 
@@ -53,7 +52,7 @@ def compression_summary(comp: Mapping) -> str:
 
 
 def _colour(i: int, key: str | None = None) -> str:
-    return OPTIMISER_COLOURS.get(key or "", PALETTE[i % len(PALETTE)])
+    return OPTIMIZER_COLOURS.get(key or "", PALETTE[i % len(PALETTE)])
 
 
 def _layout(fig: go.Figure, title: str, x_title: str, y_title: str, height: int = 360) -> go.Figure:

@@ -48,12 +48,32 @@ from typing import Iterable
 
 from lab import settings
 from lab.errors import LabError
-from lab.jobs.access import ANONYMOUS, TEACHER, can_manage, is_teacher, teacher_session, teacher_token
-from lab.jobs.policies import POLICIES, SlotBook, cpu_of, fair_order, local_groups, place
+from lab.jobs.access import (
+    ANONYMOUS,
+    TEACHER,
+    can_manage,
+    is_teacher,
+    teacher_session,
+    teacher_token,
+)
+from lab.jobs.policies import (
+    POLICIES,
+    SlotBook,
+    cpu_of,
+    fair_order,
+    local_groups,
+    place,
+)
 from lab.scenario.document import Scenario
 from lab.settings import ROOT, job_nice
 from lab.store.runs import ACTIVE, FINISHED, RunStore
-from lab.train.launcher import launcher_gone, preflight, remove_scratch, stale_after, world_size
+from lab.train.launcher import (
+    launcher_gone,
+    preflight,
+    remove_scratch,
+    stale_after,
+    world_size,
+)
 from lab.train.launcher import processes_of as scan
 from lab.train.roles import parse_job
 
@@ -159,7 +179,9 @@ class JobManager:
     def submit_many(self, items: Iterable[tuple[Scenario, str | None]], owner: str = ANONYMOUS) -> list[Job]:
         """Queue several runs of one owner; they run in order (``capacity`` jobs at a time overall)."""
 
-        from lab.train.plan import check_scenario  # imports torch, which the manager needs only here
+        from lab.train.plan import (
+            check_scenario,  # imports torch, which the manager needs only here
+        )
 
         owner = str(owner or ANONYMOUS)[:64]
         checked = []

@@ -76,7 +76,12 @@ from lab.machine.cases import (
 )
 from lab.machine.fit import fit_local, fit_process_terms
 from lab.machine.loop import measure_loop
-from lab.machine.measure import ALLREDUCE_SIZES, measure_allreduce, measure_procs, merge_cycles
+from lab.machine.measure import (
+    ALLREDUCE_SIZES,
+    measure_allreduce,
+    measure_procs,
+    merge_cycles,
+)
 from lab.machine.profile import (
     COMPUTE_CLASSES,
     ClassCost,

@@ -20,7 +20,13 @@ from typing import Sequence
 import lab.train.trainer as W
 from lab.comm.processes import run_local
 from lab.errors import LabError
-from lab.machine.cases import CALIBRATION_NETS, CYCLE_KINDS, CYCLE_RATIO, build_calibration_net, pin_rank
+from lab.machine.cases import (
+    CALIBRATION_NETS,
+    CYCLE_KINDS,
+    CYCLE_RATIO,
+    build_calibration_net,
+    pin_rank,
+)
 from lab.machine.predict import measured_step
 from lab.scenario.document import Compression, default_scenario
 from lab.store.runs import RunStore

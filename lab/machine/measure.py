@@ -34,7 +34,9 @@ from lab.machine.profile import (
 from lab.modelled.opgraph import trace
 from lab.optim.optimizers import make_optimizer
 from lab.scenario.names import COMPRESSORS, OPTIMIZERS
-from lab.train.compressed import share  # the training job's own transport for compressed gradients
+from lab.train.compressed import (
+    share,  # the training job's own transport for compressed gradients
+)
 
 
 def _median_time(fn: Callable[[], Any], repeat: int, warmup: int = 2, clock: Callable[[], float] = time.perf_counter) -> float:

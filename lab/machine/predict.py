@@ -42,7 +42,13 @@ from lab.comm.ring import PIECE_BYTES
 from lab.comm.sparse import COUNT_BYTES
 from lab.compression.compressors import make_compressor
 from lab.errors import LabError
-from lab.machine.profile import MachineProfile, compute_seconds, geomean_error, graph_features, load_profile
+from lab.machine.profile import (
+    MachineProfile,
+    compute_seconds,
+    geomean_error,
+    graph_features,
+    load_profile,
+)
 from lab.modelled.opgraph import trace
 from lab.scenario.catalogue import preset
 from lab.scenario.document import Compression, Scenario, Training

@@ -84,7 +84,13 @@ import torch
 from torch import Tensor
 
 from lab.errors import LabError
-from lab.optim.distributed import ALLREDUCE_OPS, AllReduceFn, LocalAllReduce, allreduce_tensors, torch_allreduce_fn
+from lab.optim.distributed import (
+    ALLREDUCE_OPS,
+    AllReduceFn,
+    LocalAllReduce,
+    allreduce_tensors,
+    torch_allreduce_fn,
+)
 from lab.optim.functional import MAX_MODES, adabelief_update, adam_update
 from lab.scenario.names import OPTIMIZER_LABELS
 

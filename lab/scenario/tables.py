@@ -16,7 +16,16 @@ import pandas as pd
 
 from lab.errors import LabError
 from lab.scenario.catalogue import LINK_CATALOGUE
-from lab.scenario.topology import _NAME_MAX, DEVICE_TYPES, LINK_KINDS, OP_CLASSES, Device, Link, Switch, Topology
+from lab.scenario.topology import (
+    _NAME_MAX,
+    DEVICE_TYPES,
+    LINK_KINDS,
+    OP_CLASSES,
+    Device,
+    Link,
+    Switch,
+    Topology,
+)
 
 GB = 1e9
 TFLOPS = 1e12

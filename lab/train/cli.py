@@ -22,7 +22,12 @@ import os
 import sys
 
 from lab.errors import LabError
-from lab.scenario.document import MAX_SCENARIO_BYTES, TRAINING_FIELDS, Scenario, default_scenario
+from lab.scenario.document import (
+    MAX_SCENARIO_BYTES,
+    TRAINING_FIELDS,
+    Scenario,
+    default_scenario,
+)
 from lab.store.runs import check_run_id
 
 # shortcut flag -> Training field

@@ -274,7 +274,10 @@ def _compressor(trainer):
 
 def compression_state(trainer) -> dict:
     """This rank's compression memory: the error-feedback residual and Random-K's generator."""
-    from lab.compression.compressors import ErrorFeedback, RandomK  # imports torch (module docstring)
+    from lab.compression.compressors import (  # imports torch (module docstring)
+        ErrorFeedback,
+        RandomK,
+    )
 
     comp, st = _compressor(trainer), {}
     if isinstance(comp, ErrorFeedback):

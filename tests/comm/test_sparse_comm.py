@@ -9,11 +9,21 @@ import pytest
 import torch
 
 from lab.comm.processes import run_local
-from lab.comm.sparse import (COUNT_BYTES, PAIR_BYTES, block_bounds, dense_ring_bytes_per_rank, merge_pairs, pack_pairs,
-                             simulate_sparse_allgather, simulate_sparse_ring, split_pairs, unpack_pairs)
-from lab.testing.sparse_workers import check_worker
+from lab.comm.sparse import (
+    COUNT_BYTES,
+    PAIR_BYTES,
+    block_bounds,
+    dense_ring_bytes_per_rank,
+    merge_pairs,
+    pack_pairs,
+    simulate_sparse_allgather,
+    simulate_sparse_ring,
+    split_pairs,
+    unpack_pairs,
+)
 from lab.compression.compressors import GroupTopK, NoCompression, TopK
 from lab.errors import LabError
+from lab.testing.sparse_workers import check_worker
 
 
 def int_grads(world: int, n: int, seed: int = 0) -> list[torch.Tensor]:

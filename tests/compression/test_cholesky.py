@@ -5,8 +5,18 @@ from __future__ import annotations
 import pytest
 import torch
 
-from lab.compression.cholesky import (applicability, asymmetry, cholesky_pack, cholesky_unpack, compare_methods,
-                          example_matrices, ring_reduce_factors, sum_of_factors, tril_pack, tril_unpack)
+from lab.compression.cholesky import (
+    applicability,
+    asymmetry,
+    cholesky_pack,
+    cholesky_unpack,
+    compare_methods,
+    example_matrices,
+    ring_reduce_factors,
+    sum_of_factors,
+    tril_pack,
+    tril_unpack,
+)
 from lab.errors import LabError
 
 

@@ -9,9 +9,21 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from lab.comm.sharing import GradientCompressor
-from lab.compression.compressors import (FP16, HEADER_BYTES, ErrorFeedback, GroupTopK, NoCompression, Payload,
-                          RandomK, TopK, evaluate, generated_gradients, make_compressor, real_gradients,
-                          relative_error)
+from lab.compression.compressors import (
+    FP16,
+    HEADER_BYTES,
+    ErrorFeedback,
+    GroupTopK,
+    NoCompression,
+    Payload,
+    RandomK,
+    TopK,
+    evaluate,
+    generated_gradients,
+    make_compressor,
+    real_gradients,
+    relative_error,
+)
 from lab.errors import LabError
 from lab.scenario.models import build_model, parameter_count
 

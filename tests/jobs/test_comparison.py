@@ -5,11 +5,11 @@ import math
 
 import pandas as pd
 import pytest
-from tests.conftest import app_test, assert_no_exception
 
 from lab.jobs import comparison as C
-from lab.store.runs import JOB_WORKER, RunStore
 from lab.scenario.document import Compression, default_scenario
+from lab.store.runs import JOB_WORKER, RunStore
+from tests.conftest import app_test, assert_no_exception
 
 
 def scenario(optimizer="adam", kind="none", seed=0, steps=40):

@@ -15,12 +15,12 @@ from pathlib import Path
 
 import pytest
 
-from lab.jobs import views as job_views
 from lab.errors import LabError
+from lab.jobs import views as job_views
 from lab.jobs.access import TEACHER, can_manage, is_teacher, teacher_session
 from lab.jobs.manager import JobManager
-from lab.store.runs import RunStore
 from lab.scenario.document import default_scenario
+from lab.store.runs import RunStore
 from lab.train.launcher import boot_id, identity, launcher_gone, processes_of
 from tests.conftest import ROOT
 

@@ -11,10 +11,9 @@ import time
 import pytest
 
 from lab.jobs.access import ANONYMOUS
-
 from lab.jobs.manager import JobManager
-from lab.store.runs import RunStore
 from lab.scenario.document import default_scenario
+from lab.store.runs import RunStore
 from tests.train.test_train import processes_with
 
 pytestmark = pytest.mark.timeout(240)

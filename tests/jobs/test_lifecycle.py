@@ -18,12 +18,12 @@ from pathlib import Path
 
 import pytest
 
+from lab.errors import LabError
 from lab.jobs import manager as jobs_mod
 from lab.jobs import views as job_views
-from lab.errors import LabError
 from lab.jobs.manager import JobManager
-from lab.store.runs import JOB_WORKER, RunStore
 from lab.scenario.document import default_scenario
+from lab.store.runs import JOB_WORKER, RunStore
 from lab.train.launcher import listening_socket, processes_of, scratch_prefix
 from tests.conftest import ROOT
 

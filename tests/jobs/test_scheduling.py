@@ -10,12 +10,21 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as hst
 
-from lab.scenario.catalogue import preset
 from lab.errors import LabError
+from lab.jobs.policies import (
+    Group,
+    JobRequest,
+    SlotBook,
+    compare_policies,
+    fair_order,
+    local_groups,
+    place,
+    resource_groups,
+    simulate,
+)
+from lab.scenario.catalogue import preset
 from lab.scenario.document import default_scenario
 from lab.train.roles import parse_job
-from lab.jobs.policies import (Group, JobRequest, SlotBook, compare_policies, fair_order, local_groups,
-                            place, resource_groups, simulate)
 
 
 def groups(**sizes):

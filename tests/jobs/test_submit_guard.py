@@ -6,9 +6,9 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from lab.store.runs import JOB_WORKER, RunStore
-from lab.scenario.document import Compression, default_scenario
 from lab.jobs.guard import WINDOW_S, Token, decide, fingerprint, phases
+from lab.scenario.document import Compression, default_scenario
+from lab.store.runs import JOB_WORKER, RunStore
 
 SC = default_scenario()
 FP = fingerprint(SC)

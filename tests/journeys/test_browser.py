@@ -4,9 +4,9 @@ exception box. Runs the app with `streamlit run` on a free port."""
 import json
 
 import pytest
-from tests.conftest import page_url_path, settle
 
 from app import available_pages
+from tests.conftest import page_url_path, settle
 
 PAGES = [f for f, _, _ in available_pages()]
 

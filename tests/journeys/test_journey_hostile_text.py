@@ -2,12 +2,12 @@
 whose names hold Markdown images and links makes the browser fetch nothing but the app itself."""
 
 import pytest
-from tests.conftest import page_url_path, settle
-from tests.journey import new_page, no_error_boxes
 
 from app import available_pages
 from lab.scenario.catalogue import preset
 from lab.scenario.document import Scenario
+from tests.conftest import page_url_path, settle
+from tests.journey import new_page, no_error_boxes
 
 pytestmark = pytest.mark.timeout(600)
 

@@ -4,8 +4,17 @@ share the view as a link that opens the same model, strategy, pin and makespan i
 import re
 
 import pytest
+
 from tests.conftest import settle
-from tests.journey import choose, metric, nav, new_page, no_error_boxes, selected, take_link
+from tests.journey import (
+    choose,
+    metric,
+    nav,
+    new_page,
+    no_error_boxes,
+    selected,
+    take_link,
+)
 
 pytestmark = pytest.mark.timeout(300)
 

@@ -7,12 +7,20 @@ import os
 import signal
 
 import pytest
-from tests.conftest import lab_server, settle
-from tests.journey import nav, new_page, no_error_boxes, selected, slide, type_number, wait_for_run
 
 from lab.jobs.access import TEACHER
 from lab.store.runs import RunStore
 from lab.train.launcher import processes_of
+from tests.conftest import lab_server, settle
+from tests.journey import (
+    nav,
+    new_page,
+    no_error_boxes,
+    selected,
+    slide,
+    type_number,
+    wait_for_run,
+)
 
 pytestmark = pytest.mark.timeout(600)
 TOKEN = "journey-teacher-7f3a"

@@ -2,10 +2,10 @@
 job, and the run's header says which compression it ran with (from the stored run, not the controls)."""
 
 import pytest
-from tests.conftest import lab_server, settle
-from tests.journey import choose, new_page, no_error_boxes, type_number, wait_for_run
 
 from lab.store.runs import RunStore
+from tests.conftest import lab_server, settle
+from tests.journey import choose, new_page, no_error_boxes, type_number, wait_for_run
 
 pytestmark = pytest.mark.timeout(420)
 

@@ -2,9 +2,20 @@
 in a fresh browser."""
 
 import pytest
+
 from tests.conftest import settle
-from tests.journey import (choose, metric, nav, new_page, no_error_boxes, radio, selected, slide, slider_value,
-                     take_link)
+from tests.journey import (
+    choose,
+    metric,
+    nav,
+    new_page,
+    no_error_boxes,
+    radio,
+    selected,
+    slide,
+    slider_value,
+    take_link,
+)
 
 pytestmark = pytest.mark.timeout(300)
 

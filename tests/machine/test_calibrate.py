@@ -4,20 +4,20 @@ numbers and a saved profile that loads back."""
 from __future__ import annotations
 
 import dataclasses
-import os
 import json
 import math
+import os
 
 import numpy as np
 import pytest
 
-from tests.conftest import ROOT
+from lab.errors import LabError
 from lab.machine import calibrate as C
 from lab.machine import cases, measure
 from lab.machine import fit as fit_mod
 from lab.machine import profile as profile_mod
-from lab.errors import LabError
 from lab.modelled.opgraph import trace
+from tests.conftest import ROOT
 
 
 def feat(counts: dict, flops: dict, tensors: int) -> dict:

@@ -8,15 +8,23 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from tests.conftest import ROOT
-from lab.machine.profile import LinearCost
-
-from lab.machine.calibrate import synthetic_profile
-from lab.scenario.catalogue import preset
 from lab.errors import LabError
-from lab.machine.predict import (PARTS, FidelityBatch, compare, evaluate_runs, measured_step, predict_step,
-                         prediction_table, preset_batch, step_error_summary)
+from lab.machine.calibrate import synthetic_profile
+from lab.machine.predict import (
+    PARTS,
+    FidelityBatch,
+    compare,
+    evaluate_runs,
+    measured_step,
+    predict_step,
+    prediction_table,
+    preset_batch,
+    step_error_summary,
+)
+from lab.machine.profile import LinearCost
+from lab.scenario.catalogue import preset
 from lab.scenario.document import Compression, Scenario, Training
+from tests.conftest import ROOT
 
 LESSONS = ROOT / "assets" / "lessons"
 US = 1e-6

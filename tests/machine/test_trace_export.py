@@ -7,12 +7,18 @@ import json
 import pandas as pd
 import pytest
 
-from lab.machine.calibrate import synthetic_profile
-from lab.scenario.catalogue import preset
 from lab.errors import LabError
+from lab.machine.calibrate import synthetic_profile
 from lab.machine.predict import predict_step
+from lab.machine.trace_export import (
+    MAX_STEPS,
+    pick_step,
+    run_trace,
+    store_trace,
+    to_json,
+)
+from lab.scenario.catalogue import preset
 from lab.scenario.document import Scenario, Training
-from lab.machine.trace_export import MAX_STEPS, pick_step, run_trace, store_trace, to_json
 
 COLS = ("t_compute", "t_emul_compute", "t_compress", "t_idle", "t_comm", "t_emul_comm")
 

@@ -9,13 +9,17 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from lab.modelled.balance import (balance_data_parallel, balance_model_parallel, compute_shares, per_sample_times,
-                         split_batch)
-from lab.scenario.catalogue import preset
 from lab.errors import LabError
+from lab.modelled.balance import (
+    balance_data_parallel,
+    balance_model_parallel,
+    compute_shares,
+    per_sample_times,
+    split_batch,
+)
 from lab.modelled.opgraph import trace
 from lab.modelled.placement import TaskGraph, greedy_eft
-
+from lab.scenario.catalogue import preset
 
 # ----- split_batch -----------------------------------------------------------------------------------
 

@@ -9,9 +9,9 @@ from collections import Counter
 
 import pytest
 
+from lab.errors import LabError
 from lab.modelled import collectives as C
 from lab.scenario.catalogue import preset
-from lab.errors import LabError
 from lab.scenario.topology import Device, Link, Switch, Topology
 
 G = 1e9

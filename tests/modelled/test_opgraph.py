@@ -9,12 +9,12 @@ import pytest
 import torch
 from torch import nn
 
-from lab.modelled.datasheet import LinkCost, compute_table, op_seconds, transfer_seconds
-from lab.scenario.catalogue import preset
 from lab.errors import LabError
-from lab.scenario.names import MODELS
-from lab.scenario.models import build_model, parameter_count
+from lab.modelled.datasheet import LinkCost, compute_table, op_seconds, transfer_seconds
 from lab.modelled.opgraph import reference_flops, trace
+from lab.scenario.catalogue import preset
+from lab.scenario.models import build_model, parameter_count
+from lab.scenario.names import MODELS
 from lab.scenario.topology import OP_CLASSES
 
 

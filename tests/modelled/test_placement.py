@@ -9,14 +9,36 @@ import random
 import numpy as np
 import pytest
 
-from lab.scenario.catalogue import preset
 from lab.errors import LabError
 from lab.modelled.opgraph import trace
-from lab.modelled.placement import (STRATEGIES, PlacementSchedule, TaskGraph, chain_dp, chain_partition, coarsen, compare_strategies,
-                           device_usage, even_split, greedy_eft, heft, model_task_graph, optimal, partition_chain,
-                           replay, round_robin, schedule_assignment, schedule_table, single_fastest, type_rule,
-                           why, reasons, transfer_rows, plan_record, compare_plans)
-
+from lab.modelled.placement import (
+    STRATEGIES,
+    PlacementSchedule,
+    TaskGraph,
+    chain_dp,
+    chain_partition,
+    coarsen,
+    compare_plans,
+    compare_strategies,
+    device_usage,
+    even_split,
+    greedy_eft,
+    heft,
+    model_task_graph,
+    optimal,
+    partition_chain,
+    plan_record,
+    reasons,
+    replay,
+    round_robin,
+    schedule_assignment,
+    schedule_table,
+    single_fastest,
+    transfer_rows,
+    type_rule,
+    why,
+)
+from lab.scenario.catalogue import preset
 
 # ----- helpers ---------------------------------------------------------------------------------------
 

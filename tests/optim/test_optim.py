@@ -31,11 +31,21 @@ import pytest
 import torch
 from adabelief_pytorch import AdaBelief as PackageAdaBelief
 
-from lab.optim import playground as pg
 from lab.errors import LabError
 from lab.figures import optim as figs
-from lab.optim.optimizers import (OPTIMIZER_CLASSES, AdaBelief, Adam, LocalAllReduce, MaxAdaBelief, MaxAdaBeliefCorrected,
-                       NonFiniteGradient, adabelief_update, make_optimizer, torch_allreduce_fn)
+from lab.optim import playground as pg
+from lab.optim.optimizers import (
+    OPTIMIZER_CLASSES,
+    AdaBelief,
+    Adam,
+    LocalAllReduce,
+    MaxAdaBelief,
+    MaxAdaBeliefCorrected,
+    NonFiniteGradient,
+    adabelief_update,
+    make_optimizer,
+    torch_allreduce_fn,
+)
 from tests.conftest import free_port
 
 SHAPES = [(5, 3), (7,), (2, 3, 4), ()]

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
+from lab.figures.style import fmt_rate, fmt_seconds
 from lab.modelled import collectives as C
 from lab.scenario.catalogue import preset
-from lab.figures import allreduce as figs
 from tests.conftest import app_test, assert_no_exception
 
 PAGE = "pages/allreduce.py"
@@ -38,8 +38,8 @@ def test_default_page_shows_the_cxl_ring_with_modelled_numbers():
     names = C.default_participants(topo)
     assert names == ["gpu", "fpga", "asic", "dpu"]
     est = C.schedule_time(C.build_schedule("ring", names, 4 << 20), topo)
-    assert metric(at, "Modelled time") == figs.fmt_seconds(est.seconds)
-    assert metric(at, "busbw") == figs.fmt_rate(est.busbw)
+    assert metric(at, "Modelled time") == fmt_seconds(est.seconds)
+    assert metric(at, "busbw") == fmt_rate(est.busbw)
     assert any("Slowest link" in m.value for m in at.markdown)
     assert "modelled" in captions(at)
     bytes_table = frame(at, "sent (B)")
@@ -81,7 +81,7 @@ def test_identical_devices():
     assert_no_exception(at)
     star = C.uniform_star(7, 25e9, 1e-6)
     est = C.schedule_time(C.build_schedule("ring", C.default_names(7), 4 << 20), star)
-    assert metric(at, "Modelled time") == figs.fmt_seconds(est.seconds)
+    assert metric(at, "Modelled time") == fmt_seconds(est.seconds)
     assert len(frame(at, "sent (B)")) == 7
     idle = frame(at, "sync: idle (ms)")
     assert len(idle) == 7

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import pytest
-from tests.conftest import app_test, assert_no_exception
 
 from lab.compression.compressors import GroupTopK, TopK, real_gradients
+from tests.conftest import app_test, assert_no_exception
 
 
 @pytest.fixture(scope="module")
@@ -102,10 +102,10 @@ def grid_table(page):
 def test_grid_button_queues_nine_runs_then_they_are_stopped(lab_db):
     import time
 
-    from lab.jobs.manager import shared
-    from lab.store.runs import RunStore
-    from lab.scenario.names import COMPARED_OPTIMIZERS
     from lab.jobs.grid import variant_of
+    from lab.jobs.manager import shared
+    from lab.scenario.names import COMPARED_OPTIMIZERS
+    from lab.store.runs import RunStore
     from tests.train.test_train import processes_with
 
     page = app_test("pages/compression.py", timeout=180)
@@ -139,9 +139,9 @@ def test_grid_button_queues_nine_runs_then_they_are_stopped(lab_db):
 
 
 def test_grid_results_table_and_figure_from_the_store(lab_db):
-    from lab.store.runs import JOB_WORKER, RunStore
-    from lab.scenario.document import default_scenario
     from lab.jobs.grid import grid_scenarios
+    from lab.scenario.document import default_scenario
+    from lab.store.runs import JOB_WORKER, RunStore
 
     store = RunStore(lab_db)
     ids = []

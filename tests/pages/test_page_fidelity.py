@@ -9,10 +9,10 @@ import math
 import pytest
 
 from lab.machine.calibrate import synthetic_profile
-from lab.scenario.catalogue import preset
 from lab.machine.predict import predict_step
-from lab.store.runs import RunStore
+from lab.scenario.catalogue import preset
 from lab.scenario.document import Scenario, Training
+from lab.store.runs import RunStore
 from tests.conftest import ROOT, app_test, assert_no_exception
 
 PAGE = "pages/fidelity.py"

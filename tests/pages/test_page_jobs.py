@@ -10,10 +10,10 @@ import time
 import pytest
 
 from lab.jobs import manager as jobs_mod
-from lab.scenario.catalogue import preset
-from lab.store.runs import RunStore
-from lab.scenario.document import default_scenario
 from lab.jobs.policies import JobRequest, compare_policies, resource_groups, simulate
+from lab.scenario.catalogue import preset
+from lab.scenario.document import default_scenario
+from lab.store.runs import RunStore
 from lab.train.launcher import processes_of
 from tests.conftest import ROOT, app_test, assert_no_exception
 

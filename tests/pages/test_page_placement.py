@@ -1,10 +1,9 @@
 """The Placement page under streamlit's AppTest."""
 
-from tests.conftest import app_test, assert_no_exception
-
 from lab.scenario.catalogue import preset
 from lab.scenario.document import Scenario
 from lab.scenario.topology import Device, Link, Switch, Topology
+from tests.conftest import app_test, assert_no_exception
 
 
 def _md(at) -> str:

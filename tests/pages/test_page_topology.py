@@ -1,14 +1,13 @@
 """The Home and Topology pages under streamlit's AppTest (a real script run, no browser)."""
 
 import json
-
-import pytest
 import re
 
-from tests.conftest import app_test, assert_no_exception
+import pytest
 
 from lab.scenario.catalogue import LINK_CATALOGUE, preset
 from lab.scenario.document import Scenario
+from tests.conftest import app_test, assert_no_exception
 
 
 def shown(text: str) -> str:
@@ -79,6 +78,7 @@ def test_adding_a_device_from_the_catalogue():
 
 def test_invalid_scenario_in_link_falls_back_with_a_message():
     from streamlit.testing.v1 import AppTest
+
     from tests.conftest import ROOT
 
     at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=60)
@@ -91,6 +91,7 @@ def test_invalid_scenario_in_link_falls_back_with_a_message():
 
 def test_valid_scenario_in_link_is_loaded():
     from streamlit.testing.v1 import AppTest
+
     from tests.conftest import ROOT
 
     sc = Scenario("from-link", preset("two-pools"))

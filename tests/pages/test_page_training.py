@@ -7,9 +7,9 @@ import time
 
 import pytest
 
-from lab.store.runs import RunStore
-from lab.scenario.document import Compression
 from lab.jobs.guard import WINDOW_S
+from lab.scenario.document import Compression
+from lab.store.runs import RunStore
 from tests.conftest import app_test, assert_no_exception
 
 pytestmark = pytest.mark.timeout(300)
@@ -87,8 +87,9 @@ def test_stop_button_ends_the_job(lab_db):
     at.button(key="train_run").click().run()
     rid = at.session_state["train_watch"]
     store = RunStore(lab_db)
-    run_until(at, lambda a: store.progress(rid) >= 10)
-    assert len(at.get("plotly_chart")) == 3 and "parameter server" in str(at.get("plotly_chart")[2].proto.spec)
+    # The per-worker time split is written after the job's own step records: wait for both.
+    run_until(at, lambda a: store.progress(rid) >= 10 and len(a.get("plotly_chart")) == 3)
+    assert "parameter server" in str(at.get("plotly_chart")[2].proto.spec)
     at.button(key=f"train_stop_{rid}").click().run()
     assert_no_exception(at)
     assert store.status(rid) == "stopped"

@@ -4,9 +4,9 @@ About page names each claim with the page that tests it."""
 import re
 
 import pytest
-from tests.conftest import app_test, assert_no_exception
 
 from app import ROOT, available_pages
+from tests.conftest import app_test, assert_no_exception
 
 JARGON = re.compile(r"\b[Ss]eed [A-D]\b|\bseed's\b|\bS[1-6]\b|S3[–-]S6")
 PAGES = [f for f, _, _ in available_pages()]

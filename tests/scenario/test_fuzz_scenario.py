@@ -7,8 +7,8 @@ import math
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from lab.scenario.catalogue import PRESETS, preset
 from lab.errors import LabError
+from lab.scenario.catalogue import PRESETS, preset
 from lab.scenario.document import Scenario, default_scenario
 from lab.scenario.topology import Topology
 

@@ -13,8 +13,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from lab.scenario.catalogue import preset
 from lab.errors import LabError
+from lab.scenario.catalogue import preset
 from lab.scenario.document import TRAINING_FIELDS, Scenario, default_scenario
 from lab.scenario.topology import MAX_DEVICES, check_text
 from lab.train.cli import apply_overrides

@@ -2,11 +2,17 @@ import json
 
 import pytest
 
-from tests.conftest import ROOT
-from lab.scenario.catalogue import PRESETS, preset
 from lab.errors import LabError
-from lab.scenario.document import COMPRESSION_FIELDS, TRAINING_FIELDS, Scenario, Training, default_scenario
+from lab.scenario.catalogue import PRESETS, preset
+from lab.scenario.document import (
+    COMPRESSION_FIELDS,
+    TRAINING_FIELDS,
+    Scenario,
+    Training,
+    default_scenario,
+)
 from lab.scenario.tables import from_tables, to_tables, transfer_comparison
+from tests.conftest import ROOT
 
 ASSETS = ROOT / "assets"
 

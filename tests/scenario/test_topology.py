@@ -6,8 +6,8 @@ import math
 import networkx as nx
 import pytest
 
-from lab.scenario.catalogue import PRESETS, preset
 from lab.errors import LabError
+from lab.scenario.catalogue import PRESETS, preset
 from lab.scenario.topology import Device, Link, Switch, Topology
 
 FLOPS = {"matmul": 1e12}

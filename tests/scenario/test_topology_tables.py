@@ -5,11 +5,31 @@ import math
 
 import pytest
 
-from lab.scenario.catalogue import LINK_CATALOGUE, PRESETS, as_pcie, catalogue_device, catalogue_link, has_cxl, host_of, preset
 from lab.errors import LabError
+from lab.scenario.catalogue import (
+    LINK_CATALOGUE,
+    PRESETS,
+    as_pcie,
+    catalogue_device,
+    catalogue_link,
+    has_cxl,
+    host_of,
+    preset,
+)
+from lab.scenario.tables import (
+    TableError,
+    apply_edit,
+    compare_designs,
+    fill_link_kinds,
+    free_name,
+    from_tables,
+    kind_change,
+    names_in,
+    tables_equal,
+    to_tables,
+    with_device,
+)
 from lab.scenario.topology import Switch, Topology
-from lab.scenario.tables import (TableError, apply_edit, compare_designs, fill_link_kinds, free_name, from_tables,
-                                 kind_change, names_in, tables_equal, to_tables, with_device)
 
 PCIE_BW, PCIE_LAT, _ = LINK_CATALOGUE["pcie"]
 CXL_BW, CXL_LAT, _ = LINK_CATALOGUE["cxl"]

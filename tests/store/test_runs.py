@@ -15,8 +15,15 @@ from hypothesis import given, settings
 from hypothesis import strategies as hst
 
 from lab.errors import LabError
-from lab.store.runs import JOB_WORKER, METRIC_COLUMNS, RunStore, default_db_path, safe_filename, store
 from lab.scenario.document import default_scenario
+from lab.store.runs import (
+    JOB_WORKER,
+    METRIC_COLUMNS,
+    RunStore,
+    default_db_path,
+    safe_filename,
+    store,
+)
 from tests.conftest import ROOT
 
 
@@ -298,8 +305,8 @@ def test_no_export_name_leaves_the_export_folder(tmp_path_factory, name):
 
 
 def test_start_phase_says_where_a_job_is_on_its_way(tmp_path):
-    from lab.store.runs import RunStore, start_phase
     from lab.scenario.document import default_scenario
+    from lab.store.runs import RunStore, start_phase
 
     s = RunStore(tmp_path / "runs.db")
     sc = default_scenario()

@@ -11,9 +11,9 @@ torchrun) the resumed run equals the uninterrupted one exactly; no process of th
 
 from __future__ import annotations
 
+import json
 import os
 import signal
-import json
 import subprocess
 import threading
 import time
@@ -22,9 +22,9 @@ import numpy as np
 import pytest
 import torch
 
+from lab.scenario.document import Compression, Training, default_scenario
 from lab.scenario.models import build_model
 from lab.store.runs import JOB_WORKER, RunStore
-from lab.scenario.document import Compression, Training, default_scenario
 from lab.train import data as data_mod
 from lab.train.launcher import launch, processes_of
 from lab.train.reference import single_process

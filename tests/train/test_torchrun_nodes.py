@@ -9,9 +9,9 @@ import sys
 from pathlib import Path
 
 import pytest
-from tests.conftest import ROOT, free_port
 
 from lab.store.runs import RunStore
+from tests.conftest import ROOT, free_port
 
 pytestmark = pytest.mark.timeout(300)
 

@@ -14,9 +14,9 @@ import pytest
 import torch
 
 from lab.errors import LabError
+from lab.scenario.document import Training, default_scenario
 from lab.scenario.models import build_model
 from lab.store.runs import RunStore
-from lab.scenario.document import Training, default_scenario
 from lab.train import data as data_mod
 from lab.train.reference import single_process
 from tests.conftest import ROOT

@@ -11,16 +11,16 @@ import numpy as np
 import pytest
 import torch
 
-from lab.scenario.catalogue import preset
 from lab.compression.compressors import GroupTopK
 from lab.errors import LabError
-from lab.store.runs import JOB_WORKER, RunStore
-from lab.scenario.document import Compression, Scenario, default_scenario
 from lab.jobs import grid
+from lab.scenario.catalogue import preset
+from lab.scenario.document import Compression, Scenario, default_scenario
+from lab.store.runs import JOB_WORKER, RunStore
 from lab.train import reference
 from lab.train.launcher import launch
-from lab.train.reference import single_process
 from lab.train.plan import check_scenario
+from lab.train.reference import single_process
 
 pytestmark = pytest.mark.timeout(180)
 STEPS = 6

@@ -8,10 +8,9 @@ from pathlib import Path
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from lab.scenario.document import default_scenario
 from lab.view import state as V
 from lab.view.lessons import load_lessons
-from lab.scenario.document import default_scenario
-
 from tests.conftest import ROOT
 
 

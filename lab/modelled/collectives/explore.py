@@ -7,7 +7,11 @@ from dataclasses import dataclass
 from typing import Mapping, Sequence
 
 from lab.errors import LabError
-from lab.modelled.collectives.schedules import BRUTE_FORCE_MAX, CollectiveSchedule, build_schedule
+from lab.modelled.collectives.schedules import (
+    BRUTE_FORCE_MAX,
+    CollectiveSchedule,
+    build_schedule,
+)
 from lab.modelled.collectives.timing import (
     MessageTime,
     link_label,

@@ -8,7 +8,12 @@ from typing import Mapping, Sequence
 import numpy as np
 
 from lab.errors import LabError
-from lab.modelled.collectives.schedules import CollectiveSchedule, Step, _default_group_sizes, _tree_levels
+from lab.modelled.collectives.schedules import (
+    CollectiveSchedule,
+    Step,
+    _default_group_sizes,
+    _tree_levels,
+)
 from lab.scenario.names import ALGORITHMS
 from lab.scenario.topology import Topology
 

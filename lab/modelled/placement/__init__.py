@@ -20,7 +20,13 @@ from lab.modelled.placement.explain import (  # noqa: F401
     transfer_rows,
     why,
 )
-from lab.modelled.placement.graph import OPTIMAL_MAX_TASKS, Device, PlacementSchedule, Task, TaskGraph  # noqa: F401
+from lab.modelled.placement.graph import (  # noqa: F401
+    OPTIMAL_MAX_TASKS,
+    Device,
+    PlacementSchedule,
+    Task,
+    TaskGraph,
+)
 from lab.modelled.placement.heuristics import (  # noqa: F401
     even_split,
     greedy_eft,
@@ -32,6 +38,13 @@ from lab.modelled.placement.heuristics import (  # noqa: F401
     type_rule,
     upward_ranks,
 )
-from lab.modelled.placement.search import ChainPlan, chain_dp, chain_partition, coarsen, optimal, partition_chain  # noqa: F401
+from lab.modelled.placement.search import (  # noqa: F401
+    ChainPlan,
+    chain_dp,
+    chain_partition,
+    coarsen,
+    optimal,
+    partition_chain,
+)
 
 __all__ = ["TaskGraph", "PlacementSchedule", "greedy_eft", "heft", "optimal", "type_rule", "single_fastest", "round_robin", "even_split", "chain_dp", "chain_partition", "partition_chain", "ChainPlan", "schedule_assignment", "replay", "coarsen", "compare_strategies", "schedule_table", "device_usage", "upward_ranks", "STRATEGIES", "STRATEGY_LABELS", "run_strategy", "model_task_graph", "OPTIMAL_MAX_TASKS", "why", "reasons", "decision_order", "transfer_rows", "plan_record", "compare_plans"]
