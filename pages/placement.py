@@ -7,7 +7,9 @@ import ui
 from lab.modelled import placement as pl
 from lab.modelled.balance import RULE_LABELS, RULES, balance_data_parallel, balance_model_parallel, per_sample_times
 from lab.figures import placement as figs
-from lab.scenario.names import MODEL_LABELS, MODELS
+from lab.machine.costmodel import cost_model
+from lab.machine.profile import load_profile
+from lab.scenario.names import COST_MODEL_LABELS, COST_MODELS, MODEL_LABELS, MODELS
 from lab.modelled.opgraph import trace
 
 BASELINE = "placement_baseline"  # the plan kept for comparison (session only, not part of the link)
@@ -16,12 +18,12 @@ sc = ui.scenario_sidebar()
 topo = sc.topology
 pins = dict(sc.training.pins)
 st.title("Placement")
-st.markdown("Each preset model is traced (torch.fx) into operators with FLOPs and bytes. The cost model turns them "
-            "into seconds on every device of the scenario's topology (**FLOPs / the device's throughput for the "
-            "operator's class**; a device without that kernel cannot run it) and transfers into seconds over the "
-            "route (**latency + bytes / bottleneck**). Each strategy then places every operator; a **pin** puts one "
+st.markdown("Each preset model is traced (torch.fx) into operators with FLOPs and bytes. A cost model turns them "
+            "into seconds on every device of the scenario's topology and transfers into seconds over the route "
+            "(**latency + bytes / bottleneck**). Each strategy then places every operator; a **pin** puts one "
             "operator on a device of your choice and the strategy places the rest around it. Everything on this "
-            "page is modelled from the topology's numbers, not measured.")
+            "page is modelled, not measured: from the catalogue's throughputs, or from this machine's calibrated "
+            "costs (the numbers the Training page predicts with).")
 
 
 @st.cache_data(max_entries=32, show_spinner=False)
@@ -46,14 +48,18 @@ c1, c2, c3 = st.columns([1, 1, 2])
 model = c1.selectbox("Model", MODELS, format_func=MODEL_LABELS.get, key="pl_model")
 batch = int(c2.number_input("Batch size (samples)", 1, 65536, key="pl_batch"))
 strategy = c3.selectbox("Strategy", list(pl.STRATEGIES), format_func=pl.STRATEGY_LABELS.get, key="pl_strategy")
+cm_name = st.radio("Cost model", COST_MODELS, format_func=COST_MODEL_LABELS.get, key="pl_cost", horizontal=True)
 st.caption(f"Topology **{ui.plain(topo.name)}**: {ui.plain(', '.join(f'{d.name} ({d.type})' for d in topo.devices))}. "
            "Change it on the Topology page.")
 
-og = g = None
+og = g = cm = None
 with ui.guarded("tracing the model"):
     og = op_graph(model, batch)
-if og is None:
+with ui.guarded("the cost model"):
+    cm = cost_model(cm_name, load_profile())
+if og is None or cm is None:
     st.stop()
+st.caption(f"Cost model: {cm.describe()}. Transfers: latency + bytes / bottleneck bandwidth of the route.")
 p1, p2, p3, p4, p5 = st.columns([2, 2, 1, 1, 1], vertical_alignment="bottom")
 for key, options in (("pl_pin_op", og.names), ("pl_pin_dev", topo.device_names)):
     if st.session_state.get(key) not in options:  # another model or topology: start from its first entry
@@ -68,7 +74,7 @@ st.markdown("**Pinned:** " + (", ".join(f"{ui.plain(t)} → {ui.plain(d)}" for t
             "(saved with it and carried by the page link).")
 
 with ui.guarded("the placement"):
-    g = pl.TaskGraph.from_model(og, topo).with_pins(pins)
+    g = pl.TaskGraph.from_model(og, topo, model=cm).with_pins(pins)
     shown = g
     if strategy == "optimal" and len(g) > pl.OPTIMAL_MAX_TASKS:
         shown, groups = pl.coarsen(g, pl.OPTIMAL_MAX_TASKS)
@@ -87,7 +93,7 @@ with ui.guarded("the placement"):
     if s.note:
         st.caption(s.note)
     st.plotly_chart(figs.gantt_figure(pl.schedule_table(shown, s), shown.devices,
-                                      f"{pl.STRATEGY_LABELS[strategy]}: one forward pass", transfers, reasons),
+                                      f"{pl.STRATEGY_LABELS[strategy]}: one {cm.pass_}", transfers, reasons),
                     key="pl_gantt")
     ui.caption("modelled", "each bar is an operator on a device, from its start to its finish (hover: its class and "
                            "why it is there); the red lane under a device holds the transfers arriving there. Bars "
@@ -161,12 +167,12 @@ if g is not None:
         st.plotly_chart(figs.comparison_figure(rows), key="pl_compare")
         st.dataframe(pd.DataFrame(figs.comparison_table(rows)), hide_index=True, key="pl_compare_table",
                      column_config={"above optimum (%)": st.column_config.NumberColumn(format="%.1f")})
-        ui.caption("modelled", "one forward pass of one batch, with the pins; chain_dp optimises the steady pipeline "
+        ui.caption("modelled", f"one {cm.pass_} of one batch, with the pins; chain_dp optimises the steady pipeline "
                                "bottleneck (its note), not this single-pass makespan.")
 
 st.subheader("Dynamic load balancing: weights from each node's waiting time")
 st.markdown("Every node starts with an equal weight. Each round the planner plans with the weights, the round runs "
-            "at the **true** speeds (the catalogue's divided by the slowdown below, times seeded noise), every node's "
+            "at the **true** speeds (the cost model's divided by the slowdown below, times seeded noise), every node's "
             "waiting time is recorded, and if `(max wait − mean wait) / round time` exceeds the tolerance the weights "
             "are updated. The loop stops when the plan has not changed for *patience* rounds. Both update rules run "
             "side by side: " + "; ".join(f"**{r}** = {RULE_LABELS[r]}" for r in RULES) + ". A stable plan is not "
@@ -199,7 +205,7 @@ if g is not None:
         if mode == "model":
             results = {r: balance_model_parallel(g, rule=r, **kw) for r in RULES}
         else:
-            per_sample = per_sample_times(og, topo)
+            per_sample = per_sample_times(og, topo, model=cm)
             kw["slowdown"] = {n: slowdown[n] for n in per_sample}
             st.caption(f"Data-parallel nodes: the devices that can run the whole model "
                        f"({ui.plain(', '.join(per_sample))}); the global batch of {batch} samples is split "

@@ -20,12 +20,6 @@ PROFILE_VERSION = 4  # 4: compute with N processes is k x t + d (wall time, mean
 COMPUTE_CLASSES = ("matmul", "conv", "elementwise", "norm", "pool", "other")
 
 
-
-
-
-
-
-
 @dataclass(frozen=True)
 class ClassCost:
     overhead: float  # seconds per operator (forward + backward)
@@ -325,13 +319,21 @@ def graph_features(graph: Any, n_tensors: int) -> dict:
     counts = {c: 0 for c in COMPUTE_CLASSES}
     flops = {c: 0.0 for c in COMPUTE_CLASSES}
     for op in graph.ops:
-        cls = op.op_class if op.op_class in counts else "other"
-        f = float(op.flops)
-        if not op.inputs and cls in ("matmul", "conv"):
-            f *= 2.0 / 3.0
+        cls, f = op_features(op)
         counts[cls] += 1
         flops[cls] += f
     return {"counts": counts, "flops": flops, "tensors": int(n_tensors)}
+
+
+def op_features(op: Any) -> tuple[str, float]:
+    """(calibrated class, FLOPs the fit charges) of one traced operator: a class the calibration has
+    no cost of counts as "other", and the first matrix product or convolution counts 2/3 of its FLOPs
+    because its backward pass computes no input gradient."""
+    cls = op.op_class if op.op_class in COMPUTE_CLASSES else "other"
+    f = float(op.flops)
+    if not op.inputs and cls in ("matmul", "conv"):
+        f *= 2.0 / 3.0
+    return cls, f
 
 
 def _feature_row(feat: dict, classes: Sequence[str]) -> list[float]:

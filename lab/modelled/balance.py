@@ -56,7 +56,8 @@ from typing import Any, Callable, Mapping, Sequence
 import numpy as np
 
 from lab.errors import LabError
-from lab.modelled.datasheet import check_speed, op_time
+from lab.modelled.costmodel import DATASHEET, CostModel
+from lab.modelled.datasheet import check_speed
 from lab.modelled.placement import greedy_eft, heft, replay
 
 RULES = ("wait", "throughput")
@@ -102,13 +103,14 @@ def split_batch(total: int, weights: Sequence[float] | int) -> list[int]:
 
 
 def per_sample_times(graph, topology, devices: Sequence[str] | None = None,
-                     speed: Mapping[str, float] | None = None) -> dict[str, float]:
+                     speed: Mapping[str, float] | None = None, model: CostModel | None = None) -> dict[str, float]:
     """Modelled forward seconds per sample of the whole model on each device that can run all of it.
 
     ``graph`` is an OpGraph (FLOPs scale with the batch, so seconds / batch is per sample).
     ``devices`` defaults to every device with a kernel for each operator class the model uses.
     """
     factors = check_speed(speed, topology.device_names)
+    model = model or DATASHEET
     names = list(devices) if devices is not None else [
         d.name for d in topology.devices if graph.classes <= d.kernels]
     if not names:
@@ -117,7 +119,7 @@ def per_sample_times(graph, topology, devices: Sequence[str] | None = None,
     out = {}
     for name in names:
         dev = topology.device(name)
-        t = sum(op_time(op, dev, factors[name]) for op in graph.ops)
+        t = sum(model.op_seconds(op, dev, topology) for op in graph.ops) / factors[name]
         if not math.isfinite(t):
             missing = sorted(graph.classes - dev.kernels)
             raise LabError(f"device {name!r} cannot run the whole model: no kernel for {missing}", where="data split")

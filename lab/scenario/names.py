@@ -44,3 +44,9 @@ MODEL_LABELS: dict[str, str] = {
     "transformer": "Transformer encoder block",
 }
 MODELS: tuple[str, ...] = tuple(MODEL_LABELS)
+
+COST_MODEL_LABELS: dict[str, str] = {
+    "datasheet": "datasheet (the catalogue's throughputs)",
+    "calibrated": "calibrated (this machine's measured costs)",
+}
+COST_MODELS: tuple[str, ...] = tuple(COST_MODEL_LABELS)

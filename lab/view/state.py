@@ -27,7 +27,7 @@ from lab.modelled.placement import STRATEGIES
 from lab.optim.playground import FUNCTIONS, MAX_COUNTEREXAMPLE_STEPS, PERIOD, SCHEDULES
 from lab.scenario.catalogue import PRESETS
 from lab.scenario.document import Spec
-from lab.scenario.names import ALGORITHMS, MODELS, OPTIMIZERS
+from lab.scenario.names import ALGORITHMS, COST_MODELS, MODELS, OPTIMIZERS
 
 MAX_VIEW_CHARS = 20_000  # a link's view part longer than this is not read
 
@@ -86,6 +86,7 @@ VIEW: dict[str, Control] = {
     "pl_model": _c("placement", str, "mlp", "model", tuple(MODELS), from_scenario=lambda sc: sc.training.model),
     "pl_batch": _c("placement", int, 32, "batch size", lo=1, hi=65536, from_scenario=lambda sc: sc.training.batch_size),
     "pl_strategy": _c("placement", str, "greedy_eft", "strategy", tuple(STRATEGIES)),
+    "pl_cost": _c("placement", str, "datasheet", "cost model", COST_MODELS),
     "pl_why": _c("placement", str, "", "operator explained"),
     "pl_bal_mode": _c("placement", str, "model", "what is balanced", ("model", "data")),
     "pl_slow_": _c("placement", float, 1.0, "slowdown", lo=0.01, hi=1e6, prefix=True),

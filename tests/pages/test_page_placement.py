@@ -1,5 +1,6 @@
 """The Placement page under streamlit's AppTest."""
 
+from lab.machine.calibrate import synthetic_profile
 from lab.scenario.catalogue import preset
 from lab.scenario.document import Scenario
 from lab.scenario.topology import Device, Link, Switch, Topology
@@ -206,3 +207,23 @@ def test_controls_keep_their_values_across_pages_and_the_fastest_device_starts_s
     assert_no_exception(at)
     assert at.selectbox(key="pl_model").value == "transformer" and at.selectbox(key="pl_strategy").value == "heft"
     assert at.number_input(key="pl_slow_gpu").value == 3.0
+
+
+def test_the_cost_model_is_chosen_and_named(tmp_path, monkeypatch):
+    monkeypatch.setenv("LAB_DATA", str(tmp_path))
+    at = app_test("pages/placement.py")
+    assert "Cost model: FLOPs / the device's catalogue throughput" in _captions(at)
+    datasheet = _table(at, "operator")
+    at.radio(key="pl_cost").set_value("calibrated").run()
+    assert not at.exception  # no profile yet: a message that says how to get one
+    assert any("calibrate the machine on the Fidelity page" in e.value for e in at.error)
+    assert at.radio(key="pl_cost").value == "calibrated"  # the choice stays
+    synthetic_profile().save()
+    at.run()
+    assert_no_exception(at)
+    assert "this machine's calibrated forward + backward cost" in _captions(at)
+    assert "one forward + backward" in str(next(c for c in at.get("plotly_chart")).proto.spec)
+    calibrated = _table(at, "operator")
+    start = next(c for c in datasheet.columns if c.startswith("finish ("))
+    assert list(calibrated["operator"]) == list(datasheet["operator"])
+    assert not calibrated.equals(datasheet) and start in datasheet.columns

@@ -49,7 +49,8 @@ from typing import Any, Callable, Hashable, Iterable, Mapping, Sequence
 import numpy as np
 
 from lab.errors import LabError
-from lab.modelled.datasheet import LinkCost, compute_table
+from lab.modelled.costmodel import DATASHEET, CostModel
+from lab.modelled.datasheet import LinkCost
 
 Task = Hashable
 Device = str
@@ -150,20 +151,23 @@ class TaskGraph:
 
     # ----- construction -------------------------------------------------------------------------
     @classmethod
-    def from_model(cls, graph, topology, speed: Mapping[str, float] | None = None) -> "TaskGraph":
-        """Tasks = the operators of an :class:`lab.modelled.opgraph.OpGraph`; times from :mod:`lab.modelled.datasheet`.
+    def from_model(cls, graph, topology, speed: Mapping[str, float] | None = None,
+                   model: CostModel | None = None) -> "TaskGraph":
+        """Tasks = the operators of an :class:`lab.modelled.opgraph.OpGraph`; times from ``model``
+        (:mod:`lab.modelled.costmodel`; the datasheet model when none is given).
 
-        compute = FLOPs / (throughput of the operator's class x ``speed`` factor); transfer = the
-        producer's output bytes over the route between the two devices (``LinkCost``);
+        compute = the model's seconds of the operator on the device / its ``speed`` factor; transfer =
+        the producer's output bytes over the route between the two devices (``LinkCost``);
         memory = parameter + output activation bytes; capacity = device memory.
         """
-        comp = compute_table(graph, topology, speed)
+        model = model or DATASHEET
+        comp = model.compute_table(graph, topology, speed)
         missing = [op for op in graph.ops if not any(math.isfinite(s) for s in comp[op.name].values())]
         if missing:
             op = missing[0]
             raise LabError(f"no device of topology {topology.name!r} has a {op.op_class!r} kernel, which "
                            f"operator {op.name!r} ({op.kind}) needs", where="placement")
-        return cls(comp, {(u, v): b for u, v, b in graph.edges}, LinkCost(topology),
+        return cls(comp, {(u, v): b for u, v, b in graph.edges}, model.link_cost(topology),
                    devices=topology.device_names,
                    info={op.name: {"class": op.op_class, "flops": op.flops, "kind": op.kind,
                                    "param_bytes": op.param_bytes, "out_bytes": op.out_bytes} for op in graph.ops},
