@@ -261,9 +261,9 @@ def job_manager():
 
 @st.cache_data(ttl=15, show_spinner="predicting the runs from the machine profile")
 def predicted_runs(db: str, created: str, _profile, ids: tuple) -> tuple:
-    """:func:`lab.machine.predict.evaluate_runs` for the runs ``ids`` of the store at ``db``, cached per profile
+    """:func:`lab.machine.fidelity.evaluate_runs` for the runs ``ids`` of the store at ``db``, cached per profile
     (``created`` names it): (rows, skipped)."""
-    from lab.machine.predict import evaluate_runs
+    from lab.machine.fidelity import evaluate_runs
     from lab.store.runs import store
 
     return evaluate_runs(store(db), _profile, list(ids))
@@ -271,8 +271,8 @@ def predicted_runs(db: str, created: str, _profile, ids: tuple) -> tuple:
 
 @st.cache_data(ttl=60, show_spinner=False)
 def prediction_table(db: str, created: str, _profile, run_id: str):
-    """:func:`lab.machine.predict.prediction_table` of one stored run, cached per profile."""
-    from lab.machine.predict import prediction_table as table
+    """:func:`lab.machine.fidelity.prediction_table` of one stored run, cached per profile."""
+    from lab.machine.fidelity import prediction_table as table
     from lab.store.runs import store
 
     return table(run_id, _profile, store=store(db))

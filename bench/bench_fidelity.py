@@ -6,12 +6,12 @@
 1. Calibrates this machine (``lab.machine.calibrate.calibrate``: calibration networks that are not the
    presets, optimiser and compressor microbenchmarks, training-like cycles with 2-4 processes at
    once, all-reduce alpha/beta from lab.comm.measure) unless ``--profile`` names a saved profile.
-2. Runs the preset batch (``lab.machine.predict.preset_batch``: 1-4 workers, MLP and CNN, dense and
+2. Runs the preset batch (``lab.machine.fidelity.preset_batch``: 1-4 workers, MLP and CNN, dense and
    Group-TopK, emulation off and on) as real training jobs, one after another, into a run store
    (``--db``, default a temporary file). The runs are never used to fit anything. 200 steps by
    default: on this shared machine the median step of a 60-step run varies by about +-25 % from one
    run to the next (measured: the same 2-worker MLP run four times in a row), longer runs less.
-3. Predicts each run (``lab.machine.predict.evaluate_runs``, the Fidelity page's code) and prints per run
+3. Predicts each run (``lab.machine.fidelity.evaluate_runs``, the Fidelity page's code) and prints per run
    the predicted and the measured step time (mean over the steps after the warm-up of the time between the
    ends of consecutive steps), the error, and the parts (compute, compression, communication, idle;
    mean over workers of each worker's mean); then the geometric-mean error of the step time,
@@ -43,7 +43,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from lab.machine.calibrate import calibrate, format_profile  # noqa: E402
-from lab.machine.predict import (  # noqa: E402
+from lab.machine.fidelity import (  # noqa: E402
     evaluate_runs,
     oracle_error,
     preset_batch,

@@ -6,7 +6,7 @@ import streamlit as st
 
 import ui
 from lab.jobs import comparison
-from lab.machine import predict as P
+from lab.machine import fidelity as P
 from lab.machine.profile import load_profile
 from lab.figures import compare as cfigs
 from lab.figures import fidelity as fid

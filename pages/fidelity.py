@@ -8,7 +8,7 @@ import streamlit as st
 import ui
 from lab.machine import calibrate as cal
 from lab.machine.profile import load_profile
-from lab.machine import predict as P
+from lab.machine import fidelity as P
 from lab.machine import trace_export as T
 from lab.figures import fidelity as figs
 from lab.store.runs import default_db_path, store as run_store

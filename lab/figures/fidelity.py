@@ -132,7 +132,7 @@ def parts_bars(predicted: Mapping[str, float], measured: Mapping[str, float],
 
 
 def prediction_figure(table, title: str | None = None) -> go.Figure:
-    """:func:`lab.machine.predict.prediction_table`'s DataFrame (part, predicted_ms, measured_ms, error_pct) as
+    """:func:`lab.machine.fidelity.prediction_table`'s DataFrame (part, predicted_ms, measured_ms, error_pct) as
     grouped bars, the error written over each pair."""
     parts = list(table["part"])
     fig = go.Figure([

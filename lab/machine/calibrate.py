@@ -30,7 +30,7 @@ workers use):
 * **The N-process terms** come from short jobs of the calibration networks run by the training
   job's own loop (the default, ``cycle_source="loop"``, :mod:`lab.machine.loop`; one process
   too) or from training-like cycles in a harness (``cycle_source="harness"``). Every per-step
-  quantity is the mean over the steps after the warm-up, as :func:`lab.machine.predict.measured_step`
+  quantity is the mean over the steps after the warm-up, as :func:`lab.machine.fidelity.measured_step`
   measures a run. From them, per N: compute = ``k x (one-process time) + d`` (a factor and a fixed
   extra per step, :func:`fit_compute_slowdown`: with N processes small networks grew by much more
   than large ones, which one factor could not describe); the collectives in context; the idle of

@@ -27,7 +27,7 @@ from lab.machine.cases import (
     build_calibration_net,
     pin_rank,
 )
-from lab.machine.predict import measured_step
+from lab.machine.fidelity import measured_step
 from lab.scenario.document import Compression, default_scenario
 from lab.store.runs import RunStore
 

@@ -287,7 +287,7 @@ def _cycle_case(rank: int, world: int, net: int, batch: int, kind: tuple, repeat
     idle = torch.minimum((latest - r[:, 4]).clamp_min(0.0), coll)
     ends = torch.stack([e[:, 7] for e in every]).max(dim=0).values
     cycle = ends.diff()
-    med = lambda x: float(x.mean()) if x.numel() else math.nan  # noqa: E731 - per step, as lab.machine.predict.measured_step
+    med = lambda x: float(x.mean()) if x.numel() else math.nan  # noqa: E731 - per step, as lab.machine.fidelity.measured_step
     return {"net": net, "batch": batch, "kind": label, "fb": med(r[:, 0]), "opt": med(r[:, 1]),
             "compress": med(r[:, 2]), "comm": med(coll - idle), "idle": med(idle), "cycle": med(cycle),
             "bytes_sent": med(r[:, 5]), "hops": med(r[:, 6]), "numel": int(h.gflat.numel()), "cpu": med(r[:, 8])}

@@ -24,7 +24,8 @@ import math
 from typing import Any, Sequence
 
 from lab.errors import LabError
-from lab.machine.predict import default_warmup, predict_step
+from lab.machine.fidelity import default_warmup
+from lab.machine.predict import predict_step
 from lab.scenario.document import Scenario
 
 MAX_STEPS = 200

@@ -106,7 +106,7 @@ def test_calibrate_button_starts_the_background_calibration(data, monkeypatch):
 
 
 def test_preset_batch_button_queues_the_batch(data, lab_db, monkeypatch):
-    import lab.machine.predict as P
+    import lab.machine.fidelity as P
 
     synthetic_profile().save()
     started = []
