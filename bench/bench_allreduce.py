@@ -19,21 +19,12 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import sys
 import time
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from common import table  # noqa: E402  (also puts the checkout on sys.path)
 
 from lab.comm import measure as M  # noqa: E402
 from lab.modelled import collectives as C  # noqa: E402
-
-
-def table(header: list[str], rows: list[list]) -> str:
-    cells = [header] + [[str(c) for c in r] for r in rows]
-    w = [max(len(r[i]) for r in cells) for i in range(len(header))]
-    line = lambda r: "  ".join(c.rjust(w[i]) if i else c.ljust(w[i]) for i, c in enumerate(r))  # noqa: E731
-    return "\n".join([line(cells[0]), "  ".join("-" * x for x in w)] + [line(r) for r in cells[1:]])
 
 
 def best_of(fn, repeat: int = 5) -> float:

@@ -22,25 +22,17 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
-import sys
 import tempfile
 import time
 from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from common import table  # noqa: E402  (also puts the checkout on sys.path)
 
 from lab.comm.processes import run_local  # noqa: E402
 from lab.compression.compressors import GroupTopK, TopK  # noqa: E402
 from lab.testing.sparse_workers import bench_worker  # noqa: E402
-
-
-def table(header: list[str], rows: list[list]) -> str:
-    cells = [header] + [[str(c) for c in r] for r in rows]
-    w = [max(len(r[i]) for r in cells) for i in range(len(header))]
-    line = lambda r: "  ".join(c.rjust(w[i]) if i else c.ljust(w[i]) for i, c in enumerate(r))  # noqa: E731
-    return "\n".join([line(cells[0]), "  ".join("-" * x for x in w)] + [line(r) for r in cells[1:]])
 
 
 def bench_selection(numel: int, ratio: float, group_size: int, rounds: int) -> None:
@@ -95,7 +87,7 @@ def bench_sharing(numel: int, ratio: float, group_size: int, workers: int) -> No
                          ("topk", "sparse_ring"), ("topk", "sparse_allgather")):
         rs = [r for r in rows if r["kind"] == kind and r["method"] == method]
         sent = [r["bytes_sent"] for r in rs]
-        name = {"dense": "dense ring, no compression", "sparse_ring": "sparse ring (seed D)",
+        name = {"dense": "dense ring, no compression", "sparse_ring": "sparse ring (edge-compression design)",
                 "sparse_allgather": "sparse all-gather"}[method]
         comp = {"none": "-", "group_topk": "Group-TopK", "topk": "global Top-K"}[kind]
         out.append([name, comp, f"{statistics.mean(sent) / 1e6:.3f}", f"{max(sent) / 1e6:.3f}",

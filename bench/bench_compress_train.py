@@ -7,7 +7,7 @@ sent (the lab's ring for dense, lab.train.compressed for the compressed runs). V
 
 * dense: the lab's ring all-reduce of the fp32 gradient (and the loss slot);
 * GTK1%+EF: Group-TopK 1 % (group 1024) with error feedback, shared by sparse all-gather;
-* GTK1%+EF ring (Adam only, for its bytes and time): the same, shared by seed D's sparse ring.
+* GTK1%+EF ring (Adam only, for its bytes and time): the same, shared by the edge-compression design's sparse ring.
 
 Paired measurement: 4 spawned processes build, for each optimiser, the training job's own Trainer
 once per variant (same setup, same step code as a run: forward/backward, compressed or dense sync,
@@ -45,7 +45,7 @@ WARMUP = 20
 OPTIMIZER_CLASSES = ("adam", "adabelief", "maxadabelief")
 LABELS = {"dense": "dense ring all-reduce (fp32 gradient + loss slot)",
           "gtk_ef": "Group-TopK 1% + EF, sparse all-gather (6 B/entry)",
-          "gtk_ef_ring": "Group-TopK 1% + EF, sparse ring, seed D (8 B/pair)"}
+          "gtk_ef_ring": "Group-TopK 1% + EF, sparse ring of the edge-compression design (8 B/pair)"}
 
 
 def main() -> None:

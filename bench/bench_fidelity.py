@@ -39,8 +39,7 @@ import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+from common import table  # noqa: E402  (also puts the checkout on sys.path)
 
 from lab.machine.calibrate import calibrate, format_profile  # noqa: E402
 from lab.machine.fidelity import (  # noqa: E402
@@ -52,13 +51,6 @@ from lab.machine.fidelity import (  # noqa: E402
 )
 from lab.machine.profile import load_profile  # noqa: E402
 from lab.store.runs import RunStore  # noqa: E402
-
-
-def table(header: list[str], rows: list[list]) -> str:
-    cells = [header] + [[str(c) for c in r] for r in rows]
-    w = [max(len(r[i]) for r in cells) for i in range(len(header))]
-    line = lambda r: "  ".join(c.rjust(w[i]) if i else c.ljust(w[i]) for i, c in enumerate(r))  # noqa: E731
-    return "\n".join([line(cells[0]), "  ".join("-" * x for x in w)] + [line(r) for r in cells[1:]])
 
 
 def ms(x: float | None) -> str:

@@ -24,26 +24,17 @@ import argparse
 import math
 import random
 import statistics
-import sys
 import time
-from pathlib import Path
 
 import networkx as nx
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from common import table  # noqa: E402  (also puts the checkout on sys.path)
 
 from lab.modelled.datasheet import LinkCost  # noqa: E402
 from lab.modelled.placement import TaskGraph, greedy_eft, heft, partition_chain  # noqa: E402
 from lab.scenario.catalogue import catalogue_device, catalogue_link  # noqa: E402
 from lab.scenario.topology import OP_CLASSES, Switch, Topology  # noqa: E402
-
-
-def table(header: list[str], rows: list[list]) -> str:
-    cells = [header] + [[str(c) for c in r] for r in rows]
-    w = [max(len(r[i]) for r in cells) for i in range(len(header))]
-    line = lambda r: "  ".join(c.rjust(w[i]) if i else c.ljust(w[i]) for i, c in enumerate(r))  # noqa: E731
-    return "\n".join([line(cells[0]), "  ".join("-" * x for x in w)] + [line(r) for r in cells[1:]])
 
 
 def cluster(m: int) -> Topology:

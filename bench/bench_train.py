@@ -28,18 +28,10 @@ import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+from common import ROOT, table  # noqa: E402  (also puts the checkout on sys.path)
 
 from lab.store.runs import JOB_WORKER, RunStore  # noqa: E402
 from lab.train.reference import paired_throughput  # noqa: E402
-
-
-def table(header: list[str], rows: list[list]) -> str:
-    cells = [header] + [[str(c) for c in r] for r in rows]
-    w = [max(len(r[i]) for r in cells) for i in range(len(header))]
-    line = lambda r: "  ".join(c.rjust(w[i]) if i else c.ljust(w[i]) for i, c in enumerate(r))  # noqa: E731
-    return "\n".join([line(cells[0]), "  ".join("-" * x for x in w)] + [line(r) for r in cells[1:]])
 
 
 def paired(tmp: Path, workers: int, steps: int, warmup: int, batch: int, model: str, rounds: int) -> list[dict]:

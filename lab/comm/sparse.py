@@ -8,8 +8,9 @@ really sent and received.
 Messages (both sparse methods)
 ------------------------------
 Point-to-point over torch.distributed (gloo), variable length: first the count (one int64, 8 bytes),
-then the payload (skipped when the count is 0). Sends are non-blocking (isend) and receives
-blocking, so neighbours never deadlock.
+then the payload (skipped when the count is 0). Sends are non-blocking, so neighbours never
+deadlock, and each count's receive is posted one hop ahead, because gloo writes a message at once
+only into a receive already posted. The training job uses this same transport.
 
 * **Sparse ring** (the edge-compression design, :func:`sparse_ring_allreduce`). The index range ``0..n-1`` is cut into
   ``N`` near-equal blocks (the first ``n mod N`` blocks one entry longer, as the dense ring in
@@ -27,7 +28,9 @@ blocking, so neighbours never deadlock.
   its own wire format: 6 B per entry for Group-TopK) goes round the ring unchanged, N-1 hops, so
   every rank receives all N payloads and sums them in rank order. It is a ring of exact-length
   messages rather than gloo's ``all_gather`` because that needs equal sizes and would pad every
-  message to the largest.
+  message to the largest. When every payload is known to have this rank's size (``equal_sizes``, as
+  in training: same gradient length, same settings, a count fixed by the length), no count
+  travels and all N-1 receives are posted at once.
 * **Dense** (:func:`dense_allreduce`): each worker decompresses and the dense float32 tensors go
   through the lab's dense ring all-reduce (:func:`lab.comm.ring.ring_allreduce`),
   2 (N-1)/N x 4n bytes per worker whatever the compressor kept.
@@ -64,7 +67,7 @@ from lab.scenario.names import SHARING, SHARING_LABELS
 
 COUNT_BYTES = 8  # the int64 count sent before every variable-length message
 PAIR_BYTES = 8  # int32 index + fp32 value
-_TAG_COUNT, _TAG_DATA = 11, 12
+_TAG_COUNT, _TAG_DATA, _TAG_PAYLOAD = 11, 12, 13
 
 LinkDelay = Callable[[int, int, int], float]
 
@@ -205,44 +208,61 @@ def _simulate(programs: list[Generator], logs: list[RankLog]) -> None:
         msgs = nxt
 
 
-def _run_real(program: Generator, log: RankLog, group: Any, link_delay: LinkDelay | None) -> float:
-    """Drive one rank's program over real point-to-point messages. Returns seconds of emulated delay."""
+def _ring_peers(group: Any) -> tuple[int, int, int, int]:
+    """(world, rank, right, left) of this rank in ``group``; right and left as global ranks."""
     world, rank = dist.get_world_size(group), dist.get_rank(group)
 
     def glob(r: int) -> int:
         return r if group is None else dist.get_global_rank(group, r)
 
-    right, left = glob((rank + 1) % world), glob((rank - 1) % world)
+    return world, rank, glob((rank + 1) % world), glob((rank - 1) % world)
+
+
+def _sleep_link(link_delay: LinkDelay | None, rank: int, right: int, nbytes: int) -> float:
+    """Sleep the emulated link's time for ``nbytes`` to the right neighbour; the seconds slept."""
+    if link_delay is None:
+        return 0.0
+    d = float(link_delay(rank, right, nbytes))
+    if d > 0:
+        time.sleep(d)
+    return max(d, 0.0)
+
+
+def _run_real(program: Generator, log: RankLog, group: Any, link_delay: LinkDelay | None) -> float:
+    """Drive one rank's program over real point-to-point messages. Returns seconds of emulated delay.
+
+    Each count's receive is posted one hop ahead: gloo writes a message at once only into a receive
+    already posted (otherwise it costs a round trip), so a hop pays one message latency, not three."""
+    world, rank, right, left = _ring_peers(group)
     delayed = 0.0
     try:
         wire, rdtype = next(program)
     except StopIteration:
         return 0.0
+    cnt_in = torch.empty(1, dtype=torch.int64)
+    rc = dist.irecv(cnt_in, left, group=group, tag=_TAG_COUNT)
     while True:
         wire = wire.contiguous()
         nbytes = _msg_bytes(wire)
-        if link_delay is not None:
-            d = float(link_delay(rank, (rank + 1) % world, nbytes))
-            if d > 0:
-                time.sleep(d)
-                delayed += d
-        count = torch.tensor([wire.numel()], dtype=torch.int64)
-        works = [dist.isend(count, right, tag=_TAG_COUNT)]
+        delayed += _sleep_link(link_delay, rank, (rank + 1) % world, nbytes)
+        works = [dist.isend(torch.tensor([wire.numel()], dtype=torch.int64), right, group=group, tag=_TAG_COUNT)]
         if wire.numel():
-            works.append(dist.isend(wire, right, tag=_TAG_DATA))
-        rcount = torch.empty(1, dtype=torch.int64)
-        dist.recv(rcount, left, tag=_TAG_COUNT)
-        got = torch.empty(int(rcount.item()), dtype=rdtype)
-        if got.numel():
-            dist.recv(got, left, tag=_TAG_DATA)
-        for w in works:
-            w.wait()
-        log.bytes_sent += nbytes
-        log.bytes_recv += _msg_bytes(got)
+            works.append(dist.isend(wire, right, group=group, tag=_TAG_DATA))
+        rc.wait()
+        got = torch.empty(int(cnt_in.item()), dtype=rdtype)
+        rd = dist.irecv(got, left, group=group, tag=_TAG_DATA) if got.numel() else None
         try:
+            if rd is not None:
+                rd.wait()
+            for w in works:
+                w.wait()
+            log.bytes_sent += nbytes
+            log.bytes_recv += _msg_bytes(got)
             wire, rdtype = program.send(got)
         except StopIteration:
             return delayed
+        cnt_in = torch.empty(1, dtype=torch.int64)
+        rc = dist.irecv(cnt_in, left, group=group, tag=_TAG_COUNT)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -311,12 +331,15 @@ def _payload_wire(payload: Payload) -> torch.Tensor:
     return torch.frombuffer(bytearray(payload.to_bytes()), dtype=torch.uint8)
 
 
-def _sum_payloads(wires: list[torch.Tensor], n: int) -> torch.Tensor:
+def sum_payloads(payloads: list[Payload]) -> torch.Tensor:
+    """The dense float32 sum of the workers' payloads, added in rank order: every rank adds in the
+    same order, so every rank gets the same bits."""
+    n = payloads[0].numel
     out = torch.zeros(n, dtype=torch.float32)
-    for w in wires:  # rank order: every rank adds in the same order, so every rank gets the same bits
-        p = Payload.from_bytes(w.numpy().tobytes())
+    for p in payloads:
         if p.numel != n:
-            raise LabError(f"workers disagree on the gradient length ({p.numel} != {n})")
+            raise LabError(f"workers disagree on the gradient length ({p.numel} != {n}); every worker must "
+                           "train the same model")
         if p.index_format == 0:
             out += p.values.to(torch.float32)
         else:
@@ -325,18 +348,54 @@ def _sum_payloads(wires: list[torch.Tensor], n: int) -> torch.Tensor:
     return out
 
 
-def sparse_allgather(payload: Payload, *, group: Any = None,
-                     link_delay: LinkDelay | None = None) -> tuple[torch.Tensor, dict]:
-    """Every worker's serialised payload to every worker (exact-length ring all-gather), summed."""
+def sparse_allgather(payload: Payload, *, group: Any = None, link_delay: LinkDelay | None = None,
+                     equal_sizes: bool = False) -> tuple[torch.Tensor, dict]:
+    """Every worker's serialised payload to every worker (exact-length ring all-gather), summed.
+
+    ``equal_sizes``: every worker's payload has this one's length (in training every worker
+    compresses a gradient of the same length with the same settings, and each compressor keeps a
+    count fixed by that length), so no count travels and all N-1 receives are posted at once."""
     world, rank = _world(group)
+    if equal_sizes and world > 1:
+        return _allgather_equal(payload, group, link_delay)
     items: list = [None] * world
     items[rank] = _payload_wire(payload)
     log = RankLog()
     t0 = time.perf_counter()
     delay = _run_real(_allgather_program(rank, world, items, log), log, group, link_delay) if world > 1 else 0.0
-    dense = _sum_payloads(items, payload.numel)
+    dense = sum_payloads([Payload.from_bytes(w.numpy().tobytes()) for w in items])
     return dense, {"bytes_sent": log.bytes_sent, "bytes_recv": log.bytes_recv, "hops": log.hops,
                    "t_comm": time.perf_counter() - t0, "delay": delay}
+
+
+def _allgather_equal(payload: Payload, group: Any, link_delay: LinkDelay | None) -> tuple[torch.Tensor, dict]:
+    """The ring all-gather of equal-size payloads: hop s brings rank (r - s - 1)'s payload, forwarded
+    at once unless it is the last."""
+    world, rank, right, left = _ring_peers(group)
+    t0 = time.perf_counter()
+    wire = _payload_wire(payload)
+    bufs = [torch.empty_like(wire) for _ in range(world - 1)]
+    recvs = [dist.irecv(b, left, group=group, tag=_TAG_PAYLOAD) for b in bufs]
+    delay = _sleep_link(link_delay, rank, (rank + 1) % world, wire.numel())
+    sends = [dist.isend(wire, right, group=group, tag=_TAG_PAYLOAD)]
+    got: list = [None] * world
+    got[rank] = payload
+    hops = []
+    for s in range(world - 1):
+        recvs[s].wait()
+        src = (rank - s - 1) % world
+        got[src] = Payload.from_bytes(bufs[s].numpy().tobytes())
+        hops.append({"phase": "all-gather", "hop": f"g{s + 1}", "index": s + 1, "rank": rank,
+                     "sent_item": (rank - s) % world, "sent_bytes": int(wire.numel()),
+                     "recv_item": src, "recv_bytes": int(bufs[s].numel())})
+        if s < world - 2:
+            delay += _sleep_link(link_delay, rank, (rank + 1) % world, bufs[s].numel())
+            sends.append(dist.isend(bufs[s], right, group=group, tag=_TAG_PAYLOAD))
+    for w in sends:
+        w.wait()
+    nbytes = (world - 1) * wire.numel()
+    return sum_payloads(got), {"bytes_sent": nbytes, "bytes_recv": nbytes, "hops": hops,
+                               "t_comm": time.perf_counter() - t0, "delay": delay}
 
 
 def simulate_sparse_allgather(payloads: list[Payload]) -> tuple[torch.Tensor, list[int], list[int]]:
@@ -348,7 +407,7 @@ def simulate_sparse_allgather(payloads: list[Payload]) -> tuple[torch.Tensor, li
         items[r][r] = _payload_wire(p)
     if world > 1:
         _simulate([_allgather_program(r, world, items[r], logs[r]) for r in range(world)], logs)
-    return (_sum_payloads(items[0], payloads[0].numel), [lg.bytes_sent for lg in logs],
+    return (sum_payloads([Payload.from_bytes(w.numpy().tobytes()) for w in items[0]]), [lg.bytes_sent for lg in logs],
             [lg.bytes_recv for lg in logs])
 
 
@@ -451,9 +510,10 @@ def dense_allreduce(payload: Payload, *, group: Any = None,
                    "t_comm": time.perf_counter() - t0, "delay": st.delay_seconds}
 
 
-def share(payload: Payload, method: str, *, group: Any = None,
-          link_delay: LinkDelay | None = None) -> tuple[torch.Tensor, dict]:
-    """Share one worker's payload by ``method`` (dense | sparse_ring | sparse_allgather): the dense sum."""
+def share(payload: Payload, method: str, *, group: Any = None, link_delay: LinkDelay | None = None,
+          equal_sizes: bool = False) -> tuple[torch.Tensor, dict]:
+    """Share one worker's payload by ``method`` (dense | sparse_ring | sparse_allgather): the dense
+    sum and this rank's byte counts. ``equal_sizes``: see :func:`sparse_allgather`."""
     if not dist.is_available() or not dist.is_initialized():
         raise LabError("no process group: call torch.distributed.init_process_group first")
     if method == "dense":
@@ -461,7 +521,7 @@ def share(payload: Payload, method: str, *, group: Any = None,
     if method == "sparse_ring":
         return sparse_ring_allreduce(payload, payload.numel, group=group, link_delay=link_delay)
     if method == "sparse_allgather":
-        return sparse_allgather(payload, group=group, link_delay=link_delay)
+        return sparse_allgather(payload, group=group, link_delay=link_delay, equal_sizes=equal_sizes)
     raise LabError(f"unknown sharing method {method!r}; choose one of {list(SHARING)}",
                    where="compression.sharing")
 

@@ -59,33 +59,25 @@ from lab.jobs.access import (
 from lab.jobs.policies import (
     POLICIES,
     SlotBook,
-    cpu_of,
     fair_order,
     local_groups,
     place,
 )
+from lab.jobs.processes import STOP_GRACE_S, alive, as_pid, end_group, lower_priority, rank_cpus, signal_name
 from lab.scenario.document import Scenario
 from lab.settings import ROOT, job_nice
 from lab.store.runs import ACTIVE, FINISHED, RunStore
 from lab.train.launcher import (
     launcher_gone,
     preflight,
+    processes_of,
     remove_scratch,
     stale_after,
     world_size,
 )
-from lab.train.launcher import processes_of as scan
 from lab.train.roles import parse_job
 
-STOP_GRACE_S = 3.0
 DRAIN_S = 10.0  # workers of a dead launcher get this long to exit before they are killed
-
-
-def _lower_priority(n: int) -> None:
-    try:
-        os.nice(n)
-    except OSError:
-        pass
 
 
 @dataclass(frozen=True)
@@ -94,33 +86,6 @@ class Job:
 
     run_id: str
     pid: int | None = None
-
-
-def _proc_alive(pid: int | None, must_contain: str = "lab.train") -> bool:
-    """A live, non-zombie process whose command line contains ``must_contain``."""
-    if not pid:
-        return False
-    proc = Path(f"/proc/{pid}")
-    if proc.exists():
-        try:
-            state = (proc / "stat").read_text().rsplit(")", 1)[1].split()[0]
-            cmd = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-        except OSError:
-            return False
-        return state != "Z" and must_contain in cmd
-    try:
-        os.kill(pid, 0)
-    except (ProcessLookupError, PermissionError):
-        return False
-    except OSError:
-        return False
-    return not Path("/proc").exists()
-
-
-def processes_of(run_id: str, exclude: Iterable[int] = ()) -> list[int]:
-    """Live processes of a run: their command line holds ``--run-id <id>`` (launcher and workers)."""
-
-    return scan(run_id, exclude=tuple(exclude))
 
 
 class JobManager:
@@ -259,7 +224,7 @@ class JobManager:
 
     def _start(self, rid: str, run: dict, tasks: int, where: dict) -> None:
         held = self.book.take(rid, where)
-        cpus = _rank_cpus(held, tasks)
+        cpus = rank_cpus(held, tasks)
         self.store.add_stage(rid, "scheduled", detail={
             "policy": self.policy, "groups": {g: len(ds) for g, ds in held.items()}, "slots": held,
             "rank_cpus": cpus, "queued_s": time.time() - run["created"], "nice": job_nice()})
@@ -271,7 +236,7 @@ class JobManager:
             p = subprocess.Popen([sys.executable, "-m", "lab.train", "--scenario", str(scenario_file),
                                   "--run-id", rid], cwd=str(ROOT), env=env, stdin=subprocess.DEVNULL,
                                  stdout=log, stderr=log, start_new_session=True,
-                                 preexec_fn=(lambda n=job_nice(): _lower_priority(n)) if job_nice() else None)
+                                 preexec_fn=(lambda n=job_nice(): lower_priority(n)) if job_nice() else None)
         except OSError as exc:
             log.close()
             self.book.release(rid)
@@ -307,7 +272,7 @@ class JobManager:
             return
         if status in ACTIVE:
             if code is not None and code < 0:  # killed from outside: it could not report
-                why = f"killed by signal {_signal_name(-code)}"
+                why = f"killed by signal {signal_name(-code)}"
                 self.store.set_status(rid, "interrupted", only_from=ACTIVE, error=(
                     f"the job's launcher (pid {p.pid}) was {why} and could not finish the run; "
                     f"see {self.log_path(rid)}"))
@@ -373,7 +338,7 @@ class JobManager:
         if p is not None:
             return p.pid
         try:
-            return _as_pid(self.store.get_run(run_id)["pid"])
+            return as_pid(self.store.get_run(run_id)["pid"])
         except LabError:
             return None
 
@@ -470,7 +435,7 @@ class JobManager:
             self.store.merge_info(run_id, {"stopped_by": by})
             self.store.add_stage(run_id, "stop", detail={**detail, "while": run["status"]})
         if p is not None:
-            _end_group(p.pid, lambda: p.poll() is not None)
+            end_group(p.pid, lambda: p.poll() is not None)
             try:
                 p.wait(timeout=STOP_GRACE_S)
             except subprocess.TimeoutExpired:
@@ -479,14 +444,14 @@ class JobManager:
                 if p.poll() is not None and run_id in self._running:
                     self._finish(run_id, p)
         elif run["status"] == "running" and self._launcher_alive(run_id, run["pid"]):  # started elsewhere
-            _end_group(run["pid"], lambda: not self._launcher_alive(run_id, run["pid"]))
+            end_group(run["pid"], lambda: not self._launcher_alive(run_id, run["pid"]))
         return was_active
 
     def _launcher_alive(self, run_id: str, pid) -> bool:
         rec = self.store.launcher(run_id)
         if rec is not None:
             return launcher_gone(rec) is None
-        return _proc_alive(_as_pid(pid))
+        return alive(as_pid(pid))
 
     def release(self, run_id: str, owner: str | None, *, teacher: bool = False) -> dict:
         """Release what a finished (or abandoned) job still holds, for ``owner`` (or the teacher;
@@ -560,11 +525,11 @@ class JobManager:
             rec = self.store.launcher(rid)
             if rec is not None:
                 why = launcher_gone(rec)
-            elif _proc_alive(_as_pid(r.pid)):
+            elif alive(as_pid(r.pid)):
                 why = None
             else:  # no launcher record (torchrun restarts its rank 0): only when gone for a while
                 first = self._suspects.setdefault(rid, now)
-                why = (f"its process (pid {_as_pid(r.pid)}) has been gone for {now - first:.0f} s"
+                why = (f"its process (pid {as_pid(r.pid)}) has been gone for {now - first:.0f} s"
                        if now - first >= stale_after() else None)
             if why is None:
                 continue
@@ -629,14 +594,14 @@ class JobManager:
             rid = r.id
             if rid in ours:
                 continue
-            pid = _as_pid(r.pid)
+            pid = as_pid(r.pid)
             if r.status == "running":
                 rec = self.store.launcher(rid)
                 gone = launcher_gone(rec) if rec is not None else (
-                    None if _proc_alive(pid) else "its process is gone (killed, or the machine restarted)")
+                    None if alive(pid) else "its process is gone (killed, or the machine restarted)")
                 if gone is not None and self._interrupt(rid, gone, "job manager at start"):
                     out.append(rid)
-            elif r.created < self.started_at and not _proc_alive(pid):
+            elif r.created < self.started_at and not alive(pid):
                 if self.store.set_status(rid, "interrupted", only_from=("queued",),
                                          error="queued by an earlier session of the lab that has ended"):
                     out.append(rid)
@@ -656,18 +621,6 @@ class JobManager:
 
 
 # ----- views for the Jobs page (plain data) ---------------------------------------------------
-
-
-def _rank_cpus(held: dict[str, list[str]], tasks: int) -> list[int]:
-    """Rank k -> core: the placement's groups taken in turn (rank 0 on the first group, ...)."""
-    turns = []
-    left = {g: len(ds) for g, ds in held.items()}
-    while len(turns) < tasks and any(left.values()):
-        for g in held:
-            if left[g] and len(turns) < tasks:
-                turns.append(g)
-                left[g] -= 1
-    return [c for c in (cpu_of(g) for g in turns) if c is not None]
 
 
 _SHARED: dict[str, JobManager] = {}
@@ -699,47 +652,5 @@ def _who(by: str) -> str:
     return f"session {by}"
 
 
-def _signal_name(n: int) -> str:
-    try:
-        return signal.Signals(n).name
-    except ValueError:
-        return str(n)
-
-
-def _as_pid(v) -> int | None:
-    try:
-        v = int(v)
-    except (TypeError, ValueError):
-        return None
-    return v if v > 0 else None
-
-
-def _end_group(pid: int, gone) -> None:
-    """SIGTERM the process group led by ``pid`` (or just ``pid`` when it does not lead one), then
-    SIGKILL after the grace period."""
-    try:
-        pgid = os.getpgid(pid)
-    except ProcessLookupError:
-        return
-    lead = pgid == pid
-
-    def send(sig):
-        try:
-            if lead:
-                os.killpg(pgid, sig)
-            else:
-                os.kill(pid, sig)
-        except ProcessLookupError:
-            pass
-
-    send(signal.SIGTERM)
-    deadline = time.monotonic() + STOP_GRACE_S
-    while time.monotonic() < deadline:
-        if gone():
-            return
-        time.sleep(0.05)
-    send(signal.SIGKILL)
-
-
-__all__ = ["Job", "JobManager", "shared", "processes_of",
+__all__ = ["Job", "JobManager", "shared",
            "TEACHER", "is_teacher", "teacher_session", "can_manage", "teacher_token"]

@@ -38,13 +38,9 @@ workers use):
   (:func:`cycle_wait`), so that the after-wait slow-down counts only beyond it.
 * **Ranks pinned as jobs are.** The lab's job manager pins rank k of a job to one core (the
   uniform placement on an idle machine: ranks take the cores in turn), so every calibration process
-  is pinned the same way (:func:`pin_rank`; ``LAB_CALIBRATION_PIN=0`` turns it off). Pinned and
-  unpinned runs differ by up to 2x on this 2-core VM (4 workers: faster pinned; 2 workers: every
-  other step waits 3-5 ms for a scheduler slice on the pinned core).
-* Measured on this 2-core VM (bench_fidelity and stored batches of the 13 preset runs): unpinned
-  calibration predicting pinned runs 62-68 % off; pinned, medians, one factor: 31-41 %; pinned,
-  means, ``k x t + d``, the after-wait factor beyond the calibration wait, loop: 8.3 % on the
-  bench's own two batches and 11-13 % on three batches measured up to an hour earlier.
+  is pinned the same way (:func:`pin_rank`; ``LAB_CALIBRATION_PIN=0`` turns it off), because pinned
+  and unpinned runs of one job differ by more than the model's error (the README's fidelity section
+  has the measurements).
 
 The result is a :class:`MachineProfile`: saved as JSON (with the date and a machine description),
 loaded back by the pages and by :func:`lab.machine.predict.predict_step`. ``python -m lab.machine.calibrate``

@@ -64,8 +64,8 @@ CYCLE_CASES: dict[str, tuple[tuple[int, int], ...]] = {
 CYCLE_REPEAT = 150  # cycles (or job steps) per case: a steady state, as in a run (short bursts after a barrier run slow);
 
 
-# 150 rather than 50: on this shared 2-core VM, two calibrations with 50 predicted the same 13 runs with
-# geometric-mean errors of 41.6 and 24.2 %, two with 150 (and 30 repeats) 20.6 and 21.9 %
+# 150 rather than 50: short calibrations disagree with each other more than with the runs they
+# predict (the README's fidelity section has the measurements)
 CALIBRATION_REPEAT = 30
 
 

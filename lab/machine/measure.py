@@ -15,6 +15,7 @@ import numpy as np
 from lab.comm.measure import fit_rows, measure
 from lab.comm.processes import init_worker, run_local
 from lab.comm.ring import ring_allreduce
+from lab.comm.sparse import share
 from lab.compression.compressors import GroupTopK, make_compressor
 from lab.errors import LabError
 from lab.machine.cases import (
@@ -32,11 +33,9 @@ from lab.machine.profile import (
     graph_features,
 )
 from lab.modelled.opgraph import trace
+from lab.optim.flat import flatten_parameters
 from lab.optim.optimizers import make_optimizer
 from lab.scenario.names import COMPRESSORS, OPTIMIZERS
-from lab.train.compressed import (
-    share,  # the training job's own transport for compressed gradients
-)
 
 
 def _median_time(fn: Callable[[], Any], repeat: int, warmup: int = 2, clock: Callable[[], float] = time.perf_counter) -> float:
@@ -63,17 +62,7 @@ class StepHarness:
         import torch
 
         self.model = model
-        self.params = [p for p in model.parameters() if p.requires_grad]
-        numel = sum(p.numel() for p in self.params)
-        self.pflat, self.gflat = torch.zeros(numel + 1), torch.zeros(numel + 1)
-        off = 0
-        with torch.no_grad():
-            for p in self.params:
-                k = p.numel()
-                self.pflat[off:off + k].copy_(p.reshape(-1))
-                p.data = self.pflat[off:off + k].view_as(p)
-                p.grad = self.gflat[off:off + k].view_as(p)
-                off += k
+        self.params, self.pflat, self.gflat = flatten_parameters(model)
         g = torch.Generator().manual_seed(seed)
         self.x = torch.rand(shard, 64, generator=g)
         self.y = torch.randint(0, 10, (shard,), generator=g)

@@ -17,6 +17,18 @@ def _bias_corrections(beta: float, steps: Sequence[int]) -> list[float]:
     return [1 - beta ** t for t in steps]
 
 
+def _weight_decay(params: list[Tensor], grads: list[Tensor], lr: float, weight_decay: float,
+                  decoupled: bool) -> list[Tensor]:
+    """Decoupled (AdamW style): theta *= 1 - lr x weight_decay, in place. Otherwise L2: the gradients
+    plus weight_decay x theta, as new tensors (the caller's gradients stay as they were)."""
+    if weight_decay == 0:
+        return grads
+    if decoupled:
+        torch._foreach_mul_(params, 1 - lr * weight_decay)
+        return grads
+    return torch._foreach_add(grads, params, alpha=weight_decay)
+
+
 def adam_update(params: list[Tensor], grads: list[Tensor], exp_avgs: list[Tensor],
                 exp_avg_sqs: list[Tensor], steps: Sequence[int], *, lr: float, beta1: float,
                 beta2: float, eps: float, weight_decay: float = 0.0,
@@ -29,11 +41,7 @@ def adam_update(params: list[Tensor], grads: list[Tensor], exp_avgs: list[Tensor
     """
     if not params:
         return
-    if weight_decay != 0:
-        if decoupled_weight_decay:
-            torch._foreach_mul_(params, 1 - lr * weight_decay)
-        else:
-            grads = torch._foreach_add(grads, params, alpha=weight_decay)
+    grads = _weight_decay(params, grads, lr, weight_decay, decoupled_weight_decay)
     torch._foreach_lerp_(exp_avgs, grads, 1 - beta1)
     torch._foreach_mul_(exp_avg_sqs, beta2)
     torch._foreach_addcmul_(exp_avg_sqs, grads, grads, value=1 - beta2)
@@ -74,11 +82,7 @@ def adabelief_update(params: list[Tensor], grads: list[Tensor], exp_avgs: list[T
         return
     if max_mode is not None and max_exp_avg_vars is None:
         raise LabError("max_exp_avg_vars is needed when max_mode is set", where="adabelief_update")
-    if weight_decay != 0:
-        if decoupled_weight_decay:
-            torch._foreach_mul_(params, 1 - lr * weight_decay)
-        else:
-            grads = torch._foreach_add(grads, params, alpha=weight_decay)
+    grads = _weight_decay(params, grads, lr, weight_decay, decoupled_weight_decay)
     torch._foreach_lerp_(exp_avgs, grads, 1 - beta1)
     work = torch._foreach_sub(grads, exp_avgs)            # g - m_t, the surprise
     torch._foreach_mul_(exp_avg_vars, beta2)

@@ -350,15 +350,8 @@ class RunStore:
     # ----- metrics -----------------------------------------------------------------------------
     def add_metrics(self, run_id: str, rows: Iterable[Mapping[str, Any]]) -> int:
         """Insert (or replace) metric rows: dicts with step, worker and any of METRIC_COLUMNS."""
-        cols = ("run_id", "step", "worker", *METRIC_COLUMNS)
-        data = [(run_id, int(r["step"]), int(r["worker"]), *(_clean(r.get(k)) for k in METRIC_COLUMNS))
-                for r in rows]
-        if not data:
-            return 0
-        with self._write() as c:
-            c.executemany(f"INSERT OR REPLACE INTO metrics ({','.join(cols)}) VALUES "
-                          f"({','.join('?' * len(cols))})", data)
-        return len(data)
+        return self.add_metric_rows(run_id, ((r["step"], r["worker"], *(r.get(k) for k in METRIC_COLUMNS))
+                                             for r in rows))
 
     def add_metric_rows(self, run_id: str, rows: Iterable[tuple]) -> int:
         """Fast path: tuples (step, worker, *METRIC_COLUMNS) in that order; NaN/inf become NULL."""

@@ -201,8 +201,8 @@ class ShardSampler:
     """A worker's local samples and its stream of mini-batches.
 
     Batches walk through a fresh permutation of the local samples each pass (seeded by ``seed`` and
-    the rank); a batch that reaches the end of a pass is completed from the next pass. After seed
-    C's exchange changes the local samples, the next batch starts a new pass.
+    the rank); a batch that reaches the end of a pass is completed from the next pass. After
+    the task-level design's exchange changes the local samples, the next batch starts a new pass.
     """
 
     def __init__(self, x: torch.Tensor, y: torch.Tensor, batch: int, seed: int, rank: int):

@@ -20,7 +20,7 @@ import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 
-from lab.comm.sparse import dense_ring_bytes_per_rank, simulate_sparse_ring
+from lab.comm.sparse import dense_ring_bytes_per_rank, simulate_sparse_ring, sum_payloads
 from lab.compression.compressors import make_compressor
 from lab.optim.optimizers import from_training as optim_from_training
 from lab.scenario.document import Training, default_scenario
@@ -149,8 +149,8 @@ def compressed_single_process(tr: Training, steps: int | None = None) -> dict:
         if c.sharing == "sparse_ring":
             sim = simulate_sparse_ring(payloads, numel)
             total, sent, recv = sim.total, sim.bytes_sent, sim.bytes_recv
-        elif c.sharing == "sparse_allgather":  # equal-size payloads, no counts (see allgather_equal)
-            total = compressed.sum_payloads(payloads)
+        elif c.sharing == "sparse_allgather":  # equal-size payloads, no counts (lab.comm.sparse, equal_sizes)
+            total = sum_payloads(payloads)
             sent = recv = [(n_w - 1) * p.nbytes for p in payloads]
         else:
             total = payloads[0].to_dense()

@@ -148,8 +148,11 @@ class Heartbeat:
         if step != self._step:
             self._step, self._progress_t = step, now
         phase, where = main_thread_phase()
-        doc = {"pid": os.getpid(), "attempt": attempt(), "step": step, "phase": phase, "where": where, "t": now,
-               "progress_t": self._progress_t}
+        self._write({"pid": os.getpid(), "attempt": attempt(), "step": step, "phase": phase, "where": where,
+                     "t": now, "progress_t": self._progress_t})
+
+    def _write(self, doc: dict) -> None:
+        """Replace the heartbeat file whole (a reader never sees half a file); a full disk loses one beat."""
         tmp = self.path.with_name(self.path.name + ".tmp")
         try:
             tmp.write_text(json.dumps(doc))
@@ -168,14 +171,8 @@ class Heartbeat:
         if self._thread.is_alive():
             self._thread.join(timeout=2 * self.every + 1.0)
         if phase is not None:
-            doc = {"pid": os.getpid(), "attempt": attempt(), "step": int(self.step_of() or 0), "phase": phase,
-                   "where": "", "t": time.time(), "progress_t": time.time()}
-            tmp = self.path.with_name(self.path.name + ".tmp")
-            try:
-                tmp.write_text(json.dumps(doc))
-                os.replace(tmp, self.path)
-            except OSError:
-                pass
+            self._write({"pid": os.getpid(), "attempt": attempt(), "step": int(self.step_of() or 0), "phase": phase,
+                         "where": "", "t": time.time(), "progress_t": time.time()})
 
 
 _BEAT: Heartbeat | None = None

@@ -49,6 +49,7 @@ import torch.nn.functional as F
 from lab import settings
 from lab.comm import ring_allreduce
 from lab.errors import LabError
+from lab.optim.flat import flatten_parameters
 from lab.optim.optimizers import NonFiniteGradient
 from lab.optim.optimizers import from_training as optim_from_training
 from lab.scenario.document import Scenario
@@ -104,19 +105,8 @@ class Trainer:
         self.n = plan.workers
         # Parameters and gradients live in flat buffers with one extra slot (the loss): the
         # collective then moves one contiguous tensor and no copies are made.
-        self.params = [p for p in self.model.parameters() if p.requires_grad]
-        numel = sum(p.numel() for p in self.params)
-        self.numel = numel
-        self.pflat = torch.zeros(numel + 1)
-        self.gflat = torch.zeros(numel + 1)
-        off = 0
-        with torch.no_grad():
-            for p in self.params:
-                k = p.numel()
-                self.pflat[off:off + k].copy_(p.reshape(-1))
-                p.data = self.pflat[off:off + k].view_as(p)
-                p.grad = self.gflat[off:off + k].view_as(p)
-                off += k
+        self.params, self.pflat, self.gflat = flatten_parameters(self.model)
+        self.numel = self.pflat.numel() - 1
         self.buffers = [b for b in self.model.buffers() if b.is_floating_point()]
         self.opt = optim_from_training(tr, self.params, plan.lr) if (plan.server is None or self.is_server) else None
         self.sampler = None
@@ -140,7 +130,7 @@ class Trainer:
             self.bytes_kind = "measured (ring) + modelled (gloo max)"
         else:
             self.bytes_kind = "modelled"
-        self.compressed = compressed.attach(self)  # issue 7: compressed gradient sync, or None
+        self.compressed = compressed.attach(self)  # the compressed gradient sync, or None
         self.records: list[list[float]] = []
         self._writer: ThreadPoolExecutor | None = None
         self._pending: list = []

@@ -184,7 +184,7 @@ def test_checkpoints_go_next_to_the_store_or_lab_data(tmp_path, monkeypatch):
         s.checkpoint_dir("../r1")
 
 
-# ----- issue 8: lifecycle tables, old stores, a writer killed mid-run ---------------------------
+# ----- lifecycle tables, old stores, a writer killed mid-run ---------------------------
 OLD_SCHEMA = """
 CREATE TABLE runs (id TEXT PRIMARY KEY, name TEXT NOT NULL, scenario TEXT NOT NULL, status TEXT NOT NULL,
     created REAL NOT NULL, start REAL, "end" REAL, error TEXT, pid INTEGER, info TEXT);

@@ -9,7 +9,7 @@ Four algorithms over N participating devices, each a :class:`CollectiveSchedule`
 * ``tree``: reduce up a binary tree (heap layout over the order, root first), broadcast down.
 * ``hierarchical``: reduce inside each group (a binary tree over the group's fast links), ring
   all-reduce among the group leaders (over the slower links), broadcast back inside each group
-  (seeds A and C: groups are the topology's pools / resource groups).
+  (the coherent-interconnect and task-level designs: groups are the topology's pools / resource groups).
 
 A step's ``state`` holds, for every node and every chunk, the set of contributions it holds as a
 bitmask of participant indices (bit i = participant i's share). A reduce into a chunk that

@@ -1,0 +1,88 @@
+"""lab.train.resilience on its own: checkpoint files (atomic, newest, pruned, loaded without
+pickles), heartbeat files, attempts, and the injected faults."""
+
+import os
+import pickle
+import time
+
+import pytest
+import torch
+
+from lab.scenario.document import Training
+from lab.train import resilience as R
+
+
+def test_checkpoints_newest_pruned_and_loaded_as_weights_only(tmp_path):
+    for step in (5, 10, 15):
+        R.save_atomic({"w": torch.full((3,), float(step)), "step": step}, tmp_path / R.main_name(step))
+        R.save_atomic({"rank": 1}, tmp_path / R.rank_name(step, 1))
+    (tmp_path / "step000099.pt.tmp").write_bytes(b"half a file")  # a save cut off: not a checkpoint
+    assert R.latest_checkpoint(tmp_path) == 15
+    got = R.load(tmp_path / R.main_name(15))
+    assert torch.equal(got["w"], torch.full((3,), 15.0)) and got["step"] == 15
+    R.prune(tmp_path, keep=2)
+    assert sorted(f.name for f in tmp_path.glob("step*.pt")) == [
+        R.main_name(10), R.rank_name(10, 1), R.main_name(15), R.rank_name(15, 1)]
+    assert R.latest_checkpoint(tmp_path / "nothing here") is None
+
+
+class Boom:
+    def __reduce__(self):
+        return (os.system, ("echo pwned",))
+
+
+def test_a_checkpoint_holding_code_is_refused(tmp_path):
+    path = tmp_path / R.main_name(1)
+    with open(path, "wb") as f:
+        torch.save({"evil": Boom()}, f)
+    with pytest.raises(pickle.UnpicklingError):
+        R.load(path)
+
+
+def test_heartbeat_file_follows_the_step_and_says_goodbye(tmp_path):
+    step = {"n": 3}
+    path = tmp_path / "beat.json"
+    hb = R.Heartbeat(path, lambda: step["n"], every=30.0).start()  # a long period: the test beats by hand
+    try:
+        first = R.read_heartbeat(path)
+        assert first["step"] == 3 and first["pid"] == os.getpid() and first["phase"] in ("busy", "comm")
+        time.sleep(0.01)
+        hb.beat()
+        assert R.read_heartbeat(path)["progress_t"] == first["progress_t"]  # same step: no progress
+        step["n"] = 4
+        hb.beat()
+        now = R.read_heartbeat(path)
+        assert now["step"] == 4 and now["progress_t"] > first["progress_t"]
+    finally:
+        hb.stop("exiting")
+    assert R.read_heartbeat(path)["phase"] == "exiting"
+    path.write_text("{not json")
+    assert R.read_heartbeat(path) is None and R.read_heartbeat(tmp_path / "missing") is None
+
+
+def test_attempt_reads_the_restart_count(monkeypatch):
+    monkeypatch.delenv("LAB_ATTEMPT", raising=False)
+    monkeypatch.delenv("TORCHELASTIC_RESTART_COUNT", raising=False)
+    assert R.attempt() == 0
+    monkeypatch.setenv("TORCHELASTIC_RESTART_COUNT", "2")
+    assert R.attempt() == 2
+    monkeypatch.setenv("LAB_ATTEMPT", "1")
+    assert R.attempt() == 1  # the lab's own launcher's count comes first
+    monkeypatch.setenv("TORCHELASTIC_MAX_RESTARTS", "3")
+    assert R.torchrun_restarts_left()
+
+
+def test_a_fault_fires_once_where_the_scenario_puts_it(monkeypatch):
+    monkeypatch.delenv("LAB_ATTEMPT", raising=False)
+    monkeypatch.delenv("TORCHELASTIC_RESTART_COUNT", raising=False)
+    tr = Training(fault="raise", fault_worker=1, fault_step=7)
+    seen = []
+    R.inject(tr, rank=0, step=7, record=seen.append)
+    R.inject(tr, rank=1, step=6, record=seen.append)
+    assert seen == []
+    with pytest.raises(RuntimeError, match="worker 1 raised at step 7"):
+        R.inject(tr, rank=1, step=7, record=seen.append)
+    assert seen == [{"kind": "raise", "rank": 1, "pid": os.getpid()}]
+    monkeypatch.setenv("LAB_ATTEMPT", "1")
+    R.inject(tr, rank=1, step=7, record=seen.append)  # a restarted job runs past it
+    assert len(seen) == 1
