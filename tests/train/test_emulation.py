@@ -7,6 +7,7 @@ from torch.utils.flop_counter import FlopCounterMode
 
 from lab.errors import LabError
 from lab.scenario.catalogue import preset
+from lab.scenario.document import default_scenario
 from lab.scenario.models import build_model
 from lab.train.emulation import (
     dominant_op_class,
@@ -73,3 +74,19 @@ def test_link_times_are_the_route_formula():
     slowest = max(topo.transfer_time(devs[r], devs[(r + 1) % n], nbytes / n) for r in range(n))
     assert ring_allreduce_time(topo, devs, nbytes) == pytest.approx(2 * (n - 1) * slowest)
     assert ring_allreduce_time(topo, (a,), nbytes) == 0.0
+
+
+def test_emulation_scales_and_errors():
+    from lab.train import emulation as emu
+
+    topo = default_scenario().topology
+    assert emu.dominant_op_class(build_model("mlp"), 64) == "matmul"
+    assert emu.dominant_op_class(build_model("cnn"), 64) == "conv"
+    e = emu.worker_devices(topo, ("gpu", "host", "gpu"), 3, "matmul")
+    assert e.scales == pytest.approx((1.0, 9.75, 1.0))
+    with pytest.raises(LabError, match="no matmul kernel"):
+        emu.worker_devices(topo, ("gpu", "fpga"), 2, "matmul")
+    with pytest.raises(LabError, match="only 1 device"):
+        emu.worker_devices(topo, ("gpu",), 2, "matmul")
+    t = emu.ring_allreduce_time(topo, ("gpu", "host"), 1e6)
+    assert t == pytest.approx(2 * topo.transfer_time("gpu", "host", 5e5))
