@@ -28,12 +28,23 @@ def available_pages() -> list[tuple[str, str, str]]:
     return [p for p in PAGES if (ROOT / p[0]).exists()]
 
 
+def start_warm_starter() -> None:
+    """With the app, in the background: the process that forks every job (lab.train.warm), so that
+    the first Run does not wait for Python and torch to load. Idempotent and cheap on every rerun."""
+    from lab import settings
+    from lab.train.warm import shared_starter
+
+    if settings.warm_starts():
+        shared_starter().start()
+
+
 def main() -> None:
     import streamlit as st
 
     # A local icon: a Material icon as page_icon makes every viewer's browser fetch it from Google's font server.
     st.set_page_config(page_title="Heterogeneous training lab", page_icon=str(ROOT / "assets" / "icon.png"),
                        layout="wide")
+    start_warm_starter()
     pages = [st.Page(str(ROOT / f), title=t, icon=i, default=(f == "pages/home.py"))
              for f, t, i in available_pages()]
     st.navigation(pages).run()

@@ -39,7 +39,9 @@ VARIABLES: dict[str, Variable] = {v.name: v for v in (
     Variable("LAB_GLOO_TIMEOUT", 60.0, "seconds a gloo collective may wait for a peer"),
     Variable("LAB_FLUSH_EVERY", 10, "training steps between measurement gathers (live charts refresh at this pace)"),
     Variable("LAB_CALIBRATION_PIN", "1", "0 turns off CPU pinning while calibrating"),
-    Variable("LAB_WARM", "", "1 starts jobs from the warm process starter"),
+    Variable("LAB_WARM", "1", "0 starts every job cold (a new Python for its launcher and each worker) instead "
+             "of forking it from the warm starter"),
+    Variable("LAB_WARM_MAX_MB", 2048.0, "resident memory (MB) above which the warm starter is restarted"),
 )}
 
 # Set by the lab for the processes it starts; a person never sets these.
@@ -69,6 +71,11 @@ def integer(name: str) -> int:
 
 def flag(name: str) -> bool:
     return raw(name).strip().lower() in ("1", "true", "yes", "on")
+
+
+def warm_starts() -> bool:
+    """Whether the job manager forks jobs from its warm starter (LAB_WARM, on unless "0")."""
+    return (raw("LAB_WARM").strip() or VARIABLES["LAB_WARM"].default) not in ("0", "false", "no", "off")
 
 
 def job_nice() -> int:

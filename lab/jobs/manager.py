@@ -76,6 +76,7 @@ from lab.train.launcher import (
     world_size,
 )
 from lab.train.roles import parse_job
+from lab.train.warm import shared_starter
 
 DRAIN_S = 10.0  # workers of a dead launcher get this long to exit before they are killed
 
@@ -90,7 +91,8 @@ class Job:
 
 class JobManager:
     def __init__(self, store_path: str | os.PathLike | None = None, capacity: int = 1, poll_s: float = 0.2,
-                 policy: str = "uniform", cpus: Iterable[int] | None = None, slots_per_cpu: int | None = None):
+                 policy: str = "uniform", cpus: Iterable[int] | None = None, slots_per_cpu: int | None = None,
+                 warm: bool | None = None):
         if capacity < 1:
             raise LabError(f"capacity must be at least 1 (got {capacity})", where="jobs")
         if policy not in POLICIES:
@@ -114,6 +116,9 @@ class JobManager:
         self._suspects: dict[str, float] = {}  # run id -> first sweep that found its process gone
         self._last_sweep = 0.0
         self._sweeper: threading.Thread | None = None
+        # The warm starter (lab.train.warm): started by the first submit or by warm_up(), which the
+        # app calls when it starts; jobs fork from it once it has loaded torch and the data.
+        self.starter = shared_starter() if (settings.warm_starts() if warm is None else warm) else None
 
     # ----- folders -----------------------------------------------------------------------------
     def _dir(self, name: str) -> Path:
@@ -169,9 +174,15 @@ class JobManager:
                 if owner not in self._ring:
                     self._ring.append(owner)
             jobs.append(Job(rid))
+        self.warm_up()
         self._ensure_thread()
         self._schedule()
         return [Job(j.run_id, self.pid(j.run_id)) for j in jobs]
+
+    def warm_up(self) -> None:
+        """Start the warm starter now, in the background, so that the first job does not wait for it."""
+        if self.starter is not None:
+            self.starter.start()
 
     def _ensure_thread(self) -> None:
         with self._lock:
@@ -183,6 +194,10 @@ class JobManager:
     def _loop(self) -> None:
         while not self._closed:
             try:
+                if self.starter is not None:
+                    self.starter.check()  # restarted when it died or outgrew its bound
+                    if self._queue and not self.starter.ready():
+                        self.starter.wait_ready()  # outside the lock: pages keep answering meanwhile
                 self._schedule()
             except Exception:  # noqa: BLE001 - the scheduler must keep running
                 pass
@@ -196,6 +211,8 @@ class JobManager:
     def _schedule(self) -> None:
         with self._lock:
             self._reap()
+            if self._warming():
+                return  # the scheduler thread starts the queue once the starter is ready
             while len(self._running) < self.capacity and self._queue:
                 started = False
                 for rid, owner in fair_order(self._queue, owner_of=lambda q: q[1], after=self._last_owner,
@@ -232,11 +249,18 @@ class JobManager:
         scenario_file.write_text(Scenario.from_dict(run["scenario"]).to_json())
         log = open(self._dir("logs") / f"{rid}.log", "ab")
         env = settings.child_env(LAB_DB=str(self.store.path.resolve()), LAB_RANK_CPUS=",".join(map(str, cpus)))
+        argv = [sys.executable, "-m", "lab.train", "--scenario", str(scenario_file), "--run-id", rid]
+        p = None
+        if self.starter is not None and self.starter.ready():
+            try:
+                p = self.starter.launch(argv, env, str(ROOT), str(self.log_path(rid)), nice=job_nice())
+            except LabError:  # the starter died or did not answer: this job starts cold
+                p = None
         try:
-            p = subprocess.Popen([sys.executable, "-m", "lab.train", "--scenario", str(scenario_file),
-                                  "--run-id", rid], cwd=str(ROOT), env=env, stdin=subprocess.DEVNULL,
-                                 stdout=log, stderr=log, start_new_session=True,
-                                 preexec_fn=(lambda n=job_nice(): lower_priority(n)) if job_nice() else None)
+            if p is None:
+                p = subprocess.Popen(argv, cwd=str(ROOT), env=env, stdin=subprocess.DEVNULL, stdout=log, stderr=log,
+                                     start_new_session=True,
+                                     preexec_fn=(lambda n=job_nice(): lower_priority(n)) if job_nice() else None)
         except OSError as exc:
             log.close()
             self.book.release(rid)
@@ -617,7 +641,12 @@ class JobManager:
         if stop_running:
             for rid in running:
                 self._stop(rid, "shutdown", {"by": "shutdown"})
-        self._closed = True
+        self._closed = True  # the warm starter is the process's, not this manager's: it stays
+
+    def _warming(self) -> bool:
+        """The starter is loading (started, alive, not yet ready, within its time): jobs wait for it."""
+        st = self.starter
+        return st is not None and st.alive() and not st.ready() and st.loading_for() < st.ready_timeout
 
 
 # ----- views for the Jobs page (plain data) ---------------------------------------------------
@@ -640,6 +669,7 @@ def shared(store_path: str | os.PathLike | None = None, **kw) -> JobManager:
             jm = _SHARED[key] = JobManager(key, **kw)
             jm.mark_interrupted()
             jm.start_sweeper()
+            jm.warm_up()
         return jm
 
 

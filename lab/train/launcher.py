@@ -57,6 +57,7 @@ from lab.scenario.document import Scenario
 from lab.settings import ROOT
 from lab.store.runs import ACTIVE, JOB_WORKER, RunStore
 from lab.train.resilience import latest_checkpoint, read_heartbeat
+from lab.train import warm
 from lab.train.roles import parse_job
 
 POLL_S = 0.05
@@ -241,6 +242,15 @@ def _state(pid: int) -> str | None:
         return None
 
 
+def _exiting(pid: int) -> bool:
+    """A process on its way out: its memory (and with it its command line) is already released,
+    which for a large process comes well before it turns into a zombie."""
+    try:
+        return not Path(f"/proc/{int(pid)}/cmdline").read_bytes()
+    except (OSError, ValueError):
+        return False
+
+
 def identity(pid: int | None = None) -> dict:
     """Who a launcher is: pid, host, boot id and the process's start time."""
     pid = os.getpid() if pid is None else pid
@@ -271,7 +281,7 @@ def launcher_gone(record: dict | None, now: float | None = None) -> str | None:
         start = process_start(pid)
         if start is None or (record.get("pid_start") is not None and start != record["pid_start"]):
             return f"its launcher (pid {pid}) is gone"
-        if _state(pid) in ("Z", "X"):
+        if _state(pid) in ("Z", "X") or _exiting(pid):
             return f"its launcher (pid {pid}) was killed"
         return None
     beat = record.get("beat") or record.get("started")
@@ -330,9 +340,12 @@ def launch(sc: Scenario, run_id: str | None = None, *, name: str | None = None,
             scenario_file.write_text(current.to_json())
             sock = listening_socket()
             try:
+                if warm.FORK_WORKERS:  # SQLite's per-process lock table must not reach a forked worker
+                    store.close()
                 procs = _spawn(current, run_id, scenario_file, tmp, store.path, attempt, sock, logs, cpus)
                 store.add_stage(run_id, "started", attempt=attempt, detail={
-                    "launcher": "lab", "launcher_pid": os.getpid(), "world": len(procs),
+                    "launcher": "lab", "start": "warm" if warm.FORK_WORKERS else "cold",
+                    "launcher_pid": os.getpid(), "world": len(procs),
                     "workers": current.training.workers, "pids": [p.pid for p in procs],
                     "port": sock.getsockname()[1], "cpus": (cpus or [])[:len(procs)] or None})
                 failure = _watch(procs, tmp, store, run_id, attempt, logs)
@@ -423,9 +436,12 @@ def _spawn(sc: Scenario, run_id: str, scenario_file: Path, tmp: Path, db: Path, 
             err.write(f"===== {time.strftime('%Y-%m-%d %H:%M:%S')} attempt {attempt}: rank {rank} of {world}"
                       f"{f', cpu {cpu}' if cpu is not None else ''} =====\n".encode())
             err.flush()
+            argv = [sys.executable, "-m", "lab.train", "--scenario", str(scenario_file), "--run-id", run_id, "--quiet"]
+            if warm.FORK_WORKERS:  # a launcher forked by the warm starter forks its workers too
+                procs.append(warm.fork_worker(argv, env, logs / f"rank{rank}.log", fds, cpu))
+                continue
             procs.append(subprocess.Popen(
-                [sys.executable, "-m", "lab.train", "--scenario", str(scenario_file), "--run-id", run_id, "--quiet"],
-                env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=err, cwd=str(ROOT),
+                argv, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=err, cwd=str(ROOT),
                 pass_fds=fds, preexec_fn=(lambda c=cpu: _pin(c)) if cpu is not None else None))
         finally:
             err.close()

@@ -7,7 +7,9 @@ Asserted: the alarm names the worker and comes within DETECT_S of the fault (gen
 'fail' ends the run with the root cause; 'recover' restarts from the step-5 checkpoint with the
 remaining worker and the measurements continue (steps 1-5 kept, every step 0-12 exactly once), the
 final model loads and scores what the run stored; with the same world size (parameter server,
-torchrun) the resumed run equals the uninterrupted one exactly; no process of the run is left."""
+torchrun) the resumed run equals the uninterrupted one exactly; no process of the run is left.
+Every job of the lab's own launcher runs twice: started cold (a new Python per process) and forked
+from the warm starter, which must behave the same."""
 
 from __future__ import annotations
 
@@ -15,19 +17,23 @@ import json
 import os
 import signal
 import subprocess
+import sys
 import threading
 import time
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
 import torch
 
+from lab import settings
 from lab.scenario.document import Compression, Training, default_scenario
 from lab.scenario.models import build_model
-from lab.store.runs import JOB_WORKER, RunStore
+from lab.store.runs import JOB_WORKER, RunStore, new_run_id
 from lab.train import data as data_mod
 from lab.train.launcher import launch, processes_of
 from lab.train.reference import single_process
+from lab.train.warm import Starter
 from tests.conftest import ROOT
 
 pytestmark = pytest.mark.timeout(300)
@@ -45,6 +51,36 @@ def env(lab_db, monkeypatch):
     monkeypatch.setenv("LAB_FROZEN_TIMEOUT", "10")
     monkeypatch.setenv("LAB_FLUSH_EVERY", "1")  # every step stored at once: a restart has rows to discard
     return lab_db
+
+
+@pytest.fixture(scope="module")
+def starter():
+    st = Starter()
+    assert st.wait_ready(240), "the warm starter did not get ready"
+    yield st
+    st.stop()
+
+
+@pytest.fixture(params=["cold", "warm"])
+def launch_job(request, env, tmp_path):
+    """``launch_job(scenario, run_id=None)``: the job run to its end, cold (:func:`launch` in this
+    process) or forked from the warm starter; its run id, status and restarts."""
+    if request.param == "cold":
+        return launch
+    st = request.getfixturevalue("starter")
+
+    def warm(sc, run_id=None):
+        rid = run_id or new_run_id()
+        path = tmp_path / f"{rid}.json"
+        path.write_text(sc.to_json())
+        p = st.launch([sys.executable, "-m", "lab.train", "--scenario", str(path), "--run-id", rid],
+                      settings.child_env(), str(ROOT), str(tmp_path / f"{rid}.log"))
+        p.wait(timeout=240)
+        store = RunStore(env)
+        assert stage(store, rid, "started").detail.iloc[0]["start"] == "warm"
+        return SimpleNamespace(run_id=rid, status=store.status(rid), restarts=len(stage(store, rid, "restart")))
+
+    return warm
 
 
 def scenario(**training):
@@ -104,8 +140,8 @@ EXPECT = {"kill": "was killed by signal SIGKILL", "raise": "injected fault: work
 
 
 @pytest.mark.parametrize("fault", ["kill", "raise", "hang"])
-def test_fail_policy_ends_the_job_with_the_root_cause(env, fault):
-    res = launch(scenario(fault=fault, fault_policy="fail"))
+def test_fail_policy_ends_the_job_with_the_root_cause(env, launch_job, fault):
+    res = launch_job(scenario(fault=fault, fault_policy="fail"))
     store = RunStore(env)
     run = store.get_run(res.run_id)
     assert res.status == run["status"] == "failed", run["error"]
@@ -120,8 +156,8 @@ def test_fail_policy_ends_the_job_with_the_root_cause(env, fault):
 
 
 @pytest.mark.parametrize("fault", ["kill", "raise", "hang"])
-def test_recover_policy_restarts_from_the_checkpoint_with_the_remaining_worker(env, fault):
-    res = launch(scenario(fault=fault, fault_policy="recover"))
+def test_recover_policy_restarts_from_the_checkpoint_with_the_remaining_worker(env, launch_job, fault):
+    res = launch_job(scenario(fault=fault, fault_policy="recover"))
     store = RunStore(env)
     rid = res.run_id
     run = store.get_run(rid)
@@ -149,14 +185,14 @@ def test_recover_policy_restarts_from_the_checkpoint_with_the_remaining_worker(e
     check_no_process_left(store, rid)
 
 
-def test_a_frozen_worker_is_found_by_its_heartbeat(env):
+def test_a_frozen_worker_is_found_by_its_heartbeat(env, launch_job):
     """SIGSTOP from outside: no error, no exit, the heartbeat thread stops too."""
     store = RunStore(env)
     out = {}
     # launch() installs signal handlers, which only the main thread may do: the freezer is the thread
     stopper = threading.Thread(target=_freeze_worker_when_running, args=(store, "frozen-1", out), daemon=True)
     stopper.start()
-    res = launch(scenario(steps=100_000, fault_policy="fail"), run_id="frozen-1")
+    res = launch_job(scenario(steps=100_000, fault_policy="fail"), run_id="frozen-1")
     stopper.join(timeout=10)
     run = store.get_run(res.run_id)
     assert res.status == "failed" and "froze at step" in run["error"], run["error"]
@@ -182,9 +218,9 @@ def _freeze_worker_when_running(store, rid, out):
     os.kill(started[1], signal.SIGSTOP)
 
 
-def test_a_dead_parameter_server_migrates_and_the_run_equals_the_uninterrupted_one(env):
+def test_a_dead_parameter_server_migrates_and_the_run_equals_the_uninterrupted_one(env, launch_job):
     sc = scenario(sync="param_server", fault="kill", fault_worker=2, fault_policy="recover")
-    res = launch(sc)
+    res = launch_job(sc)
     store = RunStore(env)
     rid = res.run_id
     assert res.status == "done" and res.restarts == 1, store.get_run(rid)["error"]

@@ -1,0 +1,113 @@
+"""How fast a job starts: through the job manager, forked from its warm starter, against the command
+line, which starts a new Python for the launcher and every worker (cold). Then a 6-run comparison
+(the three optimisers x dense and Group-TopK 1 % + error feedback, 200 steps, 2 workers, MLP on
+digits) through the warm job manager, and the warm starter's resident memory.
+
+"First step" is the run store's ``running`` stage (the first training step begins), from the
+moment before the submit (warm) or before the command starts (cold); "done" is the job's end as
+its caller sees it (the job manager's wait, the command's exit). Medians of ``--repeats`` runs.
+
+    .venv/bin/python bench/bench_start.py
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from common import ROOT, table  # noqa: E402  (also puts the checkout on sys.path)
+
+from lab import settings  # noqa: E402
+from lab.jobs import comparison as C  # noqa: E402
+from lab.jobs.manager import JobManager  # noqa: E402
+from lab.scenario.document import Compression, default_scenario  # noqa: E402
+from lab.store.runs import RunStore, new_run_id  # noqa: E402
+from lab.train.warm import rss_mb  # noqa: E402
+
+
+def first_step_at(store: RunStore, rid: str) -> float:
+    ev = store.stages(rid)
+    return float(ev[ev.stage == "running"].t.iloc[0])
+
+
+def warm_run(jm: JobManager, store: RunStore, sc) -> tuple[float, float]:
+    t0 = time.time()
+    job = jm.submit(sc, "bench warm")
+    status = jm.wait(job.run_id, timeout=600)
+    done = time.time() - t0
+    if status != "done":
+        raise SystemExit(f"warm run {job.run_id} {status}: {store.get_run(job.run_id)['error']}")
+    return first_step_at(store, job.run_id) - t0, done
+
+
+def cold_run(db: Path, store: RunStore, steps: int) -> tuple[float, float]:
+    rid = new_run_id()
+    t0 = time.time()
+    proc = subprocess.run([sys.executable, "-m", "lab.train", "--workers", "2", "--steps", str(steps),
+                           "--run-id", rid, "--quiet"], cwd=ROOT, env=settings.child_env(LAB_DB=str(db)),
+                          stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    done = time.time() - t0
+    if proc.returncode != 0:
+        raise SystemExit(f"cold run failed: {proc.stderr[-2000:]}")
+    return first_step_at(store, rid) - t0, done
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--repeats", type=int, default=5)
+    ap.add_argument("--grid-steps", type=int, default=200)
+    a = ap.parse_args()
+
+    db = Path(tempfile.mkdtemp(prefix="bench-start-")) / "runs.db"
+    store = RunStore(db)
+    jm = JobManager(str(db), capacity=1, warm=True)
+    t0 = time.time()
+    jm.warm_up()
+    if not jm.starter.wait_ready(300):
+        raise SystemExit("the warm starter did not get ready")
+    ready_s = time.time() - t0
+    base = default_scenario()
+    rows, med = [], {}
+    for steps in (1, 200):
+        sc = base.replace(training=base.training.replace(workers=2, steps=steps))
+        for how in ("warm", "cold"):
+            got = [warm_run(jm, store, sc) if how == "warm" else cold_run(db, store, steps) for _ in range(a.repeats)]
+            first = statistics.median(g[0] for g in got)
+            done = statistics.median(g[1] for g in got)
+            med[(how, steps)] = (first, done)
+            rows.append([f"{steps} step{'s' if steps > 1 else ''}, 2 workers",
+                         "job manager, warm starter" if how == "warm" else "command line, cold",
+                         f"{first:.2f}", f"{done:.2f}", a.repeats])
+    for steps in (1, 200):
+        (wf, wd), (cf, cd) = med[("warm", steps)], med[("cold", steps)]
+        rows.append([f"{steps} step{'s' if steps > 1 else ''}: cold / warm", "ratio", f"{cf / wf:.1f}x",
+                     f"{cd / wd:.1f}x", ""])
+    print(f"median seconds from the click (or the command) to the first step and to the end; the starter "
+          f"was ready {ready_s:.1f} s after it was started")
+    print(table(["job", "started by", "first step (s)", "done (s)", "runs"], rows))
+
+    sc = base.replace(training=base.training.replace(workers=2, steps=a.grid_steps, eval_every=10))
+    gtk = Compression(kind="group_topk", ratio=0.01, group_size=1024, error_feedback=True, sharing="sparse_allgather")
+    items = C.comparison_scenarios(sc, [Compression(), gtk], repeats=1)
+    t0 = time.time()
+    jobs = jm.submit_many(items, owner="bench")
+    statuses = [jm.wait(j.run_id, timeout=3600) for j in jobs]
+    grid_s = time.time() - t0
+    print(f"\n{len(jobs)}-run comparison (3 optimisers x dense / Group-TopK 1 % + EF, {a.grid_steps} steps, "
+          f"2 workers, MLP on digits) through the warm job manager: {grid_s:.1f} s, statuses {sorted(set(statuses))}")
+
+    mem = rss_mb(jm.starter.pid)
+    print(f"warm starter: pid {jm.starter.pid}, resident {mem:.0f} MB (bound {jm.starter.max_mb:.0f} MB), "
+          f"restarts {jm.starter.restarts}")
+    jm.shutdown()
+    print(f"start: warm first step {med[('warm', 1)][0]:.2f} s, cold first step {med[('cold', 1)][0]:.2f} s, "
+          f"grid of 6 {grid_s:.1f} s, starter {mem:.0f} MB")
+
+
+if __name__ == "__main__":
+    main()

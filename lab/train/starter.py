@@ -1,0 +1,101 @@
+"""The warm starter process (``python -m lab.train.starter``; :mod:`lab.train.warm` says what it is
+and how the job manager talks to it). Nothing imports this module: it is the starter's entry, and
+it imports torch and the training code at once because that is what it is for."""
+
+from __future__ import annotations
+
+import json
+import os
+import select
+import sys
+
+for _k, _v in (("OMP_NUM_THREADS", "1"), ("MKL_NUM_THREADS", "1"), ("OPENBLAS_NUM_THREADS", "1")):
+    os.environ.setdefault(_k, _v)  # before torch and numpy load: no thread pools to break a fork
+
+import torch  # noqa: E402,F401
+import torch._dynamo  # noqa: E402,F401  (torch.optim's first optimiser imports it: over a second)
+import torch.distributed  # noqa: E402,F401
+import torch.utils.serialization  # noqa: E402,F401  (the first checkpoint)
+
+import lab.train.cli  # noqa: E402,F401  (the launcher's and the workers' entry)
+import lab.train.rank  # noqa: E402,F401
+from lab.errors import LabError  # noqa: E402
+from lab.train import data, warm  # noqa: E402
+
+
+def _start_launcher(req: dict) -> int:
+    """Fork a launcher for one job; its pid."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    log = os.open(req["log"], os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    try:
+        pid = os.fork()
+    except OSError:
+        os.close(log)
+        raise
+    if pid == 0:  # the launcher
+        try:
+            os.setsid()  # its own session and process group, as start_new_session gives a cold one
+            if int(req.get("nice") or 0):
+                os.nice(int(req["nice"]))
+            warm.become(req["env"], req["cwd"], log, log)
+        except BaseException:  # noqa: BLE001 - a child must never return into the starter's loop
+            os._exit(1)
+        warm.run_main(warm.lab_train_args(req["argv"]))
+    os.close(log)
+    return pid
+
+
+def _send(msg: dict) -> None:
+    sys.stdout.write(json.dumps(msg) + "\n")
+    sys.stdout.flush()
+
+
+def serve() -> int:
+    """Load, say so, then answer requests on standard input until it closes: the job manager's
+    process holds the other end, so the starter ends with it however that process ends. (The
+    kernel's parent-death signal would fire when the thread that started it ends, not the app.)"""
+    try:
+        data.load_dataset("digits")  # cached in this process: every job forked from it has it
+    except LabError:
+        pass
+    warm.FORK_WORKERS = True  # inherited by every launcher forked from here
+    warm.claim_title_space()
+    children: set[int] = set()
+    _send({"ready": True, "pid": os.getpid(), "rss_mb": round(warm.rss_mb(), 1)})
+    buf = b""
+    stdin = sys.stdin.fileno()
+    while True:
+        for pid in list(children):  # report the launchers that ended
+            try:
+                done, status = os.waitpid(pid, os.WNOHANG)
+            except ChildProcessError:
+                children.discard(pid)
+                continue
+            if done:
+                children.discard(pid)
+                _send({"exit": pid, "code": os.waitstatus_to_exitcode(status)})
+        ready, _, _ = select.select([stdin], [], [], 0.05)
+        if not ready:
+            continue
+        chunk = os.read(stdin, 65536)
+        if not chunk:  # the job manager is gone
+            return 0
+        buf += chunk
+        while b"\n" in buf:
+            line, buf = buf.split(b"\n", 1)
+            rid = None
+            try:
+                req = json.loads(line)
+                rid = req.get("id") if isinstance(req, dict) else None
+                if not isinstance(req, dict) or req.get("op") != "start":
+                    raise ValueError("unknown request")
+                pid = _start_launcher(req)
+                children.add(pid)
+                _send({"id": rid, "pid": pid, "rss_mb": round(warm.rss_mb(), 1)})
+            except Exception as exc:  # noqa: BLE001 - a bad request is answered, never fatal
+                _send({"id": rid, "error": f"{type(exc).__name__}: {exc}"})
+
+
+if __name__ == "__main__":
+    raise SystemExit(serve())

@@ -1,0 +1,404 @@
+"""Warm starts: jobs that start without paying for Python, torch and the data again.
+
+A cold job pays the interpreter's start and its imports (torch alone takes seconds) once for the
+launcher and once more for every worker. The starter is one process, started with the app, that
+has imported torch and the training code and loaded the bundled data set, and then waits. For each
+job the job manager asks it for a launcher: it forks one, which leads a new session as a cold
+launcher does and runs the very same :func:`lab.train.cli.main`; that launcher forks its workers
+from itself instead of starting ``python -m lab.train`` for each. Every job still has its own
+processes (a new gloo group, its own heartbeats, pinning, stop, fault detection and checkpoints),
+and its workers are the launcher's children in its process group, so stopping a job and the
+workers' death with their launcher work as they do cold.
+
+The starter talks to the job manager in JSON lines over its standard input and output:
+
+* starter → manager, once: ``{"ready": true, "pid": P, "rss_mb": M}``;
+* manager → starter: ``{"op": "start", "id": K, "argv": [...], "env": {...}, "cwd": D, "log": F,
+  "nice": N}``, answered by ``{"id": K, "pid": P}`` or ``{"id": K, "error": "..."}``;
+* starter → manager, whenever a launcher it forked ends: ``{"exit": P, "code": C}`` (a negative
+  code: killed by that signal).
+
+It never runs a job itself and ends with the process that started it (its standard input
+closes). A launcher it forked outlives it, as a cold one outlives
+the app; the job manager then judges that launcher by its process and the run store.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import runpy
+import signal
+import subprocess
+import sys
+import threading
+import time
+import traceback
+from pathlib import Path
+
+import setproctitle
+
+from lab import settings
+from lab.errors import LabError
+from lab.settings import ROOT
+
+#: True in the starter and every launcher it forks: such a launcher forks its workers.
+FORK_WORKERS = False
+
+THREAD_VARIABLES = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1"}
+
+
+# ---------------------------------------------------------------------------------------------
+# A forked child, as the launcher and the job manager use a subprocess.Popen
+# ---------------------------------------------------------------------------------------------
+class Forked:
+    """A child process started by ``os.fork`` in this process: ``pid``, ``poll``, ``wait``,
+    ``returncode``, ``kill``, ``terminate`` and ``send_signal`` as :class:`subprocess.Popen` has them."""
+
+    def __init__(self, pid: int, args: list[str] | None = None):
+        self.pid = pid
+        self.args = args or []
+        self.returncode: int | None = None
+
+    def poll(self) -> int | None:
+        if self.returncode is None:
+            try:
+                pid, status = os.waitpid(self.pid, os.WNOHANG)
+            except ChildProcessError:  # reaped elsewhere: it is gone, how is not known
+                self.returncode = -signal.SIGKILL
+                return self.returncode
+            if pid:
+                self.returncode = os.waitstatus_to_exitcode(status)
+        return self.returncode
+
+    def wait(self, timeout: float | None = None) -> int:
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while self.poll() is None:
+            if deadline is not None and time.monotonic() >= deadline:
+                raise subprocess.TimeoutExpired(self.args, timeout)
+            time.sleep(0.01)
+        return self.returncode
+
+    def send_signal(self, sig: int) -> None:
+        if self.poll() is None:
+            os.kill(self.pid, sig)
+
+    def kill(self) -> None:
+        self.send_signal(signal.SIGKILL)
+
+    def terminate(self) -> None:
+        self.send_signal(signal.SIGTERM)
+
+
+def _close_fds(keep: tuple[int, ...]) -> None:
+    """Close every descriptor above 2 but ``keep``: a child holds only what a cold start would."""
+    try:
+        fds = [int(f) for f in os.listdir("/proc/self/fd")]
+    except OSError:
+        fds = list(range(3, 256))
+    for fd in fds:
+        if fd > 2 and fd not in keep:
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+
+
+def claim_title_space() -> None:
+    """Let setproctitle take the memory of this process's command line and environment for titles
+    now, while the environment is the one it started with: a child that changed its environment
+    first would have only the command line's few bytes for its title."""
+    setproctitle.setproctitle(setproctitle.getproctitle())
+
+
+def lab_train_args(argv: list[str]) -> list[str]:
+    """The arguments after ``python -m lab.train`` in a command line."""
+    return list(argv[3:]) if list(argv[:3]) == [sys.executable, "-m", "lab.train"] else list(argv)
+
+
+def become(env: dict, cwd: str, stdout: int, stderr: int, keep: tuple[int, ...] = ()) -> None:
+    """In a just-forked child: the standard streams, descriptors, environment, folder and signal
+    handlers a process started cold with ``env`` in ``cwd`` would have."""
+    devnull = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(devnull, 0)
+    os.dup2(stdout, 1)
+    os.dup2(stderr, 2)
+    _close_fds(keep)
+    for s in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGCHLD, signal.SIGPIPE):
+        signal.signal(s, signal.SIG_DFL)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    os.environ.clear()
+    os.environ.update(env)
+    os.chdir(cwd)
+
+
+def run_main(argv: list[str]) -> None:
+    """Run ``python -m lab.train`` with ``argv`` in this (forked) process, as the interpreter runs
+    it for a cold start (``runpy``, the module already imported), and leave with its exit code.
+    The process takes that command line as its title: ``ps`` and the lab's own process scans
+    (:func:`lab.train.launcher.processes_of`) find a job's processes by it."""
+    code = 1
+    try:
+        setproctitle.setproctitle(" ".join([sys.executable, "-m", "lab.train", *argv]))
+        sys.argv = [str(Path(ROOT) / "lab" / "train" / "__main__.py"), *argv]
+        runpy.run_module("lab.train", run_name="__main__", alter_sys=True)
+        code = 0
+    except SystemExit as exc:
+        code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+    except BaseException:  # noqa: BLE001 - a child must never return into its parent's code
+        traceback.print_exc()
+        code = 1
+    finally:
+        try:
+            sys.stdout.flush()
+            sys.stderr.flush()
+        finally:
+            os._exit(int(code or 0))
+
+
+def fork_worker(argv: list[str], env: dict, log_path: Path, keep_fds: tuple[int, ...] = (),
+                cpu: int | None = None) -> Forked:
+    """A worker of a warm launcher: forked from it (so it is its child, in its process group), with
+    the environment, descriptors and core a cold ``python -m lab.train`` worker would get."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    err = os.open(str(log_path), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    try:
+        pid = os.fork()
+    except OSError:
+        os.close(err)
+        os.close(devnull)
+        raise
+    if pid == 0:  # the worker
+        try:
+            become(env, str(ROOT), devnull, err, keep_fds)
+            if cpu is not None:
+                try:
+                    os.sched_setaffinity(0, {cpu})
+                except (OSError, AttributeError):
+                    pass
+        except BaseException:  # noqa: BLE001
+            os._exit(1)
+        run_main(lab_train_args(argv))
+    os.close(err)
+    os.close(devnull)
+    return Forked(pid, argv)
+
+
+def rss_mb(pid: int | None = None) -> float:
+    """Resident memory of a process in MB (this one by default; 0 when it cannot be read)."""
+    try:
+        for line in Path(f"/proc/{pid or 'self'}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024.0
+    except (OSError, ValueError, IndexError):
+        pass
+    return 0.0
+
+
+# ---------------------------------------------------------------------------------------------
+# The job manager's side
+# ---------------------------------------------------------------------------------------------
+class StartedLauncher:
+    """A launcher the starter forked, as the job manager uses a :class:`subprocess.Popen`: its exit
+    code comes from the starter, or, when the starter is gone, from whether the process still runs."""
+
+    def __init__(self, starter: "Starter", pid: int, args: list[str]):
+        self.starter, self.pid, self.args = starter, pid, args
+        self.returncode: int | None = None
+
+    def poll(self) -> int | None:
+        if self.returncode is None:
+            code = self.starter.exit_code(self.pid)
+            if code is not None:
+                self.returncode = code
+            elif not self.starter.alive() and not _running(self.pid):
+                self.returncode = -signal.SIGKILL  # how it ended died with the starter
+        return self.returncode
+
+    def wait(self, timeout: float | None = None) -> int:
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while self.poll() is None:
+            if deadline is not None and time.monotonic() >= deadline:
+                raise subprocess.TimeoutExpired(self.args, timeout)
+            time.sleep(0.02)
+        return self.returncode
+
+    def send_signal(self, sig: int) -> None:
+        if self.poll() is None:
+            os.kill(self.pid, sig)
+
+    def kill(self) -> None:
+        self.send_signal(signal.SIGKILL)
+
+    def terminate(self) -> None:
+        self.send_signal(signal.SIGTERM)
+
+
+def _running(pid: int) -> bool:
+    """A live process that is not a zombie."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        return state != "Z"
+    except (OSError, IndexError):
+        return False
+
+
+class Starter:
+    """The job manager's handle on its warm starter: started in the background, restarted when it
+    dies or outgrows ``max_mb``, asked for one launcher per job."""
+
+    def __init__(self, env: dict | None = None, max_mb: float | None = None, ready_timeout: float = 120.0):
+        # Every request brings the job's whole environment; the starter's own holds none of the lab's
+        # settings, so one starter serves every run store and every test.
+        base = env if env is not None else settings.child_env()
+        self.env = dict({k: v for k, v in base.items() if not k.startswith("LAB_")}, **THREAD_VARIABLES)
+        self.max_mb = float(max_mb if max_mb is not None else settings.number("LAB_WARM_MAX_MB"))
+        self.ready_timeout = ready_timeout
+        self.proc: subprocess.Popen | None = None
+        self.pid: int | None = None
+        self.rss: float = 0.0
+        self.restarts = -1  # the first start is not a restart
+        self._ready = threading.Event()
+        self._lock = threading.Lock()
+        self._codes: dict[int, int] = {}
+        self._replies: dict[int, dict] = {}
+        self._reply_cv = threading.Condition()
+        self._next_id = 0
+        self._closed = False
+        self._started_at = 0.0
+
+    # ----- life ---------------------------------------------------------------------------------
+    def start(self) -> None:
+        """Start the starter process (returns at once; :meth:`wait_ready` waits for its imports)."""
+        with self._lock:
+            if self._closed or (self.proc is not None and self.proc.poll() is None):
+                return
+            self._ready.clear()
+            self._started_at = time.monotonic()
+            self.restarts += 1
+            self.proc = subprocess.Popen([sys.executable, "-m", "lab.train.starter"], cwd=str(ROOT), env=self.env,
+                                         stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                                         start_new_session=True)
+            self.pid = self.proc.pid
+            threading.Thread(target=self._read, args=(self.proc,), name="lab-warm-starter", daemon=True).start()
+
+    def _read(self, proc: subprocess.Popen) -> None:
+        for line in proc.stdout:
+            try:
+                msg = json.loads(line)
+            except ValueError:
+                continue
+            if "rss_mb" in msg:
+                self.rss = float(msg["rss_mb"])
+            if msg.get("ready"):
+                self._ready.set()
+            elif "exit" in msg:
+                with self._reply_cv:
+                    self._codes[int(msg["exit"])] = int(msg["code"])
+            elif "id" in msg:
+                with self._reply_cv:
+                    self._replies[msg["id"]] = msg
+                    self._reply_cv.notify_all()
+        with self._reply_cv:  # the starter is gone: nobody waits for an answer that cannot come
+            self._reply_cv.notify_all()
+
+    def alive(self) -> bool:
+        p = self.proc
+        return p is not None and p.poll() is None
+
+    def loading_for(self) -> float:
+        """Seconds since the starter process was (re)started."""
+        return time.monotonic() - self._started_at
+
+    def ready(self) -> bool:
+        return self._ready.is_set() and self.alive()
+
+    def wait_ready(self, timeout: float | None = None) -> bool:
+        """Start it if it is not running (again), and wait until it has loaded what jobs need."""
+        if self._closed:
+            return False
+        if not self.alive():
+            self.start()
+        self._ready.wait(self.ready_timeout if timeout is None else timeout)
+        return self.ready()
+
+    def check(self) -> None:
+        """Restart a starter that died or outgrew its memory bound (it idles, so it should not grow)."""
+        if self._closed:
+            return
+        if self.proc is not None and not self.alive():
+            self.start()
+        elif self.ready() and self.max_mb > 0 and rss_mb(self.pid) > self.max_mb:
+            self.stop()
+            self._closed = False
+            self.start()
+
+    def stop(self) -> None:
+        with self._lock:
+            self._closed = True
+            p = self.proc
+            if p is None:
+                return
+            try:
+                p.stdin.close()  # it leaves on end of input
+            except OSError:
+                pass
+            try:
+                p.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.wait()
+            if p.stdout is not None:
+                p.stdout.close()
+
+    # ----- jobs ---------------------------------------------------------------------------------
+    def exit_code(self, pid: int) -> int | None:
+        with self._reply_cv:
+            return self._codes.get(pid)
+
+    def launch(self, argv: list[str], env: dict, cwd: str, log: str, nice: int = 0,
+               timeout: float = 30.0) -> StartedLauncher:
+        """A launcher for one job, forked by the starter (LabError when the starter cannot)."""
+        if not self.ready():
+            raise LabError("the warm starter is not running", where="warm start")
+        with self._reply_cv:
+            self._next_id += 1
+            rid = self._next_id
+        req = {"op": "start", "id": rid, "argv": list(argv), "env": dict(env, **THREAD_VARIABLES), "cwd": cwd,
+               "log": log, "nice": int(nice)}
+        try:
+            with self._lock:
+                self.proc.stdin.write((json.dumps(req) + "\n").encode())
+                self.proc.stdin.flush()
+        except (OSError, ValueError, AttributeError) as exc:
+            raise LabError(f"the warm starter did not take the job: {exc}", where="warm start") from None
+        deadline = time.monotonic() + timeout
+        with self._reply_cv:
+            while rid not in self._replies:
+                left = deadline - time.monotonic()
+                if left <= 0 or not self.alive():
+                    raise LabError("the warm starter did not answer", where="warm start")
+                self._reply_cv.wait(min(left, 0.5))
+            msg = self._replies.pop(rid)
+        if "error" in msg:
+            raise LabError(f"the warm starter could not start the job: {msg['error']}", where="warm start")
+        return StartedLauncher(self, int(msg["pid"]), list(argv))
+
+
+_SHARED: Starter | None = None
+_SHARED_LOCK = threading.Lock()
+
+
+def shared_starter() -> Starter:
+    """This process's one warm starter (the app's): every job manager in the process uses it."""
+    global _SHARED
+    with _SHARED_LOCK:
+        if _SHARED is None:
+            _SHARED = Starter()
+        return _SHARED
+
+
+__all__ = ["shared_starter", "FORK_WORKERS", "Forked", "fork_worker", "become", "run_main", "lab_train_args", "Starter",
+           "StartedLauncher", "rss_mb"]
