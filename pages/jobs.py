@@ -149,7 +149,7 @@ def details(rid: str) -> None:
     beats = runs_store.heartbeats(rid)
     if run["status"] == "running" and len(beats):
         now = time.time()
-        st.plotly_chart(figs.heartbeat_figure(list(beats.worker), list(now - beats.progress_t.fillna(now)),
+        st.plotly_chart(figs.heartbeat_figure(list(beats.worker), list(now - pd.to_numeric(beats.progress_t, errors="coerce").fillna(now)),
                                               list(beats.phase.fillna("")), heartbeat_timeout()), key="jobs_beats")
         ui.caption("measured", "comm: waiting for its peers (not blamed); busy: computing. A busy worker past the "
                    "line is declared hung; one whose heartbeat file stops changing, frozen.")
