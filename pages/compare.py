@@ -5,12 +5,12 @@ import pandas as pd
 import streamlit as st
 
 import ui
+from lab.figures import compare as cfigs
+from lab.figures import fidelity as fid
 from lab.jobs import comparison
 from lab.machine import fidelity as P
 from lab.machine.profile import load_profile
-from lab.figures import compare as cfigs
-from lab.figures import fidelity as fid
-from lab.scenario.names import OPTIMIZER_LABELS
+from lab.scenario.names import OPTIMIZER_LABELS, OPTIMIZER_SHORT
 from lab.store.runs import ACTIVE, FINISHED, safe_filename, store
 
 ui.scenario_sidebar()
@@ -27,7 +27,7 @@ if runs.empty:
 
 
 def run_label(r) -> str:
-    named = comparison.OPTIMISER_SHORT.get(r.optimizer, "?") in r.name  # names from a comparison say it
+    named = OPTIMIZER_SHORT.get(r.optimizer, "?") in r.name  # names from a comparison say it
     opt = "" if named else f" · {OPTIMIZER_LABELS.get(r.optimizer, r.optimizer)}"
     return f"{r.name}{opt} · {r.status} · {r.id}"
 

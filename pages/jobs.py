@@ -9,14 +9,20 @@ import pandas as pd
 import streamlit as st
 
 import ui
+from lab.figures import jobs as figs
 from lab.jobs import manager as jobs_mod
 from lab.jobs import views as job_views
+from lab.jobs.policies import (
+    POLICIES,
+    POLICY_LABELS,
+    JobRequest,
+    compare_policies,
+    resource_groups,
+)
 from lab.scenario.catalogue import PRESET_LABELS, preset
-from lab.figures import jobs as figs
+from lab.scenario.names import FAULT_KINDS, FAULT_POLICIES
 from lab.store.runs import ACTIVE, FINISHED, store
-from lab.jobs.policies import POLICIES, POLICY_LABELS, JobRequest, compare_policies, resource_groups
 from lab.train.launcher import heartbeat_timeout
-
 
 sc = ui.scenario_sidebar()
 jm, owner = ui.job_manager()  # one manager per run store, shared by every session
@@ -38,12 +44,12 @@ st.caption(f"Queue: fair across sessions (round-robin by session, in order withi
 with st.expander("Watch a failure: start a job with an injected fault", icon=":material/bolt:"):
     tr = sc.training
     c1, c2, c3, c4, c5 = st.columns(5)
-    kind = c1.selectbox("Fault", ["kill", "hang", "raise"], key="jobs_fault", help="kill: SIGKILL; hang: sleeps "
+    kind = c1.selectbox("Fault", [k for k in FAULT_KINDS if k != "none"], key="jobs_fault", help="kill: SIGKILL; hang: sleeps "
                         "forever (found by its heartbeat); raise: an exception")
     workers = max(2, tr.workers)
     who = c2.number_input("Worker (rank)", 0, workers - 1, min(1, workers - 1), key="jobs_fault_worker")
     at_step = c3.number_input("At step", 1, 100_000, 7, key="jobs_fault_step")
-    policy = c4.selectbox("Policy", ["recover", "fail"], key="jobs_fault_policy",
+    policy = c4.selectbox("Policy", sorted(FAULT_POLICIES, reverse=True), key="jobs_fault_policy",
                           help="recover: restart from the last checkpoint without the failed worker")
     every = c5.number_input("Checkpoint every (steps)", 0, 100_000, 5, key="jobs_fault_ck")
     if st.button("Start the job", key="jobs_fault_run", icon=":material/play_arrow:"):

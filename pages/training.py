@@ -5,23 +5,33 @@ import time
 import streamlit as st
 
 import ui
-from lab.jobs import guard as submit_guard
-from lab.machine.profile import load_profile
-from lab.jobs.comparison import comparison_compressions, comparison_scenarios, run_name, settings_of
 from lab.figures import training as figs
 from lab.figures.fidelity import prediction_figure
-from lab.scenario.names import MODEL_LABELS
-from lab.scenario.names import OPTIMIZER_LABELS
+from lab.jobs import guard as submit_guard
+from lab.jobs.comparison import (
+    comparison_compressions,
+    comparison_scenarios,
+    run_name,
+    settings_of,
+)
+from lab.machine.profile import load_profile
+from lab.scenario.document import Compression
+from lab.scenario.names import (
+    ALLREDUCE_IMPL_LABELS,
+    ALLREDUCE_IMPLS,
+    COMPRESSORS,
+    MODEL_LABELS,
+    OPTIMIZER_LABELS,
+    OPTIMIZERS,
+    SHARING,
+    SPARSIFIERS,
+    SPLIT_LABELS,
+    SPLITS,
+    SYNC_LABELS,
+    SYNC_MODES,
+)
 from lab.store.runs import ACTIVE, JOB_WORKER, start_phase, store
-from lab.scenario.names import COMPRESSORS, OPTIMIZERS, SHARING
-from lab.scenario.document import SPLITS, SYNC_MODES, Compression
 from lab.view.state import VIEW
-
-SYNC_LABELS = {"allreduce": "gradient all-reduce, then identical local steps",
-               "param_server": "parameter server (one extra process steps the optimiser)",
-               "state_allreduce": "optimiser-state all-reduce (the distributed Max-AdaBelief of the CXL design)"}
-SPLIT_LABELS = {"even": "even", "weighted": "weighted by compute share", "dirichlet": "non-IID by label (Dirichlet)"}
-
 
 sc = ui.scenario_sidebar()
 lesson = ui.lesson_mode()  # hides the advanced controls
@@ -43,8 +53,8 @@ model = c2.selectbox("Model", list(MODEL_LABELS), list(MODEL_LABELS).index(tr.mo
                      format_func=MODEL_LABELS.get)
 sync = c3.selectbox("Sync mode", SYNC_MODES, SYNC_MODES.index(tr.sync), key="tr_sync", format_func=SYNC_LABELS.get)
 impl = tr.allreduce_impl if lesson else c4.selectbox(
-    "All-reduce", ["gloo", "ring"], ["gloo", "ring"].index(tr.allreduce_impl), key="tr_impl",
-    format_func={"gloo": "gloo's all_reduce", "ring": "the lab's ring (counts bytes)"}.get)
+    "All-reduce", ALLREDUCE_IMPLS, ALLREDUCE_IMPLS.index(tr.allreduce_impl), key="tr_impl",
+    format_func=ALLREDUCE_IMPL_LABELS.get)
 c1, c2, c3, c4, c5 = st.columns(5)
 workers = c1.slider("Workers (processes)", 1, 4, tr.workers, key="tr_workers")
 steps = c2.number_input("Steps (count)", 1, 100_000, tr.steps, key="tr_steps")
@@ -76,7 +86,7 @@ c1, c2, c3, c4, c5 = st.columns(5)
 kind = c1.selectbox("Compressor", COMPRESSORS, COMPRESSORS.index(cp.kind), key="tr_cmp_kind",
                     format_func=figs.COMPRESSOR_NAMES.get, help="what each worker sends of its gradient each step")
 ratio = c2.number_input("Ratio (kept fraction)", 1e-6, 1.0, float(cp.ratio), step=0.001, format="%.6f",
-                        key="tr_cmp_ratio", disabled=kind in ("none", "fp16"), help="0.01 keeps 1 % of the entries")
+                        key="tr_cmp_ratio", disabled=kind not in SPARSIFIERS, help="0.01 keeps 1 % of the entries")
 group_size, feedback, sharing = cp.group_size, cp.error_feedback, cp.sharing
 if not lesson:
     group_size = c3.number_input("Group size (entries)", 1, 1 << 24, int(cp.group_size), key="tr_cmp_group",

@@ -18,7 +18,7 @@ only into a receive already posted. The training job uses this same transport.
   block ``(r - s) mod N`` to rank ``r + 1`` and adds the block ``(r - s - 1) mod N`` received from
   ``r - 1`` into its own (union of the indices, values summed). All-gather, N-1 hops (b1, b2, ...):
   rank ``r`` sends block ``(r + 1 - s) mod N`` and replaces its stale block ``(r - s) mod N`` with the
-  one received. (The seed draws four nodes with phases a1-a4 and b1-b4; a ring of N nodes needs N-1
+  one received. (The edge-compression design draws four nodes with phases a1-a4 and b1-b4; a ring of N nodes needs N-1
   hops in each phase, which is what runs here.) A block travels as (index, value) pairs: int32
   global index and fp32 value, 8 bytes per entry, packed in one int32 tensor. The **fill-in**: the
   sum of sparse blocks has the union of their supports, so blocks grow hop by hop; every hop's
@@ -55,12 +55,12 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable, Generator
+from typing import Any, Generator
 
 import torch
 import torch.distributed as dist
 
-from lab.comm.ring import ring_allreduce
+from lab.comm.ring import LinkDelay, ring_allreduce
 from lab.compression.compressors import GroupTopK, Payload, make_compressor
 from lab.errors import LabError
 from lab.scenario.names import SHARING, SHARING_LABELS
@@ -68,8 +68,6 @@ from lab.scenario.names import SHARING, SHARING_LABELS
 COUNT_BYTES = 8  # the int64 count sent before every variable-length message
 PAIR_BYTES = 8  # int32 index + fp32 value
 _TAG_COUNT, _TAG_DATA, _TAG_PAYLOAD = 11, 12, 13
-
-LinkDelay = Callable[[int, int, int], float]
 
 
 def block_bounds(n: int, parts: int) -> list[tuple[int, int]]:
@@ -539,9 +537,9 @@ class GroupTopKHookState:
     """State of :func:`group_topk_hook`: the compressor, per-bucket residuals, byte counters."""
 
     def __init__(self, ratio: float = 0.01, group_size: int = 1024, *, error_feedback: bool = True,
-                 sharing: str = "allgather", process_group: Any = None):
-        if sharing not in ("allgather", "sparse_ring"):
-            raise LabError(f"the hook shares by 'allgather' or 'sparse_ring' (got {sharing!r})")
+                 sharing: str = "sparse_allgather", process_group: Any = None):
+        if sharing not in ("sparse_allgather", "sparse_ring"):
+            raise LabError(f"the hook shares by 'sparse_allgather' or 'sparse_ring' (got {sharing!r})")
         self.compressor = GroupTopK(ratio, group_size)
         self.error_feedback = error_feedback
         self.sharing = sharing

@@ -50,8 +50,8 @@ Selection rules
 
 Speed: GroupTopK does ``abs`` and ``topk(k, dim=1)`` on a ``(groups, group_size)`` view, 4 M
 entries at a time into a reused 16 MB buffer (no gradient-sized temporary to fault in, and few
-parallel regions, which matters when the cores are shared); on 25 M float32 at 1 % it is several
-times faster than one global ``torch.topk`` (see bench/bench_compress.py for the measured ratio).
+parallel regions, which matters when the cores are shared). bench/bench_compress.py measures it
+against one global ``torch.topk``.
 
 Error feedback
 --------------
@@ -93,7 +93,7 @@ import torch
 
 from lab.errors import LabError
 from lab.scenario.models import build_model
-from lab.scenario.names import COMPRESSOR_LABELS
+from lab.scenario.names import COMPRESSOR_LABELS, SPARSIFIERS
 
 HEADER = struct.Struct("<BBHIQII")
 HEADER_BYTES = HEADER.size  # 24
@@ -527,7 +527,7 @@ def relative_error(g: torch.Tensor, approx: torch.Tensor) -> float:
     return float(torch.linalg.vector_norm((g.double() - approx.double()).reshape(-1))) / den if den else 0.0
 
 
-def evaluate(grad: torch.Tensor, kinds: tuple[str, ...] = ("group_topk", "topk", "randomk", "fp16", "none"),
+def evaluate(grad: torch.Tensor, kinds: tuple[str, ...] = (*SPARSIFIERS, "fp16", "none"),
              ratios: tuple[float, ...] = (0.001, 0.01, 0.05, 0.1), group_size: int = 1024, seed: int = 0,
              repeats: int = 3) -> list[dict]:
     """For every compressor (and ratio, where it has one): kept density, relative error, bytes, time.
@@ -537,7 +537,7 @@ def evaluate(grad: torch.Tensor, kinds: tuple[str, ...] = ("group_topk", "topk",
     flat = _flat32(grad, "evaluate")
     rows = []
     for kind in kinds:
-        for ratio in (ratios if kind in ("group_topk", "topk", "randomk") else (1.0,)):
+        for ratio in (ratios if kind in SPARSIFIERS else (1.0,)):
             try:
                 comp = make_compressor(kind, ratio, group_size, seed=seed)
                 best = math.inf

@@ -12,6 +12,8 @@ import numpy as np
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
+from lab.scenario.names import SPARSIFIERS
+
 COMPRESSOR_COLOURS = {"group_topk": "#2e7d32", "topk": "#1565c0", "randomk": "#ef6c00", "fp16": "#8e24aa",
                       "none": "#4c566a"}
 SHARING_COLOURS = {"dense": "#4c566a", "sparse_ring": "#2e7d32", "sparse_allgather": "#1565c0"}
@@ -46,10 +48,15 @@ def density_error_figure(rows: Sequence[Mapping]) -> go.Figure:
     return fig
 
 
+def _row_labels(rows: Sequence[Mapping]) -> list[str]:
+    """'Group-TopK @ 0.01': a compressor's label, with the ratio where it keeps a fraction."""
+    return [f"{r.get('label', r['compressor'])}" + (f" @ {r['ratio']:g}" if r["compressor"] in SPARSIFIERS else "")
+            for r in rows]
+
+
 def bytes_figure(rows: Sequence[Mapping]) -> go.Figure:
     """Wire bytes of one payload, per compressor and ratio."""
-    labels = [f"{r.get('label', r['compressor'])}" + (f" @ {r['ratio']:g}" if r["compressor"] in
-                                                      ("group_topk", "topk", "randomk") else "") for r in rows]
+    labels = _row_labels(rows)
     fig = go.Figure(go.Bar(
         x=[r["bytes"] / 1e3 for r in rows], y=labels, orientation="h",
         marker_color=[COMPRESSOR_COLOURS.get(r["compressor"], "#444") for r in rows],
@@ -62,8 +69,7 @@ def bytes_figure(rows: Sequence[Mapping]) -> go.Figure:
 
 def time_figure(rows: Sequence[Mapping]) -> go.Figure:
     """Compression time per compressor and ratio."""
-    labels = [f"{r.get('label', r['compressor'])}" + (f" @ {r['ratio']:g}" if r["compressor"] in
-                                                      ("group_topk", "topk", "randomk") else "") for r in rows]
+    labels = _row_labels(rows)
     fig = go.Figure(go.Bar(x=[1e3 * r["t_compress"] for r in rows], y=labels, orientation="h",
                            marker_color=[COMPRESSOR_COLOURS.get(r["compressor"], "#444") for r in rows],
                            hovertemplate="%{x:.3g} ms<extra></extra>"))

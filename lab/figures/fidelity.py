@@ -11,8 +11,8 @@ from typing import Mapping, Sequence
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-PART_LABELS = {"compute": "compute", "compress": "compression", "comm": "communication", "idle": "idle",
-               "step": "step time"}
+from lab.machine.predict import PART_LABELS
+
 PART_COLOURS = {"compute": "#4c78a8", "compress": "#54a24b", "comm": "#f58518", "idle": "#bab0ac",
                 "step": "#333333"}
 GROUP_COLOURS = {"dense": "#4c78a8", "compressed": "#54a24b", "emulated": "#e45756", "emulated, compressed": "#b279a2"}

@@ -12,6 +12,7 @@ import pandas as pd
 import plotly.graph_objects as go
 
 from lab.figures.style import OPTIMIZER_COLOURS
+from lab.scenario.names import COMPRESSOR_SHORT, SHARING_SHORT
 
 PALETTE = ["#d62728", "#1f77b4", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b", "#e377c2", "#17becf"]
 X_TITLES = {"step": "step (count)", "wall": "wall time (s)"}
@@ -27,11 +28,10 @@ SEGMENTS = [
 ]
 
 
-#: The compressors and sharing methods as the Training page names them (lab.scenario.document's values).
-COMPRESSOR_NAMES = {"none": "none (no compression)", "group_topk": "Group-TopK", "topk": "global Top-K",
-                    "randomk": "Random-K", "fp16": "FP16"}
-SHARING_NAMES = {"dense": "dense ring all-reduce", "sparse_ring": "sparse ring",
-                 "sparse_allgather": "sparse all-gather"}
+#: The compressors as a sentence about one run names them: outside a comparison there is no dense
+#: baseline to name, and Top-K needs "global" beside Group-TopK.
+COMPRESSOR_NAMES = {**COMPRESSOR_SHORT, "none": "none (no compression)", "topk": "global Top-K"}
+SHARING_NAMES = SHARING_SHORT
 
 
 def compression_summary(comp: Mapping) -> str:

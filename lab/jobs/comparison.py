@@ -17,7 +17,12 @@ import pandas as pd
 
 from lab.errors import LabError
 from lab.scenario.document import Compression, Scenario
-from lab.scenario.names import COMPARED_OPTIMIZERS
+from lab.scenario.names import (
+    COMPARED_OPTIMIZERS,
+    COMPRESSOR_SHORT,
+    OPTIMIZER_SHORT,
+    SPARSIFIERS,
+)
 
 #: The setting columns of an export, in order: (column, path in the scenario's training section).
 SETTING_COLUMNS: tuple[tuple[str, tuple[str, ...]], ...] = (
@@ -28,10 +33,6 @@ SETTING_COLUMNS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("emulation", ("emulate",)),
 )
 SETTING_NAMES = tuple(c for c, _ in SETTING_COLUMNS)
-OPTIMISER_SHORT = {"adam": "Adam", "adabelief": "AdaBelief", "maxadabelief": "Max-AdaBelief",
-                   "maxadabelief-corrected": "Max-AdaBelief (corrected)"}
-COMPRESSION_SHORT = {"none": "dense", "group_topk": "Group-TopK", "topk": "Top-K", "randomk": "Random-K",
-                     "fp16": "FP16"}
 T95 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306, 9: 2.262, 10: 2.228,
        15: 2.131, 20: 2.086, 30: 2.042}  # Student's t, two-sided 95 %, by degrees of freedom
 
@@ -70,8 +71,8 @@ def compression_label(settings: Mapping[str, Any]) -> str:
     kind = settings.get("compression") or "none"
     if kind == "none":
         return "dense"
-    label = COMPRESSION_SHORT.get(kind, str(kind))
-    if kind in ("group_topk", "topk", "randomk") and settings.get("ratio") is not None:
+    label = COMPRESSOR_SHORT.get(kind, str(kind))
+    if kind in SPARSIFIERS and settings.get("ratio") is not None:
         label += f" {100 * float(settings['ratio']):g} %"
     if settings.get("error_feedback"):
         label += " + EF"
@@ -80,7 +81,7 @@ def compression_label(settings: Mapping[str, Any]) -> str:
 
 def short_label(settings: Mapping[str, Any]) -> str:
     """A legend label: optimiser and compression (the full settings go in the hover text)."""
-    opt = OPTIMISER_SHORT.get(settings.get("optimizer"), str(settings.get("optimizer")))
+    opt = OPTIMIZER_SHORT.get(settings.get("optimizer"), str(settings.get("optimizer")))
     return f"{opt} · {compression_label(settings)}"
 
 
@@ -106,7 +107,7 @@ def comparison_compressions(chosen: Compression) -> list[Compression]:
     dense sharing of a sparse compressor falls back to sparse all-gather, which is what it is for)."""
     if chosen.kind == "none":
         return [Compression(), DEFAULT_COMPRESSION]
-    if chosen.sharing == "dense" and chosen.kind in ("group_topk", "topk", "randomk"):
+    if chosen.sharing == "dense" and chosen.kind in SPARSIFIERS:
         chosen = Compression(**{**chosen.to_dict(), "sharing": "sparse_allgather"})
     return [Compression(), chosen]
 
@@ -351,7 +352,7 @@ def compare_runs(store: Any, run_ids: Sequence[str], target: float = 0.9, x: str
     groups: dict[tuple, list[dict]] = {}
     for run in runs:
         groups.setdefault(variant_key(settings_of(run["scenario"])), []).append(run)
-    order = list(OPTIMISER_SHORT)
+    order = list(OPTIMIZER_SHORT)
 
     def rank(key_members: tuple) -> tuple:  # optimisers in their usual order, dense before compressed
         s = settings_of(key_members[1][0]["scenario"])

@@ -21,7 +21,7 @@ s_t at every step (so in steady state s carries eps / (1-b2)) and again outside 
 Max-AdaBelief (the CXL design's variant, the AMSGrad idea applied to AdaBelief) keeps a running
 maximum and uses it in the denominator. Two variants, both offered:
 
-* ``max_mode="raw"`` (:class:`MaxAdaBelief`, the default, what the seed and ``adabelief-pytorch``'s
+* ``max_mode="raw"`` (:class:`MaxAdaBelief`, the default, what the CXL design and ``adabelief-pytorch``'s
   ``amsgrad=True`` do): ``s_max_t = max(s_max_{t-1}, s_t)``, denominator
   ``sqrt(s_max_t / (1-b2^t)) + eps``. Because 1-b2^t grows towards 1, the effective step
   ``lr / denominator`` can still *grow* during the first ~1/(1-b2) steps (by up to 1/sqrt(1-b2)).
@@ -100,7 +100,8 @@ __all__ = [
     "adabelief_update", "allreduce_tensors", "make_optimizer", "torch_allreduce_fn",
 ]
 
-SYNC_MODES = ("state", "gradient")
+#: What a distributed step all-reduces: the optimiser's state, or the gradient before a local step.
+STEP_SYNCS = ("state", "gradient")
 
 
 class NonFiniteGradient(LabError):
@@ -111,16 +112,6 @@ class NonFiniteGradient(LabError):
         self.group = group
         self.index = index
         super().__init__(message, where=where)
-
-
-# --------------------------------------------------------------------------------------------
-# The maths: plain functions over lists of tensors
-# --------------------------------------------------------------------------------------------
-
-
-# --------------------------------------------------------------------------------------------
-# All-reduce plumbing
-# --------------------------------------------------------------------------------------------
 
 
 # --------------------------------------------------------------------------------------------
@@ -200,7 +191,7 @@ class _LabOptimizer(torch.optim.Optimizer):
     def step(self, closure=None, *, allreduce_fn: AllReduceFn | None = None, sync: str = "state"):
         """One step. ``closure`` re-evaluates the model and returns the loss (it is called with
         gradients enabled). With ``allreduce_fn`` the step is distributed (see the module docstring)."""
-        if allreduce_fn is not None and sync not in SYNC_MODES:
+        if allreduce_fn is not None and sync not in STEP_SYNCS:
             raise LabError(f"sync must be 'state' or 'gradient', got {sync!r}", where=type(self).__name__)
         loss = None
         if closure is not None:
@@ -438,7 +429,7 @@ def _as_betas(betas):
     return tuple(betas) if isinstance(betas, (list, tuple)) else betas
 
 
-#: Optimiser names used by the Scenario, the pages and the training workers.
+#: The class behind each name of lab.scenario.names.OPTIMIZERS (the tests check they match).
 OPTIMIZER_CLASSES: dict[str, type[_LabOptimizer]] = {
     "adam": Adam,
     "adabelief": AdaBelief,

@@ -16,7 +16,17 @@ from typing import Any, Mapping
 
 from lab.errors import LabError
 from lab.scenario.catalogue import preset_cxl
-from lab.scenario.names import COMPRESSORS, MODELS, OPTIMIZERS, SHARING
+from lab.scenario.names import (
+    ALLREDUCE_IMPLS,
+    COMPRESSORS,
+    FAULT_KINDS,
+    FAULT_POLICIES,
+    MODELS,
+    OPTIMIZERS,
+    SHARING,
+    SPLITS,
+    SYNC_MODES,
+)
 from lab.scenario.topology import Topology, _check_keys, _loads, check_text, nfc, shown
 
 MAX_SCENARIO_BYTES = 2_000_000  # uploads larger than this are refused before parsing
@@ -73,11 +83,6 @@ class Spec:
 
 
 DATASETS = ("digits", "synthetic")
-SYNC_MODES = ("allreduce", "param_server", "state_allreduce")
-ALLREDUCE_IMPLS = ("gloo", "ring")
-SPLITS = ("even", "weighted", "dirichlet")
-FAULT_KINDS = ("none", "kill", "hang", "raise")
-FAULT_POLICIES = ("fail", "recover")
 
 TRAINING_FIELDS: dict[str, Spec] = {
     "model": Spec(str, "mlp", MODELS, help="preset model"),

@@ -1,52 +1,99 @@
 """The one table of names and labels: every choice a person makes by name (optimiser, compressor,
-sharing method, all-reduce algorithm, model) with the label pages show. Every other list of these
-names in the lab derives from here."""
+sharing method, all-reduce algorithm, model, sync mode, data split, fault) with the label pages
+show and, where legends and run names need one, a short label. Every other list of these names in
+the lab derives from here."""
 from __future__ import annotations
 
-OPTIMIZER_LABELS: dict[str, str] = {
-    "adam": "Adam",
-    "adabelief": "AdaBelief",
-    "maxadabelief": "Max-AdaBelief (max of s)",
-    "maxadabelief-corrected": "Max-AdaBelief (max of corrected ŝ)",
+#: family -> name -> (label, short label). The order of a family is the order pages offer it.
+CHOICES: dict[str, dict[str, tuple[str, str]]] = {
+    "optimizer": {
+        "adam": ("Adam", "Adam"),
+        "adabelief": ("AdaBelief", "AdaBelief"),
+        "maxadabelief": ("Max-AdaBelief (max of s)", "Max-AdaBelief"),
+        "maxadabelief-corrected": ("Max-AdaBelief (max of corrected ŝ)", "Max-AdaBelief (corrected)"),
+    },
+    # In a comparison no compression is the dense baseline, so its short label reads "dense".
+    "compressor": {
+        "none": ("no compression (fp32)", "dense"),
+        "group_topk": ("Group-TopK (top k in every group)", "Group-TopK"),
+        "topk": ("global Top-K", "Top-K"),
+        "randomk": ("Random-K", "Random-K"),
+        "fp16": ("FP16", "FP16"),
+    },
+    "sharing": {
+        "dense": ("dense ring all-reduce (fp32, decompressed)", "dense ring all-reduce"),
+        "sparse_ring": ("sparse ring (reduce-scatter + all-gather)", "sparse ring"),
+        "sparse_allgather": ("sparse all-gather", "sparse all-gather"),
+    },
+    "algorithm": {
+        "ring": ("ring (reduce-scatter + all-gather)", "ring"),
+        "host": ("host aggregation", "host"),
+        "tree": ("binary tree (reduce + broadcast)", "tree"),
+        "hierarchical": ("hierarchical (groups, then leaders' ring)", "hierarchical"),
+    },
+    "model": {
+        "mlp": ("MLP (64-128-64-10)", "MLP"),
+        "cnn": ("LeNet-style CNN", "CNN"),
+        "resnet": ("small ResNet (3 residual blocks)", "ResNet"),
+        "transformer": ("Transformer encoder block", "Transformer"),
+    },
+    "cost_model": {
+        "datasheet": ("datasheet (the catalogue's throughputs)", "datasheet"),
+        "calibrated": ("calibrated (this machine's measured costs)", "calibrated"),
+    },
+    "sync": {
+        "allreduce": ("gradient all-reduce, then identical local steps", "all-reduce"),
+        "param_server": ("parameter server (one extra process steps the optimiser)", "parameter server"),
+        "state_allreduce": ("optimiser-state all-reduce (the distributed Max-AdaBelief of the CXL design)",
+                            "state all-reduce"),
+    },
+    "allreduce_impl": {
+        "gloo": ("gloo's all_reduce", "gloo"),
+        "ring": ("the lab's ring (counts bytes)", "lab ring"),
+    },
+    "split": {
+        "even": ("even", "even"),
+        "weighted": ("weighted by compute share", "weighted"),
+        "dirichlet": ("non-IID by label (Dirichlet)", "Dirichlet"),
+    },
+    # Faults a job can inject into one worker, and what the job does then.
+    "fault": {
+        "none": ("no fault", "none"),
+        "kill": ("kill (SIGKILL)", "kill"),
+        "hang": ("hang (found by its heartbeat)", "hang"),
+        "raise": ("raise (an exception)", "raise"),
+    },
+    "fault_policy": {
+        "fail": ("fail the job", "fail"),
+        "recover": ("recover from the last checkpoint without the failed worker", "recover"),
+    },
 }
-OPTIMIZERS: tuple[str, ...] = tuple(OPTIMIZER_LABELS)
+
+
+def names(family: str) -> tuple[str, ...]:
+    return tuple(CHOICES[family])
+
+
+def labels(family: str) -> dict[str, str]:
+    return {k: v[0] for k, v in CHOICES[family].items()}
+
+
+def short_labels(family: str) -> dict[str, str]:
+    return {k: v[1] for k, v in CHOICES[family].items()}
+
+
+OPTIMIZERS, OPTIMIZER_LABELS, OPTIMIZER_SHORT = names("optimizer"), labels("optimizer"), short_labels("optimizer")
+COMPRESSORS, COMPRESSOR_LABELS, COMPRESSOR_SHORT = names("compressor"), labels("compressor"), short_labels("compressor")
+SHARING, SHARING_LABELS, SHARING_SHORT = names("sharing"), labels("sharing"), short_labels("sharing")
+ALGORITHMS, ALGORITHM_LABELS = names("algorithm"), labels("algorithm")
+MODELS, MODEL_LABELS = names("model"), labels("model")
+COST_MODELS, COST_MODEL_LABELS = names("cost_model"), labels("cost_model")
+SYNC_MODES, SYNC_LABELS = names("sync"), labels("sync")
+ALLREDUCE_IMPLS, ALLREDUCE_IMPL_LABELS = names("allreduce_impl"), labels("allreduce_impl")
+SPLITS, SPLIT_LABELS = names("split"), labels("split")
+FAULT_KINDS, FAULT_POLICIES = names("fault"), names("fault_policy")
+
 #: The three a comparison runs (the corrected variant is a playground study).
 COMPARED_OPTIMIZERS: tuple[str, ...] = ("adam", "adabelief", "maxadabelief")
-
-COMPRESSOR_LABELS: dict[str, str] = {
-    "none": "no compression (fp32)",
-    "group_topk": "Group-TopK (top k in every group)",
-    "topk": "global Top-K",
-    "randomk": "Random-K",
-    "fp16": "FP16",
-}
-COMPRESSORS: tuple[str, ...] = tuple(COMPRESSOR_LABELS)
-
-SHARING_LABELS: dict[str, str] = {
-    "dense": "dense ring all-reduce (fp32, decompressed)",
-    "sparse_ring": "sparse ring (reduce-scatter + all-gather)",
-    "sparse_allgather": "sparse all-gather",
-}
-SHARING: tuple[str, ...] = tuple(SHARING_LABELS)
-
-ALGORITHM_LABELS: dict[str, str] = {
-    "ring": "ring (reduce-scatter + all-gather)",
-    "host": "host aggregation",
-    "tree": "binary tree (reduce + broadcast)",
-    "hierarchical": "hierarchical (groups, then leaders' ring)",
-}
-ALGORITHMS: tuple[str, ...] = tuple(ALGORITHM_LABELS)
-
-MODEL_LABELS: dict[str, str] = {
-    "mlp": "MLP (64-128-64-10)",
-    "cnn": "LeNet-style CNN",
-    "resnet": "small ResNet (3 residual blocks)",
-    "transformer": "Transformer encoder block",
-}
-MODELS: tuple[str, ...] = tuple(MODEL_LABELS)
-
-COST_MODEL_LABELS: dict[str, str] = {
-    "datasheet": "datasheet (the catalogue's throughputs)",
-    "calibrated": "calibrated (this machine's measured costs)",
-}
-COST_MODELS: tuple[str, ...] = tuple(COST_MODEL_LABELS)
+#: The compressors that keep a fraction of the entries: they take a ratio and send a sparse payload.
+SPARSIFIERS: tuple[str, ...] = ("group_topk", "topk", "randomk")

@@ -3,6 +3,7 @@ hook against dense all-reduce in real processes (spawned processes import them f
 from __future__ import annotations
 
 import json
+import os
 
 import torch
 import torch.distributed as dist
@@ -149,13 +150,11 @@ def check_worker(rank: int, world: int, port: int, out_dir: str, sizes: tuple, s
     the one-process simulation; :class:`lab.comm.sharing.GradientCompressor` for every method; then DDP
     with :func:`group_topk_hook` (both sharings) on the whole world. Writes ``rank<r>.json``.
     """
-    import os
-
     init_worker(rank, world, port)
     rows: list[dict] = []
     try:
         rows += _sharing_checks(rank, world, sizes, seed)
-        for sharing in ("allgather", "sparse_ring"):
+        for sharing in ("sparse_allgather", "sparse_ring"):
             rows.append(_ddp_hook_check(rank, world, sharing, seed))
         dist.barrier()
     except Exception as exc:  # noqa: BLE001 - reported to the test, which fails with the message
@@ -174,8 +173,6 @@ def bench_worker(rank: int, world: int, port: int, out_dir: str, n: int, ratio: 
     The uncompressed dense ring is the baseline; the sparse methods share Group-TopK payloads. Each
     result is also checked against a float64 gloo all-reduce of the decompressed tensors.
     """
-    import os
-
     init_worker(rank, world, port, timeout_s=300.0)
     rows = []
     try:

@@ -27,7 +27,7 @@ from lab.modelled.placement import STRATEGIES
 from lab.optim.playground import FUNCTIONS, MAX_COUNTEREXAMPLE_STEPS, PERIOD, SCHEDULES
 from lab.scenario.catalogue import PRESETS
 from lab.scenario.document import Spec
-from lab.scenario.names import ALGORITHMS, COST_MODELS, MODELS, OPTIMIZERS
+from lab.scenario.names import ALGORITHMS, COST_MODELS, MODELS, OPTIMIZERS, SPARSIFIERS
 
 MAX_VIEW_CHARS = 20_000  # a link's view part longer than this is not read
 
@@ -72,7 +72,7 @@ def _c(page: str, type_: type, default: Any, label: str, choices: tuple | None =
     return Control(page, Spec(type_, default, choices, lo, hi), label, **kw)
 
 
-RING_COMPRESSORS = ("group_topk", "topk", "randomk")  # the compressors the sparse ring simulation takes
+RING_COMPRESSORS = SPARSIFIERS  # the compressors the sparse ring simulation takes
 ALLREDUCE_SIZES = tuple(4 << 10 << (2 * k) for k in range(10))  # 4 KiB .. 1 GiB
 TRANSFER_SIZES_MB = (0.001, 0.01, 0.1, 1.0, 10.0, 100.0, 1000.0)
 

@@ -150,10 +150,10 @@ def test_gradient_compressor_step_for_every_sharing_method(real_rows):
 @pytest.mark.timeout(300)
 def test_group_topk_ddp_comm_hook_on_gloo(real_rows):
     rows = [r for r in real_rows if r["kind"] == "ddp"]
-    assert {(r["sharing"], r["rank"]) for r in rows} == {(s, k) for s in ("allgather", "sparse_ring") for k in range(4)}
+    assert {(r["sharing"], r["rank"]) for r in rows} == {(s, k) for s in ("sparse_allgather", "sparse_ring") for k in range(4)}
     for r in rows:
         assert r["calls"] >= 1 and r["max_abs_ref"] > 0
-        tol = 0.0 if r["sharing"] == "allgather" else 1e-6 * r["max_abs_ref"]  # the ring adds in another order
+        tol = 0.0 if r["sharing"] == "sparse_allgather" else 1e-6 * r["max_abs_ref"]  # the ring adds in another order
         assert r["max_abs_diff"] <= tol, r
         assert r["ef_finite"] and r["ef_calls"] >= 2 and r["ef_residuals"] >= 1
 
