@@ -1,4 +1,5 @@
-"""Router only: st.navigation over pages/.
+"""The router: st.navigation over pages/, and the warm starter that every job forks from, started
+with the app.
 
 The body runs only as the main script, so worker processes started with ``spawn`` that
 re-import this file do nothing.

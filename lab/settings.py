@@ -105,6 +105,11 @@ def cache_dir() -> Path:
     return Path(raw("LAB_DATA")) / "cache" if raw("LAB_DATA") else Path(tempfile.gettempdir()) / "hetlab-cache"
 
 
+#: One thread per maths library in every job process: a job runs about one process per core, and
+#: a thread pool created before a fork does not work in the child.
+THREAD_VARIABLES = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1"}
+
+
 def child_env(base: dict | None = None, **extra: str) -> dict:
     """The environment for a lab process: ``base`` (default this one) with the project on PYTHONPATH."""
     env = dict(os.environ if base is None else base)

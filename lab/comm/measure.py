@@ -37,7 +37,7 @@ from lab.comm import ring
 from lab.comm.ring import BYTES, ring_allreduce
 from lab.errors import LabError
 from lab.modelled.collectives import algbw, build_schedule, busbw, fit_alpha_beta
-from lab.settings import ROOT
+from lab.settings import ROOT, THREAD_VARIABLES, child_env
 
 IMPLS = ("ring", "gloo")
 IMPL_LABELS = {"ring": "lab ring (isend/irecv)", "gloo": "gloo all_reduce"}
@@ -248,10 +248,8 @@ def _run_workers(procs: int, cfg: dict, total: int, on_result: Callable[[dict], 
     store = dist.TCPStore("127.0.0.1", 0, world_size=procs, is_master=True, wait_for_workers=False,
                           timeout=datetime.timedelta(seconds=op_timeout))
     cfg = {**cfg, "procs": procs, "port": store.port, "op_timeout": op_timeout}
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join([str(ROOT), *filter(None, [env.get("PYTHONPATH")])])
+    env = child_env(**THREAD_VARIABLES)
     env.setdefault("GLOO_SOCKET_IFNAME", "lo")
-    env["OMP_NUM_THREADS"] = "1"
     workers: list[subprocess.Popen] = []
     lines: queue.Queue = queue.Queue()
     got = 0

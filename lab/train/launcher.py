@@ -57,7 +57,7 @@ from lab.scenario.document import Scenario
 from lab.settings import ROOT
 from lab.store.runs import ACTIVE, JOB_WORKER, RunStore
 from lab.train.resilience import latest_checkpoint, read_heartbeat
-from lab.train import warm
+from lab.train import fork
 from lab.train.roles import parse_job
 
 POLL_S = 0.05
@@ -340,11 +340,11 @@ def launch(sc: Scenario, run_id: str | None = None, *, name: str | None = None,
             scenario_file.write_text(current.to_json())
             sock = listening_socket()
             try:
-                if warm.FORK_WORKERS:  # SQLite's per-process lock table must not reach a forked worker
+                if fork.FORK_WORKERS:  # SQLite's per-process lock table must not reach a forked worker
                     store.close()
                 procs = _spawn(current, run_id, scenario_file, tmp, store.path, attempt, sock, logs, cpus)
                 store.add_stage(run_id, "started", attempt=attempt, detail={
-                    "launcher": "lab", "start": "warm" if warm.FORK_WORKERS else "cold",
+                    "launcher": "lab", "start": "warm" if fork.FORK_WORKERS else "cold",
                     "launcher_pid": os.getpid(), "world": len(procs),
                     "workers": current.training.workers, "pids": [p.pid for p in procs],
                     "port": sock.getsockname()[1], "cpus": (cpus or [])[:len(procs)] or None})
@@ -415,8 +415,7 @@ def _spawn(sc: Scenario, run_id: str, scenario_file: Path, tmp: Path, db: Path, 
         "WORLD_SIZE": str(world), "LOCAL_WORLD_SIZE": str(world), "MASTER_ADDR": "127.0.0.1",
         "MASTER_PORT": str(sock.getsockname()[1]), "LAB_DB": str(Path(db).resolve()),
         "LAB_LAUNCHER_PID": str(os.getpid()), "LAB_ATTEMPT": str(attempt),
-        "LAB_RDZV_PREFIX": f"lab/{run_id}/{attempt}/{os.getpid()}/",
-        "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1",
+        "LAB_RDZV_PREFIX": f"lab/{run_id}/{attempt}/{os.getpid()}/", **settings.THREAD_VARIABLES,
     })
     for k in ("TORCHELASTIC_RUN_ID", "TORCHELASTIC_RESTART_COUNT", "TORCHELASTIC_MAX_RESTARTS", "LAB_STORE_FD"):
         base.pop(k, None)
@@ -437,8 +436,8 @@ def _spawn(sc: Scenario, run_id: str, scenario_file: Path, tmp: Path, db: Path, 
                       f"{f', cpu {cpu}' if cpu is not None else ''} =====\n".encode())
             err.flush()
             argv = [sys.executable, "-m", "lab.train", "--scenario", str(scenario_file), "--run-id", run_id, "--quiet"]
-            if warm.FORK_WORKERS:  # a launcher forked by the warm starter forks its workers too
-                procs.append(warm.fork_worker(argv, env, logs / f"rank{rank}.log", fds, cpu))
+            if fork.FORK_WORKERS:  # a launcher forked by the warm starter forks its workers too
+                procs.append(fork.fork_worker(argv, env, logs / f"rank{rank}.log", fds, cpu))
                 continue
             procs.append(subprocess.Popen(
                 argv, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=err, cwd=str(ROOT),

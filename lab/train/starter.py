@@ -9,18 +9,20 @@ import os
 import select
 import sys
 
-for _k, _v in (("OMP_NUM_THREADS", "1"), ("MKL_NUM_THREADS", "1"), ("OPENBLAS_NUM_THREADS", "1")):
+from lab.settings import THREAD_VARIABLES  # light: no torch, no numpy
+
+for _k, _v in THREAD_VARIABLES.items():
     os.environ.setdefault(_k, _v)  # before torch and numpy load: no thread pools to break a fork
 
 import torch  # noqa: E402,F401
-import torch._dynamo  # noqa: E402,F401  (torch.optim's first optimiser imports it: over a second)
+import torch._dynamo  # noqa: E402,F401  (torch.optim's first optimiser imports it, slowly)
 import torch.distributed  # noqa: E402,F401
 import torch.utils.serialization  # noqa: E402,F401  (the first checkpoint)
 
 import lab.train.cli  # noqa: E402,F401  (the launcher's and the workers' entry)
 import lab.train.rank  # noqa: E402,F401
 from lab.errors import LabError  # noqa: E402
-from lab.train import data, warm  # noqa: E402
+from lab.train import data, fork  # noqa: E402
 
 
 def _start_launcher(req: dict) -> int:
@@ -38,10 +40,10 @@ def _start_launcher(req: dict) -> int:
             os.setsid()  # its own session and process group, as start_new_session gives a cold one
             if int(req.get("nice") or 0):
                 os.nice(int(req["nice"]))
-            warm.become(req["env"], req["cwd"], log, log)
+            fork.become(req["env"], req["cwd"], log, log)
         except BaseException:  # noqa: BLE001 - a child must never return into the starter's loop
             os._exit(1)
-        warm.run_main(warm.lab_train_args(req["argv"]))
+        fork.run_main(fork.lab_train_args(req["argv"]))
     os.close(log)
     return pid
 
@@ -59,10 +61,10 @@ def serve() -> int:
         data.load_dataset("digits")  # cached in this process: every job forked from it has it
     except LabError:
         pass
-    warm.FORK_WORKERS = True  # inherited by every launcher forked from here
-    warm.claim_title_space()
+    fork.FORK_WORKERS = True  # inherited by every launcher forked from here
+    fork.claim_title_space()
     children: set[int] = set()
-    _send({"ready": True, "pid": os.getpid(), "rss_mb": round(warm.rss_mb(), 1)})
+    _send({"ready": True, "pid": os.getpid(), "rss_mb": round(fork.rss_mb(), 1)})
     buf = b""
     stdin = sys.stdin.fileno()
     while True:
@@ -92,7 +94,7 @@ def serve() -> int:
                     raise ValueError("unknown request")
                 pid = _start_launcher(req)
                 children.add(pid)
-                _send({"id": rid, "pid": pid, "rss_mb": round(warm.rss_mb(), 1)})
+                _send({"id": rid, "pid": pid, "rss_mb": round(fork.rss_mb(), 1)})
             except Exception as exc:  # noqa: BLE001 - a bad request is answered, never fatal
                 _send({"id": rid, "error": f"{type(exc).__name__}: {exc}"})
 

@@ -19,190 +19,36 @@ The starter talks to the job manager in JSON lines over its standard input and o
   code: killed by that signal).
 
 It never runs a job itself and ends with the process that started it (its standard input
-closes). A launcher it forked outlives it, as a cold one outlives
-the app; the job manager then judges that launcher by its process and the run store.
+closes). A launcher it forked outlives it, as a cold one outlives the app; the job manager then
+judges that launcher by its process and the run store.
+
+This module is the job manager's side: its handle on the starter (:class:`Starter`, one per process
+through :func:`shared_starter`) and on each launcher it forked (:class:`StartedLauncher`). What runs
+in the children, a launcher or a worker becoming a job's process, is :mod:`lab.train.fork`; the
+starter's own loop is :mod:`lab.train.starter`.
 """
 
 from __future__ import annotations
 
 import json
-import os
-import runpy
 import signal
 import subprocess
 import sys
 import threading
 import time
-import traceback
 from pathlib import Path
-
-import setproctitle
 
 from lab import settings
 from lab.errors import LabError
-from lab.settings import ROOT
-
-#: True in the starter and every launcher it forks: such a launcher forks its workers.
-FORK_WORKERS = False
-
-THREAD_VARIABLES = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1"}
+from lab.settings import ROOT, THREAD_VARIABLES
+from lab.train.fork import PopenLike, rss_mb
 
 
-# ---------------------------------------------------------------------------------------------
-# A forked child, as the launcher and the job manager use a subprocess.Popen
-# ---------------------------------------------------------------------------------------------
-class Forked:
-    """A child process started by ``os.fork`` in this process: ``pid``, ``poll``, ``wait``,
-    ``returncode``, ``kill``, ``terminate`` and ``send_signal`` as :class:`subprocess.Popen` has them."""
-
-    def __init__(self, pid: int, args: list[str] | None = None):
-        self.pid = pid
-        self.args = args or []
-        self.returncode: int | None = None
-
-    def poll(self) -> int | None:
-        if self.returncode is None:
-            try:
-                pid, status = os.waitpid(self.pid, os.WNOHANG)
-            except ChildProcessError:  # reaped elsewhere: it is gone, how is not known
-                self.returncode = -signal.SIGKILL
-                return self.returncode
-            if pid:
-                self.returncode = os.waitstatus_to_exitcode(status)
-        return self.returncode
-
-    def wait(self, timeout: float | None = None) -> int:
-        deadline = None if timeout is None else time.monotonic() + timeout
-        while self.poll() is None:
-            if deadline is not None and time.monotonic() >= deadline:
-                raise subprocess.TimeoutExpired(self.args, timeout)
-            time.sleep(0.01)
-        return self.returncode
-
-    def send_signal(self, sig: int) -> None:
-        if self.poll() is None:
-            os.kill(self.pid, sig)
-
-    def kill(self) -> None:
-        self.send_signal(signal.SIGKILL)
-
-    def terminate(self) -> None:
-        self.send_signal(signal.SIGTERM)
-
-
-def _close_fds(keep: tuple[int, ...]) -> None:
-    """Close every descriptor above 2 but ``keep``: a child holds only what a cold start would."""
-    try:
-        fds = [int(f) for f in os.listdir("/proc/self/fd")]
-    except OSError:
-        fds = list(range(3, 256))
-    for fd in fds:
-        if fd > 2 and fd not in keep:
-            try:
-                os.close(fd)
-            except OSError:
-                pass
-
-
-def claim_title_space() -> None:
-    """Let setproctitle take the memory of this process's command line and environment for titles
-    now, while the environment is the one it started with: a child that changed its environment
-    first would have only the command line's few bytes for its title."""
-    setproctitle.setproctitle(setproctitle.getproctitle())
-
-
-def lab_train_args(argv: list[str]) -> list[str]:
-    """The arguments after ``python -m lab.train`` in a command line."""
-    return list(argv[3:]) if list(argv[:3]) == [sys.executable, "-m", "lab.train"] else list(argv)
-
-
-def become(env: dict, cwd: str, stdout: int, stderr: int, keep: tuple[int, ...] = ()) -> None:
-    """In a just-forked child: the standard streams, descriptors, environment, folder and signal
-    handlers a process started cold with ``env`` in ``cwd`` would have."""
-    devnull = os.open(os.devnull, os.O_RDONLY)
-    os.dup2(devnull, 0)
-    os.dup2(stdout, 1)
-    os.dup2(stderr, 2)
-    _close_fds(keep)
-    for s in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGCHLD, signal.SIGPIPE):
-        signal.signal(s, signal.SIG_DFL)
-    signal.signal(signal.SIGINT, signal.default_int_handler)
-    os.environ.clear()
-    os.environ.update(env)
-    os.chdir(cwd)
-
-
-def run_main(argv: list[str]) -> None:
-    """Run ``python -m lab.train`` with ``argv`` in this (forked) process, as the interpreter runs
-    it for a cold start (``runpy``, the module already imported), and leave with its exit code.
-    The process takes that command line as its title: ``ps`` and the lab's own process scans
-    (:func:`lab.train.launcher.processes_of`) find a job's processes by it."""
-    code = 1
-    try:
-        setproctitle.setproctitle(" ".join([sys.executable, "-m", "lab.train", *argv]))
-        sys.argv = [str(Path(ROOT) / "lab" / "train" / "__main__.py"), *argv]
-        runpy.run_module("lab.train", run_name="__main__", alter_sys=True)
-        code = 0
-    except SystemExit as exc:
-        code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
-    except BaseException:  # noqa: BLE001 - a child must never return into its parent's code
-        traceback.print_exc()
-        code = 1
-    finally:
-        try:
-            sys.stdout.flush()
-            sys.stderr.flush()
-        finally:
-            os._exit(int(code or 0))
-
-
-def fork_worker(argv: list[str], env: dict, log_path: Path, keep_fds: tuple[int, ...] = (),
-                cpu: int | None = None) -> Forked:
-    """A worker of a warm launcher: forked from it (so it is its child, in its process group), with
-    the environment, descriptors and core a cold ``python -m lab.train`` worker would get."""
-    sys.stdout.flush()
-    sys.stderr.flush()
-    err = os.open(str(log_path), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
-    devnull = os.open(os.devnull, os.O_WRONLY)
-    try:
-        pid = os.fork()
-    except OSError:
-        os.close(err)
-        os.close(devnull)
-        raise
-    if pid == 0:  # the worker
-        try:
-            become(env, str(ROOT), devnull, err, keep_fds)
-            if cpu is not None:
-                try:
-                    os.sched_setaffinity(0, {cpu})
-                except (OSError, AttributeError):
-                    pass
-        except BaseException:  # noqa: BLE001
-            os._exit(1)
-        run_main(lab_train_args(argv))
-    os.close(err)
-    os.close(devnull)
-    return Forked(pid, argv)
-
-
-def rss_mb(pid: int | None = None) -> float:
-    """Resident memory of a process in MB (this one by default; 0 when it cannot be read)."""
-    try:
-        for line in Path(f"/proc/{pid or 'self'}/status").read_text().splitlines():
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) / 1024.0
-    except (OSError, ValueError, IndexError):
-        pass
-    return 0.0
-
-
-# ---------------------------------------------------------------------------------------------
-# The job manager's side
-# ---------------------------------------------------------------------------------------------
-class StartedLauncher:
+class StartedLauncher(PopenLike):
     """A launcher the starter forked, as the job manager uses a :class:`subprocess.Popen`: its exit
     code comes from the starter, or, when the starter is gone, from whether the process still runs."""
+
+    POLL_S = 0.02  # each poll takes the lock the starter's reader thread holds
 
     def __init__(self, starter: "Starter", pid: int, args: list[str]):
         self.starter, self.pid, self.args = starter, pid, args
@@ -216,24 +62,6 @@ class StartedLauncher:
             elif not self.starter.alive() and not _running(self.pid):
                 self.returncode = -signal.SIGKILL  # how it ended died with the starter
         return self.returncode
-
-    def wait(self, timeout: float | None = None) -> int:
-        deadline = None if timeout is None else time.monotonic() + timeout
-        while self.poll() is None:
-            if deadline is not None and time.monotonic() >= deadline:
-                raise subprocess.TimeoutExpired(self.args, timeout)
-            time.sleep(0.02)
-        return self.returncode
-
-    def send_signal(self, sig: int) -> None:
-        if self.poll() is None:
-            os.kill(self.pid, sig)
-
-    def kill(self) -> None:
-        self.send_signal(signal.SIGKILL)
-
-    def terminate(self) -> None:
-        self.send_signal(signal.SIGTERM)
 
 
 def _running(pid: int) -> bool:
@@ -400,5 +228,4 @@ def shared_starter() -> Starter:
         return _SHARED
 
 
-__all__ = ["shared_starter", "FORK_WORKERS", "Forked", "fork_worker", "become", "run_main", "lab_train_args", "Starter",
-           "StartedLauncher", "rss_mb"]
+__all__ = ["shared_starter", "Starter", "StartedLauncher", "rss_mb"]
