@@ -47,7 +47,7 @@ if prof is not None:
 else:
     st.info("This machine has no profile yet: calibrate it (about a minute; other pages stay usable).")
 st.caption("Calibrate while no training runs: other work on the cores during the minute of measuring skews the "
-           "profile (measured here: two calibrations taken while tests ran predicted the same runs 23-70 % off).")
+           "profile, and every prediction made from it.")
 c1, c2 = st.columns([1, 2])
 quick = False if lesson else c2.toggle("Quick (fewer repeats, about half the time)", key="fid_quick")
 if c1.button("Calibrate this machine", key="fid_calibrate", icon=":material/speed:", disabled=busy) and not busy:

@@ -31,9 +31,9 @@ import torch.distributed as dist
 from lab.errors import LabError
 
 #: Chunks travel in pieces of at most this many bytes, and in at least two pieces when a chunk
-#: has 2 x MIN_PIECE_BYTES or more (so transfers and additions overlap). On a shared 2-core
-#: machine, fewer and larger pieces did better than gloo's 1 MiB segments (noisy measurements):
-#: every piece costs Python calls and thread wake-ups that gloo's C++ loop does not pay.
+#: has 2 x MIN_PIECE_BYTES or more (so transfers and additions overlap). Pieces are larger than
+#: gloo's 1 MiB segments because every piece costs Python calls and thread wake-ups that gloo's C++
+#: loop does not pay (bench/bench_allreduce.py measures the ring against gloo).
 PIECE_BYTES = 8 << 20
 MIN_PIECE_BYTES = 1 << 20
 #: Reduce-scatter pieces: small enough that the received piece is still in cache when it is added.

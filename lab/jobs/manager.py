@@ -15,8 +15,8 @@ Job processes (launcher and workers) run at a lower priority (nice 10, LAB_JOB_N
 pages stay responsive while the cores train.
 
 A :class:`JobManager` keeps one queue for every session of the app (pages share one manager per
-run store through :func:`shared`). It starts at most ``capacity`` jobs at a time (default 1: this
-machine has 2 cores), and only where its ranks fit on the local resource groups (one per core,
+run store through :func:`shared`). It starts at most ``capacity`` jobs at a time (default 1, for a
+2-core server), and only where its ranks fit on the local resource groups (one per core,
 :func:`lab.jobs.policies.local_groups`) under the placement policy (uniform or resource-state). The
 queue is fair across owners (one browser session = one owner): round-robin over owners, first
 come first served within one, so a session that queues ten jobs cannot starve the others.
@@ -116,8 +116,8 @@ class JobManager:
         self._suspects: dict[str, float] = {}  # run id -> first sweep that found its process gone
         self._last_sweep = 0.0
         self._sweeper: threading.Thread | None = None
-        # The warm starter (lab.train.warm): started by the first submit or by warm_up(), which the
-        # app calls when it starts; jobs fork from it once it has loaded torch and the data.
+        # The warm starter (lab.train.warm), one per process: the app starts it when it starts, and the
+        # first submit or warm_up() otherwise; jobs fork from it once it has loaded torch and the data.
         self.starter = shared_starter() if (settings.warm_starts() if warm is None else warm) else None
 
     # ----- folders -----------------------------------------------------------------------------
@@ -649,7 +649,7 @@ class JobManager:
         return st is not None and st.alive() and not st.ready() and st.loading_for() < st.ready_timeout
 
 
-# ----- views for the Jobs page (plain data) ---------------------------------------------------
+# ----- the one manager of this process ----------------------------------------------------------
 
 
 _SHARED: dict[str, JobManager] = {}
@@ -658,7 +658,7 @@ _SHARED_LOCK = threading.Lock()
 
 def shared(store_path: str | os.PathLike | None = None, **kw) -> JobManager:
     """The one JobManager of this process for a run store (every browser session uses it; pages
-    keep it in ``st.cache_resource``). The first call marks runs left by an earlier process as
+    reach it through ``ui.job_manager``). The first call marks runs left by an earlier process as
     interrupted and starts its sweeper (dead launchers found every LAB_SWEEP_S seconds). Capacity
     from LAB_JOB_CAPACITY (default 1)."""
     key = str(Path(store_path if store_path is not None else settings.db_path()).resolve())

@@ -53,6 +53,7 @@ import argparse
 import json
 import math
 import os
+import subprocess
 import sys
 import time
 from dataclasses import replace
@@ -93,26 +94,6 @@ from lab.machine.profile import (
 from lab.scenario.names import COMPRESSORS, OPTIMIZERS, SHARING
 
 # ---------------------------------------------------------------------------------------------
-# The profile
-# ---------------------------------------------------------------------------------------------
-
-
-# ---------------------------------------------------------------------------------------------
-# Fitting
-# ---------------------------------------------------------------------------------------------
-
-
-# ---------------------------------------------------------------------------------------------
-# Measurements (run inside one process; the N-process case runs them in N processes at once)
-# ---------------------------------------------------------------------------------------------
-
-
-# ---------------------------------------------------------------------------------------------
-# N processes at once: training-like cycles on the calibration networks
-# ---------------------------------------------------------------------------------------------
-
-
-# ---------------------------------------------------------------------------------------------
 # The whole calibration
 # ---------------------------------------------------------------------------------------------
 def calibrate(procs: Sequence[int] = (1, 2, 3, 4), *, quick: bool = False, repeat: int = CALIBRATION_REPEAT,
@@ -128,7 +109,6 @@ def calibrate(procs: Sequence[int] = (1, 2, 3, 4), *, quick: bool = False, repea
     training-like cycles in a harness (``"harness"``), pinned as the job manager pins ranks.
     ``quick`` takes fewer repeats everywhere (about half the time). ``measure_command`` also runs the all-reduce measurement command per N (nccl-tests
     style alpha and beta; the collectives take their per-byte cost from it)."""
-
     if quick:
         repeat, allreduce_iters, cycle_repeat = min(repeat, 8), min(allreduce_iters, 5), min(cycle_repeat, 30)
     if cycle_source not in ("loop", "harness"):
@@ -256,8 +236,6 @@ def _write_progress(path: Path, **fields: Any) -> None:
 def start_background(path: Path | None = None, quick: bool = False):
     """Start ``python -m lab.machine.calibrate`` in its own session, at the training jobs' niceness (it writes
     the profile and a progress file next to it). Returns the Popen."""
-    import subprocess
-
     path = Path(path) if path is not None else profile_path()
     path.parent.mkdir(parents=True, exist_ok=True)
     env = settings.child_env(OMP_NUM_THREADS="1")

@@ -8,17 +8,18 @@ the model is off over many runs, against how much a repeated run varies by itsel
 
 from __future__ import annotations
 
+import json
 import math
+import statistics
 from typing import Any, Mapping, Sequence
 
 from lab.errors import LabError
-from lab.machine.predict import PARTS, PART_LABELS, Prediction, predict_step
+from lab.machine.predict import PART_LABELS, PARTS, Prediction, predict_step
 from lab.machine.profile import MachineProfile, geomean_error, load_profile
 from lab.scenario.catalogue import preset
 from lab.scenario.document import Compression, Scenario, Training
 from lab.store.runs import ACTIVE
 from lab.store.runs import store as default_store
-
 
 # ---------------------------------------------------------------------------------------------
 # Measured, from the run store
@@ -39,10 +40,9 @@ def measured_step(metrics: Any, warmup: int | None = None, statistic: str = "mea
 
     ``statistic`` "mean" (the default): the mean step, i.e. the wall time from the end of the warm-up
     to the end of the run per step, what the run's throughput comes from; a step that waits for a
-    scheduler slice now and then counts in proportion. "median": the typical step (on this shared
+    scheduler slice now and then counts in proportion. "median": the typical step (on a shared
     machine the steps of one run can be bimodal, and the median then jumps between the two modes from
-    one run to the next: over 78 pinned runs of 13 scenarios measured in three sessions, an oracle
-    constant per scenario was 12.6 % off the medians and 7.8 % off the means).
+    one run to the next, which is why the mean is the default).
 
     Returns {"step": the statistic of the seconds between the ends of consecutive steps (whole job),
     "compute", "compress", "comm", "idle", "emul_compute", "emul_comm": mean over workers of each
@@ -162,7 +162,6 @@ def evaluate_runs(store: Any, profile: MachineProfile, run_ids: Sequence[str] | 
 class FidelityBatch:
     """The preset batch queued through the job queue (lab.jobs.manager; one run at a time unless its
     capacity says otherwise). ``status()`` says how far it is, from the run store."""
-
     def __init__(self, manager: Any, profile: MachineProfile | None = None, steps: int = 200,
                  scenarios: Sequence[Scenario] | None = None):
         self.manager = manager
@@ -214,8 +213,6 @@ def step_error_summary(pairs: Sequence[tuple[float, float]]) -> float:
 
 def scenario_key(sc: Scenario) -> str:
     """What makes two runs the same experiment: the scenario without its name."""
-    import json
-
     d = sc.to_dict()
     d.pop("name", None)
     return json.dumps(d, sort_keys=True)
@@ -242,8 +239,6 @@ def oracle_error(rows: Sequence[Mapping]) -> tuple[float, int]:
     minimises the sum of |ln(predicted / measured)|). Returns (geometric-mean error,
     exp(mean |ln(oracle / measured)|) - 1, and the number of runs); (nan, 0) when no scenario ran
     twice. A calibrated model, fitted elsewhere, cannot beat it on the same runs."""
-    import statistics
-
     groups: dict[str, list[float]] = {}
     for r in rows:
         m = float(r["measured"])
@@ -290,7 +285,6 @@ PRESET_BATCH: tuple[tuple[str, str, dict], ...] = (
 
 def preset_batch(steps: int = 200, seed: int = 0) -> list[Scenario]:
     """The Fidelity page's and bench's batch of real runs, as Scenarios (named after the case)."""
-
     out = []
     for name, topo, changes in PRESET_BATCH:
         ch = dict(changes)

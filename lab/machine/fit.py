@@ -38,8 +38,8 @@ def fit_compute_slowdown(rows: Sequence[dict], base: ComputeFit, optimizer: dict
     optimiser step, ``fb + opt`` of the rows) is ``k x (its one-process prediction) + d``. A
     non-negative least-squares fit in relative terms over the rows (k alone, d = 0, with fewer than
     two distinct cases). The fixed ``d`` is what a step pays whatever its size (the job loop around
-    the step, waking up on a shared core); measured here the small networks grow by much more than
-    the large ones with N processes, which one factor cannot describe. (1.0, 0.0) without rows."""
+    the step, waking up on a shared core): small networks grow by much more than large ones with N
+    processes, which one factor cannot describe. (1.0, 0.0) without rows."""
     t1, y = [], []
     for r in rows:
         feat = features[(r["net"], r["batch"])]

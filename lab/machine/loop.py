@@ -5,7 +5,7 @@ context, idle jitter, the rest of the step) in *training-like cycles*: a harness
 step. This module measures the same quantities in the job's real loop instead: N spawned processes
 run :class:`lab.train.trainer.Trainer` -- the code of every real run, metrics and store writes
 included -- on the *calibration networks* (never the preset models a prediction is judged on), one
-short job per cycle case, and return rows in the layout :func:`lab.machine.calibrate.fit_cycles` reads.
+short job per cycle case, and return rows in the layout :func:`lab.machine.fit.fit_cycles` reads.
 """
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ LOOP_BATCH = 16
 
 
 def case_scenario(label: str, workers: int, steps: int = LOOP_STEPS, batch: int = LOOP_BATCH):
-    """The Scenario of one cycle case ``label`` (a :data:`lab.machine.calibrate.CYCLE_KINDS` label)."""
+    """The Scenario of one cycle case ``label`` (a :data:`lab.machine.cases.CYCLE_KINDS` label)."""
 
     kinds = {k[0]: k for k in CYCLE_KINDS}
     if label not in kinds:
@@ -86,7 +86,7 @@ def _loop_worker(rank: int, world: int, port: int, cases: list, steps: int, db: 
 def measure_loop(procs: int, cases: Sequence[tuple[str, int]], steps: int = LOOP_STEPS,
                  timeout: float = 600.0) -> list[dict]:
     """Run every (label, calibration network) case as a short job of ``procs`` workers in the job's
-    own loop; one row per case for :func:`lab.machine.calibrate.fit_cycles` (medians after the warm-up)."""
+    own loop; one row per case for :func:`lab.machine.fit.fit_cycles` (medians after the warm-up)."""
 
     if not 1 <= procs <= 4:
         raise LabError(f"the loop calibration runs 1 to 4 processes (got {procs})", where="calibration")

@@ -246,8 +246,8 @@ def run_counterexample(optimisers: tuple[str, ...] = COMPARED_OPTIMIZERS, *,
     optimisers' default eps, no weight decay), projecting x back onto [-1, 1] after every step.
     Step size lr / sqrt(t) (as in the paper) or constant lr.
 
-    ``method="optimiser"`` steps the lab's optimiser object once per t (about 0.1 ms a step).
-    ``method="vectorised"`` (default, ~100x faster) uses that the gradient g_t does not depend on x:
+    ``method="optimiser"`` steps the lab's optimiser object once per t, which is slow for the
+    paper's long horizons. ``method="vectorised"`` (the default) uses that the gradient g_t does not depend on x:
     the moments are then the same linear recursions for any x, computed for all t at once
     (scipy.signal.lfilter, np.maximum.accumulate), and only the projection runs step by step.
     The two agree to rounding (tests/optim/test_optim.py checks them against each other).

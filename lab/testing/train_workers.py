@@ -1,6 +1,8 @@
 """Workers that benches spawn around the training job (spawned processes import them from here)."""
 from __future__ import annotations
 
+import json
+import os
 import time
 
 from lab.comm.processes import init_worker
@@ -16,9 +18,6 @@ def paired_bench_worker(rank: int, world: int, port: int, out_dir: str, config: 
     alternates every step), so every variant sees the same machine load. Per variant: wall time of
     each step on this rank, bytes, compression time, emulated link time, and at the end the test
     accuracy and the parameter checksum. Writes ``paired<rank>.json``."""
-    import json
-    import os
-
     init_worker(rank, world, port, timeout_s=120.0)
     import torch.distributed as dist
 

@@ -77,7 +77,7 @@ def _load_digits_arrays() -> tuple[np.ndarray, np.ndarray]:
             return z["x"], z["y"]
     except (OSError, KeyError, ValueError):
         pass
-    from sklearn.datasets import load_digits  # ~1 s to import: only on the first run
+    from sklearn.datasets import load_digits  # slow to import: only on the first run
 
     d = load_digits()
     x, y = d.data.astype(np.float32) / 16.0, d.target.astype(np.int64)

@@ -15,7 +15,8 @@ steps the optimiser and sends [parameters..., loss] back. ``state_allreduce``: e
 gradient goes into lab.optim.optimizers's ``step_distributed`` (the CXL design's optimiser-state all-reduce).
 
 Measurements travel to rank 0 in one all-gather every few steps (with the parameter checksum every
-``check_every`` steps) and rank 0 is the only process writing to the run store.
+``check_every`` steps) and rank 0 writes them to the run store; another rank writes there only to
+record its own fault or failure.
 
 Time split per worker and step (seconds):
 
@@ -594,7 +595,7 @@ class Trainer:
                 raise RuntimeError("a gradient left the flat buffer (the optimiser or autograd replaced p.grad)")
 
 
-# ----- process entry ---------------------------------------------------------------------------
+# ----- which attempt this is ------------------------------------------------------------------
 
 
 def _attempt() -> int:

@@ -2,6 +2,7 @@
 
 import base64
 import json
+import unicodedata
 import zlib
 from pathlib import Path
 
@@ -22,7 +23,9 @@ def allowed_values(key: str, c: V.Control):
     if spec.type is tuple:
         if spec.choices is not None:
             return st.lists(st.sampled_from(spec.choices), unique=True, max_size=len(spec.choices)).map(tuple)
-        return st.lists(st.text(min_size=1, max_size=20), max_size=8).map(tuple)
+        # names are kept in Unicode's composed form (NFC), so only composed names are allowed values
+        return st.lists(st.text(min_size=1, max_size=20).map(lambda t: unicodedata.normalize("NFC", t)),
+                        max_size=8).map(tuple)
     if spec.choices is not None:
         return st.sampled_from(spec.choices)
     if spec.type is int:

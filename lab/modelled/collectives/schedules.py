@@ -112,7 +112,7 @@ class CollectiveSchedule:
         return out
 
     def label(self, mask: int, chunk: int, max_terms: int = 4) -> str:
-        """A chunk's content as the seed writes it: 'a0+b0+c0' (or '7 of 16 (…)' when long)."""
+        """A chunk's content as the designs' figures write it: 'a0+b0+c0' (or '7 of 16 (…)' when long)."""
         return contribution_label(mask, chunk, self.n, max_terms)
 
 
@@ -382,36 +382,6 @@ def default_host(topology: Topology, participants: Sequence[str]) -> str:
 def topology_groups(topology: Topology, participants: Sequence[str]) -> list[list[str]]:
     """The topology's pools (resource groups), restricted to the participants."""
     return [g for g in ([d for d in members if d in participants] for members in topology.pools.values()) if g]
-
-
-# ---------------------------------------------------------------------------------------------
-# nccl-tests bandwidths
-# ---------------------------------------------------------------------------------------------
-
-
-# ---------------------------------------------------------------------------------------------
-# time on a topology
-# ---------------------------------------------------------------------------------------------
-
-
-# ---------------------------------------------------------------------------------------------
-# ring order
-# ---------------------------------------------------------------------------------------------
-
-
-# ---------------------------------------------------------------------------------------------
-# uniform alpha-beta model (any N)
-# ---------------------------------------------------------------------------------------------
-
-
-# ---------------------------------------------------------------------------------------------
-# synchronous versus asynchronous trigger (the CXL design)
-# ---------------------------------------------------------------------------------------------
-
-
-# ---------------------------------------------------------------------------------------------
-# fitting alpha and beta to measured times
-# ---------------------------------------------------------------------------------------------
 
 
 # ---------------------------------------------------------------------------------------------

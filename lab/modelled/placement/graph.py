@@ -367,21 +367,3 @@ def _to_schedule(g: TaskGraph, name: str, dev: Sequence[int], start: Sequence[fl
                  note: str = "", extra: Mapping | None = None) -> PlacementSchedule:
     slots = {g.tasks[i]: (g.devices[dev[i]], float(start[i]), float(fin[i])) for i in range(len(g.tasks))}
     return PlacementSchedule(name, slots, float(max(fin)), note, dict(extra or {}))
-
-
-# ----- baselines ------------------------------------------------------------------------------------
-
-
-# ----- contiguous pipeline partition ---------------------------------------------------------------
-
-
-# ----- exact optimum ----------------------------------------------------------------------------------
-
-
-# ----- coarsening ---------------------------------------------------------------------------------------
-
-
-# ----- comparison and tables ------------------------------------------------------------------------
-
-
-# ----- why an operator went where it went --------------------------------------------------------------
