@@ -181,7 +181,9 @@ def trigger_figure(timelines: Mapping[str, Timeline], scale: float = 1e3, unit: 
             fig.add_trace(go.Bar(orientation="h", y=[g.node for g in segs], x=[(g.end - g.start) * scale for g in segs],
                                  base=[g.start * scale for g in segs], name=kind, marker_color=KIND_COLOURS[kind],
                                  legendgroup=kind, showlegend=kind not in shown,
-                                 hovertemplate=f"%{{y}} {kind}: %{{base:.4g}}–%{{x:.4g}} {unit} long<extra></extra>"),
+                                 customdata=[g.end * scale for g in segs],
+                                 hovertemplate=(f"%{{y}} {kind}: from %{{base:.4g}} to %{{customdata:.4g}} {unit} "
+                                                f"(%{{x:.4g}} {unit} long)<extra></extra>")),
                           row=r, col=1)
             shown.add(kind)
         fig.update_yaxes(autorange="reversed", row=r, col=1)

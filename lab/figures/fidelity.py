@@ -33,7 +33,7 @@ def _range(values: Sequence[float]) -> tuple[float, float]:
 def _identity_band(fig: go.Figure, lo: float, hi: float, band: float, row=None, col=None, legend=True) -> None:
     kw = {} if row is None else {"row": row, "col": col}
     xs = [lo, hi]
-    fig.add_trace(go.Scatter(x=xs + xs[::-1], y=[lo * (1 + band), hi * (1 + band), hi / (1 + band), lo / (1 + band)],
+    fig.add_trace(go.Scatter(x=xs + xs[::-1], y=[lo * (1 + band), hi * (1 + band), hi * (1 - band), lo * (1 - band)],
                              fill="toself", fillcolor="rgba(120,120,120,0.12)", line=dict(width=0), hoverinfo="skip",
                              name=f"within ±{band * 100:.0f}%", showlegend=legend), **kw)
     fig.add_trace(go.Scatter(x=xs, y=xs, mode="lines", line=dict(color="#555", dash="dash"), name="y = x",

@@ -75,7 +75,8 @@ def test_measured_markers_and_fitted_lines_share_a_colour_per_implementation():
     sizes = [4096, 65536, 1 << 20]
     rows = [{"impl": impl, "size": s, "time": t, "time_min": 0.9 * t, "time_max": 1.2 * t}
             for impl, k in (("ring", 1.0), ("gloo", 2.0)) for s in sizes for t in [k * (6e-5 + 1.5e-9 * s)]]
-    fits = {impl: C.fit_alpha_beta(4, sizes, [r["time"] for r in rows if r["impl"] == impl]) for impl in ("ring", "gloo")}
+    fits = {impl: C.fit_alpha_beta(4, sizes, [r["time"] for r in rows if r["impl"] == impl])
+            for impl in ("ring", "gloo")}
     fig = measured_vs_model_figure(rows, fits, "4 processes")
     assert len(fig.data) == 2 * len(fits)
     ring_meas, ring_model, gloo_meas, _ = fig.data
@@ -84,3 +85,13 @@ def test_measured_markers_and_fitted_lines_share_a_colour_per_implementation():
     assert f"α={fits['ring'].alpha * 1e6:.3g} µs" in ring_model.name and "ns/B" in ring_model.name
     assert ring_meas.marker.color == ring_model.line.color != gloo_meas.marker.color
     assert fig.layout.yaxis.title.text == "time (s)" and "(bytes)" in fig.layout.xaxis.title.text
+
+
+def test_trigger_hover_gives_start_end_and_length():
+    compute = {"A": 1e-3, "B": 2e-3, "C": 1e-3, "D": 3e-3}
+    tls = {"sync": C.trigger_timeline(SETUP.schedule("ring", 1 << 20), TOPO, compute, "sync")}
+    fig = trigger_figure(tls, 1e3, "ms")
+    for t in fig.data:
+        for base, length, end in zip(t.base, t.x, t.customdata):
+            assert end == pytest.approx(base + length)
+        assert "from %{base" in t.hovertemplate and "to %{customdata" in t.hovertemplate

@@ -43,7 +43,8 @@ def test_step_scatter_one_trace_per_group_in_ms_with_the_error():
 
 def test_error_bars_in_percent_coloured_like_the_scatter_with_band_lines():
     fig = error_bars(ROWS, band=0.2)
-    assert list(fig.data[0].x) == pytest.approx([-20.0, 20.0, 100.0]) and list(fig.data[0].y) == [r["name"] for r in ROWS]
+    assert list(fig.data[0].x) == pytest.approx([-20.0, 20.0, 100.0])
+    assert list(fig.data[0].y) == [r["name"] for r in ROWS]
     assert list(fig.data[0].marker.color) == [GROUP_COLOURS[group_of(r)] for r in ROWS]
     assert sorted(s.x0 for s in fig.layout.shapes) == [-20.0, 20.0] and "%" in fig.layout.xaxis.title.text
     assert [group_of(r) for r in ({}, {"emulated": 1, "compressed": 1})] == ["dense", "emulated, compressed"]
@@ -93,3 +94,14 @@ def test_empty_inputs_give_figures_without_points():
                 prediction_figure(pd.DataFrame(columns=["part", "predicted_ms", "measured_ms", "error_pct"]))):
         assert all(len(t.x) == 0 for t in fig.data if t.name not in ("y = x", "within ±15%"))
     assert [t.name for t in step_scatter([]).data] == ["within ±15%", "y = x"]  # no group without runs
+
+
+def test_the_scatter_band_is_the_same_band_as_the_error_lines():
+    # A run 14 % under its measurement is inside ±15 % in both figures; 16 % under is outside both.
+    band = step_scatter(ROWS, 0.15).data[0]
+    lo, hi = band.x[0], band.x[1]
+    assert band.y[0] == pytest.approx(lo * 1.15) and band.y[1] == pytest.approx(hi * 1.15)
+    assert band.y[2] == pytest.approx(hi * 0.85) and band.y[3] == pytest.approx(lo * 0.85)
+    inside, outside = run("in", 0.86, 1.0), run("out", 0.84, 1.0)
+    xs = list(error_bars([inside, outside], band=0.15).data[0].x)
+    assert abs(xs[0]) <= 15 < abs(xs[1])

@@ -49,7 +49,8 @@ def test_time_split_sums_each_workers_seconds_without_losing_any(emulated):
     per = per_worker(emulated)
     tab = time_split_table(per)
     sums = per.groupby("worker")[PARTS].sum()
-    assert tab.sum(axis=1).tolist() == pytest.approx((sums.t_compute + sums.t_comm + sums.t_compress + sums.t_idle).tolist())
+    total = sums.t_compute + sums.t_comm + sums.t_compress + sums.t_idle
+    assert tab.sum(axis=1).tolist() == pytest.approx(total.tolist())
     assert tab["device wait (emulated)"].tolist() == pytest.approx(sums.t_emul_compute.tolist())
     assert tab["communication (measured)"].tolist() == pytest.approx((sums.t_comm - sums.t_emul_comm).tolist())
 
@@ -81,3 +82,15 @@ def test_time_split_figure_hatches_only_emulated_waits_and_leaves_them_out_witho
 ])
 def test_compression_summary_names_kind_amount_feedback_and_sharing(comp, expected):
     assert compression_summary(comp) == expected
+
+
+def test_a_link_wait_that_overlapped_the_idle_wait_is_counted_once():
+    # The emulated link wait is part of the collective (communication + idle): 0.25 s of it against
+    # 0.1 s of communication overlapped 0.15 s of the idle wait, which must not be shown twice.
+    one = pd.DataFrame({"step": [1], "worker": [0], "t_compute": [0.5], "t_emul_compute": [0.0], "t_comm": [0.1],
+                        "t_emul_comm": [0.25], "t_compress": [0.0], "t_idle": [0.2]})
+    tab = time_split_table(one)
+    assert tab.sum(axis=1).tolist() == pytest.approx([0.8])
+    assert tab["link wait (emulated)"].tolist() == pytest.approx([0.25])
+    assert tab["idle, waiting for the slowest (measured)"].tolist() == pytest.approx([0.05])
+    assert tab["communication (measured)"].tolist() == pytest.approx([0.0])
