@@ -14,6 +14,7 @@ from lab.jobs.comparison import (
     run_name,
     settings_of,
 )
+from lab.jobs.views import start_phase
 from lab.machine.profile import load_profile
 from lab.scenario.document import Compression
 from lab.scenario.names import (
@@ -30,7 +31,7 @@ from lab.scenario.names import (
     SYNC_LABELS,
     SYNC_MODES,
 )
-from lab.store.runs import ACTIVE, JOB_WORKER, start_phase, store
+from lab.store.runs import ACTIVE, JOB_WORKER, store
 from lab.view.state import VIEW
 
 sc = ui.scenario_sidebar()

@@ -1,4 +1,5 @@
-"""Plain data for the Jobs and Training pages: the job table, whether anything is active, the slot timeline and log tails."""
+"""Plain data for the Jobs and Training pages: the job table, where a job is on its way to training,
+whether anything is active, the slot timeline and log tails."""
 from __future__ import annotations
 
 import time
@@ -102,3 +103,32 @@ def log_tails(jm: JobManager, run_id: str, max_bytes: int = 3000) -> dict[str, s
     if launcher:
         out["launcher"] = launcher
     return out
+
+
+def start_phase(st: RunStore, run_id: str, queue_position: int | None = None) -> str:
+    """Where a job is on its way to training, in one line a page can show: queued behind N jobs,
+    starting the launcher, starting workers (k of N ready), joining the group, first step, or step k
+    of N (also once it ended). Read from the run's status, stages, heartbeats and metrics."""
+    run = st.get_run(run_id)
+    status = run["status"]
+    tr = run["scenario"].get("training", {})
+    steps = int(tr.get("steps") or 0)
+    if status == "queued":
+        ahead = (queue_position or 1) - 1
+        return f"queued behind {ahead} job{'s' if ahead != 1 else ''}" if queue_position else "queued"
+    done = st.progress(run_id)
+    if status != "running" or done > 0:
+        return f"step {done} of {steps}"
+    stages = st.stages(run_id)
+    attempt = int(stages.attempt.max()) if len(stages) and stages.attempt.notna().any() else 0
+    seen = set(stages[stages.attempt.fillna(0) >= attempt].stage) if len(stages) else set()
+    if "running" in seen or "data" in seen:  # the group is formed and the data split
+        return "first step"
+    if "started" not in seen:
+        return "starting the launcher"
+    world = int(tr.get("workers") or 1) + (1 if tr.get("sync") == "param_server" else 0)
+    beats = st.heartbeats(run_id)
+    ready = int((beats.attempt.fillna(0) >= attempt).sum()) if len(beats) else 0
+    if ready < world:
+        return f"starting workers ({ready} of {world} ready)"
+    return "joining the group"
