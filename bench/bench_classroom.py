@@ -31,35 +31,17 @@ import random
 import signal
 import statistics
 import subprocess
-import sys
 import tempfile
 import time
-import urllib.request
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+from common import start_app  # noqa: E402  (also puts the checkout on sys.path)
 
 PAGES = ("topology", "placement", "allreduce")
 
 
 def start_server(data: Path, port: int, post_script_gc: bool = False) -> subprocess.Popen:
-    env = dict(os.environ, LAB_DB=str(data / "runs.db"), LAB_DATA=str(data))
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "streamlit", "run", str(ROOT / "app.py"), "--server.headless", "true",
-         "--server.port", str(port), "--server.address", "127.0.0.1", "--server.fileWatcherType", "none",
-         "--runner.postScriptGC", str(post_script_gc).lower()],
-        cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
-    deadline = time.time() + 90
-    while time.time() < deadline:
-        try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{port}/_stcore/health", timeout=2) as r:
-                if r.read().strip() == b"ok":
-                    return proc
-        except OSError:
-            time.sleep(0.3)
-    os.killpg(proc.pid, signal.SIGKILL)
-    raise SystemExit("streamlit did not start")
+    return start_app(data, port, "--runner.postScriptGC", str(post_script_gc).lower())
 
 
 async def rerun(ws, page: str) -> float:

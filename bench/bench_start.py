@@ -1,18 +1,22 @@
 """How fast a job starts: through the job manager, forked from its warm starter, against the command
 line, which starts a new Python for the launcher and every worker (cold). Then a 6-run comparison
 (the three optimisers x dense and Group-TopK 1 % + error feedback, 200 steps, 2 workers, MLP on
-digits) through the warm job manager, and the warm starter's resident memory.
+digits) through the warm job manager, and the warm starter's resident memory. With ``--browser``,
+the same as a person sees it: ``streamlit run app.py`` and headless Chromium clicking the Training
+page's Run and "Compare optimisers × compression" buttons.
 
 "First step" is the run store's ``running`` stage (the first training step begins), from the
 moment before the submit (warm) or before the command starts (cold); "done" is the job's end as
 its caller sees it (the job manager's wait, the command's exit). Medians of ``--repeats`` runs.
 
-    .venv/bin/python bench/bench_start.py
+    .venv/bin/python bench/bench_start.py [--browser]
 """
 
 from __future__ import annotations
 
 import argparse
+import os
+import re
 import statistics
 import subprocess
 import sys
@@ -20,13 +24,14 @@ import tempfile
 import time
 from pathlib import Path
 
-from common import ROOT, table  # noqa: E402  (also puts the checkout on sys.path)
+from common import ROOT, start_app, stop_app, table  # noqa: E402  (also puts the checkout on sys.path)
 
 from lab import settings  # noqa: E402
 from lab.jobs import comparison as C  # noqa: E402
 from lab.jobs.manager import JobManager  # noqa: E402
 from lab.scenario.document import Compression, default_scenario  # noqa: E402
 from lab.store.runs import RunStore, new_run_id  # noqa: E402
+from lab.train.launcher import free_port  # noqa: E402
 from lab.train.warm import rss_mb  # noqa: E402
 
 
@@ -57,10 +62,85 @@ def cold_run(db: Path, store: RunStore, steps: int) -> tuple[float, float]:
     return first_step_at(store, rid) - t0, done
 
 
+def browser_runs(repeats: int, grid_steps: int) -> tuple[list[list], float]:
+    """Click Run on the Training page of a running app ``repeats`` times (a 200-step, 2-worker job,
+    the page open for a while as a student's would be) and the comparison button once; seconds from
+    the click to the first step (the store's stage), to the page showing one of the run's steps, and
+    to the run's end."""
+    from playwright.sync_api import sync_playwright
+
+    data = Path(tempfile.mkdtemp(prefix="bench-start-app-"))
+    server = start_app(data, free_port())
+    store = RunStore(data / "runs.db")
+    base = f"http://127.0.0.1:{server.args[server.args.index('--server.port') + 1]}"
+    chromium = os.environ.get("LAB_CHROMIUM", "/usr/bin/chromium")
+    try:
+        with sync_playwright() as pw:
+            b = pw.chromium.launch(executable_path=chromium, args=[
+                "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-sync",
+                "--disable-background-networking", "--disable-component-update"])
+            pg = b.new_context(viewport={"width": 1400, "height": 900}).new_page()
+            pg.goto(base + "/training")
+            pg.get_by_role("button", name="Run", exact=True).wait_for(timeout=60_000)
+            box = pg.get_by_label("Steps (count)", exact=True).first
+            box.fill("200")
+            box.press("Enter")
+            time.sleep(15)  # a student opens the page some time after the app started; the starter is loaded by then
+            got = []
+            for k in range(repeats):
+                before = set(store.list_runs().id)
+                t0 = time.time()
+                pg.get_by_role("button", name="Run", exact=True).click()
+                shown = None
+                rid = None
+                while True:  # until the run ended and the page showed one of its steps
+                    new = set(store.list_runs().id) - before
+                    rid = next(iter(new)) if new else None
+                    if rid and shown is None and pg.get_by_role("heading", name=f"Run {rid}").count() and \
+                            pg.get_by_text(re.compile(r"(running|done): step [1-9]")).count():
+                        shown = time.time() - t0
+                    if rid and shown is not None and store.status(rid) not in ("queued", "running"):
+                        break
+                    if time.time() - t0 > 300:
+                        raise SystemExit("a run from the browser did not end, or the page did not show it, within 300 s")
+                    time.sleep(0.05)
+                if store.status(rid) != "done":
+                    raise SystemExit(f"browser run {rid} {store.status(rid)}: {store.get_run(rid)['error']}")
+                done = float(store.get_run(rid)["end"] or time.time()) - t0
+                got.append((first_step_at(store, rid) - t0, shown if shown is not None else float("nan"), done))
+            rows = [["200 steps, 2 workers", "Run in the browser, warm",
+                     f"{statistics.median(g[0] for g in got):.2f}", f"{statistics.median(g[1] for g in got):.2f}",
+                     f"{statistics.median(g[2] for g in got):.2f}", repeats]]
+            pg.get_by_label("Steps (count)", exact=True).first.fill(str(grid_steps))
+            pg.get_by_label("Steps (count)", exact=True).first.press("Enter")
+            pg.get_by_label("Repeats (seeds)", exact=True).first.fill("1")
+            pg.get_by_label("Repeats (seeds)", exact=True).first.press("Enter")
+            time.sleep(2)
+            before = set(store.list_runs().id)
+            t0 = time.time()
+            pg.get_by_role("button", name="Compare optimisers × compression").click()
+            while True:
+                new = set(store.list_runs().id) - before
+                if len(new) >= 6 and all(store.status(r) not in ("queued", "running") for r in new):
+                    break
+                if time.time() - t0 > 900:
+                    raise SystemExit("the comparison from the browser did not end within 900 s")
+                time.sleep(0.1)
+            grid_s = max(float(store.get_run(r)["end"] or time.time()) for r in new) - t0
+            bad = sorted({store.status(r) for r in new} - {"done"})
+            if bad:
+                raise SystemExit(f"comparison runs ended {bad}")
+            b.close()
+    finally:
+        stop_app(server)
+    return rows, grid_s
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--grid-steps", type=int, default=200)
+    ap.add_argument("--browser", action="store_true", help="also click through a running app in Chromium")
     a = ap.parse_args()
 
     db = Path(tempfile.mkdtemp(prefix="bench-start-")) / "runs.db"
@@ -102,9 +182,15 @@ def main() -> None:
           f"2 workers, MLP on digits) through the warm job manager: {grid_s:.1f} s, statuses {sorted(set(statuses))}")
 
     mem = rss_mb(jm.starter.pid)
+    jm.shutdown()
+    if a.browser:
+        rows, bgrid = browser_runs(a.repeats, a.grid_steps)
+        print("\nmedian seconds from the click in Chromium on a running app (streamlit run app.py)")
+        print(table(["job", "started by", "first step (s)", "page shows a step (s)", "done (s)", "runs"], rows))
+        print(f"6-run comparison from one click on 'Compare optimisers × compression' (1 repeat, {a.grid_steps} "
+              f"steps): all done {bgrid:.1f} s after the click")
     print(f"warm starter: pid {jm.starter.pid}, resident {mem:.0f} MB (bound {jm.starter.max_mb:.0f} MB), "
           f"restarts {jm.starter.restarts}")
-    jm.shutdown()
     print(f"start: warm first step {med[('warm', 1)][0]:.2f} s, cold first step {med[('cold', 1)][0]:.2f} s, "
           f"grid of 6 {grid_s:.1f} s, starter {mem:.0f} MB")
 

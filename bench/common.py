@@ -1,7 +1,12 @@
 """What every bench script shares: the lab importable from a checkout, and one plain-text table."""
 from __future__ import annotations
 
+import os
+import signal
+import subprocess
 import sys
+import time
+import urllib.request
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -18,3 +23,35 @@ def table(header: list[str], rows: list[list]) -> str:
         return "  ".join(c.rjust(w[i]) if i else c.ljust(w[i]) for i, c in enumerate(r))
 
     return "\n".join([line(cells[0]), "  ".join("-" * x for x in w)] + [line(r) for r in cells[1:]])
+
+
+def start_app(data: Path, port: int, *options: str) -> subprocess.Popen:
+    """``streamlit run app.py`` on 127.0.0.1:``port`` with its run store and data in ``data`` (and
+    more ``--option value`` pairs), in its own session; returns once it answers its health check."""
+    env = dict(os.environ, LAB_DB=str(data / "runs.db"), LAB_DATA=str(data))
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "streamlit", "run", str(ROOT / "app.py"), "--server.headless", "true",
+         "--server.port", str(port), "--server.address", "127.0.0.1", "--server.fileWatcherType", "none", *options],
+        cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    deadline = time.time() + 90
+    while time.time() < deadline:
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/_stcore/health", timeout=2) as r:
+                if r.read().strip() == b"ok":
+                    return proc
+        except OSError:
+            time.sleep(0.3)
+    stop_app(proc)
+    raise SystemExit("streamlit did not start")
+
+
+def stop_app(proc: subprocess.Popen) -> None:
+    """End the app's whole session (the server, its warm starter and any job it started)."""
+    try:
+        os.killpg(proc.pid, signal.SIGTERM)
+        proc.wait(timeout=20)
+    except ProcessLookupError:
+        pass
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=10)

@@ -33,6 +33,7 @@ import time
 from pathlib import Path
 from typing import Callable, Sequence
 
+from lab import procfs
 from lab.comm import ring
 from lab.comm.ring import BYTES, ring_allreduce
 from lab.errors import LabError
@@ -42,6 +43,7 @@ from lab.settings import ROOT, THREAD_VARIABLES, child_env
 IMPLS = ("ring", "gloo")
 IMPL_LABELS = {"ring": "lab ring (isend/irecv)", "gloo": "gloo all_reduce"}
 MAX_PROCS = 16
+KILL_GRACE_S = 10.0  # seconds the killed workers get to be reaped
 MAX_BYTES = 1 << 30
 ITEMSIZE = 4  # float32
 _UNITS = {"": 1, "B": 1, "K": 1 << 10, "KB": 1 << 10, "KIB": 1 << 10, "M": 1 << 20, "MB": 1 << 20,
@@ -218,25 +220,6 @@ def _row(procs: int, raw: dict) -> dict:
             "correct": raw["correct"], "source": "measured", "times": list(times)}
 
 
-def _kill_all(procs: list[subprocess.Popen]) -> None:
-    for p in procs:
-        if p.poll() is None:
-            p.kill()
-    for p in procs:
-        try:
-            p.wait(timeout=10)
-        except subprocess.TimeoutExpired:  # pragma: no cover - a process that ignores SIGKILL
-            pass
-
-
-def _tail(path: str, lines: int = 6) -> str:
-    try:
-        text = Path(path).read_text(errors="replace").strip().splitlines()
-    except OSError:
-        return ""
-    return "\n".join(text[-lines:])
-
-
 def _run_workers(procs: int, cfg: dict, total: int, on_result: Callable[[dict], None], *,
                  timeout: float, op_timeout: float, what: str) -> None:
     """Start ``procs`` workers running ``cfg["task"]``; feed rank 0's results to ``on_result``.
@@ -284,19 +267,19 @@ def _run_workers(procs: int, cfg: dict, total: int, on_result: Callable[[dict], 
                 for r, p in enumerate(workers):
                     rc = p.poll()
                     if rc is not None and rc != 0:
-                        _kill_all(workers)
-                        detail = _tail(errs[r])
+                        procfs.kill_and_reap(workers, KILL_GRACE_S)
+                        detail = "\n".join(procfs.last_lines(errs[r], 6))
                         raise LabError(f"worker rank {r} of {procs} died (exit code {rc}) after {got} of "
                                        f"{total} results; the run was stopped and every worker reaped."
                                        + (f" Its last words: {detail}" if detail else ""), where=what)
                 if eof and all(p.poll() == 0 for p in workers):
                     break
                 if time.monotonic() > deadline:
-                    _kill_all(workers)
+                    procfs.kill_and_reap(workers, KILL_GRACE_S)
                     raise LabError(f"the run took longer than {timeout:g} s and was stopped ({got} of {total} "
                                    "results); try fewer sizes or iterations", where=what)
         finally:
-            _kill_all(workers)
+            procfs.kill_and_reap(workers, KILL_GRACE_S)
             for p in workers:
                 if p.stdout:
                     p.stdout.close()

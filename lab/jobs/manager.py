@@ -37,7 +37,6 @@ them interrupted, waits for their workers to exit, then removes their scratch fo
 from __future__ import annotations
 
 import os
-import signal
 import subprocess
 import sys
 import threading
@@ -46,7 +45,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable
 
-from lab import settings
+from lab import procfs, settings
 from lab.errors import LabError
 from lab.jobs.access import (
     ANONYMOUS,
@@ -325,12 +324,7 @@ class JobManager:
             return True
         left = processes_of(rid, exclude=(os.getpid(),))
         if left and time.monotonic() - d["since"] > DRAIN_S:
-            for pid in left:
-                try:
-                    os.kill(pid, signal.SIGKILL)
-                    d["killed"].append(pid)
-                except ProcessLookupError:
-                    pass
+            d["killed"] += procfs.kill_pids(left)
             return False
         if left:
             return False
@@ -489,13 +483,7 @@ class JobManager:
             ours = run_id in self._running or any(q[0] == run_id for q in self._queue)
         if ours or (run["status"] in ACTIVE and self._launcher_alive(run_id, run["pid"])):
             raise LabError(f"run {run_id} is {run['status']}: stop it before releasing its resources", where="jobs")
-        killed = []
-        for pid in processes_of(run_id, exclude=(os.getpid(),)):
-            try:
-                os.kill(pid, signal.SIGKILL)
-                killed.append(pid)
-            except ProcessLookupError:
-                pass
+        killed = procfs.kill_pids(processes_of(run_id, exclude=(os.getpid(),)))
         deadline = time.monotonic() + DRAIN_S  # the scratch folder goes once they are gone
         while killed and processes_of(run_id, exclude=(os.getpid(),)) and time.monotonic() < deadline:
             time.sleep(0.05)

@@ -8,9 +8,11 @@ import signal
 import time
 from pathlib import Path
 
+from lab import procfs
 from lab.jobs.policies import cpu_of
 
 STOP_GRACE_S = 3.0
+ALIVE_SETTLE_S = 0.5  # how long a process with an empty command line is watched
 
 
 def lower_priority(n: int) -> None:
@@ -20,18 +22,20 @@ def lower_priority(n: int) -> None:
         pass
 
 
+
 def alive(pid: int | None, must_contain: str = "lab.train") -> bool:
     """A live, non-zombie process whose command line contains ``must_contain``."""
     if not pid:
         return False
-    proc = Path(f"/proc/{pid}")
-    if proc.exists():
-        try:
-            state = (proc / "stat").read_text().rsplit(")", 1)[1].split()[0]
-            cmd = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-        except OSError:
-            return False
-        return state != "Z" and must_contain in cmd
+    if Path(f"/proc/{pid}").exists():
+        cmd = procfs.command_line(pid)
+        # An empty command line is a process between its exec and its new memory, or one releasing
+        # its memory on the way out: the first has its command line within moments, the second dies.
+        deadline = time.monotonic() + ALIVE_SETTLE_S
+        while cmd == "" and procfs.running(pid) and time.monotonic() < deadline:
+            time.sleep(0.005)
+            cmd = procfs.command_line(pid)
+        return cmd is not None and procfs.running(pid) and must_contain in cmd
     try:
         os.kill(pid, 0)
     except (ProcessLookupError, PermissionError):

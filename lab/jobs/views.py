@@ -7,8 +7,8 @@ from typing import Iterable
 
 from lab.errors import LabError
 from lab.jobs.manager import JobManager
+from lab.procfs import tail_text
 from lab.store.runs import ACTIVE, RunStore
-from lab.train.launcher import tail_text
 
 
 def overview(store: RunStore, jm: JobManager | None = None, owner: str | None = None, limit: int = 50,

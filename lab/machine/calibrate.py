@@ -65,16 +65,16 @@ from lab import settings
 from lab.errors import LabError
 from lab.machine.cases import (
     CALIBRATION_BATCHES,
+    CALIBRATION_MAX_PROCS,
     CALIBRATION_NETS,
     CALIBRATION_REPEAT,
     CYCLE_REPEAT,
-    MAX_PROCS,
     cycle_cases,
 )
 from lab.machine.fit import fit_local, fit_process_terms
 from lab.machine.loop import measure_loop
 from lab.machine.measure import (
-    ALLREDUCE_SIZES,
+    CALIBRATION_ALLREDUCE_SIZES,
     measure_allreduce,
     measure_procs,
     merge_cycles,
@@ -93,12 +93,13 @@ from lab.machine.profile import (
 )
 from lab.scenario.names import COMPRESSORS, OPTIMIZERS, SHARING
 
+
 # ---------------------------------------------------------------------------------------------
 # The whole calibration
 # ---------------------------------------------------------------------------------------------
 def calibrate(procs: Sequence[int] = (1, 2, 3, 4), *, quick: bool = False, repeat: int = CALIBRATION_REPEAT,
               allreduce_iters: int = 10, nets: Sequence[int] | None = None,
-              allreduce_sizes: Sequence[int] = ALLREDUCE_SIZES, measure_command: bool = True,
+              allreduce_sizes: Sequence[int] = CALIBRATION_ALLREDUCE_SIZES, measure_command: bool = True,
               cycle_repeat: int = CYCLE_REPEAT, cycle_source: str = "loop",
               progress: Callable[[str, float], None] | None = None) -> MachineProfile:
     """Measure this machine and return its profile (not saved: call ``.save()``).
@@ -114,8 +115,8 @@ def calibrate(procs: Sequence[int] = (1, 2, 3, 4), *, quick: bool = False, repea
     if cycle_source not in ("loop", "harness"):
         raise LabError(f"cycle_source is 'loop' or 'harness' (got {cycle_source!r})", where="calibration")
     procs = sorted({int(p) for p in procs} | {1})
-    if procs[0] < 1 or procs[-1] > MAX_PROCS:
-        raise LabError(f"process counts must lie in 1..{MAX_PROCS} (got {procs})", where="calibration")
+    if procs[0] < 1 or procs[-1] > CALIBRATION_MAX_PROCS:
+        raise LabError(f"process counts must lie in 1..{CALIBRATION_MAX_PROCS} (got {procs})", where="calibration")
     progress = progress or (lambda msg, frac: None)
     all_nets = list(range(len(CALIBRATION_NETS))) if nets is None else list(nets)
     cases = cycle_cases(None if nets is None else all_nets)

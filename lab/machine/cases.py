@@ -7,7 +7,7 @@ from typing import Sequence
 from lab import settings
 from lab.scenario import models
 
-MAX_PROCS = 4
+CALIBRATION_MAX_PROCS = 4
 
 
 #: Calibration networks: (model class name in lab.scenario.models, constructor keyword arguments). None of

@@ -20,10 +20,10 @@ from lab.compression.compressors import GroupTopK, make_compressor
 from lab.errors import LabError
 from lab.machine.cases import (
     CALIBRATION_BATCHES,
+    CALIBRATION_MAX_PROCS,
     CALIBRATION_NETS,
     CYCLE_KINDS,
     CYCLE_RATIO,
-    MAX_PROCS,
     build_calibration_net,
     cycle_cases,
     pin_rank,
@@ -316,8 +316,8 @@ def measure_procs(procs: int, nets: Sequence[int] | None = None, repeat: int = 1
     process: the compute benchmarks of ``nets``; several: the training-like ``cases``
     (:func:`cycle_cases`), ``repeat`` cycles each."""
 
-    if not 1 <= procs <= MAX_PROCS:
-        raise LabError(f"calibrate 1 to {MAX_PROCS} processes (got {procs})", where="calibration")
+    if not 1 <= procs <= CALIBRATION_MAX_PROCS:
+        raise LabError(f"calibrate 1 to {CALIBRATION_MAX_PROCS} processes (got {procs})", where="calibration")
     nets = list(range(len(CALIBRATION_NETS))) if nets is None else list(nets)
     with tempfile.TemporaryDirectory(prefix="lab-calib-") as tmp:
         try:
@@ -348,10 +348,10 @@ def merge_cycles(results: list[dict]) -> list[dict]:
     return out
 
 
-ALLREDUCE_SIZES = (4_096, 16_384, 65_536, 262_144)
+CALIBRATION_ALLREDUCE_SIZES = (4_096, 16_384, 65_536, 262_144)
 
 
-def measure_allreduce(procs: int, iters: int = 10, sizes: Sequence[int] = ALLREDUCE_SIZES) -> dict[str, CommFit]:
+def measure_allreduce(procs: int, iters: int = 10, sizes: Sequence[int] = CALIBRATION_ALLREDUCE_SIZES) -> dict[str, CommFit]:
     """alpha and beta of gloo's all_reduce and the lab ring with ``procs`` processes, by the
     all-reduce measurement command (lab.comm.measure, nccl-tests style: every call after a barrier)."""
 

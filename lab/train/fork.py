@@ -178,14 +178,3 @@ def fork_worker(argv: list[str], env: dict, log_path: Path, keep_fds: tuple[int,
     os.close(err)
     os.close(devnull)
     return Forked(pid, argv)
-
-
-def rss_mb(pid: int | None = None) -> float:
-    """Resident memory of a process in MB (this one by default; 0 when it cannot be read)."""
-    try:
-        for line in Path(f"/proc/{pid or 'self'}/status").read_text().splitlines():
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) / 1024.0
-    except (OSError, ValueError, IndexError):
-        pass
-    return 0.0

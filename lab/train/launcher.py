@@ -51,13 +51,13 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from lab import settings
+from lab import procfs, settings
 from lab.errors import LabError
 from lab.scenario.document import Scenario
 from lab.settings import ROOT
 from lab.store.runs import ACTIVE, JOB_WORKER, RunStore
-from lab.train.resilience import latest_checkpoint, read_heartbeat
 from lab.train import fork
+from lab.train.resilience import latest_checkpoint, read_heartbeat
 from lab.train.roles import parse_job
 
 POLL_S = 0.05
@@ -176,19 +176,7 @@ def logs_dir(store: RunStore, run_id: str) -> Path:
 
 def processes_of(run_id: str, exclude: tuple[int, ...] = ()) -> list[int]:
     """Live (non-zombie) processes whose command line names this run (``--run-id <id>``)."""
-    needle = f"--run-id {run_id}"
-    out = []
-    for d in Path("/proc").iterdir():
-        if not d.name.isdigit() or int(d.name) in exclude:
-            continue
-        try:
-            cmd = (d / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-            state = (d / "stat").read_text().rsplit(")", 1)[1].split()[0]
-        except (OSError, IndexError):
-            continue
-        if needle in cmd + " " and state != "Z":
-            out.append(int(d.name))
-    return out
+    return procfs.pids_whose_command_has(f"--run-id {run_id}", exclude)
 
 
 def scratch_prefix(run_id: str) -> str:
@@ -212,49 +200,16 @@ def remove_scratch(run_id: str, folder: str | os.PathLike | None = None) -> int:
     return n
 
 
-def boot_id() -> str:
-    """The kernel's id of this boot ("" where there is none): a pid means nothing after a reboot."""
-    try:
-        return Path("/proc/sys/kernel/random/boot_id").read_text().strip()
-    except OSError:
-        return ""
-
-
 def host_name() -> str:
     return socket.gethostname()
 
 
-def process_start(pid: int | None) -> int | None:
-    """When process ``pid`` started (clock ticks since boot, /proc/<pid>/stat field 22), or None
-    when there is no such process. With the pid it names one process for the whole boot."""
-    if not pid:
-        return None
-    try:
-        return int(Path(f"/proc/{int(pid)}/stat").read_text().rsplit(")", 1)[1].split()[19])
-    except (OSError, IndexError, ValueError):
-        return None
-
-
-def _state(pid: int) -> str | None:
-    try:
-        return Path(f"/proc/{int(pid)}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except (OSError, IndexError, ValueError):
-        return None
-
-
-def _exiting(pid: int) -> bool:
-    """A process on its way out: its memory (and with it its command line) is already released,
-    which for a large process comes well before it turns into a zombie."""
-    try:
-        return not Path(f"/proc/{int(pid)}/cmdline").read_bytes()
-    except (OSError, ValueError):
-        return False
 
 
 def identity(pid: int | None = None) -> dict:
     """Who a launcher is: pid, host, boot id and the process's start time."""
     pid = os.getpid() if pid is None else pid
-    return {"pid": pid, "host": host_name(), "boot": boot_id(), "pid_start": process_start(pid)}
+    return {"pid": pid, "host": host_name(), "boot": procfs.boot_id(), "pid_start": procfs.start_ticks(pid)}
 
 
 def stale_after() -> float:
@@ -275,13 +230,15 @@ def launcher_gone(record: dict | None, now: float | None = None) -> str | None:
     now = time.time() if now is None else now
     pid = record.get("pid")
     here = record.get("host") == host_name()
-    if here and record.get("boot") and boot_id() and record["boot"] != boot_id():
+    if here and record.get("boot") and procfs.boot_id() and record["boot"] != procfs.boot_id():
         return "the machine restarted since the launcher started"
     if here and Path("/proc").exists():
-        start = process_start(pid)
+        start = procfs.start_ticks(pid)
         if start is None or (record.get("pid_start") is not None and start != record["pid_start"]):
             return f"its launcher (pid {pid}) is gone"
-        if _state(pid) in ("Z", "X") or _exiting(pid):
+        # a process on its way out releases its memory, and with it its command line, well before
+        # it turns into a zombie
+        if not procfs.running(pid) or procfs.command_line(pid) == "":
             return f"its launcher (pid {pid}) was killed"
         return None
     beat = record.get("beat") or record.get("started")
@@ -354,7 +311,7 @@ def launch(sc: Scenario, run_id: str | None = None, *, name: str | None = None,
             if failure is None:
                 store.set_status(run_id, "done", only_from=("running",))  # normally rank 0 did this already
                 break
-            _kill_all(procs)
+            procfs.kill_and_reap(procs, KILL_GRACE_S)
             policy = current.training.fault_policy
             again = (policy == "recover" and failure.retryable and restarts < max_restarts()
                      and store.status(run_id) == "running")
@@ -380,10 +337,10 @@ def launch(sc: Scenario, run_id: str | None = None, *, name: str | None = None,
             attempt += 1
             current = nxt
     except Stopped as sig:
-        _kill_all(procs)
+        procfs.kill_and_reap(procs, KILL_GRACE_S)
         store.set_status(run_id, "stopped", error=f"stopped by {sig}", only_from=("running", "queued"))
     finally:
-        _kill_all(procs)
+        procfs.kill_and_reap(procs, KILL_GRACE_S)
         for s, h in old.items():
             signal.signal(s, h)
         shutil.rmtree(tmp, ignore_errors=True)
@@ -577,49 +534,13 @@ def _root_cause(procs, failed: list[int], tmp: Path, beats: list | None = None, 
         except ValueError:
             name = str(-code)
         return Failure(r, "killed", f"worker {r} (pid {procs[r].pid}) was killed by signal {name}", step, True, last)
-    tail = _tail((logs or tmp) / f"rank{r}.log")
+    tail = " ".join(procfs.last_lines((logs or tmp) / f"rank{r}.log", 1))[-500:]
     return Failure(r, "exited", f"worker {r} (pid {procs[r].pid}) exited with code {code}" + (f": {tail}" if tail else ""),
                    step, True, last)
 
 
-def _tail(path: Path, lines: int = 1) -> str:
-    try:
-        text = path.read_text(errors="replace").strip().splitlines()
-    except OSError:
-        return ""
-    return " ".join(text[-lines:])[-500:]
-
-
-def tail_text(path: Path, max_bytes: int = 4000) -> str:
-    """The end of a (log) file, at most ``max_bytes`` bytes, decoded leniently."""
-    try:
-        with open(path, "rb") as f:
-            f.seek(0, os.SEEK_END)
-            size = f.tell()
-            f.seek(max(0, size - max_bytes))
-            return f.read().decode(errors="replace")
-    except OSError:
-        return ""
-
-
 def _copy_logs(logs: Path, log, attempt: int) -> None:
     for f in sorted(logs.glob("rank*.log")):
-        text = tail_text(f).split(f"attempt {attempt}:")[-1].strip()
+        text = procfs.tail_text(f).split(f"attempt {attempt}:")[-1].strip()
         if text:
             print(f"----- {f.stem} (attempt {attempt}) -----\n{text[-4000:]}", file=log)
-
-
-def _kill_all(procs: list[subprocess.Popen]) -> None:
-    """SIGKILL every worker still running and reap them all."""
-    for p in procs:
-        if p.poll() is None:
-            try:
-                p.kill()
-            except ProcessLookupError:
-                pass
-    deadline = time.monotonic() + KILL_GRACE_S
-    for p in procs:
-        try:
-            p.wait(timeout=max(0.1, deadline - time.monotonic()))
-        except subprocess.TimeoutExpired:
-            pass

@@ -22,6 +22,7 @@ import torch.utils.serialization  # noqa: E402,F401  (the first checkpoint)
 import lab.train.cli  # noqa: E402,F401  (the launcher's and the workers' entry)
 import lab.train.rank  # noqa: E402,F401
 from lab.errors import LabError  # noqa: E402
+from lab.procfs import rss_mb  # noqa: E402
 from lab.train import data, fork  # noqa: E402
 
 
@@ -64,7 +65,7 @@ def serve() -> int:
     fork.FORK_WORKERS = True  # inherited by every launcher forked from here
     fork.claim_title_space()
     children: set[int] = set()
-    _send({"ready": True, "pid": os.getpid(), "rss_mb": round(fork.rss_mb(), 1)})
+    _send({"ready": True, "pid": os.getpid(), "rss_mb": round(rss_mb(), 1)})
     buf = b""
     stdin = sys.stdin.fileno()
     while True:
@@ -94,7 +95,7 @@ def serve() -> int:
                     raise ValueError("unknown request")
                 pid = _start_launcher(req)
                 children.add(pid)
-                _send({"id": rid, "pid": pid, "rss_mb": round(fork.rss_mb(), 1)})
+                _send({"id": rid, "pid": pid, "rss_mb": round(rss_mb(), 1)})
             except Exception as exc:  # noqa: BLE001 - a bad request is answered, never fatal
                 _send({"id": rid, "error": f"{type(exc).__name__}: {exc}"})
 

@@ -61,7 +61,6 @@ from lab.train import data as data_mod
 from lab.train import emulation as emu
 from lab.train import resilience as rz
 from lab.train.plan import IDLE_DEFINITION, make_plan
-from lab.train.resilience import attempt
 
 REC = ("step", "loss", "t_compute", "t_coll", "t_emul_compute", "t_emul_comm", "ready", "end", "bytes_sent",
        "bytes_recv", "samples", "t_compress")
@@ -517,13 +516,13 @@ class Trainer:
                     "server_device": plan.server_device, "torch_threads": torch.get_num_threads(),
                     "launcher": "lab" if self.launched else "torchrun", "checkpoint_dir":
                         str(self.store.checkpoint_dir(self.run_id, create=False)),
-                    "attempt": _attempt()}
+                    "attempt": rz.attempt()}
             if self.sampler is not None:
                 info["shard_sizes"] = [len(s) for s in data_mod.make_shards(
                     self.ds.y_train, self.n, tr.split, weights=plan.info["weights"], alpha=tr.dirichlet_alpha,
                     seed=tr.seed)]
             self.store.merge_info(self.run_id, info)
-            self.store.add_stage(self.run_id, "data", attempt=_attempt(), step=self.start_step, detail={
+            self.store.add_stage(self.run_id, "data", attempt=rz.attempt(), step=self.start_step, detail={
                 "split": tr.split, "workers": self.n, "shard_sizes": info["shard_sizes"],
                 "batch_sizes": plan.batch_sizes, "dataset": tr.dataset, "exchange_share": tr.exchange_share})
         if self.sampler is not None:
@@ -539,7 +538,7 @@ class Trainer:
         if self._resumed_t_start is not None:  # wall time counts from the first attempt's start
             self.t_start = float(self._resumed_t_start)
         if self.rank == 0 and self.store is not None:
-            self.store.add_stage(self.run_id, "running", attempt=_attempt(), step=self.start_step,
+            self.store.add_stage(self.run_id, "running", attempt=rz.attempt(), step=self.start_step,
                                  detail={"world": self.world, "workers": self.n})
         if self.rank == 0 and self.store is not None and self.start_step == 0:
             self.store.add_metrics(self.run_id, [{"step": 0, "worker": JOB_WORKER, "test_acc": self.evaluate(),
@@ -593,10 +592,3 @@ class Trainer:
         for p in self.params:
             if p.grad is None or not (base <= p.grad.data_ptr() < end):
                 raise RuntimeError("a gradient left the flat buffer (the optimiser or autograd replaced p.grad)")
-
-
-# ----- which attempt this is ------------------------------------------------------------------
-
-
-def _attempt() -> int:
-    return attempt()

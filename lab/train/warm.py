@@ -36,12 +36,12 @@ import subprocess
 import sys
 import threading
 import time
-from pathlib import Path
 
-from lab import settings
+from lab import procfs, settings
 from lab.errors import LabError
+from lab.procfs import rss_mb
 from lab.settings import ROOT, THREAD_VARIABLES
-from lab.train.fork import PopenLike, rss_mb
+from lab.train.fork import PopenLike
 
 
 class StartedLauncher(PopenLike):
@@ -59,18 +59,9 @@ class StartedLauncher(PopenLike):
             code = self.starter.exit_code(self.pid)
             if code is not None:
                 self.returncode = code
-            elif not self.starter.alive() and not _running(self.pid):
+            elif not self.starter.alive() and not procfs.running(self.pid):
                 self.returncode = -signal.SIGKILL  # how it ended died with the starter
         return self.returncode
-
-
-def _running(pid: int) -> bool:
-    """A live process that is not a zombie."""
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-        return state != "Z"
-    except (OSError, IndexError):
-        return False
 
 
 class Starter:

@@ -21,7 +21,8 @@ from lab.jobs.access import TEACHER, can_manage, is_teacher, teacher_session
 from lab.jobs.manager import JobManager
 from lab.scenario.document import default_scenario
 from lab.store.runs import RunStore
-from lab.train.launcher import boot_id, identity, launcher_gone, processes_of
+from lab.procfs import boot_id
+from lab.train.launcher import identity, launcher_gone, processes_of
 from tests.conftest import ROOT
 
 pytestmark = pytest.mark.timeout(300)

@@ -9,7 +9,8 @@ import time
 
 import pytest
 
-from lab.train.fork import Forked, become, lab_train_args, rss_mb
+from lab.procfs import rss_mb
+from lab.train.fork import Forked, become, lab_train_args
 
 
 def _fork(body) -> Forked:
