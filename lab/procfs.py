@@ -12,6 +12,9 @@ from pathlib import Path
 from typing import Iterable
 
 
+COMMAND_LINE_WAIT_S = 0.5
+
+
 def _stat_fields(pid: int) -> list[str] | None:
     """The fields of /proc/<pid>/stat after the command name (which may hold spaces and ')')."""
     try:
@@ -38,13 +41,26 @@ def start_ticks(pid: int | None) -> int | None:
         return None
 
 
-def command_line(pid: int) -> str | None:
-    """The process's command line, words joined by spaces ("" once a dying process has released its
-    memory), or None when there is no such process."""
+def _read_command_line(pid: int) -> str | None:
     try:
         return Path(f"/proc/{int(pid)}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
     except (OSError, ValueError):
         return None
+
+
+def command_line(pid: int, wait_s: float = COMMAND_LINE_WAIT_S) -> str | None:
+    """The process's command line, words joined by spaces, or None when there is no such process;
+    "" for a kernel thread and for a dying process that has released its memory.
+
+    Right after exec a new process's command line also reads empty for a moment, until its new
+    memory is set up; a live process that reads empty is read again for up to ``wait_s`` seconds
+    (a dying one turns into a zombie meanwhile, which ends the wait)."""
+    cmd = _read_command_line(pid)
+    deadline = time.monotonic() + wait_s
+    while cmd == "" and running(pid) and time.monotonic() < deadline:
+        time.sleep(0.005)
+        cmd = _read_command_line(pid)
+    return cmd
 
 
 def running(pid: int) -> bool:
@@ -60,7 +76,7 @@ def pids_whose_command_has(needle: str, exclude: Iterable[int] = ()) -> list[int
     for d in Path("/proc").iterdir():
         if not d.name.isdigit() or int(d.name) in skip:
             continue
-        cmd = command_line(int(d.name))
+        cmd = command_line(int(d.name), wait_s=0.0)  # kernel threads read empty for good
         if cmd is not None and needle in cmd + " " and running(int(d.name)):
             out.append(int(d.name))
     return out

@@ -74,3 +74,19 @@ def test_kill_pids_signals_the_live_ones_and_skips_the_gone():
     gone.wait()
     assert procfs.kill_pids([p.pid, gone.pid]) == [p.pid]
     assert p.wait(timeout=30) == -signal.SIGKILL
+
+
+def test_a_command_line_read_right_after_exec_is_read_again(monkeypatch):
+    # Right after exec a process's /proc/<pid>/cmdline reads empty for a moment (seen under load for
+    # a child that had just been started): a live process's command line is read again.
+    reads = iter(["", "", "python -m lab.train --run-id x"])
+    monkeypatch.setattr(procfs, "_read_command_line", lambda pid: next(reads))
+    monkeypatch.setattr(procfs, "running", lambda pid: True)
+    assert procfs.command_line(12345) == "python -m lab.train --run-id x"
+    # without the wait, or for a process that stays empty (a kernel thread, or one on its way out), ""
+    monkeypatch.setattr(procfs, "_read_command_line", lambda pid: "")
+    assert procfs.command_line(12345, wait_s=0.0) == ""
+    assert procfs.command_line(12345, wait_s=0.05) == ""
+    # a process that dies meanwhile ends the wait
+    monkeypatch.setattr(procfs, "running", lambda pid: False)
+    assert procfs.command_line(12345) == ""

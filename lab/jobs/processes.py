@@ -12,7 +12,6 @@ from lab import procfs
 from lab.jobs.policies import cpu_of
 
 STOP_GRACE_S = 3.0
-ALIVE_SETTLE_S = 0.5  # how long a process with an empty command line is watched
 
 
 def lower_priority(n: int) -> None:
@@ -28,13 +27,7 @@ def alive(pid: int | None, must_contain: str = "lab.train") -> bool:
     if not pid:
         return False
     if Path(f"/proc/{pid}").exists():
-        cmd = procfs.command_line(pid)
-        # An empty command line is a process between its exec and its new memory, or one releasing
-        # its memory on the way out: the first has its command line within moments, the second dies.
-        deadline = time.monotonic() + ALIVE_SETTLE_S
-        while cmd == "" and procfs.running(pid) and time.monotonic() < deadline:
-            time.sleep(0.005)
-            cmd = procfs.command_line(pid)
+        cmd = procfs.command_line(pid)  # waits out the moment after exec when it reads empty
         return cmd is not None and procfs.running(pid) and must_contain in cmd
     try:
         os.kill(pid, 0)

@@ -238,7 +238,7 @@ def launcher_gone(record: dict | None, now: float | None = None) -> str | None:
             return f"its launcher (pid {pid}) is gone"
         # a process on its way out releases its memory, and with it its command line, well before
         # it turns into a zombie
-        if not procfs.running(pid) or procfs.command_line(pid) == "":
+        if not procfs.running(pid) or procfs.command_line(pid, wait_s=0.0) == "":
             return f"its launcher (pid {pid}) was killed"
         return None
     beat = record.get("beat") or record.get("started")

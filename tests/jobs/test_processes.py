@@ -50,16 +50,3 @@ def test_ranks_take_the_groups_in_turn():
     want = [c for c in (cpu_of("cpu0"), cpu_of("cpu1"), cpu_of("cpu1")) if c is not None]
     assert cpus == want
     assert rank_cpus(held, 1) == want[:1]
-
-
-def test_alive_waits_out_the_moment_between_exec_and_a_command_line(monkeypatch):
-    # Right after exec a process's /proc/<pid>/cmdline reads empty for a moment (seen under load for
-    # a child that had just been started): alive must not take it for gone.
-    from lab import procfs
-
-    reads = iter(["", "", "python -m lab.train --run-id x"])
-    monkeypatch.setattr(procfs, "command_line", lambda pid: next(reads))
-    assert alive(os.getpid(), must_contain="lab.train")
-    # a process that stays without a command line (on its way out) is not alive once the wait ends
-    monkeypatch.setattr(procfs, "command_line", lambda pid: "")
-    assert not alive(os.getpid(), must_contain="lab.train")
