@@ -259,6 +259,41 @@ def job_manager():
     return shared(), st.session_state.setdefault("job_owner", uuid.uuid4().hex[:12])
 
 
+@st.cache_resource(show_spinner=False)
+def submit_book():
+    """Every session's last submit, for the whole server (lab.jobs.guard.SubmitBook says why it is not
+    kept in session state)."""
+    from lab.jobs.guard import SubmitBook
+
+    return SubmitBook()
+
+
+def submit_once(owner: str, scenario: Scenario, action: str, store, submit) -> list | None:
+    """Queue with ``submit()`` unless this session has just queued the same thing; then say so."""
+    jobs, why = submit_book().submit_once(owner, scenario, action, store, submit)
+    if why:
+        st.info(why, icon=":material/hourglass_top:")
+    return jobs
+
+
+def prediction_beside_measured(store, run_id: str, key: str) -> None:
+    """The cost model's prediction of a stored run beside its measurement, from this machine's
+    profile; a line saying how to get one where there is no profile."""
+    from lab.figures.fidelity import prediction_figure
+    from lab.machine.profile import load_profile
+
+    prof = load_profile()
+    if prof is None:
+        st.caption("No machine profile yet: calibrate this machine on the Fidelity page to see the cost model's "
+                   "prediction beside these measurements.")
+        return
+    table = prediction_table(str(store.path), prof.created, prof, run_id)
+    st.plotly_chart(prediction_figure(table, "Predicted beside measured, per step"), key=key)
+    caption("modelled", f"Blue: the cost model's step time and its parts from this machine's profile "
+            f"({prof.created[:10]}); orange: measured means per step after the warm-up. Over each pair: "
+            "error = predicted / measured − 1. The Fidelity page shows every run.")
+
+
 @st.cache_data(ttl=15, show_spinner="predicting the runs from the machine profile")
 def predicted_runs(db: str, created: str, _profile, ids: tuple) -> tuple:
     """:func:`lab.machine.fidelity.evaluate_runs` for the runs ``ids`` of the store at ``db``, cached per profile

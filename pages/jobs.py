@@ -3,8 +3,6 @@ heartbeats, alarms, restarts, logs, stop and release), and a what-if of the two 
 on a topology. A session sees and manages its own jobs; the whole class's jobs are shown read-only on
 request; the teacher (link with ?teacher=<LAB_TEACHER_TOKEN>) manages every job."""
 
-import time
-
 import pandas as pd
 import streamlit as st
 
@@ -12,13 +10,7 @@ import ui
 from lab.figures import jobs as figs
 from lab.jobs import manager as jobs_mod
 from lab.jobs import views as job_views
-from lab.jobs.policies import (
-    POLICIES,
-    POLICY_LABELS,
-    JobRequest,
-    compare_policies,
-    resource_groups,
-)
+from lab.jobs.policies import POLICIES, POLICY_LABELS, compare_policies, resource_groups
 from lab.scenario.catalogue import PRESET_LABELS, preset
 from lab.scenario.names import FAULT_KINDS, FAULT_POLICIES
 from lab.store.runs import ACTIVE, FINISHED, store
@@ -92,8 +84,7 @@ def live_view() -> None:
     for a in recent[recent.stage == "alarm"].itertuples():
         st.error(f"Alarm, job {a.run_id}, attempt {a.attempt}: {ui.plain(a.detail.get('summary', ''))} → "
                  f"{ui.plain(a.detail.get('action', ''))}", icon=":material/notifications_active:")
-    shown = table.assign(**{c: pd.to_datetime(table[c], unit="s") for c in ("submitted", "start", "end")})
-    st.dataframe(shown, hide_index=True, key="jobs_table", column_config={
+    st.dataframe(job_views.shown_times(table), hide_index=True, key="jobs_table", column_config={
         "queue": st.column_config.NumberColumn("queue (place)", format="%d"),
         "queued_s": st.column_config.NumberColumn("waited (s)", format="%.1f"),
         "ran_s": st.column_config.NumberColumn("ran (s)", format="%.1f"),
@@ -110,7 +101,7 @@ def live_view() -> None:
                                              x_title="time since the first job shown was scheduled (s)"),
                         key="jobs_timeline")
         ui.caption("measured", "From each job's 'scheduled' and 'released' events.")
-    labels = {r.id: f"{r.id} · {r.status} · {r.owner} · {r.name}" for r in table.itertuples()}
+    labels = job_views.job_labels(table)
     if st.session_state.get("jobs_pick") not in labels:  # not in this view (the switch turned off)
         st.session_state.pop("jobs_pick", None)
     pick = st.selectbox("Job", list(labels), format_func=labels.get, key="jobs_pick")
@@ -139,24 +130,18 @@ def details(rid: str) -> None:
                    + ("the command line" if run["info"].get("owner") is None else "another session")
                    + "; only its own session or the teacher can stop or release it.")
     if run["info"].get("stopped_by"):
-        by = run["info"]["stopped_by"]
-        st.text("Stopped by: " + ("the teacher" if by == jobs_mod.TEACHER else "you" if by == owner else f"session {by}"))
+        st.text("Stopped by: " + job_views.stopped_by(run["info"]["stopped_by"], owner))
     if run["error"]:
         (st.warning if run["status"] == "stopped" else st.error)(ui.plain(run["error"].splitlines()[0]))
     ev = runs_store.stages(rid)
     if len(ev):
         st.plotly_chart(figs.stages_figure(ev.to_dict("records"), {rid: rid}), key="jobs_stages")
-        t0 = ev.t.iloc[0]
-        st.dataframe(pd.DataFrame({
-            "stage": ev.stage, "time since submitted (s)": ev.t - t0, "attempt": ev.attempt, "step": ev.step,
-            "worker": ev.worker, "detail": [_summary(d) for d in ev.detail]}), hide_index=True, key="jobs_stage_table",
-            column_config={"time since submitted (s)": st.column_config.NumberColumn(format="%.2f")})
+        st.dataframe(job_views.stage_table(ev), hide_index=True, key="jobs_stage_table",
+                     column_config={"time since submitted (s)": st.column_config.NumberColumn(format="%.2f")})
         ui.caption("measured", "Lifecycle events as the job manager, the launcher and rank 0 recorded them.")
     beats = runs_store.heartbeats(rid)
     if run["status"] == "running" and len(beats):
-        now = time.time()
-        st.plotly_chart(figs.heartbeat_figure(list(beats.worker), list(now - pd.to_numeric(beats.progress_t, errors="coerce").fillna(now)),
-                                              list(beats.phase.fillna("")), heartbeat_timeout()), key="jobs_beats")
+        st.plotly_chart(figs.heartbeat_figure(*job_views.heartbeat_ages(beats), heartbeat_timeout()), key="jobs_beats")
         ui.caption("measured", "comm: waiting for its peers (not blamed); busy: computing. A busy worker past the "
                    "line is declared hung; one whose heartbeat file stops changing, frozen.")
     tails = job_views.log_tails(jm, rid)
@@ -164,12 +149,6 @@ def details(rid: str) -> None:
         st.markdown("**Log tail per worker**")
         for tab, (who, text) in zip(st.tabs(list(tails)), tails.items()):
             tab.code(text or "(empty)", language=None)
-
-
-def _summary(d: dict) -> str:
-    keys = ("summary", "action", "policy", "groups", "rank_cpus", "world", "workers", "shard_sizes", "status",
-            "worker_processes_left", "from_checkpoint", "exact", "kind", "by", "owner")
-    return "; ".join(f"{k}: {d[k]}" for k in keys if k in d and d[k] not in (None, "", [], {}))[:300]
 
 
 live()
@@ -186,13 +165,8 @@ with ui.guarded("the scheduling what-if"):
                          format_func=lambda n: "the scenario's topology" if n == "scenario" else PRESET_LABELS[n])
     topo = sc.topology if which == "scenario" else preset(which)
     groups = resource_groups(topo)
-    st.dataframe(pd.DataFrame({"group": [g.name for g in groups], "hardware type": [g.type for g in groups],
-                               "devices (count)": [g.size for g in groups],
-                               "matmul per device (TFLOP/s)": [g.speed / 1e12 for g in groups]}),
-                 hide_index=True, key="jobs_groups")
-    default = pd.DataFrame({"job": ["A-1", "A-2", "B-1", "C-1", "B-2", "C-2"], "owner": list("AABCBC"),
-                            "tasks": [4, 2, 3, 1, 4, 2], "work (PFLOP)": [2.0, 1.0, 1.5, 0.3, 2.0, 0.5],
-                            "submit (s)": [0.0, 0.0, 0.0, 5.0, 10.0, 20.0], "type": ["any"] * 6})
+    st.dataframe(job_views.group_table(groups), hide_index=True, key="jobs_groups")
+    default = pd.DataFrame(job_views.WHATIF_JOBS)
     types = ["any"] + sorted({g.type for g in groups})
     edited = st.data_editor(default, num_rows="dynamic", key="jobs_whatif", hide_index=True, column_config={
         "tasks": st.column_config.NumberColumn("tasks (devices)", min_value=1, max_value=64, step=1),
@@ -200,10 +174,7 @@ with ui.guarded("the scheduling what-if"):
         "submit (s)": st.column_config.NumberColumn(min_value=0.0, max_value=1e6),
         "type": st.column_config.SelectboxColumn("device type", options=types)})
     cap = st.number_input("At most this many jobs at once (0: no limit)", 0, 100, 0, key="jobs_maxrun")
-    reqs = [JobRequest(str(r["job"]), int(r["tasks"]), str(r["owner"]), float(r["submit (s)"]),
-                       work=float(r["work (PFLOP)"]) * 1e15, type=None if r["type"] in (None, "any") else r["type"])
-            for r in edited.dropna(subset=["job", "tasks", "work (PFLOP)", "submit (s)"]).to_dict("records")]
-    schedules = compare_policies(groups, reqs, cap or None)
+    schedules = compare_policies(groups, job_views.whatif_requests(edited), cap or None)
     devices = [d for g in groups if g.speed > 0 for d in g.devices]
     cols = st.columns(len(POLICIES))
     for col, p in zip(cols, POLICIES):

@@ -1,36 +1,14 @@
 """Training: real multi-process runs of the current scenario, watched live from the run store."""
 
-import time
-
 import streamlit as st
 
 import ui
 from lab.figures import training as figs
-from lab.figures.fidelity import prediction_figure
-from lab.jobs import guard as submit_guard
-from lab.jobs.comparison import (
-    comparison_compressions,
-    comparison_scenarios,
-    run_name,
-    settings_of,
-)
-from lab.jobs.views import start_phase
-from lab.machine.profile import load_profile
+from lab.jobs.comparison import comparison_compressions, comparison_scenarios, run_name, settings_of
+from lab.jobs import views as job_views
 from lab.scenario.document import Compression
-from lab.scenario.names import (
-    ALLREDUCE_IMPL_LABELS,
-    ALLREDUCE_IMPLS,
-    COMPRESSORS,
-    MODEL_LABELS,
-    OPTIMIZER_LABELS,
-    OPTIMIZERS,
-    SHARING,
-    SPARSIFIERS,
-    SPLIT_LABELS,
-    SPLITS,
-    SYNC_LABELS,
-    SYNC_MODES,
-)
+from lab.scenario.names import (ALLREDUCE_IMPL_LABELS, ALLREDUCE_IMPLS, COMPRESSORS, MODEL_LABELS, OPTIMIZER_LABELS,
+                                OPTIMIZERS, SHARING, SPARSIFIERS, SPLIT_LABELS, SPLITS, SYNC_LABELS, SYNC_MODES)
 from lab.store.runs import ACTIVE, JOB_WORKER, store
 from lab.view.state import VIEW
 
@@ -78,8 +56,7 @@ if emulate or split == "weighted":
     names = sc.topology.device_names
     cols = st.columns(workers + (1 if sync == "param_server" else 0))
     devices = [cols[i].selectbox(f"Worker {i} device" if i < workers else "Server device", names,
-                                 names.index(devices[i]) if i < len(devices) and devices[i] in names
-                                 else names.index("gpu") if "gpu" in names else 0, key=f"tr_dev_{i}")
+                                 job_views.default_device(names, devices, i), key=f"tr_dev_{i}")
                for i in range(len(cols))]
 # The same compression settings the Compression page edits (sc.training.compression).
 cp = tr.compression
@@ -108,50 +85,14 @@ with ui.guarded("the training settings"):
 
 comp_now = sc.training.compression
 st.markdown(f":material/compress: **Compression:** {ui.plain(figs.compression_summary(comp_now.to_dict()))}")
-if comp_now.kind != "none" and sc.training.sync != "allreduce":
-    st.warning("Compression works with the sync mode gradient all-reduce only: set Compressor to none or "
-               "Sync mode to gradient all-reduce.", icon=":material/warning:")
-
-
-@st.cache_resource(show_spinner=False)
-def last_submits() -> dict:
-    """Each session's last submit (owner -> lab.jobs.guard.Token). Kept out of st.session_state
-    on purpose: touching session state is where Streamlit stops a script for a newer click, and a
-    double click must still find the first click's token and the runs it queued."""
-    return {}
-
-
-def submit_once(action: str, submit) -> list | None:
-    """Run ``submit()`` (which queues jobs and returns them) unless this session has just queued
-    the same thing; then say so and return None."""
-    tokens = last_submits()
-    fp, now = submit_guard.fingerprint(sc, action), time.monotonic()
-    last = tokens.get(owner)
-    decision = submit_guard.decide(last, fp, now, submit_guard.phases(runs_store, last.run_ids) if last else {})
-    if not decision.go:
-        st.info(decision.message, icon=":material/hourglass_top:")
-        return None
-    tokens[owner] = submit_guard.Token(fp, now)  # before submitting: a click arriving meanwhile is a repeat
-    try:
-        jobs = submit()
-    except Exception:
-        tokens[owner] = last  # nothing was queued: the same settings may be tried again
-        raise
-    tokens[owner] = submit_guard.Token(fp, now, tuple(j.run_id for j in jobs))
-    return jobs
-
-
-def submit_pending() -> bool:
-    """Whether this session's last submit is still under way in another script run (a double click:
-    the first click's run queues the job while the second's draws the page)."""
-    tok = last_submits().get(owner)
-    return tok is not None and not tok.run_ids and 0 <= time.monotonic() - tok.at < submit_guard.WINDOW_S
+if conflict := job_views.compression_conflict(sc.training):
+    st.warning(conflict, icon=":material/warning:")
 
 
 b1, b2, b3 = st.columns([1, 3, 2], vertical_alignment="bottom")
 if b1.button("Run", type="primary", key="train_run", icon=":material/play_arrow:"):
     with ui.guarded("starting the run"):
-        if jobs := submit_once("run", lambda: [
+        if jobs := ui.submit_once(owner, sc, "run", runs_store, lambda: [
                 jm.submit(sc, name=run_name(settings_of(sc.to_dict())), owner=owner)]):
             st.session_state["train_watch"] = jobs[0].run_id
             st.rerun()
@@ -163,7 +104,7 @@ if b2.button("Compare optimisers × compression", key="train_compare", icon=":ma
                   "then opens the Compare page on exactly those runs"):
     with ui.guarded("queueing the comparison"):
         items = comparison_scenarios(sc, comparison_compressions(sc.training.compression), int(repeats))
-        if jobs := submit_once(f"compare x{repeats}", lambda: jm.submit_many(items, owner=owner)):
+        if jobs := ui.submit_once(owner, sc, f"compare x{repeats}", runs_store, lambda: jm.submit_many(items, owner=owner)):
             st.session_state["train_watch"] = jobs[0].run_id
             ui.set_view("cmp_runs", [j.run_id for j in jobs])
             st.switch_page("pages/compare.py")
@@ -172,7 +113,7 @@ if b2.button("Compare optimisers × compression", key="train_compare", icon=":ma
 # ---------------------------------------------------------------- live view
 # Poll the store every second while a job is queued or running; a full rerun when they all end
 # turns the polling off again. A submit still under way (a double click) polls too, so its run shows.
-polling = submit_pending() or bool(len(runs_store.list_runs(statuses=ACTIVE, owner=owner)))  # this session's
+polling = ui.submit_book().pending(owner) or bool(len(runs_store.list_runs(statuses=ACTIVE, owner=owner)))  # this session's
 
 
 @st.fragment(run_every=1.0 if polling else None)
@@ -186,19 +127,16 @@ def live_view() -> None:
     runs = runs_store.list_runs(owner=owner)  # this session's runs: the class's are on the Jobs page
     if runs.empty:
         st.info("No runs yet: press **Run**.")
-        if polling and not submit_pending():
+        if polling and not ui.submit_book().pending(owner):
             st.rerun()
         return
     active = runs[runs.status.isin(ACTIVE)]
-    if polling and not len(active) and not submit_pending():
+    if polling and not len(active) and not ui.submit_book().pending(owner):
         st.rerun()
     if len(active):
         st.caption(f"Active jobs: {', '.join(f'{r.id} ({r.status})' for r in active.itertuples())}. "
                    f"At most {jm.capacity} run(s) at a time; the others wait in a queue that takes every session in turn.")
-    watch = st.session_state.get("train_watch")
-    if watch not in set(runs.id):
-        running = runs[runs.status == "running"]
-        watch = (running if len(running) else runs).id.iloc[0]
+    watch = job_views.run_to_watch(runs, st.session_state.get("train_watch"))
     run = runs_store.get_run(watch)
     tr_w = run["scenario"]["training"]
     place = jm.queue_position(watch) if run["status"] == "queued" else None
@@ -210,9 +148,7 @@ def live_view() -> None:
     # From the stored run's own settings: the controls above may have changed since it was queued.
     st.markdown(":material/compress: **Compression in this run:** "
                 + ui.plain(figs.compression_summary(tr_w.get("compression", {}))))
-    st.progress(min(1.0, done / tr_w["steps"]), text=f"{run['status']}: {start_phase(runs_store, watch, place)} · "
-                f"{OPTIMIZER_LABELS.get(tr_w['optimizer'])}, {tr_w['workers']} workers, {tr_w['sync']}"
-                + (" · emulated devices and links" if tr_w["emulate"] else " · plain local processes"))
+    st.progress(min(1.0, done / tr_w["steps"]), text=job_views.progress_line(runs_store, run, place))
     if run["status"] in ("queued", "running") and st.button("Stop", key=f"train_stop_{watch}", icon=":material/stop:"):
         with ui.guarded("stopping the run"):
             jm.stop(watch, owner)
@@ -233,39 +169,20 @@ def live_view() -> None:
                f"set every {tr_w['eval_every']} steps.")
     if len(per):
         info = run["info"]
-        devs = info.get("devices") or []
-        labels = {int(w): f"worker {int(w)}" + (f" ({devs[int(w)]})" if int(w) < len(devs) else "")
-                  for w in per.worker.unique()}
-        if info.get("server_rank") is not None:
-            labels[info["server_rank"]] = "parameter server"
-        st.plotly_chart(figs.time_split_figure(per, labels), key="train_split")
+        st.plotly_chart(figs.time_split_figure(per, job_views.worker_labels(info, per.worker.unique())),
+                        key="train_split")
         ui.caption("emulated" if tr_w["emulate"] else "measured",
                    "Seconds per worker so far. Idle: how much earlier this worker was ready to communicate than the "
-                   "slowest one. Hatched: emulated waits (device slower than this machine; modelled link times)."
-                   f" Bytes are {info.get('bytes_kind', 'measured')} "
-                   f"({'counted by the lab ring / parameter server' if info.get('bytes_kind') == 'measured' else 'what a ring all-reduce sends; gloo does not count'}).")
-        sent = per.bytes_sent.sum() / 1e6
-        thr = job.samples_per_s.dropna()
+                   "slowest one. Hatched: emulated waits (device slower than this machine; modelled link times). "
+                   + job_views.bytes_note(info))
+        tot = job_views.run_totals(job, per)
         c1, c2, c3 = st.columns(3)
-        c1.metric("Wall time (s)", f"{job.wall.max():.2f}")
-        c2.metric("Throughput (samples/s)", f"{thr.tail(20).mean():,.0f}" if len(thr) else "–")
-        c3.metric(f"Sent by all workers (MB, {info.get('bytes_kind', 'measured')})", f"{sent:.2f}")
+        c1.metric("Wall time (s)", f"{tot['wall_s']:.2f}")
+        c2.metric("Throughput (samples/s)", "–" if tot["samples_per_s"] is None else f"{tot['samples_per_s']:,.0f}")
+        c3.metric(f"Sent by all workers (MB, {info.get('bytes_kind', 'measured')})", f"{tot['sent_mb']:.2f}")
     if run["status"] == "done":
         with ui.guarded("the prediction"):
-            predicted_beside_measured(watch)
-
-
-def predicted_beside_measured(run_id: str) -> None:
-    prof = load_profile()
-    if prof is None:
-        st.caption("No machine profile yet: calibrate this machine on the Fidelity page to see the cost model's "
-                   "prediction beside these measurements.")
-        return
-    table = ui.prediction_table(str(runs_store.path), prof.created, prof, run_id)
-    st.plotly_chart(prediction_figure(table, "Predicted beside measured, per step"), key="train_pred")
-    ui.caption("modelled", f"Blue: the cost model's step time and its parts from this machine's profile "
-               f"({prof.created[:10]}); orange: measured means per step after the warm-up. Over each pair: "
-               "error = predicted / measured − 1. The Fidelity page shows every run.")
+            ui.prediction_beside_measured(runs_store, watch, key="train_pred")
 
 
 live()

@@ -13,8 +13,9 @@ Pure functions over plain values, apart from :func:`phases`, which reads the run
 from __future__ import annotations
 
 import hashlib
+import time
 from dataclasses import dataclass
-from typing import Any, Iterable, Mapping
+from typing import Any, Callable, Iterable, Mapping
 
 from lab.errors import LabError
 from lab.scenario.document import Scenario
@@ -83,4 +84,43 @@ def phases(store: Any, run_ids: Iterable[str]) -> dict[str, str]:
     return out
 
 
-__all__ = ["Token", "Decision", "fingerprint", "decide", "phases", "WINDOW_S"]
+class SubmitBook:
+    """Every session's last submit (owner -> :class:`Token`), shared by the server's sessions.
+
+    A page keeps one for the whole server rather than in a session's state: touching session state
+    is where Streamlit stops a script for a newer click, and a double click must still find the
+    first click's token and the runs it queued."""
+
+    def __init__(self) -> None:
+        self.tokens: dict[str, Token] = {}
+
+    def submit_once(self, owner: str, scenario: Scenario, action: str, store: Any, submit: Callable[[], list],
+                    now: float | None = None) -> tuple[list | None, str]:
+        """Run ``submit()`` (which queues jobs and returns them) unless ``owner`` has just queued the
+        same thing: (the jobs, "") or (None, why not)."""
+        fp, now = fingerprint(scenario, action), time.monotonic() if now is None else now
+        last = self.tokens.get(owner)
+        decision = decide(last, fp, now, phases(store, last.run_ids) if last else {})
+        if not decision.go:
+            return None, decision.message
+        self.tokens[owner] = Token(fp, now)  # before submitting: a click arriving meanwhile is a repeat
+        try:
+            jobs = submit()
+        except Exception:  # nothing was queued: the same settings may be tried again
+            if last is None:
+                del self.tokens[owner]
+            else:
+                self.tokens[owner] = last
+            raise
+        self.tokens[owner] = Token(fp, now, tuple(j.run_id for j in jobs))
+        return jobs, ""
+
+    def pending(self, owner: str, now: float | None = None) -> bool:
+        """Whether ``owner``'s last submit is still under way in another script run (a double click:
+        the first click's run queues the job while the second's draws the page)."""
+        tok = self.tokens.get(owner)
+        now = time.monotonic() if now is None else now
+        return tok is not None and not tok.run_ids and 0 <= now - tok.at < WINDOW_S
+
+
+__all__ = ["Token", "Decision", "SubmitBook", "fingerprint", "decide", "phases", "WINDOW_S"]

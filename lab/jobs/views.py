@@ -6,8 +6,11 @@ import time
 from typing import Iterable
 
 from lab.errors import LabError
+from lab.jobs.access import TEACHER
 from lab.jobs.manager import JobManager
+from lab.jobs.policies import Group, JobRequest
 from lab.procfs import tail_text
+from lab.scenario.names import OPTIMIZER_LABELS
 from lab.store.runs import ACTIVE, RunStore
 
 
@@ -132,3 +135,139 @@ def start_phase(st: RunStore, run_id: str, queue_position: int | None = None) ->
     if ready < world:
         return f"starting workers ({ready} of {world} ready)"
     return "joining the group"
+
+
+# ----- one job's details ------------------------------------------------------------------------
+_DETAIL_KEYS = ("summary", "action", "policy", "groups", "rank_cpus", "world", "workers", "shard_sizes", "status",
+                "worker_processes_left", "from_checkpoint", "exact", "kind", "by", "owner")
+
+
+def stage_summary(detail: dict) -> str:
+    """A lifecycle event's detail in one line: the keys a person reads, at most 300 characters."""
+    return "; ".join(f"{k}: {detail[k]}" for k in _DETAIL_KEYS
+                     if k in detail and detail[k] not in (None, "", [], {}))[:300]
+
+
+def stage_table(stages):
+    """A job's lifecycle events as the Jobs page lists them: seconds since it was submitted, attempt,
+    step, worker and the detail in one line."""
+    import pandas as pd
+
+    t0 = stages.t.iloc[0] if len(stages) else 0.0
+    return pd.DataFrame({"stage": stages.stage, "time since submitted (s)": stages.t - t0, "attempt": stages.attempt,
+                         "step": stages.step, "worker": stages.worker,
+                         "detail": [stage_summary(d) for d in stages.detail]})
+
+
+def heartbeat_ages(beats, now: float | None = None) -> tuple[list[int], list[float], list[str]]:
+    """(workers, seconds since each one's step last moved, phases) from the run store's heartbeats;
+    a worker whose step never moved counts 0 s."""
+    import pandas as pd
+
+    now = time.time() if now is None else now
+    moved = pd.to_numeric(beats.progress_t, errors="coerce").fillna(now)
+    return list(beats.worker), list(now - moved), list(beats.phase.fillna(""))
+
+
+def stopped_by(by: str, owner: str | None) -> str:
+    """Who stopped a job, as the person looking at it reads it."""
+    return "the teacher" if by == TEACHER else "you" if by == owner else f"session {by}"
+
+
+# ----- the what-if of the two scheduling policies --------------------------------------------------
+#: The what-if's starting jobs: three owners, one of them submitting late.
+WHATIF_JOBS = {"job": ["A-1", "A-2", "B-1", "C-1", "B-2", "C-2"], "owner": list("AABCBC"),
+               "tasks": [4, 2, 3, 1, 4, 2], "work (PFLOP)": [2.0, 1.0, 1.5, 0.3, 2.0, 0.5],
+               "submit (s)": [0.0, 0.0, 0.0, 5.0, 10.0, 20.0], "type": ["any"] * 6}
+
+
+def group_table(groups: Iterable[Group]):
+    """A topology's resource groups as the what-if lists them."""
+    import pandas as pd
+
+    groups = list(groups)
+    return pd.DataFrame({"group": [g.name for g in groups], "hardware type": [g.type for g in groups],
+                         "devices (count)": [g.size for g in groups],
+                         "matmul per device (TFLOP/s)": [g.speed / 1e12 for g in groups]})
+
+
+def whatif_requests(table) -> list[JobRequest]:
+    """The what-if's edited job table as job requests; rows missing a name, tasks, work or submit time
+    are left out (a row being typed)."""
+    return [JobRequest(str(r["job"]), int(r["tasks"]), str(r["owner"]), float(r["submit (s)"]),
+                       work=float(r["work (PFLOP)"]) * 1e15, type=None if r["type"] in (None, "any") else r["type"])
+            for r in table.dropna(subset=["job", "tasks", "work (PFLOP)", "submit (s)"]).to_dict("records")]
+
+
+def shown_times(table):
+    """The job table with its Unix-second columns as UTC datetimes, for display."""
+    import pandas as pd
+
+    return table.assign(**{c: pd.to_datetime(table[c], unit="s") for c in ("submitted", "start", "end")})
+
+
+def job_labels(table) -> dict[str, str]:
+    """run id -> "id · status · owner · name", the Jobs page's choice of job."""
+    return {r.id: f"{r.id} · {r.status} · {r.owner} · {r.name}" for r in table.itertuples()}
+
+
+# ----- one training run, as the Training page shows it ----------------------------------------------
+def worker_labels(info: dict, workers: Iterable[int]) -> dict[int, str]:
+    """worker -> "worker 1 (gpu)" from a run's info (the devices its workers stood for), and the
+    parameter server's rank named as such."""
+    devs = info.get("devices") or []
+    labels = {int(w): f"worker {int(w)}" + (f" ({devs[int(w)]})" if int(w) < len(devs) else "") for w in workers}
+    if info.get("server_rank") is not None:
+        labels[info["server_rank"]] = "parameter server"
+    return labels
+
+
+def run_totals(job, per_worker) -> dict:
+    """A run's wall time so far (s), its throughput over its last 20 measured steps (samples/s, None
+    before any) and the megabytes all workers sent, from the run store's job and worker metrics."""
+    thr = job.samples_per_s.dropna()
+    return {"wall_s": float(job.wall.max()), "samples_per_s": float(thr.tail(20).mean()) if len(thr) else None,
+            "sent_mb": float(per_worker.bytes_sent.sum() / 1e6)}
+
+
+def run_to_watch(runs, wanted: str | None) -> str:
+    """The run the Training page follows: the one asked for while it is in ``runs`` (this session's,
+    newest first), else the newest running one, else the newest."""
+    if wanted in set(runs.id):
+        return wanted
+    running = runs[runs.status == "running"]
+    return (running if len(running) else runs).id.iloc[0]
+
+
+def progress_line(store: RunStore, run: dict, queue_position: int | None = None) -> str:
+    """The Training page's progress line for a stored run: its status and where it is (queued behind
+    N, starting workers, step k of N), its optimiser, workers and sync mode, and whether it emulates."""
+    tr = run["scenario"]["training"]
+    return (f"{run['status']}: {start_phase(store, run['id'], queue_position)} · "
+            f"{OPTIMIZER_LABELS.get(tr['optimizer'])}, {tr['workers']} workers, {tr['sync']}"
+            + (" · emulated devices and links" if tr["emulate"] else " · plain local processes"))
+
+
+def default_device(names: list[str], chosen: list[str], i: int) -> int:
+    """Which of the topology's ``names`` worker ``i`` stands for by default: the one chosen before
+    while the topology still has it, else a GPU, else the first device (an index into ``names``)."""
+    if i < len(chosen) and chosen[i] in names:
+        return names.index(chosen[i])
+    return names.index("gpu") if "gpu" in names else 0
+
+
+def compression_conflict(training) -> str:
+    """Why the training settings cannot compress ("" when they can): compression needs the
+    gradient all-reduce sync mode."""
+    if training.compression.kind != "none" and training.sync != "allreduce":
+        return ("Compression works with the sync mode gradient all-reduce only: set Compressor to none or "
+                "Sync mode to gradient all-reduce.")
+    return ""
+
+
+def bytes_note(info: dict) -> str:
+    """Where a run's byte counts come from, for the caption under its time split."""
+    kind = info.get("bytes_kind", "measured")
+    how = ("counted by the lab ring / parameter server" if info.get("bytes_kind") == "measured"
+           else "what a ring all-reduce sends; gloo does not count")
+    return f"Bytes are {kind} ({how})."

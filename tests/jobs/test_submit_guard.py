@@ -3,6 +3,7 @@ from a real run store."""
 
 from __future__ import annotations
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -67,3 +68,44 @@ def test_phases_read_from_the_run_store(tmp_path):
     assert phases(store, [rid]) == {rid: "running"}
     store.set_status(rid, "done")
     assert phases(store, [rid]) == {rid: "finished"}
+
+
+def test_a_submit_book_lets_one_of_two_quick_identical_submits_through(tmp_path):
+    from lab.jobs.guard import WINDOW_S, SubmitBook
+    from lab.scenario.document import default_scenario
+    from lab.store.runs import RunStore
+
+    class Job:
+        def __init__(self, rid):
+            self.run_id = rid
+
+    store, book, sc, queued = RunStore(tmp_path / "runs.db"), SubmitBook(), default_scenario(), []
+
+    def submit():
+        queued.append(store.create_run(sc))
+        return [Job(queued[-1])]
+
+    jobs, why = book.submit_once("s1", sc, "run", store, submit, now=100.0)
+    assert [j.run_id for j in jobs] == queued and why == ""
+    assert book.submit_once("s1", sc, "run", store, submit, now=100.5) == (None, f"Already queued: run {queued[0]} "
+                                                                             "has these settings and is still queued.")
+    assert book.submit_once("s2", sc, "run", store, submit, now=100.5)[0] is not None  # another session
+    store.set_status(queued[0], "done")
+    assert book.submit_once("s1", sc, "run", store, submit, now=100.0 + WINDOW_S + 1)[0] is not None
+    assert len(queued) == 3 and not book.pending("s1", now=200.0)
+
+
+def test_a_failed_submit_leaves_the_book_as_it_was(tmp_path):
+    from lab.jobs.guard import SubmitBook
+    from lab.scenario.document import default_scenario
+    from lab.store.runs import RunStore
+
+    book, sc = SubmitBook(), default_scenario()
+
+    def fail():
+        assert book.pending("s1", now=1.0)  # while under way, a second click is a repeat
+        raise RuntimeError("no slot")
+
+    with pytest.raises(RuntimeError):
+        book.submit_once("s1", sc, "run", RunStore(tmp_path / "runs.db"), fail, now=1.0)
+    assert "s1" not in book.tokens

@@ -26,3 +26,91 @@ def test_start_phase_says_where_a_job_is_on_its_way(tmp_path):
     assert start_phase(s, rid) == "step 7 of 50"
     s.set_status(rid, "done")
     assert start_phase(s, rid) == "step 7 of 50"
+
+
+def test_stage_summary_and_table_read_as_the_jobs_page_lists_them():
+    import pandas as pd
+
+    from lab.jobs.views import stage_summary, stage_table
+
+    d = {"summary": "worker 1 died", "action": "restart", "world": 2, "owner": None, "groups": [], "other": "x"}
+    assert stage_summary(d) == "summary: worker 1 died; action: restart; world: 2"
+    assert len(stage_summary({"summary": "x" * 1000})) == 300
+    ev = pd.DataFrame({"stage": ["submitted", "started"], "t": [100.0, 102.5], "attempt": [0, 0],
+                       "step": [None, 0], "worker": [None, None], "detail": [{"owner": "s1"}, {"world": 3}]})
+    tab = stage_table(ev)
+    assert list(tab["time since submitted (s)"]) == [0.0, 2.5]
+    assert list(tab.detail) == ["owner: s1", "world: 3"] and list(tab.stage) == ["submitted", "started"]
+
+
+def test_heartbeat_ages_stopped_by_and_labels():
+    import pandas as pd
+
+    from lab.jobs.access import TEACHER
+    from lab.jobs.views import heartbeat_ages, job_labels, shown_times, stopped_by
+
+    beats = pd.DataFrame({"worker": [0, 1], "progress_t": [90.0, None], "phase": ["busy", None]})
+    assert heartbeat_ages(beats, now=100.0) == ([0, 1], [10.0, 0.0], ["busy", ""])
+    assert [stopped_by(TEACHER, "me"), stopped_by("me", "me"), stopped_by("abc", "me")] == \
+        ["the teacher", "you", "session abc"]
+    table = pd.DataFrame({"id": ["r1"], "status": ["done"], "owner": ["you"], "name": ["mlp"],
+                          "submitted": [0.0], "start": [60.0], "end": [None]})
+    assert job_labels(table) == {"r1": "r1 · done · you · mlp"}
+    shown = shown_times(table)
+    assert str(shown.start.iloc[0]) == "1970-01-01 00:01:00" and pd.isna(shown.end.iloc[0])
+
+
+def test_the_what_if_reads_its_table_and_lists_the_groups():
+    import pandas as pd
+
+    from lab.jobs.views import WHATIF_JOBS, group_table, whatif_requests
+    from lab.scenario.catalogue import preset
+    from lab.scenario.groups import resource_groups
+
+    rows = pd.DataFrame(WHATIF_JOBS)
+    rows.loc[len(rows)] = ["half-typed", "D", None, 1.0, 0.0, "any"]  # no tasks yet: left out
+    rows.loc[2, "type"] = "gpu"
+    reqs = whatif_requests(rows)
+    assert [r.name for r in reqs] == WHATIF_JOBS["job"]
+    assert reqs[0].work == 2.0e15 and reqs[0].type is None and reqs[2].type == "gpu" and reqs[3].submit == 5.0
+    groups = resource_groups(preset("gpu-npu"))
+    tab = group_table(groups)
+    assert list(tab.group) == [g.name for g in groups]
+    assert list(tab["matmul per device (TFLOP/s)"]) == [g.speed / 1e12 for g in groups]
+
+
+def test_the_training_pages_plain_data():
+    import pandas as pd
+
+    from lab.jobs.views import (bytes_note, compression_conflict, default_device, progress_line, run_to_watch,
+                                run_totals, worker_labels)
+    from lab.scenario.document import Compression, default_scenario
+
+    assert worker_labels({"devices": ["gpu", "fpga"], "server_rank": 2}, [0, 1, 2]) == \
+        {0: "worker 0 (gpu)", 1: "worker 1 (fpga)", 2: "parameter server"}
+    job = pd.DataFrame({"wall": [0.5, 1.5], "samples_per_s": [None, 200.0]})
+    per = pd.DataFrame({"bytes_sent": [1e6, 2e6]})
+    assert run_totals(job, per) == {"wall_s": 1.5, "samples_per_s": 200.0, "sent_mb": 3.0}
+    assert run_totals(job.assign(samples_per_s=None), per)["samples_per_s"] is None
+    runs = pd.DataFrame({"id": ["c", "b", "a"], "status": ["done", "running", "done"]})
+    assert [run_to_watch(runs, "a"), run_to_watch(runs, "gone"), run_to_watch(runs.iloc[[0, 2]], None)] == ["a", "b", "c"]
+    assert [default_device(["cpu", "gpu"], ["cpu"], 0), default_device(["cpu", "gpu"], ["x"], 0),
+            default_device(["cpu"], [], 1)] == [0, 1, 0]
+    tr = default_scenario().training
+    assert compression_conflict(tr) == ""
+    assert "gradient all-reduce only" in compression_conflict(tr.replace(
+        sync="param_server", compression=Compression(kind="group_topk")))
+    assert bytes_note({"bytes_kind": "measured"}) == "Bytes are measured (counted by the lab ring / parameter server)."
+    assert "gloo does not count" in bytes_note({"bytes_kind": "modelled"})
+
+
+def test_the_progress_line_names_the_phase_and_the_runs_settings(tmp_path):
+    from lab.jobs.views import progress_line
+
+    store, sc = RunStore(tmp_path / "runs.db"), default_scenario()
+    sc = sc.replace(training=sc.training.replace(workers=2, steps=50, optimizer="adabelief"))
+    rid = store.create_run(sc)
+    assert progress_line(store, store.get_run(rid), 2) == \
+        "queued: queued behind 1 job · AdaBelief, 2 workers, allreduce · plain local processes"
+    store.set_status(rid, "running")
+    assert progress_line(store, store.get_run(rid)).startswith("running: starting the launcher · ")
