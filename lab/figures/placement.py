@@ -83,6 +83,14 @@ WHY_PARTS = (("inputs_at", "until its inputs exist", "#d0d7de"), ("transfer", "i
              ("wait", "waiting for the device", "#d29922"), ("compute", "compute", "#2e7d32"))
 
 
+def gantt_caption() -> str:
+    """What :func:`gantt_figure` draws, for the caption under it."""
+    return ("each bar is an operator on a device, from its start to its finish (hover: its class and why it is "
+            "there); the red lane under a device holds the transfers arriving there. Bars shorter than "
+            f"{100 * MIN_VISIBLE:.1f} % of the time axis carry a diamond so they stay visible. Gaps are waiting "
+            "(for inputs or for the device).")
+
+
 def why_figure(rows: Sequence[Mapping[str, Any]], task: Any) -> go.Figure:
     """One stacked bar per candidate device of ``task``: when its inputs exist, then transfer, wait
     and compute up to its finish there (``rows`` from :func:`lab.modelled.placement.why`, seconds). The
@@ -293,6 +301,11 @@ def balance_series(results: Mapping[str, Any]) -> dict[str, dict[str, list]]:
                 "weights": [x.weights for x in res.rounds]} for r, res in results.items()}
 
 
+def balance_time_unit(results: Mapping[str, Any]) -> tuple[float, str]:
+    """The (scale, unit) that reads well for the longest round of any BalanceResult in ``results``."""
+    return time_unit(max(x.round_time for res in results.values() for x in res.rounds))
+
+
 def rounds_table(res: Any, nodes: Sequence[str], mode: str, scale: float, unit: str) -> list[dict[str, Any]]:
     """One row per balancing round (:class:`lab.modelled.balance.BalanceResult`): weights, times, the plan."""
     return [{"round": x.round, **{f"w {n}": w for n, w in zip(nodes, x.weights)},
@@ -305,4 +318,5 @@ def rounds_table(res: Any, nodes: Sequence[str], mode: str, scale: float, unit: 
 
 __all__ = ["time_unit", "bytes_unit", "device_colours", "gantt_figure", "why_figure", "receive_lane", "dag_figure",
            "usage_figure", "memory_figure", "comparison_figure", "balance_figure", "CLASS_COLOURS",
-           "assignment_table", "why_table", "baseline_table", "rounds_table", "comparison_table", "balance_series"]
+           "assignment_table", "why_table", "baseline_table", "rounds_table", "comparison_table", "balance_series",
+           "gantt_caption", "balance_time_unit"]

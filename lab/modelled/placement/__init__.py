@@ -12,11 +12,16 @@ from lab.modelled.placement.explain import (  # noqa: F401
     compare_strategies,
     decision_order,
     device_usage,
+    graph_for,
     model_task_graph,
+    over_full,
+    plan_metrics,
     plan_record,
     reasons,
     run_strategy,
     schedule_table,
+    strategy_comparison,
+    task_labels,
     transfer_rows,
     why,
 )
@@ -47,4 +52,5 @@ from lab.modelled.placement.search import (  # noqa: F401
     partition_chain,
 )
 
-__all__ = ["TaskGraph", "PlacementSchedule", "greedy_eft", "heft", "optimal", "type_rule", "single_fastest", "round_robin", "even_split", "chain_dp", "chain_partition", "partition_chain", "ChainPlan", "schedule_assignment", "replay", "coarsen", "compare_strategies", "schedule_table", "device_usage", "upward_ranks", "STRATEGIES", "STRATEGY_LABELS", "run_strategy", "model_task_graph", "OPTIMAL_MAX_TASKS", "why", "reasons", "decision_order", "transfer_rows", "plan_record", "compare_plans"]
+__all__ = ["TaskGraph", "PlacementSchedule", "greedy_eft", "heft", "optimal", "type_rule", "single_fastest", "round_robin", "even_split", "chain_dp", "chain_partition", "partition_chain", "ChainPlan", "schedule_assignment", "replay", "coarsen", "compare_strategies", "schedule_table", "device_usage", "upward_ranks", "STRATEGIES", "STRATEGY_LABELS", "run_strategy", "model_task_graph", "OPTIMAL_MAX_TASKS", "why", "reasons", "decision_order", "transfer_rows", "plan_record", "compare_plans", "graph_for", "strategy_comparison",
+           "plan_metrics", "task_labels", "over_full"]

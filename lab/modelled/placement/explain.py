@@ -8,7 +8,13 @@ import numpy as np
 
 from lab.errors import LabError
 from lab.modelled.opgraph import trace
-from lab.modelled.placement.graph import Device, PlacementSchedule, Task, TaskGraph
+from lab.modelled.placement.graph import (
+    OPTIMAL_MAX_TASKS,
+    Device,
+    PlacementSchedule,
+    Task,
+    TaskGraph,
+)
 from lab.modelled.placement.heuristics import (
     _ready_row,
     even_split,
@@ -18,7 +24,7 @@ from lab.modelled.placement.heuristics import (
     single_fastest,
     type_rule,
 )
-from lab.modelled.placement.search import chain_dp, optimal
+from lab.modelled.placement.search import chain_dp, coarsen, optimal
 
 STRATEGIES: dict[str, Callable[[TaskGraph], PlacementSchedule]] = {
     "greedy_eft": greedy_eft,
@@ -67,6 +73,51 @@ def compare_strategies(g: TaskGraph, names: Iterable[str] | None = None) -> list
     for r in rows:
         r["gap"] = (r["makespan"] / opt - 1.0) if (opt and r["makespan"] is not None) else None
     return rows
+
+
+def graph_for(strategy: str, g: TaskGraph) -> tuple[TaskGraph, str | None]:
+    """The graph ``strategy`` runs on, and a note when it is not ``g``: the exact optimum on a graph of
+    more than ``OPTIMAL_MAX_TASKS`` operators runs on a coarsened graph (:func:`coarsen`)."""
+    if strategy != "optimal" or len(g) <= OPTIMAL_MAX_TASKS:
+        return g, None
+    shown, _ = coarsen(g, OPTIMAL_MAX_TASKS)
+    return shown, (f"The exact search handles at most {OPTIMAL_MAX_TASKS} tasks; this model has {len(g)} operators, "
+                   f"so it runs on a coarsened graph of {len(shown)} groups (each group stays on one device, so this "
+                   "optimum is an upper bound on the true one).")
+
+
+def strategy_comparison(g: TaskGraph) -> tuple[list[dict[str, Any]], str | None]:
+    """:func:`compare_strategies` rows, each with the ``graph`` it ran on: every strategy on ``g`` (the exact
+    optimum only when ``g`` is small enough) and, when ``g`` is too big for the exact search, every strategy on
+    a coarsened graph too, with a note saying so (None when ``g`` is small enough)."""
+    small = len(g) <= OPTIMAL_MAX_TASKS
+    names = [n for n in STRATEGIES if small or n != "optimal"]
+    rows = [r | {"graph": f"full graph ({len(g)} operators)"} for r in compare_strategies(g, names)]
+    if small:
+        return rows, None
+    coarse, _ = coarsen(g, OPTIMAL_MAX_TASKS)
+    rows += [r | {"graph": f"coarsened graph ({len(coarse)} groups)"} for r in compare_strategies(coarse)]
+    return rows, (f"This model has {len(g)} operators, more than the exact search takes, so every strategy also "
+                  f"runs on a coarsened graph of {len(coarse)} groups (chains merged first; a group stays on "
+                  "one device). The optimum and the gaps are for that graph.")
+
+
+def plan_metrics(s: PlacementSchedule, operators: int, transfers: Iterable[Any], scale: float,
+                 unit: str) -> list[tuple[str, Any]]:
+    """(label, value) of a plan's headline numbers: its makespan in ``unit`` (``seconds * scale``, 4
+    significant digits), the model's operators, the devices it uses and its transfers between devices."""
+    return [(f"Makespan ({unit})", f"{s.makespan * scale:.4g}"), ("Operators", operators),
+            ("Devices used", len(set(s.assignment.values()))), ("Transfers between devices", len(list(transfers)))]
+
+
+def task_labels(g: TaskGraph) -> dict[Task, str]:
+    """Per task its class and FLOPs, as the operator graph's hover shows them."""
+    return {t: f"{g.task_class(t)}, {g.info.get(t, {}).get('flops', 0):.3g} FLOPs" for t in g.tasks}
+
+
+def over_full(usage: Iterable[Mapping[str, Any]]) -> list[Device]:
+    """The devices of :func:`device_usage` rows that hold more than their memory."""
+    return [u["device"] for u in usage if u["over"]]
 
 
 def schedule_table(g: TaskGraph, s: PlacementSchedule) -> list[dict[str, Any]]:

@@ -1,0 +1,93 @@
+"""lab.view.placement: the Placement page's pins, balancing defaults and runs, and its sentences."""
+
+from __future__ import annotations
+
+from lab.modelled.balance import RULES
+from lab.modelled.placement import TaskGraph
+from lab.scenario.catalogue import preset
+from lab.view import placement as pv
+
+
+def _esc(text: str) -> str:  # a stand-in for the page's markdown escape, to see where it is applied
+    return f"<{text}>"
+
+
+def test_changed_pins_pin_unpin_and_clear():
+    pins = {"conv1": "host"}
+    assert pv.changed_pins(pins, "pin", "fc", "gpu") == {"conv1": "host", "fc": "gpu"}
+    assert pv.changed_pins(pins, "pin", "conv1", "fpga") == {"conv1": "fpga"}
+    assert pv.changed_pins(pins, "unpin", "conv1", "gpu") == {}
+    assert pv.changed_pins(pins, "unpin", "fc", "gpu") == {"conv1": "host"}
+    assert pv.changed_pins(pins, "clear", "fc", "gpu") == {}
+    assert pins == {"conv1": "host"}  # the argument is not changed
+    assert pv.changed_pins((("a", "x"),), "pin", "b", "y") == {"a": "x", "b": "y"}  # the scenario's tuple form
+
+
+def test_topology_and_pins_lines():
+    topo = preset("pcie")
+    assert pv.topology_line(topo) == ("Topology **pcie**: host (cpu), gpu (gpu), fpga (fpga), asic (asic), dpu "
+                                      "(dpu). Change it on the Topology page.")
+    assert pv.topology_line(topo, _esc) == ("Topology **<pcie>**: <host (cpu), gpu (gpu), fpga (fpga), asic (asic), "
+                                            "dpu (dpu)>. Change it on the Topology page.")
+    assert pv.pins_line({}) == ("**Pinned:** nothing: the strategy places every operator. Pins are part of the "
+                                "scenario (saved with it and carried by the page link).")
+    assert pv.pins_line({"conv1": "host", "fc": "gpu"}, _esc) == (
+        "**Pinned:** <conv1> → <host>, <fc> → <gpu>. Pins are part of the scenario (saved with it and carried by the "
+        "page link).")
+
+
+def test_default_slowdowns_slow_the_fastest_matmul_device_20x():
+    fastest, slow = pv.default_slowdowns(preset("pcie"))
+    assert fastest == "gpu"
+    assert slow == {"host": 1.0, "gpu": 20.0, "fpga": 1.0, "asic": 1.0, "dpu": 1.0}
+
+
+def test_knobs_modes_intro_and_captions():
+    assert list(pv.BALANCE_KNOBS) == ["pl_noise", "pl_seed", "pl_tol", "pl_patience", "pl_rounds"]
+    assert pv.BALANCE_KNOBS["pl_seed"] == ("seed", 0, 2**31 - 1, 1)
+    assert pv.BALANCE_KNOBS["pl_rounds"] == ("max rounds", 1, 500, 1)
+    assert list(pv.BALANCE_MODES) == ["model", "data"]
+    intro = pv.balance_intro()
+    assert ("Both update rules run side by side: **wait** = shift by waiting time; **throughput** = proportional "
+            "to measured speed. A stable plan") in intro
+    assert intro.startswith("Every node starts with an equal weight.") and intro.endswith("(the green line).")
+    assert pv.rounds_caption("data") == ("weights: batch shares; imbalance = (max wait − mean wait) / round time "
+                                         "(dimensionless).")
+    assert pv.rounds_caption("model").startswith("weights: the planner speed factor per device; imbalance")
+    assert pv.data_nodes_line({"host": 1.0, "gpu": 0.1}, 64, _esc) == (
+        "Data-parallel nodes: the devices that can run the whole model (<host, gpu>); the global batch of 64 "
+        "samples is split between them.")
+
+
+def test_run_balancing_model_parallel():
+    g = TaskGraph({t: {"p": 1.0, "q": 1.0} for t in "abcd"})
+    res = pv.run_balancing(g, None, 0, {"p": 1.0, "q": 3.0}, noise=0.0, seed=0, tolerance=0.05, patience=2,
+                           max_rounds=50)
+    assert list(res) == list(RULES)
+    for r in RULES:
+        assert res[r].mode == "model" and res[r].rule == r and res[r].nodes == ("p", "q")
+        assert res[r].converged and len(res[r].rounds) == 4
+        assert res[r].final.round_time == 3.0 == res[r].reference["round_time"]  # q is 3x slower: 3 ops on p
+    assert sorted(res["throughput"].final.plan) == ["p", "p", "p", "q"]
+
+
+def test_run_balancing_data_parallel_uses_only_the_nodes_slowdowns():
+    res = pv.run_balancing(None, {"x": 1.0, "y": 1.0}, 12, {"x": 1.0, "y": 2.0, "z": 5.0}, noise=0.0, seed=0,
+                           tolerance=0.05, patience=2, max_rounds=50)
+    for r in RULES:
+        assert res[r].mode == "data" and res[r].nodes == ("x", "y")
+        assert res[r].final.plan == (8, 4) and res[r].final.round_time == 8.0  # y at half speed gets a third
+        assert res[r].reference["plan"] == (8, 4)
+
+
+def test_balance_summary():
+    res = pv.run_balancing(None, {"x": 1.0, "y": 1.0}, 12, {"x": 1.0, "y": 2.0}, noise=0.0, seed=0,
+                           tolerance=0.05, patience=2, max_rounds=50)
+    assert pv.balance_summary("wait", res["wait"], "data", 8.0, 1e3, "ms", _esc) == (
+        "**wait** (shift by waiting time): stopped after 4 rounds (<the plan has not changed for 2 round(s)>); last "
+        "round 8000 ms vs 8000 ms for the split made with the true speeds")
+    short = pv.run_balancing(None, {"x": 1.0, "y": 1.0}, 12, {"x": 1.0, "y": 2.0}, noise=0.0, seed=0,
+                             tolerance=0.05, patience=2, max_rounds=2)
+    text = pv.balance_summary("throughput", short["throughput"], "model", 4.0, 1.0, "s")
+    assert text.startswith("**throughput** (proportional to measured speed): did not stop after 2 rounds (")
+    assert text.endswith("vs 4 s for the plan made with the true speeds")
