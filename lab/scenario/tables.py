@@ -15,7 +15,14 @@ from typing import Any, Iterable
 import pandas as pd
 
 from lab.errors import LabError
-from lab.scenario.catalogue import LINK_CATALOGUE
+from lab.scenario.catalogue import (
+    LINK_CATALOGUE,
+    PRESET_LABELS,
+    as_pcie,
+    catalogue_device,
+    has_cxl,
+    preset,
+)
 from lab.scenario.topology import (
     _NAME_MAX,
     DEVICE_TYPES,
@@ -262,6 +269,23 @@ def with_device(tables: tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame], device:
     return _stack(devices, dev_row), _stack(links, link_row), switches.reset_index(drop=True)
 
 
+def default_attach(devices: pd.DataFrame, switches: pd.DataFrame) -> str | None:
+    """The node a new device is linked to unless the person picks one: the first switch, else the
+    first device, else None (empty tables)."""
+    switch_names = names_in(devices.iloc[:0], switches)
+    return (switch_names or names_in(devices, switches) or [None])[0]
+
+
+def add_catalogue_device(current: Topology, tables: tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame], name: str,
+                         device_type: str, attach: str, kind: str, bandwidth_GBps: float,
+                         latency_us: float) -> EditOutcome:
+    """The edit that adds a catalogue device of ``device_type`` named ``name`` to the tables, linked
+    to ``attach`` by a ``kind`` link (bandwidth in GB/s, latency in µs), applied as
+    :func:`apply_edit` applies an edit of the editor."""
+    link = Link(name, attach, kind, bandwidth_GBps * GB, latency_us * US)
+    return apply_edit(current, tables, with_device(tables, catalogue_device(name, device_type), link))
+
+
 def _stack(top: pd.DataFrame, bottom: pd.DataFrame) -> pd.DataFrame:
     """Rows of ``top`` then ``bottom`` (the same columns), number columns kept as numbers."""
     out = pd.DataFrame(top.to_dict("records") + bottom.to_dict("records"), columns=list(top.columns))
@@ -376,6 +400,21 @@ def apply_edit(current: Topology, before: tuple[pd.DataFrame, pd.DataFrame, pd.D
 
 
 # ---- comparisons ------------------------------------------------------------------------------
+
+AS_PCIE = "as_pcie"  # the comparison with the same cluster wired with PCIe through the host
+
+
+def comparison_option_label(key: str) -> str:
+    """How the comparison picker shows ``key``: :data:`AS_PCIE` or a preset's name."""
+    return "the same cluster with PCIe through the host" if key == AS_PCIE else PRESET_LABELS[key]
+
+
+def comparison_target(mine: Topology, key: str) -> tuple[Topology, str] | None:
+    """The topology to compare ``mine`` with, and its label: ``mine`` with PCIe through the host
+    for :data:`AS_PCIE` (None when ``mine`` has no CXL link, so nothing to replace), else the preset."""
+    if key == AS_PCIE:
+        return (as_pcie(mine), "PCIe through the host") if has_cxl(mine) else None
+    return preset(key), f"preset {PRESET_LABELS[key].split(' ')[0]}"
 
 def transfer_comparison(topologies: dict[str, Topology], nbytes: float,
                         exclude: Iterable[str] = ()) -> pd.DataFrame:

@@ -17,9 +17,14 @@ from lab.scenario.catalogue import (
     preset,
 )
 from lab.scenario.tables import (
+    AS_PCIE,
     TableError,
+    add_catalogue_device,
     apply_edit,
     compare_designs,
+    comparison_option_label,
+    comparison_target,
+    default_attach,
     fill_link_kinds,
     free_name,
     from_tables,
@@ -281,3 +286,37 @@ def test_compare_designs_on_the_users_cluster():
     assert span == pytest.approx((ratio, ratio))
     df, span = compare_designs(cxl, preset("edge"), nbytes, ("mine", "edge"))
     assert df.empty and span is None
+
+
+# ---- the page's add-a-device and comparison helpers --------------------------------------------
+
+def test_default_attach_is_the_first_switch_else_the_first_device():
+    d, _, s = to_tables(preset("cxl"))
+    assert default_attach(d, s) == "cxl-switch"
+    d, _, s = to_tables(preset("pcie"))  # no switch
+    assert default_attach(d, s) == "host"
+    assert default_attach(d.iloc[:0], s.iloc[:0]) is None
+
+
+def test_add_catalogue_device_links_it_in_display_units():
+    cxl = preset("cxl")
+    out = add_catalogue_device(cxl, to_tables(cxl), "npu9", "npu", "cxl-switch", "pcie", 5.0, 2.0)
+    assert out.applied and out.error is None
+    assert out.topology.device("npu9").type == "npu"
+    link = out.topology.links[-1]
+    assert (link.a, link.b, link.kind) == ("npu9", "cxl-switch", "pcie")
+    assert link.bandwidth == pytest.approx(5e9) and link.latency == pytest.approx(2e-6)
+    assert list(out.tables[0]["name"])[-1] == "npu9"
+    bad = add_catalogue_device(cxl, to_tables(cxl), "npu9", "npu", "cxl-switch", "pcie", 0.0, 2.0)
+    assert not bad.applied and bad.topology == cxl and "must be positive" in str(bad.error)
+
+
+def test_comparison_target_and_labels():
+    assert comparison_option_label(AS_PCIE) == "the same cluster with PCIe through the host"
+    assert comparison_option_label("edge") == "(5) edge cluster: 8 weak devices on 100 Mbit/s"
+    cxl = preset("cxl")
+    other, label = comparison_target(cxl, AS_PCIE)
+    assert label == "PCIe through the host" and other == as_pcie(cxl) and not has_cxl(other)
+    assert comparison_target(preset("edge"), AS_PCIE) is None  # no CXL link: nothing to replace
+    other, label = comparison_target(cxl, "pcie")
+    assert label == "preset (2)" and other == preset("pcie")
