@@ -204,8 +204,6 @@ def host_name() -> str:
     return socket.gethostname()
 
 
-
-
 def identity(pid: int | None = None) -> dict:
     """Who a launcher is: pid, host, boot id and the process's start time."""
     pid = os.getpid() if pid is None else pid

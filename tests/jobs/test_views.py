@@ -82,7 +82,7 @@ def test_the_what_if_reads_its_table_and_lists_the_groups():
 def test_the_training_pages_plain_data():
     import pandas as pd
 
-    from lab.jobs.views import (bytes_note, compression_conflict, default_device, progress_line, run_to_watch,
+    from lab.jobs.views import (bytes_note, compression_conflict, default_device, run_to_watch,
                                 run_totals, worker_labels)
     from lab.scenario.document import Compression, default_scenario
 
