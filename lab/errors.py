@@ -5,10 +5,17 @@ is raised as a :class:`LabError`. Its message is written to be shown in a page a
 was wrong, where, and what is allowed.
 """
 
+#: A message longer than this is cut (with "…"): whatever a message quotes, a page or a terminal
+#: shows a few lines, never a file's worth.
+MAX_MESSAGE = 500
+
 
 class LabError(ValueError):
     """A problem with user input or settings; the message is fit to show to the user."""
 
     def __init__(self, message: str, *, where: str | None = None):
         self.where = where
-        super().__init__(f"{where}: {message}" if where else message)
+        text = f"{where}: {message}" if where else str(message)
+        if len(text) > MAX_MESSAGE:
+            text = text[:MAX_MESSAGE - 1] + "…"
+        super().__init__(text)

@@ -27,9 +27,11 @@ from lab.scenario.names import (
     SPLITS,
     SYNC_MODES,
 )
-from lab.scenario.topology import Topology, _check_keys, _loads, check_text, nfc, shown
+from lab.scenario.text import check_distinct, check_name, loads, nfc, shown
+from lab.scenario.topology import Topology, _check_keys
 
-MAX_SCENARIO_BYTES = 2_000_000  # uploads larger than this are refused before parsing
+UPLOAD_MB = 5  # Streamlit's server.maxUploadSize (.streamlit/config.toml) and the README say the same
+MAX_SCENARIO_BYTES = UPLOAD_MB * 1024 * 1024  # a file larger than this is refused before parsing
 
 
 @dataclass(frozen=True)
@@ -130,24 +132,26 @@ MAX_PIN_NAME = 200
 
 def check_pins(value: Any, where: str = "training.pins") -> tuple:
     """Operator -> device pins as a tuple of (operator, device) pairs sorted by operator (hashable;
-    the same pins in any order are the same scenario). Accepts a mapping or a list of pairs."""
+    the same pins in any order are the same scenario). Accepts a mapping or a list of pairs. Both
+    sides are names (:func:`lab.scenario.text.check_name`): the Placement page shows them, and two
+    operators that only look different cannot be told apart there."""
     if isinstance(value, Mapping):
         pairs = list(value.items())
     elif isinstance(value, (list, tuple)) and all(isinstance(p, (list, tuple)) and len(p) == 2 for p in value):
         pairs = [tuple(p) for p in value]
     else:
-        raise LabError(f"must map operator names to device names (got {value!r:.80})", where=where)
+        raise LabError(f"must map operator names to device names (got {shown(value)})", where=where)
     if len(pairs) > MAX_PINS:
-        raise LabError(f"holds {len(pairs)} pins; at most {MAX_PINS} are allowed", where=where)
+        raise LabError(f"holds {len(pairs):,} pins; at most {MAX_PINS} are allowed", where=where)
     seen: dict[str, str] = {}
     for op, dev in pairs:
-        for what, name in (("operator", op), ("device", dev)):
-            if not isinstance(name, str) or not name or len(name) > MAX_PIN_NAME:
-                raise LabError(f"every {what} name must be a non-empty string of at most {MAX_PIN_NAME} "
-                               f"characters (got {name!r:.80})", where=where)
+        op = check_name(op, where, what="every operator name", max_len=MAX_PIN_NAME)
+        dev = check_name(dev, where, what="every device name", max_len=MAX_PIN_NAME)
         if op in seen and seen[op] != dev:
-            raise LabError(f"operator {op!r} is pinned twice ({seen[op]!r} and {dev!r})", where=where)
+            raise LabError(f"operator {shown(op)} is pinned twice ({shown(seen[op])} and {shown(dev)})",
+                           where=where)
         seen[op] = dev
+    check_distinct(seen, where, namespace="the pins", what="operator")
     return tuple(sorted(seen.items()))
 
 
@@ -253,8 +257,8 @@ class Scenario:
             return Scenario(name=topo.name, topology=topo)
         _check_keys(d, ("format", "name", "topology", "training"), ("topology",), "scenario")
         if d.get("format", "hetlab-scenario/1") != "hetlab-scenario/1":
-            raise LabError(f"unsupported format {d['format']!r}; this lab reads hetlab-scenario/1", where="scenario")
-        name = check_text(d.get("name", "scenario"), "scenario", what="the scenario's name", max_len=200)
+            raise LabError(f"unsupported format {shown(d['format'])}; this lab reads hetlab-scenario/1", where="scenario")
+        name = check_name(d.get("name", "scenario"), "scenario", what="the scenario's name", max_len=200)
         topo = Topology.from_dict(d["topology"])
         training = Training.from_dict(d.get("training", {}))
         sc = Scenario(name=name, topology=topo, training=training)
@@ -265,12 +269,12 @@ class Scenario:
         names = set(self.topology.device_names)
         for n in self.training.worker_devices:
             if n not in names:
-                raise LabError(f"worker device {shown(n)} is not a device of topology {self.topology.name!r}",
+                raise LabError(f"worker device {shown(n)} is not a device of topology {shown(self.topology.name)}",
                                where="training.worker_devices")
         for op, dev in self.training.pins:
             if dev not in names:
-                raise LabError(f"operator {op!r} is pinned to {dev!r}, which is not a device of topology "
-                               f"{self.topology.name!r}; devices: {sorted(names)}", where="training.pins")
+                raise LabError(f"operator {shown(op)} is pinned to {shown(dev)}, which is not a device of topology "
+                               f"{shown(self.topology.name)}; devices: {sorted(names)}", where="training.pins")
 
     def to_json(self, indent: int | None = 2) -> str:
         return json.dumps(self.to_dict(), indent=indent)
@@ -279,7 +283,7 @@ class Scenario:
     def from_json(text: str | bytes) -> "Scenario":
         if len(text) > MAX_SCENARIO_BYTES:
             raise LabError(f"the file is {len(text):,} bytes; at most {MAX_SCENARIO_BYTES:,} are accepted")
-        return Scenario.from_dict(_loads(text))
+        return Scenario.from_dict(loads(text))
 
     # ----- compact URL form -------------------------------------------------------------------
     def to_url_param(self) -> str:
@@ -292,10 +296,12 @@ class Scenario:
         if not isinstance(s, str) or len(s) > 100_000:
             raise LabError("the scenario in the link is missing or too long")
         try:
-            raw = zlib.decompressobj().decompress(base64.urlsafe_b64decode(s + "=" * (-len(s) % 4)),
-                                                  MAX_SCENARIO_BYTES)
+            d = zlib.decompressobj()
+            raw = d.decompress(base64.urlsafe_b64decode(s + "=" * (-len(s) % 4)), MAX_SCENARIO_BYTES)
         except (ValueError, zlib.error) as exc:
             raise LabError(f"the scenario in the link is damaged ({exc})") from None
+        if d.unconsumed_tail or d.unused_data or not d.eof:  # more than a file may hold, or cut short
+            raise LabError(f"the scenario in the link is damaged or unpacks to more than {UPLOAD_MB} MB")
         return Scenario.from_json(raw)
 
     def replace(self, **changes: Any) -> "Scenario":
@@ -311,4 +317,4 @@ def field_names(specs: Mapping[str, Spec]) -> list[str]:
 
 
 __all__ = ["Scenario", "Training", "Compression", "Spec", "TRAINING_FIELDS", "COMPRESSION_FIELDS",
-           "default_scenario", "MAX_SCENARIO_BYTES", "fields"]
+           "default_scenario", "MAX_SCENARIO_BYTES", "UPLOAD_MB", "fields"]

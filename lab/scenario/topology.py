@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 import math
-import unicodedata
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any, Iterable, Mapping
@@ -20,6 +19,16 @@ from typing import Any, Iterable, Mapping
 import networkx as nx
 
 from lab.errors import LabError
+from lab.scenario.routes import RouteTable, route_table
+from lab.scenario.text import (  # check_text, nfc and shown: other modules import them from here too
+    NAME_MAX,
+    check_distinct,
+    check_name,
+    check_text,
+    loads,
+    nfc,
+    shown,
+)
 
 #: Operator classes a device may have kernels for. "elementwise" covers activations.
 OP_CLASSES: tuple[str, ...] = ("matmul", "conv", "elementwise", "norm", "pool", "other")
@@ -43,53 +52,11 @@ LINK_KIND_LABELS: dict[str, str] = {
     "switch": "switch port", "ethernet": "Ethernet",
 }
 
-_NAME_MAX = 64
+_NAME_MAX = NAME_MAX
 MAX_DEVICES = 256  # a topology's size is capped: every page's routes and schedules grow with it
 MAX_SWITCHES = 64
 MAX_LINKS = 1024
 _DESCRIPTION_MAX = 2000
-_BIDI = set(range(0x202A, 0x202F)) | set(range(0x2066, 0x206A))  # embeddings, overrides, isolates
-_INVISIBLE = {0x200B, 0x200C, 0x200D, 0x2060, 0xFEFF, 0x00AD, 0x180E}
-
-
-def check_text(text: Any, where: str, *, what: str = "a name", max_len: int = _NAME_MAX,
-               multiline: bool = False) -> str:
-    """Text a person typed, checked so that every page can show it and no two names look alike
-    while differing: a string of at most ``max_len`` characters, no lone surrogates (they cannot be
-    encoded), no control characters (tabs and newlines allowed with ``multiline``), no bidirectional
-    overrides (they reorder what is shown), and for a name, not made only of invisible characters.
-    Returns the text in Unicode's composed form (NFC), so that an accented letter typed as one
-    character or as a letter plus a combining accent is the same name."""
-    if not isinstance(text, str):
-        raise LabError(f"{what} must be text (got {type(text).__name__})", where=where)
-    if len(text) > max_len:
-        raise LabError(f"{what} may have at most {max_len} characters (got {len(text)})", where=where)
-    for ch in text:
-        o = ord(ch)
-        if 0xD800 <= o <= 0xDFFF:
-            raise LabError(f"{what} holds a character that is not text (U+{o:04X})", where=where)
-        if o in _BIDI:
-            raise LabError(f"{what} holds a direction override (U+{o:04X}), which reorders what is shown",
-                           where=where)
-        if unicodedata.category(ch) == "Cc" and not (multiline and ch in "\n\t\r"):
-            raise LabError(f"{what} holds a control character (U+{o:04X})", where=where)
-    if not multiline and not any(not ch.isspace() and ord(ch) not in _INVISIBLE
-                                 and unicodedata.category(ch) != "Cf" for ch in text):
-        raise LabError(f"{what} must have a visible character", where=where)
-    return nfc(text)
-
-
-def nfc(text: Any) -> Any:
-    """``text`` in Unicode's composed form (NFC); anything else as it is (the checks refuse it)."""
-    if isinstance(text, str) and not unicodedata.is_normalized("NFC", text):
-        return unicodedata.normalize("NFC", text)
-    return text
-
-
-def shown(value: Any, limit: int = 80) -> str:
-    """``repr(value)`` cut to ``limit`` characters, for messages that quote what a person supplied."""
-    r = repr(value)
-    return r if len(r) <= limit else r[:limit - 1] + "…"
 
 
 def _check_size(devices: int, switches: int, links: int, where: str) -> None:
@@ -101,9 +68,7 @@ def _check_size(devices: int, switches: int, links: int, where: str) -> None:
 
 
 def _check_name(name: Any, where: str) -> str:
-    if not isinstance(name, str) or not name.strip():
-        raise LabError("a name must be a non-empty string", where=where)
-    return check_text(name, where)
+    return check_name(name, where)
 
 
 def _as_float(value: int | float, what: str, where: str) -> float:
@@ -116,7 +81,7 @@ def _as_float(value: int | float, what: str, where: str) -> float:
 
 def _check_positive(value: Any, what: str, where: str) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise LabError(f"{what} must be a number (got {value!r})", where=where)
+        raise LabError(f"{what} must be a number (got {shown(value)})", where=where)
     value = _as_float(value, what, where)
     if not math.isfinite(value):
         raise LabError(f"{what} must be finite (got {value})", where=where)
@@ -127,7 +92,7 @@ def _check_positive(value: Any, what: str, where: str) -> float:
 
 def _check_nonnegative(value: Any, what: str, where: str) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise LabError(f"{what} must be a number (got {value!r})", where=where)
+        raise LabError(f"{what} must be a number (got {shown(value)})", where=where)
     value = _as_float(value, what, where)
     if not math.isfinite(value):
         raise LabError(f"{what} must be finite (got {value})", where=where)
@@ -170,7 +135,7 @@ class Device:
 
     def validate(self) -> None:
         _check_name(self.name, "device")
-        where = f"device {self.name!r}"
+        where = f"device {shown(self.name)}"
         if self.type not in DEVICE_TYPES:
             raise LabError(f"unknown type {shown(self.type)}; allowed: {list(DEVICE_TYPES)}", where=where)
         _check_name(self.pool, where + " pool")
@@ -240,7 +205,7 @@ class Link:
         where = f"link {shown(self.a)}–{shown(self.b)}"
         _check_name(self.a, where + " endpoint a")
         _check_name(self.b, where + " endpoint b")
-        where = f"link {self.a!r}–{self.b!r}"
+        where = f"link {shown(self.a)}–{shown(self.b)}"
         if self.a == self.b:
             raise LabError("a link must join two different nodes", where=where)
         if self.kind not in LINK_KINDS:
@@ -299,9 +264,10 @@ class Topology:
     def validate(self) -> "Topology":
         _check_name(self.name, "topology name")
         check_text(self.description, "topology", what="the description", max_len=_DESCRIPTION_MAX, multiline=True)
-        _check_size(len(self.devices), len(self.switches), len(self.links), f"topology {self.name!r}")
+        where = f"topology {shown(self.name)}"
+        _check_size(len(self.devices), len(self.switches), len(self.links), where)
         if not self.devices:
-            raise LabError("a topology needs at least one device", where=f"topology {self.name!r}")
+            raise LabError("a topology needs at least one device", where=where)
         seen: set[str] = set()
         for node in (*self.devices, *self.switches):
             if isinstance(node, Device):
@@ -309,27 +275,30 @@ class Topology:
             else:
                 _check_name(node.name, "switch")
             if node.name in seen:
-                raise LabError(f"duplicate name {node.name!r}: every device and switch needs its own name",
-                               where=f"topology {self.name!r}")
+                raise LabError(f"duplicate name {shown(node.name)}: every device and switch needs its own name",
+                               where=where)
             seen.add(node.name)
+        # Names a reader cannot tell apart are one name to them: a route "from gpu" must be unambiguous.
+        check_distinct((n.name for n in (*self.devices, *self.switches)), where, namespace="the topology")
+        check_distinct((d.pool for d in self.devices), where, namespace="the topology's pools", what="pool")
         pairs: set[frozenset] = set()
         for link in self.links:
             link.validate()
             for end in (link.a, link.b):
                 if end not in seen:
-                    raise LabError(f"endpoint {end!r} is not a device or switch of this topology",
-                                   where=f"link {link.a!r}–{link.b!r}")
+                    raise LabError(f"endpoint {shown(end)} is not a device or switch of this topology",
+                                   where=f"link {shown(link.a)}–{shown(link.b)}")
             pair = frozenset((link.a, link.b))
             if pair in pairs:
                 raise LabError("duplicate link: two links join the same pair of nodes",
-                               where=f"link {link.a!r}–{link.b!r}")
+                               where=f"link {shown(link.a)}–{shown(link.b)}")
             pairs.add(pair)
         if len(seen) > 1:
             g = self._build_graph()
             if not nx.is_connected(g):
                 parts = sorted((sorted(c) for c in nx.connected_components(g)), key=len)
                 raise LabError(f"the graph is disconnected: {parts[0]} cannot reach the rest; "
-                               "add a link", where=f"topology {self.name!r}")
+                               "add a link", where=where)
         return self
 
     # ----- graph and routes -------------------------------------------------------------------
@@ -348,14 +317,17 @@ class Topology:
         return self._build_graph()
 
     @cached_property
-    def _bandwidth_levels(self) -> list[float]:
-        return sorted({l.bandwidth for l in self.links}, reverse=True)
+    def _routes(self) -> RouteTable:
+        """Every pair's route, shared by every equal topology in this process (:func:`route_table`)."""
+        g = self.graph
+        return route_table(tuple(g.nodes),
+                           tuple((u, v, e["bandwidth"], e["latency"]) for u, v, e in g.edges(data=True)))
 
     def device(self, name: str) -> Device:
         for d in self.devices:
             if d.name == name:
                 return d
-        raise LabError(f"no device named {name!r}; devices: {[d.name for d in self.devices]}")
+        raise LabError(f"no device named {shown(name)}; devices: {self.device_names}")
 
     @property
     def device_names(self) -> list[str]:
@@ -370,36 +342,12 @@ class Topology:
 
     def path(self, a: str, b: str) -> Path:
         """The widest route from ``a`` to ``b`` (then lowest latency, then fewest hops)."""
-        return self._paths_from(a)[b]
-
-    def _paths_from(self, src: str) -> dict[str, Path]:
-        cache = self.__dict__.setdefault("_path_cache", {})
-        if src in cache:
-            return cache[src]
+        route = self._routes.route(a, b)
+        if route is None:
+            return Path((a, b), (), 0.0, math.inf)
+        nodes, bottleneck, latency = route
         g = self.graph
-        if src not in g:
-            raise LabError(f"no node named {src!r}")
-        result: dict[str, Path] = {src: Path((src,), (), math.inf, 0.0)}
-        remaining = set(g.nodes) - {src}
-        # Widest path: for each bandwidth level, from the highest down, the nodes reachable using
-        # only links at least that fast get their bottleneck; route = lowest latency inside it.
-        for level in self._bandwidth_levels:
-            if not remaining:
-                break
-            sub = nx.subgraph_view(g, filter_edge=lambda u, v, lv=level: g[u][v]["bandwidth"] >= lv)
-            dist, routes = nx.single_source_dijkstra(
-                sub, src, weight=lambda u, v, e: e["latency"] + 1e-15)
-            for node in [n for n in remaining if n in routes]:
-                nodes = tuple(routes[node])
-                links = tuple(g[u][v]["link"] for u, v in zip(nodes, nodes[1:]))
-                result[node] = Path(nodes, links, min(l.bandwidth for l in links),
-                                    sum(l.latency for l in links))
-                remaining.discard(node)
-        if remaining:
-            for node in remaining:
-                result[node] = Path((src, node), (), 0.0, math.inf)
-        cache[src] = result
-        return result
+        return Path(nodes, tuple(g[u][v]["link"] for u, v in zip(nodes, nodes[1:])), bottleneck, latency)
 
     def transfer_time(self, a: str, b: str, nbytes: float) -> float:
         p = self.path(a, b)
@@ -410,14 +358,7 @@ class Topology:
     def path_matrix(self, nbytes: float, names: list[str] | None = None) -> dict[str, Any]:
         """All-pairs table over devices: transfer seconds for ``nbytes``, bottleneck, latency, hops."""
         names = names or self.device_names
-        time, bw, lat, hops = [], [], [], []
-        for a in names:
-            paths = self._paths_from(a)
-            time.append([paths[b].time(nbytes) if a != b else 0.0 for b in names])
-            bw.append([paths[b].bottleneck if a != b else math.inf for b in names])
-            lat.append([paths[b].latency for b in names])
-            hops.append([paths[b].hops for b in names])
-        return {"names": names, "time": time, "bottleneck": bw, "latency": lat, "hops": hops}
+        return {"names": names, **self._routes.matrix(names, nbytes)}
 
     # ----- JSON -------------------------------------------------------------------------------
     def to_dict(self) -> dict:
@@ -458,10 +399,5 @@ class Topology:
 
 
 def _loads(text: str | bytes) -> Any:
-    try:
-        # NaN and Infinity parse as floats: every number's own check then names the field that holds one.
-        return json.loads(text)
-    except (ValueError, UnicodeDecodeError) as exc:  # JSONDecodeError, integers too long to read
-        raise LabError(f"not valid JSON: {exc}") from None
-    except RecursionError:
-        raise LabError("not a scenario: the JSON is nested too deeply") from None
+    # NaN and Infinity parse as floats: every number's own check then names the field that holds one.
+    return loads(text)

@@ -28,9 +28,8 @@ from lab.scenario.document import (
     Scenario,
     default_scenario,
 )
+from lab.scenario.text import RUN_NAME_MAX, check_depth, check_name, shown
 from lab.store.runs import check_run_id
-
-# shortcut flag -> Training field
 from lab.train.launcher import launch
 
 # shortcut flag -> Training field
@@ -83,15 +82,16 @@ def apply_overrides(sc: Scenario, args: argparse.Namespace) -> Scenario:
     changes = {k: getattr(args, k) for k in (*SHORTCUTS, "emulate") if getattr(args, k) is not None}
     for item in args.set:
         if "=" not in item:
-            raise LabError(f"needs FIELD=VALUE, got {item!r}", where="--set")
+            raise LabError(f"needs FIELD=VALUE, got {shown(item)}", where="--set")
         k, v = item.split("=", 1)
         k = k.strip()
         if k not in TRAINING_FIELDS:
-            raise LabError(f"unknown training field {k!r}; fields: {sorted(TRAINING_FIELDS)}", where="--set")
+            raise LabError(f"unknown training field {shown(k)}; fields: {sorted(TRAINING_FIELDS)}", where="--set")
         try:  # a JSON value (number, true, list); NaN and Infinity stay text, which no field takes
-            v = json.loads(v, parse_constant=_no_constant)
-        except (ValueError, RecursionError):
-            pass
+            v = check_depth(json.loads(v, parse_constant=_no_constant), where=f"--set {k}")
+        except (ValueError, RecursionError) as exc:
+            if isinstance(exc, LabError):
+                raise
         changes[k] = v
     if not changes:
         return sc
@@ -100,15 +100,22 @@ def apply_overrides(sc: Scenario, args: argparse.Namespace) -> Scenario:
     return sc
 
 
+def refuse(exc: LabError) -> int:
+    """Say what was wrong on one line of standard error; exit code 2 (bad input)."""
+    print("lab.train: " + " ".join(str(exc).split()), file=sys.stderr)
+    return 2
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
     try:
         sc = apply_overrides(load_scenario(args.scenario), args)
         if args.run_id:
             check_run_id(args.run_id)
+        if args.name is not None:  # a run's name is shown on every page that lists runs
+            args.name = check_name(args.name, "--name", what="the run's name", max_len=RUN_NAME_MAX)
     except LabError as exc:
-        print(f"lab.train: {exc}", file=sys.stderr)
-        return 2
+        return refuse(exc)
     if os.environ.get("RANK") is not None and os.environ.get("WORLD_SIZE") is not None:
         # Started by the launcher or by torchrun: this process is one rank of the job. Only a rank
         # imports torch; the launcher role starts without it.
@@ -126,8 +133,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         res = launch(sc, args.run_id, name=args.name)
     except LabError as exc:
-        print(f"lab.train: {exc}", file=sys.stderr)
-        return 2
+        return refuse(exc)
     if res.status != "done":
         print(f"lab.train: run {res.run_id} {res.status}" + (f": {res.error}" if res.error else ""),
               file=sys.stderr)

@@ -147,7 +147,11 @@ def final_accuracy(store: RunStore, run_id: str) -> float:
 
 
 def preflight(sc: Scenario) -> None:
-    """Checks that need no worker: fail before any process starts (the workers check the rest)."""
+    """Every check a worker would fail, run before any process starts, so that a wrong setting is one
+    LabError here (exit 2 and one line on the command line) and never a failed job with a traceback
+    per worker: the devices of the scenario, then what every worker's setup does
+    (:func:`lab.train.plan.check_scenario`: the data, the model, the plan with each worker's device
+    and its kernels, the optimiser, the shards)."""
     tr = sc.training
     sc.check_devices()
     if (tr.emulate or tr.split == "weighted") and len(tr.worker_devices) < tr.workers:
@@ -155,6 +159,11 @@ def preflight(sc: Scenario) -> None:
         raise LabError(f"{need} needs the device of every worker: {tr.workers} workers but "
                        f"{len(tr.worker_devices)} device(s) listed (devices of the topology: "
                        f"{sc.topology.device_names})", where="training.worker_devices")
+    # Imported here: the plan needs torch, which this module must not load when it is imported (the job
+    # manager imports it); a launcher pays for torch only once it is about to start a job's workers.
+    from lab.train.plan import check_scenario
+
+    check_scenario(sc)
 
 
 def without_worker(sc: Scenario, rank: int | None) -> Scenario:

@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 import torch
 
 from lab.errors import LabError
+from lab.optim.optimizers import from_training as optim_from_training
 from lab.scenario.document import Scenario, Training
 from lab.scenario.models import build_model
 from lab.train import compressed
@@ -59,12 +60,15 @@ def make_plan(sc: Scenario, world: int, model: torch.nn.Module, in_features: int
 
 
 def check_scenario(sc: Scenario) -> Plan:
-    """Everything a job would refuse, checked in this process before any worker starts: devices
-    and kernels for emulation, compute shares, batch sizes, and that every worker gets data."""
+    """Everything a job would refuse, checked in this process before any worker starts, with the
+    very steps a worker's setup takes (:meth:`lab.train.trainer.Trainer.setup`): the data set and the
+    model, the plan (devices and their kernels for emulation, compute shares, batch sizes, the
+    compression), the optimiser, and that every worker gets data."""
     tr = sc.training
     ds = data_mod.load_dataset(tr.dataset, tr.dataset_size, tr.seed)
     model = build_model(tr.model, ds.in_features, ds.classes, seed=tr.seed)
     plan = make_plan(sc, tr.workers + (1 if tr.sync == "param_server" else 0), model, ds.in_features)
+    optim_from_training(plan.training, [p for p in model.parameters() if p.requires_grad], plan.lr)
     data_mod.make_shards(ds.y_train, plan.workers, tr.split, weights=plan.info["weights"], alpha=tr.dirichlet_alpha,
                          seed=tr.seed)
     return plan

@@ -18,7 +18,7 @@ import base64
 import json
 import math
 import zlib
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Callable, Iterable, Mapping
 
 from lab.compression.cholesky import MATRIX_NAMES
@@ -28,8 +28,10 @@ from lab.optim.playground import FUNCTIONS, MAX_COUNTEREXAMPLE_STEPS, PERIOD, SC
 from lab.scenario.catalogue import PRESETS
 from lab.scenario.document import Spec
 from lab.scenario.names import ALGORITHMS, COST_MODELS, MODELS, OPTIMIZERS, SPARSIFIERS
+from lab.scenario.text import check_name, loads, shown
 
 MAX_VIEW_CHARS = 20_000  # a link's view part longer than this is not read
+MAX_VIEW_ENTRIES = 400  # every control of every page, and a per-device value for each of 256 devices
 
 
 @dataclass(frozen=True)
@@ -41,15 +43,21 @@ class Control:
     label: str
     prefix: bool = False
     from_scenario: Callable[[Any], Any] | None = None
+    prefix_key: str = ""  # for a prefix control: the key it owns every continuation of (set by the table)
 
     def check(self, key: str, value: Any) -> Any:
+        if self.prefix:  # the rest of the key names a device or an operator: a name like any other
+            check_name(key[len(self.prefix_key):], f"view.{self.prefix_key}", what="the name in a control's key")
         if self.spec.type is float and isinstance(value, int) and not isinstance(value, bool):
-            value = float(value)
+            try:
+                value = float(value)
+            except OverflowError:  # an integer of hundreds of digits
+                raise LabError("is not a number this control takes (too large)", where=f"view.{key}") from None
         if self.spec.type is tuple and self.spec.choices is not None:  # a set of allowed values, any type
             if not isinstance(value, (list, tuple)) or len(value) > len(self.spec.choices):
-                raise LabError(f"must be a list of allowed values (got {value!r:.80})", where=f"view.{key}")
+                raise LabError(f"must be a list of allowed values (got {shown(value)})", where=f"view.{key}")
             if any(isinstance(v, bool) or v not in self.spec.choices for v in value):
-                raise LabError(f"holds a value that is not allowed (got {value!r:.80})", where=f"view.{key}")
+                raise LabError(f"holds a value that is not allowed (got {shown(value)})", where=f"view.{key}")
             return tuple(value)
         try:
             value = self.spec.check(key, value, "view")
@@ -58,7 +66,7 @@ class Control:
                 raise
             raise LabError(f"is not a number this control takes ({type(exc).__name__})", where=f"view.{key}") from None
         if self.spec.choices is not None and self.spec.type is not str and value not in self.spec.choices:
-            raise LabError(f"{value!r} is not one of the allowed values", where=f"view.{key}")
+            raise LabError(f"{shown(value)} is not one of the allowed values", where=f"view.{key}")
         return value
 
     def default(self, scenario: Any = None) -> Any:
@@ -156,6 +164,8 @@ VIEW: dict[str, Control] = {
     "fid_quick": _c("fidelity", bool, False, "quick calibration"),
     "fid_steps": _c("fidelity", int, 200, "steps per run", lo=20, hi=1000),
 }
+# A prefix control knows its own key, so that it can check the name that follows it.
+VIEW = {k: replace(c, prefix_key=k) if c.prefix else c for k, c in VIEW.items()}
 
 
 def control_for(key: str) -> Control | None:
@@ -183,13 +193,16 @@ def checked(values: Mapping[str, Any]) -> tuple[dict[str, Any], list[str]]:
     entry that is not (it is left out, so its default stays)."""
     good: dict[str, Any] = {}
     notices: list[str] = []
+    if len(values) > MAX_VIEW_ENTRIES:
+        return {}, [f"the view holds {len(values):,} entries; the lab has at most {MAX_VIEW_ENTRIES}, so defaults "
+                    "are shown"]
     for key, value in values.items():
         if not isinstance(key, str):
             notices.append("an entry of the view has a name that is not text; it is ignored")
             continue
         c = control_for(key)
         if c is None:
-            notices.append(f"the control {key[:60]!r} is unknown here; it is ignored")
+            notices.append(f"the control {shown(key, 60)} is unknown here; it is ignored")
             continue
         try:
             good[key] = c.check(key, value)
@@ -216,13 +229,6 @@ def encode(values: Mapping[str, Any], scenario: Any = None) -> str:
     return base64.urlsafe_b64encode(zlib.compress(raw, 9)).decode().rstrip("=")
 
 
-def _finite_only(text: str) -> Any:
-    def constant(name: str) -> Any:
-        raise ValueError(f"{name} is not a number this lab accepts")
-
-    return json.loads(text, parse_constant=constant)
-
-
 def decode(text: Any) -> tuple[dict[str, Any], list[str]]:
     """The controls a link's ``?v=`` carries, checked against the table, and notices for whatever
     was left out. Never raises: a damaged link gives no values and one notice."""
@@ -232,8 +238,11 @@ def decode(text: Any) -> tuple[dict[str, Any], list[str]]:
         return {}, [f"the view part of the link is longer than {MAX_VIEW_CHARS:,} characters; defaults are shown"]
     try:
         raw = zlib.decompressobj().decompress(base64.urlsafe_b64decode(text + "=" * (-len(text) % 4)), 1 << 20)
-        data = _finite_only(raw.decode("utf-8"))
-    except (ValueError, zlib.error, UnicodeDecodeError, RecursionError) as exc:
+        # Bounded like a scenario file: no NaN or Infinity, no key twice, nesting refused before any quote.
+        data = loads(raw.decode("utf-8"), finite=True)
+    except LabError as exc:
+        return {}, [f"the view part of the link is damaged ({exc}); defaults are shown"]
+    except (ValueError, zlib.error, UnicodeDecodeError) as exc:
         return {}, [f"the view part of the link is damaged ({type(exc).__name__}); defaults are shown"]
     if not isinstance(data, dict):
         return {}, ["the view part of the link is not a table of controls; defaults are shown"]

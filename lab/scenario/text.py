@@ -1,0 +1,320 @@
+"""Text that comes from outside the lab: names, free text, quoted values and JSON, checked in one place.
+
+* :func:`loads` reads JSON a person supplied (a scenario or topology file, a link): a key that appears
+  twice in one object is refused (JSON would keep the last silently), and so is nesting deeper than
+  :data:`MAX_DEPTH` (checked without recursion, before anything quotes the value).
+* :func:`check_text` checks free text, :func:`check_name` a name, and :func:`check_distinct` that the
+  names of one namespace (the devices and switches of a topology, its pools, pinned operators) do not
+  merely *look* different: two names with the same :func:`fold` are refused side by side.
+* :func:`shown` quotes a value in a message, cut to a few dozen characters however large or deeply
+  nested the value is.
+
+The look-alike letters come from Unicode's confusables data (UTS #39) as the package
+``confusable-homoglyphs`` ships it; :func:`fold` builds its table from that data once.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import reprlib
+import unicodedata
+from functools import lru_cache
+from typing import Any, Iterable
+
+from lab.errors import LabError
+
+NAME_MAX = 64
+RUN_NAME_MAX = 200  # a run's name holds its settings (a comparison names optimiser, compression and seed)
+MAX_DEPTH = 32  # a scenario is 5 levels deep; nothing the lab reads needs more than a few
+# Lists and objects in one document: a topology at its caps (256 devices, 64 switches, 1,024 links) holds
+# a few thousand; more is refused before parsing, which would otherwise cost seconds for a 5 MB file.
+MAX_CONTAINERS = 50_000
+_STRING = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"')  # a JSON string, escapes included
+
+# Unicode's Bidi_Control characters: embeddings, overrides, isolates and the direction marks (LRM, RLM,
+# the Arabic letter mark), each of which reorders what is shown around it.
+_BIDI = (frozenset(range(0x202A, 0x202F)) | frozenset(range(0x2066, 0x206A))
+         | frozenset({0x200E, 0x200F, 0x061C}))
+# Characters that show nothing: zero-width spaces and joiners, the word joiner, the byte order mark,
+# the soft hyphen, the Mongolian vowel separator and free variation selectors, the combining grapheme
+# joiner, variation selectors, and the Hangul fillers (letters by category that are drawn as nothing).
+_INVISIBLE = frozenset({0x200B, 0x200C, 0x200D, 0x2060, 0xFEFF, 0x00AD, 0x180E, 0x034F,
+                        0x115F, 0x1160, 0x3164, 0xFFA0, *range(0x180B, 0x1810), *range(0xFE00, 0xFE10),
+                        *range(0xE0100, 0xE01F0)})
+# Drawn as an empty cell, as a space is (braille blank; the musical null notehead): they fold to a space.
+_BLANK = frozenset({0x2800, 0x1D159})
+
+
+# ---------------------------------------------------------------------------------------------
+# Quoting
+# ---------------------------------------------------------------------------------------------
+class _Brief(reprlib.Repr):
+    """``repr`` that stops at a few levels, items and characters, so a quote costs little whatever it quotes."""
+
+    def __init__(self, limit: int):
+        super().__init__()
+        self.maxlevel = 3
+        self.maxtuple = self.maxlist = self.maxarray = self.maxdict = 6
+        self.maxset = self.maxfrozenset = self.maxdeque = 6
+        self.maxstring = self.maxother = max(8, limit)
+        self.maxlong = 40
+
+    def repr_str(self, x: str, level: int) -> str:
+        return repr(x[:self.maxstring + 1])  # the caller cuts it to the limit
+
+    def repr_int(self, x: int, level: int) -> str:
+        if x.bit_length() > 128:  # Python refuses to print integers of more than 4300 digits
+            return f"<an integer of about {int(x.bit_length() * 0.30103)} digits>"
+        return repr(x)
+
+
+def shown(value: Any, limit: int = 80) -> str:
+    """``repr(value)`` cut to ``limit`` characters (with "…"), for messages that quote what a person
+    supplied. Never fails and never costs more than a few items of the value, however large or deep."""
+    try:
+        r = _Brief(limit).repr(value)
+    except Exception:  # noqa: BLE001 - a value whose own repr fails is named by its type
+        r = f"<{type(value).__name__}>"
+    return r if len(r) <= limit else r[:limit - 1] + "…"
+
+
+# ---------------------------------------------------------------------------------------------
+# JSON
+# ---------------------------------------------------------------------------------------------
+def check_depth(value: Any, where: str | None = None, limit: int = MAX_DEPTH) -> Any:
+    """``value`` as it is when its lists and objects nest at most ``limit`` levels; else a LabError.
+    Iterative: a value nested a thousand levels is refused without deep recursion."""
+    stack = [(value, 1)]
+    while stack:
+        v, depth = stack.pop()
+        if isinstance(v, dict):
+            items = v.values()
+        elif isinstance(v, (list, tuple)):
+            items = v
+        else:
+            continue
+        if depth > limit:
+            raise LabError(f"the data is nested more than {limit} levels deep; nothing here needs that many",
+                           where=where)
+        stack.extend((x, depth + 1) for x in items if isinstance(x, (dict, list, tuple)))
+    return value
+
+
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict:
+    out: dict = {}
+    for k, v in pairs:
+        if k in out:
+            raise LabError(f"the key {shown(k)} appears twice in one object; every key may appear once "
+                           "(JSON would keep only the last)")
+        out[k] = v
+    return out
+
+
+def _finite_only(name: str) -> Any:
+    raise ValueError(f"{name} is not a number this lab accepts")
+
+
+def _shape(text: str | bytes) -> tuple[int, int]:
+    """(lists and objects, deepest nesting) of JSON text, read without parsing it: strings are
+    dropped, then the brackets are counted in one vectorised pass."""
+    import numpy as np
+
+    raw = text.encode("utf-8", "surrogatepass") if isinstance(text, str) else bytes(text)
+    if b'"' in raw:
+        raw = _STRING.sub(b'""', raw)
+    b = np.frombuffer(raw, dtype=np.uint8)
+    opens = (b == ord("[")) | (b == ord("{"))
+    step = opens.astype(np.int32) - ((b == ord("]")) | (b == ord("}")))
+    n = int(opens.sum())
+    return n, int(np.cumsum(step).max()) if n else 0
+
+
+def loads(text: str | bytes, *, where: str | None = None, unique: bool = True, finite: bool = False) -> Any:
+    """JSON text as Python values, or a LabError: not JSON, more than :data:`MAX_CONTAINERS` lists
+    and objects or nested deeper than :data:`MAX_DEPTH` (both found before parsing), a key twice in
+    one object (``unique``), NaN or Infinity (``finite``)."""
+    containers, depth = _shape(text)
+    if depth > MAX_DEPTH:
+        raise LabError(f"the data is nested more than {MAX_DEPTH} levels deep; nothing here needs that many",
+                       where=where)
+    if containers > MAX_CONTAINERS:
+        raise LabError(f"the data holds {containers:,} lists and objects; at most {MAX_CONTAINERS:,} are read "
+                       "(a topology at the lab's caps needs a few thousand)", where=where)
+    try:
+        data = json.loads(text, object_pairs_hook=_unique_keys if unique else None,
+                          parse_constant=_finite_only if finite else None)
+    except LabError as exc:
+        raise LabError(str(exc), where=where) from None
+    except RecursionError:
+        raise LabError(f"the data is nested more than {MAX_DEPTH} levels deep; nothing here needs that many",
+                       where=where) from None
+    except (ValueError, UnicodeDecodeError) as exc:  # JSONDecodeError, integers too long to read
+        raise LabError(f"not valid JSON: {str(exc)[:200]}", where=where) from None
+    return check_depth(data, where)
+
+
+# ---------------------------------------------------------------------------------------------
+# Text and names
+# ---------------------------------------------------------------------------------------------
+def nfc(text: Any) -> Any:
+    """``text`` in Unicode's composed form (NFC); anything else as it is (the checks refuse it)."""
+    if isinstance(text, str) and not unicodedata.is_normalized("NFC", text):
+        return unicodedata.normalize("NFC", text)
+    return text
+
+
+def _plain(text: str) -> str:
+    """``text`` as it reads: compatibility forms unified (NFKC: a no-break space is a space, a
+    full-width letter a letter), invisible and format characters dropped, blank cells read as
+    spaces, runs of spaces as one, none at either end."""
+    s = unicodedata.normalize("NFKC", text)
+    s = "".join(" " if ord(ch) in _BLANK else ch for ch in s
+                if ord(ch) not in _INVISIBLE and unicodedata.category(ch) != "Cf")
+    return " ".join(s.split())
+
+
+def is_blank(text: str) -> bool:
+    """Whether ``text`` shows nothing a reader can tell apart: no letter, digit, punctuation or symbol
+    once invisible characters, Hangul fillers, braille blanks and spaces are gone (combining marks
+    alone have nothing to sit on)."""
+    return not any(unicodedata.category(ch)[0] in "LNPS" for ch in _plain(text))
+
+
+def check_text(text: Any, where: str, *, what: str = "a name", max_len: int = NAME_MAX,
+               multiline: bool = False) -> str:
+    """Text a person typed, checked so that every page can show it: a string of at most ``max_len``
+    characters, no lone surrogates (they cannot be encoded), no control characters (tabs and
+    newlines allowed with ``multiline``), no bidirectional overrides (they reorder what is shown),
+    and on one line (not ``multiline``) something visible (:func:`is_blank`). Returns the text in
+    Unicode's composed form (NFC), so that an accented letter typed as one character or as a
+    letter plus a combining accent is the same text."""
+    if not isinstance(text, str):
+        raise LabError(f"{what} must be text (got {type(text).__name__})", where=where)
+    if len(text) > max_len:
+        raise LabError(f"{what} may have at most {max_len} characters (got {len(text):,})", where=where)
+    for ch in text:
+        o = ord(ch)
+        if 0xD800 <= o <= 0xDFFF:
+            raise LabError(f"{what} holds a character that is not text (U+{o:04X})", where=where)
+        if o in _BIDI:
+            raise LabError(f"{what} holds a direction override (U+{o:04X}), which reorders what is shown",
+                           where=where)
+        if unicodedata.category(ch) == "Cc" and not (multiline and ch in "\n\t\r"):
+            raise LabError(f"{what} holds a control character (U+{o:04X})", where=where)
+        if not multiline and unicodedata.category(ch) in ("Zl", "Zp"):
+            raise LabError(f"{what} holds a line break (U+{o:04X}); it must fit on one line", where=where)
+    if not multiline and is_blank(text):
+        raise LabError(f"{what} must have a visible character (a letter, digit, punctuation or symbol)",
+                       where=where)
+    return nfc(text)
+
+
+def check_name(name: Any, where: str, *, what: str = "a name", max_len: int = NAME_MAX) -> str:
+    """A name: non-empty text on one line that :func:`check_text` accepts, in composed form (NFC)."""
+    if not isinstance(name, str) or not name:
+        raise LabError(f"{what} must be a non-empty string (got {shown(name, 40)})", where=where)
+    return check_text(name, where, what=what, max_len=max_len)
+
+
+@lru_cache(maxsize=1)
+def _look_alikes() -> dict[str, str]:
+    """character -> the one character that stands for all that look like it (Unicode's confusables,
+    single characters only). A group's stand-in is an ASCII capital if it has one, else an ASCII
+    small letter, a digit, other ASCII, else its lowest code point: then folding the case of the
+    stand-in meets the group of its small letter (I, l and 1 meet i)."""
+    from confusable_homoglyphs.confusables import confusables_data  # ~1 MB of data: read on first use
+
+    parent: dict[str, str] = {}
+
+    def root(c: str) -> str:
+        while parent.get(c, c) != c:
+            parent[c] = parent.get(parent[c], parent[c])
+            c = parent[c]
+        return c
+
+    marks = "\u200e\u200f"  # the data wraps right-to-left letters in direction marks
+    for key, glyphs in confusables_data.items():
+        a = key.strip(marks)
+        if len(a) != 1:
+            continue
+        for g in glyphs:
+            b = g["c"].strip(marks)
+            if len(b) == 1:
+                ra, rb = root(a), root(b)
+                if ra != rb:
+                    parent[rb] = ra
+    groups: dict[str, list[str]] = {}
+    for c in {*parent, *parent.values()}:
+        groups.setdefault(root(c), []).append(c)
+
+    def rank(c: str) -> tuple:
+        return (not ("A" <= c <= "Z"), not ("a" <= c <= "z"), not c.isascii() or not c.isdigit(),
+                not c.isascii(), ord(c))
+
+    table: dict[str, str] = {}
+    for members in groups.values():
+        stand_in = min(members, key=rank)
+        for c in members:
+            if c != stand_in:
+                table[c] = stand_in
+    return table
+
+
+@lru_cache(maxsize=1)
+def _sequences() -> tuple[tuple[str, str], ...]:
+    """Runs of small ASCII letters that read as one letter ("rn" as m), longest first: those in the
+    package's data, and two that Unicode's confusables.txt (UTS #39) lists and the package leaves out."""
+    from confusable_homoglyphs.confusables import confusables_data
+
+    out = {"cl": "d", "vv": "w"}
+    for key, glyphs in confusables_data.items():
+        for g in glyphs:
+            for one, run in ((key, g["c"]), (g["c"], key)):
+                if len(one) == 1 and one.isascii() and one.isalpha() and 2 <= len(run) <= 3 \
+                        and run.isascii() and run.isalpha():
+                    out[run.casefold()] = one.casefold()
+    # in the letters fold() has by then (l and i have met already, so "cl" is looked for as "ci")
+    folded = {"".join(_fold_char(c) for c in run): "".join(_fold_char(c) for c in one) for run, one in out.items()}
+    return tuple(sorted(folded.items(), key=lambda kv: -len(kv[0])))
+
+
+@lru_cache(maxsize=4096)
+def _fold_char(ch: str) -> str:
+    table = _look_alikes()
+    s = ch
+    for _ in range(4):  # look-alike, then case, until neither changes it (two rounds in practice)
+        t = "".join(table.get(c, c) for c in s).casefold()
+        if t == s:
+            break
+        s = t
+    return s
+
+
+def fold(name: str) -> str:
+    """The key two names are compared by: equal keys look the same to a reader. Compatibility forms
+    (NFKC), case, invisible and format characters, spacing (runs of spaces, spaces at either end) and
+    look-alike letters of other scripts (Cyrillic р for p, Greek ο for o, 1 and l for I) are folded.
+    Look-alikes go first, then case: a Cyrillic capital В looks like B, its small в not like b. Last,
+    runs of letters that read as one letter (rn as m, cl as d, vv as w)."""
+    key = unicodedata.normalize("NFKC", "".join(_fold_char(ch) for ch in _plain(name)))
+    for run, one in _sequences():
+        key = key.replace(run, one)
+    return key
+
+
+def check_distinct(names: Iterable[str], where: str, *, namespace: str = "the topology", what: str = "name") -> None:
+    """Refuse a name that only looks like an earlier, different one of ``names`` (same :func:`fold`).
+    The same name twice is left to the caller (some namespaces, pools, repeat names on purpose)."""
+    seen: dict[str, str] = {}
+    for n in names:
+        key = fold(n)
+        other = seen.setdefault(key, n)
+        if other != n:
+            raise LabError(f"the {what} {shown(n, 60)} looks like {shown(other, 60)}, already in {namespace}; "
+                           "names must differ by more than case, spacing, invisible characters or "
+                           "look-alike letters", where=where)
+
+
+__all__ = ["MAX_DEPTH", "NAME_MAX", "check_depth", "check_distinct", "check_name", "check_text", "fold",
+           "is_blank", "loads", "nfc", "shown"]
