@@ -4,6 +4,8 @@
 * the measured / modelled / emulated labels every figure carries,
 * ``guarded``: shows a LabError as a plain message and anything unexpected as a short
   message, never a traceback.
+* ``plain``: the one way user text (names, a link's values, messages that quote them) reaches a
+  Markdown-rendering element (st.markdown, st.caption, st.error, ..., widget labels) as text.
 """
 
 from __future__ import annotations
@@ -12,7 +14,6 @@ import contextlib
 import logging
 import re
 import sys
-import uuid
 from pathlib import Path
 from typing import Iterator
 
@@ -20,7 +21,7 @@ import streamlit as st
 
 from lab.view import state as viewstate
 from lab.errors import LabError
-from lab.view.lessons import Lesson, find_lesson
+from lab.view.lessons import Lesson, find_lesson, unknown_lesson_notice
 from lab.scenario.document import Scenario, default_scenario
 
 log = logging.getLogger("lab.ui")
@@ -53,7 +54,8 @@ def scenario() -> Scenario:
             try:
                 sc = Scenario.from_url_param(param)
             except LabError as exc:
-                st.warning(f"The scenario in this link could not be read, so the default is shown. {exc}")
+                st.warning("The scenario in this link could not be read, so the default is shown. "
+                           + _plain(str(exc)))
         st.session_state[SCENARIO_KEY] = sc
     return st.session_state[SCENARIO_KEY]
 
@@ -73,14 +75,15 @@ def caption(kind: str, text: str) -> None:
 
 @contextlib.contextmanager
 def guarded(what: str = "this step") -> Iterator[None]:
-    """Show a LabError as its message and any other exception as a short message, no traceback."""
+    """Show a LabError as its message and any other exception as a short message, no traceback;
+    either as text (a refusal quotes the names it refuses)."""
     try:
         yield
     except LabError as exc:
-        st.error(str(exc), icon=":material/error:")
+        st.error(_plain(str(exc)), icon=":material/error:")
     except Exception as exc:  # noqa: BLE001 - the user must never see a traceback
         log.exception("unexpected error in %s", what)
-        st.error(f"Something went wrong in {what}: {type(exc).__name__}: {exc}", icon=":material/error:")
+        st.error(_plain(f"Something went wrong in {what}: {type(exc).__name__}: {exc}"), icon=":material/error:")
 
 
 def _route_through_app() -> None:
@@ -132,11 +135,12 @@ def view_value(key: str):
 
 def set_view(key: str, value, notice: str | None = None) -> None:
     """Set control ``key`` before its widget is drawn in this run (a page re-deriving a choice that
-    no longer fits, a lesson opening its view), with an optional one-line notice."""
+    no longer fits, a lesson opening its view), with an optional one-line notice, shown as text (it
+    names the old choice, which may come from a link)."""
     st.session_state[key] = list(value) if isinstance(value, tuple) else value
     st.session_state.setdefault(VIEW_SHADOW, {})[key] = value
     if notice:
-        st.info(notice, icon=":material/info:")
+        st.info(_plain(notice), icon=":material/info:")
 
 
 def view_link_params(sc: Scenario) -> dict[str, str]:
@@ -176,6 +180,10 @@ def _lesson_panel(page: str) -> None:
     ss = st.session_state
     if LESSON_ACTIVE not in ss:  # a shared link names its lesson
         ss[LESSON_ACTIVE] = st.query_params.get(LESSON_ID_PARAM)
+        if ss[LESSON_ACTIVE] and find_lesson(LESSONS, ss[LESSON_ACTIVE]) is None:
+            st.info(_plain(unknown_lesson_notice(ss[LESSON_ACTIVE])), icon=":material/info:")
+            ss[LESSON_ACTIVE] = None  # so the page link does not carry it on
+            del st.query_params[LESSON_ID_PARAM]
     lesson = find_lesson(LESSONS, ss.get(LESSON_ACTIVE))
     if lesson is None:
         return
@@ -197,10 +205,14 @@ def scenario_sidebar() -> Scenario:
     """The sidebar every page shows: the scenario's name and topology, and a link that reproduces the
     whole view (this page, the scenario, every control)."""
     _route_through_app()
-    if "teacher" in st.query_params:  # the teacher's link works from any page; the token leaves the address
-        from lab.jobs.access import teacher_session
-
-        teacher_session(st.session_state, st.query_params)
+    _identity_cookie()
+    notice = st.container()  # always drawn, so the page's own elements keep their places when it is empty
+    if "teacher" in st.query_params:
+        # A token in an address stays in the browser's history and the server's logs: the teacher
+        # signs in on the Jobs page instead, and a link's token is dropped unread.
+        del st.query_params["teacher"]
+        notice.warning("A teacher's token in a link is not accepted (it would stay in the browser's history): "
+                   "sign in on the Jobs page instead.", icon=":material/key:")
     sc = scenario()
     _sync_view(sc)
     with st.sidebar:
@@ -251,12 +263,53 @@ def _lesson_toggle() -> None:
               help="Hide the advanced controls on every page; the link then opens in lesson mode too (?lesson=1)")
 
 
+OWNER_KEY = "job_owner"
+_COOKIE_PENDING = "_owner_cookie_pending"
+
+
+def owner() -> str:
+    """This student's owner id: from the token their browser keeps in a cookie (lab.jobs.access says
+    why a cookie and not the link), so a reload or a second tab is the same student. A browser
+    without one gets a new token, written into its cookie by :func:`_identity_cookie`."""
+    from lab.jobs import access
+
+    ss = st.session_state
+    if OWNER_KEY not in ss:
+        try:
+            token = st.context.cookies.get(access.COOKIE)
+        except Exception:  # noqa: BLE001 - no request behind this run (a test harness): a new student
+            token = None
+        if not access.valid_token(token):
+            token = access.new_token()
+            ss[_COOKIE_PENDING] = token
+        ss[OWNER_KEY] = access.owner_id(token)
+    return ss[OWNER_KEY]
+
+
+def _identity_cookie() -> None:
+    """Write a new student's token into the browser's cookie (every run of the session that made it,
+    until a reload reads it back). It is the lab's own constant script; the token is URL-safe."""
+    from lab.jobs import access
+
+    owner()
+    token = st.session_state.get(_COOKIE_PENDING)
+    if token and access.valid_token(token):
+        st.html(f"<script>document.cookie = '{access.COOKIE}={token}; Path=/; Max-Age=31536000; "
+                "SameSite=Strict';</script>", unsafe_allow_javascript=True)
+
+
 def job_manager():
     """(the server's one JobManager of the run store, shared by every session and page, with its fair
-    queue; this session's owner id in that queue)."""
+    queue; this student's owner id in that queue)."""
     from lab.jobs.manager import shared
 
-    return shared(), st.session_state.setdefault("job_owner", uuid.uuid4().hex[:12])
+    return shared(), owner()
+
+
+def teacher() -> bool:
+    """Whether this student signed in as the teacher (on the Jobs page) on this server."""
+    jm, me = job_manager()
+    return jm.is_teacher(me)
 
 
 @st.cache_resource(show_spinner=False)
@@ -317,14 +370,16 @@ _WJ = "\u2060"  # word joiner: invisible, and it breaks the patterns Markdown tu
 
 
 def _plain(text: str) -> str:
-    """User text shown as text: escape markdown and HTML special characters, and break the bare
-    addresses (``http://``, ``www.``, ``name@host``) that Streamlit's Markdown would turn into live
-    links even when every special character is escaped."""
+    """User text shown as text in anything Streamlit renders as Markdown (st.markdown, st.caption,
+    st.error/warning/info/success, st.toast, st.expander and st.tabs labels, widget labels, metric
+    labels): escape Markdown and HTML special characters (``&`` too, so that ``&lt;`` stays five
+    characters), and break the bare addresses (``http://``, ``www.``, ``name@host``) that
+    Streamlit's Markdown would turn into live links even when every special character is escaped."""
     text = re.sub(r"(?i)(?<=[a-z]):(?=//)", ":" + _WJ, str(text))
     text = re.sub(r"(?i)\b(www)\.", r"\1" + _WJ + ".", text).replace("@", _WJ + "@")
     out = []
     for ch in text:
-        if ch in "\\`*_{}[]()#+-.!|<>~$:":
+        if ch in "\\`*_{}[]()#+-.!|<>~$:&":
             out.append("\\" + ch)
         else:
             out.append(ch)

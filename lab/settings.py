@@ -29,7 +29,9 @@ VARIABLES: dict[str, Variable] = {v.name: v for v in (
     Variable("LAB_JOB_NICE", 10, "niceness of job processes, so page views win the CPU (0-19)"),
     Variable("LAB_SLOTS_PER_CPU", 0, "worker slots per CPU for the job queue (0: at least 2, about 5 in all)"),
     Variable("LAB_SWEEP_S", 5.0, "seconds between sweeps for runs whose launcher died"),
-    Variable("LAB_TEACHER_TOKEN", "", "the teacher's token (?teacher=...) that manages every job"),
+    Variable("LAB_TEACHER_TOKEN", "", "the teacher's secret: typed into the Jobs page's sign-in, it manages every run"),
+    Variable("LAB_MAX_ACTIVE_PER_OWNER", 60, "queued or running jobs one student may have at once (a comparison of "
+             "10 repeats is 60)"),
     Variable("LAB_MAX_RESTARTS", 3, "restarts of a job whose fault policy is recover"),
     Variable("LAB_HEARTBEAT_EVERY", 0.5, "seconds between a worker's heartbeats"),
     Variable("LAB_HEARTBEAT_TIMEOUT", 30.0, "seconds without a heartbeat before a worker counts as hung"),

@@ -11,6 +11,7 @@ from lab.machine.profile import load_profile
 from lab.machine import fidelity as P
 from lab.machine import trace_export as T
 from lab.figures import fidelity as figs
+from lab.jobs import views as job_views
 from lab.store.runs import default_db_path, store as run_store
 from lab.view.state import VIEW
 
@@ -62,7 +63,7 @@ def calibration_progress() -> None:
     if not p:
         return
     if p.get("error"):
-        st.error(f"The last calibration failed: {p['error']}")
+        st.error("The last calibration failed: " + ui.plain(p["error"]))
     elif cal.calibration_running():
         st.progress(float(p.get("fraction", 0.0)), f"calibrating: {p.get('message', '')}")
     elif busy:  # it just finished (or its process is gone): show the new profile
@@ -105,6 +106,9 @@ if prof is not None and not lesson:
 # ----- stored runs ---------------------------------------------------------------------------------
 st.subheader("Stored runs: predicted against measured")
 store = run_store()
+jm, owner = ui.job_manager()
+everyone = st.toggle("Include the whole class's runs (read-only)", key="fid_class",
+                     help="Other sessions' and the command line's runs beside yours")
 
 
 @st.cache_resource
@@ -122,9 +126,7 @@ if b1.button("Run the preset batch", key="fid_batch", icon=":material/play_arrow
              help="13 short real runs queued one after another: 1-4 workers, MLP and CNN, dense and Group-TopK, "
                   "emulation off and on"):
     with ui.guarded("starting the preset batch"):
-        from lab.jobs.manager import shared
-
-        holder["batch"] = batch = P.FidelityBatch(shared(), prof, steps=int(steps)).start()
+        holder["batch"] = batch = P.FidelityBatch(jm, prof, steps=int(steps), owner=owner).start()
 
 
 @st.fragment(run_every=3.0 if batch is not None and batch.running() else None)
@@ -138,7 +140,7 @@ def batch_progress() -> None:
     elif s["finished"]:
         st.caption(f"The preset batch finished ({len(s['run_ids'])} runs).")
     if s["error"]:
-        st.warning(s["error"])
+        st.warning(ui.plain(s["error"]))
 
 
 batch_progress()
@@ -146,7 +148,7 @@ batch_progress()
 rows = []
 if prof is not None:
     with ui.guarded("the comparison"):
-        done = tuple(store.list_runs(statuses=("done",)).id)
+        done = tuple(job_views.run_picker(store, owner, everyone, statuses=("done",))[0].id)
         rows, skipped = ui.predicted_runs(str(store.path), prof.created, prof, done)
         if not rows:
             st.info("No finished runs to compare yet: run the preset batch, or runs on the Training page.")
@@ -190,12 +192,12 @@ st.markdown("Export a run's step per worker (compute, compression, communication
             "as Chrome / Perfetto trace-event JSON, measured and, with a profile, predicted. Open it at "
             "[ui.perfetto.dev](https://ui.perfetto.dev) or chrome://tracing.")
 with ui.guarded("the trace export"):
-    runs = store.list_runs(statuses=("done", "stopped", "failed", "diverged", "interrupted"))
+    runs, labels = job_views.run_picker(store, owner, everyone, keep=[ui.view_value("fid_trace_run")],
+                                        statuses=("done", "stopped", "failed", "diverged", "interrupted"))
     if runs.empty:
-        st.caption("No stored runs yet.")
+        st.caption("No stored runs of yours yet (the switch above adds the whole class's).")
     else:
-        rid = st.selectbox("Run", list(runs.id), key="fid_trace_run",
-                           format_func=lambda i: f"{runs.set_index('id').name[i]} ({i})")
+        rid = st.selectbox("Run", list(runs.id), key="fid_trace_run", format_func=labels.get)
         doc = T.store_trace(store, rid, profile=prof)
         st.download_button("Download the trace (JSON)", T.to_json(doc), file_name=f"{rid}-step.trace.json",
                            mime="application/json", key="fid_trace_download", icon=":material/download:")

@@ -1,14 +1,14 @@
 """Jobs: the task-level design's job lifecycle on this machine (queue, placement on cores,
 heartbeats, alarms, restarts, logs, stop and release), and a what-if of the two scheduling policies
 on a topology. A session sees and manages its own jobs; the whole class's jobs are shown read-only on
-request; the teacher (link with ?teacher=<LAB_TEACHER_TOKEN>) manages every job."""
+request; the teacher (signed in here with LAB_TEACHER_TOKEN) manages every job."""
 
 import pandas as pd
 import streamlit as st
 
 import ui
 from lab.figures import jobs as figs
-from lab.jobs import manager as jobs_mod
+from lab.jobs.access import teacher_token
 from lab.jobs import views as job_views
 from lab.jobs.policies import POLICIES, POLICY_LABELS, compare_policies, resource_groups
 from lab.scenario.catalogue import PRESET_LABELS, preset
@@ -18,7 +18,6 @@ from lab.train.launcher import heartbeat_timeout
 
 sc = ui.scenario_sidebar()
 jm, owner = ui.job_manager()  # one manager per run store, shared by every session
-teacher = jobs_mod.teacher_session(st.session_state, st.query_params)
 runs_store = store()
 jm.sweep()  # runs whose launcher died without a word become interrupted
 st.title("Jobs")
@@ -53,6 +52,22 @@ with st.expander("Watch a failure: start a job with an injected fault", icon=":m
             st.session_state["jobs_pick"] = job.run_id
             st.rerun()
 
+if teacher_token():  # a server without LAB_TEACHER_TOKEN has no teacher
+    with st.expander("Teacher", icon=":material/school:", expanded=False):
+        if jm.is_teacher(owner):
+            if st.button("Sign out as the teacher", key="jobs_teacher_out"):
+                jm.roster.sign_out(owner)
+                st.rerun()
+        else:
+            with st.form("jobs_teacher_form", clear_on_submit=True, border=False):
+                claim = st.text_input("The teacher's token", type="password", key="jobs_teacher_token",
+                                      help="LAB_TEACHER_TOKEN of this server; it stays out of the address and the "
+                                           "history, and this browser stays the teacher across reloads")
+                if st.form_submit_button("Sign in as the teacher"):
+                    if jm.sign_in_teacher(owner, claim):
+                        st.rerun()
+                    st.error("That is not the teacher's token.", icon=":material/error:")
+teacher = jm.is_teacher(owner)
 if teacher:
     st.info("Teacher: you see and manage every session's jobs.", icon=":material/school:")
     everyone = True
@@ -112,17 +127,17 @@ def details(rid: str) -> None:
     run = runs_store.get_run(rid)
     st.subheader(f"Job {rid}")
     st.text(f"Name: {run['name']}")
-    if jobs_mod.can_manage(run["info"].get("owner"), owner, teacher):
+    if jm.may_manage(run["info"].get("owner"), owner):
         b1, b2, _ = st.columns([1, 1, 4])
         if b1.button("Stop", key="jobs_stop", icon=":material/stop:", disabled=run["status"] not in ACTIVE):
             with ui.guarded("stopping the job"):
-                jm.stop(rid, owner, teacher=teacher)
+                jm.stop(rid, owner)
                 st.rerun()
         if b2.button("Release", key="jobs_release", icon=":material/cleaning_services:",
                      disabled=run["status"] not in FINISHED,
                      help="Kill anything left of the job, delete its intermediate checkpoints (final.pt and logs stay)"):
             with ui.guarded("releasing the job"):
-                done = jm.release(rid, owner, teacher=teacher)
+                done = jm.release(rid, owner)
                 st.success(f"Released: {len(done['killed'])} process(es) ended, "
                            f"{done['checkpoint_files_removed']} checkpoint file(s) removed.")
     else:
@@ -185,7 +200,8 @@ with ui.guarded("the scheduling what-if"):
         col.metric("Mean wait in the queue (s)", f"{s.mean_wait:.1f}")
         col.metric("Device utilisation (%)", f"{100 * s.utilisation:.0f}")
         if s.unplaceable:
-            col.warning("Too large for this policy even on the empty groups (never start): " + ", ".join(s.unplaceable))
+            col.warning("Too large for this policy even on the empty groups (never start): "
+                        + ui.plain(", ".join(s.unplaceable)))
     ui.caption("modelled", "Jobs start in fair order (round-robin over owners) wherever they fit now; a job that "
                "does not fit is passed over. Uniform spreads a job over groups of different speeds, so it runs at "
                "the slowest group's pace; resource-state keeps it in one group but cannot start a job larger than "

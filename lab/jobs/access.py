@@ -1,11 +1,52 @@
-"""Who may manage a job: its owner (a browser session) or the teacher, who holds LAB_TEACHER_TOKEN."""
+"""Who a person is on the class server, and who may manage a run: its owner or the teacher.
+
+A student is known by a secret token that their browser keeps (the app issues it once and keeps it in
+a cookie); the lab never shows that token. What the store and the pages show is the owner id, a
+one-way digest of the token, so reading an owner id off the page (in "stopped by session ...") does
+not let anyone act as that owner. A cookie rather than the link: a link is made to be shared (the
+sidebar puts the whole view in it), and whoever opened a shared link would become its sender.
+
+The teacher holds LAB_TEACHER_TOKEN and types it once into the Jobs page's sign-in; the server then
+remembers that owner id as the teacher (:class:`Roster`), so a reload or a second tab keeps it, and
+the token never enters an address, a browser's history or a server log.
+
+Every call that stops, releases, deletes or changes a run goes through :func:`check_manage`, here in
+the library, so no page can skip it.
+"""
 from __future__ import annotations
 
+import hashlib
 import hmac
+import re
+import secrets
+import threading
+from typing import Iterable
 
 from lab import settings
+from lab.errors import LabError
 
 TEACHER = "teacher"  # how the store names the teacher as the one who stopped or released a job
+ANONYMOUS = "-"  # an owner that no browser holds (a job queued by a script through the manager)
+COOKIE = "lab_student"  # the browser's cookie that holds a student's token
+_TOKEN = re.compile(r"[A-Za-z0-9_-]{32,64}")
+
+
+def new_token() -> str:
+    """A student's secret: 32 random bytes, URL-safe (43 characters)."""
+    return secrets.token_urlsafe(32)
+
+
+def valid_token(token) -> bool:
+    """Whether ``token`` has the form :func:`new_token` gives (anything else is replaced by a new one)."""
+    return isinstance(token, str) and _TOKEN.fullmatch(token) is not None
+
+
+def owner_id(token: str) -> str:
+    """The public owner id of a student's token: 12 hex digits of its SHA-256, so that the id, which the
+    pages and the store show, does not give the token back."""
+    if not valid_token(token):
+        raise LabError("a student token must be 32 to 64 URL-safe characters", where="identity")
+    return hashlib.sha256(b"hetlab-owner:" + token.encode()).hexdigest()[:12]
 
 
 def teacher_token() -> str:
@@ -14,33 +55,84 @@ def teacher_token() -> str:
 
 
 def is_teacher(claim) -> bool:
-    """Whether ``claim`` (the ``teacher`` value of a session's link) is the server's teacher token.
-    Compared in constant time; no token set on the server, or none claimed: False."""
+    """Whether ``claim`` (typed into the sign-in) is the server's teacher token. Compared in
+    constant time; no token set on the server, or none claimed: False."""
     token = teacher_token()
     if not token or not isinstance(claim, str) or not claim:
         return False
     return hmac.compare_digest(claim.encode(), token.encode())
 
 
-def teacher_session(state, params, key: str = "job_teacher") -> bool:
-    """The session's teacher flag, in ``state`` (a session-state mapping) once its link's
-    ``params["teacher"]`` matched the token, so it lasts while the session moves between pages.
-    The token is then dropped from the link, so it is not shared with a copied address."""
-    claim = params.get("teacher") if params is not None else None
-    if claim is not None:
-        if is_teacher(claim):
-            state[key] = True
-        try:
-            del params["teacher"]
-        except (KeyError, TypeError):
-            pass
-    return bool(state.get(key, False)) and bool(teacher_token())
+class Roster:
+    """The owner ids that signed in as the teacher, for this server process: a reload or a second tab
+    of the same browser keeps its owner id, so it stays the teacher. A restart of the server forgets
+    them (the teacher signs in again), and so does a change of LAB_TEACHER_TOKEN."""
+
+    def __init__(self) -> None:
+        self._teachers: dict[str, str] = {}  # owner id -> digest of the token it signed in with
+        self._lock = threading.Lock()
+
+    @staticmethod
+    def _digest(token: str) -> str:
+        return hashlib.sha256(token.encode()).hexdigest()
+
+    def sign_in(self, owner: str, claim) -> bool:
+        """Make ``owner`` the teacher when ``claim`` is the teacher token; returns whether it was."""
+        if not owner or owner == ANONYMOUS or not is_teacher(claim):
+            return False
+        with self._lock:
+            self._teachers[str(owner)] = self._digest(teacher_token())
+        return True
+
+    def sign_out(self, owner: str) -> None:
+        with self._lock:
+            self._teachers.pop(str(owner), None)
+
+    def is_teacher(self, owner: str | None) -> bool:
+        token = teacher_token()
+        if not owner or not token:
+            return False
+        with self._lock:
+            held = self._teachers.get(str(owner))
+        return held is not None and hmac.compare_digest(held, self._digest(token))
 
 
 def can_manage(run_owner: str | None, owner: str | None, teacher: bool = False) -> bool:
-    """Whether ``owner`` (acting, with the teacher flag) may stop or release a job of ``run_owner``:
-    its own (never a command-line run, which has no owner), or any when the teacher."""
+    """Whether ``owner`` (acting, with the teacher flag) may stop, release, delete or change a run of
+    ``run_owner``: its own (never a command-line run, which has no owner), or any when the teacher."""
     return bool(teacher) or (run_owner is not None and owner is not None and str(owner) == str(run_owner))
 
 
-ANONYMOUS = "-"
+def whose(run_owner: str | None) -> str:
+    """How a refusal names a run that is not the actor's."""
+    return "a command-line run" if run_owner is None else "another session's job"
+
+
+def check_manage(run_id: str, run_owner: str | None, owner: str | None, teacher: bool, what: str) -> None:
+    """A LabError unless ``owner`` may ``what`` (stop, release, delete...) run ``run_id``."""
+    if not can_manage(run_owner, owner, teacher):
+        raise LabError(f"run {run_id} is {whose(run_owner)}: only its own session or the teacher may {what} it",
+                       where="jobs")
+
+
+def delete_runs(store, run_ids: Iterable[str], owner: str | None, *, teacher: bool = False,
+                active: Iterable[str] = ()) -> list[str]:
+    """Delete runs for ``owner``: every one must be theirs (or the actor the teacher) and finished, or
+    none is deleted (a LabError names the first that is not). ``active``: runs the caller knows are
+    queued or running beyond what the store says. Returns the ids deleted."""
+    ids = list(dict.fromkeys(str(r) for r in run_ids))
+    busy = set(active)
+    runs = []
+    for rid in ids:
+        run = store.get_run(rid)
+        check_manage(rid, run["info"].get("owner"), owner, teacher, "delete")
+        if run["status"] in ("queued", "running") or rid in busy:
+            raise LabError(f"run {rid} is {run['status']}: stop it before deleting it", where="jobs")
+        runs.append(rid)
+    for rid in runs:
+        store.delete_run(rid)
+    return runs
+
+
+__all__ = ["ANONYMOUS", "COOKIE", "TEACHER", "Roster", "can_manage", "check_manage", "delete_runs", "is_teacher",
+           "new_token", "owner_id", "teacher_token", "valid_token", "whose"]

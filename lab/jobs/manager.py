@@ -21,12 +21,19 @@ run store through :func:`shared`). It starts at most ``capacity`` jobs at a time
 queue is fair across owners (one browser session = one owner): round-robin over owners, first
 come first served within one, so a session that queues ten jobs cannot starve the others.
 
-Thirty students share one server, so a job belongs to the session that submitted it (its owner id,
-kept in the run's info): :meth:`JobManager.stop` and :meth:`JobManager.release` take the acting
-owner and refuse another's job with a LabError, unless the actor is the teacher. A session is the
-teacher when its link carries ``?teacher=<token>`` and the token equals the server's secret
-LAB_TEACHER_TOKEN (:func:`is_teacher`; no token set: nobody is). The store records who stopped
-what: the owner id, or "teacher".
+Thirty students share one server, so a job belongs to the student who submitted it (its owner id,
+kept in the run's info; :mod:`lab.jobs.access` says how a browser keeps it across reloads):
+:meth:`JobManager.stop`, :meth:`JobManager.release` and :meth:`JobManager.delete` take the acting
+owner and refuse another's run with a LabError, unless the actor is the teacher (an owner that signed
+in with LAB_TEACHER_TOKEN, :meth:`JobManager.sign_in_teacher`). One student has at most
+LAB_MAX_ACTIVE_PER_OWNER jobs queued or running. The store records who stopped what: the owner id,
+or "teacher".
+
+A job's end is known from its launcher's process (its pid and start time), whoever started it: the
+warm starter reports the exit code of a launcher it forked, and when that starter died before it
+could, the launcher's process being gone is enough. Queued jobs are in the store with the process
+that queued them; a manager that starts after that process ended (a server restart) queues them
+again, in their order.
 
 A launcher killed with SIGKILL can record nothing, so :meth:`JobManager.sweep` (run from the pages'
 polling and every LAB_SWEEP_S seconds on a timer) finds runs marked running whose launcher is gone
@@ -36,6 +43,7 @@ them interrupted, waits for their workers to exit, then removes their scratch fo
 
 from __future__ import annotations
 
+import logging
 import os
 import subprocess
 import sys
@@ -50,9 +58,11 @@ from lab.errors import LabError
 from lab.jobs.access import (
     ANONYMOUS,
     TEACHER,
+    Roster,
     can_manage,
+    check_manage,
+    delete_runs,
     is_teacher,
-    teacher_session,
     teacher_token,
 )
 from lab.jobs.policies import (
@@ -64,6 +74,7 @@ from lab.jobs.policies import (
 )
 from lab.jobs.processes import STOP_GRACE_S, alive, as_pid, end_group, lower_priority, rank_cpus, signal_name
 from lab.scenario.document import Scenario
+from lab.scenario.text import RUN_NAME_MAX, check_name
 from lab.settings import ROOT, job_nice
 from lab.store.runs import ACTIVE, FINISHED, RunStore
 from lab.train.launcher import (
@@ -78,6 +89,24 @@ from lab.train.roles import parse_job
 from lab.train.warm import shared_starter
 
 DRAIN_S = 10.0  # workers of a dead launcher get this long to exit before they are killed
+
+log = logging.getLogger("lab.jobs")
+
+
+def _this_process() -> dict:
+    """This process as the store records it beside a queued run, so that a later manager can tell
+    whether the one that queued it still runs."""
+    return {"pid": os.getpid(), "pid_start": procfs.start_ticks(os.getpid()), "boot": procfs.boot_id()}
+
+
+def _gone(process: dict | None) -> bool:
+    """Whether the process recorded by :func:`_this_process` has ended (after a reboot: every one)."""
+    if not isinstance(process, dict) or not process.get("pid"):
+        return True
+    if process.get("boot") and procfs.boot_id() and process["boot"] != procfs.boot_id():
+        return True
+    start = procfs.start_ticks(as_pid(process["pid"]))
+    return start is None or start != process.get("pid_start") or not procfs.running(as_pid(process["pid"]))
 
 
 @dataclass(frozen=True)
@@ -115,6 +144,9 @@ class JobManager:
         self._suspects: dict[str, float] = {}  # run id -> first sweep that found its process gone
         self._last_sweep = 0.0
         self._sweeper: threading.Thread | None = None
+        self.roster = Roster()  # the owners that signed in as the teacher
+        self._adopted: list[str] = []  # queued runs taken over at the start from a process that ended
+        self.failures: list[tuple[float, str]] = []  # the scheduler's and the sweeper's last errors
         # The warm starter (lab.train.warm), one per process: the app starts it when it starts, and the
         # first submit or warm_up() otherwise; jobs fork from it once it has loaded torch and the data.
         self.starter = shared_starter() if (settings.warm_starts() if warm is None else warm) else None
@@ -148,24 +180,31 @@ class JobManager:
     def submit_many(self, items: Iterable[tuple[Scenario, str | None]], owner: str = ANONYMOUS) -> list[Job]:
         """Queue several runs of one owner; they run in order (``capacity`` jobs at a time overall)."""
 
-        from lab.train.plan import (
-            check_scenario,  # imports torch, which the manager needs only here
-        )
 
         owner = str(owner or ANONYMOUS)[:64]
+        items = list(items)
+        cap = settings.integer("LAB_MAX_ACTIVE_PER_OWNER")
+        if owner != ANONYMOUS and cap > 0:
+            active = len(self.store.list_runs(statuses=ACTIVE, owner=owner))
+            if active + len(items) > cap:
+                raise LabError(f"you have {active} job(s) queued or running and at most {cap} are allowed at once; "
+                               f"these {len(items)} would make {active + len(items)}: wait for some to finish, or "
+                               "stop some on the Jobs page", where="jobs")
         checked = []
         for sc, name in items:
             if not isinstance(sc, Scenario):
                 raise LabError("a job needs a Scenario", where="jobs")
-            preflight(sc)
-            check_scenario(sc)
+            if name is not None:  # the same rule as every name, and as --name on the command line
+                name = check_name(name, "run name", max_len=RUN_NAME_MAX)
+            preflight(sc)  # every check a worker would fail, before anything is queued
             if world_size(sc) > self.book.total:
                 raise LabError(f"the job needs {world_size(sc)} processes but this machine offers "
                                f"{self.book.total} worker slots", where="training.workers")
             checked.append((sc, name))
         jobs = []
         for sc, name in checked:
-            rid = self.store.create_run(sc, name=name, status="queued", info={"owner": owner})
+            rid = self.store.create_run(sc, name=name, status="queued",
+                                        info={"owner": owner, "queued_by": _this_process()})
             self.store.add_stage(rid, "submitted", detail={"owner": owner, "by": "job manager"})
             self.store.add_stage(rid, "parsed", detail=parse_job(sc))
             with self._lock:
@@ -198,8 +237,8 @@ class JobManager:
                     if self._queue and not self.starter.ready():
                         self.starter.wait_ready()  # outside the lock: pages keep answering meanwhile
                 self._schedule()
-            except Exception:  # noqa: BLE001 - the scheduler must keep running
-                pass
+            except Exception as exc:  # noqa: BLE001 - the scheduler must keep running, and says what it caught
+                self._failed("the scheduler", exc)
             with self._lock:
                 if not self._queue and not self._running and not self._draining:
                     # nothing to do: the thread ends and is started again by the next submit
@@ -254,6 +293,8 @@ class JobManager:
             try:
                 p = self.starter.launch(argv, env, str(ROOT), str(self.log_path(rid)), nice=job_nice())
             except LabError:  # the starter died or did not answer: this job starts cold
+                # a launcher it forked before it died would run the job a second time
+                procfs.kill_pids(processes_of(rid, exclude=(os.getpid(),)))
                 p = None
         try:
             if p is None:
@@ -405,19 +446,38 @@ class JobManager:
             time.sleep(0.1)
 
     # ----- stopping and releasing -------------------------------------------------------------
+    def _failed(self, where: str, exc: BaseException) -> None:
+        log.exception("%s failed", where)
+        with self._lock:
+            self.failures = (self.failures + [(time.time(), f"{where}: {type(exc).__name__}: {exc}")])[-20:]
+
+    def sign_in_teacher(self, owner: str, claim) -> bool:
+        """Make ``owner`` the teacher for this server when ``claim`` is LAB_TEACHER_TOKEN."""
+        return self.roster.sign_in(owner, claim)
+
+    def is_teacher(self, owner: str | None) -> bool:
+        """Whether ``owner`` signed in as the teacher (and the server still has that token)."""
+        return self.roster.is_teacher(owner)
+
+    def may_manage(self, run_owner: str | None, owner: str | None, teacher: bool = False) -> bool:
+        return can_manage(run_owner, owner, teacher or self.is_teacher(owner))
+
     def _check_actor(self, run_id: str, owner: str | None, teacher: bool, what: str) -> dict:
-        """The run, when ``owner`` (with the teacher flag) may act on it; else a LabError."""
+        """The run, when ``owner`` (with the teacher flag, or signed in as the teacher) may act on it;
+        else a LabError."""
         run = self.store.get_run(run_id)
-        run_owner = self.owner_of(run_id)
-        if not can_manage(run_owner, owner, teacher):
-            whose = "a command-line run" if run_owner is None else "another session's job"
-            raise LabError(f"run {run_id} is {whose}: only its own session or the teacher may {what} it",
-                           where="jobs")
+        check_manage(run_id, self.owner_of(run_id), owner, teacher or self.is_teacher(owner), what)
         return run
 
-    @staticmethod
-    def _actor(owner: str | None, teacher: bool) -> str:
-        return TEACHER if teacher else str(owner)
+    def _actor(self, owner: str | None, teacher: bool) -> str:
+        return TEACHER if teacher or self.is_teacher(owner) else str(owner)
+
+    def delete(self, run_ids: Iterable[str], owner: str | None, *, teacher: bool = False) -> list[str]:
+        """Delete finished runs of ``owner`` (the teacher: anyone's) with their measurements and
+        checkpoints; any run that is another's, or still queued or running, refuses the whole call."""
+        with self._lock:
+            busy = {q[0] for q in self._queue} | set(self._running)
+        return delete_runs(self.store, run_ids, owner, teacher=teacher or self.is_teacher(owner), active=busy)
 
     def stop(self, run_id: str, owner: str | None, *, teacher: bool = False, via: str = "the Stop button") -> bool:
         """Stop a queued or running job for ``owner`` (the acting session's id; ``teacher``: the
@@ -588,20 +648,43 @@ class JobManager:
                         with self._lock:
                             if self._draining:
                                 self._ensure_thread()
-                    except Exception:  # noqa: BLE001 - the sweeper must keep running
-                        pass
+                    except Exception as exc:  # noqa: BLE001 - the sweeper must keep running, and says what it caught
+                        self._failed("the sweep", exc)
 
             self._sweeper = threading.Thread(target=loop, name="lab-jobs-sweep", daemon=True)
             self._sweeper.start()
 
     def mark_interrupted(self) -> list[str]:
-        """At the start of a manager: runs marked running whose launcher is gone (and queued runs
-        nobody will start, left by an earlier manager) become 'interrupted'. Returns their ids."""
+        """At the start of a manager: runs marked running whose launcher is gone become
+        'interrupted' (returned); queued runs whose queuing process has ended (a server restart) are
+        queued here again, oldest first (:meth:`adopted`)."""
 
         out = []
         runs = self.store.list_runs(statuses=ACTIVE)
         with self._lock:
             ours = {q[0] for q in self._queue} | set(self._running)
+        adopted = []
+        for r in runs.iloc[::-1].itertuples():  # oldest first: the queue keeps their order
+            if r.status != "queued" or r.id in ours:
+                continue
+            try:
+                info = self.store.get_run(r.id)["info"]
+            except LabError:
+                continue
+            if _gone(info.get("queued_by")):
+                adopted.append((r.id, str(info.get("owner") or ANONYMOUS)))
+        for rid, owner in adopted:
+            self.store.merge_info(rid, {"queued_by": _this_process()})
+            self.store.add_stage(rid, "requeued", detail={"owner": owner, "by": "job manager at start",
+                                                          "why": "the process that queued it has ended"})
+            with self._lock:
+                self._queue.append((rid, owner))
+                if owner not in self._ring:
+                    self._ring.append(owner)
+                ours.add(rid)
+        self._adopted = [rid for rid, _ in adopted]
+        if adopted:
+            self._ensure_thread()
         for r in runs.itertuples():
             rid = r.id
             if rid in ours:
@@ -613,12 +696,11 @@ class JobManager:
                     None if alive(pid) else "its process is gone (killed, or the machine restarted)")
                 if gone is not None and self._interrupt(rid, gone, "job manager at start"):
                     out.append(rid)
-            elif r.created < self.started_at and not alive(pid):
-                if self.store.set_status(rid, "interrupted", only_from=("queued",),
-                                         error="queued by an earlier session of the lab that has ended"):
-                    out.append(rid)
-                    self.store.add_stage(rid, "ended", detail={"status": "interrupted", "by": "job manager at start"})
         return out
+
+    def adopted(self) -> list[str]:
+        """The queued runs this manager took over at its start from a process that had ended."""
+        return list(self._adopted)
 
     def shutdown(self, stop_running: bool = True) -> None:
         with self._lock:
@@ -671,4 +753,4 @@ def _who(by: str) -> str:
 
 
 __all__ = ["Job", "JobManager", "shared",
-           "TEACHER", "is_teacher", "teacher_session", "can_manage", "teacher_token"]
+           "TEACHER", "is_teacher", "can_manage", "teacher_token"]

@@ -10,7 +10,7 @@ from lab.jobs.access import TEACHER
 from lab.jobs.manager import JobManager
 from lab.jobs.policies import Group, JobRequest
 from lab.procfs import tail_text
-from lab.scenario.names import OPTIMIZER_LABELS
+from lab.scenario.names import OPTIMIZER_LABELS, OPTIMIZER_SHORT
 from lab.store.runs import ACTIVE, RunStore
 
 
@@ -271,3 +271,25 @@ def bytes_note(info: dict) -> str:
     how = ("counted by the lab ring / parameter server" if info.get("bytes_kind") == "measured"
            else "what a ring all-reduce sends; gloo does not count")
     return f"Bytes are {kind} ({how})."
+
+
+def run_label(r, owner: str | None = None) -> str:
+    """How a picker names a stored run: its name, its optimiser where the name does not say it, its
+    status, its id, and whose it is when it is not ``owner``'s."""
+    named = OPTIMIZER_SHORT.get(r.optimizer, "?") in str(r.name)  # names from a comparison say it
+    opt = "" if named else f" · {OPTIMIZER_LABELS.get(r.optimizer, r.optimizer)}"
+    whose = "" if owner is None or r.owner == owner else (
+        " · command line" if r.owner is None else " · another session's (read-only)")
+    return f"{r.name}{opt} · {r.status} · {r.id}{whose}"
+
+
+def run_picker(store: RunStore, owner: str | None, everyone: bool = False, keep: Iterable[str] = (),
+               statuses: Iterable[str] | None = None):
+    """The stored runs a picker offers (newest first) and their labels: ``owner``'s own, the whole
+    class's with ``everyone`` (to read), and the runs in ``keep`` whoever's they are (a link names
+    them, so the view it reproduces stays whole)."""
+    runs = store.list_runs(statuses=statuses)
+    keep = set(keep)
+    if owner is not None and not everyone:
+        runs = runs[(runs.owner == owner) | runs.id.isin(keep)]
+    return runs, {r.id: run_label(r, owner) for r in runs.itertuples()}

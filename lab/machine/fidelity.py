@@ -163,13 +163,15 @@ class FidelityBatch:
     """The preset batch queued through the job queue (lab.jobs.manager; one run at a time unless its
     capacity says otherwise). ``status()`` says how far it is, from the run store."""
     def __init__(self, manager: Any, profile: MachineProfile | None = None, steps: int = 200,
-                 scenarios: Sequence[Scenario] | None = None):
+                 scenarios: Sequence[Scenario] | None = None, owner: str | None = None):
         self.manager = manager
+        self.owner = owner  # who started it: its runs are theirs
         self.scenarios = list(scenarios) if scenarios is not None else preset_batch(steps)
         self.run_ids: list[str] = []
 
     def start(self) -> "FidelityBatch":
-        jobs = self.manager.submit_many([(sc, sc.name) for sc in self.scenarios])
+        jobs = self.manager.submit_many([(sc, sc.name) for sc in self.scenarios],
+                                        **({"owner": self.owner} if self.owner else {}))
         self.run_ids = [j.run_id for j in jobs]
         return self
 

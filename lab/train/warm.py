@@ -46,21 +46,35 @@ from lab.train.fork import PopenLike
 
 class StartedLauncher(PopenLike):
     """A launcher the starter forked, as the job manager uses a :class:`subprocess.Popen`: its exit
-    code comes from the starter, or, when the starter is gone, from whether the process still runs."""
+    code comes from the starter that forked it. Whether it still runs is read from the process
+    itself (its pid and start time), so its end is known even when that starter died before it could
+    report it, and a restarted starter, which never knew this launcher, changes nothing."""
 
     POLL_S = 0.02  # each poll takes the lock the starter's reader thread holds
+    REPORT_S = 2.0  # a launcher gone this long without a report from a live starter: its code is lost
 
-    def __init__(self, starter: "Starter", pid: int, args: list[str]):
+    def __init__(self, starter: "Starter", pid: int, args: list[str], generation: int | None = None):
         self.starter, self.pid, self.args = starter, pid, args
+        self.generation = starter.restarts if generation is None else generation
+        self.pid_start = procfs.start_ticks(pid)
         self.returncode: int | None = None
+        self._gone_at: float | None = None
+
+    def _process_gone(self) -> bool:
+        start = procfs.start_ticks(self.pid)
+        return start is None or start != self.pid_start or not procfs.running(self.pid)
 
     def poll(self) -> int | None:
         if self.returncode is None:
-            code = self.starter.exit_code(self.pid)
+            code = self.starter.exit_code(self.pid, self.generation)
             if code is not None:
                 self.returncode = code
-            elif not self.starter.alive() and not procfs.running(self.pid):
-                self.returncode = -signal.SIGKILL  # how it ended died with the starter
+            elif self._process_gone():
+                # Its parent reaps it and reports at once; a parent that died, or was replaced, never will.
+                now = time.monotonic()
+                self._gone_at = self._gone_at or now
+                if self.starter.generation_gone(self.generation) or now - self._gone_at > self.REPORT_S:
+                    self.returncode = -signal.SIGKILL  # how it ended died with the starter
         return self.returncode
 
 
@@ -101,9 +115,10 @@ class Starter:
                                          stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
                                          start_new_session=True)
             self.pid = self.proc.pid
-            threading.Thread(target=self._read, args=(self.proc,), name="lab-warm-starter", daemon=True).start()
+            threading.Thread(target=self._read, args=(self.proc, self.restarts), name="lab-warm-starter",
+                             daemon=True).start()
 
-    def _read(self, proc: subprocess.Popen) -> None:
+    def _read(self, proc: subprocess.Popen, generation: int) -> None:
         for line in proc.stdout:
             try:
                 msg = json.loads(line)
@@ -115,7 +130,7 @@ class Starter:
                 self._ready.set()
             elif "exit" in msg:
                 with self._reply_cv:
-                    self._codes[int(msg["exit"])] = int(msg["code"])
+                    self._codes[(generation, int(msg["exit"]))] = int(msg["code"])
             elif "id" in msg:
                 with self._reply_cv:
                     self._replies[msg["id"]] = msg
@@ -173,9 +188,15 @@ class Starter:
                 p.stdout.close()
 
     # ----- jobs ---------------------------------------------------------------------------------
-    def exit_code(self, pid: int) -> int | None:
+    def exit_code(self, pid: int, generation: int | None = None) -> int | None:
+        """The exit code the starter reported for launcher ``pid`` (of the starter process numbered
+        ``generation``, as :attr:`restarts` counts them), or None while none came."""
         with self._reply_cv:
-            return self._codes.get(pid)
+            return self._codes.get((self.restarts if generation is None else generation, pid))
+
+    def generation_gone(self, generation: int) -> bool:
+        """Whether the starter process numbered ``generation`` has ended (it reports nothing more)."""
+        return generation != self.restarts or not self.alive()
 
     def launch(self, argv: list[str], env: dict, cwd: str, log: str, nice: int = 0,
                timeout: float = 30.0) -> StartedLauncher:
@@ -185,6 +206,7 @@ class Starter:
         with self._reply_cv:
             self._next_id += 1
             rid = self._next_id
+            generation = self.restarts
         req = {"op": "start", "id": rid, "argv": list(argv), "env": dict(env, **THREAD_VARIABLES), "cwd": cwd,
                "log": log, "nice": int(nice)}
         try:
@@ -203,7 +225,7 @@ class Starter:
             msg = self._replies.pop(rid)
         if "error" in msg:
             raise LabError(f"the warm starter could not start the job: {msg['error']}", where="warm start")
-        return StartedLauncher(self, int(msg["pid"]), list(argv))
+        return StartedLauncher(self, int(msg["pid"]), list(argv), generation)
 
 
 _SHARED: Starter | None = None

@@ -17,7 +17,7 @@ import pytest
 
 from lab.errors import LabError
 from lab.jobs import views as job_views
-from lab.jobs.access import TEACHER, can_manage, is_teacher, teacher_session
+from lab.jobs.access import TEACHER, Roster, can_manage, is_teacher, new_token, owner_id, valid_token
 from lab.jobs.manager import JobManager
 from lab.scenario.document import default_scenario
 from lab.store.runs import RunStore
@@ -59,13 +59,19 @@ def test_the_teacher_is_who_knows_the_servers_token(monkeypatch):
     assert is_teacher("s3cret-Token")
     for claim in ("", "s3cret-token", "s3cret-Token ", "s3cret", None, ["s3cret-Token"], 1):
         assert not is_teacher(claim), claim
-    state, params = {}, {"teacher": "wrong", "s": "x"}
-    assert not teacher_session(state, params) and "teacher" not in params and params["s"] == "x"
-    params = {"teacher": "s3cret-Token"}
-    assert teacher_session(state, params) and "teacher" not in params  # the token leaves the link
-    assert teacher_session(state, {})  # and the session stays the teacher on other pages
+    roster = Roster()
+    assert not roster.sign_in("owner-a", "wrong") and not roster.is_teacher("owner-a")
+    assert not roster.sign_in("", "s3cret-Token") and not roster.sign_in("-", "s3cret-Token")  # nobody's id
+    assert roster.sign_in("owner-a", "s3cret-Token")
+    assert roster.is_teacher("owner-a") and not roster.is_teacher("owner-b")  # the owner id, not a page
+    monkeypatch.setenv("LAB_TEACHER_TOKEN", "a-new-Token")
+    assert not roster.is_teacher("owner-a")  # a new token on the server: signed in with the old one
+    assert roster.sign_in("owner-a", "a-new-Token") and roster.is_teacher("owner-a")
+    roster.sign_out("owner-a")
+    assert not roster.is_teacher("owner-a")
+    assert roster.sign_in("owner-a", "a-new-Token")
     monkeypatch.delenv("LAB_TEACHER_TOKEN")
-    assert not teacher_session(state, {})  # the server took the token away
+    assert not roster.is_teacher("owner-a")  # the server took the token away
     assert can_manage("a", "a") and not can_manage("a", "b") and can_manage("a", "b", teacher=True)
     assert not can_manage(None, "b") and can_manage(None, "b", teacher=True)  # a command-line run
     assert not can_manage("a", None)
@@ -105,6 +111,62 @@ def test_a_session_cannot_stop_or_release_another_sessions_job_the_teacher_can(l
     assert store.last_stage(running.run_id)["detail"].get("released_by") is None
     assert jm.release(running.run_id, "A")["released_by"] == "A"
     assert jm.release(queued.run_id, "someone", teacher=True)["released_by"] == TEACHER
+
+
+def test_a_students_id_comes_from_a_secret_token_it_does_not_give_back():
+    tokens = {new_token() for _ in range(200)}
+    assert len(tokens) == 200 and all(valid_token(t) for t in tokens)
+    t = next(iter(tokens))
+    assert owner_id(t) == owner_id(t) and len(owner_id(t)) == 12  # the same browser: the same student
+    assert len({owner_id(x) for x in tokens}) == 200
+    assert t not in owner_id(t) and owner_id(t) not in t
+    for bad in ("", "short", "x" * 65, "a" * 31, "a b" * 20, None, 12, ["a" * 40], "ä" * 40, "a" * 39 + ";"):
+        assert not valid_token(bad), bad
+        with pytest.raises(LabError):
+            owner_id(bad)
+    assert not valid_token(owner_id(t))  # an id read off a page is no token
+
+
+def test_only_a_runs_owner_or_the_teacher_deletes_it_and_a_refusal_deletes_nothing(lab_db, monkeypatch):
+    monkeypatch.setenv("LAB_TEACHER_TOKEN", "s3cret-Token")
+    store = RunStore(lab_db)
+    a1 = store.create_run(default_scenario(), name="a1", status="done", info={"owner": "A"})
+    a2 = store.create_run(default_scenario(), name="a2", status="failed", info={"owner": "A"})
+    b1 = store.create_run(default_scenario(), name="b1", status="done", info={"owner": "B"})
+    cli = store.create_run(default_scenario(), name="cli", status="done")
+    busy = store.create_run(default_scenario(), name="busy", status="running", info={"owner": "A"})
+    store.add_metrics(a1, [{"step": 1, "worker": 0, "loss": 1.0}])
+    jm = JobManager(lab_db)
+    for who, ids, why in (("B", [a1], "another session's job"), ("B", [b1, a2], "another session's job"),
+                          ("A", [cli], "command-line run"), ("A", [a1, busy], "stop it"), (None, [a1], "another")):
+        with pytest.raises(LabError, match=why):
+            jm.delete(ids, who)
+    assert set(store.list_runs().id) == {a1, a2, b1, cli, busy}  # every refusal deleted nothing
+    assert len(store.metrics(a1)) == 1
+    assert jm.delete([a1, a2], "A") == [a1, a2]
+    assert set(store.list_runs().id) == {b1, cli, busy} and len(store.metrics(a1)) == 0
+    with pytest.raises(LabError, match="another session's job"):
+        jm.delete([b1], "T")  # not yet the teacher
+    assert jm.sign_in_teacher("T", "s3cret-Token")
+    assert jm.delete([b1, cli], "T") == [b1, cli]  # the teacher deletes anyone's finished run
+    assert list(store.list_runs().id) == [busy]
+
+
+def test_a_student_has_a_bounded_number_of_jobs_queued_or_running(lab_db, monkeypatch):
+    monkeypatch.setenv("LAB_MAX_ACTIVE_PER_OWNER", "3")
+    store = RunStore(lab_db)
+    for i in range(2):
+        store.create_run(default_scenario(), name=f"q{i}", status="queued",
+                         info={"owner": "A", "queued_by": {"pid": os.getpid()}})
+    jm = JobManager(lab_db, warm=False)
+    with pytest.raises(LabError, match="at most 3"):
+        jm.submit_many([(scenario(), "x"), (scenario(), "y")], owner="A")
+    assert len(store.list_runs(owner="A")) == 2  # the refused batch queued nothing
+    try:
+        jobs = jm.submit_many([(scenario(), "b")] * 3, owner="B")  # another student is not counted with A
+        assert len(jobs) == 3
+    finally:
+        jm.shutdown()
 
 
 def test_a_command_line_run_is_the_teachers_to_stop(lab_db):
@@ -240,3 +302,11 @@ def test_a_run_without_a_launcher_record_is_given_time_before_it_is_interrupted(
     run = store.get_run(rid)
     assert run["status"] == "interrupted" and "has been gone" in run["error"]
     assert store.stages(rid).stage.iloc[-1] == "released"  # nothing of it was left to wait for
+
+
+def test_a_run_name_is_checked_like_every_name_before_anything_is_queued(lab_db):
+    jm = JobManager(lab_db, warm=False)
+    for bad in ("evil\u202eexe", "bell\x07", "\u3164", "\ud800", "x" * 201, 42):
+        with pytest.raises(LabError):
+            jm.submit(scenario(), bad, owner="A")
+    assert RunStore(lab_db).list_runs().empty and not jm.queued()

@@ -114,11 +114,16 @@ def test_running_runs_whose_process_is_gone_become_interrupted(lab_db):
     store.update_run(a, pid=dead.pid)
     b = store.create_run(default_scenario(), status="running")
     store.update_run(b, pid=os.getpid())  # alive, but not a training job
-    c = store.create_run(default_scenario(), status="queued")  # nobody will start it
-    jm = JobManager(lab_db)
+    c = store.create_run(default_scenario(), status="queued")  # queued by no live process: taken over
+    jm = JobManager(lab_db, capacity=1)
     d = store.create_run(default_scenario(), status="done")
-    assert sorted(jm.mark_interrupted()) == sorted([a, b, c])
-    assert {store.status(r) for r in (a, b, c)} == {"interrupted"} and store.status(d) == "done"
+    try:
+        assert sorted(jm.mark_interrupted()) == sorted([a, b])
+        assert {store.status(r) for r in (a, b)} == {"interrupted"} and store.status(d) == "done"
+        assert jm.adopted() == [c] and c in jm.queued() + jm.running()
+    finally:
+        jm.shutdown()
+    assert store.status(c) in ("stopped", "done")
 
 
 def test_bad_scenarios_are_refused_before_queueing(lab_db):

@@ -242,9 +242,11 @@ def test_a_dead_controller_is_noticed_at_the_next_start(lab_db):
         app.wait(timeout=10)
     store = RunStore(lab_db)
     jm = JobManager(lab_db)
-    # the queued job died with the app's memory; the running one still has its launcher
-    assert jm.mark_interrupted() == [queued]
-    assert store.status(queued) == "interrupted" and stages(store, queued)[-1] == "ended"
+    # the queued job is taken over by the next manager and runs; the running one still has its launcher
+    assert jm.mark_interrupted() == []
+    assert jm.adopted() == [queued] and "requeued" in stages(store, queued)
+    assert jm.wait(queued, timeout=180) == "done"
+    assert store.get_run(queued)["info"]["owner"] == "app"  # still its owner's
     assert store.status(running) == "running"
     launcher = store.get_run(running)["pid"]
     assert launcher in processes_of(running)
@@ -273,3 +275,31 @@ def test_release_refuses_an_active_job(lab_db):
     finally:
         jm.shutdown()
     wait_for(lambda: processes_of(blocker.run_id) == [], timeout=20, what="no process left")
+
+
+def test_killing_the_warm_starter_while_a_job_runs_wedges_no_queue(lab_db):
+    """The starter that forked a running job's launcher is killed: the job goes on, its end is still
+    noticed (the exit it would have reported is lost with it), and the jobs queued after it all run."""
+    from lab.train.warm import StartedLauncher, Starter
+
+    jm = JobManager(lab_db, capacity=1, warm=False)
+    jm.starter = Starter()  # its own starter, so that killing it touches no other test
+    store = RunStore(lab_db)
+    try:
+        assert jm.starter.wait_ready(240)
+        first = jm.submit(scenario(steps=1500), "long", owner="A").run_id
+        wait_for(lambda: store.status(first) == "running", what="the first job to run")
+        assert isinstance(jm._running[first], StartedLauncher)  # forked warm
+        dead = jm.starter.pid
+        os.kill(dead, signal.SIGKILL)
+        rest = [jm.submit(scenario(steps=3), f"short {o}", owner=o).run_id for o in ("A", "B", "C")]
+        for rid in [first] + rest:
+            assert jm.wait(rid, timeout=240) == "done", (rid, store.get_run(rid)["error"])
+        assert jm.starter.restarts >= 1 and jm.starter.pid != dead
+        wait_for(lambda: not jm.running() and not jm.draining(), timeout=30, what="every job released")
+        assert not jm.queued()
+    finally:
+        jm.shutdown()
+        jm.starter.stop()
+    for rid in [first] + rest:
+        assert processes_of(rid) == []

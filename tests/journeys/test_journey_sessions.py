@@ -1,9 +1,13 @@
-"""Browser journey: three people on one server. Student A starts a run on the Training page; student
-B's Training and Jobs pages do not show it as B's, B has no Stop or Release for it, and with the
-class switch B reads it (read-only); the teacher (a link carrying the server's token) stops it, and
-the store says the teacher did. Once nothing is active, B's Jobs page stops polling."""
+"""Browser journey: three people on one server. Student A starts a run on the Training page and
+reloads it: still A's, with Stop. Student B's Training and Jobs pages do not show it as B's, B has no
+Stop or Release for it, and with the class switch B reads it (read-only); a teacher's token in a link
+makes nobody the teacher; the teacher signs in on the Jobs page, stays the teacher across a reload,
+and stops A's job, and the store says the teacher did. On Compare, B sees none of A's runs by default
+and B's Delete of A's run is refused with A's run intact. Once nothing is active, B's Jobs page stops
+polling."""
 
 import os
+import re
 import signal
 
 import pytest
@@ -78,6 +82,17 @@ def test_students_see_their_own_jobs_and_the_teacher_manages_all(browser, tmp_pa
             assert owner_a
             a.get_by_role("heading", name=f"Run {rid}").wait_for(timeout=60_000)
             a.get_by_text("running: step").first.wait_for(timeout=180_000)
+            # A reloads: the same student (the browser's cookie), the run and its Stop are still A's
+            a.reload()
+            settle(a)
+            a.get_by_role("heading", name=f"Run {rid}").wait_for(timeout=60_000)
+            a.get_by_role("button", name="Stop", exact=True).wait_for(timeout=30_000)
+            a2 = a.context.new_page()  # a second tab of A's browser: A again
+            a2.goto(base + "/jobs")
+            settle(a2)
+            a2.get_by_role("heading", name=f"Job {rid}").wait_for(timeout=30_000)
+            assert "· you ·" in job_choice(a2) and buttons(a2, "Stop") == 1
+            a2.close()
 
             # B's Training page: not B's run
             b.goto(base + "/training")
@@ -107,11 +122,25 @@ def test_students_see_their_own_jobs_and_the_teacher_manages_all(browser, tmp_pa
             assert buttons(a, "Stop") == 1 and buttons(a, "Release") == 1
             assert frames_within(a, 3000) > 0  # its job is active: the page polls the store
 
-            # the teacher's link: every job, with Stop
+            # a token in a link is not taken (it would stay in the history), and leaves the address
             t.goto(base + f"/jobs?teacher={TOKEN}")
             settle(t)
+            t.get_by_text("A teacher's token in a link is not accepted").wait_for(timeout=30_000)
+            assert TOKEN not in t.url and t.get_by_text("Teacher: you see").count() == 0
+            # the teacher signs in on the Jobs page, and stays the teacher across a reload
+            t.get_by_text("Teacher", exact=True).first.click()
+            t.locator("input[type='password']").first.fill("not-the-token")
+            t.get_by_role("button", name="Sign in as the teacher").click()
+            settle(t)
+            t.get_by_text("That is not the teacher's token.").wait_for(timeout=30_000)
+            t.locator("input[type='password']").first.fill(TOKEN)
+            t.get_by_role("button", name="Sign in as the teacher").click()
+            settle(t)
             t.get_by_text("Teacher: you see and manage every session's jobs.").wait_for(timeout=30_000)
-            assert TOKEN not in t.url  # the token leaves the address bar
+            t.reload()
+            settle(t)
+            t.get_by_text("Teacher: you see and manage every session's jobs.").wait_for(timeout=30_000)
+            assert TOKEN not in t.url
             t.get_by_role("heading", name=f"Job {rid}").wait_for(timeout=30_000)
             assert f"session {owner_a}" in job_choice(t)
             stop = t.get_by_role("button", name="Stop", exact=True)
@@ -123,8 +152,25 @@ def test_students_see_their_own_jobs_and_the_teacher_manages_all(browser, tmp_pa
             assert run["status"] == "stopped" and run["info"]["stopped_by"] == TEACHER
             assert store.stages(rid).set_index("stage").detail["stop"]["by"] == TEACHER
 
-            # a wrong token makes nobody a teacher
-            b.goto(base + "/jobs?teacher=not-the-token")
+            # B on Compare: none of A's runs by default; with the class's, A's run to read, not to delete
+            b.goto(base + "/compare")
+            settle(b)
+            b.get_by_text("No stored runs of yours yet").wait_for(timeout=30_000)
+            b.get_by_text("Include the whole class's runs (read-only)").click()
+            settle(b)
+            b.get_by_text("Pick one or more runs.").wait_for(timeout=30_000)
+            b.get_by_role("combobox", name="Runs").first.click()
+            b.get_by_role("option", name=re.compile(re.escape(rid))).click()
+            b.keyboard.press("Escape")
+            settle(b)
+            b.get_by_text("Delete runs").click()
+            b.get_by_text("Yes, delete 1 run(s)").click()
+            settle(b)
+            b.get_by_role("button", name="Delete the chosen runs").click()
+            settle(b)
+            b.get_by_text("another session's job").first.wait_for(timeout=30_000)
+            assert store.get_run(rid)["status"] == "stopped"  # A's run is intact
+            b.goto(base + "/jobs")
             settle(b)
             b.get_by_text("No jobs of yours yet").wait_for(timeout=30_000)
             assert b.get_by_text("Teacher:").count() == 0
