@@ -8,7 +8,6 @@ from lab.modelled import collectives as C
 from lab.machine.profile import load_profile
 from lab.machine.fit import profile_errors
 from lab.comm import measure as M
-from lab.errors import LabError
 from lab.figures import allreduce as figs
 from lab.figures.fidelity import add_profile_models
 from lab.figures.style import fmt_rate, fmt_seconds, time_unit
@@ -34,7 +33,7 @@ if source == "topology":
     fitted, changed = fit_subset(chosen_before, topo.device_names, C.default_participants(topo))
     if changed:  # a new topology, or a link's default: take the devices that still exist, else its defaults
         ui.set_view("ar_devices", fitted, notice=None if not chosen_before else
-                    "The topology changed, so the devices taking part are now: " + ui.plain(", ".join(fitted)) + ".")
+                    "The topology changed, so the devices taking part are now: " + ", ".join(fitted) + ".")
     names = c1.multiselect("Devices taking part (ring order = this order)", topo.device_names,
                            key="ar_devices")
     cluster = topo
@@ -52,8 +51,7 @@ order_mode = c3.radio("Ring order", ["given", "lab"], key="ar_order", horizontal
 
 setup = None
 with ui.guarded("the all-reduce set-up"):
-    if len(names) < 2:
-        raise LabError("choose at least two devices", where="devices taking part")
+    C.check_explored(names)
     given, best = C.given_ring_order(cluster, names), C.best_ring_order(cluster, names)
     chosen = best if order_mode == "lab" else given
     setup = C.Setup(tuple(names), tuple(names.index(x) for x in chosen.names),

@@ -10,31 +10,25 @@ from lab.figures import fidelity as fid
 from lab.jobs import comparison
 from lab.machine import fidelity as P
 from lab.machine.profile import load_profile
-from lab.scenario.names import OPTIMIZER_LABELS, OPTIMIZER_SHORT
+from lab.jobs import views as job_views
 from lab.store.runs import ACTIVE, FINISHED, safe_filename, store
 
 ui.scenario_sidebar()
 st.title("Compare runs")
-st.markdown(f"Every stored run of the Training page (or of `python -m lab.train`). All numbers are "
+st.markdown(f"Your stored runs of the Training page (the switch adds the whole class's and the command line's). All numbers are "
             f"{ui.badge('measured')} on this machine; runs with emulation on also contain {ui.badge('emulated')} "
             "waits (see the time columns).")
 
 runs_store = store()
-runs = runs_store.list_runs()
-if runs.empty:
-    st.info("No stored runs yet: start one on the Training page.")
-    st.stop()
-
-
-def run_label(r) -> str:
-    named = OPTIMIZER_SHORT.get(r.optimizer, "?") in r.name  # names from a comparison say it
-    opt = "" if named else f" · {OPTIMIZER_LABELS.get(r.optimizer, r.optimizer)}"
-    return f"{r.name}{opt} · {r.status} · {r.id}"
-
-
-labels = {r.id: run_label(r) for r in runs.itertuples()}
+jm, owner = ui.job_manager()
+everyone = st.toggle("Include the whole class's runs (read-only)", key="cmp_class",
+                     help="Other sessions' runs to compare with yours; you delete only your own")
 before = list(ui.view_value("cmp_runs") or [])
-kept = [r for r in before if r in labels] or list(runs[runs.status.isin(FINISHED)].id[:6])
+runs, labels = job_views.run_picker(runs_store, owner, everyone, keep=before)
+if runs.empty:
+    st.info("No stored runs of yours yet: start one on the Training page (the switch above adds the whole class's).")
+    st.stop()
+kept = [r for r in before if r in labels] or list(runs[runs.status.isin(FINISHED) & (runs.owner == owner)].id[:6])
 if kept != before:  # runs deleted elsewhere, or none chosen yet: the newest finished ones
     ui.set_view("cmp_runs", kept)
 chosen = st.multiselect("Runs", list(labels), format_func=labels.get, key="cmp_runs")
@@ -66,7 +60,7 @@ def comparison_view() -> None:
                         key="cmp_acc")
         ui.caption("measured", "colour = optimiser, line style = compression; a line is the mean over a variant's "
                    "repeats (runs that differ only in their seed), the shaded band their min–max. Loss over each run's "
-                   "combined batch; accuracy on the held-out set. Hover a line for its full settings.")
+                   "combined batch; accuracy on the held-out set. Hover a line for its full settings." + cmp.drawn_note)
         opts = {c.optimizer for c in cmp.accuracy}
         if {"adabelief", "maxadabelief"} <= opts:
             st.caption("AdaBelief and Max-AdaBelief lie on top of each other while the raw belief s is still growing "
@@ -94,12 +88,12 @@ def comparison_view() -> None:
                            file_name=safe_filename(comparison.export_filename(cmp.runs, "summary"), ".csv"),
                            key="cmp_download_summary", icon=":material/download:")
         d2.download_button("Download every step with its settings (CSV)",
-                           comparison.export_frame(cmp.runs, runs_store.metrics(chosen)).to_csv(index=False),
+                           lambda: comparison.export_frame(cmp.runs, runs_store.metrics(chosen)).to_csv(index=False),
                            file_name=safe_filename(comparison.export_filename(cmp.runs), ".csv"), mime="text/csv",
                            key="cmp_download", icon=":material/download:")
 
         with st.expander("Every run: settings, time split, bytes"):
-            s = runs_store.summary(chosen)
+            s = comparison.stored_summary(runs_store, chosen)
             per_run = s.assign(**{
                 "final test accuracy (%)": s.final_test_acc * 100, "best test accuracy (%)": s.best_test_acc * 100,
                 "final loss (nats)": s.final_loss, "wall time (s)": s.wall_s, "sent (MB)": s.bytes_sent / 1e6,
@@ -132,18 +126,14 @@ with ui.guarded("the prediction"):
             ui.caption("modelled", f"Predicted from this machine's profile ({prof.created[:10]}) against the measured "
                        "mean step (ms) after the warm-up; dashed y = x, band ±15 %; error = predicted / measured − 1.")
         for s in skipped:
-            st.caption(f"Run {s['id']} not predicted: {s['why']}")
+            st.caption(ui.plain(f"Run {s['id']} not predicted: {s['why']}"))
 
 with st.expander("Delete runs"):
-    st.markdown("Deletes the chosen runs, their measurements and their checkpoints.")
+    st.markdown("Deletes the chosen runs, their measurements and their checkpoints: only your own (another "
+                "session's run refuses the whole deletion).")
     sure = st.checkbox(f"Yes, delete {len(chosen)} run(s)", key="cmp_confirm")
     if st.button("Delete the chosen runs", key="cmp_delete", disabled=not sure, icon=":material/delete:"):
         with ui.guarded("deleting runs"):
-            active = [rid for rid in chosen if runs_store.status(rid) in ("queued", "running")]
-            if active:
-                st.error(f"Stop these runs on the Training page first: {', '.join(active)}")
-            else:
-                for rid in chosen:
-                    runs_store.delete_run(rid)
-                st.session_state.pop("cmp_runs", None)
-                st.rerun()
+            jm.delete(chosen, owner)
+            st.session_state.pop("cmp_runs", None)
+            st.rerun()

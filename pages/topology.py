@@ -12,6 +12,7 @@ from lab.scenario.catalogue import (
     PRESETS,
     preset,
 )
+from lab.scenario.document import UPLOAD_MB
 from lab.scenario.topology import LINK_KINDS
 from lab.view import topology as view
 from lab.view.state import TRANSFER_SIZES_MB
@@ -48,7 +49,7 @@ with c1:
         ss.pop(UPLOAD_ERROR, None)
         st.rerun()
 with c2:
-    up = st.file_uploader("…or upload a scenario or topology JSON (max 5 MB)", type=["json"], key="topo_upload")
+    up = st.file_uploader(f"…or upload a scenario or topology JSON (max {UPLOAD_MB} MB)", type=["json"], key="topo_upload")
     if up is None:
         # The file was removed, or the page was left (the uploader forgets its file then): its error goes too.
         ss.pop(UPLOAD_ERROR, None)
@@ -159,7 +160,7 @@ with ui.guarded("the path matrix"):
     st.plotly_chart(figures.path_heatmap(topo.path_matrix(nbytes), nbytes), key="topo_heat")
     ui.caption("modelled", "latency + bytes / bottleneck bandwidth along the widest route.")
     names = topo.device_names
-    for key, now, notice in view.route_ends(names, ui.view_value, ui.plain):
+    for key, now, notice in view.route_ends(names, ui.view_value, str):  # set_view shows it as text
         ui.set_view(key, now, notice=notice)
     r1, r2 = st.columns(2)
     a = r1.selectbox("from", names, key="topo_from")
@@ -191,4 +192,4 @@ with ui.guarded("the CXL/PCIe comparison"):
             st.plotly_chart(figures.comparison_figure(df, nbytes), key="topo_cmp_fig")
             ui.caption("modelled", "routes, hop counts and bottlenecks on hover; host CPUs left out "
                                    "(the claim is about device-to-device transfers).")
-            st.markdown(view.comparison_text(span, size_mb, other_label, ui.badge("modelled")))
+            st.markdown(view.comparison_text(span, size_mb, other_label, ui.badge("modelled"), df.attrs["pairs"]))

@@ -154,9 +154,9 @@ def live_view() -> None:
             jm.stop(watch, owner)
             st.rerun()
     if run["status"] in ("failed", "diverged", "interrupted") and run["error"]:
-        st.error(f"This run {run['status']}: {run['error'].splitlines()[0]}", icon=":material/error:")
+        st.error(ui.plain(f"This run {run['status']}: {run['error'].splitlines()[0]}"), icon=":material/error:")
     elif run["status"] == "stopped":
-        st.warning(run["error"] or "stopped")
+        st.warning(ui.plain(run["error"] or "stopped"))
     m = runs_store.metrics(watch)
     if m.empty:
         st.caption("Waiting for the first measurements…")

@@ -14,11 +14,15 @@ from lab.modelled.collectives import (
     Timeline,
     contribution_letter,
 )
+from lab.figures.style import esc
 
 ALGO_COLOURS = {"ring": "#1f6feb", "ring (lab order)": "#0b3d91", "host": "#cf222e", "tree": "#2da44e",
                 "hierarchical": "#8250df", "gloo": "#d29922"}
 KIND_COLOURS = {"compute": "#8c959f", "communicate": "#1f6feb", "idle": "#f6c343"}
 PHASE_COLOURS = {"reduce": "#cf222e", "copy": "#1f6feb"}
+#: The step-through animates every step (one frame each) while frames x devices x chunks stay
+#: within this many grid cells: a ring of up to 21 devices.
+ANIMATION_CELLS_MAX = 20_000
 
 
 def _node_positions(s: CollectiveSchedule) -> dict[int, tuple[float, float]]:
@@ -68,7 +72,7 @@ def _frame_data(s: CollectiveSchedule, step: int, pos: dict[int, tuple[float, fl
             mx.append(sx + 0.4 * (ex - sx) + 0.11 * px)
             my.append(sy + 0.4 * (ey - sy) + 0.11 * py)
             mtext.append(what)
-            hover.append(f"{s.nodes[a]} → {s.nodes[b]}: {what} ({ts[0].op}), "
+            hover.append(f"{esc(s.nodes[a])} → {esc(s.nodes[b])}: {what} ({ts[0].op}), "
                          f"{sum(t.nbytes for t in ts):,} B")
     state = s.state_at(step)
     full = max(1, s.n)
@@ -80,7 +84,7 @@ def _frame_data(s: CollectiveSchedule, step: int, pos: dict[int, tuple[float, fl
     labels = go.Scatter(x=mx, y=my, mode="text", text=mtext, hovertext=hover, hoverinfo="text",
                         textfont=dict(size=11, color="#cf222e" if step and s.steps[step - 1].transfers[0].op == "reduce"
                                       else "#1f6feb"), showlegend=False)
-    grid = go.Heatmap(z=z, x=_chunk_names(s), y=list(s.nodes), text=text, texttemplate="%{text}",
+    grid = go.Heatmap(z=z, x=_chunk_names(s), y=[esc(n) for n in s.nodes], text=text, texttemplate="%{text}",
                       zmin=0, zmax=1, colorscale="Blues", showscale=False, xgap=2, ygap=2,
                       hovertemplate="%{y}, %{x}: %{text}<extra></extra>")
     return [arrows, labels, grid]
@@ -106,25 +110,31 @@ def step_figure(s: CollectiveSchedule, active: int = 0, title: str = "") -> go.F
                         subplot_titles=("who sends what", "what every device holds (letter = device, number = chunk)"))
     xs = [pos[i][0] for i in range(len(s.nodes))]
     ys = [pos[i][1] for i in range(len(s.nodes))]
-    node_text = [f"{nm}<br>({contribution_letter(i)})" if i < s.n else nm for i, nm in enumerate(s.nodes)]
+    node_text = [f"{esc(nm)}<br>({contribution_letter(i)})" if i < s.n else esc(nm) for i, nm in enumerate(s.nodes)]
     fig.add_trace(go.Scatter(x=xs, y=ys, mode="markers+text", text=node_text, textposition="middle center",
                              marker=dict(size=44, color=["#ddf4ff" if i < s.n else "#ffebe9" for i in range(len(xs))],
                                          line=dict(color="#0969da", width=1.5)),
-                             hovertext=list(s.nodes), hoverinfo="text", showlegend=False), row=1, col=1)
+                             hovertext=[esc(n) for n in s.nodes], hoverinfo="text", showlegend=False), row=1, col=1)
     for tr in _frame_data(s, active, pos):
         fig.add_trace(tr, row=1, col=1 if not isinstance(tr, go.Heatmap) else 2)
+    # Every frame repeats the whole grid (steps x devices x chunks: half a million cells at 64
+    # devices); above the limit only the chosen step is drawn, and the page's slider picks it.
+    animate = (len(s.steps) + 1) * len(s.nodes) * len(s.chunk_bytes) <= ANIMATION_CELLS_MAX
+    if not animate:
+        fig.add_annotation(text="too many devices to animate here: choose the step with the slider above",
+                           xref="paper", yref="paper", x=0.0, y=-0.04, showarrow=False, xanchor="left")
     frames = []
-    for k in range(len(s.steps) + 1):
+    for k in range(len(s.steps) + 1 if animate else 0):
         frames.append(go.Frame(name=str(k), data=_frame_data(s, k, pos), traces=[1, 2, 3],
-                               layout=go.Layout(title_text=f"{title}<br><sup>{_step_title(s, k)}</sup>")))
+                               layout=go.Layout(title_text=f"{esc(title)}<br><sup>{_step_title(s, k)}</sup>")))
     fig.frames = frames
     slider_steps = [dict(method="animate", label=str(k),
                          args=[[str(k)], dict(mode="immediate", frame=dict(duration=0, redraw=True),
                                                transition=dict(duration=0))]) for k in range(len(s.steps) + 1)]
     fig.update_layout(
-        title=f"{title}<br><sup>{_step_title(s, active)}</sup>", height=460 + 14 * max(0, len(s.nodes) - 6),
+        title=f"{esc(title)}<br><sup>{_step_title(s, active)}</sup>", height=460 + 14 * max(0, len(s.nodes) - 6),
         margin=dict(t=90, b=40, l=10, r=10),
-        updatemenus=[dict(type="buttons", showactive=False, x=0.0, y=-0.05, xanchor="left", yanchor="top",
+        updatemenus=[] if not animate else [dict(type="buttons", showactive=False, x=0.0, y=-0.05, xanchor="left", yanchor="top",
                           direction="left", buttons=[
                               dict(label="▶ play", method="animate",
                                    args=[None, dict(frame=dict(duration=900, redraw=True), fromcurrent=True,
@@ -132,7 +142,7 @@ def step_figure(s: CollectiveSchedule, active: int = 0, title: str = "") -> go.F
                               dict(label="❚❚ pause", method="animate",
                                    args=[[None], dict(mode="immediate", frame=dict(duration=0, redraw=False))])])],
         # The step label sits at the slider's right end, clear of the play and pause buttons on the left.
-        sliders=[dict(active=active, steps=slider_steps, x=0.22, y=-0.02, len=0.78,
+        sliders=[] if not animate else [dict(active=active, steps=slider_steps, x=0.22, y=-0.02, len=0.78,
                       currentvalue=dict(prefix="step ", xanchor="right"))])
     fig.update_xaxes(visible=False, range=[-1.35, 1.35], row=1, col=1)
     fig.update_yaxes(visible=False, range=[-1.3, 1.3], scaleanchor="x", row=1, col=1)
@@ -145,9 +155,9 @@ def _log_lines(series: Mapping[str, tuple[Sequence[float], Sequence[float]]], xt
     fig = go.Figure()
     for name, (x, y) in series.items():
         base = name.split(" [")[0]
-        fig.add_trace(go.Scatter(x=list(x), y=list(y), mode="lines+markers", name=name,
+        fig.add_trace(go.Scatter(x=list(x), y=list(y), mode="lines+markers", name=esc(name),
                                  line=dict(color=ALGO_COLOURS.get(base), dash="dot" if "lab order" in name else None)))
-    fig.update_layout(title=title, xaxis_title=xtitle, yaxis_title=ytitle, height=420,
+    fig.update_layout(title=esc(title), xaxis_title=xtitle, yaxis_title=ytitle, height=420,
                       legend=dict(orientation="h", y=-0.25), margin=dict(t=60))
     fig.update_xaxes(type="log" if log_x else "linear", exponentformat="SI")
     fig.update_yaxes(type="log", exponentformat="SI")
@@ -178,7 +188,8 @@ def trigger_figure(timelines: Mapping[str, Timeline], scale: float = 1e3, unit: 
             segs = [g for g in tl.segments if g.kind == kind]
             if not segs:
                 continue
-            fig.add_trace(go.Bar(orientation="h", y=[g.node for g in segs], x=[(g.end - g.start) * scale for g in segs],
+            fig.add_trace(go.Bar(orientation="h", y=[esc(g.node) for g in segs],
+                                 x=[(g.end - g.start) * scale for g in segs],
                                  base=[g.start * scale for g in segs], name=kind, marker_color=KIND_COLOURS[kind],
                                  legendgroup=kind, showlegend=kind not in shown,
                                  customdata=[g.end * scale for g in segs],
@@ -209,7 +220,7 @@ def measured_vs_model_figure(rows: Sequence[dict], fits: Mapping[str, AlphaBetaF
         fig.add_trace(go.Scatter(x=list(fit.sizes), y=list(fit.predicted), mode="lines", name=f"{impl}: model "
                                  f"(α={fit.alpha * 1e6:.3g} µs, β={fit.beta * 1e9:.3g} ns/B)",
                                  line=dict(color=colour, dash="dash")))
-    fig.update_layout(title=title, xaxis_title="buffer size per process S (bytes)", yaxis_title="time (s)",
+    fig.update_layout(title=esc(title), xaxis_title="buffer size per process S (bytes)", yaxis_title="time (s)",
                       height=420, legend=dict(orientation="h", y=-0.25), margin=dict(t=60))
     fig.update_xaxes(type="log", exponentformat="SI")
     fig.update_yaxes(type="log", exponentformat="SI")

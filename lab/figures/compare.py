@@ -12,7 +12,7 @@ import math
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from lab.figures.style import OPTIMIZER_COLOURS
+from lab.figures.style import OPTIMIZER_COLOURS, esc
 
 OTHER_COLOURS = ["#ff7f0e", "#8c564b", "#e377c2", "#17becf", "#7f7f7f"]
 DASHES = ["solid", "dash", "dot", "dashdot", "longdash", "longdashdot"]
@@ -33,7 +33,7 @@ def band_figure(curves: list, x: str, y_title: str, title: str, y_scale: float =
     cols = min(3, len(panels))
     rows = math.ceil(len(panels) / cols)
     fig = make_subplots(rows=rows, cols=cols, shared_yaxes=True, horizontal_spacing=0.04, vertical_spacing=0.12,
-                        subplot_titles=None if panels == ["all"] else panels)
+                        subplot_titles=None if panels == ["all"] else [esc(p) for p in panels])
     others = iter(OTHER_COLOURS * 4)
     colours: dict[str, str] = {}
     dash = {comp: DASHES[i % len(DASHES)] for i, comp in enumerate(compressions)}
@@ -47,15 +47,15 @@ def band_figure(curves: list, x: str, y_title: str, title: str, y_scale: float =
             fig.add_trace(go.Scatter(x=list(b[x]) + list(b[x])[::-1],
                                      y=list(b["max"] * y_scale) + list(b["min"] * y_scale)[::-1],
                                      fill="toself", fillcolor=_rgba(colour, 0.15), line=dict(width=0),
-                                     hoverinfo="skip", showlegend=False, legendgroup=c.label), row=r, col=col)
+                                     hoverinfo="skip", showlegend=False, legendgroup=esc(c.label)), row=r, col=col)
         fig.add_trace(go.Scatter(
-            x=b[x], y=b["mean"] * y_scale, mode="lines", name=c.label, legendgroup=c.label,
+            x=b[x], y=b["mean"] * y_scale, mode="lines", name=esc(c.label), legendgroup=esc(c.label),
             showlegend=c.label not in shown, line=dict(color=colour, dash=dash[c.compression], width=2),
-            hovertemplate=f"<b>{c.label}</b><br>{c.hover}<br>{c.repeats} repeat(s)<br>"
+            hovertemplate=f"<b>{esc(c.label)}</b><br>{esc(c.hover)}<br>{c.repeats} repeat(s)<br>"
                           f"{X_TITLES.get(x, x)}: %{{x:.4g}}<br>mean: %{{y:.4g}}<extra></extra>"), row=r, col=col)
         shown.add(c.label)
     fig.update_layout(
-        title=dict(text=title, x=0, xanchor="left", y=0.98, yanchor="top", font=dict(size=15)),
+        title=dict(text=esc(title), x=0, xanchor="left", y=0.98, yanchor="top", font=dict(size=15)),
         height=PANEL_HEIGHT * rows + 150, margin=dict(t=60, b=120, l=60, r=10),
         legend=dict(orientation="h", x=0, xanchor="left", y=-0.18 if rows == 1 else -0.08, yanchor="top",
                     font=dict(size=11)),

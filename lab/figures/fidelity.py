@@ -11,6 +11,7 @@ from typing import Mapping, Sequence
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
+from lab.figures.style import esc
 from lab.machine.predict import PART_LABELS
 
 PART_COLOURS = {"compute": "#4c78a8", "compress": "#54a24b", "comm": "#f58518", "idle": "#bab0ac",
@@ -64,7 +65,7 @@ def step_scatter(rows: Sequence[Mapping], band: float = 0.15, title: str | None 
             x=[_ms(r["measured"]) for r in rs], y=[_ms(r["predicted"]) for r in rs], mode="markers", name=g,
             marker=dict(size=11, color=GROUP_COLOURS.get(g, "#888"), line=dict(width=1, color="white"),
                         symbol=[MODEL_SYMBOLS.get(str(r.get("model")), "circle") for r in rs]),
-            text=[r["name"] for r in rs],
+            text=[esc(r["name"]) for r in rs],
             customdata=[[r.get("workers"), (r["predicted"] / r["measured"] - 1) * 100 if r["measured"] else math.nan]
                         for r in rs],
             hovertemplate="%{text}<br>measured %{x:.2f} ms<br>predicted %{y:.2f} ms<br>workers %{customdata[0]}"
@@ -72,7 +73,7 @@ def step_scatter(rows: Sequence[Mapping], band: float = 0.15, title: str | None 
     fig.update_xaxes(type="log", title="measured step time (ms, mean over steps)", range=[math.log10(lo), math.log10(hi)])
     fig.update_yaxes(type="log", title="predicted step time (ms, cost model)", range=[math.log10(lo), math.log10(hi)],
                      scaleanchor="x")
-    fig.update_layout(title=title or "Step time: predicted against measured", height=460,
+    fig.update_layout(title=esc(title or "Step time: predicted against measured"), height=460,
                       margin=dict(l=10, r=10, t=50, b=10), legend=dict(orientation="h", y=-0.2))
     return fig
 
@@ -89,8 +90,8 @@ def parts_scatter(rows: Sequence[Mapping], parts: Sequence[str] = ("compute", "c
         ys = [_ms(r["parts_predicted"].get(p, math.nan)) for r in rows]
         top = max([v for v in xs + ys if math.isfinite(v)] + [0.01]) * 1.1
         _identity_band(fig, 1e-6, top, band, row=1, col=i, legend=(i == 1))
-        fig.add_trace(go.Scatter(x=xs, y=ys, mode="markers", showlegend=False, text=[r["name"] for r in rows],
-                                 marker=dict(size=8, color=PART_COLOURS[p]),
+        fig.add_trace(go.Scatter(x=xs, y=ys, mode="markers", showlegend=False,
+                                 text=[esc(r["name"]) for r in rows], marker=dict(size=8, color=PART_COLOURS[p]),
                                  hovertemplate="%{text}<br>measured %{x:.2f} ms<br>predicted %{y:.2f} ms<extra></extra>"),
                       row=1, col=i)
         fig.update_xaxes(title="measured (ms)", range=[0, top], row=1, col=i)
@@ -102,7 +103,7 @@ def parts_scatter(rows: Sequence[Mapping], parts: Sequence[str] = ("compute", "c
 
 def error_bars(rows: Sequence[Mapping], band: float = 0.15) -> go.Figure:
     """Relative error of the step time per run (predicted / measured - 1, %), with the ±band lines."""
-    names = [r["name"] for r in rows]
+    names = [esc(r["name"]) for r in rows]  # the y axis's categories, so its tick labels
     errs = [(r["predicted"] / r["measured"] - 1) * 100 if r["measured"] else math.nan for r in rows]
     colours = [GROUP_COLOURS.get(group_of(r), "#888") for r in rows]
     fig = go.Figure(go.Bar(x=errs, y=names, orientation="h", marker_color=colours,
@@ -125,7 +126,7 @@ def parts_bars(predicted: Mapping[str, float], measured: Mapping[str, float],
         go.Bar(name="measured", x=labels, y=[_ms(measured.get(p, math.nan)) for p in parts],
                marker_color="#f58518", hovertemplate="%{x}: %{y:.2f} ms<extra>measured</extra>"),
     ])
-    fig.update_layout(barmode="group", title=title or "Predicted beside measured, per step", height=320,
+    fig.update_layout(barmode="group", title=esc(title or "Predicted beside measured, per step"), height=320,
                       margin=dict(l=10, r=10, t=50, b=10), legend=dict(orientation="h", y=-0.25))
     fig.update_yaxes(title="time per step (ms)")
     return fig
@@ -144,7 +145,7 @@ def prediction_figure(table, title: str | None = None) -> go.Figure:
     for part, p, m, e in zip(parts, table["predicted_ms"], table["measured_ms"], table["error_pct"]):
         if e is not None and math.isfinite(e):
             fig.add_annotation(x=part, y=max(p, m), text=f"{e:+.0f}%", showarrow=False, yshift=12)
-    fig.update_layout(barmode="group", title=title or "Predicted beside measured, per step", height=320,
+    fig.update_layout(barmode="group", title=esc(title or "Predicted beside measured, per step"), height=320,
                       margin=dict(l=10, r=10, t=50, b=10), legend=dict(orientation="h", y=-0.25))
     fig.update_yaxes(title="time per step (ms)")
     return fig
@@ -197,7 +198,8 @@ def calibration_fit(samples: Sequence[Mapping]) -> go.Figure:
     fig = go.Figure()
     _identity_band(fig, lo, hi, 0.15)
     fig.add_trace(go.Scatter(x=xs, y=ys, mode="markers", name="calibration network",
-                             text=[f"{s['name']} batch {s['batch']}" for s in samples], marker=dict(size=8, color="#333"),
+                             text=[esc(f"{s['name']} batch {s['batch']}") for s in samples],
+                             marker=dict(size=8, color="#333"),
                              hovertemplate="%{text}<br>measured %{x:.2f} ms<br>fitted %{y:.2f} ms<extra></extra>"))
     fig.update_xaxes(type="log", title="measured forward + backward (ms of CPU time)")
     fig.update_yaxes(type="log", title="fitted (ms of CPU time)")

@@ -37,7 +37,7 @@ STAGE_SYMBOLS = {"fault": "x", "alarm": "triangle-up", "restart": "star", "stop"
 
 def _layout(fig: go.Figure, title: str, x_title: str, y_title: str, height: int) -> go.Figure:
     # The legend sits between the title and the plot, so it never covers an axis or its title.
-    fig.update_layout(title=dict(text=title, x=0, xanchor="left", y=1, yanchor="top", pad=dict(t=8)),
+    fig.update_layout(title=dict(text=esc(title), x=0, xanchor="left", y=1, yanchor="top", pad=dict(t=8)),
                       height=height + 40, margin=dict(l=10, r=10, t=90, b=50),
                       legend=dict(orientation="h", x=0, xanchor="left", y=1.02, yanchor="bottom"),
                       barmode="overlay")

@@ -26,7 +26,8 @@ MIN_VISIBLE = 0.006  # bars shorter than this share of the time axis also get a 
 
 
 def receive_lane(device: str) -> str:
-    return f"{device} ← in"
+    """The Gantt lane of the transfers arriving at ``device``, as its tick label shows it (escaped)."""
+    return f"{esc(device)} ← in"
 
 
 def gantt_figure(rows: Sequence[Mapping[str, Any]], devices: Sequence[str], title: str = "",
@@ -58,8 +59,8 @@ def gantt_figure(rows: Sequence[Mapping[str, Any]], devices: Sequence[str], titl
     for r in rows:
         by_class.setdefault(r.get("class"), []).append(r)
     for cls, rs in by_class.items():
-        add([r["device"] for r in rs], [r["start"] for r in rs], [r["finish"] for r in rs],
-            CLASS_COLOURS.get(cls, "#9e9e9e"), str(cls or "task"), [esc(r["task"]) for r in rs],
+        add([esc(r["device"]) for r in rs], [r["start"] for r in rs], [r["finish"] for r in rs],
+            CLASS_COLOURS.get(cls, "#9e9e9e"), esc(cls or "task"), [esc(r["task"]) for r in rs],
             [f"<b>{esc(r['task'])}</b> ({esc(cls)})<br>{esc(r['device'])}: {r['start'] * scale:.4g}–"
              f"{r['finish'] * scale:.4g} {unit}" + (f"<br>{esc((reasons or {}).get(r['task'], ''))}"
                                                     if reasons else "") for r in rs], str(cls))
@@ -71,8 +72,9 @@ def gantt_figure(rows: Sequence[Mapping[str, Any]], devices: Sequence[str], titl
              + (f"<br>{fmt_bytes(t['bytes'])}" if t.get("bytes") is not None else "") for t in transfers],
             "transfer", opacity=0.55)
     receiving = {t["dst"] for t in transfers}
-    lanes = [x for d in devices for x in ([d, receive_lane(d)] if d in receiving else [d])]
-    fig.update_layout(title=title, barmode="overlay", height=140 + 34 * len(lanes), uniformtext=dict(minsize=8,
+    # The lanes are the y axis's categories, so its tick labels: device names escaped like every bar's y.
+    lanes = [x for d in devices for x in ([esc(d), receive_lane(d)] if d in receiving else [esc(d)])]
+    fig.update_layout(title=esc(title), barmode="overlay", height=140 + 34 * len(lanes), uniformtext=dict(minsize=8,
                       mode="hide"), xaxis_title=f"time ({unit})", yaxis_title="device (and its arriving transfers)",
                       legend_title="operator class", margin=dict(l=10, r=10, t=50, b=40))
     fig.update_yaxes(categoryorder="array", categoryarray=lanes[::-1])
@@ -147,11 +149,12 @@ def dag_figure(tasks: Sequence[Any], edges: Sequence[tuple[Any, Any]], device_of
         if not ts:
             continue
         fig.add_trace(go.Scatter(
-            x=[pos[t][0] for t in ts], y=[pos[t][1] for t in ts], mode="markers+text", name=d,
+            x=[pos[t][0] for t in ts], y=[pos[t][1] for t in ts], mode="markers+text", name=esc(d),
             marker=dict(size=18, color=colours[d], line=dict(color="white", width=1.5)),
-            text=[str(t) for t in ts], textposition="top center", textfont=dict(size=10),
-            hovertext=[f"<b>{t}</b> on {d}<br>{(labels or {}).get(t, '')}" for t in ts], hoverinfo="text"))
-    fig.update_layout(title=title, height=260 + 40 * max(rows.values(), default=1), plot_bgcolor="white",
+            text=[esc(t) for t in ts], textposition="top center", textfont=dict(size=10),
+            hovertext=[f"<b>{esc(t)}</b> on {esc(d)}<br>{esc((labels or {}).get(t, ''))}" for t in ts],
+            hoverinfo="text"))
+    fig.update_layout(title=esc(title), height=260 + 40 * max(rows.values(), default=1), plot_bgcolor="white",
                       xaxis=dict(title="depth in the graph (operators)", showgrid=False, zeroline=False),
                       yaxis=dict(visible=False), legend_title="device", margin=dict(l=10, r=10, t=50, b=40))
     return fig
@@ -160,7 +163,7 @@ def dag_figure(tasks: Sequence[Any], edges: Sequence[tuple[Any, Any]], device_of
 def usage_figure(rows: Sequence[Mapping[str, Any]], makespan: float) -> go.Figure:
     """Busy and idle time per device within the makespan (stacked bars)."""
     scale, unit = time_unit(makespan)
-    devs = [r["device"] for r in rows]
+    devs = [esc(r["device"]) for r in rows]
     fig = go.Figure([go.Bar(x=devs, y=[r["busy"] * scale for r in rows], name="busy", marker_color="#2e7d32"),
                      go.Bar(x=devs, y=[r["idle"] * scale for r in rows], name="idle", marker_color="#d0d7de")])
     fig.update_layout(barmode="stack", title="Busy and idle time per device", xaxis_title="device",
@@ -171,16 +174,16 @@ def usage_figure(rows: Sequence[Mapping[str, Any]], makespan: float) -> go.Figur
 def memory_figure(rows: Sequence[Mapping[str, Any]]) -> go.Figure:
     """Memory used per device (parameters + output activations of its operators) beside its
     capacity, on a log axis; over-full devices in red."""
-    devs = [r["device"] for r in rows]
+    devs = [esc(r["device"]) for r in rows]
     used = [max(r["memory"], 1.0) for r in rows]
     fig = go.Figure(go.Bar(
         x=devs, y=used, name="used", marker_color=["#cf222e" if r["over"] else "#1565c0" for r in rows],
         text=[fmt_bytes(r["memory"]) for r in rows], textposition="outside",
-        hovertext=[f"{r['device']}: {fmt_bytes(r['memory'])} of {fmt_bytes(r['capacity'])}"
+        hovertext=[f"{esc(r['device'])}: {fmt_bytes(r['memory'])} of {fmt_bytes(r['capacity'])}"
                    + (" (OVER-FULL)" if r["over"] else "") for r in rows], hoverinfo="text"))
     fig.add_trace(go.Scatter(x=devs, y=[r["capacity"] for r in rows], mode="markers", name="capacity",
                              marker=dict(symbol="line-ew-open", size=28, color="#cf222e", line=dict(width=3)),
-                             hovertext=[f"{r['device']}: capacity {fmt_bytes(r['capacity'])}" for r in rows],
+                             hovertext=[f"{esc(r['device'])}: capacity {fmt_bytes(r['capacity'])}" for r in rows],
                              hoverinfo="text"))
     fig.update_layout(title="Memory per device", xaxis_title="device",
                       yaxis_title="memory (bytes, log scale)", yaxis_type="log", height=340,
@@ -197,10 +200,11 @@ def comparison_figure(rows: Sequence[Mapping[str, Any]]) -> go.Figure:
     graphs = list(dict.fromkeys(r["graph"] for r in rows))
     for gname in graphs:
         rs = [r for r in ok if r["graph"] == gname]
-        fig.add_trace(go.Bar(y=[r["strategy"] for r in rs], x=[r["makespan"] * scale for r in rs], name=gname,
+        fig.add_trace(go.Bar(y=[esc(r["strategy"]) for r in rs], x=[r["makespan"] * scale for r in rs],
+                             name=esc(gname),
                              orientation="h", text=[f"{r['makespan'] * scale:.3g}" for r in rs],
                              textposition="outside",
-                             hovertext=[f"{r['strategy']} on {gname}: {r['makespan'] * scale:.4g} {unit}"
+                             hovertext=[f"{esc(r['strategy'])} on {esc(gname)}: {r['makespan'] * scale:.4g} {unit}"
                                         + (f"<br>{100 * r['gap']:.1f}% above the optimum" if r.get("gap") is not None
                                            else "") for r in rs], hoverinfo="text"))
     fig.update_layout(barmode="group", title="Makespan of one forward pass per strategy (shorter is better)",
@@ -221,23 +225,23 @@ def balance_figure(series: Mapping[str, Mapping[str, Any]], nodes: Sequence[str]
     scale, unit = time_unit(peak)
     rules = list(series)
     dashes = ["solid", "dash", "dot", "dashdot"]
-    key = ", ".join(f"{dashes[k % 4]}: {r}" for k, r in enumerate(rules))
+    key = ", ".join(f"{dashes[k % 4]}: {esc(r)}" for k, r in enumerate(rules))
     fig = make_subplots(rows=2, cols=1, shared_xaxes=True, vertical_spacing=0.1,
                         subplot_titles=(f"Round time and waiting time ({key})", f"Weight per node ({key})"))
     colours = device_colours(nodes)
     for k, (rule, s) in enumerate(series.items()):
         dash = dashes[k % len(dashes)]
         fig.add_trace(go.Scatter(x=s["round"], y=[x * scale for x in s["round_time"]], mode="lines+markers",
-                                 name=f"{rule}: round time", line=dict(color="#24292f", dash=dash)), 1, 1)
+                                 name=f"{esc(rule)}: round time", line=dict(color="#24292f", dash=dash)), 1, 1)
         fig.add_trace(go.Scatter(x=s["round"], y=[x * scale for x in s["max_wait"]], mode="lines",
-                                 name=f"{rule}: max wait", line=dict(color="#cf222e", dash=dash)), 1, 1)
+                                 name=f"{esc(rule)}: max wait", line=dict(color="#cf222e", dash=dash)), 1, 1)
         fig.add_trace(go.Scatter(x=s["round"], y=[x * scale for x in s["mean_wait"]], mode="lines",
-                                 name=f"{rule}: mean wait", line=dict(color="#d29922", dash=dash)), 1, 1)
+                                 name=f"{esc(rule)}: mean wait", line=dict(color="#d29922", dash=dash)), 1, 1)
         for j, node in enumerate(nodes):
             fig.add_trace(go.Scatter(x=s["round"], y=[w[j] for w in s["weights"]], mode="lines+markers",
-                                     name=node, line=dict(color=colours[node], dash=dash),
-                                     legendgroup=node, showlegend=k == 0,
-                                     hovertemplate=f"{rule}, {node}: %{{y:.3g}}<extra></extra>"), 2, 1)
+                                     name=esc(node), line=dict(color=colours[node], dash=dash),
+                                     legendgroup=esc(node), showlegend=k == 0,
+                                     hovertemplate=f"{esc(rule)}, {esc(node)}: %{{y:.3g}}<extra></extra>"), 2, 1)
     if reference_time is not None:
         fig.add_hline(y=reference_time * scale, line=dict(color="#2da44e", dash="dot"), row=1, col=1,
                       annotation_text="plan made with the true speeds")

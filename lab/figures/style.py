@@ -16,8 +16,11 @@ OPTIMIZER_COLOURS = {"adam": "#d62728", "adabelief": "#1f77b4", "maxadabelief": 
 
 
 def esc(text: Any) -> str:
-    """User text (device, job, topology names) as plotly text: plotly reads a subset of HTML in
-    labels and hovers, so its special characters are escaped."""
+    """User text (device, run, job, topology names, and any title or label that may quote them) as
+    plotly shows it: plotly reads a subset of HTML (links, bold, line breaks) in ``text``,
+    ``hovertext``, hover templates, legend names, titles, annotations and tick labels, and a
+    categorical axis's tick labels are the data values themselves. ``<``, ``>`` and ``&`` escaped
+    read as themselves in every one of those places, and no tag survives."""
     return html.escape(str(text), quote=False)
 
 

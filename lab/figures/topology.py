@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import functools
 import math
 from typing import Callable
 
 import networkx as nx
+import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
 
@@ -18,11 +20,27 @@ KIND_COLOURS = {"cxl": "#1f6feb", "pcie": "#d29922", "upi": "#8250df", "nvlink":
                 "switch": "#6e7781", "ethernet": "#cf222e"}
 
 
+#: Above this many nodes the drawing is laid out by a force-directed layout of fixed iterations:
+#: Kamada–Kawai's optimisation takes seconds at a few dozen nodes and half a minute at the size caps.
+KAMADA_KAWAI_MAX = 40
+#: Up to this many devices the heatmap's hover is a sentence per cell; above, the cell's numbers.
+HOVER_TEXT_MAX = 48
+
+
 def layout_positions(topo: Topology, seed: int = 7) -> dict[str, tuple[float, float]]:
     g = topo.graph
+    return dict(_positions(tuple(g.nodes), tuple(g.edges), seed))
+
+
+@functools.lru_cache(maxsize=32)  # one layout per graph in this process: every view of it draws the same
+def _positions(nodes: tuple[str, ...], edges: tuple[tuple[str, str], ...], seed: int) -> dict[str, tuple[float, float]]:
+    g = nx.Graph()
+    g.add_nodes_from(nodes)
+    g.add_edges_from(edges)
     if len(g) <= 2:
         return {n: (float(i), 0.0) for i, n in enumerate(g.nodes)}
-    return {n: (float(x), float(y)) for n, (x, y) in nx.kamada_kawai_layout(g).items()}
+    pos = nx.kamada_kawai_layout(g) if len(g) <= KAMADA_KAWAI_MAX else nx.spring_layout(g, seed=seed, iterations=50)
+    return {n: (float(x), float(y)) for n, (x, y) in pos.items()}
 
 
 def network_figure(topo: Topology) -> go.Figure:
@@ -72,13 +90,23 @@ def path_heatmap(matrix: dict, nbytes: float) -> go.Figure:
     names = matrix["names"]
     t = matrix["time"]
     z = [[v * 1e6 for v in row] for row in t]
-    hover = [[f"{esc(a)} → {esc(b)}<br>time {fmt_seconds(t[i][j])}<br>bottleneck "
-              f"{fmt_rate(matrix['bottleneck'][i][j]) if i != j else '—'}<br>"
-              f"latency {fmt_seconds(matrix['latency'][i][j])}<br>hops {matrix['hops'][i][j]}"
-              for j, b in enumerate(names)] for i, a in enumerate(names)]
     labels = [esc(n) for n in names]
-    fig = go.Figure(go.Heatmap(z=z, x=labels, y=labels, hovertext=hover, hoverinfo="text",
-                               colorscale="Blues", colorbar=dict(title="µs")))
+    if len(names) > HOVER_TEXT_MAX:
+        # Each cell's numbers, formatted by the browser: a sentence per cell would be megabytes
+        # sent again on every rerun at the size caps.
+        data = np.stack([np.array(matrix[k], dtype=float) for k in ("bottleneck", "latency", "hops")], axis=-1)
+        np.fill_diagonal(data[:, :, 0], np.nan)  # a device to itself has no bottleneck
+        z = np.array(t) * 1e6
+        cell = dict(customdata=data, hovertemplate="%{y} → %{x}<br>time %{z:.3g} µs<br>bottleneck "
+                                                   "%{customdata[0]:.3s}B/s<br>latency %{customdata[1]:.3s}s<br>"
+                                                   "hops %{customdata[2]}<extra></extra>")
+    else:
+        cell = dict(hoverinfo="text", hovertext=[
+            [f"{esc(a)} → {esc(b)}<br>time {fmt_seconds(t[i][j])}<br>bottleneck "
+             f"{fmt_rate(matrix['bottleneck'][i][j]) if i != j else '—'}<br>"
+             f"latency {fmt_seconds(matrix['latency'][i][j])}<br>hops {matrix['hops'][i][j]}"
+             for j, b in enumerate(names)] for i, a in enumerate(names)])
+    fig = go.Figure(go.Heatmap(z=z, x=labels, y=labels, colorscale="Blues", colorbar=dict(title="µs"), **cell))
     fig.update_layout(title=f"Modelled time to move {nbytes / 1e6:.3g} MB from row to column (µs)",
                       xaxis_title="to device", yaxis_title="from device", height=420,
                       yaxis=dict(autorange="reversed"), margin=dict(l=10, r=10, t=50, b=10))

@@ -11,7 +11,7 @@ from typing import Mapping
 import pandas as pd
 import plotly.graph_objects as go
 
-from lab.figures.style import OPTIMIZER_COLOURS
+from lab.figures.style import OPTIMIZER_COLOURS, esc
 from lab.scenario.names import COMPRESSOR_SHORT, SHARING_SHORT
 
 PALETTE = ["#d62728", "#1f77b4", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b", "#e377c2", "#17becf"]
@@ -56,7 +56,7 @@ def _colour(i: int, key: str | None = None) -> str:
 
 
 def _layout(fig: go.Figure, title: str, x_title: str, y_title: str, height: int = 360) -> go.Figure:
-    fig.update_layout(title=title, height=height, margin=dict(l=10, r=10, t=50, b=10),
+    fig.update_layout(title=esc(title), height=height, margin=dict(l=10, r=10, t=50, b=10),
                       legend=dict(orientation="h", y=-0.25), hovermode="x unified")
     fig.update_xaxes(title=x_title)
     fig.update_yaxes(title=y_title)
@@ -71,7 +71,7 @@ def curves_figure(runs: Mapping[str, pd.DataFrame], y: str, *, x: str = "step", 
     for i, (label, df) in enumerate(runs.items()):
         d = df[[x, y]].dropna()
         fig.add_trace(go.Scatter(x=d[x], y=d[y] * scale, mode="lines+markers" if len(d) < 40 else "lines",
-                                 name=label, line=dict(color=_colour(i, (colour_keys or {}).get(label)))))
+                                 name=esc(label), line=dict(color=_colour(i, (colour_keys or {}).get(label)))))
     fig = _layout(fig, title, X_TITLES.get(x, x), y_title)
     if log_y:
         fig.update_yaxes(type="log")
@@ -116,7 +116,8 @@ def time_split_figure(per_worker: pd.DataFrame, worker_labels: Mapping[int, str]
     """Stacked horizontal bars, one per worker: compute, emulated device wait, communication,
     emulated link wait, compression and idle, in seconds summed over the run so far."""
     tab = time_split_table(per_worker)
-    names = [(worker_labels or {}).get(int(w), f"worker {int(w)}") for w in tab.index]
+    # Worker labels name the devices the workers stand for; they are the y axis's categories.
+    names = [esc((worker_labels or {}).get(int(w), f"worker {int(w)}")) for w in tab.index]
     fig = go.Figure()
     for label, colour, pattern in SEGMENTS:
         vals = tab[label].tolist()

@@ -23,6 +23,7 @@ from lab.scenario.names import (
     OPTIMIZER_SHORT,
     SPARSIFIERS,
 )
+from lab.store.runs import JOB_WORKER
 
 #: The setting columns of an export, in order: (column, path in the scenario's training section).
 SETTING_COLUMNS: tuple[tuple[str, tuple[str, ...]], ...] = (
@@ -176,6 +177,128 @@ def run_result(run_id: str, job: pd.DataFrame, per_worker: pd.DataFrame, target:
                      sent / max(1, steps) / max(1, workers) if steps else math.nan)
 
 
+# ---- reading stored runs: aggregates over every row, curves of at most MAX_CURVE_POINTS points ------
+
+#: A run's curve is drawn with at most this many points: a longer run is drawn as the means of
+#: equal buckets of steps, so a comparison reads and draws a bounded amount however long its runs
+#: are. The summary numbers and the downloads still take every row.
+MAX_CURVE_POINTS = 2000
+
+
+def _query(store: Any, sql: str, args: Sequence[Any]) -> list:
+    # The run store offers whole rows only; an aggregate runs inside SQLite, through the store's own
+    # connection (its WAL mode, busy timeout and one connection per thread), so that what leaves
+    # SQLite is a few numbers, not every metric row.
+    return store._conn().execute(sql, list(args)).fetchall()
+
+
+def _num(v: Any) -> float:
+    return math.nan if v is None else float(v)
+
+
+def stored_result(store: Any, run_id: str, target: float, workers: int, warmup: float = 0.1) -> RunResult:
+    """:func:`run_result` of a stored run, computed by SQL over every one of its metric rows."""
+    if not 0 < target <= 1:
+        raise LabError(f"the target accuracy must be between 0 and 100 % (got {100 * target:g} %)",
+                       where="comparison")
+    steps, best, hit, acc_step, timed, last_timed, per_rows, sent = _query(store, f"""
+        SELECT MAX(CASE WHEN worker={JOB_WORKER} THEN step END),
+               MAX(CASE WHEN worker={JOB_WORKER} THEN test_acc END),
+               MIN(CASE WHEN worker={JOB_WORKER} AND test_acc >= ? THEN step END),
+               MAX(CASE WHEN worker={JOB_WORKER} AND test_acc IS NOT NULL THEN step END),
+               COUNT(CASE WHEN worker={JOB_WORKER} THEN wall END),
+               MAX(CASE WHEN worker={JOB_WORKER} AND wall IS NOT NULL THEN step END),
+               COUNT(CASE WHEN worker<>{JOB_WORKER} THEN 1 END),
+               TOTAL(CASE WHEN worker<>{JOB_WORKER} THEN bytes_sent END)
+        FROM metrics WHERE run_id=?""", (float(target), run_id))[0]
+
+    def job_row(step: int, columns: str = "wall") -> Any:
+        return _query(store, f"SELECT {columns} FROM metrics WHERE run_id=? AND worker={JOB_WORKER} AND step=?",
+                      (run_id, step))[0]
+
+    step_time = math.nan
+    if timed >= 2:
+        start = _query(store, f"SELECT step, wall FROM metrics WHERE run_id=? AND worker={JOB_WORKER} "
+                              "AND wall IS NOT NULL AND step>=? ORDER BY step LIMIT 1",
+                       (run_id, max(1, int(warmup * last_timed))))[0]
+        if last_timed > start[0]:
+            step_time = float((job_row(last_timed)[0] - start[1]) / (last_timed - start[0]))
+    steps = int(steps or 0)
+    return RunResult(run_id, _num(job_row(acc_step, "test_acc")[0]) if acc_step is not None else math.nan,
+                     _num(best), _num(hit), _num(job_row(hit)[0]) if hit is not None else math.nan, step_time,
+                     float(sent) / max(1, steps) / max(1, workers) if steps and per_rows else math.nan)
+
+
+def stored_summary(store: Any, run_ids: Iterable[str]) -> pd.DataFrame:
+    """What :meth:`lab.store.runs.RunStore.summary` gives (one row per run: settings, final and best
+    test accuracy, wall time, bytes, the time split), computed by SQL over every metric row."""
+    split = ("t_compute", "t_comm", "t_compress", "t_idle", "t_emul_compute", "t_emul_comm")
+    out = []
+    for rid in run_ids:
+        run = store.get_run(rid)
+        tr = run["scenario"].get("training", {})
+        (steps, best, wall, loss_step, acc_step, per_rows, workers, sent, recv, *totals) = _query(store, f"""
+            SELECT MAX(CASE WHEN worker={JOB_WORKER} THEN step END),
+                   MAX(CASE WHEN worker={JOB_WORKER} THEN test_acc END),
+                   MAX(CASE WHEN worker={JOB_WORKER} THEN wall END),
+                   MAX(CASE WHEN worker={JOB_WORKER} AND loss IS NOT NULL THEN step END),
+                   MAX(CASE WHEN worker={JOB_WORKER} AND test_acc IS NOT NULL THEN step END),
+                   COUNT(CASE WHEN worker<>{JOB_WORKER} THEN 1 END),
+                   COUNT(DISTINCT CASE WHEN worker<>{JOB_WORKER} THEN worker END),
+                   TOTAL(CASE WHEN worker<>{JOB_WORKER} THEN bytes_sent END),
+                   TOTAL(CASE WHEN worker<>{JOB_WORKER} THEN bytes_recv END),
+                   {", ".join(f"TOTAL(CASE WHEN worker<>{JOB_WORKER} THEN {k} END)" for k in split)}
+            FROM metrics WHERE run_id=?""", (rid,))[0]
+
+        def at(step: int | None, column: str) -> float:
+            if step is None:
+                return math.nan
+            return _num(_query(store, f"SELECT {column} FROM metrics WHERE run_id=? AND worker={JOB_WORKER} "
+                                      "AND step=?", (rid, step))[0][0])
+
+        row = {"id": rid, "name": run["name"], "status": run["status"], "optimizer": tr.get("optimizer"),
+               "sync": tr.get("sync"), "workers": tr.get("workers"), "emulate": tr.get("emulate"),
+               "steps": int(steps or 0), "final_loss": at(loss_step, "loss"),
+               "final_test_acc": at(acc_step, "test_acc"), "best_test_acc": _num(best), "wall_s": _num(wall),
+               "bytes_sent": float(sent), "bytes_recv": float(recv)}
+        for k, total in zip(split, totals):  # mean over workers of each worker's total seconds
+            row[k] = float(total) / workers if per_rows else math.nan
+        out.append(row)
+    return pd.DataFrame(out)
+
+
+def curve_stride(steps: int) -> int:
+    """The bucket width, in steps, that draws a run of ``steps`` steps in at most
+    :data:`MAX_CURVE_POINTS` points (1: every step)."""
+    return max(1, math.ceil(steps / MAX_CURVE_POINTS))
+
+
+CURVES = ("loss", "test_acc")
+
+
+def stored_curves(store: Any, run_id: str, stride: int = 1) -> dict[str, pd.DataFrame]:
+    """A stored run's job-level loss and test accuracy where they were recorded: for each of
+    :data:`CURVES`, a frame with columns step, wall and the curve's column; with ``stride`` > 1, one
+    row per bucket of ``stride`` steps (its last step that recorded the column, the means of wall and
+    of the column over those steps), so at most steps / stride + 1 rows. One pass over the rows."""
+    picked = ", ".join(f"MAX(CASE WHEN {c} IS NOT NULL THEN step END), AVG(CASE WHEN {c} IS NOT NULL THEN wall END), "
+                       f"AVG({c})" for c in CURVES)
+    rows = _query(store, f"SELECT {picked} FROM metrics WHERE run_id=? AND worker={JOB_WORKER} "
+                         "GROUP BY (step - 1) / ? ORDER BY (step - 1) / ?", (run_id, int(stride), int(stride)))
+    out = {}
+    for k, c in enumerate(CURVES):
+        kept = [(int(r[3 * k]), _num(r[3 * k + 1]), float(r[3 * k + 2])) for r in rows if r[3 * k] is not None]
+        out[c] = pd.DataFrame(kept, columns=["step", "wall", c])
+    return out
+
+
+def stored_curve(store: Any, run_id: str, column: str, stride: int = 1) -> pd.DataFrame:
+    """One of :func:`stored_curves`: ``column`` is "loss" or "test_acc"."""
+    if column not in CURVES:
+        raise LabError(f"no curve of {column!r}; curves: {list(CURVES)}", where="comparison")
+    return stored_curves(store, run_id, stride)[column]
+
+
 @dataclass(frozen=True)
 class Spread:
     """A summary number over repeats: mean, min, max, and the 95 % interval's half-width."""
@@ -312,7 +435,8 @@ def export_filename(runs: Sequence[Mapping[str, Any]], what: str = "runs") -> st
 
 @dataclass(frozen=True)
 class VariantCurve:
-    """One variant's curve over its repeats: its band (columns x, mean, min, max, n)."""
+    """One variant's curve over its repeats: its band (columns x, mean, min, max, n), each point the
+    mean over a bucket of ``stride`` steps (1: every recorded step)."""
 
     label: str
     hover: str
@@ -320,6 +444,7 @@ class VariantCurve:
     compression: str
     band: pd.DataFrame
     repeats: int
+    stride: int = 1
 
 
 @dataclass(frozen=True)
@@ -331,6 +456,16 @@ class Comparison:
     accuracy: list[VariantCurve]
     rows: list[dict]
     verdicts: list[dict]
+
+    @property
+    def drawn_note(self) -> str:
+        """A sentence for the figures' caption when a curve is drawn from bucket means, else ""."""
+        stride = max((c.stride for c in self.loss), default=1)
+        if stride <= 1:
+            return ""
+        return (f" Runs longer than {MAX_CURVE_POINTS:,} steps are drawn as at most {MAX_CURVE_POINTS:,} points: "
+                f"each the mean over a bucket of consecutive steps (up to {stride:,}); the summary and the "
+                "downloads use every step.")
 
     def table(self, predicted: Mapping[str, float] | None = None) -> pd.DataFrame:
         """The summary; with ``predicted`` (run id -> predicted step time, s, from the machine model),
@@ -345,10 +480,9 @@ class Comparison:
 
 def compare_runs(store: Any, run_ids: Sequence[str], target: float = 0.9, x: str = "step") -> Comparison:
     """Read ``run_ids`` from the run store, group them into variants (every setting but the seed) and
-    summarise each over its repeats."""
-    job_worker = -1
+    summarise each over its repeats: the summary from every metric row (:func:`stored_result`), the
+    curves from at most :data:`MAX_CURVE_POINTS` points per run (:func:`stored_curves`)."""
     runs = [store.get_run(rid) for rid in run_ids]
-    m = store.metrics(list(run_ids))
     groups: dict[tuple, list[dict]] = {}
     for run in runs:
         groups.setdefault(variant_key(settings_of(run["scenario"])), []).append(run)
@@ -368,18 +502,15 @@ def compare_runs(store: Any, run_ids: Sequence[str], target: float = 0.9, x: str
         label = short_label(s)
         if label in results:  # two variants with the same short label: tell them apart by their settings
             label = f"{label} ({full_label(s)})"
-        rs, jobs = [], []
-        for run in members:
-            mm = m[m.run_id == run["id"]]
-            job, per = mm[mm.worker == job_worker], mm[mm.worker != job_worker]
-            rs.append(run_result(run["id"], job, per, target, int(s.get("workers") or 1)))
-            jobs.append(job)
+        rs = [stored_result(store, run["id"], target, int(s.get("workers") or 1)) for run in members]
+        stride = curve_stride(max(int(store.progress(run["id"])) for run in members))  # one grid for the repeats
         results[label] = rs
         if (s.get("compression") or "none") == "none":
             dense += [r.bytes_per_step for r in rs if math.isfinite(r.bytes_per_step) and r.bytes_per_step > 0]
         common = dict(label=label, hover=full_label(s), optimizer=str(s.get("optimizer")),
                       compression=compression_label(s), repeats=len(members))
-        loss.append(VariantCurve(band=band(jobs, x, "loss"), **common))
-        acc.append(VariantCurve(band=band(jobs, x, "test_acc"), **common))
+        curves = [stored_curves(store, run["id"], stride) for run in members]
+        for out, column in ((loss, "loss"), (acc, "test_acc")):
+            out.append(VariantCurve(band=band([c[column] for c in curves], x, column), stride=stride, **common))
     rows = summary_rows(results, float(np.mean(dense)) if dense else None, target)
     return Comparison(runs, loss, acc, rows, verdicts(rows))

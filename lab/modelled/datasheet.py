@@ -79,15 +79,17 @@ class LinkCost:
         m = len(self.names)
         self.latency = np.zeros((m, m))
         self.inv_bandwidth = np.zeros((m, m))
-        for i, a in enumerate(self.names):
-            for j, b in enumerate(self.names):
-                if i == j:
-                    continue
-                p = topology.path(a, b)
-                if p.bottleneck == 0.0:
-                    self.latency[i, j], self.inv_bandwidth[i, j] = math.inf, math.inf
-                else:
-                    self.latency[i, j], self.inv_bandwidth[i, j] = p.latency, 1.0 / p.bottleneck
+        if not m:
+            return
+        # Every pair's route numbers at once from the route table (a route's own nodes and links are
+        # not needed here, and building them pair by pair takes seconds at the size caps).
+        table = topology.path_matrix(1.0, self.names)
+        bw, lat = np.array(table["bottleneck"], dtype=float), np.array(table["latency"], dtype=float)
+        apart = ~np.eye(m, dtype=bool)
+        unreachable = apart & (bw == 0.0)
+        reach = apart & ~unreachable
+        self.latency[reach], self.inv_bandwidth[reach] = lat[reach], 1.0 / bw[reach]
+        self.latency[unreachable], self.inv_bandwidth[unreachable] = math.inf, math.inf
 
     def __call__(self, a: str, b: str, nbytes: float) -> float:
         if a == b:

@@ -64,6 +64,18 @@ def load_lessons(folder: Path) -> list[Lesson]:
     return lessons
 
 
+MAX_SHOWN_ID = 80  # a link's lesson id is quoted up to this many characters
+
+
+def unknown_lesson_notice(lesson_id: Any) -> str:
+    """The one line a page shows when a link's ``?l=`` names no lesson (the id as given, cut short)."""
+    shown = str(lesson_id)
+    if len(shown) > MAX_SHOWN_ID:
+        shown = shown[:MAX_SHOWN_ID - 1] + "…"
+    return (f"The lesson in this link ({shown}) does not exist; the page opens without a lesson's steps "
+            "(the lessons are on the Home page).")
+
+
 def find_lesson(folder: Path, lesson_id: Any) -> Lesson | None:
     """The lesson called ``lesson_id`` (from a link: anything), or None."""
     if not isinstance(lesson_id, str):

@@ -191,14 +191,18 @@ def read_upload(name: str, data: bytes) -> tuple[Scenario | None, str | None]:
 
 # ---- the comparison -------------------------------------------------------------------------------
 
-def comparison_text(span: tuple[float, float], size_mb: float, other_label: str, badge: str) -> str:
+def comparison_text(span: tuple[float, float], size_mb: float, other_label: str, badge: str,
+                    pairs: tuple[int, int] | None = None) -> str:
     """The sentence under the comparison: how many times as long the transfers take on the other
-    design (``span``, the range of other-time / mine-time) and whether one is faster for every pair."""
+    design (``span``, the range of other-time / mine-time) and whether one is faster for every pair;
+    with ``pairs`` (pairs drawn, pairs in all) when the figure draws only some, a sentence saying so."""
     lo, hi = span
     times = f"{lo:.2f}×" if hi - lo < 0.005 else f"{lo:.2f}× to {hi:.2f}×"
     verdict = ("this cluster is faster for every pair" if lo > 1.0005 else
                "this cluster is slower for every pair" if hi < 0.9995 else
                "neither is faster for every pair")
+    drawn = (f" The bars show the first {pairs[0]:,} of the {pairs[1]:,} pairs; the range above covers them all."
+             if pairs and pairs[0] < pairs[1] else "")
     return (f"In this model, device-to-device transfers of {size_mb:g} MB take {times} as long with "
             f"{other_label} as on this cluster: {verdict}. The gap comes from the link numbers in "
-            f"the tables, not from a measurement {badge}.")
+            f"the tables, not from a measurement {badge}.{drawn}")

@@ -115,6 +115,7 @@ def test_compare_page_draws_variants_by_colour_and_line_style(lab_db):
         for kind in ("none", "group_topk"):
             ids += [store_run(st, scenario(opt, kind, seed), [0.5, 0.85 + 0.02 * seed]) for seed in range(2)]
     at = app_test("pages/compare.py", timeout=120)
+    at.toggle(key="cmp_class").set_value(True).run()  # runs stored here have no owner: the class's
     at.multiselect(key="cmp_runs").set_value(ids).run()
     assert_no_exception(at)
     summary = next(d.value for d in at.dataframe if "variant" in d.value.columns and "repeats" in d.value.columns)
@@ -157,3 +158,102 @@ def test_comparison_scenarios_are_optimisers_by_compressions_by_seeds():
     assert all("40 steps" in name and "mlp" in name for _, name in runs)
     with pytest.raises(Exception, match="at most"):
         C.comparison_scenarios(sc, [Compression()] * 5, repeats=5)
+
+
+# ---- long runs: the summary from every row, the curves from at most MAX_CURVE_POINTS points -----------
+
+def store_rows(st: RunStore, sc, steps: int, *, eval_every=10, seed=0, walls=True, workers=2, status="done"):
+    """A run of ``steps`` steps with noisy loss, test accuracy every ``eval_every`` steps, some walls
+    missing (unless ``walls`` is False: none) and per-worker bytes and times (none with ``workers`` 0)."""
+    import random
+
+    rng = random.Random(seed)
+    rid = st.create_run(sc, status=status)
+    rows = []
+    for step in range(1, steps + 1):
+        acc = 0.5 + 0.45 * step / steps + rng.uniform(-0.05, 0.05) if step % eval_every == 0 else None
+        wall = step * 0.01 + rng.uniform(0, 0.001) if walls and rng.random() > 0.1 else None
+        rows.append((step, JOB_WORKER, 2.0 / step + rng.uniform(0, 0.1), acc, None, None, None, None, None, None, None,
+                     None, None, wall))
+        for w in range(workers):
+            rows.append((step, w, None, None, rng.uniform(900, 1100), 1000.0, 0.004, 0.002, 0.0001, 0.0005,
+                         0.0, 0.0, 50.0, wall))
+    st.add_metric_rows(rid, rows)
+    return rid
+
+
+@pytest.mark.parametrize("kw", [dict(), dict(eval_every=7, seed=1), dict(walls=False), dict(workers=0),
+                                dict(eval_every=10_000)])
+@pytest.mark.parametrize("target", [0.6, 0.9, 0.99])
+def test_stored_result_equals_run_result_over_every_row(lab_db, kw, target):
+    st = RunStore(lab_db)
+    rid = store_rows(st, scenario(), 500, **kw)
+    m = st.metrics(rid)
+    want = C.run_result(rid, m[m.worker == JOB_WORKER], m[m.worker != JOB_WORKER], target, workers=2)
+    got = C.stored_result(st, rid, target, workers=2)
+    for field in ("final_acc", "best_acc", "steps_to_target", "seconds_to_target", "step_time", "bytes_per_step"):
+        a, b = getattr(got, field), getattr(want, field)
+        assert (math.isnan(a) and math.isnan(b)) or a == pytest.approx(b, rel=1e-12), field
+
+
+def test_stored_summary_equals_the_stores_summary(lab_db):
+    st = RunStore(lab_db)
+    ids = [store_rows(st, scenario(seed=s), 300, seed=s) for s in range(2)]
+    ids += [store_rows(st, scenario(), 50, workers=0, walls=False), st.create_run(scenario(), status="queued")]
+    got, want = C.stored_summary(st, ids), st.summary(ids)
+    assert list(got.columns) == list(want.columns)
+    pd.testing.assert_frame_equal(got, want, check_exact=False, rtol=1e-12, check_dtype=False)
+
+
+@pytest.mark.parametrize("column", ["loss", "test_acc"])
+@pytest.mark.parametrize("stride", [1, 3, 50])
+def test_stored_curve_is_the_bucket_means_of_every_row(lab_db, column, stride):
+    st = RunStore(lab_db)
+    rid = store_rows(st, scenario(), 1000, eval_every=3)
+    m = st.metrics(rid)
+    job = m[(m.worker == JOB_WORKER) & m[column].notna()]
+    g = job.groupby((job.step - 1) // stride)
+    want = pd.DataFrame({"step": g.step.max(), "wall": g.wall.mean(), column: g[column].mean()}).reset_index(drop=True)
+    got = C.stored_curve(st, rid, column, stride)
+    pd.testing.assert_frame_equal(got, want, check_exact=False, rtol=1e-12, check_dtype=False)
+    if stride == 1:  # every recorded point as it is
+        assert list(got[column]) == list(job[column])
+
+
+def test_a_long_comparison_draws_at_most_max_points_and_summarises_every_row(lab_db, monkeypatch):
+    monkeypatch.setattr(C, "MAX_CURVE_POINTS", 64)
+    st = RunStore(lab_db)
+    ids = [store_rows(st, scenario(seed=s), 1000, eval_every=5, seed=s) for s in range(2)]
+    short = store_rows(st, scenario("adabelief"), 60, eval_every=5)
+    cmp = C.compare_runs(st, ids + [short], target=0.8)
+    long_loss, short_loss = cmp.loss
+    assert long_loss.stride == 16 and short_loss.stride == 1  # ceil(1000 / 64); the short run drawn whole
+    assert len(long_loss.band) <= 64 and len(cmp.accuracy[0].band) <= 64 and len(short_loss.band) == 60
+    m = st.metrics(ids)
+    final = C.Spread.of(C.run_result(rid, m[(m.run_id == rid) & (m.worker == JOB_WORKER)],
+                                     m[(m.run_id == rid) & (m.worker != JOB_WORKER)], 0.8, 2).final_acc for rid in ids)
+    assert cmp.rows[0]["_final"] == final  # the summary's numbers come from every row
+    # the band: mean and spread of the repeats' bucket means
+    a, b = (C.stored_curve(st, rid, "loss", 16) for rid in ids)
+    assert list(long_loss.band["mean"]) == pytest.approx(list((a.loss + b.loss) / 2))
+    assert "at most 64 points" in cmp.drawn_note and "up to 16" in cmp.drawn_note
+    assert C.compare_runs(st, [short]).drawn_note == ""
+
+
+def test_compare_page_draws_a_long_run_thinned_and_says_so(lab_db, monkeypatch):
+    monkeypatch.setattr(C, "MAX_CURVE_POINTS", 100)
+    st = RunStore(lab_db)
+    rid = store_rows(st, scenario(), 3000, eval_every=2)
+    at = app_test("pages/compare.py", timeout=120)
+    at.toggle(key="cmp_class").set_value(True).run()
+    at.multiselect(key="cmp_runs").set_value([rid]).run()
+    assert_no_exception(at)
+    for chart in _charts(at):
+        for trace in chart["data"]:
+            assert len(trace.get("x", [])) <= 100
+    assert any("at most 100 points" in c.value for c in at.caption)
+    summary = next(d.value for d in at.dataframe if "variant" in d.value.columns)
+    m = st.metrics(rid)
+    r = C.run_result(rid, m[m.worker == JOB_WORKER], m[m.worker != JOB_WORKER], 0.9, workers=2)
+    assert summary["final test accuracy (%)"].iloc[0] == C.Spread.of([r.final_acc]).text(100)
+    assert any("every step" in b.proto.label for b in at.get("download_button"))

@@ -24,6 +24,7 @@ from lab.modelled.collectives.schedules import (  # noqa: F401
     Transfer,
     _Builder,
     build_schedule,
+    check_explored,
     check_schedule,
     contribution_letter,
     default_host,

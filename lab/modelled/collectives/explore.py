@@ -39,20 +39,34 @@ def ring_hops(topology: Topology, names: Sequence[str], nbytes: int = 1 << 20) -
     return messages_time(topology, [(names[i], names[(i + 1) % m], nbytes) for i in range(m)])
 
 
+class _Hops(dict):
+    """A pair's route as its hops ((u, v), bandwidth), looked up the first time a ring uses the pair."""
+
+    def __init__(self, topology: Topology):
+        super().__init__()
+        self.topology = topology
+
+    def __missing__(self, pair: tuple[str, str]) -> list[tuple[tuple[str, str], float]]:
+        p = self.topology.path(*pair)
+        hops = self[pair] = [((u, v), l.bandwidth) for u, v, l in zip(p.nodes, p.nodes[1:], p.links)]
+        return hops
+
+
 class _RingEval:
-    """Fast ring keys for one set of devices: routes looked up once, then only counted."""
+    """Fast ring keys for one set of devices: every pair's latency and bottleneck read at once from
+    the route table, a pair's hops looked up when a ring first uses it, then only counted."""
 
     def __init__(self, topology: Topology, names: Sequence[str]):
-        self.hops: dict[tuple[str, str], list[tuple[tuple[str, str], float]]] = {}
+        names = list(names)
+        table = topology.path_matrix(1.0, names)
+        self.hops = _Hops(topology)
         self.lat: dict[tuple[str, str], float] = {}
         self.bw: dict[tuple[str, str], float] = {}
-        for a in names:
-            for b in names:
+        for a, lat_row, bw_row in zip(names, table["latency"], table["bottleneck"]):
+            for b, lat, bw in zip(names, lat_row, bw_row):
                 if a != b:
-                    p = topology.path(a, b)
-                    self.hops[(a, b)] = [((u, v), l.bandwidth) for u, v, l in zip(p.nodes, p.nodes[1:], p.links)]
-                    self.lat[(a, b)] = p.latency
-                    self.bw[(a, b)] = p.bottleneck
+                    self.lat[(a, b)] = lat
+                    self.bw[(a, b)] = bw
 
     def key(self, order: Sequence[str]) -> tuple[float, float, float]:
         """(-slowest hop bandwidth with sharing, largest hop latency, summed latency): smaller is better."""
@@ -86,39 +100,64 @@ def brute_force_ring_order(topology: Topology, names: Sequence[str]) -> RingOrde
     return RingOrder(tuple(best), -best_key[0], best_key[1], f"brute force over all {count} rings", count)
 
 
-def heuristic_ring_order(topology: Topology, names: Sequence[str], *, starts: int = 16, passes: int = 20) -> RingOrder:
+#: The ring-order heuristic's work, counted in devices visited (a greedy tour m * m / 2, each ring
+#: evaluated m): 16 starts with 20 passes of 2-opt fit in it up to 16 devices; at the size caps it
+#: ends the search early with the best ring found so far, instead of minutes of searching.
+RING_SEARCH_WORK = 600_000
+
+
+def heuristic_ring_order(topology: Topology, names: Sequence[str], *, starts: int = 16, passes: int = 20,
+                         work: int | None = None) -> RingOrder:
     """Greedy widest-nearest-neighbour tours from up to ``starts`` start devices, each improved
-    by 2-opt (reverse a segment while that improves the ring's key); the best is kept."""
+    by 2-opt (reverse a segment while that improves the ring's key); the best is kept. The search
+    stops once it has done ``work`` (default :data:`RING_SEARCH_WORK`)."""
     names = list(names)
     m = len(names)
     ev = _RingEval(topology, names)
-    best, best_key, count = None, None, 0
+    index = {x: i for i, x in enumerate(names)}
+    budget = RING_SEARCH_WORK if work is None else work
+    best, best_key, count, used, tried, cut = None, None, 0, 0, 0, False
     for start in names[:starts]:
+        if best is not None and used + m * m // 2 > budget:
+            cut = True
+            break
+        used += m * m // 2
+        tried += 1
         tour, left = [start], [x for x in names if x != start]
         while left:
             cur = tour[-1]
-            nxt = min(left, key=lambda x: (-ev.bw[(cur, x)], ev.lat[(cur, x)], names.index(x)))
+            nxt = min(left, key=lambda x: (-ev.bw[(cur, x)], ev.lat[(cur, x)], index[x]))
             tour.append(nxt)
             left.remove(nxt)
         key = ev.key(tour)
         count += 1
+        used += m
         for _ in range(passes):
             improved = False
             for i in range(1, m - 1):
                 for j in range(i + 1, m):
+                    if used + m > budget:
+                        cut = True
+                        break
                     cand = tour[:i] + tour[i:j + 1][::-1] + tour[j + 1:]
                     k2 = ev.key(cand)
                     count += 1
+                    used += m
                     if k2 < key:
                         tour, key, improved = cand, k2, True
-            if not improved:
+                if cut:
+                    break
+            if cut or not improved:
                 break
         if best_key is None or key < best_key:
             best, best_key = tour, key
+        if cut:
+            break
     i0 = best.index(names[0])
     best = best[i0:] + best[:i0]
     return RingOrder(tuple(best), -best_key[0], best_key[1],
-                     f"greedy widest-neighbour from {min(starts, m)} starts + 2-opt ({count} rings evaluated)", count)
+                     f"greedy widest-neighbour from {tried} starts + 2-opt ({count} rings evaluated"
+                     + ("; the search stopped at its work limit" if cut else "") + ")", count)
 
 
 def best_ring_order(topology: Topology, names: Sequence[str]) -> RingOrder:
@@ -180,8 +219,9 @@ def trigger_timeline(s: CollectiveSchedule, topology: Topology, compute: Mapping
             start[nm] = 0.0
     done = dict(start)
     busy: dict[str, list[tuple[float, float]]] = {nm: [] for nm in s.nodes}
+    shares: dict = {}
     for st in s.steps:
-        msgs = messages_time(topology, step_messages(s, st))
+        msgs = messages_time(topology, step_messages(s, st), shares)
         new = dict(done)
         for m in msgs:
             t0 = done[m.src]
@@ -258,17 +298,34 @@ def compare_algorithms(topology: Topology, setup: Setup, nbytes: int,
 def sweep_sizes(topology: Topology, setups: Mapping[str, tuple[str, Setup]],
                 sizes: Sequence[int]) -> dict[str, tuple[list[int], list[float]]]:
     """Modelled time against buffer size: ``setups`` maps a label to (algorithm, setup)."""
-    return {label: (list(sizes), [schedule_time(setup.schedule(alg, s), topology).seconds for s in sizes])
+    shares: dict = {}  # the schedules differ in bytes only: routes and sharing are worked out once
+    return {label: (list(sizes), [schedule_time(setup.schedule(alg, s), topology, shares).seconds for s in sizes])
             for label, (alg, setup) in setups.items()}
+
+
+#: The sweep against N takes at most this many values of N, spread evenly from 2 to all the
+#: participants: each is a whole schedule of up to about 2 N^2 messages.
+SWEEP_N_POINTS = 24
+
+
+def sweep_ns(n: int) -> list[int]:
+    """The values of N the sweep against N takes for ``n`` participants: every one from 2 to ``n``
+    when they are at most :data:`SWEEP_N_POINTS`, else that many spread evenly, 2 and ``n`` among them."""
+    if n - 1 <= SWEEP_N_POINTS:
+        return list(range(2, n + 1))
+    return sorted({2 + round(k * (n - 2) / (SWEEP_N_POINTS - 1)) for k in range(SWEEP_N_POINTS)})
 
 
 def sweep_devices(topology: Topology, setups: Mapping[str, tuple[str, Setup]],
                   nbytes: int) -> dict[str, tuple[list[int], list[float]]]:
-    """Modelled time against N, taking the first N participants of each setup (N >= 2)."""
+    """Modelled time against N, taking the first N participants of each setup (N from
+    :func:`sweep_ns`)."""
     out = {}
+    shares: dict = {}
     for label, (alg, setup) in setups.items():
-        ns = list(range(2, len(setup.participants) + 1))
-        out[label] = (ns, [schedule_time(setup.prefix(k).schedule(alg, nbytes), topology).seconds for k in ns])
+        ns = sweep_ns(len(setup.participants))
+        out[label] = (ns, [schedule_time(setup.prefix(k).schedule(alg, nbytes), topology, shares).seconds
+                           for k in ns])
     return out
 
 

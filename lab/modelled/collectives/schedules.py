@@ -365,9 +365,21 @@ def uniform_star(n: int, bandwidth: float, latency: float, *, host: bool = True,
 
 def default_participants(topology: Topology) -> list[str]:
     """The devices that hold gradients by default: every device but host CPUs (the CXL design: the host
-    hands out work and the accelerators all-reduce), or every device when that leaves fewer than 2."""
+    hands out work and the accelerators all-reduce), or every device when that leaves fewer than 2;
+    the first :data:`MAX_STATE_DEVICES` of them (the All-reduce page's step-through draws each one)."""
     names = [d.name for d in topology.devices if d.type != "cpu"]
-    return names if len(names) >= 2 else topology.device_names
+    return (names if len(names) >= 2 else topology.device_names)[:MAX_STATE_DEVICES]
+
+
+def check_explored(names: Sequence[str]) -> None:
+    """The devices the All-reduce page explores: at least 2, at most :data:`MAX_STATE_DEVICES` (its
+    step-through draws every device's contributions, and its sweeps build dozens of schedules of
+    about 2 N^2 messages each; the uniform model takes any N)."""
+    if len(names) < 2:
+        raise LabError("choose at least two devices", where="devices taking part")
+    if len(names) > MAX_STATE_DEVICES:
+        raise LabError(f"choose at most {MAX_STATE_DEVICES} devices (got {len(names)}): the step-through draws "
+                       "every device, and the uniform model further down takes any N", where="devices taking part")
 
 
 def default_host(topology: Topology, participants: Sequence[str]) -> str:

@@ -76,31 +76,53 @@ def _hop_name(u: str, v: str) -> str:
     return f"{u}→{v}"
 
 
-def messages_time(topology: Topology, messages: Sequence[tuple[str, str, int]]) -> list[MessageTime]:
-    """Concurrent messages (src, dst, bytes) on ``topology``: each gets latency + bytes over the
-    narrowest bandwidth on its route, a link crossed by k of them in one direction giving 1/k."""
+def _shares(topology: Topology, pairs: tuple[tuple[str, str] | None, ...]) -> list[tuple[float, float, str, int] | None]:
+    """For concurrent messages between ``pairs`` (None: a message that moves nothing), each one's
+    route latency, bandwidth (its narrowest link's over the messages crossing it), that hop, and
+    how many messages cross it."""
     routes, use = [], {}
-    for src, dst, nb in messages:
-        if src == dst or nb <= 0:
+    for pair in pairs:
+        if pair is None:
             routes.append(None)
             continue
-        p = topology.path(src, dst)
+        p = topology.path(*pair)
         if not p.links:
-            raise LabError(f"no route from {src!r} to {dst!r}", where=f"topology {topology.name!r}")
+            raise LabError(f"no route from {pair[0]!r} to {pair[1]!r}", where=f"topology {topology.name!r}")
         hops = list(zip(p.nodes, p.nodes[1:], p.links))
         for u, v, _ in hops:
             use[(u, v)] = use.get((u, v), 0) + 1
         routes.append((p, hops))
     out = []
-    for (src, dst, nb), r in zip(messages, routes):
+    for r in routes:
         if r is None:
-            out.append(MessageTime(src, dst, nb, 0.0, math.inf, "", 0))
+            out.append(None)
             continue
         p, hops = r
         u, v, link = min(hops, key=lambda h: h[2].bandwidth / use[(h[0], h[1])])
         k = use[(u, v)]
-        bw = link.bandwidth / k
-        out.append(MessageTime(src, dst, nb, p.latency + nb / bw, bw, _hop_name(u, v), k))
+        out.append((p.latency, link.bandwidth / k, _hop_name(u, v), k))
+    return out
+
+
+def messages_time(topology: Topology, messages: Sequence[tuple[str, str, int]],
+                  shares: dict | None = None) -> list[MessageTime]:
+    """Concurrent messages (src, dst, bytes) on ``topology``: each gets latency + bytes over the
+    narrowest bandwidth on its route, a link crossed by k of them in one direction giving 1/k.
+    ``shares`` keeps the routes and sharing of each set of pairs already seen on ``topology``
+    (every step of a ring has the same), so that they are worked out once."""
+    pairs = tuple((src, dst) if src != dst and nb > 0 else None for src, dst, nb in messages)
+    found = shares.get(pairs) if shares is not None else None
+    if found is None:
+        found = _shares(topology, pairs)
+        if shares is not None:
+            shares[pairs] = found
+    out = []
+    for (src, dst, nb), r in zip(messages, found):
+        if r is None:
+            out.append(MessageTime(src, dst, nb, 0.0, math.inf, "", 0))
+            continue
+        latency, bw, hop, k = r
+        out.append(MessageTime(src, dst, nb, latency + nb / bw, bw, hop, k))
     return out
 
 
@@ -112,16 +134,18 @@ def step_messages(s: CollectiveSchedule, step: Step) -> list[tuple[str, str, int
     return [(s.nodes[a], s.nodes[b], nb) for (a, b), nb in merged.items()]
 
 
-def schedule_time(s: CollectiveSchedule, topology: Topology) -> TimeEstimate:
-    """The alpha-beta time of ``s`` on ``topology`` (node names must be nodes of the topology)."""
+def schedule_time(s: CollectiveSchedule, topology: Topology, shares: dict | None = None) -> TimeEstimate:
+    """The alpha-beta time of ``s`` on ``topology`` (node names must be nodes of the topology);
+    ``shares`` as :func:`messages_time` has it, kept across the schedules of a sweep."""
     names = set(topology.device_names) | {sw.name for sw in topology.switches}
     unknown = [nm for nm in s.nodes if nm not in names]
     if unknown:
         raise LabError(f"{unknown} are not devices of topology {topology.name!r}", where="all-reduce time")
     steps, link_time = [], {}
     total = 0.0
+    shares = {} if shares is None else shares
     for i, st in enumerate(s.steps):
-        msgs = messages_time(topology, step_messages(s, st))
+        msgs = messages_time(topology, step_messages(s, st), shares)
         slow = max(msgs, key=lambda m: m.seconds, default=None)
         sec = slow.seconds if slow else 0.0
         total += sec
