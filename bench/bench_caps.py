@@ -42,7 +42,7 @@ from lab.scenario.document import default_scenario  # noqa: E402
 from lab.scenario.topology import Path as Route  # noqa: E402
 from lab.scenario.topology import Topology  # noqa: E402
 from lab.store.runs import JOB_WORKER, RunStore  # noqa: E402
-from lab.testing.caps import cap_topology  # noqa: E402
+from lab.testing.caps import cap_topology, summary_every_row  # noqa: E402
 from lab.view.state import ALLREDUCE_SIZES  # noqa: E402
 
 
@@ -262,8 +262,8 @@ def main() -> None:
         row("Compare: loss figure", fb, fa, f"{len(old.loss[0].band):,} → {len(new.loss[0].band):,} points, "
             f"{mb(cfigs.band_figure(old.loss, 'step', 'loss', 'loss')):.2f} → "
             f"{mb(cfigs.band_figure(new.loss, 'step', 'loss', 'loss')):.2f} MB")
-        sb = seconds(lambda: store.summary([rid]), a.repeat)
-        sa = seconds(lambda: C.stored_summary(store, [rid]), a.repeat)
+        sb = seconds(lambda: summary_every_row(store, [rid]), a.repeat)
+        sa = seconds(lambda: store.summary([rid]), a.repeat)
         row("Compare: per-run summary (expander)", sb, sa, "RunStore.summary → SQL aggregates")
         eb = seconds(lambda: C.export_frame(new.runs, store.metrics([rid])).to_csv(index=False), 1)
         row("Compare: 'every step' CSV", eb, 0.0, "now built only when the button is clicked")

@@ -93,7 +93,7 @@ def comparison_view() -> None:
                            key="cmp_download", icon=":material/download:")
 
         with st.expander("Every run: settings, time split, bytes"):
-            s = comparison.stored_summary(runs_store, chosen)
+            s = runs_store.summary(chosen)
             per_run = s.assign(**{
                 "final test accuracy (%)": s.final_test_acc * 100, "best test accuracy (%)": s.best_test_acc * 100,
                 "final loss (nats)": s.final_loss, "wall time (s)": s.wall_s, "sent (MB)": s.bytes_sent / 1e6,

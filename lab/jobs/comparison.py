@@ -186,10 +186,8 @@ MAX_CURVE_POINTS = 2000
 
 
 def _query(store: Any, sql: str, args: Sequence[Any]) -> list:
-    # The run store offers whole rows only; an aggregate runs inside SQLite, through the store's own
-    # connection (its WAL mode, busy timeout and one connection per thread), so that what leaves
-    # SQLite is a few numbers, not every metric row.
-    return store._conn().execute(sql, list(args)).fetchall()
+    # An aggregate runs inside SQLite, so that what leaves it is a few numbers, not every metric row.
+    return store.select(sql, args)
 
 
 def _num(v: Any) -> float:
@@ -227,44 +225,6 @@ def stored_result(store: Any, run_id: str, target: float, workers: int, warmup: 
     return RunResult(run_id, _num(job_row(acc_step, "test_acc")[0]) if acc_step is not None else math.nan,
                      _num(best), _num(hit), _num(job_row(hit)[0]) if hit is not None else math.nan, step_time,
                      float(sent) / max(1, steps) / max(1, workers) if steps and per_rows else math.nan)
-
-
-def stored_summary(store: Any, run_ids: Iterable[str]) -> pd.DataFrame:
-    """What :meth:`lab.store.runs.RunStore.summary` gives (one row per run: settings, final and best
-    test accuracy, wall time, bytes, the time split), computed by SQL over every metric row."""
-    split = ("t_compute", "t_comm", "t_compress", "t_idle", "t_emul_compute", "t_emul_comm")
-    out = []
-    for rid in run_ids:
-        run = store.get_run(rid)
-        tr = run["scenario"].get("training", {})
-        (steps, best, wall, loss_step, acc_step, per_rows, workers, sent, recv, *totals) = _query(store, f"""
-            SELECT MAX(CASE WHEN worker={JOB_WORKER} THEN step END),
-                   MAX(CASE WHEN worker={JOB_WORKER} THEN test_acc END),
-                   MAX(CASE WHEN worker={JOB_WORKER} THEN wall END),
-                   MAX(CASE WHEN worker={JOB_WORKER} AND loss IS NOT NULL THEN step END),
-                   MAX(CASE WHEN worker={JOB_WORKER} AND test_acc IS NOT NULL THEN step END),
-                   COUNT(CASE WHEN worker<>{JOB_WORKER} THEN 1 END),
-                   COUNT(DISTINCT CASE WHEN worker<>{JOB_WORKER} THEN worker END),
-                   TOTAL(CASE WHEN worker<>{JOB_WORKER} THEN bytes_sent END),
-                   TOTAL(CASE WHEN worker<>{JOB_WORKER} THEN bytes_recv END),
-                   {", ".join(f"TOTAL(CASE WHEN worker<>{JOB_WORKER} THEN {k} END)" for k in split)}
-            FROM metrics WHERE run_id=?""", (rid,))[0]
-
-        def at(step: int | None, column: str) -> float:
-            if step is None:
-                return math.nan
-            return _num(_query(store, f"SELECT {column} FROM metrics WHERE run_id=? AND worker={JOB_WORKER} "
-                                      "AND step=?", (rid, step))[0][0])
-
-        row = {"id": rid, "name": run["name"], "status": run["status"], "optimizer": tr.get("optimizer"),
-               "sync": tr.get("sync"), "workers": tr.get("workers"), "emulate": tr.get("emulate"),
-               "steps": int(steps or 0), "final_loss": at(loss_step, "loss"),
-               "final_test_acc": at(acc_step, "test_acc"), "best_test_acc": _num(best), "wall_s": _num(wall),
-               "bytes_sent": float(sent), "bytes_recv": float(recv)}
-        for k, total in zip(split, totals):  # mean over workers of each worker's total seconds
-            row[k] = float(total) / workers if per_rows else math.nan
-        out.append(row)
-    return pd.DataFrame(out)
 
 
 def curve_stride(steps: int) -> int:

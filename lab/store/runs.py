@@ -394,33 +394,52 @@ class RunStore:
                                    (run_id, JOB_WORKER)).fetchone()
         return int(row["s"] or 0)
 
+    def select(self, sql: str, args: Iterable[Any] = ()) -> list:
+        """Rows of a read-only query on this store's connection (its WAL mode and busy timeout), for
+        aggregates that SQLite computes over many metric rows so that only their result leaves it."""
+        if not sql.lstrip().upper().startswith("SELECT"):
+            raise LabError("only a SELECT reads the store this way", where="run store")
+        return self._conn().execute(sql, list(args)).fetchall()
+
     def summary(self, run_ids: Iterable[str]) -> pd.DataFrame:
-        """One row per run: settings, final and best test accuracy, wall time, bytes, time split."""
+        """One row per run: settings, final and best test accuracy, wall time, bytes, the time split
+        (mean over workers of each worker's total seconds), computed by SQLite over every metric row."""
         import pandas as pd
 
+        split = ("t_compute", "t_comm", "t_compress", "t_idle", "t_emul_compute", "t_emul_comm")
+        job = JOB_WORKER
         out = []
         for rid in run_ids:
             run = self.get_run(rid)
             tr = run["scenario"].get("training", {})
-            m = self.metrics(rid)
-            job = m[m.worker == JOB_WORKER]
-            per = m[m.worker != JOB_WORKER]
-            acc = job.test_acc.dropna()
-            workers = per.groupby("worker")
-            row = {
-                "id": rid, "name": run["name"], "status": run["status"], "optimizer": tr.get("optimizer"),
-                "sync": tr.get("sync"), "workers": tr.get("workers"), "emulate": tr.get("emulate"),
-                "steps": int(job.step.max()) if len(job) else 0,
-                "final_loss": float(job.loss.dropna().iloc[-1]) if job.loss.notna().any() else math.nan,
-                "final_test_acc": float(acc.iloc[-1]) if len(acc) else math.nan,
-                "best_test_acc": float(acc.max()) if len(acc) else math.nan,
-                "wall_s": float(job.wall.max()) if len(job) else math.nan,
-                "bytes_sent": float(per.bytes_sent.sum()) if len(per) else 0.0,
-                "bytes_recv": float(per.bytes_recv.sum()) if len(per) else 0.0,
-            }
-            for k in ("t_compute", "t_comm", "t_compress", "t_idle", "t_emul_compute", "t_emul_comm"):
-                # mean over workers of each worker's total seconds
-                row[k] = float(workers[k].sum().mean()) if len(per) else math.nan
+            (steps, best, wall, loss_step, acc_step, per_rows, workers, sent, recv, *totals) = self.select(f"""
+                SELECT MAX(CASE WHEN worker={job} THEN step END),
+                       MAX(CASE WHEN worker={job} THEN test_acc END),
+                       MAX(CASE WHEN worker={job} THEN wall END),
+                       MAX(CASE WHEN worker={job} AND loss IS NOT NULL THEN step END),
+                       MAX(CASE WHEN worker={job} AND test_acc IS NOT NULL THEN step END),
+                       COUNT(CASE WHEN worker<>{job} THEN 1 END),
+                       COUNT(DISTINCT CASE WHEN worker<>{job} THEN worker END),
+                       TOTAL(CASE WHEN worker<>{job} THEN bytes_sent END),
+                       TOTAL(CASE WHEN worker<>{job} THEN bytes_recv END),
+                       {", ".join(f"TOTAL(CASE WHEN worker<>{job} THEN {k} END)" for k in split)}
+                FROM metrics WHERE run_id=?""", (rid,))[0]
+
+            def at(step: int | None, column: str) -> float:
+                if step is None:
+                    return math.nan
+                v = self.select(f"SELECT {column} FROM metrics WHERE run_id=? AND worker={job} AND step=?",
+                                (rid, step))[0][0]
+                return math.nan if v is None else float(v)
+
+            row = {"id": rid, "name": run["name"], "status": run["status"], "optimizer": tr.get("optimizer"),
+                   "sync": tr.get("sync"), "workers": tr.get("workers"), "emulate": tr.get("emulate"),
+                   "steps": int(steps or 0), "final_loss": at(loss_step, "loss"),
+                   "final_test_acc": at(acc_step, "test_acc"), "best_test_acc": math.nan if best is None else float(best),
+                   "wall_s": math.nan if wall is None else float(wall),
+                   "bytes_sent": float(sent), "bytes_recv": float(recv)}
+            for k, total in zip(split, totals):
+                row[k] = float(total) / workers if per_rows else math.nan
             out.append(row)
         return pd.DataFrame(out)
 

@@ -1,7 +1,9 @@
 """Topologies at the lab's size caps (256 devices, 64 switches, 1,024 links), for the tests and
-benches that check what each page computes there stays bounded."""
+benches that check what each page computes there stays bounded; and the run summary read row by row, the
+reference for the one SQLite computes."""
 from __future__ import annotations
 
+import math
 import random
 
 from lab.scenario.catalogue import LINK_CATALOGUE, catalogue_device
@@ -56,3 +58,32 @@ def cap_topology(shape: str, *, distinct: bool = True, seed: int = 0) -> Topolog
     return Topology(f"cap-{shape}", devices, tuple(links), switches,
                     f"{shape} at the size caps ({len(devices)} devices, {len(switches)} switches, "
                     f"{len(links)} links)").validate()
+
+
+def summary_every_row(store, run_ids) -> "pd.DataFrame":
+    """:meth:`lab.store.runs.RunStore.summary` the way it was before SQLite computed it: every metric
+    row read into pandas. The reference its tests compare with, and the bench's "before"."""
+    import pandas as pd
+
+    from lab.store.runs import JOB_WORKER
+
+    out = []
+    for rid in run_ids:
+        run = store.get_run(rid)
+        tr = run["scenario"].get("training", {})
+        m = store.metrics(rid)
+        job, per = m[m.worker == JOB_WORKER], m[m.worker != JOB_WORKER]
+        acc = job.test_acc.dropna()
+        row = {"id": rid, "name": run["name"], "status": run["status"], "optimizer": tr.get("optimizer"),
+               "sync": tr.get("sync"), "workers": tr.get("workers"), "emulate": tr.get("emulate"),
+               "steps": int(job.step.max()) if len(job) else 0,
+               "final_loss": float(job.loss.dropna().iloc[-1]) if job.loss.notna().any() else math.nan,
+               "final_test_acc": float(acc.iloc[-1]) if len(acc) else math.nan,
+               "best_test_acc": float(acc.max()) if len(acc) else math.nan,
+               "wall_s": float(job.wall.max()) if len(job) else math.nan,
+               "bytes_sent": float(per.bytes_sent.sum()) if len(per) else 0.0,
+               "bytes_recv": float(per.bytes_recv.sum()) if len(per) else 0.0}
+        for k in ("t_compute", "t_comm", "t_compress", "t_idle", "t_emul_compute", "t_emul_comm"):
+            row[k] = float(per.groupby("worker")[k].sum().mean()) if len(per) else math.nan
+        out.append(row)
+    return pd.DataFrame(out)
