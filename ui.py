@@ -212,7 +212,7 @@ def scenario_sidebar() -> Scenario:
         # signs in on the Jobs page instead, and a link's token is dropped unread.
         del st.query_params["teacher"]
         notice.warning("A teacher's token in a link is not accepted (it would stay in the browser's history): "
-                   "sign in on the Jobs page instead.", icon=":material/key:")
+                       "sign in on the Jobs page instead.", icon=":material/key:")
     sc = scenario()
     _sync_view(sc)
     with st.sidebar:
