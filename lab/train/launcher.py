@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import json
 import math
+import logging
 import os
 import shutil
 import signal
@@ -59,6 +60,8 @@ from lab.store.runs import ACTIVE, JOB_WORKER, RunStore
 from lab.train import fork
 from lab.train.resilience import latest_checkpoint, read_heartbeat
 from lab.train.roles import parse_job
+
+log = logging.getLogger("lab.train")
 
 POLL_S = 0.05
 KILL_GRACE_S = 5.0
@@ -367,8 +370,8 @@ def _record_end(store: RunStore, run_id: str, attempt: int) -> None:
         left = processes_of(run_id, exclude=(os.getpid(),))
         store.add_stage(run_id, "released", attempt=attempt, detail={
             "by": "launcher", "worker_processes_left": len(left), "pids_left": left})
-    except Exception:  # noqa: BLE001 - the store may be gone; the processes are already reaped
-        pass
+    except Exception as exc:  # noqa: BLE001 - the store may be gone; the processes are already reaped
+        log.warning("the end of run %s could not be recorded: %s: %s", run_id, type(exc).__name__, exc)
 
 
 def _spawn(sc: Scenario, run_id: str, scenario_file: Path, tmp: Path, db: Path, attempt: int,
@@ -424,6 +427,7 @@ def _watch(procs: list[subprocess.Popen], tmp: Path, store: RunStore | None = No
 
     started = time.time()
     stored = 0.0
+    unrecorded: str | None = None  # the store's last failure, said once
     while True:
         codes = [p.poll() for p in procs]
         if all(c == 0 for c in codes):
@@ -444,8 +448,13 @@ def _watch(procs: list[subprocess.Popen], tmp: Path, store: RunStore | None = No
                                                    t=(b or {}).get("t"), progress_t=(b or {}).get("progress_t"))
                                               for r, (p, b) in enumerate(zip(procs, beats))])
                 store.beat_launcher(run_id, now)
-            except Exception:  # noqa: BLE001 - monitoring must not end the job
-                pass
+            except Exception as exc:  # noqa: BLE001 - monitoring must not end the job
+                why = f"{type(exc).__name__}: {exc}"
+                if why != unrecorded:  # said once while the same failure repeats, not every poll
+                    log.warning("heartbeats of run %s could not be stored: %s", run_id, why)
+                unrecorded = why
+            else:
+                unrecorded = None
         time.sleep(POLL_S)
 
 

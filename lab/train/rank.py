@@ -65,8 +65,9 @@ def _report_error(exc: BaseException, rank: int, step: int, run_id: str | None, 
                                         "action": "torchrun restarts the job (--max-restarts)"})
             else:
                 store.set_status(run_id, "failed", error=summary, only_from=("queued", "running"))
-        except Exception:  # noqa: BLE001 - the store may be unreachable on this machine
-            pass
+        except Exception as store_exc:  # noqa: BLE001 - the store may be unreachable on this machine
+            sys.stderr.write(f"the failure could not be recorded in the run store: "
+                             f"{type(store_exc).__name__}: {store_exc}\n")
     sys.stderr.write(tb)
     sys.stderr.flush()
 

@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import datetime
 import json
+import logging
 import os
 import signal
 import sys
@@ -45,6 +46,8 @@ import time
 from pathlib import Path
 
 from lab import settings
+
+log = logging.getLogger("lab.train")
 
 KEEP_CHECKPOINTS = 2
 #: Functions of the lab in which the main thread waits for its peers.
@@ -200,8 +203,8 @@ def inject(tr, rank: int, step: int, record) -> None:
         return
     try:
         record({"kind": tr.fault, "rank": rank, "pid": os.getpid()})
-    except Exception:  # noqa: BLE001 - the fault happens even if the store is unreachable
-        pass
+    except Exception as exc:  # noqa: BLE001 - the fault happens even if the store is unreachable
+        log.warning("the injected fault could not be recorded: %s: %s", type(exc).__name__, exc)
     if tr.fault == "raise":
         raise RuntimeError(f"injected fault: worker {rank} raised at step {step}")
     if tr.fault == "kill":
