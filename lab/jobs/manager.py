@@ -196,7 +196,7 @@ class JobManager:
                 raise LabError("a job needs a Scenario", where="jobs")
             if name is not None:  # the same rule as every name, and as --name on the command line
                 name = check_name(name, "run name", max_len=RUN_NAME_MAX)
-            preflight(sc)  # every check a worker would fail, before anything is queued
+            sc = preflight(sc)  # every check a worker would fail, before anything is queued
             if world_size(sc) > self.book.total:
                 raise LabError(f"the job needs {world_size(sc)} processes but this machine offers "
                                f"{self.book.total} worker slots", where="training.workers")

@@ -23,8 +23,10 @@ from lab.scenario.names import (
     FAULT_POLICIES,
     MODELS,
     OPTIMIZERS,
+    PARALLEL_MODES,
     SHARING,
     SPLITS,
+    STRATEGY_NAMES,
     SYNC_MODES,
 )
 from lab.scenario.text import check_distinct, check_name, loads, nfc, shown
@@ -115,6 +117,9 @@ TRAINING_FIELDS: dict[str, Spec] = {
     "fault_worker": Spec(int, 0, min=0, max=3),
     "fault_step": Spec(int, 5, min=0, max=100_000),
     "fault_policy": Spec(str, "fail", FAULT_POLICIES),
+    "parallel": Spec(str, "data", PARALLEL_MODES, help="data parallel, or each operator on the device a plan puts it on"),
+    "strategy": Spec(str, "type_rule", STRATEGY_NAMES, help="the placement strategy that makes the plan"),
+    "micro_batches": Spec(int, 4, min=1, max=64, help="a placement run pipelines each batch in this many parts"),
 }
 
 COMPRESSION_FIELDS: dict[str, Spec] = {
@@ -206,14 +211,21 @@ class Training:
     fault_worker: int = TRAINING_FIELDS["fault_worker"].default
     fault_step: int = TRAINING_FIELDS["fault_step"].default
     fault_policy: str = TRAINING_FIELDS["fault_policy"].default
+    parallel: str = TRAINING_FIELDS["parallel"].default
+    strategy: str = TRAINING_FIELDS["strategy"].default
+    micro_batches: int = TRAINING_FIELDS["micro_batches"].default
     compression: Compression = field(default_factory=Compression)
     pins: tuple = ()  # ((operator, device), ...) from check_pins: operators placed by hand
+    # The plan a placement run executes, ((operator, device), ...): every operator's device, as the strategy
+    # placed it with the pins. Empty: the run works it out from the strategy with the datasheet model.
+    placement: tuple = ()
 
     def to_dict(self) -> dict:
         d = {k: getattr(self, k) for k in TRAINING_FIELDS}
         d["worker_devices"] = list(self.worker_devices)
         d["compression"] = self.compression.to_dict()
         d["pins"] = dict(self.pins)
+        d["placement"] = dict(self.placement)
         return d
 
     @staticmethod
@@ -221,8 +233,10 @@ class Training:
         d = dict(d) if isinstance(d, Mapping) else d
         comp = d.pop("compression", {}) if isinstance(d, dict) else {}
         pins = check_pins(d.pop("pins", {}) if isinstance(d, dict) else {}, where=f"{where}.pins")
+        placed = check_pins(d.pop("placement", {}) if isinstance(d, dict) else {}, where=f"{where}.placement")
         values = _section_from_dict(TRAINING_FIELDS, d, where)
-        return Training(**values, compression=Compression.from_dict(comp, where=f"{where}.compression"), pins=pins)
+        return Training(**values, compression=Compression.from_dict(comp, where=f"{where}.compression"), pins=pins,
+                        placement=placed)
 
     def replace(self, **changes: Any) -> "Training":
         """A copy with ``changes`` applied and checked against the field table."""
@@ -230,8 +244,8 @@ class Training:
         for k, v in changes.items():
             if k == "compression" and isinstance(v, Compression):
                 v = v.to_dict()
-            if k == "pins":
-                v = dict(check_pins(v))
+            if k in ("pins", "placement"):
+                v = dict(check_pins(v, where=f"training.{k}"))
             d[k] = list(v) if isinstance(v, tuple) else v
         return Training.from_dict(d)
 
@@ -275,6 +289,10 @@ class Scenario:
             if dev not in names:
                 raise LabError(f"operator {shown(op)} is pinned to {shown(dev)}, which is not a device of topology "
                                f"{shown(self.topology.name)}; devices: {sorted(names)}", where="training.pins")
+        for op, dev in self.training.placement:
+            if dev not in names:
+                raise LabError(f"the plan puts operator {shown(op)} on {shown(dev)}, which is not a device of topology "
+                               f"{shown(self.topology.name)}; devices: {sorted(names)}", where="training.placement")
 
     def to_json(self, indent: int | None = 2) -> str:
         return json.dumps(self.to_dict(), indent=indent)

@@ -41,6 +41,21 @@ CHOICES: dict[str, dict[str, tuple[str, str]]] = {
         "datasheet": ("datasheet (the catalogue's throughputs)", "datasheet"),
         "calibrated": ("calibrated (this machine's measured costs)", "calibrated"),
     },
+    # How a job spreads the work: every worker holds the whole model, or each operator runs where a plan puts it.
+    "parallel": {
+        "data": ("data parallel (every worker trains the whole model on its share)", "data parallel"),
+        "placement": ("placement (each operator runs on the device a plan puts it on)", "placement"),
+    },
+    "strategy": {
+        "greedy_eft": ("greedy earliest finish", "greedy EFT"),
+        "heft": ("HEFT (rank order, gap insertion)", "HEFT"),
+        "optimal": ("exact optimum (branch and bound)", "optimum"),
+        "type_rule": ("rule by device type (linear->GPU, conv->FPGA, activation->ASIC/DPU)", "type rule"),
+        "single_fastest": ("single fastest device", "fastest device"),
+        "round_robin": ("round robin", "round robin"),
+        "even_split": ("even contiguous layer split", "even split"),
+        "chain_dp": ("optimal contiguous pipeline split (DP)", "chain split"),
+    },
     "sync": {
         "allreduce": ("gradient all-reduce, then identical local steps", "all-reduce"),
         "param_server": ("parameter server (one extra process steps the optimiser)", "parameter server"),
@@ -89,6 +104,8 @@ ALGORITHMS, ALGORITHM_LABELS = names("algorithm"), labels("algorithm")
 MODELS, MODEL_LABELS = names("model"), labels("model")
 COST_MODELS, COST_MODEL_LABELS = names("cost_model"), labels("cost_model")
 SYNC_MODES, SYNC_LABELS = names("sync"), labels("sync")
+PARALLEL_MODES, PARALLEL_LABELS = names("parallel"), labels("parallel")
+STRATEGY_NAMES, STRATEGY_LABELS, STRATEGY_SHORT = names("strategy"), labels("strategy"), short_labels("strategy")
 ALLREDUCE_IMPLS, ALLREDUCE_IMPL_LABELS = names("allreduce_impl"), labels("allreduce_impl")
 SPLITS, SPLIT_LABELS = names("split"), labels("split")
 FAULT_KINDS, FAULT_POLICIES = names("fault"), names("fault_policy")

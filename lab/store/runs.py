@@ -62,6 +62,7 @@ STAGES = ("submitted", "requeued", "parsed", "scheduled", "started", "data", "ru
 METRIC_COLUMNS = ("loss", "test_acc", "bytes_sent", "bytes_recv", "t_compute", "t_comm", "t_compress",
                   "t_idle", "t_emul_compute", "t_emul_comm", "samples_per_s", "wall")
 RUN_COLUMNS = ("id", "name", "scenario", "status", "created", "start", "end", "error", "pid", "info")
+PLAN_EVENT_COLUMNS = ("device", "kind", "op", "piece", "micro", "start", "end", "src", "dst", "bytes", "wait")
 JOB_WORKER = -1  # the "worker" value of job-level metric rows
 BUSY_TIMEOUT_S = 30.0
 _RUN_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
@@ -110,6 +111,14 @@ CREATE TABLE IF NOT EXISTS heartbeats (
     progress_t REAL,
     PRIMARY KEY (run_id, worker)
 ) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS plan_events (
+    run_id TEXT NOT NULL,
+    step INTEGER NOT NULL,
+    rank INTEGER NOT NULL,
+    device TEXT, kind TEXT, op TEXT, piece INTEGER, micro INTEGER,
+    start REAL, "end" REAL, src TEXT, dst TEXT, bytes REAL, wait REAL
+);
+CREATE INDEX IF NOT EXISTS plan_events_by_run ON plan_events (run_id, step);
 CREATE TABLE IF NOT EXISTS launchers (
     run_id TEXT PRIMARY KEY,
     pid INTEGER,
@@ -344,8 +353,30 @@ class RunStore:
             c.execute("DELETE FROM stages WHERE run_id=?", (run_id,))
             c.execute("DELETE FROM heartbeats WHERE run_id=?", (run_id,))
             c.execute("DELETE FROM launchers WHERE run_id=?", (run_id,))
+            c.execute("DELETE FROM plan_events WHERE run_id=?", (run_id,))
             c.execute("DELETE FROM runs WHERE id=?", (run_id,))
         shutil.rmtree(self.checkpoint_dir(run_id, create=False), ignore_errors=True)
+
+    # ----- a placement run's timeline ----------------------------------------------------------
+    def add_plan_events(self, run_id: str, step: int, rows: Iterable[Mapping[str, Any]]) -> int:
+        """A placement run's recorded step: one row per operator, backward pass, optimiser step, emulated
+        wait and transfer (:data:`PLAN_EVENT_COLUMNS`), on the run's one clock (seconds from the step's start)."""
+        data = [(run_id, int(step), int(r.get("rank", -1)), *(_clean(r.get(k)) if k in ("start", "end", "bytes", "wait")
+                                                              else r.get(k) for k in PLAN_EVENT_COLUMNS))
+                for r in rows]
+        with self._write() as c:
+            c.executemany(f"INSERT INTO plan_events VALUES ({','.join('?' * (3 + len(PLAN_EVENT_COLUMNS)))})", data)
+        return len(data)
+
+    def plan_events(self, run_id: str, step: int | None = None) -> pd.DataFrame:
+        """The recorded steps of a placement run (all, or one ``step``), in time order."""
+        import pandas as pd
+
+        check_run_id(run_id)
+        sql = "SELECT step, rank, " + ", ".join(f'"{k}"' for k in PLAN_EVENT_COLUMNS) + \
+              " FROM plan_events WHERE run_id=?" + (" AND step=?" if step is not None else "") + " ORDER BY step, start"
+        rows = self._conn().execute(sql, (run_id,) if step is None else (run_id, int(step))).fetchall()
+        return pd.DataFrame([tuple(r) for r in rows], columns=["step", "rank", *PLAN_EVENT_COLUMNS])
 
     # ----- metrics -----------------------------------------------------------------------------
     def add_metrics(self, run_id: str, rows: Iterable[Mapping[str, Any]]) -> int:

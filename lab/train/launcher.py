@@ -135,7 +135,13 @@ def listening_socket() -> socket.socket:
 
 
 def world_size(sc: Scenario) -> int:
+    """Processes of the job: the workers and a parameter server, or one per device of a placement plan
+    (written out by :func:`preflight`)."""
     tr = sc.training
+    if tr.parallel == "placement":
+        if not tr.placement:
+            raise LabError("a placement run's plan is written out before it starts (preflight)", where="placement")
+        return len({dev for _, dev in tr.placement})
     return tr.workers + (1 if tr.sync == "param_server" else 0)
 
 
@@ -149,14 +155,21 @@ def final_accuracy(store: RunStore, run_id: str) -> float:
     return float(acc.iloc[-1]) if len(acc) else math.nan
 
 
-def preflight(sc: Scenario) -> None:
+def preflight(sc: Scenario) -> Scenario:
     """Every check a worker would fail, run before any process starts, so that a wrong setting is one
     LabError here (exit 2 and one line on the command line) and never a failed job with a traceback
     per worker: the devices of the scenario, then what every worker's setup does
     (:func:`lab.train.plan.check_scenario`: the data, the model, the plan with each worker's device
-    and its kernels, the optimiser, the shards)."""
+    and its kernels, the optimiser, the shards). Returns the scenario as the job runs it: a placement run's
+    with its plan written out (:func:`lab.train.stages.resolved`)."""
     tr = sc.training
     sc.check_devices()
+    if tr.parallel == "placement":  # the plan written out, so every process and the store see the same one
+        from lab.train.stages import check_placement, resolved
+
+        sc = resolved(sc)
+        check_placement(sc)
+        return sc
     if (tr.emulate or tr.split == "weighted") and len(tr.worker_devices) < tr.workers:
         need = "emulation" if tr.emulate else "a weighted split"
         raise LabError(f"{need} needs the device of every worker: {tr.workers} workers but "
@@ -167,6 +180,7 @@ def preflight(sc: Scenario) -> None:
     from lab.train.plan import check_scenario
 
     check_scenario(sc)
+    return sc
 
 
 def without_worker(sc: Scenario, rank: int | None) -> Scenario:
@@ -272,7 +286,7 @@ def launch(sc: Scenario, run_id: str | None = None, *, name: str | None = None,
     """Run the scenario's training job to its end (restarting it after faults when its policy is
     ``recover``); returns the run id, status and final accuracy."""
     store = RunStore(store_path)
-    preflight(sc)
+    sc = preflight(sc)
     if run_id is not None:
         try:
             run = store.get_run(run_id)

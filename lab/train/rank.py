@@ -18,6 +18,7 @@ from lab.errors import LabError
 from lab.scenario.document import Scenario
 from lab.store.runs import RunStore
 from lab.train import resilience as rz
+from lab.train.stages import PlacementTrainer
 from lab.train.trainer import Trainer
 
 
@@ -100,7 +101,8 @@ def run_rank(sc: Scenario, run_id: str | None, *, store_path: str | None = None,
     try:
         rz.init_process_group(rank, world, settings.number("LAB_GLOO_TIMEOUT"))
         run_id = _agree_run_id(sc, run_id, rank, world, store, name)
-        trainer = Trainer(sc, rank, world, run_id, store, launched=launched)
+        job = PlacementTrainer if sc.training.parallel == "placement" else Trainer
+        trainer = job(sc, rank, world, run_id, store, launched=launched)
         holder.append(trainer)
         trainer.setup()
         trainer.resume()

@@ -4,6 +4,8 @@
   step concatenated), the same model, seed and optimiser: what gradient all-reduce must equal.
 * :func:`compressed_single_process` -- the compressed training run in one process: what each
   worker must compute and send, step by step.
+* :func:`placement_single_process` -- a placement run in one process: the same micro-batches, their
+  gradients accumulated, what the pipelined processes must compute step by step.
 * :func:`paired_worker` -- one rank of bench/bench_train.py: the lab's loop and the same training
   written with ``torch.nn.parallel.DistributedDataParallel``, taking turns in the same processes.
 """
@@ -168,3 +170,27 @@ def compressed_single_process(tr: Training, steps: int | None = None) -> dict:
         out["kept"].append([p.count for p in payloads])
     out["state"] = {k: v.detach().clone() for k, v in model.state_dict().items()}
     return out
+
+
+def placement_single_process(sc, steps: int, dtype: torch.dtype = torch.float64) -> dict:
+    """A placement run's reference: one process, the same model, batches, micro-batches (their gradients
+    accumulated), loss scaling and optimiser. Returns the loss per step and the parameters at the end."""
+    torch.set_num_threads(1)
+    tr = sc.training
+    ds = data_mod.load_dataset(tr.dataset, tr.dataset_size, tr.seed)
+    model = build_model(tr.model, ds.in_features, ds.classes, seed=tr.seed).to(dtype)
+    opt = optim_from_training(tr, [p for p in model.parameters() if p.requires_grad], tr.lr)
+    sampler = data_mod.worker_data(ds, 0, 1, "even", tr.batch_size, seed=tr.seed)
+    losses = []
+    for _ in range(steps):
+        x, y = sampler.next_batch()
+        x = x.to(dtype)
+        total = 0.0
+        for xm, ym in zip(x.tensor_split(tr.micro_batches), y.tensor_split(tr.micro_batches)):
+            loss = F.cross_entropy(model(xm), ym, reduction="sum") / x.shape[0]
+            loss.backward()
+            total += float(loss.detach())
+        opt.step()
+        opt.zero_grad(set_to_none=False)
+        losses.append(total)
+    return {"losses": losses, "params": {n: p.detach().double().reshape(-1) for n, p in model.named_parameters()}}

@@ -15,6 +15,7 @@ from lab.modelled.placement.explain import (  # noqa: F401
     graph_for,
     model_task_graph,
     over_full,
+    plan_assignment,
     plan_metrics,
     plan_record,
     reasons,
@@ -53,4 +54,4 @@ from lab.modelled.placement.search import (  # noqa: F401
 )
 
 __all__ = ["TaskGraph", "PlacementSchedule", "greedy_eft", "heft", "optimal", "type_rule", "single_fastest", "round_robin", "even_split", "chain_dp", "chain_partition", "partition_chain", "ChainPlan", "schedule_assignment", "replay", "coarsen", "compare_strategies", "schedule_table", "device_usage", "upward_ranks", "STRATEGIES", "STRATEGY_LABELS", "run_strategy", "model_task_graph", "OPTIMAL_MAX_TASKS", "why", "reasons", "decision_order", "transfer_rows", "plan_record", "compare_plans", "graph_for", "strategy_comparison",
-           "plan_metrics", "task_labels", "over_full"]
+           "plan_metrics", "task_labels", "over_full", "plan_assignment"]

@@ -25,6 +25,7 @@ from lab.modelled.placement.heuristics import (
     type_rule,
 )
 from lab.modelled.placement.search import chain_dp, coarsen, optimal
+from lab.scenario.names import STRATEGY_LABELS, STRATEGY_NAMES
 
 STRATEGIES: dict[str, Callable[[TaskGraph], PlacementSchedule]] = {
     "greedy_eft": greedy_eft,
@@ -38,16 +39,6 @@ STRATEGIES: dict[str, Callable[[TaskGraph], PlacementSchedule]] = {
 }
 
 
-STRATEGY_LABELS: dict[str, str] = {
-    "greedy_eft": "greedy earliest finish",
-    "heft": "HEFT (rank order, gap insertion)",
-    "optimal": "exact optimum (branch and bound)",
-    "type_rule": "rule by device type (linear->GPU, conv->FPGA, activation->ASIC/DPU)",
-    "single_fastest": "single fastest device",
-    "round_robin": "round robin",
-    "even_split": "even contiguous layer split",
-    "chain_dp": "optimal contiguous pipeline split (DP)",
-}
 
 
 def run_strategy(name: str, g: TaskGraph) -> PlacementSchedule:
@@ -278,3 +269,15 @@ def model_task_graph(model: str, topology, batch_size: int = 32, speed: Mapping[
     """Trace a preset model at ``batch_size`` and cost it on ``topology``."""
 
     return TaskGraph.from_model(trace(model, batch_size, merge_data_ops=merge_data_ops), topology, speed)
+
+
+def plan_assignment(g: TaskGraph, strategy: str) -> tuple[dict[Task, Device], PlacementSchedule, TaskGraph, str | None]:
+    """Every operator's device under ``strategy`` on ``g`` (pins included): the plan a placement run
+    executes. Also the schedule, the graph it was made on (a coarsened one for the exact optimum of a
+    large model, whose groups are spread back over their operators here) and the note that says so."""
+    shown, note = graph_for(strategy, g)
+    s = run_strategy(strategy, shown)
+    if shown is g:
+        return s.assignment, s, shown, note
+    _, groups = coarsen(g, OPTIMAL_MAX_TASKS)
+    return {t: s.assignment[grp] for grp, members in groups.items() for t in members}, s, shown, note

@@ -1,0 +1,249 @@
+"""The modelled schedule of one training step of a placement run: pieces, micro-batches, GPipe.
+
+A placement run cuts a model's operators into *pieces*: maximal runs of consecutive operators (in
+topological order) placed on the same device. One process per device runs its pieces; a batch is
+split into ``M`` micro-batches that are pipelined GPipe-style. :func:`simulate` predicts when every
+operator of one step runs, in the same order as the lab's executor, so the measured and the
+modelled Gantt chart can share one time axis.
+
+**The executor's order**, which this model reproduces: every device runs its tasks in a fixed
+order. Forward: its pieces by ascending index and, for each piece, micro-batches ``0..M-1``
+("piece-major", as GPipe). Backward: its pieces by *descending* index, micro-batches ``0..M-1`` each.
+Then the device's optimizer step.
+
+* A forward task ``(k, m)`` runs the piece's operators back to back and starts when the device is
+  free and every input has arrived: the producer's forward ``(src, m)`` finish plus the link time
+  of that tensor (nothing when the producer is on the same device, which is the same process).
+  The loss piece adds ``loss_time`` at the end of its forward task.
+* A backward task ``(k, m)`` runs the operators in reverse and starts when the device is free, its
+  own forward ``(k, m)`` has finished, and the gradient of every tensor that a later piece read from
+  ``k`` has come back: that reader's backward ``(c, m)`` finish plus the link time from the reader's
+  device, for the same bytes.
+* Links have no contention and a send never blocks the sender (the executor's sends are
+  asynchronous); only the receiver waits.
+
+Because a device's forward tasks are ordered by ``(piece, micro)``, its backward tasks by
+``(-piece, micro)``, and every dependency points to a smaller key in that order, one pass over the
+tasks in that order computes the whole schedule; there is no deadlock to detect.
+
+:func:`gpipe_bound` is the textbook forward time of a chain of stages without links, the reference
+the tests hold a chain against.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from numbers import Integral, Real
+from typing import Any, Callable, Mapping, Sequence
+
+from lab.errors import LabError
+
+WHERE = "pipeline model"
+
+
+@dataclass(frozen=True)
+class Piece:
+    """A maximal run of consecutive operators on one device.
+
+    ``inputs``: one ``(source piece index, bytes for one micro-batch)`` per tensor the piece reads
+    from an earlier piece; ``loss``: this piece produces the model output (the loss runs here).
+    """
+
+    index: int
+    device: str
+    ops: tuple[str, ...]
+    inputs: tuple[tuple[int, float], ...] = ()
+    loss: bool = False
+
+
+@dataclass(frozen=True)
+class PipelineSchedule:
+    """The modelled rows of one step (compute and cross-device transfers) and its length.
+
+    Compute rows: ``{"device", "piece", "micro", "kind", "op", "start", "end"}`` with ``kind`` one of
+    ``forward``, ``backward``, ``loss``, ``optimizer`` (the last two with ``op`` None, the optimizer
+    with ``piece`` and ``micro`` None). Transfer rows (``kind`` ``activation`` or ``gradient``) add
+    ``src``, ``dst``, ``from_piece`` (the sender) and ``bytes``; ``piece`` and ``device`` are the
+    receiver, ``start`` the sender's finish and ``end`` the arrival.
+    """
+
+    rows: list[dict]
+    makespan: float
+    micro_batches: int
+
+    def busy(self) -> dict[str, float]:
+        """Seconds of compute per device (forward, backward, loss and optimizer rows)."""
+        out: dict[str, float] = {}
+        for r in self.rows:
+            if r["kind"] not in _TRANSFERS:
+                out[r["device"]] = out.get(r["device"], 0.0) + r["end"] - r["start"]
+        return out
+
+    def idle(self) -> dict[str, float]:
+        """Seconds per device in the step where it computes nothing (waiting counts as idle)."""
+        return {d: max(0.0, self.makespan - b) for d, b in self.busy().items()}
+
+    def bubble(self) -> float:
+        """The idle fraction of all device-time (devices with pieces, over the whole step)."""
+        idle = self.idle()
+        total = self.makespan * len(idle)
+        return sum(idle.values()) / total if total > 0 else 0.0
+
+
+_TRANSFERS = ("activation", "gradient")
+
+
+def _seconds(x: Any, what: str) -> float:
+    if isinstance(x, bool) or not isinstance(x, Real):
+        raise LabError(f"{what} must be a number (got {x!r})", where=WHERE)
+    x = float(x)
+    if not math.isfinite(x) or x < 0:
+        raise LabError(f"{what} must be a finite number >= 0 (got {x})", where=WHERE)
+    return x
+
+
+def _micro(m: Any) -> int:
+    if isinstance(m, bool) or not isinstance(m, Integral) or m < 1:
+        raise LabError(f"micro_batches must be an integer >= 1 (got {m!r})", where=WHERE)
+    return int(m)
+
+
+def _check(pieces: list[Piece], forward: Mapping[str, float], backward: Mapping[str, float]) -> None:
+    for table, name in ((forward, "forward"), (backward, "backward")):
+        if not isinstance(table, Mapping):
+            raise LabError(f"{name} must be a mapping {{operator: seconds}}", where=WHERE)
+    if not pieces:
+        raise LabError("there are no pieces; a plan needs at least one", where=WHERE)
+    seen: dict[str, int] = {}
+    for i, p in enumerate(pieces):
+        if not isinstance(p, Piece):
+            raise LabError(f"pieces[{i}] must be a Piece (got {type(p).__name__})", where=WHERE)
+        if p.index != i:
+            raise LabError(f"pieces[{i}] has index {p.index!r}; pieces must be indexed 0..{len(pieces) - 1} "
+                           "in list order", where=WHERE)
+        if not isinstance(p.device, str) or not p.device:
+            raise LabError(f"piece {i} has no device name (got {p.device!r})", where=WHERE)
+        if not p.ops:
+            raise LabError(f"piece {i} has no operators", where=WHERE)
+        for op in p.ops:
+            if op in seen:
+                raise LabError(f"operator {op!r} is in piece {seen[op]} and in piece {i}; each operator "
+                               "belongs to one piece", where=WHERE)
+            seen[op] = i
+            for table, name in ((forward, "forward"), (backward, "backward")):
+                if op not in table:
+                    raise LabError(f"operator {op!r} (piece {i}) has no {name} time", where=WHERE)
+                _seconds(table[op], f"{name} time of operator {op!r}")
+        for entry in p.inputs:
+            if not (isinstance(entry, tuple) and len(entry) == 2):
+                raise LabError(f"piece {i}: each input must be (source piece, bytes) (got {entry!r})", where=WHERE)
+            src, nbytes = entry
+            if isinstance(src, bool) or not isinstance(src, Integral) or not 0 <= src < i:
+                raise LabError(f"piece {i} reads from piece {src!r}; a piece reads only from an earlier piece "
+                               f"(0..{i - 1})", where=WHERE)
+            _seconds(nbytes, f"bytes of the tensor piece {i} reads from piece {src}")
+    losses = [p.index for p in pieces if p.loss]
+    if len(losses) != 1:
+        raise LabError(f"exactly one piece must compute the loss (found {len(losses)}: {losses})", where=WHERE)
+
+
+def simulate(pieces: Sequence[Piece], forward: Mapping[str, float], backward: Mapping[str, float],
+             link: Callable[[str, str, float], float], micro_batches: int,
+             optimizer: Mapping[str, float] | None = None, loss_time: float = 0.0) -> PipelineSchedule:
+    """The modelled schedule of one step (see the module doc for the order and the rules).
+
+    ``forward[op]`` / ``backward[op]``: seconds of the operator for one micro-batch on its piece's
+    device; ``link(src_device, dst_device, nbytes)``: seconds of a tensor between two different
+    devices; ``optimizer[device]``: seconds of that device's optimizer step (0 when missing).
+    """
+    m_count = _micro(micro_batches)
+    pieces = list(pieces)
+    _check(pieces, forward, backward)
+    if not callable(link):
+        raise LabError("link must be a function (src_device, dst_device, nbytes) -> seconds", where=WHERE)
+    loss_time = _seconds(loss_time, "loss_time")
+    if optimizer is not None and not isinstance(optimizer, Mapping):
+        raise LabError("optimizer must be a mapping {device: seconds}", where=WHERE)
+    opt = {d: _seconds(s, f"optimizer time of {d!r}") for d, s in (optimizer or {}).items()}
+    dev = [p.device for p in pieces]
+    # Every micro-batch sends the same bytes over the same route: ask ``link`` once per route and size.
+    link_memo: dict[tuple[str, str, float], float] = {}
+
+    def hop(a: str, b: str, nbytes: float) -> float:
+        # Same device is the same process: the tensor is already there.
+        if a == b:
+            return 0.0
+        key = (a, b, float(nbytes))
+        if key not in link_memo:
+            link_memo[key] = _seconds(link(a, b, float(nbytes)), f"link({a!r}, {b!r}, {nbytes})")
+        return link_memo[key]
+
+    # grads[k]: (reader c, bytes) for every tensor a later piece reads from k; its gradient comes back.
+    grads: list[list[tuple[int, float]]] = [[] for _ in pieces]
+    for p in pieces:
+        for src, nbytes in p.inputs:
+            grads[src].append((p.index, float(nbytes)))
+
+    rows: list[dict] = []
+    free = dict.fromkeys(dev, 0.0)
+    fwd_end = [[0.0] * m_count for _ in pieces]
+    bwd_end = [[0.0] * m_count for _ in pieces]
+
+    def transfer(kind: str, sender: int, receiver: int, m: int, nbytes: float, start: float, end: float) -> None:
+        rows.append({"kind": kind, "src": dev[sender], "dst": dev[receiver], "piece": receiver,
+                     "from_piece": sender, "micro": m, "bytes": nbytes, "start": start, "end": end,
+                     "device": dev[receiver], "op": None})
+
+    def compute(d: str, k: int | None, m: int | None, kind: str, op: str | None, start: float,
+                seconds: float) -> float:
+        rows.append({"device": d, "piece": k, "micro": m, "kind": kind, "op": op, "start": start,
+                     "end": start + seconds})
+        return start + seconds
+
+    for p in pieces:
+        k = p.index
+        for m in range(m_count):
+            start = free[p.device]
+            for src, nbytes in p.inputs:
+                sent = fwd_end[src][m]
+                arrive = sent + hop(dev[src], p.device, nbytes)
+                if dev[src] != p.device:
+                    transfer("activation", src, k, m, float(nbytes), sent, arrive)
+                start = max(start, arrive)
+            t = start
+            for op in p.ops:
+                t = compute(p.device, k, m, "forward", op, t, float(forward[op]))
+            if p.loss and loss_time > 0:
+                t = compute(p.device, k, m, "loss", None, t, loss_time)
+            fwd_end[k][m] = free[p.device] = t
+
+    for p in reversed(pieces):
+        k = p.index
+        for m in range(m_count):
+            start = max(free[p.device], fwd_end[k][m])
+            for c, nbytes in grads[k]:
+                sent = bwd_end[c][m]
+                arrive = sent + hop(dev[c], p.device, nbytes)
+                if dev[c] != p.device:
+                    transfer("gradient", c, k, m, nbytes, sent, arrive)
+                start = max(start, arrive)
+            t = start
+            for op in reversed(p.ops):
+                t = compute(p.device, k, m, "backward", op, t, float(backward[op]))
+            bwd_end[k][m] = free[p.device] = t
+
+    # The optimizer step of a device follows all of its backward tasks; one row per device.
+    for d in free:
+        free[d] = compute(d, None, None, "optimizer", None, free[d], opt.get(d, 0.0))
+    return PipelineSchedule(rows=rows, makespan=max(free.values()), micro_batches=m_count)
+
+
+def gpipe_bound(stage_times: Sequence[float], micro_batches: int) -> float:
+    """The textbook GPipe forward time of a chain of stages on distinct devices without links:
+    ``sum(stage_times) + (M - 1) * max(stage_times)`` (the slowest stage sets the pace)."""
+    m_count = _micro(micro_batches)
+    times = [_seconds(s, f"stage time {i}") for i, s in enumerate(stage_times)]
+    if not times:
+        raise LabError("stage_times is empty; a chain needs at least one stage", where=WHERE)
+    return sum(times) + (m_count - 1) * max(times)
