@@ -5,12 +5,15 @@ import streamlit as st
 
 import ui
 from lab.figures import placement as figs
+from lab.jobs import views as job_views
+from lab.machine import plans
 from lab.machine.costmodel import cost_model
 from lab.machine.profile import load_profile
 from lab.modelled import placement as pl
 from lab.modelled.balance import RULES, per_sample_times
 from lab.modelled.opgraph import trace
-from lab.scenario.names import COST_MODEL_LABELS, COST_MODELS, MODEL_LABELS, MODELS
+from lab.scenario.names import COST_MODEL_LABELS, COST_MODELS, MODEL_LABELS, MODELS, STRATEGY_SHORT
+from lab.store.runs import ACTIVE, store
 from lab.view import placement as pv
 
 BASELINE = "placement_baseline"  # the plan kept for comparison (session only, not part of the link)
@@ -145,6 +148,75 @@ if g is not None:
                      column_config={"above optimum (%)": st.column_config.NumberColumn(format="%.1f")})
         ui.caption("modelled", f"one {cm.pass_} of one batch, with the pins; chain_dp optimises the steady pipeline "
                                "bottleneck (its note), not this single-pass makespan.")
+
+st.subheader("Run the plan: measured beside modelled")
+st.markdown(pv.run_intro())
+r1, r2, r3, r4 = st.columns(4, vertical_alignment="bottom")
+micro = int(r1.number_input("Micro-batches", 1, 64, key="pl_micro", help="each batch is pipelined in this many parts"))
+steps = int(r2.number_input("Steps", 5, 2000, key="pl_steps"))
+repeats = int(r3.number_input("Repeats per strategy", 1, 5, key="pl_repeats",
+                              help="Run every strategy: each plan runs this many times (seeds 0, 1, ...)"))
+emulate = r4.toggle("Emulate the drawn cluster", key="pl_emulate",
+                    help="off: every device is this machine, and only the calibrated costs are tested")
+jm, owner = ui.job_manager()
+runs_store = store()
+q1, q2 = st.columns(2)
+if g is not None and q1.button("Run this plan", type="primary", key="pl_run", icon=":material/play_arrow:"):
+    with ui.guarded("starting the placement run"):
+        one = pv.plan_scenario(sc, model, batch, strategy, pl.plan_assignment(g, strategy)[0], micro, steps, emulate)
+        if jobs := ui.submit_once(owner, one, "plan", runs_store, lambda: [
+                jm.submit(one, name=f"{STRATEGY_SHORT[strategy]} · {model}", owner=owner)]):
+            ui.set_view("pl_runs", pv.shown_runs(ui.view_value("pl_runs"), [j.run_id for j in jobs]))
+            st.rerun()
+if g is not None and q2.button("Run every strategy", key="pl_run_all", icon=":material/format_list_numbered:"):
+    with ui.guarded("queueing every strategy"):
+        items = pv.strategy_scenarios(sc, g, model, batch, micro, steps, emulate, repeats,
+                                      lambda gr, name: pl.plan_assignment(gr, name)[0])
+        if jobs := ui.submit_once(owner, items[0][0], f"plans x{repeats}", runs_store,
+                                  lambda: jm.submit_many(items, owner=owner)):
+            ui.set_view("pl_runs", pv.shown_runs((), [j.run_id for j in jobs]))
+            st.rerun()
+shown_ids = [r for r in ui.view_value("pl_runs") or () if pv.run_exists(runs_store, r)]
+active = bool(shown_ids) and bool(len(runs_store.list_runs(statuses=ACTIVE).query("id in @shown_ids")))
+
+
+@st.fragment(run_every=1.0 if active else None)
+def plan_runs() -> None:
+    with ui.guarded("the placement runs"):
+        show_plan_runs()
+
+
+def show_plan_runs() -> None:
+    if not shown_ids:
+        st.caption("Run this plan (or every strategy) to see it measured here beside the model.")
+        return
+    runs, labels = job_views.run_picker(runs_store, owner, everyone=True, keep=shown_ids)
+    prof = load_profile()
+    if len(shown_ids) > 1:
+        rows, tau = plans.strategy_ranking(runs_store, shown_ids, prof)
+        if rows:
+            st.plotly_chart(figs.strategy_ranking_figure(rows, title="Strategies: modelled and measured step time"),
+                            key="pl_rank_fig")
+            st.dataframe(pd.DataFrame(figs.ranking_table(rows)), hide_index=True, key="pl_rank_table")
+            ui.caption("measured", pv.ranking_line(tau, len(rows)))
+    pick = st.selectbox("Run drawn", shown_ids, format_func=lambda r: labels.get(r, r), key="pl_run_drawn")
+    out = plans.plan_outcome(runs_store, pick, prof)
+    for col, (label, value) in zip(st.columns(4), pv.outcome_metrics(out)):
+        col.metric(label, value)
+    if out["note"]:
+        st.caption(ui.plain(out["note"]))
+    if not out["measured_rows"]:
+        st.info(pv.waiting_line(out), icon=":material/hourglass_top:")
+        return
+    st.plotly_chart(figs.run_gantt_figure(out["measured_rows"], out["modelled_rows"], out["devices"],
+                                          measured_badge=pv.measured_badge(out), title=pv.gantt_title(out)),
+                    key="pl_run_gantt")
+    ui.caption("measured", pv.gantt_caption(out))
+    st.dataframe(pd.DataFrame(figs.device_time_table(out["measured_rows"], out["devices"])), hide_index=True,
+                 key="pl_run_devices")
+
+
+plan_runs()
 
 st.subheader("Dynamic load balancing: weights from each node's waiting time")
 st.markdown(pv.balance_intro())

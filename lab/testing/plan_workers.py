@@ -35,3 +35,61 @@ def plan_worker(rank: int, world: int, port: int, scenario_json: str, steps: int
         dist.destroy_process_group()
     with open(os.path.join(out_dir, f"plan{rank}.json"), "w") as f:
         json.dump(out, f)
+
+
+def timing_worker(rank: int, world: int, port: int, scenario_json: str, steps: int, out_dir: str) -> None:
+    """One process of a placement run timed as a bench times it: the job's own steps (no per-operator stamps
+    unless the run emulates), each from the barrier that starts it to this process's end. Writes
+    ``time<rank>.json``: [[start, end], ...] per step on this machine's clock."""
+    import torch.distributed as dist
+
+    init_worker(rank, world, port, timeout_s=120.0)
+    try:
+        t = PlacementTrainer(Scenario.from_json(scenario_json), rank, world, None, None, launched=False)
+        t.setup()
+        t.offset, t.losses, t.timelines, t.timeline_steps = 0.0, [], {}, []
+        spans = [t.train_step(s)[6:8] for s in range(1, steps + 1)]
+        dist.barrier()
+    finally:
+        dist.destroy_process_group()
+    with open(os.path.join(out_dir, f"time{rank}.json"), "w") as f:
+        json.dump(spans, f)
+
+
+def overhead_worker(rank: int, world: int, port: int, scenario_json: str, steps: int, out_dir: str) -> None:
+    """One process: the executor with every operator on this one device against plain training of the same
+    model (model(x), the loss, backward, the optimiser), taking turns step by step on the same batches'
+    sizes. Writes ``overhead.json``: seconds per step of each."""
+    import time
+
+    import torch.nn.functional as F
+
+    from lab.optim.optimizers import from_training as optim_from_training
+    from lab.scenario.models import build_model
+
+    init_worker(rank, world, port, timeout_s=120.0)
+    try:
+        sc = Scenario.from_json(scenario_json)
+        tr = sc.training
+        t = PlacementTrainer(sc, rank, world, None, None, launched=False)
+        t.setup()
+        t.offset, t.losses, t.timelines, t.timeline_steps = 0.0, [], {}, []
+        plain = build_model(tr.model, t.ds.in_features, t.ds.classes, seed=tr.seed)
+        opt = optim_from_training(tr, list(plain.parameters()), tr.lr)
+        got = {"executor": [], "plain": []}
+        for s in range(1, steps + 1):
+            rec = t.train_step(s)
+            got["executor"].append(rec[7] - rec[6])
+            x, y = t.sampler.next_batch()
+            t0 = time.perf_counter()
+            loss = F.cross_entropy(plain(x), y)
+            loss.backward()
+            opt.step()
+            opt.zero_grad(set_to_none=False)
+            got["plain"].append(time.perf_counter() - t0)
+    finally:
+        import torch.distributed as dist
+
+        dist.destroy_process_group()
+    with open(os.path.join(out_dir, "overhead.json"), "w") as f:
+        json.dump(got, f)

@@ -65,7 +65,6 @@ from lab.train.trainer import Trainer
 
 MAX_STAGES = 8  # processes of one placement run
 INPUT = ("input",)  # a piece input that is the model input
-HEADER = 12  # float64 header of a sent tensor: send time, number of dims, the dims
 FWD, BWD = 0, 1
 
 
@@ -371,32 +370,57 @@ class PlacementTrainer(Trainer):
         self._writer, self._pending = None, []
         self.timeline_steps = sorted({min(2, tr.steps), max(1, tr.steps // 2), tr.steps})
         self.compressed = None
+        self._shapes: dict = {}
+        self._overslept = 0.0
 
     # ----- sending and receiving ------------------------------------------------------------------
     def _tag(self, piece: int, out: int, micro: int, way: int) -> int:
         return ((piece * 16 + out) * 2 + way) * 256 + micro
 
+    def _stamp(self) -> torch.Tensor:
+        """The send time, in the payload's own dtype: float32 holds it as two parts (high and the rest)."""
+        now = time.perf_counter()
+        if self.dtype == torch.float64:
+            return torch.tensor([now], dtype=torch.float64)
+        hi = torch.tensor([now], dtype=torch.float32)
+        return torch.cat([hi, torch.tensor([now - float(hi)], dtype=torch.float32)])
+
     def _send(self, t: torch.Tensor, dst_rank: int, tag: int) -> None:
-        t = t.detach().contiguous()
-        head = torch.zeros(HEADER, dtype=torch.float64)
-        head[0], head[1] = time.perf_counter(), t.dim()
-        head[2:2 + t.dim()] = torch.tensor(t.shape, dtype=torch.float64)
-        self.handles.append(dist.isend(head, dst_rank, tag=2 * tag))
-        self.handles.append(dist.isend(t, dst_rank, tag=2 * tag + 1))
-        self.keep.append((head, t))
+        """One message: the tensor, then its send time (the receiver knows the shape)."""
+        flat = torch.cat([t.detach().reshape(-1).to(self.dtype), self._stamp()])
+        self.handles.append(dist.isend(flat, dst_rank, tag=tag))
+        self.keep.append(flat)
         self.stats["sent"] += t.numel() * t.element_size()
 
-    def _recv(self, src_piece: Piece, out: int, micro: int, way: int, dst_piece: int) -> torch.Tensor:
+    def shape_of(self, piece: int, out: int, rows: int) -> torch.Size:
+        """Shape of a piece's output for a micro-batch of ``rows`` samples: the pieces run once on zeros."""
+        key = (piece, out, rows)
+        if key not in self._shapes:
+            vals: dict = {}
+            x = torch.zeros(rows, self.ds.in_features, dtype=self.dtype)
+            was = self.model.training
+            self.model.eval()  # no BatchNorm statistics move
+            try:
+                with torch.no_grad():
+                    for p in self.pieces:
+                        res = p.module(*[x if r is INPUT else vals[r[0]][r[1]] for r in p.inputs])
+                        vals[p.index] = (res,) if p.single else tuple(res)
+                        for o, v in enumerate(vals[p.index]):
+                            self._shapes[(p.index, o, rows)] = v.shape
+            finally:
+                self.model.train(was)
+        return self._shapes[key]
+
+    def _recv(self, src_piece: Piece, out: int, micro: int, way: int, dst_piece: int, shape) -> torch.Tensor:
         src_rank = self.rank_of[src_piece.device] if way == FWD else self.rank_of[self.pieces[dst_piece].device]
         tag = self._tag(src_piece.index, out, micro, way)
         t0 = time.perf_counter()
-        head = torch.empty(HEADER, dtype=torch.float64)
-        dist.recv(head, src_rank, tag=2 * tag)
-        shape = [int(v) for v in head[2:2 + int(head[1])].tolist()]
-        t = torch.empty(shape, dtype=self.dtype)
-        dist.recv(t, src_rank, tag=2 * tag + 1)
+        extra = 1 if self.dtype == torch.float64 else 2
+        flat = torch.empty(math.prod(shape) + extra, dtype=self.dtype)
+        dist.recv(flat, src_rank, tag=tag)
         t1 = time.perf_counter()
-        sent = float(head[0])
+        t = flat[:-extra].view(shape)
+        sent = float(flat[-1]) if extra == 1 else float(flat[-2]) + float(flat[-1])
         nbytes = t.numel() * t.element_size()
         wait = link = 0.0
         src_dev = src_piece.device if way == FWD else self.pieces[dst_piece].device
@@ -405,7 +429,7 @@ class PlacementTrainer(Trainer):
             due = sent + link
             wait = max(0.0, due - t1)
             if wait > 0:
-                time.sleep(wait)
+                self.emulated_wait(wait)
         t2 = time.perf_counter()
         self.stats["comm"] += t1 - t0
         self.stats["emul_comm"] += t2 - t1
@@ -429,10 +453,22 @@ class PlacementTrainer(Trainer):
         s = self.scales.get(op, 1.0)
         if s > 1.0:
             wait = (s - 1.0) * (t1 - t0)
-            time.sleep(wait)
             self.stats["emul_compute"] += wait
+            self.emulated_wait(wait)
             self.event(kind="emulated", op=op, piece=piece.index, micro=micro, start=t1, end=time.perf_counter(),
                        wait=wait)
+
+    def emulated_wait(self, wait: float) -> None:
+        """Wait ``wait`` seconds of emulated time. A sleep overshoots by tens of microseconds, many times the
+        wait of a small operator, so what it overshot is owed back: the next waits are shorter by it, and over a
+        step the emulated time adds up to the topology's numbers."""
+        target = wait - self._overslept
+        if target <= 0:
+            self._overslept = -target
+            return
+        t0 = time.perf_counter()
+        time.sleep(target)
+        self._overslept = time.perf_counter() - t0 - target
 
     def backward_scale(self, piece: Piece, micro: int) -> float:
         """The emulated slowdown of a piece's backward pass: its operators' scales weighted by their forward times."""
@@ -482,7 +518,8 @@ class PlacementTrainer(Trainer):
                         else:
                             key = (src.index, r[1], m)
                             if key not in received:
-                                received[key] = self._recv(src, r[1], m, FWD, p.index)
+                                received[key] = self._recv(src, r[1], m, FWD, p.index,
+                                                           self.shape_of(src.index, r[1], xs[m].shape[0]))
                             v = received[key]
                         v = v.detach()
                         if train and v.is_floating_point():
@@ -538,7 +575,7 @@ class PlacementTrainer(Trainer):
                     for dev in dict.fromkeys(self.pieces[k].device for k, _ in p.readers.get(o, [])):
                         if dev != self.device:
                             k0 = min(k for k, _ in p.readers[o] if self.pieces[k].device == dev)
-                            got = self._recv(p, o, m, BWD, k0)
+                            got = self._recv(p, o, m, BWD, k0, acts[(p.index, m)][o].shape)
                             g = got if g is None else g + got
                     if g is not None and acts[(p.index, m)][o].requires_grad:
                         outs.append(acts[(p.index, m)][o])
@@ -555,8 +592,8 @@ class PlacementTrainer(Trainer):
                 s = self.backward_scale(p, m)
                 if s > 1.0:
                     wait = (s - 1.0) * (t1 - t0)
-                    time.sleep(wait)
                     self.stats["emul_compute"] += wait
+                    self.emulated_wait(wait)
                     self.event(kind="emulated", op=None, piece=p.index, micro=m, start=t1, end=clock(), wait=wait)
                 for r, leaf in zip(p.inputs, leaves[(p.index, m)]):
                     if r is INPUT:
@@ -600,6 +637,7 @@ class PlacementTrainer(Trainer):
         self.timing = step in self.timeline_steps or bool(self.scales)
         self.events = []
         self.stats = {"sent": 0, "recv": 0, "comm": 0.0, "emul_comm": 0.0, "emul_compute": 0.0}
+        self._overslept = 0.0
         x, y = self.sampler.next_batch()
         if self.world > 1:
             dist.barrier()

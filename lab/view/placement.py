@@ -4,6 +4,7 @@ its markdown escape; identity by default)."""
 
 from __future__ import annotations
 
+import math
 from typing import Callable, Mapping
 
 from lab.modelled.balance import (
@@ -13,6 +14,7 @@ from lab.modelled.balance import (
     balance_data_parallel,
     balance_model_parallel,
 )
+from lab.scenario.names import STRATEGY_LABELS
 
 Plain = Callable[[str], str]
 
@@ -106,5 +108,112 @@ def rounds_caption(mode: str) -> str:
             "; imbalance = (max wait − mean wait) / round time (dimensionless).")
 
 
-__all__ = ["BALANCE_KNOBS", "BALANCE_MODES", "changed_pins", "topology_line", "pins_line", "balance_intro",
+def run_intro() -> str:
+    """What "Run this plan" does, and which comparison is the honest one."""
+    return ("**Run this plan** starts one process per device the plan uses, over gloo: each holds the operators "
+            "placed on its device, activations travel forward and gradients backward between them, and the batch "
+            "is pipelined in micro-batches (GPipe), so the bubbles are real. With **emulate the drawn cluster** on, "
+            "an operator on a device the catalogue says is slower for its class waits in proportion, and every "
+            "tensor waits the topology's link time (both emulated). With it off, every device is this machine: then "
+            "nothing emulated enters the measurement, and the prediction from this machine's calibrated costs is "
+            "tested on its own; that is the comparison that is not circular. **Run every strategy** runs each "
+            "strategy's plan (with the pins) and ranks them by the model and by the measurement.")
+
+
+def plan_scenario(sc, model: str, batch: int, strategy: str, assignment: Mapping[str, str], micro_batches: int,
+                  steps: int, emulate: bool):
+    """The scenario of a placement run of the page's plan: its model, batch, strategy, pins and every operator's
+    device as the page placed it (with the page's cost model)."""
+    tr = sc.training.replace(parallel="placement", model=model, batch_size=int(batch), strategy=strategy,
+                             placement=dict(assignment), micro_batches=int(micro_batches), steps=int(steps),
+                             emulate=bool(emulate), compression={"kind": "none"}, sync="allreduce",
+                             fault="none", fault_policy="fail", eval_every=max(1, int(steps)))
+    return sc.replace(training=tr)
+
+
+def strategy_scenarios(sc, g, model: str, batch: int, micro_batches: int, steps: int, emulate: bool,
+                       repeats: int, plan) -> list[tuple]:
+    """(scenario, run name) for every strategy's plan of ``g`` (``plan(g, strategy)`` gives the assignment),
+    ``repeats`` times each with seeds 0, 1, ...; a strategy that cannot place the graph is left out."""
+    from lab.errors import LabError
+    from lab.scenario.names import STRATEGY_NAMES, STRATEGY_SHORT
+
+    out = []
+    for name in STRATEGY_NAMES:
+        try:
+            assignment = plan(g, name)
+        except LabError:
+            continue
+        for r in range(int(repeats)):
+            one = plan_scenario(sc, model, batch, name, assignment, micro_batches, steps, emulate)
+            one = one.replace(training=one.training.replace(seed=sc.training.seed + r))
+            out.append((one, f"{STRATEGY_SHORT[name]} · {model} · seed {one.training.seed}"))
+    return out
+
+
+MAX_SHOWN_RUNS = 40
+
+
+def shown_runs(old, new) -> tuple:
+    """The placement runs the page shows after queueing ``new``: the earlier ones kept (a plan run and then its
+    pinned variant stand side by side), newest last, at most :data:`MAX_SHOWN_RUNS`."""
+    out = list(dict.fromkeys([*(old or ()), *new]))
+    return tuple(out[-MAX_SHOWN_RUNS:])
+
+
+def run_exists(store, run_id: str) -> bool:
+    from lab.errors import LabError
+
+    try:
+        store.get_run(run_id)
+        return True
+    except LabError:
+        return False
+
+
+def _ms(seconds: float) -> str:
+    return "—" if seconds is None or not math.isfinite(seconds) else f"{seconds * 1e3:.3g} ms"
+
+
+def outcome_metrics(out: Mapping) -> list[tuple[str, str]]:
+    """(label, value) of a placement run's headline: measured and modelled step, the error, the status."""
+    err = out["error"]
+    return [("Step, measured (median)", _ms(out["measured_step"])),
+            ("Step, modelled", _ms(out["modelled_step"])),
+            ("Error (measured / modelled − 1)", "—" if not math.isfinite(err) else f"{err:+.0%}"),
+            ("Run", f"{out['status']}, {out['steps_measured']} steps")]
+
+
+def measured_badge(out: Mapping) -> str:
+    return "measured, with emulated waits" if out["emulated"] else "measured, every device is this machine"
+
+
+def gantt_title(out: Mapping) -> str:
+    return (f"One training step of the plan ({STRATEGY_LABELS.get(out['strategy'], out['strategy'])}), "
+            f"{out['micro_batches']} micro-batches, step {out['drawn_step']}")
+
+
+def gantt_caption(out: Mapping) -> str:
+    unc = out.get("clock_uncertainty") or 0.0
+    return ("Above: what the processes recorded in the step nearest the median step time (grey hatched: emulated "
+            "waits; lines: tensors from the sender's stamp to the moment the receiver took them). Below: the model "
+            "of the same schedule from this machine's calibrated costs. One clock: every process stamps the "
+            f"machine's monotonic clock (offsets from rank 0 estimated at the start, uncertainty {unc * 1e6:.0f} µs).")
+
+
+def waiting_line(out: Mapping) -> str:
+    return (f"The run is {out['status']}; its recorded steps appear here when it ends." if out["status"] in
+            ("queued", "running") else f"The run is {out['status']} and recorded no step.")
+
+
+def ranking_line(tau: float, n: int) -> str:
+    if not math.isfinite(tau):
+        return "The ranking needs at least two plans that finished."
+    return (f"Kendall's tau between the model's order and the measured order of these {n} plans: {tau:+.2f} "
+            "(1: the same order, −1: reversed). Bars: modelled and measured step; whiskers: the 95 % interval over "
+            "the repeats.")
+
+
+__all__ = ["shown_runs", "run_exists", "outcome_metrics", "measured_badge", "gantt_title", "gantt_caption",
+           "waiting_line", "ranking_line", "run_intro", "plan_scenario", "strategy_scenarios", "BALANCE_KNOBS", "BALANCE_MODES", "changed_pins", "topology_line", "pins_line", "balance_intro",
            "default_slowdowns", "data_nodes_line", "run_balancing", "balance_summary", "rounds_caption"]

@@ -103,6 +103,12 @@ VIEW: dict[str, Control] = {
     "pl_tol": _c("placement", float, 0.05, "tolerance", lo=0.0, hi=1.0),
     "pl_patience": _c("placement", int, 3, "patience", lo=1, hi=100),
     "pl_rounds": _c("placement", int, 40, "max rounds", lo=1, hi=500),
+    "pl_micro": _c("placement", int, 4, "micro-batches", lo=1, hi=64,
+                   from_scenario=lambda sc: sc.training.micro_batches),
+    "pl_steps": _c("placement", int, 40, "steps of a run", lo=5, hi=2000),
+    "pl_emulate": _c("placement", bool, True, "emulate the drawn cluster"),
+    "pl_repeats": _c("placement", int, 1, "repeats per strategy", lo=1, hi=5),
+    "pl_runs": _c("placement", tuple, (), "placement runs shown"),
     # ---- All-reduce
     "ar_source": _c("allreduce", str, "topology", "devices", ("topology", "identical")),
     "ar_devices": _c("allreduce", tuple, (), "devices taking part"),
