@@ -76,6 +76,7 @@ from lab.machine.loop import measure_loop
 from lab.machine.measure import (
     CALIBRATION_ALLREDUCE_SIZES,
     measure_allreduce,
+    measure_messages,
     measure_procs,
     merge_cycles,
 )
@@ -122,12 +123,12 @@ def calibrate(procs: Sequence[int] = (1, 2, 3, 4), *, quick: bool = False, repea
     cases = cycle_cases(None if nets is None else all_nets)
     t_start = time.time()
     multi = [p for p in procs if p > 1]
-    stages = 1 + len(multi) * (2 if measure_command else 1)
+    stages = 1 + len(multi) * (3 if measure_command else 2)
     progress("compute, optimisers and compressors, one process", 0.0)
     raw = measure_procs(1, nets=all_nets, repeat=repeat)[0]["local"]
     compute = fit_compute(raw["compute"])
     optimizer, compressor = fit_local(raw)
-    measured, cycles = {}, {}
+    measured, cycles, messages = {}, {}, {}
     done = 1
     if cycle_source == "loop":  # one process in the job's own loop: what the loop costs beyond the harness
 
@@ -149,6 +150,9 @@ def calibrate(procs: Sequence[int] = (1, 2, 3, 4), *, quick: bool = False, repea
             rows = merge_cycles(measure_procs(p, repeat=cycle_repeat, cases=cases))
         cycles[str(p)] = rows
         done += 1
+        progress(f"point-to-point messages with {p} processes (placement runs)", done / stages)
+        messages[str(p)] = measure_messages(p, iters=20 if quick else 50)
+        done += 1
     terms = fit_process_terms(cycles, compute, optimizer, measured)
     progress("done", 1.0)
     settings = {"procs": procs, "repeat": repeat, "allreduce_iters": allreduce_iters,
@@ -162,7 +166,7 @@ def calibrate(procs: Sequence[int] = (1, 2, 3, 4), *, quick: bool = False, repea
     return MachineProfile(created=datetime.now(timezone.utc).isoformat(timespec="seconds"),
                           machine=machine_description(), compute=compute, optimizer=optimizer,
                           compressor=compressor, wait_slowdown=raw["wait"], measured_allreduce=measured,
-                          **terms,
+                          messages=messages, **terms,
                           settings=settings)
 
 

@@ -361,3 +361,55 @@ def measure_allreduce(procs: int, iters: int = 10, sizes: Sequence[int] = CALIBR
         fit = fit_rows(rows, impl)
         out[impl] = CommFit(float(fit.alpha), float(fit.beta), float(fit.geomean_error))
     return out
+
+
+MESSAGE_SIZES = (256, 16 << 10, 256 << 10)  # bytes of one point-to-point message
+
+
+def _messages_worker(rank: int, world: int, port: int, out_dir: str, sizes: list, iters: int) -> None:
+    """One of N processes passing a tensor around a ring, one message per hop, sent as a placement run sends
+    (asynchronous isend of one flat tensor, blocking receive). Rank 0 writes seconds per hop for each size."""
+    import torch.distributed as dist
+
+    init_worker(rank, world, port, timeout_s=120.0)
+    out = {}
+    try:
+        for size in sizes:
+            t = torch.zeros(max(1, size // 4))
+            for rep in range(2):  # the first pass warms the connections up
+                dist.barrier()
+                t0 = time.perf_counter()
+                for _ in range(iters):
+                    if rank == 0:
+                        h = dist.isend(t, 1 % world)
+                        dist.recv(t, world - 1)
+                    else:
+                        dist.recv(t, rank - 1)
+                        h = dist.isend(t, (rank + 1) % world)
+                    h.wait()
+                if rep:
+                    out[str(size)] = (time.perf_counter() - t0) / (iters * world)
+        dist.barrier()
+    finally:
+        dist.destroy_process_group()
+    if rank == 0:
+        with open(os.path.join(out_dir, "messages.json"), "w") as f:
+            json.dump(out, f)
+
+
+def measure_messages(procs: int, iters: int = 50, sizes: Sequence[int] = MESSAGE_SIZES) -> CommFit:
+    """Seconds of one point-to-point message with ``procs`` processes: alpha (per message) and beta (per byte),
+    fitted to a ring of messages of each size."""
+    with tempfile.TemporaryDirectory(prefix="lab-calib-") as tmp:
+        try:
+            run_local(_messages_worker, procs, (tmp, list(sizes), iters), timeout_s=300)
+        except RuntimeError as exc:
+            raise LabError(f"the message measurement with {procs} processes failed: {exc}", where="calibration") from None
+        got = json.loads((Path(tmp) / "messages.json").read_text())
+    x = np.array([float(s) for s in got])
+    y = np.array(list(got.values()))
+    beta, alpha = np.polyfit(x, y, 1)
+    alpha, beta = max(float(alpha), 0.0), max(float(beta), 0.0)
+    pred = alpha + beta * x
+    err = float(np.exp(np.mean(np.abs(np.log(np.maximum(pred, 1e-12) / y)))) - 1)
+    return CommFit(alpha, beta, err)

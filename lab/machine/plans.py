@@ -8,9 +8,11 @@ the run's own pieces and micro-batches, with
   (:class:`lab.machine.costmodel.CalibratedModel`, fitted with as many processes as the run starts),
   split one third forward, two thirds backward (the usual rule: a backward pass computes the
   gradients of both the inputs and the weights);
-* with emulation, each operator slower by its device's catalogue factor and each tensor the topology's
-  link time for its bytes (what the run waits); without, every device is this machine and a send
-  costs one message of the calibrated gloo all-reduce (latency + bytes / bandwidth);
+* a sent tensor costs one point-to-point message as calibrated on this machine (latency + bytes /
+  bandwidth, with as many processes as the run starts; a profile made before that measurement existed
+  uses one step of the calibrated gloo all-reduce instead); with emulation, each operator is slower
+  by its device's catalogue factor and a tensor takes at least the topology's link time for its bytes
+  (the receiver waits the rest, as the run does);
 * each process's optimiser step at its own parameters, from the calibrated optimiser cost.
 
 Without emulation no emulated wait enters either side, so the comparison tests the calibrated cost
@@ -83,12 +85,11 @@ def predict_plan(sc: Scenario, profile: MachineProfile, *, emulate: bool | None 
         slower = catalogue_slowdown(topo, topo.device(dev), op.op_class) if emulate else 1.0
         t = cm.fit.cost(op.op_class).time(op.flops) * slower if math.isfinite(slower) else math.inf
         fwd[op.name], bwd[op.name] = t * FORWARD_SHARE, t * (1.0 - FORWARD_SHARE)
-    gloo = profile.allreduce_fit("gloo", max(2, world))
+    msg = profile.message_fit(max(2, world)) or profile.allreduce_fit("gloo", max(2, world))
 
     def link(src: str, dst: str, n: float) -> float:
-        if emulate:
-            return float(topo.transfer_time(src, dst, n))
-        return gloo.alpha + n * gloo.beta
+        sent = msg.alpha + n * msg.beta  # the real message on this machine
+        return max(sent, float(topo.transfer_time(src, dst, n))) if emulate else sent
 
     opt = profile.optimizer_cost(tr.optimizer, world)
     optimizer = {}

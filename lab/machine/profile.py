@@ -104,6 +104,9 @@ class MachineProfile:
     #: {procs: mean wait per step (collective, idle, rest) in the N-process calibration runs}: the
     #: wait whose after-effect the N-process compute terms already hold
     cycle_wait: dict = field(default_factory=dict)
+    #: {procs: CommFit}: one point-to-point message as a placement run sends it (alpha per message, beta per
+    #: byte); empty in a profile made before placement runs existed
+    messages: dict = field(default_factory=dict)
 
     # ----- lookups (nearest calibrated process count when N itself was not calibrated) ---------
     @staticmethod
@@ -145,6 +148,10 @@ class MachineProfile:
         c = self.compressor.get(key) or self.compressor.get(kind) or LinearCost()
         k = self.slowdown(procs)
         return LinearCost(c.fixed * k, c.per_tensor * k, c.per_unit * k)
+
+    def message_fit(self, procs: int) -> CommFit | None:
+        """One point-to-point message with ``procs`` processes (the nearest calibrated count), or None."""
+        return self._nearest(self.messages, procs) if self.messages else None
 
     def allreduce_fit(self, impl: str, procs: int) -> CommFit:
         t = self._nearest(self.allreduce, procs)
@@ -218,6 +225,7 @@ class MachineProfile:
             d["sharing"] = {p: {k: SharingFit(**v) for k, v in t.items()} for p, t in d["sharing"].items()}
             d["jitter"] = {p: LinearCost(**v) for p, v in d["jitter"].items()}
             d["remainder"] = {p: LinearCost(**v) for p, v in d["remainder"].items()}
+            d["messages"] = {str(p): CommFit(**v) for p, v in d.get("messages", {}).items()}
             prof = MachineProfile(**d)
         except LabError:
             raise

@@ -38,10 +38,13 @@ interactive shell (its own job), the launcher leads that group, so one ``killpg`
 
 from __future__ import annotations
 
+import dataclasses
+
 import json
 import math
 import logging
 import os
+import re
 import shutil
 import signal
 import socket
@@ -329,7 +332,7 @@ def launch(sc: Scenario, run_id: str | None = None, *, name: str | None = None,
                     "launcher_pid": os.getpid(), "world": len(procs),
                     "workers": current.training.workers, "pids": [p.pid for p in procs],
                     "port": sock.getsockname()[1], "cpus": (cpus or [])[:len(procs)] or None})
-                failure = _watch(procs, tmp, store, run_id, attempt, logs)
+                failure = named(_watch(procs, tmp, store, run_id, attempt, logs), current)
             finally:
                 sock.close()
             if failure is None:
@@ -371,6 +374,21 @@ def launch(sc: Scenario, run_id: str | None = None, *, name: str | None = None,
         _record_end(store, run_id, attempt)
     run = store.get_run(run_id)
     return LaunchResult(run_id, run["status"], final_accuracy(store, run_id), run["error"], restarts)
+
+
+def named(failure: Failure | None, sc: Scenario) -> Failure | None:
+    """A placement run's failure names the stage: which device's process failed, and the operators it held."""
+    if failure is None or failure.rank is None or sc.training.parallel != "placement":
+        return failure
+    from lab.train.stages import stage_devices
+
+    devices = stage_devices(sc)
+    if not 0 <= failure.rank < len(devices):
+        return failure
+    dev = devices[failure.rank]
+    ops = [op for op, d in sc.training.placement if d == dev]
+    who = f"the stage process of device {dev} (rank {failure.rank}: {', '.join(ops[:6])}{', ...' if len(ops) > 6 else ''})"
+    return dataclasses.replace(failure, error=re.sub(r"^worker \d+", who, failure.error))
 
 
 def _record_end(store: RunStore, run_id: str, attempt: int) -> None:

@@ -138,6 +138,12 @@ def resolved(sc: Scenario) -> Scenario:
     return sc.replace(training=tr.replace(placement=plan.assignment))
 
 
+def stage_devices(sc: Scenario) -> list[str]:
+    """The devices of a placement run by rank (the order of each device's first operator in the model)."""
+    ds, model = model_for(sc)
+    return resolve(resolved(sc), model, ds.in_features).devices
+
+
 def stage_count(sc: Scenario) -> int:
     """Processes a placement run starts: one per device of its plan (the plan written out first)."""
     return len(set(dict(sc.training.placement).values())) if sc.training.placement else \

@@ -1,0 +1,93 @@
+"""A placement run whose stage process is killed, or frozen from outside, fails with the stage named (its
+device and operators), within the detection times of every other run, and leaves no process behind."""
+from __future__ import annotations
+
+import os
+import signal
+import threading
+import time
+
+import pytest
+
+from lab.scenario.catalogue import preset
+from lab.scenario.document import Scenario, Training
+from lab.store.runs import RunStore
+from lab.train.launcher import launch, processes_of
+
+pytestmark = pytest.mark.timeout(300)
+DETECT_S = 30.0
+PLAN = {"net_0": "edge0", "net_1": "edge0", "net_2": "edge1", "net_3": "edge1", "net_4": "edge1"}
+
+
+@pytest.fixture
+def env(lab_db, monkeypatch):
+    monkeypatch.setenv("LAB_HEARTBEAT_TIMEOUT", "3")
+    monkeypatch.setenv("LAB_HEARTBEAT_EVERY", "0.2")
+    monkeypatch.setenv("LAB_GLOO_TIMEOUT", "30")
+    monkeypatch.setenv("LAB_FROZEN_TIMEOUT", "10")
+    monkeypatch.setenv("LAB_FLUSH_EVERY", "1")
+    return lab_db
+
+
+def scenario(**training) -> Scenario:
+    tr = Training(model="mlp", parallel="placement", placement=PLAN, steps=12, batch_size=32, micro_batches=2,
+                  fault_worker=1, fault_step=5).replace(**training)
+    return Scenario("stages", preset("edge"), tr)
+
+
+def alarm(store, rid):
+    ev = store.stages(rid)
+    return ev[ev.stage == "alarm"].iloc[0]
+
+
+def check_no_process_left(store, rid):
+    assert processes_of(rid) == []
+    ev = store.stages(rid)
+    rel = ev[ev.stage == "released"]
+    assert len(rel) and rel.detail.iloc[-1]["worker_processes_left"] == 0
+
+
+def test_a_killed_stage_process_fails_the_run_with_its_device_named(env):
+    res = launch(scenario(fault="kill"))
+    store = RunStore(env)
+    run = store.get_run(res.run_id)
+    assert res.status == run["status"] == "failed", run["error"]
+    assert "the stage process of device edge1 (rank 1: net_2, net_3, net_4)" in run["error"]
+    assert "was killed by signal SIGKILL" in run["error"]
+    a = alarm(store, res.run_id)
+    ev = store.stages(res.run_id)
+    fault = ev[ev.stage == "fault"]
+    assert a.worker == 1 and a.detail["action"] == "fail the job"
+    assert a.t - fault.t.iloc[0] < DETECT_S
+    assert store.progress(res.run_id) >= 4  # the steps before the fault are kept
+    check_no_process_left(store, res.run_id)
+
+
+def test_a_frozen_stage_process_is_found_by_its_heartbeat(env):
+    store = RunStore(env)
+    out: dict = {}
+    stopper = threading.Thread(target=_freeze_when_running, args=(store, "frozen-stage", out), daemon=True)
+    stopper.start()
+    res = launch(scenario(steps=100_000), run_id="frozen-stage")
+    stopper.join(timeout=10)
+    run = store.get_run(res.run_id)
+    assert res.status == "failed" and "froze at step" in run["error"], run["error"]
+    assert "the stage process of device edge1" in run["error"]
+    a = alarm(store, res.run_id)
+    assert a.detail["kind"] == "frozen" and a.t - out["stopped_at"] < DETECT_S
+    check_no_process_left(store, res.run_id)
+
+
+def _freeze_when_running(store, rid, out):
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        try:
+            if store.progress(rid) >= 3:
+                break
+        except Exception:  # noqa: BLE001 - the run may not exist yet
+            pass
+        time.sleep(0.1)
+    ev = store.stages(rid)
+    pids = ev[ev.stage == "started"].detail.iloc[0]["pids"]
+    out["stopped_at"] = time.time()
+    os.kill(pids[1], signal.SIGSTOP)
