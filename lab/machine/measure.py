@@ -369,8 +369,10 @@ MESSAGE_SIZES = (256, 16 << 10, 256 << 10)  # bytes of one point-to-point messag
 def _messages_worker(rank: int, world: int, port: int, out_dir: str, sizes: list, iters: int) -> None:
     """One of N processes passing a tensor around a ring, one message per hop, sent as a placement run sends
     (asynchronous isend of one flat tensor, blocking receive). Rank 0 writes seconds per hop for each size."""
+    import torch
     import torch.distributed as dist
 
+    pin_rank(rank)
     init_worker(rank, world, port, timeout_s=120.0)
     out = {}
     try:

@@ -7,6 +7,7 @@ import os
 import torch
 
 from lab.comm.processes import init_worker
+from lab.machine.cases import pin_rank
 from lab.scenario.document import Scenario
 from lab.train.stages import PlacementTrainer
 
@@ -43,6 +44,7 @@ def timing_worker(rank: int, world: int, port: int, scenario_json: str, steps: i
     ``time<rank>.json``: [[start, end], ...] per step on this machine's clock."""
     import torch.distributed as dist
 
+    pin_rank(rank)  # as the job manager pins a job's ranks
     init_worker(rank, world, port, timeout_s=120.0)
     try:
         t = PlacementTrainer(Scenario.from_json(scenario_json), rank, world, None, None, launched=False)

@@ -181,7 +181,7 @@ def outcome_metrics(out: Mapping) -> list[tuple[str, str]]:
     return [("Step, measured (median)", _ms(out["measured_step"])),
             ("Step, modelled", _ms(out["modelled_step"])),
             ("Error (measured / modelled − 1)", "—" if not math.isfinite(err) else f"{err:+.0%}"),
-            ("Run", f"{out['status']}, {out['steps_measured']} steps")]
+            ("Run", f"{out['status']}, {out['steps_measured']} steps measured (the first 2 are warm-up)")]
 
 
 def measured_badge(out: Mapping) -> str:
@@ -197,7 +197,9 @@ def gantt_caption(out: Mapping) -> str:
     unc = out.get("clock_uncertainty") or 0.0
     return ("Above: what the processes recorded in the step nearest the median step time (grey hatched: emulated "
             "waits; lines: tensors from the sender's stamp to the moment the receiver took them). Below: the model "
-            "of the same schedule from this machine's calibrated costs. One clock: every process stamps the "
+            "of the same schedule from this machine's calibrated costs, where a slower device's operator is simply "
+            "longer (no separate wait bar). The plan's makespan above is another quantity: one forward pass of the "
+            "whole batch by the page's cost model. One clock: every process stamps the "
             f"machine's monotonic clock (offsets from rank 0 estimated at the start, uncertainty {unc * 1e6:.0f} µs).")
 
 

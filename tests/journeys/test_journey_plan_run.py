@@ -1,0 +1,147 @@
+"""Browser journey for a design review: on Placement, pin conv1 to the FPGA, run the plan for a few steps,
+see the measured step beside the modelled one (the run's Gantt has both panels), and share the view as a
+link that shows a second student, in a fresh browser, the same run with the same measured step and pin."""
+
+from __future__ import annotations
+
+import re
+import time
+from pathlib import Path
+
+import pytest
+
+from lab.machine.calibrate import synthetic_profile
+from lab.store.runs import RunStore
+from tests.conftest import settle
+from tests.journey import choose, new_page, no_error_boxes, selected, take_link, type_number
+
+pytestmark = pytest.mark.timeout(420)
+
+MODEL = "LeNet-style CNN"
+STRATEGY = "greedy earliest finish"
+STEPS = 8
+MEASURED = "Step, measured (median)"
+MS = re.compile(r"^\d+(\.\d+)?(e[+-]?\d+)? ms$")  # _ms in lab.view.placement: 3 significant digits
+
+# The text plotly drew in the chart of a widget key (its subplot titles are annotations).
+SVG_TEXT = """(sel) => Array.from(document.querySelectorAll(sel + ' .js-plotly-plot text'))
+  .map(t => t.textContent).join('\\n')"""
+
+
+def pick(pg, label: str, option: str) -> None:
+    """:func:`journey.choose`, clicking the box again when the first click only took the focus."""
+    box = pg.get_by_role("combobox", name=label, exact=True).first
+    box.click()
+    item = pg.get_by_role("option", name=option, exact=True)
+    try:
+        item.wait_for(timeout=3_000)
+    except Exception:  # noqa: BLE001 - playwright's TimeoutError: the list did not open
+        box.click()
+    item.click()
+    settle(pg)
+
+
+def metric_exact(pg, label: str) -> str | None:
+    """The value of the metric whose label is exactly ``label`` (None while it is not on the page)."""
+    for m in pg.locator("[data-testid='stMetric']").all():
+        if m.locator("[data-testid='stMetricLabel']").inner_text().strip() == label:
+            return m.locator("[data-testid='stMetricValue']").inner_text().strip()
+    return None
+
+
+def gantt_text(pg) -> str:
+    chart = pg.locator(".st-key-pl_run_gantt").first
+    chart.scroll_into_view_if_needed()
+    pg.wait_for_function("() => document.querySelector('.st-key-pl_run_gantt .js-plotly-plot .main-svg')",
+                         timeout=30_000)
+    return pg.evaluate(SVG_TEXT, ".st-key-pl_run_gantt")
+
+
+def wait_until_done(pg, shot: Path, timeout_s: float = 180) -> str:
+    """Poll the "Run" metric until it says done and the run's Gantt is drawn; its value."""
+    deadline, status = time.monotonic() + timeout_s, None
+    while time.monotonic() < deadline:
+        status = metric_exact(pg, "Run")
+        if status and not status.startswith(("queued", "running")):
+            break
+        pg.wait_for_timeout(1_000)
+    if not (status or "").startswith("done"):
+        pg.screenshot(path=str(shot), full_page=True)
+        pytest.fail(f"the run did not end done within {timeout_s:.0f} s: Run = {status!r} (screenshot {shot})")
+    pg.locator(".st-key-pl_run_gantt").first.wait_for(timeout=30_000)
+    settle(pg)
+    return status
+
+
+def both_panels(text: str) -> None:
+    assert re.search(r"^measured, with emulated waits: ", text, re.M), text
+    assert re.search(r"^modelled: ", text, re.M), text
+
+
+def test_a_pinned_plan_run_is_shared_with_its_measured_and_modelled_step(
+        streamlit_server, browser, tmp_path_factory, tmp_path):
+    (data,) = tmp_path_factory.getbasetemp().glob("server-data[0-9]*")  # the session server's LAB_DATA
+    profile = data / "machine_profile.json"
+    had_profile = profile.exists()
+    if not had_profile:
+        synthetic_profile().save(profile)  # the modelled panel needs "this machine"'s profile
+    try:
+        pg = new_page(browser)
+        try:
+            pg.goto(streamlit_server + "/placement")
+            settle(pg)
+            pg.get_by_role("heading", name="Placement").first.wait_for(timeout=30_000)
+            no_error_boxes(pg)
+            choose(pg, "Model", MODEL)
+            choose(pg, "Strategy", STRATEGY)
+            pick(pg, "Operator to pin", "conv1")
+            pick(pg, "on device", "fpga")
+            pg.get_by_role("button", name="Pin", exact=True).click()
+            settle(pg)
+            pg.get_by_text("conv1 → fpga").first.wait_for(timeout=30_000)
+            type_number(pg, "Steps", STEPS)
+            no_error_boxes(pg)
+
+            db = RunStore(data / "runs.db")  # the server's store (other journeys may share it)
+            before = set(db.list_runs().id)
+            pg.get_by_role("button", name="Run this plan").click()
+            settle(pg)
+            status = wait_until_done(pg, tmp_path / "plan-run.png")
+            assert re.fullmatch(r"done, \d+ steps", status), status
+            step = metric_exact(pg, MEASURED)
+            assert step and MS.match(step), step
+            assert MS.match(metric_exact(pg, "Step, modelled") or ""), metric_exact(pg, "Step, modelled")
+            text = gantt_text(pg)
+            both_panels(text)
+            no_error_boxes(pg)
+
+            new = set(db.list_runs().id) - before
+            assert len(new) == 1, new  # one click, one run
+            tr = db.get_run(new.pop())["scenario"]["training"]
+            assert tr["parallel"] == "placement" and tr["steps"] == STEPS and tr["strategy"] == "greedy_eft"
+            assert tr["pins"] == {"conv1": "fpga"} and dict(tr["placement"])["conv1"] == "fpga"
+
+            url = take_link(pg)
+            assert "/placement?" in url
+            no_error_boxes(pg)
+        finally:
+            pg.context.close()
+
+        fresh = new_page(browser, browser.new_context(viewport={"width": 1400, "height": 900}))
+        try:
+            fresh.goto(url)
+            settle(fresh)
+            fresh.get_by_role("heading", name="Placement").first.wait_for(timeout=30_000)
+            assert selected(fresh, "Model") == MODEL and selected(fresh, "Strategy") == STRATEGY
+            fresh.get_by_text("conv1 → fpga").first.wait_for(timeout=30_000)
+            fresh.locator(".st-key-pl_run_gantt").first.wait_for(timeout=60_000)
+            settle(fresh)
+            assert metric_exact(fresh, "Run") == status
+            assert metric_exact(fresh, MEASURED) == step
+            both_panels(gantt_text(fresh))
+            no_error_boxes(fresh)
+        finally:
+            fresh.context.close()
+    finally:
+        if not had_profile:
+            profile.unlink(missing_ok=True)
