@@ -193,7 +193,7 @@ def show_plan_runs() -> None:
     runs, labels = job_views.run_picker(runs_store, owner, everyone=True, keep=shown_ids)
     prof = load_profile()
     if len(shown_ids) > 1:
-        rows, tau = plans.strategy_ranking(runs_store, shown_ids, prof)
+        rows, tau = pv.strategy_ranking(runs_store, shown_ids, prof)
         if rows:
             st.plotly_chart(figs.strategy_ranking_figure(rows, title="Strategies: modelled and measured step time"),
                             key="pl_rank_fig")

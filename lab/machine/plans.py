@@ -32,7 +32,6 @@ import torch
 from scipy.stats import kendalltau
 
 from lab.errors import LabError
-from lab.jobs.comparison import Spread
 from lab.machine.costmodel import CalibratedModel
 from lab.machine.profile import MachineProfile
 from lab.modelled.costmodel import catalogue_slowdown
@@ -147,30 +146,6 @@ def plan_outcome(store: Any, run_id: str, profile: MachineProfile | None) -> dic
             "placement": dict(tr.placement), "pins": dict(tr.pins)}
 
 
-def strategy_ranking(store: Any, run_ids: Sequence[str], profile: MachineProfile | None) -> tuple[list[dict], float]:
-    """Placement runs grouped by strategy: per strategy the modelled step, the measured step (mean over its
-    repeats of each run's median, with the comparison's 95 % interval), the error, and Kendall's tau between
-    the model's and the measurement's order of the strategies (NaN with fewer than two)."""
-    by: dict[str, list[dict]] = {}
-    for rid in run_ids:
-        try:
-            out = plan_outcome(store, rid, profile)
-        except LabError:
-            continue
-        if out["status"] == "done" and math.isfinite(out["measured_step"]):
-            by.setdefault(plan_label(out), []).append(out)
-    rows = []
-    for label, outs in by.items():
-        name = outs[0]["strategy"]
-        spread = Spread.of([o["measured_step"] for o in outs])
-        lo, hi = spread.interval() if spread.n > 1 else (None, None)
-        modelled = outs[0]["modelled_step"]
-        rows.append({"strategy": label, "key": name, "modelled": modelled,
-                     "measured": spread.mean, "low": lo, "high": hi, "repeats": spread.n,
-                     "error": spread.mean / modelled - 1.0 if modelled and math.isfinite(modelled) else math.nan})
-    return rows, kendall(rows)
-
-
 def plan_label(out: dict) -> str:
     """A plan in a few words: its strategy, its pins, and whether the cluster was emulated."""
     pins = ", ".join(f"{op}→{dev}" for op, dev in sorted(out["pins"].items()))
@@ -187,4 +162,4 @@ def kendall(rows: Sequence[dict]) -> float:
     return float(tau) if tau is not None else math.nan
 
 
-__all__ = ["predict_plan", "plan_outcome", "measured_steps", "strategy_ranking", "kendall", "plan_label", "FORWARD_SHARE"]
+__all__ = ["predict_plan", "plan_outcome", "measured_steps", "kendall", "plan_label", "FORWARD_SHARE"]

@@ -7,6 +7,9 @@ from __future__ import annotations
 import math
 from typing import Callable, Mapping
 
+from lab.errors import LabError
+from lab.jobs.comparison import Spread
+from lab.machine import plans
 from lab.modelled.balance import (
     RULE_LABELS,
     RULES,
@@ -14,7 +17,7 @@ from lab.modelled.balance import (
     balance_data_parallel,
     balance_model_parallel,
 )
-from lab.scenario.names import STRATEGY_LABELS
+from lab.scenario.names import STRATEGY_LABELS, STRATEGY_NAMES, STRATEGY_SHORT
 
 Plain = Callable[[str], str]
 
@@ -108,6 +111,30 @@ def rounds_caption(mode: str) -> str:
             "; imbalance = (max wait − mean wait) / round time (dimensionless).")
 
 
+def strategy_ranking(store, run_ids, profile) -> tuple[list[dict], float]:
+    """Placement runs grouped by strategy: per strategy the modelled step, the measured step (mean over its
+    repeats of each run's median, with the comparison's 95 % interval), the error, and Kendall's tau between
+    the model's and the measurement's order of the strategies (NaN with fewer than two)."""
+    by: dict[str, list[dict]] = {}
+    for rid in run_ids:
+        try:
+            out = plans.plan_outcome(store, rid, profile)
+        except LabError:  # a run deleted meanwhile, or not a placement run
+            continue
+        if out["status"] == "done" and math.isfinite(out["measured_step"]):
+            by.setdefault(plans.plan_label(out), []).append(out)
+    rows = []
+    for label, outs in by.items():
+        name = outs[0]["strategy"]
+        spread = Spread.of([o["measured_step"] for o in outs])
+        lo, hi = spread.interval() if spread.n > 1 else (None, None)
+        modelled = outs[0]["modelled_step"]
+        rows.append({"strategy": label, "key": name, "modelled": modelled,
+                     "measured": spread.mean, "low": lo, "high": hi, "repeats": spread.n,
+                     "error": spread.mean / modelled - 1.0 if modelled and math.isfinite(modelled) else math.nan})
+    return rows, plans.kendall(rows)
+
+
 def run_intro() -> str:
     """What "Run this plan" does, and which comparison is the honest one."""
     return ("**Run this plan** starts one process per device the plan uses, over gloo: each holds the operators "
@@ -135,9 +162,6 @@ def strategy_scenarios(sc, g, model: str, batch: int, micro_batches: int, steps:
                        repeats: int, plan) -> list[tuple]:
     """(scenario, run name) for every strategy's plan of ``g`` (``plan(g, strategy)`` gives the assignment),
     ``repeats`` times each with seeds 0, 1, ...; a strategy that cannot place the graph is left out."""
-    from lab.errors import LabError
-    from lab.scenario.names import STRATEGY_NAMES, STRATEGY_SHORT
-
     out = []
     for name in STRATEGY_NAMES:
         try:
@@ -162,8 +186,6 @@ def shown_runs(old, new) -> tuple:
 
 
 def run_exists(store, run_id: str) -> bool:
-    from lab.errors import LabError
-
     try:
         store.get_run(run_id)
         return True
@@ -216,6 +238,6 @@ def ranking_line(tau: float, n: int) -> str:
             "the repeats.")
 
 
-__all__ = ["shown_runs", "run_exists", "outcome_metrics", "measured_badge", "gantt_title", "gantt_caption",
+__all__ = ["strategy_ranking", "shown_runs", "run_exists", "outcome_metrics", "measured_badge", "gantt_title", "gantt_caption",
            "waiting_line", "ranking_line", "run_intro", "plan_scenario", "strategy_scenarios", "BALANCE_KNOBS", "BALANCE_MODES", "changed_pins", "topology_line", "pins_line", "balance_intro",
            "default_slowdowns", "data_nodes_line", "run_balancing", "balance_summary", "rounds_caption"]

@@ -107,7 +107,7 @@ def test_a_pinned_plan_run_is_shared_with_its_measured_and_modelled_step(
             pg.get_by_role("button", name="Run this plan").click()
             settle(pg)
             status = wait_until_done(pg, tmp_path / "plan-run.png")
-            assert re.fullmatch(r"done, \d+ steps", status), status
+            assert re.fullmatch(r"done, \d+ steps measured \(the first 2 are warm-up\)", status), status
             step = metric_exact(pg, MEASURED)
             assert step and MS.match(step), step
             assert MS.match(metric_exact(pg, "Step, modelled") or ""), metric_exact(pg, "Step, modelled")
