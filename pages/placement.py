@@ -25,9 +25,10 @@ st.title("Placement")
 st.markdown("Each preset model is traced (torch.fx) into operators with FLOPs and bytes. A cost model turns them "
             "into seconds on every device of the scenario's topology and transfers into seconds over the route "
             "(**latency + bytes / bottleneck**). Each strategy then places every operator; a **pin** puts one "
-            "operator on a device of your choice and the strategy places the rest around it. Everything on this "
-            "page is modelled, not measured: from the catalogue's throughputs, or from this machine's calibrated "
-            "costs (the numbers the Training page predicts with).")
+            "operator on a device of your choice and the strategy places the rest around it. The plans are "
+            "modelled: from the catalogue's throughputs, or from this machine's calibrated costs (the numbers the "
+            "Training page predicts with). Under **Run the plan**, a plan runs in real processes and is measured "
+            "beside the model.")
 
 
 @st.cache_data(max_entries=32, show_spinner=False)
