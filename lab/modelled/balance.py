@@ -59,9 +59,11 @@ from lab.errors import LabError
 from lab.modelled.costmodel import DATASHEET, CostModel
 from lab.modelled.datasheet import check_speed
 from lab.modelled.placement import greedy_eft, heft, replay
+from lab.scenario.names import BALANCE_LABELS, BALANCE_RULES
 
-RULES = ("wait", "throughput")
-RULE_LABELS = {"wait": "shift by waiting time", "throughput": "proportional to measured speed"}
+RULES = BALANCE_RULES
+RULE_LABELS = {r: BALANCE_LABELS[r] for r in RULES}
+PLANNERS = {"greedy_eft": greedy_eft, "heft": heft}
 MAX_ROUNDS = 500
 
 
@@ -192,43 +194,75 @@ def _noise(seed: int, rnd: int, m: int, sigma: float) -> np.ndarray:
     return np.exp(sigma * np.random.default_rng([int(seed), rnd]).standard_normal(m))
 
 
+class BalanceLoop:
+    """The loop's bookkeeping, the same for a simulated round and a measured one: the weights to plan the next
+    round with, the test, the update rule and the stop. Feed it each round with :meth:`observe`."""
+
+    def __init__(self, nodes: Sequence[str], rule: str, step: float, tolerance: float, patience: int,
+                 max_rounds: int, prior_speed: Sequence[float], total_weight: float, normalise_measured: bool,
+                 diff: Callable[[tuple, tuple], int]):
+        self.nodes, self.rule, self.step, self.tolerance = list(nodes), rule, step, tolerance
+        self.patience, self.max_rounds, self.total_weight = patience, max_rounds, total_weight
+        self.normalise_measured, self.diff = normalise_measured, diff
+        self.weights = np.full(len(self.nodes), total_weight / len(self.nodes))
+        self.speed_est = np.array(prior_speed, dtype=float)
+        self.prev: tuple | None = None
+        self.unchanged = 0
+        self.rounds: list[BalanceRound] = []
+        self.converged = False
+        self.reason = ""
+
+    @property
+    def done(self) -> bool:
+        return self.converged or len(self.rounds) >= self.max_rounds
+
+    def observe(self, plan: tuple, busy: Sequence[float], work: Sequence[float], round_time: float) -> BalanceRound:
+        """Record a round that ran ``plan`` with the current weights (``busy`` seconds and ``work`` done per
+        node, the round's time), then move the weights for the next round unless the loop is done."""
+        busy, work, T = np.asarray(busy, dtype=float), np.asarray(work, dtype=float), float(round_time)
+        waits = np.maximum(T - busy, 0.0)
+        changes = None if self.prev is None else self.diff(self.prev, plan)
+        self.unchanged = self.unchanged + 1 if changes == 0 else 0
+        mx, mean = float(waits.max()), float(waits.mean())
+        imb = (mx - mean) / T if T > 0 else 0.0
+        good = imb <= self.tolerance
+        w = self.weights
+        r = BalanceRound(len(self.rounds) + 1, tuple(float(x) for x in w), tuple(plan), tuple(float(x) for x in busy),
+                         tuple(float(x) for x in waits), T, mx, mean, float(imb), good, changes, self.unchanged)
+        self.rounds.append(r)
+        self.prev = tuple(plan)
+        if self.unchanged >= self.patience:
+            self.converged, self.reason = True, f"the plan has not changed for {self.patience} round(s)"
+            return r
+        if len(self.rounds) >= self.max_rounds:
+            self.reason = f"not converged within {self.max_rounds} rounds: the plan kept changing"
+            return r
+        if good:
+            return r
+        if self.rule == "wait":
+            w = w * np.maximum(1.0 + self.step * (waits - mean) / T, 1e-9)
+        else:
+            measured = (busy > 0) & (work > 0)
+            self.speed_est = np.where(measured, work / np.where(busy > 0, busy, 1.0), self.speed_est)
+            w = self.speed_est.copy()
+            if not self.normalise_measured:
+                self.weights = w
+                return r
+        self.weights = w * (self.total_weight / w.sum())
+        return r
+
+
 def _run(nodes: list[str], plan_fn: Callable[[np.ndarray], tuple], simulate: Callable[[tuple, int], tuple],
          rule: str, step: float, tolerance: float, patience: int, max_rounds: int,
          prior_speed: np.ndarray, total_weight: float, normalise_measured: bool,
          diff: Callable[[tuple, tuple], int]) -> tuple[list[BalanceRound], bool, str]:
-    m = len(nodes)
-    w = np.full(m, total_weight / m)
-    speed_est = np.array(prior_speed, dtype=float)
-    prev: tuple | None = None
-    unchanged = 0
-    rounds: list[BalanceRound] = []
-    for r in range(1, max_rounds + 1):
-        plan = plan_fn(w)
-        busy, work, T = simulate(plan, r)
-        waits = np.maximum(T - busy, 0.0)
-        changes = None if prev is None else diff(prev, plan)
-        unchanged = unchanged + 1 if changes == 0 else 0
-        mx, mean = float(waits.max()), float(waits.mean())
-        imb = (mx - mean) / T if T > 0 else 0.0
-        good = imb <= tolerance
-        rounds.append(BalanceRound(r, tuple(float(x) for x in w), tuple(plan), tuple(float(x) for x in busy),
-                                   tuple(float(x) for x in waits), float(T), mx, mean, float(imb), good, changes,
-                                   unchanged))
-        if unchanged >= patience:
-            return rounds, True, f"the plan has not changed for {patience} round(s)"
-        prev = plan
-        if good:
-            continue
-        if rule == "wait":
-            w = w * np.maximum(1.0 + step * (waits - mean) / T, 1e-9)
-        else:
-            measured = (busy > 0) & (work > 0)
-            speed_est = np.where(measured, work / np.where(busy > 0, busy, 1.0), speed_est)
-            w = speed_est.copy()
-            if not normalise_measured:
-                continue
-        w = w * (total_weight / w.sum())
-    return rounds, False, f"not converged within {max_rounds} rounds: the plan kept changing"
+    loop = BalanceLoop(nodes, rule, step, tolerance, patience, max_rounds, prior_speed, total_weight,
+                       normalise_measured, diff)
+    while not loop.done:
+        plan = plan_fn(loop.weights)
+        busy, work, T = simulate(plan, len(loop.rounds) + 1)
+        loop.observe(plan, busy, work, T)
+    return loop.rounds, loop.converged, loop.reason
 
 
 def _slowdowns(slowdown: Mapping[str, float] | None, names: list[str]) -> dict[str, float]:
@@ -268,48 +302,64 @@ def balance_data_parallel(per_sample: Mapping[str, float], total: int, slowdown:
     return BalanceResult("data", rule, tuple(nodes), tuple(rounds), ok, why, ref)
 
 
+def model_loop(g, rule: str = "wait", step: float = 1.0, tolerance: float = 0.05, patience: int = 3,
+               max_rounds: int = 50) -> BalanceLoop:
+    """The loop over an operator placement of TaskGraph ``g``: one weight per device of ``g`` (the planner's
+    speed factor, 1 = as the cost model says; the wait rule keeps their mean at 1, the throughput rule sets
+    them to the measured speed relative to the cost model), a plan is the device of every task in ``g``'s
+    order, and a change is a task that moved."""
+    _check_common(rule, step, tolerance, patience, max_rounds, 0.0)
+    m = len(g.devices)
+    return BalanceLoop(list(g.devices), rule, step, tolerance, patience, max_rounds, prior_speed=np.ones(m),
+                       total_weight=float(m), normalise_measured=False,
+                       diff=lambda a, b: sum(1 for x, y in zip(a, b) if x != y))
+
+
+def weighted_plan(g, weights: Sequence[float], planner: str = "greedy_eft"):
+    """The planner's schedule of ``g`` with every device's speed multiplied by its weight."""
+    if planner not in PLANNERS:
+        raise LabError(f"unknown planner {planner!r}; choose one of {list(PLANNERS)}", where="load balancing")
+    di = {d: j for j, d in enumerate(g.devices)}
+    return PLANNERS[planner](g.scaled(lambda t, d: 1.0 / weights[di[d]]))
+
+
+def device_work(g, plan: Sequence[str]) -> np.ndarray:
+    """Per device of ``g``, the cost model's compute seconds of the tasks ``plan`` (one device per task, in
+    ``g``'s task order) puts there: the work the throughput rule divides by the measured busy time."""
+    di = {d: j for j, d in enumerate(g.devices)}
+    work = np.zeros(len(g.devices))
+    for t, d in zip(g.tasks, plan):
+        work[di[d]] += g.compute_time(t, d)
+    return work
+
+
 def balance_model_parallel(g, slowdown: Mapping[str, float] | None = None, noise: float = 0.0, seed: int = 0,
                            rule: str = "wait", step: float = 1.0, tolerance: float = 0.05, patience: int = 3,
                            max_rounds: int = 50, planner: str = "greedy_eft") -> BalanceResult:
-    """Balance an operator placement of TaskGraph ``g`` (catalogue times) across its devices.
-
-    Weights are the planner's speed factors per device (1 = catalogue); the plan is the device of
-    every task. The reference is the plan the planner makes when it knows the true (noise-free) speeds.
-    """
-
+    """Balance an operator placement of TaskGraph ``g`` (cost-model times) across its devices, each round
+    simulated at the true speeds (:func:`model_loop`). The reference is the plan the planner makes when it
+    knows the true (noise-free) speeds."""
     _check_common(rule, step, tolerance, patience, max_rounds, noise)
-    plans = {"greedy_eft": greedy_eft, "heft": heft}
-    if planner not in plans:
-        raise LabError(f"unknown planner {planner!r}; choose one of {list(plans)}", where="load balancing")
+    if planner not in PLANNERS:
+        raise LabError(f"unknown planner {planner!r}; choose one of {list(PLANNERS)}", where="load balancing")
     nodes = list(g.devices)
     slow = _slowdowns(slowdown, nodes)
     di = {d: j for j, d in enumerate(nodes)}
-    last: dict[str, Any] = {}
-
-    def plan_fn(w: np.ndarray) -> tuple:
-        s = plans[planner](g.scaled(lambda t, d: 1.0 / w[di[d]]))
-        last["schedule"] = s
-        return tuple(s.slots[t][0] for t in g.tasks)
-
-    def simulate(plan: tuple, r: int) -> tuple:
-        eps = _noise(seed, r, len(nodes), noise)
-        true_g = g.scaled(lambda t, d: slow[d] * eps[di[d]])
-        run = replay(true_g, last["schedule"])
-        busy, work = np.zeros(len(nodes)), np.zeros(len(nodes))
+    loop = model_loop(g, rule, step, tolerance, patience, max_rounds)
+    while not loop.done:
+        schedule = weighted_plan(g, loop.weights, planner)
+        plan = tuple(schedule.slots[t][0] for t in g.tasks)
+        eps = _noise(seed, len(loop.rounds) + 1, len(nodes), noise)
+        run = replay(g.scaled(lambda t, d: slow[d] * eps[di[d]]), schedule)
+        busy = np.zeros(len(nodes))
         for t, (d, a, b) in run.slots.items():
             busy[di[d]] += b - a
-            work[di[d]] += g.compute_time(t, d)
-        return busy, work, run.makespan
-
-    rounds, ok, why = _run(nodes, plan_fn, simulate, rule, step, tolerance, patience, max_rounds,
-                           prior_speed=np.ones(len(nodes)), total_weight=float(len(nodes)),
-                           normalise_measured=False,
-                           diff=lambda a, b: sum(1 for x, y in zip(a, b) if x != y))
-    true_plan = plans[planner](g.scaled(lambda t, d: slow[d]))
+        loop.observe(plan, busy, device_work(g, plan), run.makespan)
+    true_plan = PLANNERS[planner](g.scaled(lambda t, d: slow[d]))
     ref = {"plan": tuple(true_plan.slots[t][0] for t in g.tasks), "round_time": true_plan.makespan,
            "weights": tuple(1.0 / slow[d] for d in nodes)}
-    return BalanceResult("model", rule, tuple(nodes), tuple(rounds), ok, why, ref)
+    return BalanceResult("model", rule, tuple(nodes), tuple(loop.rounds), loop.converged, loop.reason, ref)
 
 
-__all__ = ["split_batch", "per_sample_times", "compute_shares", "balance_data_parallel", "balance_model_parallel",
+__all__ = ["BalanceLoop", "model_loop", "weighted_plan", "device_work", "PLANNERS", "split_batch", "per_sample_times", "compute_shares", "balance_data_parallel", "balance_model_parallel",
            "BalanceRound", "BalanceResult", "RULES", "RULE_LABELS"]

@@ -18,6 +18,7 @@ from lab.errors import LabError
 from lab.scenario.catalogue import preset_cxl
 from lab.scenario.names import (
     ALLREDUCE_IMPLS,
+    BALANCE_CHOICES,
     COMPRESSORS,
     FAULT_KINDS,
     FAULT_POLICIES,
@@ -120,6 +121,13 @@ TRAINING_FIELDS: dict[str, Spec] = {
     "parallel": Spec(str, "data", PARALLEL_MODES, help="data parallel, or each operator on the device a plan puts it on"),
     "strategy": Spec(str, "type_rule", STRATEGY_NAMES, help="the placement strategy that makes the plan"),
     "micro_batches": Spec(int, 4, min=1, max=64, help="a placement run pipelines each batch in this many parts"),
+    "balance": Spec(str, "off", BALANCE_CHOICES, help="a placement run re-plans every round from each device's "
+                    "measured waiting (greedy earliest finish or HEFT with weights), by this rule"),
+    "round_steps": Spec(int, 10, min=2, max=10_000, help="steps per balancing round (the first of each is warm-up)"),
+    "balance_tolerance": Spec(float, 0.05, min=0.0, max=1.0,
+                              help="the weights stay when (max wait - mean wait) / step time is at most this"),
+    "balance_patience": Spec(int, 3, min=1, max=100, help="the loop stops when the plan has not changed for this "
+                                                           "many rounds in a row"),
 }
 
 COMPRESSION_FIELDS: dict[str, Spec] = {
@@ -157,6 +165,31 @@ def check_pins(value: Any, where: str = "training.pins") -> tuple:
                            where=where)
         seen[op] = dev
     check_distinct(seen, where, namespace="the pins", what="operator")
+    return tuple(sorted(seen.items()))
+
+
+MAX_SLOWDOWN = 1e6
+
+
+def check_slowdowns(value: Any, where: str = "training.slowdown") -> tuple:
+    """Device -> slowdown factor pairs, sorted by device (hashable, as pins are). A factor is a finite number
+    from 0.01 to 1e6; 1 is the catalogue's speed."""
+    if isinstance(value, Mapping):
+        pairs = list(value.items())
+    elif isinstance(value, (list, tuple)) and all(isinstance(p, (list, tuple)) and len(p) == 2 for p in value):
+        pairs = [tuple(p) for p in value]
+    else:
+        raise LabError(f"must map device names to slowdown factors (got {shown(value)})", where=where)
+    if len(pairs) > MAX_PINS:
+        raise LabError(f"holds {len(pairs):,} entries; at most {MAX_PINS} are allowed", where=where)
+    seen: dict[str, float] = {}
+    spec = Spec(float, 1.0, min=0.01, max=MAX_SLOWDOWN)
+    for dev, factor in pairs:
+        dev = check_name(dev, where, what="every device name", max_len=MAX_PIN_NAME)
+        factor = spec.check(dev, factor, where)
+        if dev in seen and seen[dev] != factor:
+            raise LabError(f"device {shown(dev)} has two slowdowns ({seen[dev]:g} and {factor:g})", where=where)
+        seen[dev] = factor
     return tuple(sorted(seen.items()))
 
 
@@ -214,11 +247,18 @@ class Training:
     parallel: str = TRAINING_FIELDS["parallel"].default
     strategy: str = TRAINING_FIELDS["strategy"].default
     micro_batches: int = TRAINING_FIELDS["micro_batches"].default
+    balance: str = TRAINING_FIELDS["balance"].default
+    round_steps: int = TRAINING_FIELDS["round_steps"].default
+    balance_tolerance: float = TRAINING_FIELDS["balance_tolerance"].default
+    balance_patience: int = TRAINING_FIELDS["balance_patience"].default
     compression: Compression = field(default_factory=Compression)
     pins: tuple = ()  # ((operator, device), ...) from check_pins: operators placed by hand
     # The plan a placement run executes, ((operator, device), ...): every operator's device, as the strategy
     # placed it with the pins. Empty: the run works it out from the strategy with the datasheet model.
     placement: tuple = ()
+    # ((device, factor), ...) from check_slowdowns: with emulation, a device is this many times slower still than
+    # the catalogue says (the truth a balancing loop has to find; the planner does not know it).
+    slowdown: tuple = ()
 
     def to_dict(self) -> dict:
         d = {k: getattr(self, k) for k in TRAINING_FIELDS}
@@ -226,6 +266,7 @@ class Training:
         d["compression"] = self.compression.to_dict()
         d["pins"] = dict(self.pins)
         d["placement"] = dict(self.placement)
+        d["slowdown"] = dict(self.slowdown)
         return d
 
     @staticmethod
@@ -234,9 +275,10 @@ class Training:
         comp = d.pop("compression", {}) if isinstance(d, dict) else {}
         pins = check_pins(d.pop("pins", {}) if isinstance(d, dict) else {}, where=f"{where}.pins")
         placed = check_pins(d.pop("placement", {}) if isinstance(d, dict) else {}, where=f"{where}.placement")
+        slow = check_slowdowns(d.pop("slowdown", {}) if isinstance(d, dict) else {}, where=f"{where}.slowdown")
         values = _section_from_dict(TRAINING_FIELDS, d, where)
         return Training(**values, compression=Compression.from_dict(comp, where=f"{where}.compression"), pins=pins,
-                        placement=placed)
+                        placement=placed, slowdown=slow)
 
     def replace(self, **changes: Any) -> "Training":
         """A copy with ``changes`` applied and checked against the field table."""
@@ -246,6 +288,8 @@ class Training:
                 v = v.to_dict()
             if k in ("pins", "placement"):
                 v = dict(check_pins(v, where=f"training.{k}"))
+            if k == "slowdown":
+                v = dict(check_slowdowns(v))
             d[k] = list(v) if isinstance(v, tuple) else v
         return Training.from_dict(d)
 
@@ -289,6 +333,10 @@ class Scenario:
             if dev not in names:
                 raise LabError(f"operator {shown(op)} is pinned to {shown(dev)}, which is not a device of topology "
                                f"{shown(self.topology.name)}; devices: {sorted(names)}", where="training.pins")
+        for dev, _ in self.training.slowdown:
+            if dev not in names:
+                raise LabError(f"the slowdown names {shown(dev)}, which is not a device of topology "
+                               f"{shown(self.topology.name)}; devices: {sorted(names)}", where="training.slowdown")
         for op, dev in self.training.placement:
             if dev not in names:
                 raise LabError(f"the plan puts operator {shown(op)} on {shown(dev)}, which is not a device of topology "

@@ -56,6 +56,13 @@ CHOICES: dict[str, dict[str, tuple[str, str]]] = {
         "even_split": ("even contiguous layer split", "even split"),
         "chain_dp": ("optimal contiguous pipeline split (DP)", "chain split"),
     },
+    # A placement run's plan made once, or re-made every round from each device's measured waiting (the
+    # load-balancing design's loop) by one of two rules for the next weights.
+    "balance": {
+        "off": ("off (the plan is made once)", "off"),
+        "wait": ("shift by waiting time", "wait"),
+        "throughput": ("proportional to measured speed", "throughput"),
+    },
     "sync": {
         "allreduce": ("gradient all-reduce, then identical local steps", "all-reduce"),
         "param_server": ("parameter server (one extra process steps the optimiser)", "parameter server"),
@@ -104,6 +111,9 @@ ALGORITHMS, ALGORITHM_LABELS = names("algorithm"), labels("algorithm")
 MODELS, MODEL_LABELS = names("model"), labels("model")
 COST_MODELS, COST_MODEL_LABELS = names("cost_model"), labels("cost_model")
 SYNC_MODES, SYNC_LABELS = names("sync"), labels("sync")
+BALANCE_CHOICES, BALANCE_LABELS = names("balance"), labels("balance")
+#: The balancing loop's two update rules (every balance choice but "off").
+BALANCE_RULES: tuple[str, ...] = BALANCE_CHOICES[1:]
 PARALLEL_MODES, PARALLEL_LABELS = names("parallel"), labels("parallel")
 STRATEGY_NAMES, STRATEGY_LABELS, STRATEGY_SHORT = names("strategy"), labels("strategy"), short_labels("strategy")
 ALLREDUCE_IMPLS, ALLREDUCE_IMPL_LABELS = names("allreduce_impl"), labels("allreduce_impl")

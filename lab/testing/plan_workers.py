@@ -95,3 +95,34 @@ def overhead_worker(rank: int, world: int, port: int, scenario_json: str, steps:
         dist.destroy_process_group()
     with open(os.path.join(out_dir, "overhead.json"), "w") as f:
         json.dump(got, f)
+
+
+def replan_worker(rank: int, world: int, port: int, scenario_json: str, plans_json: str, steps_per_plan: int,
+                  out_dir: str) -> None:
+    """One process of a placement run in float64 that moves to the next of ``plans`` (operator -> device) every
+    ``steps_per_plan`` steps, as a balancing round does: writes its losses, the parameters it holds at the end and
+    the pieces it held under each plan."""
+    import torch.distributed as dist
+
+    init_worker(rank, world, port, timeout_s=120.0)
+    try:
+        t = PlacementTrainer(Scenario.from_json(scenario_json), rank, world, None, None, launched=False)
+        t.dtype = torch.float64
+        t.setup()
+        t.offset, t.losses, t.timelines, t.timeline_steps = 0.0, [], {}, []
+        losses, held, step = [], [], 0
+        for k, plan in enumerate(json.loads(plans_json)):
+            if k:
+                t.replan(plan, None)
+            held.append([p.index for p in t.mine])
+            for _ in range(steps_per_plan):
+                step += 1
+                losses.append(t.train_step(step)[1])
+        out = {"losses": losses, "held": held,
+               "params": {n: p.detach().double().reshape(-1).tolist() for n, p in t.model.named_parameters()
+                          if any(p is q for q in t.params)}}
+        dist.barrier()
+    finally:
+        dist.destroy_process_group()
+    with open(os.path.join(out_dir, f"replan{rank}.json"), "w") as f:
+        json.dump(out, f)

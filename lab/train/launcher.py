@@ -144,6 +144,8 @@ def world_size(sc: Scenario) -> int:
     if tr.parallel == "placement":
         if not tr.placement:
             raise LabError("a placement run's plan is written out before it starts (preflight)", where="placement")
+        if tr.balance != "off":  # its plan changes between rounds: a process for every device it may use
+            return len(sc.topology.devices)
         return len({dev for _, dev in tr.placement})
     return tr.workers + (1 if tr.sync == "param_server" else 0)
 
@@ -387,7 +389,11 @@ def named(failure: Failure | None, sc: Scenario) -> Failure | None:
         return failure
     dev = devices[failure.rank]
     ops = [op for op, d in sc.training.placement if d == dev]
-    who = f"the stage process of device {dev} (rank {failure.rank}: {', '.join(ops[:6])}{', ...' if len(ops) > 6 else ''})"
+    if sc.training.balance != "off":  # its operators move between rounds
+        who = f"the stage process of device {dev} (rank {failure.rank})"
+    else:
+        who = (f"the stage process of device {dev} (rank {failure.rank}: "
+               f"{', '.join(ops[:6])}{', ...' if len(ops) > 6 else ''})")
     return dataclasses.replace(failure, error=re.sub(r"^worker \d+", who, failure.error))
 
 

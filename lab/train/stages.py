@@ -52,6 +52,7 @@ import torch.nn.functional as F
 from torch.fx.passes.split_module import split_module
 
 from lab.errors import LabError
+from lab.modelled.balance import MAX_ROUNDS, PLANNERS, device_work, model_loop, weighted_plan
 from lab.modelled.costmodel import DATASHEET, catalogue_slowdown
 from lab.modelled.opgraph import OpGraph, trace
 from lab.modelled.placement import TaskGraph, plan_assignment, schedule_assignment
@@ -119,6 +120,11 @@ def resolve(sc: Scenario, model: torch.nn.Module, in_features: int) -> StagePlan
     else:
         assignment, schedule, _, note = plan_assignment(g, tr.strategy)
     devices: list[str] = []
+    if tr.balance != "off":  # the plan moves between rounds: every device of the topology has its process
+        devices = list(g.devices)
+        if len(devices) > MAX_STAGES:
+            raise LabError(f"the topology has {len(devices)} devices; a balancing run starts one process per device "
+                           f"(its plan may use any of them) and runs at most {MAX_STAGES}", where="training.balance")
     for op in og.names:
         if assignment[op] not in devices:
             devices.append(assignment[op])
@@ -126,6 +132,11 @@ def resolve(sc: Scenario, model: torch.nn.Module, in_features: int) -> StagePlan
         raise LabError(f"the plan uses {len(devices)} devices; a placement run starts one process per device and "
                        f"runs at most {MAX_STAGES}", where="training.placement")
     return StagePlan(assignment, devices, og, g, schedule, note, {op.name: op.op_class for op in og.ops})
+
+
+def replanned(plan: StagePlan, assignment: dict[str, str], schedule) -> StagePlan:
+    """The same run's plan with every operator on the device ``assignment`` names (a balancing round's)."""
+    return StagePlan(dict(assignment), plan.devices, plan.graph, plan.tasks, schedule, plan.note, plan.op_class)
 
 
 def resolved(sc: Scenario) -> Scenario:
@@ -145,7 +156,10 @@ def stage_devices(sc: Scenario) -> list[str]:
 
 
 def stage_count(sc: Scenario) -> int:
-    """Processes a placement run starts: one per device of its plan (the plan written out first)."""
+    """Processes a placement run starts: one per device of its plan (the plan written out first), or with the
+    balancing loop one per device of the topology."""
+    if sc.training.balance != "off":
+        return len(sc.topology.devices)
     return len(set(dict(sc.training.placement).values())) if sc.training.placement else \
         len(set(dict(resolved(sc).training.placement).values()))
 
@@ -166,6 +180,13 @@ def check_placement(sc: Scenario) -> StagePlan:
     if tr.micro_batches > tr.batch_size:
         raise LabError(f"{tr.micro_batches} micro-batches need a batch of at least as many samples "
                        f"(the batch is {tr.batch_size})", where="training.micro_batches")
+    if tr.balance != "off":
+        if tr.strategy not in PLANNERS:
+            raise LabError("the balancing loop re-plans every round with greedy earliest finish or HEFT; choose one "
+                           f"of them as the strategy (got {tr.strategy})", where="training.strategy")
+        if tr.round_steps > tr.steps:
+            raise LabError(f"a balancing round is {tr.round_steps} steps but the run has {tr.steps}; give it at least "
+                           "one round", where="training.round_steps")
     ds, model = model_for(sc)
     plan = resolve(sc, model, ds.in_features)
     pieces(model, plan)
@@ -254,9 +275,11 @@ def pieces(model: torch.nn.Module, plan: StagePlan) -> tuple[list[Piece], tuple[
 # ----- emulation ----------------------------------------------------------------------------------
 
 def op_scales(sc: Scenario, plan: StagePlan) -> dict[str, float]:
-    """How many times slower than the topology's fastest device for its class each operator's device is."""
-    topo = sc.topology
-    return {op: catalogue_slowdown(topo, topo.device(plan.assignment[op]), cls) for op, cls in plan.op_class.items()}
+    """How many times slower than the topology's fastest device for its class each operator's device is, times
+    the scenario's extra slowdown of that device."""
+    topo, slow = sc.topology, dict(sc.training.slowdown)
+    return {op: catalogue_slowdown(topo, topo.device(plan.assignment[op]), cls) * slow.get(plan.assignment[op], 1.0)
+            for op, cls in plan.op_class.items()}
 
 
 def link_wait(sc: Scenario, src: str, dst: str, nbytes: float) -> float:
@@ -353,13 +376,34 @@ class PlacementTrainer(Trainer):
                            f"{self.world} processes were started; start one per device", where="placement")
         self.device = plan.devices[self.rank]
         self.rank_of = {d: r for r, d in enumerate(plan.devices)}
-        self.pieces, self.final = pieces(self.model, plan)
-        self.mine = [p for p in self.pieces if p.device == self.device]
         self.owner = {}
         for op in plan.graph.ops:
             self.owner[op.name] = op.name
             for a in op.absorbed:
                 self.owner[a] = op.name
+        self.cut(plan)
+        self.sampler = data_mod.worker_data(self.ds, 0, 1, "even", tr.batch_size, seed=tr.seed)
+        self.n = 1
+        self.records: list[list[float]] = []
+        self.history = {}
+        self._writer, self._pending = None, []
+        self.timeline_steps = sorted({min(2, tr.steps), max(1, tr.steps // 2), tr.steps})
+        self.balancing = tr.balance != "off"
+        self.loop, self.round_recs = None, []
+        if self.balancing:  # each round's last step is drawn; rank 0 keeps the loop's book
+            rounds = max(1, min(MAX_ROUNDS, tr.steps // tr.round_steps))
+            self.timeline_steps = sorted({tr.round_steps * k for k in range(1, rounds + 1)} | {tr.steps})
+            if self.rank == 0:
+                self.loop = model_loop(plan.tasks, tr.balance, tolerance=tr.balance_tolerance,
+                                       patience=tr.balance_patience, max_rounds=rounds)
+        self.compressed = None
+        self._overslept = 0.0
+
+    def cut(self, plan: StagePlan) -> None:
+        """Hold the pieces ``plan`` puts on this process's device, and an optimiser for their parameters."""
+        self.plan = plan
+        self.pieces, self.final = pieces(self.model, plan)
+        self.mine = [p for p in self.pieces if p.device == self.device]
         params, seen = [], set()
         for p in self.mine:
             for q in p.module.parameters():
@@ -367,17 +411,83 @@ class PlacementTrainer(Trainer):
                     seen.add(id(q))
                     params.append(q)
         self.params = params
-        self.opt = optim_from_training(tr, params, tr.lr) if params else None
-        self.sampler = data_mod.worker_data(self.ds, 0, 1, "even", tr.batch_size, seed=tr.seed)
-        self.n = 1
-        self.scales = op_scales(sc, plan) if tr.emulate else {}
-        self.records: list[list[float]] = []
-        self.history = {}
-        self._writer, self._pending = None, []
-        self.timeline_steps = sorted({min(2, tr.steps), max(1, tr.steps // 2), tr.steps})
-        self.compressed = None
-        self._shapes: dict = {}
-        self._overslept = 0.0
+        self.opt = optim_from_training(self.tr, params, self.tr.lr) if params else None
+        self.scales = op_scales(self.sc, plan) if self.tr.emulate else {}
+        self._shapes = {}
+
+    def replan(self, assignment: dict[str, str], schedule) -> None:
+        """Move to a balancing round's new plan: every process sends what it held (parameters, buffers, the
+        optimiser's state of its pieces) to every other, so each holds the whole model as it stands and the new
+        owner of an operator continues its optimiser exactly where the old one stopped."""
+        held = {id(q) for p in self.mine for q in p.module.parameters()}
+        held_buffers = {id(b) for p in self.mine for b in p.module.buffers()}
+        mine: dict = {"params": {}, "buffers": {}, "state": {}}
+        for name, q in self.model.named_parameters():
+            if id(q) in held:
+                mine["params"][name] = q.detach().clone()
+                if self.opt is not None and self.opt.state.get(q):
+                    mine["state"][name] = {k: v.clone() if torch.is_tensor(v) else v
+                                           for k, v in self.opt.state[q].items()}
+        for name, b in self.model.named_buffers():
+            if id(b) in held_buffers:
+                mine["buffers"][name] = b.detach().clone()
+        everyone: list = [None] * self.world
+        if self.world > 1:
+            dist.all_gather_object(everyone, mine)
+        else:
+            everyone = [mine]
+        state: dict = {}
+        with torch.no_grad():
+            named_params, named_buffers = dict(self.model.named_parameters()), dict(self.model.named_buffers())
+            for part in everyone:
+                for name, v in part["params"].items():
+                    named_params[name].copy_(v)
+                for name, v in part["buffers"].items():
+                    named_buffers[name].copy_(v)
+                state.update(part["state"])
+        self.cut(replanned(self.plan, assignment, schedule))
+        if self.opt is not None:
+            by_id = {id(q): name for name, q in self.model.named_parameters()}
+            for q in self.params:
+                if by_id[id(q)] in state:
+                    self.opt.state[q] = state[by_id[id(q)]]
+
+    def end_round(self, step: int) -> bool:
+        """A balancing round ends at ``step``: every device's busy time and the step time, measured over the
+        round's steps after its first (the warm-up of a new plan), go into rank 0's loop, which re-plans with the
+        new weights; every process takes that plan. True when the loop is done (the run ends)."""
+        recs = self.gather(self.round_recs)
+        self.round_recs = []
+        n = len(recs[0])
+        use = range(1, n) if n > 1 else range(n)
+        span = sum(max(r[j][7] for r in recs) - min(r[j][6] for r in recs) for j in use) / len(use)
+        busy = [sum(r[j][2] + r[j][4] for j in use) / len(use) for r in recs]  # compute + emulated compute
+        decision: list = [None]
+        if self.rank == 0:
+            g, loop = self.plan.tasks, self.loop
+            before = tuple(self.plan.assignment[t] for t in g.tasks)
+            rnd = loop.observe(before, busy, device_work(g, before), span)
+            new = None
+            if not loop.done:
+                sched = weighted_plan(g, loop.weights, self.tr.strategy)
+                new = ({t: sched.slots[t][0] for t in g.tasks}, sched)
+            decision = [{"done": loop.done, "new": new}]
+            self.rounds_info.append({
+                "round": rnd.round, "step": step, "weights": list(rnd.weights), "busy": list(rnd.busy),
+                "waits": list(rnd.waits), "round_time": rnd.round_time, "imbalance": rnd.imbalance,
+                "good_enough": rnd.good_enough, "changes": rnd.changes, "unchanged": rnd.unchanged,
+                "plan": list(before)})
+            if self.store is not None:
+                self._write(self.store.merge_info, self.run_id, {"balance": {
+                    "rule": self.tr.balance, "nodes": list(self.plan.devices), "tasks": list(g.tasks),
+                    "rounds": self.rounds_info, "done": loop.done, "converged": loop.converged,
+                    "reason": loop.reason}, "placement": dict(new[0]) if new else dict(self.plan.assignment)})
+        if self.world > 1:
+            dist.broadcast_object_list(decision, src=0)
+        d = decision[0]
+        if d["new"] is not None and d["new"][0] != self.plan.assignment:
+            self.replan(*d["new"])
+        return d["done"]
 
     # ----- sending and receiving ------------------------------------------------------------------
     def _tag(self, piece: int, out: int, micro: int, way: int) -> int:
@@ -701,6 +811,7 @@ class PlacementTrainer(Trainer):
             self.store.add_stage(self.run_id, "running", attempt=rz.attempt(), step=0,
                                  detail={"world": self.world, "devices": plan.devices})
         self.losses, self.timelines = [], {}
+        self.rounds_info: list[dict] = []
         if self.world > 1:
             dist.barrier()
         self.wall0 = time.perf_counter() - self.offset
@@ -714,7 +825,12 @@ class PlacementTrainer(Trainer):
             loss = self.gather([[pending[-1][1]]])
             glob = next((v[0][0] for v in loss if math.isfinite(v[0][0])), math.nan) if self.world > 1 else loss[0][0][0]
             finite = math.isfinite(glob)
-            last = step == tr.steps or not finite
+            settled = False
+            if self.balancing and finite:
+                self.round_recs.append(pending[-1])
+                if step % tr.round_steps == 0:
+                    settled = self.end_round(step)
+            last = step == tr.steps or not finite or settled
             if finite and (step % tr.eval_every == 0 or last):
                 last_acc = accs[step] = self.evaluate()
             if last or len(pending) >= self.flush_every:
@@ -725,6 +841,8 @@ class PlacementTrainer(Trainer):
                 self.log(f"step {step}: loss {glob:.4f}")
             if not finite:
                 diverged = (step, glob)
+                break
+            if settled:  # the balancing loop is done: the plan has settled (or its rounds are used up)
                 break
         self.store_timelines()
         self.drain()

@@ -17,7 +17,7 @@ from lab.scenario.catalogue import preset
 from lab.scenario.document import Scenario, Training
 from lab.scenario.models import build_model
 from lab.scenario.topology import Topology
-from lab.testing.plan_workers import plan_worker
+from lab.testing.plan_workers import plan_worker, replan_worker
 from lab.train import stages
 from lab.train.reference import placement_single_process
 
@@ -148,3 +148,38 @@ def test_a_plan_that_does_not_fit_the_model_is_refused_with_the_operator_named()
         stages.check_placement(sc)
     with pytest.raises(LabError, match="compression"):
         stages.check_placement(scenario("mlp", compression={"kind": "topk"}))
+
+
+@pytest.mark.parametrize("model", ["cnn", "resnet"])
+def test_a_run_that_moves_operators_between_rounds_computes_what_one_process_computes(model, tmp_path):
+    """A balancing round's new plan moves operators (with their parameters, buffers and optimiser state) to other
+    processes; the run goes on exactly as one process would: float64 losses and parameters to 1e-9."""
+    devices = ["edge0", "edge1", "edge2"]
+    ops = ops_of(model)
+    plans = [chain(model, devices), interleaved(model, devices), {op: devices[-1 - i * 3 // len(ops)]
+                                                                  for i, op in enumerate(ops)}]
+    topo = preset("edge").to_dict()
+    topo["devices"] = [d for d in topo["devices"] if d["name"] in devices]
+    topo["links"] = [x for x in topo["links"] if x["a"] in devices + ["edge-switch"] and x["b"] in devices + ["edge-switch"]]
+    sc = scenario(model, plans[0], topology=topo, balance="wait", round_steps=2, optimizer="adabelief")
+    assert stages.stage_count(sc) == 3
+    per = 2
+    run_local(replan_worker, 3, (sc.to_json(), json.dumps(plans), per, str(tmp_path)), timeout_s=240)
+    outs = [json.loads((tmp_path / f"replan{r}.json").read_text()) for r in range(3)]
+    ref = placement_single_process(sc, per * len(plans))
+    got = []
+    for k in range(per * len(plans)):  # the loss is where the last operator is, which moves with the plans
+        finite = [o["losses"][k] for o in outs if math.isfinite(o["losses"][k])]
+        assert len(finite) == 1
+        got.append(finite[0])
+    assert max(abs(a - b) for a, b in zip(got, ref["losses"])) <= 1e-9
+    assert got[0] != got[-1]
+    assert len({tuple(map(tuple, o["held"])) for o in outs}) == 3  # the processes held different pieces...
+    assert any(len({tuple(h) for h in o["held"]}) > 1 for o in outs)  # ...and what one held changed
+    seen = set()
+    for o in outs:
+        for name, values in o["params"].items():
+            assert name not in seen
+            seen.add(name)
+            assert torch.allclose(torch.tensor(values, dtype=torch.float64), ref["params"][name], atol=1e-9, rtol=0)
+    assert seen == set(ref["params"])
