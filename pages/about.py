@@ -4,6 +4,8 @@ import streamlit as st
 
 import ui
 from app import PAGES
+from lab.store.runs import store
+from lab.view.about import placement_evidence
 
 ui.scenario_sidebar()
 st.title("About the designs")
@@ -25,7 +27,7 @@ DESIGNS = [
       ("A ring all-reduce leaves every device with the sum, sending 2(N − 1)/N of the buffer.",
        "pages/allreduce.py", "step by step, modelled on your links, and measured between real processes"),
       ("Placement by device type is a good placement.", "pages/placement.py",
-       "the type rule beside greedy earliest finish, HEFT and the exact optimum"),
+       "the type rule beside greedy earliest finish, HEFT and the exact optimum, modelled and run", "type_rule"),
       ("Max-AdaBelief always converges.", "pages/optimisers.py",
        "Adam's counterexample and 2-D test functions; then real runs on the Training and Compare pages"),
       ("Sending the Cholesky factor halves the traffic.", "pages/compression.py",
@@ -37,8 +39,10 @@ DESIGNS = [
      "weights move toward the devices that waited, and the plan is made again until it stops changing.",
      [("The greedy earliest-finish rule makes a good plan.", "pages/placement.py",
        "its makespan beside the exact optimum, and why each operator went where it went"),
-      ("Re-weighting by waiting time converges to a balanced plan.", "pages/placement.py",
-       "the balancing loop beside the plan made with the true speeds")]),
+      ("Re-weighting by waiting time converges to a balanced plan, and greedy placement with balancing beats the "
+       "coarse layer-by-layer split.", "pages/placement.py",
+       "the balancing loop simulated beside the plan made with the true speeds, then run for real against the even "
+       "layer split on the same emulated cluster", "balancing")]),
     ("A heterogeneous parallel computing system (task level)",
      "Jobs are parsed into sub-tasks, devices grouped by hardware type into resource groups, jobs scheduled onto "
      "groups uniformly or by free resources, data split evenly or by each node's share of the compute, and "
@@ -62,10 +66,15 @@ DESIGNS = [
 ]
 
 TITLES = {f: t for f, t, _ in PAGES}
+evidence = {}
+with ui.guarded("reading the runs"):
+    evidence = placement_evidence(store())
 for title, summary, claims in DESIGNS:
     with st.container(border=True):
         st.subheader(title)
         st.markdown(summary)
-        for claim, page, how in claims:
+        for claim, page, how, *measured in claims:
             st.markdown(f"**Claim:** “{claim}”  \n*Where the lab tests it:* {how}.")
+            if measured and measured[0] in evidence:
+                st.markdown(f"{ui.badge('measured')} {ui.plain(evidence[measured[0]])}")
             st.page_link(page, label=f"Open {TITLES[page]}", icon=":material/science:")

@@ -257,3 +257,43 @@ if g is not None:
             tab.dataframe(pd.DataFrame(figs.rounds_table(res, nodes, mode, scale, unit)), hide_index=True,
                           key=f"pl_rounds_{r}")
         ui.caption("modelled", pv.rounds_caption(mode))
+
+if g is not None and mode == "model":
+    st.subheader("The balancing loop, run: measured beside modelled")
+    st.markdown(pv.balance_run_intro())
+    l1, l2 = st.columns([1, 3], vertical_alignment="bottom")
+    round_steps = int(l1.number_input("Steps per round", 2, 1000, key="pl_round_steps",
+                                      help="the first step of each round is a warm-up"))
+    if l2.button("Run the balancing loop (both rules)", key="pl_bal_run", icon=":material/play_arrow:"):
+        with ui.guarded("starting the balancing runs"):
+            items = pv.balance_items(sc, g, model, batch, micro, round_steps, max_rounds, tol, patience, slowdown,
+                                     strategy, lambda gr, name: pl.plan_assignment(gr, name)[0])
+            if jobs := ui.submit_once(owner, items[0][0], "balance", runs_store,
+                                      lambda: jm.submit_many(items, owner=owner)):
+                ui.set_view("pl_bal_runs", tuple(j.run_id for j in jobs))
+                st.rerun()
+    bal_ids = [r for r in ui.view_value("pl_bal_runs") or () if pv.run_exists(runs_store, r)]
+    bal_active = bool(bal_ids) and bool(len(runs_store.list_runs(statuses=ACTIVE).query("id in @bal_ids")))
+
+    @st.fragment(run_every=1.0 if bal_active else None)
+    def balance_runs() -> None:
+        with ui.guarded("the balancing runs"):
+            if not bal_ids:
+                st.caption("Run the balancing loop to see it measured here beside the model.")
+                return
+            st.plotly_chart(figs.balance_outcome_figure(pv.balance_outcome(runs_store, bal_ids)), key="pl_bal_outcome")
+            ui.caption("measured", "every plan on the same emulated cluster; a loop's step is its last round's "
+                                   "(mean after the round's warm-up step), a plan's the median after 2 warm-up steps.")
+            for rid in bal_ids:
+                run = runs_store.get_run(rid)
+                rule = run["scenario"]["training"].get("balance", "off")
+                if rule == "off":
+                    continue
+                st.markdown(pv.balance_run_line(run, ui.plain) + f" {ui.badge('measured')}")
+                st.plotly_chart(figs.balance_rounds_figure(pv.balance_run_rows(run), pv.modelled_rounds_rows(
+                    results[rule]) if rule in results else None), key=f"pl_bal_fig_{rid}")
+            ui.caption("measured", "solid: what each run measured, round by round; dashed: the loop above, "
+                                   "simulated by the cost model (modelled). Shares and ratios, because the cost "
+                                   "model's seconds are not this machine's; the seconds are in the hover.")
+
+    balance_runs()

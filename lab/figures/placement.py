@@ -568,9 +568,10 @@ def ranking_table(rows: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
 
 def balance_rounds_figure(measured: Sequence[Mapping[str, Any]],
                           modelled: Sequence[Mapping[str, Any]] | None) -> go.Figure:
-    """Round by round of balancing: each device's weight (top), its waiting time (middle) and the step
-    time (bottom, the longest any device reports for the round); measured solid, modelled dashed.
-    ``rows``: round, device, weight, wait (s), step (s)."""
+    """Round by round of balancing: each device's weight (top), its waiting as a share of the round's step time
+    (middle) and the step time relative to the first round's (bottom); measured solid, modelled dashed. Shares
+    and ratios, so a loop simulated by a cost model in its own seconds reads beside a measured one; the seconds
+    are in the hover. ``rows``: round, device, weight, wait (s), step (s; the round's step time)."""
     sets = [("measured", list(measured), "solid")]
     if modelled:
         sets.append(("modelled", list(modelled), "dash"))
@@ -582,13 +583,16 @@ def balance_rounds_figure(measured: Sequence[Mapping[str, Any]],
         fig.update_layout(title=title, height=300, xaxis=dict(visible=False), yaxis=dict(visible=False),
                           margin=dict(l=10, r=10, t=50, b=10))
         return fig
-    peak = max([r["step"] for r in every] + [r["wait"] for r in every] + [0.0])
-    scale, unit = time_unit(peak)
     devices = _lanes([], every)
     colours = device_colours(devices)
     fig = make_subplots(rows=3, cols=1, shared_xaxes=True, vertical_spacing=0.08, subplot_titles=(
-        "Weight per device (its share of the work)", f"Waiting per device ({unit})", f"Step time per round ({unit})"))
+        "Weight per device (relative to the round's mean)", "Waiting per device (share of the step time)",
+        "Step time (relative to round 1)"))
     for label, rows, dash in sets:
+        step: dict[Any, float] = {}
+        for r in rows:
+            step[r["round"]] = max(step.get(r["round"], 0.0), r["step"])
+        scale, unit = time_unit(max(step.values(), default=0.0))
         for d in devices:
             mine = sorted((r for r in rows if r["device"] == d), key=lambda r: r["round"])
             if not mine:
@@ -598,22 +602,22 @@ def balance_rounds_figure(measured: Sequence[Mapping[str, Any]],
                           hoverinfo="text", name=f"{esc(d)}, {label}")
             fig.add_trace(go.Scatter(x=x, y=[r["weight"] for r in mine], **common, hovertext=[
                 f"{esc(d)}, {label}<br>round {r['round']}: weight {r['weight']:.3g}" for r in mine]), 1, 1)
-            fig.add_trace(go.Scatter(x=x, y=[r["wait"] * scale for r in mine], **common, showlegend=False,
+            fig.add_trace(go.Scatter(x=x, y=[r["wait"] / step[r["round"]] if step[r["round"]] > 0 else 0.0
+                                             for r in mine], **common, showlegend=False,
                                      hovertext=[f"{esc(d)}, {label}<br>round {r['round']}: waited "
-                                                f"{r['wait'] * scale:.4g} {unit}" for r in mine]), 2, 1)
-        step: dict[Any, float] = {}
-        for r in rows:
-            step[r["round"]] = max(step.get(r["round"], 0.0), r["step"])
+                                                f"{r['wait'] * scale:.4g} {unit} of {step[r['round']] * scale:.4g} "
+                                                f"{unit}" for r in mine]), 2, 1)
         xs = sorted(step)
-        fig.add_trace(go.Scatter(x=xs, y=[step[k] * scale for k in xs], mode="lines+markers",
+        first = step[xs[0]] if xs and step[xs[0]] > 0 else 1.0
+        fig.add_trace(go.Scatter(x=xs, y=[step[k] / first for k in xs], mode="lines+markers",
                                  name=f"step time, {label}",
                                  line=dict(color="#24292f", dash=dash, width=2.5), hoverinfo="text",
-                                 hovertext=[f"step time, {label}<br>round {k}: {step[k] * scale:.4g} {unit}"
-                                            for k in xs]), 3, 1)
+                                 hovertext=[f"step time, {label}<br>round {k}: {step[k] * scale:.4g} {unit} "
+                                            f"({step[k] / first:.2f} of round {xs[0]})" for k in xs]), 3, 1)
     rounds = {r["round"] for r in every}
-    fig.update_yaxes(title_text="weight", row=1, col=1)
-    fig.update_yaxes(title_text=f"wait ({unit})", row=2, col=1, rangemode="tozero")
-    fig.update_yaxes(title_text=f"step ({unit})", row=3, col=1, rangemode="tozero")
+    fig.update_yaxes(title_text="weight / mean", row=1, col=1, rangemode="tozero")
+    fig.update_yaxes(title_text="wait / step", row=2, col=1, range=[0, 1.05])
+    fig.update_yaxes(title_text="step / round 1", row=3, col=1, rangemode="tozero")
     fig.update_xaxes(title_text="round", row=3, col=1)
     if len(rounds) <= 20:
         fig.update_xaxes(dtick=1)
@@ -622,5 +626,24 @@ def balance_rounds_figure(measured: Sequence[Mapping[str, Any]],
     return fig
 
 
-__all__ += ["RUN_KINDS", "TRANSFER_KINDS", "run_gantt_figure", "device_time_table", "strategy_ranking_figure",
+def balance_outcome_figure(rows: Sequence[Mapping[str, Any]]) -> go.Figure:
+    """A balancing session's plans (:func:`lab.view.placement.balance_outcome`): each one's measured step time as
+    a bar, labelled with its change against the even layer split; a plan still running has no bar yet."""
+    done = [r for r in rows if isinstance(r["step"], (int, float)) and math.isfinite(r["step"])]
+    scale, unit = time_unit(max((r["step"] for r in done), default=0.0))
+    names = [f"{esc(r['plan'])} ({r['status']})" for r in rows]
+    steps = [r["step"] * scale if r in done else None for r in rows]
+    text = [("" if r not in done else f"{r['step'] * scale:.3g} {unit}"
+             + ("" if not math.isfinite(r["vs_split"]) else f" ({r['vs_split']:+.0%} vs the even split)"))
+            for r in rows]
+    fig = go.Figure(go.Bar(y=names, x=steps, orientation="h", text=text, textposition="auto",
+                           marker_color=["#2da44e" if r["key"] in ("wait", "throughput") else "#8c959f" for r in rows],
+                           hoverinfo="text", hovertext=[n + ("<br>" + t if t else "") for n, t in zip(names, text)]))
+    fig.update_layout(title="Measured step time of each plan on the same emulated cluster", height=120 + 45 * len(rows),
+                      margin=dict(l=10, r=10, t=50, b=40), xaxis_title=f"step time ({unit})",
+                      yaxis=dict(autorange="reversed", automargin=True), font=dict(size=14))
+    return fig
+
+
+__all__ += ["balance_outcome_figure", "RUN_KINDS", "TRANSFER_KINDS", "run_gantt_figure", "device_time_table", "strategy_ranking_figure",
             "ranking_table", "balance_rounds_figure"]

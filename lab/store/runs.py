@@ -339,10 +339,12 @@ class RunStore:
         rows = [dict(r) for r in self._conn().execute(sql, args).fetchall()]
         for r in rows:
             tr = json.loads(r.pop("scenario")).get("training", {})
-            for k in ("optimizer", "sync", "model", "workers", "steps", "split", "emulate"):
+            for k in ("optimizer", "sync", "model", "workers", "steps", "split", "emulate", "parallel", "strategy",
+                      "balance"):
                 r[k] = tr.get(k)
         cols = ["id", "name", "status", "created", "start", "end", "error", "pid",
-                "optimizer", "sync", "model", "workers", "steps", "split", "emulate", "owner"]
+                "optimizer", "sync", "model", "workers", "steps", "split", "emulate", "parallel", "strategy",
+                "balance", "owner"]
         return pd.DataFrame(rows, columns=cols)
 
     def delete_run(self, run_id: str) -> None:

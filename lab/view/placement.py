@@ -28,6 +28,7 @@ BALANCE_KNOBS: dict[str, tuple[str, float, float, float]] = {
     "pl_rounds": ("max rounds", 1, 500, 1)}
 
 BALANCE_MODES = {"model": "operators across devices (model parallel)", "data": "batch shares (data parallel)"}
+MAX_BALANCE_RUN_STEPS = 2000  # a balancing run's rounds x steps per round, at most
 
 
 def changed_pins(pins: Mapping[str, str], change: str, op: str, device: str) -> dict[str, str]:
@@ -238,6 +239,141 @@ def ranking_line(tau: float, n: int) -> str:
             "the repeats.")
 
 
-__all__ = ["strategy_ranking", "shown_runs", "run_exists", "outcome_metrics", "measured_badge", "gantt_title", "gantt_caption",
+def balance_run_intro() -> str:
+    """What "Run the balancing loop" does, and what it is measured against."""
+    return ("**Run the balancing loop** runs the loop above for real, once per rule: one process per device of the "
+            "topology, over gloo, the drawn cluster emulated (each device slower by the catalogue and by the slowdown "
+            "above, which the planner does not know). Every round trains the current plan for a few steps; each "
+            "device's busy time is measured (compute and its emulated wait) and its waiting is the round's step time "
+            "minus that; the next weights follow from them by the rule, the planner (greedy earliest finish, or HEFT "
+            "when that is the strategy chosen) re-plans, and an operator that moves takes its parameters and its "
+            "optimiser's state with it. The run ends when the plan has not changed for *patience* rounds. The first "
+            "step of each round is a warm-up and is not measured. Beside each measured loop, dashed, the loop above "
+            "as the cost model simulates it for the same rule.")
+
+
+def balance_scenario(sc, model: str, batch: int, micro_batches: int, rule: str, round_steps: int, max_rounds: int,
+                     tolerance: float, patience: int, slowdown: Mapping[str, float], strategy: str):
+    """The scenario of a balancing run: a placement run of the page's model whose plan the loop re-makes every
+    round by ``rule`` (greedy earliest finish, or HEFT when that is ``strategy``), the cluster emulated with the
+    page's slowdowns; as many rounds of ``round_steps`` as ``max_rounds`` allows within
+    :data:`MAX_BALANCE_RUN_STEPS` steps."""
+    rounds = max(1, min(int(max_rounds), MAX_BALANCE_RUN_STEPS // int(round_steps)))
+    tr = sc.training.replace(parallel="placement", model=model, batch_size=int(batch), micro_batches=int(micro_batches),
+                             strategy="heft" if strategy == "heft" else "greedy_eft", placement={}, balance=rule,
+                             round_steps=int(round_steps), steps=int(round_steps) * rounds,
+                             balance_tolerance=float(tolerance), balance_patience=int(patience),
+                             slowdown={d: float(f) for d, f in slowdown.items() if float(f) != 1.0}, emulate=True,
+                             compression={"kind": "none"}, sync="allreduce", fault="none", fault_policy="fail",
+                             eval_every=int(round_steps) * rounds)
+    return sc.replace(training=tr)
+
+
+#: The plans a balancing loop is measured against on the same emulated cluster: the coarse layer-by-layer split
+#: the load-balancing design argues against, and the CXL design's rule by device type.
+BALANCE_BASELINES = ("even_split", "type_rule")
+
+
+def balance_items(sc, g, model: str, batch: int, micro_batches: int, round_steps: int, max_rounds: int,
+                  tolerance: float, patience: int, slowdown: Mapping[str, float], strategy: str, plan) -> list[tuple]:
+    """(scenario, run name) of one balancing session: the loop with each rule, then each baseline plan of
+    :data:`BALANCE_BASELINES` (``plan(g, strategy)`` gives its assignment) on the same emulated cluster, run for
+    three rounds' steps; a baseline that cannot place the graph is left out."""
+    items = [(balance_scenario(sc, model, batch, micro_batches, r, round_steps, max_rounds, tolerance, patience,
+                               slowdown, strategy), f"balancing ({r}) · {model}") for r in RULES]
+    slow = items[0][0].training.slowdown
+    for name in BALANCE_BASELINES:
+        try:
+            assignment = plan(g, name)
+        except LabError:
+            continue
+        one = plan_scenario(sc, model, batch, name, assignment, micro_batches, 3 * int(round_steps), True)
+        items.append((one.replace(training=one.training.replace(slowdown=dict(slow))),
+                      f"baseline: {STRATEGY_SHORT[name]} · {model}"))
+    return items
+
+
+def measured_plan_step(store, run: Mapping) -> float:
+    """A finished placement run's measured step time (s): a balancing loop's last round (the mean of its steps
+    after the round's warm-up), a plan's median after the warm-up steps; NaN before it has one."""
+    tr = run["scenario"]["training"]
+    if tr.get("balance", "off") != "off":
+        rounds = ((run.get("info") or {}).get("balance") or {}).get("rounds") or []
+        return rounds[-1]["round_time"] if rounds else math.nan
+    steps = plans.measured_steps(store.metrics(run["id"]), tr["batch_size"])
+    return float(sorted(steps)[len(steps) // 2]) if steps else math.nan
+
+
+def plan_key(tr: Mapping) -> str:
+    """A placement run's plan in one word: its balancing rule, or its strategy."""
+    return tr["balance"] if tr.get("balance", "off") != "off" else tr["strategy"]
+
+
+def balance_outcome(store, run_ids) -> list[dict]:
+    """One row per run of a balancing session: the plan, its status, and its measured step time
+    (:func:`measured_plan_step`), each against the even layer split's."""
+    rows = []
+    for rid in run_ids:
+        try:
+            run = store.get_run(rid)
+        except LabError:
+            continue
+        tr = run["scenario"]["training"]
+        if tr.get("parallel") != "placement":
+            continue
+        key = plan_key(tr)
+        label = (f"balancing loop ({key}), last round" if tr.get("balance", "off") != "off"
+                 else STRATEGY_LABELS.get(key, key))
+        rows.append({"plan": label, "key": key, "status": run["status"], "step": measured_plan_step(store, run)})
+    base = next((r["step"] for r in rows if r["key"] == "even_split" and math.isfinite(r["step"])), math.nan)
+    for r in rows:
+        r["vs_split"] = r["step"] / base - 1.0 if math.isfinite(base) and math.isfinite(r["step"]) else math.nan
+    return rows
+
+
+def balance_run_rows(run: Mapping) -> list[dict]:
+    """A stored balancing run's rounds as the rounds figure draws them: round, device, weight (relative to the
+    round's mean weight, so both rules read on one scale), wait and step (s)."""
+    bal = (run.get("info") or {}).get("balance") or {}
+    nodes = bal.get("nodes") or []
+    rows = []
+    for r in bal.get("rounds") or []:
+        mean = sum(r["weights"]) / len(r["weights"]) if r["weights"] else 1.0
+        for d, w, wait in zip(nodes, r["weights"], r["waits"]):
+            rows.append({"round": r["round"], "device": d, "weight": w / mean if mean > 0 else w, "wait": wait,
+                         "step": r["round_time"]})
+    return rows
+
+
+def modelled_rounds_rows(res: BalanceResult) -> list[dict]:
+    """A simulated loop's rounds in the rows of :func:`balance_run_rows`."""
+    rows = []
+    for r in res.rounds:
+        mean = sum(r.weights) / len(r.weights) if r.weights else 1.0
+        for d, w, wait in zip(res.nodes, r.weights, r.waits):
+            rows.append({"round": r.round, "device": d, "weight": w / mean if mean > 0 else w, "wait": wait,
+                         "step": r.round_time})
+    return rows
+
+
+def balance_run_line(run: Mapping, plain: Plain = str) -> str:
+    """How a balancing run stands: its rule, rounds, whether the plan settled, and the step time of its first
+    and last round."""
+    tr = run["scenario"]["training"]
+    bal = (run.get("info") or {}).get("balance") or {}
+    rounds = bal.get("rounds") or []
+    head = f"**{plain(tr.get('balance', ''))}** ({plain(RULE_LABELS.get(tr.get('balance'), ''))}), {run['status']}"
+    if not rounds:
+        return head + ": no round has ended yet."
+    first, last = rounds[0]["round_time"], rounds[-1]["round_time"]
+    state = (f"the plan settled ({plain(bal.get('reason', ''))})" if bal.get("converged") else
+             plain(bal.get("reason") or "") if bal.get("done") else "running")
+    moved = sum(r["changes"] or 0 for r in rounds)
+    return (f"{head}: {len(rounds)} round(s), {moved} operator move(s); step {_ms(first)} in round 1, "
+            f"{_ms(last)} in round {len(rounds)} ({last / first - 1:+.0%}); {state}.")
+
+
+__all__ = ["measured_plan_step", "plan_key", "BALANCE_BASELINES", "balance_items", "balance_outcome", "balance_run_intro", "balance_scenario", "balance_run_rows", "modelled_rounds_rows",
+           "balance_run_line", "MAX_BALANCE_RUN_STEPS", "strategy_ranking", "shown_runs", "run_exists", "outcome_metrics", "measured_badge", "gantt_title", "gantt_caption",
            "waiting_line", "ranking_line", "run_intro", "plan_scenario", "strategy_scenarios", "BALANCE_KNOBS", "BALANCE_MODES", "changed_pins", "topology_line", "pins_line", "balance_intro",
            "default_slowdowns", "data_nodes_line", "run_balancing", "balance_summary", "rounds_caption"]

@@ -266,19 +266,21 @@ def test_balance_rounds_three_panels_measured_solid_modelled_dashed():
     assert list(weights["gpu0, measured"].x) == [0, 1]
     assert weights["gpu0, measured"].line.dash == "solid" and weights["gpu0, modelled"].line.dash == "dash"
     assert weights["gpu0, measured"].line.color == weights["gpu0, modelled"].line.color
-    waits = {t.name: t for t in by_axis["y2"]}
-    assert list(waits[f"{esc(IMG)}, measured"].y) == pytest.approx([10.0, 0.0])
-    assert list(waits[f"{esc(IMG)}, modelled"].y) == pytest.approx([5.0, 0.0])
+    waits = {t.name: t for t in by_axis["y2"]}  # a share of the round's step time (the longest any device reports)
+    assert list(waits[f"{esc(IMG)}, measured"].y) == pytest.approx([10 / 31, 0.0])
+    assert list(waits[f"{esc(IMG)}, modelled"].y) == pytest.approx([10 / 31, 0.0])  # the same shares at half the time
     steps = {t.name: t for t in by_axis["y3"]}
     assert set(steps) == {"step time, measured", "step time, modelled"}
-    assert list(steps["step time, measured"].y) == pytest.approx([31.0, 25.0])  # the longest device of the round
-    assert list(steps["step time, modelled"].y) == pytest.approx([15.5, 12.5])
+    assert list(steps["step time, measured"].y) == pytest.approx([1.0, 25 / 31])  # relative to the first round
+    assert list(steps["step time, modelled"].y) == pytest.approx([1.0, 25 / 31])
     assert steps["step time, modelled"].line.dash == "dash"
-    assert [a.text for a in fig.layout.annotations] == ["Weight per device (its share of the work)",
-                                                        "Waiting per device (ms)", "Step time per round (ms)"]
+    assert [a.text for a in fig.layout.annotations] == ["Weight per device (relative to the round's mean)",
+                                                        "Waiting per device (share of the step time)",
+                                                        "Step time (relative to round 1)"]
     assert fig.layout.title.text == "Balancing round by round: measured (solid) and modelled (dashed)"
     assert fig.layout.xaxis3.title.text == "round"
-    assert waits[f"{esc(IMG)}, measured"].hovertext[0] == f"{esc(IMG)}, measured<br>round 0: waited 10 ms"
+    assert waits[f"{esc(IMG)}, measured"].hovertext[0] == f"{esc(IMG)}, measured<br>round 0: waited 10 ms of 31 ms"
+    assert steps["step time, modelled"].hovertext[1] == "step time, modelled<br>round 1: 12.5 ms (0.81 of round 0)"
     assert "<img" not in fig.to_json()
 
 
