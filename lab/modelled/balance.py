@@ -44,6 +44,10 @@ Two modes:
 The "true" speeds are the catalogue's divided by an editable per-device ``slowdown``, times a
 seeded per-device, per-round noise factor ``exp(noise * N(0, 1))``. A round is **simulated with
 the cost model** (modelled, not measured).
+
+One :class:`BalanceLoop` keeps the book (weights, the test, the rule, the stop) for a simulated
+loop here and for a measured one: a balancing placement run (:mod:`lab.train.stages`) feeds it each
+round's measured busy times and step time, and re-plans with :func:`weighted_plan`.
 """
 
 from __future__ import annotations

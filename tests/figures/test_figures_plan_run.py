@@ -5,6 +5,7 @@ empty inputs a figure with a note."""
 
 from __future__ import annotations
 
+import math
 import time
 
 import pytest
@@ -290,3 +291,20 @@ def test_balance_rounds_without_a_model_and_with_nothing():
     assert fig.layout.title.text == "Balancing round by round: measured (solid)"
     empty = figs.balance_rounds_figure([], [])
     assert len(empty.data) == 0 and "No balancing rounds yet" in empty.layout.annotations[0].text
+
+
+def test_balance_outcome_bars_each_plan_against_the_even_split_and_leaves_a_running_one_empty():
+    rows = [{"plan": "balancing loop (wait), last round", "key": "wait", "status": "done", "step": 0.0509,
+             "vs_split": 0.0509 / 0.0806 - 1},
+            {"plan": "even contiguous layer split", "key": "even_split", "status": "done", "step": 0.0806,
+             "vs_split": 0.0},
+            {"plan": "rule by device type", "key": "type_rule", "status": "running", "step": math.nan,
+             "vs_split": math.nan}]
+    fig = figs.balance_outcome_figure(rows)
+    bar = fig.data[0]
+    assert list(bar.y) == ["balancing loop (wait), last round (done)", "even contiguous layer split (done)",
+                           "rule by device type (running)"]
+    assert list(bar.x[:2]) == pytest.approx([50.9, 80.6]) and bar.x[2] is None
+    assert list(bar.text) == ["50.9 ms (-37% vs the even split)", "80.6 ms (+0% vs the even split)", ""]
+    assert bar.marker.color[0] != bar.marker.color[1]  # a loop stands out from the fixed plans
+    assert fig.layout.xaxis.title.text == "step time (ms)"

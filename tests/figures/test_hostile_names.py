@@ -198,3 +198,6 @@ def test_placement_run_gantt_ranking_and_balance_rounds():
     assert esc(ANCHOR) in list(ranking.data[0].y)
     rounds = [{"round": k, "device": d, "weight": 0.5, "wait": 1e-4, "step": 1e-3} for k in range(2) for d in devs]
     assert_shown_as_text(fpl.balance_rounds_figure(rounds, rounds), ANCHOR, IMG)
+    outcome = [{"plan": ANCHOR, "key": "even_split", "status": "done", "step": 2e-3, "vs_split": 0.0},
+               {"plan": IMG, "key": "wait", "status": "running", "step": float("nan"), "vs_split": float("nan")}]
+    assert_shown_as_text(fpl.balance_outcome_figure(outcome), ANCHOR, IMG)
