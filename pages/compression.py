@@ -13,7 +13,6 @@ from lab.scenario.names import COMPRESSOR_LABELS
 from lab.compression.compressors import evaluate, generated_gradients, real_gradients
 from lab.figures import compression as figs
 from lab.figures.style import fmt_seconds
-from lab.errors import LabError
 from lab.scenario.names import MODEL_LABELS, MODELS
 from lab.store.runs import ACTIVE, store
 from lab.scenario.document import Compression
@@ -50,9 +49,9 @@ def ring(grads: list, kind: str, ratio: float, group_size: int, seed: int):
     return sharing_report(grads, kind, ratio, group_size, seed)
 
 
-@st.cache_data(show_spinner="Factorising…", max_entries=8)
-def matrices(seed: int, batch: int, damping: float, workers: int, by_class: bool) -> dict:
-    return {k: [m.numpy() for m in v] for k, v in chol.example_matrices(seed, batch, damping, workers, by_class).items()}
+@st.cache_data(show_spinner="Factorising and timing…", max_entries=8)
+def cholesky_study(seed: int, batch: int, damping: float, workers: int, by_class: bool, name: str) -> dict:
+    return chol.study(chol.example_matrices(seed, batch, damping, workers, by_class)[name])
 
 
 # ---------------------------------------------------------------- compressors on one gradient
@@ -149,34 +148,26 @@ with st.form("ch_form"):
     st.form_submit_button("Test the claim", type="primary", key="ch_run")
 
 with ui.guarded("the Cholesky section"):
-    Ds = [torch.from_numpy(m) for m in matrices(int(seed), int(ch_batch), float(damping), int(ch_workers),
-                                                bool(by_class))[name]]
-    a = chol.applicability(Ds[0])
+    ch = cholesky_study(int(seed), int(ch_batch), float(damping), int(ch_workers), bool(by_class), name)
+    a = ch["applicability"]
     st.dataframe(pd.DataFrame([{"shape": "×".join(map(str, a["shape"])), "square": a["square"],
                                 "asymmetry ||D−Dᵀ||/||D||": a["asymmetry"], "symmetric": a["symmetric"],
                                 "smallest eigenvalue (matrix units)": a["min_eigenvalue"],
                                 "positive-definite": a["positive_definite"]}]), hide_index=True, key="ch_app")
     ui.caption("measured", "Properties of worker 0's matrix, computed.")
-    if not a["applies"]:
-        try:
-            chol.cholesky_pack(Ds[0])
-        except LabError as exc:  # the refusal is the point here: show it as information
-            st.info(f"Not applicable: {exc}", icon=":material/block:")
-    else:
-        crow = chol.compare_methods(Ds[0])
+    if "refusal" in ch:
+        st.info(f"Not applicable: {ch['refusal']}", icon=":material/block:")  # the lab's own words, no user text
+    elif "methods" in ch:
+        crow, res, rr = ch["methods"], ch["sum"], ch["ring"]
         st.plotly_chart(figs.cholesky_figure(crow), key="ch_fig")
-        ui.caption("measured", "Bytes counted from the packed tensors; pack + unpack time on this machine.")
+        ui.caption("measured", "Bytes counted from the packed tensors; pack + unpack time on this machine, measured "
+                               "once for these settings.")
         st.dataframe(pd.DataFrame([{"sent": r["method"], "values (count)": r["values"], "bytes (B)": r["bytes"],
                                     "pack": fmt_seconds(r["t_pack"]), "unpack": fmt_seconds(r["t_unpack"]),
                                     "relative error": r["rel_error"]} for r in crow]), hide_index=True,
                      key="ch_table")
-        res = chol.sum_of_factors(Ds)
-        Ls = [torch.linalg.cholesky(D.double()) for D in Ds]
-        S = sum(Ls)
-        st.plotly_chart(figs.factor_sum_figure(sum(D.double() for D in Ds).numpy(), (S @ S.T / len(Ds)).numpy(),
-                                               len(Ds)), key="ch_sum_fig")
-        rr = chol.ring_reduce_factors(Ds)
-        ui.caption("measured", f"{len(Ds)} workers' matrices from different digits batches. Adding the factors "
+        st.plotly_chart(figs.factor_sum_figure(ch["true_sum"], ch["factor_sum"], ch["workers"]), key="ch_sum_fig")
+        ui.caption("measured", f"{ch['workers']} workers' matrices from different digits batches. Adding the factors "
                    f"gives (Σ L)(Σ L)ᵀ, off by **{res['rel_error_of_sum_of_factors']:.1%}** (the cross terms "
                    f"Lᵢ Lⱼᵀ); even rescaled by 1/N it is off by **{res['rel_error_of_sum_of_factors_rescaled']:.2%}**"
                    " (zero only if every worker had the same matrix: try non-IID). A ring must rebuild D, add and "
@@ -196,8 +187,9 @@ c1, c2 = st.columns([1, 3])
 if c1.button("Queue the 9 runs", type="primary", key="cp_grid_run", icon=":material/grid_view:"):
     with ui.guarded("queueing the grid"):
         jm, owner = ui.job_manager()  # the Training page's manager and fair queue
-        jobs = jm.submit_many(grid_scenarios(sc), owner=owner)
-        st.session_state["cp_grid_runs"] = st.session_state["cmp_runs"] = [j.run_id for j in jobs]
+        items = grid_scenarios(sc)
+        if jobs := ui.submit_once(owner, items[0][0], "grid", store(), lambda: jm.submit_many(items, owner=owner)):
+            st.session_state["cp_grid_runs"] = st.session_state["cmp_runs"] = [j.run_id for j in jobs]
 c2.page_link("pages/compare.py", label="Compare them: loss, accuracy, bytes, time", icon=":material/compare_arrows:")
 grid_ids = st.session_state.get("cp_grid_runs", [])
 polling = bool(grid_ids) and store().list_runs(statuses=ACTIVE).id.isin(grid_ids).any()

@@ -46,7 +46,8 @@ if prof is not None:
                            f"{prof.compute.fit_error * 100:.1f} % of CPU time over {prof.compute.samples} calibration "
                            "cases (networks and batch sizes the presets do not use)")
 else:
-    st.info("This machine has no profile yet: calibrate it (about a minute; other pages stay usable).")
+    st.info("This machine has no profile yet: calibrate it (about a minute on an idle 2-core machine, a quick one "
+            "half that; several times longer while jobs run; other pages stay usable).")
 st.caption("Calibrate while no training runs: other work on the cores during the minute of measuring skews the "
            "profile, and every prediction made from it.")
 c1, c2 = st.columns([1, 2])
@@ -65,7 +66,7 @@ def calibration_progress() -> None:
     if p.get("error"):
         st.error("The last calibration failed: " + ui.plain(p["error"]))
     elif cal.calibration_running():
-        st.progress(float(p.get("fraction", 0.0)), f"calibrating: {p.get('message', '')}")
+        st.progress(float(p.get("fraction", 0.0)), cal.progress_line(p))
     elif busy:  # it just finished (or its process is gone): show the new profile
         st.rerun()
 

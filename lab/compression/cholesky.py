@@ -231,6 +231,28 @@ MATRIX_NAMES = ("weight gradient, transformer q (32x32)", "weight gradient, MLP 
                 "Gram of MLP hidden activations (128x128)", "Gram of the digit images (64x64)")
 
 
+def study(Ds: list[torch.Tensor]) -> dict:
+    """The whole Cholesky test on the workers' matrices ``Ds``, as the Compression page shows it: worker 0's
+    matrix checked (``applicability``); where it has a factor, the three ways of sending it measured
+    (``methods``, :func:`compare_methods`), what adding the workers' factors gives (``sum``,
+    :func:`sum_of_factors`, with ``true_sum`` and ``factor_sum``: sum D and (sum L)(sum L)^T / N as arrays) and
+    the ring that rebuilds D at every hop (``ring``); else the refusal (``refusal``). Timed once: the page
+    keeps the result per input, so a rerun does not measure again."""
+    a = applicability(Ds[0])
+    out: dict = {"applicability": a, "workers": len(Ds)}
+    if not a["applies"]:
+        try:
+            cholesky_pack(Ds[0])
+        except LabError as exc:  # the refusal is the point here: it is shown as information
+            out["refusal"] = str(exc)
+        return out
+    Ls = [torch.linalg.cholesky(D.double()) for D in Ds]
+    S = sum(Ls)
+    out |= {"methods": compare_methods(Ds[0]), "sum": sum_of_factors(Ds), "ring": ring_reduce_factors(Ds),
+            "true_sum": sum(D.double() for D in Ds).numpy(), "factor_sum": (S @ S.T / len(Ds)).numpy()}
+    return out
+
+
 def example_matrices(seed: int = 0, batch: int = 256, damping: float = 1e-3, workers: int = 2,
                      by_class: bool = False) -> dict:
     """Matrices from a real model on scikit-learn digits, for each of ``workers`` batches.

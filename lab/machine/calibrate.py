@@ -55,6 +55,7 @@ import math
 import os
 import subprocess
 import sys
+import threading
 import time
 from dataclasses import replace
 from datetime import datetime, timezone
@@ -218,6 +219,20 @@ def read_progress(path: Path | None = None) -> dict | None:
         return None
 
 
+def progress_line(p: dict, now: float | None = None) -> str:
+    """The calibration's progress in words: its step, the time so far and, from the fraction done, the time
+    left (the work done so far paces the rest, so a loaded machine's estimate is longer)."""
+    now = time.time() if now is None else now
+    elapsed = max(0.0, now - float(p.get("started", now)))
+    frac = float(p.get("fraction", 0.0))
+
+    def dur(s: float) -> str:
+        return f"{int(s // 60)} min {int(s % 60)} s" if s >= 60 else f"{s:.0f} s"
+
+    left = f", about {dur(elapsed * (1 - frac) / frac)} left" if frac >= 0.05 else ""
+    return f"calibrating: {p.get('message', '')} ({frac:.0%} done, {dur(elapsed)} so far{left})"
+
+
 def calibration_running(path: Path | None = None) -> bool:
     """A background calibration is under way: its progress file says not done and its process lives."""
     p = read_progress(path)
@@ -232,6 +247,8 @@ def calibration_running(path: Path | None = None) -> bool:
 
 def _write_progress(path: Path, **fields: Any) -> None:
     p = progress_path(path)
+    if "started" not in fields:  # kept from the first write, for the elapsed time and the estimate
+        fields["started"] = (read_progress(path) or {}).get("started", time.time())
     p.parent.mkdir(parents=True, exist_ok=True)
     tmp = p.with_name(p.name + ".tmp")
     tmp.write_text(json.dumps({"pid": os.getpid(), "time": time.time(), **fields}))
@@ -245,14 +262,17 @@ def start_background(path: Path | None = None, quick: bool = False):
     path.parent.mkdir(parents=True, exist_ok=True)
     env = settings.child_env(OMP_NUM_THREADS="1")
     cmd = [sys.executable, "-m", "lab.machine.calibrate", "--out", str(path)] + (["--quick"] if quick else [])
-    _write_progress(path, message="starting", fraction=0.0, done=False, error=None)
+    _write_progress(path, message="starting", fraction=0.0, done=False, error=None, started=time.time())
     nice = settings.job_nice()  # as nice as the training jobs the profile will predict
     log = open(path.with_name(path.stem + ".log"), "wb")
     try:
-        return subprocess.Popen(cmd, cwd=str(settings.ROOT), env=env, stdout=log, stderr=subprocess.STDOUT,
+        proc = subprocess.Popen(cmd, cwd=str(settings.ROOT), env=env, stdout=log, stderr=subprocess.STDOUT,
                                 start_new_session=True, preexec_fn=(lambda: os.nice(nice)) if nice else None)
     finally:
         log.close()
+    # Reaped when it ends: the page that started it does not wait, and an unreaped child stays a zombie.
+    threading.Thread(target=proc.wait, name="lab-calibration-reaper", daemon=True).start()
+    return proc
 
 
 def main(argv: Sequence[str] | None = None) -> int:

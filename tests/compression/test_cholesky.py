@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 import torch
 
@@ -135,3 +136,21 @@ def test_example_matrices_where_the_claim_applies():
             > sum_of_factors(mixed[name])["rel_error_of_sum_of_factors_rescaled"])
     with pytest.raises(LabError):
         example_matrices(damping=2.0)
+
+
+def test_the_study_holds_what_the_page_shows_and_refuses_a_matrix_without_a_factor():
+    from lab.compression.cholesky import example_matrices, study
+
+    mats = example_matrices(seed=0, batch=64, damping=1e-3, workers=3)
+    spd = next(k for k, v in mats.items() if applicability(v[0])["applies"])
+    out = study(mats[spd])
+    assert out["workers"] == 3 and "refusal" not in out
+    assert [r["method"] for r in out["methods"]] == [r["method"] for r in compare_methods(mats[spd][0])]
+    assert out["sum"] == sum_of_factors(mats[spd])
+    Ls = [torch.linalg.cholesky(D.double()) for D in mats[spd]]
+    assert np.allclose(out["factor_sum"], (sum(Ls) @ sum(Ls).T / 3).numpy())
+    assert np.allclose(out["true_sum"], sum(D.double() for D in mats[spd]).numpy())
+    other = next((k for k, v in mats.items() if not applicability(v[0])["applies"]), None)
+    if other is not None:
+        refused = study(mats[other])
+        assert "methods" not in refused and refused["refusal"]

@@ -278,3 +278,11 @@ def test_calibration_processes_are_pinned_as_the_job_manager_pins_ranks():
         out = subprocess.run([sys.executable, "-c", code.format(rank)], cwd=root, capture_output=True, text=True,
                              env={**os.environ, "LAB_CALIBRATION_PIN": flag}, timeout=60, check=True).stdout
         assert out.strip() == str(want)
+
+
+def test_the_calibration_progress_says_its_step_the_time_so_far_and_what_is_left():
+    from lab.machine.calibrate import progress_line
+
+    p = {"message": "compute, 2 processes", "fraction": 0.25, "started": 1000.0}
+    assert progress_line(p, now=1030.0) == "calibrating: compute, 2 processes (25% done, 30 s so far, about 1 min 30 s left)"
+    assert progress_line(dict(p, fraction=0.01), now=1005.0) == "calibrating: compute, 2 processes (1% done, 5 s so far)"
