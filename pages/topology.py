@@ -47,6 +47,7 @@ with c1:
         ui.set_scenario(sc.replace(name=f"{topo.name}-scenario", topology=topo))
         ss[ED] = view.fresh_editor(topo, v)
         ss.pop(UPLOAD_ERROR, None)
+        view.forget_new_device(ss)
         st.rerun()
 with c2:
     up = st.file_uploader(f"…or upload a scenario or topology JSON (max {UPLOAD_MB} MB)", type=["json"], key="topo_upload")
@@ -60,6 +61,7 @@ with c2:
             ss.pop(UPLOAD_ERROR, None)
             ui.set_scenario(loaded)
             ss[ED] = view.fresh_editor(loaded.topology, v)
+            view.forget_new_device(ss)
             st.rerun()
     if ss.get(UPLOAD_ERROR):
         st.error(ui.plain(ss[UPLOAD_ERROR]) + " The current topology is unchanged.", icon=":material/error:")
@@ -117,11 +119,14 @@ if view.any_edited(ss, v):
 taken = view.prepare_new_device(ss)
 
 with st.popover("Add a device from the catalogue", icon=":material/add:"):
-    new_type = st.selectbox("type", list(DEVICE_CATALOGUE), key="topo_new_type", on_change=view.propose_name, args=(ss,))
+    # Two fields a row, so the popover and its Add button fit a 1024x768 projector.
+    t1, t2 = st.columns(2)
+    new_type = t1.selectbox("type", list(DEVICE_CATALOGUE), key="topo_new_type", on_change=view.propose_name, args=(ss,))
+    t2.text_input("name", key="topo_new_name", help="A free name is proposed; every device and switch needs its own")
     st.caption(DEVICE_CATALOGUE[new_type].source)
-    st.text_input("name", key="topo_new_name", help="A free name is proposed; every device and switch needs its own")
-    attach = st.selectbox("link it to", taken, key="topo_new_attach")
-    kind = st.selectbox("link kind", list(LINK_KINDS), key="topo_new_kind", on_change=view.follow_kind, args=(ss,),
+    a1, a2 = st.columns(2)
+    attach = a1.selectbox("link it to", taken, key="topo_new_attach")
+    kind = a2.selectbox("link kind", list(LINK_KINDS), key="topo_new_kind", on_change=view.follow_kind, args=(ss,),
                         help="Fills in the kind's catalogue bandwidth and latency unless you typed your own")
     n1, n2 = st.columns(2)
     n1.number_input("bandwidth (GB/s each way)", min_value=0.0, format="%.4g", key="topo_new_bw")

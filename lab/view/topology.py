@@ -125,6 +125,19 @@ def follow_kind(session: MutableMapping[str, Any]) -> None:
     session["_topo_new_kind_was"] = session["topo_new_kind"]
 
 
+NEW_DEVICE_KEYS = ("topo_new_type", "topo_new_name", "topo_new_attach", "topo_new_kind", "topo_new_bw", "topo_new_lat",
+                   "_topo_new_kind_was", "_topo_new_taken")
+
+
+def forget_new_device(session: MutableMapping[str, Any]) -> None:
+    """Drop the add-a-device popover's values before a rerun that a new topology starts: that run stops before
+    the popover is drawn, Streamlit then forgets its widgets while their keys linger, and the popover came back
+    showing its first type beside another type's caption with no name and no link numbers.
+    :func:`prepare_new_device` fills them in afresh."""
+    for k in NEW_DEVICE_KEYS:
+        session.pop(k, None)
+
+
 def prepare_new_device(session: MutableMapping[str, Any]) -> list[str]:
     """Set the add-a-device popover's choices before its widgets are drawn, and return the names in
     use: type gpu at first; a proposed name (again when the topology now uses it); the node to link

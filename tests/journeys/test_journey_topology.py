@@ -200,3 +200,40 @@ def test_adding_a_device_with_a_taken_name_proposes_a_free_one_and_leaves_no_gho
         no_error_boxes(pg)
     finally:
         pg.context.close()
+
+
+def test_after_load_preset_the_catalogue_popover_offers_a_device_that_can_be_added(streamlit_server, browser):
+    """Load preset, then Add a device from the catalogue: the popover shows the type its caption describes, a free
+    name and the link kind's catalogue numbers, its Add button within the window, and Add adds the device (it once
+    showed type cpu beside an A100's caption, an empty name and 0 GB/s, and Add failed)."""
+    pg = new_page(browser, browser.new_context(viewport={"width": 1024, "height": 768}))
+    try:
+        open_topology(pg, streamlit_server)
+        choose(pg, "Preset", "(2) the same devices on PCIe (through the host)")
+        pg.get_by_role("button", name="Load preset").click()
+        settle(pg)
+        wait_for_tables(pg)
+        names = column(pg, DEVICES, 1)
+        pg.get_by_text("Add a device from the catalogue").click()
+        settle(pg)
+        kind = pg.get_by_role("combobox", name="type", exact=True).first.input_value()
+        popover = pg.locator("[data-testid='stPopoverBody']").first
+        text = popover.inner_text()
+        assert kind == "gpu" and "A100" in text, (kind, text[:300])
+        name = pg.get_by_role("textbox", name="name").input_value()
+        assert name.startswith("gpu") and name not in names, name
+        bw = float(pg.get_by_label("bandwidth (GB/s each way)").input_value())
+        assert bw > 0, bw
+        add = pg.get_by_role("button", name="Add", exact=True)
+        add.scroll_into_view_if_needed()  # the popover scrolls within the window, as a person scrolls it
+        box, body = add.bounding_box(), popover.bounding_box()
+        assert box is not None and box["y"] + box["height"] <= 768, (box, body)  # within reach
+        assert body["y"] + body["height"] <= 768, body
+        add.click()
+        pg.get_by_text(f"Added “{name}”").wait_for(timeout=60_000)
+        settle(pg)
+        wait_for_tables(pg)
+        assert column(pg, DEVICES, 1) == names + [name]
+        no_error_boxes(pg)
+    finally:
+        pg.context.close()
