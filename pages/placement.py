@@ -4,6 +4,7 @@ import pandas as pd
 import streamlit as st
 
 import ui
+from lab.errors import LabError
 from lab.figures import placement as figs
 from lab.jobs import views as job_views
 from lab.machine import plans
@@ -15,8 +16,6 @@ from lab.modelled.opgraph import trace
 from lab.scenario.names import COST_MODEL_LABELS, COST_MODELS, MODEL_LABELS, MODELS, STRATEGY_SHORT
 from lab.store.runs import ACTIVE, store
 from lab.view import placement as pv
-
-BASELINE = "placement_baseline"  # the plan kept for comparison (session only, not part of the link)
 
 sc = ui.scenario_sidebar()
 topo = sc.topology
@@ -105,20 +104,29 @@ with ui.guarded("the placement"):
                            "+ wait for the device + compute = finish.")
 
     st.subheader("Against a baseline")
-    record = pl.plan_record(model, batch, strategy, pins, s)
+    record = pl.plan_record(model, batch, strategy, pins, s, topo, cm_name)
     k1, k2 = st.columns(2)
     k1.button("Keep this plan as the baseline", key="pl_keep",
-              on_click=lambda: st.session_state.__setitem__(BASELINE, record))
-    k2.button("Clear baseline", key="pl_base_clear", disabled=BASELINE not in st.session_state,
-              on_click=lambda: st.session_state.pop(BASELINE, None))
-    if BASELINE in st.session_state:
-        summary, brows = pl.compare_plans(st.session_state[BASELINE], record)
+              on_click=lambda: ui.set_view("pl_baseline", pv.baseline_json(record)))
+    k2.button("Clear baseline", key="pl_base_clear", disabled=not ui.view_value("pl_baseline"),
+              on_click=lambda: ui.set_view("pl_baseline", ""))
+    base = None
+    try:
+        base = pv.baseline_from_json(ui.view_value("pl_baseline"))
+    except LabError as exc:
+        ui.set_view("pl_baseline", "", notice=f"The baseline in the link was dropped: {exc}")
+    if base is not None:
+        summary, brows = pl.compare_plans(base, record)
         st.markdown(f"**{ui.plain(summary)}** {ui.badge('modelled')}")
+        unit_cols = {c: st.column_config.NumberColumn(format="%.4g") for c in figs.baseline_table(brows)[0]
+                     if c.startswith(("baseline (", "now (", "change ("))}
         st.dataframe(pd.DataFrame(figs.baseline_table(brows)), hide_index=True, key="pl_base_table",
-                     column_config={"change (%)": st.column_config.NumberColumn(format="%+.1f")})
-        ui.caption("modelled", "busy time per device (compute only), then the makespan, in the baseline and now.")
+                     column_config=unit_cols | {"change (%)": st.column_config.NumberColumn(format="%+.1f")})
+        ui.caption("modelled", "busy time per device (compute only), then the makespan, in the baseline and now. "
+                               "The baseline travels in the page link.")
     else:
-        st.caption("Keep a plan, then pin an operator or change the strategy to see what it costs.")
+        st.caption("Keep a plan, then pin an operator, change the strategy or edit a link on the Topology page to see "
+                   "what it costs.")
 
     st.subheader("Assignment")
     st.dataframe(pd.DataFrame(figs.assignment_table(pl.schedule_table(shown, s), scale, unit, reasons)),

@@ -200,11 +200,12 @@ def comparison_figure(rows: Sequence[Mapping[str, Any]]) -> go.Figure:
     graphs = list(dict.fromkeys(r["graph"] for r in rows))
     for gname in graphs:
         rs = [r for r in ok if r["graph"] == gname]
-        fig.add_trace(go.Bar(y=[esc(r["strategy"]) for r in rs], x=[r["makespan"] * scale for r in rs],
+        fig.add_trace(go.Bar(y=[esc(r.get("label", r["strategy"])) for r in rs], x=[r["makespan"] * scale for r in rs],
                              name=esc(gname),
                              orientation="h", text=[f"{r['makespan'] * scale:.3g}" for r in rs],
                              textposition="outside",
-                             hovertext=[f"{esc(r['strategy'])} on {esc(gname)}: {r['makespan'] * scale:.4g} {unit}"
+                             hovertext=[f"{esc(r.get('label', r['strategy']))} on {esc(gname)}: "
+                                        f"{r['makespan'] * scale:.4g} {unit}"
                                         + (f"<br>{100 * r['gap']:.1f}% above the optimum" if r.get("gap") is not None
                                            else "") for r in rs], hoverinfo="text"))
     fig.update_layout(barmode="group", title="Makespan of one forward pass per strategy (shorter is better)",
@@ -293,7 +294,7 @@ def baseline_table(rows: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
 def comparison_table(rows: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
     """:func:`lab.modelled.placement.compare_strategies` rows (with their graph) in one time unit."""
     scale, unit = time_unit(max([r["makespan"] for r in rows if r["makespan"] is not None] + [0.0]))
-    return [{"graph": r["graph"], "strategy": r["strategy"],
+    return [{"graph": r["graph"], "strategy": r.get("label", r["strategy"]),
              f"makespan ({unit})": r["makespan"] * scale if r["makespan"] is not None else None,
              "above optimum (%)": 100 * r["gap"] if r["gap"] is not None else None, "note": r["note"]} for r in rows]
 

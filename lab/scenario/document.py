@@ -47,6 +47,7 @@ class Spec:
     min: float | None = None
     max: float | None = None
     help: str = ""
+    max_len: int = 200  # characters of a text value
 
     def check(self, name: str, value: Any, where: str) -> Any:
         w = f"{where}.{name}"
@@ -75,8 +76,8 @@ class Spec:
                 raise LabError(f"must be a string (got {shown(value)})", where=w)
             if self.choices is not None and value not in self.choices:
                 raise LabError(f"{shown(value)} is not allowed; choose one of {list(self.choices)}", where=w)
-            if len(value) > 200:
-                raise LabError("is too long (at most 200 characters)", where=w)
+            if len(value) > self.max_len:
+                raise LabError(f"is too long (at most {self.max_len:,} characters)", where=w)
             return value
         if self.type is tuple:  # a list of device names
             if not isinstance(value, (list, tuple)) or not all(isinstance(v, str) for v in value):

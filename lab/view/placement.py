@@ -4,6 +4,7 @@ its markdown escape; identity by default)."""
 
 from __future__ import annotations
 
+import json
 import math
 from typing import Callable, Mapping
 
@@ -17,7 +18,10 @@ from lab.modelled.balance import (
     balance_data_parallel,
     balance_model_parallel,
 )
-from lab.scenario.names import STRATEGY_LABELS, STRATEGY_NAMES, STRATEGY_SHORT
+from lab.scenario.document import Spec, check_pins
+from lab.scenario.names import COST_MODELS, MODELS, STRATEGY_LABELS, STRATEGY_NAMES, STRATEGY_SHORT
+from lab.scenario.text import check_name, loads
+from lab.scenario.topology import Topology
 
 Plain = Callable[[str], str]
 
@@ -41,6 +45,36 @@ def changed_pins(pins: Mapping[str, str], change: str, op: str, device: str) -> 
     else:
         new = {}
     return new
+
+
+def baseline_json(record: Mapping) -> str:
+    """A kept plan's record (:func:`lab.modelled.placement.plan_record`) as the text the link carries."""
+    return json.dumps(record, separators=(",", ":"), sort_keys=True)
+
+
+def baseline_from_json(text: str) -> dict | None:
+    """The kept plan of a link (None for none); a record that is not one raises a LabError saying what is wrong.
+    It is outside input: every field is checked, its topology as a topology file is."""
+    if not text:
+        return None
+    where = "the kept baseline"
+    d = loads(text)
+    if not isinstance(d, dict) or set(d) != {"model", "batch", "strategy", "pins", "cost_model", "topology",
+                                             "makespan", "busy"}:
+        raise LabError("is not a kept plan (its fields differ)", where=where)
+    if d["model"] not in MODELS or d["strategy"] not in STRATEGY_NAMES or d["cost_model"] not in COST_MODELS:
+        raise LabError("names a model, strategy or cost model the lab does not have", where=where)
+    if isinstance(d["batch"], bool) or not isinstance(d["batch"], int) or not 1 <= d["batch"] <= 65536:
+        raise LabError("has a batch size that is not a whole number from 1 to 65536", where=where)
+    d["pins"] = dict(check_pins(d["pins"], where=f"{where} pins"))
+    if d["topology"] is not None:
+        d["topology"] = Topology.from_dict(d["topology"]).to_dict()
+    finite = Spec(float, 0.0, min=0.0, max=1e12)
+    d["makespan"] = finite.check("makespan", d["makespan"], where)
+    if not isinstance(d["busy"], dict) or len(d["busy"]) > 256:
+        raise LabError("has no busy time per device", where=where)
+    d["busy"] = {check_name(k, where, what="a device name"): finite.check("busy", v, where) for k, v in d["busy"].items()}
+    return d
 
 
 def topology_line(topology, plain: Plain = str) -> str:
@@ -373,7 +407,7 @@ def balance_run_line(run: Mapping, plain: Plain = str) -> str:
             f"{_ms(last)} in round {len(rounds)} ({last / first - 1:+.0%}); {state}.")
 
 
-__all__ = ["measured_plan_step", "plan_key", "BALANCE_BASELINES", "balance_items", "balance_outcome", "balance_run_intro", "balance_scenario", "balance_run_rows", "modelled_rounds_rows",
+__all__ = ["baseline_json", "baseline_from_json", "measured_plan_step", "plan_key", "BALANCE_BASELINES", "balance_items", "balance_outcome", "balance_run_intro", "balance_scenario", "balance_run_rows", "modelled_rounds_rows",
            "balance_run_line", "MAX_BALANCE_RUN_STEPS", "strategy_ranking", "shown_runs", "run_exists", "outcome_metrics", "measured_badge", "gantt_title", "gantt_caption",
            "waiting_line", "ranking_line", "run_intro", "plan_scenario", "strategy_scenarios", "BALANCE_KNOBS", "BALANCE_MODES", "changed_pins", "topology_line", "pins_line", "balance_intro",
            "default_slowdowns", "data_nodes_line", "run_balancing", "balance_summary", "rounds_caption"]

@@ -109,6 +109,8 @@ VIEW: dict[str, Control] = {
     "pl_emulate": _c("placement", bool, True, "emulate the drawn cluster"),
     "pl_repeats": _c("placement", int, 1, "repeats per strategy", lo=1, hi=5),
     "pl_runs": _c("placement", tuple, (), "placement runs shown"),
+    # The plan kept for comparison, as its record's JSON (lab.view.placement.baseline_json), so a link keeps it.
+    "pl_baseline": Control("placement", Spec(str, "", max_len=MAX_VIEW_CHARS), "the plan kept as the baseline"),
     "pl_round_steps": _c("placement", int, 5, "steps per balancing round", lo=2, hi=1000),
     "pl_bal_runs": _c("placement", tuple, (), "balancing runs shown"),
     # ---- All-reduce

@@ -81,3 +81,57 @@ def test_pin_travels_in_the_link_with_the_same_makespan(streamlit_server, browse
         no_error_boxes(fresh)
     finally:
         fresh.context.close()
+
+
+SVG_TEXT = """(sel) => Array.from(document.querySelectorAll(sel + ' .js-plotly-plot text'))
+  .map(t => t.textContent).join('\\n')"""
+
+
+def baseline_summary(pg) -> str:
+    texts = [t for t in pg.locator("[data-testid='stMarkdownContainer']").all_inner_texts() if "makespan" in t
+             and "%" in t and ":" in t and "Makespan (" not in t]
+    return texts[0] if texts else ""
+
+
+def test_a_kept_baseline_names_a_topology_change_and_travels_in_the_link(streamlit_server, browser):
+    """Keep the CXL plan as the baseline, load the PCIe preset on Topology, come back: the comparison names the
+    links that changed (it once said "same settings"), shows no rounding noise (it once showed
+    -0.0000000000000002), and a fresh browser opened from the link shows the same comparison. The strategy
+    chart names each strategy as the Strategy menu does."""
+    pg = new_page(browser)
+    try:
+        pg.goto(streamlit_server + "/placement")
+        settle(pg)
+        pg.get_by_role("heading", name="Placement").first.wait_for(timeout=30_000)
+        menu = selected(pg, "Strategy")
+        pg.locator(".st-key-pl_compare").first.scroll_into_view_if_needed()
+        pg.wait_for_function("() => document.querySelector('.st-key-pl_compare .js-plotly-plot .main-svg')",
+                             timeout=30_000)
+        bars = pg.evaluate(SVG_TEXT, ".st-key-pl_compare")
+        assert menu in bars, (menu, bars)
+        pg.get_by_role("button", name="Keep this plan as the baseline").click()
+        settle(pg)
+        assert baseline_summary(pg).startswith("same settings: makespan +0.0 %"), baseline_summary(pg)
+        nav(pg, "Topology")
+        pg.get_by_role("button", name="Load preset").wait_for(timeout=30_000)
+        pick(pg, "Preset", "(2) the same devices on PCIe (through the host)")
+        pg.get_by_role("button", name="Load preset").click()
+        settle(pg)
+        nav(pg, "Placement")
+        pg.get_by_role("heading", name="Against a baseline").first.wait_for(timeout=30_000)
+        summary = baseline_summary(pg)
+        assert "same settings" not in summary and re.search(r"link \S+–\S+", summary), summary
+        assert "e-1" not in pg.locator("[data-testid='stMain']").inner_text()
+        no_error_boxes(pg)
+        url = take_link(pg)
+    finally:
+        pg.context.close()
+    fresh = new_page(browser)
+    try:
+        fresh.goto(url)
+        settle(fresh)
+        fresh.get_by_role("heading", name="Against a baseline").first.wait_for(timeout=30_000)
+        assert baseline_summary(fresh) == summary
+        no_error_boxes(fresh)
+    finally:
+        fresh.context.close()

@@ -3,6 +3,7 @@
 from lab.machine.calibrate import synthetic_profile
 from lab.scenario.catalogue import preset
 from lab.scenario.document import Scenario
+from lab.scenario.names import STRATEGY_LABELS
 from lab.scenario.topology import Device, Link, Switch, Topology
 from tests.conftest import app_test, assert_no_exception
 
@@ -38,10 +39,10 @@ def test_default_page_shows_schedule_comparison_and_balancing():
     assert table["FLOPs"].iloc[0] == 2 * 32 * 64 * 128
     compare = _table(at, "above optimum (%)")
     assert len(compare) == 8
-    opt = compare[compare.strategy == "optimal"].iloc[0]
+    opt = compare[compare.strategy == STRATEGY_LABELS["optimal"]].iloc[0]  # named as the Strategy menu names it
     assert opt["above optimum (%)"] == 0
     assert (compare["above optimum (%)"].dropna() >= -1e-9).all()
-    assert compare[compare.strategy == "type_rule"]["above optimum (%)"].iloc[0] > 100
+    assert compare[compare.strategy == STRATEGY_LABELS["type_rule"]]["above optimum (%)"].iloc[0] > 100
     md = _md(at)
     assert "**wait**" in md and "**throughput**" in md and "stopped after" in md
     assert "modelled" in _captions(at)

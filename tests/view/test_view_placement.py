@@ -91,3 +91,36 @@ def test_balance_summary():
     text = pv.balance_summary("throughput", short["throughput"], "model", 4.0, 1.0, "s")
     assert text.startswith("**throughput** (proportional to measured speed): did not stop after 2 rounds (")
     assert text.endswith("vs 4 s for the plan made with the true speeds")
+
+
+def test_a_kept_plan_round_trips_through_the_link_and_a_damaged_one_is_refused():
+    import json
+
+    import pytest
+
+    from lab.errors import LabError
+    from lab.modelled.placement import TaskGraph, compare_plans, plan_record, run_strategy
+    from lab.modelled.opgraph import trace
+    from lab.scenario.catalogue import preset
+    from lab.view.placement import baseline_from_json, baseline_json
+
+    topo = preset("cxl")
+    g = TaskGraph.from_model(trace("mlp", 32), topo)
+    rec = plan_record("mlp", 32, "greedy_eft", {"fc1": "gpu"}, run_strategy("greedy_eft", g), topo, "datasheet")
+    back = baseline_from_json(baseline_json(rec))
+    assert back == json.loads(json.dumps(rec))
+    assert compare_plans(back, rec)[0] == "same settings: makespan +0.0 %"
+    # the same plan on a topology whose one link is slower: the link is named, and a change of 0 is exactly 0
+    d = topo.to_dict()
+    d["links"][1] = dict(d["links"][1], kind="pcie", bandwidth=32e9)
+    other = dict(rec, topology=d)
+    summary, rows = compare_plans(other, rec)
+    a, b = sorted((d["links"][1]["a"], d["links"][1]["b"]))
+    assert summary.startswith(f"link {a}–{b}: pcie 32 GB/s → cxl 64 GB/s: makespan "), summary
+    assert all(r["change"] == 0.0 or abs(r["change"]) > 1e-12 for r in rows)
+    assert baseline_from_json("") is None
+    for bad in ("[1]", json.dumps(dict(rec, model="gpt")), json.dumps(dict(rec, batch=True)),
+                json.dumps(dict(rec, makespan=float("inf"))), json.dumps(dict(rec, busy={"\u202egpu": 1.0})),
+                json.dumps(dict(rec, topology={"devices": []})), '{"model": ' * 40):
+        with pytest.raises(LabError):
+            baseline_from_json(bad)

@@ -236,31 +236,76 @@ def transfer_rows(g: TaskGraph, s: PlacementSchedule) -> list[dict[str, Any]]:
     return out
 
 
-def plan_record(model: str, batch: int, strategy: str, pins: Mapping[Task, Device], s: PlacementSchedule) -> dict[str, Any]:
-    """What a plan is kept as for a later comparison: its settings, makespan and busy time per device."""
-    return {"model": model, "batch": int(batch), "strategy": strategy, "pins": dict(pins),
+def plan_record(model: str, batch: int, strategy: str, pins: Mapping[Task, Device], s: PlacementSchedule,
+                topology=None, cost_model: str = "datasheet") -> dict[str, Any]:
+    """What a plan is kept as for a later comparison: its settings (the topology as its dict), makespan and busy
+    time per device."""
+    return {"model": model, "batch": int(batch), "strategy": strategy, "pins": dict(pins), "cost_model": cost_model,
+            "topology": topology.to_dict() if topology is not None else None,
             "makespan": float(s.makespan), "busy": {d: float(b) for d, b in s.busy().items()}}
+
+
+def _gbs(x: float) -> str:
+    return f"{x / 1e9:.3g} GB/s"
+
+
+def topology_changes(a: Mapping[str, Any] | None, b: Mapping[str, Any] | None) -> list[str]:
+    """What differs between two topologies (their dicts), in a few words each: devices and switches added or
+    removed, a device's numbers changed, a link added, removed, or of another kind, bandwidth or latency."""
+    if a is None or b is None or a == b:
+        return []
+    out = []
+    devs = ({d["name"]: d for d in a.get("devices", [])}, {d["name"]: d for d in b.get("devices", [])})
+    out += [f"device {n} removed" for n in devs[0] if n not in devs[1]]
+    out += [f"device {n} added" for n in devs[1] if n not in devs[0]]
+    out += [f"device {n} changed" for n in devs[0] if n in devs[1] and devs[0][n] != devs[1][n]]
+    sws = ({w["name"] for w in a.get("switches", [])}, {w["name"] for w in b.get("switches", [])})
+    out += [f"switch {n} removed" for n in sorted(sws[0] - sws[1])] + [f"switch {n} added" for n in sorted(sws[1] - sws[0])]
+
+    def links(t):
+        return {tuple(sorted((x["a"], x["b"]))): x for x in t.get("links", [])}
+
+    la, lb = links(a), links(b)
+    for key, x in la.items():
+        y = lb.get(key)
+        name = f"link {key[0]}–{key[1]}"
+        if y is None:
+            out.append(f"{name} removed")
+        elif x != y:
+            out.append(f"{name}: {x['kind']} {_gbs(x['bandwidth'])} → {y['kind']} {_gbs(y['bandwidth'])}"
+                       + (f", latency {x['latency'] * 1e6:.3g} → {y['latency'] * 1e6:.3g} µs"
+                          if x["latency"] != y["latency"] else ""))
+    out += [f"link {k[0]}–{k[1]} added" for k in lb if k not in la]
+    return out or ["topology changed"]
 
 
 def compare_plans(base: Mapping[str, Any], now: Mapping[str, Any]) -> tuple[str, list[dict[str, Any]]]:
     """A one-line summary of what changed between two :func:`plan_record`s and what it did to the
     makespan (e.g. "conv1 pinned to fpga: makespan +12.0 %"), and rows per device: busy time (s) in
-    the baseline and now, and the change (s)."""
+    the baseline and now, and the change (s; a change within rounding of the values is 0)."""
     changes = []
     if base["model"] != now["model"] or base["batch"] != now["batch"]:
         changes.append(f"model {base['model']} (batch {base['batch']}) -> {now['model']} (batch {now['batch']})")
     if base["strategy"] != now["strategy"]:
         changes.append(f"strategy {base['strategy']} -> {now['strategy']}")
+    if base.get("cost_model", "datasheet") != now.get("cost_model", "datasheet"):
+        changes.append(f"cost model {base.get('cost_model', 'datasheet')} -> {now.get('cost_model', 'datasheet')}")
+    changes += topology_changes(base.get("topology"), now.get("topology"))
     bp, np_ = base["pins"], now["pins"]
     changes += [f"{t} pinned to {d}" for t, d in np_.items() if bp.get(t) != d]
     changes += [f"{t} unpinned" for t in bp if t not in np_]
-    rel = now["makespan"] / base["makespan"] - 1.0 if base["makespan"] > 0 else 0.0
+
+    def change(a: float, b: float) -> float:
+        d = b - a
+        return 0.0 if abs(d) <= 1e-9 * max(abs(a), abs(b)) else d
+
+    rel = change(base["makespan"], now["makespan"]) / base["makespan"] if base["makespan"] > 0 else 0.0
     summary = f"{'; '.join(changes) or 'same settings'}: makespan {100 * rel:+.1f} %"
     devs = list(dict.fromkeys([*base["busy"], *now["busy"]]))
     rows = [{"device": d, "baseline": base["busy"].get(d, 0.0), "now": now["busy"].get(d, 0.0),
-             "change": now["busy"].get(d, 0.0) - base["busy"].get(d, 0.0)} for d in devs]
+             "change": change(base["busy"].get(d, 0.0), now["busy"].get(d, 0.0))} for d in devs]
     rows.append({"device": "makespan", "baseline": base["makespan"], "now": now["makespan"],
-                 "change": now["makespan"] - base["makespan"]})
+                 "change": change(base["makespan"], now["makespan"])})
     return summary, rows
 
 
