@@ -128,6 +128,12 @@ def _sync_view(sc: Scenario) -> None:
             ss[key] = list(value) if isinstance(value, tuple) else value
 
 
+def remember(key: str, value) -> None:
+    """Keep the value a control's widget has in this run (a widget inside a fragment: the page's full runs,
+    which keep every control, do not see a fragment's runs)."""
+    st.session_state.setdefault(VIEW_SHADOW, {})[key] = value
+
+
 def view_value(key: str):
     """The current value of control ``key`` (before or after its widget is drawn)."""
     return st.session_state.get(key, st.session_state.get(VIEW_SHADOW, {}).get(key))

@@ -71,17 +71,32 @@ if setup is not None:
         if clamped:
             ui.set_view("ar_step", step_now, notice=f"This schedule has {len(sched.steps)} steps, so the step "
                                                     f"is now {step_now}.")
-        step = st.slider("Step (0 = before the first)", 0, len(sched.steps), key="ar_step")
-        st.plotly_chart(figs.step_figure(sched, step, C.ALGORITHM_LABELS[alg]), key="ar_steps")
-        ui.caption("modelled", "the schedule itself: arrows are the messages of the chosen step (red = added into "
-                               "the receiver's chunk, blue = copied over it); the grid shows the contributions every "
-                               "device holds per chunk. ▶ plays every step.")
-        if step:
-            prev = sched.state_at(step - 1)
-            st.dataframe(pd.DataFrame([{"from": sched.nodes[t.src], "to": sched.nodes[t.dst], "chunk": t.chunk,
-                                        "content sent": sched.label(prev[t.src][t.chunk], t.chunk, 8),
-                                        "bytes (B)": t.nbytes, "operation": "add" if t.op == "reduce" else "copy"}
-                                       for t in sched.steps[step - 1].transfers]), hide_index=True, key="ar_transfers")
+        playing = st.toggle("▶ Play the steps", key="ar_play", help="moves the one step control, the figure and "
+                                                                        "the page link together, a step a second")
+
+        @st.fragment(run_every=0.9 if playing else None)
+        def step_through() -> None:
+            if st.session_state.get("ar_play"):  # one step further each tick; at the end the play stops
+                nxt = (ui.view_value("ar_step") or 0) + 1
+                if nxt > len(sched.steps):
+                    st.session_state["ar_play"] = False
+                    st.rerun()
+                ui.set_view("ar_step", nxt)
+            step = st.slider("Step (0 = before the first)", 0, len(sched.steps), key="ar_step")
+            ui.remember("ar_step", step)
+            st.plotly_chart(figs.step_figure(sched, step, C.ALGORITHM_LABELS[alg]), key="ar_steps")
+            ui.caption("modelled", "the schedule itself: arrows are the messages of the chosen step (red = added into "
+                                   "the receiver's chunk, blue = copied over it); the grid shows the contributions "
+                                   "every device holds per chunk. The slider is the one step control: ▶ plays it.")
+            if step:
+                prev = sched.state_at(step - 1)
+                st.dataframe(pd.DataFrame([{"from": sched.nodes[t.src], "to": sched.nodes[t.dst], "chunk": t.chunk,
+                                            "content sent": sched.label(prev[t.src][t.chunk], t.chunk, 8),
+                                            "bytes (B)": t.nbytes, "operation": "add" if t.op == "reduce" else "copy"}
+                                           for t in sched.steps[step - 1].transfers]), hide_index=True,
+                             key="ar_transfers")
+
+        step_through()
         sent, recv = sched.sent_bytes(), sched.received_bytes()
         st.dataframe(pd.DataFrame({"device": sched.nodes, "sent (B)": sent, "received (B)": recv,
                                    "sent / S": [x / max(1, nbytes) for x in sent]}), hide_index=True, key="ar_bytes")

@@ -23,9 +23,18 @@ def no_error_boxes(pg) -> None:
 
 
 def choose(pg, label: str, option: str) -> None:
-    """Pick ``option`` in the selectbox labelled ``label``."""
-    pg.get_by_role("combobox", name=label, exact=True).first.click()
-    pg.get_by_role("option", name=option, exact=True).click()
+    """Pick ``option`` in the selectbox labelled ``label``, clicking the box again when the first click only
+    took the focus (from a widget used just before), as a person clicks again."""
+    box = pg.get_by_role("combobox", name=label, exact=True).first
+    item = pg.get_by_role("option", name=option, exact=True)
+    for _ in range(3):
+        box.click()
+        try:
+            item.wait_for(timeout=5_000)
+            break
+        except Exception:  # noqa: BLE001 - playwright's TimeoutError: the list did not open
+            settle(pg)
+    item.click()
     settle(pg)
 
 

@@ -20,9 +20,6 @@ ALGO_COLOURS = {"ring": "#1f6feb", "ring (lab order)": "#0b3d91", "host": "#cf22
                 "hierarchical": "#8250df", "gloo": "#d29922"}
 KIND_COLOURS = {"compute": "#8c959f", "communicate": "#1f6feb", "idle": "#f6c343"}
 PHASE_COLOURS = {"reduce": "#cf222e", "copy": "#1f6feb"}
-#: The step-through animates every step (one frame each) while frames x devices x chunks stay
-#: within this many grid cells: a ring of up to 21 devices.
-ANIMATION_CELLS_MAX = 20_000
 
 
 def _node_positions(s: CollectiveSchedule) -> dict[int, tuple[float, float]]:
@@ -98,10 +95,8 @@ def _step_title(s: CollectiveSchedule, step: int) -> str:
 
 
 def step_figure(s: CollectiveSchedule, active: int = 0, title: str = "") -> go.Figure:
-    """Animated step-through: left, who sends what to whom; right, every device's chunks.
-
-    One frame per step (frame 0 = the start), a play button and a slider; ``active`` is shown first.
-    """
+    """One step of the step-through: left, who sends what to whom; right, every device's chunks. The page's one
+    step control (and its play) picks ``active`` (0 = the start; clamped to the schedule)."""
     if s.initial is None:
         raise ValueError("the step-through needs a schedule built with with_state=True")
     active = max(0, min(active, len(s.steps)))
@@ -117,33 +112,8 @@ def step_figure(s: CollectiveSchedule, active: int = 0, title: str = "") -> go.F
                              hovertext=[esc(n) for n in s.nodes], hoverinfo="text", showlegend=False), row=1, col=1)
     for tr in _frame_data(s, active, pos):
         fig.add_trace(tr, row=1, col=1 if not isinstance(tr, go.Heatmap) else 2)
-    # Every frame repeats the whole grid (steps x devices x chunks: half a million cells at 64
-    # devices); above the limit only the chosen step is drawn, and the page's slider picks it.
-    animate = (len(s.steps) + 1) * len(s.nodes) * len(s.chunk_bytes) <= ANIMATION_CELLS_MAX
-    if not animate:
-        fig.add_annotation(text="too many devices to animate here: choose the step with the slider above",
-                           xref="paper", yref="paper", x=0.0, y=-0.04, showarrow=False, xanchor="left")
-    frames = []
-    for k in range(len(s.steps) + 1 if animate else 0):
-        frames.append(go.Frame(name=str(k), data=_frame_data(s, k, pos), traces=[1, 2, 3],
-                               layout=go.Layout(title_text=f"{esc(title)}<br><sup>{_step_title(s, k)}</sup>")))
-    fig.frames = frames
-    slider_steps = [dict(method="animate", label=str(k),
-                         args=[[str(k)], dict(mode="immediate", frame=dict(duration=0, redraw=True),
-                                               transition=dict(duration=0))]) for k in range(len(s.steps) + 1)]
-    fig.update_layout(
-        title=f"{esc(title)}<br><sup>{_step_title(s, active)}</sup>", height=460 + 14 * max(0, len(s.nodes) - 6),
-        margin=dict(t=90, b=40, l=10, r=10),
-        updatemenus=[] if not animate else [dict(type="buttons", showactive=False, x=0.0, y=-0.05, xanchor="left", yanchor="top",
-                          direction="left", buttons=[
-                              dict(label="▶ play", method="animate",
-                                   args=[None, dict(frame=dict(duration=900, redraw=True), fromcurrent=True,
-                                                    transition=dict(duration=0))]),
-                              dict(label="❚❚ pause", method="animate",
-                                   args=[[None], dict(mode="immediate", frame=dict(duration=0, redraw=False))])])],
-        # The step label sits at the slider's right end, clear of the play and pause buttons on the left.
-        sliders=[] if not animate else [dict(active=active, steps=slider_steps, x=0.22, y=-0.02, len=0.78,
-                      currentvalue=dict(prefix="step ", xanchor="right"))])
+    fig.update_layout(title=f"{esc(title)}<br><sup>{_step_title(s, active)}</sup>",
+                      height=440 + 14 * max(0, len(s.nodes) - 6), margin=dict(t=90, b=20, l=10, r=10))
     fig.update_xaxes(visible=False, range=[-1.35, 1.35], row=1, col=1)
     fig.update_yaxes(visible=False, range=[-1.3, 1.3], scaleanchor="x", row=1, col=1)
     fig.update_yaxes(autorange="reversed", row=1, col=2)
