@@ -32,6 +32,12 @@ VARIABLES: dict[str, Variable] = {v.name: v for v in (
     Variable("LAB_TEACHER_TOKEN", "", "the teacher's secret: typed into the Jobs page's sign-in, it manages every run"),
     Variable("LAB_MAX_ACTIVE_PER_OWNER", 60, "queued or running jobs one student may have at once (a comparison of "
              "10 repeats is 60)"),
+    Variable("LAB_SLICE_S", 5.0, "seconds a job runs before it yields to a job of a student who has none running: "
+             "that job starts beside it and the long one drops to the lowest priority"),
+    Variable("LAB_JOB_MAX_STEPS", 20000, "most steps one job may ask for (the teacher may change it on the Jobs page)"),
+    Variable("LAB_JOB_MAX_S", 900.0, "seconds a job may run before it is stopped (0: no limit; the teacher may change "
+             "it)"),
+    Variable("LAB_JOB_MAX_PROCS", 8, "most processes one job may start (the teacher may change it)"),
     Variable("LAB_MAX_RESTARTS", 3, "restarts of a job whose fault policy is recover"),
     Variable("LAB_HEARTBEAT_EVERY", 0.5, "seconds between a worker's heartbeats"),
     Variable("LAB_HEARTBEAT_TIMEOUT", 30.0, "seconds without a heartbeat before a worker counts as hung"),

@@ -9,6 +9,7 @@ import streamlit as st
 import ui
 from lab.figures import jobs as figs
 from lab.jobs.access import teacher_token
+from lab.jobs.limits import Limits
 from lab.jobs import views as job_views
 from lab.jobs.policies import POLICIES, POLICY_LABELS, compare_policies, resource_groups
 from lab.scenario.catalogue import PRESET_LABELS, preset
@@ -58,6 +59,19 @@ if teacher_token():  # a server without LAB_TEACHER_TOKEN has no teacher
             if st.button("Sign out as the teacher", key="jobs_teacher_out"):
                 jm.roster.sign_out(owner)
                 st.rerun()
+            with st.form("jobs_limits_form", border=False):
+                st.markdown("**What one job may ask of this server** (until it restarts; new jobs over a limit are "
+                            "refused, a job running past the time is stopped)")
+                l1, l2, l3 = st.columns(3)
+                lim = jm.limits
+                steps_max = l1.number_input("Most steps of a job", 1, 100_000, value=lim.max_steps, key="jobs_max_steps")
+                secs_max = l2.number_input("Most seconds a job runs (0: no limit)", 0.0, 86_400.0,
+                                           value=float(lim.max_seconds), key="jobs_max_s")
+                procs_max = l3.number_input("Most processes of a job", 1, 64, value=lim.max_procs, key="jobs_max_procs")
+                if st.form_submit_button("Set the limits"):
+                    with ui.guarded("setting the limits"):
+                        jm.set_limits(owner, Limits(int(steps_max), float(secs_max), int(procs_max)))
+                        st.rerun()
         else:
             with st.form("jobs_teacher_form", clear_on_submit=True, border=False):
                 claim = st.text_input("The teacher's token", type="password", key="jobs_teacher_token",

@@ -139,10 +139,11 @@ def live_view() -> None:
     watch = job_views.run_to_watch(runs, st.session_state.get("train_watch"))
     run = runs_store.get_run(watch)
     tr_w = run["scenario"]["training"]
-    place = jm.queue_position(watch) if run["status"] == "queued" else None
-    if place is not None:
+    queue = jm.queue_info(watch) if run["status"] == "queued" else None
+    place = queue["position"] if queue else None
+    if queue is not None:
         whose = "Your job" if run["info"].get("owner") == owner else "This job (another session's)"
-        st.info(f"{whose} is number {place} in the queue.", icon=":material/hourglass_top:")
+        st.info(f"{whose}: {job_views.queue_line(runs_store, queue)}", icon=":material/hourglass_top:")
     done = runs_store.progress(watch)
     st.subheader(f"Run {watch}")
     # From the stored run's own settings: the controls above may have changed since it was queued.

@@ -10,6 +10,12 @@ from pathlib import Path
 
 import pytest
 
+# Most tests hold one job running while others wait (a blocker) and run long jobs of up to the Scenario's 100,000
+# steps: for them a job does not yield and has no step limit. The tests of the class queue's slice and of the
+# teacher's limits set their own values (tests/jobs/test_fair_queue.py, the queue's journey).
+os.environ.setdefault("LAB_SLICE_S", "3600")
+os.environ.setdefault("LAB_JOB_MAX_STEPS", "100000")
+
 ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))

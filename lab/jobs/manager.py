@@ -65,6 +65,7 @@ from lab.jobs.access import (
     is_teacher,
     teacher_token,
 )
+from lab.jobs.limits import Limits
 from lab.jobs.policies import (
     POLICIES,
     SlotBook,
@@ -89,6 +90,7 @@ from lab.train.roles import parse_job
 from lab.train.warm import shared_starter
 
 DRAIN_S = 10.0  # workers of a dead launcher get this long to exit before they are killed
+LIMIT = "limit"  # who stopped a job that ran past the time limit
 
 log = logging.getLogger("lab.jobs")
 
@@ -135,6 +137,10 @@ class JobManager:
         self._last_owner: str | None = None
         self._ring: list[str] = []  # every owner seen, in order of first submission: whose turn is next
         self._running: dict[str, subprocess.Popen] = {}
+        self._started: dict[str, float] = {}  # run id -> when it started (time.monotonic)
+        self._yielded: set[str] = set()  # running jobs past their slice that yield to another student's job
+        self._owners: dict[str, str] = {}  # running run id -> its owner
+        self.limits = Limits.from_settings()
         self._files: dict[str, tuple[Path, object]] = {}
         self._lock = threading.RLock()
         self._thread: threading.Thread | None = None
@@ -197,6 +203,7 @@ class JobManager:
             if name is not None:  # the same rule as every name, and as --name on the command line
                 name = check_name(name, "run name", max_len=RUN_NAME_MAX)
             sc = preflight(sc)  # every check a worker would fail, before anything is queued
+            self.limits.check(sc.training.steps, world_size(sc))
             if world_size(sc) > self.book.total:
                 raise LabError(f"the job needs {world_size(sc)} processes but this machine offers "
                                f"{self.book.total} worker slots", where="training.workers")
@@ -247,14 +254,25 @@ class JobManager:
             time.sleep(self.poll_s)
 
     def _schedule(self) -> None:
+        overtime = []
         with self._lock:
             self._reap()
             if self._warming():
                 return  # the scheduler thread starts the queue once the starter is ready
-            while len(self._running) < self.capacity and self._queue:
+            now = time.monotonic()
+            overtime = [rid for rid, t0 in self._started.items() if self.limits.over_time(now - t0)]
+            self._yield_long_jobs(now)
+            while self._queue:
+                fresh = [r for r in self._running if r not in self._yielded]
+                if len(fresh) >= self.capacity or len(self._running) >= 2 * self.capacity:
+                    break
+                # Beside a job that yields, only a student with no job running may start one.
+                busy = {self._owners.get(r) for r in self._running} if len(self._running) >= self.capacity else set()
                 started = False
                 for rid, owner in fair_order(self._queue, owner_of=lambda q: q[1], after=self._last_owner,
                                              ring=self._ring):
+                    if owner in busy:
+                        continue
                     try:
                         run = self.store.get_run(rid)
                     except LabError:  # deleted while it waited
@@ -266,19 +284,43 @@ class JobManager:
                         started = True
                         break
                     tasks = world_size(Scenario.from_dict(run["scenario"]))
-                    where = place(tasks, self.book.free(), self.policy)
+                    where = place(tasks, self.book.free(self._yielded), self.policy)
                     if where is None:
                         continue  # first fit: a later job may fit
                     self._queue.remove((rid, owner))
                     self._last_owner = owner
+                    self._owners[rid] = owner
                     self._start(rid, run, tasks, where)
                     started = True
                     break
                 if not started:
                     break
+        for rid in overtime:  # outside the lock: a stop waits for the job's processes
+            threading.Thread(target=self._stop, name="lab-jobs-limit", daemon=True, args=(rid, LIMIT, {
+                "by": LIMIT, "limit_s": self.limits.max_seconds})).start()
+            with self._lock:
+                self._started.pop(rid, None)
+
+    def _yield_long_jobs(self, now: float) -> None:
+        """A job that has run longer than its slice while a student with no job running waits yields: it drops
+        to the lowest priority (nice 19, its whole process group) and the waiting job may start beside it."""
+        slice_s = settings.number("LAB_SLICE_S")
+        running_owners = {self._owners.get(r) for r in self._running}
+        if not any(o not in running_owners for _, o in self._queue):
+            return
+        for rid, p in self._running.items():
+            if rid in self._yielded or now - self._started.get(rid, now) < slice_s:
+                continue
+            self._yielded.add(rid)
+            try:
+                os.setpriority(os.PRIO_PGRP, p.pid, 19)
+            except OSError as exc:  # gone meanwhile, or not ours to renice: it still shares the cores
+                log.info("could not lower the priority of job %s: %s", rid, exc)
+            self.store.add_stage(rid, "yielded", detail={"after_s": round(now - self._started[rid], 1),
+                                                          "slice_s": slice_s, "nice": 19})
 
     def _start(self, rid: str, run: dict, tasks: int, where: dict) -> None:
-        held = self.book.take(rid, where)
+        held = self.book.take(rid, where, self._yielded)
         cpus = rank_cpus(held, tasks)
         self.store.add_stage(rid, "scheduled", detail={
             "policy": self.policy, "groups": {g: len(ds) for g, ds in held.items()}, "slots": held,
@@ -308,6 +350,7 @@ class JobManager:
             return
         self.store.update_run(rid, pid=p.pid)
         self._running[rid] = p
+        self._started[rid] = time.monotonic()
         self._files[rid] = (scenario_file, log)
 
     def _reap(self) -> None:
@@ -323,6 +366,9 @@ class JobManager:
         """A job process ended: make sure its run does not stay 'running', then free its slots and
         remove its scratch once its last worker is gone (:meth:`_drain`)."""
         self._running.pop(rid, None)
+        self._started.pop(rid, None)
+        self._yielded.discard(rid)
+        self._owners.pop(rid, None)
         scenario_file, log = self._files.pop(rid, (None, None))
         if log is not None:
             log.close()
@@ -412,6 +458,24 @@ class JobManager:
         order = self.queued()
         return order.index(run_id) + 1 if run_id in order else None
 
+    def queue_info(self, run_id: str) -> dict | None:
+        """Where a queued run stands, for its page: its place (1 = next), the queued jobs ahead and the running
+        jobs, each with whether it is the same student's (no other id is given out), how long a running one
+        has run and whether it yields; the slice after which a job yields, and whether this run's student has
+        a job running (then this one waits its turn rather than start beside). None when it is not queued here."""
+        with self._lock:
+            order = fair_order(self._queue, owner_of=lambda q: q[1], after=self._last_owner, ring=self._ring)
+            mine = next((o for r, o in order if r == run_id), None)
+            if mine is None:
+                return None
+            pos = [r for r, _ in order].index(run_id) + 1
+            now = time.monotonic()
+            running = [{"run_id": r, "yours": self._owners.get(r) == mine, "elapsed": now - self._started.get(r, now),
+                        "yielded": r in self._yielded} for r in self._running]
+            return {"position": pos, "ahead": [{"run_id": r, "yours": o == mine} for r, o in order[:pos - 1]],
+                    "running": running, "capacity": self.capacity, "slice_s": settings.number("LAB_SLICE_S"),
+                    "student_running": any(x["yours"] for x in running)}
+
     def owner_of(self, run_id: str) -> str | None:
         with self._lock:
             for rid, owner in self._queue:
@@ -458,6 +522,13 @@ class JobManager:
     def is_teacher(self, owner: str | None) -> bool:
         """Whether ``owner`` signed in as the teacher (and the server still has that token)."""
         return self.roster.is_teacher(owner)
+
+    def set_limits(self, owner: str | None, limits: Limits) -> Limits:
+        """The teacher sets what one job may ask of the server; anyone else is refused."""
+        if not self.is_teacher(owner):
+            raise LabError("only the teacher sets the job limits (sign in on the Jobs page)", where="job limits")
+        self.limits = limits.checked()
+        return self.limits
 
     def may_manage(self, run_owner: str | None, owner: str | None, teacher: bool = False) -> bool:
         return can_manage(run_owner, owner, teacher or self.is_teacher(owner))
@@ -749,6 +820,8 @@ def _who(by: str) -> str:
         return "the teacher"
     if by in ("shutdown",):
         return "the lab shutting down"
+    if by == LIMIT:
+        return "the time limit the teacher set for a job"
     return f"session {by}"
 
 

@@ -278,9 +278,13 @@ class SlotBook:
     groups: list[Group]
     held: dict[str, dict[str, list[str]]] = field(default_factory=dict)  # job -> group -> devices
 
-    def free(self) -> dict[str, int]:
+    def free(self, shared: Iterable[str] = ()) -> dict[str, int]:
+        """Free slots per group; the slots of the jobs in ``shared`` (jobs that yield) count as free."""
+        shared = set(shared)
         used: dict[str, int] = {}
-        for where in self.held.values():
+        for job, where in self.held.items():
+            if job in shared:
+                continue
             for g, ds in where.items():
                 used[g] = used.get(g, 0) + len(ds)
         return {g.name: g.size - used.get(g.name, 0) for g in self.groups}
@@ -289,8 +293,10 @@ class SlotBook:
     def total(self) -> int:
         return sum(g.size for g in self.groups)
 
-    def take(self, job: str, where: Mapping[str, int]) -> dict[str, list[str]]:
-        used = {d for w in self.held.values() for ds in w.values() for d in ds}
+    def take(self, job: str, where: Mapping[str, int], shared: Iterable[str] = ()) -> dict[str, list[str]]:
+        """Hold slots for ``job``; the slots of the jobs in ``shared`` (jobs that yield) may be held twice."""
+        shared = set(shared)
+        used = {d for j, w in self.held.items() if j not in shared for ds in w.values() for d in ds}
         got = {}
         for g in self.groups:
             k = where.get(g.name, 0)

@@ -10,8 +10,8 @@ def test_start_phase_says_where_a_job_is_on_its_way(tmp_path):
     sc = default_scenario()
     sc = sc.replace(training=sc.training.replace(workers=2, steps=50))
     rid = s.create_run(sc)
-    assert start_phase(s, rid, 3) == "queued behind 2 jobs"
-    assert start_phase(s, rid, 1) == "queued behind 0 jobs"
+    assert start_phase(s, rid, 3) == "queued, number 3 in the queue"
+    assert start_phase(s, rid, 1) == "queued, number 1 in the queue"
     s.set_status(rid, "running")
     assert start_phase(s, rid) == "starting the launcher"
     s.add_stage(rid, "started")
@@ -111,6 +111,31 @@ def test_the_progress_line_names_the_phase_and_the_runs_settings(tmp_path):
     sc = sc.replace(training=sc.training.replace(workers=2, steps=50, optimizer="adabelief"))
     rid = store.create_run(sc)
     assert progress_line(store, store.get_run(rid), 2) == \
-        "queued: queued behind 1 job · AdaBelief, 2 workers, allreduce · plain local processes"
+        "queued: queued, number 2 in the queue · AdaBelief, 2 workers, allreduce · plain local processes"
     store.set_status(rid, "running")
     assert progress_line(store, store.get_run(rid)).startswith("running: starting the launcher · ")
+
+
+def test_the_queue_line_names_what_holds_the_server_and_when_the_job_should_start(tmp_path):
+    from lab.jobs.views import queue_line, seconds_left
+
+    s = RunStore(tmp_path / "runs.db")
+    sc = default_scenario()
+    sc = sc.replace(training=sc.training.replace(workers=2, steps=100))
+    old = s.create_run(sc, status="done")  # what a run like these took here: 0.02 s a step
+    s.update_run(old, start=1000.0, end=1002.0)
+    long = s.create_run(sc.replace(training=sc.training.replace(steps=1000)), status="running")
+    s.add_metrics(long, [{"step": 250, "worker": -1, "loss": 1.0}])
+    ahead, mine = s.create_run(sc), s.create_run(sc)
+    assert seconds_left(s, long, elapsed=10.0) == 30.0  # 250 steps in 10 s: 750 left at that pace
+    assert seconds_left(s, ahead) == 2.0  # 100 steps at 0.02 s, from the finished run
+    info = {"position": 2, "ahead": [{"run_id": ahead, "yours": False}],
+            "running": [{"run_id": long, "yours": False, "elapsed": 10.0, "yielded": False}], "capacity": 1,
+            "slice_s": 5.0, "student_running": False}
+    assert queue_line(s, info) == ("number 2 in the queue, behind 1 queued job; another student's job runs (10 s in, "
+                                   "about 30 s left); the jobs ahead need about 2 s.")
+    first = dict(info, position=1, ahead=[])
+    assert queue_line(s, first) == ("number 1 in the queue; another student's job runs (10 s in, about 30 s left); a "
+                                    "job that has run 5 s yields to yours, so yours starts beside it within about 5 s.")
+    yielded = dict(first, running=[dict(info["running"][0], yielded=True, elapsed=75.0)])
+    assert "(1 min 15 s in, about 3 min 45 s left) and yields: it runs at the lowest priority." in queue_line(s, yielded)

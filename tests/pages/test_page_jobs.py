@@ -175,7 +175,9 @@ def test_queue_place_and_stop_from_the_pages(lab_db):
         assert f"Your job {mine.run_id} is number 1 in the queue." in [i.value for i in at.info]
         tr = app("me", "pages/training.py", {"train_watch": mine.run_id})
         assert not tr.exception
-        assert "Your job is number 1 in the queue." in [i.value for i in tr.info]
+        line = next(i.value for i in tr.info if i.value.startswith("Your job: "))
+        assert line.startswith("Your job: number 1 in the queue; another student's job runs ("), line
+        assert "yields to yours" in line  # this student has no job running: theirs starts beside after the slice
         # another session's Training page does not show this job as its own (nor at all)
         other = app("someone else", "pages/training.py", {"train_watch": mine.run_id})
         assert not other.exception
