@@ -16,10 +16,14 @@ collection after every rerun took two thirds of the server's CPU per page view: 
 with it on, p95 was 10.5 s at think 5 s, with it off 0.23 s, in consecutive runs); ``--post-script-gc`` turns it back on
 for comparison. The server's resident memory is printed.
 
-Meanwhile the bench's own JobManager (capacity 1, as the app's) gets --jobs short training jobs
-from --owners sessions; they must run one at a time, in round-robin order of owners.
+Two crowd phases of the same sessions: an idle server, then the same while the bench's own JobManager
+(capacity 1, as the app's) runs one student's long job and five other students queue a short job each, one
+every few seconds. A short job's wait is from its submit to its start (the "scheduled" stage); the class
+queue lets it start beside the long one once that has run its slice (LAB_SLICE_S), so the aim is a wait
+within 10 s plus the short job's own length. The last line:
+``classroom: sessions <n>, page p95 <s> s, idle page p95 <s> s, worst short-job wait <s> s``.
 
-    .venv/bin/python bench/bench_classroom.py [--sessions 30] [--duration 60] [--think 5]
+    .venv/bin/python bench/bench_classroom.py [--sessions 10] [--duration 60] [--think 5]
 """
 
 from __future__ import annotations
@@ -111,16 +115,17 @@ def pct(v, q):
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--sessions", type=int, default=30)
-    ap.add_argument("--duration", type=float, default=60.0,
-                    help="seconds of the classroom phase (the Home-only phase lasts half as long)")
+    ap.add_argument("--sessions", type=int, default=10)
+    ap.add_argument("--duration", type=float, default=60.0, help="seconds of each crowd phase (idle, then loaded)")
     ap.add_argument("--think", type=float, default=5.0, help="mean seconds between a session's clicks")
-    ap.add_argument("--jobs", type=int, default=8)
-    ap.add_argument("--owners", type=int, default=4)
+    ap.add_argument("--short", type=int, default=5, help="short jobs, one per student, while the long one runs")
+    ap.add_argument("--short-steps", type=int, default=100)
+    ap.add_argument("--slice", type=float, default=5.0, help="LAB_SLICE_S: seconds before a long job yields")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--post-script-gc", action="store_true",
                     help="run the server with Streamlit's default runner.postScriptGC = true (the app turns it off)")
     args = ap.parse_args()
+    os.environ["LAB_SLICE_S"] = str(args.slice)
 
     from lab.jobs.manager import JobManager
     from lab.scenario.document import default_scenario
@@ -135,47 +140,48 @@ def main() -> None:
         try:
             for page in PAGES:  # first visit of each page in the server process (imports, caches)
                 run_sessions_once(url, page)
-            cpu = {}
             rss = {"warm": rss_mb(server.pid)}
-            c0 = cpu_seconds(server.pid)
             alone = run_sessions(url, 1, max(10.0, 2 * len(PAGES) * 1.0), 0.2, args.seed)
-            cpu["alone"] = cpu_seconds(server.pid) - c0
             load0 = os.getloadavg()[0]
+            idle = run_sessions(url, args.sessions, args.duration, args.think, args.seed)
+            rss["idle"] = rss_mb(server.pid)
             os.environ["LAB_DB"] = str(data / "runs.db")
             os.environ["LAB_DATA"] = str(data)
             jm = JobManager(data / "runs.db", capacity=1)
             sc = default_scenario()
-            sc = sc.replace(training=sc.training.replace(workers=2, steps=300, eval_every=50))
-            # one greedy session queues several jobs first; the others one each: the fair queue
-            # must not make them wait behind all of the greedy one's
-            greedy = max(1, args.jobs - (args.owners - 1))
-            ids = [j.run_id for j in jm.submit_many([(sc, f"o0-{k}") for k in range(greedy)], owner="o0")]
-            ids += [jm.submit(sc, f"o{o}", owner=f"o{o}").run_id for o in range(1, args.owners)]
-            peak = {"running": 0}
+            long_sc = sc.replace(training=sc.training.replace(workers=2, steps=20000, eval_every=1000))
+            short_sc = sc.replace(training=sc.training.replace(workers=2, steps=args.short_steps,
+                                                               eval_every=args.short_steps))
+            long_id = jm.submit(long_sc, "the long job", owner="student-0").run_id
+            while jm.store.progress(long_id) == 0 and jm.store.status(long_id) in ("queued", "running"):
+                time.sleep(0.2)
+            shorts: list[tuple[str, float]] = []
 
-            def watch():
-                while not stop_watch:
-                    peak["running"] = max(peak["running"], len(jm.running()))
-                    time.sleep(0.05)
+            def submit_shorts():
+                for k in range(args.short):
+                    time.sleep(args.duration / (args.short + 1))
+                    shorts.append((jm.submit(short_sc, f"short {k + 1}", owner=f"student-{k + 1}").run_id,
+                                   time.time()))
 
             import threading
 
-            stop_watch = False
-            w = threading.Thread(target=watch, daemon=True)
-            w.start()
-            c0 = cpu_seconds(server.pid)
-            home = run_sessions(url, args.sessions, args.duration / 2, args.think, args.seed, ("",))
-            c1 = cpu_seconds(server.pid)
-            crowd = run_sessions(url, args.sessions, args.duration, args.think, args.seed)
-            cpu["home"], cpu["crowd"] = c1 - c0, cpu_seconds(server.pid) - c1
-            rss["end"] = rss_mb(server.pid)
-            stop_watch = True
-            w.join()
+            t = threading.Thread(target=submit_shorts, daemon=True)
+            t.start()
+            loaded = run_sessions(url, args.sessions, args.duration, args.think, args.seed + 1)
+            t.join()
+            for rid, _ in shorts:
+                jm.wait(rid, timeout=300)
+            rss["loaded"] = rss_mb(server.pid)
             load1 = os.getloadavg()[0]
-            stages = jm.store.stages(ids)
-            sched = stages[stages.stage == "scheduled"].sort_values("seq")
-            owners_in_order = [jm.store.get_run(r)["info"]["owner"] for r in sched.run_id]
-            finished = sum(jm.store.status(r) == "done" for r in ids)
+            waits = []
+            for rid, _ in shorts:
+                run = jm.store.get_run(rid)
+                ev = jm.store.stages(rid)
+                sched = ev[ev.stage == "scheduled"]
+                waits.append((run["name"], run["status"], float(sched.detail.iloc[0]["queued_s"]) if len(sched)
+                              else float("nan"), (run["end"] or float("nan")) - (run["start"] or float("nan"))))
+            long_status = jm.store.status(long_id)
+            yielded = bool(len((ev := jm.store.stages(long_id))[ev.stage == "yielded"]))
         finally:
             if jm is not None:
                 jm.shutdown()
@@ -184,37 +190,32 @@ def main() -> None:
                 server.wait(timeout=20)
             except subprocess.TimeoutExpired:
                 os.killpg(server.pid, signal.SIGKILL)
-        left = sum(len(processes_of(r)) for r in ids)
+        left = sum(len(processes_of(r)) for r in [long_id, *(r for r, _ in shorts)])
 
-    a = [t for _, t in alone]
-    c = [t for _, t in crowd]
-    print(f"classroom bench: {os.cpu_count()} cores, load average {load0:.1f} before and {load1:.1f} after "
-          f"(other work on this machine included); real websocket sessions against `streamlit run`")
-    print(f"{'phase':<34}{'sessions':>9}{'jobs':>6}{'reruns':>8}{'median s':>10}{'p95 s':>8}{'max s':>8}"
-          f"{'p95/alone':>11}{'server CPU s/rerun':>20}")
-    rows = [("alone (peer), no jobs", 1, 0, a, cpu["alone"]),
-            (f"classroom on Home only, think {args.think:g} s", args.sessions, peak["running"], [t for _, t in home],
-             cpu["home"]),
-            (f"classroom, think {args.think:g} s", args.sessions, peak["running"], c, cpu["crowd"])]
-    for name, n, jobs, v, used in rows:
-        print(f"{name:<34}{n:>9}{jobs:>6}{len(v):>8}{statistics.median(v):>10.3f}{pct(v, .95):>8.3f}"
-              f"{max(v):>8.3f}{pct(v, .95) / pct(a, .95):>11.2f}{used / len(v):>20.3f}")
-    per_view = cpu["crowd"] / len(c)
-    offered = args.sessions / args.think
-    print(f"offered load: {args.sessions} sessions / {args.think:g} s think = {offered:.1f} page views/s x "
-          f"{per_view:.3f} server CPU s each = {offered * per_view:.2f} CPU-s/s for one Streamlit process "
-          f"(at most 1.0: one interpreter runs the scripts)")
-    for page in PAGES:
-        v = [t for p, t in crowd if p == page]
-        if v:
-            print(f"{'  ' + page + ' (classroom)':<34}{'':>9}{'':>6}{len(v):>8}{statistics.median(v):>10.3f}"
-                  f"{pct(v, .95):>8.3f}{max(v):>8.3f}")
-    print(f"server resident memory: {rss['warm']:.0f} MB after the first visit of each page, {rss['end']:.0f} MB "
-          f"after the classroom ({len(alone) + len(home) + len(crowd)} reruns; runner.postScriptGC "
-          f"{'on' if args.post_script_gc else 'off'})")
-    print(f"training jobs: {len(ids)} submitted by {args.owners} sessions, capacity 1: at most {peak['running']} ran at "
-          f"once; {finished} finished during the {args.duration:g} s; start order by owner: {' '.join(owners_in_order)}; "
-          f"processes left after shutdown: {left}")
+    print(f"classroom bench: {os.cpu_count()} cores, load average {load0:.1f} before the jobs and {load1:.1f} after "
+          f"(other work on this machine included); real websocket sessions against `streamlit run`; "
+          f"LAB_SLICE_S {args.slice:g}")
+    print(f"{'phase':<30}{'page':<12}{'reruns':>8}{'median s':>10}{'p95 s':>8}{'max s':>8}{'p95/idle':>10}")
+    iv, lv = [t for _, t in idle], [t for _, t in loaded]
+    for name, runs, ref in (("alone (1 session, no jobs)", alone, None), (f"idle server ({args.sessions} sessions)", idle, iv),
+                            (f"with jobs ({args.sessions} sessions)", loaded, iv)):
+        for page in ("all", *PAGES):
+            v = [t for p, t in runs if page == "all" or p == page]
+            if not v:
+                continue
+            r = [t for p, t in (idle if ref is not None else alone) if page == "all" or p == page]
+            print(f"{name if page == 'all' else '':<30}{page:<12}{len(v):>8}{statistics.median(v):>10.3f}"
+                  f"{pct(v, .95):>8.3f}{max(v):>8.3f}{pct(v, .95) / pct(r, .95):>10.2f}")
+    print(f"server resident memory: {rss['warm']:.0f} MB warm, {rss['idle']:.0f} MB after the idle phase, "
+          f"{rss['loaded']:.0f} MB after the loaded one (runner.postScriptGC {'on' if args.post_script_gc else 'off'})")
+    print(f"\n{'short job (its own student)':<30}{'status':<10}{'waited s':>10}{'ran s':>8}{'wait - 10 s - ran':>20}")
+    for name, status, wait, ran in waits:
+        print(f"{name:<30}{status:<10}{wait:>10.2f}{ran:>8.2f}{wait - 10 - ran:>20.2f}")
+    print(f"the long job ({long_sc.training.steps} steps, student 0) {'yielded' if yielded else 'never yielded'} and "
+          f"was {long_status} when the bench stopped it; processes left after shutdown: {left}")
+    worst = max((w for _, _, w, _ in waits), default=float("nan"))
+    print(f"classroom: sessions {args.sessions}, page p95 {pct(lv, .95):.2f} s, idle page p95 {pct(iv, .95):.2f} s, "
+          f"worst short-job wait {worst:.2f} s")
 
 
 def run_sessions_once(url: str, page: str) -> None:

@@ -79,12 +79,18 @@ def comparison_view() -> None:
                    "Bytes vs dense: against the mean of the dense variants here."
                    + (" Predicted: the calibrated machine model's step time (modelled), where a profile exists."
                       if predicted else ""))
+        for label, dropped in (cmp.same_seed or {}).items():
+            st.caption(ui.plain(f"{label}: {len(dropped)} run(s) with the same settings and seed as another counted "
+                                "once (the same seed computes the same numbers: they are not repeats)."))
         if cmp.verdicts:
-            st.dataframe(pd.DataFrame(cmp.verdicts), hide_index=True, key="cmp_verdicts")
-            ui.caption("measured", "each variant against the one with the best mean final accuracy: two variants are "
-                       "told apart only when their 95 % intervals do not overlap.")
+            st.markdown("**Can the variants be told apart?** Each against the one with the best mean final accuracy "
+                        f"({ui.plain(cmp.verdicts[0]['against'])}):")
+            st.markdown("\n".join(f"- **{ui.plain(v['variant'])}** ({v['accuracy difference (points)']} points): "
+                                   f"{ui.plain(v['verdict'])}." for v in cmp.verdicts))
+            ui.caption("measured", "two variants are told apart only when their 95 % intervals do not overlap; "
+                                   "with few repeats the intervals are wide, which is honest, not a flaw.")
         d1, d2 = st.columns(2)
-        d1.download_button("Download the summary (CSV)", table.to_csv(index=False), mime="text/csv",
+        d1.download_button("Download the summary (CSV)", cmp.summary_frame().to_csv(index=False), mime="text/csv",
                            file_name=safe_filename(comparison.export_filename(cmp.runs, "summary"), ".csv"),
                            key="cmp_download_summary", icon=":material/download:")
         d2.download_button("Download every step with its settings (CSV)",

@@ -15,6 +15,10 @@ from plotly.subplots import make_subplots
 from lab.figures.style import OPTIMIZER_COLOURS, esc
 
 OTHER_COLOURS = ["#ff7f0e", "#8c564b", "#e377c2", "#17becf", "#7f7f7f"]
+#: Each optimiser's markers, set along its line at staggered points, so two variants whose lines coincide (AdaBelief
+#: and Max-AdaBelief early on) both stay visible: their markers alternate on the one line.
+SYMBOLS = {"adam": "circle", "adabelief": "square", "maxadabelief": "diamond", "maxadabelief-corrected": "x"}
+MARKERS_PER_LINE = 12
 DASHES = ["solid", "dash", "dot", "dashdot", "longdash", "longdashdot"]
 X_TITLES = {"step": "step (count)", "wall": "wall time (s), mean over repeats"}
 MAX_CURVES_PER_PANEL = 6
@@ -48,9 +52,16 @@ def band_figure(curves: list, x: str, y_title: str, title: str, y_scale: float =
                                      y=list(b["max"] * y_scale) + list(b["min"] * y_scale)[::-1],
                                      fill="toself", fillcolor=_rgba(colour, 0.15), line=dict(width=0),
                                      hoverinfo="skip", showlegend=False, legendgroup=esc(c.label)), row=r, col=col)
+        n = len(b)
+        every = max(1, n // MARKERS_PER_LINE)
+        rank = list(SYMBOLS).index(c.optimizer) if c.optimizer in SYMBOLS else 0
+        first = rank * every // len(SYMBOLS)  # staggered: each optimiser marks other points of a shared line
+        sizes = [9 if i % every == first else 0 for i in range(n)]
         fig.add_trace(go.Scatter(
-            x=b[x], y=b["mean"] * y_scale, mode="lines", name=esc(c.label), legendgroup=esc(c.label),
+            x=b[x], y=b["mean"] * y_scale, mode="lines+markers", name=esc(c.label), legendgroup=esc(c.label),
             showlegend=c.label not in shown, line=dict(color=colour, dash=dash[c.compression], width=2),
+            marker=dict(symbol=SYMBOLS.get(c.optimizer, "circle"), size=sizes, color=colour,
+                        line=dict(width=1, color="white")),
             hovertemplate=f"<b>{esc(c.label)}</b><br>{esc(c.hover)}<br>{c.repeats} repeat(s)<br>"
                           f"{X_TITLES.get(x, x)}: %{{x:.4g}}<br>mean: %{{y:.4g}}<extra></extra>"), row=r, col=col)
         shown.add(c.label)

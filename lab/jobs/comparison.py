@@ -14,6 +14,7 @@ from typing import Any, Iterable, Mapping, Sequence
 
 import numpy as np
 import pandas as pd
+from scipy.stats import t as student_t
 
 from lab.errors import LabError
 from lab.scenario.document import Compression, Scenario
@@ -34,18 +35,11 @@ SETTING_COLUMNS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("emulation", ("emulate",)),
 )
 SETTING_NAMES = tuple(c for c, _ in SETTING_COLUMNS)
-T95 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306, 9: 2.262, 10: 2.228,
-       15: 2.131, 20: 2.086, 30: 2.042}  # Student's t, two-sided 95 %, by degrees of freedom
-
-
 def t95(dof: int) -> float:
-    """Student's t quantile for a two-sided 95 % interval with ``dof`` degrees of freedom."""
+    """Student's t quantile for a two-sided 95 % interval with ``dof`` degrees of freedom (scipy's)."""
     if dof < 1:
         return math.inf
-    if dof in T95:
-        return T95[dof]
-    below = max(k for k in T95 if k <= dof)
-    return T95[below] if dof < 60 else 1.96
+    return float(student_t.ppf(0.975, dof))
 
 
 def settings_of(scenario: Mapping[str, Any]) -> dict[str, Any]:
@@ -311,15 +305,23 @@ def repeats_needed(a: Spread, b: Spread, cap: int = 1000) -> int | None:
     return None
 
 
-def verdict(a: Spread, b: Spread, what: str = "final accuracy") -> str:
+def verdict(a: Spread, b: Spread, what: str = "final accuracy", scale: float = 100.0, unit: str = "points") -> str:
+    """Whether two variants differ by more than their noise, in one sentence a student can follow: with n
+    repeats the mean is known to within ± its 95 % half-width (Student's t with n - 1 degrees of freedom times
+    the spread over the square root of n), and two variants are told apart only when those intervals do not
+    overlap; if they do, how many repeats would separate them at the spread seen."""
     if a.n < 2 or b.n < 2:
         return f"one run each: the difference in {what} cannot be told from noise; repeat with more seeds"
+    diff = abs(a.mean - b.mean) * scale
     if not overlap(a, b):
-        return f"distinguishable: the 95 % intervals of {what} do not overlap"
+        return (f"distinguishable: the {diff:.3g}-{unit} difference in {what} is larger than both 95 % intervals "
+                f"(±{a.half95 * scale:.2g} and ±{b.half95 * scale:.2g} {unit}) allow")
     n = repeats_needed(a, b)
-    need = f"about {n} repeats each would tell them apart if the spread stays as seen" if n else \
-        "no difference seen at all"
-    return f"not distinguishable at {min(a.n, b.n)} repeats ({what}); {need}"
+    need = (f"about {n} repeats each would separate them if the spread stays as seen" if n else
+            "no difference was seen at all")
+    return (f"not distinguishable: with {a.n} and {b.n} repeats the means are known only to ±{a.half95 * scale:.2g} "
+            f"and ±{b.half95 * scale:.2g} {unit} (95 %, Student's t with {a.n - 1} and {b.n - 1} degrees of freedom), "
+            f"and the intervals overlap though the means differ by {diff:.3g} {unit}; {need}")
 
 
 def summary_rows(variants: Mapping[str, Sequence[RunResult]], dense_bytes: float | None = None,
@@ -345,6 +347,9 @@ def summary_rows(variants: Mapping[str, Sequence[RunResult]], dense_bytes: float
             "bytes vs dense": (f"{sent.mean / dense_bytes:.3g}×" if dense_bytes and math.isfinite(sent.mean)
                                and dense_bytes > 0 else "—"),
             "_final": final, "_step": step, "_ids": [r.run_id for r in results],
+            "_numbers": {"final test accuracy (%)": (final, 100), "best test accuracy (%)": (best, 100),
+                         f"steps to {100 * target:g} %": (steps_to, 1), f"seconds to {100 * target:g} %": (secs_to, 1),
+                         "mean step time (ms)": (step, 1e3), "sent per worker and step (kB)": (sent, 1e-3)},
         })
     return rows
 
@@ -416,6 +421,8 @@ class Comparison:
     accuracy: list[VariantCurve]
     rows: list[dict]
     verdicts: list[dict]
+    settings: dict = None  # variant label -> its settings (every one but the seed)
+    same_seed: dict = None  # variant label -> runs left out because another run has its settings and seed
 
     @property
     def drawn_note(self) -> str:
@@ -426,6 +433,23 @@ class Comparison:
         return (f" Runs longer than {MAX_CURVE_POINTS:,} steps are drawn as at most {MAX_CURVE_POINTS:,} points: "
                 f"each the mean over a bucket of consecutive steps (up to {stride:,}); the summary and the "
                 "downloads use every step.")
+
+    def summary_frame(self) -> pd.DataFrame:
+        """The summary as data: one row per variant with one column per setting and, for every number, its mean,
+        the half-width of its 95 % interval, its minimum and maximum as numbers (the summary CSV)."""
+        out = []
+        for r in self.rows:
+            row = {"variant": r["variant"], **{k: v for k, v in (self.settings or {}).get(r["variant"], {}).items()
+                                               if k != "seed"}, "repeats": r["repeats"]}
+            for name, (sp, scale) in r["_numbers"].items():
+                stem, unit = (name.rsplit(" (", 1) + [""])[:2]
+                unit = f" ({unit}" if unit else ""
+                row |= {f"{stem} mean{unit}": sp.mean * scale if sp.n else None,
+                        f"{stem} ± 95 %{unit}": sp.half95 * scale if sp.n > 1 else None,
+                        f"{stem} min{unit}": sp.lo * scale if sp.n else None,
+                        f"{stem} max{unit}": sp.hi * scale if sp.n else None}
+            out.append(row)
+        return pd.DataFrame(out)
 
     def table(self, predicted: Mapping[str, float] | None = None) -> pd.DataFrame:
         """The summary; with ``predicted`` (run id -> predicted step time, s, from the machine model),
@@ -457,11 +481,23 @@ def compare_runs(store: Any, run_ids: Sequence[str], target: float = 0.9, x: str
     results: dict[str, list[RunResult]] = {}
     loss, acc = [], []
     dense = []
+    settings: dict[str, dict] = {}
+    same_seed: dict[str, list[str]] = {}
     for _, members in sorted(groups.items(), key=rank):
         s = settings_of(members[0]["scenario"])
         label = short_label(s)
         if label in results:  # two variants with the same short label: tell them apart by their settings
             label = f"{label} ({full_label(s)})"
+        # Runs with the same settings and seed compute the same numbers: one run, not repeats (a finished one kept).
+        by_seed: dict[Any, dict] = {}
+        for run in sorted(members, key=lambda m: m["status"] != "done"):
+            seed = settings_of(run["scenario"]).get("seed")
+            if seed in by_seed:
+                same_seed.setdefault(label, []).append(run["id"])
+            else:
+                by_seed[seed] = run
+        members = list(by_seed.values())
+        settings[label] = s
         rs = [stored_result(store, run["id"], target, int(s.get("workers") or 1)) for run in members]
         stride = curve_stride(max(int(store.progress(run["id"])) for run in members))  # one grid for the repeats
         results[label] = rs
@@ -473,4 +509,4 @@ def compare_runs(store: Any, run_ids: Sequence[str], target: float = 0.9, x: str
         for out, column in ((loss, "loss"), (acc, "test_acc")):
             out.append(VariantCurve(band=band([c[column] for c in curves], x, column), stride=stride, **common))
     rows = summary_rows(results, float(np.mean(dense)) if dense else None, target)
-    return Comparison(runs, loss, acc, rows, verdicts(rows))
+    return Comparison(runs, loss, acc, rows, verdicts(rows), settings, same_seed)

@@ -50,7 +50,10 @@ def test_verdict_follows_the_overlap_of_the_intervals():
     close_a, close_b = C.Spread.of([0.90, 0.92, 0.94]), C.Spread.of([0.91, 0.93, 0.95])
     far_a, far_b = C.Spread.of([0.80, 0.801, 0.802]), C.Spread.of([0.95, 0.951, 0.952])
     assert C.overlap(close_a, close_b) and not C.overlap(far_a, far_b)
-    assert C.verdict(close_a, close_b).startswith("not distinguishable at 3 repeats")
+    said = C.verdict(close_a, close_b)
+    assert said.startswith("not distinguishable: with 3 and 3 repeats the means are known only to ±5 and ±5 points "
+                           "(95 %, Student's t with 2 and 2 degrees of freedom)"), said
+    assert "the means differ by 1 points; about" in said
     assert C.verdict(far_a, far_b).startswith("distinguishable")
     assert "one run each" in C.verdict(C.Spread.of([0.9]), C.Spread.of([0.95]))
     # the repeats needed: brute force over n with the same t quantiles and the observed spreads
@@ -64,7 +67,7 @@ def test_verdict_follows_the_overlap_of_the_intervals():
 def test_spread_interval_matches_students_t():
     s = C.Spread.of([1.0, 2.0, 3.0, 4.0])
     sd = pd.Series([1.0, 2.0, 3.0, 4.0]).std()
-    assert s.half95 == pytest.approx(3.182 * sd / 2)
+    assert s.half95 == pytest.approx(3.1824 * sd / 2, rel=1e-4)  # a t table: 3.182 for 3 degrees of freedom
     assert (s.lo, s.hi, s.n) == (1.0, 4.0, 4)
 
 
@@ -121,7 +124,7 @@ def test_compare_page_draws_variants_by_colour_and_line_style(lab_db):
     summary = next(d.value for d in at.dataframe if "variant" in d.value.columns and "repeats" in d.value.columns)
     assert len(summary) == 6 and set(summary.repeats) == {2}
     acc = next(c for c in _charts(at) if "Test accuracy" in json.dumps(c["layout"].get("title", {})))
-    lines = [t for t in acc["data"] if t.get("mode") == "lines"]
+    lines = [t for t in acc["data"] if t.get("mode") == "lines+markers"]
     assert len(lines) == 6
     by_label = {t["name"]: (t["line"]["color"], t["line"]["dash"]) for t in lines}
     assert by_label["Adam · dense"][0] == by_label["Adam · Group-TopK 1 % + EF"][0]  # colour = optimiser
@@ -259,3 +262,38 @@ def test_compare_page_draws_a_long_run_thinned_and_says_so(lab_db, monkeypatch):
     r = C.run_result(rid, m[m.worker == JOB_WORKER], m[m.worker != JOB_WORKER], 0.9, workers=2)
     assert summary["final test accuracy (%)"].iloc[0] == C.Spread.of([r.final_acc]).text(100)
     assert any("every step" in b.proto.label for b in at.get("download_button"))
+
+
+def test_same_seed_runs_count_once_and_the_summary_csv_has_settings_and_numbers(lab_db):
+    st = RunStore(lab_db)
+    a0 = store_run(st, scenario("adam", seed=0), [0.5, 0.88])
+    a0_again = store_run(st, scenario("adam", seed=0), [0.5, 0.88])  # the same settings and seed: the same run
+    a1 = store_run(st, scenario("adam", seed=1), [0.5, 0.92])
+    b0 = store_run(st, scenario("adabelief", seed=0), [0.5, 0.80])
+    cmp = C.compare_runs(st, [a0, a0_again, a1, b0], target=0.9)
+    rows = {r["variant"]: r for r in cmp.rows}
+    assert rows["Adam · dense"]["repeats"] == 2 and rows["AdaBelief · dense"]["repeats"] == 1
+    assert list(cmp.same_seed) == ["Adam · dense"] and len(cmp.same_seed["Adam · dense"]) == 1
+    csv = cmp.summary_frame()
+    adam = csv[csv.variant == "Adam · dense"].iloc[0]
+    assert adam["optimizer"] == "adam" and adam["workers"] == 2 and "seed" not in csv.columns  # one column a setting
+    assert adam["final test accuracy mean (%)"] == pytest.approx(90.0)
+    assert adam["final test accuracy min (%)"] == pytest.approx(88.0) and adam["final test accuracy max (%)"] == 92.0
+    half = C.t95(1) * pd.Series([88.0, 92.0]).std() / math.sqrt(2)
+    assert adam["final test accuracy ± 95 % (%)"] == pytest.approx(half)
+    assert csv.dtypes["final test accuracy mean (%)"].kind == "f"  # numbers, not "89.4 ± 4.7 (range 88-91.6)"
+    one = csv[csv.variant == "AdaBelief · dense"].iloc[0]
+    assert math.isnan(one["final test accuracy ± 95 % (%)"])  # one run has no interval
+
+
+def test_coinciding_curves_keep_both_visible_by_staggered_markers():
+    from lab.figures.compare import band_figure
+
+    b = pd.DataFrame({"step": range(1, 61), "mean": [0.5] * 60, "min": [0.4] * 60, "max": [0.6] * 60, "n": [2] * 60})
+    curves = [C.VariantCurve(label=lab, hover=lab, optimizer=opt, compression="dense", band=b, repeats=2)
+              for lab, opt in (("AdaBelief · dense", "adabelief"), ("Max-AdaBelief · dense", "maxadabelief"))]
+    fig = band_figure(curves, "step", "accuracy", "Test accuracy")
+    lines = [t for t in fig.data if t.mode == "lines+markers"]
+    marked = [{i for i, size in enumerate(t.marker.size) if size} for t in lines]
+    assert len(lines) == 2 and all(marked) and not (marked[0] & marked[1])  # the same line, markers of both
+    assert lines[0].marker.symbol != lines[1].marker.symbol
