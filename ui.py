@@ -21,7 +21,7 @@ import streamlit as st
 
 from lab.view import state as viewstate
 from lab.errors import LabError
-from lab.view.lessons import Lesson, find_lesson, unknown_lesson_notice
+from lab.view.lessons import Lesson, find_lesson, ticks_from_param, ticks_param, unknown_lesson_notice
 from lab.scenario.document import Scenario, default_scenario
 
 log = logging.getLogger("lab.ui")
@@ -36,6 +36,8 @@ LESSON_WIDGET = "lesson_mode_toggle"
 LESSON_PARAM = "lesson"
 LESSON_ID_PARAM = "l"  # the lesson whose steps a link shows
 LESSON_ACTIVE = "lesson_active"
+LESSON_TICKS_PARAM = "lt"  # the active lesson's ticked steps, in a link
+LESSON_TICKS = "_lesson_ticks"  # lesson id -> the steps this student ticked (kept across pages)
 LESSONS = Path(__file__).resolve().parent / "assets" / "lessons"
 
 KIND_BADGES = {
@@ -160,6 +162,9 @@ def view_link_params(sc: Scenario) -> dict[str, str]:
         params[LESSON_PARAM] = "1"
     if st.session_state.get(LESSON_ACTIVE):
         params[LESSON_ID_PARAM] = st.session_state[LESSON_ACTIVE]
+        ticks = st.session_state.get(LESSON_TICKS, {}).get(params[LESSON_ID_PARAM])
+        if ticks:
+            params[LESSON_TICKS_PARAM] = ticks_param(ticks)
     return params
 
 
@@ -173,16 +178,64 @@ def open_lesson(lesson: Lesson) -> dict[str, str]:
         if viewstate.VIEW[key].page == Path(lesson.page).stem:
             st.session_state[key] = list(value) if isinstance(value, tuple) else value
             shadow[key] = value
-    for key in [k for k in st.session_state if isinstance(k, str) and k.startswith("lesson_tick_")]:
+    for key in [k for k in st.session_state if isinstance(k, str) and k.startswith(("lesson_tick_", "lesson_fb_"))]:
         del st.session_state[key]
+    st.session_state.get(LESSON_TICKS, {}).pop(lesson.id, None)  # read again from the store
     st.session_state[LESSON_ACTIVE] = lesson.id
     set_lesson_mode(True)
     return {URL_PARAM: sc.to_url_param(), VIEW_PARAM: viewstate.encode(lesson.view, sc), LESSON_PARAM: "1",
             LESSON_ID_PARAM: lesson.id}
 
 
+def _ticks(lesson: Lesson) -> set[int]:
+    """This student's ticked steps of ``lesson``: what the run store kept for them (a reload, another page),
+    and those a link brought (``lt=``), read once."""
+    ss = st.session_state
+    book = ss.setdefault(LESSON_TICKS, {})
+    if lesson.id not in book:
+        from lab.store.runs import store
+
+        got = store().lesson_ticks(owner(), lesson.id)
+        if st.query_params.get(LESSON_ID_PARAM) == lesson.id:
+            got |= ticks_from_param(st.query_params.get(LESSON_TICKS_PARAM), len(lesson.steps))
+        book[lesson.id] = got
+    return book[lesson.id]
+
+
+def _tick(lesson: Lesson, i: int) -> None:
+    """A step's box changed: keep it for this student (across pages and reloads) and for the teacher's view."""
+    from lab.store.runs import store
+
+    on = bool(st.session_state.get(f"lesson_tick_{lesson.id}_{i}"))
+    ticks = _ticks(lesson)
+    (ticks.add if on else ticks.discard)(i)
+    store().record_lesson(owner(), lesson.id, i, ticked=on)
+
+
+def _answer(lesson: Lesson, i: int) -> None:
+    """The student checks their answer to step ``i``'s question: the lab says whether it is right and keeps it; a
+    right answer ticks the step."""
+    from lab.store.runs import store
+
+    q = lesson.questions[i]
+    value = st.session_state.get(f"lesson_q_{lesson.id}_{i}")
+    ok = q.check(value)
+    st.session_state[f"lesson_fb_{lesson.id}_{i}"] = (ok, q.feedback(value))
+    store().record_lesson(owner(), lesson.id, i, answered=ok)
+    if ok:
+        _ticks(lesson).add(i)
+
+
+def hidden(key: str) -> bool:
+    """Whether the active lesson hides control ``key`` on this page (its view value stays in force)."""
+    lesson = find_lesson(LESSONS, st.session_state.get(LESSON_ACTIVE))
+    return lesson is not None and lesson_mode() and key in lesson.hide
+
+
 def _lesson_panel(page: str) -> None:
-    """The active lesson's steps, on the lesson's own page: a short list the student ticks off."""
+    """The active lesson's steps, on the lesson's own page: a short list the student ticks off, with the
+    questions the lab checks. Ticks are this student's, kept in the run store (across pages and reloads) and
+    carried by the page link."""
     ss = st.session_state
     if LESSON_ACTIVE not in ss:  # a shared link names its lesson
         ss[LESSON_ACTIVE] = st.query_params.get(LESSON_ID_PARAM)
@@ -195,11 +248,28 @@ def _lesson_panel(page: str) -> None:
         return
     if Path(lesson.page).stem != page:
         return
+    ticks = _ticks(lesson)
     with st.container(border=True, key="lesson_panel"):
-        done = sum(bool(ss.get(f"lesson_tick_{lesson.id}_{i}")) for i in range(len(lesson.steps)))
-        st.markdown(f"**:material/school: Lesson: {_plain(lesson.title)}** ({done} of {len(lesson.steps)} steps done)")
+        st.markdown(f"**:material/school: Lesson: {_plain(lesson.title)}** ({len(ticks)} of {len(lesson.steps)} "
+                    "steps done)")
         for i, step in enumerate(lesson.steps):
-            st.checkbox(f"{i + 1}. {step}", key=f"lesson_tick_{lesson.id}_{i}")
+            key = f"lesson_tick_{lesson.id}_{i}"
+            ss[key] = i in ticks  # set before the box is drawn: it shows what this student did, on any page
+            st.checkbox(f"{i + 1}. {step}", key=key, on_change=_tick, args=(lesson, i))
+            q = lesson.questions.get(i)
+            if q is None:
+                continue
+            c1, c2, c3 = st.columns([3, 1, 2], vertical_alignment="bottom")
+            qkey = f"lesson_q_{lesson.id}_{i}"
+            label = q.ask + (f" ({q.unit})" if q.unit else "")
+            if q.kind == "choice":
+                c1.radio(label, q.choices, index=None, key=qkey)
+            else:
+                c1.number_input(label, value=None, format="%.6g", key=qkey)
+            c2.button("Check", key=f"lesson_check_{lesson.id}_{i}", on_click=_answer, args=(lesson, i))
+            fb = ss.get(f"lesson_fb_{lesson.id}_{i}")
+            if fb:
+                (c3.success if fb[0] else c3.warning)(fb[1])
         if st.button("End the lesson", key="lesson_end", icon=":material/close:"):
             ss[LESSON_ACTIVE] = None
             if LESSON_ID_PARAM in st.query_params:

@@ -26,8 +26,10 @@ st.markdown("Every device holds a gradient buffer of S bytes; an all-reduce leav
 SIZES = list(ALLREDUCE_SIZES)
 
 c1, c2 = st.columns(2)  # two columns and the ring below them: a 1024-pixel projector shows them whole
-source = c1.radio("Devices", ["topology", "identical"], key="ar_source", horizontal=True,
-                  format_func={"topology": "of the scenario's topology", "identical": "N identical devices"}.get)
+# A lesson may hide a control for a focused exercise (ui.hidden): its value from the lesson stays in force.
+source = ui.view_value("ar_source") if ui.hidden("ar_source") else c1.radio(
+    "Devices", ["topology", "identical"], key="ar_source", horizontal=True,
+    format_func={"topology": "of the scenario's topology", "identical": "N identical devices"}.get)
 if source == "topology":
     chosen_before = tuple(ui.view_value("ar_devices") or ())
     fitted, changed = fit_subset(chosen_before, topo.device_names, C.default_participants(topo))
@@ -43,11 +45,14 @@ else:
                                                                    1000.0, key="ar_bw")
     lat = VIEW["ar_lat"].spec.default if lesson else c1.number_input("Link latency (µs)", 0.0, 10000.0, key="ar_lat")
     cluster, names = C.uniform_star(n, bw * 1e9, lat * 1e-6), C.default_names(n)
-alg = c2.selectbox("Algorithm", C.ALGORITHMS, format_func=C.ALGORITHM_LABELS.get, key="ar_alg")
-nbytes = c2.select_slider("Buffer per device S", SIZES, format_func=M.human_bytes, key="ar_size")
+alg = ui.view_value("ar_alg") if ui.hidden("ar_alg") else c2.selectbox(
+    "Algorithm", C.ALGORITHMS, format_func=C.ALGORITHM_LABELS.get, key="ar_alg")
+nbytes = ui.view_value("ar_size") if ui.hidden("ar_size") else c2.select_slider(
+    "Buffer per device S", SIZES, format_func=M.human_bytes, key="ar_size")
 c3 = st.container()
-order_mode = c3.radio("Ring order", ["given", "lab"], key="ar_order", horizontal=True, format_func={
-    "given": "as listed", "lab": "the lab's: widest slowest hop"}.get)
+order_mode = ui.view_value("ar_order") if ui.hidden("ar_order") else c3.radio(
+    "Ring order", ["given", "lab"], key="ar_order", horizontal=True,
+    format_func={"given": "as listed", "lab": "the lab's: widest slowest hop"}.get)
 
 setup = None
 with ui.guarded("the all-reduce set-up"):

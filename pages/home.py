@@ -1,10 +1,11 @@
 """Home: what the lab is, a link to each page, and the lessons."""
 
+import pandas as pd
 import streamlit as st
 
 import ui
 from app import available_pages
-from lab.view.lessons import load_lessons
+from lab.view.lessons import class_view, load_lessons
 
 
 def _open_lesson(lesson) -> None:
@@ -42,8 +43,10 @@ for file, title, icon in available_pages():
     st.page_link(file, label=f"**{title}**: {DESCRIPTIONS.get(title, '')}", icon=icon)
 
 st.subheader("Lessons")
-st.markdown("Three short lessons. Each opens its page with its scenario (in the page link, so the address bar "
-            "can be shared) and lesson mode on, which hides the advanced controls; switch it off in the sidebar.")
+st.markdown("Short lessons, one for every claim of the designs and every page. Each opens its page with its "
+            "scenario (in the page link, so the address bar can be shared) and lesson mode on, which hides the "
+            "advanced controls; switch it off in the sidebar. Your ticks and answers are kept for you, on every page "
+            "and after a reload.")
 with ui.guarded("the lessons"):
     pages = {f for f, _, _ in available_pages()}
     for lesson in load_lessons(ui.LESSONS):
@@ -55,6 +58,16 @@ with ui.guarded("the lessons"):
             st.button("Open this lesson", key=f"lesson_{lesson.id}", on_click=_open_lesson, args=(lesson,),
                       disabled=lesson.page not in pages, icon=":material/school:",
                       help=None if lesson.page in pages else f"{lesson.page} is not part of this build yet")
+if ui.teacher():
+    with st.expander("The class's progress (teacher)", icon=":material/school:"):
+        with ui.guarded("the class's progress"):
+            from lab.store.runs import store
+
+            steps_rows, students = class_view(store().lesson_progress(), load_lessons(ui.LESSONS))
+            st.dataframe(pd.DataFrame(steps_rows), hide_index=True, key="home_class_steps")
+            st.caption("Per step: how many students ticked it, tried its question and answered it right.")
+            st.dataframe(pd.DataFrame(students), hide_index=True, key="home_class_students")
+            st.caption("Per student (numbered in the order they started; no ids): the steps ticked in each lesson.")
 goto = st.session_state.pop("home_goto", None)
 if goto:
     st.switch_page(goto[0], query_params=goto[1])

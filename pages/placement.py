@@ -44,9 +44,11 @@ def set_pins(change: str) -> None:
 
 c1, c2, c3 = st.columns([1, 1, 2])
 model = c1.selectbox("Model", MODELS, format_func=MODEL_LABELS.get, key="pl_model")
-batch = int(c2.number_input("Batch size (samples)", 1, 65536, key="pl_batch"))
+batch = int(ui.view_value("pl_batch") if ui.hidden("pl_batch") else c2.number_input(
+    "Batch size (samples)", 1, 65536, key="pl_batch"))
 strategy = c3.selectbox("Strategy", list(pl.STRATEGIES), format_func=pl.STRATEGY_LABELS.get, key="pl_strategy")
-cm_name = st.radio("Cost model", COST_MODELS, format_func=COST_MODEL_LABELS.get, key="pl_cost", horizontal=True)
+cm_name = ui.view_value("pl_cost") if ui.hidden("pl_cost") else st.radio(
+    "Cost model", COST_MODELS, format_func=COST_MODEL_LABELS.get, key="pl_cost", horizontal=True)
 st.caption(pv.topology_line(topo, ui.plain))
 
 og = g = cm = None

@@ -158,8 +158,8 @@ d2.download_button("Download whole scenario JSON", sc.to_json(), file_name="scen
 
 # ---- paths ----------------------------------------------------------------------------------------
 st.subheader("Routes and transfer times")
-size_mb = st.select_slider("Transfer size (MB)", options=list(TRANSFER_SIZES_MB), format_func=lambda x: f"{x:g}",
-                           key="topo_size")
+size_mb = ui.view_value("topo_size") if ui.hidden("topo_size") else st.select_slider(
+    "Transfer size (MB)", options=list(TRANSFER_SIZES_MB), format_func=lambda x: f"{x:g}", key="topo_size")
 nbytes = size_mb * 1e6
 with ui.guarded("the path matrix"):
     st.plotly_chart(figures.path_heatmap(topo.path_matrix(nbytes), nbytes), key="topo_heat")
@@ -179,8 +179,8 @@ st.markdown("The CXL design's claim: with CXL a device reads another device's me
             "device that hung off a CXL switch gets a PCIe link to its pool's host CPU, with the catalogue's PCIe "
             "numbers), or with a preset. These are the model's numbers from the tables above: modelled, not "
             "measured on CXL hardware.")
-other_name = st.selectbox("Compare this cluster with", [tables.AS_PCIE, *PRESETS], key="topo_cmp",
-                          format_func=tables.comparison_option_label)
+other_name = ui.view_value("topo_cmp") if ui.hidden("topo_cmp") else st.selectbox(
+    "Compare this cluster with", [tables.AS_PCIE, *PRESETS], key="topo_cmp", format_func=tables.comparison_option_label)
 with ui.guarded("the CXL/PCIe comparison"):
     target = tables.comparison_target(topo, other_name)
     if target is None:
