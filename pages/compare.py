@@ -32,6 +32,17 @@ kept = [r for r in before if r in labels] or list(runs[runs.status.isin(FINISHED
 if kept != before:  # runs deleted elsewhere, or none chosen yet: the newest finished ones
     ui.set_view("cmp_runs", kept)
 chosen = st.multiselect("Runs", list(labels), format_func=labels.get, key="cmp_runs")
+
+
+
+def pool() -> None:
+    """Button callback (before the Runs box is drawn again): the class's runs of the chosen variants."""
+    ui.set_view("cmp_runs", comparison.pooled_runs(runs_store, st.session_state.get("cmp_runs") or []))
+
+
+st.button("Pool the class's runs of these variants", key="cmp_pool", icon=":material/groups:", on_click=pool,
+          disabled=not chosen, help="Adds every finished run of the class with the same settings (any seed) as the "
+                                    "chosen ones: thirty students' repeats make a band that three cannot")
 x = st.radio("Against", ["step", "wall"], horizontal=True, key="cmp_x",
              format_func={"step": "step (count)", "wall": "wall time (s)"}.get)
 if not chosen:

@@ -4,7 +4,7 @@ import streamlit as st
 
 import ui
 from lab.figures import training as figs
-from lab.jobs.comparison import comparison_compressions, comparison_scenarios, run_name, settings_of
+from lab.jobs.comparison import comparison_compressions, comparison_scenarios, run_name, settings_of, student_seed
 from lab.jobs import views as job_views
 from lab.scenario.document import Compression
 from lab.scenario.names import (ALLREDUCE_IMPL_LABELS, ALLREDUCE_IMPLS, COMPRESSORS, MODEL_LABELS, OPTIMIZER_LABELS,
@@ -103,7 +103,8 @@ if b2.button("Compare optimisers × compression", key="train_compare", icon=":ma
                   "above (Group-TopK 1 % with error feedback when none is chosen), each with several seeds; "
                   "then opens the Compare page on exactly those runs"):
     with ui.guarded("queueing the comparison"):
-        items = comparison_scenarios(sc, comparison_compressions(sc.training.compression), int(repeats))
+        items = comparison_scenarios(sc, comparison_compressions(sc.training.compression), int(repeats),
+                                     first_seed=student_seed(sc.training.seed, owner))
         if jobs := ui.submit_once(owner, sc, f"compare x{repeats}", runs_store, lambda: jm.submit_many(items, owner=owner)):
             st.session_state["train_watch"] = jobs[0].run_id
             ui.set_view("cmp_runs", [j.run_id for j in jobs])

@@ -8,6 +8,7 @@ that differ only in their seed are repeats of one variant.
 
 from __future__ import annotations
 
+import hashlib
 import math
 from dataclasses import dataclass
 from typing import Any, Iterable, Mapping, Sequence
@@ -107,8 +108,33 @@ def comparison_compressions(chosen: Compression) -> list[Compression]:
     return [Compression(), chosen]
 
 
+def student_seed(seed: int, owner: str) -> int:
+    """The first seed of a student's comparison: the scenario's seed moved by a number drawn from the student's
+    owner id, so that thirty students' comparisons are thirty sets of different seeds, which pooled are repeats
+    (the same seed would compute the same numbers: one run, not repeats). The same student gets the same seeds."""
+    shift = int(hashlib.sha256(str(owner).encode()).hexdigest()[:8], 16) % 100_000
+    return (int(seed) + 100 * shift) % 2**31
+
+
+MAX_POOLED = 300  # runs a pooled comparison reads at most
+
+
+def pooled_runs(store: Any, run_ids: Sequence[str]) -> list[str]:
+    """The class's finished runs of the variants of ``run_ids`` (every setting but the seed the same), whoever
+    ran them, with ``run_ids`` first: the repeats of thirty students pooled; at most :data:`MAX_POOLED`."""
+    keys = {variant_key(settings_of(store.get_run(rid)["scenario"])) for rid in run_ids}
+    out = list(dict.fromkeys(run_ids))
+    for rid in store.list_runs(statuses=("done",)).id:
+        if len(out) >= MAX_POOLED:
+            break
+        if rid not in out and variant_key(settings_of(store.get_run(rid)["scenario"])) in keys:
+            out.append(rid)
+    return out
+
+
 def comparison_scenarios(sc: Scenario, compressions: Sequence[Compression], repeats: int = 3,
-                         optimizers: Sequence[str] = COMPARED_OPTIMIZERS) -> list[tuple[Scenario, str]]:
+                         optimizers: Sequence[str] = COMPARED_OPTIMIZERS,
+                         first_seed: int | None = None) -> list[tuple[Scenario, str]]:
     """The runs of one comparison: every optimiser x every compression x ``repeats`` seeds (the
     scenario's seed, seed + 1, ...), all else as the scenario has it, with gradient all-reduce over the
     lab's ring (it counts the dense bytes too, so every variant's bytes can be compared). Repeat r of
@@ -121,11 +147,12 @@ def comparison_scenarios(sc: Scenario, compressions: Sequence[Compression], repe
         raise LabError(f"this comparison would queue {n} runs; at most {MAX_COMPARISON_RUNS} are allowed",
                        where="comparison")
     out = []
+    first = sc.training.seed if first_seed is None else int(first_seed)
     for r in range(repeats):
         for opt in optimizers:
             for comp in compressions:
                 tr = sc.training.replace(optimizer=opt, sync="allreduce", allreduce_impl="ring", compression=comp,
-                                         seed=(sc.training.seed + r) % 2**31)
+                                         seed=(first + r) % 2**31)
                 run = sc.replace(training=tr)
                 out.append((run, run_name(settings_of(run.to_dict()))))
     return out

@@ -297,3 +297,17 @@ def test_coinciding_curves_keep_both_visible_by_staggered_markers():
     marked = [{i for i, size in enumerate(t.marker.size) if size} for t in lines]
     assert len(lines) == 2 and all(marked) and not (marked[0] & marked[1])  # the same line, markers of both
     assert lines[0].marker.symbol != lines[1].marker.symbol
+
+
+def test_the_class_pools_its_repeats_with_different_seeds_per_student(lab_db):
+    st = RunStore(lab_db)
+    assert C.student_seed(0, "alice") == C.student_seed(0, "alice") != C.student_seed(0, "bob")
+    sc = scenario("adam")
+    mine = C.comparison_scenarios(sc, [Compression()], repeats=2, optimizers=("adam",),
+                                  first_seed=C.student_seed(0, "alice"))
+    assert [s.training.seed for s, _ in mine] == [C.student_seed(0, "alice"), C.student_seed(0, "alice") + 1]
+    ids = [store_run(st, scenario("adam", seed=s), [0.5, 0.8 + 0.01 * k]) for k, s in enumerate((0, 1, 7, 9))]
+    other = store_run(st, scenario("adabelief", seed=0), [0.5, 0.8])
+    pooled = C.pooled_runs(st, ids[:1])
+    assert pooled[0] == ids[0] and set(pooled) == set(ids) and other not in pooled  # the same variant, any seed
+    assert C.compare_runs(st, pooled).rows[0]["repeats"] == 4
