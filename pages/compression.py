@@ -57,7 +57,8 @@ def cholesky_study(seed: int, batch: int, damping: float, workers: int, by_class
 # ---------------------------------------------------------------- compressors on one gradient
 st.header("Compressors on one gradient")
 with st.form("cp_form"):
-    c1, c2, c3, c4 = st.columns(4)
+    c1, c2 = st.columns(2)
+    c3, c4 = st.columns(2)
     source = c1.radio("Gradient", ["real", "generated"], key="cp_source", horizontal=True,
                       format_func={"real": "real (one backward pass on digits)", "generated": "generated"}.get)
     model = c2.selectbox("Model (real)", MODELS, format_func=MODEL_LABELS.get, key="cp_model")
@@ -105,7 +106,7 @@ st.markdown(
     "blocks go round unchanged. The alternative the published compression systems use is to all-gather "
     "every worker's payload as it is and let each worker add them up.")
 with st.form("ring_form"):
-    c1, c2, c3 = st.columns(3)
+    c1, c2, c3 = st.columns([1, 2, 1])
     workers = c1.slider("Workers N", 2, 8, key="ring_workers")
     kind = c2.selectbox("Compressor", list(RING_COMPRESSORS), format_func=COMPRESSOR_LABELS.get, key="ring_kind")
     ratio = c3.number_input("Ratio (kept fraction)", 0.0001, 1.0, format="%.4f", key="ring_ratio")
@@ -138,13 +139,14 @@ st.markdown(
     "L exists only for a symmetric positive-definite D, and it has n(n+1)/2 entries: exactly the lower "
     "triangle of a symmetric D, which can be sent with no factorisation at all.")
 with st.form("ch_form"):
-    c1, c2, c3, c4, c5 = st.columns([3, 1, 1, 1, 1])
+    c1, c6 = st.columns([3, 1], vertical_alignment="bottom")
+    c2, c3, c4, c5 = st.columns(4, vertical_alignment="bottom")
     name = c1.selectbox("Matrix", chol.MATRIX_NAMES, key="ch_matrix")
     damping = VIEW["ch_damping"].spec.default if lesson else c2.number_input(
         "Damping (× mean diagonal)", 0.0, 1.0, format="%.4f", key="ch_damping")
     ch_workers = c3.number_input("Workers", 2, 8, key="ch_workers")
     ch_batch = c4.number_input("Batch (digits)", 2, 1797, key="ch_batch")
-    by_class = c5.checkbox("Non-IID (by class)", key="ch_by_class")
+    by_class = c6.checkbox("Non-IID (by class)", key="ch_by_class")
     st.form_submit_button("Test the claim", type="primary", key="ch_run")
 
 with ui.guarded("the Cholesky section"):

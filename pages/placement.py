@@ -42,7 +42,7 @@ def set_pins(change: str) -> None:
     ui.set_scenario(now.replace(training=now.training.replace(pins=new)))
 
 
-c1, c2, c3 = st.columns([1, 1, 2])
+c1, c2, c3 = st.columns([3, 2, 4])
 model = c1.selectbox("Model", MODELS, format_func=MODEL_LABELS.get, key="pl_model")
 batch = int(ui.view_value("pl_batch") if ui.hidden("pl_batch") else c2.number_input(
     "Batch size (samples)", 1, 65536, key="pl_batch"))
@@ -162,7 +162,7 @@ if g is not None:
 
 st.subheader("Run the plan: measured beside modelled")
 st.markdown(pv.run_intro())
-r1, r2, r3, r4 = st.columns(4, vertical_alignment="bottom")
+r1, r2, r3, r4 = st.columns([1, 1, 1, 2], vertical_alignment="bottom")
 micro = int(r1.number_input("Micro-batches", 1, 64, key="pl_micro", help="each batch is pipelined in this many parts"))
 steps = int(r2.number_input("Steps", 5, 2000, key="pl_steps"))
 repeats = int(r3.number_input("Repeats per strategy", 1, 5, key="pl_repeats",

@@ -25,7 +25,9 @@ st.markdown(
 
 # ---------------------------------------------------------------- settings -> scenario
 tr = sc.training
-c1, c2, c3, c4 = st.columns(4)
+# Two select boxes a row: their choices are long, and a 1024-pixel projector must show them whole.
+c1, c2 = st.columns(2)
+c3, c4 = st.columns(2)
 optimizer = c1.selectbox("Optimiser", OPTIMIZERS, OPTIMIZERS.index(tr.optimizer), key="tr_optimizer",
                          format_func=OPTIMIZER_LABELS.get)
 model = c2.selectbox("Model", list(MODEL_LABELS), list(MODEL_LABELS).index(tr.model), key="tr_model",
@@ -60,7 +62,8 @@ if emulate or split == "weighted":
                for i in range(len(cols))]
 # The same compression settings the Compression page edits (sc.training.compression).
 cp = tr.compression
-c1, c2, c3, c4, c5 = st.columns(5)
+c1, c2, c3 = st.columns(3)
+c4, c5 = st.columns([2, 1], vertical_alignment="bottom")
 kind = c1.selectbox("Compressor", COMPRESSORS, COMPRESSORS.index(cp.kind), key="tr_cmp_kind",
                     format_func=figs.COMPRESSOR_NAMES.get, help="what each worker sends of its gradient each step")
 ratio = c2.number_input("Ratio (kept fraction)", 1e-6, 1.0, float(cp.ratio), step=0.001, format="%.6f",

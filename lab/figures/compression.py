@@ -73,9 +73,9 @@ def time_figure(rows: Sequence[Mapping]) -> go.Figure:
     fig = go.Figure(go.Bar(x=[1e3 * r["t_compress"] for r in rows], y=labels, orientation="h",
                            marker_color=[COMPRESSOR_COLOURS.get(r["compressor"], "#444") for r in rows],
                            hovertemplate="%{x:.3g} ms<extra></extra>"))
-    fig.update_xaxes(title="time (ms, best of 3)")
+    fig.update_xaxes(title="ms (best of 3)")
     fig.update_yaxes(title="compressor @ ratio", autorange="reversed")
-    return _layout(fig, "Time to compress one gradient on this machine", height=max(320, 28 * len(rows) + 120))
+    return _layout(fig, "Time to compress one gradient<br>on this machine", height=max(320, 28 * len(rows) + 120))
 
 
 def fill_in_figure(fill_rows: Sequence[Mapping], hop_rows: Sequence[Mapping]) -> go.Figure:

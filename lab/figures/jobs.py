@@ -16,7 +16,7 @@ from typing import Iterable, Mapping, Sequence
 import plotly.graph_objects as go
 from plotly.colors import qualitative
 
-from lab.figures.style import esc
+from lab.figures.style import esc, esc_lines
 
 # 10 distinct colours, then 24 more, then the same with a hatch: two jobs never look alike below 68.
 PALETTE = ["#4c78a8", "#f58518", "#54a24b", "#e45756", "#72b7b2", "#eeca3b", "#b279a2", "#ff9da6", "#9d755d",
@@ -37,7 +37,7 @@ STAGE_SYMBOLS = {"fault": "x", "alarm": "triangle-up", "restart": "star", "stop"
 
 def _layout(fig: go.Figure, title: str, x_title: str, y_title: str, height: int) -> go.Figure:
     # The legend sits between the title and the plot, so it never covers an axis or its title.
-    fig.update_layout(title=dict(text=esc(title), x=0, xanchor="left", y=1, yanchor="top", pad=dict(t=8)),
+    fig.update_layout(title=dict(text=esc_lines(title), x=0, xanchor="left", y=1, yanchor="top", pad=dict(t=8)),
                       height=height + 40, margin=dict(l=10, r=10, t=90, b=50),
                       legend=dict(orientation="h", x=0, xanchor="left", y=1.02, yanchor="bottom"),
                       barmode="overlay")

@@ -111,9 +111,11 @@ def why_figure(rows: Sequence[Mapping[str, Any]], task: Any) -> go.Figure:
     for r in rows:
         if not r["kernel"]:
             fig.add_trace(go.Bar(y=[esc(r["device"]) + " (no kernel)"], x=[0], showlegend=False, hoverinfo="skip"))
-    fig.update_layout(barmode="stack", title=f"Why {esc(task)} is where it is: finish on each device",
+    # Drawn in a narrow column: the title in two lines, the legend under the bars.
+    fig.update_layout(barmode="stack", title=f"Why {esc(task)} is where it is:<br>finish on each device",
                       xaxis_title=f"time ({unit})", yaxis_title="candidate device", legend_title="part of the finish",
-                      height=160 + 36 * len(rows), margin=dict(l=10, r=10, t=50, b=40))
+                      legend=dict(orientation="h", x=0, xanchor="left", y=-0.25, yanchor="top"),
+                      height=260 + 36 * len(rows), margin=dict(l=10, r=10, t=70, b=40))
     fig.update_yaxes(autorange="reversed")
     return fig
 

@@ -24,6 +24,20 @@ def esc(text: Any) -> str:
     return html.escape(str(text), quote=False)
 
 
+def esc_lines(text: Any, width: int = 40) -> str:
+    """:func:`esc` of ``text`` broken into lines of at most about ``width`` characters at spaces (plotly draws a
+    title on one line and cuts what does not fit: a chart in a narrow column on a projector)."""
+    lines, line = [], ""
+    for word in str(text).split(" "):
+        if line and len(line) + 1 + len(word) > width:
+            lines.append(line)
+            line = word
+        else:
+            line = f"{line} {word}" if line else word
+    lines.append(line)
+    return "<br>".join(esc(x) for x in lines)
+
+
 def time_unit(seconds: float) -> tuple[float, str]:
     """(scale, unit) so that ``seconds * scale`` reads well: s, ms, µs or ns."""
     x = abs(seconds) if seconds and math.isfinite(seconds) else 0.0
