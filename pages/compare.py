@@ -59,10 +59,10 @@ active = int(runs.set_index("id").status.reindex(chosen).isin(ACTIVE).sum())
 def comparison_view() -> None:
     """The comparison; while chosen runs are queued or running it refreshes itself every 3 s."""
     if active:
-        live = runs_store.list_runs(statuses=ACTIVE).id.isin(chosen).sum()
+        live = int(runs_store.list_runs(statuses=ACTIVE).id.isin(chosen).sum())
         st.info(f"{live} of {len(chosen)} chosen runs are still queued or running; the curves and the summary "
                 "fill in as they finish.", icon=":material/hourglass_top:")
-        if not live:
+        if live != active:  # a run ended: the whole page again, so the Runs box's chips say so too
             st.rerun()
     with ui.guarded("the comparison"):
         cmp = comparison.compare_runs(runs_store, chosen, target / 100, x)
