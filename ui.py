@@ -246,6 +246,8 @@ def _lesson_panel(page: str) -> None:
     lesson = find_lesson(LESSONS, ss.get(LESSON_ACTIVE))
     if lesson is None:
         return
+    if st.query_params.get(LESSON_ID_PARAM) != lesson.id:  # in the address, so a reload keeps the lesson open
+        st.query_params[LESSON_ID_PARAM] = lesson.id
     if Path(lesson.page).stem != page:
         return
     ticks = _ticks(lesson)
