@@ -122,6 +122,7 @@ def main() -> None:
     ap.add_argument("--short-steps", type=int, default=100)
     ap.add_argument("--slice", type=float, default=5.0, help="LAB_SLICE_S: seconds before a long job yields")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--job-cpus", default="", help="cores the jobs may use, e.g. 1 (default: every core)")
     ap.add_argument("--post-script-gc", action="store_true",
                     help="run the server with Streamlit's default runner.postScriptGC = true (the app turns it off)")
     args = ap.parse_args()
@@ -147,7 +148,8 @@ def main() -> None:
             rss["idle"] = rss_mb(server.pid)
             os.environ["LAB_DB"] = str(data / "runs.db")
             os.environ["LAB_DATA"] = str(data)
-            jm = JobManager(data / "runs.db", capacity=1)
+            cpus = [int(c) for c in args.job_cpus.split(",") if c.strip()] or None
+            jm = JobManager(data / "runs.db", capacity=1, cpus=cpus, slots_per_cpu=5 if cpus else None)
             sc = default_scenario()
             long_sc = sc.replace(training=sc.training.replace(workers=2, steps=20000, eval_every=1000))
             short_sc = sc.replace(training=sc.training.replace(workers=2, steps=args.short_steps,

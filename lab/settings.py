@@ -27,6 +27,8 @@ VARIABLES: dict[str, Variable] = {v.name: v for v in (
     Variable("LAB_DATA", "", "folder for checkpoints, logs, the data cache and the machine profile"),
     Variable("LAB_JOB_CAPACITY", 1, "jobs that run at once on the class server"),
     Variable("LAB_JOB_NICE", 10, "niceness of job processes, so page views win the CPU (0-19)"),
+    Variable("LAB_PAGE_CPUS", 1, "cores kept for the app's pages: jobs run on the others (none kept on a one-core "
+             "machine; 0 lets jobs use every core)"),
     Variable("LAB_SLOTS_PER_CPU", 0, "worker slots per CPU for the job queue (0: at least 2, about 5 in all)"),
     Variable("LAB_SWEEP_S", 5.0, "seconds between sweeps for runs whose launcher died"),
     Variable("LAB_TEACHER_TOKEN", "", "the teacher's secret: typed into the Jobs page's sign-in, it manages every run"),
@@ -90,6 +92,19 @@ def job_nice() -> int:
     """Scheduling priority of job processes: training is batch work, the pages are interactive,
     so jobs run niced and a classroom's page views win the CPU."""
     return max(0, min(19, integer("LAB_JOB_NICE")))
+
+
+def job_cpus() -> list[int]:
+    """The cores jobs run on: this process's allowed cores but the first ``LAB_PAGE_CPUS`` (kept for the app's
+    pages: with a job's processes on every core, a class's page views took five to eight times as long at the 95th
+    percentile, niced or not; with one core kept, as long as on an idle server; bench_classroom.py). Every core
+    when none would be left."""
+    try:
+        cpus = sorted(os.sched_getaffinity(0))
+    except (AttributeError, OSError):  # not Linux
+        cpus = list(range(os.cpu_count() or 1))
+    keep = max(0, integer("LAB_PAGE_CPUS"))
+    return cpus[keep:] if len(cpus) > keep else cpus
 
 
 def db_path() -> Path:

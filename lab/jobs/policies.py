@@ -24,7 +24,6 @@ Units: seconds, FLOP, FLOP/s.
 from __future__ import annotations
 
 import math
-import os
 from dataclasses import dataclass, field
 from typing import Iterable, Mapping, Sequence
 
@@ -119,8 +118,7 @@ def local_groups(cpus: Iterable[int] | None = None, slots_per_cpu: int | None = 
     """This machine as resource groups: one group per CPU core the lab may use ("cpu0", "cpu1", ...)
     with ``slots_per_cpu`` worker slots each (default: enough for the largest job, 4 workers and a
     parameter server, on an empty machine: ceil(5 / cores), at least 2)."""
-    cpus = sorted(os.sched_getaffinity(0) if cpus is None and hasattr(os, "sched_getaffinity")
-                  else (cpus if cpus is not None else range(os.cpu_count() or 1)))
+    cpus = sorted(settings.job_cpus() if cpus is None else cpus)
     if not cpus:
         raise LabError("no CPU to run jobs on", where="scheduling")
     if slots_per_cpu is None:

@@ -80,12 +80,9 @@ def cycle_cases(nets: Sequence[int] | None = None) -> list[tuple[str, int, int]]
 
 
 def rank_cpu(rank: int) -> int | None:
-    """The core the lab's job manager gives a job's rank ``rank`` on an idle machine (the uniform
-    placement policy: ranks take this process's allowed cores in turn; :mod:`lab.jobs.manager`)."""
-    try:
-        cpus = sorted(os.sched_getaffinity(0))
-    except (AttributeError, OSError):  # pragma: no cover - not Linux
-        return None
+    """The core the lab's job manager gives a job's rank ``rank`` on an idle machine (the uniform placement
+    policy: ranks take the job cores, :func:`lab.settings.job_cpus`, in turn; :mod:`lab.jobs.manager`)."""
+    cpus = settings.job_cpus()
     return cpus[rank % len(cpus)] if cpus else None
 
 

@@ -264,14 +264,24 @@ def test_loop_calibration_with_one_process_prices_the_job_loop(tmp_path, monkeyp
 
 
 @pytest.mark.skipif(not hasattr(os, "sched_getaffinity"), reason="CPU affinity is Linux only")
-def test_calibration_processes_are_pinned_as_the_job_manager_pins_ranks():
-    """Rank k goes to the k-th allowed core in turn (the uniform placement on an idle machine, as
-    lab.jobs.manager pins a job's ranks); LAB_CALIBRATION_PIN=0 leaves the process free."""
+def test_calibration_processes_are_pinned_as_the_job_manager_pins_ranks(monkeypatch):
+    """Rank k goes to the k-th job core in turn (the uniform placement on an idle machine, as
+    lab.jobs.manager pins a job's ranks: the allowed cores but the first LAB_PAGE_CPUS, kept for the pages);
+    LAB_CALIBRATION_PIN=0 leaves the process free."""
     import subprocess
     import sys
 
+    from lab.jobs.policies import local_groups
+
     allowed = sorted(os.sched_getaffinity(0))
+    jobs = allowed[1:] if len(allowed) > 1 else allowed
+    assert [cases.rank_cpu(k) for k in range(4)] == [jobs[k % len(jobs)] for k in range(4)]
+    assert [g.name for g in local_groups()] == [f"cpu{c}" for c in jobs]  # the job manager's cores
+    monkeypatch.setenv("LAB_PAGE_CPUS", "0")
     assert [cases.rank_cpu(k) for k in range(4)] == [allowed[k % len(allowed)] for k in range(4)]
+    monkeypatch.setenv("LAB_PAGE_CPUS", str(len(allowed)))  # none would be left: every core
+    assert [cases.rank_cpu(k) for k in range(len(allowed))] == allowed
+    monkeypatch.delenv("LAB_PAGE_CPUS")
     code = "import os; from lab.machine.cases import pin_rank; pin_rank({}); print(sorted(os.sched_getaffinity(0)))"
     root = str(ROOT)
     for rank, flag, want in ((1, "1", [cases.rank_cpu(1)]), (2, "1", [cases.rank_cpu(2)]), (1, "0", allowed)):
