@@ -29,6 +29,7 @@ import torch
 import torch.distributed as dist
 
 from lab.errors import LabError
+from lab.comm.peers import waits_for_peers
 
 #: Chunks travel in pieces of at most this many bytes, and in at least two pieces when a chunk
 #: has 2 x MIN_PIECE_BYTES or more (so transfers and additions overlap). Pieces are larger than
@@ -120,6 +121,9 @@ def _scratch(numel: int, dtype: torch.dtype) -> torch.Tensor:
     if buf is None or buf.numel() < numel:
         buf = bufs[dtype] = torch.empty(numel, dtype=dtype)
     return buf[:numel]
+
+
+@waits_for_peers
 
 
 def ring_allreduce(tensor: torch.Tensor, op: str = "sum", *, group=None,

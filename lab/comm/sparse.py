@@ -64,6 +64,7 @@ from lab.comm.ring import LinkDelay, ring_allreduce
 from lab.compression.compressors import GroupTopK, Payload, make_compressor
 from lab.errors import LabError
 from lab.scenario.names import SHARING, SHARING_LABELS
+from lab.comm.peers import waits_for_peers
 
 COUNT_BYTES = 8  # the int64 count sent before every variable-length message
 PAIR_BYTES = 8  # int32 index + fp32 value
@@ -279,6 +280,9 @@ def _start_rows(blocks, rank: int) -> list[dict]:
             for b, blk in enumerate(blocks)]
 
 
+@waits_for_peers
+
+
 def sparse_ring_allreduce(pairs, n: int, *, group: Any = None,
                           link_delay: LinkDelay | None = None) -> tuple[torch.Tensor, dict]:
     """The edge-compression design's sparse ring over real processes. ``pairs`` is a Payload or (indices, values).
@@ -344,6 +348,9 @@ def sum_payloads(payloads: list[Payload]) -> torch.Tensor:
             idx, val = p.to_pairs()
             out.index_add_(0, idx, val)
     return out
+
+
+@waits_for_peers
 
 
 def sparse_allgather(payload: Payload, *, group: Any = None, link_delay: LinkDelay | None = None,
@@ -497,6 +504,9 @@ def sharing_report(grads: list, kind: str, ratio: float, group_size: int, seed: 
     return fill_in_table(sim), hop_bytes_table(sim), compare_sharing(payloads, sim)
 
 
+@waits_for_peers
+
+
 def dense_allreduce(payload: Payload, *, group: Any = None,
                     link_delay: LinkDelay | None = None) -> tuple[torch.Tensor, dict]:
     """Decompress, then the lab's dense ring all-reduce of the float32 tensor (bytes counted by it)."""
@@ -506,6 +516,9 @@ def dense_allreduce(payload: Payload, *, group: Any = None,
     st = ring_allreduce(dense, "sum", group=group, link_delay=link_delay)
     return dense, {"bytes_sent": st.sent, "bytes_recv": st.received, "hops": [],
                    "t_comm": time.perf_counter() - t0, "delay": st.delay_seconds}
+
+
+@waits_for_peers
 
 
 def share(payload: Payload, method: str, *, group: Any = None, link_delay: LinkDelay | None = None,

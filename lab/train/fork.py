@@ -172,7 +172,8 @@ def fork_worker(argv: list[str], env: dict, log_path: Path, keep_fds: tuple[int,
                     os.sched_setaffinity(0, {cpu})
                 except (OSError, AttributeError):
                     pass
-        except BaseException:  # noqa: BLE001
+        except BaseException:  # noqa: BLE001 - a child must never return into its parent's code
+            traceback.print_exc()  # into the worker's log (stderr is its log once become() ran)
             os._exit(1)
         run_main(lab_train_args(argv))
     os.close(err)

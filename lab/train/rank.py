@@ -20,6 +20,7 @@ from lab.store.runs import RunStore
 from lab.train import resilience as rz
 from lab.train.stages import PlacementTrainer
 from lab.train.trainer import Trainer
+from lab.comm.peers import waits_for_peers
 
 
 def _die_with_parent() -> None:
@@ -126,6 +127,9 @@ def run_rank(sc: Scenario, run_id: str | None, *, store_path: str | None = None,
         _report_error(exc, rank, trainer.step_no if trainer else 0, run_id, store)
         sys.stdout.flush()
         os._exit(1)
+
+
+@waits_for_peers
 
 
 def _agree_run_id(sc: Scenario, run_id: str | None, rank: int, world: int, store: RunStore | None,

@@ -46,15 +46,12 @@ import time
 from pathlib import Path
 
 from lab import settings
+from lab.comm.peers import is_waiting
 
 log = logging.getLogger("lab.train")
 
 KEEP_CHECKPOINTS = 2
-#: Functions of the lab in which the main thread waits for its peers.
-COMM_FUNCS = frozenset({"allreduce", "exchange", "step_ps_worker", "step_ps_server", "flush", "sync_buffers",
-                        "_send_delay", "_agree_run_id", "barrier"})
 _LAB = str(Path(__file__).resolve().parents[1])  # .../lab
-_COMM_FILES = (os.path.join(_LAB, "comm") + os.sep, os.path.join(_LAB, "train", "compressed.py"))
 
 
 def attempt() -> int:
@@ -109,21 +106,21 @@ def init_process_group(rank: int, world: int, timeout_s: float) -> None:
 
 # ----- heartbeats ------------------------------------------------------------------------------
 def main_thread_phase() -> tuple[str, str]:
-    """('comm' | 'busy', innermost lab function) of the main thread, from its current stack."""
-    frame = sys._current_frames().get(threading.main_thread().ident)
+    """('comm' | 'busy', innermost lab function) of the main thread: 'comm' while it says it waits for its peers
+    (:func:`lab.comm.peers.waiting_for_peers`) or is inside torch.distributed; the function is only named, for
+    the alarm's text, and decides nothing."""
+    main = threading.main_thread().ident
+    frame = sys._current_frames().get(main)
     where = ""
     in_dist = False
-    comm_file = False
     while frame is not None:
         fn = frame.f_code.co_filename
         if "torch" in fn and "distributed" in fn:
             in_dist = True
         if not where and fn.startswith(_LAB):
             where = frame.f_code.co_name
-            comm_file = fn.startswith(_COMM_FILES)
         frame = frame.f_back
-    comm = in_dist or comm_file or where in COMM_FUNCS
-    return ("comm" if comm else "busy"), where
+    return ("comm" if in_dist or is_waiting(main) else "busy"), where
 
 
 class Heartbeat:

@@ -51,6 +51,7 @@ import torch.fx as fx
 import torch.nn.functional as F
 from torch.fx.passes.split_module import split_module
 
+from lab.comm.peers import waits_for_peers
 from lab.errors import LabError
 from lab.modelled.balance import MAX_ROUNDS, PLANNERS, device_work, model_loop, weighted_plan
 from lab.modelled.costmodel import DATASHEET, catalogue_slowdown
@@ -527,6 +528,7 @@ class PlacementTrainer(Trainer):
                 self.model.train(was)
         return self._shapes[key]
 
+    @waits_for_peers
     def _recv(self, src_piece: Piece, out: int, micro: int, way: int, dst_piece: int, shape) -> torch.Tensor:
         src_rank = self.rank_of[src_piece.device] if way == FWD else self.rank_of[self.pieces[dst_piece].device]
         tag = self._tag(src_piece.index, out, micro, way)

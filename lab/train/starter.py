@@ -8,6 +8,7 @@ import json
 import os
 import select
 import sys
+import traceback
 
 from lab.settings import THREAD_VARIABLES  # light: no torch, no numpy
 
@@ -43,6 +44,7 @@ def _start_launcher(req: dict) -> int:
                 os.nice(int(req["nice"]))
             fork.become(req["env"], req["cwd"], log, log)
         except BaseException:  # noqa: BLE001 - a child must never return into the starter's loop
+            traceback.print_exc()  # into the job's log (stderr is the log once become() ran)
             os._exit(1)
         fork.run_main(fork.lab_train_args(req["argv"]))
     os.close(log)

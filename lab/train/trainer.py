@@ -61,6 +61,7 @@ from lab.train import data as data_mod
 from lab.train import emulation as emu
 from lab.train import resilience as rz
 from lab.train.plan import IDLE_DEFINITION, make_plan
+from lab.comm.peers import waits_for_peers
 
 REC = ("step", "loss", "t_compute", "t_coll", "t_emul_compute", "t_emul_comm", "ready", "end", "bytes_sent",
        "bytes_recv", "samples", "t_compress")
@@ -137,6 +138,7 @@ class Trainer:
         self.history: dict[int, dict] = {}  # rank 0: job-level values per step (loss, test_acc)
 
     # ----- collectives -------------------------------------------------------------------------
+    @waits_for_peers
     def allreduce(self, t: torch.Tensor, op: str) -> tuple[int, int, float]:
         """All-reduce ``t`` in place among all ranks; returns (bytes sent, bytes received, emulated s)."""
         if self.world == 1:
@@ -157,6 +159,8 @@ class Trainer:
         # gloo does not count bytes: record what a ring all-reduce sends (modelled)
         moved = int(2 * (self.world - 1) * nbytes / self.world)
         return moved, moved, emulated
+
+    @waits_for_peers
 
     def _send_delay(self, dst_dev: str | None, nbytes: int) -> float:
         if self.plan.emulation is None or dst_dev is None:
@@ -184,6 +188,8 @@ class Trainer:
         w = seconds * (self.scale - 1.0)
         time.sleep(w)
         return w
+
+    @waits_for_peers
 
     def exchange(self) -> tuple[int, int, float]:
         """The task-level design: hand a random share of the local samples to the ring neighbour (rank + 1)."""
@@ -274,6 +280,8 @@ class Trainer:
             return math.nan
         return glob
 
+    @waits_for_peers
+
     def step_ps_worker(self) -> StepResult:
         t0 = time.perf_counter()
         local = self.forward_backward()
@@ -289,6 +297,8 @@ class Trainer:
         tcoll = time.perf_counter() - t1
         glob = float(self.pflat[-1])
         return StepResult(local, glob, tc + emul, tcoll, emul, delay, ready, nbytes, nbytes)
+
+    @waits_for_peers
 
     def step_ps_server(self) -> StepResult:
         ready = time.time()
@@ -321,6 +331,7 @@ class Trainer:
         return StepResult(math.nan, glob, tc, tcoll, 0.0, delay, ready, nbytes * self.n, nbytes * self.n)
 
     # ----- evaluation, checksum, records -------------------------------------------------------
+    @waits_for_peers
     def sync_buffers(self) -> None:
         """Average floating-point buffers (batch-norm running statistics) over the workers (the
         parameter server adds zeros)."""
@@ -345,6 +356,8 @@ class Trainer:
 
     def checksum(self) -> float:
         return float(self.pflat[:-1].double().sum())
+
+    @waits_for_peers
 
     def flush(self, step: int, check: bool) -> None:
         """All ranks: gather the buffered records (and the checksum) to every rank; rank 0 stores them."""

@@ -86,3 +86,39 @@ def test_a_fault_fires_once_where_the_scenario_puts_it(monkeypatch):
     monkeypatch.setenv("LAB_ATTEMPT", "1")
     R.inject(tr, rank=1, step=7, record=seen.append)  # a restarted job runs past it
     assert len(seen) == 1
+
+
+def test_the_main_thread_says_when_it_waits_for_its_peers_whatever_its_functions_are_called():
+    """Hang detection reads the phase the worker declares, not the names of its functions: a function called
+    like a collective is busy, a wait declared under any name is comm."""
+    import threading
+
+    from lab.comm.peers import waiting_for_peers, waits_for_peers
+
+    seen = {}
+
+    def look(key):
+        done = threading.Event()
+
+        def from_heartbeat_thread():  # the heartbeat reads the main thread from its own thread
+            seen[key] = R.main_thread_phase()[0]
+            done.set()
+
+        threading.Thread(target=from_heartbeat_thread).start()
+        done.wait(10)
+
+    def allreduce():  # the name of a collective, but its own work
+        look("named like a collective")
+
+    @waits_for_peers
+    def something_else():
+        look("declared")
+
+    allreduce()
+    something_else()
+    with waiting_for_peers():
+        with waiting_for_peers():
+            pass
+        look("nested")
+    look("after")
+    assert seen == {"named like a collective": "busy", "declared": "comm", "nested": "comm", "after": "busy"}
