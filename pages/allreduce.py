@@ -4,6 +4,7 @@ import pandas as pd
 import streamlit as st
 
 import ui
+from lab.modelled.collectives.ring import ring_share
 from lab.modelled import collectives as C
 from lab.machine.profile import load_profile
 from lab.machine.fit import profile_errors
@@ -106,7 +107,7 @@ if setup is not None:
         st.dataframe(pd.DataFrame({"device": sched.nodes, "sent (B)": sent, "received (B)": recv,
                                    "sent / S": [x / max(1, nbytes) for x in sent]}), hide_index=True, key="ar_bytes")
         ui.caption("modelled", f"bytes each node sends and receives in the whole all-reduce; a ring sends 2(N−1)/N "
-                               f"× S = {2 * (len(names) - 1) / len(names):.3g} × S per device.")
+                               f"× S = {ring_share(len(names)):.3g} × S per device.")
 
     st.subheader("How long on this cluster")
     with ui.guarded("the time model"):

@@ -1,7 +1,6 @@
 """Compare: stored runs side by side (loss and accuracy against step or wall time, a summary table),
 download them as CSV, delete them."""
 
-import pandas as pd
 import streamlit as st
 
 import ui

@@ -3,6 +3,6 @@
 ``lab.comm.measure`` times them against gloo's own all_reduce (nccl-tests style).
 """
 
-from lab.comm.ring import BYTES, ByteCounter, RingStats, chunk_bounds, ring_allreduce
+from lab.comm.ring import BYTES, ByteCounter, RingStats, ring_allreduce
 
-__all__ = ["BYTES", "ByteCounter", "RingStats", "chunk_bounds", "ring_allreduce"]
+__all__ = ["BYTES", "ByteCounter", "RingStats", "ring_allreduce"]

@@ -30,6 +30,7 @@ import torch.distributed as dist
 
 from lab.errors import LabError
 from lab.comm.peers import waits_for_peers
+from lab.modelled.collectives.ring import ring_steps, split
 
 #: Chunks travel in pieces of at most this many bytes, and in at least two pieces when a chunk
 #: has 2 x MIN_PIECE_BYTES or more (so transfers and additions overlap). Pieces are larger than
@@ -98,18 +99,6 @@ class RingStats:
     delay_seconds: float = 0.0  # emulated link time slept (link_delay hook)
 
 
-def chunk_bounds(numel: int, parts: int) -> list[tuple[int, int]]:
-    """(offset, length) of ``parts`` near-equal chunks of ``numel`` elements (the first
-    ``numel % parts`` chunks get one element more, as numpy.array_split)."""
-    base, extra = divmod(numel, parts)
-    out, off = [], 0
-    for i in range(parts):
-        n = base + (1 if i < extra else 0)
-        out.append((off, n))
-        off += n
-    return out
-
-
 _CACHE = threading.local()
 
 
@@ -158,11 +147,12 @@ def ring_allreduce(tensor: torch.Tensor, op: str = "sum", *, group=None,
     right, left = (rank + 1) % n, (rank - 1) % n
     flat = tensor.view(-1) if tensor.is_contiguous() else tensor.contiguous().view(-1)
     item = flat.element_size()
-    bounds = chunk_bounds(flat.numel(), n)
+    bounds = split(flat.numel(), n)
+    first = bounds[0][1]  # the largest chunk (the first of near-equal chunks)
 
     def pieces_per_chunk(limit: int) -> int:
-        m = max(1, -(-bounds[0][1] // max(1, limit // item)))
-        if piece_bytes is None and bounds[0][1] * item >= 2 * MIN_PIECE_BYTES:
+        m = max(1, -(-first // max(1, limit // item)))
+        if piece_bytes is None and first * item >= 2 * MIN_PIECE_BYTES:
             m = max(2, m)
         return m
 
@@ -199,7 +189,7 @@ def ring_allreduce(tensor: torch.Tensor, op: str = "sum", *, group=None,
     # iteration, so the ring cannot deadlock. Reduce-scatter pieces land in L + AHEAD
     # piece-sized scratch slots that stay in cache while they are added; all-gather pieces are
     # received in place, all posted at once.
-    slot = -(-bounds[0][1] // m_rs)
+    slot = -(-first // m_rs)
     n_rs = (n - 1) * m_rs
     # small buffers: post every reduce-scatter receive at once (no piece ever waits for its
     # receive to be announced, which is what small messages are most sensitive to)
@@ -208,8 +198,8 @@ def ring_allreduce(tensor: torch.Tensor, op: str = "sum", *, group=None,
     scratch = _scratch(slots * slot, flat.dtype)
 
     def pieces_of(chunk: int, m: int) -> list[torch.Tensor]:
-        o0, length = bounds[chunk % n]
-        return [flat[o0 + o:o0 + o + l] for o, l in chunk_bounds(length, m)]
+        s0, e0 = bounds[chunk % n]
+        return [flat[s0 + a:s0 + b] for a, b in split(e0 - s0, m)]
 
     def run(recv_views: list, first: list, reduce: bool) -> None:
         """Receive ``recv_views`` in order (into scratch then add, or in place) while sending
@@ -266,5 +256,5 @@ def ring_allreduce(tensor: torch.Tensor, op: str = "sum", *, group=None,
     if flat.data_ptr() != tensor.data_ptr() or not tensor.is_contiguous():
         tensor.copy_(flat.view_as(tensor))
     BYTES.add(sent, received, msent, mrecv)
-    return RingStats(n, tensor.numel(), sent, received, msent, mrecv, 2 * (n - 1),
+    return RingStats(n, tensor.numel(), sent, received, msent, mrecv, ring_steps(n),
                      time.perf_counter() - t0, delayed)

@@ -65,21 +65,11 @@ from lab.compression.compressors import GroupTopK, Payload, make_compressor
 from lab.errors import LabError
 from lab.scenario.names import SHARING, SHARING_LABELS
 from lab.comm.peers import waits_for_peers
+from lab.modelled.collectives.ring import allgather_steps, ring_bytes_per_rank, split
 
 COUNT_BYTES = 8  # the int64 count sent before every variable-length message
 PAIR_BYTES = 8  # int32 index + fp32 value
 _TAG_COUNT, _TAG_DATA, _TAG_PAYLOAD = 11, 12, 13
-
-
-def block_bounds(n: int, parts: int) -> list[tuple[int, int]]:
-    """(start, end) of ``parts`` near-equal blocks of ``range(n)``; the first ``n % parts`` are one longer."""
-    base, extra = divmod(n, parts)
-    out, start = [], 0
-    for i in range(parts):
-        end = start + base + (1 if i < extra else 0)
-        out.append((start, end))
-        start = end
-    return out
 
 
 # ---------------------------------------------------------------------------------------------
@@ -271,7 +261,7 @@ def _initial_blocks(pairs, n: int, world: int):
     idx, val = _pairs_of(pairs)
     if idx.numel() and (int(idx[0]) < 0 or int(idx[-1]) >= n):
         raise LabError(f"sparse indices must lie in 0..{n - 1}")
-    return split_pairs(idx, val, block_bounds(n, world))
+    return split_pairs(idx, val, split(n, world))
 
 
 def _start_rows(blocks, rank: int) -> list[dict]:
@@ -398,7 +388,7 @@ def _allgather_equal(payload: Payload, group: Any, link_delay: LinkDelay | None)
             sends.append(dist.isend(bufs[s], right, group=group, tag=_TAG_PAYLOAD))
     for w in sends:
         w.wait()
-    nbytes = (world - 1) * wire.numel()
+    nbytes = allgather_steps(world) * wire.numel()
     return sum_payloads(got), {"bytes_sent": nbytes, "bytes_recv": nbytes, "hops": hops,
                                "t_comm": time.perf_counter() - t0, "delay": delay}
 
@@ -416,27 +406,6 @@ def simulate_sparse_allgather(payloads: list[Payload]) -> tuple[torch.Tensor, li
             [lg.bytes_recv for lg in logs])
 
 
-def dense_ring_bytes(n: int, world: int, item: int = 4) -> int:
-    """Bytes one rank sends (= receives) in the dense ring all-reduce of ``n`` entries, rank 0's share.
-
-    Each rank sends N-1 chunks in each phase; with uneven chunks the count differs by rank, so the
-    exact per-rank figure is :func:`dense_ring_bytes_per_rank`.
-    """
-    return dense_ring_bytes_per_rank(n, world, item)[0]
-
-
-def dense_ring_bytes_per_rank(n: int, world: int, item: int = 4) -> list[int]:
-    """Exact bytes each rank sends in lab.comm.ring's schedule (reduce-scatter + all-gather)."""
-    b = block_bounds(n, world)
-    size = [(e - s) * item for s, e in b]
-    out = []
-    for r in range(world):
-        rs = sum(size[(r - s) % world] for s in range(world - 1))
-        ag = sum(size[(r + 1 - s) % world] for s in range(world - 1))
-        out.append(rs + ag)
-    return out
-
-
 def fill_in_table(sim: RingSimulation) -> list[dict]:
     """Each block's journey round the simulated ring: its entries after every hop.
 
@@ -446,7 +415,7 @@ def fill_in_table(sim: RingSimulation) -> list[dict]:
     length and the no-overlap bound (the sum of every worker's entries in the block).
     """
     N = sim.world
-    bounds = block_bounds(sim.n, N)
+    bounds = split(sim.n, N)
     start = {(h["rank"], h["recv_block"]): h["block_entries_after"] for h in sim.hops if h["phase"] == "start"}
     rows = []
     for b in range(N):
@@ -483,7 +452,7 @@ def compare_sharing(payloads: list[Payload], sim: RingSimulation | None = None) 
     N, n = len(payloads), payloads[0].numel
     sim = sim if sim is not None else simulate_sparse_ring(payloads, n)
     _, ag_sent, ag_recv = simulate_sparse_allgather(payloads)
-    dense = dense_ring_bytes_per_rank(n, N)
+    dense = ring_bytes_per_rank(n, N)
     rows = []
     for method, sent, recv in (("dense", dense, dense), ("sparse_ring", sim.bytes_sent, sim.bytes_recv),
                                ("sparse_allgather", ag_sent, ag_recv)):
@@ -591,8 +560,8 @@ def group_topk_hook(state: GroupTopKHookState, bucket: Any) -> torch.futures.Fut
     wire = pack_pairs(idx, val)
     outs = [torch.empty_like(wire) for _ in range(world)]
     nbytes = wire.numel() * 4
-    state.bytes_sent += nbytes * (world - 1)  # what an all-gather must deliver from this rank (gloo's own algorithm)
-    state.bytes_recv += nbytes * (world - 1)
+    state.bytes_sent += nbytes * allgather_steps(world)  # what an all-gather delivers from this rank (gloo's own)
+    state.bytes_recv += nbytes * allgather_steps(world)
     n = buf.numel()
 
     def finish(fut: torch.futures.Future) -> torch.Tensor:

@@ -23,6 +23,7 @@ from lab.machine.profile import (
     nnls_relative,
 )
 from lab.modelled.opgraph import trace
+from lab.modelled.collectives.ring import ring_bytes, ring_steps
 
 
 def fit_local(raw: dict) -> tuple[dict, dict]:
@@ -81,11 +82,11 @@ def fit_cycles(procs: int, rows: Sequence[dict], base: ComputeFit, optimizer: di
         sel = [r for r in rows if r["kind"] == label and r["comm"] > 0]
         if not sel:
             continue
-        if method is None:  # dense all-reduce: 2(N-1) alpha + 2(N-1)/N S beta
+        if method is None:  # dense all-reduce: the ring's alpha-beta time (lab.modelled.collectives.ring)
             beta = betas.get(impl, 0.0)
-            steps = 2.0 * (procs - 1)
+            steps = float(ring_steps(procs))
             alpha = max(0.0, float(statistics.median(
-                [(r["comm"] - 2.0 * (procs - 1) / procs * r["numel"] * 4 * beta) / steps for r in sel])))
+                [(r["comm"] - ring_bytes(r["numel"] * 4, procs) * beta) / steps for r in sel])))
             f = CommFit(alpha, beta, 0.0)
             err = geomean_error([f.time(procs, r["numel"] * 4) for r in sel], [r["comm"] for r in sel])
             comm[label] = CommFit(alpha, beta, err)

@@ -30,6 +30,7 @@ from lab.machine.cases import (
 from lab.machine.fidelity import measured_step
 from lab.scenario.document import Compression, default_scenario
 from lab.store.runs import RunStore
+from lab.modelled.collectives.ring import allgather_steps, ring_steps
 
 #: steps per calibration job; the first quarter (at most 10) is the warm-up left out
 LOOP_STEPS = 150
@@ -107,7 +108,7 @@ def measure_loop(procs: int, cases: Sequence[tuple[str, int]], steps: int = LOOP
             m = measured_step(store.metrics(rid))
             cls_name, kwargs = CALIBRATION_NETS[net]
             numel = sum(p.numel() for p in build_calibration_net(cls_name, kwargs).parameters()) + 1
-            hops = procs - 1 if label == "sparse_allgather" else 2 * (procs - 1)  # 0 with one process
+            hops = allgather_steps(procs) if label == "sparse_allgather" else ring_steps(procs)  # 0 with one process
             rows.append({"kind": label, "net": net, "batch": LOOP_BATCH, "fb": m["compute"], "opt": 0.0,
                          "compress": m["compress"], "comm": m["comm"], "idle": m["idle"], "cycle": m["step"],
                          "bytes_sent": m["bytes_sent"], "hops": float(hops), "numel": numel, "cpu": m["compute"]})

@@ -36,6 +36,7 @@ from lab.modelled.opgraph import trace
 from lab.optim.flat import flatten_parameters
 from lab.optim.optimizers import make_optimizer
 from lab.scenario.names import COMPRESSORS, OPTIMIZERS
+from lab.modelled.collectives.ring import allgather_steps, ring_bytes_per_rank, ring_steps
 
 
 def _median_time(fn: Callable[[], Any], repeat: int, warmup: int = 2, clock: Callable[[], float] = time.perf_counter) -> float:
@@ -248,8 +249,8 @@ def _cycle_case(rank: int, world: int, net: int, batch: int, kind: tuple, repeat
             else:
                 dist.all_reduce(h.gflat)
                 h.gflat.div_(world)
-                sent = 2.0 * (world - 1) * math.ceil(h.gflat.numel() / world) * 4
-                hops = 2.0 * (world - 1)
+                sent = float(max(ring_bytes_per_rank(h.gflat.numel(), world)))  # what the lab's ring would send
+                hops = float(ring_steps(world))
             t2 = time.perf_counter()
         else:  # as lab.train.compressed does it: compress the gradient (not the loss slot), then share
             grad = h.gflat[:-1]
@@ -260,7 +261,7 @@ def _cycle_case(rank: int, world: int, net: int, batch: int, kind: tuple, repeat
             grad.copy_(summed.view(grad.shape)).div_(world)
             t2 = time.perf_counter()
             sent = float(st["bytes_sent"])
-            hops = float(world - 1 if method == "sparse_allgather" else 2 * (world - 1))
+            hops = float(allgather_steps(world) if method == "sparse_allgather" else ring_steps(world))
         c2 = CPU()
         opt.step()
         t3 = time.perf_counter()

@@ -52,6 +52,7 @@ from lab.scenario.document import Scenario
 from lab.scenario.models import build_model
 from lab.train.emulation import ring_allreduce_time
 from lab.train.plan import check_scenario
+from lab.modelled.collectives.ring import allgather_steps, ring_bytes_per_rank, ring_steps
 
 PARTS = ("compute", "compress", "comm", "idle", "step")
 PART_LABELS = {"compute": "compute", "compress": "compression", "comm": "communication", "idle": "idle",
@@ -154,7 +155,8 @@ def _sparse_ring_bytes(n: int, world: int, kept: int) -> float:
 
 
 def _dense_ring_bytes(n: int, world: int) -> float:
-    return 2 * (world - 1) * math.ceil(n / world) * ITEM
+    """Bytes the rank that sends most sends in the lab's ring over ``n`` entries."""
+    return float(max(ring_bytes_per_rank(n, world, ITEM)))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -283,7 +285,7 @@ def _ring_emulation(sc: Scenario, devices: Sequence[str], nbytes: float) -> list
     chunk = math.ceil(nbytes / ITEM / n) * ITEM
     pieces = max(1, math.ceil(chunk / PIECE_BYTES))
     d = _ring_message_delays(sc, devices, chunk / pieces)
-    per_rank = [2 * (n - 1) * pieces * x for x in d]
+    per_rank = [ring_steps(n) * pieces * x for x in d]
     return [max(per_rank)] * n
 
 
@@ -296,17 +298,17 @@ def _compressed(sc: Scenario, profile: MachineProfile, tr, devices, n: int, proc
     payload, kept = _payload_bytes(comp.kind, float(comp.ratio), int(comp.group_size), n, tr.seed)
     fit = profile.sharing_fit(method, procs)
     if method == "sparse_allgather":  # equal-size payloads: no count travels (lab.train.compressed)
-        hops = procs - 1
+        hops = allgather_steps(procs)
         sent = hops * payload
         per_msg = [payload] * hops
     elif method == "sparse_ring":
-        hops = 2 * (procs - 1)
+        hops = ring_steps(procs)
         sent = _sparse_ring_bytes(n, procs, kept)
         per_msg = [sent / hops] * hops
         notes.append("sparse ring bytes estimated: fill-in of independent supports (real gradients overlap "
                      "more, so fewer bytes)")
     else:  # dense ring of the decompressed tensor
-        hops = 2 * (procs - 1)
+        hops = ring_steps(procs)
         sent = _dense_ring_bytes(n, procs)
         per_msg = [sent / hops] * hops
     comm = fit.time(hops, sent)

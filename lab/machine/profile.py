@@ -13,6 +13,7 @@ import numpy as np
 
 from lab import settings
 from lab.errors import LabError
+from lab.modelled.collectives.ring import ring_time
 
 PROFILE_VERSION = 4  # 4: compute with N processes is k x t + d (wall time, means per step), pinned ranks
 
@@ -65,8 +66,8 @@ class CommFit:
     fit_error: float  # geometric-mean error over the measured cases (fraction)
 
     def time(self, procs: int, nbytes: float) -> float:
-        """Ring all-reduce time: 2(N-1) alpha + 2(N-1)/N S beta."""
-        return 2 * (procs - 1) * self.alpha + 2 * (procs - 1) / procs * nbytes * self.beta
+        """Ring all-reduce time (:func:`lab.modelled.collectives.ring.ring_time`)."""
+        return ring_time(procs, nbytes, self.alpha, self.beta)
 
 
 @dataclass(frozen=True)

@@ -26,6 +26,7 @@ from torch import nn
 
 from lab.errors import LabError
 from lab.scenario.topology import Topology
+from lab.modelled.collectives.ring import ring_steps
 
 
 def op_flops(model: nn.Module, in_features: int) -> dict[str, float]:
@@ -127,4 +128,4 @@ def ring_allreduce_time(topology: Topology, devices: tuple[str, ...], nbytes: fl
     chunk = nbytes / n
     step = max((topology.transfer_time(devices[r], devices[(r + 1) % n], chunk)
                 if devices[r] != devices[(r + 1) % n] else 0.0) for r in range(n))
-    return 2 * (n - 1) * step
+    return ring_steps(n) * step

@@ -22,7 +22,8 @@ import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 
-from lab.comm.sparse import dense_ring_bytes_per_rank, simulate_sparse_ring, sum_payloads
+from lab.comm.sparse import simulate_sparse_ring, sum_payloads
+from lab.modelled.collectives.ring import ring_bytes_per_rank
 from lab.compression.compressors import make_compressor
 from lab.optim.optimizers import from_training as optim_from_training
 from lab.scenario.document import Training, default_scenario
@@ -158,7 +159,7 @@ def compressed_single_process(tr: Training, steps: int | None = None) -> dict:
             total = payloads[0].to_dense()
             for p in payloads[1:]:
                 total = total + p.to_dense()
-            sent = recv = dense_ring_bytes_per_rank(numel, n_w) if n_w > 1 else [0]
+            sent = recv = ring_bytes_per_rank(numel, n_w) if n_w > 1 else [0]
         mean = total / n_w
         off = 0
         for p in params:

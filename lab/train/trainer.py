@@ -62,6 +62,7 @@ from lab.train import emulation as emu
 from lab.train import resilience as rz
 from lab.train.plan import IDLE_DEFINITION, make_plan
 from lab.comm.peers import waits_for_peers
+from lab.modelled.collectives.ring import ring_bytes
 
 REC = ("step", "loss", "t_compute", "t_coll", "t_emul_compute", "t_emul_comm", "ready", "end", "bytes_sent",
        "bytes_recv", "samples", "t_compress")
@@ -157,7 +158,7 @@ class Trainer:
             if emulated > 0:
                 time.sleep(emulated)
         # gloo does not count bytes: record what a ring all-reduce sends (modelled)
-        moved = int(2 * (self.world - 1) * nbytes / self.world)
+        moved = int(ring_bytes(nbytes, self.world))
         return moved, moved, emulated
 
     @waits_for_peers

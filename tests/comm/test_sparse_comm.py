@@ -12,8 +12,6 @@ from lab.comm.processes import run_local
 from lab.comm.sparse import (
     COUNT_BYTES,
     PAIR_BYTES,
-    block_bounds,
-    dense_ring_bytes_per_rank,
     merge_pairs,
     pack_pairs,
     simulate_sparse_allgather,
@@ -22,6 +20,8 @@ from lab.comm.sparse import (
     unpack_pairs,
 )
 from lab.compression.compressors import GroupTopK, NoCompression, TopK
+from lab.modelled.collectives.ring import ring_bytes_per_rank as dense_ring_bytes_per_rank
+from lab.modelled.collectives.ring import split as block_bounds
 from lab.errors import LabError
 from lab.testing.sparse_workers import check_worker
 

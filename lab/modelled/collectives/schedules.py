@@ -34,6 +34,7 @@ from typing import Sequence
 import numpy as np
 
 from lab.errors import LabError
+from lab.modelled.collectives.ring import near_equal
 from lab.scenario.names import ALGORITHMS
 from lab.scenario.topology import Device, Link, Switch, Topology
 
@@ -134,12 +135,6 @@ def contribution_label(mask: int, chunk: int, n: int, max_terms: int = 4) -> str
 def default_names(n: int) -> list[str]:
     """A, B, C, ... (the CXL design's device names), then D26, D27, ..."""
     return [chr(ord("A") + i) if i < 26 else f"D{i}" for i in range(n)]
-
-
-def chunk_sizes(count: int, parts: int) -> list[int]:
-    """Element counts of ``parts`` near-equal chunks (the first ``count % parts`` get one more)."""
-    base, extra = divmod(count, parts)
-    return [base + (1 if i < extra else 0) for i in range(parts)]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -278,7 +273,7 @@ def build_schedule(algorithm: str, participants: int | Sequence[str], nbytes: in
     count = int(nbytes) // itemsize
 
     if algorithm == "ring":
-        cb = [c * itemsize for c in chunk_sizes(count, n)]
+        cb = [c * itemsize for c in near_equal(count, n)]
         b = _Builder("ring", names, n, cb, order, itemsize=itemsize, with_state=with_state)
         _ring_steps(b, order, list(range(n)))
         return b.build()
@@ -326,7 +321,7 @@ def build_schedule(algorithm: str, participants: int | Sequence[str], nbytes: in
         rank = {p: k for k, p in enumerate(order)}
         gidx = sorted(([*sorted(g, key=rank.get)] for g in gidx), key=lambda g: rank[g[0]])
     ng = len(gidx)
-    cb = [c * itemsize for c in chunk_sizes(count, ng)]
+    cb = [c * itemsize for c in near_equal(count, ng)]
     b = _Builder("hierarchical", names, n, cb, order, groups=gidx, itemsize=itemsize, with_state=with_state)
     _tree_reduce_steps(b, gidx, "reduce inside groups")
     _ring_steps(b, [g[0] for g in gidx], list(range(ng)), label="leaders' ")

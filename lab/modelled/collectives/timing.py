@@ -8,6 +8,7 @@ from typing import Mapping, Sequence
 import numpy as np
 
 from lab.errors import LabError
+from lab.modelled.collectives.ring import near_equal, ring_bytes, ring_share, ring_steps
 from lab.modelled.collectives.schedules import (
     CollectiveSchedule,
     Step,
@@ -25,7 +26,7 @@ def algbw(nbytes: float, seconds: float) -> float:
 
 def busbw(nbytes: float, seconds: float, n: int) -> float:
     """All-reduce bus bandwidth as nccl-tests defines it: algbw x 2(n-1)/n (bytes/s)."""
-    return algbw(nbytes, seconds) * 2 * (n - 1) / n
+    return algbw(nbytes, seconds) * ring_share(n)
 
 
 BANDWIDTH_FORMULA = (r"\mathrm{algbw} = \frac{S}{t},\qquad "
@@ -208,9 +209,9 @@ def uniform_time(algorithm: str, n: int, nbytes: int, alpha: float, beta: float,
     if not isinstance(n, (int, np.integer)) or n < 2:
         raise LabError(f"an all-reduce needs at least 2 participants (got {n})", where="all-reduce")
     count = nbytes // itemsize
-    if algorithm == "ring":
-        steps = 2 * (n - 1)
-        wire = steps * -(-count // n) * itemsize
+    if algorithm == "ring":  # lock step: every step lasts as long as the largest chunk
+        steps = ring_steps(n)
+        wire = steps * max(near_equal(count, n)) * itemsize
         return UniformTime(algorithm, n, nbytes, steps, wire, steps * alpha + wire * beta)
     if algorithm == "host":
         k = n - 1 if host_participates else n
@@ -227,11 +228,11 @@ def uniform_time(algorithm: str, n: int, nbytes: int, alpha: float, beta: float,
     g = len(sizes)
     a2 = alpha if inter_alpha is None else inter_alpha
     b2 = beta if inter_beta is None else inter_beta
-    ring_steps = 2 * (g - 1)
-    ring_wire = ring_steps * -(-count // g) * itemsize if g > 1 else 0
-    steps = len(up) + len(down) + ring_steps
+    leaders = ring_steps(g)
+    ring_wire = leaders * max(near_equal(count, g)) * itemsize if g > 1 else 0
+    steps = len(up) + len(down) + leaders
     wire = sum(up) + sum(down) + ring_wire
-    t = (len(up) + len(down)) * alpha + (sum(up) + sum(down)) * beta + ring_steps * a2 + ring_wire * b2
+    t = (len(up) + len(down)) * alpha + (sum(up) + sum(down)) * beta + leaders * a2 + ring_wire * b2
     return UniformTime(algorithm, n, nbytes, steps, wire, t)
 
 
@@ -265,8 +266,8 @@ GEOMEAN_ERROR_DEFINITION = ("geometric-mean error = exp(mean over sizes of |ln(p
 
 
 def ring_features(n: int, nbytes: float) -> tuple[float, float]:
-    """(a, b) of t = a*alpha + b*beta for a ring all-reduce: a = 2(N-1), b = 2(N-1)/N x S."""
-    return 2 * (n - 1), 2 * (n - 1) / n * nbytes
+    """(a, b) of t = a*alpha + b*beta for a ring all-reduce (:mod:`.ring`)."""
+    return ring_steps(n), ring_bytes(nbytes, n)
 
 
 def fit_alpha_beta(n: int, sizes: Sequence[float], times: Sequence[float]) -> AlphaBetaFit:

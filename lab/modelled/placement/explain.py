@@ -25,7 +25,7 @@ from lab.modelled.placement.heuristics import (
     type_rule,
 )
 from lab.modelled.placement.search import chain_dp, coarsen, optimal
-from lab.scenario.names import STRATEGY_LABELS, STRATEGY_NAMES
+from lab.scenario.names import STRATEGY_LABELS
 
 STRATEGIES: dict[str, Callable[[TaskGraph], PlacementSchedule]] = {
     "greedy_eft": greedy_eft,
