@@ -21,6 +21,50 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 
+# Test modules that start processes (training jobs, gloo groups, the warm starter, torchrun), a Streamlit app
+# (AppTest or a server) or a browser: marked slow, so that `pytest -m "not slow"` is the fast inner loop of pure
+# functions (README). A module here is slow as a whole; a new module of that kind joins the list.
+SLOW_FOLDERS = ("journeys", "pages")
+SLOW_MODULES = {
+    "comm/test_comm.py", "comm/test_sparse_comm.py", "jobs/test_comparison.py", "jobs/test_fair_queue.py",
+    "jobs/test_isolation.py", "jobs/test_jobs.py", "jobs/test_lifecycle.py", "jobs/test_processes.py",
+    "machine/test_calibrate.py", "machine/test_fidelity.py", "scenario/test_hostile_input.py", "store/test_runs.py",
+    "test_layers.py", "test_procfs.py", "train/test_assets_cli.py", "train/test_balancing_run.py",
+    "train/test_faults.py", "train/test_fork.py", "train/test_placement_faults.py", "train/test_placement_run.py",
+    "train/test_resilience.py", "train/test_torchrun_nodes.py", "train/test_train.py",
+    "train/test_train_compression.py", "train/test_warm.py", "compression/test_compress.py",
+    "optim/test_optim.py", "view/test_lesson_answers.py", "machine/test_predict.py",
+}
+
+
+def pytest_collection_modifyitems(config, items):
+    here = Path(__file__).resolve().parent
+    for item in items:
+        rel = Path(item.fspath).resolve().relative_to(here).as_posix()
+        if rel.split("/")[0] in SLOW_FOLDERS or rel in SLOW_MODULES:
+            item.add_marker(pytest.mark.slow)
+
+
+def wait_for(cond, timeout: float = 120.0, what: str = "condition") -> None:
+    """Poll ``cond`` every 0.1 s until it holds; fail, naming ``what``, after ``timeout`` seconds."""
+    import time
+
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if cond():
+            return
+        time.sleep(0.1)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def default_with(**training):
+    """The default scenario with ``training`` settings changed (checked against the Scenario's table)."""
+    from lab.scenario.document import default_scenario
+
+    sc = default_scenario()
+    return sc.replace(training=sc.training.replace(**training))
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

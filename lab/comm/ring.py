@@ -113,8 +113,6 @@ def _scratch(numel: int, dtype: torch.dtype) -> torch.Tensor:
 
 
 @waits_for_peers
-
-
 def ring_allreduce(tensor: torch.Tensor, op: str = "sum", *, group=None,
                    link_delay: LinkDelay | None = None, piece_bytes: int | None = None) -> RingStats:
     """All-reduce ``tensor`` in place over the ring of ranks 0 -> 1 -> ... -> N-1 -> 0.

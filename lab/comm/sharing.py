@@ -1,6 +1,10 @@
-"""The sharing step of a compressed training step: compress (with error feedback), share the payload
-over the chosen transport, and return the dense sum. Compression knows nothing of processes; this is
-where it meets them."""
+"""The compressed send step, composed once from GRACE's three roles: a compressor (compress a gradient into a
+payload and back; :mod:`lab.compression.compressors`), a memory (error feedback: compensate with the residual,
+update it after compressing; :class:`lab.compression.compressors.ErrorFeedback`) and a communicator per sharing
+method (how the payloads travel, their hops and their bytes; :func:`lab.comm.sparse.share`). The training job,
+the DDP hook, the test workers and the benches all compress through :meth:`GradientCompressor.compress` and
+share through :meth:`GradientCompressor.step` (the hook's asynchronous all-gather aside). Compression knows
+nothing of processes; this is where it meets them."""
 from __future__ import annotations
 
 import time
@@ -9,7 +13,7 @@ from typing import Any
 import torch
 
 from lab.comm.sparse import share
-from lab.compression.compressors import ErrorFeedback, make_compressor
+from lab.compression.compressors import ErrorFeedback, Payload, make_compressor
 from lab.errors import LabError
 from lab.scenario.document import Compression
 from lab.scenario.names import SHARING
@@ -35,20 +39,29 @@ class GradientCompressor:
         if isinstance(self.compressor, ErrorFeedback):
             self.compressor.reset()
 
-    def step(self, flat_grad: torch.Tensor, group: Any = None,
-             link_delay: Any = None) -> tuple[torch.Tensor, dict]:
+    def compress(self, flat_grad: torch.Tensor, key: int = 0) -> Payload:
+        """Compensate, compress, update the memory (of gradient ``key``): the payload this worker sends."""
+        if isinstance(self.compressor, ErrorFeedback):
+            return self.compressor.compress(flat_grad, key)
+        return self.compressor.compress(flat_grad)
+
+    def step(self, flat_grad: torch.Tensor, group: Any = None, link_delay: Any = None, *, key: int = 0,
+             equal_sizes: bool = False, count_sum: bool = False) -> tuple[torch.Tensor, dict]:
         """One step: compress, share over ``group`` (default: the whole world), return (sum, stats).
 
         ``link_delay(src, dst, nbytes) -> seconds`` is slept before each message (link emulation,
-        the same hook as :func:`lab.comm.ring.ring_allreduce`).
+        the same hook as :func:`lab.comm.ring.ring_allreduce`); ``equal_sizes``: every worker's payload has
+        the same size (no count travels with a sparse all-gather); ``count_sum``: also count the sum's non-zero
+        entries (``nnz_sum``, a pass over the gradient the training job does not pay for).
         """
         t0 = time.perf_counter()
-        payload = self.compressor.compress(flat_grad)
+        payload = self.compress(flat_grad, key)
         t1 = time.perf_counter()
-        summed, stats = share(payload, self.sharing, group=group, link_delay=link_delay)
+        summed, stats = share(payload, self.sharing, group=group, link_delay=link_delay, equal_sizes=equal_sizes)
         t2 = time.perf_counter()
         out = {"bytes_sent": stats["bytes_sent"], "bytes_recv": stats["bytes_recv"],
                "t_compress": t1 - t0, "t_comm": t2 - t1, "delay": stats.get("delay", 0.0), "kept": payload.count,
-               "density": payload.count / payload.numel, "payload_bytes": payload.nbytes,
-               "nnz_sum": int(torch.count_nonzero(summed))}
+               "density": payload.count / payload.numel, "payload_bytes": payload.nbytes}
+        if count_sum:
+            out["nnz_sum"] = int(torch.count_nonzero(summed))
         return summed.view(flat_grad.shape), out

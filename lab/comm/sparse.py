@@ -39,16 +39,7 @@ The ring schedules are Python generators shared by the real run and by the one-p
 simulations :func:`simulate_sparse_ring` / :func:`simulate_sparse_allgather`, so the simulated hop
 table is the real one (tested against real processes).
 
-DDP communication hook
-----------------------
-:func:`group_topk_hook` with :class:`GroupTopKHookState` plugs Group-TopK (with optional error
-feedback) into ``DistributedDataParallel.register_comm_hook`` on gloo: every worker keeps exactly
-k entries per group, so all payloads have the same length and gloo's asynchronous ``all_gather``
-(whose ``get_future()`` gloo supports) carries them without padding. ``sharing="sparse_ring"``
-runs the edge-compression design's ring inside the hook instead; on gloo the point-to-point ``isend``/``irecv`` works
-have no future a hook could chain (``Work.get_future()`` raises "Work::getFuture not implemented",
-torch 2.13), so that variant completes synchronously and returns a finished future (correct, but
-the communication no longer overlaps the rest of the backward pass).
+The DDP communication hook that shares through this transport is :mod:`lab.comm.hook`.
 """
 
 from __future__ import annotations
@@ -61,7 +52,7 @@ import torch
 import torch.distributed as dist
 
 from lab.comm.ring import LinkDelay, ring_allreduce
-from lab.compression.compressors import GroupTopK, Payload, make_compressor
+from lab.compression.compressors import Payload, make_compressor
 from lab.errors import LabError
 from lab.scenario.names import SHARING, SHARING_LABELS
 from lab.comm.peers import waits_for_peers
@@ -271,8 +262,6 @@ def _start_rows(blocks, rank: int) -> list[dict]:
 
 
 @waits_for_peers
-
-
 def sparse_ring_allreduce(pairs, n: int, *, group: Any = None,
                           link_delay: LinkDelay | None = None) -> tuple[torch.Tensor, dict]:
     """The edge-compression design's sparse ring over real processes. ``pairs`` is a Payload or (indices, values).
@@ -341,8 +330,6 @@ def sum_payloads(payloads: list[Payload]) -> torch.Tensor:
 
 
 @waits_for_peers
-
-
 def sparse_allgather(payload: Payload, *, group: Any = None, link_delay: LinkDelay | None = None,
                      equal_sizes: bool = False) -> tuple[torch.Tensor, dict]:
     """Every worker's serialised payload to every worker (exact-length ring all-gather), summed.
@@ -474,8 +461,6 @@ def sharing_report(grads: list, kind: str, ratio: float, group_size: int, seed: 
 
 
 @waits_for_peers
-
-
 def dense_allreduce(payload: Payload, *, group: Any = None,
                     link_delay: LinkDelay | None = None) -> tuple[torch.Tensor, dict]:
     """Decompress, then the lab's dense ring all-reduce of the float32 tensor (bytes counted by it)."""
@@ -488,8 +473,6 @@ def dense_allreduce(payload: Payload, *, group: Any = None,
 
 
 @waits_for_peers
-
-
 def share(payload: Payload, method: str, *, group: Any = None, link_delay: LinkDelay | None = None,
           equal_sizes: bool = False) -> tuple[torch.Tensor, dict]:
     """Share one worker's payload by ``method`` (dense | sparse_ring | sparse_allgather): the dense
@@ -511,71 +494,3 @@ def _world(group: Any) -> tuple[int, int]:
         raise LabError("no process group: call torch.distributed.init_process_group first")
     return dist.get_world_size(group), dist.get_rank(group)
 
-
-# ---------------------------------------------------------------------------------------------
-# DDP communication hook
-# ---------------------------------------------------------------------------------------------
-class GroupTopKHookState:
-    """State of :func:`group_topk_hook`: the compressor, per-bucket residuals, byte counters."""
-
-    def __init__(self, ratio: float = 0.01, group_size: int = 1024, *, error_feedback: bool = True,
-                 sharing: str = "sparse_allgather", process_group: Any = None):
-        if sharing not in ("sparse_allgather", "sparse_ring"):
-            raise LabError(f"the hook shares by 'sparse_allgather' or 'sparse_ring' (got {sharing!r})")
-        self.compressor = GroupTopK(ratio, group_size)
-        self.error_feedback = error_feedback
-        self.sharing = sharing
-        self.process_group = process_group
-        self.residuals: dict[int, torch.Tensor] = {}
-        self.bytes_sent = 0
-        self.bytes_recv = 0
-        self.calls = 0
-
-    def compress(self, index: int, flat: torch.Tensor) -> Payload:
-        flat = flat.detach().to(torch.float32)
-        res = self.residuals.get(index)
-        corrected = flat + res if (self.error_feedback and res is not None and res.numel() == flat.numel()) else flat
-        payload = self.compressor.compress(corrected)
-        if self.error_feedback:
-            self.residuals[index] = corrected - payload.to_dense()
-        return payload
-
-
-def group_topk_hook(state: GroupTopKHookState, bucket: Any) -> torch.futures.Future:
-    """DDP comm hook: Group-TopK each bucket, share, and average (the bucket's new gradient)."""
-    buf = bucket.buffer()
-    pg = state.process_group
-    world = dist.get_world_size(pg)
-    payload = state.compress(bucket.index(), buf)
-    state.calls += 1
-    if state.sharing == "sparse_ring":
-        dense, st = sparse_ring_allreduce(payload, payload.numel, group=pg)
-        state.bytes_sent += st["bytes_sent"]
-        state.bytes_recv += st["bytes_recv"]
-        fut: torch.futures.Future = torch.futures.Future()
-        fut.set_result(dense.div_(world).to(buf.dtype))
-        return fut
-    # every worker sends the same number of entries (k per group), so all_gather needs no padding
-    idx, val = payload.to_pairs()
-    wire = pack_pairs(idx, val)
-    outs = [torch.empty_like(wire) for _ in range(world)]
-    nbytes = wire.numel() * 4
-    state.bytes_sent += nbytes * allgather_steps(world)  # what an all-gather delivers from this rank (gloo's own)
-    state.bytes_recv += nbytes * allgather_steps(world)
-    n = buf.numel()
-
-    def finish(fut: torch.futures.Future) -> torch.Tensor:
-        total = torch.zeros(n, dtype=torch.float32)
-        fut.wait()
-        for w in outs:
-            i, v = unpack_pairs(w)
-            total.index_add_(0, i, v)
-        return total.div_(world).to(buf.dtype)
-
-    return dist.all_gather(outs, wire, group=pg, async_op=True).get_future().then(finish)
-
-
-# DDP checks the hook's annotations against the real classes (not the strings this module's
-# ``from __future__ import annotations`` would leave there).
-group_topk_hook.__annotations__ = {"state": GroupTopKHookState, "bucket": dist.GradBucket,
-                                   "return": torch.futures.Future[torch.Tensor]}

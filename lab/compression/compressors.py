@@ -419,19 +419,35 @@ class ErrorFeedback(Compressor):
             raise LabError("ErrorFeedback wraps one plain compressor (NoCompression, GroupTopK, TopK, RandomK, FP16)")
         self.compressor = compressor
         self.name = compressor.name + "+ef"
-        self.residual: torch.Tensor | None = None
+        # key -> residual: one memory per gradient the worker sends (the job's one flat gradient, key 0; a DDP
+        # hook's buckets, by their index)
+        self.residuals: dict[int, torch.Tensor] = {}
+
+    @property
+    def residual(self) -> torch.Tensor | None:
+        """The residual of the one flat gradient (key 0), as a checkpoint keeps it."""
+        return self.residuals.get(0)
+
+    @residual.setter
+    def residual(self, value: torch.Tensor | None) -> None:
+        if value is None:
+            self.residuals.pop(0, None)
+        else:
+            self.residuals[0] = value
 
     def reset(self) -> None:
-        self.residual = None
+        self.residuals.clear()
 
-    def compress(self, tensor: torch.Tensor) -> Payload:
+    def compress(self, tensor: torch.Tensor, key: int = 0) -> Payload:
+        """GRACE's memory around the compressor: compensate with the residual of ``key``, compress, update it."""
         flat = _flat32(tensor, "ErrorFeedback")
-        if self.residual is not None and self.residual.numel() != flat.numel():
-            raise LabError(f"ErrorFeedback: this worker's residual has {self.residual.numel()} entries but the "
+        res = self.residuals.get(key)
+        if res is not None and res.numel() != flat.numel():
+            raise LabError(f"ErrorFeedback: this worker's residual has {res.numel()} entries but the "
                            f"gradient has {flat.numel()}; use one ErrorFeedback per gradient layout")
-        corrected = flat if self.residual is None else flat + self.residual
+        corrected = flat if res is None else flat + res
         payload = self.compressor.compress(corrected.view(tensor.shape))
-        self.residual = corrected - payload.to_dense()
+        self.residuals[key] = corrected - payload.to_dense()
         return payload
 
     def decompress(self, payload: Payload) -> torch.Tensor:

@@ -15,8 +15,8 @@ import numpy as np
 from lab.comm.measure import fit_rows, measure
 from lab.comm.processes import init_worker, run_local
 from lab.comm.ring import ring_allreduce
-from lab.comm.sparse import share
-from lab.compression.compressors import GroupTopK, make_compressor
+from lab.comm.sharing import GradientCompressor
+from lab.compression.compressors import make_compressor
 from lab.errors import LabError
 from lab.machine.cases import (
     CALIBRATION_BATCHES,
@@ -229,7 +229,8 @@ def _cycle_case(rank: int, world: int, net: int, batch: int, kind: tuple, repeat
     model = build_calibration_net(cls_name, kwargs, seed)
     h = StepHarness(model, batch, seed + rank)
     opt = make_optimizer("adam", h.params, lr=1e-3)
-    comp = GroupTopK(CYCLE_RATIO, 1024)
+    gc = GradientCompressor(kind="group_topk", ratio=CYCLE_RATIO, group_size=1024, error_feedback=False,
+                            sharing=method or "dense")
     recs = []
     dist.barrier()
     for i in range(repeat + 2):
@@ -252,12 +253,11 @@ def _cycle_case(rank: int, world: int, net: int, batch: int, kind: tuple, repeat
                 sent = float(max(ring_bytes_per_rank(h.gflat.numel(), world)))  # what the lab's ring would send
                 hops = float(ring_steps(world))
             t2 = time.perf_counter()
-        else:  # as lab.train.compressed does it: compress the gradient (not the loss slot), then share
+        else:  # as lab.train.compressed does it: the one send step on the gradient (not the loss slot)
             grad = h.gflat[:-1]
-            payload = comp.compress(grad)
-            tz = time.perf_counter() - t1
-            ready = time.time()
-            summed, st = share(payload, method)
+            summed, st = gc.step(grad)
+            tz = st["t_compress"]
+            ready = time.time() - st["t_comm"]
             grad.copy_(summed.view(grad.shape)).div_(world)
             t2 = time.perf_counter()
             sent = float(st["bytes_sent"])

@@ -11,8 +11,6 @@ import torch.distributed as dist
 from lab.comm.processes import init_worker
 from lab.comm.sharing import GradientCompressor
 from lab.comm.sparse import (
-    GroupTopKHookState,
-    group_topk_hook,
     simulate_sparse_allgather,
     simulate_sparse_ring,
     sparse_allgather,
@@ -21,6 +19,7 @@ from lab.comm.sparse import (
 from lab.compression.compressors import GroupTopK, generated_gradients
 from lab.scenario.document import Compression
 from lab.scenario.names import SHARING
+from lab.comm.hook import GroupTopKHookState, group_topk_hook
 
 
 def _gen_worker_gradient(rank: int, n: int, seed: int) -> torch.Tensor:
@@ -181,7 +180,7 @@ def bench_worker(rank: int, world: int, port: int, out_dir: str, n: int, ratio: 
                              ("topk", "sparse_ring"), ("topk", "sparse_allgather")):
             gc = GradientCompressor(Compression(kind=kind, ratio=ratio, group_size=group_size, sharing=method))
             dist.barrier()
-            summed, st = gc.step(g)
+            summed, st = gc.step(g, count_sum=True)
             sent = gc.compressor.compress(g).to_dense().to(torch.float64)
             dist.all_reduce(sent)
             err = float((summed.double() - sent).abs().max() / sent.abs().max().clamp_min(1e-30))

@@ -56,7 +56,6 @@ from typing import Any
 import numpy as np
 import torch
 
-from lab.comm import sparse as sp
 from lab.comm.sharing import GradientCompressor
 from lab.compression.compressors import make_compressor
 from lab.errors import LabError
@@ -101,13 +100,10 @@ class CompressedAllReduce:
         grad = gflat[:-1]
         if not math.isfinite(local_loss):
             grad.fill_(math.nan)  # reaches every worker through the sum (see the module docstring)
-        t0 = time.perf_counter()
-        payload = self.gc.compressor.compress(grad)
-        t_compress = time.perf_counter() - t0
-        ready = time.time()
-        summed, st = sp.share(payload, self.gc.sharing, link_delay=self.link_delay, equal_sizes=True)
+        summed, st = self.gc.step(grad, link_delay=self.link_delay, equal_sizes=True)
+        ready = time.time() - st["t_comm"]  # when the payload was ready to send
         grad.copy_(summed.view(grad.shape)).div_(self.world)
-        return ready, int(st["bytes_sent"]), int(st["bytes_recv"]), float(st.get("delay", 0.0)), t_compress
+        return ready, int(st["bytes_sent"]), int(st["bytes_recv"]), float(st["delay"]), st["t_compress"]
 
     def job_loss(self, losses: np.ndarray) -> np.ndarray:
         """(workers, steps) local losses -> the loss over the combined batch, per step."""

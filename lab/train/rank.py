@@ -130,8 +130,6 @@ def run_rank(sc: Scenario, run_id: str | None, *, store_path: str | None = None,
 
 
 @waits_for_peers
-
-
 def _agree_run_id(sc: Scenario, run_id: str | None, rank: int, world: int, store: RunStore | None,
                   name: str | None) -> str:
     """Rank 0 makes sure the run exists in the store. Under torchrun without --run-id, rank 0 creates

@@ -162,7 +162,6 @@ class Trainer:
         return moved, moved, emulated
 
     @waits_for_peers
-
     def _send_delay(self, dst_dev: str | None, nbytes: int) -> float:
         if self.plan.emulation is None or dst_dev is None:
             return 0.0
@@ -191,7 +190,6 @@ class Trainer:
         return w
 
     @waits_for_peers
-
     def exchange(self) -> tuple[int, int, float]:
         """The task-level design: hand a random share of the local samples to the ring neighbour (rank + 1)."""
         if self.tr.exchange_share <= 0 or self.n < 2 or self.is_server:
@@ -282,7 +280,6 @@ class Trainer:
         return glob
 
     @waits_for_peers
-
     def step_ps_worker(self) -> StepResult:
         t0 = time.perf_counter()
         local = self.forward_backward()
@@ -300,7 +297,6 @@ class Trainer:
         return StepResult(local, glob, tc + emul, tcoll, emul, delay, ready, nbytes, nbytes)
 
     @waits_for_peers
-
     def step_ps_server(self) -> StepResult:
         ready = time.time()
         t1 = time.perf_counter()
@@ -359,7 +355,6 @@ class Trainer:
         return float(self.pflat[:-1].double().sum())
 
     @waits_for_peers
-
     def flush(self, step: int, check: bool) -> None:
         """All ranks: gather the buffered records (and the checksum) to every rank; rank 0 stores them."""
         rows = self.records

@@ -4,7 +4,6 @@ legend names, titles, annotations, and the tick labels a categorical axis takes 
 
 from __future__ import annotations
 
-import html
 import re
 from types import SimpleNamespace
 

@@ -4,8 +4,6 @@ own second job waits its turn, and the teacher's limits (steps, processes, secon
 
 from __future__ import annotations
 
-import os
-import time
 
 import pytest
 
@@ -13,25 +11,16 @@ from lab.errors import LabError
 from lab.jobs.limits import Limits
 from lab.jobs.manager import JobManager
 from lab.jobs.views import queue_line
-from lab.scenario.document import default_scenario
 from lab.store.runs import ACTIVE, RunStore
 from lab.train.launcher import processes_of
+from tests.conftest import default_with, wait_for
 
 pytestmark = pytest.mark.timeout(300)
 
 
 def scenario(**training):
-    sc = default_scenario()
-    return sc.replace(training=sc.training.replace(**{"workers": 1, **training}))
+    return default_with(**{"workers": 1, **training})
 
-
-def wait_for(cond, timeout=120.0, what="condition"):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if cond():
-            return
-        time.sleep(0.1)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 def stage_seq(store, rid, stage):

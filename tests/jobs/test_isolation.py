@@ -23,23 +23,14 @@ from lab.scenario.document import default_scenario
 from lab.store.runs import RunStore
 from lab.procfs import boot_id
 from lab.train.launcher import identity, launcher_gone, processes_of
-from tests.conftest import ROOT
+from tests.conftest import ROOT, default_with, wait_for
 
 pytestmark = pytest.mark.timeout(300)
 
 
 def scenario(**training):
-    sc = default_scenario()
-    return sc.replace(training=sc.training.replace(**{"workers": 1, "steps": 4, **training}))
+    return default_with(**{"workers": 1, "steps": 4, **training})
 
-
-def wait_for(cond, timeout=120.0, what="condition"):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if cond():
-            return
-        time.sleep(0.1)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 def reap(run_id: str) -> None:

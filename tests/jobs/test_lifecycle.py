@@ -13,7 +13,6 @@ import subprocess
 import sys
 import tempfile
 import threading
-import time
 from pathlib import Path
 
 import pytest
@@ -22,27 +21,17 @@ from lab.errors import LabError
 from lab.jobs import manager as jobs_mod
 from lab.jobs import views as job_views
 from lab.jobs.manager import JobManager
-from lab.scenario.document import default_scenario
 from lab.store.runs import JOB_WORKER, RunStore
 from lab.train.launcher import listening_socket, processes_of, scratch_prefix
-from tests.conftest import ROOT
+from tests.conftest import ROOT, default_with, wait_for
 
 pytestmark = pytest.mark.timeout(300)
 CPUS = sorted(os.sched_getaffinity(0))
 
 
 def scenario(**training):
-    sc = default_scenario()
-    return sc.replace(training=sc.training.replace(**{"workers": 1, "steps": 4, **training}))
+    return default_with(**{"workers": 1, "steps": 4, **training})
 
-
-def wait_for(cond, timeout=120.0, what="condition"):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if cond():
-            return
-        time.sleep(0.1)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 def stages(store, rid):

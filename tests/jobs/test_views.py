@@ -126,7 +126,7 @@ def test_the_queue_line_names_what_holds_the_server_and_when_the_job_should_star
     s.update_run(old, start=1000.0, end=1002.0)
     long = s.create_run(sc.replace(training=sc.training.replace(steps=1000)), status="running")
     s.add_metrics(long, [{"step": 250, "worker": -1, "loss": 1.0}])
-    ahead, mine = s.create_run(sc), s.create_run(sc)
+    ahead = s.create_run(sc)
     assert seconds_left(s, long, elapsed=10.0) == 30.0  # 250 steps in 10 s: 750 left at that pace
     assert seconds_left(s, ahead) == 2.0  # 100 steps at 0.02 s, from the finished run
     info = {"position": 2, "ahead": [{"run_id": ahead, "yours": False}],
