@@ -56,7 +56,7 @@ VARIABLES: dict[str, Variable] = {v.name: v for v in (
 
 # Set by the lab for the processes it starts; a person never sets these.
 PROTOCOL = ("LAB_RANK_CPUS", "LAB_LAUNCHER_PID", "LAB_ATTEMPT", "LAB_RDZV_PREFIX", "LAB_STORE_FD",
-            "LAB_ERROR_FILE", "LAB_HEARTBEAT_FILE", "LAB_STARTER_SOCK")
+            "LAB_ERROR_FILE", "LAB_HEARTBEAT_FILE")
 
 
 def raw(name: str) -> str:
