@@ -132,6 +132,23 @@ def kill_and_reap(procs: Iterable[subprocess.Popen], grace_s: float) -> None:
             pass
 
 
+def as_background_work(nice: int, idle: bool) -> None:
+    """This process (and the children it starts) as background work: ``nice`` niceness, and with ``idle``
+    Linux's SCHED_IDLE policy, under which it runs only when no other work wants a core and any page view that
+    wakes up takes the core at once (nice alone only lowers its share). Where either is not allowed, it keeps
+    the priority it has."""
+    try:
+        if nice:
+            os.nice(nice)
+    except OSError:
+        pass
+    if idle and hasattr(os, "SCHED_IDLE"):
+        try:
+            os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))
+        except OSError:
+            pass
+
+
 def last_lines(path: str | os.PathLike, lines: int) -> list[str]:
     """The last ``lines`` lines of a text file ([] when it cannot be read)."""
     try:

@@ -27,8 +27,10 @@ VARIABLES: dict[str, Variable] = {v.name: v for v in (
     Variable("LAB_DATA", "", "folder for checkpoints, logs, the data cache and the machine profile"),
     Variable("LAB_JOB_CAPACITY", 1, "jobs that run at once on the class server"),
     Variable("LAB_JOB_NICE", 10, "niceness of job processes, so page views win the CPU (0-19)"),
-    Variable("LAB_PAGE_CPUS", 1, "cores kept for the app's pages: jobs run on the others (none kept on a one-core "
-             "machine; 0 lets jobs use every core)"),
+    Variable("LAB_JOB_IDLE", "1", "1: job processes run under Linux's SCHED_IDLE policy (a page view takes a core "
+             "from them at once); 0: niceness only"),
+    Variable("LAB_PAGE_CPUS", 0, "cores kept for the app's pages: jobs run on the others (none kept on a one-core "
+             "machine; 0: jobs use every core)"),
     Variable("LAB_SLOTS_PER_CPU", 0, "worker slots per CPU for the job queue (0: at least 2, about 5 in all)"),
     Variable("LAB_SWEEP_S", 5.0, "seconds between sweeps for runs whose launcher died"),
     Variable("LAB_TEACHER_TOKEN", "", "the teacher's secret: typed into the Jobs page's sign-in, it manages every run"),
@@ -94,11 +96,18 @@ def job_nice() -> int:
     return max(0, min(19, integer("LAB_JOB_NICE")))
 
 
+def job_idle() -> bool:
+    """Whether job processes run under Linux's SCHED_IDLE policy (LAB_JOB_IDLE, on unless "0"): measured with a
+    class's page views beside jobs on both cores of a 2-core server, nice 10 or 19 left the pages' 95th percentile
+    five to eight times the idle server's, SCHED_IDLE 1.3 times (bench_classroom.py): a page view that wakes takes
+    the core from an idle-policy process at once, where niceness only lowers its share."""
+    return (raw("LAB_JOB_IDLE").strip() or str(VARIABLES["LAB_JOB_IDLE"].default)) not in ("0", "false", "no", "off")
+
+
 def job_cpus() -> list[int]:
-    """The cores jobs run on: this process's allowed cores but the first ``LAB_PAGE_CPUS`` (kept for the app's
-    pages: with a job's processes on every core, a class's page views took five to eight times as long at the 95th
-    percentile, niced or not; with one core kept, as long as on an idle server; bench_classroom.py). Every core
-    when none would be left."""
+    """The cores jobs run on: this process's allowed cores but the first ``LAB_PAGE_CPUS`` (none by default: jobs
+    under SCHED_IDLE, :func:`job_idle`, leave page views as fast as on an idle server; keeping a core is the other
+    way, at half the cores for training on a 2-core server). Every core when none would be left."""
     try:
         cpus = sorted(os.sched_getaffinity(0))
     except (AttributeError, OSError):  # not Linux

@@ -342,7 +342,7 @@ class JobManager:
             if p is None:
                 p = subprocess.Popen(argv, cwd=str(ROOT), env=env, stdin=subprocess.DEVNULL, stdout=log, stderr=log,
                                      start_new_session=True,
-                                     preexec_fn=(lambda n=job_nice(): lower_priority(n)) if job_nice() else None)
+                                     preexec_fn=lambda n=job_nice(): lower_priority(n))
         except OSError as exc:
             log.close()
             self.book.release(rid)

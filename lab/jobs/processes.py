@@ -8,17 +8,15 @@ import signal
 import time
 from pathlib import Path
 
-from lab import procfs
+from lab import procfs, settings
 from lab.jobs.policies import cpu_of
 
 STOP_GRACE_S = 3.0
 
 
 def lower_priority(n: int) -> None:
-    try:
-        os.nice(n)
-    except OSError:
-        pass
+    """A cold job process's priority, before it runs (``preexec_fn``): as every job's (LAB_JOB_NICE, LAB_JOB_IDLE)."""
+    procfs.as_background_work(n, settings.job_idle())
 
 
 

@@ -63,6 +63,7 @@ from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from lab import settings
+from lab.procfs import as_background_work
 from lab.errors import LabError
 from lab.machine.cases import (
     CALIBRATION_BATCHES,
@@ -267,7 +268,7 @@ def start_background(path: Path | None = None, quick: bool = False):
     log = open(path.with_name(path.stem + ".log"), "wb")
     try:
         proc = subprocess.Popen(cmd, cwd=str(settings.ROOT), env=env, stdout=log, stderr=subprocess.STDOUT,
-                                start_new_session=True, preexec_fn=(lambda: os.nice(nice)) if nice else None)
+                                start_new_session=True, preexec_fn=lambda: as_background_work(nice, settings.job_idle()))
     finally:
         log.close()
     # Reaped when it ends: the page that started it does not wait, and an unreaped child stays a zombie.

@@ -23,7 +23,7 @@ import torch.utils.serialization  # noqa: E402,F401  (the first checkpoint)
 import lab.train.cli  # noqa: E402,F401  (the launcher's and the workers' entry)
 import lab.train.rank  # noqa: E402,F401
 from lab.errors import LabError  # noqa: E402
-from lab.procfs import rss_mb  # noqa: E402
+from lab.procfs import as_background_work, rss_mb  # noqa: E402
 from lab.train import data, fork  # noqa: E402
 
 
@@ -40,8 +40,7 @@ def _start_launcher(req: dict) -> int:
     if pid == 0:  # the launcher
         try:
             os.setsid()  # its own session and process group, as start_new_session gives a cold one
-            if int(req.get("nice") or 0):
-                os.nice(int(req["nice"]))
+            as_background_work(int(req.get("nice") or 0), bool(req.get("idle")))
             fork.become(req["env"], req["cwd"], log, log)
         except BaseException:  # noqa: BLE001 - a child must never return into the starter's loop
             traceback.print_exc()  # into the job's log (stderr is the log once become() ran)

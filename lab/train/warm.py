@@ -208,7 +208,7 @@ class Starter:
             rid = self._next_id
             generation = self.restarts
         req = {"op": "start", "id": rid, "argv": list(argv), "env": dict(env, **THREAD_VARIABLES), "cwd": cwd,
-               "log": log, "nice": int(nice)}
+               "log": log, "nice": int(nice), "idle": settings.job_idle()}
         try:
             with self._lock:
                 self.proc.stdin.write((json.dumps(req) + "\n").encode())

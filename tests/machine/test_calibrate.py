@@ -274,11 +274,12 @@ def test_calibration_processes_are_pinned_as_the_job_manager_pins_ranks(monkeypa
     from lab.jobs.policies import local_groups
 
     allowed = sorted(os.sched_getaffinity(0))
+    assert [cases.rank_cpu(k) for k in range(4)] == [allowed[k % len(allowed)] for k in range(4)]
+    assert [g.name for g in local_groups()] == [f"cpu{c}" for c in allowed]  # the job manager's cores
+    monkeypatch.setenv("LAB_PAGE_CPUS", "1")  # one core kept for the pages
     jobs = allowed[1:] if len(allowed) > 1 else allowed
     assert [cases.rank_cpu(k) for k in range(4)] == [jobs[k % len(jobs)] for k in range(4)]
-    assert [g.name for g in local_groups()] == [f"cpu{c}" for c in jobs]  # the job manager's cores
-    monkeypatch.setenv("LAB_PAGE_CPUS", "0")
-    assert [cases.rank_cpu(k) for k in range(4)] == [allowed[k % len(allowed)] for k in range(4)]
+    assert [g.name for g in local_groups()] == [f"cpu{c}" for c in jobs]
     monkeypatch.setenv("LAB_PAGE_CPUS", str(len(allowed)))  # none would be left: every core
     assert [cases.rank_cpu(k) for k in range(len(allowed))] == allowed
     monkeypatch.delenv("LAB_PAGE_CPUS")
