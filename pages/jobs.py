@@ -32,6 +32,9 @@ st.markdown(
 st.caption(f"Queue: fair across sessions (round-robin by session, in order within one); at most {jm.capacity} "
            f"job(s) at a time; placement policy {POLICY_LABELS[jm.policy]}; "
            f"{jm.book.total} worker slots on {len(jm.book.groups)} core(s).")
+if failing := job_views.recent_failures(jm.failures):
+    st.error("The job manager keeps failing (its log has the tracebacks): " + ui.plain(failing),
+             icon=":material/error:")
 
 with st.expander("Watch a failure: start a job with an injected fault", icon=":material/bolt:"):
     tr = sc.training

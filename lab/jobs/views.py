@@ -59,6 +59,17 @@ def overview(store: RunStore, jm: JobManager | None = None, owner: str | None = 
     return pd.DataFrame(rows, columns=cols)
 
 
+def recent_failures(failures, now: float | None = None, within_s: float = 300.0, least: int = 3) -> str:
+    """What the job manager's scheduler and sweeper caught lately, in one line for the Jobs page: the newest of
+    ``failures`` ((time, text) pairs) when at least ``least`` fell within the last ``within_s`` seconds (a
+    failure that keeps coming back, not a passing one); "" otherwise."""
+    now = time.time() if now is None else now
+    recent = [(t, text) for t, text in failures if now - t <= within_s]
+    if len(recent) < least:
+        return ""
+    return f"{len(recent)} errors in the last {within_s / 60:.0f} minutes; the newest: {recent[-1][1][:300]}"
+
+
 def has_active(store: RunStore, owner: str | None = None, everyone: bool = False) -> bool:
     """Whether a job in this view (the session's own, or everyone's) is queued or running: pages
     poll the store only then."""

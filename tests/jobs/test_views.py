@@ -139,3 +139,34 @@ def test_the_queue_line_names_what_holds_the_server_and_when_the_job_should_star
                                     "job that has run 5 s yields to yours, so yours starts beside it within about 5 s.")
     yielded = dict(first, running=[dict(info["running"][0], yielded=True, elapsed=75.0)])
     assert "(1 min 15 s in, about 3 min 45 s left) and yields: it runs at the lowest priority." in queue_line(s, yielded)
+
+
+def test_a_scheduler_that_keeps_failing_is_said_and_a_passing_error_is_not():
+    from lab.jobs.views import recent_failures
+
+    assert recent_failures([(100.0, "the scheduler: OSError: disk full")], now=110.0) == ""
+    many = [(100.0 + k, f"the scheduler: OSError: disk full {k}") for k in range(4)]
+    assert recent_failures(many, now=110.0) == ("4 errors in the last 5 minutes; the newest: the scheduler: "
+                                                "OSError: disk full 3")
+    assert recent_failures(many, now=1000.0) == ""  # long ago
+
+
+def test_the_scheduler_logs_what_it_catches_and_keeps_it_for_the_page(tmp_path, monkeypatch, caplog):
+    """A scheduling error is logged with its traceback and kept in failures (the Jobs page shows a repeated one)."""
+    from lab.jobs.manager import JobManager
+
+    jm = JobManager(tmp_path / "runs.db", warm=False)
+
+    def broken():
+        raise OSError("disk full")
+
+    monkeypatch.setattr(jm, "_reap", broken)
+    jm._closed = False
+    jm._queue.append(("x", "o"))  # something to do, so the loop runs
+    with caplog.at_level("ERROR", logger="lab.jobs"):
+        try:
+            jm._schedule()
+        except OSError as exc:
+            jm._failed("the scheduler", exc)
+    assert jm.failures and "OSError: disk full" in jm.failures[-1][1]
+    assert any("the scheduler failed" in r.getMessage() for r in caplog.records)
