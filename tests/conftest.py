@@ -27,9 +27,9 @@ if str(ROOT) not in sys.path:
 SLOW_FOLDERS = ("journeys", "pages")
 SLOW_MODULES = {
     "comm/test_comm.py", "comm/test_sparse_comm.py", "jobs/test_comparison.py", "jobs/test_fair_queue.py",
-    "jobs/test_isolation.py", "jobs/test_jobs.py", "jobs/test_lifecycle.py", "jobs/test_processes.py",
+    "jobs/test_isolation.py", "jobs/test_jobs.py", "jobs/test_lifecycle.py",
     "machine/test_calibrate.py", "machine/test_fidelity.py", "scenario/test_hostile_input.py", "store/test_runs.py",
-    "test_layers.py", "test_procfs.py", "train/test_assets_cli.py", "train/test_balancing_run.py",
+    "test_layers.py", "test_processes.py", "train/test_assets_cli.py", "train/test_balancing_run.py",
     "train/test_faults.py", "train/test_fork.py", "train/test_placement_faults.py", "train/test_placement_run.py",
     "train/test_resilience.py", "train/test_torchrun_nodes.py", "train/test_train.py",
     "train/test_train_compression.py", "train/test_warm.py", "compression/test_compress.py",
@@ -63,6 +63,21 @@ def default_with(**training):
 
     sc = default_scenario()
     return sc.replace(training=sc.training.replace(**training))
+
+
+def start_warm(starter, sc, log: Path, store_path=None, run_id: str | None = None):
+    """A job forked by the warm ``starter`` as the job manager starts one: its run queued in the
+    store (default LAB_DB), then its :class:`lab.train.launcher.JobSpec`; returns the run id and the
+    launcher's handle."""
+    from lab import settings
+    from lab.store.runs import RunStore
+    from lab.train.launcher import JobSpec, preflight
+
+    store = RunStore(store_path)
+    sc = preflight(sc)
+    rid = store.create_run(sc, status="queued", run_id=run_id)
+    spec = JobSpec(rid, sc.to_dict(), str(store.path.resolve()))
+    return rid, starter.launch(spec, settings.child_env(LAB_DB=str(store.path.resolve())), str(log))
 
 
 def free_port() -> int:

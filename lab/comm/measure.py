@@ -33,7 +33,7 @@ import time
 from pathlib import Path
 from typing import Callable, Sequence
 
-from lab import procfs
+from lab import processes
 from lab.comm import ring
 from lab.comm.ring import BYTES, ring_allreduce
 from lab.errors import LabError
@@ -267,19 +267,19 @@ def _run_workers(procs: int, cfg: dict, total: int, on_result: Callable[[dict], 
                 for r, p in enumerate(workers):
                     rc = p.poll()
                     if rc is not None and rc != 0:
-                        procfs.kill_and_reap(workers, KILL_GRACE_S)
-                        detail = "\n".join(procfs.last_lines(errs[r], 6))
+                        processes.kill_and_reap(workers, KILL_GRACE_S)
+                        detail = "\n".join(processes.last_lines(errs[r], 6))
                         raise LabError(f"worker rank {r} of {procs} died (exit code {rc}) after {got} of "
                                        f"{total} results; the run was stopped and every worker reaped."
                                        + (f" Its last words: {detail}" if detail else ""), where=what)
                 if eof and all(p.poll() == 0 for p in workers):
                     break
                 if time.monotonic() > deadline:
-                    procfs.kill_and_reap(workers, KILL_GRACE_S)
+                    processes.kill_and_reap(workers, KILL_GRACE_S)
                     raise LabError(f"the run took longer than {timeout:g} s and was stopped ({got} of {total} "
                                    "results); try fewer sizes or iterations", where=what)
         finally:
-            procfs.kill_and_reap(workers, KILL_GRACE_S)
+            processes.kill_and_reap(workers, KILL_GRACE_S)
             for p in workers:
                 if p.stdout:
                     p.stdout.close()

@@ -1,18 +1,19 @@
 """Training jobs as OS processes: submit, queue fairly, place on this machine's cores, watch, stop,
 release, and notice the ones that vanished -- the task-level design's job lifecycle, for real.
 
-A job is ``python -m lab.train --scenario FILE --run-id ID`` (the launcher, :mod:`lab.train.launcher`)
-started in a new session, so the launcher leads a process group holding every worker and one
-``killpg`` ends all of it. Its lifecycle goes to the run store's ``stages`` table:
+A job is a launcher (:mod:`lab.train.launcher`) started in a new session with the job's
+:class:`lab.train.launcher.JobSpec` (forked by the warm starter, or ``python -m lab.train --spec -``
+when the starter is not ready), so the launcher leads a process group holding every worker: one
+``killpg`` ends all of it, and the group recorded in the run store names the job's processes. Its lifecycle goes to the run store's ``stages`` table:
 
 ``submitted`` (queued, with its owner) -> ``parsed`` (task manager, parameter server, compute workers,
-the topology's resource groups; :func:`lab.train.roles.parse_job`) -> ``scheduled`` (which local
+the topology's resource groups; :func:`lab.train.launcher.parse_job`) -> ``scheduled`` (which local
 cores hold which rank, after how long in the queue) -> ``started`` (the launcher created the worker
 processes) -> ``data`` (split and shipped) -> ``running`` -> [``fault`` / ``alarm`` / ``restart``]
 -> ``ended`` -> ``released`` (processes reaped, slots freed).
 
-Job processes (launcher and workers) run at a lower priority (nice 10, LAB_JOB_NICE), so the app's
-pages stay responsive while the cores train.
+Job processes (launcher and workers) run as background work (LAB_JOB_NICE, LAB_JOB_IDLE), so the
+app's pages stay responsive while the cores train.
 
 A :class:`JobManager` keeps one queue for every session of the app (pages share one manager per
 run store through :func:`shared`). It starts at most ``capacity`` jobs at a time (default 1, for a
@@ -37,14 +38,19 @@ again, in their order.
 
 A launcher killed with SIGKILL can record nothing, so :meth:`JobManager.sweep` (run from the pages'
 polling and every LAB_SWEEP_S seconds on a timer) finds runs marked running whose launcher is gone
-(its pid, host, boot and start time in the store; :func:`lab.train.launcher.launcher_gone`), marks
-them interrupted, waits for their workers to exit, then removes their scratch folder.
+(its pid, creation time, host and boot in the store; :func:`lab.train.launcher.launcher_gone`), marks
+them interrupted, waits for the rest of its process group to exit, then removes their scratch folder.
+
+Nothing here waits for a child while holding the manager's lock: a job's slots are taken under it,
+and its launcher is started after it is let go.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import os
+import signal
 import subprocess
 import sys
 import threading
@@ -53,7 +59,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable
 
-from lab import procfs, settings
+from lab import processes, settings
 from lab.errors import LabError
 from lab.jobs.access import (
     ANONYMOUS,
@@ -72,21 +78,24 @@ from lab.jobs.policies import (
     fair_order,
     local_groups,
     place,
+    rank_cpus,
 )
-from lab.jobs.processes import STOP_GRACE_S, alive, as_pid, end_group, lower_priority, rank_cpus, signal_name
+from lab.processes import STOP_GRACE_S, as_pid, end_group, signal_name
 from lab.scenario.document import Scenario
 from lab.scenario.text import RUN_NAME_MAX, check_name
 from lab.settings import ROOT, job_nice
 from lab.store.runs import ACTIVE, FINISHED, RunStore
 from lab.train.launcher import (
+    JobSpec,
     launcher_gone,
+    parse_job,
     preflight,
     processes_of,
     remove_scratch,
     stale_after,
     world_size,
 )
-from lab.train.roles import parse_job
+from lab.train.fork import PopenLike
 from lab.train.warm import shared_starter
 
 DRAIN_S = 10.0  # workers of a dead launcher get this long to exit before they are killed
@@ -98,17 +107,51 @@ log = logging.getLogger("lab.jobs")
 def _this_process() -> dict:
     """This process as the store records it beside a queued run, so that a later manager can tell
     whether the one that queued it still runs."""
-    return {"pid": os.getpid(), "pid_start": procfs.start_ticks(os.getpid()), "boot": procfs.boot_id()}
+    return processes.identity()
 
 
 def _gone(process: dict | None) -> bool:
     """Whether the process recorded by :func:`_this_process` has ended (after a reboot: every one)."""
-    if not isinstance(process, dict) or not process.get("pid"):
-        return True
-    if process.get("boot") and procfs.boot_id() and process["boot"] != procfs.boot_id():
-        return True
-    start = procfs.start_ticks(as_pid(process["pid"]))
-    return start is None or start != process.get("pid_start") or not procfs.running(as_pid(process["pid"]))
+    return not processes.still_runs(process)
+
+
+def _alive_since(pid, t: float) -> bool:
+    """The process of a run without a launcher record (rank 0 under torchrun, which created the
+    run): alive while a process ``pid`` runs the lab's training code and was created no later than
+    ``t`` (one created after the run got its pid from the kernel again)."""
+    made = processes.created(pid)
+    return (made is not None and made <= t + 1.0 and processes.running(pid)
+            and "lab.train" in processes.command_line(pid))
+
+
+class _Starting(PopenLike):
+    """A job whose slots are taken and whose launcher is being started (outside the manager's lock)."""
+
+    pid = None
+    args: list = []
+    returncode = None
+
+    def poll(self) -> None:
+        return None
+
+    def send_signal(self, sig: int) -> None:  # nothing to signal yet: its claim finds it stopped
+        pass
+
+
+class _Adopted(PopenLike):
+    """A launcher this manager did not start but follows: the one that claimed the run when the warm
+    starter died between forking it and answering. It is judged by its process and the run store."""
+
+    POLL_S = 0.05
+
+    def __init__(self, record: dict):
+        self.pid, self.args, self.returncode = int(record["pid"]), [], None
+        self.record = record
+
+    def poll(self) -> int | None:
+        if self.returncode is None and launcher_gone(self.record) is not None:
+            self.returncode = -signal.SIGKILL  # how it ended is not known here; the store says what it did
+        return self.returncode
 
 
 @dataclass(frozen=True)
@@ -141,7 +184,8 @@ class JobManager:
         self._yielded: set[str] = set()  # running jobs past their slice that yield to another student's job
         self._owners: dict[str, str] = {}  # running run id -> its owner
         self.limits = Limits.from_settings()
-        self._files: dict[str, tuple[Path, object]] = {}
+        self._tasks: dict[str, int] = {}  # processes of each queued job, known since its submit
+        self._logs: dict[str, object] = {}  # a cold launcher's log file, closed when it ends
         self._lock = threading.RLock()
         self._thread: threading.Thread | None = None
         self._closed = False
@@ -216,6 +260,7 @@ class JobManager:
             self.store.add_stage(rid, "parsed", detail=parse_job(sc))
             with self._lock:
                 self._queue.append((rid, owner))
+                self._tasks[rid] = world_size(sc)
                 if owner not in self._ring:
                     self._ring.append(owner)
             jobs.append(Job(rid))
@@ -254,7 +299,7 @@ class JobManager:
             time.sleep(self.poll_s)
 
     def _schedule(self) -> None:
-        overtime = []
+        overtime, starts = [], []
         with self._lock:
             self._reap()
             if self._warming():
@@ -283,18 +328,20 @@ class JobManager:
                         self._queue.remove((rid, owner))
                         started = True
                         break
-                    tasks = world_size(Scenario.from_dict(run["scenario"]))
+                    tasks = self._tasks.get(rid) or world_size(Scenario.from_dict(run["scenario"]))
                     where = place(tasks, self.book.free(self._yielded), self.policy)
                     if where is None:
                         continue  # first fit: a later job may fit
                     self._queue.remove((rid, owner))
                     self._last_owner = owner
                     self._owners[rid] = owner
-                    self._start(rid, run, tasks, where)
+                    starts.append(self._take(rid, run, tasks, where))
                     started = True
                     break
                 if not started:
                     break
+        for spec in starts:  # outside the lock: a start may wait for the warm starter's answer
+            self._start(spec)
         for rid in overtime:  # outside the lock: a stop waits for the job's processes
             threading.Thread(target=self._stop, name="lab-jobs-limit", daemon=True, args=(rid, LIMIT, {
                 "by": LIMIT, "limit_s": self.limits.max_seconds})).start()
@@ -309,7 +356,7 @@ class JobManager:
         if not any(o not in running_owners for _, o in self._queue):
             return
         for rid, p in self._running.items():
-            if rid in self._yielded or now - self._started.get(rid, now) < slice_s:
+            if rid in self._yielded or p.pid is None or now - self._started.get(rid, now) < slice_s:
                 continue
             self._yielded.add(rid)
             try:
@@ -319,39 +366,56 @@ class JobManager:
             self.store.add_stage(rid, "yielded", detail={"after_s": round(now - self._started[rid], 1),
                                                           "slice_s": slice_s, "nice": 19})
 
-    def _start(self, rid: str, run: dict, tasks: int, where: dict) -> None:
+    def _take(self, rid: str, run: dict, tasks: int, where: dict) -> JobSpec:
+        """Under the lock: the job's slots and cores, its ``scheduled`` stage, and its spec."""
+        self._tasks.pop(rid, None)
         held = self.book.take(rid, where, self._yielded)
         cpus = rank_cpus(held, tasks)
         self.store.add_stage(rid, "scheduled", detail={
             "policy": self.policy, "groups": {g: len(ds) for g, ds in held.items()}, "slots": held,
             "rank_cpus": cpus, "queued_s": time.time() - run["created"], "nice": job_nice()})
-        scenario_file = self._dir("jobs") / f"{rid}.json"
-        scenario_file.write_text(Scenario.from_dict(run["scenario"]).to_json())
-        log = open(self._dir("logs") / f"{rid}.log", "ab")
-        env = settings.child_env(LAB_DB=str(self.store.path.resolve()), LAB_RANK_CPUS=",".join(map(str, cpus)))
-        argv = [sys.executable, "-m", "lab.train", "--scenario", str(scenario_file), "--run-id", rid]
+        self._running[rid] = _Starting()
+        self._started[rid] = time.monotonic()
+        return JobSpec(rid, run["scenario"], str(self.store.path.resolve()), tuple(cpus), job_nice(),
+                       settings.job_idle())
+
+    def _start(self, spec: JobSpec) -> None:
+        """Start the job's launcher: forked by the warm starter, or cold when the starter is not
+        ready or fails (a launcher it forked before it failed and the cold one cannot both run the
+        job: the first to claim the run in the store runs it, see :meth:`_finish`)."""
+        rid = spec.run_id
+        env = settings.child_env(LAB_DB=spec.db)
+        log_path = self._dir("logs") / f"{rid}.log"
         p = None
         if self.starter is not None and self.starter.ready():
             try:
-                p = self.starter.launch(argv, env, str(ROOT), str(self.log_path(rid)), nice=job_nice())
-            except LabError:  # the starter died or did not answer: this job starts cold
-                # a launcher it forked before it died would run the job a second time
-                procfs.kill_pids(processes_of(rid, exclude=(os.getpid(),)))
-                p = None
+                p = self.starter.launch(spec, env, str(log_path))
+            except LabError as exc:
+                log.info("job %s starts cold: %s", rid, exc)
+        log_file = None
         try:
             if p is None:
-                p = subprocess.Popen(argv, cwd=str(ROOT), env=env, stdin=subprocess.DEVNULL, stdout=log, stderr=log,
-                                     start_new_session=True,
-                                     preexec_fn=lambda n=job_nice(): lower_priority(n))
+                log_file = open(log_path, "ab")
+                p = subprocess.Popen([sys.executable, "-m", "lab.train", "--spec", "-"], cwd=str(ROOT), env=env,
+                                     stdin=subprocess.PIPE, stdout=log_file, stderr=log_file, start_new_session=True)
+                try:
+                    p.stdin.write(json.dumps(spec.to_dict()).encode())
+                    p.stdin.close()
+                except OSError:  # it died at once: its exit code says so
+                    pass
         except OSError as exc:
-            log.close()
-            self.book.release(rid)
+            if log_file is not None:
+                log_file.close()
+            with self._lock:
+                self._running.pop(rid, None)
+                self._started.pop(rid, None)
+                self.book.release(rid)
             self.store.set_status(rid, "failed", error=f"could not start the job process: {exc}", only_from=ACTIVE)
             return
         self.store.update_run(rid, pid=p.pid)
-        self._running[rid] = p
-        self._started[rid] = time.monotonic()
-        self._files[rid] = (scenario_file, log)
+        with self._lock:
+            self._running[rid] = p
+            self._logs[rid] = log_file
 
     def _reap(self) -> None:
         """Finish the jobs whose launcher ended; clean up after those whose workers have now exited."""
@@ -365,19 +429,25 @@ class JobManager:
     def _finish(self, rid: str, p: subprocess.Popen) -> None:
         """A job process ended: make sure its run does not stay 'running', then free its slots and
         remove its scratch once its last worker is gone (:meth:`_drain`)."""
-        self._running.pop(rid, None)
-        self._started.pop(rid, None)
-        self._yielded.discard(rid)
-        self._owners.pop(rid, None)
-        scenario_file, log = self._files.pop(rid, (None, None))
-        if log is not None:
-            log.close()
-        if scenario_file is not None:
-            scenario_file.unlink(missing_ok=True)
+        log_file = self._logs.pop(rid, None)
+        if log_file is not None:
+            log_file.close()
         code = p.returncode
         try:
             status = self.store.status(rid)
         except LabError:
+            status = None
+        rec = (self.store.launcher(rid) or {}) if status in ACTIVE else {}
+        if rec.get("pid") not in (None, p.pid) and launcher_gone(rec) is None:
+            # another launcher claimed the run first (forked by a starter that died before it could
+            # answer): that one runs the job, and this manager follows it
+            self._running[rid] = _Adopted(rec)
+            return
+        self._running.pop(rid, None)
+        self._started.pop(rid, None)
+        self._yielded.discard(rid)
+        self._owners.pop(rid, None)
+        if status is None:
             self.book.release(rid)
             return
         if status in ACTIVE:
@@ -409,9 +479,9 @@ class JobManager:
         d = self._draining.get(rid)
         if d is None:
             return True
-        left = processes_of(rid, exclude=(os.getpid(),))
+        left = processes_of(rid, self.store, exclude=(os.getpid(),))
         if left and time.monotonic() - d["since"] > DRAIN_S:
-            d["killed"] += procfs.kill_pids(left)
+            d["killed"] += processes.kill_pids(left)
             return False
         if left:
             return False
@@ -583,7 +653,7 @@ class JobManager:
         if was_active:
             self.store.merge_info(run_id, {"stopped_by": by})
             self.store.add_stage(run_id, "stop", detail={**detail, "while": run["status"]})
-        if p is not None:
+        if p is not None and p.pid is not None:  # a job still starting finds itself stopped when it claims the run
             end_group(p.pid, lambda: p.poll() is not None)
             try:
                 p.wait(timeout=STOP_GRACE_S)
@@ -592,15 +662,19 @@ class JobManager:
             with self._lock:
                 if p.poll() is not None and run_id in self._running:
                     self._finish(run_id, p)
-        elif run["status"] == "running" and self._launcher_alive(run_id, run["pid"]):  # started elsewhere
-            end_group(run["pid"], lambda: not self._launcher_alive(run_id, run["pid"]))
+        elif p is None and run["status"] == "running" and self._launcher_alive(run_id, run):  # started elsewhere
+            rec = self.store.launcher(run_id) or {}
+            # a launcher that leads its group takes the job with it; one in a shell's group is signalled alone
+            lead = rec.get("pgid") and rec.get("pgid") == rec.get("pid")
+            end_group(as_pid(rec["pgid"] if lead else run["pid"]), lambda: not self._launcher_alive(run_id, run),
+                      whole_group=bool(lead))
         return was_active
 
-    def _launcher_alive(self, run_id: str, pid) -> bool:
+    def _launcher_alive(self, run_id: str, run: dict) -> bool:
         rec = self.store.launcher(run_id)
         if rec is not None:
             return launcher_gone(rec) is None
-        return alive(as_pid(pid))
+        return _alive_since(run["pid"], run["created"])
 
     def release(self, run_id: str, owner: str | None, *, teacher: bool = False) -> dict:
         """Release what a finished (or abandoned) job still holds, for ``owner`` (or the teacher;
@@ -612,11 +686,11 @@ class JobManager:
         by = self._actor(owner, teacher)
         with self._lock:
             ours = run_id in self._running or any(q[0] == run_id for q in self._queue)
-        if ours or (run["status"] in ACTIVE and self._launcher_alive(run_id, run["pid"])):
+        if ours or (run["status"] in ACTIVE and self._launcher_alive(run_id, run)):
             raise LabError(f"run {run_id} is {run['status']}: stop it before releasing its resources", where="jobs")
-        killed = procfs.kill_pids(processes_of(run_id, exclude=(os.getpid(),)))
+        killed = processes.kill_pids(processes_of(run_id, self.store, exclude=(os.getpid(),)))
         deadline = time.monotonic() + DRAIN_S  # the scratch folder goes once they are gone
-        while killed and processes_of(run_id, exclude=(os.getpid(),)) and time.monotonic() < deadline:
+        while killed and processes_of(run_id, self.store, exclude=(os.getpid(),)) and time.monotonic() < deadline:
             time.sleep(0.05)
         if run["status"] in ACTIVE:
             self.store.set_status(run_id, "interrupted", only_from=ACTIVE,
@@ -627,8 +701,6 @@ class JobManager:
             for f in ck.glob("step*.pt*"):
                 f.unlink(missing_ok=True)
                 removed += 1
-        (self.store.data_dir() / "jobs" / f"{run_id}.json").unlink(missing_ok=True)
-
         scratch = remove_scratch(run_id, (self.store.launcher(run_id) or {}).get("scratch"))
         self.store.set_heartbeats(run_id, [])
         with self._lock:
@@ -668,7 +740,7 @@ class JobManager:
             rec = self.store.launcher(rid)
             if rec is not None:
                 why = launcher_gone(rec)
-            elif alive(as_pid(r.pid)):
+            elif _alive_since(r.pid, r.created):
                 why = None
             else:  # no launcher record (torchrun restarts its rank 0): only when gone for a while
                 first = self._suspects.setdefault(rid, now)
@@ -764,7 +836,7 @@ class JobManager:
             if r.status == "running":
                 rec = self.store.launcher(rid)
                 gone = launcher_gone(rec) if rec is not None else (
-                    None if alive(pid) else "its process is gone (killed, or the machine restarted)")
+                    None if _alive_since(pid, r.created) else "its process is gone (killed, or the machine restarted)")
                 if gone is not None and self._interrupt(rid, gone, "job manager at start"):
                     out.append(rid)
         return out

@@ -312,4 +312,16 @@ class SlotBook:
 
 __all__ = ["Group", "JobRequest", "Allocation", "JobSchedule", "POLICIES", "POLICY_LABELS", "resource_groups",
            "local_groups", "place", "fair_order", "simulate", "compare_policies", "duration_on", "SlotBook",
-           "cpu_of"]
+           "cpu_of", "rank_cpus"]
+
+
+def rank_cpus(held: dict[str, list[str]], tasks: int) -> list[int]:
+    """Rank k -> core: the placement's groups taken in turn (rank 0 on the first group, ...)."""
+    turns = []
+    left = {g: len(ds) for g, ds in held.items()}
+    while len(turns) < tasks and any(left.values()):
+        for g in held:
+            if left[g] and len(turns) < tasks:
+                turns.append(g)
+                left[g] -= 1
+    return [c for c in (cpu_of(g) for g in turns) if c is not None]

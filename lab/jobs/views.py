@@ -9,7 +9,7 @@ from lab.errors import LabError
 from lab.jobs.access import TEACHER
 from lab.jobs.manager import JobManager
 from lab.jobs.policies import Group, JobRequest
-from lab.procfs import tail_text
+from lab.processes import tail_text
 from lab.scenario.names import OPTIMIZER_LABELS, OPTIMIZER_SHORT
 from lab.store.runs import ACTIVE, RunStore
 

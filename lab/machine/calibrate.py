@@ -63,7 +63,7 @@ from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from lab import settings
-from lab.procfs import as_background_work
+from lab.processes import as_background_work
 from lab.errors import LabError
 from lab.machine.cases import (
     CALIBRATION_BATCHES,

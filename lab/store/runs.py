@@ -21,10 +21,11 @@ samples_per_s, wall (seconds since the run started, at the end of that step).
 (one of :data:`STAGES`), attempt (0 for the first start, k after the k-th restart), step, worker,
 detail (JSON). ``heartbeats``: the latest heartbeat of each worker of a running job (run_id, worker,
 attempt, pid, step, phase, t, progress_t), written by the launcher that watches them.
-``launchers``: who runs each job (run_id, pid, host, boot (the kernel's boot id), pid_start (the
-process's start time in clock ticks since boot, so a reused pid is not mistaken for it), scratch
-(its temporary folder), started, beat (Unix seconds of its last heartbeat)), written by the launcher;
-the job manager's sweep reads it to find launchers that died without a word.
+``launchers``: who runs each job (run_id, pid, pgid (its process group, which holds every process of
+the job), created (the process's creation time, so a reused pid is not mistaken for it), host, boot,
+scratch (its temporary folder), started, beat (Unix seconds of its last heartbeat)), written by the
+launcher when it claims the run (:meth:`RunStore.claim`); the job manager's sweep reads it to find
+launchers that died without a word, and Stop, release and the sweep act on its process group.
 
 Both tables were added after the first release: ``CREATE TABLE IF NOT EXISTS`` on every open adds
 them to an older store and leaves its rows alone.
@@ -61,6 +62,9 @@ STAGES = ("submitted", "requeued", "parsed", "scheduled", "started", "data", "ru
           "stop", "ended", "released")
 METRIC_COLUMNS = ("loss", "test_acc", "bytes_sent", "bytes_recv", "t_compute", "t_comm", "t_compress",
                   "t_idle", "t_emul_compute", "t_emul_comm", "samples_per_s", "wall")
+LAUNCHER_FIELDS = ("pid", "pgid", "created", "host", "boot", "scratch")
+# Columns added after a store was first written: added to an older file when it is opened.
+_ADDED_COLUMNS = {"launchers": {"pgid": "INTEGER", "created": "REAL"}}
 RUN_COLUMNS = ("id", "name", "scenario", "status", "created", "start", "end", "error", "pid", "info")
 PLAN_EVENT_COLUMNS = ("device", "kind", "op", "piece", "micro", "start", "end", "src", "dst", "bytes", "wait")
 JOB_WORKER = -1  # the "worker" value of job-level metric rows
@@ -124,8 +128,9 @@ CREATE TABLE IF NOT EXISTS launchers (
     pid INTEGER,
     host TEXT,
     boot TEXT,
-    pid_start INTEGER,
     scratch TEXT,
+    pgid INTEGER,
+    created REAL,
     started REAL,
     beat REAL
 );
@@ -143,6 +148,19 @@ CREATE TABLE IF NOT EXISTS lesson_progress (
 
 
 default_db_path = settings.db_path
+
+
+def _add_columns(conn: sqlite3.Connection) -> None:
+    """Add to an older store's tables the columns it was written without (its rows keep NULL there)."""
+    for table, cols in _ADDED_COLUMNS.items():
+        have = {r[1] for r in conn.execute(f"PRAGMA table_info({table})")}
+        for name, kind in cols.items():
+            if name not in have:
+                try:
+                    conn.execute(f"ALTER TABLE {table} ADD COLUMN {name} {kind}")
+                except sqlite3.OperationalError as exc:  # another process added it a moment ago
+                    if "duplicate column" not in str(exc):
+                        raise
 
 
 def new_run_id() -> str:
@@ -196,6 +214,7 @@ class RunStore:
                     try:
                         conn.execute("PRAGMA journal_mode=WAL")
                         conn.executescript(_SCHEMA)
+                        _add_columns(conn)
                         break
                     except sqlite3.OperationalError as exc:  # another process is creating the file
                         if "locked" not in str(exc):
@@ -553,13 +572,33 @@ class RunStore:
                                     (run_id,)).fetchall()
         return pd.DataFrame([tuple(r) for r in rows], columns=cols)
 
-    def set_launcher(self, run_id: str, **fields: Any) -> None:
-        """Record (or update) who runs the job: pid, host, boot, pid_start, scratch; a new record
-        also gets ``started`` and a first ``beat``."""
-        cols = ("pid", "host", "boot", "pid_start", "scratch")
-        bad = set(fields) - set(cols)
+    def claim(self, run_id: str, **launcher: Any) -> bool:
+        """A launcher takes a queued run, in one transaction: the run becomes running with the
+        launcher's pid, and the launcher's record (see :meth:`set_launcher`) is written. False, and
+        nothing written, when the run is not queued (stopped meanwhile, or another launcher has it):
+        a job never runs twice."""
+        self._check_launcher_fields(launcher)
+        now = time.time()
+        with self._write() as c:
+            if c.execute("UPDATE runs SET status='running', start=COALESCE(start, ?), pid=? "
+                         "WHERE id=? AND status='queued'", (now, launcher.get("pid"), run_id)).rowcount != 1:
+                return False
+            c.execute("DELETE FROM launchers WHERE run_id=?", (run_id,))
+            cols = ["run_id", "started", "beat", *launcher]
+            c.execute(f"INSERT INTO launchers ({', '.join(cols)}) VALUES ({', '.join('?' * len(cols))})",
+                      (run_id, now, now, *launcher.values()))
+        return True
+
+    @staticmethod
+    def _check_launcher_fields(fields: dict) -> None:
+        bad = set(fields) - set(LAUNCHER_FIELDS)
         if bad:
             raise LabError(f"unknown launcher field(s) {sorted(bad)}", where="run store")
+
+    def set_launcher(self, run_id: str, **fields: Any) -> None:
+        """Record (or update) who runs the job: pid, pgid, created, host, boot, scratch; a new record
+        also gets ``started`` and a first ``beat``."""
+        self._check_launcher_fields(fields)
         now = time.time()
         with self._write() as c:
             if c.execute("SELECT 1 FROM launchers WHERE run_id=?", (run_id,)).fetchone() is None:

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import logging
 import os
 import sys
 
@@ -30,7 +29,8 @@ from lab.scenario.document import (
 )
 from lab.scenario.text import RUN_NAME_MAX, check_depth, check_name, shown
 from lab.store.runs import check_run_id
-from lab.train.launcher import launch
+from lab.train import fork
+from lab.train.launcher import JobSpec, launch, run_job
 
 # shortcut flag -> Training field
 SHORTCUTS = {
@@ -58,6 +58,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--run-id", help="id of the run in the store (default: a new one)")
     p.add_argument("--name", help="name of the run (default: the scenario's name)")
     p.add_argument("--quiet", action="store_true", help="print nothing but errors")
+    p.add_argument("--spec", metavar="FILE", help=argparse.SUPPRESS)  # a job spec, as the lab's own processes get one
     return p
 
 
@@ -106,8 +107,46 @@ def refuse(exc: LabError) -> int:
     return 2
 
 
+def _read_spec(path: str) -> dict:
+    """A job spec (JSON) from a file, or from standard input for ``-``: the job manager starts a cold
+    launcher with its :class:`lab.train.launcher.JobSpec` there, a cold launcher its workers with theirs."""
+    try:
+        raw = sys.stdin.buffer.read(MAX_SCENARIO_BYTES + 1) if path == "-" else open(path, "rb").read(MAX_SCENARIO_BYTES + 1)
+    except OSError as exc:
+        raise LabError(f"cannot read the job spec: {exc.strerror}", where=path) from None
+    try:
+        spec = json.loads(raw)
+    except ValueError as exc:
+        raise LabError(f"the job spec is not JSON: {exc}", where=path) from None
+    if not isinstance(spec, dict):
+        raise LabError("the job spec is not a JSON object", where=path)
+    return spec
+
+
+def _run_spec(path: str) -> int:
+    try:
+        spec = _read_spec(path)
+        if os.environ.get("RANK") is None:  # the job manager's cold launcher
+            return run_job(JobSpec.from_dict(spec))
+        sc = Scenario.from_dict(spec.get("scenario"))
+        run_id = check_run_id(spec.get("run_id"))
+    except LabError as exc:
+        return refuse(exc)
+    return _rank(sc, run_id, None, quiet=True)
+
+
+def _rank(sc: Scenario, run_id: str | None, name: str | None, quiet: bool) -> int:
+    """This process is one rank of a job (started by a launcher or by torchrun). Only a rank imports
+    torch; the launcher role starts without it."""
+    from lab.train.rank import run_rank
+
+    fork.exit_with(lambda: run_rank(sc, run_id, name=name, quiet=quiet))  # leaves the process
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
+    if args.spec:
+        return _run_spec(args.spec)
     try:
         sc = apply_overrides(load_scenario(args.scenario), args)
         if args.run_id:
@@ -117,18 +156,7 @@ def main(argv: list[str] | None = None) -> int:
     except LabError as exc:
         return refuse(exc)
     if os.environ.get("RANK") is not None and os.environ.get("WORLD_SIZE") is not None:
-        # Started by the launcher or by torchrun: this process is one rank of the job. Only a rank
-        # imports torch; the launcher role starts without it.
-        from lab.train.rank import run_rank
-
-        code = run_rank(sc, args.run_id, name=args.name, quiet=args.quiet)
-        # A rank ends here without the interpreter's shutdown: its process group is destroyed and its
-        # results are in the store, and C++ threads of torch's c10d clients still joinable while static
-        # destructors run would abort the process ("terminate called without an active exception").
-        logging.shutdown()
-        sys.stdout.flush()
-        sys.stderr.flush()
-        os._exit(code)
+        return _rank(sc, args.run_id, args.name, args.quiet)  # under torchrun
     # Started by a person or by the job manager: this process launches the job's ranks.
     try:
         res = launch(sc, args.run_id, name=args.name)

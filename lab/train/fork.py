@@ -1,26 +1,28 @@
 """How a warm process becomes a job's process: the side of warm starts that runs in the children.
 
-The warm starter (:mod:`lab.train.starter`) forks a launcher for each job with :func:`become` and
-:func:`run_main`; a launcher forked that way forks each worker with :func:`fork_worker`. Each child
-takes the streams, descriptors, environment, folder, signal handlers and process title a cold
-``python -m lab.train`` would have, then runs the very same entry. :class:`Forked` and the job
-manager's :class:`lab.train.warm.StartedLauncher` answer as a :class:`subprocess.Popen` does, so
-the launcher and the job manager treat a forked process as a started one.
+The warm starter (:mod:`lab.train.starter`) forks a launcher for each job, and a launcher forked
+that way forks each worker, with :func:`fork_child`: the child takes the streams, descriptors,
+environment, folder and signal handlers a cold process would have (:func:`become`), then runs the
+function it was given (the launcher's :func:`lab.train.launcher.run_job`, a rank's
+:func:`lab.train.rank.run_rank`) on the data it holds already, and leaves with its exit code.
+:class:`Forked` and the job manager's :class:`lab.train.warm.StartedLauncher` answer as a
+:class:`subprocess.Popen` does, so the launcher and the job manager treat a forked process as a
+started one.
 """
 
 from __future__ import annotations
 
+import logging
 import os
-import runpy
 import signal
 import subprocess
 import sys
 import time
 import traceback
 from pathlib import Path
+from typing import Callable
 
-import setproctitle
-
+from lab import processes
 from lab.settings import ROOT
 
 #: True in the starter and every launcher it forks: such a launcher forks its workers.
@@ -98,18 +100,6 @@ def _close_fds(keep: tuple[int, ...]) -> None:
                 pass
 
 
-def claim_title_space() -> None:
-    """Let setproctitle take the memory of this process's command line and environment for titles
-    now, while the environment is the one it started with: a child that changed its environment
-    first would have only the command line's few bytes for its title."""
-    setproctitle.setproctitle(setproctitle.getproctitle())
-
-
-def lab_train_args(argv: list[str]) -> list[str]:
-    """The arguments after ``python -m lab.train`` in a command line."""
-    return list(argv[3:]) if list(argv[:3]) == [sys.executable, "-m", "lab.train"] else list(argv)
-
-
 def become(env: dict, cwd: str, stdout: int, stderr: int, keep: tuple[int, ...] = ()) -> None:
     """In a just-forked child: the standard streams, descriptors, environment, folder and signal
     handlers a process started cold with ``env`` in ``cwd`` would have."""
@@ -118,6 +108,9 @@ def become(env: dict, cwd: str, stdout: int, stderr: int, keep: tuple[int, ...] 
     os.dup2(stdout, 1)
     os.dup2(stderr, 2)
     _close_fds(keep)
+    # Python's own streams over the new descriptors, whatever objects the parent had put there
+    sys.stdout = open(1, "w", buffering=1, encoding="utf-8", errors="backslashreplace", closefd=False)
+    sys.stderr = open(2, "w", buffering=1, encoding="utf-8", errors="backslashreplace", closefd=False)
     for s in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGCHLD, signal.SIGPIPE):
         signal.signal(s, signal.SIG_DFL)
     signal.signal(signal.SIGINT, signal.default_int_handler)
@@ -126,17 +119,14 @@ def become(env: dict, cwd: str, stdout: int, stderr: int, keep: tuple[int, ...] 
     os.chdir(cwd)
 
 
-def run_main(argv: list[str]) -> None:
-    """Run ``python -m lab.train`` with ``argv`` in this (forked) process, as the interpreter runs
-    it for a cold start (``runpy``, the module already imported), and leave with its exit code.
-    The process takes that command line as its title: ``ps`` and the lab's own process scans
-    (:func:`lab.train.launcher.processes_of`) find a job's processes by it."""
+def exit_with(main: Callable[[], int | None]) -> None:
+    """Run ``main`` in this (forked) child and leave with its exit code: a child never returns
+    into its parent's code, and leaves without the interpreter's shutdown, whose static destructors
+    would meet the threads torch's c10d clients still hold ("terminate called without an active
+    exception")."""
     code = 1
     try:
-        setproctitle.setproctitle(" ".join([sys.executable, "-m", "lab.train", *argv]))
-        sys.argv = [str(Path(ROOT) / "lab" / "train" / "__main__.py"), *argv]
-        runpy.run_module("lab.train", run_name="__main__", alter_sys=True)
-        code = 0
+        code = main()
     except SystemExit as exc:
         code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
     except BaseException:  # noqa: BLE001 - a child must never return into its parent's code
@@ -144,16 +134,18 @@ def run_main(argv: list[str]) -> None:
         code = 1
     finally:
         try:
+            logging.shutdown()
             sys.stdout.flush()
             sys.stderr.flush()
         finally:
             os._exit(int(code or 0))
 
 
-def fork_worker(argv: list[str], env: dict, log_path: Path, keep_fds: tuple[int, ...] = (),
-                cpu: int | None = None) -> Forked:
-    """A worker of a warm launcher: forked from it (so it is its child, in its process group), with
-    the environment, descriptors and core a cold ``python -m lab.train`` worker would get."""
+def fork_child(main: Callable[[], int | None], env: dict, log_path: Path, keep_fds: tuple[int, ...] = (),
+               cpu: int | None = None, *, new_session: bool = False) -> Forked:
+    """A child forked from this process (so in its process group, unless ``new_session``), with the
+    environment, descriptors and core a cold process would get, its standard output and error in
+    ``log_path``, running ``main``."""
     sys.stdout.flush()
     sys.stderr.flush()
     err = os.open(str(log_path), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
@@ -164,18 +156,16 @@ def fork_worker(argv: list[str], env: dict, log_path: Path, keep_fds: tuple[int,
         os.close(err)
         os.close(devnull)
         raise
-    if pid == 0:  # the worker
+    if pid == 0:  # the child
         try:
-            become(env, str(ROOT), devnull, err, keep_fds)
-            if cpu is not None:
-                try:
-                    os.sched_setaffinity(0, {cpu})
-                except (OSError, AttributeError):
-                    pass
+            if new_session:
+                os.setsid()  # its own session and process group, as start_new_session gives a cold one
+            become(env, str(ROOT), err if new_session else devnull, err, keep_fds)
+            processes.pin(cpu)
         except BaseException:  # noqa: BLE001 - a child must never return into its parent's code
-            traceback.print_exc()  # into the worker's log (stderr is its log once become() ran)
+            traceback.print_exc()  # into the child's log (stderr is its log once become() ran)
             os._exit(1)
-        run_main(lab_train_args(argv))
+        exit_with(main)
     os.close(err)
     os.close(devnull)
-    return Forked(pid, argv)
+    return Forked(pid)

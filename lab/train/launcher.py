@@ -2,9 +2,12 @@
 watches them, and ends the job -- or restarts it from its last checkpoint -- within seconds when
 any of them fails.
 
-It does what torchrun does for one machine, so the workers run the very same code either way:
-each worker is ``python -m lab.train --scenario FILE --run-id ID`` with RANK, WORLD_SIZE,
-MASTER_ADDR and MASTER_PORT in its environment. The launcher also
+It does what torchrun does for one machine, so the workers run the very same rank code either way:
+each worker has RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT in its environment and runs
+:func:`lab.train.rank.run_rank` on the attempt's scenario, which it receives as data: a launcher
+forked by the warm starter forks its workers, which hold the scenario already; a cold launcher
+starts ``python -m lab.train --spec -`` for each and writes the scenario to its standard input.
+The job manager hands a launcher a :class:`JobSpec` the same way (:func:`run_job`). The launcher also
 
 * holds the rendezvous port: it binds and listens on a port the operating system picks and hands
   the socket to rank 0's TCPStore (LAB_STORE_FD), with a per-attempt key prefix
@@ -23,14 +26,15 @@ MASTER_ADDR and MASTER_PORT in its environment. The launcher also
   over the others: the job migrates off the failed worker), at most LAB_MAX_RESTARTS times (default 3). A worker's
   own LabError (a wrong setting) is never retried,
 * writes each worker's log to ``<data>/logs/<run id>/rank<k>.log`` (kept after the job),
-* pins rank k to the CPU given in LAB_RANK_CPUS (comma list; :class:`lab.jobs.manager.JobManager` sets it),
+* pins rank k to the CPU given in its spec (or LAB_RANK_CPUS, a comma list, on the command line),
 * kills and reaps every worker on failure, on SIGTERM/SIGINT/SIGHUP (marking the run stopped), and
   -- through PR_SET_PDEATHSIG in the workers -- when the launcher itself is killed; then records
   ``ended`` and ``released`` (with the count of processes left behind: 0),
-* records who it is in the run store's ``launchers`` table (pid, host, boot id and the process's
-  start time, and its scratch folder) and beats there every second, so that a job manager finds a
-  launcher killed with SIGKILL (which can record nothing) while the app runs
-  (:meth:`lab.jobs.manager.JobManager.sweep`).
+* claims the run in the run store (:meth:`lab.store.runs.RunStore.claim`): who it is (pid, process
+  group, creation time, host, boot, and its scratch folder), and beats there every second, so that a
+  job manager finds a launcher killed with SIGKILL (which can record nothing) while the app runs
+  (:meth:`lab.jobs.manager.JobManager.sweep`) and finds the job's processes by their group
+  (:func:`processes_of`).
 
 The workers stay in the launcher's process group. Started by :mod:`lab.jobs.manager` (new session) or by an
 interactive shell (its own job), the launcher leads that group, so one ``killpg`` ends the whole job.
@@ -55,14 +59,14 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from lab import procfs, settings
+from lab import processes, settings
 from lab.errors import LabError
 from lab.scenario.document import Scenario
 from lab.settings import ROOT
-from lab.store.runs import ACTIVE, JOB_WORKER, RunStore
+from lab.scenario.groups import resource_groups
+from lab.store.runs import ACTIVE, JOB_WORKER, RunStore, check_run_id
 from lab.train import fork
 from lab.train.resilience import latest_checkpoint, read_heartbeat
-from lab.train.roles import parse_job
 
 log = logging.getLogger("lab.train")
 
@@ -121,6 +125,51 @@ class Failure:
     last_beat: float | None = None
 
 
+@dataclass(frozen=True)
+class JobSpec:
+    """One job as the job manager hands it to its launcher: the run (queued in ``db``), its scenario as
+    the store holds it (checked at submit, with a placement run's plan written out), the cores of its
+    ranks and its priority. It travels as JSON once (the warm starter's pipe, or a cold launcher's
+    standard input) and is read once."""
+
+    run_id: str
+    scenario: dict
+    db: str
+    cpus: tuple[int, ...] = ()
+    nice: int = 0
+    idle: bool = False
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, d) -> "JobSpec":
+        if not isinstance(d, dict) or not isinstance(d.get("scenario"), dict) or not isinstance(d.get("db"), str):
+            raise LabError("a job spec needs a run id, a scenario and a run store", where="job spec")
+        try:
+            cpus = tuple(int(c) for c in d.get("cpus") or ())
+            return cls(check_run_id(d.get("run_id")), d["scenario"], d["db"], cpus, int(d.get("nice") or 0),
+                       bool(d.get("idle")))
+        except (TypeError, ValueError) as exc:
+            raise LabError(f"a malformed job spec: {exc}", where="job spec") from None
+
+
+def run_job(spec: JobSpec, log=sys.stderr) -> int:
+    """The launcher of a job the job manager started: its priority, then :func:`launch` on the
+    spec's scenario, which the job manager checked already; returns the process's exit code."""
+    processes.as_background_work(spec.nice, spec.idle)
+    try:
+        res = launch(Scenario.from_dict(spec.scenario), spec.run_id, store_path=spec.db,
+                     cpus=list(spec.cpus) or None, checked=True)
+    except LabError as exc:
+        print("lab.train: " + " ".join(str(exc).split()), file=log)
+        return 2
+    if res.status != "done":
+        print(f"lab.train: run {res.run_id} {res.status}" + (f": {res.error}" if res.error else ""), file=log)
+    print(f"run {res.run_id} test_accuracy {res.test_accuracy:.6f}", file=log, flush=True)
+    return res.exit_code
+
+
 def free_port() -> int:
     """A port that was free a moment ago (racy: prefer :func:`listening_socket`)."""
     with socket.socket() as s:
@@ -148,6 +197,40 @@ def world_size(sc: Scenario) -> int:
             return len(sc.topology.devices)
         return len({dev for _, dev in tr.placement})
     return tr.workers + (1 if tr.sync == "param_server" else 0)
+
+
+def parse_job(sc) -> dict:
+    """The task-level design's parsing step: the job's roles (a task manager, a parameter server where the sync mode
+    uses one, the compute workers), the device each worker stands for, and the topology's resource
+    groups (one hardware type each) those devices belong to. Plain data (JSON-ready)."""
+    tr = sc.training
+    groups = resource_groups(sc.topology)
+    group_of = {d.split("/", 1)[1]: g.name for g in groups for d in g.devices}
+    if tr.parallel == "placement" and tr.placement:  # one process per device of the plan
+        devs = sorted({dev for _, dev in tr.placement})  # ranks follow the model's order, decided by each process
+        roles = [{"role": "task manager", "rank": None, "device": None, "group": None,
+                  "process": "the launcher (starts one process per device, watches heartbeats)"}]
+        roles += [{"role": "stage", "rank": None, "device": d, "group": group_of.get(d),
+                   "process": f"the stage process of {d}", "operators": [op for op, x in tr.placement if x == d]}
+                  for d in devs]
+        return {"workers": len(devs), "parameter_server": None, "tasks": len(devs), "sync": "placement",
+                "strategy": tr.strategy, "roles": roles,
+                "resource_groups": [{"name": g.name, "type": g.type, "devices": g.size} for g in groups]}
+    ps = tr.sync == "param_server"
+    devs = list(tr.worker_devices)
+    roles = [{"role": "task manager", "rank": None, "device": None, "group": None,
+              "process": "the launcher (splits the job, watches heartbeats, restarts)"}]
+    for r in range(tr.workers):
+        dev = devs[r] if r < len(devs) else None
+        roles.append({"role": "compute worker", "rank": r, "device": dev, "group": group_of.get(dev),
+                      "process": f"worker rank {r}"})
+    if ps:
+        dev = devs[tr.workers] if len(devs) > tr.workers else None
+        roles.append({"role": "parameter server", "rank": tr.workers, "device": dev, "group": group_of.get(dev),
+                      "process": f"rank {tr.workers}"})
+    return {"workers": tr.workers, "parameter_server": tr.workers if ps else None, "tasks": tr.workers + ps,
+            "sync": tr.sync, "roles": roles,
+            "resource_groups": [{"name": g.name, "type": g.type, "devices": g.size} for g in groups]}
 
 
 def _on_signal(signum, frame):  # noqa: ARG001
@@ -205,9 +288,27 @@ def logs_dir(store: RunStore, run_id: str) -> Path:
     return store.data_dir() / "logs" / run_id
 
 
-def processes_of(run_id: str, exclude: tuple[int, ...] = ()) -> list[int]:
-    """Live (non-zombie) processes whose command line names this run (``--run-id <id>``)."""
-    return procfs.pids_whose_command_has(f"--run-id {run_id}", exclude)
+def processes_of(run_id: str, store: RunStore | str | os.PathLike | None = None,
+                 exclude: tuple[int, ...] = ()) -> list[int]:
+    """Live (non-zombie) processes of the job of ``run_id`` ([] before a launcher claimed the run, and
+    for a launcher on another machine). A launcher that leads its process group (the job manager's,
+    or one started from an interactive shell) holds the job in it: its members created since the
+    launcher was. One in another's group (a script's, a test calling :func:`launch`) shares it with its
+    callers: then the descendants it created since it claimed the run, while it runs (its workers
+    die with it)."""
+    store = store if isinstance(store, RunStore) else RunStore(store)
+    try:
+        rec = store.launcher(run_id)
+    except LabError:
+        return []
+    if not rec or rec.get("host") != host_name() or not rec.get("pid"):
+        return []
+    if rec.get("boot") and processes.boot_id() and rec["boot"] != processes.boot_id():
+        return []
+    if rec.get("pgid") and rec["pgid"] == rec["pid"]:
+        return processes.group_members(rec["pgid"], since=rec.get("created") or rec.get("started"),
+                                       exclude=exclude)
+    return [p for p in processes.descendants(rec, since=rec.get("started")) if p not in exclude]
 
 
 def scratch_prefix(run_id: str) -> str:
@@ -236,9 +337,8 @@ def host_name() -> str:
 
 
 def identity(pid: int | None = None) -> dict:
-    """Who a launcher is: pid, host, boot id and the process's start time."""
-    pid = os.getpid() if pid is None else pid
-    return {"pid": pid, "host": host_name(), "boot": procfs.boot_id(), "pid_start": procfs.start_ticks(pid)}
+    """Who a launcher is: pid, process group, creation time, boot and host."""
+    return {**processes.identity(pid), "host": host_name()}
 
 
 def stale_after() -> float:
@@ -251,7 +351,7 @@ def launcher_gone(record: dict | None, now: float | None = None) -> str | None:
     """Why the launcher of a launcher record is gone, or None while it may still run.
 
     On this machine in this boot the process itself decides: gone when no process has its pid and
-    start time, or that process is a zombie (killed, not yet reaped). After a reboot every launcher
+    creation time, or that process is a zombie (killed, not yet reaped). After a reboot every launcher
     is gone. Elsewhere (another host sharing the store) only its heartbeat can tell: gone once it
     is older than :func:`stale_after`."""
     if not record:
@@ -259,15 +359,13 @@ def launcher_gone(record: dict | None, now: float | None = None) -> str | None:
     now = time.time() if now is None else now
     pid = record.get("pid")
     here = record.get("host") == host_name()
-    if here and record.get("boot") and procfs.boot_id() and record["boot"] != procfs.boot_id():
+    if here and record.get("boot") and processes.boot_id() and record["boot"] != processes.boot_id():
         return "the machine restarted since the launcher started"
-    if here and Path("/proc").exists():
-        start = procfs.start_ticks(pid)
-        if start is None or (record.get("pid_start") is not None and start != record["pid_start"]):
+    if here:
+        made = processes.created(pid)
+        if made is None or (record.get("created") is not None and made != record["created"]):
             return f"its launcher (pid {pid}) is gone"
-        # a process on its way out releases its memory, and with it its command line, well before
-        # it turns into a zombie
-        if not procfs.running(pid) or procfs.command_line(pid, wait_s=0.0) == "":
+        if not processes.running(pid):
             return f"its launcher (pid {pid}) was killed"
         return None
     beat = record.get("beat") or record.get("started")
@@ -287,11 +385,13 @@ def parse_cpus(text: str | None) -> list[int] | None:
 
 def launch(sc: Scenario, run_id: str | None = None, *, name: str | None = None,
            store_path: str | os.PathLike | None = None, log=sys.stderr,
-           cpus: list[int] | None = None) -> LaunchResult:
+           cpus: list[int] | None = None, checked: bool = False) -> LaunchResult:
     """Run the scenario's training job to its end (restarting it after faults when its policy is
-    ``recover``); returns the run id, status and final accuracy."""
+    ``recover``); returns the run id, status and final accuracy. ``checked``: the scenario passed
+    :func:`preflight` already (the job manager's, at submit)."""
     store = RunStore(store_path)
-    sc = preflight(sc)
+    if not checked:
+        sc = preflight(sc)
     if run_id is not None:
         try:
             run = store.get_run(run_id)
@@ -305,13 +405,15 @@ def launch(sc: Scenario, run_id: str | None = None, *, name: str | None = None,
     else:
         run_id = store.create_run(sc, name=name, status="queued")
     if store.last_stage(run_id, "submitted") is None:  # started by hand, not through lab.jobs.manager
-
         store.add_stage(run_id, "submitted", detail={"by": "command line", "pid": os.getpid()})
         store.add_stage(run_id, "parsed", detail=parse_job(sc))
-    store.update_run(run_id, pid=os.getpid(), scenario=sc.to_dict())
-    store.set_launcher(run_id, **identity())  # before "running": a sweep must never see a running run without it
-    if not store.set_status(run_id, "running", only_from=("queued",)):
-        return LaunchResult(run_id, store.status(run_id), math.nan, "stopped before it started")
+    if not checked:  # the scenario as it runs (a placement run's plan written out)
+        store.update_run(run_id, scenario=sc.to_dict())
+    # The run becomes running together with who runs it: a sweep never sees a running run without
+    # its launcher, and a second launcher of the same run (a warm starter that died before it could
+    # answer, and the cold start that replaced it) finds it taken.
+    if not store.claim(run_id, **identity()):
+        return LaunchResult(run_id, store.status(run_id), math.nan, "stopped, or started elsewhere, before it started")
     cpus = cpus if cpus is not None else parse_cpus(settings.raw("LAB_RANK_CPUS"))
     old = {s: signal.signal(s, _on_signal) for s in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)}
     tmp = Path(tempfile.mkdtemp(prefix=scratch_prefix(run_id)))
@@ -322,13 +424,11 @@ def launch(sc: Scenario, run_id: str | None = None, *, name: str | None = None,
     attempt, current, restarts = 0, sc, 0
     try:
         while True:
-            scenario_file = tmp / f"scenario{attempt}.json"
-            scenario_file.write_text(current.to_json())
             sock = listening_socket()
             try:
                 if fork.FORK_WORKERS:  # SQLite's per-process lock table must not reach a forked worker
                     store.close()
-                procs = _spawn(current, run_id, scenario_file, tmp, store.path, attempt, sock, logs, cpus)
+                procs = _spawn(current, run_id, tmp, store.path, attempt, sock, logs, cpus)
                 store.add_stage(run_id, "started", attempt=attempt, detail={
                     "launcher": "lab", "start": "warm" if fork.FORK_WORKERS else "cold",
                     "launcher_pid": os.getpid(), "world": len(procs),
@@ -340,7 +440,7 @@ def launch(sc: Scenario, run_id: str | None = None, *, name: str | None = None,
             if failure is None:
                 store.set_status(run_id, "done", only_from=("running",))  # normally rank 0 did this already
                 break
-            procfs.kill_and_reap(procs, KILL_GRACE_S)
+            processes.kill_and_reap(procs, KILL_GRACE_S)
             policy = current.training.fault_policy
             again = (policy == "recover" and failure.retryable and restarts < max_restarts()
                      and store.status(run_id) == "running")
@@ -366,10 +466,10 @@ def launch(sc: Scenario, run_id: str | None = None, *, name: str | None = None,
             attempt += 1
             current = nxt
     except Stopped as sig:
-        procfs.kill_and_reap(procs, KILL_GRACE_S)
+        processes.kill_and_reap(procs, KILL_GRACE_S)
         store.set_status(run_id, "stopped", error=f"stopped by {sig}", only_from=("running", "queued"))
     finally:
-        procfs.kill_and_reap(procs, KILL_GRACE_S)
+        processes.kill_and_reap(procs, KILL_GRACE_S)
         for s, h in old.items():
             signal.signal(s, h)
         shutil.rmtree(tmp, ignore_errors=True)
@@ -412,8 +512,8 @@ def _record_end(store: RunStore, run_id: str, attempt: int) -> None:
         log.warning("the end of run %s could not be recorded: %s: %s", run_id, type(exc).__name__, exc)
 
 
-def _spawn(sc: Scenario, run_id: str, scenario_file: Path, tmp: Path, db: Path, attempt: int,
-           sock: socket.socket, logs: Path, cpus: list[int] | None) -> list[subprocess.Popen]:
+def _spawn(sc: Scenario, run_id: str, tmp: Path, db: Path, attempt: int, sock: socket.socket, logs: Path,
+           cpus: list[int] | None) -> list[subprocess.Popen]:
     world = world_size(sc)
     base = settings.child_env()
     base.update({
@@ -424,6 +524,7 @@ def _spawn(sc: Scenario, run_id: str, scenario_file: Path, tmp: Path, db: Path, 
     })
     for k in ("TORCHELASTIC_RUN_ID", "TORCHELASTIC_RESTART_COUNT", "TORCHELASTIC_MAX_RESTARTS", "LAB_STORE_FD"):
         base.pop(k, None)
+    spec = None  # what a cold worker reads on its standard input
     procs = []
     for rank in range(world):
         env = dict(base, RANK=str(rank), LOCAL_RANK=str(rank), LAB_ERROR_FILE=str(tmp / f"rank{rank}.err"),
@@ -435,28 +536,32 @@ def _spawn(sc: Scenario, run_id: str, scenario_file: Path, tmp: Path, db: Path, 
             env["LAB_STORE_FD"] = str(sock.fileno())
             fds = (sock.fileno(),)
         cpu = cpus[rank % len(cpus)] if cpus else None
-        err = open(logs / f"rank{rank}.log", "ab")
-        try:
+        log_file = logs / f"rank{rank}.log"
+        with open(log_file, "ab") as err:
             err.write(f"===== {time.strftime('%Y-%m-%d %H:%M:%S')} attempt {attempt}: rank {rank} of {world}"
                       f"{f', cpu {cpu}' if cpu is not None else ''} =====\n".encode())
-            err.flush()
-            argv = [sys.executable, "-m", "lab.train", "--scenario", str(scenario_file), "--run-id", run_id, "--quiet"]
-            if fork.FORK_WORKERS:  # a launcher forked by the warm starter forks its workers too
-                procs.append(fork.fork_worker(argv, env, logs / f"rank{rank}.log", fds, cpu))
-                continue
-            procs.append(subprocess.Popen(
-                argv, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=err, cwd=str(ROOT),
-                pass_fds=fds, preexec_fn=(lambda c=cpu: _pin(c)) if cpu is not None else None))
-        finally:
-            err.close()
+        if fork.FORK_WORKERS:  # a launcher forked by the warm starter forks its workers, which hold the scenario
+            procs.append(fork.fork_child(lambda: _rank_main(sc, run_id), env, log_file, fds, cpu))
+            continue
+        spec = spec or json.dumps({"run_id": run_id, "scenario": sc.to_dict()}).encode()
+        with open(log_file, "ab") as err:
+            p = subprocess.Popen([sys.executable, "-m", "lab.train", "--spec", "-"], env=env, stdin=subprocess.PIPE,
+                                 stdout=subprocess.DEVNULL, stderr=err, cwd=str(ROOT), pass_fds=fds,
+                                 preexec_fn=(lambda c=cpu: processes.pin(c)) if cpu is not None else None)
+        procs.append(p)
+        try:
+            p.stdin.write(spec)
+            p.stdin.close()
+        except OSError:  # it died at once: its exit code says so to the watch
+            pass
     return procs
 
 
-def _pin(cpu: int) -> None:
-    try:
-        os.sched_setaffinity(0, {cpu})
-    except (OSError, AttributeError):
-        pass
+def _rank_main(sc: Scenario, run_id: str) -> int:
+    """A forked worker: the rank's code on the scenario it inherited."""
+    from lab.train.rank import run_rank  # the starter imported it (and torch) before it forked this
+
+    return run_rank(sc, run_id, quiet=True)
 
 
 def _watch(procs: list[subprocess.Popen], tmp: Path, store: RunStore | None = None, run_id: str | None = None,
@@ -588,13 +693,13 @@ def _root_cause(procs, failed: list[int], tmp: Path, beats: list | None = None, 
         except ValueError:
             name = str(-code)
         return Failure(r, "killed", f"worker {r} (pid {procs[r].pid}) was killed by signal {name}", step, True, last)
-    tail = " ".join(procfs.last_lines((logs or tmp) / f"rank{r}.log", 1))[-500:]
+    tail = " ".join(processes.last_lines((logs or tmp) / f"rank{r}.log", 1))[-500:]
     return Failure(r, "exited", f"worker {r} (pid {procs[r].pid}) exited with code {code}" + (f": {tail}" if tail else ""),
                    step, True, last)
 
 
 def _copy_logs(logs: Path, log, attempt: int) -> None:
     for f in sorted(logs.glob("rank*.log")):
-        text = procfs.tail_text(f).split(f"attempt {attempt}:")[-1].strip()
+        text = processes.tail_text(f).split(f"attempt {attempt}:")[-1].strip()
         if text:
             print(f"----- {f.stem} (attempt {attempt}) -----\n{text[-4000:]}", file=log)

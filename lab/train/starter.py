@@ -8,7 +8,7 @@ import json
 import os
 import select
 import sys
-import traceback
+from pathlib import Path
 
 from lab.settings import THREAD_VARIABLES  # light: no torch, no numpy
 
@@ -20,34 +20,17 @@ import torch._dynamo  # noqa: E402,F401  (torch.optim's first optimiser imports 
 import torch.distributed  # noqa: E402,F401
 import torch.utils.serialization  # noqa: E402,F401  (the first checkpoint)
 
-import lab.train.cli  # noqa: E402,F401  (the launcher's and the workers' entry)
-import lab.train.rank  # noqa: E402,F401
+import lab.train.rank  # noqa: E402,F401  (the workers' code)
 from lab.errors import LabError  # noqa: E402
-from lab.procfs import as_background_work, rss_mb  # noqa: E402
+from lab.processes import rss_mb  # noqa: E402
 from lab.train import data, fork  # noqa: E402
+from lab.train.launcher import JobSpec, run_job  # noqa: E402
 
 
 def _start_launcher(req: dict) -> int:
-    """Fork a launcher for one job; its pid."""
-    sys.stdout.flush()
-    sys.stderr.flush()
-    log = os.open(req["log"], os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
-    try:
-        pid = os.fork()
-    except OSError:
-        os.close(log)
-        raise
-    if pid == 0:  # the launcher
-        try:
-            os.setsid()  # its own session and process group, as start_new_session gives a cold one
-            as_background_work(int(req.get("nice") or 0), bool(req.get("idle")))
-            fork.become(req["env"], req["cwd"], log, log)
-        except BaseException:  # noqa: BLE001 - a child must never return into the starter's loop
-            traceback.print_exc()  # into the job's log (stderr is the log once become() ran)
-            os._exit(1)
-        fork.run_main(fork.lab_train_args(req["argv"]))
-    os.close(log)
-    return pid
+    """Fork a launcher for one job (its own session, its log as its output); its pid."""
+    spec = JobSpec.from_dict(req.get("spec"))  # a malformed request is answered, before any fork
+    return fork.fork_child(lambda: run_job(spec), req["env"], Path(req["log"]), new_session=True).pid
 
 
 def _send(msg: dict) -> None:
@@ -64,7 +47,6 @@ def serve() -> int:
     except LabError:
         pass
     fork.FORK_WORKERS = True  # inherited by every launcher forked from here
-    fork.claim_title_space()
     children: set[int] = set()
     _send({"ready": True, "pid": os.getpid(), "rss_mb": round(rss_mb(), 1)})
     buf = b""

@@ -4,8 +4,8 @@ A cold job pays the interpreter's start and its imports (torch alone takes secon
 launcher and once more for every worker. The starter is one process, started with the app, that
 has imported torch and the training code and loaded the bundled data set, and then waits. For each
 job the job manager asks it for a launcher: it forks one, which leads a new session as a cold
-launcher does and runs the very same :func:`lab.train.cli.main`; that launcher forks its workers
-from itself instead of starting ``python -m lab.train`` for each. Every job still has its own
+launcher does and runs the very same :func:`lab.train.launcher.run_job` on the job's spec; that
+launcher forks its workers from itself instead of starting a Python for each. Every job still has its own
 processes (a new gloo group, its own heartbeats, pinning, stop, fault detection and checkpoints),
 and its workers are the launcher's children in its process group, so stopping a job and the
 workers' death with their launcher work as they do cold.
@@ -13,8 +13,8 @@ workers' death with their launcher work as they do cold.
 The starter talks to the job manager in JSON lines over its standard input and output:
 
 * starter → manager, once: ``{"ready": true, "pid": P, "rss_mb": M}``;
-* manager → starter: ``{"op": "start", "id": K, "argv": [...], "env": {...}, "cwd": D, "log": F,
-  "nice": N}``, answered by ``{"id": K, "pid": P}`` or ``{"id": K, "error": "..."}``;
+* manager → starter: ``{"op": "start", "id": K, "spec": {...}, "env": {...}, "log": F}`` (the job's
+  :class:`lab.train.launcher.JobSpec`), answered by ``{"id": K, "pid": P}`` or ``{"id": K, "error": "..."}``;
 * starter → manager, whenever a launcher it forked ends: ``{"exit": P, "code": C}`` (a negative
   code: killed by that signal).
 
@@ -37,11 +37,12 @@ import sys
 import threading
 import time
 
-from lab import procfs, settings
+from lab import processes, settings
 from lab.errors import LabError
-from lab.procfs import rss_mb
+from lab.processes import rss_mb
 from lab.settings import ROOT, THREAD_VARIABLES
 from lab.train.fork import PopenLike
+from lab.train.launcher import JobSpec
 
 
 class StartedLauncher(PopenLike):
@@ -53,16 +54,15 @@ class StartedLauncher(PopenLike):
     POLL_S = 0.02  # each poll takes the lock the starter's reader thread holds
     REPORT_S = 2.0  # a launcher gone this long without a report from a live starter: its code is lost
 
-    def __init__(self, starter: "Starter", pid: int, args: list[str], generation: int | None = None):
-        self.starter, self.pid, self.args = starter, pid, args
+    def __init__(self, starter: "Starter", pid: int, generation: int | None = None):
+        self.starter, self.pid, self.args = starter, pid, []
         self.generation = starter.restarts if generation is None else generation
-        self.pid_start = procfs.start_ticks(pid)
+        self.who = processes.identity(pid)
         self.returncode: int | None = None
         self._gone_at: float | None = None
 
     def _process_gone(self) -> bool:
-        start = procfs.start_ticks(self.pid)
-        return start is None or start != self.pid_start or not procfs.running(self.pid)
+        return not processes.still_runs(self.who)
 
     def poll(self) -> int | None:
         if self.returncode is None:
@@ -198,17 +198,16 @@ class Starter:
         """Whether the starter process numbered ``generation`` has ended (it reports nothing more)."""
         return generation != self.restarts or not self.alive()
 
-    def launch(self, argv: list[str], env: dict, cwd: str, log: str, nice: int = 0,
-               timeout: float = 30.0) -> StartedLauncher:
-        """A launcher for one job, forked by the starter (LabError when the starter cannot)."""
+    def launch(self, spec: JobSpec, env: dict, log: str, timeout: float = 30.0) -> StartedLauncher:
+        """Ask for a launcher of one job, forked by the starter (LabError when the starter cannot).
+        The reply comes within milliseconds of a live starter; ``timeout`` bounds a starter that hangs."""
         if not self.ready():
             raise LabError("the warm starter is not running", where="warm start")
         with self._reply_cv:
             self._next_id += 1
             rid = self._next_id
             generation = self.restarts
-        req = {"op": "start", "id": rid, "argv": list(argv), "env": dict(env, **THREAD_VARIABLES), "cwd": cwd,
-               "log": log, "nice": int(nice), "idle": settings.job_idle()}
+        req = {"op": "start", "id": rid, "spec": spec.to_dict(), "env": dict(env, **THREAD_VARIABLES), "log": log}
         try:
             with self._lock:
                 self.proc.stdin.write((json.dumps(req) + "\n").encode())
@@ -225,7 +224,7 @@ class Starter:
             msg = self._replies.pop(rid)
         if "error" in msg:
             raise LabError(f"the warm starter could not start the job: {msg['error']}", where="warm start")
-        return StartedLauncher(self, int(msg["pid"]), list(argv), generation)
+        return StartedLauncher(self, int(msg["pid"]), generation)
 
 
 _SHARED: Starter | None = None

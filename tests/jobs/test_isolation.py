@@ -21,7 +21,7 @@ from lab.jobs.access import TEACHER, Roster, can_manage, is_teacher, new_token, 
 from lab.jobs.manager import JobManager
 from lab.scenario.document import default_scenario
 from lab.store.runs import RunStore
-from lab.procfs import boot_id
+from lab.processes import boot_id
 from lab.train.launcher import identity, launcher_gone, processes_of
 from tests.conftest import ROOT, default_with, wait_for
 
@@ -191,7 +191,7 @@ def test_a_launcher_record_names_one_process_of_one_boot():
     dead = subprocess.Popen([sys.executable, "-c", "pass"])
     dead.wait()
     assert "gone" in launcher_gone({**me, "pid": dead.pid})
-    assert "gone" in launcher_gone({**me, "pid_start": me["pid_start"] + 1})  # the pid was reused
+    assert "gone" in launcher_gone({**me, "created": me["created"] + 1})  # the pid was reused
     if boot_id():
         assert "restarted" in launcher_gone({**me, "boot": "another-boot"})
     elsewhere = {**me, "host": socket.gethostname() + "-elsewhere"}  # only the heartbeat can tell

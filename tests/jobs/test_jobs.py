@@ -14,7 +14,7 @@ from lab.jobs.access import ANONYMOUS
 from lab.jobs.manager import JobManager
 from lab.scenario.document import default_scenario
 from lab.store.runs import RunStore
-from tests.train.test_train import processes_with
+from lab.train.launcher import processes_of
 from tests.conftest import default_with, wait_for
 
 pytestmark = pytest.mark.timeout(240)
@@ -51,7 +51,7 @@ def test_queue_runs_jobs_one_after_another(lab_db):
     assert all(jm.log_path(r).exists() for r in ids)
     assert not list((store.data_dir() / "jobs").glob("*.json"))  # scenario files cleaned up
     for r in ids:
-        assert processes_with(r) == []
+        assert processes_of(r) == []
 
 
 def test_stop_ends_the_whole_process_group_and_a_queued_job_never_starts(lab_db):
@@ -59,12 +59,12 @@ def test_stop_ends_the_whole_process_group_and_a_queued_job_never_starts(lab_db)
     first, second = jm.submit_many([(scenario(workers=2, steps=100_000), "long"), (scenario(steps=5), "next")])
     store = RunStore(lab_db)
     wait_for(lambda: store.progress(first.run_id) >= 10, what="the first job to make progress")
-    pids = processes_with(first.run_id)
+    pids = processes_of(first.run_id)
     assert len(pids) == 3  # launcher and two workers
     assert store.status(second.run_id) == "queued"
     assert jm.stop(second.run_id, ANONYMOUS)
     assert jm.stop(first.run_id, ANONYMOUS)
-    wait_for(lambda: processes_with(first.run_id) == [], timeout=30, what="every process to end")
+    wait_for(lambda: processes_of(first.run_id) == [], timeout=30, what="every process to end")
     assert store.status(first.run_id) == "stopped"
     run2 = store.get_run(second.run_id)
     assert run2["status"] == "stopped" and run2["start"] is None
@@ -78,13 +78,13 @@ def test_a_worker_killed_from_outside_fails_the_job_with_no_process_left(lab_db)
     store = RunStore(lab_db)
     wait_for(lambda: store.progress(job.run_id) >= 5, what="progress")
     launcher = store.get_run(job.run_id)["pid"]
-    workers = [p for p in processes_with(job.run_id) if p != launcher]
+    workers = [p for p in processes_of(job.run_id) if p != launcher]
     assert len(workers) == 2
     os.kill(workers[1], signal.SIGKILL)
     assert jm.wait(job.run_id, timeout=30) == "failed"
     run = store.get_run(job.run_id)
     assert "was killed by signal SIGKILL" in run["error"]
-    assert processes_with(job.run_id) == []
+    assert processes_of(job.run_id) == []
 
 
 def test_killing_the_launcher_takes_its_workers_and_the_run_is_not_left_running(lab_db):
@@ -95,7 +95,7 @@ def test_killing_the_launcher_takes_its_workers_and_the_run_is_not_left_running(
     os.kill(store.get_run(job.run_id)["pid"], signal.SIGKILL)  # only the launcher
     assert jm.wait(job.run_id, timeout=30) == "interrupted"  # it could not report: not a failure of the run
     assert "SIGKILL" in store.get_run(job.run_id)["error"]
-    wait_for(lambda: processes_with(job.run_id) == [], timeout=10, what="workers to die with their launcher")
+    wait_for(lambda: processes_of(job.run_id) == [], timeout=10, what="workers to die with their launcher")
 
 
 def test_running_runs_whose_process_is_gone_become_interrupted(lab_db):

@@ -24,7 +24,7 @@ from lab.jobs.policies import (
 )
 from lab.scenario.catalogue import preset
 from lab.scenario.document import default_scenario
-from lab.train.roles import parse_job
+from lab.train.launcher import parse_job
 
 
 def groups(**sizes):

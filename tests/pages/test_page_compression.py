@@ -106,7 +106,7 @@ def test_grid_button_queues_nine_runs_then_they_are_stopped(lab_db):
     from lab.jobs.manager import shared
     from lab.scenario.names import COMPARED_OPTIMIZERS
     from lab.store.runs import RunStore
-    from tests.train.test_train import processes_with
+    from lab.train.launcher import processes_of
 
     page = app_test("pages/compression.py", timeout=180)
     page.button(key="cp_grid_run").click().run()
@@ -128,9 +128,9 @@ def test_grid_button_queues_nine_runs_then_they_are_stopped(lab_db):
     assert set(ids) <= set(jm.queued()) | set(jm.running())
     jm.shutdown()
     deadline = time.monotonic() + 30
-    while any(processes_with(r) for r in ids) and time.monotonic() < deadline:
+    while any(processes_of(r) for r in ids) and time.monotonic() < deadline:
         time.sleep(0.3)
-    assert not any(processes_with(r) for r in ids)
+    assert not any(processes_of(r) for r in ids)
     assert set(store.list_runs().set_index("id").loc[ids].status) <= {"stopped", "done"}
     page.run()
     assert_no_exception(page)

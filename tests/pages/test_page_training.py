@@ -78,7 +78,7 @@ def test_training_page_edits_the_scenario_and_runs_a_short_job(lab_db):
 
 
 def test_stop_button_ends_the_job(lab_db):
-    from tests.train.test_train import processes_with
+    from lab.train.launcher import processes_of
 
     at = app_test("pages/training.py")
     at.number_input(key="tr_steps").set_value(100_000).run()
@@ -94,9 +94,9 @@ def test_stop_button_ends_the_job(lab_db):
     assert_no_exception(at)
     assert store.status(rid) == "stopped"
     deadline = time.monotonic() + 10
-    while processes_with(rid) and time.monotonic() < deadline:
+    while processes_of(rid) and time.monotonic() < deadline:
         time.sleep(0.2)
-    assert processes_with(rid) == []
+    assert processes_of(rid) == []
     at.run()
     assert any("stopped by" in str(w.value) for w in at.warning)  # who stopped it: the Jobs page's concern
 

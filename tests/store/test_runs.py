@@ -302,3 +302,45 @@ def test_no_export_name_leaves_the_export_folder(tmp_path_factory, name):
     folder = tmp_path_factory.getbasetemp() / "exports"
     path = RunStore._export_path(folder, name, ".csv")
     assert path.parent == folder.resolve() and path.suffix == ".csv" and len(path.name) <= 110
+
+
+def test_one_launcher_claims_a_queued_run_and_a_second_claim_writes_nothing(tmp_path):
+    store = RunStore(tmp_path / "runs.db")
+    rid = store.create_run(default_scenario(), status="queued")
+    first = {"pid": 101, "pgid": 101, "created": 1.5, "host": "h", "boot": "b"}
+    results = []
+    barrier = threading.Barrier(4)
+
+    def claim(k):
+        barrier.wait()
+        results.append((k, store.claim(rid, **{**first, "pid": 101 + k})))
+
+    threads = [threading.Thread(target=claim, args=(k,)) for k in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    winners = [k for k, ok in results if ok]
+    assert len(winners) == 1  # a job never runs twice
+    run, rec = store.get_run(rid), store.launcher(rid)
+    assert run["status"] == "running" and run["pid"] == rec["pid"] == 101 + winners[0] and run["start"]
+    assert {k: rec[k] for k in ("pgid", "created", "host", "boot")} == {"pgid": 101, "created": 1.5, "host": "h",
+                                                                         "boot": "b"}
+    stopped = store.create_run(default_scenario(), status="queued")
+    store.set_status(stopped, "stopped")
+    assert not store.claim(stopped, **first) and store.launcher(stopped) is None
+    with pytest.raises(LabError, match="unknown launcher field"):
+        store.claim(rid, pid_start=3)
+
+
+def test_an_older_store_gains_the_launchers_new_columns(tmp_path):
+    path = tmp_path / "old.db"
+    with sqlite3.connect(path) as c:
+        c.execute("CREATE TABLE launchers (run_id TEXT PRIMARY KEY, pid INTEGER, host TEXT, boot TEXT, "
+                  "pid_start INTEGER, scratch TEXT, started REAL, beat REAL)")
+        c.execute("INSERT INTO launchers (run_id, pid, pid_start) VALUES ('old-run', 7, 123)")
+    store = RunStore(path)
+    assert store.launcher("old-run")["pgid"] is None  # kept, with the new columns empty
+    rid = store.create_run(default_scenario(), status="queued")
+    assert store.claim(rid, pid=9, pgid=9, created=2.0)
+    assert store.launcher(rid)["created"] == 2.0

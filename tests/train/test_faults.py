@@ -17,7 +17,6 @@ import json
 import os
 import signal
 import subprocess
-import sys
 import threading
 import time
 from types import SimpleNamespace
@@ -26,7 +25,6 @@ import numpy as np
 import pytest
 import torch
 
-from lab import settings
 from lab.scenario.document import Compression, Training, default_scenario
 from lab.scenario.models import build_model
 from lab.store.runs import JOB_WORKER, RunStore, new_run_id
@@ -34,7 +32,7 @@ from lab.train import data as data_mod
 from lab.train.launcher import launch, processes_of
 from lab.train.reference import single_process
 from lab.train.warm import Starter
-from tests.conftest import ROOT
+from tests.conftest import ROOT, start_warm
 
 pytestmark = pytest.mark.timeout(300)
 STEPS, CK, AT = 12, 5, 7
@@ -69,11 +67,7 @@ def launch_job(request, env, tmp_path):
     st = request.getfixturevalue("starter")
 
     def warm(sc, run_id=None):
-        rid = run_id or new_run_id()
-        path = tmp_path / f"{rid}.json"
-        path.write_text(sc.to_json())
-        p = st.launch([sys.executable, "-m", "lab.train", "--scenario", str(path), "--run-id", rid],
-                      settings.child_env(), str(ROOT), str(tmp_path / f"{rid}.log"))
+        rid, p = start_warm(st, sc, tmp_path / f"{run_id or new_run_id()}.log", run_id=run_id)
         p.wait(timeout=240)
         store = RunStore(env)
         assert stage(store, rid, "started").detail.iloc[0]["start"] == "warm"
@@ -99,7 +93,7 @@ def detection_seconds(store, rid) -> float:
 
 
 def check_no_process_left(store, rid):
-    assert processes_of(rid) == []
+    assert processes_of(rid, exclude=(os.getpid(),)) == []
     rel = stage(store, rid, "released")
     assert len(rel) and rel.detail.iloc[-1]["worker_processes_left"] == 0
 
@@ -260,7 +254,7 @@ def test_torchrun_restarts_the_job_from_its_checkpoint(env):
     ref = single_process(Training(workers=2, steps=STEPS, lr=0.01))
     for k in ref:
         assert (ck["model"][k] - ref[k]).abs().max().item() < 1e-5, k
-    assert processes_of(rid) == []
+    assert processes_of(rid, exclude=(os.getpid(),)) == []
 
 
 def test_torchrun_restart_keeps_the_error_feedback_residual(env, tmp_path):
@@ -286,7 +280,7 @@ def test_torchrun_restart_keeps_the_error_feedback_residual(env, tmp_path):
     got, want = final_model_is_valid(store, rid), final_model_is_valid(store, ref.run_id)
     for k in want["model"]:
         assert torch.equal(got["model"][k], want["model"][k]), k
-    assert processes_of(rid) == []
+    assert processes_of(rid, exclude=(os.getpid(),)) == []
 
 
 def test_a_setting_error_is_not_retried(tmp_path):
@@ -311,15 +305,16 @@ def test_a_setting_error_is_not_retried(tmp_path):
 
 
 def test_a_launcher_leaves_who_it_is_and_its_heartbeat_in_the_store(env):
-    """What a job manager needs to tell a live launcher from one killed with SIGKILL: its pid, host,
-    boot and start time, its scratch folder (gone after a normal end) and a heartbeat that moves."""
+    """What a job manager needs to tell a live launcher from one killed with SIGKILL: its pid, process
+    group, creation time, host and boot, its scratch folder (gone after a normal end) and a heartbeat
+    that moves."""
     from lab.train.launcher import identity, launcher_gone
 
     res = launch(scenario(fault="none", steps=STEPS))
     store = RunStore(env)
     rec = store.launcher(res.run_id)
     assert res.status == "done"
-    assert {k: rec[k] for k in ("pid", "host", "boot", "pid_start")} == identity()  # this process ran it
+    assert {k: rec[k] for k in ("pid", "pgid", "created", "host", "boot")} == identity()  # this process ran it
     assert launcher_gone(rec) is None  # and it still runs
     assert rec["scratch"] and not os.path.exists(rec["scratch"])  # removed by the launcher at its end
     assert rec["beat"] >= rec["started"]

@@ -4,13 +4,12 @@ limit, kill, terminate), and becomes a process with the streams, environment and
 import os
 import signal
 import subprocess
-import sys
 import time
 
 import pytest
 
-from lab.procfs import rss_mb
-from lab.train.fork import Forked, become, lab_train_args
+from lab.processes import rss_mb
+from lab.train.fork import Forked, become, fork_child
 
 
 def _fork(body) -> Forked:
@@ -68,9 +67,21 @@ def test_become_gives_the_child_its_streams_environment_and_folder(tmp_path):
     assert rest.strip() == "['ONLY'] True"  # nothing inherited but what it was given; stdin empty
 
 
-def test_lab_train_args_strips_the_interpreter_and_module():
-    assert lab_train_args([sys.executable, "-m", "lab.train", "--run-id", "x"]) == ["--run-id", "x"]
-    assert lab_train_args(["--steps", "3"]) == ["--steps", "3"]
+def test_fork_child_runs_the_function_in_a_child_with_its_log_and_exit_code(tmp_path):
+    log = tmp_path / "child.log"
+
+    def say_group() -> int:
+        os.write(2, f"group {os.getpgid(0)} pid {os.getpid()}\n".encode())  # fd 2: pytest holds sys.stderr
+        return 5
+
+    p = fork_child(say_group, {"ONLY": "this"}, log)
+    assert p.wait(timeout=30) == 5
+    assert f"group {os.getpgid(0)} pid {p.pid}" in log.read_text()  # in this process's group
+    # a new session: the child leads its own process group; an exception is its traceback and exit 1
+    leader = fork_child(lambda: say_group() and 1 / 0, {}, log, new_session=True)
+    assert leader.wait(timeout=30) == 1
+    text = log.read_text()
+    assert f"group {leader.pid} pid {leader.pid}" in text and "ZeroDivisionError" in text
 
 
 def test_rss_mb_reads_a_live_process_and_is_zero_for_a_gone_one():

@@ -7,7 +7,6 @@ import os
 import re
 import subprocess
 import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -16,6 +15,7 @@ import torch
 from lab.scenario.document import Training
 from lab.scenario.models import build_model
 from lab.store.runs import RunStore
+from lab.train.launcher import processes_of
 from lab.train.reference import single_process
 from tests.conftest import ROOT
 
@@ -35,22 +35,6 @@ def run_cli(*args: str, torchrun: bool = False, timeout: float = 150) -> tuple[s
     m = LINE.match(lines[-1])
     assert m, (lines[-1], proc.stderr[-3000:])
     return m.group(1), float(m.group(2)), proc
-
-
-def processes_with(text: str) -> list[int]:
-    """Pids of live (non-zombie) processes whose command line contains ``text``."""
-    out = []
-    for d in Path("/proc").iterdir():
-        if not d.name.isdigit():
-            continue
-        try:
-            cmd = (d / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-            state = (d / "stat").read_text().rsplit(")", 1)[1].split()[0]
-        except OSError:
-            continue
-        if text in cmd and state != "Z":
-            out.append(int(d.name))
-    return out
 
 
 def final_state(store: RunStore, run_id: str) -> dict:
@@ -160,7 +144,7 @@ def test_a_failing_worker_ends_the_job_with_its_error(lab_db, fault, expect):
     if fault == "kill":
         assert "SIGKILL" in run["error"]
     assert store.progress(rid) < 50
-    assert processes_with(rid) == []  # the launcher reaped every worker
+    assert processes_of(rid) == []  # the launcher reaped every worker
 
 
 def test_diverging_loss_stops_the_run(lab_db):
@@ -236,3 +220,14 @@ def test_paired_benchmark_runs_the_lab_loop_and_ddp_in_the_same_processes(tmp_pa
     assert len(store.list_runs()) == 2 and all(store.progress(r) == 12 for r in store.list_runs().id)
 
 
+
+
+@pytest.mark.parametrize("spec, says", [(b"{not json", "not JSON"), (b"[1, 2]", "not a JSON object"),
+                                        (b'{"run_id": "x y", "scenario": {}, "db": "d"}', "run id"),
+                                        (b'{"run_id": "r1"}', "needs a run id, a scenario")])
+def test_a_malformed_job_spec_is_one_line_and_exit_2(spec, says, lab_db):
+    proc = subprocess.run([sys.executable, "-m", "lab.train", "--spec", "-"], input=spec, cwd=ROOT,
+                          env=dict(os.environ, LAB_DB=str(lab_db)), capture_output=True, timeout=120)
+    err = proc.stderr.decode().strip()
+    assert proc.returncode == 2 and len(err.splitlines()) == 1 and says in err, err
+    assert RunStore(lab_db).list_runs().empty  # nothing ran, nothing was written

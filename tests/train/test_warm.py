@@ -16,7 +16,7 @@ from lab.scenario.document import default_scenario
 from lab.store.runs import RunStore, new_run_id
 from lab.train.launcher import launch, processes_of
 from lab.train.warm import Starter, rss_mb
-from tests.conftest import ROOT
+from tests.conftest import ROOT, start_warm
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -35,12 +35,9 @@ def scenario(**training):
 
 
 def run_warm(st: Starter, sc, folder, timeout=240.0) -> str:
-    rid = new_run_id()
-    path = folder / f"{rid}.json"
-    path.write_text(sc.to_json())
-    p = st.launch([sys.executable, "-m", "lab.train", "--scenario", str(path), "--run-id", rid],
-                  settings.child_env(), str(ROOT), str(folder / f"{rid}.log"))
-    assert p.wait(timeout=timeout) == 0, (folder / f"{rid}.log").read_text()[-3000:]
+    log = folder / f"{new_run_id()}.log"
+    rid, p = start_warm(st, sc, log)
+    assert p.wait(timeout=timeout) == 0, log.read_text()[-3000:]
     return rid
 
 
@@ -69,21 +66,17 @@ def test_a_warm_job_trains_to_the_same_bits_as_a_cold_one(starter, lab_db, tmp_p
     assert a.keys() == b.keys()
     for k in a:
         assert torch.equal(a[k], b[k]), k
-    assert processes_of(rid) == []
+    assert processes_of(rid, exclude=(os.getpid(),)) == []
 
 
 def test_a_warm_jobs_processes_look_and_end_like_a_cold_jobs(starter, lab_db, tmp_path):
     store = RunStore(lab_db)
-    rid = new_run_id()
-    path = tmp_path / "long.json"
-    path.write_text(scenario(steps=100_000).to_json())
-    p = starter.launch([sys.executable, "-m", "lab.train", "--scenario", str(path), "--run-id", rid],
-                       settings.child_env(), str(ROOT), str(tmp_path / "long.log"))
+    rid, p = start_warm(starter, scenario(steps=100_000), tmp_path / "long.log")
     deadline = time.monotonic() + 120
     while store.progress(rid) < 3 and time.monotonic() < deadline:
         time.sleep(0.05)
     assert store.progress(rid) >= 3
-    pids = processes_of(rid)  # found by their command line, as a cold job's processes are
+    pids = processes_of(rid)  # found by the launcher's process group, as a cold job's processes are
     assert p.pid in pids and len(pids) == 3  # the launcher and its two workers
     assert {os.getpgid(x) for x in pids} == {p.pid}  # one process group, led by the launcher
     os.killpg(p.pid, signal.SIGTERM)  # what the job manager's Stop does
@@ -91,7 +84,7 @@ def test_a_warm_jobs_processes_look_and_end_like_a_cold_jobs(starter, lab_db, tm
     deadline = time.monotonic() + 30
     while processes_of(rid) and time.monotonic() < deadline:
         time.sleep(0.05)
-    assert processes_of(rid) == []
+    assert processes_of(rid, exclude=(os.getpid(),)) == []
     assert store.status(rid) == "stopped"
 
 

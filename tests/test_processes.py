@@ -1,0 +1,172 @@
+"""lab.processes: this machine's processes through psutil, checked against what the kernel and
+subprocess report for processes the test starts itself, and against /proc where it says the same."""
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from lab import processes
+from lab.jobs.policies import cpu_of, rank_cpus
+
+
+def _sleeper(*, new_session: bool = False) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"], start_new_session=new_session)
+
+
+def _stat_start_s(pid: int) -> float:
+    """The process's start from /proc (field 22, clock ticks since boot), in Unix seconds."""
+    ticks = int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[19])
+    btime = next(int(line.split()[1]) for line in Path("/proc/stat").read_text().splitlines()
+                 if line.startswith("btime"))
+    return btime + ticks / os.sysconf("SC_CLK_TCK")
+
+
+def test_identity_of_a_live_child_and_its_creation_time_against_proc():
+    p = _sleeper(new_session=True)
+    try:
+        who = processes.identity(p.pid)
+        assert who["pid"] == p.pid and who["pgid"] == p.pid  # a new session: it leads its group
+        assert abs(who["created"] - _stat_start_s(p.pid)) < 0.05
+        assert who["created"] >= processes.created(os.getpid())  # started after this process
+        assert processes.running(p.pid) and processes.still_runs(who)
+        # the same pid with another creation time is another process (a reused pid); another boot too
+        assert not processes.still_runs({**who, "created": who["created"] + 1})
+        assert not processes.still_runs({**who, "boot": "1"})
+    finally:
+        p.kill()
+        p.wait()
+
+
+def test_a_zombie_is_not_running_and_a_reaped_child_is_gone():
+    p = _sleeper()
+    who = processes.identity(p.pid)
+    os.kill(p.pid, signal.SIGKILL)
+    deadline = time.monotonic() + 30
+    while Path(f"/proc/{p.pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z" and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert not processes.running(p.pid) and not processes.still_runs(who)  # killed, not yet reaped
+    p.wait()
+    assert processes.created(p.pid) is None and processes.rss_mb(p.pid) == 0.0
+    assert not processes.running(p.pid) and not processes.running(None)
+
+
+def test_group_members_are_the_groups_live_processes_created_in_the_span():
+    leader = subprocess.Popen([sys.executable, "-c",
+                               "import subprocess, sys, time; c = subprocess.Popen([sys.executable, '-c', "
+                               "'import time; time.sleep(60)']); print(c.pid, flush=True); time.sleep(60)"],
+                              start_new_session=True, stdout=subprocess.PIPE, text=True)
+    other = _sleeper(new_session=True)
+    try:
+        child = int(leader.stdout.readline())
+        since = processes.created(leader.pid)
+        assert processes.group_members(leader.pid, since=since) == sorted([leader.pid, child])
+        assert processes.group_members(leader.pid, since=since, exclude=(child,)) == [leader.pid]
+        # a group id handed out again later names none of the processes created before it
+        assert processes.group_members(leader.pid, since=since + 3600) == []
+        assert processes.group_members(leader.pid, since=since, until=since - 3600) == []
+        assert other.pid not in processes.group_members(leader.pid)
+        os.kill(child, signal.SIGKILL)
+        deadline = time.monotonic() + 30
+        while child in processes.group_members(leader.pid) and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert processes.group_members(leader.pid) == [leader.pid]  # a zombie is no member
+    finally:
+        for p in (leader, other):
+            os.killpg(p.pid, signal.SIGKILL)
+            p.wait()
+        leader.stdout.close()
+
+
+def test_end_group_ends_a_group_that_ignores_sigterm():
+    # A leader that ignores SIGTERM and a child of it: the grace period passes, SIGKILL ends both.
+    code = ("import signal, subprocess, sys, time; signal.signal(signal.SIGTERM, signal.SIG_IGN);"
+            "c = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)']);"
+            "print(c.pid, flush=True); time.sleep(60)")
+    p = subprocess.Popen([sys.executable, "-c", code], start_new_session=True, stdout=subprocess.PIPE, text=True)
+    try:
+        child = int(p.stdout.readline())  # the handler is set and the child started
+        assert processes.running(p.pid) and processes.running(child)
+        processes.end_group(p.pid, lambda: p.poll() is not None)
+        p.wait(timeout=30)
+        assert p.returncode == -signal.SIGKILL
+        deadline = time.monotonic() + 30
+        while processes.running(child) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not processes.running(child)  # the child went with the group
+    finally:
+        if p.poll() is None:
+            os.killpg(p.pid, signal.SIGKILL)
+            p.wait()
+        p.stdout.close()
+
+
+def test_end_group_without_the_group_signals_the_one_process():
+    p = _sleeper()  # in this test's group: only it may be signalled
+    processes.end_group(p.pid, lambda: p.poll() is not None, whole_group=False)
+    assert p.wait(timeout=30) == -signal.SIGTERM
+    processes.end_group(None, lambda: True)  # nothing to end
+
+
+def test_kill_and_reap_ends_and_reaps_every_child():
+    kids = [_sleeper() for _ in range(3)]
+    done = subprocess.Popen([sys.executable, "-c", "pass"])
+    done.wait()
+    processes.kill_and_reap([*kids, done], grace_s=30)
+    assert [k.returncode for k in kids] == [-signal.SIGKILL] * 3 and done.returncode == 0
+    assert not any(processes.running(k.pid) for k in kids)
+
+
+def test_kill_pids_signals_the_live_ones_and_skips_the_gone():
+    p = _sleeper()
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()
+    assert processes.kill_pids([p.pid, gone.pid]) == [p.pid]
+    assert p.wait(timeout=30) == -signal.SIGKILL
+
+
+def test_log_tails(tmp_path):
+    log = tmp_path / "rank0.log"
+    log.write_text("".join(f"line {i}\n" for i in range(10)))
+    assert processes.last_lines(log, 2) == ["line 8", "line 9"]
+    assert processes.last_lines(tmp_path / "missing.log", 2) == []
+    assert processes.tail_text(log, 7) == "line 9\n"[-7:]
+    assert processes.tail_text(tmp_path / "missing.log") == ""
+
+
+def test_memory_boot_and_small_conversions():
+    status = Path("/proc/self/status").read_text()
+    vm_rss = int(next(line.split()[1] for line in status.splitlines() if line.startswith("VmRSS:"))) / 1024
+    assert abs(processes.rss_mb() - vm_rss) < max(5.0, 0.1 * vm_rss)
+    assert processes.boot_id() and processes.boot_id() == processes.identity()["boot"]
+    assert processes.as_pid("123") == 123 and processes.as_pid(None) is None and processes.as_pid("x") is None
+    assert processes.as_pid(-4) is None
+    assert processes.signal_name(9) == "SIGKILL" and processes.signal_name(999) == "999"
+
+
+def test_ranks_take_the_groups_in_turn():
+    held = {"cpu0": ["d"], "cpu1": ["d", "d"]}
+    cpus = rank_cpus(held, 3)
+    want = [c for c in (cpu_of("cpu0"), cpu_of("cpu1"), cpu_of("cpu1")) if c is not None]
+    assert cpus == want
+    assert rank_cpus(held, 1) == want[:1]
+
+
+def test_descendants_are_a_live_processes_children_created_since_a_time():
+    parent = subprocess.Popen([sys.executable, "-c",
+                               "import subprocess, sys, time; c = subprocess.Popen([sys.executable, '-c', "
+                               "'import time; time.sleep(60)']); print(c.pid, flush=True); time.sleep(60)"],
+                              stdout=subprocess.PIPE, text=True)
+    try:
+        child = int(parent.stdout.readline())
+        who = processes.identity(parent.pid)
+        assert processes.descendants(who) == [child]
+        assert processes.descendants(who, since=processes.created(child) + 3600) == []  # none that young
+        assert processes.descendants({**who, "created": who["created"] + 1}) == []  # another process's pid
+    finally:
+        os.kill(child, signal.SIGKILL)
+        parent.kill()
+        parent.wait()
+        parent.stdout.close()
