@@ -39,7 +39,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from common import start_app  # noqa: E402  (also puts the checkout on sys.path)
+from common import free_port, start_app  # noqa: E402  (also puts the checkout on sys.path)
 
 PAGES = ("topology", "placement", "allreduce")
 
@@ -130,7 +130,7 @@ def main() -> None:
 
     from lab.jobs.manager import JobManager
     from lab.scenario.document import default_scenario
-    from lab.train.launcher import free_port, processes_of
+    from lab.train.launcher import processes_of
 
     with tempfile.TemporaryDirectory() as tmp:
         data = Path(tmp)

@@ -30,7 +30,7 @@ import torch
 
 from common import table  # noqa: E402  (also puts the checkout on sys.path)
 
-from lab.comm.processes import run_local  # noqa: E402
+from lab.comm.spawn import run_local  # noqa: E402
 from lab.compression.compressors import GroupTopK, TopK  # noqa: E402
 from lab.testing.sparse_workers import bench_worker  # noqa: E402
 

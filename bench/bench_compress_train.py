@@ -37,7 +37,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from lab.comm.processes import run_local  # noqa: E402
+from lab.comm.spawn import run_local  # noqa: E402
 from lab.scenario.document import Compression  # noqa: E402
 from lab.testing.train_workers import paired_bench_worker  # noqa: E402
 

@@ -32,7 +32,7 @@ from pathlib import Path
 
 from common import table  # noqa: E402  (also puts the checkout on sys.path)
 
-from lab.comm.processes import run_local  # noqa: E402
+from lab.comm.spawn import run_local  # noqa: E402
 from lab.machine.plans import kendall, predict_plan  # noqa: E402
 from lab.machine.profile import geomean_error, load_profile  # noqa: E402
 from lab.scenario.catalogue import preset  # noqa: E402

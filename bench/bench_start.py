@@ -24,7 +24,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from common import ROOT, start_app, stop_app, table  # noqa: E402  (also puts the checkout on sys.path)
+from common import ROOT, free_port, start_app, stop_app, table  # noqa: E402  (also puts the checkout on sys.path)
 
 from lab import settings  # noqa: E402
 from lab.jobs import comparison as C  # noqa: E402
@@ -32,7 +32,6 @@ from lab.jobs.guard import WINDOW_S  # noqa: E402
 from lab.jobs.manager import JobManager  # noqa: E402
 from lab.scenario.document import Compression, default_scenario  # noqa: E402
 from lab.store.runs import RunStore, new_run_id  # noqa: E402
-from lab.train.launcher import free_port  # noqa: E402
 from lab.train.warm import rss_mb  # noqa: E402
 
 

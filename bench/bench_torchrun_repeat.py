@@ -10,25 +10,18 @@ import argparse
 import collections
 import multiprocessing as mp
 import os
-import socket
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+from common import ROOT, free_port  # noqa: E402  (also puts the checkout on sys.path)
 
 
 def spin(stop) -> None:
     while not stop.is_set():
         sum(i * i for i in range(10_000))
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def main() -> None:

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -12,6 +13,13 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:  # a bench runs as a script from a checkout, not an installed package
     sys.path.insert(0, str(ROOT))
+
+
+def free_port() -> int:
+    """A port that was free a moment ago, for a server the bench starts (it binds the port itself)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
 
 
 def table(header: list[str], rows: list[list]) -> str:

@@ -7,7 +7,7 @@ import torch
 
 import ui
 from lab.compression import cholesky as chol
-from lab.scenario.names import SHARING_LABELS
+from lab.scenario.names import SHARING_LABELS, Sharing
 from lab.comm.sparse import sharing_report
 from lab.scenario.names import COMPRESSOR_LABELS
 from lab.compression.compressors import evaluate, generated_gradients, real_gradients
@@ -178,7 +178,7 @@ with ui.guarded("the Cholesky section"):
 
 # ---------------------------------------------------------------- training runs: the preset grid
 st.header("Training with compression")
-sharing = comp.sharing if comp.sharing != "dense" else "sparse_allgather"
+sharing = comp.sharing if comp.sharing != Sharing.DENSE else Sharing.SPARSE_ALLGATHER
 st.markdown(f"The current scenario trained for real (gradient all-reduce, the lab's ring) with the CXL design's three "
             "optimisers × (dense, Group-TopK 1 %, Group-TopK 1 % + error feedback): 9 runs, queued in turn. Group "
             f"size {comp.group_size}, shared by **{SHARING_LABELS[sharing]}**; bytes counted from the real messages. "

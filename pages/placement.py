@@ -8,7 +8,7 @@ from lab.errors import LabError
 from lab.figures import placement as figs
 from lab.jobs import views as job_views
 from lab.machine import plans
-from lab.machine.costmodel import cost_model
+from lab.machine.calibrated_model import cost_model
 from lab.machine.profile import load_profile
 from lab.modelled import placement as pl
 from lab.modelled.balance import RULES, per_sample_times

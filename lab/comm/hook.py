@@ -21,14 +21,15 @@ from lab.comm.sharing import GradientCompressor
 from lab.comm.sparse import pack_pairs, sparse_ring_allreduce, unpack_pairs
 from lab.errors import LabError
 from lab.modelled.collectives.ring import allgather_steps
+from lab.scenario.names import Sharing
 
 
 class GroupTopKHookState:
     """State of :func:`group_topk_hook`: the one send step's compressor and memory, byte counters."""
 
     def __init__(self, ratio: float = 0.01, group_size: int = 1024, *, error_feedback: bool = True,
-                 sharing: str = "sparse_allgather", process_group: Any = None):
-        if sharing not in ("sparse_allgather", "sparse_ring"):
+                 sharing: str = Sharing.SPARSE_ALLGATHER, process_group: Any = None):
+        if sharing not in (Sharing.SPARSE_ALLGATHER, Sharing.SPARSE_RING):
             raise LabError(f"the hook shares by 'sparse_allgather' or 'sparse_ring' (got {sharing!r})")
         self.gc = GradientCompressor(kind="group_topk", ratio=ratio, group_size=group_size,
                                      error_feedback=error_feedback, sharing=sharing)
@@ -51,7 +52,7 @@ def group_topk_hook(state: GroupTopKHookState, bucket: Any) -> torch.futures.Fut
     world = dist.get_world_size(pg)
     payload = state.gc.compress(buf.detach().to(torch.float32), key=bucket.index())
     state.calls += 1
-    if state.sharing == "sparse_ring":
+    if state.sharing == Sharing.SPARSE_RING:
         dense, st = sparse_ring_allreduce(payload, payload.numel, group=pg)
         state.bytes_sent += st["bytes_sent"]
         state.bytes_recv += st["bytes_recv"]

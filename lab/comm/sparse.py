@@ -54,7 +54,7 @@ import torch.distributed as dist
 from lab.comm.ring import LinkDelay, ring_allreduce
 from lab.compression.compressors import Payload, make_compressor
 from lab.errors import LabError
-from lab.scenario.names import SHARING, SHARING_LABELS
+from lab.scenario.names import SHARING, SHARING_LABELS, Sharing
 from lab.comm.peers import waits_for_peers
 from lab.modelled.collectives.ring import allgather_steps, ring_bytes_per_rank, split
 
@@ -441,8 +441,8 @@ def compare_sharing(payloads: list[Payload], sim: RingSimulation | None = None) 
     _, ag_sent, ag_recv = simulate_sparse_allgather(payloads)
     dense = ring_bytes_per_rank(n, N)
     rows = []
-    for method, sent, recv in (("dense", dense, dense), ("sparse_ring", sim.bytes_sent, sim.bytes_recv),
-                               ("sparse_allgather", ag_sent, ag_recv)):
+    for method, sent, recv in ((Sharing.DENSE, dense, dense), (Sharing.SPARSE_RING, sim.bytes_sent, sim.bytes_recv),
+                               (Sharing.SPARSE_ALLGATHER, ag_sent, ag_recv)):
         rows.append({"method": method, "label": SHARING_LABELS[method], "workers": N, "numel": n,
                      "bytes_sent_mean": sum(sent) / N, "bytes_sent_max": max(sent),
                      "bytes_recv_mean": sum(recv) / N, "bytes_recv_max": max(recv),
@@ -481,9 +481,9 @@ def share(payload: Payload, method: str, *, group: Any = None, link_delay: LinkD
         raise LabError("no process group: call torch.distributed.init_process_group first")
     if method == "dense":
         return dense_allreduce(payload, group=group, link_delay=link_delay)
-    if method == "sparse_ring":
+    if method == Sharing.SPARSE_RING:
         return sparse_ring_allreduce(payload, payload.numel, group=group, link_delay=link_delay)
-    if method == "sparse_allgather":
+    if method == Sharing.SPARSE_ALLGATHER:
         return sparse_allgather(payload, group=group, link_delay=link_delay, equal_sizes=equal_sizes)
     raise LabError(f"unknown sharing method {method!r}; choose one of {list(SHARING)}",
                    where="compression.sharing")

@@ -12,11 +12,11 @@ import numpy as np
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from lab.scenario.names import SPARSIFIERS
+from lab.scenario.names import SPARSIFIERS, Sharing
 
 COMPRESSOR_COLOURS = {"group_topk": "#2e7d32", "topk": "#1565c0", "randomk": "#ef6c00", "fp16": "#8e24aa",
                       "none": "#4c566a"}
-SHARING_COLOURS = {"dense": "#4c566a", "sparse_ring": "#2e7d32", "sparse_allgather": "#1565c0"}
+SHARING_COLOURS = {Sharing.DENSE: "#4c566a", Sharing.SPARSE_RING: "#2e7d32", Sharing.SPARSE_ALLGATHER: "#1565c0"}
 PHASE_COLOURS = {"reduce-scatter": "#2e7d32", "all-gather": "#1565c0"}
 
 

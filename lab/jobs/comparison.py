@@ -24,6 +24,7 @@ from lab.scenario.names import (
     COMPRESSOR_SHORT,
     OPTIMIZER_SHORT,
     SPARSIFIERS,
+    Sharing,
 )
 from lab.store.runs import JOB_WORKER
 
@@ -95,7 +96,7 @@ MAX_COMPARISON_RUNS = 60  # a comparison queues at most this many runs
 
 
 DEFAULT_COMPRESSION = Compression(kind="group_topk", ratio=0.01, group_size=1024, error_feedback=True,
-                                  sharing="sparse_allgather")
+                                  sharing=Sharing.SPARSE_ALLGATHER)
 
 
 def comparison_compressions(chosen: Compression) -> list[Compression]:
@@ -104,7 +105,7 @@ def comparison_compressions(chosen: Compression) -> list[Compression]:
     if chosen.kind == "none":
         return [Compression(), DEFAULT_COMPRESSION]
     if chosen.sharing == "dense" and chosen.kind in SPARSIFIERS:
-        chosen = Compression(**{**chosen.to_dict(), "sharing": "sparse_allgather"})
+        chosen = Compression(**{**chosen.to_dict(), "sharing": Sharing.SPARSE_ALLGATHER})
     return [Compression(), chosen]
 
 

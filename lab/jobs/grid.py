@@ -6,7 +6,7 @@ from typing import Any, Iterable
 
 from lab.jobs.comparison import comparison_scenarios
 from lab.scenario.document import Compression, Scenario
-from lab.scenario.names import COMPARED_OPTIMIZERS
+from lab.scenario.names import COMPARED_OPTIMIZERS, Sharing
 
 GRID_VARIANTS = ("dense", "gtk", "gtk_ef")
 GRID_RATIO = 0.01
@@ -23,7 +23,7 @@ def grid_scenarios(sc: Scenario, ratio: float = GRID_RATIO, sharing: str | None 
     scenario's group size and sharing method (``sharing`` overrides; "dense" falls back to
     sparse all-gather, else the sparse variants would send as much as dense)."""
     base = sc.training.compression
-    sharing = sharing or (base.sharing if base.sharing != "dense" else "sparse_allgather")
+    sharing = sharing or (base.sharing if base.sharing != Sharing.DENSE else Sharing.SPARSE_ALLGATHER)
     comps = [Compression() if v == "dense" else Compression(
         kind="group_topk", ratio=ratio, group_size=base.group_size, error_feedback=v == "gtk_ef", sharing=sharing)
         for v in GRID_VARIANTS]

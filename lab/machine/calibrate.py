@@ -75,7 +75,7 @@ from lab.machine.cases import (
 )
 from lab.machine.fit import fit_local, fit_process_terms
 from lab.machine.loop import measure_loop
-from lab.machine.measure import (
+from lab.machine.probes import (
     CALIBRATION_ALLREDUCE_SIZES,
     measure_allreduce,
     measure_messages,

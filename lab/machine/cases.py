@@ -6,6 +6,7 @@ from typing import Sequence
 
 from lab import settings
 from lab.scenario import models
+from lab.scenario.names import Sharing
 
 CALIBRATION_MAX_PROCS = 4
 
@@ -44,8 +45,8 @@ def build_calibration_net(cls_name: str, kwargs: dict, seed: int = 0):
 
 
 #: Collectives timed in the cycles: (label, sharing method or None for a dense all-reduce, impl).
-CYCLE_KINDS = (("gloo", None, "gloo"), ("ring", None, "ring"), ("sparse_allgather", "sparse_allgather", None),
-               ("sparse_ring", "sparse_ring", None), ("dense", "dense", None))
+CYCLE_KINDS = (("gloo", None, "gloo"), ("ring", None, "ring"), (Sharing.SPARSE_ALLGATHER, Sharing.SPARSE_ALLGATHER, None),
+               (Sharing.SPARSE_RING, Sharing.SPARSE_RING, None), ("dense", Sharing.DENSE, None))
 
 
 CYCLE_RATIO = 0.01  # Group-TopK ratio of the compressed cycles
@@ -55,8 +56,8 @@ CYCLE_RATIO = 0.01  # Group-TopK ratio of the compressed cycles
 CYCLE_CASES: dict[str, tuple[tuple[int, int], ...]] = {
     "gloo": ((0, 16), (3, 16), (7, 16), (12, 16)),
     "ring": ((3, 16),),
-    "sparse_allgather": ((3, 16), (7, 16)),
-    "sparse_ring": ((3, 16),),
+    Sharing.SPARSE_ALLGATHER: ((3, 16), (7, 16)),
+    Sharing.SPARSE_RING: ((3, 16),),
     "dense": ((3, 16),),
 }
 

@@ -20,6 +20,7 @@ from lab.scenario.catalogue import preset
 from lab.scenario.document import Compression, Scenario, Training
 from lab.store.runs import ACTIVE
 from lab.store.runs import store as default_store
+from lab.scenario.names import Sharing
 
 # ---------------------------------------------------------------------------------------------
 # Measured, from the run store
@@ -269,9 +270,9 @@ PRESET_BATCH: tuple[tuple[str, str, dict], ...] = (
     ("cnn 2w", "cxl", {"model": "cnn", "workers": 2}),
     ("cnn 4w", "cxl", {"model": "cnn", "workers": 4}),
     ("mlp 2w group-topk", "cxl", {"model": "mlp", "workers": 2,
-                                  "compression": {"kind": "group_topk", "ratio": 0.01, "sharing": "sparse_allgather"}}),
+                                  "compression": {"kind": "group_topk", "ratio": 0.01, "sharing": Sharing.SPARSE_ALLGATHER}}),
     ("cnn 3w group-topk", "cxl", {"model": "cnn", "workers": 3,
-                                  "compression": {"kind": "group_topk", "ratio": 0.05, "sharing": "sparse_allgather"}}),
+                                  "compression": {"kind": "group_topk", "ratio": 0.05, "sharing": Sharing.SPARSE_ALLGATHER}}),
     ("mlp 2w emulated gpu+host", "cxl", {"model": "mlp", "workers": 2, "emulate": True,
                                          "worker_devices": ["gpu", "host"]}),
     ("cnn 2w emulated gpu+fpga", "cxl", {"model": "cnn", "workers": 2, "emulate": True,
@@ -281,7 +282,7 @@ PRESET_BATCH: tuple[tuple[str, str, dict], ...] = (
     ("mlp 4w emulated edge group-topk", "edge", {"model": "mlp", "workers": 4, "emulate": True,
                                                  "worker_devices": ["edge0", "edge1", "edge2", "edge3"],
                                                  "compression": {"kind": "group_topk", "ratio": 0.01,
-                                                                 "sharing": "sparse_allgather"}}),
+                                                                 "sharing": Sharing.SPARSE_ALLGATHER}}),
 )
 
 

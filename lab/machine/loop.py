@@ -10,15 +10,13 @@ short job per cycle case, and return rows in the layout :func:`lab.machine.fit.f
 
 from __future__ import annotations
 
-import datetime
-import os
 import sys
 import tempfile
 from pathlib import Path
 from typing import Sequence
 
 import lab.train.trainer as W
-from lab.comm.processes import run_local
+from lab.comm.spawn import init_worker, run_local
 from lab.errors import LabError
 from lab.machine.cases import (
     CALIBRATION_NETS,
@@ -31,6 +29,7 @@ from lab.machine.fidelity import measured_step
 from lab.scenario.document import Compression, default_scenario
 from lab.store.runs import RunStore
 from lab.modelled.collectives.ring import allgather_steps, ring_steps
+from lab.scenario.names import Sharing
 
 #: steps per calibration job; the first quarter (at most 10) is the warm-up left out
 LOOP_STEPS = 150
@@ -63,8 +62,7 @@ def _loop_worker(rank: int, world: int, port: int, cases: list, steps: int, db: 
     pin_rank(rank)  # on the core the job manager would give this rank
     # each rank's log goes to a file beside the store, as the launcher keeps a job's logs per rank
     sys.stderr = open(Path(db).parent / f"rank{rank}.log", "a", buffering=1)  # noqa: SIM115 - until the process ends
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-    dist.init_process_group("gloo", rank=rank, world_size=world, timeout=datetime.timedelta(seconds=120))
+    init_worker(rank, world, port, timeout_s=120.0)
     store = RunStore(db, data=Path(db).parent)  # the jobs' checkpoints and logs stay in the temporary folder
     try:
         for label, net in cases:
@@ -108,7 +106,7 @@ def measure_loop(procs: int, cases: Sequence[tuple[str, int]], steps: int = LOOP
             m = measured_step(store.metrics(rid))
             cls_name, kwargs = CALIBRATION_NETS[net]
             numel = sum(p.numel() for p in build_calibration_net(cls_name, kwargs).parameters()) + 1
-            hops = allgather_steps(procs) if label == "sparse_allgather" else ring_steps(procs)  # 0 with one process
+            hops = allgather_steps(procs) if label == Sharing.SPARSE_ALLGATHER else ring_steps(procs)  # 0 with one process
             rows.append({"kind": label, "net": net, "batch": LOOP_BATCH, "fb": m["compute"], "opt": 0.0,
                          "compress": m["compress"], "comm": m["comm"], "idle": m["idle"], "cycle": m["step"],
                          "bytes_sent": m["bytes_sent"], "hops": float(hops), "numel": numel, "cpu": m["compute"]})

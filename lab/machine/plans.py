@@ -5,7 +5,7 @@ the run measured.
 the run's own pieces and micro-batches, with
 
 * each operator's forward + backward seconds from this machine's calibrated costs at the micro-batch
-  (:class:`lab.machine.costmodel.CalibratedModel`, fitted with as many processes as the run starts),
+  (:class:`lab.machine.calibrated_model.CalibratedModel`, fitted with as many processes as the run starts),
   split one third forward, two thirds backward (the usual rule: a backward pass computes the
   gradients of both the inputs and the weights);
 * a sent tensor costs one point-to-point message as calibrated on this machine (latency + bytes /
@@ -32,7 +32,7 @@ import torch
 from scipy.stats import kendalltau
 
 from lab.errors import LabError
-from lab.machine.costmodel import CalibratedModel
+from lab.machine.calibrated_model import CalibratedModel
 from lab.machine.profile import MachineProfile
 from lab.modelled.costmodel import catalogue_slowdown
 from lab.modelled.opgraph import trace

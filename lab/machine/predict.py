@@ -53,6 +53,7 @@ from lab.scenario.models import build_model
 from lab.train.emulation import ring_allreduce_time
 from lab.train.plan import check_scenario
 from lab.modelled.collectives.ring import allgather_steps, ring_bytes_per_rank, ring_steps
+from lab.scenario.names import Sharing
 
 PARTS = ("compute", "compress", "comm", "idle", "step")
 PART_LABELS = {"compute": "compute", "compress": "compression", "comm": "communication", "idle": "idle",
@@ -223,7 +224,7 @@ def predict_step(scenario: Scenario, profile: MachineProfile, *, plan: Any = Non
                 emul_comm = [sum(k * ring_allreduce_time(sc.topology, tuple(devices), b) for b, k in calls)] * n_workers
             notes.append("state all-reduce: four all-reduces per step (loss, flag, two optimiser states)")
         else:  # parameter server
-            hop = profile.sharing_fit("sparse_allgather", procs)
+            hop = profile.sharing_fit(Sharing.SPARSE_ALLGATHER, procs)
             one = hop.per_hop + hop.per_byte * flat_bytes
             server_opt = opt_cost.time(numel, tensors)
             comm_base = 2 * one + n_workers * flat_bytes * hop.per_byte + server_opt
@@ -297,11 +298,11 @@ def _compressed(sc: Scenario, profile: MachineProfile, tr, devices, n: int, proc
     t_compress = profile.compressor_cost(comp.kind, comp.error_feedback, procs).time(n)
     payload, kept = _payload_bytes(comp.kind, float(comp.ratio), int(comp.group_size), n, tr.seed)
     fit = profile.sharing_fit(method, procs)
-    if method == "sparse_allgather":  # equal-size payloads: no count travels (lab.train.compressed)
+    if method == Sharing.SPARSE_ALLGATHER:  # equal-size payloads: no count travels (lab.train.compressed)
         hops = allgather_steps(procs)
         sent = hops * payload
         per_msg = [payload] * hops
-    elif method == "sparse_ring":
+    elif method == Sharing.SPARSE_RING:
         hops = ring_steps(procs)
         sent = _sparse_ring_bytes(n, procs, kept)
         per_msg = [sent / hops] * hops

@@ -4,7 +4,7 @@ Two models answer it:
 
 * :class:`DatasheetModel`: the catalogue's throughput of each device for each operator class
   (:mod:`lab.modelled.datasheet`); an operator's forward pass.
-* the calibrated model (:class:`lab.machine.costmodel.CalibratedModel`): this machine's per-class
+* the calibrated model (:class:`lab.machine.calibrated_model.CalibratedModel`): this machine's per-class
   costs fitted by the calibration, each device slower than the topology's fastest by the
   catalogue's ratio, which is what the lab's emulated runs sleep; an operator's forward and
   backward pass, the part of a training step the Training page predicts with the same numbers.

@@ -37,7 +37,7 @@ def adam_update(params: list[Tensor], grads: list[Tensor], exp_avgs: list[Tensor
 
     ``steps[i]`` is the step number t >= 1 of tensor i, already counted for this step. With
     ``allreduce_fn`` the bias-corrected moments are all-reduced (mean) before the update
-    (``sync="state"``; see the module docstring). The gradients are not modified.
+    (``reduce="state"``; see the module docstring). The gradients are not modified.
     """
     if not params:
         return

@@ -40,7 +40,7 @@ dict loads into :class:`Adam` and back.
 
 Distributed steps
 -----------------
-``opt.step_distributed(allreduce_fn, sync="state")`` (the same as ``opt.step(allreduce_fn=..., sync=...)``)
+``opt.step_distributed(allreduce_fn, reduce="state")`` (the same as ``opt.step(allreduce_fn=..., reduce=...)``)
 combines workers through a caller-supplied all-reduce::
 
     allreduce_fn(tensor, op) -> None
@@ -52,7 +52,7 @@ collective: one call per (device, dtype) bucket, in the same order on every work
 :func:`torch_allreduce_fn` builds one over ``torch.distributed``; :class:`LocalAllReduce` simulates
 several workers as threads of one process (tests, notebooks).
 
-* ``sync="state"`` (the CXL design's "optimizer-state all-reduce"): each worker updates its own
+* ``reduce="state"`` (the CXL design's "optimizer-state all-reduce"): each worker updates its own
   m_t and s_t from its local gradient; the workers all-reduce (mean) the bias-corrected first moment
   m_hat; each takes the max of s_t with its previous maximum and the workers all-reduce (max) that
   (it is stored as the new maximum, so every worker holds the same maximum afterwards); then every
@@ -60,7 +60,7 @@ several workers as threads of one process (tests, notebooks).
   worker ends with identical parameters. For optimisers without a max (Adam, AdaBelief) the
   bias-corrected second moment is all-reduced with "mean" and used only for this update. The local
   m and s stay local (they differ between workers).
-* ``sync="gradient"`` (the usual form): all-reduce (mean) the gradients in place (``p.grad`` holds the
+* ``reduce="gradient"`` (the usual form): all-reduce (mean) the gradients in place (``p.grad`` holds the
   mean afterwards), then the ordinary local step, identical on every worker.
 
 Errors
@@ -71,13 +71,14 @@ change them). A NaN or infinite gradient raises :class:`NonFiniteGradient` (a La
 parameter group and index; the step is then skipped and parameters and state are unchanged
 (``check_finite=False`` turns the check off; it costs about one read of the gradients). In a
 distributed step every worker raises together (the check is agreed through one extra 1-element
-all-reduce in ``sync="state"``; in ``sync="gradient"`` the averaged gradient is checked).
+all-reduce in ``reduce="state"``; in ``reduce="gradient"`` the averaged gradient is checked).
 """
 
 from __future__ import annotations
 
 import math
 import numbers
+from enum import StrEnum
 from typing import Any, Iterable
 
 import torch
@@ -101,7 +102,11 @@ __all__ = [
 ]
 
 #: What a distributed step all-reduces: the optimiser's state, or the gradient before a local step.
-STEP_SYNCS = ("state", "gradient")
+class Reduce(StrEnum):
+    """What a distributed step all-reduces: the optimiser's state, or the gradients."""
+
+    STATE = "state"
+    GRADIENT = "gradient"
 
 
 class NonFiniteGradient(LabError):
@@ -188,18 +193,18 @@ class _LabOptimizer(torch.optim.Optimizer):
         raise NotImplementedError
 
     # -- steps ----------------------------------------------------------------------------
-    def step(self, closure=None, *, allreduce_fn: AllReduceFn | None = None, sync: str = "state"):
+    def step(self, closure=None, *, allreduce_fn: AllReduceFn | None = None, reduce: str = Reduce.STATE):
         """One step. ``closure`` re-evaluates the model and returns the loss (it is called with
         gradients enabled). With ``allreduce_fn`` the step is distributed (see the module docstring)."""
-        if allreduce_fn is not None and sync not in STEP_SYNCS:
-            raise LabError(f"sync must be 'state' or 'gradient', got {sync!r}", where=type(self).__name__)
+        if allreduce_fn is not None and reduce not in tuple(Reduce):
+            raise LabError(f"reduce must be 'state' or 'gradient', got {reduce!r}", where=type(self).__name__)
         loss = None
         if closure is not None:
             with torch.enable_grad():
                 loss = closure()
         with torch.no_grad():
             gathered = self._gather()
-            if allreduce_fn is not None and sync == "gradient":
+            if allreduce_fn is not None and reduce == Reduce.GRADIENT:
                 allreduce_tensors([g for _, ps, gs in gathered for g in gs], "mean", allreduce_fn)
                 self._raise_if_nonfinite(gathered, after="after the gradient all-reduce")
                 self._apply(gathered, None)
@@ -219,12 +224,12 @@ class _LabOptimizer(torch.optim.Optimizer):
                 self._apply(gathered, None)
         return loss
 
-    def step_distributed(self, allreduce_fn: AllReduceFn, sync: str = "state", closure=None):
-        """A collective step: ``sync="state"`` (the CXL design's optimizer-state all-reduce) or
-        ``sync="gradient"`` (all-reduce the gradients, then the local step). See the module docstring."""
+    def step_distributed(self, allreduce_fn: AllReduceFn, reduce: str = Reduce.STATE, closure=None):
+        """A collective step: ``reduce="state"`` (the CXL design's optimizer-state all-reduce) or
+        ``reduce="gradient"`` (all-reduce the gradients, then the local step). See the module docstring."""
         if not callable(allreduce_fn):
             raise LabError("allreduce_fn must be a function (tensor, op) -> None", where=type(self).__name__)
-        return self.step(closure, allreduce_fn=allreduce_fn, sync=sync)
+        return self.step(closure, allreduce_fn=allreduce_fn, reduce=reduce)
 
     def _gather(self) -> list[tuple[int, list[tuple[int, Tensor]], list[Tensor]]]:
         """Per group: (group index, [(index in group, param)], [grad]) for params with a gradient."""

@@ -29,6 +29,7 @@ from lab.scenario.names import (
     SPLITS,
     STRATEGY_NAMES,
     SYNC_MODES,
+    Sharing,
 )
 from lab.scenario.text import check_distinct, check_name, loads, nfc, shown
 from lab.scenario.topology import Topology, _check_keys
@@ -78,7 +79,7 @@ class Spec:
                 raise LabError(f"{shown(value)} is not allowed; choose one of {list(self.choices)}", where=w)
             if len(value) > self.max_len:
                 raise LabError(f"is too long (at most {self.max_len:,} characters)", where=w)
-            return value
+            return str(value)  # a choice named in code (a StrEnum member) is kept as its plain name
         if self.type is tuple:  # a list of device names
             if not isinstance(value, (list, tuple)) or not all(isinstance(v, str) for v in value):
                 raise LabError(f"must be a list of names (got {shown(value)})", where=w)
@@ -136,7 +137,7 @@ COMPRESSION_FIELDS: dict[str, Spec] = {
     "ratio": Spec(float, 0.01, min=1e-6, max=1.0),
     "group_size": Spec(int, 1024, min=1, max=1 << 24),
     "error_feedback": Spec(bool, False),
-    "sharing": Spec(str, "sparse_allgather", SHARING),
+    "sharing": Spec(str, Sharing.SPARSE_ALLGATHER.value, SHARING),
 }
 
 
@@ -206,6 +207,10 @@ class Compression:
     group_size: int = COMPRESSION_FIELDS["group_size"].default
     error_feedback: bool = COMPRESSION_FIELDS["error_feedback"].default
     sharing: str = COMPRESSION_FIELDS["sharing"].default
+
+    def __post_init__(self):
+        for k in ("kind", "sharing"):  # a choice named in code (a StrEnum member) is kept as its plain name
+            object.__setattr__(self, k, str(getattr(self, k)))
 
     def to_dict(self) -> dict:
         return {k: getattr(self, k) for k in COMPRESSION_FIELDS}

@@ -4,6 +4,8 @@ show and, where legends and run names need one, a short label. Every other list 
 the lab derives from here."""
 from __future__ import annotations
 
+from enum import StrEnum
+
 #: family -> name -> (label, short label). The order of a family is the order pages offer it.
 CHOICES: dict[str, dict[str, tuple[str, str]]] = {
     "optimizer": {
@@ -90,6 +92,22 @@ CHOICES: dict[str, dict[str, tuple[str, str]]] = {
         "recover": ("recover from the last checkpoint without the failed worker", "recover"),
     },
 }
+
+
+def _choice(name: str, family: str) -> type[StrEnum]:
+    """A family as a StrEnum for the code that names one choice (``Sharing.SPARSE_RING``): its members
+    are the names themselves, so they compare, hash and serialise as the plain strings."""
+    return StrEnum(name, {k.upper().replace("-", "_"): k for k in CHOICES[family]}, module=__name__)
+
+
+Optimizer = _choice("Optimizer", "optimizer")
+Compressor = _choice("Compressor", "compressor")
+Sharing = _choice("Sharing", "sharing")
+Algorithm = _choice("Algorithm", "algorithm")
+Parallel = _choice("Parallel", "parallel")
+Strategy = _choice("Strategy", "strategy")
+Balance = _choice("Balance", "balance")
+SyncMode = _choice("SyncMode", "sync")
 
 
 def names(family: str) -> tuple[str, ...]:

@@ -6,7 +6,7 @@ import os
 
 import torch
 
-from lab.comm.processes import init_worker
+from lab.comm.spawn import init_worker
 from lab.machine.cases import pin_rank
 from lab.scenario.document import Scenario
 from lab.train.stages import PlacementTrainer

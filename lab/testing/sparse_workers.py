@@ -8,7 +8,7 @@ import os
 import torch
 import torch.distributed as dist
 
-from lab.comm.processes import init_worker
+from lab.comm.spawn import init_worker
 from lab.comm.sharing import GradientCompressor
 from lab.comm.sparse import (
     simulate_sparse_allgather,
@@ -18,7 +18,7 @@ from lab.comm.sparse import (
 )
 from lab.compression.compressors import GroupTopK, generated_gradients
 from lab.scenario.document import Compression
-from lab.scenario.names import SHARING
+from lab.scenario.names import SHARING, Sharing
 from lab.comm.hook import GroupTopKHookState, group_topk_hook
 
 
@@ -153,7 +153,7 @@ def check_worker(rank: int, world: int, port: int, out_dir: str, sizes: tuple, s
     rows: list[dict] = []
     try:
         rows += _sharing_checks(rank, world, sizes, seed)
-        for sharing in ("sparse_allgather", "sparse_ring"):
+        for sharing in (Sharing.SPARSE_ALLGATHER, Sharing.SPARSE_RING):
             rows.append(_ddp_hook_check(rank, world, sharing, seed))
         dist.barrier()
     except Exception as exc:  # noqa: BLE001 - reported to the test, which fails with the message
@@ -176,8 +176,8 @@ def bench_worker(rank: int, world: int, port: int, out_dir: str, n: int, ratio: 
     rows = []
     try:
         g = generated_gradients(n, world, seed)[rank]
-        for kind, method in (("none", "dense"), ("group_topk", "sparse_ring"), ("group_topk", "sparse_allgather"),
-                             ("topk", "sparse_ring"), ("topk", "sparse_allgather")):
+        for kind, method in (("none", Sharing.DENSE), ("group_topk", Sharing.SPARSE_RING), ("group_topk", Sharing.SPARSE_ALLGATHER),
+                             ("topk", Sharing.SPARSE_RING), ("topk", Sharing.SPARSE_ALLGATHER)):
             gc = GradientCompressor(Compression(kind=kind, ratio=ratio, group_size=group_size, sharing=method))
             dist.barrier()
             summed, st = gc.step(g, count_sum=True)
@@ -185,7 +185,7 @@ def bench_worker(rank: int, world: int, port: int, out_dir: str, n: int, ratio: 
             dist.all_reduce(sent)
             err = float((summed.double() - sent).abs().max() / sent.abs().max().clamp_min(1e-30))
             hops = []
-            if method == "sparse_ring":
+            if method == Sharing.SPARSE_RING:
                 _, rst = sparse_ring_allreduce(gc.compressor.compress(g), n)
                 hops = rst["hops"]
             rows.append({"rank": rank, "kind": kind, "method": method, "bytes_sent": st["bytes_sent"],

@@ -5,7 +5,7 @@ import json
 import os
 import time
 
-from lab.comm.processes import init_worker
+from lab.comm.spawn import init_worker
 from lab.scenario.catalogue import preset
 from lab.scenario.document import Scenario, Training
 from lab.train.trainer import Trainer

@@ -170,13 +170,6 @@ def run_job(spec: JobSpec, log=sys.stderr) -> int:
     return res.exit_code
 
 
-def free_port() -> int:
-    """A port that was free a moment ago (racy: prefer :func:`listening_socket`)."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def listening_socket() -> socket.socket:
     """A socket bound to a port the OS picked, already listening: the port is ours until closed."""
     s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)

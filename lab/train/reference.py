@@ -12,7 +12,6 @@
 
 from __future__ import annotations
 
-import datetime
 import json
 import os
 import time
@@ -31,8 +30,9 @@ from lab.scenario.models import build_model
 from lab.store.runs import JOB_WORKER, RunStore
 from lab.train import compressed
 from lab.train import data as data_mod
-from lab.train.launcher import free_port
+from lab.comm.spawn import init_worker, run_local
 from lab.train.trainer import Trainer
+from lab.scenario.names import Sharing
 
 
 def single_process(tr: Training, steps: int | None = None) -> dict[str, torch.Tensor]:
@@ -59,9 +59,7 @@ def paired_worker(rank: int, world: int, port: int, training: dict, steps: int, 
     Rank 0 appends one JSON line per round to ``out_file``: samples/s of each between step
     ``warmup`` and the last step."""
 
-    torch.set_num_threads(1)
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-    dist.init_process_group("gloo", rank=rank, world_size=world, timeout=datetime.timedelta(seconds=60))
+    init_worker(rank, world, port, timeout_s=60.0)
     tr = Training.from_dict(training)
     sc = default_scenario()
     sc = sc.replace(training=tr)
@@ -101,17 +99,14 @@ def paired_worker(rank: int, world: int, port: int, training: dict, steps: int, 
 
 
 def paired_throughput(folder: str | os.PathLike, workers: int, steps: int, warmup: int, batch: int = 32,
-                      model: str = "mlp", rounds: int = 1, port: int | None = None) -> list[dict]:
+                      model: str = "mlp", rounds: int = 1, timeout_s: float = 1800.0) -> list[dict]:
     """Run :func:`paired_worker` in ``workers`` spawned processes (files in ``folder``); one
     {"lab": samples/s, "ddp": samples/s} per round (bench/bench_train.py)."""
-    import torch.multiprocessing as mp
-
     folder = Path(folder)
     out = folder / "paired.jsonl"
     tr = Training(workers=workers, steps=steps, batch_size=batch, model=model, eval_every=steps).to_dict()
-    mp.start_processes(paired_worker, args=(workers, port or free_port(), tr, steps, warmup, rounds,
-                                            str(folder / "paired.db"), str(out)),
-                       nprocs=workers, join=True, start_method="spawn")
+    run_local(paired_worker, workers, (tr, steps, warmup, rounds, str(folder / "paired.db"), str(out)),
+              timeout_s=timeout_s)
     return [json.loads(line) for line in out.read_text().splitlines()]
 
 
@@ -149,10 +144,10 @@ def compressed_single_process(tr: Training, steps: int | None = None) -> dict:
             loss = F.cross_entropy(model(x), y)
             (loss if weight == 1.0 else loss * weight).backward()
             payloads.append(comps[r].compress(torch.cat([p.grad.reshape(-1) for p in params])))
-        if c.sharing == "sparse_ring":
+        if c.sharing == Sharing.SPARSE_RING:
             sim = simulate_sparse_ring(payloads, numel)
             total, sent, recv = sim.total, sim.bytes_sent, sim.bytes_recv
-        elif c.sharing == "sparse_allgather":  # equal-size payloads, no counts (lab.comm.sparse, equal_sizes)
+        elif c.sharing == Sharing.SPARSE_ALLGATHER:  # equal-size payloads, no counts (lab.comm.sparse, equal_sizes)
             total = sum_payloads(payloads)
             sent = recv = [(n_w - 1) * p.nbytes for p in payloads]
         else:

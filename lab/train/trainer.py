@@ -274,7 +274,7 @@ class Trainer:
             if allreduce_fn is None:
                 self.opt.step()
             else:
-                self.opt.step_distributed(allreduce_fn, sync="state")
+                self.opt.step_distributed(allreduce_fn, reduce="state")
         except NonFiniteGradient:
             return math.nan
         return glob

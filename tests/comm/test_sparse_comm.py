@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from lab.comm.processes import run_local
+from lab.comm.spawn import run_local
 from lab.comm.sparse import (
     COUNT_BYTES,
     PAIR_BYTES,

@@ -13,7 +13,7 @@ import pytest
 
 from lab.errors import LabError
 from lab.machine import calibrate as C
-from lab.machine import cases, measure
+from lab.machine import cases, probes
 from lab.machine import fit as fit_mod
 from lab.machine import profile as profile_mod
 from lab.modelled.opgraph import trace
@@ -109,7 +109,7 @@ def test_profile_path_follows_lab_data(tmp_path, monkeypatch):
 
 
 def test_step_harness_is_the_workers_step():
-    h = measure.StepHarness(cases.build_calibration_net("MLP", {"hidden": (16,)}), batch=8)
+    h = probes.StepHarness(cases.build_calibration_net("MLP", {"hidden": (16,)}), batch=8)
     lv = h.forward_backward()
     assert math.isfinite(lv) and h.gflat[-1] == pytest.approx(lv)
     assert float(h.gflat[:-1].abs().sum()) > 0  # gradients landed in the flat buffer
@@ -117,11 +117,11 @@ def test_step_harness_is_the_workers_step():
 
 
 def test_measurements_are_positive():
-    rows = measure.measure_compute(nets=[0], batches=(8,), repeat=3, passes=1)
+    rows = probes.measure_compute(nets=[0], batches=(8,), repeat=3, passes=1)
     assert rows[0]["seconds"] > 0 and rows[0]["features"]["counts"]["matmul"] == 2
-    opt = measure.measure_optimizers(kinds=("adam",), repeat=3, shapes=((2, 1000),))
+    opt = probes.measure_optimizers(kinds=("adam",), repeat=3, shapes=((2, 1000),))
     assert opt["adam"][0][2] > 0
-    comp = measure.measure_compressors(keys=("group_topk",), sizes=(4096,), repeat=2)
+    comp = probes.measure_compressors(keys=("group_topk",), sizes=(4096,), repeat=2)
     assert set(comp) == {"group_topk", "group_topk+ef"} and all(r[0][2] > 0 for r in comp.values())
 
 

@@ -1,4 +1,4 @@
-"""lab.machine.costmodel: the calibrated model gives an operator this machine's fitted cost times
+"""lab.machine.calibrated_model: the calibrated model gives an operator this machine's fitted cost times
 the catalogue's slow-down of its device, and adds up to the compute the Training page predicts."""
 
 import dataclasses
@@ -8,7 +8,7 @@ import pytest
 
 from lab.errors import LabError
 from lab.machine.calibrate import synthetic_profile
-from lab.machine.costmodel import CalibratedModel, cost_model
+from lab.machine.calibrated_model import CalibratedModel, cost_model
 from lab.machine.predict import predict_step
 from lab.machine.profile import COMPUTE_CLASSES, ClassCost, ComputeFit
 from lab.modelled import placement as pl

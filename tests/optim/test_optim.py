@@ -343,7 +343,7 @@ def simulate(name, sync, steps, *, nan_at=None, **hyper):
                 p.grad = g
             if nan_at == (rank, k):
                 params[1].grad[0] = float("nan")
-            opt.step_distributed(allreduce, sync=sync)
+            opt.step_distributed(allreduce, reduce=sync)
         return params, opt
 
     return base, group, group.run(worker)
@@ -402,14 +402,14 @@ def test_nan_on_one_worker_stops_every_worker(sync):
         opt = MaxAdaBelief(params, lr=1e-2)
         for p, g in zip(params, grads_for(base, 0, seed=10 + rank)):
             p.grad = g
-        opt.step_distributed(allreduce, sync=sync)
+        opt.step_distributed(allreduce, reduce=sync)
         snapshot = [p.detach().clone() for p in params]
         for p, g in zip(params, grads_for(base, 1, seed=10 + rank)):
             p.grad = g
         if rank == 1:
             params[2].grad.view(-1)[3] = float("inf")
         try:
-            opt.step_distributed(allreduce, sync=sync)
+            opt.step_distributed(allreduce, reduce=sync)
         except NonFiniteGradient as exc:
             outcome[rank] = (str(exc), max_diff(params, snapshot))
         return None
@@ -433,7 +433,7 @@ def test_torch_allreduce_fn_over_gloo_world_of_one():
             for ps in (a, b):
                 for p, g in zip(ps, grads_for(ps, k)):
                     p.grad = g
-            oa.step_distributed(fn, sync="state")
+            oa.step_distributed(fn, reduce="state")
             ob.step()
         assert max_diff(a, b) <= 1e-12
         t = torch.tensor([1.0, 2.0])
@@ -482,8 +482,8 @@ def test_bad_settings_after_construction_and_elsewhere():
         opt.step()
     with pytest.raises(LabError, match="max_mode"):
         MaxAdaBelief(make_params(), max_mode="sometimes")
-    with pytest.raises(LabError, match="sync"):
-        Adam(make_params()).step_distributed(lambda t, op: None, sync="gossip")
+    with pytest.raises(LabError, match="reduce must be"):
+        Adam(make_params()).step_distributed(lambda t, op: None, reduce="gossip")
     with pytest.raises(LabError, match="unknown optimiser"):
         make_optimizer("sgd", make_params())
     with pytest.raises(LabError, match="max_exp_avg_vars"):

@@ -8,7 +8,7 @@ import math
 import pytest
 import torch
 
-from lab.comm.processes import run_local
+from lab.comm.spawn import run_local
 from lab.errors import LabError
 from lab.modelled.costmodel import catalogue_slowdown
 from lab.modelled.opgraph import trace

@@ -67,7 +67,7 @@ def shown_ratio(span: tuple[float, float]) -> float:
 def placement_graph(lesson: Lesson, **step):
     """pages/placement.py: the task graph of the view's model and batch on the scenario's topology, with the
     scenario's pins (the lessons use the datasheet cost model, which needs no machine profile)."""
-    from lab.machine.costmodel import cost_model
+    from lab.machine.calibrated_model import cost_model
     from lab.modelled import placement as pl
     from lab.modelled.opgraph import trace
 
@@ -105,7 +105,7 @@ def shown_plan(lesson: Lesson, **step):
 
 def balancing(lesson: Lesson, **step):
     """pages/placement.py's balancing loop (both rules), with the lesson's knobs and slowdowns."""
-    from lab.machine.costmodel import cost_model
+    from lab.machine.calibrated_model import cost_model
     from lab.modelled.balance import per_sample_times
     from lab.view import placement as pv
 
@@ -468,7 +468,7 @@ def _claims(x):
 
 
 def _largest_part_edge(x):
-    from lab.machine.costmodel import cost_model
+    from lab.machine.calibrated_model import cost_model
     from lab.modelled import placement as pl
     from lab.modelled.opgraph import trace
     from lab.scenario.models import build_model

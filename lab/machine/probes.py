@@ -13,7 +13,7 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from lab.comm.measure import fit_rows, measure
-from lab.comm.processes import init_worker, run_local
+from lab.comm.spawn import init_worker, run_local
 from lab.comm.ring import ring_allreduce
 from lab.comm.sharing import GradientCompressor
 from lab.compression.compressors import make_compressor
@@ -35,7 +35,7 @@ from lab.machine.profile import (
 from lab.modelled.opgraph import trace
 from lab.optim.flat import flatten_parameters
 from lab.optim.optimizers import make_optimizer
-from lab.scenario.names import COMPRESSORS, OPTIMIZERS
+from lab.scenario.names import COMPRESSORS, OPTIMIZERS, Sharing
 from lab.modelled.collectives.ring import allgather_steps, ring_bytes_per_rank, ring_steps
 
 
@@ -261,7 +261,7 @@ def _cycle_case(rank: int, world: int, net: int, batch: int, kind: tuple, repeat
             grad.copy_(summed.view(grad.shape)).div_(world)
             t2 = time.perf_counter()
             sent = float(st["bytes_sent"])
-            hops = float(allgather_steps(world) if method == "sparse_allgather" else ring_steps(world))
+            hops = float(allgather_steps(world) if method == Sharing.SPARSE_ALLGATHER else ring_steps(world))
         c2 = CPU()
         opt.step()
         t3 = time.perf_counter()
