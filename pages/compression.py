@@ -10,7 +10,7 @@ from lab.compression import cholesky as chol
 from lab.scenario.names import SHARING_LABELS, Sharing
 from lab.comm.sparse import sharing_report
 from lab.scenario.names import COMPRESSOR_LABELS
-from lab.compression.compressors import evaluate, generated_gradients, real_gradients
+from lab.compression.study import evaluate, generated_gradients, real_gradients
 from lab.figures import compression as figs
 from lab.figures.style import fmt_seconds
 from lab.scenario.names import MODEL_LABELS, MODELS

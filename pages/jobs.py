@@ -11,7 +11,7 @@ from lab.figures import jobs as figs
 from lab.jobs.access import teacher_token
 from lab.jobs.limits import Limits
 from lab.jobs import views as job_views
-from lab.jobs.policies import POLICIES, POLICY_LABELS, compare_policies, resource_groups
+from lab.modelled.scheduling import POLICIES, POLICY_LABELS, compare_policies, resource_groups
 from lab.scenario.catalogue import PRESET_LABELS, preset
 from lab.scenario.names import FAULT_KINDS, FAULT_POLICIES
 from lab.store.runs import ACTIVE, FINISHED, store

@@ -9,7 +9,7 @@ import time
 from pathlib import Path
 
 from lab import processes
-from lab.jobs.policies import cpu_of, rank_cpus
+from lab.jobs.slots import cpu_of, rank_cpus
 
 
 def _sleeper(*, new_session: bool = False) -> subprocess.Popen:

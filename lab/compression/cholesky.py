@@ -26,7 +26,7 @@ from dataclasses import dataclass
 
 import torch
 
-from lab.compression.compressors import digits_batch
+from lab.compression.study import digits_batch
 from lab.errors import LabError
 from lab.scenario.models import build_model
 

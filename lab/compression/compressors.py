@@ -84,7 +84,6 @@ from __future__ import annotations
 
 import math
 import struct
-import time
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -92,8 +91,7 @@ import numpy as np
 import torch
 
 from lab.errors import LabError
-from lab.scenario.models import build_model
-from lab.scenario.names import COMPRESSOR_LABELS, SPARSIFIERS
+from lab.scenario.names import COMPRESSOR_LABELS
 
 HEADER = struct.Struct("<BBHIQII")
 HEADER_BYTES = HEADER.size  # 24
@@ -220,7 +218,7 @@ class Payload:
 # ---------------------------------------------------------------------------------------------
 # Compressors
 # ---------------------------------------------------------------------------------------------
-def _flat32(tensor: torch.Tensor, who: str) -> torch.Tensor:
+def flat32(tensor: torch.Tensor, who: str) -> torch.Tensor:
     if not isinstance(tensor, torch.Tensor):
         raise LabError(f"{who} compresses a torch tensor (got {type(tensor).__name__})")
     if not tensor.is_floating_point():
@@ -259,7 +257,7 @@ class NoCompression(Compressor):
     name = "none"
 
     def compress(self, tensor: torch.Tensor) -> Payload:
-        flat = _flat32(tensor, "NoCompression")
+        flat = flat32(tensor, "NoCompression")
         return Payload(KIND_DENSE32, flat.numel(), flat.clone(), shape=tuple(tensor.shape))
 
 
@@ -267,7 +265,7 @@ class FP16(Compressor):
     name = "fp16"
 
     def compress(self, tensor: torch.Tensor) -> Payload:
-        flat = _flat32(tensor, "FP16")
+        flat = flat32(tensor, "FP16")
         half = flat.clamp(-FP16_MAX, FP16_MAX).to(torch.float16)
         return Payload(KIND_DENSE16, flat.numel(), half, shape=tuple(tensor.shape))
 
@@ -288,7 +286,7 @@ class TopK(Compressor):
         return min(k, n)
 
     def compress(self, tensor: torch.Tensor) -> Payload:
-        flat = _flat32(tensor, "TopK")
+        flat = flat32(tensor, "TopK")
         k = self.k_for(flat.numel())
         idx = torch.topk(flat.abs(), k, sorted=False).indices.sort().values
         return Payload(KIND_SPARSE32, flat.numel(), flat[idx], idx.to(torch.int32), INDEX_INT32,
@@ -309,7 +307,7 @@ class RandomK(Compressor):
         self.generator = torch.Generator().manual_seed(self.seed)
 
     def compress(self, tensor: torch.Tensor) -> Payload:
-        flat = _flat32(tensor, "RandomK")
+        flat = flat32(tensor, "RandomK")
         n = flat.numel()
         k = _round_half_up(self.ratio * n)
         if k == 0:
@@ -381,7 +379,7 @@ class GroupTopK(Compressor):
         return torch.cat(parts) if len(parts) > 1 else parts[0]
 
     def compress(self, tensor: torch.Tensor) -> Payload:
-        flat = _flat32(tensor, "GroupTopK")
+        flat = flat32(tensor, "GroupTopK")
         n = flat.numel()
         gs, k = self.group_size, self.k
         off = self.select(flat)
@@ -440,7 +438,7 @@ class ErrorFeedback(Compressor):
 
     def compress(self, tensor: torch.Tensor, key: int = 0) -> Payload:
         """GRACE's memory around the compressor: compensate with the residual of ``key``, compress, update it."""
-        flat = _flat32(tensor, "ErrorFeedback")
+        flat = flat32(tensor, "ErrorFeedback")
         res = self.residuals.get(key)
         if res is not None and res.numel() != flat.numel():
             raise LabError(f"ErrorFeedback: this worker's residual has {res.numel()} entries but the "
@@ -484,93 +482,5 @@ def from_settings(settings: Any, seed: int = 0) -> Compressor:
                            error_feedback=settings.error_feedback, seed=seed)
 
 
-# ---------------------------------------------------------------------------------------------
-# Gradients to look at (the page) and the comparison table
-# ---------------------------------------------------------------------------------------------
-def digits_batch(batch_size: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """A random batch of scikit-learn's 8x8 digits (pixels scaled to [0, 1]), seeded."""
-    from sklearn.datasets import load_digits
-
-    d = load_digits()
-    x = torch.tensor(d.data, dtype=torch.float32) / 16.0
-    y = torch.tensor(d.target, dtype=torch.int64)
-    g = torch.Generator().manual_seed(seed)
-    pick = torch.randperm(len(x), generator=g)[:batch_size]
-    return x[pick], y[pick]
-
-
-def real_gradients(model: str = "mlp", workers: int = 1, batch_size: int = 64, seed: int = 0) -> list[torch.Tensor]:
-    """One backward pass per worker (same initial model, different digits batches): flat gradients."""
-
-    if not 1 <= workers <= 16:
-        raise LabError(f"workers must be between 1 and 16 (got {workers})")
-    if not 1 <= batch_size <= 1797:
-        raise LabError(f"batch size must be between 1 and 1797 digits (got {batch_size})")
-    net = build_model(model, seed=seed)
-    out = []
-    for w in range(workers):
-        x, y = digits_batch(batch_size, seed * 1000 + w + 1)
-        net.zero_grad()
-        torch.nn.functional.cross_entropy(net(x), y).backward()
-        out.append(torch.cat([p.grad.reshape(-1) for p in net.parameters()]).clone())
-    return out
-
-
-def generated_gradients(n: int, workers: int = 1, seed: int = 0, shared: float = 0.7) -> list[torch.Tensor]:
-    """Heavy-tailed synthetic gradients with a common part (share ``shared``) and a per-worker part.
-
-    Layer-like blocks of different scales; the common part makes the workers' large entries overlap
-    partly, as real gradients of different batches do.
-    """
-    if not 1 <= n <= 50_000_000:
-        raise LabError(f"the generated gradient has 1 to 50,000,000 entries (got {n})")
-    if not 0.0 <= shared <= 1.0:
-        raise LabError(f"shared must be in [0, 1] (got {shared})")
-    g = torch.Generator().manual_seed(seed)
-    blocks = max(1, min(8, n // 64))
-    scale = torch.exp(torch.randn(blocks, generator=g) * 1.5)
-    scale = scale.repeat_interleave(-(-n // blocks))[:n]
-    common = torch.randn(n, generator=g) * torch.exp(torch.randn(n, generator=g))
-    out = []
-    for _ in range(workers):
-        own = torch.randn(n, generator=g) * torch.exp(torch.randn(n, generator=g))
-        out.append(((shared ** 0.5) * common + ((1 - shared) ** 0.5) * own) * scale * 1e-3)
-    return out
-
-
-def relative_error(g: torch.Tensor, approx: torch.Tensor) -> float:
-    den = float(torch.linalg.vector_norm(g.double()))
-    return float(torch.linalg.vector_norm((g.double() - approx.double()).reshape(-1))) / den if den else 0.0
-
-
-def evaluate(grad: torch.Tensor, kinds: tuple[str, ...] = (*SPARSIFIERS, "fp16", "none"),
-             ratios: tuple[float, ...] = (0.001, 0.01, 0.05, 0.1), group_size: int = 1024, seed: int = 0,
-             repeats: int = 3) -> list[dict]:
-    """For every compressor (and ratio, where it has one): kept density, relative error, bytes, time.
-
-    Times are measured on this machine (the best of ``repeats``). Ratios giving k = 0 are skipped.
-    """
-    flat = _flat32(grad, "evaluate")
-    rows = []
-    for kind in kinds:
-        for ratio in (ratios if kind in SPARSIFIERS else (1.0,)):
-            try:
-                comp = make_compressor(kind, ratio, group_size, seed=seed)
-                best = math.inf
-                for _ in range(max(1, repeats)):
-                    t0 = time.perf_counter()
-                    p = comp.compress(flat)
-                    best = min(best, time.perf_counter() - t0)
-            except LabError:
-                continue
-            rows.append({"compressor": kind, "label": COMPRESSOR_LABELS[kind], "ratio": ratio,
-                         "kept": p.count, "density": p.count / p.numel,
-                         "rel_error": relative_error(flat, p.to_dense()),
-                         "bytes": p.nbytes, "bytes_per_entry": p.bytes_per_entry,
-                         "wire_format": p.wire_format, "t_compress": best})
-    return rows
-
-
 __all__ = ["Payload", "Compressor", "NoCompression", "GroupTopK", "TopK", "RandomK", "FP16", "ErrorFeedback",
-           "make_compressor", "from_settings", "HEADER_BYTES", "evaluate",
-           "real_gradients", "generated_gradients", "relative_error", "digits_batch", "COMPRESSOR_LABELS"]
+           "make_compressor", "from_settings", "HEADER_BYTES", "flat32"]

@@ -18,7 +18,7 @@ app's pages stay responsive while the cores train.
 A :class:`JobManager` keeps one queue for every session of the app (pages share one manager per
 run store through :func:`shared`). It starts at most ``capacity`` jobs at a time (default 1, for a
 2-core server), and only where its ranks fit on the local resource groups (one per core,
-:func:`lab.jobs.policies.local_groups`) under the placement policy (uniform or resource-state). The
+:func:`lab.jobs.slots.local_groups`) under the placement policy (uniform or resource-state). The
 queue is fair across owners (one browser session = one owner): round-robin over owners, first
 come first served within one, so a session that queues ten jobs cannot starve the others.
 
@@ -72,14 +72,8 @@ from lab.jobs.access import (
     teacher_token,
 )
 from lab.jobs.limits import Limits
-from lab.jobs.policies import (
-    POLICIES,
-    SlotBook,
-    fair_order,
-    local_groups,
-    place,
-    rank_cpus,
-)
+from lab.jobs.slots import SlotBook, local_groups, rank_cpus
+from lab.modelled.scheduling import POLICIES, fair_order, place
 from lab.processes import STOP_GRACE_S, as_pid, end_group, signal_name
 from lab.scenario.document import Scenario
 from lab.scenario.text import RUN_NAME_MAX, check_name

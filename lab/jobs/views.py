@@ -8,7 +8,7 @@ from typing import Iterable
 from lab.errors import LabError
 from lab.jobs.access import TEACHER
 from lab.jobs.manager import JobManager
-from lab.jobs.policies import Group, JobRequest
+from lab.modelled.scheduling import Group, JobRequest
 from lab.processes import tail_text
 from lab.scenario.names import OPTIMIZER_LABELS, OPTIMIZER_SHORT
 from lab.store.runs import ACTIVE, RunStore

@@ -16,7 +16,8 @@ from lab.comm.sparse import (
     sparse_allgather,
     sparse_ring_allreduce,
 )
-from lab.compression.compressors import GroupTopK, generated_gradients
+from lab.compression.compressors import GroupTopK
+from lab.compression.study import generated_gradients
 from lab.scenario.document import Compression
 from lab.scenario.names import SHARING, Sharing
 from lab.comm.hook import GroupTopKHookState, group_topk_hook

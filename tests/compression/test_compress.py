@@ -18,12 +18,9 @@ from lab.compression.compressors import (
     Payload,
     RandomK,
     TopK,
-    evaluate,
-    generated_gradients,
     make_compressor,
-    real_gradients,
-    relative_error,
 )
+from lab.compression.study import evaluate, generated_gradients, real_gradients, relative_error
 from lab.errors import LabError
 from lab.scenario.models import build_model, parameter_count
 

@@ -7,7 +7,7 @@ import torch
 
 from lab.comm.sparse import sharing_report
 from lab.compression.cholesky import compare_methods
-from lab.compression.compressors import evaluate, generated_gradients
+from lab.compression.study import evaluate, generated_gradients
 from lab.figures import compression as F
 from lab.scenario.names import SPARSIFIERS
 

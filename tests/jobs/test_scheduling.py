@@ -1,4 +1,4 @@
-"""lab.jobs.policies: resource groups from the topology, the task-level design's two placement policies, the fair
+"""lab.modelled.scheduling and lab.jobs.slots: resource groups from the topology, the task-level design's two placement policies, the fair
 queue, and the what-if simulation (checked by hand-worked schedules, invariants over random job
 sets, and a brute-force replay)."""
 
@@ -11,13 +11,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as hst
 
 from lab.errors import LabError
-from lab.jobs.policies import (
+from lab.jobs.slots import SlotBook, local_groups
+from lab.modelled.scheduling import (
     Group,
     JobRequest,
-    SlotBook,
     compare_policies,
     fair_order,
-    local_groups,
     place,
     resource_groups,
     simulate,

@@ -271,7 +271,7 @@ def test_calibration_processes_are_pinned_as_the_job_manager_pins_ranks(monkeypa
     import subprocess
     import sys
 
-    from lab.jobs.policies import local_groups
+    from lab.jobs.slots import local_groups
 
     allowed = sorted(os.sched_getaffinity(0))
     assert [cases.rank_cpu(k) for k in range(4)] == [allowed[k % len(allowed)] for k in range(4)]

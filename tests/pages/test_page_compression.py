@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from lab.compression.compressors import GroupTopK, TopK, real_gradients
+from lab.compression.compressors import GroupTopK, TopK
+from lab.compression.study import real_gradients
 from tests.conftest import app_test, assert_no_exception
 
 

@@ -1,4 +1,4 @@
-"""The Jobs page under AppTest: the what-if against lab.jobs.policies, jobs from the store with their
+"""The Jobs page under AppTest: the what-if against lab.modelled.scheduling, jobs from the store with their
 stages, heartbeats, alarms and log tails, the Stop and Release buttons, the place in the fair queue
 (also on the Training page), and user-supplied names shown as text, never as markup."""
 
@@ -11,7 +11,7 @@ import pytest
 
 import ui
 from lab.jobs import manager as jobs_mod
-from lab.jobs.policies import JobRequest, compare_policies, resource_groups, simulate
+from lab.modelled.scheduling import JobRequest, compare_policies, resource_groups, simulate
 from lab.scenario.catalogue import preset
 from lab.scenario.document import default_scenario
 from lab.store.runs import RunStore

@@ -187,7 +187,7 @@ def compressor_rows(lesson: Lesson, **step) -> list[dict]:
     """The table of compressors on one gradient."""
     import torch
 
-    from lab.compression.compressors import evaluate, generated_gradients, real_gradients
+    from lab.compression.study import evaluate, generated_gradients, real_gradients
 
     v, group, seed = compression_inputs(lesson, **step)
     grads = (real_gradients(v["cp_model"], 1, int(v["cp_batch"]), seed) if v["cp_source"] == "real"
@@ -199,7 +199,7 @@ def compressor_rows(lesson: Lesson, **step) -> list[dict]:
 def ring_report(lesson: Lesson, **step):
     """The sparse ring simulated on the workers' gradients: (fill-in rows, hop rows, sharing)."""
     from lab.comm.sparse import sharing_report
-    from lab.compression.compressors import generated_gradients, real_gradients
+    from lab.compression.study import generated_gradients, real_gradients
 
     v, group, seed = compression_inputs(lesson, **step)
     workers = int(v["ring_workers"])
@@ -220,7 +220,7 @@ def cholesky(lesson: Lesson, **step) -> dict:
 def whatif(topology_name: str):
     """The Jobs page's scheduling what-if with its own table of six jobs and no cap, on a preset."""
     from lab.jobs import views as job_views
-    from lab.jobs.policies import compare_policies, resource_groups
+    from lab.modelled.scheduling import compare_policies, resource_groups
     from lab.scenario.catalogue import preset
 
     groups = resource_groups(preset(topology_name))
@@ -420,7 +420,7 @@ def _uniform_makespan(x):
 
 
 def _first_policy(x):
-    from lab.jobs.policies import POLICY_LABELS
+    from lab.modelled.scheduling import POLICY_LABELS
 
     s = whatif("gpu-npu")
     best = min(s, key=lambda p: s[p].makespan)
