@@ -22,7 +22,8 @@ import streamlit as st
 from lab.view import state as viewstate
 from lab.errors import LabError
 from lab.view.lessons import Lesson, find_lesson, ticks_from_param, ticks_param, unknown_lesson_notice
-from lab.scenario.document import Scenario, default_scenario
+from lab.scenario.document import Scenario, Spec, default_scenario
+from lab.scenario.names import labels
 
 log = logging.getLogger("lab.ui")
 
@@ -442,6 +443,29 @@ def prediction_table(db: str, created: str, _profile, run_id: str):
     from lab.store.runs import store
 
     return table(run_id, _profile, store=store(db))
+
+
+def setting(where, spec: Spec, value, key: str, *, format_func=None, **kw):
+    """The widget of one field of the Scenario's table (:data:`lab.scenario.document.TRAINING_FIELDS`,
+    ``COMPRESSION_FIELDS``) in ``where`` (a column, the sidebar, ``st``): its label, bounds, choices, help,
+    step and format come from the table. ``format_func`` names the choices where a page says them its own way."""
+    kw.setdefault("help", spec.help or None)
+    if spec.type is bool:
+        make = where.toggle if spec.widget == "toggle" else where.checkbox
+        return make(spec.label, bool(value), key=key, **kw)
+    if spec.choices is not None:
+        options = list(spec.choices)
+        names = labels(spec.family) if spec.family else {}
+        return where.selectbox(spec.label, options, options.index(value), key=key,
+                               format_func=format_func or (lambda v: names.get(v, str(v))), **kw)
+    lo, hi = (None if b is None else spec.type(b) for b in (spec.min, spec.max))
+    if spec.widget == "slider":
+        return where.slider(spec.label, lo, hi, spec.type(value), key=key, **kw)
+    if spec.step is not None:
+        kw.setdefault("step", spec.type(spec.step))
+    if spec.format is not None:
+        kw.setdefault("format", spec.format)
+    return where.number_input(spec.label, lo, hi, spec.type(value), key=key, **kw)
 
 
 _WJ = "\u2060"  # word joiner: invisible, and it breaks the patterns Markdown turns into links by itself

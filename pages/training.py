@@ -6,9 +6,10 @@ import ui
 from lab.figures import training as figs
 from lab.jobs.comparison import comparison_compressions, comparison_scenarios, run_name, settings_of, student_seed
 from lab.jobs import views as job_views
+from lab.scenario.document import COMPRESSION_FIELDS as C
+from lab.scenario.document import TRAINING_FIELDS as T
 from lab.scenario.document import Compression
-from lab.scenario.names import (ALLREDUCE_IMPL_LABELS, ALLREDUCE_IMPLS, COMPRESSORS, MODEL_LABELS, OPTIMIZER_LABELS,
-                                OPTIMIZERS, SHARING, SPARSIFIERS, SPLIT_LABELS, SPLITS, SYNC_LABELS, SYNC_MODES)
+from lab.scenario.names import SPARSIFIERS
 from lab.store.runs import ACTIVE, JOB_WORKER, store
 from lab.view.state import VIEW
 
@@ -25,34 +26,28 @@ st.markdown(
 
 # ---------------------------------------------------------------- settings -> scenario
 tr = sc.training
+# Every control's label, bounds and help are the Scenario's table's (TRAINING_FIELDS, COMPRESSION_FIELDS).
 # Two select boxes a row: their choices are long, and a 1024-pixel projector must show them whole.
 c1, c2 = st.columns(2)
 c3, c4 = st.columns(2)
-optimizer = c1.selectbox("Optimiser", OPTIMIZERS, OPTIMIZERS.index(tr.optimizer), key="tr_optimizer",
-                         format_func=OPTIMIZER_LABELS.get)
-model = c2.selectbox("Model", list(MODEL_LABELS), list(MODEL_LABELS).index(tr.model), key="tr_model",
-                     format_func=MODEL_LABELS.get)
-sync = c3.selectbox("Sync mode", SYNC_MODES, SYNC_MODES.index(tr.sync), key="tr_sync", format_func=SYNC_LABELS.get)
-impl = tr.allreduce_impl if lesson else c4.selectbox(
-    "All-reduce", ALLREDUCE_IMPLS, ALLREDUCE_IMPLS.index(tr.allreduce_impl), key="tr_impl",
-    format_func=ALLREDUCE_IMPL_LABELS.get)
+optimizer = ui.setting(c1, T["optimizer"], tr.optimizer, "tr_optimizer")
+model = ui.setting(c2, T["model"], tr.model, "tr_model")
+sync = ui.setting(c3, T["sync"], tr.sync, "tr_sync")
+impl = tr.allreduce_impl if lesson else ui.setting(c4, T["allreduce_impl"], tr.allreduce_impl, "tr_impl")
 c1, c2, c3, c4, c5 = st.columns(5)
-workers = c1.slider("Workers (processes)", 1, 4, tr.workers, key="tr_workers")
-steps = c2.number_input("Steps (count)", 1, 100_000, tr.steps, key="tr_steps")
-batch = c3.number_input("Batch per worker (samples)", 1, 4096, tr.batch_size, key="tr_batch")
-lr = c4.number_input("Learning rate", 0.0, 10.0, float(tr.lr), format="%.5f", key="tr_lr")
-seed = tr.seed if lesson else c5.number_input("Seed", 0, 2**31 - 1, tr.seed, key="tr_seed")
+workers = ui.setting(c1, T["workers"], tr.workers, "tr_workers")
+steps = ui.setting(c2, T["steps"], tr.steps, "tr_steps")
+batch = ui.setting(c3, T["batch_size"], tr.batch_size, "tr_batch")
+lr = ui.setting(c4, T["lr"], tr.lr, "tr_lr")
+seed = tr.seed if lesson else ui.setting(c5, T["seed"], tr.seed, "tr_seed")
 split, alpha, exchange, lr_scaling = tr.split, tr.dirichlet_alpha, tr.exchange_share, tr.lr_scaling
 if not lesson:
     c1, c2, c3, c4 = st.columns(4)
-    split = c1.selectbox("Data split", SPLITS, SPLITS.index(tr.split), key="tr_split", format_func=SPLIT_LABELS.get)
-    alpha = c2.number_input("Dirichlet alpha", 0.001, 1000.0, float(tr.dirichlet_alpha), key="tr_alpha",
-                            disabled=split != "dirichlet", help="small: each worker sees few classes")
-    exchange = c3.number_input("Exchange share per step", 0.0, 1.0, float(tr.exchange_share), key="tr_exchange",
-                               help="share of its samples each worker hands its ring neighbour each step (the task-level design's data exchange)")
-    lr_scaling = c4.checkbox("Scale lr by workers", tr.lr_scaling, key="tr_lr_scaling",
-                             help="the edge-compression design's linear scaling rule: lr × workers")
-emulate = st.toggle("Emulate the topology's devices and links", tr.emulate, key="tr_emulate")
+    split = ui.setting(c1, T["split"], tr.split, "tr_split")
+    alpha = ui.setting(c2, T["dirichlet_alpha"], tr.dirichlet_alpha, "tr_alpha", disabled=split != "dirichlet")
+    exchange = ui.setting(c3, T["exchange_share"], tr.exchange_share, "tr_exchange")
+    lr_scaling = ui.setting(c4, T["lr_scaling"], tr.lr_scaling, "tr_lr_scaling")
+emulate = ui.setting(st, T["emulate"], tr.emulate, "tr_emulate")
 devices = list(tr.worker_devices)
 if emulate or split == "weighted":
     names = sc.topology.device_names
@@ -64,18 +59,14 @@ if emulate or split == "weighted":
 cp = tr.compression
 c1, c2, c3 = st.columns(3)
 c4, c5 = st.columns([2, 1], vertical_alignment="bottom")
-kind = c1.selectbox("Compressor", COMPRESSORS, COMPRESSORS.index(cp.kind), key="tr_cmp_kind",
-                    format_func=figs.COMPRESSOR_NAMES.get, help="what each worker sends of its gradient each step")
-ratio = c2.number_input("Ratio (kept fraction)", 1e-6, 1.0, float(cp.ratio), step=0.001, format="%.6f",
-                        key="tr_cmp_ratio", disabled=kind not in SPARSIFIERS, help="0.01 keeps 1 % of the entries")
+kind = ui.setting(c1, C["kind"], cp.kind, "tr_cmp_kind", format_func=figs.COMPRESSOR_NAMES.get)
+ratio = ui.setting(c2, C["ratio"], cp.ratio, "tr_cmp_ratio", disabled=kind not in SPARSIFIERS)
 group_size, feedback, sharing = cp.group_size, cp.error_feedback, cp.sharing
 if not lesson:
-    group_size = c3.number_input("Group size (entries)", 1, 1 << 24, int(cp.group_size), key="tr_cmp_group",
-                                 disabled=kind != "group_topk", help="Group-TopK keeps the top entries of every group")
-    sharing = c4.selectbox("Sharing method", SHARING, SHARING.index(cp.sharing), key="tr_cmp_sharing",
-                           format_func=figs.SHARING_NAMES.get, disabled=kind == "none")
-    feedback = c5.checkbox("Error feedback", cp.error_feedback, key="tr_cmp_ef", disabled=kind == "none",
-                           help="adds what was not sent to the next step's gradient, so it is sent later")
+    group_size = ui.setting(c3, C["group_size"], cp.group_size, "tr_cmp_group", disabled=kind != "group_topk")
+    sharing = ui.setting(c4, C["sharing"], cp.sharing, "tr_cmp_sharing", format_func=figs.SHARING_NAMES.get,
+                         disabled=kind == "none")
+    feedback = ui.setting(c5, C["error_feedback"], cp.error_feedback, "tr_cmp_ef", disabled=kind == "none")
 with ui.guarded("the training settings"):
     new = tr.replace(optimizer=optimizer, model=model, sync=sync, allreduce_impl=impl, workers=workers, steps=steps,
                      batch_size=batch, lr=lr, seed=seed, split=split, dirichlet_alpha=alpha, exchange_share=exchange,

@@ -45,7 +45,7 @@ def test_a_planted_upward_import_inside_a_function_is_refused(tmp_path):
 
 def test_a_planted_cycle_between_sibling_modules_is_refused(tmp_path):
     root = _copy(tmp_path)
-    target = root / "lab" / "train" / "roles.py"  # roles is imported by the launcher; make it import back
+    target = root / "lab" / "train" / "fork.py"  # fork is imported by the launcher; make it import back
     target.write_text(target.read_text() + "\n\ndef _planted():\n    from lab.train import launcher\n\n"
                       "    return launcher\n")
     p = _lint(root)

@@ -11,7 +11,7 @@ import base64
 import json
 import math
 import zlib
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import dataclass, field, fields, make_dataclass, replace
 from typing import Any, Mapping
 
 from lab.errors import LabError
@@ -40,7 +40,10 @@ MAX_SCENARIO_BYTES = UPLOAD_MB * 1024 * 1024  # a file larger than this is refus
 
 @dataclass(frozen=True)
 class Spec:
-    """One field of a settings section: its type, default, and what is allowed."""
+    """One field of a settings section: its type, default and what is allowed, and how a page shows it
+    (its label and help, the family whose labels a menu shows, a slider or a toggle where it is not a
+    plain number box or checkbox, the step and format of a number box). Pages build their widgets from it
+    (the ``setting`` helper of the app's ``ui`` module), so each is written once, here."""
 
     type: type
     default: Any
@@ -49,6 +52,11 @@ class Spec:
     max: float | None = None
     help: str = ""
     max_len: int = 200  # characters of a text value
+    label: str = ""
+    family: str | None = None  # lab.scenario.names: the labels of the choices
+    widget: str = ""  # "slider" or "toggle"
+    step: float | None = None
+    format: str | None = None
 
     def check(self, name: str, value: Any, where: str) -> Any:
         w = f"{where}.{name}"
@@ -92,26 +100,31 @@ class Spec:
 DATASETS = ("digits", "synthetic")
 
 TRAINING_FIELDS: dict[str, Spec] = {
-    "model": Spec(str, "mlp", MODELS, help="preset model"),
+    "model": Spec(str, "mlp", MODELS, help="preset model", label="Model", family="model"),
     "dataset": Spec(str, "digits", DATASETS, help="digits ships with scikit-learn; synthetic is generated"),
     "dataset_size": Spec(int, 4096, min=64, max=1_000_000, help="samples of the synthetic set"),
-    "optimizer": Spec(str, "adam", OPTIMIZERS),
-    "lr": Spec(float, 1e-3, min=0.0, max=10.0),
+    "optimizer": Spec(str, "adam", OPTIMIZERS, label="Optimiser", family="optimizer"),
+    "lr": Spec(float, 1e-3, min=0.0, max=10.0, label="Learning rate", format="%.5f"),
     "beta1": Spec(float, 0.9, min=0.0, max=0.999999),
     "beta2": Spec(float, 0.999, min=0.0, max=0.999999),
     "eps": Spec(float, 1e-8, min=0.0, max=1.0),
     "weight_decay": Spec(float, 0.0, min=0.0, max=1.0),
-    "lr_scaling": Spec(bool, False, help="linear scaling rule: lr x workers (the edge-compression design)"),
-    "workers": Spec(int, 2, min=1, max=4),
-    "steps": Spec(int, 100, min=1, max=100_000),
-    "batch_size": Spec(int, 32, min=1, max=4096, help="per worker"),
-    "seed": Spec(int, 0, min=0, max=2**31 - 1),
-    "sync": Spec(str, "allreduce", SYNC_MODES),
-    "allreduce_impl": Spec(str, "gloo", ALLREDUCE_IMPLS),
-    "split": Spec(str, "even", SPLITS),
-    "dirichlet_alpha": Spec(float, 0.5, min=1e-3, max=1e3),
-    "exchange_share": Spec(float, 0.0, min=0.0, max=1.0, help="share of samples handed to the ring neighbour per step (the task-level design)"),
-    "emulate": Spec(bool, False, help="emulate device speeds and link bandwidths of the topology"),
+    "lr_scaling": Spec(bool, False, help="the edge-compression design's linear scaling rule: lr × workers",
+                       label="Scale lr by workers"),
+    "workers": Spec(int, 2, min=1, max=4, label="Workers (processes)", widget="slider"),
+    "steps": Spec(int, 100, min=1, max=100_000, label="Steps (count)"),
+    "batch_size": Spec(int, 32, min=1, max=4096, help="per worker", label="Batch per worker (samples)"),
+    "seed": Spec(int, 0, min=0, max=2**31 - 1, label="Seed"),
+    "sync": Spec(str, "allreduce", SYNC_MODES, label="Sync mode", family="sync"),
+    "allreduce_impl": Spec(str, "gloo", ALLREDUCE_IMPLS, label="All-reduce", family="allreduce_impl"),
+    "split": Spec(str, "even", SPLITS, label="Data split", family="split"),
+    "dirichlet_alpha": Spec(float, 0.5, min=1e-3, max=1e3, help="small: each worker sees few classes",
+                            label="Dirichlet alpha"),
+    "exchange_share": Spec(float, 0.0, min=0.0, max=1.0, label="Exchange share per step",
+                           help="share of its samples each worker hands its ring neighbour each step (the "
+                                "task-level design's data exchange)"),
+    "emulate": Spec(bool, False, help="emulate device speeds and link bandwidths of the topology",
+                    label="Emulate the topology's devices and links", widget="toggle"),
     "worker_devices": Spec(tuple, (), help="device of the topology each worker stands for"),
     "eval_every": Spec(int, 10, min=1, max=100_000),
     "checkpoint_every": Spec(int, 0, min=0, max=100_000, help="0: only at the end"),
@@ -133,11 +146,15 @@ TRAINING_FIELDS: dict[str, Spec] = {
 }
 
 COMPRESSION_FIELDS: dict[str, Spec] = {
-    "kind": Spec(str, "none", COMPRESSORS),
-    "ratio": Spec(float, 0.01, min=1e-6, max=1.0),
-    "group_size": Spec(int, 1024, min=1, max=1 << 24),
-    "error_feedback": Spec(bool, False),
-    "sharing": Spec(str, Sharing.SPARSE_ALLGATHER.value, SHARING),
+    "kind": Spec(str, "none", COMPRESSORS, label="Compressor", family="compressor",
+                 help="what each worker sends of its gradient each step"),
+    "ratio": Spec(float, 0.01, min=1e-6, max=1.0, label="Ratio (kept fraction)", step=0.001, format="%.6f",
+                  help="0.01 keeps 1 % of the entries"),
+    "group_size": Spec(int, 1024, min=1, max=1 << 24, label="Group size (entries)",
+                       help="Group-TopK keeps the top entries of every group"),
+    "error_feedback": Spec(bool, False, label="Error feedback",
+                           help="adds what was not sent to the next step's gradient, so it is sent later"),
+    "sharing": Spec(str, Sharing.SPARSE_ALLGATHER.value, SHARING, label="Sharing method", family="sharing"),
 }
 
 
@@ -200,14 +217,12 @@ def _section_from_dict(specs: Mapping[str, Spec], d: Any, where: str) -> dict:
     return {k: spec.check(k, d[k], where) if k in d else spec.default for k, spec in specs.items()}
 
 
-@dataclass(frozen=True)
-class Compression:
-    kind: str = COMPRESSION_FIELDS["kind"].default
-    ratio: float = COMPRESSION_FIELDS["ratio"].default
-    group_size: int = COMPRESSION_FIELDS["group_size"].default
-    error_feedback: bool = COMPRESSION_FIELDS["error_feedback"].default
-    sharing: str = COMPRESSION_FIELDS["sharing"].default
+def _table_fields(table: Mapping[str, Spec]) -> list[tuple]:
+    """A section's dataclass fields, each with its type and default from the table: written once."""
+    return [(k, spec.type, field(default=spec.default)) for k, spec in table.items()]
 
+
+class _CompressionMethods:
     def __post_init__(self):
         for k in ("kind", "sharing"):  # a choice named in code (a StrEnum member) is kept as its plain name
             object.__setattr__(self, k, str(getattr(self, k)))
@@ -220,52 +235,13 @@ class Compression:
         return Compression(**_section_from_dict(COMPRESSION_FIELDS, d, where))
 
 
-@dataclass(frozen=True)
-class Training:
-    model: str = TRAINING_FIELDS["model"].default
-    dataset: str = TRAINING_FIELDS["dataset"].default
-    dataset_size: int = TRAINING_FIELDS["dataset_size"].default
-    optimizer: str = TRAINING_FIELDS["optimizer"].default
-    lr: float = TRAINING_FIELDS["lr"].default
-    beta1: float = TRAINING_FIELDS["beta1"].default
-    beta2: float = TRAINING_FIELDS["beta2"].default
-    eps: float = TRAINING_FIELDS["eps"].default
-    weight_decay: float = TRAINING_FIELDS["weight_decay"].default
-    lr_scaling: bool = TRAINING_FIELDS["lr_scaling"].default
-    workers: int = TRAINING_FIELDS["workers"].default
-    steps: int = TRAINING_FIELDS["steps"].default
-    batch_size: int = TRAINING_FIELDS["batch_size"].default
-    seed: int = TRAINING_FIELDS["seed"].default
-    sync: str = TRAINING_FIELDS["sync"].default
-    allreduce_impl: str = TRAINING_FIELDS["allreduce_impl"].default
-    split: str = TRAINING_FIELDS["split"].default
-    dirichlet_alpha: float = TRAINING_FIELDS["dirichlet_alpha"].default
-    exchange_share: float = TRAINING_FIELDS["exchange_share"].default
-    emulate: bool = TRAINING_FIELDS["emulate"].default
-    worker_devices: tuple = TRAINING_FIELDS["worker_devices"].default
-    eval_every: int = TRAINING_FIELDS["eval_every"].default
-    checkpoint_every: int = TRAINING_FIELDS["checkpoint_every"].default
-    check_every: int = TRAINING_FIELDS["check_every"].default
-    fault: str = TRAINING_FIELDS["fault"].default
-    fault_worker: int = TRAINING_FIELDS["fault_worker"].default
-    fault_step: int = TRAINING_FIELDS["fault_step"].default
-    fault_policy: str = TRAINING_FIELDS["fault_policy"].default
-    parallel: str = TRAINING_FIELDS["parallel"].default
-    strategy: str = TRAINING_FIELDS["strategy"].default
-    micro_batches: int = TRAINING_FIELDS["micro_batches"].default
-    balance: str = TRAINING_FIELDS["balance"].default
-    round_steps: int = TRAINING_FIELDS["round_steps"].default
-    balance_tolerance: float = TRAINING_FIELDS["balance_tolerance"].default
-    balance_patience: int = TRAINING_FIELDS["balance_patience"].default
-    compression: Compression = field(default_factory=Compression)
-    pins: tuple = ()  # ((operator, device), ...) from check_pins: operators placed by hand
-    # The plan a placement run executes, ((operator, device), ...): every operator's device, as the strategy
-    # placed it with the pins. Empty: the run works it out from the strategy with the datasheet model.
-    placement: tuple = ()
-    # ((device, factor), ...) from check_slowdowns: with emulation, a device is this many times slower still than
-    # the catalogue says (the truth a balancing loop has to find; the planner does not know it).
-    slowdown: tuple = ()
+Compression = make_dataclass("Compression", _table_fields(COMPRESSION_FIELDS), bases=(_CompressionMethods,),
+                             frozen=True, namespace={"__module__": __name__,
+                                                     "__doc__": "A run's gradient compression: the fields of "
+                                                                "COMPRESSION_FIELDS."})
 
+
+class _TrainingMethods:
     def to_dict(self) -> dict:
         d = {k: getattr(self, k) for k in TRAINING_FIELDS}
         d["worker_devices"] = list(self.worker_devices)
@@ -298,6 +274,23 @@ class Training:
                 v = dict(check_slowdowns(v))
             d[k] = list(v) if isinstance(v, tuple) else v
         return Training.from_dict(d)
+
+
+Training = make_dataclass(
+    "Training",
+    [*_table_fields(TRAINING_FIELDS),
+     ("compression", Compression, field(default_factory=Compression)),
+     # ((operator, device), ...) from check_pins: operators placed by hand
+     ("pins", tuple, field(default=())),
+     # The plan a placement run executes, ((operator, device), ...): every operator's device, as the strategy
+     # placed it with the pins. Empty: the run works it out from the strategy with the datasheet model.
+     ("placement", tuple, field(default=())),
+     # ((device, factor), ...) from check_slowdowns: with emulation, a device is this many times slower still
+     # than the catalogue says (the truth a balancing loop has to find; the planner does not know it).
+     ("slowdown", tuple, field(default=()))],
+    bases=(_TrainingMethods,), frozen=True,
+    namespace={"__module__": __name__, "__doc__": "A run's training settings: the fields of TRAINING_FIELDS, the "
+                                                  "compression, the pins, the plan and the emulated slowdowns."})
 
 
 @dataclass(frozen=True)

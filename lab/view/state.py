@@ -36,11 +36,11 @@ MAX_VIEW_ENTRIES = 400  # every control of every page, and a per-device value fo
 
 @dataclass(frozen=True)
 class Control:
-    """One control of one page: its page, its type, default and allowed values, its label."""
+    """One control of one page that travels in a link: its page, and its field (type, default, allowed
+    values, label) in the same :class:`lab.scenario.document.Spec` the Scenario's fields are."""
 
     page: str
     spec: Spec
-    label: str
     prefix: bool = False
     from_scenario: Callable[[Any], Any] | None = None
     prefix_key: str = ""  # for a prefix control: the key it owns every continuation of (set by the table)
@@ -69,6 +69,10 @@ class Control:
             raise LabError(f"{shown(value)} is not one of the allowed values", where=f"view.{key}")
         return value
 
+    @property
+    def label(self) -> str:
+        return self.spec.label
+
     def default(self, scenario: Any = None) -> Any:
         if self.from_scenario is not None and scenario is not None:
             return self.from_scenario(scenario)
@@ -77,7 +81,7 @@ class Control:
 
 def _c(page: str, type_: type, default: Any, label: str, choices: tuple | None = None, lo: float | None = None,
        hi: float | None = None, **kw: Any) -> Control:
-    return Control(page, Spec(type_, default, choices, lo, hi), label, **kw)
+    return Control(page, Spec(type_, default, choices, lo, hi, label=label), **kw)
 
 
 RING_COMPRESSORS = SPARSIFIERS  # the compressors the sparse ring simulation takes
@@ -110,7 +114,7 @@ VIEW: dict[str, Control] = {
     "pl_repeats": _c("placement", int, 1, "repeats per strategy", lo=1, hi=5),
     "pl_runs": _c("placement", tuple, (), "placement runs shown"),
     # The plan kept for comparison, as its record's JSON (lab.view.placement.baseline_json), so a link keeps it.
-    "pl_baseline": Control("placement", Spec(str, "", max_len=MAX_VIEW_CHARS), "the plan kept as the baseline"),
+    "pl_baseline": Control("placement", Spec(str, "", max_len=MAX_VIEW_CHARS, label="the plan kept as the baseline")),
     "pl_round_steps": _c("placement", int, 5, "steps per balancing round", lo=2, hi=1000),
     "pl_bal_runs": _c("placement", tuple, (), "balancing runs shown"),
     # ---- All-reduce
