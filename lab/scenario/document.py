@@ -162,19 +162,25 @@ MAX_PINS = 256
 MAX_PIN_NAME = 200
 
 
-def check_pins(value: Any, where: str = "training.pins") -> tuple:
-    """Operator -> device pins as a tuple of (operator, device) pairs sorted by operator (hashable;
-    the same pins in any order are the same scenario). Accepts a mapping or a list of pairs. Both
-    sides are names (:func:`lab.scenario.text.check_name`): the Placement page shows them, and two
-    operators that only look different cannot be told apart there."""
+def _pairs(value: Any, where: str, maps: str, things: str) -> list[tuple]:
+    """A mapping, or a list of pairs, as (key, value) pairs: at most MAX_PINS of them."""
     if isinstance(value, Mapping):
         pairs = list(value.items())
     elif isinstance(value, (list, tuple)) and all(isinstance(p, (list, tuple)) and len(p) == 2 for p in value):
         pairs = [tuple(p) for p in value]
     else:
-        raise LabError(f"must map operator names to device names (got {shown(value)})", where=where)
+        raise LabError(f"must map {maps} (got {shown(value)})", where=where)
     if len(pairs) > MAX_PINS:
-        raise LabError(f"holds {len(pairs):,} pins; at most {MAX_PINS} are allowed", where=where)
+        raise LabError(f"holds {len(pairs):,} {things}; at most {MAX_PINS} are allowed", where=where)
+    return pairs
+
+
+def check_pins(value: Any, where: str = "training.pins") -> tuple:
+    """Operator -> device pins as a tuple of (operator, device) pairs sorted by operator (hashable;
+    the same pins in any order are the same scenario). Accepts a mapping or a list of pairs. Both
+    sides are names (:func:`lab.scenario.text.check_name`): the Placement page shows them, and two
+    operators that only look different cannot be told apart there."""
+    pairs = _pairs(value, where, "operator names to device names", "pins")
     seen: dict[str, str] = {}
     for op, dev in pairs:
         op = check_name(op, where, what="every operator name", max_len=MAX_PIN_NAME)
@@ -193,14 +199,7 @@ MAX_SLOWDOWN = 1e6
 def check_slowdowns(value: Any, where: str = "training.slowdown") -> tuple:
     """Device -> slowdown factor pairs, sorted by device (hashable, as pins are). A factor is a finite number
     from 0.01 to 1e6; 1 is the catalogue's speed."""
-    if isinstance(value, Mapping):
-        pairs = list(value.items())
-    elif isinstance(value, (list, tuple)) and all(isinstance(p, (list, tuple)) and len(p) == 2 for p in value):
-        pairs = [tuple(p) for p in value]
-    else:
-        raise LabError(f"must map device names to slowdown factors (got {shown(value)})", where=where)
-    if len(pairs) > MAX_PINS:
-        raise LabError(f"holds {len(pairs):,} entries; at most {MAX_PINS} are allowed", where=where)
+    pairs = _pairs(value, where, "device names to slowdown factors", "entries")
     seen: dict[str, float] = {}
     spec = Spec(float, 1.0, min=0.01, max=MAX_SLOWDOWN)
     for dev, factor in pairs:
