@@ -1,10 +1,8 @@
 """All-reduce: what each device sends at each step, how long that takes on this cluster, and a real measurement."""
 
-import pandas as pd
 import streamlit as st
 
 import ui
-from lab.modelled.collectives.ring import ring_share
 from lab.modelled import collectives as C
 from lab.machine.profile import load_profile
 from lab.machine.fit import profile_errors
@@ -12,6 +10,7 @@ from lab.comm import measure as M
 from lab.figures import allreduce as figs
 from lab.figures.fidelity import add_profile_models
 from lab.figures.style import fmt_rate, fmt_seconds, time_unit
+from lab.view import allreduce as tables
 from lab.view.state import ALLREDUCE_SIZES, VIEW, fit_range, fit_subset
 
 sc = ui.scenario_sidebar()
@@ -95,19 +94,11 @@ if setup is not None:
                                    "the receiver's chunk, blue = copied over it); the grid shows the contributions "
                                    "every device holds per chunk. The slider is the one step control: ▶ plays it.")
             if step:
-                prev = sched.state_at(step - 1)
-                st.dataframe(pd.DataFrame([{"from": sched.nodes[t.src], "to": sched.nodes[t.dst], "chunk": t.chunk,
-                                            "content sent": sched.label(prev[t.src][t.chunk], t.chunk, 8),
-                                            "bytes (B)": t.nbytes, "operation": "add" if t.op == "reduce" else "copy"}
-                                           for t in sched.steps[step - 1].transfers]), hide_index=True,
-                             key="ar_transfers")
+                st.dataframe(tables.transfers_table(sched, step), hide_index=True, key="ar_transfers")
 
         step_through()
-        sent, recv = sched.sent_bytes(), sched.received_bytes()
-        st.dataframe(pd.DataFrame({"device": sched.nodes, "sent (B)": sent, "received (B)": recv,
-                                   "sent / S": [x / max(1, nbytes) for x in sent]}), hide_index=True, key="ar_bytes")
-        ui.caption("modelled", f"bytes each node sends and receives in the whole all-reduce; a ring sends 2(N−1)/N "
-                               f"× S = {ring_share(len(names)):.3g} × S per device.")
+        st.dataframe(tables.bytes_table(sched, nbytes), hide_index=True, key="ar_bytes")
+        ui.caption("modelled", tables.ring_bytes_sentence(len(names)))
 
     st.subheader("How long on this cluster")
     with ui.guarded("the time model"):
@@ -126,18 +117,10 @@ if setup is not None:
         st.latex(C.BANDWIDTH_FORMULA)
         scale, unit = time_unit(max(s.seconds for s in est.steps))
         if not lesson:
-            st.dataframe(pd.DataFrame([{"step": s.index + 1, "phase": s.phase, f"time ({unit})": s.seconds * scale,
-                                        "slowest message": f"{s.slowest.src} → {s.slowest.dst}" if s.slowest else "",
-                                        "its narrowest hop": s.slowest.bottleneck if s.slowest else "",
-                                        "messages sharing it": s.slowest.sharing if s.slowest else 0,
-                                        "its bandwidth (GB/s)": s.slowest.bandwidth / 1e9 if s.slowest else None}
-                                       for s in est.steps]), hide_index=True, key="ar_step_times")
+            st.dataframe(tables.step_times_table(est, scale, unit), hide_index=True, key="ar_step_times")
             ui.caption("modelled", "every step of the chosen algorithm; a step lasts as long as its slowest message.")
         rows = C.compare_algorithms(cluster, setup, nbytes)
-        st.dataframe(pd.DataFrame([{"algorithm": C.ALGORITHM_LABELS[r["algorithm"]], "steps": r["steps"],
-                                    "time (µs)": r["seconds"] * 1e6, "algbw (GB/s)": r["algbw"] / 1e9,
-                                    "busbw (GB/s)": r["busbw"] / 1e9, "slowest link": r["bottleneck"]}
-                                   for r in rows]), hide_index=True, key="ar_compare")
+        st.dataframe(tables.algorithms_table(rows), hide_index=True, key="ar_compare")
         ui.caption("modelled", f"all four algorithms at S = {M.human_bytes(nbytes)} on {ui.plain(cluster.name)}.")
         curves = {a: (a, setup) for a in C.ALGORITHMS}
         curves["ring (lab order)"] = ("ring", C.Setup(setup.participants, tuple(names.index(x) for x in best.names),
@@ -167,16 +150,14 @@ if setup is not None and not lesson:
         gflop = st.number_input("Work per device and iteration (GFLOP, run as matrix multiplies)", 0.001, 1e6,
                                 key="ar_work")
         comp = C.compute_times(cluster, names, gflop * 1e9)
-        edited = st.data_editor(pd.DataFrame({"device": names, "compute (ms)": [comp[x] * 1e3 for x in names]}),
-                                hide_index=True, disabled=["device"], key="ar_compute")
-        comp = {d: float(t) / 1e3 for d, t in zip(edited["device"], edited["compute (ms)"])}
+        edited = st.data_editor(tables.compute_table(names, comp), hide_index=True, disabled=["device"],
+                                key="ar_compute")
+        comp = tables.compute_from_table(edited)
         plain = setup.schedule(alg, nbytes)
         tls = {m: C.trigger_timeline(plain, cluster, comp, m) for m in ("sync", "async")}
         scale, unit = time_unit(max(t.makespan for t in tls.values()))
         st.plotly_chart(figs.trigger_figure(tls, scale, unit), key="ar_trigger")
-        st.dataframe(pd.DataFrame([{"device": d, **{f"{m}: idle ({unit})": tls[m].idle[d] * scale for m in tls},
-                                    **{f"{m}: done at ({unit})": tls[m].end[d] * scale for m in tls}}
-                                   for d in plain.nodes]), hide_index=True, key="ar_idle")
+        st.dataframe(tables.idle_table(tls, plain.nodes, scale, unit), hide_index=True, key="ar_idle")
         ui.caption("modelled", "sync: the host starts the all-reduce when the last device is done; async: each "
                                "device starts when it is done and waits only for the devices it exchanges with. "
                                "Compute time = work / the device's matmul FLOP/s (edit the table); messages take "
@@ -217,15 +198,8 @@ if setup is not None:
             st.plotly_chart(fig, key="ar_measured")
             ui.caption("measured", "markers: median time (bars: fastest and slowest iteration); dashed lines: the "
                                    "fitted α-β model (modelled)" + note + ".")
-            table = []
-            for r in measured:
-                fit = fits[r["impl"]]
-                pred = fit.predicted[fit.sizes.index(r["size"])]
-                table.append({"size (B)": r["size"], "implementation": M.IMPL_LABELS[r["impl"]],
-                              "measured time (µs)": r["time"] * 1e6, "modelled time (µs)": pred * 1e6,
-                              "model error (%)": 100 * (pred / r["time"] - 1),
-                              "algbw (GB/s)": r["algbw"] / 1e9, "busbw (GB/s)": r["busbw"] / 1e9})
-            st.dataframe(pd.DataFrame(table), hide_index=True, key="ar_measured_table")
+            st.dataframe(tables.measured_table(measured, fits, M.IMPL_LABELS), hide_index=True,
+                         key="ar_measured_table")
             st.markdown(" ".join(f"**{impl}**: α = {f.alpha * 1e6:.3g} µs, β = {f.beta * 1e9:.3g} ns/B "
                                  f"(≈ {fmt_rate(f.bandwidth)}), geometric-mean error "
                                  f"**{100 * f.geomean_error:.1f}%**." for impl, f in fits.items()))

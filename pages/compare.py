@@ -137,10 +137,11 @@ with ui.guarded("the prediction"):
     else:
         rows, skipped = ui.predicted_runs(str(runs_store.path), prof.created, prof, tuple(chosen))
         if rows:
-            st.plotly_chart(fid.step_scatter(rows, 0.15, "Step time of the chosen runs"), key="cmp_pred")
+            st.plotly_chart(fid.step_scatter(rows, P.TARGET_ERROR, "Step time of the chosen runs"), key="cmp_pred")
             st.dataframe(P.fidelity_table(rows), hide_index=True, key="cmp_pred_table")
             ui.caption("modelled", f"Predicted from this machine's profile ({prof.created[:10]}) against the measured "
-                       "mean step (ms) after the warm-up; dashed y = x, band ±15 %; error = predicted / measured − 1.")
+                       f"mean step (ms) after the warm-up; dashed y = x, band ±{P.TARGET_ERROR * 100:.0f} %; "
+                       "error = predicted / measured − 1.")
         for s in skipped:
             st.caption(ui.plain(f"Run {s['id']} not predicted: {s['why']}"))
 

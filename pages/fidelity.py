@@ -25,7 +25,7 @@ st.markdown(
     "pins a job's ranks), then it "
     "predicts each run's step time and its parts; the run store holds what the workers measured.")
 
-BAND = 0.15
+BAND = P.TARGET_ERROR
 SIMULATORS = (
     "For scale, published claims of the simulators this lab stands beside (their numbers, on dedicated GPU "
     "clusters, not re-measured here): **SimAI** (NSDI '25) reports an average of 98.1 % alignment with real "
@@ -172,7 +172,7 @@ if prof is not None:
             st.markdown(f"**{'Within' if g <= BAND else 'Outside'} the target.** " + SIMULATORS)
             st.plotly_chart(figs.step_scatter(rows, BAND), key="fid_scatter")
             ui.caption("measured", "x: measured mean step time (wall clock between the ends of consecutive steps, "
-                                   "after the warm-up); y: modelled, from the profile; dashed: y = x; band: ±15 %")
+                                   f"after the warm-up); y: modelled, from the profile; dashed: y = x; band: ±{BAND * 100:.0f} %")
             st.plotly_chart(figs.error_bars(rows, BAND), key="fid_errors")
             ui.caption("modelled", "error = predicted / measured − 1 of the step time, per run")
             if not lesson:

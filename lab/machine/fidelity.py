@@ -34,6 +34,8 @@ def default_warmup(steps: int) -> int:
 
 
 STATISTICS = ("mean", "median")
+#: The calibrated model's aim on this machine: a prediction within this share of the measured step.
+TARGET_ERROR = 0.15
 
 
 def measured_step(metrics: Any, warmup: int | None = None, statistic: str = "mean") -> dict:
