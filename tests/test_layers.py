@@ -80,3 +80,33 @@ def test_the_launcher_and_the_job_manager_start_without_torch():
     p = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert p.returncode == 0, p.stderr
     assert p.stdout.strip() == "[]"
+
+
+def test_every_name_a_docstring_or_the_readme_points_at_exists():
+    """Words that point at code stay true when code moves: every Sphinx reference in ``lab/``
+    (``:func:`lab.x.y``` and the like) names an object that imports, and every path the README and
+    ``docs/`` quote is a file or folder of the checkout."""
+    import importlib
+    import re
+
+    pattern = re.compile(r":(?:func|class|mod|meth|data|attr):`~?(lab(?:\.[A-Za-z_]\w*)+)`")
+    broken = []
+    for f in sorted((ROOT / "lab").rglob("*.py")):
+        for ref in pattern.findall(f.read_text()):
+            parts = ref.split(".")
+            for i in range(len(parts), 0, -1):
+                try:
+                    obj = importlib.import_module(".".join(parts[:i]))
+                except ImportError:
+                    continue
+                for name in parts[i:]:
+                    obj = getattr(obj, name, None)
+                if obj is None:
+                    broken.append(f"{f.relative_to(ROOT)}: {ref}")
+                break
+            else:
+                broken.append(f"{f.relative_to(ROOT)}: {ref}")
+    text = (ROOT / "README.md").read_text() + "".join(p.read_text() for p in (ROOT / "docs").glob("*.md"))
+    quoted = set(re.findall(r"`((?:lab|bench|tests|pages|assets|scripts|docs)/[\w./-]+)`", text))
+    broken += [f"README or docs: {p}" for p in sorted(quoted) if not (ROOT / p).exists()]
+    assert len(quoted) > 20 and not broken, broken
