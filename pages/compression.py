@@ -8,7 +8,7 @@ import torch
 import ui
 from lab.compression import cholesky as chol
 from lab.scenario.names import SHARING_LABELS, Sharing
-from lab.comm.sparse import sharing_report
+from lab.view.sharing import sharing_report
 from lab.scenario.names import COMPRESSOR_LABELS
 from lab.compression.study import evaluate, generated_gradients, real_gradients
 from lab.figures import compression as figs

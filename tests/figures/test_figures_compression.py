@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 import torch
 
-from lab.comm.sparse import sharing_report
+from lab.view.sharing import sharing_report
 from lab.compression.cholesky import compare_methods
 from lab.compression.study import evaluate, generated_gradients
 from lab.figures import compression as F

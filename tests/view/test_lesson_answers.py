@@ -198,7 +198,7 @@ def compressor_rows(lesson: Lesson, **step) -> list[dict]:
 
 def ring_report(lesson: Lesson, **step):
     """The sparse ring simulated on the workers' gradients: (fill-in rows, hop rows, sharing)."""
-    from lab.comm.sparse import sharing_report
+    from lab.view.sharing import sharing_report
     from lab.compression.study import generated_gradients, real_gradients
 
     v, group, seed = compression_inputs(lesson, **step)
