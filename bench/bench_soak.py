@@ -59,7 +59,7 @@ def main() -> None:
     args = ap.parse_args()
 
     from lab.jobs import manager as jobs_mod
-    from lab.jobs import views as job_views
+    from lab.view import jobs as job_views
     from lab.scenario.document import default_scenario
     from lab.train.launcher import processes_of
 

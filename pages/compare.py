@@ -9,7 +9,7 @@ from lab.figures import fidelity as fid
 from lab.jobs import comparison
 from lab.machine import fidelity as P
 from lab.machine.profile import load_profile
-from lab.jobs import views as job_views
+from lab.view import jobs as job_views
 from lab.store.runs import ACTIVE, FINISHED, safe_filename, store
 
 ui.scenario_sidebar()

@@ -11,7 +11,7 @@ from lab.machine.profile import load_profile
 from lab.machine import fidelity as P
 from lab.machine import trace_export as T
 from lab.figures import fidelity as figs
-from lab.jobs import views as job_views
+from lab.view import jobs as job_views
 from lab.store.runs import default_db_path, store as run_store
 from lab.view.state import VIEW
 

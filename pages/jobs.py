@@ -10,7 +10,7 @@ import ui
 from lab.figures import jobs as figs
 from lab.jobs.access import teacher_token
 from lab.jobs.limits import Limits
-from lab.jobs import views as job_views
+from lab.view import jobs as job_views
 from lab.modelled.scheduling import POLICIES, POLICY_LABELS, compare_policies, resource_groups
 from lab.scenario.catalogue import PRESET_LABELS, preset
 from lab.scenario.names import FAULT_KINDS, FAULT_POLICIES

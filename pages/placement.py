@@ -6,7 +6,7 @@ import streamlit as st
 import ui
 from lab.errors import LabError
 from lab.figures import placement as figs
-from lab.jobs import views as job_views
+from lab.view import jobs as job_views
 from lab.machine import plans
 from lab.machine.calibrated_model import cost_model
 from lab.machine.profile import load_profile

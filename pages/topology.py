@@ -4,7 +4,7 @@ import streamlit as st
 
 import ui
 from lab.figures import topology as figures
-from lab.scenario import tables
+from lab.view import topology_tables as tables
 from lab.scenario.catalogue import (
     DEVICE_CATALOGUE,
     LINK_CATALOGUE,

@@ -12,7 +12,7 @@ from typing import Any, Callable, Iterable, Mapping, MutableMapping
 
 from lab.errors import LabError
 from lab.scenario.document import Scenario
-from lab.scenario.tables import (
+from lab.view.topology_tables import (
     COLUMN_LABELS,
     EditOutcome,
     default_attach,

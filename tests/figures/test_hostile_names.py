@@ -21,7 +21,7 @@ from lab.figures import topology as ftopo
 from lab.figures import training as ftr
 from lab.figures.style import esc
 from lab.modelled import collectives as C
-from lab.scenario import tables
+from lab.view import topology_tables as tables
 from lab.scenario.catalogue import preset
 from lab.scenario.topology import Topology
 

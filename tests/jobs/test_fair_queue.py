@@ -10,7 +10,7 @@ import pytest
 from lab.errors import LabError
 from lab.jobs.limits import Limits
 from lab.jobs.manager import JobManager
-from lab.jobs.views import queue_line
+from lab.view.jobs import queue_line
 from lab.store.runs import ACTIVE, RunStore
 from lab.train.launcher import processes_of
 from tests.conftest import default_with, wait_for

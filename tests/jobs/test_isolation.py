@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from lab.errors import LabError
-from lab.jobs import views as job_views
+from lab.view import jobs as job_views
 from lab.jobs.access import TEACHER, Roster, can_manage, is_teacher, new_token, owner_id, valid_token
 from lab.jobs.manager import JobManager
 from lab.scenario.document import default_scenario

@@ -19,7 +19,7 @@ import pytest
 
 from lab.errors import LabError
 from lab.jobs import manager as jobs_mod
-from lab.jobs import views as job_views
+from lab.view import jobs as job_views
 from lab.jobs.manager import JobManager
 from lab.store.runs import JOB_WORKER, RunStore
 from lab.train.launcher import listening_socket, processes_of, scratch_prefix

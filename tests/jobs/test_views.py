@@ -1,6 +1,6 @@
-"""lab.jobs.views: the plain data the Jobs and Training pages show."""
+"""lab.view.jobs: the plain data the Jobs and Training pages show."""
 
-from lab.jobs.views import start_phase
+from lab.view.jobs import start_phase
 from lab.scenario.document import default_scenario
 from lab.store.runs import RunStore
 
@@ -31,7 +31,7 @@ def test_start_phase_says_where_a_job_is_on_its_way(tmp_path):
 def test_stage_summary_and_table_read_as_the_jobs_page_lists_them():
     import pandas as pd
 
-    from lab.jobs.views import stage_summary, stage_table
+    from lab.view.jobs import stage_summary, stage_table
 
     d = {"summary": "worker 1 died", "action": "restart", "world": 2, "owner": None, "groups": [], "other": "x"}
     assert stage_summary(d) == "summary: worker 1 died; action: restart; world: 2"
@@ -47,7 +47,7 @@ def test_heartbeat_ages_stopped_by_and_labels():
     import pandas as pd
 
     from lab.jobs.access import TEACHER
-    from lab.jobs.views import heartbeat_ages, job_labels, shown_times, stopped_by
+    from lab.view.jobs import heartbeat_ages, job_labels, shown_times, stopped_by
 
     beats = pd.DataFrame({"worker": [0, 1], "progress_t": [90.0, None], "phase": ["busy", None]})
     assert heartbeat_ages(beats, now=100.0) == ([0, 1], [10.0, 0.0], ["busy", ""])
@@ -63,7 +63,7 @@ def test_heartbeat_ages_stopped_by_and_labels():
 def test_the_what_if_reads_its_table_and_lists_the_groups():
     import pandas as pd
 
-    from lab.jobs.views import WHATIF_JOBS, group_table, whatif_requests
+    from lab.view.jobs import WHATIF_JOBS, group_table, whatif_requests
     from lab.scenario.catalogue import preset
     from lab.scenario.groups import resource_groups
 
@@ -82,7 +82,7 @@ def test_the_what_if_reads_its_table_and_lists_the_groups():
 def test_the_training_pages_plain_data():
     import pandas as pd
 
-    from lab.jobs.views import (bytes_note, compression_conflict, default_device, run_to_watch,
+    from lab.view.jobs import (bytes_note, compression_conflict, default_device, run_to_watch,
                                 run_totals, worker_labels)
     from lab.scenario.document import Compression, default_scenario
 
@@ -105,7 +105,7 @@ def test_the_training_pages_plain_data():
 
 
 def test_the_progress_line_names_the_phase_and_the_runs_settings(tmp_path):
-    from lab.jobs.views import progress_line
+    from lab.view.jobs import progress_line
 
     store, sc = RunStore(tmp_path / "runs.db"), default_scenario()
     sc = sc.replace(training=sc.training.replace(workers=2, steps=50, optimizer="adabelief"))
@@ -117,7 +117,7 @@ def test_the_progress_line_names_the_phase_and_the_runs_settings(tmp_path):
 
 
 def test_the_queue_line_names_what_holds_the_server_and_when_the_job_should_start(tmp_path):
-    from lab.jobs.views import queue_line, seconds_left
+    from lab.view.jobs import queue_line, seconds_left
 
     s = RunStore(tmp_path / "runs.db")
     sc = default_scenario()
@@ -142,7 +142,7 @@ def test_the_queue_line_names_what_holds_the_server_and_when_the_job_should_star
 
 
 def test_a_scheduler_that_keeps_failing_is_said_and_a_passing_error_is_not():
-    from lab.jobs.views import recent_failures
+    from lab.view.jobs import recent_failures
 
     assert recent_failures([(100.0, "the scheduler: OSError: disk full")], now=110.0) == ""
     many = [(100.0 + k, f"the scheduler: OSError: disk full {k}") for k in range(4)]

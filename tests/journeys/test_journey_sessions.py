@@ -12,7 +12,7 @@ import signal
 
 import pytest
 
-from lab.jobs import views as job_views
+from lab.view import jobs as job_views
 from lab.jobs.access import TEACHER
 from lab.store.runs import RunStore
 from lab.train.launcher import processes_of

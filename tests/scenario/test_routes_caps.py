@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from lab.figures import topology as figures
-from lab.scenario import tables
+from lab.view import topology_tables as tables
 from lab.scenario.catalogue import preset
 from lab.testing.caps import cap_topology
 from lab.view import topology as view

@@ -11,7 +11,7 @@ from lab.scenario.document import (
     Training,
     default_scenario,
 )
-from lab.scenario.tables import from_tables, to_tables, transfer_comparison
+from lab.view.topology_tables import from_tables, to_tables, transfer_comparison
 from tests.conftest import ROOT
 
 ASSETS = ROOT / "assets"

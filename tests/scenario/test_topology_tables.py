@@ -16,7 +16,7 @@ from lab.scenario.catalogue import (
     host_of,
     preset,
 )
-from lab.scenario.tables import (
+from lab.view.topology_tables import (
     AS_PCIE,
     TableError,
     add_catalogue_device,

@@ -48,7 +48,7 @@ def view_of(lesson: Lesson, **step: Any) -> dict[str, Any]:
 # ---- the pages' calls, as each page makes them --------------------------------------------------------------
 def topology_span(lesson: Lesson, topo=None, **step) -> tuple[float, float]:
     """pages/topology.py: the range of other-time / this-time over the device pairs, as its sentence says it."""
-    from lab.scenario import tables
+    from lab.view import topology_tables as tables
 
     v = view_of(lesson, **step)
     topo = topo or lesson.scenario(FOLDER).topology
@@ -219,7 +219,7 @@ def cholesky(lesson: Lesson, **step) -> dict:
 
 def whatif(topology_name: str):
     """The Jobs page's scheduling what-if with its own table of six jobs and no cap, on a preset."""
-    from lab.jobs import views as job_views
+    from lab.view import jobs as job_views
     from lab.modelled.scheduling import compare_policies, resource_groups
     from lab.scenario.catalogue import preset
 

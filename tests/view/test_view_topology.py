@@ -5,7 +5,7 @@ import pytest
 
 from lab.scenario.catalogue import LINK_CATALOGUE, preset
 from lab.scenario.document import Scenario
-from lab.scenario.tables import apply_edit, tables_equal, to_tables
+from lab.view.topology_tables import apply_edit, tables_equal, to_tables
 from lab.view import topology as T
 
 
