@@ -468,6 +468,34 @@ def setting(where, spec: Spec, value, key: str, *, format_func=None, **kw):
     return where.number_input(spec.label, lo, hi, spec.type(value), key=key, **kw)
 
 
+def control(where, key: str, *, format_func=None, **kw):
+    """The widget of one page control of the view table (:data:`lab.view.state.VIEW`) in ``where``: its
+    label, bounds, choices, help, step and format come from the table, its value from the session (the
+    view seeds it, so the widget is given none). ``format_func`` names the choices where the page says
+    them its own way."""
+    spec = viewstate.VIEW[key].spec
+    kw.setdefault("help", spec.help or None)
+    names = labels(spec.family) if spec.family else {}
+    fmt = format_func or (lambda v: names.get(v, str(v)))
+    if spec.type is bool:
+        return (where.toggle if spec.widget == "toggle" else where.checkbox)(spec.label, key=key, **kw)
+    if spec.choices is not None:
+        options = list(spec.choices)
+        if spec.type is tuple:
+            return where.multiselect(spec.label, options, key=key, format_func=fmt, **kw)
+        if spec.widget == "radio":
+            return where.radio(spec.label, options, key=key, format_func=fmt, horizontal=True, **kw)
+        return where.selectbox(spec.label, options, key=key, format_func=fmt, **kw)
+    lo, hi = (None if b is None else spec.type(b) for b in (spec.min, spec.max))
+    if spec.step is not None:
+        kw.setdefault("step", spec.type(spec.step))
+    if spec.widget == "slider":
+        return where.slider(spec.label, lo, hi, key=key, **kw)
+    if spec.format is not None:
+        kw.setdefault("format", spec.format)
+    return where.number_input(spec.label, lo, hi, key=key, **kw)
+
+
 _WJ = "\u2060"  # word joiner: invisible, and it breaks the patterns Markdown turns into links by itself
 
 

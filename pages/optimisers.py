@@ -7,10 +7,8 @@ import ui
 from lab.figures import optim as figs
 from lab.scenario.names import OPTIMIZER_LABELS
 from lab.view.state import VIEW
-from lab.optim.playground import (FUNCTIONS, MAX_COUNTEREXAMPLE_STEPS, PERIOD, SCHEDULES, contour_grid,
-                                  describe_counterexample, describe_playground, function, run_counterexample,
-                                  run_playground, summary_table)
-from lab.scenario.names import OPTIMIZERS
+from lab.optim.playground import (FUNCTIONS, contour_grid, describe_counterexample, describe_playground, function,
+                                  run_counterexample, run_playground, summary_table)
 
 ui.scenario_sidebar()
 st.title("Optimisers")
@@ -40,20 +38,18 @@ def counterexample(opts: tuple, steps: int, lr: float, schedule: str):
 st.header("2-D playground")
 with st.form("playground"):
     c1, c2 = st.columns([2, 3])
-    fn_key = c1.selectbox("Test function", list(FUNCTIONS), format_func=lambda k: FUNCTIONS[k].label, key="pg_fn")
-    opts = c2.multiselect("Optimisers", list(OPTIMIZERS), format_func=OPTIMIZER_LABELS.get, key="pg_opts")
+    fn_key = ui.control(c1, "pg_fn", format_func=lambda k: FUNCTIONS[k].label)
+    opts = ui.control(c2, "pg_opts")
     c1, c2, c3 = st.columns(3)
-    steps = c1.slider("Steps (count)", 10, 2000, step=10, key="pg_steps")
-    lr = c2.number_input("Learning rate lr", 1e-4, 10.0, format="%.4f", key="pg_lr")
+    steps = ui.control(c1, "pg_steps")
+    lr = ui.control(c2, "pg_lr")
     seed, own_start, x0, y0 = (VIEW[k].spec.default for k in ("pg_seed", "pg_own_start", "pg_x0", "pg_y0"))
     if not ui.lesson_mode():
-        seed = c3.number_input("Noise seed", 0, 2**31 - 1, key="pg_seed",
-                               help="Fixes the gradient noise of the noisy quadratic; every optimiser sees the same noise")
+        seed = ui.control(c3, "pg_seed")
         c1, c2, c3 = st.columns(3)
-        own_start = c1.checkbox("Own start point", key="pg_own_start",
-                                help="Otherwise each function's usual start point")
-        x0 = c2.number_input("start x", -10.0, 10.0, key="pg_x0")
-        y0 = c3.number_input("start y", -10.0, 10.0, key="pg_y0")
+        own_start = ui.control(c1, "pg_own_start")
+        x0 = ui.control(c2, "pg_x0")
+        y0 = ui.control(c3, "pg_y0")
     st.form_submit_button("Run", type="primary", key="pg_run")
 
 with ui.guarded("the playground"):
@@ -112,12 +108,11 @@ st.markdown(
     "then decays (b2 = 0.99) while a hundred small gradients push x the other way.")
 with st.form("counterexample"):
     c1, c2, c3 = st.columns(3)
-    ce_schedule = c1.radio("Step size", SCHEDULES, key="ce_schedule", horizontal=True,
-                           format_func=lambda s: "lr / √t (the paper's)" if s == "1/sqrt(t)" else "constant lr")
-    ce_lr = c2.number_input("lr", 1e-4, 10.0, format="%.4f", key="ce_lr")
-    ce_steps = c3.number_input("Steps (count)", PERIOD, MAX_COUNTEREXAMPLE_STEPS, step=PERIOD, key="ce_steps")
-    ce_opts = st.multiselect("Optimisers", list(OPTIMIZERS), format_func=OPTIMIZER_LABELS.get,
-                             key="ce_opts")
+    ce_schedule = ui.control(c1, "ce_schedule",
+                             format_func=lambda s: "lr / √t (the paper's)" if s == "1/sqrt(t)" else "constant lr")
+    ce_lr = ui.control(c2, "ce_lr")
+    ce_steps = ui.control(c3, "ce_steps")
+    ce_opts = ui.control(st, "ce_opts")
     st.form_submit_button("Run", type="primary", key="ce_run")
 
 with ui.guarded("the counterexample"):

@@ -80,8 +80,10 @@ class Control:
 
 
 def _c(page: str, type_: type, default: Any, label: str, choices: tuple | None = None, lo: float | None = None,
-       hi: float | None = None, **kw: Any) -> Control:
-    return Control(page, Spec(type_, default, choices, lo, hi, label=label), **kw)
+       hi: float | None = None, *, help: str = "", widget: str = "", step: float | None = None,
+       format: str | None = None, family: str | None = None, **kw: Any) -> Control:
+    return Control(page, Spec(type_, default, choices, lo, hi, help=help, label=label, widget=widget, step=step,
+                              format=format, family=family), **kw)
 
 
 RING_COMPRESSORS = SPARSIFIERS  # the compressors the sparse ring simulation takes
@@ -138,18 +140,20 @@ VIEW: dict[str, Control] = {
     "cmp_x": _c("compare", str, "step", "against", ("step", "wall")),
     "cmp_target": _c("compare", float, 90.0, "target test accuracy (%)", lo=1.0, hi=100.0),
     # ---- Optimisers
-    "pg_fn": _c("optimisers", str, "rosenbrock", "test function", tuple(FUNCTIONS)),
-    "pg_opts": _c("optimisers", tuple, tuple(OPTIMIZERS), "optimisers", tuple(OPTIMIZERS)),
-    "pg_steps": _c("optimisers", int, 400, "steps", lo=10, hi=2000),
-    "pg_lr": _c("optimisers", float, 0.1, "learning rate", lo=1e-4, hi=10.0),
-    "pg_seed": _c("optimisers", int, 0, "noise seed", lo=0, hi=2**31 - 1),
-    "pg_own_start": _c("optimisers", bool, False, "own start point"),
+    "pg_fn": _c("optimisers", str, "rosenbrock", "Test function", tuple(FUNCTIONS)),
+    "pg_opts": _c("optimisers", tuple, tuple(OPTIMIZERS), "Optimisers", tuple(OPTIMIZERS), family="optimizer"),
+    "pg_steps": _c("optimisers", int, 400, "Steps (count)", lo=10, hi=2000, widget="slider", step=10),
+    "pg_lr": _c("optimisers", float, 0.1, "Learning rate lr", lo=1e-4, hi=10.0, format="%.4f"),
+    "pg_seed": _c("optimisers", int, 0, "Noise seed", lo=0, hi=2**31 - 1,
+                  help="Fixes the gradient noise of the noisy quadratic; every optimiser sees the same noise"),
+    "pg_own_start": _c("optimisers", bool, False, "Own start point", help="Otherwise each function's usual start point"),
     "pg_x0": _c("optimisers", float, -1.5, "start x", lo=-10.0, hi=10.0),
     "pg_y0": _c("optimisers", float, 2.0, "start y", lo=-10.0, hi=10.0),
-    "ce_schedule": _c("optimisers", str, SCHEDULES[0], "step size", tuple(SCHEDULES)),
-    "ce_lr": _c("optimisers", float, 1.0, "lr", lo=1e-4, hi=10.0),
-    "ce_steps": _c("optimisers", int, 500 * PERIOD, "steps", lo=PERIOD, hi=MAX_COUNTEREXAMPLE_STEPS),
-    "ce_opts": _c("optimisers", tuple, tuple(OPTIMIZERS), "optimisers", tuple(OPTIMIZERS)),
+    "ce_schedule": _c("optimisers", str, SCHEDULES[0], "Step size", tuple(SCHEDULES), widget="radio"),
+    "ce_lr": _c("optimisers", float, 1.0, "lr", lo=1e-4, hi=10.0, format="%.4f"),
+    "ce_steps": _c("optimisers", int, 500 * PERIOD, "Steps (count)", lo=PERIOD, hi=MAX_COUNTEREXAMPLE_STEPS,
+                   step=PERIOD),
+    "ce_opts": _c("optimisers", tuple, tuple(OPTIMIZERS), "Optimisers", tuple(OPTIMIZERS), family="optimizer"),
     # ---- Compression
     "cp_source": _c("compression", str, "real", "gradient", ("real", "generated")),
     "cp_model": _c("compression", str, "mlp", "model", tuple(MODELS)),

@@ -3,6 +3,7 @@ as messages."""
 
 import json
 
+from lab.scenario.names import OPTIMIZER_LABELS
 from tests.conftest import app_test, assert_no_exception
 
 PAGE = "pages/optimisers.py"
@@ -74,3 +75,21 @@ def test_counterexample_controls_and_an_empty_selection():
     at.button(key="pg_run").click().run()
     assert not at.exception
     assert any("pick at least one optimiser" in e.value for e in at.error)   # a message, not a traceback
+
+
+def test_the_controls_are_built_from_the_view_table():
+    """Label, bounds, step, help and choices of every control come from lab.view.state.VIEW."""
+    from lab.view.state import VIEW
+
+    at = app_test(PAGE)
+    assert_no_exception(at)
+    for key in ("pg_lr", "pg_seed", "ce_lr", "ce_steps"):
+        w, spec = at.number_input(key=key), VIEW[key].spec
+        assert (w.label, w.min, w.max) == (spec.label, spec.min, spec.max), key
+        assert w.value == spec.default
+    assert at.number_input(key="ce_steps").step == VIEW["ce_steps"].spec.step
+    assert at.number_input(key="pg_seed").help == VIEW["pg_seed"].spec.help
+    steps = at.slider(key="pg_steps")
+    assert (steps.label, steps.min, steps.max, steps.step) == ("Steps (count)", 10, 2000, 10)
+    assert at.multiselect(key="ce_opts").options == [OPTIMIZER_LABELS[k] for k in VIEW["ce_opts"].spec.choices]
+    assert at.radio(key="ce_schedule").label == VIEW["ce_schedule"].spec.label
