@@ -13,11 +13,10 @@ from lab.scenario.names import COMPRESSOR_LABELS
 from lab.compression.study import evaluate, generated_gradients, real_gradients
 from lab.figures import compression as figs
 from lab.figures.style import fmt_seconds
-from lab.scenario.names import MODEL_LABELS, MODELS
 from lab.store.runs import ACTIVE, store
 from lab.scenario.document import Compression
 from lab.jobs.grid import grid_results, grid_scenarios, grid_table
-from lab.view.state import RING_COMPRESSORS, VIEW
+from lab.view.state import VIEW
 
 sc = ui.scenario_sidebar()
 lesson = ui.lesson_mode()  # hides the advanced controls
@@ -59,17 +58,17 @@ st.header("Compressors on one gradient")
 with st.form("cp_form"):
     c1, c2 = st.columns(2)
     c3, c4 = st.columns(2)
-    source = c1.radio("Gradient", ["real", "generated"], key="cp_source", horizontal=True,
-                      format_func={"real": "real (one backward pass on digits)", "generated": "generated"}.get)
-    model = c2.selectbox("Model (real)", MODELS, format_func=MODEL_LABELS.get, key="cp_model")
-    n = c3.number_input("Entries (generated, count)", 1_000, 5_000_000, step=100_000, key="cp_n")
-    batch = c4.number_input("Batch per worker (digits)", 8, 512, key="cp_batch")
+    source = ui.control(c1, "cp_source",
+                        format_func={"real": "real (one backward pass on digits)", "generated": "generated"}.get)
+    model = ui.control(c2, "cp_model")
+    n = ui.control(c3, "cp_n")
+    batch = ui.control(c4, "cp_batch")
     c1, c2, c3 = st.columns([1, 1, 2])
     group_size, seed = int(min(comp.group_size, 65536)), int(sc.training.seed)
     if not lesson:
-        group_size = c1.number_input("Group size (entries)", 1, 65536, key="cp_group")
-        seed = c2.number_input("Seed", 0, 2**31 - 1, key="cp_seed")
-    ratios = c3.multiselect("Ratios (kept fraction)", list(VIEW["cp_ratios"].spec.choices), key="cp_ratios")
+        group_size = ui.control(c1, "cp_group")
+        seed = ui.control(c2, "cp_seed")
+    ratios = ui.control(c3, "cp_ratios")
     st.form_submit_button("Compute", type="primary", key="cp_run")
 
 rows = []
@@ -107,9 +106,9 @@ st.markdown(
     "every worker's payload as it is and let each worker add them up.")
 with st.form("ring_form"):
     c1, c2, c3 = st.columns([1, 2, 1])
-    workers = c1.slider("Workers N", 2, 8, key="ring_workers")
-    kind = c2.selectbox("Compressor", list(RING_COMPRESSORS), format_func=COMPRESSOR_LABELS.get, key="ring_kind")
-    ratio = c3.number_input("Ratio (kept fraction)", 0.0001, 1.0, format="%.4f", key="ring_ratio")
+    workers = ui.control(c1, "ring_workers")
+    kind = ui.control(c2, "ring_kind")
+    ratio = ui.control(c3, "ring_ratio")
     st.form_submit_button("Simulate", type="primary", key="ring_run")
 
 with ui.guarded("the ring simulation"):
@@ -141,12 +140,11 @@ st.markdown(
 with st.form("ch_form"):
     c1, c6 = st.columns([3, 1], vertical_alignment="bottom")
     c2, c3, c4, c5 = st.columns(4, vertical_alignment="bottom")
-    name = c1.selectbox("Matrix", chol.MATRIX_NAMES, key="ch_matrix")
-    damping = VIEW["ch_damping"].spec.default if lesson else c2.number_input(
-        "Damping (× mean diagonal)", 0.0, 1.0, format="%.4f", key="ch_damping")
-    ch_workers = c3.number_input("Workers", 2, 8, key="ch_workers")
-    ch_batch = c4.number_input("Batch (digits)", 2, 1797, key="ch_batch")
-    by_class = c6.checkbox("Non-IID (by class)", key="ch_by_class")
+    name = ui.control(c1, "ch_matrix")
+    damping = VIEW["ch_damping"].spec.default if lesson else ui.control(c2, "ch_damping")
+    ch_workers = ui.control(c3, "ch_workers")
+    ch_batch = ui.control(c4, "ch_batch")
+    by_class = ui.control(c6, "ch_by_class")
     st.form_submit_button("Test the claim", type="primary", key="ch_run")
 
 with ui.guarded("the Cholesky section"):
