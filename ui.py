@@ -484,7 +484,8 @@ def control(where, key: str, *, format_func=None, **kw):
         if spec.type is tuple:
             return where.multiselect(spec.label, options, key=key, format_func=fmt, **kw)
         if spec.widget == "radio":
-            return where.radio(spec.label, options, key=key, format_func=fmt, horizontal=True, **kw)
+            kw.setdefault("horizontal", True)
+            return where.radio(spec.label, options, key=key, format_func=fmt, **kw)
         return where.selectbox(spec.label, options, key=key, format_func=fmt, **kw)
     lo, hi = (None if b is None else spec.type(b) for b in (spec.min, spec.max))
     if spec.step is not None:

@@ -13,7 +13,7 @@ from lab.machine.profile import load_profile
 from lab.modelled import placement as pl
 from lab.modelled.balance import RULES, per_sample_times
 from lab.modelled.opgraph import trace
-from lab.scenario.names import COST_MODEL_LABELS, COST_MODELS, MODEL_LABELS, MODELS, STRATEGY_SHORT
+from lab.scenario.names import STRATEGY_SHORT
 from lab.store.runs import ACTIVE, store
 from lab.view import placement as pv
 
@@ -43,12 +43,10 @@ def set_pins(change: str) -> None:
 
 
 c1, c2, c3 = st.columns([3, 2, 4])
-model = c1.selectbox("Model", MODELS, format_func=MODEL_LABELS.get, key="pl_model")
-batch = int(ui.view_value("pl_batch") if ui.hidden("pl_batch") else c2.number_input(
-    "Batch size (samples)", 1, 65536, key="pl_batch"))
-strategy = c3.selectbox("Strategy", list(pl.STRATEGIES), format_func=pl.STRATEGY_LABELS.get, key="pl_strategy")
-cm_name = ui.view_value("pl_cost") if ui.hidden("pl_cost") else st.radio(
-    "Cost model", COST_MODELS, format_func=COST_MODEL_LABELS.get, key="pl_cost", horizontal=True)
+model = ui.control(c1, "pl_model")
+batch = int(ui.view_value("pl_batch") if ui.hidden("pl_batch") else ui.control(c2, "pl_batch"))
+strategy = ui.control(c3, "pl_strategy", format_func=pl.STRATEGY_LABELS.get)
+cm_name = ui.view_value("pl_cost") if ui.hidden("pl_cost") else ui.control(st, "pl_cost")
 st.caption(pv.topology_line(topo, ui.plain))
 
 og = g = cm = None
@@ -163,12 +161,10 @@ if g is not None:
 st.subheader("Run the plan: measured beside modelled")
 st.markdown(pv.run_intro())
 r1, r2, r3, r4 = st.columns([1, 1, 1, 2], vertical_alignment="bottom")
-micro = int(r1.number_input("Micro-batches", 1, 64, key="pl_micro", help="each batch is pipelined in this many parts"))
-steps = int(r2.number_input("Steps", 5, 2000, key="pl_steps"))
-repeats = int(r3.number_input("Repeats per strategy", 1, 5, key="pl_repeats",
-                              help="Run every strategy: each plan runs this many times (seeds 0, 1, ...)"))
-emulate = r4.toggle("Emulate the drawn cluster", key="pl_emulate",
-                    help="off: every device is this machine, and only the calibrated costs are tested")
+micro = int(ui.control(r1, "pl_micro"))
+steps = int(ui.control(r2, "pl_steps"))
+repeats = int(ui.control(r3, "pl_repeats"))
+emulate = ui.control(r4, "pl_emulate")
 jm, owner = ui.job_manager()
 runs_store = store()
 q1, q2 = st.columns(2)
@@ -232,7 +228,7 @@ plan_runs()
 st.subheader("Dynamic load balancing: weights from each node's waiting time")
 st.markdown(pv.balance_intro())
 b1, b2 = st.columns([1, 2])
-mode = b1.radio("What is balanced", list(pv.BALANCE_MODES), key="pl_bal_mode", format_func=pv.BALANCE_MODES.get)
+mode = ui.control(b1, "pl_bal_mode", format_func=pv.BALANCE_MODES.get, horizontal=False)
 dnames = topo.device_names
 fastest, defaults = pv.default_slowdowns(topo)
 slowdown = {}
@@ -247,8 +243,7 @@ knobs = pv.BALANCE_KNOBS
 if ui.lesson_mode():  # lesson mode hides the knobs and keeps their values
     noise, seed, tol, patience, max_rounds = (ui.view_value(k) for k in knobs)
 else:
-    noise, seed, tol, patience, max_rounds = (col.number_input(label, lo, hi, step=step, key=k) for col, (k, (
-        label, lo, hi, step)) in zip(st.columns(5), knobs.items()))
+    noise, seed, tol, patience, max_rounds = (ui.control(col, k) for col, k in zip(st.columns(5), knobs))
 if g is not None:
     with ui.guarded("the balancing loop"):
         per_sample = per_sample_times(og, topo, model=cm) if mode == "data" else None
@@ -272,8 +267,7 @@ if g is not None and mode == "model":
     st.subheader("The balancing loop, run: measured beside modelled")
     st.markdown(pv.balance_run_intro())
     l1, l2 = st.columns([1, 3], vertical_alignment="bottom")
-    round_steps = int(l1.number_input("Steps per round", 2, 1000, key="pl_round_steps",
-                                      help="the first step of each round is a warm-up"))
+    round_steps = int(ui.control(l1, "pl_round_steps"))
     if l2.button("Run the balancing loop (both rules)", key="pl_bal_run", icon=":material/play_arrow:"):
         with ui.guarded("starting the balancing runs"):
             items = pv.balance_items(sc, g, model, batch, micro, round_steps, max_rounds, tol, patience, slowdown,

@@ -25,11 +25,8 @@ from lab.scenario.topology import Topology
 
 Plain = Callable[[str], str]
 
-# The balancing loop's knobs: widget key -> (label, min, max, step).
-BALANCE_KNOBS: dict[str, tuple[str, float, float, float]] = {
-    "pl_noise": ("noise σ", 0.0, 1.0, 0.01), "pl_seed": ("seed", 0, 2**31 - 1, 1),
-    "pl_tol": ("tolerance", 0.0, 1.0, 0.01), "pl_patience": ("patience (rounds)", 1, 100, 1),
-    "pl_rounds": ("max rounds", 1, 500, 1)}
+#: The simulated balancing loop's knobs (view controls: their labels and bounds are in lab.view.state.VIEW).
+BALANCE_KNOBS = ("pl_noise", "pl_seed", "pl_tol", "pl_patience", "pl_rounds")
 
 BALANCE_MODES = {"model": "operators across devices (model parallel)", "data": "batch shares (data parallel)"}
 MAX_BALANCE_RUN_STEPS = 2000  # a balancing run's rounds x steps per round, at most
