@@ -483,6 +483,8 @@ def control(where, key: str, *, format_func=None, **kw):
         options = list(spec.choices)
         if spec.type is tuple:
             return where.multiselect(spec.label, options, key=key, format_func=fmt, **kw)
+        if spec.widget == "select_slider":
+            return where.select_slider(spec.label, options, key=key, format_func=fmt, **kw)
         if spec.widget == "radio":
             kw.setdefault("horizontal", True)
             return where.radio(spec.label, options, key=key, format_func=fmt, **kw)

@@ -27,9 +27,8 @@ SIZES = list(ALLREDUCE_SIZES)
 
 c1, c2 = st.columns(2)  # two columns and the ring below them: a 1024-pixel projector shows them whole
 # A lesson may hide a control for a focused exercise (ui.hidden): its value from the lesson stays in force.
-source = ui.view_value("ar_source") if ui.hidden("ar_source") else c1.radio(
-    "Devices", ["topology", "identical"], key="ar_source", horizontal=True,
-    format_func={"topology": "of the scenario's topology", "identical": "N identical devices"}.get)
+source = ui.view_value("ar_source") if ui.hidden("ar_source") else ui.control(
+    c1, "ar_source", format_func={"topology": "of the scenario's topology", "identical": "N identical devices"}.get)
 if source == "topology":
     chosen_before = tuple(ui.view_value("ar_devices") or ())
     fitted, changed = fit_subset(chosen_before, topo.device_names, C.default_participants(topo))
@@ -40,19 +39,15 @@ if source == "topology":
                            key="ar_devices")
     cluster = topo
 else:
-    n = c1.slider("N", 2, 16, key="ar_n")
-    bw = VIEW["ar_bw"].spec.default if lesson else c1.number_input("Link bandwidth (GB/s per direction)", 0.01,
-                                                                   1000.0, key="ar_bw")
-    lat = VIEW["ar_lat"].spec.default if lesson else c1.number_input("Link latency (µs)", 0.0, 10000.0, key="ar_lat")
+    n = ui.control(c1, "ar_n")
+    bw = VIEW["ar_bw"].spec.default if lesson else ui.control(c1, "ar_bw")
+    lat = VIEW["ar_lat"].spec.default if lesson else ui.control(c1, "ar_lat")
     cluster, names = C.uniform_star(n, bw * 1e9, lat * 1e-6), C.default_names(n)
-alg = ui.view_value("ar_alg") if ui.hidden("ar_alg") else c2.selectbox(
-    "Algorithm", C.ALGORITHMS, format_func=C.ALGORITHM_LABELS.get, key="ar_alg")
-nbytes = ui.view_value("ar_size") if ui.hidden("ar_size") else c2.select_slider(
-    "Buffer per device S", SIZES, format_func=M.human_bytes, key="ar_size")
+alg = ui.view_value("ar_alg") if ui.hidden("ar_alg") else ui.control(c2, "ar_alg")
+nbytes = ui.view_value("ar_size") if ui.hidden("ar_size") else ui.control(c2, "ar_size", format_func=M.human_bytes)
 c3 = st.container()
-order_mode = ui.view_value("ar_order") if ui.hidden("ar_order") else c3.radio(
-    "Ring order", ["given", "lab"], key="ar_order", horizontal=True,
-    format_func={"given": "as listed", "lab": "the lab's: widest slowest hop"}.get)
+order_mode = ui.view_value("ar_order") if ui.hidden("ar_order") else ui.control(
+    c3, "ar_order", format_func={"given": "as listed", "lab": "the lab's: widest slowest hop"}.get)
 
 setup = None
 with ui.guarded("the all-reduce set-up"):
@@ -147,8 +142,7 @@ if setup is not None:
 if setup is not None and not lesson:
     st.subheader("Synchronous or asynchronous trigger")
     with ui.guarded("the trigger timeline"):
-        gflop = st.number_input("Work per device and iteration (GFLOP, run as matrix multiplies)", 0.001, 1e6,
-                                key="ar_work")
+        gflop = ui.control(st, "ar_work")
         comp = C.compute_times(cluster, names, gflop * 1e9)
         edited = st.data_editor(tables.compute_table(names, comp), hide_index=True, disabled=["device"],
                                 key="ar_compute")
@@ -172,10 +166,9 @@ if setup is not None:
                 "the slowest process. The α-β model is then fitted to these times (least squares on relative error, "
                 "t = 2(N−1)·α + 2(N−1)/N·S·β). The same from a shell: `python -m lab.comm.measure --procs 4`.")
     k1, k2, k3 = st.columns(3)
-    procs = k1.selectbox("Processes", list(VIEW["ar_procs"].spec.choices), key="ar_procs")
-    top = VIEW["ar_top"].spec.default if lesson else k2.selectbox(
-        "Largest size", list(VIEW["ar_top"].spec.choices), format_func=M.human_bytes, key="ar_top")
-    iters = VIEW["ar_iters"].spec.default if lesson else k3.number_input("Iterations per size", 1, 50, key="ar_iters")
+    procs = ui.control(k1, "ar_procs")
+    top = VIEW["ar_top"].spec.default if lesson else ui.control(k2, "ar_top", format_func=M.human_bytes)
+    iters = VIEW["ar_iters"].spec.default if lesson else ui.control(k3, "ar_iters")
     if st.button("Run the measurement", key="ar_measure", icon=":material/speed:"):
         with ui.guarded("the measurement"):
             bar = st.progress(0.0, "starting the processes")
