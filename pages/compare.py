@@ -42,14 +42,12 @@ def pool() -> None:
 st.button("Pool the class's runs of these variants", key="cmp_pool", icon=":material/groups:", on_click=pool,
           disabled=not chosen, help="Adds every finished run of the class with the same settings (any seed) as the "
                                     "chosen ones: thirty students' repeats make a band that three cannot")
-x = st.radio("Against", ["step", "wall"], horizontal=True, key="cmp_x",
-             format_func={"step": "step (count)", "wall": "wall time (s)"}.get)
+x = ui.control(st, "cmp_x", format_func={"step": "step (count)", "wall": "wall time (s)"}.get)
 if not chosen:
     st.info("Pick one or more runs.")
     st.stop()
 
-target = st.number_input("Target test accuracy (%)", 1.0, 100.0, step=1.0, key="cmp_target",
-                         help="The summary gives the steps and seconds each variant took to reach it")
+target = ui.control(st, "cmp_target")
 
 active = int(runs.set_index("id").status.reindex(chosen).isin(ACTIVE).sum())
 

@@ -51,7 +51,7 @@ else:
 st.caption("Calibrate while no training runs: other work on the cores during the minute of measuring skews the "
            "profile, and every prediction made from it.")
 c1, c2 = st.columns([1, 2])
-quick = False if lesson else c2.toggle("Quick (fewer repeats, about half the time)", key="fid_quick")
+quick = False if lesson else ui.control(c2, "fid_quick")
 if c1.button("Calibrate this machine", key="fid_calibrate", icon=":material/speed:", disabled=busy) and not busy:
     with ui.guarded("starting the calibration"):
         cal.start_background(quick=quick)

@@ -89,8 +89,7 @@ if teacher:
     st.info("Teacher: you see and manage every session's jobs.", icon=":material/school:")
     everyone = True
 else:
-    everyone = st.toggle("Show the whole class's jobs (read-only)", key="jobs_class",
-                         help="Every session's jobs and the command line's, to read; you stop and release only yours")
+    everyone = ui.control(st, "jobs_class")
 # Poll only while a job in this view is queued or running; a full rerun when they end turns it off.
 polling = job_views.has_active(runs_store, owner, everyone)
 

@@ -15,7 +15,6 @@ from lab.scenario.catalogue import (
 from lab.scenario.document import UPLOAD_MB
 from lab.scenario.topology import LINK_KINDS
 from lab.view import topology as view
-from lab.view.state import TRANSFER_SIZES_MB
 
 sc = ui.scenario_sidebar()
 ss = st.session_state
@@ -158,8 +157,8 @@ d2.download_button("Download whole scenario JSON", sc.to_json(), file_name="scen
 
 # ---- paths ----------------------------------------------------------------------------------------
 st.subheader("Routes and transfer times")
-size_mb = ui.view_value("topo_size") if ui.hidden("topo_size") else st.select_slider(
-    "Transfer size (MB)", options=list(TRANSFER_SIZES_MB), format_func=lambda x: f"{x:g}", key="topo_size")
+size_mb = ui.view_value("topo_size") if ui.hidden("topo_size") else ui.control(st, "topo_size",
+                                                                             format_func=lambda x: f"{x:g}")
 nbytes = size_mb * 1e6
 with ui.guarded("the path matrix"):
     st.plotly_chart(figures.path_heatmap(topo.path_matrix(nbytes), nbytes), key="topo_heat")

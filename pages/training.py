@@ -90,8 +90,7 @@ if b1.button("Run", type="primary", key="train_run", icon=":material/play_arrow:
                 jm.submit(sc, name=run_name(settings_of(sc.to_dict())), owner=owner)]):
             st.session_state["train_watch"] = jobs[0].run_id
             st.rerun()
-repeats = VIEW["tr_repeats"].spec.default if lesson else b3.number_input(
-    "Repeats (seeds)", 1, 10, key="tr_repeats", help="each variant runs with this many seeds, so its noise shows")
+repeats = VIEW["tr_repeats"].spec.default if lesson else ui.control(b3, "tr_repeats")
 if b2.button("Compare optimisers × compression", key="train_compare", icon=":material/compare_arrows:",
              help="Queues Adam, AdaBelief and Max-AdaBelief, each without compression and with the compression "
                   "above (Group-TopK 1 % with error feedback when none is chosen), each with several seeds; "

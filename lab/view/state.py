@@ -92,7 +92,7 @@ TRANSFER_SIZES_MB = (0.001, 0.01, 0.1, 1.0, 10.0, 100.0, 1000.0)
 
 VIEW: dict[str, Control] = {
     # ---- Topology
-    "topo_size": _c("topology", float, 10.0, "transfer size (MB)", TRANSFER_SIZES_MB),
+    "topo_size": _c("topology", float, 10.0, "Transfer size (MB)", TRANSFER_SIZES_MB, widget="select_slider"),
     "topo_from": _c("topology", str, "", "route from"),
     "topo_to": _c("topology", str, "", "route to"),
     "topo_cmp": _c("topology", str, "as_pcie", "compare with", ("as_pcie", *PRESETS)),
@@ -138,11 +138,13 @@ VIEW: dict[str, Control] = {
     "ar_top": _c("allreduce", int, 256 << 10, "Largest size", (64 << 10, 256 << 10, 1 << 20)),
     "ar_iters": _c("allreduce", int, 5, "Iterations per size", lo=1, hi=50),
     # ---- Training (the settings of a run are the Scenario's; these only shape a comparison)
-    "tr_repeats": _c("training", int, 3, "repeats (seeds)", lo=1, hi=10),
+    "tr_repeats": _c("training", int, 3, "Repeats (seeds)", lo=1, hi=10,
+                     help="each variant runs with this many seeds, so its noise shows"),
     # ---- Compare
     "cmp_runs": _c("compare", tuple, (), "runs"),
-    "cmp_x": _c("compare", str, "step", "against", ("step", "wall")),
-    "cmp_target": _c("compare", float, 90.0, "target test accuracy (%)", lo=1.0, hi=100.0),
+    "cmp_x": _c("compare", str, "step", "Against", ("step", "wall"), widget="radio"),
+    "cmp_target": _c("compare", float, 90.0, "Target test accuracy (%)", lo=1.0, hi=100.0, step=1.0,
+                     help="The summary gives the steps and seconds each variant took to reach it"),
     # ---- Optimisers
     "pg_fn": _c("optimisers", str, "rosenbrock", "Test function", tuple(FUNCTIONS)),
     "pg_opts": _c("optimisers", tuple, tuple(OPTIMIZERS), "Optimisers", tuple(OPTIMIZERS), family="optimizer"),
@@ -181,9 +183,10 @@ VIEW: dict[str, Control] = {
     "ch_batch": _c("compression", int, 256, "Batch (digits)", lo=2, hi=1797),
     "ch_by_class": _c("compression", bool, False, "Non-IID (by class)"),
     # ---- Jobs
-    "jobs_class": _c("jobs", bool, False, "the whole class's jobs"),
+    "jobs_class": _c("jobs", bool, False, "Show the whole class's jobs (read-only)", widget="toggle",
+                     help="Every session's jobs and the command line's, to read; you stop and release only yours"),
     # ---- Fidelity
-    "fid_quick": _c("fidelity", bool, False, "quick calibration"),
+    "fid_quick": _c("fidelity", bool, False, "Quick (fewer repeats, about half the time)", widget="toggle"),
     "fid_steps": _c("fidelity", int, 200, "steps per run", lo=20, hi=1000),
 }
 # A prefix control knows its own key, so that it can check the name that follows it.

@@ -200,7 +200,9 @@ def test_lesson_mode_keeps_the_compressor_and_ratio(lab_db):
 
 def test_two_quick_clicks_on_run_queue_one_job(lab_db):
     at = app_test("pages/training.py")
-    at.number_input(key="tr_steps").set_value(5).run()
+    # long enough that it cannot end between the two clicks: its end reruns the page, which would
+    # clear the second click's message before it is read
+    at.number_input(key="tr_steps").set_value(1500).run()
     at.slider(key="tr_workers").set_value(1).run()
     at.button(key="train_run").click().run()
     first_done = time.monotonic()
