@@ -54,13 +54,35 @@ def slider_value(pg, label: str) -> str:
 
 
 def slide(pg, label: str, presses: int) -> None:
-    """Move the slider labelled ``label`` by ``presses`` steps with the arrow keys (negative: left)."""
-    thumb = _range(pg, label)
-    thumb.focus()
-    for _ in range(abs(presses)):
-        pg.keyboard.press("ArrowRight" if presses > 0 else "ArrowLeft")
-    pg.wait_for_timeout(400)  # the slider sends its value after the key presses settle
-    settle(pg)
+    """Move the slider labelled ``label`` by ``presses`` steps with the arrow keys (negative: left), as a
+    person would: the first press shows how far one step goes; when the app's rerun swallowed a press (a
+    busy machine), the ones missing are pressed again until the slider shows where it should be."""
+    key = "ArrowRight" if presses > 0 else "ArrowLeft"
+
+    def now() -> float:
+        return float(_range(pg, label).input_value())
+
+    def press(n: int) -> None:
+        _range(pg, label).focus()
+        for _ in range(n):
+            pg.keyboard.press(key)
+        pg.wait_for_timeout(400)  # the slider sends its value after the key presses settle
+        settle(pg)
+
+    if not presses:
+        return
+    start = now()
+    press(1)
+    step = abs(now() - start)
+    if step == 0 or abs(presses) == 1:
+        return  # at its end already, or done
+    target = start + step * presses
+    press(abs(presses) - 1)
+    for _ in range(5):
+        missing = round(abs(target - now()) / step)
+        if missing == 0:
+            return
+        press(missing)
 
 
 def radio(pg, label: str, option: str) -> None:
