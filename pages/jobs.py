@@ -11,7 +11,7 @@ from lab.figures import jobs as figs
 from lab.jobs.access import teacher_token
 from lab.jobs.limits import Limits
 from lab.view import jobs as job_views
-from lab.modelled.scheduling import POLICIES, POLICY_LABELS, compare_policies, resource_groups
+from lab.modelled.scheduling import POLICIES, POLICY_LABELS, resource_groups
 from lab.scenario.catalogue import PRESET_LABELS, preset
 from lab.scenario.names import FAULT_KINDS, FAULT_POLICIES
 from lab.store.runs import ACTIVE, FINISHED, store
@@ -37,11 +37,10 @@ if failing := job_views.recent_failures(jm.failures):
              icon=":material/error:")
 
 with st.expander("Watch a failure: start a job with an injected fault", icon=":material/bolt:"):
-    tr = sc.training
     c1, c2, c3, c4, c5 = st.columns(5)
     kind = c1.selectbox("Fault", [k for k in FAULT_KINDS if k != "none"], key="jobs_fault", help="kill: SIGKILL; hang: sleeps "
                         "forever (found by its heartbeat); raise: an exception")
-    workers = max(2, tr.workers)
+    workers = max(2, sc.training.workers)
     who = c2.number_input("Worker (rank)", 0, workers - 1, min(1, workers - 1), key="jobs_fault_worker")
     at_step = c3.number_input("At step", 1, 100_000, 7, key="jobs_fault_step")
     policy = c4.selectbox("Policy", sorted(FAULT_POLICIES, reverse=True), key="jobs_fault_policy",
@@ -49,10 +48,8 @@ with st.expander("Watch a failure: start a job with an injected fault", icon=":m
     every = c5.number_input("Checkpoint every (steps)", 0, 100_000, 5, key="jobs_fault_ck")
     if st.button("Start the job", key="jobs_fault_run", icon=":material/play_arrow:"):
         with ui.guarded("starting the fault drill"):
-            drill = tr.replace(workers=workers, steps=max(tr.steps, at_step + 10), fault=kind, fault_worker=who,
-                               fault_step=at_step, fault_policy=policy, checkpoint_every=every)
-            job = jm.submit(sc.replace(training=drill), name=f"{sc.name} · {kind} worker {who} at step {at_step}",
-                            owner=owner)
+            drill, name = job_views.fault_drill(sc, kind, who, at_step, policy, every)
+            job = jm.submit(drill, name=name, owner=owner)
             st.session_state["jobs_pick"] = job.run_id
             st.rerun()
 
@@ -112,9 +109,9 @@ def live_view() -> None:
     for r in table[(table.owner == "you") & table.queue.notna()].itertuples():
         st.info(f"Your job {r.id} is number {int(r.queue)} in the queue.", icon=":material/hourglass_top:")
     recent = runs_store.stages(list(table.id[table.status.isin(ACTIVE)]))
-    for a in recent[recent.stage == "alarm"].itertuples():
-        st.error(f"Alarm, job {a.run_id}, attempt {a.attempt}: {ui.plain(a.detail.get('summary', ''))} → "
-                 f"{ui.plain(a.detail.get('action', ''))}", icon=":material/notifications_active:")
+    for rid, attempt, summary, action in job_views.alarm_lines(recent):
+        st.error(f"Alarm, job {rid}, attempt {attempt}: {ui.plain(summary)} → {ui.plain(action)}",
+                 icon=":material/notifications_active:")
     st.dataframe(job_views.shown_times(table), hide_index=True, key="jobs_table", column_config={
         "queue": st.column_config.NumberColumn("queue (place)", format="%d"),
         "queued_s": st.column_config.NumberColumn("waited (s)", format="%.1f"),
@@ -154,12 +151,9 @@ def details(rid: str) -> None:
                      help="Kill anything left of the job, delete its intermediate checkpoints (final.pt and logs stay)"):
             with ui.guarded("releasing the job"):
                 done = jm.release(rid, owner)
-                st.success(f"Released: {len(done['killed'])} process(es) ended, "
-                           f"{done['checkpoint_files_removed']} checkpoint file(s) removed.")
+                st.success(job_views.released_line(done))
     else:
-        st.caption(":material/visibility: Read-only: this job belongs to "
-                   + ("the command line" if run["info"].get("owner") is None else "another session")
-                   + "; only its own session or the teacher can stop or release it.")
+        st.caption(job_views.read_only_line(run["info"].get("owner")))
     if run["info"].get("stopped_by"):
         st.text("Stopped by: " + job_views.stopped_by(run["info"]["stopped_by"], owner))
     if run["error"]:
@@ -205,8 +199,7 @@ with ui.guarded("the scheduling what-if"):
         "submit (s)": st.column_config.NumberColumn(min_value=0.0, max_value=1e6),
         "type": st.column_config.SelectboxColumn("device type", options=types)})
     cap = st.number_input("At most this many jobs at once (0: no limit)", 0, 100, 0, key="jobs_maxrun")
-    schedules = compare_policies(groups, job_views.whatif_requests(edited), cap or None)
-    devices = [d for g in groups if g.speed > 0 for d in g.devices]
+    schedules, devices = job_views.whatif(groups, edited, cap)
     cols = st.columns(len(POLICIES))
     for col, p in zip(cols, POLICIES):
         s = schedules[p]

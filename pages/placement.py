@@ -14,7 +14,7 @@ from lab.modelled import placement as pl
 from lab.modelled.balance import RULES, per_sample_times
 from lab.modelled.opgraph import trace
 from lab.scenario.names import STRATEGY_SHORT
-from lab.store.runs import ACTIVE, store
+from lab.store.runs import store
 from lab.view import placement as pv
 
 sc = ui.scenario_sidebar()
@@ -183,8 +183,7 @@ if g is not None and q2.button("Run every strategy", key="pl_run_all", icon=":ma
                                   lambda: jm.submit_many(items, owner=owner)):
             ui.set_view("pl_runs", pv.shown_runs((), [j.run_id for j in jobs]))
             st.rerun()
-shown_ids = [r for r in ui.view_value("pl_runs") or () if pv.run_exists(runs_store, r)]
-active = bool(shown_ids) and bool(len(runs_store.list_runs(statuses=ACTIVE).query("id in @shown_ids")))
+shown_ids, active = pv.kept_runs(runs_store, ui.view_value("pl_runs"))
 
 
 @st.fragment(run_every=1.0 if active else None)
@@ -276,8 +275,7 @@ if g is not None and mode == "model":
                                       lambda: jm.submit_many(items, owner=owner)):
                 ui.set_view("pl_bal_runs", tuple(j.run_id for j in jobs))
                 st.rerun()
-    bal_ids = [r for r in ui.view_value("pl_bal_runs") or () if pv.run_exists(runs_store, r)]
-    bal_active = bool(bal_ids) and bool(len(runs_store.list_runs(statuses=ACTIVE).query("id in @bal_ids")))
+    bal_ids, bal_active = pv.kept_runs(runs_store, ui.view_value("pl_bal_runs"))
 
     @st.fragment(run_every=1.0 if bal_active else None)
     def balance_runs() -> None:
@@ -288,14 +286,9 @@ if g is not None and mode == "model":
             st.plotly_chart(figs.balance_outcome_figure(pv.balance_outcome(runs_store, bal_ids)), key="pl_bal_outcome")
             ui.caption("measured", "every plan on the same emulated cluster; a loop's step is its last round's "
                                    "(mean after the round's warm-up step), a plan's the median after 2 warm-up steps.")
-            for rid in bal_ids:
-                run = runs_store.get_run(rid)
-                rule = run["scenario"]["training"].get("balance", "off")
-                if rule == "off":
-                    continue
-                st.markdown(pv.balance_run_line(run, ui.plain) + f" {ui.badge('measured')}")
-                st.plotly_chart(figs.balance_rounds_figure(pv.balance_run_rows(run), pv.modelled_rounds_rows(
-                    results[rule]) if rule in results else None), key=f"pl_bal_fig_{rid}")
+            for rid, line, measured, modelled in pv.balance_run_panels(runs_store, bal_ids, results, ui.plain):
+                st.markdown(line + f" {ui.badge('measured')}")
+                st.plotly_chart(figs.balance_rounds_figure(measured, modelled), key=f"pl_bal_fig_{rid}")
             ui.caption("measured", "solid: what each run measured, round by round; dashed: the loop above, "
                                    "simulated by the cost model (modelled). Shares and ratios, because the cost "
                                    "model's seconds are not this machine's; the seconds are in the hover.")

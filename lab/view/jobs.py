@@ -3,12 +3,12 @@ whether anything is active, the slot timeline and log tails."""
 from __future__ import annotations
 
 import time
-from typing import Iterable
+from typing import Any, Iterable, Mapping, Sequence
 
 from lab.errors import LabError
 from lab.jobs.access import TEACHER
 from lab.jobs.manager import JobManager
-from lab.modelled.scheduling import Group, JobRequest
+from lab.modelled.scheduling import Group, JobRequest, compare_policies
 from lab.processes import tail_text
 from lab.scenario.names import OPTIMIZER_LABELS, OPTIMIZER_SHORT
 from lab.store.runs import ACTIVE, RunStore
@@ -354,3 +354,37 @@ def run_picker(store: RunStore, owner: str | None, everyone: bool = False, keep:
     if owner is not None and not everyone:
         runs = runs[(runs.owner == owner) | runs.id.isin(keep)]
     return runs, {r.id: run_label(r, owner) for r in runs.itertuples()}
+
+
+# ----- the Jobs page's words and small decisions ---------------------------------------------------
+def fault_drill(sc: Any, kind: str, worker: int, at_step: int, policy: str, checkpoint_every: int) -> tuple:
+    """The scenario of a fault drill (at least 2 workers, long enough to pass the fault) and its run's name."""
+    tr = sc.training
+    workers = max(2, tr.workers)
+    drill = tr.replace(workers=workers, steps=max(tr.steps, at_step + 10), fault=kind, fault_worker=worker,
+                       fault_step=at_step, fault_policy=policy, checkpoint_every=checkpoint_every)
+    return sc.replace(training=drill), f"{sc.name} · {kind} worker {worker} at step {at_step}"
+
+
+def alarm_lines(stages: Any) -> list[tuple[Any, str, str]]:
+    """(run id, attempt, summary, action) of every alarm among ``stages``, for the page to show as errors."""
+    return [(a.run_id, a.attempt, a.detail.get("summary", ""), a.detail.get("action", ""))
+            for a in stages[stages.stage == "alarm"].itertuples()]
+
+
+def released_line(done: Mapping[str, Any]) -> str:
+    return (f"Released: {len(done['killed'])} process(es) ended, "
+            f"{done['checkpoint_files_removed']} checkpoint file(s) removed.")
+
+
+def read_only_line(run_owner: str | None) -> str:
+    return (":material/visibility: Read-only: this job belongs to "
+            + ("the command line" if run_owner is None else "another session")
+            + "; only its own session or the teacher can stop or release it.")
+
+
+def whatif(groups: Sequence[Any], edited: Any, max_running: int) -> tuple[dict, list[str]]:
+    """The what-if's schedules under every policy for the page's job table, and the devices they use."""
+    schedules = compare_policies(groups, whatif_requests(edited), max_running or None)
+    return schedules, [d for g in groups if g.speed > 0 for d in g.devices]
+

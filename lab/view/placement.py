@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 import math
-from typing import Callable, Mapping
+from typing import Any, Callable, Mapping, Sequence
 
 from lab.errors import LabError
 from lab.jobs.comparison import Spread
@@ -22,6 +22,7 @@ from lab.scenario.document import Spec, check_pins
 from lab.scenario.names import COST_MODELS, MODELS, STRATEGY_LABELS, STRATEGY_NAMES, STRATEGY_SHORT
 from lab.scenario.text import check_name, loads
 from lab.scenario.topology import Topology
+from lab.store.runs import ACTIVE
 
 Plain = Callable[[str], str]
 
@@ -404,7 +405,26 @@ def balance_run_line(run: Mapping, plain: Plain = str) -> str:
             f"{_ms(last)} in round {len(rounds)} ({last / first - 1:+.0%}); {state}.")
 
 
+def kept_runs(store: Any, run_ids: Any) -> tuple[list[str], bool]:
+    """The runs a link names that still exist, and whether any of them is queued or running (the page polls)."""
+    ids = [r for r in run_ids or () if run_exists(store, r)]
+    return ids, bool(ids) and bool(len(store.list_runs(statuses=ACTIVE).query("id in @ids")))
+
+
+def balance_run_panels(store: Any, run_ids: Sequence[str], simulated: Mapping[str, Any], quote) -> list[tuple]:
+    """One (run id, its line, its measured rounds, the simulated loop's rounds or None) per balancing run
+    (the baselines, which do not balance, are left out)."""
+    out = []
+    for rid in run_ids:
+        run = store.get_run(rid)
+        rule = run["scenario"]["training"].get("balance", "off")
+        if rule != "off":
+            out.append((rid, balance_run_line(run, quote), balance_run_rows(run),
+                        modelled_rounds_rows(simulated[rule]) if rule in simulated else None))
+    return out
+
+
 __all__ = ["baseline_json", "baseline_from_json", "measured_plan_step", "plan_key", "BALANCE_BASELINES", "balance_items", "balance_outcome", "balance_run_intro", "balance_scenario", "balance_run_rows", "modelled_rounds_rows",
            "balance_run_line", "MAX_BALANCE_RUN_STEPS", "strategy_ranking", "shown_runs", "run_exists", "outcome_metrics", "measured_badge", "gantt_title", "gantt_caption",
            "waiting_line", "ranking_line", "run_intro", "plan_scenario", "strategy_scenarios", "BALANCE_KNOBS", "BALANCE_MODES", "changed_pins", "topology_line", "pins_line", "balance_intro",
-           "default_slowdowns", "data_nodes_line", "run_balancing", "balance_summary", "rounds_caption"]
+           "default_slowdowns", "data_nodes_line", "run_balancing", "balance_summary", "rounds_caption", "kept_runs", "balance_run_panels"]

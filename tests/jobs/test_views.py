@@ -1,5 +1,6 @@
 """lab.view.jobs: the plain data the Jobs and Training pages show."""
 
+from lab.view import jobs as job_views
 from lab.view.jobs import start_phase
 from lab.scenario.document import default_scenario
 from lab.store.runs import RunStore
@@ -170,3 +171,18 @@ def test_the_scheduler_logs_what_it_catches_and_keeps_it_for_the_page(tmp_path, 
             jm._failed("the scheduler", exc)
     assert jm.failures and "OSError: disk full" in jm.failures[-1][1]
     assert any("the scheduler failed" in r.getMessage() for r in caplog.records)
+
+
+def test_a_fault_drill_has_two_workers_and_outlasts_its_fault():
+    from lab.scenario.document import default_scenario
+
+    sc = default_scenario()
+    sc = sc.replace(training=sc.training.replace(workers=1, steps=5))
+    drill, name = job_views.fault_drill(sc, "kill", 1, 7, "recover", 3)
+    tr = drill.training
+    assert (tr.workers, tr.steps, tr.fault, tr.fault_worker, tr.fault_step, tr.fault_policy, tr.checkpoint_every) == \
+        (2, 17, "kill", 1, 7, "recover", 3)
+    assert name == f"{sc.name} · kill worker 1 at step 7"
+    assert "the command line" in job_views.read_only_line(None) and "another session" in job_views.read_only_line("x")
+    assert job_views.released_line({"killed": [1, 2], "checkpoint_files_removed": 3}).startswith(
+        "Released: 2 process(es) ended, 3 checkpoint")

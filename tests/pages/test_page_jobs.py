@@ -16,7 +16,7 @@ from lab.scenario.catalogue import preset
 from lab.scenario.document import default_scenario
 from lab.store.runs import RunStore
 from lab.train.launcher import processes_of
-from tests.conftest import ROOT, app_test, assert_no_exception
+from tests.conftest import ROOT, app_test, assert_no_exception, wait_for
 
 pytestmark = pytest.mark.timeout(300)
 HOSTILE = "<img src=x onerror=alert(1)> **bold** [link](javascript:alert(1))"
@@ -170,6 +170,8 @@ def test_queue_place_and_stop_from_the_pages(lab_db):
     try:
         store = RunStore(lab_db)
         assert store.status(mine.run_id) == "queued"
+        # the blocker holds the server once it runs (a cold warm starter makes it wait in the queue first)
+        wait_for(lambda: store.status(blocker.run_id) == "running", what="the blocker to start")
         at = app("me")
         assert not at.exception
         assert f"Your job {mine.run_id} is number 1 in the queue." in [i.value for i in at.info]

@@ -127,3 +127,16 @@ def test_a_kept_plan_round_trips_through_the_link_and_a_damaged_one_is_refused()
                 json.dumps(dict(rec, topology={"devices": []})), '{"model": ' * 40):
         with pytest.raises(LabError):
             baseline_from_json(bad)
+
+
+def test_kept_runs_drop_the_deleted_and_say_whether_any_is_active(tmp_path):
+    from lab.scenario.document import default_scenario
+    from lab.store.runs import RunStore
+
+    store = RunStore(tmp_path / "runs.db")
+    done = store.create_run(default_scenario(), status="done")
+    queued = store.create_run(default_scenario(), status="queued")
+    assert pv.kept_runs(store, (done, "20990101-000000-abcdef")) == ([done], False)
+    assert pv.kept_runs(store, (done, queued)) == ([done, queued], True)
+    assert pv.kept_runs(store, None) == ([], False)
+    assert pv.balance_run_panels(store, [done], {}, str) == []  # a plan that does not balance has no panel
