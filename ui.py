@@ -445,51 +445,33 @@ def prediction_table(db: str, created: str, _profile, run_id: str):
     return table(run_id, _profile, store=store(db))
 
 
-def setting(where, spec: Spec, value, key: str, *, format_func=None, **kw):
-    """The widget of one field of the Scenario's table (:data:`lab.scenario.document.TRAINING_FIELDS`,
-    ``COMPRESSION_FIELDS``) in ``where`` (a column, the sidebar, ``st``): its label, bounds, choices, help,
-    step and format come from the table. ``format_func`` names the choices where a page says them its own way."""
-    kw.setdefault("help", spec.help or None)
-    if spec.type is bool:
-        make = where.toggle if spec.widget == "toggle" else where.checkbox
-        return make(spec.label, bool(value), key=key, **kw)
-    if spec.choices is not None:
-        options = list(spec.choices)
-        names = labels(spec.family) if spec.family else {}
-        return where.selectbox(spec.label, options, options.index(value), key=key,
-                               format_func=format_func or (lambda v: names.get(v, str(v))), **kw)
-    lo, hi = (None if b is None else spec.type(b) for b in (spec.min, spec.max))
-    if spec.widget == "slider":
-        return where.slider(spec.label, lo, hi, spec.type(value), key=key, **kw)
-    if spec.step is not None:
-        kw.setdefault("step", spec.type(spec.step))
-    if spec.format is not None:
-        kw.setdefault("format", spec.format)
-    return where.number_input(spec.label, lo, hi, spec.type(value), key=key, **kw)
+_FROM_SESSION = object()  # a view control's value: the view seeded the session, so the widget is given none
 
 
-def control(where, key: str, *, format_func=None, **kw):
-    """The widget of one page control of the view table (:data:`lab.view.state.VIEW`) in ``where``: its
-    label, bounds, choices, help, step and format come from the table, its value from the session (the
-    view seeds it, so the widget is given none). ``format_func`` names the choices where the page says
-    them its own way."""
-    spec = viewstate.VIEW[key].spec
+def _widget(where, spec: Spec, key: str, value=_FROM_SESSION, format_func=None, **kw):
+    """The widget of one field in ``where`` (a column, the sidebar, ``st``): its label, bounds, choices,
+    help, step, format and kind come from the field's :class:`lab.scenario.document.Spec`."""
     kw.setdefault("help", spec.help or None)
+    given = value is not _FROM_SESSION
     names = labels(spec.family) if spec.family else {}
     fmt = format_func or (lambda v: names.get(v, str(v)))
     if spec.type is bool:
-        return (where.toggle if spec.widget == "toggle" else where.checkbox)(spec.label, key=key, **kw)
+        make = where.toggle if spec.widget == "toggle" else where.checkbox
+        return make(spec.label, key=key, **({"value": bool(value)} if given else {}), **kw)
     if spec.choices is not None:
         options = list(spec.choices)
         if spec.type is tuple:
             return where.multiselect(spec.label, options, key=key, format_func=fmt, **kw)
         if spec.widget == "select_slider":
             return where.select_slider(spec.label, options, key=key, format_func=fmt, **kw)
+        at = {"index": options.index(value)} if given else {}
         if spec.widget == "radio":
             kw.setdefault("horizontal", True)
-            return where.radio(spec.label, options, key=key, format_func=fmt, **kw)
-        return where.selectbox(spec.label, options, key=key, format_func=fmt, **kw)
+            return where.radio(spec.label, options, key=key, format_func=fmt, **at, **kw)
+        return where.selectbox(spec.label, options, key=key, format_func=fmt, **at, **kw)
     lo, hi = (None if b is None else spec.type(b) for b in (spec.min, spec.max))
+    if given:
+        kw["value"] = spec.type(value)
     if spec.step is not None:
         kw.setdefault("step", spec.type(spec.step))
     if spec.widget == "slider":
@@ -497,6 +479,19 @@ def control(where, key: str, *, format_func=None, **kw):
     if spec.format is not None:
         kw.setdefault("format", spec.format)
     return where.number_input(spec.label, lo, hi, key=key, **kw)
+
+
+def setting(where, spec: Spec, value, key: str, *, format_func=None, **kw):
+    """The widget of one field of the Scenario's table (:data:`lab.scenario.document.TRAINING_FIELDS`,
+    ``COMPRESSION_FIELDS``), showing ``value``. ``format_func`` names the choices where a page says them its
+    own way."""
+    return _widget(where, spec, key, value, format_func, **kw)
+
+
+def control(where, key: str, *, format_func=None, **kw):
+    """The widget of one page control of the view table (:data:`lab.view.state.VIEW`), its value from the
+    session (the view seeds it)."""
+    return _widget(where, viewstate.VIEW[key].spec, key, format_func=format_func, **kw)
 
 
 _WJ = "\u2060"  # word joiner: invisible, and it breaks the patterns Markdown turns into links by itself
