@@ -53,6 +53,12 @@ VARIABLES: dict[str, Variable] = {v.name: v for v in (
     Variable("LAB_CALIBRATION_PIN", "1", "0 turns off CPU pinning while calibrating"),
     Variable("LAB_WARM", "1", "0 starts every job cold (a new Python for its launcher and each worker) instead "
              "of forking it from the warm starter"),
+    Variable("LAB_RAY_ADDRESS", "", "a Ray cluster to run jobs on: auto (the cluster this machine is a node of) or "
+             "its head's host:port; empty: jobs run on this machine"),
+    Variable("LAB_RAY_JOBS", 32, "jobs on the Ray cluster at once, running or waiting there for room (each has its "
+             "launcher on this machine)"),
+    Variable("LAB_RAY_WAITING", 2, "jobs handed to the Ray cluster that have not started yet: Ray queues these until "
+             "all of a job's ranks fit; the lab's fair queue keeps the rest, in its order"),
     Variable("LAB_WARM_MAX_MB", 2048.0, "resident memory (MB) above which the warm starter is restarted"),
 )}
 
@@ -88,6 +94,11 @@ def flag(name: str) -> bool:
 def warm_starts() -> bool:
     """Whether the job manager forks jobs from its warm starter (LAB_WARM, on unless "0")."""
     return (raw("LAB_WARM").strip() or VARIABLES["LAB_WARM"].default) not in ("0", "false", "no", "off")
+
+
+def ray_address() -> str:
+    """The Ray cluster jobs run on (LAB_RAY_ADDRESS), or '' for this machine."""
+    return raw("LAB_RAY_ADDRESS").strip()
 
 
 def job_nice() -> int:

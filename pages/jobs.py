@@ -164,6 +164,10 @@ def details(rid: str) -> None:
         st.dataframe(job_views.stage_table(ev), hide_index=True, key="jobs_stage_table",
                      column_config={"time since submitted (s)": st.column_config.NumberColumn(format="%.2f")})
         ui.caption("measured", "Lifecycle events as the job manager, the launcher and rank 0 recorded them.")
+        where = job_views.rank_nodes(ev)
+        if len(where):
+            st.dataframe(where, hide_index=True, key="jobs_rank_nodes")
+            ui.caption("measured", "Which node of the Ray cluster ran which rank (node: Ray's node id).")
     beats = runs_store.heartbeats(rid)
     if run["status"] == "running" and len(beats):
         st.plotly_chart(figs.heartbeat_figure(*job_views.heartbeat_ages(beats), heartbeat_timeout()), key="jobs_beats")

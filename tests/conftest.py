@@ -27,7 +27,7 @@ if str(ROOT) not in sys.path:
 SLOW_FOLDERS = ("journeys", "pages")
 SLOW_MODULES = {
     "comm/test_comm.py", "comm/test_sparse_comm.py", "jobs/test_comparison.py", "jobs/test_fair_queue.py",
-    "jobs/test_isolation.py", "jobs/test_jobs.py", "jobs/test_lifecycle.py",
+    "jobs/test_isolation.py", "jobs/test_jobs.py", "jobs/test_lifecycle.py", "jobs/test_ray_cluster.py",
     "machine/test_calibrate.py", "machine/test_fidelity.py", "scenario/test_hostile_input.py", "store/test_runs.py",
     "test_layers.py", "test_processes.py", "train/test_assets_cli.py", "train/test_balancing_run.py",
     "train/test_faults.py", "train/test_fork.py", "train/test_placement_faults.py", "train/test_placement_run.py",

@@ -72,7 +72,7 @@ from lab.jobs.access import (
     teacher_token,
 )
 from lab.jobs.limits import Limits
-from lab.jobs.slots import SlotBook, local_groups, rank_cpus
+from lab.jobs.slots import SlotBook, cluster_group, local_groups, rank_cpus
 from lab.modelled.scheduling import POLICIES, fair_order, place
 from lab.processes import STOP_GRACE_S, as_pid, end_group, signal_name
 from lab.scenario.document import Scenario
@@ -159,16 +159,21 @@ class Job:
 class JobManager:
     def __init__(self, store_path: str | os.PathLike | None = None, capacity: int = 1, poll_s: float = 0.2,
                  policy: str = "uniform", cpus: Iterable[int] | None = None, slots_per_cpu: int | None = None,
-                 warm: bool | None = None):
+                 warm: bool | None = None, cluster: str | None = None):
         if capacity < 1:
             raise LabError(f"capacity must be at least 1 (got {capacity})", where="jobs")
         if policy not in POLICIES:
             raise LabError(f"unknown placement policy {policy!r}; choose one of {list(POLICIES)}", where="jobs")
         self.store = RunStore(store_path)
-        self.capacity = capacity
+        # With a Ray cluster (LAB_RAY_ADDRESS) the jobs' ranks run there: Ray's placement groups decide
+        # where and hold a job until all of it fits, so the book only bounds how many jobs are handed over.
+        self.cluster = settings.ray_address() if cluster is None else cluster
+        self.capacity = max(1, settings.integer("LAB_RAY_JOBS")) if self.cluster else capacity
+        self._placed: set[str] = set()  # cluster jobs whose ranks have started
         self.poll_s = poll_s
         self.policy = policy
-        self.book = SlotBook(local_groups(cpus, slots_per_cpu))
+        self.book = SlotBook([cluster_group(self.capacity, settings.integer("LAB_JOB_MAX_PROCS"))] if self.cluster
+                             else local_groups(cpus, slots_per_cpu))
         self.started_at = time.time()
         self._queue: list[tuple[str, str]] = []  # (run id, owner), in submission order
         self._last_owner: str | None = None
@@ -305,6 +310,8 @@ class JobManager:
                 fresh = [r for r in self._running if r not in self._yielded]
                 if len(fresh) >= self.capacity or len(self._running) >= 2 * self.capacity:
                     break
+                if self.cluster and self._waiting_on_cluster() >= max(1, settings.integer("LAB_RAY_WAITING")):
+                    break  # the next job goes once one of these started: the fair queue's order holds
                 # Beside a job that yields, only a student with no job running may start one.
                 busy = {self._owners.get(r) for r in self._running} if len(self._running) >= self.capacity else set()
                 started = False
@@ -342,10 +349,24 @@ class JobManager:
             with self._lock:
                 self._started.pop(rid, None)
 
+    def _waiting_on_cluster(self) -> int:
+        """Jobs handed to the Ray cluster whose ranks have not started yet (Ray holds them until they fit)."""
+        waiting = 0
+        for rid in self._running:
+            if rid not in self._placed:
+                if self.store.last_stage(rid, "started") is None:
+                    waiting += 1
+                else:
+                    self._placed.add(rid)
+        self._placed &= set(self._running)
+        return waiting
+
     def _yield_long_jobs(self, now: float) -> None:
         """A job that has run longer than its slice while a student with no job running waits yields: it drops
         to the lowest priority (nice 19, its whole process group) and the waiting job may start beside it."""
         slice_s = settings.number("LAB_SLICE_S")
+        if self.cluster:  # the ranks are not on this machine: lowering the launcher's priority would change nothing
+            return
         running_owners = {self._owners.get(r) for r in self._running}
         if not any(o not in running_owners for _, o in self._queue):
             return
@@ -371,7 +392,7 @@ class JobManager:
         self._running[rid] = _Starting()
         self._started[rid] = time.monotonic()
         return JobSpec(rid, run["scenario"], str(self.store.path.resolve()), tuple(cpus), job_nice(),
-                       settings.job_idle())
+                       settings.job_idle(), self.cluster)
 
     def _start(self, spec: JobSpec) -> None:
         """Start the job's launcher: forked by the warm starter, or cold when the starter is not

@@ -28,6 +28,12 @@ def local_groups(cpus: Iterable[int] | None = None, slots_per_cpu: int | None = 
             for c in cpus]
 
 
+def cluster_group(jobs: int, procs_per_job: int) -> Group:
+    """A Ray cluster as one group: room for ``jobs`` jobs of ``procs_per_job`` processes at once; where each
+    rank runs is Ray's to decide (:mod:`lab.train.ray_ranks`), and its ranks get no core of this machine."""
+    return Group("ray", "cluster", tuple(f"ray/slot{k}" for k in range(max(1, jobs * procs_per_job))), "ray")
+
+
 def cpu_of(group: str) -> int | None:
     """The core number of a local group name ("cpu3" -> 3)."""
     if group.startswith("cpu") and group[3:].isdigit():
@@ -88,4 +94,4 @@ def rank_cpus(held: dict[str, list[str]], tasks: int) -> list[int]:
     return [c for c in (cpu_of(g) for g in turns) if c is not None]
 
 
-__all__ = ["local_groups", "cpu_of", "SlotBook", "rank_cpus"]
+__all__ = ["local_groups", "cluster_group", "cpu_of", "SlotBook", "rank_cpus"]

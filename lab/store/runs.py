@@ -58,7 +58,7 @@ ACTIVE = ("queued", "running")
 FINISHED = ("done", "failed", "diverged", "stopped", "interrupted")
 #: Lifecycle events, in the order a job normally meets them; fault, alarm, restart
 #: and stop happen only when something goes wrong or a user intervenes.
-STAGES = ("submitted", "requeued", "parsed", "scheduled", "started", "data", "running", "yielded", "fault", "alarm", "restart",
+STAGES = ("submitted", "requeued", "parsed", "scheduled", "waiting", "started", "data", "running", "yielded", "fault", "alarm", "restart",
           "stop", "ended", "released")
 METRIC_COLUMNS = ("loss", "test_acc", "bytes_sent", "bytes_recv", "t_compute", "t_comm", "t_compress",
                   "t_idle", "t_emul_compute", "t_emul_comm", "samples_per_s", "wall")

@@ -118,7 +118,7 @@ class Failure:
     """Why an attempt ended: which rank, what kind, the message, and whether retrying can help."""
 
     rank: int | None
-    kind: str  # error | killed | exited | hung | frozen | port-taken
+    kind: str  # error | killed | lost | exited | hung | frozen | port-taken
     error: str
     step: int | None = None
     retryable: bool = True
@@ -138,6 +138,7 @@ class JobSpec:
     cpus: tuple[int, ...] = ()
     nice: int = 0
     idle: bool = False
+    cluster: str = ""  # a Ray cluster's address: the ranks run there (lab.train.ray_ranks)
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
@@ -149,7 +150,7 @@ class JobSpec:
         try:
             cpus = tuple(int(c) for c in d.get("cpus") or ())
             return cls(check_run_id(d.get("run_id")), d["scenario"], d["db"], cpus, int(d.get("nice") or 0),
-                       bool(d.get("idle")))
+                       bool(d.get("idle")), str(d.get("cluster") or ""))
         except (TypeError, ValueError) as exc:
             raise LabError(f"a malformed job spec: {exc}", where="job spec") from None
 
@@ -160,7 +161,7 @@ def run_job(spec: JobSpec, log=sys.stderr) -> int:
     processes.as_background_work(spec.nice, spec.idle)
     try:
         res = launch(Scenario.from_dict(spec.scenario), spec.run_id, store_path=spec.db,
-                     cpus=list(spec.cpus) or None, checked=True)
+                     cpus=list(spec.cpus) or None, checked=True, cluster=spec.cluster)
     except LabError as exc:
         print("lab.train: " + " ".join(str(exc).split()), file=log)
         return 2
@@ -378,10 +379,11 @@ def parse_cpus(text: str | None) -> list[int] | None:
 
 def launch(sc: Scenario, run_id: str | None = None, *, name: str | None = None,
            store_path: str | os.PathLike | None = None, log=sys.stderr,
-           cpus: list[int] | None = None, checked: bool = False) -> LaunchResult:
+           cpus: list[int] | None = None, checked: bool = False, cluster: str = "") -> LaunchResult:
     """Run the scenario's training job to its end (restarting it after faults when its policy is
     ``recover``); returns the run id, status and final accuracy. ``checked``: the scenario passed
-    :func:`preflight` already (the job manager's, at submit)."""
+    :func:`preflight` already (the job manager's, at submit). ``cluster``: a Ray cluster's address,
+    where the ranks run instead of this machine (:mod:`lab.train.ray_ranks`)."""
     store = RunStore(store_path)
     if not checked:
         sc = preflight(sc)
@@ -421,12 +423,13 @@ def launch(sc: Scenario, run_id: str | None = None, *, name: str | None = None,
             try:
                 if fork.FORK_WORKERS:  # SQLite's per-process lock table must not reach a forked worker
                     store.close()
-                procs = _spawn(current, run_id, tmp, store.path, attempt, sock, logs, cpus)
+                procs = _spawn(current, run_id, tmp, store, attempt, sock, logs, cpus, cluster)
                 store.add_stage(run_id, "started", attempt=attempt, detail={
-                    "launcher": "lab", "start": "warm" if fork.FORK_WORKERS else "cold",
+                    "launcher": "lab", "start": "ray" if cluster else "warm" if fork.FORK_WORKERS else "cold",
                     "launcher_pid": os.getpid(), "world": len(procs),
                     "workers": current.training.workers, "pids": [p.pid for p in procs],
-                    "port": sock.getsockname()[1], "cpus": (cpus or [])[:len(procs)] or None})
+                    "port": None if cluster else sock.getsockname()[1], "cpus": (cpus or [])[:len(procs)] or None,
+                    **({"nodes": procs.nodes()} if cluster else {})})
                 failure = named(_watch(procs, tmp, store, run_id, attempt, logs), current)
             finally:
                 sock.close()
@@ -434,6 +437,8 @@ def launch(sc: Scenario, run_id: str | None = None, *, name: str | None = None,
                 store.set_status(run_id, "done", only_from=("running",))  # normally rank 0 did this already
                 break
             processes.kill_and_reap(procs, KILL_GRACE_S)
+            if cluster:  # the attempt's placement group too: a restart needs its CPUs
+                procs.release()
             policy = current.training.fault_policy
             again = (policy == "recover" and failure.retryable and restarts < max_restarts()
                      and store.status(run_id) == "running")
@@ -453,7 +458,9 @@ def launch(sc: Scenario, run_id: str | None = None, *, name: str | None = None,
             _copy_logs(logs, log, attempt)
             if not again:
                 suffix = f" (after {restarts} restart(s))" if restarts else ""
-                store.set_status(run_id, "failed", error=failure.error + suffix, only_from=("running", "queued"))
+                # A lost node is the cluster's fault, as a server's restart is: the run is interrupted, not failed
+                store.set_status(run_id, "interrupted" if failure.kind == "lost" else "failed",
+                                 error=failure.error + suffix, only_from=("running", "queued"))
                 break
             restarts += 1
             attempt += 1
@@ -461,8 +468,12 @@ def launch(sc: Scenario, run_id: str | None = None, *, name: str | None = None,
     except Stopped as sig:
         processes.kill_and_reap(procs, KILL_GRACE_S)
         store.set_status(run_id, "stopped", error=f"stopped by {sig}", only_from=("running", "queued"))
+    except LabError as exc:  # the cluster cannot take the job (too few CPUs, unreachable)
+        store.set_status(run_id, "failed", error=str(exc), only_from=("running", "queued"))
     finally:
         processes.kill_and_reap(procs, KILL_GRACE_S)
+        if cluster and procs:
+            procs.release()
         for s, h in old.items():
             signal.signal(s, h)
         shutil.rmtree(tmp, ignore_errors=True)
@@ -505,9 +516,10 @@ def _record_end(store: RunStore, run_id: str, attempt: int) -> None:
         log.warning("the end of run %s could not be recorded: %s: %s", run_id, type(exc).__name__, exc)
 
 
-def _spawn(sc: Scenario, run_id: str, tmp: Path, db: Path, attempt: int, sock: socket.socket, logs: Path,
-           cpus: list[int] | None) -> list[subprocess.Popen]:
+def _spawn(sc: Scenario, run_id: str, tmp: Path, store: RunStore, attempt: int, sock: socket.socket, logs: Path,
+           cpus: list[int] | None, cluster: str = "") -> list[subprocess.Popen]:
     world = world_size(sc)
+    db = store.path
     base = settings.child_env()
     base.update({
         "WORLD_SIZE": str(world), "LOCAL_WORLD_SIZE": str(world), "MASTER_ADDR": "127.0.0.1",
@@ -517,6 +529,22 @@ def _spawn(sc: Scenario, run_id: str, tmp: Path, db: Path, attempt: int, sock: s
     })
     for k in ("TORCHELASTIC_RUN_ID", "TORCHELASTIC_RESTART_COUNT", "TORCHELASTIC_MAX_RESTARTS", "LAB_STORE_FD"):
         base.pop(k, None)
+    if cluster:
+        try:
+            from lab.train import ray_ranks  # Ray is loaded by the launchers of cluster jobs only
+        except ImportError as exc:
+            raise LabError(f"LAB_RAY_ADDRESS is set but Ray cannot be loaded ({exc}): install it with "
+                           "pip install -r requirements-ray.txt", where="LAB_RAY_ADDRESS") from None
+
+        said = []
+
+        def waiting(seconds: float) -> None:  # said once: Ray queues the job until all its ranks fit
+            if not said and seconds >= 2 * ray_ranks.READY_POLL_S:
+                said.append(seconds)
+                store.add_stage(run_id, "waiting", attempt=attempt, detail={
+                    "for": f"room on the Ray cluster for {world} ranks at once"})
+
+        return ray_ranks.spawn(sc, run_id, world, base, tmp, db, cluster, on_wait=waiting)
     spec = None  # what a cold worker reads on its standard input
     procs = []
     for rank in range(world):
@@ -661,6 +689,11 @@ def _root_cause(procs, failed: list[int], tmp: Path, beats: list | None = None, 
         return Failure(None, "port-taken", "the rendezvous port was taken", 0, True)
     primary = [r for r in failed if errors[r] and not errors[r].get("secondary")]
     killed = [r for r in failed if procs[r].returncode < 0 and not errors[r]]
+    lost = [r for r in killed if getattr(procs[r], "lost", None)]  # a rank on a Ray node that left the cluster
+    if lost:
+        r = lost[0]
+        return Failure(r, "lost", f"worker {r} was lost: {procs[r].lost}", (beats[r] or {}).get("step"), True,
+                       (beats[r] or {}).get("t"))
     if not primary and not killed:  # only "peer closed / timed out": blame a live worker that hangs
         now = time.time()
         busy = [r for r, p in enumerate(procs) if p.poll() is None and beats[r]

@@ -84,21 +84,25 @@ def _is_secondary(exc: BaseException) -> bool:
 
 
 def run_rank(sc: Scenario, run_id: str | None, *, store_path: str | None = None, name: str | None = None,
-             quiet: bool = False) -> int:
+             quiet: bool = False, store: RunStore | None = None, relay=None, exit_on_error: bool = True) -> int:
     """Entry point of one rank: reads RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT from the environment
-    (set by torchrun or by the lab's launcher). Returns the process exit code."""
+    (set by torchrun or by the lab's launcher). Returns the process exit code. A rank on a Ray node
+    (:mod:`lab.train.ray_ranks`) passes the run store it reaches through Ray, where its heartbeats go too
+    (``relay``), and returns 1 on a failure instead of ending its process (Ray's worker reports it)."""
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
     launched = bool(settings.raw("LAB_ERROR_FILE"))
     if launched:
         _die_with_parent()
     torch.set_num_threads(1)
-    store = RunStore(store_path)  # opened only when used: rank 0 writes, the checkpoint owner saves
+    if store is None:
+        store = RunStore(store_path)  # opened only when used: rank 0 writes, the checkpoint owner saves
     trainer = None
 
     holder: list = []
     beat = None
     if settings.raw("LAB_HEARTBEAT_FILE"):
-        beat = rz.Heartbeat(settings.raw("LAB_HEARTBEAT_FILE"), lambda: holder[0].step_no if holder else 0).start()
+        beat = rz.Heartbeat(settings.raw("LAB_HEARTBEAT_FILE"), lambda: holder[0].step_no if holder else 0,
+                            relay=relay).start()
     try:
         rz.init_process_group(rank, world, settings.number("LAB_GLOO_TIMEOUT"))
         run_id = _agree_run_id(sc, run_id, rank, world, store, name)
@@ -126,6 +130,10 @@ def run_rank(sc: Scenario, run_id: str | None, *, store_path: str | None = None,
     except BaseException as exc:  # noqa: BLE001 - every failure is reported, then the process ends
         _report_error(exc, rank, trainer.step_no if trainer else 0, run_id, store)
         sys.stdout.flush()
+        if beat is not None and not exit_on_error:
+            beat.stop()
+        if not exit_on_error:
+            return 1
         os._exit(1)
 
 

@@ -105,11 +105,11 @@ def init_process_group(rank: int, world: int, timeout_s: float) -> None:
 
 
 # ----- heartbeats ------------------------------------------------------------------------------
-def main_thread_phase() -> tuple[str, str]:
-    """('comm' | 'busy', innermost lab function) of the main thread: 'comm' while it says it waits for its peers
-    (:func:`lab.comm.peers.waiting_for_peers`) or is inside torch.distributed; the function is only named, for
-    the alarm's text, and decides nothing."""
-    main = threading.main_thread().ident
+def main_thread_phase(main: int | None = None) -> tuple[str, str]:
+    """('comm' | 'busy', innermost lab function) of the thread that trains (``main``, by default the main
+    thread): 'comm' while it says it waits for its peers (:func:`lab.comm.peers.waiting_for_peers`) or is
+    inside torch.distributed; the function is only named, for the alarm's text, and decides nothing."""
+    main = threading.main_thread().ident if main is None else main
     frame = sys._current_frames().get(main)
     where = ""
     in_dist = False
@@ -126,9 +126,12 @@ def main_thread_phase() -> tuple[str, str]:
 class Heartbeat:
     """A daemon thread writing this worker's heartbeat file (see the module docstring)."""
 
-    def __init__(self, path: str | os.PathLike, step_of, every: float | None = None):
+    def __init__(self, path: str | os.PathLike, step_of, every: float | None = None, relay=None):
         self.path = Path(path)
         self.step_of = step_of
+        self.relay = relay  # also hands each beat on (a rank on a Ray node has no launcher beside it to read its file)
+        self.watch = threading.get_ident()  # the thread that trains: a Ray actor's method may not run on the main one
+        self._relay_failed = False
         self.every = every if every is not None else settings.number("LAB_HEARTBEAT_EVERY")
         self._stop = threading.Event()
         self._step = -1
@@ -147,7 +150,7 @@ class Heartbeat:
         now = time.time()
         if step != self._step:
             self._step, self._progress_t = step, now
-        phase, where = main_thread_phase()
+        phase, where = main_thread_phase(self.watch)
         self._write({"pid": os.getpid(), "attempt": attempt(), "step": step, "phase": phase, "where": where,
                      "t": now, "progress_t": self._progress_t})
 
@@ -159,6 +162,13 @@ class Heartbeat:
             os.replace(tmp, self.path)
         except OSError:
             pass
+        if self.relay is not None:
+            try:
+                self.relay(doc)
+            except Exception as exc:  # noqa: BLE001 - a lost beat is one the launcher waits for; it says why once
+                if not self._relay_failed:
+                    sys.stderr.write(f"heartbeats cannot be relayed: {type(exc).__name__}: {exc}\n")
+                self._relay_failed = True
 
     def _run(self) -> None:
         while not self._stop.wait(self.every):

@@ -220,6 +220,18 @@ def stage_table(stages):
                          "detail": [stage_summary(d) for d in stages.detail]})
 
 
+def rank_nodes(stages):
+    """Which cluster node ran which rank, per attempt, from the ``started`` stages of a job whose ranks
+    ran on a Ray cluster (an empty table for a job on this machine)."""
+    import pandas as pd
+
+    rows = [{"attempt": int(a or 0), "rank": n["rank"], "node": str(n["node"])[:12], "address": n["ip"],
+             "host": n["host"], "pid": n["pid"]}
+            for a, s, d in zip(stages.attempt, stages.stage, stages.detail)
+            if s == "started" and isinstance(d, dict) for n in d.get("nodes") or ()]
+    return pd.DataFrame(rows, columns=["attempt", "rank", "node", "address", "host", "pid"])
+
+
 def heartbeat_ages(beats, now: float | None = None) -> tuple[list[int], list[float], list[str]]:
     """(workers, seconds since each one's step last moved, phases) from the run store's heartbeats;
     a worker whose step never moved counts 0 s."""

@@ -186,3 +186,20 @@ def test_a_fault_drill_has_two_workers_and_outlasts_its_fault():
     assert "the command line" in job_views.read_only_line(None) and "another session" in job_views.read_only_line("x")
     assert job_views.released_line({"killed": [1, 2], "checkpoint_files_removed": 3}).startswith(
         "Released: 2 process(es) ended, 3 checkpoint")
+
+
+def test_rank_nodes_lists_which_cluster_node_ran_each_rank_of_each_attempt():
+    import pandas as pd
+
+    from lab.view.jobs import rank_nodes
+
+    node = {"node": "a" * 40, "ip": "10.0.0.2", "host": "pc2", "pid": 11}
+    ev = pd.DataFrame({"stage": ["submitted", "started", "alarm", "started"], "attempt": [None, 0, 0, 1],
+                       "detail": [{}, {"nodes": [dict(node, rank=0), dict(node, rank=1, ip="10.0.0.3")]}, {},
+                                  {"nodes": [dict(node, rank=0)]}]})
+    tab = rank_nodes(ev)
+    assert tab[["attempt", "rank", "address"]].values.tolist() == [[0, 0, "10.0.0.2"], [0, 1, "10.0.0.3"],
+                                                                   [1, 0, "10.0.0.2"]]
+    assert set(tab.node) == {"a" * 12}
+    local = pd.DataFrame({"stage": ["started"], "attempt": [0], "detail": [{"world": 2, "cpus": [0, 1]}]})
+    assert rank_nodes(local).empty

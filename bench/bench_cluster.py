@@ -1,0 +1,140 @@
+"""The same queue of jobs on this machine's job manager and on a Ray cluster of three nodes started on
+this same machine (Ray's test cluster: a head that runs no rank, standing for the class server, and two
+worker nodes of one CPU each, so both paths have this machine's two cores): the time to the first step
+of the first job, the time until every job is done, and the resident memory of everything the path runs
+(the job manager, the warm starter, launchers and ranks; with Ray also its head, its node managers and
+its workers), sampled every second as the sum of their proportional set sizes (a page shared by forked
+processes counted once).
+
+    .venv/bin/python bench/bench_cluster.py [--jobs 12] [--steps 200] [--workers 2]
+
+Both paths use the job manager as the Training page's Run does; the local one with the class server's
+default capacity (LAB_JOB_CAPACITY), the Ray one hands every job to Ray (LAB_RAY_JOBS) and Ray's
+placement groups queue them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+import psutil
+
+from common import table  # noqa: E402  (also puts the checkout on sys.path)
+
+
+def pss_mb(p: psutil.Process) -> float:
+    """A process's proportional set size: its private memory plus its share of pages it shares (forked
+    processes share most of theirs), so that a sum over processes counts each page once."""
+    return p.memory_full_info().pss / 2**20
+
+
+class PeakMemory(threading.Thread):
+    """The largest sum of the proportional set sizes (MB) of this process and its descendants, sampled
+    every second."""
+
+    def __init__(self):
+        super().__init__(daemon=True)
+        self.peak = 0.0
+        self.done = threading.Event()
+
+    def run(self) -> None:
+        me = psutil.Process()
+        while not self.done.wait(1.0):
+            total = 0.0
+            for p in [me, *me.children(recursive=True)]:
+                try:
+                    total += pss_mb(p)
+                except psutil.Error:
+                    continue
+            self.peak = max(self.peak, total)
+
+
+def ray_memory() -> float:
+    """Memory (MB, proportional set size) of Ray's own processes started from here (its head, node
+    managers, idle workers)."""
+    total = 0.0
+    for p in psutil.Process().children(recursive=True):
+        try:
+            if "ray" in " ".join(p.cmdline()).lower() or p.name() in ("raylet", "gcs_server"):
+                total += pss_mb(p)
+        except psutil.Error:
+            continue
+    return total
+
+
+def run_queue(jobs: int, steps: int, workers: int, data: Path, cluster: str) -> dict:
+    from lab.jobs.manager import JobManager
+    from lab.scenario.document import default_scenario
+
+    sc = default_scenario()
+    sc = sc.replace(training=sc.training.replace(workers=workers, steps=steps))
+    jm = JobManager(data / "runs.db", cluster=cluster)
+    jm.warm_up()
+    if jm.starter is not None and not jm.starter.wait_ready(180):
+        raise SystemExit("the warm starter did not start")
+    rss = PeakMemory()
+    rss.start()
+    t0 = time.monotonic()
+    submitted = jm.submit_many([(sc, f"job {k}") for k in range(jobs)], owner="bench")
+    first = submitted[0].run_id
+    while not len(jm.store.metrics(first)):
+        if jm.store.status(first) not in ("queued", "running"):
+            raise SystemExit(f"job {first} {jm.store.status(first)}: {jm.store.get_run(first)['error']}")
+        time.sleep(0.05)
+    first_step = time.monotonic() - t0
+    ends = [jm.wait(j.run_id, 1800) for j in submitted]
+    all_done = time.monotonic() - t0
+    rss.done.set()
+    rss.join()
+    jm.shutdown()
+    if any(e != "done" for e in ends):
+        raise SystemExit(f"not every job ended done: {ends}")
+    return {"first": first_step, "all": all_done, "rss": rss.peak}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--jobs", type=int, default=12)
+    ap.add_argument("--steps", type=int, default=200)
+    ap.add_argument("--workers", type=int, default=2)
+    args = ap.parse_args()
+    from ray.cluster_utils import Cluster
+
+    base = Path(tempfile.mkdtemp(prefix="lab-cluster-"))
+    os.environ.update(LAB_DATA=str(base))
+    local = run_queue(args.jobs, args.steps, args.workers, base / "local", "")
+    t0 = time.monotonic()
+    store_mb = 80 * 2**20
+    cluster = Cluster(initialize_head=True, head_node_args=dict(num_cpus=0, object_store_memory=store_mb,
+                                                                include_dashboard=False))
+    for _ in range(2):
+        cluster.add_node(num_cpus=1, object_store_memory=store_mb)
+    cluster.wait_for_nodes()
+    up = time.monotonic() - t0
+    idle = ray_memory()
+    try:
+        on_ray = run_queue(args.jobs, args.steps, args.workers, base / "ray", cluster.address)
+    finally:
+        cluster.shutdown()
+    nodes = 3
+    print(table(["path", "first step of the first job (s)", "all done (s)", "peak memory (MB, PSS)"], [
+        ["this machine (job manager, warm starter)", f"{local['first']:.1f}", f"{local['all']:.1f}",
+         f"{local['rss']:.0f}"],
+        [f"Ray, {nodes} nodes on this machine", f"{on_ray['first']:.1f}", f"{on_ray['all']:.1f}",
+         f"{on_ray['rss']:.0f}"],
+        ["ratio Ray / this machine", f"{on_ray['first'] / local['first']:.2f}", f"{on_ray['all'] / local['all']:.2f}",
+         f"{on_ray['rss'] / local['rss']:.2f}"],
+    ]))
+    print(f"Ray's test cluster: up in {up:.1f} s, {idle:.0f} MB resident for its {nodes} nodes before any job "
+          f"({idle / nodes:.0f} MB a node)")
+    print(f"cluster: jobs {args.jobs}, nodes {nodes}, local all done {local['all']:.1f} s, "
+          f"ray all done {on_ray['all']:.1f} s, ray first step {on_ray['first']:.1f} s")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,282 @@
+"""A job's ranks on a Ray cluster: the launcher hands them to Ray instead of forking them here.
+
+The launcher stays what it is on one machine (the job manager starts it, it claims the run, watches
+heartbeats, records alarms, restarts or fails the job, and ends with Stop); only where its ranks run
+changes. :func:`spawn` gang-schedules a job with one placement group of a bundle per rank (a job
+starts whole or waits whole; Ray queues it until every rank fits), starts one actor per bundle that
+runs the very same rank code (:func:`lab.train.rank.run_rank`, the same trainer and gloo group, with
+the rendezvous on rank 0's node) and returns a handle per rank that the launcher watches as it
+watches a process (poll, kill, wait, a return code).
+
+Ranks on other machines cannot open the server's SQLite file: their writes go to a
+:class:`StoreWriter` actor on the launcher's node, which owns the run store for the job, and so do
+their heartbeats, which the handles copy into the launcher's scratch folder where its watch reads
+them. A rank whose node is lost is marked so (:attr:`RayRank.lost`): its run becomes interrupted,
+as when a launcher dies with the machine, or starts again on the nodes left when its fault policy is
+``recover``.
+
+A rank stands for a device of the topology; where the cluster has nodes that declare that device's
+type as a custom resource (``ray start --resources '{"fpga": 1}'``), the rank's bundle asks for a
+sliver of it, so it lands on such a node.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import tempfile
+import time
+from pathlib import Path
+
+import ray
+from ray.util.placement_group import placement_group, remove_placement_group
+from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy, PlacementGroupSchedulingStrategy
+
+from lab.errors import LabError
+from lab.scenario.document import Scenario
+from lab.settings import ROOT
+from lab.store.runs import RunStore
+
+#: What a rank may do to the run store through its writer: the calls the rank code makes, nothing that
+#: deletes a run or changes who owns it.
+RANK_CALLS = frozenset({"add_metric_rows", "add_metrics", "add_plan_events", "add_stage", "checkpoint_dir",
+                        "discard_after", "merge_info", "set_status", "update_run", "get_run", "find_run",
+                        "create_run", "status", "last_stage"})
+#: The share of a declared device resource one rank's bundle asks for: any node that has the resource has enough.
+DEVICE_SHARE = 0.001
+BEAT_COPY_S = 0.25
+READY_POLL_S = 1.0
+
+# Settings and protocol variables a rank reads; the rest of the launcher's environment (its PATH, its
+# home) belongs to its own machine.
+_RANK_ENV = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT",
+             "OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")
+_LOCAL_ONLY = ("LAB_DB", "LAB_LAUNCHER_PID", "LAB_STORE_FD", "LAB_ERROR_FILE", "LAB_HEARTBEAT_FILE",
+               "LAB_RANK_CPUS", "LAB_RAY_ADDRESS", "LAB_DATA")
+
+
+def connect(address: str) -> None:
+    """Join the cluster at ``address`` as a driver (once per launcher), quietly: the launcher's log
+    keeps the job's story, not Ray's."""
+    if ray.is_initialized():
+        return
+    try:
+        ray.init(address=address, namespace="lab", logging_level="ERROR", log_to_driver=False,
+                 runtime_env={"env_vars": {"PYTHONPATH": str(ROOT)}})
+    except (ConnectionError, RuntimeError, ValueError) as exc:
+        raise LabError(f"the Ray cluster at {address!r} cannot be reached: {exc}", where="LAB_RAY_ADDRESS") from None
+
+
+@ray.remote(num_cpus=0, max_restarts=0)
+class StoreWriter:
+    """The run store for a job's ranks, on the launcher's node, one call at a time (SQLite's own rule);
+    also the latest heartbeat of every rank, which the launcher reads."""
+
+    def __init__(self, db: str):
+        self.store = RunStore(db)
+        self.beats: dict[int, dict] = {}
+
+    def call(self, name: str, args: tuple, kwargs: dict):
+        if name not in RANK_CALLS:
+            raise LabError(f"a rank may not call {name} on the run store", where="ray")
+        return getattr(self.store, name)(*args, **kwargs)
+
+    def beat(self, rank: int, doc: dict) -> None:
+        self.beats[rank] = doc
+
+    def latest(self) -> dict[int, dict]:
+        return dict(self.beats)
+
+
+class RemoteStore:
+    """What a rank holds instead of a :class:`RunStore`: every call goes to the job's writer and waits
+    for its answer (the order of a rank's writes is kept)."""
+
+    def __init__(self, writer):
+        self._writer = writer
+
+    def __getattr__(self, name: str):
+        if name not in RANK_CALLS:
+            raise AttributeError(name)
+        return lambda *args, **kwargs: ray.get(self._writer.call.remote(name, args, kwargs))
+
+
+@ray.remote(max_restarts=0, max_task_retries=0)
+class RankActor:
+    """One rank in its own Ray worker process."""
+
+    def where(self) -> dict:
+        ctx = ray.get_runtime_context()
+        return {"node": ctx.get_node_id(), "ip": ray.util.get_node_ip_address(), "host": socket.gethostname(),
+                "pid": os.getpid()}
+
+    def free_port(self) -> int:
+        # Bound and closed here, then taken by rank 0's TCPStore: another process may take it between the
+        # two, and the launcher reads that failure (the port was taken) and starts the attempt again.
+        with socket.socket() as s:
+            s.bind(("", 0))
+            return s.getsockname()[1]
+
+    def run(self, scenario: dict, run_id: str, env: dict, writer) -> dict:
+        from lab.train.rank import run_rank  # torch and the trainer, in the rank's process only
+
+        tmp = Path(tempfile.mkdtemp(prefix=f"lab-rank-{run_id}-"))
+        os.environ.update(env, LAB_ERROR_FILE=str(tmp / "rank.err"), LAB_HEARTBEAT_FILE=str(tmp / "rank.hb"))
+        rank = int(env["RANK"])
+        code = run_rank(Scenario.from_dict(scenario), run_id, quiet=True, store=RemoteStore(writer),
+                        relay=lambda doc: writer.beat.remote(rank, doc), exit_on_error=False)
+        try:
+            error = json.loads((tmp / "rank.err").read_text())
+        except (OSError, ValueError):
+            error = None
+        return {"code": code, "error": error}
+
+
+class RayRank:
+    """The launcher's handle on a rank that runs on the cluster, read as a process is read: ``poll()``
+    is None while it runs, then its return code (0 done, 1 failed with its error copied to the
+    scratch folder, -9 killed); ``lost`` says why when its node went away."""
+
+    def __init__(self, rank: int, actor, ref, where: dict, tmp: Path, beats: "_Beats"):
+        self.rank, self.actor, self.ref, self.where, self.tmp, self.beats = rank, actor, ref, where, tmp, beats
+        self.pid = where["pid"]
+        self.returncode: int | None = None
+        self.lost: str | None = None
+
+    def poll(self) -> int | None:
+        if self.returncode is None:
+            ready, _ = ray.wait([self.ref], timeout=0)
+            if ready:
+                self._end()
+            else:
+                self.beats.copy()
+        return self.returncode
+
+    def _end(self) -> None:
+        try:
+            out = ray.get(self.ref)
+        except ray.exceptions.RayError as exc:
+            self.returncode = -signal.SIGKILL
+            text = str(exc).lower()
+            if not _node_alive(self.where["node"]) or ("node" in text and "died" in text):
+                self.lost = f"its node {self.where['ip']} ({self.where['node'][:8]}) left the cluster"
+            return
+        self.returncode = int(out["code"])
+        if out.get("error"):
+            (self.tmp / f"rank{self.rank}.err").write_text(json.dumps(out["error"]))
+
+    def kill(self) -> None:
+        ray.kill(self.actor, no_restart=True)
+
+    def wait(self, timeout: float | None = None) -> int | None:
+        ray.wait([self.ref], timeout=timeout)
+        return self.poll()
+
+
+class _Beats:
+    """Copies the ranks' latest heartbeats from the writer into the launcher's scratch folder, at most
+    every BEAT_COPY_S seconds, without waiting for the answer."""
+
+    def __init__(self, writer, tmp: Path):
+        self.writer, self.tmp = writer, tmp
+        self.pending = None
+        self.last = 0.0
+
+    def copy(self) -> None:
+        if self.pending is not None:
+            ready, _ = ray.wait([self.pending], timeout=0)
+            if not ready:
+                return
+            try:
+                latest = ray.get(self.pending)
+            except ray.exceptions.RayError:
+                latest = {}
+            self.pending = None
+            for rank, doc in latest.items():
+                path = self.tmp / f"rank{rank}.hb"
+                part = path.with_name(path.name + ".tmp")
+                part.write_text(json.dumps(doc))
+                os.replace(part, path)
+        if time.monotonic() - self.last >= BEAT_COPY_S:
+            self.last = time.monotonic()
+            self.pending = self.writer.latest.remote()
+
+
+def _node_alive(node_id: str) -> bool:
+    return any(n["NodeID"] == node_id and n["Alive"] for n in ray.nodes())
+
+
+def bundles(sc: Scenario, world: int) -> list[dict]:
+    """One bundle per rank: a CPU, and a sliver of its device's type where a node declares that type."""
+    offered = ray.cluster_resources()
+    kinds = {d.name: d.type for d in sc.topology.devices}
+    devices = list(sc.training.worker_devices)
+    out = []
+    for r in range(world):
+        kind = kinds.get(devices[r]) if r < len(devices) else None
+        out.append({"CPU": 1, kind: DEVICE_SHARE} if kind and offered.get(kind) else {"CPU": 1})
+    return out
+
+
+class RayRanks(list):
+    """The handles of a job's ranks (a list the launcher watches as it watches its processes), with what
+    the job holds on the cluster besides them."""
+
+    def __init__(self, ranks: list[RayRank], group, writer):
+        super().__init__(ranks)
+        self.group, self.writer = group, writer
+        self.released = False
+
+    def release(self) -> None:
+        """End what the attempt holds on the cluster: its rank actors, its writer and its placement group
+        (once; again is nothing)."""
+        if self.released:
+            return
+        self.released = True
+        for actor in [r.actor for r in self] + [self.writer]:
+            try:
+                ray.kill(actor, no_restart=True)
+            except ray.exceptions.RayError:  # gone already, with its node
+                pass
+        remove_placement_group(self.group)
+
+    def nodes(self) -> list[dict]:
+        """Where each rank runs: node id, address and host name, for the run's stages (the Jobs page)."""
+        return [{"rank": r.rank, "node": r.where["node"], "ip": r.where["ip"], "host": r.where["host"],
+                 "pid": r.pid} for r in self]
+
+
+def spawn(sc: Scenario, run_id: str, world: int, env: dict, tmp: Path, db: str | os.PathLike, address: str,
+          on_wait=None) -> RayRanks:
+    """Start the job's ``world`` ranks on the cluster once all of them fit, and return their handles.
+    ``on_wait(seconds)`` is called while Ray waits for room (the launcher says so in the run's stages)."""
+    connect(address)
+    shape = bundles(sc, world)
+    cpus = ray.cluster_resources().get("CPU", 0)
+    if world > cpus:
+        raise LabError(f"the job needs {world} ranks but the Ray cluster has {cpus:g} CPUs", where="ray")
+    group = placement_group(shape, strategy="PACK", name=f"lab-{run_id}-{env.get('LAB_ATTEMPT', '0')}")
+    t0 = time.monotonic()
+    while not ray.wait([group.ready()], timeout=READY_POLL_S)[0]:
+        if on_wait is not None:
+            on_wait(time.monotonic() - t0)
+    here = ray.get_runtime_context().get_node_id()
+    writer = StoreWriter.options(scheduling_strategy=NodeAffinitySchedulingStrategy(here, soft=False)).remote(
+        str(Path(db).resolve()))
+    actors = [RankActor.options(num_cpus=1, resources={k: v for k, v in shape[r].items() if k != "CPU"},
+                                scheduling_strategy=PlacementGroupSchedulingStrategy(group, r)).remote()
+              for r in range(world)]
+    where = ray.get([a.where.remote() for a in actors])
+    port = ray.get(actors[0].free_port.remote())
+    base = {k: v for k, v in env.items()
+            if (k.startswith("LAB_") and k not in _LOCAL_ONLY) or k in _RANK_ENV}
+    base.update(MASTER_ADDR=where[0]["ip"], MASTER_PORT=str(port), LAB_LAUNCHER_PID="")
+    beats = _Beats(writer, tmp)
+    scenario = sc.to_dict()
+    ranks = []
+    for r, actor in enumerate(actors):
+        ref = actor.run.remote(scenario, run_id, dict(base, RANK=str(r), LOCAL_RANK=str(r)), writer)
+        ranks.append(RayRank(r, actor, ref, where[r], tmp, beats))
+    return RayRanks(ranks, group, writer)

@@ -1,0 +1,159 @@
+"""Jobs on a Ray cluster: Ray's own multi-node test cluster on this machine (a head that runs no rank and two
+worker nodes of two CPUs, one of which stands for an FPGA), the job manager handing its jobs to it."""
+
+from __future__ import annotations
+
+import time
+
+import psutil
+import pytest
+
+from lab.errors import LabError
+from lab.jobs.manager import JobManager
+from lab.store.runs import JOB_WORKER, RunStore
+from tests.conftest import default_with, wait_for
+
+ray_cluster_utils = pytest.importorskip("ray.cluster_utils")
+
+NODE = dict(num_cpus=2, object_store_memory=80 * 2**20)
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    c = ray_cluster_utils.Cluster(initialize_head=True, head_node_args=dict(
+        num_cpus=0, object_store_memory=80 * 2**20, include_dashboard=False))
+    c.add_node(**NODE)
+    c.fpga = c.add_node(**NODE, resources={"fpga": 1})
+    c.wait_for_nodes()
+    yield c
+    c.shutdown()
+
+
+@pytest.fixture
+def jm(cluster, tmp_path, monkeypatch):
+    monkeypatch.setenv("LAB_DB", str(tmp_path / "runs.db"))
+    monkeypatch.setenv("LAB_DATA", str(tmp_path))
+    m = JobManager(tmp_path / "runs.db", cluster=cluster.address)
+    yield m
+    m.shutdown()
+
+
+def rank_processes() -> list[psutil.Process]:
+    """Ray worker processes that hold a rank of a job (Ray titles them after the actor)."""
+    out = []
+    for p in psutil.process_iter(["cmdline"]):
+        try:
+            if any("RankActor" in part for part in p.info["cmdline"] or ()):
+                out.append(p)
+        except psutil.Error:
+            continue
+    return out
+
+
+def started(store: RunStore, run_id: str) -> dict:
+    st = store.stages(run_id)
+    rows = st[st.stage == "started"]
+    return rows.iloc[-1].detail if len(rows) else {}
+
+
+def losses(store: RunStore, run_id: str):
+    m = store.metrics(run_id)
+    return m[m.worker != JOB_WORKER][["step", "worker", "loss"]].reset_index(drop=True)
+
+
+def test_a_two_rank_job_on_ray_trains_to_the_same_bits_as_on_this_machine(jm, tmp_path):
+    sc = default_with(workers=2, steps=40)
+    on_ray = jm.submit(sc, "on ray")
+    assert jm.wait(on_ray.run_id, 300) == "done", jm.store.get_run(on_ray.run_id)["error"]
+    here = JobManager(tmp_path / "runs.db", cluster="")
+    try:
+        local = here.submit(sc, "here")
+        assert here.wait(local.run_id, 300) == "done"
+    finally:
+        here.shutdown()
+    assert started(jm.store, on_ray.run_id)["start"] == "ray"
+    assert started(jm.store, local.run_id)["start"] != "ray"
+    ray_loss, local_loss = losses(jm.store, on_ray.run_id), losses(jm.store, local.run_id)
+    assert len(ray_loss) == 2 * 40  # every step of every rank reached the store through the cluster
+    assert sorted(set(ray_loss.step)) == list(range(1, 41)) or sorted(set(ray_loss.step)) == list(range(40))
+    assert ray_loss.loss.tolist() == local_loss.loss.tolist()  # bit for bit, same seed
+    acc = jm.store.metrics(on_ray.run_id, worker=JOB_WORKER).test_acc.dropna()
+    assert acc.iloc[-1] == jm.store.metrics(local.run_id, worker=JOB_WORKER).test_acc.dropna().iloc[-1]
+
+
+def test_a_job_larger_than_a_node_spans_two_and_an_fpga_rank_lands_on_the_fpga_node(jm, cluster):
+    fpga_node = cluster.fpga.node_id
+    job = jm.submit(default_with(workers=3, steps=20, worker_devices=("fpga", "host", "gpu")), "three ranks")
+    assert jm.wait(job.run_id, 300) == "done", jm.store.get_run(job.run_id)["error"]
+    nodes = started(jm.store, job.run_id)["nodes"]
+    assert [n["rank"] for n in nodes] == [0, 1, 2]
+    assert len({n["node"] for n in nodes}) == 2  # two CPUs a node: three ranks need two nodes
+    assert nodes[0]["node"] == fpga_node
+    wait_for(lambda: not rank_processes(), 60, "the job's rank processes to end")
+
+
+def test_two_owners_cannot_stop_each_others_jobs_on_the_cluster(jm):
+    job = jm.submit(default_with(workers=2, steps=100000), "long", owner="alice")
+    wait_for(lambda: len(jm.store.metrics(job.run_id)) > 0, 300, "the job to train")
+    with pytest.raises(LabError):
+        jm.stop(job.run_id, "bob")
+    assert jm.store.status(job.run_id) == "running"
+    assert jm.stop(job.run_id, "alice")
+    assert jm.wait(job.run_id, 120) == "stopped"
+    wait_for(lambda: not rank_processes(), 60, "the stopped job's rank processes to end")
+
+
+def test_a_lost_node_interrupts_its_run_and_leaves_no_process(jm, cluster):
+    job = jm.submit(default_with(workers=3, steps=100000), "lost node")
+    wait_for(lambda: len(jm.store.metrics(job.run_id)) > 0, 300, "the job to train")
+    used = {n["node"] for n in started(jm.store, job.run_id)["nodes"]}
+    victim = next(n for n in cluster.list_all_nodes() if n.node_id in used and n is not cluster.head_node)
+    t0 = time.time()
+    cluster.remove_node(victim)
+    try:
+        assert jm.wait(job.run_id, 180) == "interrupted"
+        run = jm.store.get_run(job.run_id)
+        assert "left the cluster" in run["error"]
+        st = jm.store.stages(job.run_id)
+        alarm = st[st.stage == "alarm"].iloc[-1].detail
+        assert alarm["kind"] == "lost"
+        assert run["end"] - t0 < 180
+        wait_for(lambda: not rank_processes(), 60, "the job's rank processes to end")
+        assert len(jm.store.metrics(job.run_id)) > 0  # what it stored before stays
+    finally:  # the cluster as it was, for the tests after this one
+        if victim is cluster.fpga:
+            cluster.fpga = cluster.add_node(**NODE, resources={"fpga": 1})
+        else:
+            cluster.add_node(**NODE)
+        cluster.wait_for_nodes()
+
+
+def test_a_job_that_recovers_restarts_on_the_nodes_left_when_one_is_lost(jm, cluster):
+    job = jm.submit(default_with(workers=3, steps=3000, fault_policy="recover"), "recovers")
+    wait_for(lambda: len(jm.store.metrics(job.run_id)) > 0, 300, "the job to train")
+    first = {n["node"] for n in started(jm.store, job.run_id)["nodes"]}
+    victim = next(n for n in cluster.list_all_nodes() if n.node_id in first and n is not cluster.head_node)
+    cluster.remove_node(victim)
+    try:
+        assert jm.wait(job.run_id, 300) == "done", jm.store.get_run(job.run_id)["error"]
+        st = jm.store.stages(job.run_id)
+        alarm = st[st.stage == "alarm"].iloc[-1].detail
+        assert alarm["kind"] == "lost" and "restart" in alarm["action"]
+        again = started(jm.store, job.run_id)
+        assert again["workers"] == 2 and victim.node_id not in {n["node"] for n in again["nodes"]}
+    finally:
+        if victim is cluster.fpga:
+            cluster.fpga = cluster.add_node(**NODE, resources={"fpga": 1})
+        else:
+            cluster.add_node(**NODE)
+        cluster.wait_for_nodes()
+
+
+def test_jobs_reach_the_cluster_in_the_fair_queues_order(jm, monkeypatch):
+    monkeypatch.setenv("LAB_RAY_WAITING", "1")  # one job at a time waits on the cluster: the order is the lab's
+    jobs = jm.submit_many([(default_with(workers=2, steps=150), f"job {k}") for k in range(4)], owner="carol")
+    assert [jm.wait(j.run_id, 300) for j in jobs] == ["done"] * 4
+    starts = [started(jm.store, j.run_id) for j in jobs]
+    assert all(s["start"] == "ray" for s in starts)
+    first_started = [jm.store.last_stage(j.run_id, "started")["t"] for j in jobs]
+    assert first_started == sorted(first_started)
