@@ -103,6 +103,7 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=200)
     ap.add_argument("--workers", type=int, default=2)
     args = ap.parse_args()
+    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")  # the lab sends no usage statistics
     from ray.cluster_utils import Cluster
 
     base = Path(tempfile.mkdtemp(prefix="lab-cluster-"))

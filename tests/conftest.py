@@ -15,6 +15,8 @@ import pytest
 # teacher's limits set their own values (tests/jobs/test_fair_queue.py, the queue's journey).
 os.environ.setdefault("LAB_SLICE_S", "3600")
 os.environ.setdefault("LAB_JOB_MAX_STEPS", "100000")
+# Ray's test clusters report nothing anywhere (the lab sends no usage statistics).
+os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
 
 ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:

@@ -156,6 +156,10 @@ class Job:
     pid: int | None = None
 
 
+#: Seconds a job handed to the Ray cluster may wait there before no further job is handed over until it started.
+CLUSTER_PATIENCE_S = 5.0
+
+
 class JobManager:
     def __init__(self, store_path: str | os.PathLike | None = None, capacity: int = 1, poll_s: float = 0.2,
                  policy: str = "uniform", cpus: Iterable[int] | None = None, slots_per_cpu: int | None = None,
@@ -310,8 +314,8 @@ class JobManager:
                 fresh = [r for r in self._running if r not in self._yielded]
                 if len(fresh) >= self.capacity or len(self._running) >= 2 * self.capacity:
                     break
-                if self.cluster and self._waiting_on_cluster() >= max(1, settings.integer("LAB_RAY_WAITING")):
-                    break  # the next job goes once one of these started: the fair queue's order holds
+                if self.cluster and self._cluster_is_behind(now):
+                    break  # the next job goes once those handed over started: the fair queue's order holds
                 # Beside a job that yields, only a student with no job running may start one.
                 busy = {self._owners.get(r) for r in self._running} if len(self._running) >= self.capacity else set()
                 started = False
@@ -349,17 +353,21 @@ class JobManager:
             with self._lock:
                 self._started.pop(rid, None)
 
-    def _waiting_on_cluster(self) -> int:
-        """Jobs handed to the Ray cluster whose ranks have not started yet (Ray holds them until they fit)."""
-        waiting = 0
+    def _cluster_is_behind(self, now: float) -> bool:
+        """Whether the Ray cluster has as many jobs handed over and not yet started as it may hold
+        (LAB_RAY_WAITING), or one of them has waited there for CLUSTER_PATIENCE_S seconds. Ray places
+        waiting placement groups in no fixed order (one that failed to fit retries later, and a newer one
+        can take the room first), so a job that waits stops the hand-over until it started: no job
+        waits behind an endless stream of later ones."""
+        waiting = []
         for rid in self._running:
             if rid not in self._placed:
                 if self.store.last_stage(rid, "started") is None:
-                    waiting += 1
+                    waiting.append(now - self._started.get(rid, now))
                 else:
                     self._placed.add(rid)
         self._placed &= set(self._running)
-        return waiting
+        return len(waiting) >= max(1, settings.integer("LAB_RAY_WAITING")) or max(waiting, default=0) > CLUSTER_PATIENCE_S
 
     def _yield_long_jobs(self, now: float) -> None:
         """A job that has run longer than its slice while a student with no job running waits yields: it drops

@@ -34,9 +34,9 @@ import ray
 from ray.util.placement_group import placement_group, remove_placement_group
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy, PlacementGroupSchedulingStrategy
 
+from lab import settings
 from lab.errors import LabError
 from lab.scenario.document import Scenario
-from lab.settings import ROOT
 from lab.store.runs import RunStore
 
 #: What a rank may do to the run store through its writer: the calls the rank code makes, nothing that
@@ -52,7 +52,7 @@ READY_POLL_S = 1.0
 # Settings and protocol variables a rank reads; the rest of the launcher's environment (its PATH, its
 # home) belongs to its own machine.
 _RANK_ENV = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT",
-             "OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")
+             *settings.THREAD_VARIABLES)
 _LOCAL_ONLY = ("LAB_DB", "LAB_LAUNCHER_PID", "LAB_STORE_FD", "LAB_ERROR_FILE", "LAB_HEARTBEAT_FILE",
                "LAB_RANK_CPUS", "LAB_RAY_ADDRESS", "LAB_DATA")
 
@@ -62,9 +62,10 @@ def connect(address: str) -> None:
     keeps the job's story, not Ray's."""
     if ray.is_initialized():
         return
+    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")  # the lab sends no usage statistics
     try:
         ray.init(address=address, namespace="lab", logging_level="ERROR", log_to_driver=False,
-                 runtime_env={"env_vars": {"PYTHONPATH": str(ROOT)}})
+                 runtime_env={"env_vars": {"PYTHONPATH": str(settings.ROOT)}})
     except (ConnectionError, RuntimeError, ValueError) as exc:
         raise LabError(f"the Ray cluster at {address!r} cannot be reached: {exc}", where="LAB_RAY_ADDRESS") from None
 

@@ -215,3 +215,25 @@ def test_parse_job_defines_the_roles():
     assert [r["role"] for r in d["roles"]] == ["task manager", "compute worker", "compute worker", "parameter server"]
     assert [r["group"] for r in d["roles"][1:]] == ["pool0:gpu", "pool0:fpga", "pool0:cpu"]
     assert len(d["resource_groups"]) == 5
+
+
+def test_the_cluster_gets_jobs_in_the_queues_order_and_no_job_waits_there_behind_later_ones(tmp_path, monkeypatch):
+    from lab.jobs.manager import CLUSTER_PATIENCE_S, JobManager
+
+    monkeypatch.setenv("LAB_RAY_WAITING", "2")
+    monkeypatch.setenv("LAB_RAY_JOBS", "5")
+    jm = JobManager(tmp_path / "runs.db", warm=False, cluster="auto")
+    assert jm.capacity == 5 and jm.book.total >= 5
+    sc = default_scenario()
+    a, b = (jm.store.create_run(sc, status="running") for _ in range(2))
+    jm._running = {a: object(), b: object()}
+    jm._started = {a: 100.0, b: 101.0}
+    assert jm._cluster_is_behind(102.0)  # two handed over, neither started: the window is full
+    jm.store.add_stage(a, "started")
+    assert not jm._cluster_is_behind(102.0)  # one of them started: one more may go
+    assert not jm._cluster_is_behind(101.0 + CLUSTER_PATIENCE_S - 0.5)
+    assert jm._cluster_is_behind(101.0 + CLUSTER_PATIENCE_S + 0.5)  # b waited too long: the rest wait for it
+    jm.store.add_stage(b, "started")
+    assert not jm._cluster_is_behind(1000.0)
+    here = JobManager(tmp_path / "runs.db", warm=False, cluster="")
+    assert here.book.free() == {g.name: g.size for g in local_groups()}  # this machine's cores, as before
