@@ -15,8 +15,8 @@ them. A rank whose node is lost is marked so (:attr:`RayRank.lost`): its run bec
 as when a launcher dies with the machine, or starts again on the nodes left when its fault policy is
 ``recover``.
 
-A rank stands for a device of the topology; where the cluster has nodes that declare that device's
-type as a custom resource (``ray start --resources '{"fpga": 1}'``), the rank's bundle asks for a
+A rank stands for a device of the topology (a worker's device, or a placement run's stage device); where
+the cluster has nodes that declare that device's type as a custom resource (``ray start --resources '{"fpga": 1}'``), the rank's bundle asks for a
 sliver of it, so it lands on such a node.
 """
 
@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import socket
 import tempfile
@@ -132,6 +133,7 @@ class RankActor:
             error = json.loads((tmp / "rank.err").read_text())
         except (OSError, ValueError):
             error = None
+        shutil.rmtree(tmp, ignore_errors=True)
         return {"code": code, "error": error}
 
 
@@ -213,7 +215,12 @@ def bundles(sc: Scenario, world: int) -> list[dict]:
     """One bundle per rank: a CPU, and a sliver of its device's type where a node declares that type."""
     offered = ray.cluster_resources()
     kinds = {d.name: d.type for d in sc.topology.devices}
-    devices = list(sc.training.worker_devices)
+    if sc.training.parallel == "placement":  # rank k runs the stage of the plan's k-th device
+        from lab.train.stages import stage_devices
+
+        devices = stage_devices(sc)
+    else:
+        devices = list(sc.training.worker_devices)
     out = []
     for r in range(world):
         kind = kinds.get(devices[r]) if r < len(devices) else None

@@ -1,5 +1,5 @@
 """Jobs on a Ray cluster: Ray's own multi-node test cluster on this machine (a head that runs no rank and two
-worker nodes of two CPUs, one of which stands for an FPGA), the job manager handing its jobs to it."""
+worker nodes of two CPUs, one of which declares an FPGA and a GPU), the job manager handing its jobs to it."""
 
 from __future__ import annotations
 
@@ -16,6 +16,7 @@ from tests.conftest import default_with, wait_for
 ray_cluster_utils = pytest.importorskip("ray.cluster_utils")
 
 NODE = dict(num_cpus=2, object_store_memory=80 * 2**20)
+SPECIAL = {"fpga": 1, "gpu": 1}  # what the second worker node stands for
 
 
 @pytest.fixture(scope="module")
@@ -23,7 +24,7 @@ def cluster():
     c = ray_cluster_utils.Cluster(initialize_head=True, head_node_args=dict(
         num_cpus=0, object_store_memory=80 * 2**20, include_dashboard=False))
     c.add_node(**NODE)
-    c.fpga = c.add_node(**NODE, resources={"fpga": 1})
+    c.fpga = c.add_node(**NODE, resources=SPECIAL)
     c.wait_for_nodes()
     yield c
     c.shutdown()
@@ -122,7 +123,7 @@ def test_a_lost_node_interrupts_its_run_and_leaves_no_process(jm, cluster):
         assert len(jm.store.metrics(job.run_id)) > 0  # what it stored before stays
     finally:  # the cluster as it was, for the tests after this one
         if victim is cluster.fpga:
-            cluster.fpga = cluster.add_node(**NODE, resources={"fpga": 1})
+            cluster.fpga = cluster.add_node(**NODE, resources=SPECIAL)
         else:
             cluster.add_node(**NODE)
         cluster.wait_for_nodes()
@@ -143,7 +144,7 @@ def test_a_job_that_recovers_restarts_on_the_nodes_left_when_one_is_lost(jm, clu
         assert again["workers"] == 2 and victim.node_id not in {n["node"] for n in again["nodes"]}
     finally:
         if victim is cluster.fpga:
-            cluster.fpga = cluster.add_node(**NODE, resources={"fpga": 1})
+            cluster.fpga = cluster.add_node(**NODE, resources=SPECIAL)
         else:
             cluster.add_node(**NODE)
         cluster.wait_for_nodes()
@@ -157,3 +158,26 @@ def test_jobs_reach_the_cluster_in_the_fair_queues_order(jm, monkeypatch):
     assert all(s["start"] == "ray" for s in starts)
     first_started = [jm.store.last_stage(j.run_id, "started")["t"] for j in jobs]
     assert first_started == sorted(first_started)
+
+
+def test_a_placement_run_places_its_stages_on_the_cluster_and_computes_what_it_computes_here(jm, cluster, tmp_path):
+    from lab.modelled.opgraph import trace
+    from lab.scenario.models import build_model
+
+    sc = default_with(parallel="placement", steps=12, batch_size=24, micro_batches=3)
+    ops = trace(build_model(sc.training.model, 64, 10), 24, 64).names
+    devices = ["gpu", "host"]
+    sc = sc.replace(training=sc.training.replace(
+        placement={op: devices[i * 2 // len(ops)] for i, op in enumerate(ops)}))
+    on_ray = jm.submit(sc, "stages on ray")
+    assert jm.wait(on_ray.run_id, 300) == "done", jm.store.get_run(on_ray.run_id)["error"]
+    here = JobManager(tmp_path / "runs.db", cluster="")
+    try:
+        local = here.submit(sc, "stages here")
+        assert here.wait(local.run_id, 300) == "done"
+    finally:
+        here.shutdown()
+    nodes = started(jm.store, on_ray.run_id)["nodes"]
+    assert len(nodes) == 2 and nodes[0]["node"] == cluster.fpga.node_id  # the GPU's stage on the node with one
+    job_loss = [jm.store.metrics(r, worker=JOB_WORKER).loss.dropna().tolist() for r in (on_ray.run_id, local.run_id)]
+    assert len(job_loss[0]) > 0 and job_loss[0] == job_loss[1]
