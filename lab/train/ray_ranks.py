@@ -63,6 +63,9 @@ def connect(address: str) -> None:
     keeps the job's story, not Ray's."""
     if ray.is_initialized():
         return
+    if address.startswith("ray://"):  # a client has no node: the store writer must run beside the run store
+        raise LabError("LAB_RAY_ADDRESS is a Ray client address (ray://); the lab's server must be a node of the "
+                       "cluster: use auto, or the head's host:port", where="LAB_RAY_ADDRESS")
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")  # the lab sends no usage statistics
     try:
         ray.init(address=address, namespace="lab", logging_level="ERROR", log_to_driver=False,

@@ -177,3 +177,15 @@ def test_a_placement_run_places_its_stages_on_the_cluster_and_computes_what_it_c
     assert len(nodes) == 2 and nodes[0]["node"] == cluster.fpga.node_id  # the GPU's stage on the node with one
     job_loss = [jm.store.metrics(r, worker=JOB_WORKER).loss.dropna().tolist() for r in (ray_id, local_id)]
     assert len(job_loss[0]) > 0 and job_loss[0] == job_loss[1]
+
+
+def test_a_client_address_is_refused_with_a_message_and_the_run_fails_cleanly(tmp_path, monkeypatch):
+    monkeypatch.setenv("LAB_DB", str(tmp_path / "runs.db"))
+    jm = JobManager(tmp_path / "runs.db", cluster="ray://head:10001")
+    try:
+        job = jm.submit(default_with(workers=2, steps=10), "client")
+        assert jm.wait(job.run_id, 120) == "failed"
+        error = jm.store.get_run(job.run_id)["error"]
+        assert "ray://" in error and "node of the cluster" in error and "Traceback" not in error
+    finally:
+        jm.shutdown()
