@@ -165,8 +165,9 @@ class RayRank:
             out = ray.get(self.ref)
         except ray.exceptions.RayError as exc:
             self.returncode = -signal.SIGKILL
-            text = str(exc).lower()
-            if not _node_alive(self.where["node"]) or ("node" in text and "died" in text):
+            # Ray says so when the node went ("because its node has died"); a killed worker's message also
+            # speaks of nodes (of the OOM killer's), so the node's own state decides otherwise.
+            if "because its node has died" in str(exc) or not _node_alive(self.where["node"]):
                 self.lost = f"its node {self.where['ip']} ({self.where['node'][:8]}) left the cluster"
             return
         self.returncode = int(out["code"])

@@ -189,3 +189,18 @@ def test_a_client_address_is_refused_with_a_message_and_the_run_fails_cleanly(tm
         assert "ray://" in error and "node of the cluster" in error and "Traceback" not in error
     finally:
         jm.shutdown()
+
+
+@pytest.mark.parametrize("fault, kind", [("kill", "killed"), ("raise", "error"), ("hang", "hung")])
+def test_a_rank_that_fails_on_the_cluster_is_found_and_named_as_on_this_machine(jm, monkeypatch, fault, kind):
+    monkeypatch.setenv("LAB_HEARTBEAT_TIMEOUT", "5")
+    job = jm.submit(default_with(workers=2, steps=100000, fault=fault, fault_worker=1, fault_step=5), fault)
+    assert jm.wait(job.run_id, 180) == "failed"
+    run = jm.store.get_run(job.run_id)
+    st = jm.store.stages(job.run_id)
+    alarm = st[st.stage == "alarm"].iloc[-1]
+    assert alarm.detail["kind"] == kind and alarm.worker == 1
+    assert run["error"].startswith("worker 1")
+    if fault == "raise":
+        assert "injected fault" in run["error"]
+    wait_for(lambda: not rank_processes(), 60, "the job's rank processes to end")
