@@ -121,11 +121,12 @@ def live_view() -> None:
         "end": st.column_config.DatetimeColumn("end (UTC)", format="HH:mm:ss"),
         "restarts": st.column_config.NumberColumn("restarts (count)"),
         "alarms": st.column_config.NumberColumn("alarms (count)")})
+    slots = "slots on the Ray cluster" if jm.cluster else "local worker slots"
     ui.caption("measured", "Times are wall-clock (UTC) from the run store; 'waited' is submission to start, "
-               "'ran' start to end; resources are the local slots the job manager gave it.")
+               f"'ran' start to end; resources are the {slots} the job manager gave it.")
     rows, _ = job_views.slot_timeline(runs_store, list(table.id[:20]))
     if rows:
-        st.plotly_chart(figs.timeline_figure(rows, title="Which job held which local worker slot, when",
+        st.plotly_chart(figs.timeline_figure(rows, title=f"Which job held which of the {slots}, when",
                                              x_title="time since the first job shown was scheduled (s)"),
                         key="jobs_timeline")
         ui.caption("measured", "From each job's 'scheduled' and 'released' events.")

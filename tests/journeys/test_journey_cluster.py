@@ -1,0 +1,61 @@
+"""Browser journey of a class on a Ray cluster: the app started with LAB_RAY_ADDRESS pointing at Ray's multi-node
+test cluster; a student runs a job from the Training page, a second student beside her cannot stop it, and the
+Jobs page lists which node ran which rank."""
+
+import re
+
+import pytest
+
+from lab.store.runs import RunStore
+from tests.conftest import lab_server, settle
+from tests.journey import new_page, no_error_boxes, type_number, wait_for_run
+
+ray_cluster_utils = pytest.importorskip("ray.cluster_utils")
+
+pytestmark = pytest.mark.timeout(600)
+
+
+def test_a_run_from_the_training_page_runs_on_the_cluster_and_the_jobs_page_says_where(browser, tmp_path,
+                                                                                        monkeypatch):
+    cluster = ray_cluster_utils.Cluster(initialize_head=True, head_node_args=dict(
+        num_cpus=0, object_store_memory=80 * 2**20, include_dashboard=False))
+    try:
+        nodes = [cluster.add_node(num_cpus=1, object_store_memory=80 * 2**20) for _ in range(2)]
+        cluster.wait_for_nodes()
+        monkeypatch.setenv("LAB_RAY_ADDRESS", cluster.address)
+        with lab_server(tmp_path) as base:
+            alice, bob = new_page(browser), new_page(browser)
+            try:
+                alice.goto(base + "/training")
+                settle(alice)
+                type_number(alice, "Steps (count)", 100000)
+                alice.get_by_role("button", name="Run", exact=True).click()
+                wait_for_run(alice)
+                store = RunStore(tmp_path / "runs.db")
+                rid = store.list_runs().id.iloc[0]
+                alice.get_by_text(re.compile(r"running: step \d+ of 100000")).first.wait_for(timeout=180_000)
+
+                # Bob sees the class's jobs read-only: no Stop for Alice's job.
+                bob.goto(base + "/jobs")
+                settle(bob)
+                bob.get_by_text("Show the whole class's jobs (read-only)").click()
+                settle(bob)
+                assert bob.get_by_role("heading", name=f"Job {rid}").count() == 1
+                assert bob.get_by_role("button", name="Stop", exact=True).count() == 0
+
+                alice.goto(base + "/jobs")
+                settle(alice)
+                alice.get_by_role("heading", name=f"Job {rid}").wait_for(timeout=30_000)
+                alice.get_by_text("Which node of the Ray cluster ran which rank").wait_for(timeout=30_000)
+                ran_on = {n["node"] for n in store.last_stage(rid, "started")["detail"]["nodes"]}
+                assert ran_on <= {n.node_id for n in nodes} and len(ran_on) == 2  # one CPU a node: two nodes
+                alice.get_by_role("button", name="Stop", exact=True).click()
+                alice.get_by_text("stopped").first.wait_for(timeout=60_000)
+                assert store.status(rid) == "stopped"
+                no_error_boxes(alice)
+                no_error_boxes(bob)
+            finally:
+                alice.context.close()
+                bob.context.close()
+    finally:
+        cluster.shutdown()
