@@ -117,6 +117,34 @@ def assert_no_exception(at) -> None:
     assert not errors, errors
 
 
+# ---- Ray's multi-node test cluster on this machine ------------------------------------------------
+
+RAY_NODE_MEMORY = 80 * 2**20  # each node's object store: small, on a small machine
+
+
+@contextlib.contextmanager
+def ray_test_cluster(*nodes: dict):
+    """Ray's own multi-node test cluster: a head that runs no rank (the class server) and one worker node per
+    ``nodes`` entry (``ray.cluster_utils.Cluster.add_node`` arguments); yields the cluster. Ray's head installs
+    its own SIGTERM handler in this process and leaves it after its shutdown: the handler goes with the
+    cluster, so a later test's forked child still ends on SIGTERM."""
+    import signal
+
+    from ray.cluster_utils import Cluster
+
+    handlers = {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)}
+    cluster = Cluster(initialize_head=True, head_node_args=dict(
+        num_cpus=0, object_store_memory=RAY_NODE_MEMORY, include_dashboard=False))
+    try:
+        cluster.nodes_added = [cluster.add_node(object_store_memory=RAY_NODE_MEMORY, **n) for n in nodes]
+        cluster.wait_for_nodes()
+        yield cluster
+    finally:
+        cluster.shutdown()
+        for s, h in handlers.items():
+            signal.signal(s, h)
+
+
 # ---- a real app server and a real browser (headless Debian chromium via Playwright) ------------
 
 CHROMIUM = os.environ.get("LAB_CHROMIUM", "/usr/bin/chromium")

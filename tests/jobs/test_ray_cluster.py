@@ -12,23 +12,19 @@ import pytest
 from lab.errors import LabError
 from lab.jobs.manager import Job, JobManager
 from lab.store.runs import JOB_WORKER, RunStore
-from tests.conftest import default_with, wait_for
+from tests.conftest import RAY_NODE_MEMORY, default_with, ray_test_cluster, wait_for
 
-ray_cluster_utils = pytest.importorskip("ray.cluster_utils")
+pytest.importorskip("ray.cluster_utils")
 
-NODE = dict(num_cpus=2, object_store_memory=80 * 2**20)
+NODE = dict(num_cpus=2, object_store_memory=RAY_NODE_MEMORY)
 SPECIAL = {"fpga": 1, "gpu": 1}  # what the second worker node stands for
 
 
 @pytest.fixture(scope="module")
 def cluster():
-    c = ray_cluster_utils.Cluster(initialize_head=True, head_node_args=dict(
-        num_cpus=0, object_store_memory=80 * 2**20, include_dashboard=False))
-    c.add_node(**NODE)
-    c.fpga = c.add_node(**NODE, resources=SPECIAL)
-    c.wait_for_nodes()
-    yield c
-    c.shutdown()
+    with ray_test_cluster(dict(num_cpus=2), dict(num_cpus=2, resources=SPECIAL)) as c:
+        c.fpga = c.nodes_added[1]
+        yield c
 
 
 @pytest.fixture
@@ -143,7 +139,7 @@ def test_a_lost_node_interrupts_its_run_and_leaves_no_process(jm, cluster):
 
 
 def test_a_job_that_recovers_restarts_on_the_nodes_left_when_one_is_lost(jm, cluster):
-    job = jm.submit(default_with(workers=3, steps=3000, fault_policy="recover"), "recovers")
+    job = jm.submit(default_with(workers=3, steps=1500, fault_policy="recover"), "recovers")
     with a_node_of(job.run_id, jm, cluster) as victim:
         assert jm.wait(job.run_id, 300) == "done", jm.store.get_run(job.run_id)["error"]
         st = jm.store.stages(job.run_id)
@@ -155,7 +151,7 @@ def test_a_job_that_recovers_restarts_on_the_nodes_left_when_one_is_lost(jm, clu
 
 def test_jobs_reach_the_cluster_in_the_fair_queues_order(jm, monkeypatch):
     monkeypatch.setenv("LAB_RAY_WAITING", "1")  # one job at a time waits on the cluster: the order is the lab's
-    jobs = jm.submit_many([(default_with(workers=2, steps=150), f"job {k}") for k in range(3)], owner="carol")
+    jobs = jm.submit_many([(default_with(workers=2, steps=60), f"job {k}") for k in range(3)], owner="carol")
     assert [jm.wait(j.run_id, 300) for j in jobs] == ["done"] * 3
     starts = [started(jm.store, j.run_id) for j in jobs]
     assert all(s["start"] == "ray" for s in starts)

@@ -7,21 +7,18 @@ import re
 import pytest
 
 from lab.store.runs import RunStore
-from tests.conftest import lab_server, settle
+from tests.conftest import lab_server, ray_test_cluster, settle
 from tests.journey import new_page, no_error_boxes, type_number, wait_for_run
 
-ray_cluster_utils = pytest.importorskip("ray.cluster_utils")
+pytest.importorskip("ray.cluster_utils")
 
 pytestmark = pytest.mark.timeout(600)
 
 
 def test_a_run_from_the_training_page_runs_on_the_cluster_and_the_jobs_page_says_where(browser, tmp_path,
                                                                                         monkeypatch):
-    cluster = ray_cluster_utils.Cluster(initialize_head=True, head_node_args=dict(
-        num_cpus=0, object_store_memory=80 * 2**20, include_dashboard=False))
-    try:
-        nodes = [cluster.add_node(num_cpus=1, object_store_memory=80 * 2**20) for _ in range(2)]
-        cluster.wait_for_nodes()
+    with ray_test_cluster(dict(num_cpus=1), dict(num_cpus=1)) as cluster:
+        nodes = cluster.nodes_added
         monkeypatch.setenv("LAB_RAY_ADDRESS", cluster.address)
         with lab_server(tmp_path) as base:
             alice, bob = new_page(browser), new_page(browser)
@@ -57,5 +54,3 @@ def test_a_run_from_the_training_page_runs_on_the_cluster_and_the_jobs_page_says
             finally:
                 alice.context.close()
                 bob.context.close()
-    finally:
-        cluster.shutdown()
