@@ -148,6 +148,8 @@ def ray_test_cluster(*nodes: dict):
 # ---- a real app server and a real browser (headless Debian chromium via Playwright) ------------
 
 CHROMIUM = os.environ.get("LAB_CHROMIUM", "/usr/bin/chromium")
+BROWSER_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-sync",
+                "--disable-background-networking", "--disable-component-update"]
 
 
 @contextlib.contextmanager
@@ -205,9 +207,7 @@ def browser():
     from playwright.sync_api import sync_playwright
 
     with sync_playwright() as p:
-        b = p.chromium.launch(executable_path=CHROMIUM, args=[
-            "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-sync",
-            "--disable-background-networking", "--disable-component-update"])
+        b = p.chromium.launch(executable_path=CHROMIUM, args=BROWSER_ARGS)
         yield b
         b.close()
 
