@@ -133,6 +133,11 @@ def ray_test_cluster(*nodes: dict):
     from ray.cluster_utils import Cluster
 
     handlers = {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)}
+    # Ray starts its workers at niceness 15; these nodes share one machine with the tests and whatever else
+    # loads it, where a worker that imports torch at that niceness waits minutes for a core: the ranks run at
+    # the tests' own priority, as they would on nodes of their own.
+    nice = os.environ.get("RAY_worker_niceness")
+    os.environ["RAY_worker_niceness"] = "0"
     cluster = Cluster(initialize_head=True, head_node_args=dict(
         num_cpus=0, object_store_memory=RAY_NODE_MEMORY, include_dashboard=False))
     try:
@@ -143,6 +148,10 @@ def ray_test_cluster(*nodes: dict):
         cluster.shutdown()
         for s, h in handlers.items():
             signal.signal(s, h)
+        if nice is None:
+            os.environ.pop("RAY_worker_niceness", None)
+        else:
+            os.environ["RAY_worker_niceness"] = nice
 
 
 # ---- a real app server and a real browser (headless Debian chromium via Playwright) ------------

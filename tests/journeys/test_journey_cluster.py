@@ -40,7 +40,8 @@ def test_a_run_from_the_training_page_runs_on_the_cluster_and_the_jobs_page_says
                 settle(bob)
                 bob.get_by_text("Show the whole class's jobs (read-only)").click()
                 settle(bob)
-                assert bob.get_by_role("heading", name=f"Job {rid}").count() == 1
+                bob.get_by_role("heading", name=f"Job {rid}").wait_for(timeout=60_000)
+                settle(bob)
                 assert bob.get_by_role("button", name="Stop", exact=True).count() == 0
 
                 alice.goto(base + "/jobs")
