@@ -29,9 +29,10 @@ st.markdown(
     "**running**, watched through per-worker heartbeats → **ended** → resources **released**. A worker that dies or "
     "hangs raises an **alarm**; the job then fails, or (policy *recover*) **restarts** from its last checkpoint "
     f"without that worker. Everything in the job list is {ui.badge('measured')} from the run store.")
+where = ("ranks placed by the Ray cluster, which starts a job once all its ranks fit" if jm.cluster else
+         f"placement policy {POLICY_LABELS[jm.policy]}; {jm.book.total} worker slots on {len(jm.book.groups)} core(s)")
 st.caption(f"Queue: fair across sessions (round-robin by session, in order within one); at most {jm.capacity} "
-           f"job(s) at a time; placement policy {POLICY_LABELS[jm.policy]}; "
-           f"{jm.book.total} worker slots on {len(jm.book.groups)} core(s).")
+           f"job(s) at a time; {where}.")
 if failing := job_views.recent_failures(jm.failures):
     st.error("The job manager keeps failing (its log has the tracebacks): " + ui.plain(failing),
              icon=":material/error:")
