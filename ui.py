@@ -76,6 +76,17 @@ def caption(kind: str, text: str) -> None:
     st.caption(f"{badge(kind)} {text}")
 
 
+def columns(spec: dict) -> dict:
+    """Streamlit column configs from a plain column spec (a table's columns as lab/view declares them):
+    column -> {"kind": "number" | "datetime" | "select", and "label", "format", "min", "max", "step",
+    "options" as the kind takes them}."""
+    make = {"number": st.column_config.NumberColumn, "datetime": st.column_config.DatetimeColumn,
+            "select": st.column_config.SelectboxColumn}
+    names = {"min": "min_value", "max": "max_value"}
+    return {col: make[c["kind"]](**{names.get(k, k): v for k, v in c.items() if k != "kind"})
+            for col, c in spec.items()}
+
+
 @contextlib.contextmanager
 def guarded(what: str = "this step") -> Iterator[None]:
     """Show a LabError as its message and any other exception as a short message, no traceback;
@@ -490,7 +501,9 @@ def setting(where, spec: Spec, value, key: str, *, format_func=None, **kw):
 
 def control(where, key: str, *, format_func=None, **kw):
     """The widget of one page control of the view table (:data:`lab.view.state.VIEW`), its value from the
-    session (the view seeds it)."""
+    session (the view seeds it); a control the active lesson hides draws nothing and keeps its view value."""
+    if hidden(key):
+        return view_value(key)
     return _widget(where, viewstate.VIEW[key].spec, key, format_func=format_func, **kw)
 
 

@@ -27,8 +27,8 @@ SIZES = list(ALLREDUCE_SIZES)
 
 c1, c2 = st.columns(2)  # two columns and the ring below them: a 1024-pixel projector shows them whole
 # A lesson may hide a control for a focused exercise (ui.hidden): its value from the lesson stays in force.
-source = ui.view_value("ar_source") if ui.hidden("ar_source") else ui.control(
-    c1, "ar_source", format_func={"topology": "of the scenario's topology", "identical": "N identical devices"}.get)
+source = ui.control(c1, "ar_source",
+                    format_func={"topology": "of the scenario's topology", "identical": "N identical devices"}.get)
 if source == "topology":
     chosen_before = tuple(ui.view_value("ar_devices") or ())
     fitted, changed = fit_subset(chosen_before, topo.device_names, C.default_participants(topo))
@@ -43,11 +43,10 @@ else:
     bw = VIEW["ar_bw"].spec.default if lesson else ui.control(c1, "ar_bw")
     lat = VIEW["ar_lat"].spec.default if lesson else ui.control(c1, "ar_lat")
     cluster, names = C.uniform_star(n, bw * 1e9, lat * 1e-6), C.default_names(n)
-alg = ui.view_value("ar_alg") if ui.hidden("ar_alg") else ui.control(c2, "ar_alg")
-nbytes = ui.view_value("ar_size") if ui.hidden("ar_size") else ui.control(c2, "ar_size", format_func=M.human_bytes)
+alg = ui.control(c2, "ar_alg")
+nbytes = ui.control(c2, "ar_size", format_func=M.human_bytes)
 c3 = st.container()
-order_mode = ui.view_value("ar_order") if ui.hidden("ar_order") else ui.control(
-    c3, "ar_order", format_func={"given": "as listed", "lab": "the lab's: widest slowest hop"}.get)
+order_mode = ui.control(c3, "ar_order", format_func={"given": "as listed", "lab": "the lab's: widest slowest hop"}.get)
 
 setup = None
 with ui.guarded("the all-reduce set-up"):

@@ -22,17 +22,8 @@ jm, owner = ui.job_manager()  # one manager per run store, shared by every sessi
 runs_store = store()
 jm.sweep()  # runs whose launcher died without a word become interrupted
 st.title("Jobs")
-st.markdown(
-    "Every training job goes through the task-level design's lifecycle: **submitted** → **parsed** into a task manager (the "
-    "launcher), a parameter server where the sync mode has one, and compute workers → **scheduled** onto resource "
-    "groups (here: this machine's CPU cores, a few worker slots each) → **started** → data **split and shipped** → "
-    "**running**, watched through per-worker heartbeats → **ended** → resources **released**. A worker that dies or "
-    "hangs raises an **alarm**; the job then fails, or (policy *recover*) **restarts** from its last checkpoint "
-    f"without that worker. Everything in the job list is {ui.badge('measured')} from the run store.")
-where = ("ranks placed by the Ray cluster, which starts a job once all its ranks fit" if jm.cluster else
-         f"placement policy {POLICY_LABELS[jm.policy]}; {jm.book.total} worker slots on {len(jm.book.groups)} core(s)")
-st.caption(f"Queue: fair across sessions (round-robin by session, in order within one); at most {jm.capacity} "
-           f"job(s) at a time; {where}.")
+st.markdown(job_views.intro(ui.badge("measured")))
+st.caption(job_views.queue_rules(jm))
 if failing := job_views.recent_failures(jm.failures):
     st.error("The job manager keeps failing (its log has the tracebacks): " + ui.plain(failing),
              icon=":material/error:")
@@ -113,16 +104,9 @@ def live_view() -> None:
     for rid, attempt, summary, action in job_views.alarm_lines(recent):
         st.error(f"Alarm, job {rid}, attempt {attempt}: {ui.plain(summary)} → {ui.plain(action)}",
                  icon=":material/notifications_active:")
-    st.dataframe(job_views.shown_times(table), hide_index=True, key="jobs_table", column_config={
-        "queue": st.column_config.NumberColumn("queue (place)", format="%d"),
-        "queued_s": st.column_config.NumberColumn("waited (s)", format="%.1f"),
-        "ran_s": st.column_config.NumberColumn("ran (s)", format="%.1f"),
-        "submitted": st.column_config.DatetimeColumn("submitted (UTC)", format="HH:mm:ss"),
-        "start": st.column_config.DatetimeColumn("start (UTC)", format="HH:mm:ss"),
-        "end": st.column_config.DatetimeColumn("end (UTC)", format="HH:mm:ss"),
-        "restarts": st.column_config.NumberColumn("restarts (count)"),
-        "alarms": st.column_config.NumberColumn("alarms (count)")})
-    slots = "slots on the Ray cluster" if jm.cluster else "local worker slots"
+    st.dataframe(job_views.shown_times(table), hide_index=True, key="jobs_table",
+                 column_config=ui.columns(job_views.JOB_COLUMNS))
+    slots = job_views.slot_words(jm)
     ui.caption("measured", "Times are wall-clock (UTC) from the run store; 'waited' is submission to start, "
                f"'ran' start to end; resources are the {slots} the job manager gave it.")
     rows, _ = job_views.slot_timeline(runs_store, list(table.id[:20]))
@@ -164,7 +148,7 @@ def details(rid: str) -> None:
     if len(ev):
         st.plotly_chart(figs.stages_figure(ev.to_dict("records"), {rid: rid}), key="jobs_stages")
         st.dataframe(job_views.stage_table(ev), hide_index=True, key="jobs_stage_table",
-                     column_config={"time since submitted (s)": st.column_config.NumberColumn(format="%.2f")})
+                     column_config=ui.columns(job_views.STAGE_COLUMNS))
         ui.caption("measured", "Lifecycle events as the job manager, the launcher and rank 0 recorded them.")
         where = job_views.rank_nodes(ev)
         if len(where):
@@ -173,8 +157,7 @@ def details(rid: str) -> None:
     beats = runs_store.heartbeats(rid)
     if run["status"] == "running" and len(beats):
         st.plotly_chart(figs.heartbeat_figure(*job_views.heartbeat_ages(beats), heartbeat_timeout()), key="jobs_beats")
-        ui.caption("measured", "comm: waiting for its peers (not blamed); busy: computing. A busy worker past the "
-                   "line is declared hung; one whose heartbeat file stops changing, frozen.")
+        ui.caption("measured", job_views.BEATS_CAPTION)
     tails = job_views.log_tails(jm, rid)
     if tails:
         st.markdown("**Log tail per worker**")
@@ -186,10 +169,7 @@ live()
 
 # ---------------------------------------------------------------- what-if
 st.header("What if: several jobs on a topology's resource groups")
-st.markdown("The task-level design's two policies, played on the resource groups (one hardware type each) of a topology. A job "
-            "needs *tasks* devices and an amount of *work*; it runs as fast as its slowest device "
-            "(synchronous data parallelism): duration = work / (tasks × slowest device's matmul FLOP/s). "
-            f"Everything here is {ui.badge('modelled')}.")
+st.markdown(job_views.whatif_intro(ui.badge("modelled")))
 with ui.guarded("the scheduling what-if"):
     names = ["scenario"] + list(PRESET_LABELS)
     which = st.selectbox("Topology", names, index=names.index("gpu-npu"), key="jobs_topo",
@@ -199,11 +179,8 @@ with ui.guarded("the scheduling what-if"):
     st.dataframe(job_views.group_table(groups), hide_index=True, key="jobs_groups")
     default = pd.DataFrame(job_views.WHATIF_JOBS)
     types = ["any"] + sorted({g.type for g in groups})
-    edited = st.data_editor(default, num_rows="dynamic", key="jobs_whatif", hide_index=True, column_config={
-        "tasks": st.column_config.NumberColumn("tasks (devices)", min_value=1, max_value=64, step=1),
-        "work (PFLOP)": st.column_config.NumberColumn(min_value=0.001, max_value=1e6),
-        "submit (s)": st.column_config.NumberColumn(min_value=0.0, max_value=1e6),
-        "type": st.column_config.SelectboxColumn("device type", options=types)})
+    edited = st.data_editor(default, num_rows="dynamic", key="jobs_whatif", hide_index=True,
+                            column_config=ui.columns(job_views.whatif_columns(types)))
     cap = st.number_input("At most this many jobs at once (0: no limit)", 0, 100, 0, key="jobs_maxrun")
     schedules, devices = job_views.whatif(groups, edited, cap)
     cols = st.columns(len(POLICIES))
@@ -211,13 +188,9 @@ with ui.guarded("the scheduling what-if"):
         s = schedules[p]
         col.plotly_chart(figs.timeline_figure(s.rows(), title=POLICY_LABELS[p], resources=devices,
                                               x_title="simulated time (s)"), key=f"jobs_sim_{p}")
-        col.metric("Makespan (s)", f"{s.makespan:.1f}")
-        col.metric("Mean wait in the queue (s)", f"{s.mean_wait:.1f}")
-        col.metric("Device utilisation (%)", f"{100 * s.utilisation:.0f}")
+        for label, value in job_views.whatif_metrics(s):
+            col.metric(label, value)
         if s.unplaceable:
             col.warning("Too large for this policy even on the empty groups (never start): "
                         + ui.plain(", ".join(s.unplaceable)))
-    ui.caption("modelled", "Jobs start in fair order (round-robin over owners) wherever they fit now; a job that "
-               "does not fit is passed over. Uniform spreads a job over groups of different speeds, so it runs at "
-               "the slowest group's pace; resource-state keeps it in one group but cannot start a job larger than "
-               "every group.")
+    ui.caption("modelled", job_views.WHATIF_CAPTION)

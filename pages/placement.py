@@ -4,14 +4,12 @@ import pandas as pd
 import streamlit as st
 
 import ui
-from lab.errors import LabError
 from lab.figures import placement as figs
 from lab.view import jobs as job_views
 from lab.machine import plans
 from lab.machine.calibrated_model import cost_model
 from lab.machine.profile import load_profile
 from lab.modelled import placement as pl
-from lab.modelled.balance import RULES, per_sample_times
 from lab.modelled.opgraph import trace
 from lab.scenario.names import STRATEGY_SHORT
 from lab.store.runs import store
@@ -21,13 +19,7 @@ sc = ui.scenario_sidebar()
 topo = sc.topology
 pins = dict(sc.training.pins)
 st.title("Placement")
-st.markdown("Each preset model is traced (torch.fx) into operators with FLOPs and bytes. A cost model turns them "
-            "into seconds on every device of the scenario's topology and transfers into seconds over the route "
-            "(**latency + bytes / bottleneck**). Each strategy then places every operator; a **pin** puts one "
-            "operator on a device of your choice and the strategy places the rest around it. The plans are "
-            "modelled: from the catalogue's throughputs, or from this machine's calibrated costs (the numbers the "
-            "Training page predicts with). Under **Run the plan**, a plan runs in real processes and is measured "
-            "beside the model.")
+st.markdown(pv.INTRO)
 
 
 @st.cache_data(max_entries=32, show_spinner=False)
@@ -44,9 +36,9 @@ def set_pins(change: str) -> None:
 
 c1, c2, c3 = st.columns([3, 2, 4])
 model = ui.control(c1, "pl_model")
-batch = int(ui.view_value("pl_batch") if ui.hidden("pl_batch") else ui.control(c2, "pl_batch"))
+batch = int(ui.control(c2, "pl_batch"))
 strategy = ui.control(c3, "pl_strategy", format_func=pl.STRATEGY_LABELS.get)
-cm_name = ui.view_value("pl_cost") if ui.hidden("pl_cost") else ui.control(st, "pl_cost")
+cm_name = ui.control(st, "pl_cost")
 st.caption(pv.topology_line(topo, ui.plain))
 
 og = g = cm = None
@@ -59,8 +51,7 @@ if og is None or cm is None:
 st.caption(f"Cost model: {cm.describe()}. Transfers: latency + bytes / bottleneck bandwidth of the route.")
 p1, p2, p3, p4, p5 = st.columns([2, 2, 1, 1, 1], vertical_alignment="bottom")
 for key, options in (("pl_pin_op", og.names), ("pl_pin_dev", topo.device_names)):
-    if st.session_state.get(key) not in options:  # another model or topology: start from its first entry
-        st.session_state[key] = options[0]  # set, not dropped, so the browser's box follows
+    st.session_state[key] = pv.keep_choice(st.session_state.get(key), options)  # set, so the browser's box follows
 op = p1.selectbox("Operator to pin", og.names, key="pl_pin_op")
 p2.selectbox("on device", topo.device_names, key="pl_pin_dev")
 p3.button("Pin", key="pl_pin", on_click=set_pins, args=("pin",))
@@ -70,13 +61,10 @@ st.markdown(pv.pins_line(pins, ui.plain))
 
 with ui.guarded("the placement"):
     g = pl.TaskGraph.from_model(og, topo, model=cm).with_pins(pins)
-    shown, note = pl.graph_for(strategy, g)
+    shown, note, s, transfers, reasons = pv.placed(strategy, g)
     if note:
         st.info(note, icon=":material/info:")
-    s = pl.run_strategy(strategy, shown).validate(shown)
     scale, unit = figs.time_unit(s.makespan)
-    transfers = pl.transfer_rows(shown, s)
-    reasons = pl.reasons(shown, s)
     for col, (label, value) in zip(st.columns(4), pl.plan_metrics(s, len(og), transfers, scale, unit)):
         col.metric(label, value)
     if s.note:
@@ -88,20 +76,16 @@ with ui.guarded("the placement"):
 
     st.subheader("Why is an operator where it is?")
     names = [str(t) for t in shown.tasks]
-    if ui.view_value("pl_why") not in names:
-        old = ui.view_value("pl_why")
-        ui.set_view("pl_why", names[0], notice=f"The operator explained is now {names[0]} ({old} is not in this "
-                                               "graph)." if old else None)
+    why, notice = pv.explained(names, ui.view_value("pl_why"))
+    if why != ui.view_value("pl_why"):
+        ui.set_view("pl_why", why, notice=notice)
     task = st.selectbox("Operator", names, key="pl_why")
     rows = pl.why(shown, s, task)
     w1, w2 = st.columns([3, 2])
     w1.dataframe(pd.DataFrame(figs.why_table(rows)), hide_index=True, key="pl_why_table")
     w1.markdown(f"**{ui.plain(task)}** ({ui.plain(str(shown.task_class(task)))}): {ui.plain(reasons[task])}.")
     w2.plotly_chart(figs.why_figure(rows, task), key="pl_why_fig")
-    ui.caption("modelled", "the finish on each device as the earliest-finish rule weighs it when the plan places "
-                           "this operator (greedy earliest finish: in topological order; other strategies: in start "
-                           "order), with the operators placed before it already queued: inputs exist + transfer "
-                           "+ wait for the device + compute = finish.")
+    ui.caption("modelled", pv.WHY_CAPTION)
 
     st.subheader("Against a baseline")
     record = pl.plan_record(model, batch, strategy, pins, s, topo, cm_name)
@@ -110,38 +94,30 @@ with ui.guarded("the placement"):
               on_click=lambda: ui.set_view("pl_baseline", pv.baseline_json(record)))
     k2.button("Clear baseline", key="pl_base_clear", disabled=not ui.view_value("pl_baseline"),
               on_click=lambda: ui.set_view("pl_baseline", ""))
-    base = None
-    try:
-        base = pv.baseline_from_json(ui.view_value("pl_baseline"))
-    except LabError as exc:
-        ui.set_view("pl_baseline", "", notice=f"The baseline in the link was dropped: {exc}")
-    if base is not None:
-        summary, brows = pl.compare_plans(base, record)
+    summary, brows, dropped = pv.against_baseline(ui.view_value("pl_baseline"), record)
+    if dropped:
+        ui.set_view("pl_baseline", "", notice=dropped)
+    if brows is not None:
         st.markdown(f"**{ui.plain(summary)}** {ui.badge('modelled')}")
-        unit_cols = {c: st.column_config.NumberColumn(format="%.4g") for c in figs.baseline_table(brows)[0]
-                     if c.startswith(("baseline (", "now (", "change ("))}
-        st.dataframe(pd.DataFrame(figs.baseline_table(brows)), hide_index=True, key="pl_base_table",
-                     column_config=unit_cols | {"change (%)": st.column_config.NumberColumn(format="%+.1f")})
-        ui.caption("modelled", "busy time per device (compute only), then the makespan, in the baseline and now. "
-                               "The baseline travels in the page link.")
+        table = figs.baseline_table(brows)
+        st.dataframe(pd.DataFrame(table), hide_index=True, key="pl_base_table",
+                     column_config=ui.columns(pv.baseline_columns(table[0])))
+        ui.caption("modelled", pv.BASELINE_CAPTION)
     else:
-        st.caption("Keep a plan, then pin an operator, change the strategy or edit a link on the Topology page to see "
-                   "what it costs.")
+        st.caption(pv.NO_BASELINE)
 
     st.subheader("Assignment")
     st.dataframe(pd.DataFrame(figs.assignment_table(pl.schedule_table(shown, s), scale, unit, reasons)),
                  hide_index=True, key="pl_table")
-    ui.caption("modelled", f"times in {unit}; an empty 'on device' cell means that device has no kernel for the "
-                           "operator's class (or a pin excludes it). Data-layout ops (view, flatten, transpose) are "
-                           "merged into the operator that produced their input.")
+    ui.caption("modelled", pv.assignment_caption(unit))
     st.plotly_chart(figs.dag_figure(shown.topological_order(), shown.edges, s.assignment, shown.devices,
                                     pl.task_labels(shown), "Operator graph coloured by device"), key="pl_dag")
-    ui.caption("modelled", "red dashed edges are activations sent between devices.")
+    ui.caption("modelled", pv.DAG_CAPTION)
     usage = pl.device_usage(shown, s)
     u1, u2 = st.columns(2)
     u1.plotly_chart(figs.usage_figure(usage, s.makespan), key="pl_usage")
     u2.plotly_chart(figs.memory_figure(usage), key="pl_memory")
-    ui.caption("modelled", "memory = parameters + output activations (float32) of the operators placed there.")
+    ui.caption("modelled", pv.MEMORY_CAPTION)
     over = pl.over_full(usage)
     if over:
         st.warning(f"Over-full: {ui.plain(', '.join(over))} hold more than their memory.", icon=":material/warning:")
@@ -154,9 +130,8 @@ if g is not None:
             st.markdown(note)
         st.plotly_chart(figs.comparison_figure(rows), key="pl_compare")
         st.dataframe(pd.DataFrame(figs.comparison_table(rows)), hide_index=True, key="pl_compare_table",
-                     column_config={"above optimum (%)": st.column_config.NumberColumn(format="%.1f")})
-        ui.caption("modelled", f"one {cm.pass_} of one batch, with the pins; chain_dp optimises the steady pipeline "
-                               "bottleneck (its note), not this single-pass makespan.")
+                     column_config=ui.columns(pv.COMPARISON_COLUMNS))
+        ui.caption("modelled", pv.comparison_caption(cm.pass_))
 
 st.subheader("Run the plan: measured beside modelled")
 st.markdown(pv.run_intro())
@@ -236,8 +211,7 @@ for i, n in enumerate(dnames):
     if ui.view_value(f"pl_slow_{n}") is None:
         ui.set_view(f"pl_slow_{n}", defaults[n])
     slowdown[n] = cols[i % len(cols)].number_input(f"{ui.plain(n)} slowdown (×)", 0.01, 1e6, key=f"pl_slow_{n}")
-b2.caption(f"By default {ui.plain(fastest)} (the catalogue's fastest matmul device) runs 20× slower than its "
-           "datasheet.")
+b2.caption(pv.slowdown_note(fastest, ui.plain))
 knobs = pv.BALANCE_KNOBS
 if ui.lesson_mode():  # lesson mode hides the knobs and keeps their values
     noise, seed, tol, patience, max_rounds = (ui.view_value(k) for k in knobs)
@@ -245,17 +219,15 @@ else:
     noise, seed, tol, patience, max_rounds = (ui.control(col, k) for col, k in zip(st.columns(5), knobs))
 if g is not None:
     with ui.guarded("the balancing loop"):
-        per_sample = per_sample_times(og, topo, model=cm) if mode == "data" else None
+        results, per_sample, nodes, ref_time = pv.balancing(g, og, topo, cm, mode, batch, slowdown, noise, seed, tol,
+                                                            patience, max_rounds)
         if per_sample is not None:
             st.caption(pv.data_nodes_line(per_sample, batch, ui.plain))
-        results = pv.run_balancing(g, per_sample, batch, slowdown, noise, seed, tol, patience, max_rounds)
-        nodes = results[RULES[0]].nodes
-        ref = results[RULES[0]].reference
         scale, unit = figs.balance_time_unit(results)
-        st.plotly_chart(figs.balance_figure(figs.balance_series(results), nodes, ref["round_time"]), key="pl_balance")
+        st.plotly_chart(figs.balance_figure(figs.balance_series(results), nodes, ref_time), key="pl_balance")
         ui.caption("modelled", "each round is simulated with the cost model at the true speeds, not run.")
         for r, res in results.items():
-            st.markdown(pv.balance_summary(r, res, mode, ref["round_time"], scale, unit, ui.plain)
+            st.markdown(pv.balance_summary(r, res, mode, ref_time, scale, unit, ui.plain)
                         + f" {ui.badge('modelled')}.")
         for tab, (r, res) in zip(st.tabs([f"rounds: {r}" for r in results]), results.items()):
             tab.dataframe(pd.DataFrame(figs.rounds_table(res, nodes, mode, scale, unit)), hide_index=True,
@@ -284,13 +256,10 @@ if g is not None and mode == "model":
                 st.caption("Run the balancing loop to see it measured here beside the model.")
                 return
             st.plotly_chart(figs.balance_outcome_figure(pv.balance_outcome(runs_store, bal_ids)), key="pl_bal_outcome")
-            ui.caption("measured", "every plan on the same emulated cluster; a loop's step is its last round's "
-                                   "(mean after the round's warm-up step), a plan's the median after 2 warm-up steps.")
+            ui.caption("measured", pv.BALANCE_OUTCOME_CAPTION)
             for rid, line, measured, modelled in pv.balance_run_panels(runs_store, bal_ids, results, ui.plain):
                 st.markdown(line + f" {ui.badge('measured')}")
                 st.plotly_chart(figs.balance_rounds_figure(measured, modelled), key=f"pl_bal_fig_{rid}")
-            ui.caption("measured", "solid: what each run measured, round by round; dashed: the loop above, "
-                                   "simulated by the cost model (modelled). Shares and ratios, because the cost "
-                                   "model's seconds are not this machine's; the seconds are in the hover.")
+            ui.caption("measured", pv.BALANCE_ROUNDS_CAPTION)
 
     balance_runs()

@@ -157,8 +157,7 @@ d2.download_button("Download whole scenario JSON", sc.to_json(), file_name="scen
 
 # ---- paths ----------------------------------------------------------------------------------------
 st.subheader("Routes and transfer times")
-size_mb = ui.view_value("topo_size") if ui.hidden("topo_size") else ui.control(st, "topo_size",
-                                                                             format_func=lambda x: f"{x:g}")
+size_mb = ui.control(st, "topo_size", format_func=lambda x: f"{x:g}")
 nbytes = size_mb * 1e6
 with ui.guarded("the path matrix"):
     st.plotly_chart(figures.path_heatmap(topo.path_matrix(nbytes), nbytes), key="topo_heat")

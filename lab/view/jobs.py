@@ -8,7 +8,7 @@ from typing import Any, Iterable, Mapping, Sequence
 from lab.errors import LabError
 from lab.jobs.access import TEACHER
 from lab.jobs.manager import JobManager
-from lab.modelled.scheduling import Group, JobRequest, compare_policies
+from lab.modelled.scheduling import POLICY_LABELS, Group, JobRequest, compare_policies
 from lab.processes import tail_text
 from lab.scenario.names import OPTIMIZER_LABELS, OPTIMIZER_SHORT
 from lab.store.runs import ACTIVE, RunStore
@@ -400,3 +400,72 @@ def whatif(groups: Sequence[Any], edited: Any, max_running: int) -> tuple[dict, 
     schedules = compare_policies(groups, whatif_requests(edited), max_running or None)
     return schedules, [d for g in groups if g.speed > 0 for d in g.devices]
 
+
+
+# ----- what the Jobs page says --------------------------------------------------------------------
+def intro(measured: str) -> str:
+    """The Jobs page's opening: a job's lifecycle (``measured``: the page's badge)."""
+    return ("Every training job goes through the task-level design's lifecycle: **submitted** → **parsed** into a "
+            "task manager (the launcher), a parameter server where the sync mode has one, and compute workers → "
+            "**scheduled** onto resource groups (here: this machine's CPU cores, a few worker slots each) → "
+            "**started** → data **split and shipped** → **running**, watched through per-worker heartbeats → "
+            "**ended** → resources **released**. A worker that dies or hangs raises an **alarm**; the job then "
+            "fails, or (policy *recover*) **restarts** from its last checkpoint without that worker. Everything in "
+            f"the job list is {measured} from the run store.")
+
+
+def queue_rules(jm: JobManager) -> str:
+    """How the job manager queues and where it places: this machine's slots, or a Ray cluster."""
+    where = ("ranks placed by the Ray cluster, which starts a job once all its ranks fit" if jm.cluster else
+             f"placement policy {POLICY_LABELS[jm.policy]}; {jm.book.total} worker slots on "
+             f"{len(jm.book.groups)} core(s)")
+    return (f"Queue: fair across sessions (round-robin by session, in order within one); at most {jm.capacity} "
+            f"job(s) at a time; {where}.")
+
+
+def slot_words(jm: JobManager) -> str:
+    """What a job's slots are: this machine's, or the Ray cluster's."""
+    return "slots on the Ray cluster" if jm.cluster else "local worker slots"
+
+
+#: The job table's columns as the Jobs page formats them.
+JOB_COLUMNS = {
+    "queue": {"kind": "number", "label": "queue (place)", "format": "%d"},
+    "queued_s": {"kind": "number", "label": "waited (s)", "format": "%.1f"},
+    "ran_s": {"kind": "number", "label": "ran (s)", "format": "%.1f"},
+    "submitted": {"kind": "datetime", "label": "submitted (UTC)", "format": "HH:mm:ss"},
+    "start": {"kind": "datetime", "label": "start (UTC)", "format": "HH:mm:ss"},
+    "end": {"kind": "datetime", "label": "end (UTC)", "format": "HH:mm:ss"},
+    "restarts": {"kind": "number", "label": "restarts (count)"},
+    "alarms": {"kind": "number", "label": "alarms (count)"},
+}
+STAGE_COLUMNS = {"time since submitted (s)": {"kind": "number", "format": "%.2f"}}
+
+BEATS_CAPTION = ("comm: waiting for its peers (not blamed); busy: computing. A busy worker past the line is declared "
+                 "hung; one whose heartbeat file stops changing, frozen.")
+
+
+def whatif_intro(modelled: str) -> str:
+    return ("The task-level design's two policies, played on the resource groups (one hardware type each) of a "
+            "topology. A job needs *tasks* devices and an amount of *work*; it runs as fast as its slowest device "
+            "(synchronous data parallelism): duration = work / (tasks × slowest device's matmul FLOP/s). "
+            f"Everything here is {modelled}.")
+
+
+WHATIF_CAPTION = ("Jobs start in fair order (round-robin over owners) wherever they fit now; a job that does not fit "
+                  "is passed over. Uniform spreads a job over groups of different speeds, so it runs at the slowest "
+                  "group's pace; resource-state keeps it in one group but cannot start a job larger than every group.")
+
+
+def whatif_columns(types: Sequence[str]) -> dict:
+    """The what-if's editable job table: its columns' bounds, and the device types a job may ask for."""
+    return {"tasks": {"kind": "number", "label": "tasks (devices)", "min": 1, "max": 64, "step": 1},
+            "work (PFLOP)": {"kind": "number", "min": 0.001, "max": 1e6},
+            "submit (s)": {"kind": "number", "min": 0.0, "max": 1e6},
+            "type": {"kind": "select", "label": "device type", "options": list(types)}}
+
+
+def whatif_metrics(schedule) -> list[tuple[str, str]]:
+    """A policy's simulated schedule in three numbers, as the what-if shows them."""
+    return [("Makespan (s)", f"{schedule.makespan:.1f}"), ("Mean wait in the queue (s)", f"{schedule.mean_wait:.1f}"),
+            ("Device utilisation (%)", f"{100 * schedule.utilisation:.0f}")]

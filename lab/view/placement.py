@@ -11,12 +11,14 @@ from typing import Any, Callable, Mapping, Sequence
 from lab.errors import LabError
 from lab.jobs.comparison import Spread
 from lab.machine import plans
+from lab.modelled import placement as pl
 from lab.modelled.balance import (
     RULE_LABELS,
     RULES,
     BalanceResult,
     balance_data_parallel,
     balance_model_parallel,
+    per_sample_times,
 )
 from lab.scenario.document import Spec, check_pins
 from lab.scenario.names import COST_MODELS, MODELS, STRATEGY_LABELS, STRATEGY_NAMES, STRATEGY_SHORT
@@ -423,6 +425,101 @@ def balance_run_panels(store: Any, run_ids: Sequence[str], simulated: Mapping[st
                         modelled_rounds_rows(simulated[rule]) if rule in simulated else None))
     return out
 
+
+
+
+def keep_choice(current: Any, options: Sequence) -> Any:
+    """A select box's value after its options changed (another model or topology): the same while it is still
+    offered, else the first option."""
+    return current if current in options else options[0]
+
+
+def placed(strategy: str, g) -> tuple:
+    """The plan of ``strategy`` on task graph ``g`` as the page shows it: (the graph it placed, which drops
+    pins the strategy cannot honour, with a note saying so; the validated schedule; its transfers; the reason
+    for every operator's device)."""
+    shown, note = pl.graph_for(strategy, g)
+    s = pl.run_strategy(strategy, shown).validate(shown)
+    return shown, note, s, pl.transfer_rows(shown, s), pl.reasons(shown, s)
+
+
+def balancing(g, og, topology, cost_model, mode: str, batch: int, slowdown: Mapping[str, float], noise: float,
+              seed: int, tolerance: float, patience: int, max_rounds: int) -> tuple:
+    """Both rules' balancing loops in ``mode`` ("model": operators across devices; "data": batch shares, from
+    each device's seconds per sample): (results by rule, the seconds per sample or None, the nodes balanced,
+    the reference round time)."""
+    per_sample = per_sample_times(og, topology, model=cost_model) if mode == "data" else None
+    results = run_balancing(g, per_sample, batch, slowdown, noise, seed, tolerance, patience, max_rounds)
+    first = results[RULES[0]]
+    return results, per_sample, first.nodes, first.reference["round_time"]
+
+
+# ----- what the Placement page says ----------------------------------------------------------------
+INTRO = ("Each preset model is traced (torch.fx) into operators with FLOPs and bytes. A cost model turns them into "
+         "seconds on every device of the scenario's topology and transfers into seconds over the route (**latency "
+         "+ bytes / bottleneck**). Each strategy then places every operator; a **pin** puts one operator on a device "
+         "of your choice and the strategy places the rest around it. The plans are modelled: from the catalogue's "
+         "throughputs, or from this machine's calibrated costs (the numbers the Training page predicts with). Under "
+         "**Run the plan**, a plan runs in real processes and is measured beside the model.")
+WHY_CAPTION = ("the finish on each device as the earliest-finish rule weighs it when the plan places this operator "
+               "(greedy earliest finish: in topological order; other strategies: in start order), with the operators "
+               "placed before it already queued: inputs exist + transfer + wait for the device + compute = finish.")
+BASELINE_CAPTION = ("busy time per device (compute only), then the makespan, in the baseline and now. The baseline "
+                    "travels in the page link.")
+NO_BASELINE = ("Keep a plan, then pin an operator, change the strategy or edit a link on the Topology page to see what "
+               "it costs.")
+DAG_CAPTION = "red dashed edges are activations sent between devices."
+MEMORY_CAPTION = "memory = parameters + output activations (float32) of the operators placed there."
+COMPARISON_COLUMNS = {"above optimum (%)": {"kind": "number", "format": "%.1f"}}
+BALANCE_OUTCOME_CAPTION = ("every plan on the same emulated cluster; a loop's step is its last round's (mean after "
+                           "the round's warm-up step), a plan's the median after 2 warm-up steps.")
+BALANCE_ROUNDS_CAPTION = ("solid: what each run measured, round by round; dashed: the loop above, simulated by the "
+                          "cost model (modelled). Shares and ratios, because the cost model's seconds are not this "
+                          "machine's; the seconds are in the hover.")
+
+
+def assignment_caption(unit: str) -> str:
+    return (f"times in {unit}; an empty 'on device' cell means that device has no kernel for the operator's class (or "
+            "a pin excludes it). Data-layout ops (view, flatten, transpose) are merged into the operator that "
+            "produced their input.")
+
+
+def comparison_caption(pass_: str) -> str:
+    return (f"one {pass_} of one batch, with the pins; chain_dp optimises the steady pipeline bottleneck (its note), "
+            "not this single-pass makespan.")
+
+
+def slowdown_note(fastest: str, plain: Plain = str) -> str:
+    return f"By default {plain(fastest)} (the catalogue's fastest matmul device) runs 20× slower than its datasheet."
+
+
+def explained(names: Sequence[str], current: str | None) -> tuple[str, str | None]:
+    """The operator the "why" panel explains: the current one while the graph has it, else the first, with a
+    notice naming the one that went."""
+    if current in names:
+        return current, None
+    notice = f"The operator explained is now {names[0]} ({current} is not in this graph)." if current else None
+    return names[0], notice
+
+
+def against_baseline(text: str, record: Mapping) -> tuple[str, list | None, str | None]:
+    """The plan ``record`` beside the baseline the link keeps as ``text``: (summary, per-device rows, or None
+    without a baseline; a notice when the link's baseline could not be read and is dropped)."""
+    try:
+        base = baseline_from_json(text)
+    except LabError as exc:
+        return "", None, f"The baseline in the link was dropped: {exc}"
+    if base is None:
+        return "", None, None
+    summary, rows = pl.compare_plans(base, record)
+    return summary, rows, None
+
+
+def baseline_columns(columns: Sequence[str]) -> dict:
+    """The baseline table's number formats: times to four significant digits, the change as a signed percentage."""
+    spec = {c: {"kind": "number", "format": "%.4g"} for c in columns
+            if c.startswith(("baseline (", "now (", "change ("))}
+    return spec | {"change (%)": {"kind": "number", "format": "%+.1f"}}
 
 __all__ = ["baseline_json", "baseline_from_json", "measured_plan_step", "plan_key", "BALANCE_BASELINES", "balance_items", "balance_outcome", "balance_run_intro", "balance_scenario", "balance_run_rows", "modelled_rounds_rows",
            "balance_run_line", "MAX_BALANCE_RUN_STEPS", "strategy_ranking", "shown_runs", "run_exists", "outcome_metrics", "measured_badge", "gantt_title", "gantt_caption",

@@ -203,3 +203,22 @@ def test_rank_nodes_lists_which_cluster_node_ran_each_rank_of_each_attempt():
     assert set(tab.node) == {"a" * 12}
     local = pd.DataFrame({"stage": ["started"], "attempt": [0], "detail": [{"world": 2, "cpus": [0, 1]}]})
     assert rank_nodes(local).empty
+
+
+def test_the_queue_rules_say_where_jobs_run_and_the_what_if_reads_in_three_numbers(tmp_path):
+    from types import SimpleNamespace
+
+    from lab.jobs.manager import JobManager
+
+    here = JobManager(tmp_path / "runs.db", warm=False, cluster="", capacity=2)
+    line = job_views.queue_rules(here)
+    assert "at most 2 job(s) at a time" in line and f"{here.book.total} worker slots" in line
+    assert job_views.slot_words(here) == "local worker slots"
+    there = JobManager(tmp_path / "runs.db", warm=False, cluster="auto")
+    assert "placed by the Ray cluster" in job_views.queue_rules(there) and "worker slots" not in \
+        job_views.queue_rules(there)
+    assert job_views.slot_words(there) == "slots on the Ray cluster"
+    s = SimpleNamespace(makespan=12.345, mean_wait=1.25, utilisation=0.456)
+    assert job_views.whatif_metrics(s) == [("Makespan (s)", "12.3"), ("Mean wait in the queue (s)", "1.2"),
+                                           ("Device utilisation (%)", "46")]
+    assert job_views.whatif_columns(["any", "gpu"])["type"]["options"] == ["any", "gpu"]

@@ -140,3 +140,27 @@ def test_kept_runs_drop_the_deleted_and_say_whether_any_is_active(tmp_path):
     assert pv.kept_runs(store, (done, queued)) == ([done, queued], True)
     assert pv.kept_runs(store, None) == ([], False)
     assert pv.balance_run_panels(store, [done], {}, str) == []  # a plan that does not balance has no panel
+
+
+def test_what_the_page_shows_of_a_plan_its_baseline_and_the_operator_explained():
+    from lab.modelled import placement as pl
+    from lab.modelled.opgraph import trace
+
+    topo = preset("cxl")
+    g = TaskGraph.from_model(trace("mlp", 32), topo).with_pins({"net_0": "gpu"})
+    shown, note, s, transfers, reasons = pv.placed("greedy_eft", g)
+    assert s.assignment == pl.run_strategy("greedy_eft", shown).assignment and s.assignment["net_0"] == "gpu"
+    assert set(reasons) == set(s.assignment) and transfers == pl.transfer_rows(shown, s)
+    rec = pl.plan_record("mlp", 32, "greedy_eft", {"net_0": "gpu"}, s, topo, "datasheet")
+    summary, rows, dropped = pv.against_baseline(pv.baseline_json(rec), rec)
+    assert summary == "same settings: makespan +0.0 %" and rows and dropped is None
+    assert pv.against_baseline("", rec) == ("", None, None)
+    summary, rows, dropped = pv.against_baseline("[1]", rec)
+    assert rows is None and dropped.startswith("The baseline in the link was dropped: ")
+    cols = pv.baseline_columns(["device", "baseline (ms)", "now (ms)", "change (ms)"])
+    assert set(cols) == {"baseline (ms)", "now (ms)", "change (ms)", "change (%)"}
+    assert cols["change (%)"]["format"] == "%+.1f"
+    assert pv.explained(["a", "b"], "b") == ("b", None)
+    assert pv.explained(["a", "b"], "z") == ("a", "The operator explained is now a (z is not in this graph).")
+    assert pv.explained(["a", "b"], "") == ("a", None)
+    assert pv.keep_choice("x", ["a", "x"]) == "x" and pv.keep_choice("gone", ["a", "x"]) == "a"
