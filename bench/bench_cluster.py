@@ -77,8 +77,8 @@ def run_queue(jobs: int, steps: int, workers: int, data: Path, cluster: str) -> 
     jm.warm_up()
     if jm.starter is not None and not jm.starter.wait_ready(180):
         raise SystemExit("the warm starter did not start")
-    rss = PeakMemory()
-    rss.start()
+    peak = PeakMemory()
+    peak.start()
     t0 = time.monotonic()
     submitted = jm.submit_many([(sc, f"job {k}") for k in range(jobs)], owner="bench")
     first = submitted[0].run_id
@@ -89,12 +89,12 @@ def run_queue(jobs: int, steps: int, workers: int, data: Path, cluster: str) -> 
     first_step = time.monotonic() - t0
     ends = [jm.wait(j.run_id, 1800) for j in submitted]
     all_done = time.monotonic() - t0
-    rss.done.set()
-    rss.join()
+    peak.done.set()
+    peak.join()
     jm.shutdown()
     if any(e != "done" for e in ends):
         raise SystemExit(f"not every job ended done: {ends}")
-    return {"first": first_step, "all": all_done, "rss": rss.peak}
+    return {"first": first_step, "all": all_done, "memory": peak.peak}
 
 
 def main() -> None:
@@ -125,11 +125,11 @@ def main() -> None:
     nodes = 3
     print(table(["path", "first step of the first job (s)", "all done (s)", "peak memory (MB, PSS)"], [
         ["this machine (job manager, warm starter)", f"{local['first']:.1f}", f"{local['all']:.1f}",
-         f"{local['rss']:.0f}"],
+         f"{local['memory']:.0f}"],
         [f"Ray, {nodes} nodes on this machine", f"{on_ray['first']:.1f}", f"{on_ray['all']:.1f}",
-         f"{on_ray['rss']:.0f}"],
+         f"{on_ray['memory']:.0f}"],
         ["ratio Ray / this machine", f"{on_ray['first'] / local['first']:.2f}", f"{on_ray['all'] / local['all']:.2f}",
-         f"{on_ray['rss'] / local['rss']:.2f}"],
+         f"{on_ray['memory'] / local['memory']:.2f}"],
     ]))
     print(f"Ray's test cluster: up in {up:.1f} s, {idle:.0f} MB resident for its {nodes} nodes before any job "
           f"({idle / nodes:.0f} MB a node)")

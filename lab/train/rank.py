@@ -130,9 +130,9 @@ def run_rank(sc: Scenario, run_id: str | None, *, store_path: str | None = None,
     except BaseException as exc:  # noqa: BLE001 - every failure is reported, then the process ends
         _report_error(exc, rank, trainer.step_no if trainer else 0, run_id, store)
         sys.stdout.flush()
-        if beat is not None and not exit_on_error:
-            beat.stop()
-        if not exit_on_error:
+        if not exit_on_error:  # a Ray worker: its actor returns the failure, and the launcher ends the process
+            if beat is not None:
+                beat.stop()
             return 1
         os._exit(1)
 

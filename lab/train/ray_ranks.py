@@ -39,6 +39,7 @@ from lab import settings
 from lab.errors import LabError
 from lab.scenario.document import Scenario
 from lab.store.runs import RunStore
+from lab.train.resilience import write_heartbeat
 
 #: What a rank may do to the run store through its writer: the calls the rank code makes, nothing that
 #: deletes a run or changes who owns it.
@@ -202,10 +203,7 @@ class _Beats:
                 latest = {}
             self.pending = None
             for rank, doc in latest.items():
-                path = self.tmp / f"rank{rank}.hb"
-                part = path.with_name(path.name + ".tmp")
-                part.write_text(json.dumps(doc))
-                os.replace(part, path)
+                write_heartbeat(self.tmp / f"rank{rank}.hb", doc)
         if time.monotonic() - self.last >= BEAT_COPY_S:
             self.last = time.monotonic()
             self.pending = self.writer.latest.remote()

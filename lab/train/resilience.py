@@ -155,13 +155,7 @@ class Heartbeat:
                      "t": now, "progress_t": self._progress_t})
 
     def _write(self, doc: dict) -> None:
-        """Replace the heartbeat file whole (a reader never sees half a file); a full disk loses one beat."""
-        tmp = self.path.with_name(self.path.name + ".tmp")
-        try:
-            tmp.write_text(json.dumps(doc))
-            os.replace(tmp, self.path)
-        except OSError:
-            pass
+        write_heartbeat(self.path, doc)
         if self.relay is not None:
             try:
                 self.relay(doc)
@@ -193,6 +187,17 @@ def poke() -> None:
     knows at once that this worker is past its start-up (whose timeout is much longer)."""
     if _BEAT is not None:
         _BEAT.beat()
+
+
+def write_heartbeat(path: str | os.PathLike, doc: dict) -> None:
+    """Replace a heartbeat file whole (a reader never sees half a file); a full disk loses one beat."""
+    path = Path(path)
+    tmp = path.with_name(path.name + ".tmp")
+    try:
+        tmp.write_text(json.dumps(doc))
+        os.replace(tmp, path)
+    except OSError:
+        pass
 
 
 def read_heartbeat(path: str | os.PathLike) -> dict | None:
