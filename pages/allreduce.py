@@ -35,8 +35,7 @@ if source == "topology":
     if changed:  # a new topology, or a link's default: take the devices that still exist, else its defaults
         ui.set_view("ar_devices", fitted, notice=None if not chosen_before else
                     "The topology changed, so the devices taking part are now: " + ", ".join(fitted) + ".")
-    names = c1.multiselect("Devices taking part (ring order = this order)", topo.device_names,
-                           key="ar_devices")
+    names = ui.control(c1, "ar_devices", options=topo.device_names)
     cluster = topo
 else:
     n = ui.control(c1, "ar_n")
@@ -70,8 +69,7 @@ if setup is not None:
         if clamped:
             ui.set_view("ar_step", step_now, notice=f"This schedule has {len(sched.steps)} steps, so the step "
                                                     f"is now {step_now}.")
-        playing = st.toggle("▶ Play the steps", key="ar_play", help="moves the one step control, the figure and "
-                                                                        "the page link together, a step a second")
+        playing = ui.control(st, "ar_play")
 
         @st.fragment(run_every=0.9 if playing else None)
         def step_through() -> None:
@@ -81,7 +79,7 @@ if setup is not None:
                     st.session_state["ar_play"] = False
                     st.rerun()
                 ui.set_view("ar_step", nxt)
-            step = st.slider("Step (0 = before the first)", 0, len(sched.steps), key="ar_step")
+            step = ui.control(st, "ar_step", hi=len(sched.steps))
             ui.remember("ar_step", step)
             st.plotly_chart(figs.step_figure(sched, step, C.ALGORITHM_LABELS[alg]), key="ar_steps")
             ui.caption("modelled", "the schedule itself: arrows are the messages of the chosen step (red = added into "
@@ -143,8 +141,8 @@ if setup is not None and not lesson:
     with ui.guarded("the trigger timeline"):
         gflop = ui.control(st, "ar_work")
         comp = C.compute_times(cluster, names, gflop * 1e9)
-        edited = st.data_editor(tables.compute_table(names, comp), hide_index=True, disabled=["device"],
-                                key="ar_compute")
+        edited = ui.control(st, "ar_compute", data=tables.compute_table(names, comp), hide_index=True,
+                            disabled=["device"])
         comp = tables.compute_from_table(edited)
         plain = setup.schedule(alg, nbytes)
         tls = {m: C.trigger_timeline(plain, cluster, comp, m) for m in ("sync", "async")}

@@ -20,8 +20,7 @@ st.markdown(f"Your stored runs of the Training page (the switch adds the whole c
 
 runs_store = store()
 jm, owner = ui.job_manager()
-everyone = st.toggle("Include the whole class's runs (read-only)", key="cmp_class",
-                     help="Other sessions' runs to compare with yours; you delete only your own")
+everyone = ui.control(st, "cmp_class")
 before = list(ui.view_value("cmp_runs") or [])
 runs, labels = job_views.run_picker(runs_store, owner, everyone, keep=before)
 if runs.empty:
@@ -30,7 +29,7 @@ if runs.empty:
 kept = [r for r in before if r in labels] or list(runs[runs.status.isin(FINISHED) & (runs.owner == owner)].id[:6])
 if kept != before:  # runs deleted elsewhere, or none chosen yet: the newest finished ones
     ui.set_view("cmp_runs", kept)
-chosen = st.multiselect("Runs", list(labels), format_func=labels.get, key="cmp_runs")
+chosen = ui.control(st, "cmp_runs", options=list(labels), format_func=labels.get)
 
 
 
@@ -146,7 +145,7 @@ with ui.guarded("the prediction"):
 with st.expander("Delete runs"):
     st.markdown("Deletes the chosen runs, their measurements and their checkpoints: only your own (another "
                 "session's run refuses the whole deletion).")
-    sure = st.checkbox(f"Yes, delete {len(chosen)} run(s)", key="cmp_confirm")
+    sure = ui.control(st, "cmp_confirm", label=f"Yes, delete {len(chosen)} run(s)")
     if st.button("Delete the chosen runs", key="cmp_delete", disabled=not sure, icon=":material/delete:"):
         with ui.guarded("deleting runs"):
             jm.delete(chosen, owner)

@@ -108,8 +108,7 @@ if prof is not None and not lesson:
 st.subheader("Stored runs: predicted against measured")
 store = run_store()
 jm, owner = ui.job_manager()
-everyone = st.toggle("Include the whole class's runs (read-only)", key="fid_class",
-                     help="Other sessions' and the command line's runs beside yours")
+everyone = ui.control(st, "fid_class")
 
 
 @st.cache_resource
@@ -120,8 +119,7 @@ def batch_holder(db: str) -> dict:
 holder = batch_holder(str(default_db_path()))
 batch = holder["batch"]
 b1, b2 = st.columns([1, 2])
-steps = VIEW["fid_steps"].spec.default if lesson else b2.number_input("Steps per run", 20, 1000, step=20,
-                                                                      key="fid_steps")
+steps = VIEW["fid_steps"].spec.default if lesson else ui.control(b2, "fid_steps")
 if b1.button("Run the preset batch", key="fid_batch", icon=":material/play_arrow:",
              disabled=prof is None or (batch is not None and batch.running()),
              help="13 short real runs queued one after another: 1-4 workers, MLP and CNN, dense and Group-TopK, "
@@ -198,7 +196,7 @@ with ui.guarded("the trace export"):
     if runs.empty:
         st.caption("No stored runs of yours yet (the switch above adds the whole class's).")
     else:
-        rid = st.selectbox("Run", list(runs.id), key="fid_trace_run", format_func=labels.get)
+        rid = ui.control(st, "fid_trace_run", options=list(runs.id), format_func=labels.get)
         doc = T.store_trace(store, rid, profile=prof)
         st.download_button("Download the trace (JSON)", T.to_json(doc), file_name=f"{rid}-step.trace.json",
                            mime="application/json", key="fid_trace_download", icon=":material/download:")

@@ -13,7 +13,6 @@ from lab.jobs.limits import Limits
 from lab.view import jobs as job_views
 from lab.modelled.scheduling import POLICIES, POLICY_LABELS, resource_groups
 from lab.scenario.catalogue import PRESET_LABELS, preset
-from lab.scenario.names import FAULT_KINDS, FAULT_POLICIES
 from lab.store.runs import ACTIVE, FINISHED, store
 from lab.train.launcher import heartbeat_timeout
 
@@ -30,14 +29,12 @@ if failing := job_views.recent_failures(jm.failures):
 
 with st.expander("Watch a failure: start a job with an injected fault", icon=":material/bolt:"):
     c1, c2, c3, c4, c5 = st.columns(5)
-    kind = c1.selectbox("Fault", [k for k in FAULT_KINDS if k != "none"], key="jobs_fault", help="kill: SIGKILL; hang: sleeps "
-                        "forever (found by its heartbeat); raise: an exception")
+    kind = ui.control(c1, "jobs_fault")
     workers = max(2, sc.training.workers)
-    who = c2.number_input("Worker (rank)", 0, workers - 1, min(1, workers - 1), key="jobs_fault_worker")
-    at_step = c3.number_input("At step", 1, 100_000, 7, key="jobs_fault_step")
-    policy = c4.selectbox("Policy", sorted(FAULT_POLICIES, reverse=True), key="jobs_fault_policy",
-                          help="recover: restart from the last checkpoint without the failed worker")
-    every = c5.number_input("Checkpoint every (steps)", 0, 100_000, 5, key="jobs_fault_ck")
+    who = ui.control(c2, "jobs_fault_worker", hi=workers - 1)
+    at_step = ui.control(c3, "jobs_fault_step")
+    policy = ui.control(c4, "jobs_fault_policy")
+    every = ui.control(c5, "jobs_fault_ck")
     if st.button("Start the job", key="jobs_fault_run", icon=":material/play_arrow:"):
         with ui.guarded("starting the fault drill"):
             drill, name = job_views.fault_drill(sc, kind, who, at_step, policy, every)
@@ -56,19 +53,16 @@ if teacher_token():  # a server without LAB_TEACHER_TOKEN has no teacher
                             "refused, a job running past the time is stopped)")
                 l1, l2, l3 = st.columns(3)
                 lim = jm.limits
-                steps_max = l1.number_input("Most steps of a job", 1, 100_000, value=lim.max_steps, key="jobs_max_steps")
-                secs_max = l2.number_input("Most seconds a job runs (0: no limit)", 0.0, 86_400.0,
-                                           value=float(lim.max_seconds), key="jobs_max_s")
-                procs_max = l3.number_input("Most processes of a job", 1, 64, value=lim.max_procs, key="jobs_max_procs")
+                steps_max = ui.control(l1, "jobs_max_steps", value=lim.max_steps)
+                secs_max = ui.control(l2, "jobs_max_s", value=float(lim.max_seconds))
+                procs_max = ui.control(l3, "jobs_max_procs", value=lim.max_procs)
                 if st.form_submit_button("Set the limits"):
                     with ui.guarded("setting the limits"):
                         jm.set_limits(owner, Limits(int(steps_max), float(secs_max), int(procs_max)))
                         st.rerun()
         else:
             with st.form("jobs_teacher_form", clear_on_submit=True, border=False):
-                claim = st.text_input("The teacher's token", type="password", key="jobs_teacher_token",
-                                      help="LAB_TEACHER_TOKEN of this server; it stays out of the address and the "
-                                           "history, and this browser stays the teacher across reloads")
+                claim = ui.control(st, "jobs_teacher_token")
                 if st.form_submit_button("Sign in as the teacher"):
                     if jm.sign_in_teacher(owner, claim):
                         st.rerun()
@@ -116,9 +110,7 @@ def live_view() -> None:
                         key="jobs_timeline")
         ui.caption("measured", "From each job's 'scheduled' and 'released' events.")
     labels = job_views.job_labels(table)
-    if st.session_state.get("jobs_pick") not in labels:  # not in this view (the switch turned off)
-        st.session_state.pop("jobs_pick", None)
-    pick = st.selectbox("Job", list(labels), format_func=labels.get, key="jobs_pick")
+    pick = ui.control(st, "jobs_pick", options=list(labels), format_func=labels.get)
     details(pick)
 
 
@@ -171,17 +163,16 @@ live()
 st.header("What if: several jobs on a topology's resource groups")
 st.markdown(job_views.whatif_intro(ui.badge("modelled")))
 with ui.guarded("the scheduling what-if"):
-    names = ["scenario"] + list(PRESET_LABELS)
-    which = st.selectbox("Topology", names, index=names.index("gpu-npu"), key="jobs_topo",
-                         format_func=lambda n: "the scenario's topology" if n == "scenario" else PRESET_LABELS[n])
+    which = ui.control(st, "jobs_topo", format_func=lambda n: "the scenario's topology" if n == "scenario"
+                       else PRESET_LABELS[n])
     topo = sc.topology if which == "scenario" else preset(which)
     groups = resource_groups(topo)
     st.dataframe(job_views.group_table(groups), hide_index=True, key="jobs_groups")
     default = pd.DataFrame(job_views.WHATIF_JOBS)
     types = ["any"] + sorted({g.type for g in groups})
-    edited = st.data_editor(default, num_rows="dynamic", key="jobs_whatif", hide_index=True,
-                            column_config=ui.columns(job_views.whatif_columns(types)))
-    cap = st.number_input("At most this many jobs at once (0: no limit)", 0, 100, 0, key="jobs_maxrun")
+    edited = ui.control(st, "jobs_whatif", data=default, num_rows="dynamic", hide_index=True,
+                        column_config=ui.columns(job_views.whatif_columns(types)))
+    cap = ui.control(st, "jobs_maxrun")
     schedules, devices = job_views.whatif(groups, edited, cap)
     cols = st.columns(len(POLICIES))
     for col, p in zip(cols, POLICIES):

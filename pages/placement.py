@@ -52,8 +52,8 @@ st.caption(f"Cost model: {cm.describe()}. Transfers: latency + bytes / bottlenec
 p1, p2, p3, p4, p5 = st.columns([2, 2, 1, 1, 1], vertical_alignment="bottom")
 for key, options in (("pl_pin_op", og.names), ("pl_pin_dev", topo.device_names)):
     st.session_state[key] = pv.keep_choice(st.session_state.get(key), options)  # set, so the browser's box follows
-op = p1.selectbox("Operator to pin", og.names, key="pl_pin_op")
-p2.selectbox("on device", topo.device_names, key="pl_pin_dev")
+op = ui.control(p1, "pl_pin_op", options=og.names)
+ui.control(p2, "pl_pin_dev", options=topo.device_names)
 p3.button("Pin", key="pl_pin", on_click=set_pins, args=("pin",))
 p4.button("Unpin", key="pl_unpin", on_click=set_pins, args=("unpin",), disabled=op not in pins)
 p5.button("Clear pins", key="pl_pins_clear", on_click=set_pins, args=("clear",), disabled=not pins)
@@ -79,7 +79,7 @@ with ui.guarded("the placement"):
     why, notice = pv.explained(names, ui.view_value("pl_why"))
     if why != ui.view_value("pl_why"):
         ui.set_view("pl_why", why, notice=notice)
-    task = st.selectbox("Operator", names, key="pl_why")
+    task = ui.control(st, "pl_why", options=names)
     rows = pl.why(shown, s, task)
     w1, w2 = st.columns([3, 2])
     w1.dataframe(pd.DataFrame(figs.why_table(rows)), hide_index=True, key="pl_why_table")
@@ -180,7 +180,7 @@ def show_plan_runs() -> None:
                             key="pl_rank_fig")
             st.dataframe(pd.DataFrame(figs.ranking_table(rows)), hide_index=True, key="pl_rank_table")
             ui.caption("measured", pv.ranking_line(tau, len(rows)))
-    pick = st.selectbox("Run drawn", shown_ids, format_func=lambda r: labels.get(r, r), key="pl_run_drawn")
+    pick = ui.control(st, "pl_run_drawn", options=shown_ids, format_func=lambda r: labels.get(r, r))
     out = plans.plan_outcome(runs_store, pick, prof)
     for col, (label, value) in zip(st.columns(4), pv.outcome_metrics(out)):
         col.metric(label, value)
@@ -210,7 +210,7 @@ cols = b2.columns(min(len(dnames), 5))
 for i, n in enumerate(dnames):
     if ui.view_value(f"pl_slow_{n}") is None:
         ui.set_view(f"pl_slow_{n}", defaults[n])
-    slowdown[n] = cols[i % len(cols)].number_input(f"{ui.plain(n)} slowdown (×)", 0.01, 1e6, key=f"pl_slow_{n}")
+    slowdown[n] = ui.control(cols[i % len(cols)], f"pl_slow_{n}")
 b2.caption(pv.slowdown_note(fastest, ui.plain))
 knobs = pv.BALANCE_KNOBS
 if ui.lesson_mode():  # lesson mode hides the knobs and keeps their values

@@ -9,11 +9,8 @@ from lab.scenario.catalogue import (
     DEVICE_CATALOGUE,
     LINK_CATALOGUE,
     PRESET_LABELS,
-    PRESETS,
     preset,
 )
-from lab.scenario.document import UPLOAD_MB
-from lab.scenario.topology import LINK_KINDS
 from lab.view import topology as view
 
 sc = ui.scenario_sidebar()
@@ -40,7 +37,7 @@ v = ed["version"]
 # ---- load -----------------------------------------------------------------------------------------
 c1, c2 = st.columns([1, 1])
 with c1:
-    choice = st.selectbox("Preset", list(PRESET_LABELS), format_func=PRESET_LABELS.get, key="topo_preset")
+    choice = ui.control(st, "topo_preset", format_func=PRESET_LABELS.get)
     if st.button("Load preset", key="topo_load_preset", type="primary"):
         topo = preset(choice)
         ui.set_scenario(sc.replace(name=f"{topo.name}-scenario", topology=topo))
@@ -49,7 +46,7 @@ with c1:
         view.forget_new_device(ss)
         st.rerun()
 with c2:
-    up = st.file_uploader(f"…or upload a scenario or topology JSON (max {UPLOAD_MB} MB)", type=["json"], key="topo_upload")
+    up = ui.control(st, "topo_upload", type=["json"])
     if up is None:
         # The file was removed, or the page was left (the uploader forgets its file then): its error goes too.
         ss.pop(UPLOAD_ERROR, None)
@@ -96,8 +93,8 @@ def table_editor(table: str):
     """The data editor of ``table``, under the message of a refused edit about it."""
     refused_here(table)
     config = {col: COLUMN_KINDS[kind](**kw) for col, (kind, kw) in view.editor_columns(table).items()}
-    return st.data_editor(ed[table], num_rows="dynamic", column_config=config, width="stretch", hide_index=True,
-                          key=f"topo_{view.EDITOR_KEYS[table]}_{v}")
+    return ui.control(st, view.editor_key(table, v), data=ed[table], num_rows="dynamic",
+                      column_config=config, width="stretch", hide_index=True)
 
 
 devices = table_editor("devices")
@@ -120,16 +117,15 @@ taken = view.prepare_new_device(ss)
 with st.popover("Add a device from the catalogue", icon=":material/add:"):
     # Two fields a row, so the popover and its Add button fit a 1024x768 projector.
     t1, t2 = st.columns(2)
-    new_type = t1.selectbox("type", list(DEVICE_CATALOGUE), key="topo_new_type", on_change=view.propose_name, args=(ss,))
-    t2.text_input("name", key="topo_new_name", help="A free name is proposed; every device and switch needs its own")
+    new_type = ui.control(t1, "topo_new_type", on_change=view.propose_name, args=(ss,))
+    ui.control(t2, "topo_new_name")
     st.caption(DEVICE_CATALOGUE[new_type].source)
     a1, a2 = st.columns(2)
-    attach = a1.selectbox("link it to", taken, key="topo_new_attach")
-    kind = a2.selectbox("link kind", list(LINK_KINDS), key="topo_new_kind", on_change=view.follow_kind, args=(ss,),
-                        help="Fills in the kind's catalogue bandwidth and latency unless you typed your own")
+    attach = ui.control(a1, "topo_new_attach", options=taken)
+    kind = ui.control(a2, "topo_new_kind", on_change=view.follow_kind, args=(ss,))
     n1, n2 = st.columns(2)
-    n1.number_input("bandwidth (GB/s each way)", min_value=0.0, format="%.4g", key="topo_new_bw")
-    n2.number_input("latency (µs)", min_value=0.0, format="%.4g", key="topo_new_lat")
+    ui.control(n1, "topo_new_bw")
+    ui.control(n2, "topo_new_lat")
     st.caption(ui.plain(LINK_CATALOGUE[kind][2]))
     if st.button("Add", key="topo_add_device", type="primary"):
         name = ss["topo_new_name"].strip()
@@ -166,8 +162,8 @@ with ui.guarded("the path matrix"):
     for key, now, notice in view.route_ends(names, ui.view_value, str):  # set_view shows it as text
         ui.set_view(key, now, notice=notice)
     r1, r2 = st.columns(2)
-    a = r1.selectbox("from", names, key="topo_from")
-    b = r2.selectbox("to", names, key="topo_to")
+    a = ui.control(r1, "topo_from", options=names)
+    b = ui.control(r2, "topo_to", options=names)
     st.markdown(figures.route_summary(topo.path(a, b), size_mb, ui.plain, ui.badge("modelled")))
 
 # ---- the CXL design's claim ---------------------------------------------------------------------
@@ -177,8 +173,7 @@ st.markdown("The CXL design's claim: with CXL a device reads another device's me
             "device that hung off a CXL switch gets a PCIe link to its pool's host CPU, with the catalogue's PCIe "
             "numbers), or with a preset. These are the model's numbers from the tables above: modelled, not "
             "measured on CXL hardware.")
-other_name = ui.view_value("topo_cmp") if ui.hidden("topo_cmp") else st.selectbox(
-    "Compare this cluster with", [tables.AS_PCIE, *PRESETS], key="topo_cmp", format_func=tables.comparison_option_label)
+other_name = ui.control(st, "topo_cmp", format_func=tables.comparison_option_label)
 with ui.guarded("the CXL/PCIe comparison"):
     target = tables.comparison_target(topo, other_name)
     if target is None:

@@ -52,8 +52,8 @@ devices = list(tr.worker_devices)
 if emulate or split == "weighted":
     names = sc.topology.device_names
     cols = st.columns(workers + (1 if sync == "param_server" else 0))
-    devices = [cols[i].selectbox(f"Worker {i} device" if i < workers else "Server device", names,
-                                 job_views.default_device(names, devices, i), key=f"tr_dev_{i}")
+    devices = [ui.control(cols[i], f"tr_dev_{i}", options=names, value=names[job_views.default_device(names, devices, i)],
+                          label=f"Worker {i} device" if i < workers else "Server device")
                for i in range(len(cols))]
 # The same compression settings the Compression page edits (sc.training.compression).
 cp = tr.compression

@@ -7,7 +7,11 @@ session state and its defaults, validation, and the compact ``?v=`` form that a 
 link opens the same page with the same controls and figures.
 
 Each control is keyed by the widget key its page uses. A control whose key is a prefix (one widget
-per device, say) covers every key that starts with it. A default may be taken from the Scenario
+per device, say) covers every key that starts with it. Every input a page shows is here; a control
+marked *transient* is one whose value means nothing in another session or later (a password, a file
+being uploaded, a form being filled in, a confirmation tick, a choice the Scenario records once it is
+applied): its widget is built from its row like any other, but it is not kept across pages and no
+link carries it. A default may be taken from the Scenario
 (the Placement page's model starts as the training model). Decoding a link never raises: an unknown
 or invalid entry falls back to its default and comes back as a notice a page can show.
 """
@@ -23,12 +27,14 @@ from typing import Any, Callable, Iterable, Mapping
 
 from lab.compression.cholesky import MATRIX_NAMES
 from lab.errors import LabError
+from lab.jobs.limits import MAX_PROCS, MAX_STEPS
 from lab.modelled.placement import STRATEGIES
 from lab.optim.playground import FUNCTIONS, MAX_COUNTEREXAMPLE_STEPS, PERIOD, SCHEDULES
-from lab.scenario.catalogue import PRESETS
-from lab.scenario.document import Spec
-from lab.scenario.names import ALGORITHMS, COST_MODELS, MODELS, OPTIMIZERS, SPARSIFIERS
+from lab.scenario.catalogue import DEVICE_CATALOGUE, PRESETS
+from lab.scenario.document import UPLOAD_MB, Spec
+from lab.scenario.names import ALGORITHMS, COST_MODELS, FAULT_KINDS, FAULT_POLICIES, MODELS, OPTIMIZERS, SPARSIFIERS
 from lab.scenario.text import check_name, loads, shown
+from lab.scenario.topology import LINK_KINDS
 
 MAX_VIEW_CHARS = 20_000  # a link's view part longer than this is not read
 MAX_VIEW_ENTRIES = 400  # every control of every page, and a per-device value for each of 256 devices
@@ -44,6 +50,7 @@ class Control:
     prefix: bool = False
     from_scenario: Callable[[Any], Any] | None = None
     prefix_key: str = ""  # for a prefix control: the key it owns every continuation of (set by the table)
+    transient: bool = False  # neither kept across pages nor carried by a link
 
     def check(self, key: str, value: Any) -> Any:
         if self.prefix:  # the rest of the key names a device or an operator: a name like any other
@@ -93,17 +100,37 @@ TRANSFER_SIZES_MB = (0.001, 0.01, 0.1, 1.0, 10.0, 100.0, 1000.0)
 VIEW: dict[str, Control] = {
     # ---- Topology
     "topo_size": _c("topology", float, 10.0, "Transfer size (MB)", TRANSFER_SIZES_MB, widget="select_slider"),
-    "topo_from": _c("topology", str, "", "route from"),
-    "topo_to": _c("topology", str, "", "route to"),
-    "topo_cmp": _c("topology", str, "as_pcie", "compare with", ("as_pcie", *PRESETS)),
+    "topo_from": _c("topology", str, "", "from"),
+    "topo_to": _c("topology", str, "", "to"),
+    "topo_cmp": _c("topology", str, "as_pcie", "Compare this cluster with", ("as_pcie", *PRESETS)),
+    # What the Load button loads, the file being uploaded, the editors' edits and the new device's form: what
+    # they change is the Scenario, which the link carries.
+    "topo_preset": _c("topology", str, "gpu-npu", "Preset", tuple(PRESETS), transient=True),
+    "topo_upload": _c("topology", str, "", f"…or upload a scenario or topology JSON (max {UPLOAD_MB} MB)", widget="file", transient=True),
+    "topo_dev_": _c("topology", tuple, (), "devices", widget="table", prefix=True, transient=True),
+    "topo_sw_": _c("topology", tuple, (), "switches", widget="table", prefix=True, transient=True),
+    "topo_link_": _c("topology", tuple, (), "links", widget="table", prefix=True, transient=True),
+    "topo_new_type": _c("topology", str, "gpu", "type", tuple(DEVICE_CATALOGUE),
+                        transient=True),
+    "topo_new_name": _c("topology", str, "", "name", widget="text", transient=True,
+                        help="A free name is proposed; every device and switch needs its own"),
+    "topo_new_attach": _c("topology", str, "", "link it to", transient=True),
+    "topo_new_kind": _c("topology", str, LINK_KINDS[0], "link kind", tuple(LINK_KINDS), transient=True,
+                        help="Fills in the kind's catalogue bandwidth and latency unless you typed your own"),
+    "topo_new_bw": _c("topology", float, 0.0, "bandwidth (GB/s each way)", lo=0.0, format="%.4g", transient=True),
+    "topo_new_lat": _c("topology", float, 0.0, "latency (µs)", lo=0.0, format="%.4g", transient=True),
     # ---- Placement
     "pl_model": _c("placement", str, "mlp", "Model", tuple(MODELS), family="model", from_scenario=lambda sc: sc.training.model),
     "pl_batch": _c("placement", int, 32, "Batch size (samples)", lo=1, hi=65536, from_scenario=lambda sc: sc.training.batch_size),
     "pl_strategy": _c("placement", str, "greedy_eft", "Strategy", tuple(STRATEGIES), family="strategy"),
     "pl_cost": _c("placement", str, "datasheet", "Cost model", COST_MODELS, family="cost_model", widget="radio"),
-    "pl_why": _c("placement", str, "", "operator explained"),
+    "pl_why": _c("placement", str, "", "Operator"),
+    # The pin form: the pins themselves are the Scenario's.
+    "pl_pin_op": _c("placement", str, "", "Operator to pin", transient=True),
+    "pl_pin_dev": _c("placement", str, "", "on device", transient=True),
+    "pl_run_drawn": _c("placement", str, "", "Run drawn"),
     "pl_bal_mode": _c("placement", str, "model", "What is balanced", ("model", "data"), widget="radio"),
-    "pl_slow_": _c("placement", float, 1.0, "slowdown", lo=0.01, hi=1e6, prefix=True),
+    "pl_slow_": _c("placement", float, 1.0, "slowdown (×)", lo=0.01, hi=1e6, prefix=True),
     "pl_noise": _c("placement", float, 0.02, "noise σ", lo=0.0, hi=1.0, step=0.01),
     "pl_seed": _c("placement", int, 0, "seed", lo=0, hi=2**31 - 1, step=1, from_scenario=lambda sc: sc.training.seed),
     "pl_tol": _c("placement", float, 0.05, "tolerance", lo=0.0, hi=1.0, step=0.01),
@@ -124,24 +151,33 @@ VIEW: dict[str, Control] = {
     "pl_bal_runs": _c("placement", tuple, (), "balancing runs shown"),
     # ---- All-reduce
     "ar_source": _c("allreduce", str, "topology", "Devices", ("topology", "identical"), widget="radio"),
-    "ar_devices": _c("allreduce", tuple, (), "devices taking part"),
+    "ar_devices": _c("allreduce", tuple, (), "Devices taking part (ring order = this order)"),
     "ar_n": _c("allreduce", int, 4, "N", lo=2, hi=16, widget="slider"),
     "ar_bw": _c("allreduce", float, 25.0, "Link bandwidth (GB/s per direction)", lo=0.01, hi=1000.0),
     "ar_lat": _c("allreduce", float, 1.0, "Link latency (µs)", lo=0.0, hi=10000.0),
     "ar_alg": _c("allreduce", str, "ring", "Algorithm", tuple(ALGORITHMS), family="algorithm"),
     "ar_size": _c("allreduce", int, 4 << 20, "Buffer per device S", ALLREDUCE_SIZES, widget="select_slider"),
     "ar_order": _c("allreduce", str, "given", "Ring order", ("given", "lab"), widget="radio"),
-    "ar_step": _c("allreduce", int, 0, "step", lo=0, hi=100_000),
+    "ar_step": _c("allreduce", int, 0, "Step (0 = before the first)", lo=0, hi=100_000, widget="slider"),
+    "ar_play": _c("allreduce", bool, False, "▶ Play the steps", widget="toggle", transient=True,
+                  help="moves the one step control, the figure and the page link together, a step a second"),
     "ar_work": _c("allreduce", float, 1.0, "Work per device and iteration (GFLOP, run as matrix multiplies)", lo=0.001,
                    hi=1e6),
+    # Edits of the compute times derived from the work above; the link carries the work, not the edits.
+    "ar_compute": _c("allreduce", tuple, (), "compute per device", widget="table", transient=True),
     "ar_procs": _c("allreduce", int, 2, "Processes", (2, 3, 4)),
     "ar_top": _c("allreduce", int, 256 << 10, "Largest size", (64 << 10, 256 << 10, 1 << 20)),
     "ar_iters": _c("allreduce", int, 5, "Iterations per size", lo=1, hi=50),
     # ---- Training (the settings of a run are the Scenario's; these only shape a comparison)
     "tr_repeats": _c("training", int, 3, "Repeats (seeds)", lo=1, hi=10,
                      help="each variant runs with this many seeds, so its noise shows"),
+    # One box per worker: together they are the Scenario's worker devices.
+    "tr_dev_": _c("training", str, "", "device", prefix=True, transient=True),
     # ---- Compare
-    "cmp_runs": _c("compare", tuple, (), "runs"),
+    "cmp_class": _c("compare", bool, False, "Include the whole class's runs (read-only)", widget="toggle",
+                    help="Other sessions' runs to compare with yours; you delete only your own"),
+    "cmp_runs": _c("compare", tuple, (), "Runs"),
+    "cmp_confirm": _c("compare", bool, False, "Yes, delete the chosen runs", transient=True),
     "cmp_x": _c("compare", str, "step", "Against", ("step", "wall"), widget="radio"),
     "cmp_target": _c("compare", float, 90.0, "Target test accuracy (%)", lo=1.0, hi=100.0, step=1.0,
                      help="The summary gives the steps and seconds each variant took to reach it"),
@@ -185,9 +221,31 @@ VIEW: dict[str, Control] = {
     # ---- Jobs
     "jobs_class": _c("jobs", bool, False, "Show the whole class's jobs (read-only)", widget="toggle",
                      help="Every session's jobs and the command line's, to read; you stop and release only yours"),
+    "jobs_pick": _c("jobs", str, "", "Job"),
+    "jobs_fault": _c("jobs", str, "kill", "Fault", tuple(k for k in FAULT_KINDS if k != "none"),
+                     help="kill: SIGKILL; hang: sleeps forever (found by its heartbeat); raise: an exception"),
+    "jobs_fault_worker": _c("jobs", int, 1, "Worker (rank)", lo=0, hi=MAX_PROCS - 1),
+    "jobs_fault_step": _c("jobs", int, 7, "At step", lo=1, hi=MAX_STEPS),
+    "jobs_fault_policy": _c("jobs", str, "recover", "Policy", tuple(sorted(FAULT_POLICIES, reverse=True)),
+                            help="recover: restart from the last checkpoint without the failed worker"),
+    "jobs_fault_ck": _c("jobs", int, 5, "Checkpoint every (steps)", lo=0, hi=MAX_STEPS),
+    # The teacher's form: the limits it sets are the server's, shown as they are.
+    "jobs_max_steps": _c("jobs", int, 20_000, "Most steps of a job", lo=1, hi=MAX_STEPS, transient=True),
+    "jobs_max_s": _c("jobs", float, 900.0, "Most seconds a job runs (0: no limit)", lo=0.0, hi=86_400.0,
+                     transient=True),
+    "jobs_max_procs": _c("jobs", int, 8, "Most processes of a job", lo=1, hi=MAX_PROCS, transient=True),
+    "jobs_teacher_token": _c("jobs", str, "", "The teacher's token", widget="password", transient=True,
+                             help="LAB_TEACHER_TOKEN of this server; it stays out of the address and the history, "
+                                  "and this browser stays the teacher across reloads"),
+    "jobs_topo": _c("jobs", str, "gpu-npu", "Topology", ("scenario", *PRESETS)),
+    "jobs_whatif": _c("jobs", tuple, (), "jobs of the what-if", widget="table", transient=True),
+    "jobs_maxrun": _c("jobs", int, 0, "At most this many jobs at once (0: no limit)", lo=0, hi=100),
     # ---- Fidelity
     "fid_quick": _c("fidelity", bool, False, "Quick (fewer repeats, about half the time)", widget="toggle"),
-    "fid_steps": _c("fidelity", int, 200, "steps per run", lo=20, hi=1000),
+    "fid_steps": _c("fidelity", int, 200, "Steps per run", lo=20, hi=1000, step=20),
+    "fid_class": _c("fidelity", bool, False, "Include the whole class's runs (read-only)", widget="toggle",
+                    help="Other sessions' and the command line's runs beside yours"),
+    "fid_trace_run": _c("fidelity", str, "", "Run"),
 }
 # A prefix control knows its own key, so that it can check the name that follows it.
 VIEW = {k: replace(c, prefix_key=k) if c.prefix else c for k, c in VIEW.items()}
@@ -204,13 +262,15 @@ def control_for(key: str) -> Control | None:
     return None
 
 
-def page_keys(page: str) -> list[str]:
-    return [k for k, c in VIEW.items() if c.page == page and not c.prefix]
+def linked(key: str) -> Control | None:
+    """The control that owns widget key ``key`` if its value is kept across pages and carried by a link."""
+    c = control_for(key)
+    return None if c is None or c.transient else c
 
 
 def defaults(scenario: Any = None) -> dict[str, Any]:
-    """Every (non-prefix) control's default, some taken from ``scenario``."""
-    return {k: c.default(scenario) for k, c in VIEW.items() if not c.prefix}
+    """Every (non-prefix, non-transient) control's default, some taken from ``scenario``."""
+    return {k: c.default(scenario) for k, c in VIEW.items() if not c.prefix and not c.transient}
 
 
 def checked(values: Mapping[str, Any]) -> tuple[dict[str, Any], list[str]]:
@@ -225,7 +285,7 @@ def checked(values: Mapping[str, Any]) -> tuple[dict[str, Any], list[str]]:
         if not isinstance(key, str):
             notices.append("an entry of the view has a name that is not text; it is ignored")
             continue
-        c = control_for(key)
+        c = linked(key)
         if c is None:
             notices.append(f"the control {shown(key, 60)} is unknown here; it is ignored")
             continue

@@ -28,7 +28,7 @@ from lab.scenario.topology import (
     OP_CLASSES,
     Topology,
 )
-from lab.view.state import fit_choice
+from lab.view.state import VIEW, fit_choice
 
 Quote = Callable[[str], str]
 
@@ -37,6 +37,11 @@ EDITOR = "topo_editor"
 
 #: The table each data editor shows, and the short name in its widget key ``topo_{short}_{version}``.
 EDITOR_KEYS = {"devices": "dev", "switches": "sw", "links": "link"}
+
+
+def editor_key(table: str, version: int) -> str:
+    """The widget key of ``table``'s editor: a new version starts an editor with no edits."""
+    return f"topo_{EDITOR_KEYS[table]}_{version}"
 
 
 # ---- the editor's state -------------------------------------------------------------------------
@@ -88,7 +93,7 @@ def edited(state: Any) -> bool:
 
 def any_edited(session: Mapping[str, Any], version: int) -> bool:
     """Whether any of the three editors of ``version`` holds an edit."""
-    return any(edited(session.get(f"topo_{t}_{version}")) for t in EDITOR_KEYS.values())
+    return any(edited(session.get(editor_key(t, version))) for t in EDITOR_KEYS)
 
 
 def refusal(error: tuple[str | None, str] | None, table: str, quote: Quote) -> str | None:
@@ -145,14 +150,14 @@ def prepare_new_device(session: MutableMapping[str, Any]) -> list[str]:
     its catalogue numbers."""
     ed = session[EDITOR]
     taken = names_in(ed["devices"], ed["switches"])
-    session.setdefault("topo_new_type", "gpu")
+    session.setdefault("topo_new_type", VIEW["topo_new_type"].spec.default)
     if needs_new_name(session.get("topo_new_name"), session.get("_topo_new_taken"), taken):
         propose_name(session)  # a name the topology now uses is replaced; one the person types stays, to be refused
     session["_topo_new_taken"] = taken
     if session.get("topo_new_attach") not in taken:
         session["topo_new_attach"] = default_attach(ed["devices"], ed["switches"])
     if "topo_new_kind" not in session:
-        session["topo_new_kind"] = LINK_KINDS[0]
+        session["topo_new_kind"] = VIEW["topo_new_kind"].spec.default
         session["_topo_new_kind_was"] = None
         follow_kind(session)
     return taken

@@ -15,6 +15,7 @@ from tests.journey import (
     slide,
     slider_value,
     take_link,
+    type_number,
 )
 
 pytestmark = pytest.mark.timeout(300)
@@ -118,3 +119,43 @@ def test_ring_lessons_steps_can_be_done_by_clicking(streamlit_server, browser):
         no_error_boxes(pg)
     finally:
         pg.context.close()
+
+
+def test_the_jobs_pages_what_if_and_fault_form_survive_navigation_and_travel_in_a_link(streamlit_server, browser):
+    """The Jobs page's controls were once drawn outside the view table: a link lost them."""
+    pg = new_page(browser)
+    try:
+        pg.goto(streamlit_server + "/jobs")
+        settle(pg)
+        pg.get_by_role("heading", name="Jobs").first.wait_for(timeout=30_000)
+        choose(pg, "Topology", "(5) edge cluster: 8 weak devices on 100 Mbit/s")
+        type_number(pg, "At most this many jobs at once (0: no limit)", 2)
+        pg.get_by_text("Watch a failure: start a job with an injected fault").click()
+        settle(pg)
+        choose(pg, "Fault", "hang")
+        type_number(pg, "At step", 11)
+
+        nav(pg, "Topology")
+        nav(pg, "Jobs")
+        assert selected(pg, "Topology") == "(5) edge cluster: 8 weak devices on 100 Mbit/s"
+        assert pg.get_by_label("At most this many jobs at once (0: no limit)", exact=True).input_value() == "2"
+        url = take_link(pg)
+        assert "/jobs?" in url
+        no_error_boxes(pg)
+    finally:
+        pg.context.close()
+
+    fresh = new_page(browser)
+    try:
+        fresh.goto(url)
+        settle(fresh)
+        fresh.get_by_role("heading", name="Jobs").first.wait_for(timeout=30_000)
+        assert selected(fresh, "Topology") == "(5) edge cluster: 8 weak devices on 100 Mbit/s"
+        assert fresh.get_by_label("At most this many jobs at once (0: no limit)", exact=True).input_value() == "2"
+        fresh.get_by_text("Watch a failure: start a job with an injected fault").click()
+        settle(fresh)
+        assert selected(fresh, "Fault") == "hang"
+        assert fresh.get_by_label("At step", exact=True).input_value() == "11"
+        no_error_boxes(fresh)
+    finally:
+        fresh.context.close()

@@ -45,7 +45,8 @@ def test_the_upload_limit_the_readme_and_the_page_state_is_the_one_enforced(tmp_
     assert cfg["server"]["maxUploadSize"] == UPLOAD_MB
     readme = re.search(r"Uploads are limited to (\d+) MB", (ROOT / "README.md").read_text())
     assert readme and int(readme.group(1)) == UPLOAD_MB
-    assert "max {UPLOAD_MB} MB" in (ROOT / "pages" / "topology.py").read_text()
+    from lab.view.state import VIEW
+    assert f"max {UPLOAD_MB} MB" in VIEW["topo_upload"].label
     text = default_scenario().to_json()
     padded = text[:-1] + " " * (MAX_SCENARIO_BYTES - len(text)) + "}"  # exactly at the limit: read
     assert len(padded) == MAX_SCENARIO_BYTES and Scenario.from_json(padded).name == default_scenario().name

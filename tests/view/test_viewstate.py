@@ -38,7 +38,7 @@ def allowed_values(key: str, c: V.Control):
 
 
 def view_values():
-    keys = {k: c for k, c in V.VIEW.items() if not c.prefix}
+    keys = {k: c for k, c in V.VIEW.items() if not c.prefix and not c.transient}
     return st.fixed_dictionaries({}, optional={k: allowed_values(k, c) for k, c in keys.items()})
 
 
@@ -58,6 +58,19 @@ def test_only_changed_controls_go_into_the_link():
     sc = default_scenario()
     assert V.decode(V.encode(V.defaults(sc), sc)) == ({}, [])
     assert V.decode(V.encode({"ar_alg": "tree"}, sc)) == ({"ar_alg": "tree"}, [])
+
+
+def test_a_transient_control_is_in_the_table_but_travels_in_no_link():
+    sc = default_scenario()
+    token = V.VIEW["jobs_teacher_token"]
+    assert token.transient and token.spec.widget == "password"
+    assert "jobs_teacher_token" not in V.defaults(sc)
+    assert V.linked("jobs_teacher_token") is None and V.linked("jobs_fault") is V.VIEW["jobs_fault"]
+    # a link that carries one anyway (made by hand) is read without it, and says so
+    decoded, notices = V.decode(_raw({"jobs_teacher_token": "secret", "jobs_maxrun": 3}))
+    assert decoded == {"jobs_maxrun": 3} and len(notices) == 1 and "jobs_teacher_token" in notices[0]
+    assert "secret" not in V.decode(V.encode({"jobs_teacher_token": "secret"}, sc))[0].values()
+    assert V.control_for("tr_dev_1") is V.VIEW["tr_dev_"] and V.linked("tr_dev_1") is None
 
 
 def test_a_prefix_control_covers_one_widget_per_device():
