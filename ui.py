@@ -21,6 +21,7 @@ import streamlit as st
 
 from lab.view import state as viewstate
 from lab.errors import LabError
+from lab.processes import load_words
 from lab.view.lessons import Lesson, find_lesson, ticks_from_param, ticks_param, unknown_lesson_notice
 from lab.scenario.document import Scenario, Spec, default_scenario
 from lab.scenario.names import labels
@@ -435,6 +436,9 @@ def prediction_beside_measured(store, run_id: str, key: str) -> None:
     caption("modelled", f"Blue: the cost model's step time and its parts from this machine's profile "
             f"({prof.created[:10]}); orange: measured means per step after the warm-up. Over each pair: "
             "error = predicted / measured − 1. The Fidelity page shows every run.")
+    if words := load_words(store.get_run(run_id)["info"].get("load")):
+        st.warning(words + " The model predicts a quiet machine; the Fidelity page keeps such runs apart.",
+                   icon=":material/speed:")
 
 
 @st.cache_data(ttl=15, show_spinner="predicting the runs from the machine profile")

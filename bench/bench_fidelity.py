@@ -24,6 +24,13 @@
 
 ``--evaluate`` skips the runs and re-predicts the runs already in ``--db`` with the profile.
 
+5. ``--loaded``: after the quiet batches, the batch runs once more beside two processes that spin on the
+   cores (as a class's other jobs would). Every run records the other work it ran beside
+   (``lab.processes.LoadMeter``); the runs measured under load are flagged and kept out of the quiet
+   error, and predicted again with the slowdown their measured load implies
+   (``lab.machine.fidelity.load_slowdown``). The last line then reads
+   ``fidelity: quiet <pct> %, loaded raw <pct> %, loaded corrected <pct> %, flagged <k> of <n>``.
+
 The machine is shared (2 cores, other work running): runs with 3-4 workers are contended, which is
 what the N-process calibration is meant to capture. The load average at the start and end is
 printed with the table.
@@ -34,6 +41,7 @@ from __future__ import annotations
 import argparse
 import math
 import os
+import subprocess
 import sys
 import tempfile
 import time
@@ -44,6 +52,7 @@ from common import table  # noqa: E402  (also puts the checkout on sys.path)
 from lab.machine.calibrate import calibrate, format_profile  # noqa: E402
 from lab.machine.fidelity import (  # noqa: E402
     evaluate_runs,
+    load_summary,
     oracle_error,
     preset_batch,
     reproducibility,
@@ -61,7 +70,7 @@ def pct(x: float | None) -> str:
     return "-" if x is None or not math.isfinite(x) else f"{x * 100:+.0f}%"
 
 
-def run_batch(db: Path, steps: int, only: str | None, batch: int = 1) -> None:
+def run_batch(db: Path, steps: int, only: str | None, batch: int | str = 1) -> None:
     from lab.train.launcher import launch
 
     for sc in preset_batch(steps):
@@ -79,19 +88,29 @@ def run_batch(db: Path, steps: int, only: str | None, batch: int = 1) -> None:
         print(f"# {name}: {res.status} (load average {os.getloadavg()[0]:.1f})", flush=True)
 
 
+def spinners(n: int) -> list[subprocess.Popen]:
+    """``n`` processes that spin on the cores until they are killed: other work the runs know nothing of."""
+    return [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(n)]
+
+
 def report(prof, db: Path) -> float:
-    rows, skipped = evaluate_runs(RunStore(db), prof)
+    every, skipped = evaluate_runs(RunStore(db), prof)
+    rows = [r for r in every if not r["under_load"]]
     out = []
-    for r in rows:
+    for r in every:
         pp, mm = r["parts_predicted"], r["parts_measured"]
+        share = r["load"]["others_share"] * 100 if r["load"] else math.nan
         out.append([r["name"].replace("fidelity: ", ""), ms(r["predicted"]), ms(r["measured"]), pct(r["error"]),
+                    "-" if math.isnan(share) else f"{share:.0f}%", "yes" if r["under_load"] else "",
+                    ms(r["corrected"]) if r["under_load"] else "", pct(r["corrected_error"]) if r["under_load"] else "",
                     *(f"{ms(pp[k])}/{ms(mm[k])}" for k in ("compute", "compress", "comm", "idle"))])
-    print(table(["scenario", "pred step (ms)", "meas step (ms)", "error",
-                 "compute p/m (ms)", "compress p/m (ms)", "comm p/m (ms)", "idle p/m (ms)"], out))
+    print(table(["scenario", "pred step (ms)", "meas step (ms)", "error", "other work", "flagged",
+                 "corrected (ms)", "corrected error", "compute p/m (ms)", "compress p/m (ms)", "comm p/m (ms)",
+                 "idle p/m (ms)"], out))
     for s in skipped:
         print(f"# not compared: {s['name']}: {s['why']}")
     g = step_error_summary([(r["predicted"], r["measured"]) for r in rows])
-    print(f"\ngeometric-mean error of the step time over {len(rows)} runs: {g * 100:.1f}% "
+    print(f"\ngeometric-mean error of the step time over the {len(rows)} runs not under load: {g * 100:.1f}% "
           f"(target <= 15%; exp(mean |ln(predicted / measured)|) - 1)")
     for tag in sorted({r["name"].rpartition(" #")[2] for r in rows if " #" in r["name"]}):
         sel = [(r["predicted"], r["measured"]) for r in rows if r["name"].endswith(f" #{tag}")]
@@ -105,6 +124,15 @@ def report(prof, db: Path) -> float:
     if n:
         print(f"oracle floor: each scenario predicted by the best constant fitted to its own {n} measured runs "
               f"(the median): {floor * 100:.1f}%; no model of one step time per scenario does better here")
+    loaded = [r for r in every if r["name"].endswith(" #loaded")]
+    if loaded:
+        s = load_summary(every)
+        flagged = sum(r["under_load"] for r in loaded)
+        print(f"\nbeside two spinning processes: {flagged} of {len(loaded)} runs flagged as measured under load; "
+              f"over the flagged runs the model is {s['loaded_raw'] * 100:.1f} % off as it predicts (a quiet machine) "
+              f"and {s['loaded_corrected'] * 100:.1f} % off with the slowdown their measured load implies")
+        print(f"fidelity: quiet {s['quiet'] * 100:.1f} %, loaded raw {s['loaded_raw'] * 100:.1f} %, "
+              f"loaded corrected {s['loaded_corrected'] * 100:.1f} %, flagged {flagged} of {len(loaded)}")
     return g
 
 
@@ -120,6 +148,7 @@ def main() -> int:
     ap.add_argument("--only", default=None, help="only cases whose name contains this text")
     ap.add_argument("--db", default=None, help="run store to write (default: a temporary file)")
     ap.add_argument("--evaluate", action="store_true", help="only re-predict the runs already in --db")
+    ap.add_argument("--loaded", action="store_true", help="then run the batch beside two spinning processes")
     args = ap.parse_args()
 
     load0 = os.getloadavg()[0]
@@ -144,6 +173,14 @@ def main() -> int:
         if not args.evaluate:
             for b in range(1, args.batches + 1):
                 run_batch(db, args.steps, args.only, b)
+            if args.loaded:
+                spin = spinners(2)
+                try:
+                    run_batch(db, args.steps, args.only, "loaded")
+                finally:
+                    for p in spin:
+                        p.kill()
+                        p.wait()
         print()
         print(f"# load average (1 min) {load0:.1f} at the start, {os.getloadavg()[0]:.1f} at the end; 2 cores shared")
         report(prof, db)

@@ -261,3 +261,78 @@ def tail_text(path: str | os.PathLike, max_bytes: int = 4000) -> str:
             return f.read().decode(errors="replace")
     except OSError:
         return ""
+
+
+# ---- the machine's load while a job runs ------------------------------------------------------------
+PSI_CPU = Path("/proc/pressure/cpu")
+
+
+def _psi_some_s() -> float | None:
+    """Seconds in which some runnable task waited for a CPU, since boot (Linux's pressure stall
+    information), or None where the kernel does not keep it."""
+    try:
+        for line in PSI_CPU.read_text().splitlines():
+            if line.startswith("some "):
+                return int(line.rsplit("total=", 1)[1]) / 1e6
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
+
+
+def _busy_cpu_s() -> float:
+    """CPU seconds every core spent on anything but idling, since boot."""
+    t = psutil.cpu_times()
+    return sum(t) - t.idle - getattr(t, "iowait", 0.0) - getattr(t, "guest", 0.0) - getattr(t, "guest_nice", 0.0)
+
+
+def _own_cpu_s() -> float:
+    """CPU seconds of this process and of the children it has waited for (a job's reaped ranks)."""
+    import resource
+
+    me, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return me.ru_utime + me.ru_stime + kids.ru_utime + kids.ru_stime
+
+
+class LoadMeter:
+    """How busy the machine was with other work between its creation and :meth:`result`.
+
+    The job's own CPU time (this process and its reaped children) is taken from the machine's busy
+    time; what is left is what other processes took. Read it after the job's processes are reaped,
+    or their time counts as other work."""
+
+    def __init__(self) -> None:
+        self.t0, self.busy0, self.own0, self.psi0 = time.time(), _busy_cpu_s(), _own_cpu_s(), _psi_some_s()
+
+    def result(self) -> dict:
+        """``wall_s``; ``cpus``; ``others_cpu_s`` (CPU seconds other processes took); ``others_share`` (that
+        share of every core's time); ``pressure`` (share of the time some task waited for a CPU, None
+        without pressure stall information); ``load_average`` (1 minute, at the end)."""
+        wall = max(time.time() - self.t0, 1e-9)
+        cpus = os.cpu_count() or 1
+        others = max(0.0, (_busy_cpu_s() - self.busy0) - (_own_cpu_s() - self.own0))
+        psi = _psi_some_s()
+        return {"wall_s": round(wall, 3), "cpus": cpus, "others_cpu_s": round(others, 3),
+                "others_share": round(min(1.0, others / (wall * cpus)), 4),
+                "pressure": None if psi is None or self.psi0 is None else round(min(1.0, (psi - self.psi0) / wall), 4),
+                "load_average": round(os.getloadavg()[0], 2)}
+
+
+#: A run during which other work took more than this share of the machine's CPU time was measured under
+#: load: its step time says as much about the other work as about the run.
+LOADED_SHARE = 0.15
+
+
+def under_load(load: dict | None) -> bool:
+    """Whether a :meth:`LoadMeter.result` says the machine was busy with other work (False for none)."""
+    return bool(load) and float(load.get("others_share", 0.0)) > LOADED_SHARE
+
+
+def load_words(load: dict | None) -> str:
+    """One sentence on the load a run was measured under ("" for a quiet run, or one measured before
+    load was recorded)."""
+    if not under_load(load):
+        return ""
+    pressure = load.get("pressure")
+    return (f"Measured under load: other work took {load['others_share'] * 100:.0f} % of this machine's CPU time "
+            "while it ran" + (f", and some task waited for a CPU {pressure * 100:.0f} % of the time" if pressure
+                              else "") + ". Its times are slower than a quiet machine gives.")

@@ -74,6 +74,8 @@ def comparison_view() -> None:
                        "from zero (roughly the first 1/(1 - beta2) steps, 1,000 for beta2 = 0.999): the running max of a "
                        "growing value is the value itself. They part only when s first falls.")
 
+        if cmp.loaded_words:  # it names runs: user text
+            st.warning(ui.plain(cmp.loaded_words), icon=":material/speed:")
         st.subheader("Summary by variant")
         prof = load_profile()
         predicted = {r["id"]: r["predicted"] for r in ui.predicted_runs(

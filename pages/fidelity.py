@@ -45,11 +45,16 @@ if prof is not None:
     ui.caption("measured", f"calibration took {prof.settings.get('seconds', math.nan):.0f} s; compute fit error "
                            f"{prof.compute.fit_error * 100:.1f} % of CPU time over {prof.compute.samples} calibration "
                            "cases (networks and batch sizes the presets do not use)")
+    if words := P.profile_load_words(prof):
+        st.warning(words, icon=":material/speed:")
 else:
     st.info("This machine has no profile yet: calibrate it (about a minute on an idle 2-core machine, a quick one "
             "half that; several times longer while jobs run; other pages stay usable).")
 st.caption("Calibrate while no training runs: other work on the cores during the minute of measuring skews the "
            "profile, and every prediction made from it.")
+jm, owner = ui.job_manager()
+if words := P.calibrate_now_words(len(jm.running())):
+    st.warning(words, icon=":material/speed:")
 c1, c2 = st.columns([1, 2])
 quick = False if lesson else ui.control(c2, "fid_quick")
 if c1.button("Calibrate this machine", key="fid_calibrate", icon=":material/speed:", disabled=busy) and not busy:
@@ -107,7 +112,6 @@ if prof is not None and not lesson:
 # ----- stored runs ---------------------------------------------------------------------------------
 st.subheader("Stored runs: predicted against measured")
 store = run_store()
-jm, owner = ui.job_manager()
 everyone = ui.control(st, "fid_class")
 
 
@@ -152,13 +156,17 @@ if prof is not None:
         if not rows:
             st.info("No finished runs to compare yet: run the preset batch, or runs on the Training page.")
         else:
-            g = P.step_error_summary([(r["predicted"], r["measured"]) for r in rows])
+            summary = P.load_summary(rows)
+            g = summary["quiet"]  # a run measured under load says as much about the other work: kept apart
             spread, pairs = P.reproducibility(rows[::-1])  # oldest first
             floor, n_floor = P.oracle_error(rows)
             m1, m2, m3, m4, m5 = st.columns(5)
-            m1.metric("Model error, step time", f"{g * 100:.1f} %", help=P.GEOMEAN_ERROR_HELP)
+            m1.metric("Model error, step time", f"{g * 100:.1f} %" if summary["n_quiet"] else "–",
+                      help=P.GEOMEAN_ERROR_HELP + "; over the runs measured on a quiet machine")
             m2.metric("Target on this machine", f"≤ {BAND * 100:.0f} %")
-            m3.metric("Runs compared", len(rows))
+            m3.metric("Runs compared", summary["n_quiet"],
+                      delta=f"{summary['n_loaded']} under load, apart" if summary["n_loaded"] else None,
+                      delta_color="off")
             m4.metric("Re-measured spread", f"{spread * 100:.1f} %" if pairs else "–",
                       help="The measurement's own spread: runs of the same scenario (the preset batch run twice, "
                            "say) differ by this geometric mean of |ln(m_b / m_a)|; no model can be expected to "
@@ -167,7 +175,10 @@ if prof is not None:
                       help="An oracle that knows each scenario's own measurements and predicts the best single step "
                            "time for it (the median): the least error any model of one number per scenario reaches "
                            f"on these runs. {n_floor} run(s) of scenarios measured more than once.")
-            st.markdown(f"**{'Within' if g <= BAND else 'Outside'} the target.** " + SIMULATORS)
+            if summary["n_quiet"]:
+                st.markdown(f"**{'Within' if g <= BAND else 'Outside'} the target.** " + SIMULATORS)
+            if summary["n_loaded"]:
+                st.warning(P.load_line(summary), icon=":material/speed:")
             st.plotly_chart(figs.step_scatter(rows, BAND), key="fid_scatter")
             ui.caption("measured", "x: measured mean step time (wall clock between the ends of consecutive steps, "
                                    f"after the warm-up); y: modelled, from the profile; dashed: y = x; band: ±{BAND * 100:.0f} %")

@@ -170,3 +170,54 @@ def test_descendants_are_a_live_processes_children_created_since_a_time():
         parent.kill()
         parent.wait()
         parent.stdout.close()
+
+
+_SPIN = "import time\nwhile time.process_time() < {s}: pass\n"  # a fixed amount of CPU time, however busy the cores
+
+
+def _cpu_of_exited(p: subprocess.Popen) -> float:
+    """The CPU seconds of child ``p`` once it has exited, read before it is reaped (a zombie keeps its times)."""
+    proc = processes.psutil.Process(p.pid)
+    while proc.status() != processes.psutil.STATUS_ZOMBIE:
+        time.sleep(0.02)
+    t = proc.cpu_times()
+    return t.user + t.system
+
+
+def test_the_load_meter_counts_another_process_cpu_as_other_work():
+    meter = processes.LoadMeter()
+    p = subprocess.Popen([sys.executable, "-c", _SPIN.format(s=1.0)])
+    try:
+        spent = _cpu_of_exited(p)  # not reaped yet: its time is not this process's children's
+        load = meter.result()
+    finally:
+        p.wait()
+    assert spent >= 0.95  # clock ticks of 10 ms
+    # The machine's busy time holds the other process's CPU (and whatever else ran); ticks are 10 ms.
+    assert load["others_cpu_s"] >= spent - 0.05, (load, spent)
+    assert 0.0 < load["others_share"] <= 1.0 and load["cpus"] == os.cpu_count()
+    if processes.PSI_CPU.exists():
+        assert 0.0 <= load["pressure"] <= 1.0
+    assert processes.under_load({**load, "others_share": processes.LOADED_SHARE + 0.01})
+    assert not processes.under_load({**load, "others_share": processes.LOADED_SHARE}) and not processes.under_load(None)
+
+
+def test_the_load_meter_counts_a_reaped_childs_cpu_as_the_jobs_own():
+    busy0 = processes._busy_cpu_s()
+    meter = processes.LoadMeter()
+    p = subprocess.Popen([sys.executable, "-c", _SPIN.format(s=1.0)])
+    spent = _cpu_of_exited(p)
+    p.wait()  # reaped: the job's own, as a launcher's ranks are once it has reaped them
+    load = meter.result()
+    busy = processes._busy_cpu_s() - busy0
+    assert spent >= 0.95  # clock ticks of 10 ms
+    # Other work is the machine's busy time less the job's: the child's second is not in it.
+    assert load["others_cpu_s"] <= busy - spent + 0.05, (load, busy, spent)
+
+
+def test_load_words_name_the_share_and_stay_silent_for_a_quiet_run():
+    quiet = {"others_share": 0.05, "cpus": 2, "pressure": 0.01}
+    busy = {"others_share": 0.5, "cpus": 2, "pressure": 0.4}
+    assert processes.load_words(quiet) == "" and processes.load_words(None) == ""
+    words = processes.load_words(busy)
+    assert "50 %" in words and "40 %" in words

@@ -18,6 +18,7 @@ import pandas as pd
 from scipy.stats import t as student_t
 
 from lab.errors import LabError
+from lab.processes import LOADED_SHARE, under_load
 from lab.scenario.document import Compression, Scenario
 from lab.scenario.names import (
     COMPARED_OPTIMIZERS,
@@ -461,6 +462,20 @@ class Comparison:
         return (f" Runs longer than {MAX_CURVE_POINTS:,} steps are drawn as at most {MAX_CURVE_POINTS:,} points: "
                 f"each the mean over a bucket of consecutive steps (up to {stride:,}); the summary and the "
                 "downloads use every step.")
+
+    @property
+    def loaded_words(self) -> str:
+        """A sentence naming the runs measured under load ("" when none was): their times say as much about the
+        other work as about their variant."""
+        loaded = [(r["name"] or r["id"], r["info"]["load"]["others_share"]) for r in self.runs
+                  if under_load(r["info"].get("load"))]
+        if not loaded:
+            return ""
+        return (f"{len(loaded)} of the chosen runs were measured while other work took more than "
+                f"{LOADED_SHARE * 100:.0f} % of this machine's CPU: "
+                + ", ".join(f"{n} ({s * 100:.0f} %)" for n, s in loaded)
+                + ". Their step times and seconds to the target are slower than a quiet machine gives; their losses "
+                  "and accuracies per step are not.")
 
     def summary_frame(self) -> pd.DataFrame:
         """The summary as data: one row per variant with one column per setting and, for every number, its mean,

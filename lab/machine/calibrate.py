@@ -63,7 +63,7 @@ from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from lab import settings
-from lab.processes import as_background_work
+from lab.processes import LoadMeter, as_background_work
 from lab.errors import LabError
 from lab.machine.cases import (
     CALIBRATION_BATCHES,
@@ -124,6 +124,7 @@ def calibrate(procs: Sequence[int] = (1, 2, 3, 4), *, quick: bool = False, repea
     all_nets = list(range(len(CALIBRATION_NETS))) if nets is None else list(nets)
     cases = cycle_cases(None if nets is None else all_nets)
     t_start = time.time()
+    meter = LoadMeter()  # a profile measured beside other work predicts that work's slowdown for every later run
     multi = [p for p in procs if p > 1]
     stages = 1 + len(multi) * (3 if measure_command else 2)
     progress("compute, optimisers and compressors, one process", 0.0)
@@ -166,7 +167,7 @@ def calibrate(procs: Sequence[int] = (1, 2, 3, 4), *, quick: bool = False, repea
                 "compute_samples": [{k: v for k, v in s.items() if k != "features"} for s in raw["compute"]],
                 "cycles": cycles}
     return MachineProfile(created=datetime.now(timezone.utc).isoformat(timespec="seconds"),
-                          machine=machine_description(), compute=compute, optimizer=optimizer,
+                          machine={**machine_description(), "load": meter.result()}, compute=compute, optimizer=optimizer,
                           compressor=compressor, wait_slowdown=raw["wait"], measured_allreduce=measured,
                           messages=messages, **terms,
                           settings=settings)

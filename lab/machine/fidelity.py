@@ -14,10 +14,11 @@ import statistics
 from typing import Any, Mapping, Sequence
 
 from lab.errors import LabError
-from lab.machine.predict import PART_LABELS, PARTS, Prediction, predict_step
+from lab.machine.predict import PART_LABELS, PARTS, Prediction, job_procs, predict_step
 from lab.machine.profile import MachineProfile, geomean_error, load_profile
 from lab.scenario.catalogue import preset
 from lab.scenario.document import Compression, Scenario, Training
+from lab.processes import LOADED_SHARE, under_load
 from lab.store.runs import ACTIVE
 from lab.store.runs import store as default_store
 from lab.scenario.names import Sharing
@@ -122,6 +123,18 @@ def prediction_table(run: Any = None, profile: MachineProfile | None = None, *, 
                           "error_pct": r["error"] * 100} for r in rows])
 
 
+def load_slowdown(load: Mapping | None, procs: int) -> float:
+    """How much slower a job of ``procs`` busy processes runs beside the other work ``load`` measured
+    (:class:`lab.processes.LoadMeter`): its processes share the cores the other work left, so with
+    ``others_share`` s of ``cpus`` cores taken, ``procs`` processes run max(1, procs / (cpus (1 - s)))
+    times slower than they would on ``cpus`` free cores, max(1, procs / cpus)."""
+    if not load:
+        return 1.0
+    cpus = max(1, int(load.get("cpus", 1)))
+    free = cpus * (1.0 - min(float(load.get("others_share", 0.0)), 0.95))
+    return max(1.0, procs / free) / max(1.0, procs / cpus)
+
+
 def _facts(sc: Scenario) -> dict:
     tr = sc.training
     return {"model": tr.model, "workers": tr.workers, "compressed": tr.compression.kind != "none" and tr.workers > 1,
@@ -136,9 +149,12 @@ def evaluate_run(store: Any, run_id: str, profile: MachineProfile, warmup: int |
     sc = Scenario.from_dict(run["scenario"])
     pred = predict_step(sc, profile)
     meas = measured_step(store.metrics(run_id), warmup)
+    load = run["info"].get("load")
+    corrected = pred.step * load_slowdown(load, job_procs(sc))
     return {"id": run_id, "name": run["name"], **_facts(sc), "scenario_key": scenario_key(sc),
             "predicted": pred.step, "measured": meas["step"],
-            "error": pred.step / meas["step"] - 1, "parts_predicted": pred.parts(),
+            "error": pred.step / meas["step"] - 1, "load": load, "under_load": under_load(load),
+            "corrected": corrected, "corrected_error": corrected / meas["step"] - 1, "parts_predicted": pred.parts(),
             "parts_measured": {k: meas[k] for k in PARTS}, "steps": meas["steps"], "approximate": pred.approximate}
 
 
@@ -202,7 +218,10 @@ def fidelity_table(rows: Sequence[dict]) -> list[dict]:
         pp, mm = r["parts_predicted"], r["parts_measured"]
         d = {"run": r["name"], "model": r["model"], "workers": r["workers"], "compressed": r["compressed"],
              "emulated": r["emulated"], "predicted step (ms)": r["predicted"] * 1e3,
-             "measured step (ms)": r["measured"] * 1e3, "error (%)": r["error"] * 100}
+             "measured step (ms)": r["measured"] * 1e3, "error (%)": r["error"] * 100,
+             "other work (% of CPU)": r["load"]["others_share"] * 100 if r.get("load") else None,
+             "under load": r.get("under_load", False),
+             "corrected for the load (ms)": r["corrected"] * 1e3 if r.get("under_load") else None}
         for part in ("compute", "compress", "comm", "idle"):
             d[f"{PART_LABELS[part]} predicted (ms)"] = pp[part] * 1e3
             d[f"{PART_LABELS[part]} measured (ms)"] = mm[part] * 1e3
@@ -214,6 +233,50 @@ def fidelity_table(rows: Sequence[dict]) -> list[dict]:
 def step_error_summary(pairs: Sequence[tuple[float, float]]) -> float:
     """Geometric-mean error of (predicted, measured) step times."""
     return geomean_error([p for p, _ in pairs], [m for _, m in pairs])
+
+
+def profile_load_words(profile: MachineProfile) -> str:
+    """A warning for a profile calibrated beside other work ("" for one calibrated on a quiet machine, or
+    before calibrations recorded their load)."""
+    load = profile.machine.get("load")
+    if not under_load(load):
+        return ""
+    return (f"This profile was calibrated under load: other work took {load['others_share'] * 100:.0f} % of this "
+            "machine's CPU time while it measured, so every prediction made from it carries that work's slowdown. "
+            "Calibrate again while no jobs run.")
+
+
+def calibrate_now_words(jobs_running: int) -> str:
+    """A warning before a calibration beside running jobs ("" when none runs)."""
+    if not jobs_running:
+        return ""
+    return (f"{jobs_running} job(s) are running on this machine now. A calibration beside them measures their "
+            "slowdown too; it records how busy the machine was, and the profile is marked as taken under load if it "
+            "was. Waiting until they end gives a profile of the machine itself.")
+
+
+def load_line(summary: Mapping) -> str:
+    """What :func:`load_summary` says of the runs measured under load ("" when there were none)."""
+    n = summary["n_loaded"]
+    if not n:
+        return ""
+    return (f"{n} run(s) were measured while other work took more than {LOADED_SHARE * 100:.0f} % of this machine's "
+            f"CPU: they are kept out of the model's error above. Over them the model is "
+            f"{summary['loaded_raw'] * 100:.1f} % off as it predicts (a quiet machine), and "
+            f"{summary['loaded_corrected'] * 100:.1f} % off with the slowdown their measured load implies (its "
+            "processes sharing the cores the other work left).")
+
+
+def load_summary(rows: Sequence[Mapping]) -> dict:
+    """The model's error over the runs measured on a quiet machine, and apart from it over the runs measured
+    under load, as predicted (raw) and with the slowdown their measured load implies (corrected)."""
+    quiet = [r for r in rows if not r["under_load"]]
+    loaded = [r for r in rows if r["under_load"]]
+    nan = math.nan
+    return {"quiet": step_error_summary([(r["predicted"], r["measured"]) for r in quiet]) if quiet else nan,
+            "n_quiet": len(quiet), "n_loaded": len(loaded),
+            "loaded_raw": step_error_summary([(r["predicted"], r["measured"]) for r in loaded]) if loaded else nan,
+            "loaded_corrected": step_error_summary([(r["corrected"], r["measured"]) for r in loaded]) if loaded else nan}
 
 
 def scenario_key(sc: Scenario) -> str:

@@ -410,6 +410,9 @@ def launch(sc: Scenario, run_id: str | None = None, *, name: str | None = None,
     if not store.claim(run_id, **identity()):
         return LaunchResult(run_id, store.status(run_id), math.nan, "stopped, or started elsewhere, before it started")
     cpus = cpus if cpus is not None else parse_cpus(settings.raw("LAB_RANK_CPUS"))
+    # Other work on this machine slows a run the model does not know about: measure how much there was.
+    # A cluster's ranks run on other machines, whose load this one cannot see.
+    meter = None if cluster else processes.LoadMeter()
     old = {s: signal.signal(s, _on_signal) for s in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)}
     tmp = Path(tempfile.mkdtemp(prefix=scratch_prefix(run_id)))
     store.set_launcher(run_id, scratch=str(tmp))
@@ -477,7 +480,7 @@ def launch(sc: Scenario, run_id: str | None = None, *, name: str | None = None,
         for s, h in old.items():
             signal.signal(s, h)
         shutil.rmtree(tmp, ignore_errors=True)
-        _record_end(store, run_id, attempt)
+        _record_end(store, run_id, attempt, meter)
     run = store.get_run(run_id)
     return LaunchResult(run_id, run["status"], final_accuracy(store, run_id), run["error"], restarts)
 
@@ -501,8 +504,10 @@ def named(failure: Failure | None, sc: Scenario) -> Failure | None:
     return dataclasses.replace(failure, error=re.sub(r"^worker \d+", who, failure.error))
 
 
-def _record_end(store: RunStore, run_id: str, attempt: int) -> None:
+def _record_end(store: RunStore, run_id: str, attempt: int, meter: processes.LoadMeter | None = None) -> None:
     try:
+        if meter is not None:  # after the ranks are reaped: their CPU time is the job's own
+            store.merge_info(run_id, {"load": meter.result()})
         status = store.status(run_id)
         if status in ACTIVE:  # cannot happen through launch(); belt and braces
             store.set_status(run_id, "failed", error="the launcher ended without a result", only_from=ACTIVE)

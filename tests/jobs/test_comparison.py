@@ -311,3 +311,14 @@ def test_the_class_pools_its_repeats_with_different_seeds_per_student(lab_db):
     pooled = C.pooled_runs(st, ids[:1])
     assert pooled[0] == ids[0] and set(pooled) == set(ids) and other not in pooled  # the same variant, any seed
     assert C.compare_runs(st, pooled).rows[0]["repeats"] == 4
+
+
+def test_the_comparison_names_the_runs_measured_under_load(lab_db):
+    st = RunStore(lab_db)
+    ids = [store_run(st, scenario("adam", "none", seed), [0.5, 0.9], sent_per_step=4000) for seed in range(3)]
+    assert C.compare_runs(st, ids).loaded_words == ""  # runs from before load was recorded
+    st.merge_info(ids[0], {"load": {"others_share": 0.05, "cpus": 2}})
+    st.merge_info(ids[2], {"load": {"others_share": 0.62, "cpus": 2}})
+    st.update_run(ids[2], name="<b>busy</b> run")
+    words = C.compare_runs(st, ids).loaded_words
+    assert words.startswith("1 of the chosen runs") and "<b>busy</b> run (62 %)" in words

@@ -195,3 +195,63 @@ def test_oracle_error_is_the_best_constant_per_scenario():
     assert math.exp(best / 5) - 1 >= err - 1e-12
     assert math.exp(best / 5) - 1 == pytest.approx(err, rel=1e-9)  # the grid holds the measured values
     assert oracle_error(rows[-1:]) == (pytest.approx(math.nan, nan_ok=True), 0)
+
+
+def test_a_run_measured_under_load_is_flagged_kept_apart_and_corrected_by_its_load(lab_db):
+    from lab.machine.fidelity import fidelity_table, load_line, load_slowdown, load_summary
+    from lab.store.runs import RunStore
+
+    store = RunStore(lab_db)
+    prof = synthetic_profile()
+    sc = sc_of(model="mlp", workers=2)
+    quiet, busy, old = (store.create_run(sc, status="done") for _ in range(3))
+    for rid, step_s in ((quiet, 0.01), (busy, 0.02), (old, 0.01)):
+        store.add_metrics(rid, synthetic_metrics(step_s=step_s).drop(columns=["run_id"]).to_dict("records"))
+    store.merge_info(quiet, {"load": {"others_share": 0.05, "cpus": 2, "pressure": 0.01}})
+    store.merge_info(busy, {"load": {"others_share": 0.5, "cpus": 2, "pressure": 0.6}})  # two spinners beside it
+    rows, _ = evaluate_runs(store, prof)
+    by = {r["id"]: r for r in rows}
+    pred = predict_step(sc, prof).step
+    assert [by[r]["under_load"] for r in (quiet, busy, old)] == [False, True, False]  # old: no load recorded
+    # two processes on the one core the spinners left: twice as slow as on two free cores
+    assert load_slowdown(by[busy]["load"], 2) == pytest.approx(2.0)
+    assert by[busy]["corrected"] == pytest.approx(2 * pred) and by[old]["corrected"] == pytest.approx(pred)
+    assert by[quiet]["corrected"] == pytest.approx(pred * 2 / (2 * 0.95))  # a little load: a little slower
+    s = load_summary(rows)
+    assert (s["n_quiet"], s["n_loaded"]) == (2, 1)
+    assert s["quiet"] == pytest.approx(step_error_summary([(pred, by[quiet]["measured"]), (pred, by[old]["measured"])]))
+    assert s["loaded_raw"] == pytest.approx(step_error_summary([(pred, by[busy]["measured"])]))
+    assert s["loaded_corrected"] == pytest.approx(step_error_summary([(2 * pred, by[busy]["measured"])]))
+    line = load_line(s)
+    assert line.startswith("1 run(s)") and f"{s['loaded_corrected'] * 100:.1f} %" in line
+    assert load_line(load_summary([by[quiet]])) == ""
+    table = {t["id"]: t for t in fidelity_table(rows)}
+    assert table[busy]["under load"] and table[busy]["other work (% of CPU)"] == pytest.approx(50.0)
+    assert table[busy]["corrected for the load (ms)"] == pytest.approx(2 * pred * 1e3)
+    assert table[quiet]["corrected for the load (ms)"] is None and table[old]["other work (% of CPU)"] is None
+
+
+@pytest.mark.parametrize("procs, share, cpus, slowdown", [
+    (2, 0.0, 2, 1.0),      # a quiet machine
+    (1, 0.5, 2, 1.0),      # one process beside one spinner on two cores: a core each
+    (1, 2 / 3, 2, 1.5),    # one process beside two spinners: three share two cores
+    (4, 0.5, 2, 2.0),      # four processes on two cores, half of them taken: twice the crowding
+    (3, 0.25, 4, 1.0),     # three processes fit in the three cores left
+])
+def test_the_load_slowdown_shares_the_cores_the_other_work_left(procs, share, cpus, slowdown):
+    from lab.machine.fidelity import load_slowdown
+
+    assert load_slowdown({"others_share": share, "cpus": cpus}, procs) == pytest.approx(slowdown)
+    assert load_slowdown(None, procs) == 1.0
+
+
+def test_a_profile_calibrated_under_load_says_so():
+    import dataclasses
+
+    from lab.machine.fidelity import calibrate_now_words, profile_load_words
+
+    prof = synthetic_profile()
+    assert profile_load_words(prof) == ""
+    loaded = dataclasses.replace(prof, machine={**prof.machine, "load": {"others_share": 0.4, "cpus": 2}})
+    assert "40 %" in profile_load_words(loaded)
+    assert calibrate_now_words(0) == "" and calibrate_now_words(3).startswith("3 job(s)")

@@ -229,3 +229,33 @@ def test_the_same_scenario_run_twice_shows_the_measurement_spread(data, lab_db):
     assert metric.value == "100.0 %"  # 10 ms then 20 ms: exp(|ln 2|) - 1
     floor = [m for m in at.metric if m.label == "Best possible here"][0]
     assert floor.value == "41.4 %"  # any constant between 10 and 20 ms: exp(|ln 2| / 2) - 1 = sqrt(2) - 1
+
+
+@pytest.mark.parametrize("page", [PAGE, "pages/training.py", "pages/compare.py"])
+def test_a_run_measured_under_load_is_flagged_on_every_page_that_shows_its_times(data, lab_db, page):
+    prof = synthetic_profile()
+    prof.save()
+    quiet, sc = stored_run(lab_db)
+    busy, _ = stored_run(lab_db, step_s=0.02)
+    st = RunStore(lab_db)
+    st.merge_info(quiet, {"load": {"others_share": 0.02, "cpus": 2, "pressure": 0.0}})
+    st.merge_info(busy, {"load": {"others_share": 0.5, "cpus": 2, "pressure": 0.5}})
+    st.update_run(busy, name="**loud** [x](http://e.test)")  # a name is user text: shown as text
+    at = app_test(page)
+    at.session_state["job_owner"] = OWNER
+    if page == "pages/compare.py":
+        at.session_state["cmp_runs"] = [quiet, busy]
+    at.run()
+    assert_no_exception(at)
+    warnings = " ".join(w.value for w in at.warning)
+    if page == PAGE:
+        pred = predict_step(sc, prof).step
+        metric = [m for m in at.metric if m.label.startswith("Model error")][0]
+        assert metric.value == f"{(math.exp(abs(math.log(pred / 0.01))) - 1) * 100:.1f} %"  # the quiet run's alone
+        assert "1 run(s) were measured while other work took more than 15 %" in warnings
+        table = [d.value for d in at.dataframe if "under load" in d.value.columns][0].set_index("id")
+        assert bool(table.loc[busy, "under load"]) and not bool(table.loc[quiet, "under load"])
+    elif page == "pages/training.py":  # the newest run, the loaded one, is watched
+        assert "Measured under load: other work took 50 %" in warnings
+    else:
+        assert "1 of the chosen runs" in warnings and "\\*\\*loud\\*\\*" in warnings and "](" not in warnings

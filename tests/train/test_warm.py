@@ -67,6 +67,9 @@ def test_a_warm_job_trains_to_the_same_bits_as_a_cold_one(starter, lab_db, tmp_p
     for k in a:
         assert torch.equal(a[k], b[k]), k
     assert processes_of(rid, exclude=(os.getpid(),)) == []
+    for r in (cold.run_id, rid):  # each launcher measured the machine's other work while its job ran
+        load = store.get_run(r)["info"]["load"]
+        assert load["wall_s"] > 0 and load["cpus"] == os.cpu_count() and 0.0 <= load["others_share"] <= 1.0
 
 
 def test_a_warm_jobs_processes_look_and_end_like_a_cold_jobs(starter, lab_db, tmp_path):
