@@ -81,6 +81,7 @@ comp_now = sc.training.compression
 st.markdown(f":material/compress: **Compression:** {ui.plain(figs.compression_summary(comp_now.to_dict()))}")
 if conflict := job_views.compression_conflict(sc.training):
     st.warning(conflict, icon=":material/warning:")
+st.caption(job_views.IMPLEMENTATIONS)
 
 
 b1, b2, b3 = st.columns([1, 3, 2], vertical_alignment="bottom")

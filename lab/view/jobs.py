@@ -469,3 +469,11 @@ def whatif_metrics(schedule) -> list[tuple[str, str]]:
     """A policy's simulated schedule in three numbers, as the what-if shows them."""
     return [("Makespan (s)", f"{schedule.makespan:.1f}"), ("Mean wait in the queue (s)", f"{schedule.mean_wait:.1f}"),
             ("Device utilisation (%)", f"{100 * schedule.utilisation:.0f}")]
+
+#: Which code a run executes: the Training page says it, so a wall-time comparison compares what it names.
+IMPLEMENTATIONS = ("Which code runs: the optimisers are the lab's own Adam, AdaBelief and Max-AdaBelief, each one "
+                   "multi-tensor update over all parameters (torch._foreach_* operations, as torch's foreach Adam), "
+                   "checked step by step against torch.optim.Adam and adabelief-pytorch; none is a fused kernel, "
+                   "which torch's fused Adam is. The compressors are the lab's own (Group-TopK, top-k, random-k, "
+                   "FP16), their payloads sent by the lab's ring or all-gather. The README's bench_optim row gives "
+                   "their time per step beside torch's Adam in its three forms.")
