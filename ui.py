@@ -544,8 +544,10 @@ def control(where, key: str, *, options=None, hi=None, value=_FROM_SESSION, form
             value = c.spec.default
         if options is not None and value not in options and c.spec.type is not tuple:
             value = next(iter(options), None)
-        if hi is not None and value is not None:
-            value = min(value, hi)
+        if isinstance(value, (int, float)) and not isinstance(value, bool):  # a value the box would refuse
+            top = c.spec.max if hi is None else hi
+            value = max(value, c.spec.min) if c.spec.min is not None else value
+            value = min(value, top) if top is not None else value
         if not c.transient and value is not None:
             set_view(key, value)  # a kept control's value lives in the session, as the view's others do
             value = _FROM_SESSION

@@ -69,6 +69,10 @@ if setup is not None:
         if clamped:
             ui.set_view("ar_step", step_now, notice=f"This schedule has {len(sched.steps)} steps, so the step "
                                                     f"is now {step_now}.")
+        if st.session_state.get("ar_play") and step_now >= len(sched.steps):
+            # Play pressed at the last step plays again from the first: the tick below must never have to
+            # switch the play off inside a full run, where its switch is already drawn.
+            ui.set_view("ar_step", 0)
         playing = ui.control(st, "ar_play")
 
         @st.fragment(run_every=0.9 if playing else None)

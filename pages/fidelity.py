@@ -158,8 +158,9 @@ if prof is not None:
         else:
             summary = P.load_summary(rows)
             g = summary["quiet"]  # a run measured under load says as much about the other work: kept apart
-            spread, pairs = P.reproducibility(rows[::-1])  # oldest first
-            floor, n_floor = P.oracle_error(rows)
+            quiet = [r for r in rows if not r["under_load"]]
+            spread, pairs = P.reproducibility(quiet[::-1])  # oldest first
+            floor, n_floor = P.oracle_error(quiet)
             m1, m2, m3, m4, m5 = st.columns(5)
             m1.metric("Model error, step time", f"{g * 100:.1f} %" if summary["n_quiet"] else "–",
                       help=P.GEOMEAN_ERROR_HELP + "; over the runs measured on a quiet machine")
@@ -179,19 +180,23 @@ if prof is not None:
                 st.markdown(f"**{'Within' if g <= BAND else 'Outside'} the target.** " + SIMULATORS)
             if summary["n_loaded"]:
                 st.warning(P.load_line(summary), icon=":material/speed:")
-            st.plotly_chart(figs.step_scatter(rows, BAND), key="fid_scatter")
-            ui.caption("measured", "x: measured mean step time (wall clock between the ends of consecutive steps, "
-                                   f"after the warm-up); y: modelled, from the profile; dashed: y = x; band: ±{BAND * 100:.0f} %")
-            st.plotly_chart(figs.error_bars(rows, BAND), key="fid_errors")
-            ui.caption("modelled", "error = predicted / measured − 1 of the step time, per run")
-            if not lesson:
-                st.plotly_chart(figs.parts_scatter(rows, band=BAND), key="fid_parts")
-                ui.caption("measured", "each part: mean over workers of each worker's mean (measured) against the "
-                                       "model's per-worker mean (modelled); emulated waits are inside compute and "
-                                       "communication")
+            if quiet:  # the charts show the runs measured on a quiet machine; the table lists every run
+                st.plotly_chart(figs.step_scatter(quiet, BAND), key="fid_scatter")
+                ui.caption("measured", "x: measured mean step time (wall clock between the ends of consecutive steps, "
+                                       f"after the warm-up); y: modelled, from the profile; dashed: y = x; band: ±{BAND * 100:.0f} %")
+                st.plotly_chart(figs.error_bars(quiet, BAND), key="fid_errors")
+                ui.caption("modelled", "error = predicted / measured − 1 of the step time, per run")
+                if not lesson:
+                    st.plotly_chart(figs.parts_scatter(quiet, band=BAND), key="fid_parts")
+                    ui.caption("measured", "each part: mean over workers of each worker's mean (measured) against the "
+                                           "model's per-worker mean (modelled); emulated waits are inside compute and "
+                                           "communication")
             st.dataframe(pd.DataFrame(P.fidelity_table(rows)), hide_index=True, key="fid_table")
             ui.caption("measured", "ms per step (measured: means after the warm-up; predicted: modelled); "
-                                   "error = predicted / measured − 1, in percent")
+                                   "error = predicted / measured − 1, in percent; other work: the share of the "
+                                   "machine's CPU time other processes took while the run ran (more than "
+                                   f"{P.LOADED_SHARE * 100:.0f} %: under "
+                                   "load, and not in the charts or the error above)")
         if skipped and not lesson:
             with st.expander(f"{len(skipped)} run(s) not compared"):
                 st.dataframe(pd.DataFrame(skipped), hide_index=True, key="fid_skipped")

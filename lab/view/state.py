@@ -105,7 +105,7 @@ VIEW: dict[str, Control] = {
     "topo_cmp": _c("topology", str, "as_pcie", "Compare this cluster with", ("as_pcie", *PRESETS)),
     # What the Load button loads, the file being uploaded, the editors' edits and the new device's form: what
     # they change is the Scenario, which the link carries.
-    "topo_preset": _c("topology", str, "gpu-npu", "Preset", tuple(PRESETS), transient=True),
+    "topo_preset": _c("topology", str, next(iter(PRESETS)), "Preset", tuple(PRESETS), transient=True),
     "topo_upload": _c("topology", str, "", f"…or upload a scenario or topology JSON (max {UPLOAD_MB} MB)", widget="file", transient=True),
     "topo_dev_": _c("topology", tuple, (), "devices", widget="table", prefix=True, transient=True),
     "topo_sw_": _c("topology", tuple, (), "switches", widget="table", prefix=True, transient=True),

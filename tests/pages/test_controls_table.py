@@ -72,3 +72,23 @@ def test_the_table_holds_the_controls_once_drawn_by_pages_and_marks_the_transien
         assert k in keys, k
     assert {k for k in keys if V.VIEW[k].transient} >= {"jobs_teacher_token", "topo_upload", "cmp_confirm", "ar_play"}
     assert not V.VIEW["jobs_fault"].transient and not V.VIEW["fid_trace_run"].transient
+
+
+def test_a_value_a_control_would_refuse_is_brought_into_its_bounds_before_the_box_is_drawn():
+    """The teacher's form shows the server's limits; one set above the box's bound (LAB_JOB_MAX_S of a day and
+    more) is shown at the bound rather than failing the page."""
+    from streamlit.testing.v1 import AppTest
+
+    def script():
+        import streamlit as st
+
+        import ui
+
+        st.session_state["shown"] = (ui.control(st, "jobs_max_s", value=200_000.0),
+                                     ui.control(st, "jobs_fault_worker", hi=1), ui.control(st, "jobs_max_procs", value=0))
+
+    at = AppTest.from_function(script, default_timeout=30)
+    at.session_state["jobs_fault_worker"] = 3  # a link's rank for a bigger job than this one
+    at.run()
+    assert not at.exception, [e.value for e in at.exception]
+    assert at.session_state["shown"] == (V.VIEW["jobs_max_s"].spec.max, 1, V.VIEW["jobs_max_procs"].spec.min)

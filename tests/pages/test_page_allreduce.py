@@ -123,3 +123,12 @@ def test_two_pools_scenario_names_the_fabric_and_the_groups():
     assert "p0-gpu, p0-fpga, p0-asic, p0-dpu; p1-gpu" in captions(at)
     hops = frame(at, "its narrowest hop")
     assert [p for p in hops["phase"]][:2] == ["reduce inside groups"] * 2
+
+
+def test_play_pressed_at_the_last_step_plays_again_from_the_first():
+    at = app_test(PAGE)
+    last = at.slider(key="ar_step").max
+    at.slider(key="ar_step").set_value(last).run()
+    at.toggle(key="ar_play").set_value(True).run()  # a full run with the fragment inline: no switch to reset
+    assert_no_exception(at)
+    assert at.slider(key="ar_step").value in (0, 1) and at.toggle(key="ar_play").value is True
