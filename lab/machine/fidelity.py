@@ -150,7 +150,9 @@ def evaluate_run(store: Any, run_id: str, profile: MachineProfile, warmup: int |
     pred = predict_step(sc, profile)
     meas = measured_step(store.metrics(run_id), warmup)
     load = run["info"].get("load")
-    corrected = pred.step * load_slowdown(load, job_procs(sc))
+    # An emulated wait is a sleep: it needs no core, so other work does not stretch it; the rest does.
+    asleep = min(pred.step, pred.emul_compute + pred.emul_comm)
+    corrected = asleep + (pred.step - asleep) * load_slowdown(load, job_procs(sc))
     return {"id": run_id, "name": run["name"], **_facts(sc), "scenario_key": scenario_key(sc),
             "predicted": pred.step, "measured": meas["step"],
             "error": pred.step / meas["step"] - 1, "load": load, "under_load": under_load(load),

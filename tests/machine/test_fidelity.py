@@ -255,3 +255,19 @@ def test_a_profile_calibrated_under_load_says_so():
     loaded = dataclasses.replace(prof, machine={**prof.machine, "load": {"others_share": 0.4, "cpus": 2}})
     assert "40 %" in profile_load_words(loaded)
     assert calibrate_now_words(0) == "" and calibrate_now_words(3).startswith("3 job(s)")
+
+
+def test_the_load_stretches_what_needs_a_core_and_not_an_emulated_sleep(lab_db):
+    from lab.store.runs import RunStore
+
+    store = RunStore(lab_db)
+    prof = synthetic_profile()
+    sc = sc_of(model="mlp", workers=2, emulate=True, worker_devices=("gpu", "host"))
+    rid = store.create_run(sc, status="done")
+    store.add_metrics(rid, synthetic_metrics(step_s=0.03).drop(columns=["run_id"]).to_dict("records"))
+    store.merge_info(rid, {"load": {"others_share": 0.5, "cpus": 2}})
+    (row,), _ = evaluate_runs(store, prof)
+    pred = predict_step(sc, prof)
+    asleep = pred.emul_compute + pred.emul_comm
+    assert asleep > 0  # the host stands in for a slower device: it sleeps part of each step
+    assert row["corrected"] == pytest.approx(asleep + (pred.step - asleep) * 2.0)
