@@ -165,9 +165,8 @@ if prof is not None:
             m1.metric("Model error, step time", f"{g * 100:.1f} %" if summary["n_quiet"] else "–",
                       help=P.GEOMEAN_ERROR_HELP + "; over the runs measured on a quiet machine")
             m2.metric("Target on this machine", f"≤ {BAND * 100:.0f} %")
-            m3.metric("Runs compared", summary["n_quiet"],
-                      delta=f"{summary['n_loaded']} under load, apart" if summary["n_loaded"] else None,
-                      delta_color="off")
+            m3.metric("Runs compared", summary["n_quiet"], help="runs measured on a quiet machine; "
+                      f"{summary['n_loaded']} more measured under load are kept apart (below)")
             m4.metric("Re-measured spread", f"{spread * 100:.1f} %" if pairs else "–",
                       help="The measurement's own spread: runs of the same scenario (the preset batch run twice, "
                            "say) differ by this geometric mean of |ln(m_b / m_a)|; no model can be expected to "

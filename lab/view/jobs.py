@@ -472,8 +472,8 @@ def whatif_metrics(schedule) -> list[tuple[str, str]]:
 
 #: Which code a run executes: the Training page says it, so a wall-time comparison compares what it names.
 IMPLEMENTATIONS = ("Which code runs: the optimisers are the lab's own Adam, AdaBelief and Max-AdaBelief, each one "
-                   "multi-tensor update over all parameters (torch._foreach_* operations, as torch's foreach Adam), "
-                   "checked step by step against torch.optim.Adam and adabelief-pytorch; none is a fused kernel, "
+                   "multi-tensor update over all parameters (`torch._foreach_*` operations, as torch's foreach Adam), "
+                   "checked step by step against `torch.optim.Adam` and adabelief-pytorch; none is a fused kernel, "
                    "which torch's fused Adam is. The compressors are the lab's own (Group-TopK, top-k, random-k, "
-                   "FP16), their payloads sent by the lab's ring or all-gather. The README's bench_optim row gives "
+                   "FP16), their payloads sent by the lab's ring or all-gather. The README's `bench_optim` row gives "
                    "their time per step beside torch's Adam in its three forms.")
