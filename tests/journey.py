@@ -16,6 +16,15 @@ def new_page(browser, context=None):
     return pg
 
 
+def open_link(browser, url: str, heading: str):
+    """``url`` opened in a fresh browser, as the person it was sent to would, once its page's heading shows."""
+    fresh = new_page(browser)
+    fresh.goto(url)
+    settle(fresh)
+    fresh.get_by_role("heading", name=heading).first.wait_for(timeout=30_000)
+    return fresh
+
+
 def no_error_boxes(pg) -> None:
     boxes = pg.locator("[data-testid='stException']").all_inner_texts()
     assert not boxes, boxes

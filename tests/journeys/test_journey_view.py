@@ -10,6 +10,7 @@ from tests.journey import (
     nav,
     new_page,
     no_error_boxes,
+    open_link,
     radio,
     selected,
     slide,
@@ -48,11 +49,8 @@ def test_all_reduce_controls_survive_navigation_and_travel_in_a_link(streamlit_s
     finally:
         pg.context.close()
 
-    fresh = new_page(browser)
+    fresh = open_link(browser, url, "All-reduce")
     try:
-        fresh.goto(url)
-        settle(fresh)
-        fresh.get_by_role("heading", name="All-reduce").first.wait_for(timeout=30_000)
         assert selected(fresh, "Algorithm") == "binary tree (reduce + broadcast)"
         assert slider_value(fresh, "Buffer per device S") == "256 MiB"
         assert slider_value(fresh, "Step (0 = before the first)") == "3"
@@ -145,11 +143,8 @@ def test_the_jobs_pages_what_if_and_fault_form_survive_navigation_and_travel_in_
     finally:
         pg.context.close()
 
-    fresh = new_page(browser)
+    fresh = open_link(browser, url, "Jobs")
     try:
-        fresh.goto(url)
-        settle(fresh)
-        fresh.get_by_role("heading", name="Jobs").first.wait_for(timeout=30_000)
         assert selected(fresh, "Topology") == "(5) edge cluster: 8 weak devices on 100 Mbit/s"
         assert fresh.get_by_label("At most this many jobs at once (0: no limit)", exact=True).input_value() == "2"
         fresh.get_by_text("Watch a failure: start a job with an injected fault").click()
