@@ -542,8 +542,8 @@ def control(where, key: str, *, options=None, hi=None, value=_FROM_SESSION, form
     else:
         if value is _FROM_SESSION:
             value = c.spec.default
-        if options is not None and value not in options and c.spec.type is not tuple:
-            value = next(iter(options), None)
+        if options is not None and c.spec.type is not tuple:
+            value, _ = viewstate.fit_choice(value, options, next(iter(options), None))
         if isinstance(value, (int, float)) and not isinstance(value, bool):  # a value the box would refuse
             top = c.spec.max if hi is None else hi
             value = max(value, c.spec.min) if c.spec.min is not None else value

@@ -50,8 +50,6 @@ if og is None or cm is None:
     st.stop()
 st.caption(f"Cost model: {cm.describe()}. Transfers: latency + bytes / bottleneck bandwidth of the route.")
 p1, p2, p3, p4, p5 = st.columns([2, 2, 1, 1, 1], vertical_alignment="bottom")
-for key, options in (("pl_pin_op", og.names), ("pl_pin_dev", topo.device_names)):
-    st.session_state[key] = pv.keep_choice(st.session_state.get(key), options)  # set, so the browser's box follows
 op = ui.control(p1, "pl_pin_op", options=og.names)
 ui.control(p2, "pl_pin_dev", options=topo.device_names)
 p3.button("Pin", key="pl_pin", on_click=set_pins, args=("pin",))
@@ -145,15 +143,14 @@ runs_store = store()
 q1, q2 = st.columns(2)
 if g is not None and q1.button("Run this plan", type="primary", key="pl_run", icon=":material/play_arrow:"):
     with ui.guarded("starting the placement run"):
-        one = pv.plan_scenario(sc, model, batch, strategy, pl.plan_assignment(g, strategy)[0], micro, steps, emulate)
+        one = pv.plan_scenario(sc, model, batch, strategy, pv.assignment_of(g, strategy), micro, steps, emulate)
         if jobs := ui.submit_once(owner, one, "plan", runs_store, lambda: [
                 jm.submit(one, name=f"{STRATEGY_SHORT[strategy]} · {model}", owner=owner)]):
             ui.set_view("pl_runs", pv.shown_runs(ui.view_value("pl_runs"), [j.run_id for j in jobs]))
             st.rerun()
 if g is not None and q2.button("Run every strategy", key="pl_run_all", icon=":material/format_list_numbered:"):
     with ui.guarded("queueing every strategy"):
-        items = pv.strategy_scenarios(sc, g, model, batch, micro, steps, emulate, repeats,
-                                      lambda gr, name: pl.plan_assignment(gr, name)[0])
+        items = pv.strategy_scenarios(sc, g, model, batch, micro, steps, emulate, repeats)
         if jobs := ui.submit_once(owner, items[0][0], f"plans x{repeats}", runs_store,
                                   lambda: jm.submit_many(items, owner=owner)):
             ui.set_view("pl_runs", pv.shown_runs((), [j.run_id for j in jobs]))
@@ -208,9 +205,7 @@ fastest, defaults = pv.default_slowdowns(topo)
 slowdown = {}
 cols = b2.columns(min(len(dnames), 5))
 for i, n in enumerate(dnames):
-    if ui.view_value(f"pl_slow_{n}") is None:
-        ui.set_view(f"pl_slow_{n}", defaults[n])
-    slowdown[n] = ui.control(cols[i % len(cols)], f"pl_slow_{n}")
+    slowdown[n] = ui.control(cols[i % len(cols)], f"pl_slow_{n}", value=defaults[n])
 b2.caption(pv.slowdown_note(fastest, ui.plain))
 knobs = pv.BALANCE_KNOBS
 if ui.lesson_mode():  # lesson mode hides the knobs and keeps their values
@@ -242,7 +237,7 @@ if g is not None and mode == "model":
     if l2.button("Run the balancing loop (both rules)", key="pl_bal_run", icon=":material/play_arrow:"):
         with ui.guarded("starting the balancing runs"):
             items = pv.balance_items(sc, g, model, batch, micro, round_steps, max_rounds, tol, patience, slowdown,
-                                     strategy, lambda gr, name: pl.plan_assignment(gr, name)[0])
+                                     strategy)
             if jobs := ui.submit_once(owner, items[0][0], "balance", runs_store,
                                       lambda: jm.submit_many(items, owner=owner)):
                 ui.set_view("pl_bal_runs", tuple(j.run_id for j in jobs))

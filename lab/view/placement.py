@@ -193,8 +193,13 @@ def plan_scenario(sc, model: str, batch: int, strategy: str, assignment: Mapping
     return sc.replace(training=tr)
 
 
+def assignment_of(g, strategy: str) -> dict[str, str]:
+    """Every operator's device in ``strategy``'s plan of task graph ``g``."""
+    return pl.plan_assignment(g, strategy)[0]
+
+
 def strategy_scenarios(sc, g, model: str, batch: int, micro_batches: int, steps: int, emulate: bool,
-                       repeats: int, plan) -> list[tuple]:
+                       repeats: int, plan=assignment_of) -> list[tuple]:
     """(scenario, run name) for every strategy's plan of ``g`` (``plan(g, strategy)`` gives the assignment),
     ``repeats`` times each with seeds 0, 1, ...; a strategy that cannot place the graph is left out."""
     out = []
@@ -309,7 +314,8 @@ BALANCE_BASELINES = ("even_split", "type_rule")
 
 
 def balance_items(sc, g, model: str, batch: int, micro_batches: int, round_steps: int, max_rounds: int,
-                  tolerance: float, patience: int, slowdown: Mapping[str, float], strategy: str, plan) -> list[tuple]:
+                  tolerance: float, patience: int, slowdown: Mapping[str, float], strategy: str,
+                  plan=assignment_of) -> list[tuple]:
     """(scenario, run name) of one balancing session: the loop with each rule, then each baseline plan of
     :data:`BALANCE_BASELINES` (``plan(g, strategy)`` gives its assignment) on the same emulated cluster, run for
     three rounds' steps; a baseline that cannot place the graph is left out."""
@@ -426,12 +432,6 @@ def balance_run_panels(store: Any, run_ids: Sequence[str], simulated: Mapping[st
     return out
 
 
-
-
-def keep_choice(current: Any, options: Sequence) -> Any:
-    """A select box's value after its options changed (another model or topology): the same while it is still
-    offered, else the first option."""
-    return current if current in options else options[0]
 
 
 def placed(strategy: str, g) -> tuple:

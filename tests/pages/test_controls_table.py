@@ -85,10 +85,14 @@ def test_a_value_a_control_would_refuse_is_brought_into_its_bounds_before_the_bo
         import ui
 
         st.session_state["shown"] = (ui.control(st, "jobs_max_s", value=200_000.0),
-                                     ui.control(st, "jobs_fault_worker", hi=1), ui.control(st, "jobs_max_procs", value=0))
+                                     ui.control(st, "jobs_fault_worker", hi=1), ui.control(st, "jobs_max_procs", value=0),
+                                     ui.control(st, "pl_pin_op", options=["a", "x"]),
+                                     ui.control(st, "pl_pin_dev", options=["a", "x"]))
 
     at = AppTest.from_function(script, default_timeout=30)
     at.session_state["jobs_fault_worker"] = 3  # a link's rank for a bigger job than this one
+    # a box's choice after its options changed (another model or topology): kept while offered, else the first
+    at.session_state["pl_pin_op"], at.session_state["pl_pin_dev"] = "x", "gone"
     at.run()
     assert not at.exception, [e.value for e in at.exception]
-    assert at.session_state["shown"] == (V.VIEW["jobs_max_s"].spec.max, 1, V.VIEW["jobs_max_procs"].spec.min)
+    assert at.session_state["shown"] == (V.VIEW["jobs_max_s"].spec.max, 1, V.VIEW["jobs_max_procs"].spec.min, "x", "a")

@@ -163,4 +163,3 @@ def test_what_the_page_shows_of_a_plan_its_baseline_and_the_operator_explained()
     assert pv.explained(["a", "b"], "b") == ("b", None)
     assert pv.explained(["a", "b"], "z") == ("a", "The operator explained is now a (z is not in this graph).")
     assert pv.explained(["a", "b"], "") == ("a", None)
-    assert pv.keep_choice("x", ["a", "x"]) == "x" and pv.keep_choice("gone", ["a", "x"]) == "a"
