@@ -28,7 +28,7 @@ if str(ROOT) not in sys.path:
 # functions (README). A module here is slow as a whole; a new module of that kind joins the list.
 SLOW_FOLDERS = ("journeys", "pages")
 SLOW_MODULES = {
-    "comm/test_comm.py", "comm/test_sparse_comm.py", "jobs/test_comparison.py", "jobs/test_fair_queue.py",
+    "comm/test_comm.py", "comm/test_sparse_comm.py", "comm/test_torch_hooks.py", "jobs/test_comparison.py", "jobs/test_fair_queue.py",
     "jobs/test_isolation.py", "jobs/test_jobs.py", "jobs/test_lifecycle.py", "jobs/test_ray_cluster.py",
     "machine/test_calibrate.py", "machine/test_fidelity.py", "scenario/test_hostile_input.py", "store/test_runs.py",
     "test_layers.py", "test_processes.py", "train/test_assets_cli.py", "train/test_balancing_run.py",

@@ -21,6 +21,7 @@ data: the same parameters after training.
 """
 from __future__ import annotations
 
+import copy
 import time
 from collections import defaultdict
 from typing import Any, Sequence
@@ -124,27 +125,38 @@ class PowerSGD:
         self.error = self.p_memory = self.q_memory = None
 
     def state_dict(self) -> dict:
+        """Tensors and numbers only, so a checkpoint holding it loads with ``weights_only=True``."""
+        name, keys, pos, has_gauss, gauss = self.rng.get_state()
         return {"iter": self.iter, "error": self.error, "p": self.p_memory, "q": self.q_memory,
-                "rng": list(self.rng.get_state())}
+                "rng_keys": torch.from_numpy(keys.astype(np.int64)), "rng_pos": int(pos),
+                "rng_gauss": (int(has_gauss), float(gauss))}
 
     def load_state_dict(self, d: dict) -> None:
         self.iter, self.error, self.p_memory, self.q_memory = int(d["iter"]), d["error"], d["p"], d["q"]
-        self.rng.set_state(tuple(d["rng"]))
+        has_gauss, gauss = d["rng_gauss"]
+        self.rng.set_state(("MT19937", d["rng_keys"].numpy().astype(np.uint32), d["rng_pos"], has_gauss, gauss))
 
     def _views(self, flat: torch.Tensor) -> list[torch.Tensor]:
         """The parameters' gradients as views of ``flat``, in DDP's bucket order."""
         return [flat[self.offsets[i]:self.offsets[i + 1]].view(self.shapes[i]) for i in self.order]
 
-    def compressed_numel(self) -> int:
-        """Entries sent per step once PowerSGD runs: the uncompressed parameters, then every P and Q."""
-        total = 0
+    def sizes(self) -> tuple[int, int, int]:
+        """Entries of the three all-reduces of a step once PowerSGD runs: the uncompressed parameters, the Ps, the
+        Qs."""
+        plain = p_size = q_size = 0
         for s in self.shapes:
             n = s[0] if s else 1
             m = int(np.prod(s[1:])) if len(s) > 1 else 1
             r = min(n, m, self.rank)
-            ok, full, small = _should_compress(n, m, r, self.min_rate)
-            total += small if ok else full
-        return total
+            if _should_compress(n, m, r, self.min_rate)[0]:
+                p_size, q_size = p_size + n * r, q_size + m * r
+            else:
+                plain += n * m
+        return plain, p_size, q_size
+
+    def compressed_numel(self) -> int:
+        """Entries sent per step once PowerSGD runs."""
+        return sum(self.sizes())
 
     def step(self, flat_grad: torch.Tensor, group: Any = None, link_delay: LinkDelay | None = None
              ) -> tuple[torch.Tensor, dict]:
@@ -228,17 +240,17 @@ class PowerSGD:
 def ready_order(model: torch.nn.Module, loss_fn: Any) -> list[int]:
     """The order a backward pass makes the parameters' gradients ready (the order DDP rebuilds its bucket in).
 
-    ``loss_fn(model)`` returns a loss to differentiate; the gradients it leaves are cleared again."""
-    params = [p for p in model.parameters() if p.requires_grad]
+    ``loss_fn(model)`` returns a loss to differentiate; the backward runs on a copy, so ``model`` and its gradients
+    (a training job's views of one flat buffer) are left as they were."""
+    twin = copy.deepcopy(model)
+    params = [p for p in twin.parameters() if p.requires_grad]
     seen: list[int] = []
     handles = [p.register_post_accumulate_grad_hook(lambda _p, i=i: seen.append(i)) for i, p in enumerate(params)]
     try:
-        loss_fn(model).backward()
+        loss_fn(twin).backward()
     finally:
         for h in handles:
             h.remove()
-        for p in params:
-            p.grad = None
     return list(dict.fromkeys(seen)) + [i for i in range(len(params)) if i not in seen]
 
 

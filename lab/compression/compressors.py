@@ -91,7 +91,7 @@ import numpy as np
 import torch
 
 from lab.errors import LabError
-from lab.scenario.names import COMPRESSOR_LABELS
+from lab.scenario.names import COMPRESSOR_LABELS, PAYLOAD_COMPRESSORS, TORCH_HOOKS
 
 HEADER = struct.Struct("<BBHIQII")
 HEADER_BYTES = HEADER.size  # 24
@@ -470,6 +470,10 @@ def make_compressor(kind: str = "none", ratio: float = 0.01, group_size: int = 1
         c = RandomK(ratio, seed)
     elif kind == "fp16":
         c = FP16()
+    elif kind in TORCH_HOOKS:
+        raise LabError(f"{COMPRESSOR_LABELS[kind]} sends by its own all-reduces in a training run, not as one payload; "
+                       f"this view compares {', '.join(COMPRESSOR_LABELS[k] for k in PAYLOAD_COMPRESSORS)}",
+                       where="compression.kind")
     else:
         raise LabError(f"unknown compressor {kind!r}; choose one of {list(COMPRESSOR_LABELS)}",
                        where="compression.kind")

@@ -94,7 +94,7 @@ from lab.machine.profile import (
     machine_description,
     profile_path,
 )
-from lab.scenario.names import COMPRESSORS, OPTIMIZERS, SHARING
+from lab.scenario.names import PAYLOAD_COMPRESSORS, OPTIMIZERS, SHARING
 
 
 # ---------------------------------------------------------------------------------------------
@@ -196,7 +196,7 @@ def synthetic_profile(*, overhead: float = 10e-6, throughput: float = 1e9, fixed
         created="2000-01-01T00:00:00+00:00", machine={"hostname": "synthetic", "cpu": "made-up numbers", "cores": 2},
         compute=ComputeFit(classes, fixed, per_tensor, 0.0, 0),
         optimizer={k: opt for k in OPTIMIZERS},
-        compressor={k: compress for k in [*COMPRESSORS, *(c + "+ef" for c in COMPRESSORS if c != "none")]},
+        compressor={k: compress for k in [*PAYLOAD_COMPRESSORS, *(c + "+ef" for c in PAYLOAD_COMPRESSORS if c != "none")]},
         contention={"1": 1.0, **{p: contention for p in multi}},
         allreduce={p: {"gloo": CommFit(alpha, beta, 0.0), "ring": CommFit(alpha, beta, 0.0)} for p in multi},
         sharing={p: {m: SharingFit(per_hop, per_byte, 0.0) for m in SHARING} for p in multi},

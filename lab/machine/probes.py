@@ -35,7 +35,7 @@ from lab.machine.profile import (
 from lab.modelled.opgraph import trace
 from lab.optim.flat import flatten_parameters
 from lab.optim.optimizers import make_optimizer
-from lab.scenario.names import COMPRESSORS, OPTIMIZERS, Sharing
+from lab.scenario.names import PAYLOAD_COMPRESSORS, OPTIMIZERS, Sharing
 from lab.modelled.collectives.ring import allgather_steps, ring_bytes_per_rank, ring_steps
 
 
@@ -145,7 +145,7 @@ def measure_optimizers(kinds: Sequence[str] = OPTIMIZERS, repeat: int = 15,
 COMPRESS_SIZES = (4_096, 32_768, 131_072)
 
 
-def measure_compressors(keys: Sequence[str] = COMPRESSORS, sizes: Sequence[int] = COMPRESS_SIZES,
+def measure_compressors(keys: Sequence[str] = PAYLOAD_COMPRESSORS, sizes: Sequence[int] = COMPRESS_SIZES,
                         repeat: int = 10, ratio: float = 0.01, group_size: int = 1024,
                         seed: int = 0) -> dict[str, list[tuple[float, float, float]]]:
     """Seconds of one compress call per compressor (with and without error feedback) and size."""

@@ -155,6 +155,10 @@ COMPRESSION_FIELDS: dict[str, Spec] = {
     "error_feedback": Spec(bool, False, label="Error feedback",
                            help="adds what was not sent to the next step's gradient, so it is sent later"),
     "sharing": Spec(str, Sharing.SPARSE_ALLGATHER.value, SHARING, label="Sharing method", family="sharing"),
+    "rank": Spec(int, 1, min=1, max=64, label="PowerSGD rank",
+                 help="each gradient matrix is sent as two thin matrices of this many columns"),
+    "warmup": Spec(int, 10, min=2, max=100_000, label="PowerSGD warm-up (steps)",
+                   help="plain all-reduce steps before PowerSGD starts (torch's start_powerSGD_iter)"),
 }
 
 

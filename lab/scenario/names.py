@@ -21,6 +21,9 @@ CHOICES: dict[str, dict[str, tuple[str, str]]] = {
         "topk": ("global Top-K", "Top-K"),
         "randomk": ("Random-K", "Random-K"),
         "fp16": ("FP16", "FP16"),
+        "powersgd": ("PowerSGD (torch's low-rank hook)", "PowerSGD"),
+        "fp16_hook": ("FP16 all-reduce (torch's fp16 hook)", "FP16 hook"),
+        "bf16_hook": ("BF16 all-reduce (torch's bf16 hook)", "BF16 hook"),
     },
     "sharing": {
         "dense": ("dense ring all-reduce (fp32, decompressed)", "dense ring all-reduce"),
@@ -142,3 +145,8 @@ FAULT_KINDS, FAULT_POLICIES = names("fault"), names("fault_policy")
 COMPARED_OPTIMIZERS: tuple[str, ...] = ("adam", "adabelief", "maxadabelief")
 #: The compressors that keep a fraction of the entries: they take a ratio and send a sparse payload.
 SPARSIFIERS: tuple[str, ...] = ("group_topk", "topk", "randomk")
+#: PyTorch's DDP compression hooks, run by the lab on its ring: they send by their own all-reduces (no payload, no
+#: sharing method); PowerSGD takes a rank and a warm-up instead of a ratio.
+TORCH_HOOKS: tuple[str, ...] = ("powersgd", "fp16_hook", "bf16_hook")
+#: The lab's own compressors: each turns a gradient into one payload that a sharing method sends.
+PAYLOAD_COMPRESSORS: tuple[str, ...] = tuple(k for k in CHOICES["compressor"] if k not in TORCH_HOOKS)

@@ -12,7 +12,10 @@ from torch.nn.parallel import DistributedDataParallel
 
 from lab.comm.spawn import init_worker
 from lab.comm.torch_hooks import HALF_DTYPES, HalfPrecision, PowerSGD, ready_order
+from lab.optim.optimizers import from_training as optim_from_training
+from lab.scenario.document import Training
 from lab.scenario.models import build_model
+from lab.train import data as data_mod
 
 
 def _batches(rank: int, steps: int, seed: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
@@ -20,18 +23,24 @@ def _batches(rank: int, steps: int, seed: int) -> list[tuple[torch.Tensor, torch
     return [(torch.randn(16, 64, generator=g), torch.randint(0, 10, (16,), generator=g)) for _ in range(steps)]
 
 
-def _ddp_run(model_name: str, kind: str, rank_r: int, start_iter: int, steps: int, seed: int, rank: int) -> dict:
-    model = build_model(model_name, seed=seed)
-    ddp = DistributedDataParallel(model)
+def register(ddp: DistributedDataParallel, kind: str, rank_r: int, start_iter: int, seed: int) -> None:
+    """Give ``ddp`` torch's own hook for ``kind`` (the lab's names), with PowerSGD's rank, warm-up and seed."""
     if kind == "powersgd":
         state = powerSGD_hook.PowerSGDState(process_group=None, matrix_approximation_rank=rank_r,
                                             start_powerSGD_iter=start_iter, random_seed=seed)
         ddp.register_comm_hook(state, powerSGD_hook.powerSGD_hook)
-    else:
-        # torch's bf16 hook refuses to start without CUDA and NCCL; the arithmetic it wraps runs on gloo
-        def half_hook(state, bucket, dtype=HALF_DTYPES[kind]):
-            return default_hooks._compress_hook(dtype, state, bucket)
-        ddp.register_comm_hook(None, half_hook)
+        return
+
+    # torch's bf16 hook refuses to start without CUDA and NCCL; the arithmetic it wraps runs on gloo
+    def half_hook(state, bucket, dtype=HALF_DTYPES[kind]):
+        return default_hooks._compress_hook(dtype, state, bucket)
+    ddp.register_comm_hook(None, half_hook)
+
+
+def _ddp_run(model_name: str, kind: str, rank_r: int, start_iter: int, steps: int, seed: int, rank: int) -> dict:
+    model = build_model(model_name, seed=seed)
+    ddp = DistributedDataParallel(model)
+    register(ddp, kind, rank_r, start_iter, seed)
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
     for x, y in _batches(rank, steps, seed):
         opt.zero_grad()
@@ -89,3 +98,27 @@ def hook_worker(rank: int, world: int, port: int, out_dir: str, cases: list, ste
         dist.destroy_process_group()
     with open(os.path.join(out_dir, f"rank{rank}.json"), "w") as f:
         json.dump(rows, f)
+
+
+def ddp_job_worker(rank: int, world: int, port: int, training: dict, out_file: str) -> None:
+    """A training job's scenario (even split) trained by DDP with torch's own hook for its compressor, on the
+    job's batches with the job's optimiser; rank 0 saves the final state_dict to ``out_file``."""
+    init_worker(rank, world, port)
+    try:
+        tr = Training.from_dict(training)
+        c = tr.compression
+        ds = data_mod.load_dataset(tr.dataset, tr.dataset_size, tr.seed)
+        model = build_model(tr.model, ds.in_features, ds.classes, seed=tr.seed)
+        ddp = DistributedDataParallel(model)
+        register(ddp, c.kind, c.rank, c.warmup, tr.seed)
+        opt = optim_from_training(tr, list(ddp.parameters()), tr.lr)
+        sampler = data_mod.worker_data(ds, rank, world, tr.split, tr.batch_size, seed=tr.seed)
+        for _ in range(tr.steps):
+            x, y = sampler.next_batch()
+            opt.zero_grad()
+            torch.nn.functional.cross_entropy(ddp(x), y).backward()
+            opt.step()
+        if rank == 0:
+            torch.save(model.state_dict(), out_file)
+    finally:
+        dist.destroy_process_group()

@@ -57,9 +57,11 @@ import numpy as np
 import torch
 
 from lab.comm.sharing import GradientCompressor
+from lab.comm.torch_hooks import ready_order
 from lab.compression.compressors import make_compressor
 from lab.errors import LabError
 from lab.scenario.document import Training
+from lab.scenario.names import TORCH_HOOKS
 
 SUPPORTED_SYNC = ("allreduce",)
 
@@ -78,6 +80,12 @@ def check(tr: Training, numel: int) -> None:
                        f"sync = {tr.sync!r}. Set compression.kind = 'none' or sync = 'allreduce'",
                        where="training.compression")
 
+    if c.kind in TORCH_HOOKS:
+        if c.kind == "powersgd" and c.warmup >= tr.steps:
+            raise LabError(f"PowerSGD's warm-up ({c.warmup} plain all-reduce steps) is as long as the run ({tr.steps} "
+                           "steps), so PowerSGD would never send; shorten the warm-up or train longer",
+                           where="training.compression.warmup")
+        return
     make_compressor(c.kind, c.ratio, c.group_size, seed=tr.seed)  # GroupTopK refuses k = 0 here
     if c.kind in ("topk", "randomk") and int(math.floor(c.ratio * numel + 0.5)) == 0:
         raise LabError(f"{c.kind}: ratio {c.ratio:g} of the model's {numel:,} gradient entries keeps none; raise "
@@ -87,8 +95,9 @@ def check(tr: Training, numel: int) -> None:
 class CompressedAllReduce:
     """One worker's compressed gradient sync (built by :func:`attach`)."""
 
-    def __init__(self, tr: Training, world: int, batch_sizes: list[int], link_delay: Any = None):
-        self.gc = GradientCompressor(tr.compression, seed=tr.seed)
+    def __init__(self, tr: Training, world: int, batch_sizes: list[int], link_delay: Any = None,
+                 shapes: Any = None, order: Any = None):
+        self.gc = GradientCompressor(tr.compression, seed=tr.seed, shapes=shapes, order=order)
         self.world = world
         self.batch_sizes = np.asarray(batch_sizes, dtype=np.float64)
         self.link_delay = link_delay
@@ -100,9 +109,9 @@ class CompressedAllReduce:
         grad = gflat[:-1]
         if not math.isfinite(local_loss):
             grad.fill_(math.nan)  # reaches every worker through the sum (see the module docstring)
-        summed, st = self.gc.step(grad, link_delay=self.link_delay, equal_sizes=True)
+        mean, st = self.gc.step(grad, link_delay=self.link_delay, equal_sizes=True, mean=True)
         ready = time.time() - st["t_comm"]  # when the payload was ready to send
-        grad.copy_(summed.view(grad.shape)).div_(self.world)
+        grad.copy_(mean.view(grad.shape))
         return ready, int(st["bytes_sent"]), int(st["bytes_recv"]), float(st["delay"]), st["t_compress"]
 
     def job_loss(self, losses: np.ndarray) -> np.ndarray:
@@ -118,7 +127,12 @@ def attach(trainer: Any) -> CompressedAllReduce | None:
     if not enabled(tr) or trainer.plan.server is not None:
         return None
     trainer.bytes_kind = "measured"
-    return CompressedAllReduce(tr, trainer.world, trainer.plan.batch_sizes, trainer.link_delay)
+    shapes = order = None
+    if tr.compression.kind == "powersgd":
+        shapes = [p.shape for p in trainer.params]
+        probe = trainer.ds.x_test[:2]  # any input: the order depends on the graph, not on the values
+        order = ready_order(trainer.model, lambda m: m(probe).sum())
+    return CompressedAllReduce(tr, trainer.world, trainer.plan.batch_sizes, trainer.link_delay, shapes, order)
 
 
 __all__ = ["enabled", "check", "attach", "CompressedAllReduce"]

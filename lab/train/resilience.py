@@ -284,14 +284,21 @@ def _compressor(trainer):
     return c.gc.compressor if c is not None else None
 
 
+def _powersgd(trainer):
+    c = getattr(trainer, "compressed", None)
+    return c.gc.hook if c is not None and c.gc.kind == "powersgd" else None
+
+
 def compression_state(trainer) -> dict:
-    """This rank's compression memory: the error-feedback residual and Random-K's generator."""
+    """This rank's compression memory: the error-feedback residual, Random-K's generator, PowerSGD's state."""
     from lab.compression.compressors import (  # imports torch (module docstring)
         ErrorFeedback,
         RandomK,
     )
 
     comp, st = _compressor(trainer), {}
+    if (ps := _powersgd(trainer)) is not None:
+        st["powersgd"] = ps.state_dict()
     if isinstance(comp, ErrorFeedback):
         if comp.residual is not None:
             st["ef_residual"] = comp.residual.clone()
@@ -316,6 +323,8 @@ def restore_rank_state(trainer, st: dict) -> None:
                 b.copy_(v)
     if "optimizer" in st and trainer.opt is not None:
         trainer.opt.load_state_dict(st["optimizer"])
+    if "powersgd" in st and (ps := _powersgd(trainer)) is not None:
+        ps.load_state_dict(st["powersgd"])
     comp = _compressor(trainer)
     if "ef_residual" in st and comp is not None:
         comp.residual = st["ef_residual"].clone()

@@ -57,10 +57,25 @@ def test_ready_order_is_the_backward_order_and_refusals_are_clear():
     x, y = torch.randn(4, 64), torch.randint(0, 10, (4,))
     order = ready_order(m, lambda mm: torch.nn.functional.cross_entropy(mm(x), y))
     assert sorted(order) == list(range(6)) and order[0] in (4, 5)  # the last layer's gradients are ready first
-    assert all(p.grad is None for p in m.parameters())
+    assert all(p.grad is None for p in m.parameters())  # the backward ran on a copy
     with pytest.raises(LabError, match="warm-up"):
         PowerSGD([(4, 4)], 1, 1)
     with pytest.raises(LabError, match="rank"):
         PowerSGD([(4, 4)], 0, 2)
     with pytest.raises(LabError, match="every parameter"):
         PowerSGD([(4, 4), (4,)], 1, 2, order=[0, 0])
+
+
+def test_powersgd_state_survives_a_checkpoint_loaded_with_weights_only(tmp_path):
+    ps = PowerSGD([(32, 16), (32,)], 2, 2, seed=5)
+    ps.iter, ps.error = 7, torch.randn(544)
+    ps.rng.randint(1_000_000_000)  # the generator has moved on since it was seeded
+    torch.save(ps.state_dict(), tmp_path / "ps.pt")
+    twin = PowerSGD([(32, 16), (32,)], 2, 2, seed=0)
+    twin.load_state_dict(torch.load(tmp_path / "ps.pt", weights_only=True))
+    assert twin.iter == 7 and torch.equal(twin.error, ps.error) and twin.p_memory is None
+    assert twin.rng.randint(1_000_000_000) == ps.rng.randint(1_000_000_000)
+    # the bias is sent whole; the matrix as P (32 x 2) and Q (16 x 2); a small matrix would not be worth it (torch's
+    # rule: (n + m) r x 2 must be under n m)
+    assert twin.sizes() == (32, 64, 32) and twin.compressed_numel() == 128
+    assert PowerSGD([(8, 4)], 2, 2).sizes() == (32, 0, 0)

@@ -18,6 +18,8 @@ from lab.scenario.catalogue import preset
 from lab.scenario.document import Compression, Scenario, default_scenario
 from lab.store.runs import JOB_WORKER, RunStore
 from lab.train import reference
+from lab.comm.spawn import run_local
+from lab.testing.hook_workers import ddp_job_worker
 from lab.train.launcher import launch
 from lab.train.plan import check_scenario
 from lab.train.reference import single_process
@@ -113,6 +115,28 @@ def test_a_diverging_compressed_run_stops_on_every_worker_at_once(lab_db):
     per = store.metrics(res.run_id)
     per = per[per.worker >= 0]
     assert sorted(per[per.step == last].worker) == [0, 1]  # both workers recorded the last step
+
+
+@pytest.mark.parametrize("kind,rank,model", [("powersgd", 2, "cnn"), ("fp16_hook", 1, "mlp")])
+def test_a_job_with_torchs_hook_trains_to_ddps_parameters(lab_db, tmp_path, kind, rank, model):
+    """The lab's job with one of torch's compression hooks against DDP with the hook itself, same batches."""
+    sc = default_scenario()
+    comp = Compression(kind=kind, rank=rank, warmup=3)
+    tr = sc.training.replace(workers=2, steps=STEPS, lr=0.01, model=model, check_every=1, allreduce_impl="ring",
+                             lr_scaling=False, compression=comp)
+    store, rid = run(sc.replace(training=tr), lab_db)
+    run_local(ddp_job_worker, 2, (tr.to_dict(), str(tmp_path / "ddp.pt")), timeout_s=120)
+    want = torch.load(tmp_path / "ddp.pt", weights_only=True)
+    got = torch.load(store.checkpoint_dir(rid) / "final.pt", weights_only=True)["model"]
+    assert max_diff(got, want) <= 1e-6
+    assert max_diff(got, reference.single_process(tr, steps=0)) > 1e-3  # it trained
+    m = store.metrics(rid)
+    sent = m[m.worker == 0].sort_values("step").bytes_sent.to_numpy()
+    n = store.get_run(rid)["info"]["params"]
+    if kind == "powersgd":  # warm-up: the whole fp32 gradient; then far less (two ranks: each entry sent once)
+        assert (sent[:3] == 4 * n).all() and (sent[3:] < n).all()
+    else:
+        assert (sent == 2 * n).all()
 
 
 def test_refused_and_allowed_combinations():
