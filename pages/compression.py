@@ -15,7 +15,7 @@ from lab.figures import compression as figs
 from lab.figures.style import fmt_seconds
 from lab.store.runs import ACTIVE, store
 from lab.scenario.document import Compression
-from lab.jobs.grid import grid_results, grid_scenarios, grid_table
+from lab.jobs.grid import grid_results, grid_scenarios, grid_table, variant_label, where_each_wins
 from lab.view.state import VIEW
 
 sc = ui.scenario_sidebar()
@@ -178,19 +178,24 @@ with ui.guarded("the Cholesky section"):
 st.header("Training with compression")
 sharing = comp.sharing if comp.sharing != Sharing.DENSE else Sharing.SPARSE_ALLGATHER
 st.markdown(f"The current scenario trained for real (gradient all-reduce, the lab's ring) with the CXL design's three "
-            "optimisers × (dense, Group-TopK 1 %, Group-TopK 1 % + error feedback): 9 runs, queued in turn. Group "
-            f"size {comp.group_size}, shared by **{SHARING_LABELS[sharing]}**; bytes counted from the real messages. "
-            "Emulate the edge preset's 100 Mbit/s links (Training page) to see what links cost.")
+            "optimisers × the variants chosen below, one seed each, queued in turn. Group-TopK: group size "
+            f"{comp.group_size}, shared by **{SHARING_LABELS[sharing]}**. Beside it, what anyone compressing gradients "
+            f"in PyTorch tries first, torch's own DDP hooks: **PowerSGD** (rank {comp.rank}, after {comp.warmup} plain "
+            "steps; set both on the Training page) sends each gradient matrix as two thin ones, and the **FP16** and "
+            "**BF16** all-reduces send every entry in half precision. Their arithmetic runs on the lab's ring, checked "
+            "against DDP with the hooks themselves. Bytes are counted from the real messages. Emulate the edge "
+            "preset's 100 Mbit/s links (Training page) to see what links cost.")
 
-
-c1, c2 = st.columns([1, 3])
-if c1.button("Queue the 9 runs", type="primary", key="cp_grid_run", icon=":material/grid_view:"):
+c1, c2, c3 = st.columns([3, 1, 2], vertical_alignment="bottom")
+variants = ui.control(c1, "cp_grid_variants", format_func=lambda v: variant_label(v, rank=comp.rank))
+if c2.button(f"Queue {3 * len(variants)} runs", type="primary", key="cp_grid_run", icon=":material/grid_view:",
+             disabled=not variants):
     with ui.guarded("queueing the grid"):
         jm, owner = ui.job_manager()  # the Training page's manager and fair queue
-        items = grid_scenarios(sc)
+        items = grid_scenarios(sc, variants)
         if jobs := ui.submit_once(owner, items[0][0], "grid", store(), lambda: jm.submit_many(items, owner=owner)):
             st.session_state["cp_grid_runs"] = st.session_state["cmp_runs"] = [j.run_id for j in jobs]
-c2.page_link("pages/compare.py", label="Compare them: loss, accuracy, bytes, time", icon=":material/compare_arrows:")
+c3.page_link("pages/compare.py", label="Compare them: loss, accuracy, bytes, time", icon=":material/compare_arrows:")
 grid_ids = st.session_state.get("cp_grid_runs", [])
 polling = bool(grid_ids) and store().list_runs(statuses=ACTIVE).id.isin(grid_ids).any()
 
@@ -203,6 +208,10 @@ def grid_view() -> None:
             st.rerun()
         if done := [r for r in rows if r["status"] == "done"]:
             st.plotly_chart(figs.grid_figure(done), key="cp_grid_fig")
+            if wins := where_each_wins(rows):
+                st.markdown("**Where each one wins in these runs** (measured, one seed each, averaged over the "
+                            "optimisers; the Compare page's repeats give the noise):")
+                st.markdown("\n".join(f"- {ui.plain(w)}" for w in wins))
         if rows:
             st.dataframe(pd.DataFrame(grid_table(rows)), hide_index=True, key="cp_grid_table")
             ui.caption("emulated" if sc.training.emulate else "measured", "Measured in the runs (bytes from the "

@@ -9,7 +9,7 @@ from lab.view import jobs as job_views
 from lab.scenario.document import COMPRESSION_FIELDS as C
 from lab.scenario.document import TRAINING_FIELDS as T
 from lab.scenario.document import Compression
-from lab.scenario.names import SPARSIFIERS
+from lab.scenario.names import PAYLOAD_COMPRESSORS, SPARSIFIERS
 from lab.store.runs import ACTIVE, JOB_WORKER, store
 from lab.view.state import VIEW
 
@@ -60,19 +60,27 @@ cp = tr.compression
 c1, c2, c3 = st.columns(3)
 c4, c5 = st.columns([2, 1], vertical_alignment="bottom")
 kind = ui.setting(c1, C["kind"], cp.kind, "tr_cmp_kind", format_func=figs.COMPRESSOR_NAMES.get)
-ratio = ui.setting(c2, C["ratio"], cp.ratio, "tr_cmp_ratio", disabled=kind not in SPARSIFIERS)
-group_size, feedback, sharing = cp.group_size, cp.error_feedback, cp.sharing
-if not lesson:
+group_size, feedback, sharing, rank, warmup = cp.group_size, cp.error_feedback, cp.sharing, cp.rank, cp.warmup
+if kind == "powersgd":  # torch's hook takes a rank and a warm-up where the lab's compressors take a ratio
+    rank = ui.setting(c2, C["rank"], cp.rank, "tr_cmp_rank")
+    warmup = ui.setting(c3, C["warmup"], cp.warmup, "tr_cmp_warmup")
+    ratio = cp.ratio
+else:
+    ratio = ui.setting(c2, C["ratio"], cp.ratio, "tr_cmp_ratio", disabled=kind not in SPARSIFIERS)
+if not lesson and kind != "powersgd":
     group_size = ui.setting(c3, C["group_size"], cp.group_size, "tr_cmp_group", disabled=kind != "group_topk")
+if not lesson:
+    own = kind in PAYLOAD_COMPRESSORS and kind != "none"  # torch's hooks send by their own all-reduces
     sharing = ui.setting(c4, C["sharing"], cp.sharing, "tr_cmp_sharing", format_func=figs.SHARING_NAMES.get,
-                         disabled=kind == "none")
-    feedback = ui.setting(c5, C["error_feedback"], cp.error_feedback, "tr_cmp_ef", disabled=kind == "none")
+                         disabled=not own)
+    feedback = ui.setting(c5, C["error_feedback"], cp.error_feedback, "tr_cmp_ef", disabled=not own)
 with ui.guarded("the training settings"):
     new = tr.replace(optimizer=optimizer, model=model, sync=sync, allreduce_impl=impl, workers=workers, steps=steps,
                      batch_size=batch, lr=lr, seed=seed, split=split, dirichlet_alpha=alpha, exchange_share=exchange,
                      lr_scaling=lr_scaling, emulate=emulate, worker_devices=tuple(devices),
                      compression=Compression(kind=kind, ratio=float(ratio), group_size=int(group_size),
-                                             error_feedback=bool(feedback), sharing=sharing))
+                                             error_feedback=bool(feedback), sharing=sharing, rank=int(rank),
+                                             warmup=int(warmup)))
     if new != tr:
         sc = sc.replace(training=new)
         ui.set_scenario(sc)

@@ -161,7 +161,8 @@ def factor_sum_figure(true_sum: np.ndarray, factor_sum: np.ndarray, workers: int
     return fig
 
 
-GRID_COLOURS = {"dense": "#4c566a", "gtk": "#66bb6a", "gtk_ef": "#1b5e20"}
+GRID_COLOURS = {"dense": "#4c566a", "gtk": "#66bb6a", "gtk_ef": "#1b5e20", "powersgd": "#6a1b9a",
+                "fp16_hook": "#ef6c00", "bf16_hook": "#c62828"}
 
 
 def grid_figure(rows: Sequence[Mapping]) -> go.Figure:
@@ -185,4 +186,4 @@ def grid_figure(rows: Sequence[Mapping]) -> go.Figure:
     fig.update_yaxes(title="test accuracy (%)", row=1, col=1)
     fig.update_yaxes(title="wall time per step (ms)", rangemode="tozero", row=1, col=2)
     fig.update_yaxes(title="bytes sent per worker per step (kB)", type="log", row=1, col=3)
-    return _layout(fig, "Dense vs Group-TopK in training (the preset grid)", height=440)
+    return _layout(fig, "The compressors in training (the grid)", height=440)

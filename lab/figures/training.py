@@ -12,7 +12,7 @@ import pandas as pd
 import plotly.graph_objects as go
 
 from lab.figures.style import OPTIMIZER_COLOURS, esc
-from lab.scenario.names import COMPRESSOR_SHORT, SHARING_SHORT
+from lab.scenario.names import COMPRESSOR_SHORT, SHARING_SHORT, TORCH_HOOKS
 
 PALETTE = ["#d62728", "#1f77b4", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b", "#e377c2", "#17becf"]
 X_TITLES = {"step": "step (count)", "wall": "wall time (s)"}
@@ -42,6 +42,12 @@ def compression_summary(comp: Mapping) -> str:
     if kind == "none":
         return "no compression"
     name = COMPRESSOR_NAMES.get(kind, str(kind))
+    if kind == "powersgd":
+        return (f"{name}, rank {int(comp.get('rank', 1))} after {int(comp.get('warmup', 0))} plain all-reduce steps, "
+                "with error feedback and warm start: torch's powerSGD_hook arithmetic on the lab's ring")
+    if kind in TORCH_HOOKS:
+        half = "fp16" if kind == "fp16_hook" else "bf16"
+        return f"{name}, every entry cast to {half} and averaged in {half}: torch's hook arithmetic on the lab's ring"
     pct = f"{100 * float(comp.get('ratio', 0.0)):.4g} %"
     kept = {"group_topk": f"{pct} per group of {int(comp.get('group_size', 0))}",
             "topk": f"{pct} of all entries", "randomk": f"{pct} of all entries, chosen at random",

@@ -25,6 +25,7 @@ from lab.scenario.names import (
     COMPRESSOR_SHORT,
     OPTIMIZER_SHORT,
     SPARSIFIERS,
+    TORCH_HOOKS,
     Sharing,
 )
 from lab.store.runs import JOB_WORKER
@@ -33,7 +34,8 @@ from lab.store.runs import JOB_WORKER
 SETTING_COLUMNS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("optimizer", ("optimizer",)), ("compression", ("compression", "kind")), ("ratio", ("compression", "ratio")),
     ("group_size", ("compression", "group_size")), ("error_feedback", ("compression", "error_feedback")),
-    ("sharing", ("compression", "sharing")), ("model", ("model",)), ("workers", ("workers",)),
+    ("sharing", ("compression", "sharing")), ("rank", ("compression", "rank")), ("warmup", ("compression", "warmup")),
+    ("model", ("model",)), ("workers", ("workers",)),
     ("steps", ("steps",)), ("batch", ("batch_size",)), ("lr", ("lr",)), ("seed", ("seed",)), ("sync", ("sync",)),
     ("emulation", ("emulate",)),
 )
@@ -60,8 +62,11 @@ def settings_of(scenario: Mapping[str, Any]) -> dict[str, Any]:
 def variant_key(settings: Mapping[str, Any]) -> tuple:
     """Every setting but the seed: runs with equal keys are repeats of one variant."""
     s = dict(settings)
-    if s.get("compression") in (None, "none"):  # compression parameters do not matter without compression
+    kind = s.get("compression")
+    if kind in (None, "none", *TORCH_HOOKS):  # the lab compressors' parameters do not matter without them
         s.update(ratio=None, group_size=None, error_feedback=None, sharing=None)
+    if kind != "powersgd":
+        s.update(rank=None, warmup=None)
     return tuple(s.get(c) for c in SETTING_NAMES if c != "seed")
 
 
@@ -72,7 +77,9 @@ def compression_label(settings: Mapping[str, Any]) -> str:
     label = COMPRESSOR_SHORT.get(kind, str(kind))
     if kind in SPARSIFIERS and settings.get("ratio") is not None:
         label += f" {100 * float(settings['ratio']):g} %"
-    if settings.get("error_feedback"):
+    if kind == "powersgd" and settings.get("rank") is not None:
+        return f"{label} rank {settings['rank']}"
+    if settings.get("error_feedback") and kind not in TORCH_HOOKS:
         label += " + EF"
     return label
 

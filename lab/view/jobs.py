@@ -474,6 +474,8 @@ def whatif_metrics(schedule) -> list[tuple[str, str]]:
 IMPLEMENTATIONS = ("Which code runs: the optimisers are the lab's own Adam, AdaBelief and Max-AdaBelief, each one "
                    "multi-tensor update over all parameters (`torch._foreach_*` operations, as torch's foreach Adam), "
                    "checked step by step against `torch.optim.Adam` and adabelief-pytorch; none is a fused kernel, "
-                   "which torch's fused Adam is. The compressors are the lab's own (Group-TopK, top-k, random-k, "
-                   "FP16), their payloads sent by the lab's ring or all-gather. The README's `bench_optim` row gives "
-                   "their time per step beside torch's Adam in its three forms.")
+                   "which torch's fused Adam is. Group-TopK, top-k, random-k and FP16 are the lab's own "
+                   "compressors, their payloads sent by the lab's ring or all-gather; PowerSGD and the FP16 and BF16 "
+                   "all-reduces are the arithmetic of torch's DDP hooks (`powerSGD_hook`, `fp16_compress_hook`, "
+                   "`bf16_compress_hook`) on the lab's ring, checked against DDP with those hooks. The README's "
+                   "`bench_optim` row gives the optimisers' time per step beside torch's Adam in its three forms.")

@@ -27,6 +27,7 @@ from typing import Any, Callable, Iterable, Mapping
 
 from lab.compression.cholesky import MATRIX_NAMES
 from lab.errors import LabError
+from lab.jobs.grid import GRID_DEFAULT, GRID_VARIANTS
 from lab.jobs.limits import MAX_PROCS, MAX_STEPS
 from lab.modelled.placement import STRATEGIES
 from lab.optim.playground import FUNCTIONS, MAX_COUNTEREXAMPLE_STEPS, PERIOD, SCHEDULES
@@ -206,6 +207,8 @@ VIEW: dict[str, Control] = {
     "cp_seed": _c("compression", int, 0, "Seed", lo=0, hi=2**31 - 1, from_scenario=lambda sc: sc.training.seed),
     "cp_ratios": _c("compression", tuple, (0.001, 0.01, 0.05, 0.1), "Ratios (kept fraction)",
                     (0.001, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2)),
+    "cp_grid_variants": _c("compression", tuple, GRID_DEFAULT, "Variants (each run with the three optimisers)",
+                           GRID_VARIANTS),
     "ring_workers": _c("compression", int, 4, "Workers N", lo=2, hi=8, widget="slider",
                        from_scenario=lambda sc: max(4, sc.training.workers)),
     "ring_kind": _c("compression", str, "group_topk", "Compressor", RING_COMPRESSORS, family="compressor",

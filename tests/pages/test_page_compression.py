@@ -26,7 +26,7 @@ def test_page_renders_every_section_with_labels(at):
     assert heads[:3] == ["Compressors on one gradient",
                          "Sharing across workers: the edge-compression design's sparse ring and its fill-in", "The Cholesky claim (the CXL design)"]
     assert "Training with compression" in heads
-    assert at.button(key="cp_grid_run").label == "Queue the 9 runs"
+    assert at.button(key="cp_grid_run").label == "Queue 9 runs"  # three optimisers x the three default variants
     n = real_gradients("mlp", 1, 64, 0)[0].numel()
     body = text(at)
     assert f"**{n:,} entries**" in body
@@ -162,5 +162,8 @@ def test_grid_results_table_and_figure_from_the_store(lab_db):
     assert list(table["sent per worker per step (kB)"]) == pytest.approx([1.0, 2.0, 3.0])
     assert list(table["time per step (ms)"]) == pytest.approx([10.0, 10.0, 10.0])
     assert list(table["variant"]) == ["dense (fp32 ring)", "Group-TopK 1%", "Group-TopK 1% + error feedback"]
-    figs = [c for c in page.get("plotly_chart") if "the preset grid" in str(c.proto.spec)]
+    figs = [c for c in page.get("plotly_chart") if "(the grid)" in str(c.proto.spec)]
     assert len(figs) == 1
+    words = " ".join(m.value for m in page.markdown).replace("\\", "")  # the page escapes Markdown
+    assert "Fewest bytes per worker per step: dense (fp32 ring) (1.00 kB)." in words  # the made-up bytes above
+    assert "Highest final test accuracy: Group-TopK 1% + error feedback (70.0 %)." in words

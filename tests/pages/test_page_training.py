@@ -185,6 +185,24 @@ def test_compression_controls_edit_the_scenario_and_the_line_above_run(lab_db):
     assert at.session_state["scenario"].training.compression.kind == "none"
 
 
+def test_powersgd_takes_a_rank_and_a_warmup_instead_of_a_ratio(lab_db):
+    at = app_test("pages/training.py")
+    at.selectbox(key="tr_cmp_kind").set_value("powersgd").run()
+    assert_no_exception(at)
+    keys = {w.key for w in at.get("number_input")}
+    assert {"tr_cmp_rank", "tr_cmp_warmup"} <= keys and not {"tr_cmp_ratio", "tr_cmp_group"} & keys
+    assert at.selectbox(key="tr_cmp_sharing").disabled and at.checkbox(key="tr_cmp_ef").disabled
+    at.number_input(key="tr_cmp_rank").set_value(4).run()
+    at.number_input(key="tr_cmp_warmup").set_value(5).run()
+    comp = at.session_state["scenario"].training.compression
+    assert (comp.kind, comp.rank, comp.warmup) == ("powersgd", 4, 5)
+    assert line(at, "**Compression:**").startswith("PowerSGD, rank 4 after 5 plain all-reduce steps")
+    assert "powerSGD_hook" in texts(at)  # the page says which implementation runs
+    at.selectbox(key="tr_cmp_kind").set_value("bf16_hook").run()
+    assert line(at, "**Compression:**").startswith("BF16 hook, every entry cast to bf16")
+    assert at.number_input(key="tr_cmp_ratio").disabled
+
+
 def test_lesson_mode_keeps_the_compressor_and_ratio(lab_db):
     at = app_test("pages/training.py", query={"lesson": "1"})
     assert_no_exception(at)
