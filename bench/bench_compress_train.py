@@ -7,7 +7,9 @@ sent (the lab's ring for dense, lab.train.compressed for the compressed runs). V
 
 * dense: the lab's ring all-reduce of the fp32 gradient (and the loss slot);
 * GTK1%+EF: Group-TopK 1 % (group 1024) with error feedback, shared by sparse all-gather;
-* GTK1%+EF ring (Adam only, for its bytes and time): the same, shared by the edge-compression design's sparse ring.
+* GTK1%+EF ring (Adam only, for its bytes and time): the same, shared by the edge-compression design's sparse ring;
+* torch's DDP hooks on the lab's ring: PowerSGD (rank 2, 20 plain steps first; ``--rank``, ``--warmup``), and the
+  FP16 and BF16 all-reduces (``--no-hooks`` leaves them out).
 
 Paired measurement: 4 spawned processes build, for each optimiser, the training job's own Trainer
 once per variant (same setup, same step code as a run: forward/backward, compressed or dense sync,
@@ -45,7 +47,10 @@ WARMUP = 20
 OPTIMIZER_CLASSES = ("adam", "adabelief", "maxadabelief")
 LABELS = {"dense": "dense ring all-reduce (fp32 gradient + loss slot)",
           "gtk_ef": "Group-TopK 1% + EF, sparse all-gather (6 B/entry)",
-          "gtk_ef_ring": "Group-TopK 1% + EF, sparse ring of the edge-compression design (8 B/pair)"}
+          "gtk_ef_ring": "Group-TopK 1% + EF, sparse ring of the edge-compression design (8 B/pair)",
+          "powersgd": "PowerSGD (torch's hook), P and Q all-reduced (fp32)",
+          "fp16_hook": "FP16 all-reduce (torch's hook, 2 B/entry)",
+          "bf16_hook": "BF16 all-reduce (torch's hook, 2 B/entry)"}
 
 
 def main() -> None:
@@ -55,6 +60,9 @@ def main() -> None:
     ap.add_argument("--batch", type=int, default=32, help="per worker")
     ap.add_argument("--workers", type=int, default=4)
     ap.add_argument("--optimisers", default=",".join(OPTIMIZER_CLASSES))
+    ap.add_argument("--rank", type=int, default=2, help="PowerSGD's rank")
+    ap.add_argument("--warmup", type=int, default=WARMUP, help="PowerSGD's plain all-reduce steps")
+    ap.add_argument("--no-hooks", action="store_true", help="leave torch's hooks out")
     args = ap.parse_args()
     if args.steps <= WARMUP + 1:
         ap.error(f"--steps must be more than {WARMUP + 1}")
@@ -65,6 +73,10 @@ def main() -> None:
                     worker_devices=[f"edge{i}" for i in range(args.workers)])
     variants = {"dense": Compression().to_dict(),
                 "gtk_ef": Compression(**gtk, sharing="sparse_allgather").to_dict()}
+    if not args.no_hooks:
+        variants.update(powersgd=Compression(kind="powersgd", rank=args.rank, warmup=args.warmup).to_dict(),
+                        fp16_hook=Compression(kind="fp16_hook").to_dict(),
+                        bf16_hook=Compression(kind="bf16_hook").to_dict())
     res: dict = {}
     t0 = time.time()
     load0 = os.getloadavg()[0]
@@ -109,6 +121,30 @@ def main() -> None:
               f"{c['s_step'] * 1e3:8.2f} ({c['s_step_median'] * 1e3:6.2f}) {d['s_step'] / c['s_step']:6.2f}x "
               f"({d['s_step_median'] / c['s_step_median']:5.2f}x) "
               f"{100 * d['acc']:12.2f} {100 * c['acc']:15.2f} {100 * (c['acc'] - d['acc']):+11.2f}")
+
+    names = [n for n in LABELS if n in variants]
+    print(f"\nEvery compressor against dense (same processes, taking turns; means from step {WARMUP + 1}, where "
+          f"PowerSGD is {'past' if args.warmup <= WARMUP else 'still in'} its {args.warmup} plain steps; accuracy: one "
+          "seed, 0.22 points a digit)")
+    print(f"{'optimiser':13s} {'variant':10s} {'ms/step':>8s} {'vs dense':>9s} {'acc %':>7s} {'diff (pts)':>11s} "
+          f"{'sent B/step':>12s} {'vs dense':>9s}")
+    wins: dict[str, list] = {}
+    for opt in opts:
+        d = res[(opt, "dense")]
+        for n in names:
+            r = res[(opt, n)]
+            print(f"{opt:13s} {n:10s} {r['s_step_median'] * 1e3:8.2f} {d['s_step_median'] / r['s_step_median']:8.2f}x "
+                  f"{100 * r['acc']:7.2f} {100 * (r['acc'] - d['acc']):+11.2f} {r['bytes']:12.0f} "
+                  f"{r['bytes'] / d['bytes']:8.4f}x")
+            wins.setdefault(n, []).append(r)
+    mean = {n: {k: float(np.mean([r[k] for r in rs])) for k in ("acc", "bytes", "s_step_median")}
+            for n, rs in wins.items()}
+    small = [n for n in mean if mean[n]["bytes"] <= 0.1 * mean["dense"]["bytes"]]
+    print("\nWhere each wins (means over the optimisers): accuracy "
+          f"{max(mean, key=lambda n: mean[n]['acc'])}, fewest bytes {min(mean, key=lambda n: mean[n]['bytes'])}, "
+          f"shortest step {min(mean, key=lambda n: mean[n]['s_step_median'])}"
+          + (f", most accurate within a tenth of dense's bytes {max(small, key=lambda n: mean[n]['acc'])}"
+             if small else ""))
 
     print("\nPer worker and step (means): what the links cost and what compression costs")
     print(f"{'run':26s} {'ms/step':>8s} {'emulated link wait (ms)':>24s} {'compression (ms)':>17s}")

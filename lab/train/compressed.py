@@ -9,6 +9,10 @@ With ``training.compression.kind != "none"`` and ``sync = "allreduce"``, each wo
       -> share it by compression.sharing (below)                                        t_comm
       -> mean = sum / N -> the optimiser's ordinary local step (identical on every worker)
 
+torch's DDP hooks (PowerSGD, the FP16 and BF16 all-reduces; :mod:`lab.comm.torch_hooks`) replace the compress and
+share parts by their own all-reduces on the lab's ring and return the mean themselves. PowerSGD sees the flat
+gradient as the model's parameters, in the order a backward pass makes them ready (found once at setup), as DDP does.
+
 ``bytes_sent`` / ``bytes_recv`` are the bytes of the messages this worker really sent and received
 (counted here as they are posted; no modelled values), and with emulation on the link delay of
 :func:`lab.train.emulation.ring_link_delay` is slept before every message, the hook the lab's ring
