@@ -47,7 +47,9 @@ if not lesson:
     alpha = ui.setting(c2, T["dirichlet_alpha"], tr.dirichlet_alpha, "tr_alpha", disabled=split != "dirichlet")
     exchange = ui.setting(c3, T["exchange_share"], tr.exchange_share, "tr_exchange")
     lr_scaling = ui.setting(c4, T["lr_scaling"], tr.lr_scaling, "tr_lr_scaling")
-emulate = ui.setting(st, T["emulate"], tr.emulate, "tr_emulate")
+c1, c2 = st.columns(2)
+emulate = ui.setting(c1, T["emulate"], tr.emulate, "tr_emulate")
+fused = tr.fused if lesson else ui.setting(c2, T["fused"], tr.fused, "tr_fused")
 devices = list(tr.worker_devices)
 if emulate or split == "weighted":
     names = sc.topology.device_names
@@ -77,7 +79,7 @@ if not lesson:
 with ui.guarded("the training settings"):
     new = tr.replace(optimizer=optimizer, model=model, sync=sync, allreduce_impl=impl, workers=workers, steps=steps,
                      batch_size=batch, lr=lr, seed=seed, split=split, dirichlet_alpha=alpha, exchange_share=exchange,
-                     lr_scaling=lr_scaling, emulate=emulate, worker_devices=tuple(devices),
+                     lr_scaling=lr_scaling, emulate=emulate, fused=fused, worker_devices=tuple(devices),
                      compression=Compression(kind=kind, ratio=float(ratio), group_size=int(group_size),
                                              error_feedback=bool(feedback), sharing=sharing, rank=int(rank),
                                              warmup=int(warmup)))
@@ -150,6 +152,7 @@ def live_view() -> None:
     done = runs_store.progress(watch)
     st.subheader(f"Run {watch}")
     # From the stored run's own settings: the controls above may have changed since it was queued.
+    st.markdown(":material/function: **Optimiser in this run:** " + ui.plain(figs.optimiser_summary(tr_w)))
     st.markdown(":material/compress: **Compression in this run:** "
                 + ui.plain(figs.compression_summary(tr_w.get("compression", {}))))
     st.progress(min(1.0, done / tr_w["steps"]), text=job_views.progress_line(runs_store, run, place))

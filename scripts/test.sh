@@ -6,10 +6,14 @@ cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3.11}
 [ -x .venv/bin/python ] || "$PY" -m venv .venv
 .venv/bin/python -m pip install -q --disable-pip-version-check -r requirements-dev.txt
-if [ ! -x "${LAB_CHROMIUM:-/usr/bin/chromium}" ]; then
-  # The browser smoke tests drive Debian's Chromium (Playwright cannot download its own here).
+# The browser smoke tests drive Debian's Chromium (Playwright cannot download its own here); torch.compile builds
+# the fused optimisers' CPU kernels with a C++ compiler.
+NEED=""
+[ -x "${LAB_CHROMIUM:-/usr/bin/chromium}" ] || NEED="$NEED chromium"
+command -v g++ >/dev/null || NEED="$NEED g++"
+if [ -n "$NEED" ]; then
   SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO="sudo"
   $SUDO apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq chromium >/dev/null
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq $NEED >/dev/null
 fi
 exec .venv/bin/python -m pytest --durations=15 "$@"

@@ -35,7 +35,7 @@ SLOW_MODULES = {
     "train/test_faults.py", "train/test_fork.py", "train/test_placement_faults.py", "train/test_placement_run.py",
     "train/test_resilience.py", "train/test_torchrun_nodes.py", "train/test_train.py",
     "train/test_train_compression.py", "train/test_warm.py", "compression/test_compress.py",
-    "optim/test_optim.py", "view/test_lesson_answers.py", "machine/test_predict.py",
+    "optim/test_optim.py", "optim/test_fused.py", "view/test_lesson_answers.py", "machine/test_predict.py",
 }
 
 

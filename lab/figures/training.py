@@ -12,7 +12,7 @@ import pandas as pd
 import plotly.graph_objects as go
 
 from lab.figures.style import OPTIMIZER_COLOURS, esc
-from lab.scenario.names import COMPRESSOR_SHORT, SHARING_SHORT, TORCH_HOOKS
+from lab.scenario.names import COMPRESSOR_SHORT, OPTIMIZER_LABELS, SHARING_SHORT, TORCH_HOOKS
 
 PALETTE = ["#d62728", "#1f77b4", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b", "#e377c2", "#17becf"]
 X_TITLES = {"step": "step (count)", "wall": "wall time (s)"}
@@ -55,6 +55,15 @@ def compression_summary(comp: Mapping) -> str:
     feedback = "with error feedback" if comp.get("error_feedback") else "without error feedback"
     sharing = SHARING_NAMES.get(comp.get("sharing", ""), str(comp.get("sharing", "")))
     return f"{name}, {kept}, {feedback}, shared by {sharing}"
+
+
+def optimiser_summary(tr: Mapping) -> str:
+    """One line saying which optimiser a run uses and which implementation of it ran, from a stored run's
+    ``scenario["training"]`` dict, e.g. "AdaBelief, one fused pass per parameter (compiled by torch.compile)"."""
+    name = OPTIMIZER_LABELS.get(tr.get("optimizer", ""), str(tr.get("optimizer", "")))
+    if tr.get("fused") and tr.get("sync") != "state_allreduce":
+        return f"{name}, one fused pass per parameter (compiled by torch.compile)"
+    return f"{name}, multi-tensor (torch._foreach_* operations)"
 
 
 def _colour(i: int, key: str | None = None) -> str:

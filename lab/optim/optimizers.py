@@ -92,6 +92,7 @@ from lab.optim.distributed import (
     allreduce_tensors,
     torch_allreduce_fn,
 )
+from lab.optim import fused
 from lab.optim.functional import MAX_MODES, adabelief_update, adam_update
 from lab.scenario.names import OPTIMIZER_LABELS
 
@@ -141,6 +142,9 @@ def _check_group(group: dict, where: str) -> None:
     if group.get("max_mode") not in MAX_MODES:
         raise LabError(f"max_mode must be None, 'raw' or 'corrected', got {group.get('max_mode')!r}",
                        where=where)
+    if group.get("fused") and not fused.available():
+        raise LabError("the fused optimisers are compiled by torch.compile, which needs a C++ compiler (g++); none "
+                       "is installed here. Install g++ or turn the fused optimiser off", where=where)
 
 
 def _nonfinite_index(grads: list[Tensor]) -> tuple[int, str] | None:
@@ -323,9 +327,9 @@ class Adam(_LabOptimizer):
 
     def __init__(self, params: Iterable, lr: float = 1e-3, betas: tuple[float, float] = (0.9, 0.999),
                  eps: float = 1e-8, weight_decay: float = 0, *, decoupled_weight_decay: bool = False,
-                 check_finite: bool = True):
+                 check_finite: bool = True, fused: bool = False):
         defaults = dict(lr=lr, betas=_as_betas(betas), eps=eps, weight_decay=weight_decay,
-                        decoupled_weight_decay=decoupled_weight_decay, check_finite=check_finite)
+                        decoupled_weight_decay=decoupled_weight_decay, check_finite=check_finite, fused=fused)
         super().__init__(params, defaults)
 
     def _new_state(self, p, group):
@@ -333,6 +337,12 @@ class Adam(_LabOptimizer):
 
     def _update(self, group, params, grads, states, steps, allreduce_fn):
         beta1, beta2 = group["betas"]
+        if group.get("fused") and allreduce_fn is None:
+            fused.adam_update(params, grads, [s["exp_avg"] for s in states], [s["exp_avg_sq"] for s in states], steps,
+                              lr=group["lr"], beta1=beta1, beta2=beta2, eps=group["eps"],
+                              weight_decay=group["weight_decay"],
+                              decoupled_weight_decay=group.get("decoupled_weight_decay", False))
+            return
         adam_update(params, grads, [s["exp_avg"] for s in states], [s["exp_avg_sq"] for s in states], steps,
                     lr=group["lr"], beta1=beta1, beta2=beta2, eps=group["eps"],
                     weight_decay=group["weight_decay"],
@@ -350,13 +360,14 @@ class _AdaBeliefFamily(_LabOptimizer):
     """AdaBelief and Max-AdaBelief: one class body, the max_mode hyper-parameter picks the variant."""
 
     def __init__(self, params: Iterable, lr: float, betas: tuple[float, float], eps: float,
-                 weight_decay: float, decoupled_weight_decay: bool, check_finite: bool, max_mode: str | None):
+                 weight_decay: float, decoupled_weight_decay: bool, check_finite: bool, max_mode: str | None,
+                 fused: bool = False):
         if max_mode not in MAX_MODES:
             raise LabError(f"max_mode must be None, 'raw' or 'corrected', got {max_mode!r}",
                            where=type(self).__name__)
         defaults = dict(lr=lr, betas=_as_betas(betas), eps=eps, weight_decay=weight_decay,
                         decoupled_weight_decay=decoupled_weight_decay, max_mode=max_mode,
-                        check_finite=check_finite)
+                        check_finite=check_finite, fused=fused)
         super().__init__(params, defaults)
 
     def _new_state(self, p, group):
@@ -374,12 +385,12 @@ class _AdaBeliefFamily(_LabOptimizer):
             for p, s in zip(params, states):                 # max_mode changed after the state was made
                 if key not in s:
                     s[key] = _zeros(p)
-        adabelief_update(params, grads, [s["exp_avg"] for s in states], [s["exp_avg_var"] for s in states],
-                         None if mode is None else [s[_MAX_KEYS[mode]] for s in states], steps,
-                         lr=group["lr"], beta1=beta1, beta2=beta2, eps=group["eps"],
-                         weight_decay=group["weight_decay"],
-                         decoupled_weight_decay=group.get("decoupled_weight_decay", True),
-                         max_mode=mode, allreduce_fn=allreduce_fn)
+        update = fused.adabelief_update if group.get("fused") and allreduce_fn is None else adabelief_update
+        extra = {} if update is fused.adabelief_update else {"allreduce_fn": allreduce_fn}
+        update(params, grads, [s["exp_avg"] for s in states], [s["exp_avg_var"] for s in states],
+               None if mode is None else [s[_MAX_KEYS[mode]] for s in states], steps,
+               lr=group["lr"], beta1=beta1, beta2=beta2, eps=group["eps"], weight_decay=group["weight_decay"],
+               decoupled_weight_decay=group.get("decoupled_weight_decay", True), max_mode=mode, **extra)
 
     def _denominator(self, group, state):
         bc2 = 1 - group["betas"][1] ** _step_count(state)
@@ -401,8 +412,8 @@ class AdaBelief(_AdaBeliefFamily):
 
     def __init__(self, params: Iterable, lr: float = 1e-3, betas: tuple[float, float] = (0.9, 0.999),
                  eps: float = 1e-16, weight_decay: float = 0, decoupled_weight_decay: bool = True, *,
-                 check_finite: bool = True):
-        super().__init__(params, lr, betas, eps, weight_decay, decoupled_weight_decay, check_finite, None)
+                 check_finite: bool = True, fused: bool = False):
+        super().__init__(params, lr, betas, eps, weight_decay, decoupled_weight_decay, check_finite, None, fused)
 
 
 class MaxAdaBelief(_AdaBeliefFamily):
@@ -413,10 +424,10 @@ class MaxAdaBelief(_AdaBeliefFamily):
 
     def __init__(self, params: Iterable, lr: float = 1e-3, betas: tuple[float, float] = (0.9, 0.999),
                  eps: float = 1e-16, weight_decay: float = 0, decoupled_weight_decay: bool = True, *,
-                 check_finite: bool = True, max_mode: str = "raw"):
+                 check_finite: bool = True, max_mode: str = "raw", fused: bool = False):
         if max_mode not in ("raw", "corrected"):
             raise LabError(f"max_mode must be 'raw' or 'corrected', got {max_mode!r}", where=type(self).__name__)
-        super().__init__(params, lr, betas, eps, weight_decay, decoupled_weight_decay, check_finite, max_mode)
+        super().__init__(params, lr, betas, eps, weight_decay, decoupled_weight_decay, check_finite, max_mode, fused)
 
 
 class MaxAdaBeliefCorrected(MaxAdaBelief):
@@ -425,9 +436,9 @@ class MaxAdaBeliefCorrected(MaxAdaBelief):
 
     def __init__(self, params: Iterable, lr: float = 1e-3, betas: tuple[float, float] = (0.9, 0.999),
                  eps: float = 1e-16, weight_decay: float = 0, decoupled_weight_decay: bool = True, *,
-                 check_finite: bool = True):
+                 check_finite: bool = True, fused: bool = False):
         super().__init__(params, lr, betas, eps, weight_decay, decoupled_weight_decay,
-                         check_finite=check_finite, max_mode="corrected")
+                         check_finite=check_finite, max_mode="corrected", fused=fused)
 
 
 def _as_betas(betas):
@@ -452,6 +463,6 @@ def make_optimizer(name: str, params: Iterable, **hyper) -> _LabOptimizer:
 
 def from_training(tr: Any, params: Iterable, lr: float) -> _LabOptimizer:
     """The optimiser of a run's training settings (``optimizer``, ``beta1``, ``beta2``, ``eps``,
-    ``weight_decay``) at learning rate ``lr`` (the caller scales it with the number of workers)."""
+    ``weight_decay``, ``fused``) at learning rate ``lr`` (the caller scales it with the number of workers)."""
     return make_optimizer(tr.optimizer, params, lr=lr, betas=(tr.beta1, tr.beta2), eps=tr.eps,
-                          weight_decay=tr.weight_decay)
+                          weight_decay=tr.weight_decay, fused=tr.fused)

@@ -109,6 +109,10 @@ TRAINING_FIELDS: dict[str, Spec] = {
     "beta2": Spec(float, 0.999, min=0.0, max=0.999999),
     "eps": Spec(float, 1e-8, min=0.0, max=1.0),
     "weight_decay": Spec(float, 0.0, min=0.0, max=1.0),
+    "fused": Spec(bool, False, label="Fused optimiser (compiled)",
+                  help="one pass over each parameter, compiled by torch.compile at the first step (seconds); "
+                       "within float32 rounding of the multi-tensor path; local steps only (the optimiser-state "
+                       "all-reduce keeps the multi-tensor path)"),
     "lr_scaling": Spec(bool, False, help="the edge-compression design's linear scaling rule: lr × workers",
                        label="Scale lr by workers"),
     "workers": Spec(int, 2, min=1, max=4, label="Workers (processes)", widget="slider"),

@@ -473,8 +473,10 @@ def whatif_metrics(schedule) -> list[tuple[str, str]]:
 #: Which code a run executes: the Training page says it, so a wall-time comparison compares what it names.
 IMPLEMENTATIONS = ("Which code runs: the optimisers are the lab's own Adam, AdaBelief and Max-AdaBelief, each one "
                    "multi-tensor update over all parameters (`torch._foreach_*` operations, as torch's foreach Adam), "
-                   "checked step by step against `torch.optim.Adam` and adabelief-pytorch; none is a fused kernel, "
-                   "which torch's fused Adam is. Group-TopK, top-k, random-k and FP16 are the lab's own "
+                   "checked step by step against `torch.optim.Adam` and adabelief-pytorch. With *Fused optimiser* on, the "
+                   "same maths is one pass over each parameter, compiled by `torch.compile` at the first step (as "
+                   "torch's fused Adam is one hand-written pass), within float32 rounding of the multi-tensor "
+                   "results (tested), not bit for bit. Group-TopK, top-k, random-k and FP16 are the lab's own "
                    "compressors, their payloads sent by the lab's ring or all-gather; PowerSGD and the FP16 and BF16 "
                    "all-reduces are the arithmetic of torch's DDP hooks (`powerSGD_hook`, `fp16_compress_hook`, "
                    "`bf16_compress_hook`) on the lab's ring, checked against DDP with those hooks. The README's "

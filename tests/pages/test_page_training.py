@@ -69,6 +69,8 @@ def test_training_page_edits_the_scenario_and_runs_a_short_job(lab_db):
     assert_no_exception(at)
     assert line(at, "**Compression:**") == "no compression"
     assert line(at, "**Compression in this run:**").startswith("Group-TopK, 1 % per group of 1024")
+    # which implementation ran: the run's own setting (the multi-tensor path unless Fused optimiser was on)
+    assert line(at, "**Optimiser in this run:**") == "AdaBelief, multi-tensor (torch._foreach_* operations)"
     bars = at.get("progress")
     assert bars and "done: step 12 of 12" in bars[0].proto.text
     assert len(at.get("plotly_chart")) == 3  # loss, accuracy, time split
