@@ -63,7 +63,7 @@ from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from lab import settings
-from lab.processes import LoadMeter, as_background_work
+from lab.processes import LOADED_SHARE, LoadMeter, as_background_work
 from lab.errors import LabError
 from lab.machine.cases import (
     CALIBRATION_BATCHES,
@@ -257,13 +257,42 @@ def _write_progress(path: Path, **fields: Any) -> None:
     os.replace(tmp, p)
 
 
-def start_background(path: Path | None = None, quick: bool = False):
+#: how long a quiet window must last before a waiting calibration starts, and how long the page's "wait for a quiet
+#: machine" waits at most before it calibrates anyway (seconds)
+QUIET_WINDOW_S = 5.0
+PAGE_WAIT_S = 900.0
+
+
+def wait_until_quiet(limit_s: float, progress: Callable[[str, float], None] | None = None,
+                     window_s: float = QUIET_WINDOW_S, meter: Callable[[], Any] = LoadMeter) -> dict | None:
+    """Wait, up to ``limit_s`` seconds, for a window of ``window_s`` in which other work takes at most
+    :data:`lab.processes.LOADED_SHARE` of the CPU. Returns that window's load (quiet), or the last window's when the
+    time ran out (None when no window was measured)."""
+    deadline = time.monotonic() + max(0.0, limit_s)
+    last = None
+    while True:
+        m = meter()
+        time.sleep(window_s)
+        last = m.result()
+        if last["others_share"] <= LOADED_SHARE or time.monotonic() >= deadline:
+            return last
+        if progress is not None:
+            left = max(0.0, deadline - time.monotonic())
+            progress(f"waiting for a quiet machine: other work takes {last['others_share'] * 100:.0f} % of the CPU "
+                     f"(at most {LOADED_SHARE * 100:.0f} % wanted; {left:.0f} s more at most, then it calibrates "
+                     "anyway and marks the profile)", 0.0)
+
+
+def start_background(path: Path | None = None, quick: bool = False, wait_quiet_s: float = 0.0):
     """Start ``python -m lab.machine.calibrate`` in its own session, at the training jobs' niceness (it writes
-    the profile and a progress file next to it). Returns the Popen."""
+    the profile and a progress file next to it); with ``wait_quiet_s`` it first waits for a quiet machine, that
+    long at most. Returns the Popen."""
     path = Path(path) if path is not None else profile_path()
     path.parent.mkdir(parents=True, exist_ok=True)
     env = settings.child_env(OMP_NUM_THREADS="1")
     cmd = [sys.executable, "-m", "lab.machine.calibrate", "--out", str(path)] + (["--quick"] if quick else [])
+    if wait_quiet_s > 0:
+        cmd += ["--wait-quiet", f"{float(wait_quiet_s):g}"]
     _write_progress(path, message="starting", fraction=0.0, done=False, error=None, started=time.time())
     nice = settings.job_nice()  # as nice as the training jobs the profile will predict
     log = open(path.with_name(path.stem + ".log"), "wb")
@@ -286,6 +315,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                     help="N-process terms from the job's own loop (default) or training-like cycles")
     ap.add_argument("--repeat", type=int, default=CALIBRATION_REPEAT,
                     help=f"timed repeats per measurement (default {CALIBRATION_REPEAT})")
+    ap.add_argument("--wait-quiet", type=float, default=0.0, metavar="SECONDS",
+                    help="first wait, this long at most, for other work to take at most "
+                         f"{LOADED_SHARE * 100:.0f} %% of the CPU")
     args = ap.parse_args(argv)
     out = Path(args.out) if args.out else profile_path()
 
@@ -295,6 +327,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     try:
         procs = [int(p) for p in args.procs.split(",") if p.strip()]
+        if args.wait_quiet > 0:
+            wait_until_quiet(args.wait_quiet, progress)
         prof = calibrate(procs, repeat=args.repeat, quick=args.quick, cycle_source=args.cycles, progress=progress)
         prof.save(out)
     except (LabError, ValueError) as exc:

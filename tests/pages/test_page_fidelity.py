@@ -87,22 +87,39 @@ def test_calibrate_button_starts_the_background_calibration(data, monkeypatch):
 
     calls = []
 
-    def fake_start(path=None, quick=False):
-        calls.append(quick)
+    def fake_start(path=None, quick=False, wait_quiet_s=0.0):
+        calls.append((quick, wait_quiet_s))
         cal._write_progress(cal.profile_path(), message="compute, one process", fraction=0.25, done=False,
                             error=None)
 
     monkeypatch.setattr(cal, "start_background", fake_start)
     at = app_test(PAGE)
+    assert not [b for b in at.button if b.key == "fid_calibrate_wait"]  # no job runs: nothing to wait for
     at.toggle(key="fid_quick").set_value(True).run()
     at.button(key="fid_calibrate").click().run()
     assert_no_exception(at)
-    assert calls == [True]
+    assert calls == [(True, 0.0)]
     at.run()
     assert at.button(key="fid_calibrate").disabled  # one calibration at a time
     cal._write_progress(cal.profile_path(), message="failed", fraction=1.0, done=True, error="no cores left")
     at.run()
     assert any("no cores left" in e.value for e in at.error)
+
+
+def test_beside_running_jobs_the_page_offers_to_wait_for_a_quiet_machine(data, monkeypatch):
+    import lab.machine.calibrate as cal
+    from lab.jobs.manager import JobManager
+
+    calls = []
+    monkeypatch.setattr(cal, "start_background", lambda path=None, quick=False, wait_quiet_s=0.0:
+                        calls.append(wait_quiet_s))
+    monkeypatch.setattr(JobManager, "running", lambda self: ["r1", "r2"])
+    at = app_test(PAGE)
+    assert any("2 job(s) are running" in w.value for w in at.warning)
+    assert at.button(key="fid_calibrate").label == "Calibrate now"
+    at.button(key="fid_calibrate_wait").click().run()
+    assert_no_exception(at)
+    assert calls == [cal.PAGE_WAIT_S]
 
 
 def test_preset_batch_button_queues_the_batch(data, lab_db, monkeypatch):
