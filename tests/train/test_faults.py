@@ -257,11 +257,14 @@ def test_torchrun_restarts_the_job_from_its_checkpoint(env):
     assert processes_of(rid, exclude=(os.getpid(),)) == []
 
 
-def test_torchrun_restart_keeps_the_error_feedback_residual(env, tmp_path):
-    """Compressed training (Group-TopK 1 %, error feedback): each rank's checkpoint holds its
-    residual, so the torchrun restart from step 5 ends where the uninterrupted run ends (without
-    the residual the restarted run would send different entries from step 6 on)."""
-    comp = Compression(kind="group_topk", ratio=0.01, group_size=64, error_feedback=True)
+@pytest.mark.parametrize("comp,key", [
+    (Compression(kind="group_topk", ratio=0.01, group_size=64, error_feedback=True), "ef_residual"),
+    (Compression(kind="powersgd", rank=2, warmup=3), "powersgd")])
+def test_torchrun_restart_keeps_the_error_feedback_residual(env, tmp_path, comp, key):
+    """Compressed training (Group-TopK 1 % with error feedback; PowerSGD, past its warm-up by step 5): each rank's
+    checkpoint holds its compression memory (the residual; PowerSGD's too, with its warm-start matrices and its
+    generator), so the torchrun restart from step 5 ends where the uninterrupted run ends (without it the
+    restarted run would send different entries from step 6 on)."""
     ref = launch(scenario(compression=comp))
     assert ref.status == "done"
     path = tmp_path / "compressed.json"
@@ -276,7 +279,7 @@ def test_torchrun_restart_keeps_the_error_feedback_residual(env, tmp_path):
     assert restart.step == CK and restart.detail["exact"] is True
     assert restart.detail["compression_state_reset"] is False
     files = sorted(p.name for p in store.checkpoint_dir(rid).glob("*rank*"))
-    assert files and all("ef_residual" in torch.load(store.checkpoint_dir(rid) / f, weights_only=True) for f in files)
+    assert files and all(key in torch.load(store.checkpoint_dir(rid) / f, weights_only=True) for f in files)
     got, want = final_model_is_valid(store, rid), final_model_is_valid(store, ref.run_id)
     for k in want["model"]:
         assert torch.equal(got["model"][k], want["model"][k]), k
