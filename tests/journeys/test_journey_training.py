@@ -54,3 +54,58 @@ def test_a_group_topk_run_set_by_clicking_says_group_topk_in_its_header(browser,
             no_error_boxes(pg)
         finally:
             pg.context.close()
+
+
+def test_a_powersgd_run_on_the_fused_optimiser_set_by_clicking_says_both_and_travels_in_a_link(browser, tmp_path):
+    """torch's PowerSGD with its rank and warm-up, and the fused optimiser, set by clicking: the run's header names
+    both implementations; a link opens the same settings in a fresh browser, while a second student's own page
+    keeps its own."""
+    from tests.journey import open_link, take_link
+
+    with lab_server(tmp_path) as base:
+        pg = new_page(browser)
+        other = new_page(browser)  # a second student beside the first
+        try:
+            pg.goto(base + "/training")
+            settle(pg)
+            pg.get_by_role("heading", name="Training").first.wait_for(timeout=30_000)
+            type_number(pg, "Steps (count)", 8)
+            type_number(pg, "Batch per worker (samples)", 16)
+            choose(pg, "Compressor", "PowerSGD")
+            type_number(pg, "PowerSGD rank", 3)
+            type_number(pg, "PowerSGD warm-up (steps)", 4)
+            pg.get_by_text("Fused optimiser (compiled)", exact=True).click()
+            settle(pg)
+            assert "PowerSGD, rank 3 after 4 plain all-reduce steps" in markdown_with(pg, "Compression:")
+
+            pg.get_by_role("button", name="Run", exact=True).click()
+            wait_for_run(pg)
+            store = RunStore(tmp_path / "runs.db")
+            rid = store.list_runs().id.iloc[0]
+            tr = store.get_run(rid)["scenario"]["training"]
+            assert tr["fused"] is True and (tr["compression"]["kind"], tr["compression"]["rank"],
+                                            tr["compression"]["warmup"]) == ("powersgd", 3, 4)
+            pg.get_by_text("done: step 8 of 8").wait_for(timeout=180_000)
+            settle(pg)
+            assert store.status(rid) == "done", store.get_run(rid)["error"]
+            assert "one fused pass per parameter" in markdown_with(pg, "Optimiser in this run:")
+            assert "powerSGD_hook arithmetic" in markdown_with(pg, "Compression in this run:")
+            no_error_boxes(pg)
+
+            other.goto(base + "/training")
+            settle(other)
+            other.get_by_role("heading", name="Training").first.wait_for(timeout=30_000)
+            assert "no compression" in markdown_with(other, "Compression:")  # the first student's choice is theirs
+
+            url = take_link(pg)
+        finally:
+            pg.context.close()
+            other.context.close()
+
+        fresh = open_link(browser, url, "Training")
+        try:
+            assert "PowerSGD, rank 3 after 4 plain all-reduce steps" in markdown_with(fresh, "Compression:")
+            assert fresh.get_by_label("PowerSGD rank", exact=True).first.input_value() == "3"
+            no_error_boxes(fresh)
+        finally:
+            fresh.context.close()
