@@ -186,8 +186,8 @@ st.markdown(f"The current scenario trained for real (gradient all-reduce, the la
             "against DDP with the hooks themselves. Bytes are counted from the real messages. Emulate the edge "
             "preset's 100 Mbit/s links (Training page) to see what links cost.")
 
-c1, c2, c3 = st.columns([3, 1, 2], vertical_alignment="bottom")
-variants = ui.control(c1, "cp_grid_variants", format_func=lambda v: variant_label(v, rank=comp.rank))
+variants = ui.control(st, "cp_grid_variants", format_func=lambda v: variant_label(v, rank=comp.rank))
+c2, c3 = st.columns([1, 3], vertical_alignment="bottom")
 if c2.button(f"Queue {3 * len(variants)} runs", type="primary", key="cp_grid_run", icon=":material/grid_view:",
              disabled=not variants):
     with ui.guarded("queueing the grid"):
