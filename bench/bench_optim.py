@@ -36,6 +36,8 @@ from lab.scenario.names import MODELS  # noqa: E402
 
 PEER = "torch Adam (foreach)"
 NO_CHECK = "lab Max-AdaBelief (fused, no NaN check)"
+# a training job's parameters and gradients are views of two flat buffers: the fused path steps them in one call
+FLAT = "lab Max-AdaBelief (fused, flat buffers)"
 FUSED = "torch Adam (fused)"
 
 
@@ -55,6 +57,7 @@ def candidates():
     yield "lab Max-AdaBelief (fused)", lambda ps: MaxAdaBelief(ps, lr=1e-3, fused=True)
     # torch's fused Adam checks nothing; the lab's optimisers read every gradient once more to skip a NaN step
     yield NO_CHECK, lambda ps: MaxAdaBelief(ps, lr=1e-3, fused=True, check_finite=False)
+    yield FLAT, lambda ps: MaxAdaBelief(ps, lr=1e-3, fused=True)
 
 
 LAB_FUSED = ("lab Adam (fused)", "lab AdaBelief (fused)", "lab Max-AdaBelief (fused)")
@@ -74,9 +77,17 @@ def measure(shapes: list[tuple[int, ...]], rounds: int) -> tuple[dict[str, float
     grads = [torch.randn(s, generator=gen) for s in shapes]
     runs, skipped = [], []
     for name, make in candidates():
-        params = [torch.nn.Parameter(g * 0.1) for g in grads]
-        for p, g in zip(params, grads):
-            p.grad = g
+        if name == FLAT:
+            pbuf, gbuf = torch.cat([g.reshape(-1) * 0.1 for g in grads]), torch.cat([g.reshape(-1) for g in grads])
+            params, at = [], 0
+            for g in grads:
+                params.append(torch.nn.Parameter(pbuf[at:at + g.numel()].view(g.shape)))
+                params[-1].grad = gbuf[at:at + g.numel()].view(g.shape)
+                at += g.numel()
+        else:
+            params = [torch.nn.Parameter(g * 0.1) for g in grads]
+            for p, g in zip(params, grads):
+                p.grad = g
         try:
             with contextlib.redirect_stdout(io.StringIO()):  # adabelief-pytorch prints its settings
                 opt = make(params)

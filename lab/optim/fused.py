@@ -27,8 +27,9 @@ from torch import Tensor
 
 from lab.errors import LabError
 
+@functools.cache
 def available() -> bool:
-    """Whether torch.compile can build CPU kernels here (it needs a C++ compiler)."""
+    """Whether torch.compile can build CPU kernels here (it needs a C++ compiler; looked for once)."""
     return any(shutil.which(c) for c in ("g++", "c++", "clang++"))
 
 
@@ -93,6 +94,48 @@ def _flat(ts: Sequence[Tensor | None]) -> list[Tensor | None]:
     return [None if t is None else t.view(-1) for t in ts]
 
 
+def span(ts: Sequence[Tensor]) -> Tensor | None:
+    """One flat view over ``ts`` when they lie back to back in one storage, in order (a training job's parameters
+    and gradients, views of two flat buffers; the states :func:`pack` makes), else None."""
+    if not ts or not all(t.is_contiguous() for t in ts):
+        return None
+    store, at = ts[0].untyped_storage().data_ptr(), ts[0].storage_offset()
+    for t in ts:
+        if t.untyped_storage().data_ptr() != store or t.storage_offset() != at or t.dtype != ts[0].dtype:
+            return None
+        at += t.numel()
+    base = ts[0].detach()
+    return torch.empty(0, dtype=base.dtype).set_(base.untyped_storage(), ts[0].storage_offset(), (at - ts[0].storage_offset(),))
+
+
+def pack(states: Sequence[dict], keys: Sequence[str]) -> None:
+    """Put each state tensor named in ``keys`` into one flat buffer per key, in the states' order, values kept: the
+    kernel then steps a job's whole model in one call."""
+    for key in keys:
+        flat = torch.cat([s[key].reshape(-1) for s in states])
+        at = 0
+        for s in states:
+            n = s[key].numel()
+            s[key] = flat[at:at + n].view_as(s[key])
+            at += n
+
+
+def _spans(steps: Sequence[int], *lists: Sequence[Tensor | None]) -> list[Tensor | None] | None:
+    """The flat views over every list, when all lie back to back and every parameter is at the same step."""
+    if len(set(steps)) != 1:
+        return None
+    out = []
+    for ts in lists:
+        if ts[0] is None:
+            out.append(None)
+            continue
+        v = span(ts)
+        if v is None:
+            return None
+        out.append(v)
+    return out
+
+
 def _hyper(values: Sequence[float]) -> Tensor:
     return torch.tensor(values, dtype=torch.float32)
 
@@ -116,6 +159,9 @@ def adam_update(params: list[Tensor], grads: list[Tensor], exp_avgs: list[Tensor
     _check_contiguous(params, grads, exp_avgs, exp_avg_sqs)
     decay, l2 = _decay(weight_decay, decoupled_weight_decay, lr)
     kernel = _kernel("adam")
+    if (whole := _spans(steps, params, grads, exp_avgs, exp_avg_sqs)) is not None:
+        params, grads, exp_avgs, exp_avg_sqs = ([t] for t in whole)
+        steps = steps[:1]
     for p, g, m, v, t in zip(*map(_flat, (params, grads, exp_avgs, exp_avg_sqs)), steps):
         kernel(p, g, m, v, _hyper([decay, l2, 1 - beta1, beta2, 1 - beta2, eps, -lr / (1 - beta1 ** t),
                                    math.sqrt(1 - beta2 ** t)]))
@@ -131,6 +177,9 @@ def adabelief_update(params: list[Tensor], grads: list[Tensor], exp_avgs: list[T
     _check_contiguous(params, grads, exp_avgs, exp_avg_vars, maxes)
     decay, l2 = _decay(weight_decay, decoupled_weight_decay, lr)
     kernel = _kernel(max_mode)
+    if (whole := _spans(steps, params, grads, exp_avgs, exp_avg_vars, maxes)) is not None:
+        params, grads, exp_avgs, exp_avg_vars, maxes = ([t] for t in whole)
+        steps = steps[:1]
     for p, g, m, s, smax, t in zip(*map(_flat, (params, grads, exp_avgs, exp_avg_vars, maxes)), steps):
         bc1, bc2 = 1 - beta1 ** t, 1 - beta2 ** t
         if max_mode == "corrected":
@@ -144,4 +193,4 @@ def adabelief_update(params: list[Tensor], grads: list[Tensor], exp_avgs: list[T
             kernel(p, g, m, s, h)
 
 
-__all__ = ["available", "adam_update", "adabelief_update"]
+__all__ = ["available", "adam_update", "adabelief_update", "span", "pack"]

@@ -282,14 +282,18 @@ class _LabOptimizer(torch.optim.Optimizer):
                 continue
             group = self.param_groups[gi]
             params = [p for _, p in ps]
-            states = []
+            states, fresh = [], []
             for p in params:
                 state = self.state[p]
                 if len(state) == 0:
                     state.update(self._new_state(p, group))
+                    fresh.append(state)
                 elif not isinstance(state["step"], Tensor):   # e.g. a state dict from adabelief-pytorch
                     state["step"] = torch.tensor(float(state["step"]), dtype=torch.float32)
                 states.append(state)
+            if group.get("fused") and len(fresh) == len(states) and fused.span(params) is not None:
+                # parameters back to back in one buffer (a training job's): states likewise, one kernel call a step
+                fused.pack(states, [k for k, v in states[0].items() if k != "step" and isinstance(v, Tensor)])
             step_ts = [s["step"] for s in states]
             torch._foreach_add_(step_ts, 1)
             steps = [int(t.item()) for t in step_ts]

@@ -125,3 +125,27 @@ def test_a_job_with_the_fused_optimiser_compiles_in_its_workers_and_trains_as_on
     want = single_process(tr.replace(fused=False))
     for k in want:
         torch.testing.assert_close(got[k], want[k], rtol=1e-5, atol=2e-6)
+
+
+def test_a_jobs_flat_buffers_are_stepped_in_one_call_within_rounding():
+    """A training job's parameters and gradients are views of two flat buffers: the fused optimiser packs its states
+    the same way and steps the whole model in one kernel call, as the per-tensor path would."""
+    from lab.optim.flat import flatten_parameters
+    from lab.scenario.models import build_model
+
+    results = []
+    for flat in (True, False):
+        model = build_model("cnn", seed=0)
+        ps = flatten_parameters(model)[0] if flat else list(model.parameters())
+        opt = MaxAdaBelief(ps, lr=1e-2, fused=True)
+        for k in range(10):
+            g = torch.Generator().manual_seed(k)
+            for p in ps:
+                p.grad.copy_(torch.randn(p.shape, generator=g)) if flat else setattr(p, "grad", torch.randn(
+                    p.shape, generator=g))
+            opt.step()
+        exp_avgs = [opt.state[p]["exp_avg"] for p in ps]
+        assert (fused.span(exp_avgs) is not None) == flat  # packed back to back only for the job's buffers
+        results.append([p.detach().clone() for p in ps])
+    close(*results)
+    assert fused.span([torch.zeros(3), torch.zeros(3)]) is None  # separate tensors are not one span
