@@ -12,7 +12,7 @@ import pandas as pd
 import plotly.graph_objects as go
 
 from lab.figures.style import OPTIMIZER_COLOURS, esc
-from lab.scenario.names import COMPRESSOR_SHORT, OPTIMIZER_LABELS, SHARING_SHORT, TORCH_HOOKS
+from lab.scenario.names import COMPRESSOR_SHORT, OPTIMIZER_LABELS, SHARING_SHORT, TORCH_HOOKS, optimiser_implementation
 
 PALETTE = ["#d62728", "#1f77b4", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b", "#e377c2", "#17becf"]
 X_TITLES = {"step": "step (count)", "wall": "wall time (s)"}
@@ -61,7 +61,7 @@ def optimiser_summary(tr: Mapping) -> str:
     """One line saying which optimiser a run uses and which implementation of it ran, from a stored run's
     ``scenario["training"]`` dict, e.g. "AdaBelief, one fused pass per parameter (compiled by torch.compile)"."""
     name = OPTIMIZER_LABELS.get(tr.get("optimizer", ""), str(tr.get("optimizer", "")))
-    if tr.get("fused") and tr.get("sync") != "state_allreduce":
+    if optimiser_implementation(bool(tr.get("fused")), str(tr.get("sync", ""))) == "fused":
         return f"{name}, one fused pass per parameter (compiled by torch.compile)"
     return f"{name}, multi-tensor (torch._foreach_* operations)"
 

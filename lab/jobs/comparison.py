@@ -37,7 +37,7 @@ SETTING_COLUMNS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("sharing", ("compression", "sharing")), ("rank", ("compression", "rank")), ("warmup", ("compression", "warmup")),
     ("model", ("model",)), ("workers", ("workers",)),
     ("steps", ("steps",)), ("batch", ("batch_size",)), ("lr", ("lr",)), ("seed", ("seed",)), ("sync", ("sync",)),
-    ("emulation", ("emulate",)),
+    ("emulation", ("emulate",)), ("fused", ("fused",)),
 )
 SETTING_NAMES = tuple(c for c, _ in SETTING_COLUMNS)
 def t95(dof: int) -> float:
@@ -56,6 +56,7 @@ def settings_of(scenario: Mapping[str, Any]) -> dict[str, Any]:
         for k in path:
             v = v.get(k) if isinstance(v, Mapping) else None
         out[col] = v
+    out["fused"] = bool(out["fused"])  # runs stored before the setting existed ran the multi-tensor path
     return out
 
 
@@ -85,13 +86,17 @@ def compression_label(settings: Mapping[str, Any]) -> str:
 
 
 def short_label(settings: Mapping[str, Any]) -> str:
-    """A legend label: optimiser and compression (the full settings go in the hover text)."""
+    """A legend label: optimiser (fused when it was) and compression (the full settings go in the hover text)."""
     opt = OPTIMIZER_SHORT.get(settings.get("optimizer"), str(settings.get("optimizer")))
-    return f"{opt} · {compression_label(settings)}"
+    return f"{opt}{' fused' if settings.get('fused') else ''} · {compression_label(settings)}"
 
 
 def full_label(settings: Mapping[str, Any]) -> str:
-    return ", ".join(f"{c} {settings.get(c)}" for c in SETTING_NAMES if c != "seed")
+    """Every setting but the seed, leaving out the compression parameters the run's compressor does not take."""
+    shown = dict(zip((c for c in SETTING_NAMES if c != "seed"), variant_key(settings)))
+    names = {"rank": "PowerSGD rank", "warmup": "PowerSGD warm-up"}
+    return ", ".join(f"{names.get(c, c)} {v}" for c, v in shown.items()
+                     if v is not None or c not in ("ratio", "group_size", "error_feedback", "sharing", "rank", "warmup"))
 
 
 def run_name(settings: Mapping[str, Any]) -> str:

@@ -232,6 +232,8 @@ def progress_line(p: dict, now: float | None = None) -> str:
         return f"{int(s // 60)} min {int(s % 60)} s" if s >= 60 else f"{s:.0f} s"
 
     left = f", about {dur(elapsed * (1 - frac) / frac)} left" if frac >= 0.05 else ""
+    if str(p.get("message", "")).startswith("waiting"):
+        return f"{p['message']} ({dur(elapsed)} so far)"
     return f"calibrating: {p.get('message', '')} ({frac:.0%} done, {dur(elapsed)} so far{left})"
 
 
@@ -329,6 +331,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         procs = [int(p) for p in args.procs.split(",") if p.strip()]
         if args.wait_quiet > 0:
             wait_until_quiet(args.wait_quiet, progress)
+            # the time spent waiting is no part of the calibration's: its estimate of the time left starts now
+            _write_progress(out, message="starting", fraction=0.0, done=False, error=None, started=time.time())
         prof = calibrate(procs, repeat=args.repeat, quick=args.quick, cycle_source=args.cycles, progress=progress)
         prof.save(out)
     except (LabError, ValueError) as exc:

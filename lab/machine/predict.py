@@ -54,7 +54,7 @@ from lab.scenario.models import build_model
 from lab.train.emulation import ring_allreduce_time
 from lab.train.plan import check_scenario
 from lab.modelled.collectives.ring import allgather_steps, ring_bytes_per_rank, ring_steps
-from lab.scenario.names import TORCH_HOOKS, Sharing
+from lab.scenario.names import TORCH_HOOKS, Sharing, optimiser_implementation
 
 PARTS = ("compute", "compress", "comm", "idle", "step")
 PART_LABELS = {"compute": "compute", "compress": "compression", "comm": "communication", "idle": "idle",
@@ -183,6 +183,9 @@ def predict_step(scenario: Scenario, profile: MachineProfile, *, plan: Any = Non
         notes.append(f"the slow-down for {procs} processes is taken from the nearest calibrated count "
                      f"(calibrated: {profile.procs})")
     opt_cost = profile.optimizer_cost(tr.optimizer, procs)
+    if optimiser_implementation(tr.fused, tr.sync) == "fused":
+        notes.append("the fused optimiser's step is predicted at the multi-tensor path's calibrated cost (the "
+                     "calibration does not time the compiled kernels, nor their compilation at the first step)")
     numel = _model_facts(tr.model, 1, in_features, classes, tr.seed)[1]
     tensors = _model_facts(tr.model, 1, in_features, classes, tr.seed)[2]
     flat_bytes = (numel + 1) * ITEM  # the flat gradient buffer carries the loss in one extra slot

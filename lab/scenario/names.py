@@ -145,6 +145,12 @@ FAULT_KINDS, FAULT_POLICIES = names("fault"), names("fault_policy")
 COMPARED_OPTIMIZERS: tuple[str, ...] = ("adam", "adabelief", "maxadabelief")
 #: The compressors that keep a fraction of the entries: they take a ratio and send a sparse payload.
 SPARSIFIERS: tuple[str, ...] = ("group_topk", "topk", "randomk")
+def optimiser_implementation(fused: bool, sync: str) -> str:
+    """Which code steps a run's optimiser: "fused" (one compiled pass per parameter) when asked for, except under
+    the optimiser-state all-reduce, whose all-reduce sits between the passes; else "multi-tensor"."""
+    return "fused" if fused and sync != "state_allreduce" else "multi-tensor"
+
+
 #: PyTorch's DDP compression hooks, run by the lab on its ring: they send by their own all-reduces (no payload, no
 #: sharing method); PowerSGD takes a rank and a warm-up instead of a ratio.
 TORCH_HOOKS: tuple[str, ...] = ("powersgd", "fp16_hook", "bf16_hook")

@@ -48,7 +48,8 @@ server and the optimiser-state all-reduce exchange other tensors than one gradie
 that keep no entry of this model's gradient. The error-feedback residual lives in the worker
 (``trainer.compressed.gc.compressor.residual``); every rank's checkpoint file holds it (and Random-K's
 generator), so a resume with the same world size continues exactly; a recovery on fewer workers
-re-splits the data and starts the residuals from zero.
+re-splits the data and starts the residuals from zero
+(PowerSGD also starts again: its warm-up of plain all-reduces, then fresh random Qs).
 """
 
 from __future__ import annotations

@@ -55,6 +55,7 @@ from lab.optim.optimizers import NonFiniteGradient
 from lab.optim.optimizers import from_training as optim_from_training
 from lab.scenario.document import Scenario
 from lab.scenario.models import build_model
+from lab.scenario.names import optimiser_implementation
 from lab.store.runs import JOB_WORKER, RunStore
 from lab.train import compressed
 from lab.train import data as data_mod
@@ -523,6 +524,7 @@ class Trainer:
                     "devices": list(plan.emulation.devices) if plan.emulation else None,
                     "scales": list(plan.emulation.scales) if plan.emulation else None,
                     "server_device": plan.server_device, "torch_threads": torch.get_num_threads(),
+                    "optimiser_implementation": optimiser_implementation(tr.fused, tr.sync),
                     "launcher": "lab" if self.launched else "torchrun", "checkpoint_dir":
                         str(self.store.checkpoint_dir(self.run_id, create=False)),
                     "attempt": rz.attempt()}

@@ -5,7 +5,7 @@ import pytest
 
 from lab.errors import LabError
 from lab.jobs import grid
-from lab.jobs.comparison import compression_label, settings_of, variant_key
+from lab.jobs.comparison import compression_label, full_label, settings_of, short_label, variant_key
 from lab.scenario.document import Compression, default_scenario
 from lab.train.plan import check_scenario
 
@@ -53,3 +53,16 @@ def test_where_each_wins_names_the_winner_of_each_measure():
     assert words[2] == "Shortest step: PSGD (4.0 ms)."
     assert words[3] == "Most accurate within a tenth of dense's bytes (7.00 kB): PSGD (89.0 %)."
     assert grid.where_each_wins(rows[:2]) == []  # one variant: nothing to compare
+
+
+def test_fused_runs_are_their_own_variant_and_say_so():
+    tr = default_scenario().training
+    plain = settings_of({"training": tr.to_dict()})
+    old = {k: v for k, v in tr.to_dict().items() if k != "fused"}  # stored before the setting existed
+    assert variant_key(settings_of({"training": old})) == variant_key(plain)
+    fused = settings_of({"training": tr.replace(fused=True).to_dict()})
+    assert variant_key(fused) != variant_key(plain)
+    assert short_label(fused) == "Adam fused · dense" and short_label(plain) == "Adam · dense"
+    assert "fused True" in full_label(fused) and "PowerSGD rank" not in full_label(fused)
+    psgd = settings_of({"training": tr.replace(compression=Compression(kind="powersgd", rank=2)).to_dict()})
+    assert "PowerSGD rank 2" in full_label(psgd) and "ratio" not in full_label(psgd)

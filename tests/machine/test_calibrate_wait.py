@@ -47,3 +47,10 @@ def test_the_background_calibration_passes_the_wait_on(monkeypatch, tmp_path):
     assert cmd[cmd.index("--wait-quiet") + 1] == f"{cal.PAGE_WAIT_S:g}" and "--quick" in cmd
     cal.start_background(tmp_path / "q.json")
     assert "--wait-quiet" not in seen["cmd"]
+
+
+def test_while_it_waits_the_progress_line_says_so_and_promises_no_end():
+    p = {"message": "waiting for a quiet machine: other work takes 60 % of the CPU", "fraction": 0.0, "started": 0.0}
+    assert cal.progress_line(p, now=90.0) == "waiting for a quiet machine: other work takes 60 % of the CPU (1 min 30 s so far)"
+    p = {"message": "compute", "fraction": 0.5, "started": 0.0}
+    assert cal.progress_line(p, now=60.0) == "calibrating: compute (50% done, 1 min 0 s so far, about 1 min 0 s left)"
