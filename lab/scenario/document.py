@@ -111,9 +111,10 @@ TRAINING_FIELDS: dict[str, Spec] = {
     "weight_decay": Spec(float, 0.0, min=0.0, max=1.0),
     "fused": Spec(bool, False, label="Fused optimiser (compiled)",
                   help="one pass over each parameter, compiled by torch.compile at the first step (seconds); "
-                       "within float32 rounding of the multi-tensor path. It pays off on large layers; on small "
-                       "models calling a kernel per tensor costs more than the passes it saves (README: "
-                       "bench_optim). Local steps only: the optimiser-state all-reduce keeps the multi-tensor path"),
+                       "within float32 rounding of the multi-tensor path. It pays off on large layers; on the "
+                       "lab's small models a job steps its flat buffers in one call, about as fast as the "
+                       "multi-tensor path (README: bench_optim). Local steps only: the optimiser-state all-reduce "
+                       "keeps the multi-tensor path"),
     "lr_scaling": Spec(bool, False, help="the edge-compression design's linear scaling rule: lr × workers",
                        label="Scale lr by workers"),
     "workers": Spec(int, 2, min=1, max=4, label="Workers (processes)", widget="slider"),
