@@ -56,16 +56,17 @@ jm, owner = ui.job_manager()
 loaded = P.calibrate_now_words(len(jm.running()))
 if loaded:
     st.warning(loaded, icon=":material/speed:")
-c1, c2, c3 = st.columns([1, 1, 1])
-quick = False if lesson else ui.control(c3, "fid_quick")
+c1, c2 = st.columns([1, 2])
+quick = False if lesson else ui.control(c2, "fid_quick")
+now = c1.button("Calibrate now" if loaded else "Calibrate this machine", key="fid_calibrate", icon=":material/speed:",
+                disabled=busy)
 wait = 0.0
-if loaded and c2.button("Wait for a quiet machine, then calibrate", key="fid_calibrate_wait",
+if loaded and st.button("Wait for a quiet machine, then calibrate", key="fid_calibrate_wait",
                         icon=":material/hourglass_top:", disabled=busy,
                         help=f"checks every {cal.QUIET_WINDOW_S:g} s; after {cal.PAGE_WAIT_S / 60:.0f} minutes it "
                              "calibrates anyway and marks the profile if other work was still running"):
     wait = cal.PAGE_WAIT_S
-if (c1.button("Calibrate now" if loaded else "Calibrate this machine", key="fid_calibrate", icon=":material/speed:",
-              disabled=busy) or wait) and not busy:
+if (now or wait) and not busy:
     with ui.guarded("starting the calibration"):
         cal.start_background(quick=quick, wait_quiet_s=wait)
         busy = True
