@@ -90,11 +90,7 @@ with ui.guarded("the compressor comparison"):
                    "noise). bench/bench_compress.py times Group-TopK against global torch.topk on 25 M entries.")
     st.plotly_chart(figs.bytes_figure(rows), key="cp_bytes_fig")
     ui.caption("measured", "Bytes of each payload, equal to the length of its real serialisation (tested).")
-    st.dataframe(pd.DataFrame([{
-        "compressor": r["label"], "ratio": r["ratio"], "kept (entries)": r["kept"],
-        "density (%)": 100 * r["density"], "relative error (%)": 100 * r["rel_error"], "bytes (B)": r["bytes"],
-        "wire format": r["wire_format"], "time": fmt_seconds(r["t_compress"])} for r in rows]),
-        hide_index=True, key="cp_table")
+    st.dataframe(pd.DataFrame(figs.compressor_table(rows)), hide_index=True, key="cp_table")
 
 # ---------------------------------------------------------------- the ring and its fill-in
 st.header("Sharing across workers: the edge-compression design's sparse ring and its fill-in")
@@ -150,10 +146,7 @@ with st.form("ch_form"):
 with ui.guarded("the Cholesky section"):
     ch = cholesky_study(int(seed), int(ch_batch), float(damping), int(ch_workers), bool(by_class), name)
     a = ch["applicability"]
-    st.dataframe(pd.DataFrame([{"shape": "×".join(map(str, a["shape"])), "square": a["square"],
-                                "asymmetry ||D−Dᵀ||/||D||": a["asymmetry"], "symmetric": a["symmetric"],
-                                "smallest eigenvalue (matrix units)": a["min_eigenvalue"],
-                                "positive-definite": a["positive_definite"]}]), hide_index=True, key="ch_app")
+    st.dataframe(pd.DataFrame(figs.cholesky_applicability_table(a)), hide_index=True, key="ch_app")
     ui.caption("measured", "Properties of worker 0's matrix, computed.")
     if "refusal" in ch:
         st.info(f"Not applicable: {ch['refusal']}", icon=":material/block:")  # the lab's own words, no user text
@@ -162,10 +155,7 @@ with ui.guarded("the Cholesky section"):
         st.plotly_chart(figs.cholesky_figure(crow), key="ch_fig")
         ui.caption("measured", "Bytes counted from the packed tensors; pack + unpack time on this machine, measured "
                                "once for these settings.")
-        st.dataframe(pd.DataFrame([{"sent": r["method"], "values (count)": r["values"], "bytes (B)": r["bytes"],
-                                    "pack": fmt_seconds(r["t_pack"]), "unpack": fmt_seconds(r["t_unpack"]),
-                                    "relative error": r["rel_error"]} for r in crow]), hide_index=True,
-                     key="ch_table")
+        st.dataframe(pd.DataFrame(figs.cholesky_table(crow)), hide_index=True, key="ch_table")
         st.plotly_chart(figs.factor_sum_figure(ch["true_sum"], ch["factor_sum"], ch["workers"]), key="ch_sum_fig")
         ui.caption("measured", f"{ch['workers']} workers' matrices from different digits batches. Adding the factors "
                    f"gives (Σ L)(Σ L)ᵀ, off by **{res['rel_error_of_sum_of_factors']:.1%}** (the cross terms "

@@ -89,31 +89,13 @@ calibration_progress()
 
 if prof is not None and not lesson:
     with st.expander("What the calibration measured"):
-        where = ("short jobs in the training loop" if prof.settings.get("cycle_source") == "loop"
-                 else "training-like cycles")
-        rows = [{"procs": p, "class": c, "throughput": v.throughput, "overhead": v.overhead}
-                for p in prof.procs for c, v in prof.compute_fit(p).classes.items()]
-        st.plotly_chart(figs.class_throughput(rows), key="fid_classes")
+        t = P.profile_tables(prof)
+        st.plotly_chart(figs.class_throughput(t["classes"]), key="fid_classes")
         ui.caption("measured", "per operator class, fitted to the calibration networks' CPU time per step "
                                "(forward + backward); with N processes: the slow-down factor plus the fixed extra per step of the "
                                "table below")
-        comm = [{"processes": p, "collective": k, "α or per hop (µs)": f.alpha * 1e6 if hasattr(f, "alpha") else f.per_hop * 1e6,
-                 "β or per byte (ns/B)": (f.beta if hasattr(f, "beta") else f.per_byte) * 1e9,
-                 "fit error (%)": f.fit_error * 100, "where": where}
-                for p, t in {**prof.allreduce}.items() for k, f in t.items()]
-        comm += [{"processes": p, "collective": k, "α or per hop (µs)": f.alpha * 1e6, "β or per byte (ns/B)": f.beta * 1e9,
-                  "fit error (%)": f.fit_error * 100, "where": "lab.comm.measure (barrier first)"}
-                 for p, t in prof.measured_allreduce.items() for k, f in t.items()]
-        comm += [{"processes": p, "collective": k, "α or per hop (µs)": f.per_hop * 1e6,
-                  "β or per byte (ns/B)": f.per_byte * 1e9, "fit error (%)": f.fit_error * 100,
-                  "where": where} for p, t in prof.sharing.items() for k, f in t.items()]
-        st.dataframe(pd.DataFrame(comm), hide_index=True, key="fid_comm")
-        st.dataframe(pd.DataFrame([{"processes": str(p), "compute slow-down (×)": prof.slowdown(p),
-                                    "+ per step (µs)": prof.extra_per_step(p) * 1e6,
-                                    "idle of equal workers (µs)": prof.jitter_cost(p).fixed * 1e6,
-                                    "rest of the step (µs)": prof.remainder_cost(p).fixed * 1e6} for p in prof.procs]
-                                  + [{"processes": f"after a {w * 1e3:g} ms wait", "compute slow-down (×)": f}
-                                     for w, f in prof.wait_slowdown]), hide_index=True, key="fid_step_terms")
+        st.dataframe(pd.DataFrame(t["comm"]), hide_index=True, key="fid_comm")
+        st.dataframe(pd.DataFrame(t["step_terms"]), hide_index=True, key="fid_step_terms")
         ui.caption("measured", "the all-reduce measurement command starts every call after a barrier, with every "
                                "process awake; inside training the early workers sleep in the receive and must be "
                                "woken, which on a busy shared CPU costs more, so the prediction uses the cycles")

@@ -281,6 +281,30 @@ def load_summary(rows: Sequence[Mapping]) -> dict:
             "loaded_corrected": step_error_summary([(r["corrected"], r["measured"]) for r in loaded]) if loaded else nan}
 
 
+
+def profile_tables(prof: MachineProfile) -> dict[str, list[dict]]:
+    """What a calibration measured, as the Fidelity page's tables: ``classes`` (throughput and overhead per
+    operator class and process count), ``comm`` (each collective's fit: α or per hop, β or per byte, fit error, where
+    it was measured) and ``step_terms`` (the N-process terms of a step, and compute after a wait)."""
+    where = "short jobs in the training loop" if prof.settings.get("cycle_source") == "loop" else "training-like cycles"
+    classes = [{"procs": p, "class": c, "throughput": v.throughput, "overhead": v.overhead}
+               for p in prof.procs for c, v in prof.compute_fit(p).classes.items()]
+
+    def row(p: Any, k: str, alpha: float, beta: float, err: float, at: str) -> dict:
+        return {"processes": p, "collective": k, "α or per hop (µs)": alpha * 1e6, "β or per byte (ns/B)": beta * 1e9,
+                "fit error (%)": err * 100, "where": at}
+
+    comm = [row(p, k, f.alpha if hasattr(f, "alpha") else f.per_hop, f.beta if hasattr(f, "beta") else f.per_byte,
+                f.fit_error, where) for p, t in prof.allreduce.items() for k, f in t.items()]
+    comm += [row(p, k, f.alpha, f.beta, f.fit_error, "lab.comm.measure (barrier first)")
+             for p, t in prof.measured_allreduce.items() for k, f in t.items()]
+    comm += [row(p, k, f.per_hop, f.per_byte, f.fit_error, where) for p, t in prof.sharing.items() for k, f in t.items()]
+    steps = [{"processes": str(p), "compute slow-down (×)": prof.slowdown(p), "+ per step (µs)": prof.extra_per_step(p) * 1e6,
+              "idle of equal workers (µs)": prof.jitter_cost(p).fixed * 1e6,
+              "rest of the step (µs)": prof.remainder_cost(p).fixed * 1e6} for p in prof.procs]
+    steps += [{"processes": f"after a {w * 1e3:g} ms wait", "compute slow-down (×)": f} for w, f in prof.wait_slowdown]
+    return {"classes": classes, "comm": comm, "step_terms": steps}
+
 def scenario_key(sc: Scenario) -> str:
     """What makes two runs the same experiment: the scenario without its name."""
     d = sc.to_dict()
@@ -364,6 +388,6 @@ def preset_batch(steps: int = 200, seed: int = 0) -> list[Scenario]:
     return out
 
 
-__all__ = ["oracle_error", "reproducibility", "preset_batch", "PRESET_BATCH", "FidelityBatch", "evaluate_runs",
+__all__ = ["profile_tables", "oracle_error", "reproducibility", "preset_batch", "PRESET_BATCH", "FidelityBatch", "evaluate_runs",
            "evaluate_run", "fidelity_table", "measured_step", "compare", "prediction_table", "STATISTICS",
            "MEASURED_PARTS", "GEOMEAN_ERROR_HELP", "default_warmup", "step_error_summary", "scenario_key"]
