@@ -40,6 +40,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from lab.comm.spawn import run_local  # noqa: E402
+from lab.jobs.grid import where_each_wins  # noqa: E402
 from lab.scenario.document import Compression  # noqa: E402
 from lab.testing.train_workers import paired_bench_worker  # noqa: E402
 
@@ -128,7 +129,7 @@ def main() -> None:
           "seed, 0.22 points a digit)")
     print(f"{'optimiser':13s} {'variant':10s} {'ms/step':>8s} {'vs dense':>9s} {'acc %':>7s} {'diff (pts)':>11s} "
           f"{'sent B/step':>12s} {'vs dense':>9s}")
-    wins: dict[str, list] = {}
+    rows: list[dict] = []
     for opt in opts:
         d = res[(opt, "dense")]
         for n in names:
@@ -136,15 +137,12 @@ def main() -> None:
             print(f"{opt:13s} {n:10s} {r['s_step_median'] * 1e3:8.2f} {d['s_step_median'] / r['s_step_median']:8.2f}x "
                   f"{100 * r['acc']:7.2f} {100 * (r['acc'] - d['acc']):+11.2f} {r['bytes']:12.0f} "
                   f"{r['bytes'] / d['bytes']:8.4f}x")
-            wins.setdefault(n, []).append(r)
-    mean = {n: {k: float(np.mean([r[k] for r in rs])) for k in ("acc", "bytes", "s_step_median")}
-            for n, rs in wins.items()}
-    small = [n for n in mean if mean[n]["bytes"] <= 0.1 * mean["dense"]["bytes"]]
-    print("\nWhere each wins (means over the optimisers): accuracy "
-          f"{max(mean, key=lambda n: mean[n]['acc'])}, fewest bytes {min(mean, key=lambda n: mean[n]['bytes'])}, "
-          f"shortest step {min(mean, key=lambda n: mean[n]['s_step_median'])}"
-          + (f", most accurate within a tenth of dense's bytes {max(small, key=lambda n: mean[n]['acc'])}"
-             if small else ""))
+            rows.append({"variant": n, "label": n, "status": "done", "final_test_acc": r["acc"],
+                         "bytes_per_worker_step": r["bytes"], "s_per_step": r["s_step_median"]})
+    # the Compression page's own words on the grid, from these paired runs
+    print("\nWhere each wins (means over the optimisers):")
+    for line in where_each_wins(rows):
+        print("  " + line)
 
     print("\nPer worker and step (means): what the links cost and what compression costs")
     print(f"{'run':26s} {'ms/step':>8s} {'emulated link wait (ms)':>24s} {'compression (ms)':>17s}")
