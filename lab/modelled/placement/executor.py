@@ -1,0 +1,174 @@
+"""The lab's placement executor as task lists: what each process of a placement run does in one step, in
+the executor's own order, for the core model (:mod:`.cores`) to run on shared cores.
+
+The order is :class:`lab.train.stages.PlacementTrainer`'s (the ideal pipeline model, :mod:`.pipeline`,
+follows the same GPipe order on a core per process):
+
+* **Forward**, the process's pieces by ascending index, each for micro-batches ``0..M-1``: receive every
+  input that another process produced (once per tensor and micro-batch, unpacking it), call the piece (a
+  per-call cost, then its operators; emulated, each operator is followed by a wait of ``s - 1`` times what
+  it took), send each output once to every other process that reads it, and on the loss piece compute the
+  loss.
+* **Backward**, its pieces by descending index, micro-batches ``0..M-1``: receive the gradient of every
+  output another process read, run the piece's backward (a per-call cost, then its operators'; emulated,
+  a wait of ``s - 1`` times what it took, ``s`` weighted by the forward times), and send the gradient of
+  every input that came from another process once the last local piece reading it is done.
+* **The optimiser** of the process's parameters; then the process waits until every message it sent has
+  been received.
+
+A message costs the sender ``send`` (packing, the time stamp, ``isend``), the receiver ``recv`` (unpacking),
+and ``wire`` on the way; with emulation the receive returns no sooner than the topology's link time after the
+message left. The background CPU of communication threads is the machine's (:class:`.cores.Machine`).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable, Mapping, Sequence
+
+from lab.errors import LabError
+from lab.modelled.placement.cores import Cpu, Recv, Send, Sleep
+
+WHERE = "executor model"
+
+
+@dataclass(frozen=True)
+class Stage:
+    """A piece as the executor runs it.
+
+    ``forward``: ``(operator, seconds, emulated factor s)`` per operator for one micro-batch, in order;
+    ``backward``: seconds of its backward for one micro-batch, ``backward_scale`` its emulated factor;
+    ``inputs``: ``(source piece, output index, bytes)`` per input read from an earlier piece (the model's input
+    is not listed); ``loss``: the piece makes the model's output.
+    """
+
+    index: int
+    device: str
+    forward: tuple[tuple[str | None, float, float], ...]
+    backward: float
+    inputs: tuple[tuple[int, int, float], ...] = ()
+    loss: bool = False
+    backward_scale: float = 1.0
+
+
+@dataclass(frozen=True)
+class Linear:
+    """``fixed + per_byte x bytes`` seconds."""
+
+    fixed: float = 0.0
+    per_byte: float = 0.0
+
+    def __call__(self, nbytes: float) -> float:
+        return self.fixed + self.per_byte * nbytes
+
+
+@dataclass(frozen=True)
+class StepCosts:
+    """The costs of the executor's own work around the operators (seconds)."""
+
+    call: float = 0.0  # one forward call of a piece
+    node: float = 0.0  # per operator when the piece runs node by node (emulated or timed)
+    backward_call: float = 0.0  # one backward call of a piece
+    loss: float = 0.0  # the loss of one micro-batch
+    send: Linear = field(default_factory=Linear)  # the sender's CPU of one message
+    recv: Linear = field(default_factory=Linear)  # the receiver's CPU of one message
+    wire: Linear = field(default_factory=Linear)  # from departure to arrival, no CPU
+
+
+def tasks(stages: Sequence[Stage], devices: Sequence[str], micro_batches: int, costs: StepCosts,
+          optimizer: Mapping[str, float] | None = None,
+          link: Callable[[str, str, float], float] | None = None, node_by_node: bool = False) -> list[list]:
+    """Each process's task list (process ``r`` holds ``devices[r]``) for one training step. ``link`` (emulation):
+    the topology's seconds for a tensor between two devices; ``node_by_node``: the pieces run through the
+    timing interpreter (the executor does when it emulates or records a timeline)."""
+    stages = list(stages)
+    rank = {d: r for r, d in enumerate(devices)}
+    for s in stages:
+        if s.device not in rank:
+            raise LabError(f"piece {s.index} is on {s.device!r}, which no process holds", where=WHERE)
+    if len(set(devices)) != len(devices):
+        raise LabError("two processes hold the same device", where=WHERE)
+    if [s.index for s in stages] != list(range(len(stages))):
+        raise LabError("pieces must be indexed 0..n-1 in list order", where=WHERE)
+    M = int(micro_batches)
+    if M < 1:
+        raise LabError("micro_batches must be at least 1", where=WHERE)
+    # readers[(piece, out)] -> the reading pieces in ascending order; bytes of each output.
+    readers: dict[tuple[int, int], list[int]] = {}
+    size: dict[tuple[int, int], float] = {}
+    for s in stages:
+        for src, out, nbytes in s.inputs:
+            if not 0 <= src < s.index:
+                raise LabError(f"piece {s.index} reads piece {src}; pieces read only earlier pieces", where=WHERE)
+            readers.setdefault((src, out), []).append(s.index)
+            size[(src, out)] = float(nbytes)
+    outputs = {s.index: sorted({o for (k, o) in readers if k == s.index}) for s in stages}
+    # The executor sends an output in the order its readers first appear.
+    order = {k: [key for key in readers if key[0] == k] for k in range(len(stages))}
+    dev = [s.device for s in stages]
+    lists: list[list] = [[] for _ in devices]
+
+    def hold(a: str, b: str, nbytes: float) -> float:
+        return float(link(a, b, nbytes)) if link is not None else 0.0
+
+    def send(r: int, key: tuple, to_dev: str, nbytes: float, row: dict) -> None:
+        lists[r].append(Send(key, rank[to_dev], cpu=costs.send(nbytes), wire=costs.wire(nbytes),
+                             hold=hold(devices[r], to_dev, nbytes), row=row))
+
+    for r, d in enumerate(devices):
+        mine = [s for s in stages if s.device == d]
+        out = lists[r]
+        got: set = set()  # a tensor is received once per process and micro-batch, whichever piece reads it
+        # Forward.
+        for s in mine:
+            for m in range(M):
+                for src, o, _ in s.inputs:
+                    if dev[src] != d and (src, o, m) not in got:
+                        got.add((src, o, m))
+                        out.append(Recv(("F", src, o, m, r), cpu=costs.recv(size[(src, o)])))
+                for j, (op, sec, scale) in enumerate(s.forward):
+                    extra = (costs.call if j == 0 else 0.0) + (costs.node if node_by_node else 0.0)
+                    out.append(Cpu(sec + extra, {"device": d, "piece": s.index, "micro": m, "kind": "forward",
+                                                 "op": op}))
+                    if scale > 1.0:
+                        out.append(Sleep(after=scale - 1.0, row={"device": d, "piece": s.index, "micro": m,
+                                                                 "kind": "emulated", "op": op}))
+                for key in order[s.index]:
+                    for rd in dict.fromkeys(dev[k] for k in readers[key]):
+                        if rd != d:
+                            first = min(k for k in readers[key] if dev[k] == rd)
+                            send(r, ("F", key[0], key[1], m, rank[rd]), rd, size[key],
+                                 {"kind": "activation", "src": d, "dst": rd, "piece": first, "from_piece": s.index,
+                                  "micro": m, "bytes": size[key], "device": rd, "op": None})
+                if s.loss:
+                    out.append(Cpu(costs.loss, {"device": d, "piece": s.index, "micro": m, "kind": "loss",
+                                                "op": None}))
+        # Backward.
+        last_reader: dict[tuple[int, int], int] = {}
+        for s in mine:
+            for src, o, _ in s.inputs:
+                if dev[src] != d:
+                    last_reader[(src, o)] = min(last_reader.get((src, o), s.index), s.index)
+        for s in reversed(mine):
+            for m in range(M):
+                for o in outputs[s.index]:
+                    for rd in dict.fromkeys(dev[k] for k in readers[(s.index, o)]):
+                        if rd != d:
+                            out.append(Recv(("B", s.index, o, m, rank[rd]), cpu=costs.recv(size[(s.index, o)])))
+                out.append(Cpu(s.backward + costs.backward_call, {"device": d, "piece": s.index, "micro": m,
+                                                                  "kind": "backward", "op": None}))
+                if s.backward_scale > 1.0:
+                    out.append(Sleep(after=s.backward_scale - 1.0, row={"device": d, "piece": s.index, "micro": m,
+                                                                        "kind": "emulated", "op": None}))
+                sent = set()
+                for src, o, nbytes in s.inputs:
+                    if dev[src] != d and last_reader[(src, o)] == s.index and (src, o) not in sent:
+                        sent.add((src, o))
+                        send(r, ("B", src, o, m, r), dev[src], size[(src, o)],
+                             {"kind": "gradient", "src": d, "dst": dev[src], "piece": src, "from_piece": s.index,
+                              "micro": m, "bytes": size[(src, o)], "device": dev[src], "op": None})
+        out.append(Cpu((optimizer or {}).get(d, 0.0), {"device": d, "piece": None, "micro": None,
+                                                       "kind": "optimizer", "op": None}))
+    return lists
+
+
+__all__ = ["Stage", "Linear", "StepCosts", "tasks"]
