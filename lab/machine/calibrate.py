@@ -74,6 +74,7 @@ from lab.machine.cases import (
     cycle_cases,
 )
 from lab.machine.fit import fit_local, fit_process_terms
+from lab.machine.insitu import PROBE_NETS, Case, calibrate_executor, layout_procs, probe_cases
 from lab.machine.loop import measure_loop
 from lab.machine.probes import (
     CALIBRATION_ALLREDUCE_SIZES,
@@ -103,7 +104,7 @@ from lab.scenario.names import PAYLOAD_COMPRESSORS, OPTIMIZERS, SHARING
 def calibrate(procs: Sequence[int] = (1, 2, 3, 4), *, quick: bool = False, repeat: int = CALIBRATION_REPEAT,
               allreduce_iters: int = 10, nets: Sequence[int] | None = None,
               allreduce_sizes: Sequence[int] = CALIBRATION_ALLREDUCE_SIZES, measure_command: bool = True,
-              cycle_repeat: int = CYCLE_REPEAT, cycle_source: str = "loop",
+              cycle_repeat: int = CYCLE_REPEAT, cycle_source: str = "loop", executor_cases: Sequence[Case] | None = None,
               progress: Callable[[str, float], None] | None = None) -> MachineProfile:
     """Measure this machine and return its profile (not saved: call ``.save()``).
 
@@ -112,7 +113,9 @@ def calibrate(procs: Sequence[int] = (1, 2, 3, 4), *, quick: bool = False, repea
     of ``nets``), as short jobs in the training job's own loop (``cycle_source="loop"``) or as
     training-like cycles in a harness (``"harness"``), pinned as the job manager pins ranks.
     ``quick`` takes fewer repeats everywhere (about half the time). ``measure_command`` also runs the all-reduce measurement command per N (nccl-tests
-    style alpha and beta; the collectives take their per-byte cost from it)."""
+    style alpha and beta; the collectives take their per-byte cost from it). The placement executor runs
+    synthetic plans (``executor_cases``, default :func:`lab.machine.insitu.probe_cases` up to the largest process
+    count; none with an empty list) and its own costs are fitted to them (:mod:`lab.machine.insitu`)."""
     if quick:
         repeat, allreduce_iters, cycle_repeat = min(repeat, 8), min(allreduce_iters, 5), min(cycle_repeat, 30)
     if cycle_source not in ("loop", "harness"):
@@ -126,7 +129,7 @@ def calibrate(procs: Sequence[int] = (1, 2, 3, 4), *, quick: bool = False, repea
     t_start = time.time()
     meter = LoadMeter()  # a profile measured beside other work predicts that work's slowdown for every later run
     multi = [p for p in procs if p > 1]
-    stages = 1 + len(multi) * (3 if measure_command else 2)
+    stages = 1 + len(multi) * (3 if measure_command else 2) + 1
     progress("compute, optimisers and compressors, one process", 0.0)
     raw = measure_procs(1, nets=all_nets, repeat=repeat)[0]["local"]
     compute = fit_compute(raw["compute"])
@@ -157,6 +160,21 @@ def calibrate(procs: Sequence[int] = (1, 2, 3, 4), *, quick: bool = False, repea
         messages[str(p)] = measure_messages(p, iters=20 if quick else 50)
         done += 1
     terms = fit_process_terms(cycles, compute, optimizer, measured)
+    notes = [f"point-to-point messages with {p} processes: the fitted cost per byte is 0 (as if the bandwidth were "
+             "infinite); the sizes measured did not separate it from the cost per message" for p, m in messages.items()
+             if m.beta <= 0.0]
+    executor = None
+    if executor_cases is None:
+        executor_cases = [c for c in probe_cases(PROBE_NETS[::2] if quick else PROBE_NETS)
+                          if layout_procs(c.layout) <= procs[-1]]
+    if executor_cases:
+        base = MachineProfile(created="", machine={}, compute=compute, optimizer=optimizer, compressor=compressor,
+                              measured_allreduce=measured, messages=messages, **terms)
+        progress("the placement executor on synthetic plans", done / stages)
+        executor, _ = calibrate_executor(base, cases=executor_cases, steps=12 if quick else 20,
+                                         progress=lambda msg, frac: progress(msg, (done + frac) / stages))
+        done += 1
+        notes += [f"placement executor: {f}" for f in executor.flags]
     progress("done", 1.0)
     settings = {"procs": procs, "repeat": repeat, "allreduce_iters": allreduce_iters,
                 "allreduce_sizes": list(allreduce_sizes),
@@ -169,7 +187,7 @@ def calibrate(procs: Sequence[int] = (1, 2, 3, 4), *, quick: bool = False, repea
     return MachineProfile(created=datetime.now(timezone.utc).isoformat(timespec="seconds"),
                           machine={**machine_description(), "load": meter.result()}, compute=compute, optimizer=optimizer,
                           compressor=compressor, wait_slowdown=raw["wait"], measured_allreduce=measured,
-                          messages=messages, **terms,
+                          messages=messages, executor=executor, notes=notes, **terms,
                           settings=settings)
 
 

@@ -26,18 +26,21 @@ recorded step nearest that median.
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass, replace
 from typing import Any, Sequence
 
 import torch
 from scipy.stats import kendalltau
 
+from lab import settings
 from lab.errors import LabError
-from lab.machine.calibrated_model import CalibratedModel
-from lab.machine.profile import MachineProfile
-from lab.modelled.costmodel import catalogue_slowdown
+from lab.machine.profile import ExecutorFit, MachineProfile, op_features
 from lab.modelled.opgraph import trace
-from lab.modelled.placement.pipeline import Piece as ModelPiece
-from lab.modelled.placement.pipeline import PipelineSchedule, simulate
+from lab.modelled.placement.cores import Machine, rank_cores
+from lab.modelled.placement.cores import simulate as simulate_cores
+from lab.modelled.placement.executor import Linear, Stage, StepCosts
+from lab.modelled.placement.executor import messages as executor_messages
+from lab.modelled.placement.executor import tasks as executor_tasks
 from lab.scenario.document import Scenario
 from lab.scenario.names import STRATEGY_SHORT
 from lab.train import stages
@@ -61,45 +64,126 @@ def _tensor_bytes(pieces: list, final: tuple, micro: int, in_features: int) -> d
     return out
 
 
-def predict_plan(sc: Scenario, profile: MachineProfile, *, emulate: bool | None = None) -> PipelineSchedule:
-    """The modelled step of the scenario's placement run (its plan written out or made by its strategy)."""
-    if not isinstance(profile, MachineProfile):
-        raise LabError("a placement run's prediction needs this machine's calibrated costs: calibrate the machine "
-                       "first (Fidelity page, or python -m lab.calibrate)", where="prediction")
+@dataclass
+class PlanParts:
+    """What a placement run's processes execute in one step, as the core model takes it: the pieces with their
+    operators' one-process costs (seconds, forward and backward, before the executor's factor), the devices by
+    rank, the optimiser per device, the emulated factors and links, and the messages' bytes."""
+
+    stages: list  # [Stage] with one-process costs
+    devices: list[str]
+    micro_batches: int
+    optimizer: dict
+    link: Any  # (src, dst, bytes) -> seconds, or None without emulation
+    emulated: bool
+
+
+def plan_parts(sc: Scenario, profile: MachineProfile, *, emulate: bool | None = None) -> PlanParts:
+    """The scenario's placement run (its plan written out or made by its strategy) as the core model takes it."""
     sc = stages.resolved(sc)
     tr = sc.training
     emulate = tr.emulate if emulate is None else emulate
     ds, model = stages.model_for(sc)
-    plan = stages.resolve(sc, model, ds.in_features)
+    return parts_of(sc, model, ds.in_features, profile, emulate=emulate)
+
+
+def parts_of(sc: Scenario, model: torch.nn.Module, in_features: int, profile: MachineProfile, *,
+             emulate: bool) -> PlanParts:
+    """:func:`plan_parts` of a scenario whose plan is written out, for ``model`` (a preset or a calibration
+    network)."""
+    tr = sc.training
+    plan = stages.resolve(sc, model, in_features)
     cut, final = stages.pieces(model, plan)
     micro = math.ceil(tr.batch_size / tr.micro_batches)
-    nbytes = _tensor_bytes(cut, final, micro, ds.in_features)
-    world = len(plan.devices)
-    cm = CalibratedModel(profile, procs=world)
-    og = trace(model, micro, ds.in_features, name=tr.model)
-    topo = sc.topology
-    fwd, bwd = {}, {}
-    for op in og.ops:
-        dev = plan.assignment[op.name]
-        slower = catalogue_slowdown(topo, topo.device(dev), op.op_class) if emulate else 1.0
-        t = cm.fit.cost(op.op_class).time(op.flops) * slower if math.isfinite(slower) else math.inf
-        fwd[op.name], bwd[op.name] = t * FORWARD_SHARE, t * (1.0 - FORWARD_SHARE)
-    msg = profile.message_fit(max(2, world)) or profile.allreduce_fit("gloo", max(2, world))
-
-    def link(src: str, dst: str, n: float) -> float:
-        sent = msg.alpha + n * msg.beta  # the real message on this machine
-        return max(sent, float(topo.transfer_time(src, dst, n))) if emulate else sent
-
-    opt = profile.optimizer_cost(tr.optimizer, world)
+    nbytes = _tensor_bytes(cut, final, micro, in_features)
+    fit = profile.compute  # one process: the core model shares the cores itself
+    og = trace(model, micro, in_features, name=tr.model)
+    scales = stages.op_scales(sc, plan) if emulate else {}
+    cost = {op.name: fit.cost(op_features(op)[0]).time(op.flops) for op in og.ops}
+    parts = []
+    for p, bare in zip(cut, stages.step_stages(cut, final, nbytes)):
+        fwd = tuple((op, cost[op] * FORWARD_SHARE, scales.get(op, 1.0)) for op in p.ops)
+        if any(not math.isfinite(s) for _, _, s in fwd):
+            raise LabError(f"the plan puts an operator of piece {p.index} on {p.device!r}, which has no kernel for it",
+                           where="prediction")
+        total = sum(t for _, t, _ in fwd)
+        scale = (sum(t * s for _, t, s in fwd) / total) if total > 0 and scales else 1.0
+        parts.append(replace(bare, forward=fwd, backward=sum(cost[op] for op in p.ops) * (1.0 - FORWARD_SHARE),
+                             backward_scale=scale))
+    opt = profile.optimizer_cost(tr.optimizer, 1)
     optimizer = {}
     for dev in plan.devices:
         params = [q for p in cut if p.device == dev for q in p.module.parameters()]
         optimizer[dev] = opt.time(sum(q.numel() for q in params), len(params)) if params else 0.0
-    model_pieces = [ModelPiece(p.index, p.device, tuple(p.ops),
-                               tuple((r[0], float(nbytes[(r[0], r[1])])) for r in p.inputs if r is not stages.INPUT),
-                               p.index == final[0])
-                    for p in cut]
-    return simulate(model_pieces, fwd, bwd, link, tr.micro_batches, optimizer)
+    topo = sc.topology
+    link = (lambda a, b, n: float(topo.transfer_time(a, b, n))) if emulate else None
+    return PlanParts(parts, list(plan.devices), tr.micro_batches, optimizer, link, bool(emulate))
+
+
+#: The terms of the core model a prediction can leave out (the bench's ablation).
+TERMS = ("per-call costs", "message CPU", "shared cores", "wake-ups", "pinning")
+
+
+def executor_fit(profile: MachineProfile) -> tuple[ExecutorFit, bool]:
+    """The profile's executor costs, and whether they were measured in the executor. A profile without them
+    prices a message as the point-to-point probe did (all of it on the wire) and no executor overheads."""
+    if profile.executor is not None:
+        return profile.executor, True
+    msg = profile.message_fit(2) or profile.allreduce_fit("gloo", 2)
+    return ExecutorFit(wire_fixed=msg.alpha, wire_per_byte=msg.beta), False
+
+
+def simulate_parts(parts: PlanParts, ex: ExecutorFit, *, cores: int, pinned: Sequence[int | None],
+                   external: float = 0.0, node_by_node: bool | None = None, without: Sequence[str] = ()):
+    """The core model's step of ``parts`` with executor costs ``ex``; ``without``: terms of :data:`TERMS` left
+    out (the ablation)."""
+    unknown = set(without) - set(TERMS)
+    if unknown:
+        raise LabError(f"unknown model terms {sorted(unknown)}; the terms are {list(TERMS)}", where="prediction")
+    k = ex.compute
+    st = [Stage(s.index, s.device, tuple((op, t * k, sc) for op, t, sc in s.forward), s.backward * k, s.inputs, s.loss,
+                s.backward_scale) for s in parts.stages]
+    calls = "per-call costs" not in without
+    msg_cpu = "message CPU" not in without
+    costs = StepCosts(call=ex.call if calls else 0.0, node=ex.node if calls else 0.0,
+                      backward_call=ex.backward_call if calls else 0.0, loss=ex.loss if calls else 0.0,
+                      send=Linear(ex.send_fixed, ex.send_per_byte) if msg_cpu else Linear(),
+                      recv=Linear(ex.recv_fixed, ex.recv_per_byte) if msg_cpu else Linear(),
+                      wire=Linear(ex.wire_fixed, ex.wire_per_byte))
+    lists = executor_tasks(st, parts.devices, parts.micro_batches, costs, parts.optimizer, parts.link,
+                           node_by_node=parts.emulated if node_by_node is None else node_by_node)
+    n = len(parts.devices)
+    if "shared cores" in without:
+        cores, pinned, external = n, list(range(n)), 0.0
+    elif "pinning" in without:
+        pinned = [None] * n
+    machine = Machine(cores=cores, wake=ex.wake if "wake-ups" not in without else 0.0,
+                      background_same=ex.background_same if msg_cpu else 0.0,
+                      background_other=ex.background_other if msg_cpu else 0.0, external=external)
+    return simulate_cores(lists, list(pinned), machine)
+
+
+def predict_plan(sc: Scenario, profile: MachineProfile, *, emulate: bool | None = None, cores: int | None = None,
+                 pinned: Sequence[int | None] | None = None, external: float = 0.0, without: Sequence[str] = ()):
+    """The modelled step of the scenario's placement run on this machine's cores: each process's tasks in the
+    executor's order, run on ``cores`` cores (the cores jobs run on) with each rank on the core a job's rank
+    gets (``pinned``), ``external`` cores' worth of other work beside it. Returns the core model's schedule
+    (``rows``, ``makespan``)."""
+    if not isinstance(profile, MachineProfile):
+        raise LabError("a placement run's prediction needs this machine's calibrated costs: calibrate the machine "
+                       "first (Fidelity page, or python -m lab.calibrate)", where="prediction")
+    parts = plan_parts(sc, profile, emulate=emulate)
+    ex, _ = executor_fit(profile)
+    cpus = settings.job_cpus()
+    cores = cores or len(cpus)
+    if pinned is None:
+        pinned = rank_cores(len(parts.devices), cores, message_weights(parts))
+    return simulate_parts(parts, ex, cores=cores, pinned=pinned, external=external, without=without)
+
+
+def message_weights(parts: PlanParts) -> dict[tuple[int, int], int]:
+    """Messages per step between each pair of ranks (the smaller rank first)."""
+    return executor_messages(parts.stages, parts.devices, parts.micro_batches)
 
 
 def measured_steps(metrics: Any, batch_size: int) -> list[float]:

@@ -81,6 +81,37 @@ class SharingFit:
 
 
 @dataclass(frozen=True)
+class ExecutorFit:
+    """The placement executor's own costs, measured inside it on synthetic plans (:mod:`lab.machine.insitu`):
+    the terms of the core model (:mod:`lab.modelled.placement.cores`) in seconds. ``compute`` multiplies the
+    one-process operator costs (the executor's calls cost what a training step's do, or more); ``call`` and
+    ``backward_call`` are paid once per piece and micro-batch, ``node`` per operator when a piece runs node by
+    node; a message costs its sender ``send_fixed + send_per_byte x bytes``, its receiver likewise, and
+    ``background_same`` / ``background_other`` of other threads' CPU on each side (both processes on one core,
+    or not); it is ``wire_fixed + wire_per_byte x bytes`` on its way; a process waking on a busy core waits
+    ``wake``."""
+
+    compute: float = 1.0
+    call: float = 0.0
+    backward_call: float = 0.0
+    node: float = 0.0
+    loss: float = 0.0
+    send_fixed: float = 0.0
+    send_per_byte: float = 0.0
+    recv_fixed: float = 0.0
+    recv_per_byte: float = 0.0
+    background_same: float = 0.0
+    background_other: float = 0.0
+    wire_fixed: float = 0.0
+    wire_per_byte: float = 0.0
+    wake: float = 0.0
+    fit_error: float = math.nan  # geometric-mean error of the fitted step times on the calibration plans
+    cases: int = 0
+    procs: tuple = ()  # the process counts it measured
+    flags: tuple = ()  # what the fit could not pin down, in words
+
+
+@dataclass(frozen=True)
 class MachineProfile:
     """"This machine": what :func:`calibrate` measured. One-process costs, a slow-down factor per
     process count N, and per N the in-context costs of the collectives and the idle jitter."""
@@ -108,6 +139,8 @@ class MachineProfile:
     #: {procs: CommFit}: one point-to-point message as a placement run sends it (alpha per message, beta per
     #: byte); empty in a profile made before placement runs existed
     messages: dict = field(default_factory=dict)
+    #: The placement executor's own costs (None in a profile made before they were measured)
+    executor: ExecutorFit | None = None
 
     # ----- lookups (nearest calibrated process count when N itself was not calibrated) ---------
     @staticmethod
@@ -227,6 +260,9 @@ class MachineProfile:
             d["jitter"] = {p: LinearCost(**v) for p, v in d["jitter"].items()}
             d["remainder"] = {p: LinearCost(**v) for p, v in d["remainder"].items()}
             d["messages"] = {str(p): CommFit(**v) for p, v in d.get("messages", {}).items()}
+            ex = d.get("executor")
+            d["executor"] = ExecutorFit(**{**ex, "procs": tuple(ex.get("procs", ())),
+                                           "flags": tuple(ex.get("flags", ()))}) if ex else None
             prof = MachineProfile(**d)
         except LabError:
             raise

@@ -64,9 +64,10 @@ METRIC_COLUMNS = ("loss", "test_acc", "bytes_sent", "bytes_recv", "t_compute", "
                   "t_idle", "t_emul_compute", "t_emul_comm", "samples_per_s", "wall")
 LAUNCHER_FIELDS = ("pid", "pgid", "created", "host", "boot", "scratch")
 # Columns added after a store was first written: added to an older file when it is opened.
-_ADDED_COLUMNS = {"launchers": {"pgid": "INTEGER", "created": "REAL"}}
+_ADDED_COLUMNS = {"launchers": {"pgid": "INTEGER", "created": "REAL"}, "plan_events": {"called": "REAL"}}
 RUN_COLUMNS = ("id", "name", "scenario", "status", "created", "start", "end", "error", "pid", "info")
-PLAN_EVENT_COLUMNS = ("device", "kind", "op", "piece", "micro", "start", "end", "src", "dst", "bytes", "wait")
+PLAN_EVENT_COLUMNS = ("device", "kind", "op", "piece", "micro", "start", "end", "src", "dst", "bytes", "wait",
+                      "called")
 JOB_WORKER = -1  # the "worker" value of job-level metric rows
 BUSY_TIMEOUT_S = 30.0
 _RUN_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
@@ -120,7 +121,7 @@ CREATE TABLE IF NOT EXISTS plan_events (
     step INTEGER NOT NULL,
     rank INTEGER NOT NULL,
     device TEXT, kind TEXT, op TEXT, piece INTEGER, micro INTEGER,
-    start REAL, "end" REAL, src TEXT, dst TEXT, bytes REAL, wait REAL
+    start REAL, "end" REAL, src TEXT, dst TEXT, bytes REAL, wait REAL, called REAL
 );
 CREATE INDEX IF NOT EXISTS plan_events_by_run ON plan_events (run_id, step);
 CREATE TABLE IF NOT EXISTS launchers (
@@ -392,7 +393,7 @@ class RunStore:
     def add_plan_events(self, run_id: str, step: int, rows: Iterable[Mapping[str, Any]]) -> int:
         """A placement run's recorded step: one row per operator, backward pass, optimiser step, emulated
         wait and transfer (:data:`PLAN_EVENT_COLUMNS`), on the run's one clock (seconds from the step's start)."""
-        data = [(run_id, int(step), int(r.get("rank", -1)), *(_clean(r.get(k)) if k in ("start", "end", "bytes", "wait")
+        data = [(run_id, int(step), int(r.get("rank", -1)), *(_clean(r.get(k)) if k in ("start", "end", "bytes", "wait", "called")
                                                               else r.get(k) for k in PLAN_EVENT_COLUMNS))
                 for r in rows]
         with self._write() as c:

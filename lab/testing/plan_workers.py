@@ -38,19 +38,25 @@ def plan_worker(rank: int, world: int, port: int, scenario_json: str, steps: int
         json.dump(out, f)
 
 
-def timing_worker(rank: int, world: int, port: int, scenario_json: str, steps: int, out_dir: str) -> None:
+def timing_worker(rank: int, world: int, port: int, scenario_json: str, steps: int, out_dir: str,
+                  cpus: list | None = None) -> None:
     """One process of a placement run timed as a bench times it: the job's own steps (no per-operator stamps
-    unless the run emulates), each from the barrier that starts it to this process's end. Writes
-    ``time<rank>.json``: [[start, end], ...] per step on this machine's clock."""
+    unless the run emulates), each from the barrier that starts it to this process's end. ``cpus``: the core
+    of each rank (None: not pinned); without it, as the job manager pins a job's ranks. Writes
+    ``time<rank>.json``: [[start, end, main-thread CPU, other threads' CPU], ...] per step on this machine's
+    clock."""
     import torch.distributed as dist
 
-    pin_rank(rank)  # as the job manager pins a job's ranks
+    if cpus is None:
+        pin_rank(rank)
+    elif cpus[rank] is not None:
+        os.sched_setaffinity(0, {int(cpus[rank])})
     init_worker(rank, world, port, timeout_s=120.0)
     try:
         t = PlacementTrainer(Scenario.from_json(scenario_json), rank, world, None, None, launched=False)
         t.setup()
         t.offset, t.losses, t.timelines, t.timeline_steps = 0.0, [], {}, []
-        spans = [t.train_step(s)[6:8] for s in range(1, steps + 1)]
+        spans = [t.train_step(s)[6:8] + t.last_cpu for s in range(1, steps + 1)]
         dist.barrier()
     finally:
         dist.destroy_process_group()

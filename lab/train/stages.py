@@ -57,6 +57,9 @@ from lab.modelled.balance import MAX_ROUNDS, PLANNERS, device_work, model_loop, 
 from lab.modelled.costmodel import DATASHEET, catalogue_slowdown
 from lab.modelled.opgraph import OpGraph, trace
 from lab.modelled.placement import TaskGraph, plan_assignment, schedule_assignment
+from lab.modelled.placement.cores import rank_cores
+from lab.modelled.placement.executor import Stage
+from lab.modelled.placement.executor import messages as executor_messages
 from lab.optim.optimizers import from_training as optim_from_training
 from lab.scenario.document import Scenario
 from lab.scenario.models import build_model
@@ -273,6 +276,30 @@ def pieces(model: torch.nn.Module, plan: StagePlan) -> tuple[list[Piece], tuple[
     return out, (final[0], final[1] or 0)
 
 
+def step_stages(cut: list[Piece], final: tuple[int, int], nbytes: dict | None = None) -> list[Stage]:
+    """The pieces as the executor model takes them (:class:`lab.modelled.placement.executor.Stage`), with no
+    costs yet: their operators, what each reads (with ``nbytes[(piece, output)]`` bytes, 0 without) and the
+    loss piece."""
+    return [Stage(p.index, p.device, tuple((op, 0.0, 1.0) for op in p.ops), 0.0,
+                  tuple((r[0], r[1], float((nbytes or {}).get((r[0], r[1]), 0.0))) for r in p.inputs if r is not INPUT),
+                  loss=p.index == final[0]) for p in cut]
+
+
+def placed_cpus(sc: Scenario, cpus: list[int]) -> list[int | None]:
+    """The core of each rank of a placement run given the job's cores ``cpus`` (the job manager's turns): with
+    more ranks than cores, the ranks that exchange the most messages go on different cores
+    (:func:`lab.modelled.placement.cores.rank_cores`; bench_pinning.py measured this against turns and no
+    pinning)."""
+    distinct = list(dict.fromkeys(cpus))
+    ds, model = model_for(sc)
+    plan = resolve(sc, model, ds.in_features)
+    if len(plan.devices) <= len(distinct):
+        return list(cpus)
+    cut, final = pieces(model, plan)
+    weights = executor_messages(step_stages(cut, final), plan.devices, sc.training.micro_batches)
+    return [None if c is None else distinct[c] for c in rank_cores(len(plan.devices), len(distinct), weights)]
+
+
 # ----- emulation ----------------------------------------------------------------------------------
 
 def op_scales(sc: Scenario, plan: StagePlan) -> dict[str, float]:
@@ -369,7 +396,7 @@ class PlacementTrainer(Trainer):
         if tr.micro_batches > tr.batch_size:
             raise LabError(f"{tr.micro_batches} micro-batches need a batch of at least as many samples",
                            where="training.micro_batches")
-        self.ds, self.model = model_for(sc)
+        self.ds, self.model = self.build()
         self.plan = plan = resolve(sc, self.model, self.ds.in_features)  # traced in float32, as the Placement page
         self.model.to(self.dtype)
         if len(plan.devices) != self.world:
@@ -399,6 +426,10 @@ class PlacementTrainer(Trainer):
                                        patience=tr.balance_patience, max_rounds=rounds)
         self.compressed = None
         self._overslept = 0.0
+
+    def build(self) -> tuple:
+        """The data set and the model this process runs (the calibration runs its own networks here)."""
+        return model_for(self.sc)
 
     def cut(self, plan: StagePlan) -> None:
         """Hold the pieces ``plan`` puts on this process's device, and an optimiser for their parameters."""
@@ -554,7 +585,7 @@ class PlacementTrainer(Trainer):
         self.stats["recv"] += nbytes
         self.event(kind="activation" if way == FWD else "gradient", src=src_dev, dst=self.device,
                    piece=(dst_piece if way == FWD else src_piece.index), micro=micro, start=sent, end=t2,
-                   bytes=nbytes, wait=wait, link=link, op=None)
+                   bytes=nbytes, wait=wait, link=link, op=None, called=t0)
         return t
 
     # ----- timing ---------------------------------------------------------------------------------
@@ -751,7 +782,7 @@ class PlacementTrainer(Trainer):
 
     def train_step(self, step: int) -> list[float]:
         """One step; the record [step, loss, compute, comm, emulated compute, emulated comm, start, end, sent,
-        received] on the run's clock."""
+        received, main-thread CPU, CPU of the process's other threads] on the run's clock."""
         self.timing = step in self.timeline_steps or bool(self.scales)
         self.events = []
         self.stats = {"sent": 0, "recv": 0, "comm": 0.0, "emul_comm": 0.0, "emul_compute": 0.0}
@@ -759,16 +790,21 @@ class PlacementTrainer(Trainer):
         x, y = self.sampler.next_batch()
         if self.world > 1:
             dist.barrier()
+        c0, p0 = time.thread_time(), time.process_time()
         t0 = time.perf_counter()
         r = self.step_placement(x.to(self.dtype), y)
         t1 = time.perf_counter()
+        c1, p1 = time.thread_time(), time.process_time()
+        self.last_cpu = [c1 - c0, (p1 - p0) - (c1 - c0)]
         loss = r["loss"] if self.device == self.pieces[self.final[0]].device else math.nan
         self.losses.append(loss)
         if step in self.timeline_steps:
-            self.timelines[step] = [dict(e, start=e["start"] - self.offset, end=e["end"] - self.offset)
+            self.timelines[step] = [dict(e, start=e["start"] - self.offset, end=e["end"] - self.offset,
+                                         **({"called": e["called"] - self.offset} if "called" in e else {}))
                                     for e in self.events]
         return [step, loss, r["compute"] - self.stats["emul_compute"], self.stats["comm"], self.stats["emul_compute"],
-                self.stats["emul_comm"], t0 - self.offset, t1 - self.offset, self.stats["sent"], self.stats["recv"]]
+                self.stats["emul_comm"], t0 - self.offset, t1 - self.offset, self.stats["sent"], self.stats["recv"],
+                *self.last_cpu]
 
     def gather(self, rows: list[list[float]]) -> list[list[list[float]]]:
         t = torch.tensor(rows, dtype=torch.float64)
@@ -787,7 +823,7 @@ class PlacementTrainer(Trainer):
             span = max(end - start, 1e-9)
             loss = next((r[j][1] for r in recs if math.isfinite(r[j][1])), math.nan)
             for rank, r in enumerate(recs):
-                _, _, comp, comm, ecp, ecm, s0, s1, sent, recv = r[j]
+                _, _, comp, comm, ecp, ecm, s0, s1, sent, recv = r[j][:10]
                 idle = max(0.0, span - comp - comm - ecp - ecm)
                 rows.append((step, rank, loss if rank == self.rank_of[self.pieces[self.final[0]].device] else math.nan,
                              math.nan, sent, recv, comp, comm, 0.0, idle, ecp, ecm, self.tr.batch_size / span,
@@ -864,4 +900,5 @@ class PlacementTrainer(Trainer):
             if rows:
                 t0 = min(e["start"] for e in rows if e["kind"] not in ("activation", "gradient"))
                 self._write(self.store.add_plan_events, self.run_id, step,
-                            [dict(e, start=e["start"] - t0, end=e["end"] - t0) for e in rows])
+                            [dict(e, start=e["start"] - t0, end=e["end"] - t0,
+                                  **({"called": e["called"] - t0} if "called" in e else {})) for e in rows])

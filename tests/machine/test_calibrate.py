@@ -14,6 +14,7 @@ import pytest
 from lab.errors import LabError
 from lab.machine import calibrate as C
 from lab.machine import cases, probes
+from lab.machine.insitu import Case
 from lab.machine import fit as fit_mod
 from lab.machine import profile as profile_mod
 from lab.modelled.opgraph import trace
@@ -129,7 +130,8 @@ def test_measurements_are_positive():
 def test_tiny_calibration_end_to_end(tmp_path):
     seen = []
     prof = C.calibrate(procs=(1, 2), nets=[0, 7], repeat=3, allreduce_iters=2, allreduce_sizes=(4096, 16384),
-                       cycle_repeat=4, progress=lambda m, f: seen.append(f))
+                       cycle_repeat=4, progress=lambda m, f: seen.append(f),
+                       executor_cases=[Case(0, "one"), Case(7, "alt2")])
     assert seen[0] == 0.0 and seen[-1] == 1.0
     assert prof.procs == [1, 2]
     c = prof.compute
@@ -147,6 +149,8 @@ def test_tiny_calibration_end_to_end(tmp_path):
     assert set(prof.sharing["2"]) == set(C.SHARING)
     assert prof.jitter["2"].fixed >= 0 and prof.remainder["2"].fixed >= 0
     assert prof.machine["cores"] >= 1 and prof.created
+    ex = prof.executor  # the placement executor measured in place, on the two plans asked for
+    assert ex.cases == 2 and ex.procs == (1, 2) and ex.compute + ex.call > 0 and math.isfinite(ex.fit_error)
     path = prof.save(tmp_path / "machine_profile.json")
     back = profile_mod.load_profile(path)
     assert back == prof

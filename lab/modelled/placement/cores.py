@@ -416,4 +416,53 @@ def simulate(tasks: Sequence[Sequence[Any]], pinned: Sequence[int | None], machi
                         blocked=blocked, ends=ends)
 
 
-__all__ = ["Cpu", "Sleep", "Send", "Recv", "Machine", "CoreSchedule", "share", "simulate"]
+#: How a job's ranks take the cores when there are more ranks than cores: in turns (rank r on core r mod
+#: cores), partners apart (the ranks that exchange the most messages on different cores), or free (no pinning:
+#: the kernel moves them).
+RANK_POLICIES = ("turns", "partners", "free")
+DEFAULT_RANK_POLICY = "partners"
+
+
+def rank_cores(n: int, cores: int, weights: Mapping[tuple[int, int], float] | None = None,
+               policy: str = DEFAULT_RANK_POLICY) -> list[int | None]:
+    """The core (0..cores-1) of each of ``n`` ranks, or None for a rank the kernel may move. With a core per
+    rank every rank has its own; otherwise by ``policy`` (:data:`RANK_POLICIES`); ``weights``: messages per
+    step between two ranks (``(a, b)`` with ``a < b``), which "partners" keeps off one core while every core
+    holds at most ``ceil(n / cores)`` ranks."""
+    if policy not in RANK_POLICIES:
+        raise LabError(f"unknown rank policy {policy!r}; choose one of {list(RANK_POLICIES)}", where=WHERE)
+    if n <= cores:
+        return list(range(n))
+    if policy == "free":
+        return [None] * n
+    turns = [r % cores for r in range(n)]
+    if policy == "turns" or not weights:
+        return turns
+    cap = -(-n // cores)
+
+    def cost(assign: Sequence[int]) -> float:
+        return sum(w for (a, b), w in weights.items() if a < n and b < n and assign[a] == assign[b])
+
+    best, best_cost = turns, cost(turns)
+    if cores ** n <= 200_000:
+        def walk(prefix: list[int], used: list[int]) -> None:
+            nonlocal best, best_cost
+            if len(prefix) == n:
+                c = cost(prefix)
+                if c < best_cost - 1e-12:
+                    best, best_cost = list(prefix), c
+                return
+            # Cores are interchangeable: a rank opens at most one new core.
+            for c in range(min(cores, max(prefix, default=-1) + 2)):
+                if used[c] < cap:
+                    prefix.append(c)
+                    used[c] += 1
+                    walk(prefix, used)
+                    used[c] -= 1
+                    prefix.pop()
+        walk([], [0] * cores)
+    return best
+
+
+__all__ = ["Cpu", "Sleep", "Send", "Recv", "Machine", "CoreSchedule", "share", "simulate", "RANK_POLICIES",
+           "DEFAULT_RANK_POLICY", "rank_cores"]

@@ -171,4 +171,15 @@ def tasks(stages: Sequence[Stage], devices: Sequence[str], micro_batches: int, c
     return lists
 
 
-__all__ = ["Stage", "Linear", "StepCosts", "tasks"]
+def messages(stages: Sequence[Stage], devices: Sequence[str], micro_batches: int) -> dict[tuple[int, int], int]:
+    """Messages per step between each pair of ranks (the smaller rank first)."""
+    out: dict[tuple[int, int], int] = {}
+    for r, lst in enumerate(tasks(stages, devices, micro_batches, StepCosts())):
+        for t in lst:
+            if isinstance(t, Send):
+                key = (min(r, t.to), max(r, t.to))
+                out[key] = out.get(key, 0) + 1
+    return out
+
+
+__all__ = ["Stage", "Linear", "StepCosts", "tasks", "messages"]
