@@ -35,6 +35,7 @@ from scipy.stats import kendalltau
 from lab import settings
 from lab.errors import LabError
 from lab.machine.profile import ExecutorFit, MachineProfile, op_features
+from lab.machine.replay import replay_error
 from lab.modelled.opgraph import trace
 from lab.modelled.placement.cores import Machine, rank_cores
 from lab.modelled.placement.cores import simulate as simulate_cores
@@ -220,6 +221,13 @@ def plan_outcome(store: Any, run_id: str, profile: MachineProfile | None) -> dic
         note = ("no prediction: this machine is not calibrated yet (Fidelity page, or python -m lab.calibrate); "
                 "the strategy's own plan is on the datasheet")
     modelled = predicted.makespan if predicted is not None else math.nan
+    replayed, replay_span, replay_err, replay_rows = math.nan, math.nan, math.nan, []
+    if rows:
+        try:
+            sched, replay_span, replay_err = replay_error(rows, info.get("devices") or [])
+            replayed, replay_rows = sched.makespan, sched.rows
+        except LabError as exc:
+            note = (note + " " if note else "") + f"no replay: {exc}"
     return {"run_id": run_id, "status": run["status"], "strategy": tr.strategy, "model": tr.model,
             "emulated": bool(tr.emulate), "devices": info.get("devices") or sorted({d for _, d in tr.placement}),
             "micro_batches": tr.micro_batches, "measured_step": median, "steps_measured": len(steps),
@@ -227,6 +235,8 @@ def plan_outcome(store: Any, run_id: str, profile: MachineProfile | None) -> dic
                                                                             and math.isfinite(modelled)) else math.nan,
             "drawn_step": drawn, "measured_rows": rows, "modelled_rows": predicted.rows if predicted else [],
             "note": note, "clock_uncertainty": max(info.get("clock_uncertainty") or [0.0]),
+            "replay_step": replayed, "replay_measured": replay_span, "replay_error": replay_err,
+            "replay_rows": replay_rows,
             "placement": dict(tr.placement), "pins": dict(tr.pins)}
 
 
