@@ -1,22 +1,28 @@
-"""Placement plans run for real, beside the model of the same step.
+"""Placement plans run for real, beside the model of the same step, scored on held-out work.
 
-    .venv/bin/python bench/bench_plan.py [--steps 24] [--repeats 2] [--models mlp,cnn,resnet,transformer]
+    .venv/bin/python bench/bench_plan.py [--steps 16] [--repeats 3] [--models mlp,cnn,resnet,transformer]
 
-For each preset model and each strategy, on the CXL preset without its DPU (so every plan fits in the
-four processes the lab's tests and benches start at most), with the pin conv1 -> FPGA on the CNN as the
-design review asks: the strategy's plan is written out; plans that put every operator on the same devices
-as an earlier strategy run once and are reported for each. Each distinct plan runs ``repeats`` times with
-the cluster emulated and without (every device is this machine), each run ``steps`` steps through the
-job's own executor (:class:`lab.train.stages.PlacementTrainer`); a run's step time is the median after
-the first two steps, a plan's the median of its runs.
+**Held out.** The model is the saved machine profile (or a quick calibration made here when there is none):
+fitted only on the calibration networks and the executor's synthetic plans, never on a preset model, and
+frozen. Every prediction is made, and the predicted table printed, before the first scored run.
 
-Beside it: the modelled step of the same schedule (:func:`lab.machine.plans.predict_plan`) from this
-machine's calibrated costs (the saved profile, or a quick calibration made here when there is none), the
-error, Kendall's tau between the model's and the measurement's order of the plans (per model and mode,
-then averaged), and the executor's overhead: a plan with every operator on one device (one micro-batch)
-against plain one-process training of the same model, taking turns step by step in one process.
+**What is scored.** Each preset model's plan by every strategy on the CXL preset without its DPU (four devices,
+so every plan fits in the four processes a bench starts at most); the CNN with the pin conv1 -> FPGA (the design
+review's question); and the same for the PCIe preset without its DPU, a topology the calibration never saw.
+Strategies that make the same plan run once and are reported together. Each plan runs with the cluster emulated
+and without (every device is this machine). The plans of a set take turns, run after run, ``repeats`` times;
+a run's step is the median of its steps after two warm-up steps (the last step is recorded operator by operator
+for the replay, and left out of the median); a plan's step is the median of its runs, with their range. Beside
+every run the share of the machine's CPU that other work took: a plan with a run above 15 % is reported apart
+and not scored.
 
-The last line: ``plan: runs <n>, geomean error <pct> %, worst <pct> %, kendall tau <x>, overhead <x>x``.
+**Beside the score.** Kendall's tau between the model's and the measurement's order of the plans per (model,
+cluster, mode) set and pooled; an ablation (the error with each term of the core model removed); the replay's
+error (each run's recorded step replayed with its own task times: the floor the schedule can reach); and the
+executor's overhead against plain one-process training of the same model, taking turns step by step.
+
+The last line: ``plan: runs <n>, held-out geomean error <pct> %, worst <pct> %, kendall tau <x>, worst set tau
+<x>, replay error <pct> %, overhead <x>x``.
 """
 from __future__ import annotations
 
@@ -32,25 +38,32 @@ from pathlib import Path
 
 from common import table  # noqa: E402  (also puts the checkout on sys.path)
 
+from lab import settings  # noqa: E402
 from lab.comm.spawn import run_local  # noqa: E402
-from lab.machine.plans import kendall, predict_plan  # noqa: E402
+from lab.machine.plans import TERMS, kendall, predict_plan, record_bench  # noqa: E402
 from lab.machine.profile import geomean_error, load_profile  # noqa: E402
+from lab.machine.replay import replay_error  # noqa: E402
+from lab.processes import LOADED_SHARE, LoadMeter  # noqa: E402
 from lab.scenario.catalogue import preset  # noqa: E402
 from lab.scenario.document import Scenario, Training  # noqa: E402
 from lab.scenario.names import STRATEGY_NAMES, STRATEGY_SHORT  # noqa: E402
 from lab.scenario.topology import Topology  # noqa: E402
 from lab.testing.plan_workers import overhead_worker, timing_worker  # noqa: E402
-from lab.train.stages import resolved, stage_count  # noqa: E402
+from lab.train.stages import placed_cpus, resolved, stage_count, stage_devices  # noqa: E402
 
 WARMUP = 2
 
 
-def four_devices() -> Topology:
-    d = preset("cxl").to_dict()
+def without_dpu(name: str) -> Topology:
+    d = preset(name).to_dict()
     d["devices"] = [x for x in d["devices"] if x["name"] != "dpu"]
     d["links"] = [x for x in d["links"] if "dpu" not in (x["a"], x["b"])]
-    d["name"] = "cxl-4"
+    d["name"] = f"{name}-4"
     return Topology.from_dict(d)
+
+
+def four_devices() -> Topology:
+    return without_dpu("cxl")
 
 
 def profile():
@@ -63,13 +76,20 @@ def profile():
     return calibrate(quick=True), "a quick calibration made by this bench"
 
 
-def timed(sc: Scenario, steps: int) -> float:
+def timed(sc: Scenario, steps: int) -> dict:
+    """One run: its step (median after the warm-up, the recorded last step left out), the last step's events,
+    and the other work beside it."""
     world = stage_count(sc)
+    jobs = settings.job_cpus()
+    cpus = placed_cpus(sc, [jobs[r % len(jobs)] for r in range(world)])  # as a job's ranks are placed
+    meter = LoadMeter()
     with tempfile.TemporaryDirectory() as tmp:
-        run_local(timing_worker, world, (sc.to_json(), steps, tmp), timeout_s=600)
+        run_local(timing_worker, world, (sc.to_json(), steps, tmp, cpus, True), timeout_s=600)
         recs = [json.loads(Path(tmp, f"time{r}.json").read_text()) for r in range(world)]
-    spans = [max(r[i][1] for r in recs) - min(r[i][0] for r in recs) for i in range(WARMUP, steps)]
-    return statistics.median(spans)
+        events = [e for r in range(world) for e in json.loads(Path(tmp, f"events{r}.json").read_text())]
+    load = meter.result()
+    spans = [max(r[i][1] for r in recs) - min(r[i][0] for r in recs) for i in range(WARMUP, steps - 1)]
+    return {"step": statistics.median(spans), "events": events, "others": float(load["others_share"])}
 
 
 def overhead(model: str, steps: int) -> tuple[float, float]:
@@ -81,64 +101,124 @@ def overhead(model: str, steps: int) -> tuple[float, float]:
     return statistics.median(got["executor"][WARMUP:]), statistics.median(got["plain"][WARMUP:])
 
 
+def plan_sets(models: list[str], steps: int) -> list[dict]:
+    """Every scored set: (model, cluster, mode) with its distinct plans."""
+    out = []
+    for topo in (four_devices(), without_dpu("pcie")):
+        for model in models:
+            for pins in ([{}, {"conv1": "fpga"}] if model == "cnn" else [{}]):
+                if topo.name == "pcie-4" and model not in ("cnn", "transformer"):
+                    continue  # the held-out topology: two models are enough to see it
+                plans: dict = {}
+                for name in STRATEGY_NAMES:
+                    tr = Training(model=model, parallel="placement", strategy=name, pins=pins, steps=steps,
+                                  batch_size=32, micro_batches=4)
+                    sc = resolved(Scenario(f"{model}-{name}", topo, tr))
+                    plans.setdefault(sc.training.placement, {"names": [], "sc": sc})["names"].append(name)
+                for emulate in (True, False):
+                    label = model + (" (conv1->fpga)" if pins else "")
+                    out.append({"model": label, "cluster": topo.name, "emulated": emulate,
+                                "plans": [{"names": p["names"], "sc": p["sc"].replace(
+                                    training=p["sc"].training.replace(emulate=emulate))} for p in plans.values()]})
+    return out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--steps", type=int, default=24)
-    ap.add_argument("--repeats", type=int, default=2)
+    ap.add_argument("--steps", type=int, default=16)
+    ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--models", default="mlp,cnn,resnet,transformer")
     a = ap.parse_args()
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     prof, source = profile()
-    topo = four_devices()
-    rows, pairs, taus = [], [], []
-    runs = 0
     t_start = time.time()
-    for model in a.models.split(","):
-        pins = {"conv1": "fpga"} if model == "cnn" else {}
-        plans: dict[tuple, list[str]] = {}
-        scs: dict[tuple, Scenario] = {}
-        for name in STRATEGY_NAMES:
-            tr = Training(model=model, parallel="placement", strategy=name, pins=pins, steps=a.steps,
-                          batch_size=32, micro_batches=4)
-            sc = resolved(Scenario(f"{model}-{name}", topo, tr))
-            key = sc.training.placement
-            plans.setdefault(key, []).append(name)
-            scs.setdefault(key, sc)
-        for emulate in (True, False):
-            ranked = []
-            for key, names in plans.items():
-                sc = scs[key]
-                sc = sc.replace(training=sc.training.replace(emulate=emulate))
-                measured = statistics.median(timed(sc, a.steps) for _ in range(a.repeats))
-                runs += a.repeats
-                modelled = predict_plan(sc, prof).makespan
-                err = measured / modelled - 1.0
-                pairs.append((modelled, measured))
-                ranked.append({"modelled": modelled, "measured": measured})
-                rows.append([model, "emulated" if emulate else "this machine",
-                             "/".join(STRATEGY_SHORT[n] for n in names), stage_count(sc), f"{modelled * 1e3:.2f}",
-                             f"{measured * 1e3:.2f}", f"{err * 100:+.0f}"])
-                print(" ".join(map(str, rows[-1])), file=sys.stderr, flush=True)
-            tau = kendall(ranked)
-            if math.isfinite(tau):
-                taus.append(tau)
-                rows.append([model, "emulated" if emulate else "this machine", f"kendall tau {tau:+.2f}", "", "", "",
-                             ""])
-    print(f"# plans on {topo.name} (the CXL preset without its DPU), batch 32 in 4 micro-batches, {a.steps} steps, "
-          f"median of {a.repeats} run(s); model: {source} ({prof.created[:10]})")
-    print(table(["model", "cluster", "strategies (same plan)", "procs", "modelled (ms)", "measured (ms)",
-                 "error (%)"], rows))
+    sets = plan_sets(a.models.split(","), a.steps)
+    # The predictions, frozen before anything runs.
+    pred_rows = []
+    for s in sets:
+        for p in s["plans"]:
+            p["procs"] = stage_count(p["sc"])
+            p["modelled"] = predict_plan(p["sc"], prof).makespan
+            p["ablation"] = {t: predict_plan(p["sc"], prof, without=(t,)).makespan for t in TERMS}
+            pred_rows.append([s["model"], s["cluster"], "emulated" if s["emulated"] else "this machine",
+                              "/".join(STRATEGY_SHORT[n] for n in p["names"]), p["procs"], f"{p['modelled'] * 1e3:.2f}"])
+    print(f"# predicted before the first run, from {source} ({prof.created[:19]})", flush=True)
+    print(table(["model", "cluster", "mode", "strategies (same plan)", "procs", "modelled (ms)"], pred_rows), flush=True)
+    runs = 0
+    for s in sets:
+        for p in s["plans"]:
+            p["runs"] = []
+        for _ in range(a.repeats):
+            for p in s["plans"]:
+                p["runs"].append(timed(p["sc"], a.steps))
+                runs += 1
+        for p in s["plans"]:
+            p["measured"] = statistics.median(r["step"] for r in p["runs"])
+            p["loaded"] = max(r["others"] for r in p["runs"]) > LOADED_SHARE
+            errs = []
+            for r in p["runs"]:
+                _, span, err = replay_error(r["events"], stage_devices(p["sc"]))
+                if math.isfinite(err):
+                    errs.append(err)
+            p["replay"] = statistics.median(errs) if errs else math.nan
+            print(f"# {s['model']} {s['cluster']} {'emulated' if s['emulated'] else 'this machine'} "
+                  f"{'/'.join(p['names'])}: modelled {p['modelled'] * 1e3:.2f} ms, measured {p['measured'] * 1e3:.2f} ms",
+                  file=sys.stderr, flush=True)
+    rows, pairs, taus, set_taus, replay_errs, apart = [], [], [], [], [], []
+    abl = {t: [] for t in TERMS}
+    for s in sets:
+        scored = [p for p in s["plans"] if not p["loaded"]]
+        for p in s["plans"]:
+            steps_ = [r["step"] for r in p["runs"]]
+            err = p["measured"] / p["modelled"] - 1.0
+            row = [s["model"], s["cluster"], "emulated" if s["emulated"] else "this machine",
+                   "/".join(STRATEGY_SHORT[n] for n in p["names"]), p["procs"], f"{p['modelled'] * 1e3:.2f}",
+                   f"{p['measured'] * 1e3:.2f}", f"{min(steps_) * 1e3:.2f}-{max(steps_) * 1e3:.2f}", f"{err * 100:+.0f}",
+                   f"{p['replay'] * 100:+.0f}" if math.isfinite(p["replay"]) else "-",
+                   f"{max(r['others'] for r in p['runs']) * 100:.0f}"]
+            (apart if p["loaded"] else rows).append(row)
+            if not p["loaded"]:
+                pairs.append((p["modelled"], p["measured"]))
+                for t in TERMS:
+                    abl[t].append((p["ablation"][t], p["measured"]))
+                if math.isfinite(p["replay"]):
+                    replay_errs.append(abs(p["replay"]))
+        tau = kendall([{"modelled": p["modelled"], "measured": p["measured"]} for p in scored])
+        if math.isfinite(tau):
+            set_taus.append(tau)
+            rows.append([s["model"], s["cluster"], "emulated" if s["emulated"] else "this machine",
+                         f"kendall tau {tau:+.2f}", "", "", "", "", "", "", ""])
+    head = ["model", "cluster", "mode", "strategies (same plan)", "procs", "modelled (ms)", "measured (ms)",
+            "range (ms)", "error (%)", "replay error (%)", "other work (%)"]
+    print(f"# plans: batch 32 in 4 micro-batches, {a.steps} steps, median of {a.repeats} runs taken in turns; "
+          f"model: {source} ({prof.created[:19]}), held out")
+    print(table(head, rows))
+    if apart:
+        print(f"# runs with more than {LOADED_SHARE * 100:.0f} % other work, not scored:")
+        print(table(head, apart))
+    pooled = kendall([{"modelled": m, "measured": x} for m, x in pairs])
+    gm = geomean_error([m for m, _ in pairs], [x for _, x in pairs]) if pairs else math.nan
+    print("# ablation: the held-out error with each term of the core model left out")
+    print(table(["left out", "geomean error (%)", "kendall tau (pooled)"],
+                [["nothing", f"{gm * 100:.1f}", f"{pooled:+.2f}"]] +
+                [[t, f"{geomean_error([m for m, _ in abl[t]], [x for _, x in abl[t]]) * 100:.1f}",
+                  f"{kendall([{'modelled': m, 'measured': x} for m, x in abl[t]]):+.2f}"] for t in TERMS if abl[t]]))
     over = []
     for model in a.models.split(","):
         ex, plain = overhead(model, a.steps * 4)
         over.append(ex / plain)
         print(f"# overhead {model}: executor {ex * 1e3:.3f} ms, plain one-process training {plain * 1e3:.3f} ms, "
               f"{ex / plain:.2f}x")
-    worst = max(abs(m / p - 1.0) for p, m in pairs)
+    worst = max(abs(m / p - 1.0) for p, m in pairs) if pairs else math.nan
+    replay_gm = math.exp(statistics.mean(math.log1p(e) for e in replay_errs)) - 1 if replay_errs else math.nan
+    result = {"runs": runs, "scored_plans": len(pairs), "geomean_error": gm, "worst": worst, "tau": pooled,
+              "worst_set_tau": min(set_taus) if set_taus else math.nan, "replay_error": replay_gm,
+              "overhead": statistics.median(over), "profile": prof.created, "loaded_plans": len(apart)}
+    record_bench(result)
     print(f"# {time.time() - t_start:.0f} s")
-    print(f"plan: runs {runs}, geomean error {geomean_error([p for p, _ in pairs], [m for _, m in pairs]) * 100:.1f} %, "
-          f"worst {worst * 100:.0f} %, kendall tau {statistics.mean(taus) if taus else math.nan:.2f}, "
-          f"overhead {statistics.median(over):.2f}x")
+    print(f"plan: runs {runs}, held-out geomean error {gm * 100:.1f} %, worst {worst * 100:.0f} %, kendall tau "
+          f"{pooled:.2f}, worst set tau {result['worst_set_tau']:.2f}, replay error {replay_gm * 100:.1f} %, "
+          f"overhead {result['overhead']:.2f}x")
 
 
 if __name__ == "__main__":

@@ -179,7 +179,7 @@ def show_plan_runs() -> None:
             ui.caption("measured", pv.ranking_line(tau, len(rows)))
     pick = ui.control(st, "pl_run_drawn", options=shown_ids, format_func=lambda r: labels.get(r, r))
     out = plans.plan_outcome(runs_store, pick, prof)
-    for col, (label, value) in zip(st.columns(4), pv.outcome_metrics(out)):
+    for col, (label, value) in zip(st.columns(5), pv.outcome_metrics(out)):
         col.metric(label, value)
     if out["note"]:
         st.caption(ui.plain(out["note"]))
@@ -187,7 +187,8 @@ def show_plan_runs() -> None:
         st.info(pv.waiting_line(out), icon=":material/hourglass_top:")
         return
     st.plotly_chart(figs.run_gantt_figure(out["measured_rows"], out["modelled_rows"], out["devices"],
-                                          measured_badge=pv.measured_badge(out), title=pv.gantt_title(out)),
+                                          measured_badge=pv.measured_badge(out), title=pv.gantt_title(out),
+                                          replayed=out["replay_rows"]),
                     key="pl_run_gantt")
     ui.caption("measured", pv.gantt_caption(out))
     st.dataframe(pd.DataFrame(figs.device_time_table(out["measured_rows"], out["devices"])), hide_index=True,

@@ -369,17 +369,21 @@ def _lanes(devices: Sequence[str], *row_sets: Sequence[Mapping[str, Any]]) -> li
 
 
 def run_gantt_figure(measured: Sequence[Mapping[str, Any]], modelled: Sequence[Mapping[str, Any]] | None,
-                     devices: Sequence[str], *, measured_badge: str = "measured", title: str = "") -> go.Figure:
+                     devices: Sequence[str], *, measured_badge: str = "measured", title: str = "",
+                     replayed: Sequence[Mapping[str, Any]] | None = None) -> go.Figure:
     """One step of a placement run: a lane per device, a bar per operator row from its start to its end
     coloured by kind (forward, backward, loss, optimizer; emulated waits light and hatched), and each
     transfer as a thin line from (sent, its source's lane) to (arrived, its destination's lane).
     What was measured (subplot titled ``measured_badge``, e.g. "measured, with emulated waits") is on
-    top, what the model predicts ("modelled") below it on the same time axis; without modelled rows
-    only the measured panel. One trace per kind per panel (and per transfer kind), whatever the
+    top, what the model predicts ("modelled") below it on the same time axis, and with ``replayed`` the
+    recorded step replayed through the model with its own task times; without modelled rows only the
+    measured panel. One trace per kind per panel (and per transfer kind), whatever the
     number of rows; bars too short to see at this scale also get a small diamond with the same hover."""
     panels = [(measured_badge, list(measured))]
     if modelled:
         panels.append(("modelled", list(modelled)))
+    if replayed:
+        panels.append(("replayed: measured task times, no gaps", list(replayed)))
     every = [r for _, rows in panels for r in rows]
     if not every:
         fig = go.Figure()

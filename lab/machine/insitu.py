@@ -136,30 +136,36 @@ class _ProbeTrainer(PlacementTrainer):
         return data_mod.load_dataset("digits", 1024, 0), build_calibration_net(cls, kw)
 
 
-def probe_worker(rank: int, world: int, port: int, scenario_json: str, net: int, steps: int, node_by_node: bool,
-                 cpus: list, out_dir: str) -> None:
-    """One process of a calibration plan: writes per step [start, end, main-thread CPU, other threads' CPU]."""
+def probe_worker(rank: int, world: int, port: int, plans_json: str, steps: int, out_dir: str) -> None:
+    """One process of a group of calibration plans with the same number of processes, run one after another in
+    the same processes (each started once: a calibration of a few minutes). ``plans_json``: per plan its
+    scenario, network, node-by-node flag and the core of each rank. Writes per plan and step [start, end,
+    main-thread CPU, other threads' CPU]."""
     import torch.distributed as dist
 
-    if cpus[rank] is not None:
-        os.sched_setaffinity(0, {int(cpus[rank])})
     init_worker(rank, world, port, timeout_s=120.0)
+    out = []
     try:
-        t = _ProbeTrainer(Scenario.from_json(scenario_json), rank, world, None, None, launched=False)
-        t.net_index = net
-        t.setup()
-        t.offset, t.losses, t.timelines = 0.0, [], {}
-        t.timeline_steps = list(range(1, steps + 1)) if node_by_node else []
-        recs = []
-        for s in range(1, steps + 1):
-            r = t.train_step(s)
-            recs.append([r[6], r[7], r[10], r[11]])
-            t.timelines.clear()
+        for plan in json.loads(plans_json):
+            cpu = plan["cpus"][rank]
+            os.sched_setaffinity(0, {int(cpu)} if cpu is not None else set(settings.job_cpus()))
+            t = _ProbeTrainer(Scenario.from_json(plan["scenario"]), rank, world, None, None, launched=False)
+            t.net_index = plan["net"]
+            t.setup()
+            t.offset, t.losses, t.timelines = 0.0, [], {}
+            t.timeline_steps = list(range(1, steps + 1)) if plan["node_by_node"] else []
+            recs = []
+            dist.barrier()
+            for s in range(1, steps + 1):
+                r = t.train_step(s)
+                recs.append([r[6], r[7], r[10], r[11]])
+                t.timelines.clear()
+            out.append(recs)
         dist.barrier()
     finally:
         dist.destroy_process_group()
     with open(os.path.join(out_dir, f"probe{rank}.json"), "w") as f:
-        json.dump(recs, f)
+        json.dump(out, f)
 
 
 @dataclass
@@ -187,28 +193,47 @@ def case_pinning(case: Case, parts: PlanParts, cores: int) -> list:
     return rank_cores(n, cores, message_weights(parts), case.policy)
 
 
-def measure_case(case: Case, profile: MachineProfile, steps: int = 20, warmup: int = 3) -> Measured:
-    """Run one calibration plan for real and take its medians after ``warmup`` steps."""
-    sc, _, _ = case_scenario(case)
-    parts = case_parts(case, profile)
+def measure_cases(cases: Sequence[Case], profile: MachineProfile, steps: int = 20, warmup: int = 3,
+                  progress: Callable[[str, float], None] | None = None) -> list[Measured]:
+    """Run the calibration plans for real, those with the same number of processes in one group of processes,
+    and take each plan's medians after ``warmup`` steps."""
+    progress = progress or (lambda msg, frac: None)
     cpus = settings.job_cpus()
-    pinned = case_pinning(case, parts, len(cpus))
-    world = len(parts.devices)
-    meter = LoadMeter()
-    with tempfile.TemporaryDirectory(prefix="lab-insitu-") as tmp:
-        try:
-            run_local(probe_worker, world, (sc.to_json(), case.net, steps, case.node_by_node,
-                                            [None if c is None else cpus[c] for c in pinned], tmp), timeout_s=300)
-        except RuntimeError as exc:
-            raise LabError(f"the calibration plan {case.layout} with {world} processes failed: {exc}",
-                           where=WHERE) from None
-        recs = [json.loads(Path(tmp, f"probe{r}.json").read_text()) for r in range(world)]
-    load = meter.result()
-    use = range(warmup, steps)
-    step = statistics.median(max(r[i][1] for r in recs) - min(r[i][0] for r in recs) for i in use)
-    main = [statistics.median(r[i][2] for i in use) for r in recs]
-    bg = [statistics.median(r[i][3] for i in use) for r in recs]
-    return Measured(case, parts, pinned, step, main, bg, float(load["others_share"]) * load["cpus"])
+    prepared = []
+    for case in cases:
+        sc, _, _ = case_scenario(case)
+        parts = case_parts(case, profile)
+        prepared.append((case, sc, parts, case_pinning(case, parts, len(cpus))))
+    groups: dict[int, list] = {}
+    for item in prepared:
+        groups.setdefault(len(item[2].devices), []).append(item)
+    out: dict[Case, Measured] = {}
+    for k, (world, items) in enumerate(sorted(groups.items())):
+        progress(f"the placement executor on {len(items)} synthetic plans with {world} process(es)",
+                 k / len(groups))
+        plans = [{"scenario": sc.to_json(), "net": case.net, "node_by_node": case.node_by_node,
+                  "cpus": [None if c is None else cpus[c] for c in pinned]} for case, sc, _, pinned in items]
+        meter = LoadMeter()
+        with tempfile.TemporaryDirectory(prefix="lab-insitu-") as tmp:
+            try:
+                run_local(probe_worker, world, (json.dumps(plans), steps, tmp), timeout_s=600)
+            except RuntimeError as exc:
+                raise LabError(f"the calibration plans with {world} processes failed: {exc}", where=WHERE) from None
+            recs = [json.loads(Path(tmp, f"probe{r}.json").read_text()) for r in range(world)]
+        load = meter.result()
+        external = float(load["others_share"]) * load["cpus"]
+        use = range(warmup, steps)
+        for j, (case, _, parts, pinned) in enumerate(items):
+            per = [recs[r][j] for r in range(world)]
+            step = statistics.median(max(p[i][1] for p in per) - min(p[i][0] for p in per) for i in use)
+            out[case] = Measured(case, parts, pinned, step, [statistics.median(p[i][2] for i in use) for p in per],
+                                 [statistics.median(p[i][3] for i in use) for p in per], external)
+    return [out[c] for c in cases]
+
+
+def measure_case(case: Case, profile: MachineProfile, steps: int = 20, warmup: int = 3) -> Measured:
+    """One calibration plan run for real."""
+    return measure_cases([case], profile, steps, warmup)[0]
 
 
 # ----- the fit ----------------------------------------------------------------------------------------------
@@ -342,11 +367,8 @@ def calibrate_executor(profile: MachineProfile, *, cases: Sequence[Case] | None 
     """Run the calibration plans and fit the executor's terms (a few minutes)."""
     cases = list(cases or probe_cases())
     progress = progress or (lambda msg, frac: None)
-    out = []
     t0 = time.time()
-    for i, case in enumerate(cases):
-        progress(f"the placement executor on synthetic plans ({i + 1} of {len(cases)})", i / len(cases))
-        out.append(measure_case(case, profile, steps=steps))
+    out = measure_cases(cases, profile, steps=steps, progress=progress)
     msg = profile.message_fit(2) or profile.allreduce_fit("gloo", 2)
     fit = fit_executor(out, len(settings.job_cpus()), msg.beta)
     progress(f"the placement executor: {len(cases)} plans in {time.time() - t0:.0f} s", 1.0)

@@ -25,8 +25,12 @@ recorded step nearest that median.
 """
 from __future__ import annotations
 
+import json
 import math
+import os
 from dataclasses import dataclass, replace
+from datetime import datetime, timezone
+from pathlib import Path
 from typing import Any, Sequence
 
 import torch
@@ -213,8 +217,11 @@ def plan_outcome(store: Any, run_id: str, profile: MachineProfile | None) -> dic
                 for r in events[events.step == drawn].to_dict("records")]
     predicted, note = None, None
     if profile is not None:
+        load = info.get("load") or {}
+        # Other work measured beside the run competes for the cores as that many always-busy processes.
+        external = float(load.get("others_share") or 0.0) * float(load.get("cpus") or 0)
         try:
-            predicted = predict_plan(sc, profile)
+            predicted = predict_plan(sc, profile, external=external)
         except LabError as exc:
             note = str(exc)
     else:
@@ -236,8 +243,55 @@ def plan_outcome(store: Any, run_id: str, profile: MachineProfile | None) -> dic
             "drawn_step": drawn, "measured_rows": rows, "modelled_rows": predicted.rows if predicted else [],
             "note": note, "clock_uncertainty": max(info.get("clock_uncertainty") or [0.0]),
             "replay_step": replayed, "replay_measured": replay_span, "replay_error": replay_err,
-            "replay_rows": replay_rows,
+            "replay_rows": replay_rows, "caveat": prediction_caveat(profile, len(info.get("devices") or [1])),
             "placement": dict(tr.placement), "pins": dict(tr.pins)}
+
+
+def prediction_caveat(profile: MachineProfile | None, procs: int, bench: dict | None = None) -> str:
+    """How far a prediction of a plan of ``procs`` processes may be off, from the last time it was measured:
+    the last bench_plan.py score on this machine, else the calibration plans' own error; or why no number can
+    be backed (a plan with more processes than the calibration measured, executor costs never measured)."""
+    if profile is None:
+        return "no prediction: this machine is not calibrated yet"
+    ex, measured = executor_fit(profile)
+    if not measured:
+        return ("the executor's own costs were never measured on this machine (the profile is older than that "
+                "calibration): calibrate again before trusting the prediction's size")
+    top = max(ex.procs or (1,))
+    if procs > top:
+        return (f"this plan starts {procs} processes; the calibration measured at most {top}: no error can be backed "
+                "for it")
+    bench = bench if bench is not None else last_bench()
+    if bench and bench.get("profile") == profile.created and math.isfinite(bench.get("geomean_error", math.nan)):
+        return (f"expected error: within {bench['geomean_error'] * 100:.0f} % (geometric mean; worst "
+                f"{bench['worst'] * 100:.0f} %) on the {bench.get('scored_plans', '?')} held-out plans bench_plan.py "
+                f"measured on this machine ({str(bench.get('measured', ''))[:10]}) with this profile")
+    return (f"expected error: within {ex.fit_error * 100:.0f} % on the {ex.cases} calibration plans it was fitted to "
+            "(in sample); no held-out measurement with this profile yet (bench/bench_plan.py)")
+
+
+def bench_path() -> Path:
+    """Where bench_plan.py leaves its last held-out score (the data folder)."""
+    return settings.data_dir() / "plan_fidelity.json"
+
+
+def record_bench(result: dict, path: Path | None = None) -> Path:
+    """Keep bench_plan.py's last held-out score (with when it was measured) for the pages to quote."""
+    path = path or bench_path()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps({**result, "measured": datetime.now(timezone.utc).isoformat(timespec="seconds")}))
+    os.replace(tmp, path)
+    return path
+
+
+def last_bench(path: Path | None = None) -> dict | None:
+    """bench_plan.py's last held-out score, or None (never run here, or unreadable)."""
+    try:
+        d = json.loads((path or bench_path()).read_text())
+    except (OSError, ValueError):
+        return None
+    return d if isinstance(d, dict) and isinstance(d.get("geomean_error"), (int, float)) else None
 
 
 def plan_label(out: dict) -> str:

@@ -239,10 +239,11 @@ def _ms(seconds: float) -> str:
 
 def outcome_metrics(out: Mapping) -> list[tuple[str, str]]:
     """(label, value) of a placement run's headline: measured and modelled step, the error, the status."""
-    err = out["error"]
+    err, rerr = out["error"], out.get("replay_error", math.nan)
     return [("Step, measured (median)", _ms(out["measured_step"])),
             ("Step, modelled", _ms(out["modelled_step"])),
             ("Error (measured / modelled − 1)", "—" if not math.isfinite(err) else f"{err:+.0%}"),
+            ("Replay error (drawn step)", "—" if not math.isfinite(rerr) else f"{rerr:+.0%}"),
             ("Run", f"{out['status']}, {out['steps_measured']} steps measured (the first 2 are warm-up)")]
 
 
@@ -257,12 +258,17 @@ def gantt_title(out: Mapping) -> str:
 
 def gantt_caption(out: Mapping) -> str:
     unc = out.get("clock_uncertainty") or 0.0
-    return ("Above: what the processes recorded in the step nearest the median step time (grey hatched: emulated "
-            "waits; lines: tensors from the sender's stamp to the moment the receiver took them). Below: the model "
-            "of the same schedule from this machine's calibrated costs, where a slower device's operator is simply "
-            "longer (no separate wait bar). The plan's makespan above is another quantity: one forward pass of the "
-            "whole batch by the page's cost model. One clock: every process stamps the "
-            f"machine's monotonic clock (offsets from rank 0 estimated at the start, uncertainty {unc * 1e6:.0f} µs).")
+    return ("Top: what the processes recorded in the step nearest the median step time (grey hatched: emulated "
+            "waits; lines: tensors from the sender's stamp to the moment the receiver took them). Middle, "
+            "modelled: the prediction, each process's own tasks in the executor's order from this machine's "
+            "calibrated costs, on this machine's cores (processes that share a core take turns; a message costs "
+            "CPU on both sides). Bottom, replayed: the recorded step run again through the same model with its own "
+            "measured task times and deliveries, each process on a core of its own and nothing between the tasks; "
+            "close to the top, the schedule explains the step; far below it, the time went between the tasks "
+            "(processes waiting for a core, the executor's own work). " + str(out.get("caveat") or "") + ". The "
+            "plan's makespan above is another quantity: one forward pass of the whole batch by the page's cost "
+            "model. One clock: every process stamps the machine's monotonic clock (offsets from rank 0 estimated "
+            f"at the start, uncertainty {unc * 1e6:.0f} µs).")
 
 
 def waiting_line(out: Mapping) -> str:

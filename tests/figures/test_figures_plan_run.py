@@ -78,6 +78,17 @@ def test_gantt_bars_sit_where_the_rows_say_in_ms_one_trace_per_kind_per_panel():
     assert "measured, with emulated waits above, modelled below" in fig.layout.title.text
 
 
+def test_gantt_draws_the_replay_as_a_third_panel_on_the_same_axis():
+    replayed = [dict(r, start=r["start"] / 2, end=r["end"] / 2) for r in MEASURED]
+    fig = figs.run_gantt_figure(MEASURED, MODELLED, DEVS, replayed=replayed)
+    found = bars(panel(fig, 3), "forward")
+    mine = [r for r in replayed if r["kind"] == "forward"]
+    assert list(found[0].base) == pytest.approx([r["start"] * 1e3 for r in mine])
+    titles = [a.text for a in fig.layout.annotations]
+    assert titles[2].startswith("replayed: measured task times, no gaps: 16 ms")
+    assert fig.layout.xaxis3.matches in ("x", "x2", "x3") or fig.layout.xaxis.matches == "x3"
+
+
 def test_gantt_kinds_are_coloured_emulated_hatched_and_each_named_once_in_the_legend():
     fig = figs.run_gantt_figure(MEASURED, MODELLED, DEVS)
     emulated = bars(fig.data, "emulated")[0]
