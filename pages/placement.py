@@ -67,6 +67,9 @@ with ui.guarded("the placement"):
         col.metric(label, value)
     if s.note:
         st.caption(s.note)
+    differs = pv.other_plan_line(strategy, og, topo, pins, s.assignment, cm_name, load_profile())
+    if differs:
+        st.caption(ui.plain(differs))
     st.plotly_chart(figs.gantt_figure(pl.schedule_table(shown, s), shown.devices,
                                       f"{pl.STRATEGY_LABELS[strategy]}: one {cm.pass_}", transfers, reasons),
                     key="pl_gantt")

@@ -11,6 +11,7 @@ from typing import Any, Callable, Mapping, Sequence
 from lab.errors import LabError
 from lab.jobs.comparison import Spread
 from lab.machine import plans
+from lab.machine.calibrated_model import cost_model as named_cost_model
 from lab.modelled import placement as pl
 from lab.modelled.balance import (
     RULE_LABELS,
@@ -447,6 +448,32 @@ def placed(strategy: str, g) -> tuple:
     shown, note = pl.graph_for(strategy, g)
     s = pl.run_strategy(strategy, shown).validate(shown)
     return shown, note, s, pl.transfer_rows(shown, s), pl.reasons(shown, s)
+
+
+def other_plan_line(strategy: str, og, topology, pins: Mapping[str, str], assignment: Mapping[str, str],
+                    cm_name: str, profile) -> str | None:
+    """Where the other cost model's plan of the same strategy differs from the one shown: the datasheet's is
+    what the catalogue alone says, the calibrated one what runs on this machine (None: the same plan, or no
+    profile to compare with)."""
+    if profile is None:
+        return None
+    other = "datasheet" if cm_name == "calibrated" else "calibrated"
+    try:
+        g = pl.TaskGraph.from_model(og, topology, model=named_cost_model(other, profile)).with_pins(dict(pins))
+        _, _, s, _, _ = placed(strategy, g)
+    except LabError:
+        return None
+    moved = [op for op in og.names if s.assignment.get(op) != assignment.get(op)]
+    if not moved:
+        return (f"The {'catalogue alone (datasheet)' if other == 'datasheet' else 'calibrated model of this machine'}"
+                " makes the same plan.")
+    shown = ", ".join(f"{op} → {s.assignment[op]}" for op in moved[:6]) + (" …" if len(moved) > 6 else "")
+    if other == "datasheet":
+        return (f"The catalogue alone (datasheet, one forward pass, catalogue links) would put {len(moved)} of "
+                f"{len(og.names)} operators elsewhere: {shown}.")
+    return (f"On this machine (the calibrated model: the executor's messages and per-operator costs) the plan "
+            f"would put {len(moved)} of {len(og.names)} operators elsewhere: {shown}. Choose the calibrated cost "
+            "model to plan on what runs here.")
 
 
 def balancing(g, og, topology, cost_model, mode: str, batch: int, slowdown: Mapping[str, float], noise: float,

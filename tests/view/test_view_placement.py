@@ -163,3 +163,25 @@ def test_what_the_page_shows_of_a_plan_its_baseline_and_the_operator_explained()
     assert pv.explained(["a", "b"], "b") == ("b", None)
     assert pv.explained(["a", "b"], "z") == ("a", "The operator explained is now a (z is not in this graph).")
     assert pv.explained(["a", "b"], "") == ("a", None)
+
+
+def test_the_page_says_where_the_other_cost_models_plan_differs():
+    import dataclasses
+
+    from lab.machine.calibrate import synthetic_profile
+    from lab.machine.profile import ExecutorFit
+    from lab.modelled import placement as pl_
+    from lab.modelled.costmodel import DATASHEET
+    from lab.modelled.opgraph import trace
+    from lab.scenario.catalogue import preset as preset_
+
+    og, topo = trace("cnn", 32, 64), preset_("cxl")
+    free = dataclasses.replace(synthetic_profile(), executor=ExecutorFit())
+    dear = dataclasses.replace(synthetic_profile(), executor=ExecutorFit(send_fixed=2e-3, recv_fixed=2e-3))
+    g = pl_.TaskGraph.from_model(og, topo, model=DATASHEET)
+    _, _, s, _, _ = pv.placed("greedy_eft", g)
+    # The catalogue puts the CNN on its GPU alone; with messages free this machine's costs spread it out.
+    line = pv.other_plan_line("greedy_eft", og, topo, {}, s.assignment, "datasheet", free)
+    assert line.startswith("On this machine") and "elsewhere" in line
+    assert pv.other_plan_line("greedy_eft", og, topo, {}, s.assignment, "datasheet", dear).endswith("same plan.")
+    assert pv.other_plan_line("greedy_eft", og, topo, {}, s.assignment, "datasheet", None) is None
