@@ -92,6 +92,7 @@ from lab.machine.profile import (
     MachineProfile,
     SharingFit,
     fit_compute,
+    load_profile,
     machine_description,
     profile_path,
 )
@@ -189,6 +190,19 @@ def calibrate(procs: Sequence[int] = (1, 2, 3, 4), *, quick: bool = False, repea
                           compressor=compressor, wait_slowdown=raw["wait"], measured_allreduce=measured,
                           messages=messages, executor=executor, notes=notes, **terms,
                           settings=settings)
+
+
+def recalibrate_executor(path: Path | None = None, *, quick: bool = False,
+                         progress: Callable[[str, float], None] | None = None) -> MachineProfile:
+    """The saved profile with the placement executor measured again (:mod:`lab.machine.insitu`)."""
+    prof = load_profile(path)
+    if prof is None:
+        raise LabError("there is no saved machine profile to add the executor's costs to: calibrate first",
+                       where="calibration")
+    cases = [c for c in probe_cases(PROBE_NETS[::2] if quick else PROBE_NETS) if layout_procs(c.layout) <= max(prof.procs)]
+    executor, _ = calibrate_executor(prof, cases=cases, steps=12 if quick else 20, progress=progress)
+    notes = [n for n in prof.notes if not n.startswith("placement executor: ")]
+    return replace(prof, executor=executor, notes=notes + [f"placement executor: {f}" for f in executor.flags])
 
 
 def refit(prof: MachineProfile) -> MachineProfile:
@@ -338,6 +352,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--wait-quiet", type=float, default=0.0, metavar="SECONDS",
                     help="first wait, this long at most, for other work to take at most "
                          f"{LOADED_SHARE * 100:.0f} %% of the CPU")
+    ap.add_argument("--executor", action="store_true",
+                    help="measure the placement executor again on synthetic plans, keeping the rest of the saved profile")
     args = ap.parse_args(argv)
     out = Path(args.out) if args.out else profile_path()
 
@@ -351,7 +367,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             wait_until_quiet(args.wait_quiet, progress)
             # the time spent waiting is no part of the calibration's: its estimate of the time left starts now
             _write_progress(out, message="starting", fraction=0.0, done=False, error=None, started=time.time())
-        prof = calibrate(procs, repeat=args.repeat, quick=args.quick, cycle_source=args.cycles, progress=progress)
+        if args.executor:
+            prof = recalibrate_executor(out, quick=args.quick, progress=progress)
+        else:
+            prof = calibrate(procs, repeat=args.repeat, quick=args.quick, cycle_source=args.cycles, progress=progress)
         prof.save(out)
     except (LabError, ValueError) as exc:
         _write_progress(out, message="failed", fraction=1.0, done=True, error=str(exc))
@@ -393,6 +412,19 @@ def format_profile(prof: MachineProfile) -> str:
         for meth, f in prof.sharing.get(str(p), {}).items():
             lines.append(f"    {meth:16s} {f.per_hop * 1e6:.1f} us/hop + {f.per_byte * 1e9:.3f} ns/B "
                          f"(fit error {f.fit_error * 100:.0f}%)")
+    ex = prof.executor
+    if ex is not None:
+        lines.append(f"placement executor ({ex.cases} synthetic plans, {', '.join(map(str, ex.procs))} processes; step "
+                     f"fit error {ex.fit_error * 100:.0f}%): operators x{ex.compute:.2f}, {(ex.call + ex.backward_call) * 1e6:.0f} "
+                     f"us per piece call (forward + backward), {ex.node * 1e6:.1f} us per operator node by node, loss "
+                     f"{ex.loss * 1e6:.0f} us")
+        lines.append(f"    a message: {(ex.send_fixed + ex.recv_fixed) * 1e6:.0f} us + "
+                     f"{(ex.send_per_byte + ex.recv_per_byte) * 1e9:.2f} ns/B of main-thread CPU, communication threads "
+                     f"{ex.background_other * 1e6:.0f} us each side ({ex.background_same * 1e6:.0f} us on one core), wire "
+                     f"{ex.wire_fixed * 1e6:.0f} us + {ex.wire_per_byte * 1e9:.2f} ns/B; wake-up on a busy core "
+                     f"{ex.wake * 1e6:.0f} us")
+    for note in prof.notes:
+        lines.append(f"note: {note}")
     return "\n".join(lines)
 
 

@@ -18,8 +18,8 @@ factor, a cost per piece call (forward and backward), the loss, a cost per messa
 side), per operator when node by node, and the optimiser (from the one-process calibration). Its other threads'
 CPU is linear in the messages it sends or receives, by whether the partner shares its core. Both are fitted by
 non-negative least squares on relative errors. The wire's cost per message and the wake-up delay touch only
-wall time: they are fitted to the step times by least squares through the core model itself (its cost per byte
-is the point-to-point probe's). A term the
+wall time: they are fitted to the step times by least squares through the core model itself, with the wire's
+cost per byte where the plans' messages differ enough in size to tell (else the point-to-point probe's). A term the
 measurements cannot pin down is kept at zero and named in ``flags``.
 """
 from __future__ import annotations
@@ -292,9 +292,9 @@ def simulated_step(m: Measured, ex: ExecutorFit, cores: int) -> float:
 
 
 def fit_executor(measured: Sequence[Measured], cores: int, wire_per_byte: float) -> ExecutorFit:
-    """The executor's terms fitted to calibration plans (see the module doc). The wire's cost per byte is the
-    point-to-point probe's (``wire_per_byte``): the plans' messages are too alike in size to separate it from
-    the cost per message, and the step is not smooth in it."""
+    """The executor's terms fitted to calibration plans (see the module doc). ``wire_per_byte``: the
+    point-to-point probe's cost per byte, used where the plans' messages are too alike in size to separate it
+    from the cost per message."""
     if not measured:
         raise LabError("no calibration plan was measured", where=WHERE)
     A, b, B, c = [], [], [], []
@@ -332,11 +332,16 @@ def fit_executor(measured: Sequence[Measured], cores: int, wire_per_byte: float)
         bg = tuple(bgv)
         if 0 not in have:
             flags.append("background CPU with both processes on one core: not measured")
-    base = _fit_of(theta, bg, (0.0, wire_per_byte), 0.0)
+    base = _fit_of(theta, bg, (0.0, 0.0), 0.0)
     multi = [m for m in measured if len(m.parts.devices) > 1]
+    sizes = {n for m in multi for s in m.parts.stages for _, _, n in s.inputs}
+    # The wire's cost per byte is fitted where the plans' messages differ enough in size to tell it from the
+    # cost per message; else it is the point-to-point probe's.
+    fit_bytes = len(sizes) > 1 and max(sizes) >= 4 * min(sizes)
 
     def resid(x: Sequence[float]) -> np.ndarray:
-        ex = replace(base, wire_fixed=x[0] * 1e-4, wake=x[1] * 1e-4)
+        ex = replace(base, wire_fixed=x[0] * 1e-4, wake=x[1] * 1e-4,
+                     wire_per_byte=x[2] * 1e-8 if fit_bytes else wire_per_byte)
         return np.array([math.log(max(simulated_step(m, ex, cores), 1e-9) / m.step) for m in multi])
 
     wire, wake = (0.0, wire_per_byte), 0.0
@@ -346,16 +351,19 @@ def fit_executor(measured: Sequence[Measured], cores: int, wire_per_byte: float)
         def cost(x: Sequence[float]) -> float:
             return float(np.sum(resid(np.maximum(x, 0.0)) ** 2))
 
-        grid = sorted(((a_, w_) for a_ in (0.0, 0.2, 0.5, 1.0, 2.0, 5.0) for w_ in (0.0, 0.1, 0.3, 1.0)), key=cost)
+        grid = sorted(((a_, w_, b_) for a_ in (0.0, 1.0, 5.0, 10.0, 20.0) for w_ in (0.0, 1.0, 3.0, 10.0)
+                       for b_ in ((0.0, 2.0, 5.0, 10.0) if fit_bytes else (0.0,))), key=cost)
         best = None
-        for x0 in grid[:3]:
+        for x0 in grid[:2]:  # two starts: the grid's best two cells
+            simplex = [x0, (x0[0] + 0.5, x0[1], x0[2]), (x0[0], x0[1] + 0.3, x0[2]), (x0[0], x0[1], x0[2] + 0.5)]
             sol = minimize(cost, np.array(x0, dtype=float), method="Nelder-Mead",
-                           options={"xatol": 1e-4, "fatol": 1e-14, "maxfev": 80,
-                                    "initial_simplex": np.array([x0, (x0[0] + 0.15, x0[1]), (x0[0], x0[1] + 0.1)])})
+                           options={"xatol": 1e-4, "fatol": 1e-14, "maxfev": 90, "initial_simplex": np.array(simplex)})
             if best is None or sol.fun < best.fun:
                 best = sol
         x = np.maximum(best.x, 0.0)
-        wire, wake = (x[0] * 1e-4, wire_per_byte), x[1] * 1e-4
+        wire, wake = (x[0] * 1e-4, x[2] * 1e-8 if fit_bytes else wire_per_byte), x[1] * 1e-4
+        if fit_bytes and wire[1] <= 0.0:
+            flags.append("the wire's cost per byte came out 0 although the plans' messages differ in size")
     ex = replace(base, wire_fixed=float(wire[0]), wire_per_byte=float(wire[1]), wake=float(wake))
     errs = [abs(math.log(max(simulated_step(m, ex, cores), 1e-12) / m.step)) for m in measured]
     return replace(ex, fit_error=float(math.exp(statistics.mean(errs)) - 1.0), cases=len(measured),

@@ -16,6 +16,7 @@ from lab.machine.insitu import (
     case_pinning,
     fit_executor,
     layout,
+    simulated_step,
     layout_procs,
     measure_case,
     probe_cases,
@@ -40,14 +41,26 @@ def _simulated_machine(cases, planted: ExecutorFit, cores: int = 2) -> list[Meas
     return out
 
 
+#: Enough plans to tell every term apart: one process (two networks, node by node), two and three processes,
+#: partners on one core, and messages of two sizes (the MLP's and the encoder block's).
+FEW = [Case(3, "one"), Case(12, "one"), Case(3, "one", node_by_node=True), Case(3, "chain2"), Case(3, "alt2"),
+       Case(12, "alt2"), Case(12, "abc"), Case(3, "alt3", policy="turns")]
+
+
 def test_the_fit_recovers_terms_planted_in_a_simulated_machine():
-    measured = _simulated_machine(probe_cases(nets=(3,)), PLANTED)
-    got = fit_executor(measured, cores=2, wire_per_byte=PLANTED.wire_per_byte)
+    measured = _simulated_machine(FEW, PLANTED)
+    got = fit_executor(measured, cores=2, wire_per_byte=0.0)
+    # What CPU clocks measure is linear in these: recovered to the planted value.
     for name in ("compute", "call", "backward_call", "node", "loss", "send_fixed", "send_per_byte", "recv_fixed",
-                 "recv_per_byte", "background_same", "background_other", "wire_fixed", "wire_per_byte", "wake"):
+                 "recv_per_byte", "background_same", "background_other"):
         assert getattr(got, name) == pytest.approx(getattr(PLANTED, name), rel=0.01), name
+    # The wall-time terms are fitted through the model: its steps are the planted machine's within 1 %.
     assert got.fit_error < 0.01 and got.flags == ()
-    assert got.cases == len(measured) and got.procs == (1, 2, 3, 4)
+    for m in measured:
+        assert simulated_step(m, got, 2) == pytest.approx(m.step, rel=0.01)
+    for name in ("wire_fixed", "wire_per_byte", "wake"):
+        assert getattr(got, name) == pytest.approx(getattr(PLANTED, name), rel=0.25), name
+    assert got.cases == len(measured) and got.procs == (1, 2, 3)
 
 
 def test_a_fit_that_cannot_see_a_term_says_so():

@@ -81,6 +81,17 @@ def test_background_cpu_of_a_message_is_charged_by_core_sharing():
     assert got.ends[0] == pytest.approx(1.25)
 
 
+def test_a_message_waits_for_its_communication_threads():
+    m = Machine(cores=2, background_other=0.25)
+    # The sender computes on its core: its communication thread gets half of it, so the message leaves at 0.5;
+    # the receiver's thread takes it in alone, 0.25 later.
+    got = simulate([[Send("m", 1), Cpu(1.0)], [Recv("m")]], [0, 1], m)
+    assert got.ends[1] == pytest.approx(0.75)
+    # On a busy core a thread with new work first waits to be scheduled.
+    got = simulate([[Send("m", 1), Cpu(1.0)], [Recv("m")]], [0, 1], Machine(cores=2, background_other=0.25, wake=0.1))
+    assert got.ends[1] == pytest.approx(0.1 + 0.5 + 0.25)
+
+
 def test_waking_on_a_busy_core_costs_the_wake_up_delay():
     m = Machine(cores=1, wake=0.05)
     got = simulate([[Sleep(1.0), Cpu(0.1)], [Cpu(2.0)]], [0, 0], m)

@@ -13,15 +13,17 @@ A placement run starts one process per device on a machine of a few cores; an id
   the runnable entities share the cores max-min fairly: every entity gets the same rate, except where its own
   core is full with the entities pinned to it, or it can use no more than one core. A blocked or sleeping
   process takes no core. This is Linux's fair scheduler seen from far enough that its slices average out.
-* **A message costs CPU.** Besides the sender's and the receiver's CPU in their main threads, a message
-  burns *background* CPU in both processes (communication threads): ``background_other`` seconds on each side
-  when the two processes run on different cores, ``background_same`` when they share their one core (the
-  communication threads then spin against the very process they wait for). Background work is an entity of its
-  own on its process's cores, runnable while it has work left.
+* **A message costs CPU, on its way too.** Besides the sender's and the receiver's CPU in their main threads,
+  a message needs each process's *communication thread* (gloo's): it leaves only once the sender's thread has
+  run ``background_other`` seconds for it (``background_same`` when both processes share their one core), and
+  it is taken in only once the receiver's thread has run as long. A communication thread is an entity of its
+  own on its process's cores, runnable while it has messages to handle, so on a core where the main thread
+  computes it gets only its share: a message can wait for its own sender to compute.
 * **The wire.** A message arrives ``wire`` seconds after it leaves; with emulation the receiver's receive
   returns no sooner than ``hold`` seconds after it left (the topology's link time: a wait, no CPU).
-* **Waking up.** A process that becomes runnable (a message arrived, a sleep ended) while its cores are busy
-  pays ``wake`` seconds before it runs again.
+* **Waking up.** A process that becomes runnable (a message arrived, a sleep ended), or a communication thread
+  that gets a message to handle, while its cores are busy waits ``wake`` seconds before it runs (the
+  scheduler lets the running task finish its slice).
 * **Other work** on the machine: ``external`` always-runnable entities that may run on any core (a fraction
   is allowed: 0.5 is half a core's worth of demand).
 
@@ -228,7 +230,9 @@ def simulate(tasks: Sequence[Sequence[Any]], pinned: Sequence[int | None], machi
     left = [0.0] * n
     began = [0.0] * n
     last_cpu_wall = [0.0] * n
-    bg_left = [0.0] * n
+    bg_left = [0.0] * n  # seconds left of the head of each process's communication queue
+    comm: list[list[tuple[float, str, Hashable]]] = [[] for _ in range(n)]  # (seconds, "out" | "in", message)
+    comm_from = [0.0] * n  # the communication thread runs from this time (a wake-up on a busy core)
     cpu_used, bg_used, blocked, ends = [0.0] * n, [0.0] * n, [0.0] * n, [0.0] * n
     send_of = {t.key: (r, t) for r, lst in enumerate(tasks) for t in lst if isinstance(t, Send)}
     departed: dict[Hashable, float] = {}
@@ -242,28 +246,48 @@ def simulate(tasks: Sequence[Sequence[Any]], pinned: Sequence[int | None], machi
         if row is not None:
             rows.append({**row, "rank": r, "start": start, "end": end, **extra})
 
-    def busy_core(r: int) -> bool:
+    def busy_core(r: int, own_comm: bool = True) -> bool:
         """Whether other runnable work holds ``r``'s cores right now (so ``r`` waits to be scheduled)."""
         others = machine.external
         for q in range(n):
             if pinned[r] is not None and pinned[q] is not None and pinned[q] != pinned[r]:
                 continue
-            others += (phase[q][0] == "run" and q != r) + (bg_left[q] > _EPS)
+            others += (phase[q][0] == "run" and q != r) + bool(comm[q] and not comm_from[q] > now
+                                                               and (own_comm or q != r))
         return others >= (1 if pinned[r] is not None else machine.cores)
 
     def finish(r: int) -> None:
         """A process whose tasks are done ends once its sends are received and its background work is done."""
-        if phase[r][0] == "drain" and outstanding[r] == 0 and bg_left[r] <= _EPS * max(1.0, now):
+        if phase[r][0] == "drain" and outstanding[r] == 0 and not comm[r]:
             phase[r], ends[r] = ("done",), now
 
     def depart(r: int, t: Send) -> None:
         departed[t.key] = now
         outstanding[r] += 1
-        in_flight[t.key] = now + t.wire
-        same = pinned[r] is not None and pinned[r] == pinned[t.to]
+        queue(r, "out", t.key)
+
+    def queue(r: int, way: str, key: Hashable) -> None:
+        """Work for ``r``'s communication thread: the message leaves (``out``) or is taken in (``in``) once it
+        has run; a thread with nothing to do that gets work on a busy core first waits to be scheduled."""
+        s_, st = send_of[key]
+        same = pinned[s_] is not None and pinned[s_] == pinned[st.to]
         bg = machine.background_same if same else machine.background_other
-        bg_left[r] += bg
-        bg_left[t.to] += bg
+        if not comm[r]:
+            comm_from[r] = math.nan  # decided once everything due now has happened (see the loop)
+            bg_left[r] = bg
+        comm[r].append((bg, way, key))
+
+    def comm_done(r: int) -> None:
+        """The head of ``r``'s communication queue has run."""
+        _, way, key = comm[r].pop(0)
+        if way == "out":
+            in_flight[key] = now + send_of[key][1].wire
+        else:
+            arrived.add(key)
+            to = send_of[key][1].to
+            if phase[to][0] == "recv" and phase[to][1].key == key and matched(to, phase[to][1]):
+                wake(to, "unpack", phase[to][1])
+        bg_left[r] = comm[r][0][0] if comm[r] else 0.0
 
     def matched(r: int, t: Recv) -> bool:
         """Message ``t`` is in and ``r`` asked for it: the sender's handle completes. True when ``r`` goes
@@ -342,13 +366,18 @@ def simulate(tasks: Sequence[Sequence[Any]], pinned: Sequence[int | None], machi
         guard += 1
         if guard > 10_000_000:  # pragma: no cover - a bound, not a behaviour
             raise LabError("the simulation does not end", where=WHERE)
+        for r in range(n):
+            if comm[r] and math.isnan(comm_from[r]):
+                # Its own main thread competes too, when it computes.
+                busy = busy_core(r, own_comm=False) or phase[r][0] == "run"
+                comm_from[r] = now + (machine.wake if machine.wake > 0 and bg_left[r] > 0 and busy else 0.0)
         ents: list[tuple[float, float, int | None]] = []
         who: list[tuple[str, int]] = []
         for r in range(n):
             if phase[r][0] == "run":
                 ents.append((1.0, 1.0, pinned[r]))
                 who.append(("main", r))
-            if bg_left[r] > _EPS:
+            if comm[r] and comm_from[r] <= now:
                 ents.append((1.0, 1.0, pinned[r]))
                 who.append(("bg", r))
         if machine.external > 0:
@@ -364,6 +393,9 @@ def simulate(tasks: Sequence[Sequence[Any]], pinned: Sequence[int | None], machi
                 nxt = min(nxt, phase[r][1])
         for when in in_flight.values():
             nxt = min(nxt, when)
+        for r in range(n):
+            if comm[r] and comm_from[r] > now:
+                nxt = min(nxt, comm_from[r])
         if not math.isfinite(nxt):
             stuck = [f"process {r} waits for message {phase[r][1].key!r}" for r in range(n) if phase[r][0] == "recv"]
             raise LabError("the processes wait for each other: " + "; ".join(stuck or ["no process can go on"]),
@@ -382,14 +414,11 @@ def simulate(tasks: Sequence[Sequence[Any]], pinned: Sequence[int | None], machi
         now = nxt
         tol = _EPS * max(1.0, now)
         for r in range(n):
-            if bg_left[r] <= tol:
-                bg_left[r] = 0.0
+            while comm[r] and comm_from[r] <= now + tol and bg_left[r] <= tol:
+                comm_done(r)
         for key in [k for k, w in in_flight.items() if w <= now + tol]:
             del in_flight[key]
-            arrived.add(key)
-            r = send_of[key][1].to
-            if phase[r][0] == "recv" and phase[r][1].key == key and matched(r, phase[r][1]):
-                wake(r, "unpack", phase[r][1])
+            queue(send_of[key][1].to, "in", key)
         for r in range(n):
             ph = phase[r]
             if ph[0] == "run" and left[r] <= tol:
