@@ -9,6 +9,7 @@ import ui
 from lab.machine import calibrate as cal
 from lab.machine.profile import load_profile
 from lab.machine import fidelity as P
+from lab.machine import plans
 from lab.machine import trace_export as T
 from lab.figures import fidelity as figs
 from lab.view import jobs as job_views
@@ -190,6 +191,22 @@ if prof is not None:
         if skipped and not lesson:
             with st.expander(f"{len(skipped)} run(s) not compared"):
                 st.dataframe(pd.DataFrame(skipped), hide_index=True, key="fid_skipped")
+
+# ----- placement runs ------------------------------------------------------------------------------
+st.subheader("Placement runs: prediction, replay and measurement")
+with ui.guarded("the placement runs"):
+    done = tuple(job_views.run_picker(store, owner, everyone, statuses=("done",))[0].id)
+    prow = ui.placement_rows(str(store.path), prof.created if prof else "", prof, done)
+    if not prow:
+        st.caption("No finished placement runs yet (the Placement page runs plans).")
+    else:
+        st.dataframe(pd.DataFrame(prow), hide_index=True, key="fid_plan_table")
+        ui.caption("measured", "the newest finished placement runs. Modelled: each process's own tasks in the "
+                               "executor's order on this machine's cores, from the calibrated costs. Replay: the "
+                               "run's own recorded step (the one nearest its median) through the same model with its "
+                               "measured task times, each process on a core of its own: near that step's own length "
+                               "the schedule explains it, far below it the time went between the tasks. "
+                               + plans.prediction_caveat(prof, 4) + ".")
 
 # ----- trace export --------------------------------------------------------------------------------
 st.subheader("One step as a trace")

@@ -202,7 +202,9 @@ def recalibrate_executor(path: Path | None = None, *, quick: bool = False,
     cases = [c for c in probe_cases(PROBE_NETS[::2] if quick else PROBE_NETS) if layout_procs(c.layout) <= max(prof.procs)]
     executor, _ = calibrate_executor(prof, cases=cases, steps=12 if quick else 20, progress=progress)
     notes = [n for n in prof.notes if not n.startswith("placement executor: ")]
-    return replace(prof, executor=executor, notes=notes + [f"placement executor: {f}" for f in executor.flags])
+    # A new date: what was measured with the old executor terms (bench_plan's score) no longer speaks for these.
+    return replace(prof, executor=executor, notes=notes + [f"placement executor: {f}" for f in executor.flags],
+                   created=datetime.now(timezone.utc).isoformat(timespec="seconds"))
 
 
 def refit(prof: MachineProfile) -> MachineProfile:

@@ -270,6 +270,27 @@ def prediction_caveat(profile: MachineProfile | None, procs: int, bench: dict | 
             "(in sample); no held-out measurement with this profile yet (bench/bench_plan.py)")
 
 
+def placement_rows(store: Any, profile: MachineProfile | None, run_ids: Sequence[str], limit: int = 12) -> list[dict]:
+    """The newest ``limit`` finished placement runs of ``run_ids``: per run its plan, the measured step, the
+    prediction, the replay of its drawn step and the two errors (a data-parallel run is left out)."""
+    rows = []
+    for rid in run_ids:
+        if len(rows) >= limit:
+            break
+        try:
+            out = plan_outcome(store, rid, profile)
+        except LabError:  # a data-parallel run, or one deleted meanwhile
+            continue
+        if out["status"] != "done":
+            continue
+        rows.append({"run": rid, "plan": plan_label(out), "processes": len(out["devices"]),
+                     "measured (ms)": out["measured_step"] * 1e3, "modelled (ms)": out["modelled_step"] * 1e3,
+                     "error (%)": out["error"] * 100, "replay of the drawn step (ms)": out["replay_step"] * 1e3,
+                     "that step measured (ms)": out["replay_measured"] * 1e3,
+                     "replay error (%)": out["replay_error"] * 100})
+    return rows
+
+
 def bench_path() -> Path:
     """Where bench_plan.py leaves its last held-out score (the data folder)."""
     return settings.data_dir() / "plan_fidelity.json"
@@ -310,4 +331,5 @@ def kendall(rows: Sequence[dict]) -> float:
     return float(tau) if tau is not None else math.nan
 
 
-__all__ = ["predict_plan", "plan_outcome", "measured_steps", "kendall", "plan_label", "FORWARD_SHARE"]
+__all__ = ["placement_rows", "prediction_caveat", "record_bench", "last_bench", "plan_parts", "parts_of",
+           "simulate_parts", "message_weights", "executor_fit", "TERMS", "PlanParts", "predict_plan", "plan_outcome", "measured_steps", "kendall", "plan_label", "FORWARD_SHARE"]

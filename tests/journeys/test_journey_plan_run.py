@@ -1,6 +1,7 @@
 """Browser journey for a design review: on Placement, pin conv1 to the FPGA, run the plan for a few steps,
-see the measured step beside the modelled one (the run's Gantt has both panels), and share the view as a
-link that shows a second student, in a fresh browser, the same run with the same measured step and pin."""
+see the measured step beside the modelled one and the replay of the recorded step (the run's Gantt has the three
+panels, the replay's error is a metric and the caption gives the prediction's expected error), and share the view
+as a link that shows a second student, in a fresh browser, the same run with the same measured step and pin."""
 
 from __future__ import annotations
 
@@ -10,7 +11,10 @@ from pathlib import Path
 
 import pytest
 
+import dataclasses
+
 from lab.machine.calibrate import synthetic_profile
+from lab.machine.profile import ExecutorFit
 from lab.store.runs import RunStore
 from tests.conftest import settle
 from tests.journey import choose, new_page, no_error_boxes, selected, take_link, type_number
@@ -76,6 +80,13 @@ def wait_until_done(pg, shot: Path, timeout_s: float = 180) -> str:
 def both_panels(text: str) -> None:
     assert re.search(r"^measured, with emulated waits: ", text, re.M), text
     assert re.search(r"^modelled: ", text, re.M), text
+    assert re.search(r"^replayed: measured task times, no gaps: ", text, re.M), text
+
+
+# "This machine": made-up costs, with the executor's own terms as a calibration of 29 plans would leave them.
+EXECUTOR = ExecutorFit(compute=1.0, call=50e-6, backward_call=50e-6, send_fixed=50e-6, recv_fixed=50e-6,
+                       wire_fixed=300e-6, fit_error=0.2, cases=29, procs=(1, 2, 3, 4))
+EXPECTED = "expected error: within 20 % on the 29 calibration plans"
 
 
 def test_a_pinned_plan_run_is_shared_with_its_measured_and_modelled_step(
@@ -84,7 +95,7 @@ def test_a_pinned_plan_run_is_shared_with_its_measured_and_modelled_step(
     profile = data / "machine_profile.json"
     had_profile = profile.exists()
     if not had_profile:
-        synthetic_profile().save(profile)  # the modelled panel needs "this machine"'s profile
+        dataclasses.replace(synthetic_profile(), executor=EXECUTOR).save(profile)  # the modelled panel's costs
     try:
         pg = new_page(browser)
         try:
@@ -113,6 +124,10 @@ def test_a_pinned_plan_run_is_shared_with_its_measured_and_modelled_step(
             assert MS.match(metric_exact(pg, "Step, modelled") or ""), metric_exact(pg, "Step, modelled")
             text = gantt_text(pg)
             both_panels(text)
+            assert re.fullmatch(r"[+-]\d+%", metric_exact(pg, "Replay error (drawn step)") or ""), \
+                metric_exact(pg, "Replay error (drawn step)")
+            if not had_profile:  # the caption quotes how far this profile's model was off when last measured
+                pg.get_by_text(EXPECTED).first.wait_for(timeout=10_000)
             no_error_boxes(pg)
 
             new = set(db.list_runs().id) - before

@@ -1,0 +1,81 @@
+"""A stored placement run beside its model (lab.machine.plans.plan_outcome, placement_rows): the measured step
+from the job's rows, the prediction on this machine's cores, the replay of the recorded step with that step's own
+times, and how far the prediction may be off."""
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import pytest
+
+from lab.machine.calibrate import synthetic_profile
+from lab.machine.plans import placement_rows, plan_outcome, prediction_caveat, record_bench
+from lab.machine.profile import ExecutorFit
+from lab.machine.replay import replay
+from lab.scenario.catalogue import preset
+from lab.scenario.document import Scenario, Training
+from lab.store.runs import JOB_WORKER, METRIC_COLUMNS, RunStore
+from lab.train import stages
+
+EX = ExecutorFit(compute=1.0, call=50e-6, backward_call=50e-6, send_fixed=40e-6, recv_fixed=40e-6,
+                 wire_fixed=200e-6, fit_error=0.18, cases=29, procs=(1, 2, 3, 4))
+
+
+def _store_run(store: RunStore) -> tuple[str, list[dict], list[str]]:
+    tr = Training(model="mlp", parallel="placement", strategy="type_rule", batch_size=32, micro_batches=2, steps=6)
+    sc = stages.resolved(Scenario("plan", preset("cxl"), tr))
+    devices = stages.stage_devices(sc)
+    rid = store.create_run(sc, status="done")
+    store.merge_info(rid, {"devices": devices, "load": {"others_share": 0.0, "cpus": 2}})
+    rows = []
+    for step in range(1, 7):  # 4 ms a step: 32 samples / 0.004 s
+        rows.append((step, JOB_WORKER, *([math.nan] * (len(METRIC_COLUMNS) - 2)), 32 / 0.004, float(step)))
+    store.add_metric_rows(rid, rows)
+    a, b = devices[0], devices[1]
+    events = [
+        {"rank": 0, "kind": "forward", "op": "fc1", "piece": 0, "micro": 0, "device": a, "start": 0.0, "end": 1e-3},
+        {"rank": 1, "kind": "activation", "src": a, "dst": b, "piece": 1, "micro": 0, "device": b, "start": 1.1e-3,
+         "end": 1.5e-3, "called": 0.2e-3, "wait": 0.0, "bytes": 512.0},
+        {"rank": 1, "kind": "forward", "op": "fc2", "piece": 1, "micro": 0, "device": b, "start": 1.6e-3, "end": 2.6e-3},
+        {"rank": 0, "kind": "optimizer", "op": None, "piece": -1, "micro": -1, "device": a, "start": 1.2e-3,
+         "end": 1.4e-3},
+    ]
+    store.add_plan_events(rid, 4, events)
+    return rid, events, devices
+
+
+def test_a_stored_placement_run_has_its_prediction_replay_and_measurement(tmp_path):
+    store = RunStore(tmp_path / "runs.db")
+    rid, events, devices = _store_run(store)
+    prof = dataclasses.replace(synthetic_profile(), executor=EX)
+    out = plan_outcome(store, rid, prof)
+    assert out["measured_step"] == pytest.approx(0.004)
+    assert math.isfinite(out["modelled_step"]) and out["modelled_step"] > 0
+    assert out["error"] == pytest.approx(0.004 / out["modelled_step"] - 1)
+    # The replay runs the recorded step's own rows: the same makespan as replaying them directly.
+    assert out["replay_step"] == pytest.approx(replay(events, devices).makespan)
+    assert out["replay_measured"] == pytest.approx(2.6e-3)
+    assert sorted(r["end"] - r["start"] for r in out["replay_rows"] if r["kind"] in ("forward", "optimizer")) == \
+        pytest.approx(sorted(e["end"] - e["start"] for e in events if e["kind"] in ("forward", "optimizer")))
+    assert "within 18 % on the 29 calibration plans" in out["caveat"]
+    dp = store.create_run(Scenario("dp", preset("cxl"), Training()), status="done")
+    rows = placement_rows(store, prof, [dp, rid])
+    assert [r["run"] for r in rows] == [rid]
+    assert rows[0]["replay error (%)"] == pytest.approx(out["replay_error"] * 100)
+
+
+def test_the_expected_error_quotes_the_last_measurement_or_says_why_there_is_none(tmp_path):
+    prof = dataclasses.replace(synthetic_profile(), executor=EX)
+    assert "never measured" in prediction_caveat(synthetic_profile(), 2)
+    assert "at most 4" in prediction_caveat(prof, 6) and "no error can be backed" in prediction_caveat(prof, 6)
+    assert "calibration plans" in prediction_caveat(prof, 3, bench={})
+    path = record_bench({"geomean_error": 0.12, "worst": 0.4, "scored_plans": 60, "profile": prof.created},
+                        tmp_path / "plan_fidelity.json")
+    from lab.machine.plans import last_bench
+
+    bench = last_bench(path)
+    said = prediction_caveat(prof, 3, bench=bench)
+    assert said.startswith("expected error: within 12 % (geometric mean; worst 40 %) on the 60 held-out plans")
+    # A score measured with another profile does not speak for this one.
+    other = dataclasses.replace(prof, created="2001-01-01T00:00:00+00:00")
+    assert "calibration plans" in prediction_caveat(other, 3, bench=bench)
