@@ -49,7 +49,7 @@ if prof is not None:
     if words := P.profile_load_words(prof):
         st.warning(words, icon=":material/speed:")
 else:
-    st.info("This machine has no profile yet: calibrate it (about a minute on an idle 2-core machine, a quick one "
+    st.info("This machine has no profile yet: calibrate it (about two minutes on an idle 2-core machine, a quick one "
             "half that; several times longer while jobs run; other pages stay usable).")
 st.caption("Calibrate while no training runs: other work on the cores during the minute of measuring skews the "
            "profile, and every prediction made from it.")

@@ -179,7 +179,8 @@ def show_plan_runs() -> None:
             st.plotly_chart(figs.strategy_ranking_figure(rows, title="Strategies: modelled and measured step time"),
                             key="pl_rank_fig")
             st.dataframe(pd.DataFrame(figs.ranking_table(rows)), hide_index=True, key="pl_rank_table")
-            ui.caption("measured", pv.ranking_line(tau, len(rows)))
+            ui.caption("measured", pv.ranking_line(tau, len(rows)) + " Modelled: " + plans.prediction_caveat(prof, 1)
+                       + ".")
     pick = ui.control(st, "pl_run_drawn", options=shown_ids, format_func=lambda r: labels.get(r, r))
     out = plans.plan_outcome(runs_store, pick, prof)
     for col, (label, value) in zip(st.columns(5), pv.outcome_metrics(out)):

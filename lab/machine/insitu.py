@@ -367,6 +367,7 @@ def fit_executor(measured: Sequence[Measured], cores: int, wire_per_byte: float)
     ex = replace(base, wire_fixed=float(wire[0]), wire_per_byte=float(wire[1]), wake=float(wake))
     errs = [abs(math.log(max(simulated_step(m, ex, cores), 1e-12) / m.step)) for m in measured]
     return replace(ex, fit_error=float(math.exp(statistics.mean(errs)) - 1.0), cases=len(measured),
+                   largest=float(max(sum(m.main) + sum(m.background) for m in measured)),
                    procs=tuple(sorted({len(m.parts.devices) for m in measured})), flags=tuple(flags))
 
 

@@ -1,23 +1,25 @@
-"""A placement run beside its model: the modelled step of the very schedule the run executes, and what
-the run measured.
+"""A placement run beside its model: the modelled step of the very task lists the run's processes execute, the
+replay of what the run recorded, and what the run measured.
 
-**The model of a step** (:func:`predict_plan`) is :func:`lab.modelled.placement.pipeline.simulate` over
-the run's own pieces and micro-batches, with
+**The model of a step** (:func:`predict_plan`) runs each process's own tasks, in the executor's order
+(:mod:`lab.modelled.placement.executor`), on this machine's cores (:mod:`lab.modelled.placement.cores`):
 
-* each operator's forward + backward seconds from this machine's calibrated costs at the micro-batch
-  (:class:`lab.machine.calibrated_model.CalibratedModel`, fitted with as many processes as the run starts),
-  split one third forward, two thirds backward (the usual rule: a backward pass computes the
-  gradients of both the inputs and the weights);
-* a sent tensor costs one point-to-point message as calibrated on this machine (latency + bytes /
-  bandwidth, with as many processes as the run starts; a profile made before that measurement existed
-  uses one step of the calibrated gloo all-reduce instead); with emulation, each operator is slower
-  by its device's catalogue factor and a tensor takes at least the topology's link time for its bytes
-  (the receiver waits the rest, as the run does);
-* each process's optimiser step at its own parameters, from the calibrated optimiser cost.
+* each operator's one-process forward + backward cost from the calibration (one third forward, two thirds
+  backward), times the executor's own factor; a cost per piece call, per operator when the piece runs node by
+  node (emulated runs), and the loss: all measured inside the executor on synthetic plans
+  (:mod:`lab.machine.insitu`, the profile's ``executor``);
+* each message the sender's and the receiver's CPU, their communication threads' CPU and the wire; with
+  emulation an operator is followed by a wait of ``s - 1`` times what it took and a tensor waits for the
+  topology's link time;
+* each process's optimiser step at its own parameters;
+* the processes on the cores a job's ranks get (:func:`lab.modelled.placement.cores.rank_cores`), sharing them
+  with the other work measured beside the run.
 
-Without emulation no emulated wait enters either side, so the comparison tests the calibrated cost
-model itself: that is the non-circular one. With emulation, most of the time is waits the run makes
-by the topology's numbers, which the model adds by the same numbers.
+A profile made before the executor was measured prices a message as its point-to-point probe did and adds no
+executor costs; :func:`prediction_caveat` says so beside every prediction, or how far the model was off the last
+time it was measured.
+
+**The replay** (:mod:`lab.machine.replay`) runs the recorded step through the same model with its own task times.
 
 **The measurement** (:func:`plan_outcome`): the step time is the median, after the first two steps, of
 each step from the barrier that starts it to the last process's optimiser step; the drawn step is the
@@ -243,14 +245,21 @@ def plan_outcome(store: Any, run_id: str, profile: MachineProfile | None) -> dic
             "drawn_step": drawn, "measured_rows": rows, "modelled_rows": predicted.rows if predicted else [],
             "note": note, "clock_uncertainty": max(info.get("clock_uncertainty") or [0.0]),
             "replay_step": replayed, "replay_measured": replay_span, "replay_error": replay_err,
-            "replay_rows": replay_rows, "caveat": prediction_caveat(profile, len(info.get("devices") or [1])),
+            "replay_rows": replay_rows, "caveat": prediction_caveat(profile, len(info.get("devices") or [1]),
+                                                                 cpu=sum(predicted.cpu) if predicted else None),
             "placement": dict(tr.placement), "pins": dict(tr.pins)}
 
 
-def prediction_caveat(profile: MachineProfile | None, procs: int, bench: dict | None = None) -> str:
-    """How far a prediction of a plan of ``procs`` processes may be off, from the last time it was measured:
-    the last bench_plan.py score on this machine, else the calibration plans' own error; or why no number can
-    be backed (a plan with more processes than the calibration measured, executor costs never measured)."""
+#: A plan whose step needs this many times the CPU of the largest calibration plan is outside what it measured.
+FAR_LARGER = 10.0
+
+
+def prediction_caveat(profile: MachineProfile | None, procs: int, bench: dict | None = None,
+                      cpu: float | None = None) -> str:
+    """How far a prediction of a plan of ``procs`` processes (``cpu``: its modelled CPU seconds a step) may be
+    off, from the last time it was measured: the last bench_plan.py score on this machine, else the calibration
+    plans' own error; or why no number can be backed (more processes than the calibration measured, a model far
+    larger than its networks, executor costs never measured)."""
     if profile is None:
         return "no prediction: this machine is not calibrated yet"
     ex, measured = executor_fit(profile)
@@ -261,6 +270,9 @@ def prediction_caveat(profile: MachineProfile | None, procs: int, bench: dict | 
     if procs > top:
         return (f"this plan starts {procs} processes; the calibration measured at most {top}: no error can be backed "
                 "for it")
+    if cpu is not None and ex.largest > 0 and cpu > FAR_LARGER * ex.largest:
+        return (f"this plan's step needs {cpu / ex.largest:.0f} times the CPU of the largest calibration plan: the "
+                "calibration did not measure work this large, so no error can be backed for it")
     bench = bench if bench is not None else last_bench()
     if bench and bench.get("profile") == profile.created and math.isfinite(bench.get("geomean_error", math.nan)):
         return (f"expected error: within {bench['geomean_error'] * 100:.0f} % (geometric mean; worst "

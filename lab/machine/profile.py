@@ -109,6 +109,7 @@ class ExecutorFit:
     cases: int = 0
     procs: tuple = ()  # the process counts it measured
     flags: tuple = ()  # what the fit could not pin down, in words
+    largest: float = 0.0  # the most CPU seconds a calibration plan's step took, all processes together
 
 
 @dataclass(frozen=True)

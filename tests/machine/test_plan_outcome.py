@@ -76,6 +76,9 @@ def test_the_expected_error_quotes_the_last_measurement_or_says_why_there_is_non
     bench = last_bench(path)
     said = prediction_caveat(prof, 3, bench=bench)
     assert said.startswith("expected error: within 12 % (geometric mean; worst 40 %) on the 60 held-out plans")
+    big = dataclasses.replace(prof, executor=dataclasses.replace(EX, largest=0.01))
+    assert "times the CPU of the largest calibration plan" in prediction_caveat(big, 2, cpu=0.5)
+    assert "calibration plans" in prediction_caveat(big, 2, cpu=0.05)
     # A score measured with another profile does not speak for this one.
     other = dataclasses.replace(prof, created="2001-01-01T00:00:00+00:00")
     assert "calibration plans" in prediction_caveat(other, 3, bench=bench)
