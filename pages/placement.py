@@ -48,7 +48,7 @@ with ui.guarded("the cost model"):
     cm = cost_model(cm_name, load_profile())
 if og is None or cm is None:
     st.stop()
-st.caption(f"Cost model: {cm.describe()}. Transfers: latency + bytes / bottleneck bandwidth of the route.")
+st.caption(pv.cost_model_line(cm))
 p1, p2, p3, p4, p5 = st.columns([2, 2, 1, 1, 1], vertical_alignment="bottom")
 op = ui.control(p1, "pl_pin_op", options=og.names)
 ui.control(p2, "pl_pin_dev", options=topo.device_names)
@@ -86,7 +86,7 @@ with ui.guarded("the placement"):
     w1.dataframe(pd.DataFrame(figs.why_table(rows)), hide_index=True, key="pl_why_table")
     w1.markdown(f"**{ui.plain(task)}** ({ui.plain(str(shown.task_class(task)))}): {ui.plain(reasons[task])}.")
     w2.plotly_chart(figs.why_figure(rows, task), key="pl_why_fig")
-    ui.caption("modelled", pv.WHY_CAPTION)
+    ui.caption("modelled", pv.why_caption(cm))
 
     st.subheader("Against a baseline")
     record = pl.plan_record(model, batch, strategy, pins, s, topo, cm_name)

@@ -497,6 +497,31 @@ INTRO = ("Each preset model is traced (torch.fx) into operators with FLOPs and b
 WHY_CAPTION = ("the finish on each device as the earliest-finish rule weighs it when the plan places this operator "
                "(greedy earliest finish: in topological order; other strategies: in start order), with the operators "
                "placed before it already queued: inputs exist + transfer + wait for the device + compute = finish.")
+def cost_model_line(cm) -> str:
+    """What the chosen cost model's numbers are (the calibrated model says how it prices transfers itself)."""
+    if getattr(cm, "name", "") == "calibrated":
+        return f"Cost model: {cm.describe()}."
+    return f"Cost model: {cm.describe()}. Transfers: latency + bytes / bottleneck bandwidth of the route."
+
+
+def why_caption(cm) -> str:
+    """:data:`WHY_CAPTION` and where the numbers of the chosen cost model ``cm`` come from, in the Gantt chart's
+    units (one pass of the batch as that model prices it)."""
+    if getattr(cm, "name", "") != "calibrated":
+        return (WHY_CAPTION + " Units: seconds of one forward pass by the catalogue's numbers (datasheet): compute "
+                "from the catalogue's throughputs, transfers over the catalogue's links. Neither is measured here; "
+                "a run of the plan on this machine is.")
+    measured = getattr(cm, "executor", None) is not None
+    return (WHY_CAPTION + " Units: seconds of one forward + backward pass on this machine: compute calibrated "
+            "(this machine's operator costs, " + ("as the placement executor runs them" if measured else
+                                                  "from whole-network calls") + "), times the catalogue's slowdown of "
+            "the device (emulated, as a run waits); transfers " + ("calibrated: the executor's messages on this "
+                                                                   "machine, or the topology's link where slower"
+                                                                   if measured else "by the topology's links "
+                                                                   "(datasheet): this profile has no measurement of "
+                                                                   "the executor's messages") + ".")
+
+
 BASELINE_CAPTION = ("busy time per device (compute only), then the makespan, in the baseline and now. The baseline "
                     "travels in the page link.")
 NO_BASELINE = ("Keep a plan, then pin an operator, change the strategy or edit a link on the Topology page to see what "

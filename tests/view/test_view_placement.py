@@ -185,3 +185,17 @@ def test_the_page_says_where_the_other_cost_models_plan_differs():
     assert line.startswith("On this machine") and "elsewhere" in line
     assert pv.other_plan_line("greedy_eft", og, topo, {}, s.assignment, "datasheet", dear).endswith("same plan.")
     assert pv.other_plan_line("greedy_eft", og, topo, {}, s.assignment, "datasheet", None) is None
+
+
+def test_the_why_caption_says_where_its_numbers_come_from():
+    import dataclasses
+
+    from lab.machine.calibrate import synthetic_profile
+    from lab.machine.calibrated_model import CalibratedModel
+    from lab.machine.profile import ExecutorFit
+    from lab.modelled.costmodel import DATASHEET
+
+    assert "catalogue's numbers (datasheet)" in pv.why_caption(DATASHEET)
+    measured = CalibratedModel(dataclasses.replace(synthetic_profile(), executor=ExecutorFit()))
+    assert "executor's messages on this machine" in pv.why_caption(measured)
+    assert "no measurement of the executor's messages" in pv.why_caption(CalibratedModel(synthetic_profile()))
