@@ -239,6 +239,9 @@ def measure_case(case: Case, profile: MachineProfile, steps: int = 20, warmup: i
 # ----- the fit ----------------------------------------------------------------------------------------------
 
 LINEAR = ("compute", "call", "loss", "message", "message_per_byte", "node")
+#: The most a byte may cost on the wire: a copy between two processes of one machine moves 200 MB/s and more,
+#: so a fit that wants more has found something else that grows with a message's size, and says so.
+MAX_WIRE_PER_BYTE = 5e-9
 
 
 def _fit_of(theta: Sequence[float], bg: Sequence[float], wire: Sequence[float], wake: float) -> ExecutorFit:
@@ -338,6 +341,7 @@ def fit_executor(measured: Sequence[Measured], cores: int, wire_per_byte: float)
     # The wire's cost per byte is fitted where the plans' messages differ enough in size to tell it from the
     # cost per message; else it is the point-to-point probe's.
     fit_bytes = len(sizes) > 1 and max(sizes) >= 4 * min(sizes)
+    top = MAX_WIRE_PER_BYTE / 1e-8
 
     def resid(x: Sequence[float]) -> np.ndarray:
         ex = replace(base, wire_fixed=x[0] * 1e-4, wake=x[1] * 1e-4,
@@ -348,22 +352,29 @@ def fit_executor(measured: Sequence[Measured], cores: int, wire_per_byte: float)
     if multi:
         # The step is not smooth in these terms (a message on the critical path or not, a core busy at a
         # wake-up or not): the best points of a coarse grid, each polished by Nelder-Mead.
+        def bounded(x: Sequence[float]) -> np.ndarray:
+            return np.minimum(np.maximum(x, 0.0), [math.inf, math.inf, top])
+
         def cost(x: Sequence[float]) -> float:
-            return float(np.sum(resid(np.maximum(x, 0.0)) ** 2))
+            return float(np.sum(resid(bounded(x)) ** 2))
 
         grid = sorted(((a_, w_, b_) for a_ in (0.0, 1.0, 5.0, 10.0, 20.0) for w_ in (0.0, 1.0, 3.0, 10.0)
-                       for b_ in ((0.0, 2.0, 5.0, 10.0) if fit_bytes else (0.0,))), key=cost)
+                       for b_ in ((0.0, 0.1, 0.25, top) if fit_bytes else (0.0,))), key=cost)
         best = None
         for x0 in grid[:2]:  # two starts: the grid's best two cells
-            simplex = [x0, (x0[0] + 0.5, x0[1], x0[2]), (x0[0], x0[1] + 0.3, x0[2]), (x0[0], x0[1], x0[2] + 0.5)]
+            simplex = [x0, (x0[0] + 0.5, x0[1], x0[2]), (x0[0], x0[1] + 0.3, x0[2]), (x0[0], x0[1], x0[2] + 0.05)]
             sol = minimize(cost, np.array(x0, dtype=float), method="Nelder-Mead",
                            options={"xatol": 1e-4, "fatol": 1e-14, "maxfev": 90, "initial_simplex": np.array(simplex)})
             if best is None or sol.fun < best.fun:
                 best = sol
-        x = np.maximum(best.x, 0.0)
+        x = bounded(best.x)
         wire, wake = (x[0] * 1e-4, x[2] * 1e-8 if fit_bytes else wire_per_byte), x[1] * 1e-4
         if fit_bytes and wire[1] <= 0.0:
             flags.append("the wire's cost per byte came out 0 although the plans' messages differ in size")
+        if fit_bytes and x[2] >= top * (1 - 1e-6):
+            flags.append(f"the wire's cost per byte stopped at its bound, {MAX_WIRE_PER_BYTE * 1e9:.0f} ns/B (a copy "
+                         "between two processes of one machine is faster): the step times grow with the messages' "
+                         "size for another reason")
     ex = replace(base, wire_fixed=float(wire[0]), wire_per_byte=float(wire[1]), wake=float(wake))
     errs = [abs(math.log(max(simulated_step(m, ex, cores), 1e-12) / m.step)) for m in measured]
     return replace(ex, fit_error=float(math.exp(statistics.mean(errs)) - 1.0), cases=len(measured),
