@@ -2,11 +2,11 @@
 
     .venv/bin/python bench/bench_pinning.py [--steps 16] [--repeats 3]
 
-Placement plans of 3 and 4 processes on this machine's cores (the CXL preset without its DPU, batch 32 in 4
+Placement plans of 2, 3 and 4 processes on this machine's cores (the CXL preset without its DPU, batch 32 in 4
 micro-batches, nothing emulated) run through the job's own executor with the ranks on the cores by each
 policy of :data:`lab.modelled.placement.cores.RANK_POLICIES`: in turns (rank r on core r mod cores, the job
-manager's rule until this bench), partners apart (the ranks that exchange the most messages on different
-cores) and free (not pinned). The policies take turns run by run; a plan's step is the median after two warm-up
+manager's rule until this bench; a core each while there are enough), partners apart (the ranks that exchange the
+most messages on different cores) and free (not pinned). The policies take turns run by run; a plan's step is the median after two warm-up
 steps, a policy's the median over its repeats, with the range. Beside each run: the share of the machine's CPU
 that other work took (runs above 15 % are marked). The last line: the geometric mean over the plans of each
 policy's step over the turns policy's.
@@ -36,7 +36,7 @@ from lab.train.stages import resolved  # noqa: E402
 
 WARMUP = 2
 PLANS = (("cnn", "type_rule"), ("cnn", "round_robin"), ("transformer", "type_rule"), ("transformer", "round_robin"),
-         ("mlp", "round_robin"))
+         ("mlp", "round_robin"), ("cnn", "even_split"), ("transformer", "chain_dp"))
 
 
 def run(sc: Scenario, steps: int, cpus: list) -> tuple[float, dict, list]:
@@ -54,7 +54,9 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--steps", type=int, default=16)
     ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--procs", default="2,3,4", help="plans of these process counts only")
     a = ap.parse_args()
+    wanted = {int(p) for p in a.procs.split(",")}
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     cpus = settings.job_cpus()
     topo = four_devices()
@@ -66,7 +68,7 @@ def main() -> None:
         sc = resolved(Scenario(f"{model}-{strategy}", topo, tr))
         parts = plan_parts(sc, prof)
         n = len(parts.devices)
-        if n <= len(cpus):
+        if n not in wanted:
             continue
         weights = message_weights(parts)
         maps = {p: [None if c is None else cpus[c] for c in rank_cores(n, len(cpus), weights, p)]

@@ -286,15 +286,12 @@ def step_stages(cut: list[Piece], final: tuple[int, int], nbytes: dict | None = 
 
 
 def placed_cpus(sc: Scenario, cpus: list[int]) -> list[int | None]:
-    """The core of each rank of a placement run given the job's cores ``cpus`` (the job manager's turns): with
-    more ranks than cores, the ranks that exchange the most messages go on different cores
-    (:func:`lab.modelled.placement.cores.rank_cores`; bench_pinning.py measured this against turns and no
-    pinning)."""
+    """The core of each rank of a placement run given the job's cores ``cpus`` (the job manager's turns), or None
+    for a rank left to the kernel, by :data:`lab.modelled.placement.cores.DEFAULT_RANK_POLICY`
+    (:func:`lab.modelled.placement.cores.rank_cores`; bench_pinning.py measured the policies side by side)."""
     distinct = list(dict.fromkeys(cpus))
     ds, model = model_for(sc)
     plan = resolve(sc, model, ds.in_features)
-    if len(plan.devices) <= len(distinct):
-        return list(cpus)
     cut, final = pieces(model, plan)
     weights = executor_messages(step_stages(cut, final), plan.devices, sc.training.micro_batches)
     return [None if c is None else distinct[c] for c in rank_cores(len(plan.devices), len(distinct), weights)]

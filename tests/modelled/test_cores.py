@@ -228,3 +228,21 @@ def test_the_module_has_no_processes_and_no_torch():
         mods = {n.module.split(".")[0] for n in ast.walk(ast.parse(inspect.getsource(mod)))
                 if isinstance(n, ast.ImportFrom) and n.module}
         assert not ({"torch", "multiprocessing", "subprocess"} & (names | mods))
+
+
+def test_ranks_take_the_cores_by_policy():
+    from lab.modelled.placement.cores import DEFAULT_RANK_POLICY, rank_cores
+
+    w = {(0, 1): 10, (1, 2): 10, (0, 2): 1}
+    assert rank_cores(3, 2, w, "turns") == [0, 1, 0]
+    # Partners apart: 0 and 2 exchange the least, so they share a core.
+    assert rank_cores(3, 2, w, "partners") == [0, 1, 0]
+    assert rank_cores(3, 2, {(0, 2): 10, (0, 1): 1}, "partners") == [0, 1, 1]
+    # Brute force over balanced assignments: what shares a core is the least traffic there is.
+    got = rank_cores(4, 2, {(0, 1): 5, (2, 3): 5, (0, 2): 1, (1, 3): 1}, "partners")
+    assert got[0] != got[1] and got[2] != got[3] and sorted(got) == [0, 0, 1, 1]
+    assert rank_cores(2, 2, w, "partners") == [0, 1]
+    assert rank_cores(3, 2, w, "free") == [None, None, None] == rank_cores(3, 2, w)
+    assert DEFAULT_RANK_POLICY == "free"
+    with pytest.raises(LabError, match="unknown rank policy"):
+        rank_cores(3, 2, w, "random")

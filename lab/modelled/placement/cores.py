@@ -445,25 +445,25 @@ def simulate(tasks: Sequence[Sequence[Any]], pinned: Sequence[int | None], machi
                         blocked=blocked, ends=ends)
 
 
-#: How a job's ranks take the cores when there are more ranks than cores: in turns (rank r on core r mod
-#: cores), partners apart (the ranks that exchange the most messages on different cores), or free (no pinning:
-#: the kernel moves them).
+#: How a job's ranks take the cores: free (no pinning: the kernel moves every thread of every rank, a
+#: process's communication threads included), in turns (rank r on core r mod cores, a core each while there are
+#: enough), or partners apart (a core each while there are enough, then the ranks that exchange the most messages
+#: on different cores). bench_pinning.py measured free fastest on a quiet machine.
 RANK_POLICIES = ("turns", "partners", "free")
-DEFAULT_RANK_POLICY = "partners"
+DEFAULT_RANK_POLICY = "free"
 
 
 def rank_cores(n: int, cores: int, weights: Mapping[tuple[int, int], float] | None = None,
                policy: str = DEFAULT_RANK_POLICY) -> list[int | None]:
-    """The core (0..cores-1) of each of ``n`` ranks, or None for a rank the kernel may move. With a core per
-    rank every rank has its own; otherwise by ``policy`` (:data:`RANK_POLICIES`); ``weights``: messages per
-    step between two ranks (``(a, b)`` with ``a < b``), which "partners" keeps off one core while every core
-    holds at most ``ceil(n / cores)`` ranks."""
+    """The core (0..cores-1) of each of ``n`` ranks, or None for a rank the kernel may move, by ``policy``
+    (:data:`RANK_POLICIES`); ``weights``: messages per step between two ranks (``(a, b)`` with ``a < b``), which
+    "partners" keeps off one core while every core holds at most ``ceil(n / cores)`` ranks."""
     if policy not in RANK_POLICIES:
         raise LabError(f"unknown rank policy {policy!r}; choose one of {list(RANK_POLICIES)}", where=WHERE)
-    if n <= cores:
-        return list(range(n))
     if policy == "free":
         return [None] * n
+    if n <= cores:
+        return list(range(n))
     turns = [r % cores for r in range(n)]
     if policy == "turns" or not weights:
         return turns
