@@ -35,10 +35,11 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from numbers import Integral, Real
+from numbers import Integral
 from typing import Any, Hashable, Mapping, Sequence
 
 from lab.errors import LabError
+from lab.modelled.placement.pipeline import check_seconds
 
 WHERE = "core model"
 _EPS = 1e-12
@@ -112,12 +113,7 @@ class CoreSchedule:
 
 
 def _sec(x: Any, what: str) -> float:
-    if isinstance(x, bool) or not isinstance(x, Real):
-        raise LabError(f"{what} must be a number (got {x!r})", where=WHERE)
-    x = float(x)
-    if not math.isfinite(x) or x < 0:
-        raise LabError(f"{what} must be a finite number >= 0 (got {x})", where=WHERE)
-    return x
+    return check_seconds(x, what, where=WHERE)
 
 
 def share(entities: Sequence[tuple[float, float, int | None]], cores: int) -> list[float]:

@@ -94,13 +94,17 @@ class PipelineSchedule:
 _TRANSFERS = ("activation", "gradient")
 
 
-def _seconds(x: Any, what: str) -> float:
+def check_seconds(x: Any, what: str, where: str = WHERE) -> float:
+    """``x`` as seconds: a finite number >= 0, else a :class:`LabError` naming ``what``."""
     if isinstance(x, bool) or not isinstance(x, Real):
-        raise LabError(f"{what} must be a number (got {x!r})", where=WHERE)
+        raise LabError(f"{what} must be a number (got {x!r})", where=where)
     x = float(x)
     if not math.isfinite(x) or x < 0:
-        raise LabError(f"{what} must be a finite number >= 0 (got {x})", where=WHERE)
+        raise LabError(f"{what} must be a finite number >= 0 (got {x})", where=where)
     return x
+
+
+_seconds = check_seconds
 
 
 def _micro(m: Any) -> int:
