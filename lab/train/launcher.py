@@ -65,7 +65,7 @@ from lab.scenario.document import Scenario
 from lab.settings import ROOT
 from lab.scenario.groups import resource_groups
 from lab.store.runs import ACTIVE, JOB_WORKER, RunStore, check_run_id
-from lab.train import fork, stages
+from lab.train import fork
 from lab.train.resilience import latest_checkpoint, read_heartbeat
 
 log = logging.getLogger("lab.train")
@@ -410,8 +410,11 @@ def launch(sc: Scenario, run_id: str | None = None, *, name: str | None = None,
     if not store.claim(run_id, **identity()):
         return LaunchResult(run_id, store.status(run_id), math.nan, "stopped, or started elsewhere, before it started")
     cpus = cpus if cpus is not None else parse_cpus(settings.raw("LAB_RANK_CPUS"))
-    if cpus and not cluster and sc.training.parallel == "placement":  # message partners on different cores
-        cpus = stages.placed_cpus(sc, cpus)
+    if cpus and not cluster and sc.training.parallel == "placement":
+        # Imported here: the plan needs torch, which a launcher of any other job never loads.
+        from lab.train.stages import placed_cpus
+
+        cpus = placed_cpus(sc, cpus)
     # Other work on this machine slows a run the model does not know about: measure how much there was.
     # A cluster's ranks run on other machines, whose load this one cannot see.
     meter = None if cluster else processes.LoadMeter()
