@@ -289,7 +289,9 @@ def balance_run_intro() -> str:
     """What "Run the balancing loop" does, and what it is measured against."""
     return ("**Run the balancing loop** runs the loop above for real, once per rule: one process per device of the "
             "topology, over gloo, the drawn cluster emulated (each device slower by the catalogue and by the slowdown "
-            "above, which the planner does not know). Every round trains the current plan for a few steps; each "
+            "above, which the planner does not know). The first round runs the planner's plan by the cost model chosen "
+            "above (with this machine's calibrated costs, the plan they choose). Every round trains the current plan "
+            "for a few steps; each "
             "device's busy time is measured (compute and its emulated wait) and its waiting is the round's step time "
             "minus that; the next weights follow from them by the rule, the planner (greedy earliest finish, or HEFT "
             "when that is the strategy chosen) re-plans, and an operator that moves takes its parameters and its "
@@ -298,15 +300,23 @@ def balance_run_intro() -> str:
             "as the cost model simulates it for the same rule.")
 
 
+def balance_planner(strategy: str) -> str:
+    """The planner a balancing loop re-plans with: HEFT when that is the page's strategy, else greedy earliest
+    finish."""
+    return "heft" if strategy == "heft" else "greedy_eft"
+
+
 def balance_scenario(sc, model: str, batch: int, micro_batches: int, rule: str, round_steps: int, max_rounds: int,
-                     tolerance: float, patience: int, slowdown: Mapping[str, float], strategy: str):
+                     tolerance: float, patience: int, slowdown: Mapping[str, float], strategy: str,
+                     start: Mapping[str, str] | None = None):
     """The scenario of a balancing run: a placement run of the page's model whose plan the loop re-makes every
     round by ``rule`` (greedy earliest finish, or HEFT when that is ``strategy``), the cluster emulated with the
     page's slowdowns; as many rounds of ``round_steps`` as ``max_rounds`` allows within
-    :data:`MAX_BALANCE_RUN_STEPS` steps."""
+    :data:`MAX_BALANCE_RUN_STEPS` steps. Its first round runs ``start`` (the page's plan, by the page's cost
+    model); without it, the planner's plan on the datasheet."""
     rounds = max(1, min(int(max_rounds), MAX_BALANCE_RUN_STEPS // int(round_steps)))
     tr = sc.training.replace(parallel="placement", model=model, batch_size=int(batch), micro_batches=int(micro_batches),
-                             strategy="heft" if strategy == "heft" else "greedy_eft", placement={}, balance=rule,
+                             strategy=balance_planner(strategy), placement=dict(start or {}), balance=rule,
                              round_steps=int(round_steps), steps=int(round_steps) * rounds,
                              balance_tolerance=float(tolerance), balance_patience=int(patience),
                              slowdown={d: float(f) for d, f in slowdown.items() if float(f) != 1.0}, emulate=True,
@@ -325,9 +335,11 @@ def balance_items(sc, g, model: str, batch: int, micro_batches: int, round_steps
                   plan=assignment_of) -> list[tuple]:
     """(scenario, run name) of one balancing session: the loop with each rule, then each baseline plan of
     :data:`BALANCE_BASELINES` (``plan(g, strategy)`` gives its assignment) on the same emulated cluster, run for
-    three rounds' steps; a baseline that cannot place the graph is left out."""
+    three rounds' steps; a baseline that cannot place the graph is left out. The loop starts from the planner's
+    plan of ``g``, so with the calibrated cost model its first round is the plan the calibrated costs choose."""
+    start = plan(g, balance_planner(strategy))
     items = [(balance_scenario(sc, model, batch, micro_batches, r, round_steps, max_rounds, tolerance, patience,
-                               slowdown, strategy), f"balancing ({r}) · {model}") for r in RULES]
+                               slowdown, strategy, start), f"balancing ({r}) · {model}") for r in RULES]
     slow = items[0][0].training.slowdown
     for name in BALANCE_BASELINES:
         try:

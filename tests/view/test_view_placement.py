@@ -199,3 +199,32 @@ def test_the_why_caption_says_where_its_numbers_come_from():
     measured = CalibratedModel(dataclasses.replace(synthetic_profile(), executor=ExecutorFit()))
     assert "executor's messages on this machine" in pv.why_caption(measured)
     assert "no measurement of the executor's messages" in pv.why_caption(CalibratedModel(synthetic_profile()))
+
+
+def test_the_balancing_loop_starts_from_the_pages_plan_and_every_run_of_it_checks():
+    """The loop's first round is the plan the page's cost model makes (the calibrated one when chosen), not the
+    datasheet's; the run's own checks accept it."""
+    import dataclasses
+
+    from lab.machine.calibrate import synthetic_profile
+    from lab.machine.calibrated_model import CalibratedModel
+    from lab.machine.profile import ExecutorFit
+    from lab.modelled.costmodel import DATASHEET
+    from lab.modelled.opgraph import trace
+    from lab.scenario.document import Scenario
+    from lab.train import stages
+
+    og, topo = trace("cnn", 32, 64), preset("cxl")
+    cm = CalibratedModel(dataclasses.replace(synthetic_profile(), executor=ExecutorFit()))
+    sheet, here = (TaskGraph.from_model(og, topo, model=m) for m in (DATASHEET, cm))
+    planned = {name: pv.assignment_of(g, "heft") for name, g in (("sheet", sheet), ("here", here))}
+    assert planned["sheet"] != planned["here"]
+    sc = Scenario("balance", topo)
+    items = pv.balance_items(sc, here, "cnn", 32, 2, 3, 4, 0.05, 2, {}, "heft")
+    loops = [s for s, name in items if name.startswith("balancing")]
+    assert len(loops) == len(RULES)
+    for s in loops:
+        assert dict(s.training.placement) == planned["here"] and s.training.strategy == "heft"
+        assert stages.check_placement(s).assignment == planned["here"]
+    default = pv.balance_scenario(sc, "cnn", 32, 2, "wait", 3, 4, 0.05, 2, {}, "greedy_eft")
+    assert dict(default.training.placement) == {}
