@@ -99,7 +99,7 @@ def live_view() -> None:
         st.error(f"Alarm, job {rid}, attempt {attempt}: {ui.plain(summary)} → {ui.plain(action)}",
                  icon=":material/notifications_active:")
     st.dataframe(job_views.shown_times(table), hide_index=True, key="jobs_table",
-                 column_config=ui.columns(job_views.JOB_COLUMNS))
+                 column_config=ui.column_config(job_views.JOB_COLUMNS))
     slots = job_views.slot_words(jm)
     ui.caption("measured", "Times are wall-clock (UTC) from the run store; 'waited' is submission to start, "
                f"'ran' start to end; resources are the {slots} the job manager gave it.")
@@ -140,7 +140,7 @@ def details(rid: str) -> None:
     if len(ev):
         st.plotly_chart(figs.stages_figure(ev.to_dict("records"), {rid: rid}), key="jobs_stages")
         st.dataframe(job_views.stage_table(ev), hide_index=True, key="jobs_stage_table",
-                     column_config=ui.columns(job_views.STAGE_COLUMNS))
+                     column_config=ui.column_config(job_views.STAGE_COLUMNS))
         ui.caption("measured", "Lifecycle events as the job manager, the launcher and rank 0 recorded them.")
         where = job_views.rank_nodes(ev)
         if len(where):
@@ -171,7 +171,7 @@ with ui.guarded("the scheduling what-if"):
     default = pd.DataFrame(job_views.WHATIF_JOBS)
     types = ["any"] + sorted({g.type for g in groups})
     edited = ui.control(st, "jobs_whatif", data=default, num_rows="dynamic", hide_index=True,
-                        column_config=ui.columns(job_views.whatif_columns(types)))
+                        column_config=ui.column_config(job_views.whatif_columns(types)))
     cap = ui.control(st, "jobs_maxrun")
     schedules, devices = job_views.whatif(groups, edited, cap)
     cols = st.columns(len(POLICIES))

@@ -102,7 +102,7 @@ with ui.guarded("the placement"):
         st.markdown(f"**{ui.plain(summary)}** {ui.badge('modelled')}")
         table = figs.baseline_table(brows)
         st.dataframe(pd.DataFrame(table), hide_index=True, key="pl_base_table",
-                     column_config=ui.columns(pv.baseline_columns(table[0])))
+                     column_config=ui.column_config(pv.baseline_columns(table[0])))
         ui.caption("modelled", pv.BASELINE_CAPTION)
     else:
         st.caption(pv.NO_BASELINE)
@@ -131,7 +131,7 @@ if g is not None:
             st.markdown(note)
         st.plotly_chart(figs.comparison_figure(rows), key="pl_compare")
         st.dataframe(pd.DataFrame(figs.comparison_table(rows)), hide_index=True, key="pl_compare_table",
-                     column_config=ui.columns(pv.COMPARISON_COLUMNS))
+                     column_config=ui.column_config(pv.COMPARISON_COLUMNS))
         ui.caption("modelled", pv.comparison_caption(cm.pass_))
 
 st.subheader("Run the plan: measured beside modelled")

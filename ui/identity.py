@@ -1,0 +1,54 @@
+"""Who this browser is: the student's owner id from the token their browser keeps in a cookie, the server's job
+manager, and whether the student signed in as the teacher."""
+
+from __future__ import annotations
+
+import streamlit as st
+
+OWNER_KEY = "job_owner"
+_COOKIE_PENDING = "_owner_cookie_pending"
+
+
+def owner() -> str:
+    """This student's owner id: from the token their browser keeps in a cookie (lab.jobs.access says
+    why a cookie and not the link), so a reload or a second tab is the same student. A browser
+    without one gets a new token, written into its cookie by :func:`write_identity_cookie`."""
+    from lab.jobs import access
+
+    ss = st.session_state
+    if OWNER_KEY not in ss:
+        try:
+            token = st.context.cookies.get(access.COOKIE)
+        except RuntimeError:  # no server behind this run (AppTest has no runtime): no cookie to read
+            token = None
+        if not access.valid_token(token):
+            token = access.new_token()
+            ss[_COOKIE_PENDING] = token
+        ss[OWNER_KEY] = access.owner_id(token)
+    return ss[OWNER_KEY]
+
+
+def write_identity_cookie() -> None:
+    """Write a new student's token into the browser's cookie (every run of the session that made it,
+    until a reload reads it back). It is the lab's own constant script; the token is URL-safe."""
+    from lab.jobs import access
+
+    owner()
+    token = st.session_state.get(_COOKIE_PENDING)
+    if token and access.valid_token(token):
+        st.html(f"<script>document.cookie = '{access.COOKIE}={token}; Path=/; Max-Age=31536000; "
+                "SameSite=Strict';</script>", unsafe_allow_javascript=True)
+
+
+def job_manager():
+    """(the server's one JobManager of the run store, shared by every session and page, with its fair
+    queue; this student's owner id in that queue)."""
+    from lab.jobs.manager import shared
+
+    return shared(), owner()
+
+
+def teacher() -> bool:
+    """Whether this student signed in as the teacher (on the Jobs page) on this server."""
+    jm, me = job_manager()
+    return jm.is_teacher(me)

@@ -1,0 +1,62 @@
+"""The frame every page shows: the sidebar with the scenario, the link that reproduces the whole view, the lesson
+switch, and the active lesson's panel."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import streamlit as st
+
+from lab.scenario.document import Scenario
+from lab.view import state as viewstate
+from lab.view.lessons import ticks_param
+from ui.identity import write_identity_cookie
+from ui.lessons import (LESSON_ACTIVE, LESSON_ID_PARAM, LESSON_PARAM, LESSON_TICKS, LESSON_TICKS_PARAM,
+                        lesson_mode, lesson_panel, lesson_toggle)
+from ui.session import URL_PARAM, VIEW_NOTICES, VIEW_PARAM, VIEW_SHADOW, route_through_app, scenario, sync_view
+from ui.text import plain
+
+
+def view_link_params(sc: Scenario) -> dict[str, str]:
+    """The query parameters that reproduce this view: the scenario, every control, lesson mode."""
+    shadow = dict(st.session_state.get(VIEW_SHADOW, {}))
+    for key in list(st.session_state.keys()):
+        if isinstance(key, str) and viewstate.linked(key) is not None:
+            shadow[key] = st.session_state[key]
+    params = {URL_PARAM: sc.to_url_param(), VIEW_PARAM: viewstate.encode(shadow, sc)}
+    if lesson_mode():
+        params[LESSON_PARAM] = "1"
+    if st.session_state.get(LESSON_ACTIVE):
+        params[LESSON_ID_PARAM] = st.session_state[LESSON_ACTIVE]
+        ticks = st.session_state.get(LESSON_TICKS, {}).get(params[LESSON_ID_PARAM])
+        if ticks:
+            params[LESSON_TICKS_PARAM] = ticks_param(ticks)
+    return params
+
+
+def scenario_sidebar() -> Scenario:
+    """The sidebar every page shows: the scenario's name and topology, and a link that reproduces the
+    whole view (this page, the scenario, every control)."""
+    route_through_app()
+    write_identity_cookie()
+    notice = st.container()  # always drawn, so the page's own elements keep their places when it is empty
+    if "teacher" in st.query_params:
+        # A token in an address stays in the browser's history and the server's logs: the teacher
+        # signs in on the Jobs page instead, and a link's token is dropped unread.
+        del st.query_params["teacher"]
+        notice.warning("A teacher's token in a link is not accepted (it would stay in the browser's history): "
+                       "sign in on the Jobs page instead.", icon=":material/key:")
+    sc = scenario()
+    sync_view(sc)
+    with st.sidebar:
+        st.markdown(f"**Scenario:** {plain(sc.name)}  \n**Topology:** {plain(sc.topology.name)} "
+                    f"({len(sc.topology.devices)} devices)")
+        if st.button("Put this view in the page link", key="ui_link",
+                     help="The address bar then opens this page with this scenario and these controls"):
+            st.query_params.from_dict(view_link_params(sc))
+        lesson_toggle()
+    for notice in st.session_state.pop(VIEW_NOTICES, []):
+        st.info("From the link: " + plain(notice) + ".", icon=":material/info:")
+    lesson_panel(Path(sys._getframe(1).f_code.co_filename).stem)  # the calling page's file
+    return sc

@@ -1,0 +1,109 @@
+"""Widgets from the tables: a Scenario field's widget (its label, bounds, choices, help and kind from the field's
+Spec) and a page control's widget (from lab.view.state.VIEW), kept in the session and hidden by the active
+lesson."""
+
+from __future__ import annotations
+
+import streamlit as st
+
+from lab.scenario.document import Spec
+from lab.scenario.names import labels
+from lab.view import state as viewstate
+from ui.lessons import hidden
+from ui.session import set_view, view_value
+from ui.text import plain
+
+_FROM_SESSION = object()  # a view control's value: the view seeded the session, so the widget is given none
+
+
+def _widget(where, spec: Spec, key: str, value=_FROM_SESSION, format_func=None, *, options=None, hi=None,
+            label: str | None = None, **kw):
+    """The widget of one field in ``where`` (a column, the sidebar, ``st``): its label, bounds, choices,
+    help, step, format and kind come from the field's :class:`lab.scenario.document.Spec`. ``options`` are
+    the choices where the page knows them only now (devices, operators, runs), ``hi`` a bound the page
+    knows only now, ``label`` a label that counts something; ``kw`` goes to the widget (a table's data)."""
+    given = value is not _FROM_SESSION
+    names = labels(spec.family) if spec.family else {}
+    fmt = format_func or (lambda v: names.get(v, str(v)))
+    label = spec.label if label is None else label
+    c = viewstate.control_for(key)
+    if c is not None and c.prefix and label == spec.label:  # one box per device: the device names it
+        label = f"{plain(key[len(c.prefix_key):])} {label}"
+    if spec.widget == "table":
+        return where.data_editor(kw.pop("data"), key=key, **kw)
+    kw.setdefault("help", spec.help or None)
+    if spec.widget == "file":
+        return where.file_uploader(label, key=key, **kw)
+    if spec.type is bool:
+        make = where.toggle if spec.widget == "toggle" else where.checkbox
+        return make(label, key=key, **({"value": bool(value)} if given else {}), **kw)
+    choices = spec.choices if options is None else tuple(options)
+    if choices is not None:
+        options = list(choices)
+        if spec.type is tuple:
+            return where.multiselect(label, options, key=key, format_func=fmt, **kw)
+        if spec.widget == "select_slider":
+            return where.select_slider(label, options, key=key, format_func=fmt, **kw)
+        at = {"index": options.index(value)} if given and value in options else {}
+        if spec.widget == "radio":
+            kw.setdefault("horizontal", True)
+            return where.radio(label, options, key=key, format_func=fmt, **at, **kw)
+        return where.selectbox(label, options, key=key, format_func=fmt, **at, **kw)
+    if spec.type is str:
+        if given:
+            kw["value"] = value
+        return where.text_input(label, key=key, **({"type": "password"} if spec.widget == "password" else {}), **kw)
+    lo, hi = (None if b is None else spec.type(b) for b in (spec.min, spec.max if hi is None else hi))
+    if given:
+        kw["value"] = spec.type(value)
+    if spec.step is not None:
+        kw.setdefault("step", spec.type(spec.step))
+    if spec.widget == "slider":
+        return where.slider(label, lo, hi, key=key, **kw)
+    if spec.format is not None:
+        kw.setdefault("format", spec.format)
+    return where.number_input(label, lo, hi, key=key, **kw)
+
+
+def setting(where, spec: Spec, value, key: str, *, format_func=None, **kw):
+    """The widget of one field of the Scenario's table (:data:`lab.scenario.document.TRAINING_FIELDS`,
+    ``COMPRESSION_FIELDS``), showing ``value``. ``format_func`` names the choices where a page says them its
+    own way."""
+    return _widget(where, spec, key, value, format_func, **kw)
+
+
+def control(where, key: str, *, options=None, hi=None, value=_FROM_SESSION, format_func=None, **kw):
+    """The widget of control ``key`` of the view table (:data:`lab.view.state.VIEW`; a prefix control's key
+    names its device). A kept control's value comes from the session (the view seeds it); a control the
+    active lesson hides draws nothing and keeps its view value. A transient control starts at ``value``, else
+    at its default. A kept value that the page's ``options`` or ``hi`` no longer allow falls back to the
+    default (or the first option, or ``hi``) before the widget is drawn, as a browser's box would."""
+    if hidden(key):
+        return view_value(key)
+    c = viewstate.control_for(key)
+    if c is None:
+        raise KeyError(f"the control {key!r} is in no table (lab.view.state.VIEW)")
+    ss = st.session_state
+    if options is not None and key in ss and c.spec.type is not tuple and ss[key] not in options:
+        del ss[key]
+    if hi is not None and isinstance(ss.get(key), (int, float)) and ss[key] > hi:
+        ss[key] = hi
+    if key in ss:
+        value = _FROM_SESSION  # the session's value is the widget's: a second one would make Streamlit warn
+    elif c.spec.widget in ("table", "file"):
+        value = _FROM_SESSION  # these start empty, or from the data the page gives
+    else:
+        if value is _FROM_SESSION:
+            value = c.spec.default
+        if options is not None and c.spec.type is not tuple:
+            value, _ = viewstate.fit_choice(value, options, next(iter(options), None))
+        if isinstance(value, (int, float)) and not isinstance(value, bool):  # a value the box would refuse
+            top = c.spec.max if hi is None else hi
+            value = max(value, c.spec.min) if c.spec.min is not None else value
+            value = min(value, top) if top is not None else value
+        if not c.transient and value is not None:
+            set_view(key, value)  # a kept control's value lives in the session, as the view's others do
+            value = _FROM_SESSION
+        elif value is None:
+            value = _FROM_SESSION
+    return _widget(where, c.spec, key, value, format_func, options=options, hi=hi, **kw)
