@@ -5,7 +5,7 @@ measured.
 **What runs.** A few calibration networks (never a preset model), each cut by a handful of layouts over its
 operators in topological order: on one device, a chain of 2 and of 4 contiguous parts, A-B-A, A-B-C, and operator
 by operator in turns over 2, 3 and 4 devices (many messages). Each plan runs ``steps`` steps of the job's own
-:class:`lab.train.stages.PlacementTrainer` with its ranks on the cores as jobs put them, and a few in turns on
+:class:`lab.train.placement_run.PlacementTrainer` with its ranks on the cores as jobs put them, and a few in turns on
 purpose so that partners share a core; two run their pieces node by node as emulated runs do. Nothing is
 emulated: every device is this machine.
 
@@ -44,7 +44,7 @@ from lab.machine.cases import CALIBRATION_NETS, build_calibration_net
 from lab.machine.plans import PlanParts, message_weights, parts_of, simulate_parts
 from lab.machine.profile import ExecutorFit, MachineProfile
 from lab.modelled.opgraph import trace
-from lab.modelled.placement.cores import Machine, Send, rank_cores
+from lab.modelled.placement.cores import Send, rank_cores
 from lab.modelled.placement.executor import Linear, StepCosts
 from lab.modelled.placement.executor import tasks as executor_tasks
 from lab.processes import LoadMeter
@@ -52,7 +52,7 @@ from lab.scenario.catalogue import preset
 from lab.scenario.document import Scenario, Training
 from lab.scenario.topology import Topology
 from lab.train import data as data_mod
-from lab.train.stages import PlacementTrainer
+from lab.train.placement_run import PlacementTrainer
 
 WHERE = "executor calibration"
 #: (calibration network, layout, node by node, rank policy or None for the jobs' own)

@@ -50,7 +50,7 @@ from lab.modelled.placement.executor import messages as executor_messages
 from lab.modelled.placement.executor import tasks as executor_tasks
 from lab.scenario.document import Scenario
 from lab.scenario.names import STRATEGY_SHORT
-from lab.train import stages
+from lab.train import placement_run
 
 FORWARD_SHARE = 1.0 / 3.0
 WARMUP_STEPS = 2
@@ -63,7 +63,7 @@ def _tensor_bytes(pieces: list, final: tuple, micro: int, in_features: int) -> d
     x = torch.zeros(micro, in_features)
     with torch.no_grad():
         for p in pieces:
-            ins = [x if r is stages.INPUT else vals[r[0]][r[1]] for r in p.inputs]
+            ins = [x if r is placement_run.INPUT else vals[r[0]][r[1]] for r in p.inputs]
             res = p.module(*ins)
             vals[p.index] = (res,) if p.single else tuple(res)
             for o, t in enumerate(vals[p.index]):
@@ -87,10 +87,10 @@ class PlanParts:
 
 def plan_parts(sc: Scenario, profile: MachineProfile, *, emulate: bool | None = None) -> PlanParts:
     """The scenario's placement run (its plan written out or made by its strategy) as the core model takes it."""
-    sc = stages.resolved(sc)
+    sc = placement_run.resolved(sc)
     tr = sc.training
     emulate = tr.emulate if emulate is None else emulate
-    ds, model = stages.model_for(sc)
+    ds, model = placement_run.model_for(sc)
     return parts_of(sc, model, ds.in_features, profile, emulate=emulate)
 
 
@@ -99,16 +99,16 @@ def parts_of(sc: Scenario, model: torch.nn.Module, in_features: int, profile: Ma
     """:func:`plan_parts` of a scenario whose plan is written out, for ``model`` (a preset or a calibration
     network)."""
     tr = sc.training
-    plan = stages.resolve(sc, model, in_features)
-    cut, final = stages.pieces(model, plan)
+    plan = placement_run.resolve(sc, model, in_features)
+    cut, final = placement_run.pieces(model, plan)
     micro = math.ceil(tr.batch_size / tr.micro_batches)
     nbytes = _tensor_bytes(cut, final, micro, in_features)
     fit = profile.compute  # one process: the core model shares the cores itself
     og = trace(model, micro, in_features, name=tr.model)
-    scales = stages.op_scales(sc, plan) if emulate else {}
+    scales = placement_run.op_scales(sc, plan) if emulate else {}
     cost = {op.name: fit.cost(op_features(op)[0]).time(op.flops) for op in og.ops}
     parts = []
-    for p, bare in zip(cut, stages.step_stages(cut, final, nbytes)):
+    for p, bare in zip(cut, placement_run.step_stages(cut, final, nbytes)):
         fwd = tuple((op, cost[op] * FORWARD_SHARE, scales.get(op, 1.0)) for op in p.ops)
         if any(not math.isfinite(s) for _, _, s in fwd):
             raise LabError(f"the plan puts an operator of piece {p.index} on {p.device!r}, which has no kernel for it",

@@ -46,7 +46,7 @@ seeded per-device, per-round noise factor ``exp(noise * N(0, 1))``. A round is *
 the cost model** (modelled, not measured).
 
 One :class:`BalanceLoop` keeps the book (weights, the test, the rule, the stop) for a simulated
-loop here and for a measured one: a balancing placement run (:mod:`lab.train.stages`) feeds it each
+loop here and for a measured one: a balancing placement run (:mod:`lab.train.placement_run`) feeds it each
 round's measured busy times and step time, and re-plans with :func:`weighted_plan`.
 """
 

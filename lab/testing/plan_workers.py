@@ -9,7 +9,7 @@ import torch
 from lab.comm.spawn import init_worker
 from lab.machine.cases import pin_rank
 from lab.scenario.document import Scenario
-from lab.train.stages import PlacementTrainer
+from lab.train.placement_run import PlacementTrainer
 
 
 def plan_worker(rank: int, world: int, port: int, scenario_json: str, steps: int, out_dir: str,

@@ -243,11 +243,11 @@ def preflight(sc: Scenario) -> Scenario:
     per worker: the devices of the scenario, then what every worker's setup does
     (:func:`lab.train.plan.check_scenario`: the data, the model, the plan with each worker's device
     and its kernels, the optimiser, the shards). Returns the scenario as the job runs it: a placement run's
-    with its plan written out (:func:`lab.train.stages.resolved`)."""
+    with its plan written out (:func:`lab.train.placement_run.resolved`)."""
     tr = sc.training
     sc.check_devices()
     if tr.parallel == "placement":  # the plan written out, so every process and the store see the same one
-        from lab.train.stages import check_placement, resolved
+        from lab.train.placement_run import check_placement, resolved
 
         sc = resolved(sc)
         check_placement(sc)
@@ -412,7 +412,7 @@ def launch(sc: Scenario, run_id: str | None = None, *, name: str | None = None,
     cpus = cpus if cpus is not None else parse_cpus(settings.raw("LAB_RANK_CPUS"))
     if cpus and not cluster and sc.training.parallel == "placement":
         # Imported here: the plan needs torch, which a launcher of any other job never loads.
-        from lab.train.stages import placed_cpus
+        from lab.train.placement_run.pieces import placed_cpus
 
         cpus = placed_cpus(sc, cpus)
     # Other work on this machine slows a run the model does not know about: measure how much there was.
@@ -494,7 +494,7 @@ def named(failure: Failure | None, sc: Scenario) -> Failure | None:
     """A placement run's failure names the stage: which device's process failed, and the operators it held."""
     if failure is None or failure.rank is None or sc.training.parallel != "placement":
         return failure
-    from lab.train.stages import stage_devices
+    from lab.train.placement_run import stage_devices
 
     devices = stage_devices(sc)
     if not 0 <= failure.rank < len(devices):

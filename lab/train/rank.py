@@ -18,7 +18,7 @@ from lab.errors import LabError
 from lab.scenario.document import Scenario
 from lab.store.runs import RunStore
 from lab.train import resilience as rz
-from lab.train.stages import PlacementTrainer
+from lab.train.placement_run import PlacementTrainer
 from lab.train.trainer import Trainer
 from lab.comm.peers import waits_for_peers
 

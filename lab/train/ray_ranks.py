@@ -218,7 +218,7 @@ def bundles(sc: Scenario, world: int) -> list[dict]:
     offered = ray.cluster_resources()
     kinds = {d.name: d.type for d in sc.topology.devices}
     if sc.training.parallel == "placement":  # rank k runs the stage of the plan's k-th device
-        from lab.train.stages import stage_devices
+        from lab.train.placement_run import stage_devices
 
         devices = stage_devices(sc)
     else:

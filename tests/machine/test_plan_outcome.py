@@ -15,7 +15,7 @@ from lab.machine.replay import replay
 from lab.scenario.catalogue import preset
 from lab.scenario.document import Scenario, Training
 from lab.store.runs import JOB_WORKER, METRIC_COLUMNS, RunStore
-from lab.train import stages
+from lab.train import placement_run
 
 EX = ExecutorFit(compute=1.0, call=50e-6, backward_call=50e-6, send_fixed=40e-6, recv_fixed=40e-6,
                  wire_fixed=200e-6, fit_error=0.18, cases=29, procs=(1, 2, 3, 4))
@@ -23,8 +23,8 @@ EX = ExecutorFit(compute=1.0, call=50e-6, backward_call=50e-6, send_fixed=40e-6,
 
 def _store_run(store: RunStore) -> tuple[str, list[dict], list[str]]:
     tr = Training(model="mlp", parallel="placement", strategy="type_rule", batch_size=32, micro_batches=2, steps=6)
-    sc = stages.resolved(Scenario("plan", preset("cxl"), tr))
-    devices = stages.stage_devices(sc)
+    sc = placement_run.resolved(Scenario("plan", preset("cxl"), tr))
+    devices = placement_run.stage_devices(sc)
     rid = store.create_run(sc, status="done")
     store.merge_info(rid, {"devices": devices, "load": {"others_share": 0.0, "cpus": 2}})
     rows = []

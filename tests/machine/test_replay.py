@@ -13,7 +13,7 @@ from lab.machine.replay import replay, replay_error
 from lab.scenario.catalogue import preset
 from lab.scenario.document import Scenario, Training
 from lab.testing.plan_workers import plan_worker
-from lab.train import stages
+from lab.train import placement_run
 
 
 def _rows():
@@ -69,11 +69,11 @@ def test_a_real_recorded_step_replays_with_its_own_times_and_no_later(tmp_path):
 
     tr = Training(model="cnn", parallel="placement", strategy="round_robin", batch_size=24, micro_batches=3,
                   steps=1, emulate=True)
-    sc = stages.resolved(Scenario("replay", Topology.from_dict(d), tr))
-    world = stages.stage_count(sc)
+    sc = placement_run.resolved(Scenario("replay", Topology.from_dict(d), tr))
+    world = placement_run.stage_count(sc)
     run_local(plan_worker, world, (sc.to_json(), 1, str(tmp_path), "float32"), timeout_s=240)
     rows = [e for r in range(world) for e in json.loads((tmp_path / f"plan{r}.json").read_text())["events"]]
-    devices = stages.stage_devices(sc)
+    devices = placement_run.stage_devices(sc)
     sched, measured, err = replay_error(rows, devices)
     recorded = sorted(round(r["end"] - r["start"], 12) for r in rows
                       if r["kind"] in ("forward", "backward", "loss", "optimizer"))

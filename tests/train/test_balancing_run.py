@@ -15,7 +15,7 @@ from lab.scenario.catalogue import preset
 from lab.scenario.document import Scenario, Training
 from lab.scenario.models import build_model
 from lab.store.runs import JOB_WORKER, RunStore
-from lab.train import stages
+from lab.train import placement_run
 from lab.train.launcher import launch, processes_of, preflight
 
 pytestmark = pytest.mark.timeout(300)
@@ -59,7 +59,7 @@ def test_the_balancing_loop_runs_its_rounds_and_each_rounds_weights_follow_from_
     assert sorted(steps) == list(range(1, int(steps.max()) + 1))  # every step stored
     # Replaying the stored measurements through the same loop gives the stored weights and plans of every round.
     ds_model = build_model("cnn", 64, 10)
-    plan = stages.resolve(preflight(sc), ds_model, 64)
+    plan = placement_run.resolve(preflight(sc), ds_model, 64)
     g = plan.tasks
     loop = model_loop(g, rule, tolerance=sc.training.balance_tolerance, patience=2, max_rounds=8)
     assert rounds[0]["plan"] == [plan.assignment[t] for t in g.tasks]

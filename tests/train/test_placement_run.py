@@ -18,7 +18,7 @@ from lab.scenario.document import Scenario, Training
 from lab.scenario.models import build_model
 from lab.scenario.topology import Topology
 from lab.testing.plan_workers import plan_worker, replan_worker
-from lab.train import stages
+from lab.train import placement_run
 from lab.train.reference import placement_single_process
 
 STEPS = 4
@@ -36,15 +36,15 @@ def ops_of(model: str) -> list[str]:
 
 
 def run(sc: Scenario, tmp_path, dtype: str = "float64") -> list[dict]:
-    sc = stages.resolved(sc)
-    world = stages.stage_count(sc)
+    sc = placement_run.resolved(sc)
+    world = placement_run.stage_count(sc)
     assert world <= 4
     run_local(plan_worker, world, (sc.to_json(), STEPS, str(tmp_path), dtype), timeout_s=240)
     return [json.loads((tmp_path / f"plan{r}.json").read_text()) for r in range(world)]
 
 
 def check_against_reference(sc: Scenario, outs: list[dict], tol: float) -> None:
-    ref = placement_single_process(stages.resolved(sc), STEPS)
+    ref = placement_single_process(placement_run.resolved(sc), STEPS)
     holders = [o for o in outs if math.isfinite(o["losses"][0])]
     assert len(holders) == 1  # exactly one process computes the loss
     got = holders[0]["losses"]
@@ -78,7 +78,7 @@ def test_a_placement_run_computes_what_one_process_computes(model, plan, tmp_pat
     outs = run(sc, tmp_path)
     assert len(outs) == len(devices)
     check_against_reference(sc, outs, 1e-9)
-    pieces = stages.pieces(build_model(model, 64, 10), stages.resolve(sc, build_model(model, 64, 10), 64))[0]
+    pieces = placement_run.pieces(build_model(model, 64, 10), placement_run.resolve(sc, build_model(model, 64, 10), 64))[0]
     if plan == "interleaved3":  # the plan returns to a device: more pieces than devices, no deadlock
         assert len(pieces) > len(devices)
         assert any(p.device == "edge0" for p in pieces[1:])
@@ -95,7 +95,7 @@ def four_devices() -> dict:
 @pytest.mark.parametrize("strategy", list(STRATEGIES))
 def test_every_strategy_runs_its_plan_to_the_end_with_pins(strategy, tmp_path):
     sc = scenario("cnn", topology=four_devices(), strategy=strategy, pins={"conv1": "fpga"}, emulate=False)
-    plan = stages.resolve(stages.resolved(sc), build_model("cnn", 64, 10), 64)
+    plan = placement_run.resolve(placement_run.resolved(sc), build_model("cnn", 64, 10), 64)
     assert plan.assignment["conv1"] == "fpga"
     outs = run(sc, tmp_path, dtype="float32")
     # float32: the same operations in the same order as one process, except gradients of a tensor read by
@@ -104,7 +104,7 @@ def test_every_strategy_runs_its_plan_to_the_end_with_pins(strategy, tmp_path):
 
 
 def check_against_reference_f32(sc, outs):
-    ref = placement_single_process(stages.resolved(sc), STEPS, dtype=torch.float32)
+    ref = placement_single_process(placement_run.resolved(sc), STEPS, dtype=torch.float32)
     got = next(o["losses"] for o in outs if math.isfinite(o["losses"][0]))
     assert max(abs(a - b) for a, b in zip(got, ref["losses"])) <= 1e-5
 
@@ -114,8 +114,8 @@ def test_the_emulated_waits_are_the_topologys_numbers(tmp_path):
                           "pool2": "gpu", "fc1": "gpu", "act3": "gpu", "fc2": "gpu"}, topology="pcie", emulate=True)
     outs = run(sc, tmp_path, dtype="float32")
     topo = sc.topology
-    plan = stages.resolve(sc, build_model("cnn", 64, 10), 64)
-    scales = stages.op_scales(sc, plan)
+    plan = placement_run.resolve(sc, build_model("cnn", 64, 10), 64)
+    scales = placement_run.op_scales(sc, plan)
     waits = 0
     for o in outs:
         ev = o["events"]
@@ -142,12 +142,12 @@ def test_the_emulated_waits_are_the_topologys_numbers(tmp_path):
 def test_a_plan_that_does_not_fit_the_model_is_refused_with_the_operator_named():
     sc = scenario("mlp", {"nope": "edge0"})
     with pytest.raises(LabError, match="nope"):
-        stages.check_placement(sc)
+        placement_run.check_placement(sc)
     sc = scenario("cnn", {op: "asic" for op in ops_of("cnn")}, topology="cxl")
     with pytest.raises(LabError, match="no kernel"):
-        stages.check_placement(sc)
+        placement_run.check_placement(sc)
     with pytest.raises(LabError, match="compression"):
-        stages.check_placement(scenario("mlp", compression={"kind": "topk"}))
+        placement_run.check_placement(scenario("mlp", compression={"kind": "topk"}))
 
 
 @pytest.mark.parametrize("model", ["cnn", "resnet"])
@@ -162,7 +162,7 @@ def test_a_run_that_moves_operators_between_rounds_computes_what_one_process_com
     topo["devices"] = [d for d in topo["devices"] if d["name"] in devices]
     topo["links"] = [x for x in topo["links"] if x["a"] in devices + ["edge-switch"] and x["b"] in devices + ["edge-switch"]]
     sc = scenario(model, plans[0], topology=topo, balance="wait", round_steps=2, optimizer="adabelief")
-    assert stages.stage_count(sc) == 3
+    assert placement_run.stage_count(sc) == 3
     per = 2
     run_local(replan_worker, 3, (sc.to_json(), json.dumps(plans), per, str(tmp_path)), timeout_s=240)
     outs = [json.loads((tmp_path / f"replan{r}.json").read_text()) for r in range(3)]

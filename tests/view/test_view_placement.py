@@ -212,7 +212,7 @@ def test_the_balancing_loop_starts_from_the_pages_plan_and_every_run_of_it_check
     from lab.modelled.costmodel import DATASHEET
     from lab.modelled.opgraph import trace
     from lab.scenario.document import Scenario
-    from lab.train import stages
+    from lab.train import placement_run
 
     og, topo = trace("cnn", 32, 64), preset("cxl")
     cm = CalibratedModel(dataclasses.replace(synthetic_profile(), executor=ExecutorFit()))
@@ -225,6 +225,6 @@ def test_the_balancing_loop_starts_from_the_pages_plan_and_every_run_of_it_check
     assert len(loops) == len(RULES)
     for s in loops:
         assert dict(s.training.placement) == planned["here"] and s.training.strategy == "heft"
-        assert stages.check_placement(s).assignment == planned["here"]
+        assert placement_run.check_placement(s).assignment == planned["here"]
     default = pv.balance_scenario(sc, "cnn", 32, 2, "wait", 3, 4, 0.05, 2, {}, "greedy_eft")
     assert dict(default.training.placement) == {}

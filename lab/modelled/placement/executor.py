@@ -1,7 +1,7 @@
 """The lab's placement executor as task lists: what each process of a placement run does in one step, in
 the executor's own order, for the core model (:mod:`.cores`) to run on shared cores.
 
-The order is :class:`lab.train.stages.PlacementTrainer`'s (the ideal pipeline model, :mod:`.pipeline`,
+The order is :class:`lab.train.placement_run.PlacementTrainer`'s (the ideal pipeline model, :mod:`.pipeline`,
 follows the same GPipe order on a core per process):
 
 * **Forward**, the process's pieces by ascending index, each for micro-batches ``0..M-1``: receive every

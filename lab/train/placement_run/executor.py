@@ -1,0 +1,444 @@
+"""The pipeline executor of a placement run: one process per device, each running its own pieces for every
+micro-batch in the GPipe order, sending each output another device reads as soon as it exists."""
+from __future__ import annotations
+
+import math
+import time
+
+import torch
+import torch.distributed as dist
+import torch.fx as fx
+import torch.nn.functional as F
+
+from lab.comm.peers import waits_for_peers
+from lab.errors import LabError
+from lab.modelled.balance import MAX_ROUNDS, model_loop
+from lab.modelled.costmodel import DATASHEET
+from lab.optim.optimizers import from_training as optim_from_training
+from lab.train import data as data_mod
+from lab.train import resilience as rz
+from lab.train.placement_run.clock import clock_offsets
+from lab.train.placement_run.pieces import INPUT, Piece, link_wait, op_scales, pieces
+from lab.train.placement_run.plan import StagePlan, model_for, resolve
+from lab.train.placement_run.recording import Recording
+from lab.train.placement_run.rounds import Rebalancing
+from lab.train.trainer import Trainer
+
+FWD, BWD = 0, 1
+
+
+class _Timed(fx.Interpreter):
+    """Runs a piece node by node and stamps each operator from its first node (nodes it does not own but
+    that come before it, such as shape arithmetic, included) to its last, then adds its emulated wait."""
+
+    def __init__(self, run: "PlacementTrainer", piece: Piece, micro: int):
+        super().__init__(piece.module)
+        self.run_, self.piece, self.micro = run, piece, micro
+        self.last = {}
+        for n in piece.module.graph.nodes:
+            if run.owner.get(n.name) is not None:
+                self.last[run.owner[n.name]] = n.name
+        self.opened: float | None = None
+
+    def run_node(self, n: fx.Node):
+        if n.op in ("placeholder", "output", "get_attr"):
+            return super().run_node(n)
+        if self.opened is None:
+            self.opened = time.perf_counter()
+        out = super().run_node(n)
+        op = self.run_.owner.get(n.name)
+        if op is not None and self.last.get(op) == n.name:
+            self.run_.op_done(self.piece, self.micro, op, self.opened, time.perf_counter())
+            self.opened = None
+        return out
+
+    def run(self, *args):
+        out = super().run(*args)
+        if self.opened is not None:  # nodes after the piece's last operator
+            self.run_.op_done(self.piece, self.micro, None, self.opened, time.perf_counter())
+            self.opened = None
+        return out
+
+
+class PlacementTrainer(Rebalancing, Recording, Trainer):
+    """One process of a placement run; the rank entry (:func:`lab.train.rank.run_rank`), the heartbeat,
+    the injected faults and the store are the data-parallel job's."""
+
+    dtype = torch.float32
+
+    def setup(self) -> None:
+        sc = self.sc
+        self.tr = tr = sc.training
+        if tr.micro_batches > tr.batch_size:
+            raise LabError(f"{tr.micro_batches} micro-batches need a batch of at least as many samples",
+                           where="training.micro_batches")
+        self.ds, self.model = self.build()
+        self.plan = plan = resolve(sc, self.model, self.ds.in_features)  # traced in float32, as the Placement page
+        self.model.to(self.dtype)
+        if len(plan.devices) != self.world:
+            raise LabError(f"the plan uses {len(plan.devices)} devices ({', '.join(plan.devices)}) but "
+                           f"{self.world} processes were started; start one per device", where="placement")
+        self.device = plan.devices[self.rank]
+        self.rank_of = {d: r for r, d in enumerate(plan.devices)}
+        self.owner = {}
+        for op in plan.graph.ops:
+            self.owner[op.name] = op.name
+            for a in op.absorbed:
+                self.owner[a] = op.name
+        self.cut(plan)
+        self.sampler = data_mod.worker_data(self.ds, 0, 1, "even", tr.batch_size, seed=tr.seed)
+        self.n = 1
+        self.records: list[list[float]] = []
+        self.history = {}
+        self._writer, self._pending = None, []
+        self.timeline_steps = sorted({min(2, tr.steps), max(1, tr.steps // 2), tr.steps})
+        self.balancing = tr.balance != "off"
+        self.loop, self.round_recs = None, []
+        if self.balancing:  # each round's last step is drawn; rank 0 keeps the loop's book
+            rounds = max(1, min(MAX_ROUNDS, tr.steps // tr.round_steps))
+            self.timeline_steps = sorted({tr.round_steps * k for k in range(1, rounds + 1)} | {tr.steps})
+            if self.rank == 0:
+                self.loop = model_loop(plan.tasks, tr.balance, tolerance=tr.balance_tolerance,
+                                       patience=tr.balance_patience, max_rounds=rounds)
+        self.compressed = None
+        self._overslept = 0.0
+
+    def build(self) -> tuple:
+        """The data set and the model this process runs (the calibration runs its own networks here)."""
+        return model_for(self.sc)
+
+    def cut(self, plan: StagePlan) -> None:
+        """Hold the pieces ``plan`` puts on this process's device, and an optimiser for their parameters."""
+        self.plan = plan
+        self.pieces, self.final = pieces(self.model, plan)
+        self.mine = [p for p in self.pieces if p.device == self.device]
+        params, seen = [], set()
+        for p in self.mine:
+            for q in p.module.parameters():
+                if id(q) not in seen:
+                    seen.add(id(q))
+                    params.append(q)
+        self.params = params
+        self.opt = optim_from_training(self.tr, params, self.tr.lr) if params else None
+        self.scales = op_scales(self.sc, plan) if self.tr.emulate else {}
+        self._shapes = {}
+
+    # ----- sending and receiving ------------------------------------------------------------------
+    def _tag(self, piece: int, out: int, micro: int, way: int) -> int:
+        return ((piece * 16 + out) * 2 + way) * 256 + micro
+
+    def _stamp(self) -> torch.Tensor:
+        """The send time, in the payload's own dtype: float32 holds it as two parts (high and the rest)."""
+        now = time.perf_counter()
+        if self.dtype == torch.float64:
+            return torch.tensor([now], dtype=torch.float64)
+        hi = torch.tensor([now], dtype=torch.float32)
+        return torch.cat([hi, torch.tensor([now - float(hi)], dtype=torch.float32)])
+
+    def _send(self, t: torch.Tensor, dst_rank: int, tag: int) -> None:
+        """One message: the tensor, then its send time (the receiver knows the shape)."""
+        flat = torch.cat([t.detach().reshape(-1).to(self.dtype), self._stamp()])
+        self.handles.append(dist.isend(flat, dst_rank, tag=tag))
+        self.keep.append(flat)
+        self.stats["sent"] += t.numel() * t.element_size()
+
+    def shape_of(self, piece: int, out: int, rows: int) -> torch.Size:
+        """Shape of a piece's output for a micro-batch of ``rows`` samples: the pieces run once on zeros."""
+        key = (piece, out, rows)
+        if key not in self._shapes:
+            vals: dict = {}
+            x = torch.zeros(rows, self.ds.in_features, dtype=self.dtype)
+            was = self.model.training
+            self.model.eval()  # no BatchNorm statistics move
+            try:
+                with torch.no_grad():
+                    for p in self.pieces:
+                        res = p.module(*[x if r is INPUT else vals[r[0]][r[1]] for r in p.inputs])
+                        vals[p.index] = (res,) if p.single else tuple(res)
+                        for o, v in enumerate(vals[p.index]):
+                            self._shapes[(p.index, o, rows)] = v.shape
+            finally:
+                self.model.train(was)
+        return self._shapes[key]
+
+    @waits_for_peers
+    def _recv(self, src_piece: Piece, out: int, micro: int, way: int, dst_piece: int, shape) -> torch.Tensor:
+        src_rank = self.rank_of[src_piece.device] if way == FWD else self.rank_of[self.pieces[dst_piece].device]
+        tag = self._tag(src_piece.index, out, micro, way)
+        t0 = time.perf_counter()
+        extra = 1 if self.dtype == torch.float64 else 2
+        flat = torch.empty(math.prod(shape) + extra, dtype=self.dtype)
+        dist.recv(flat, src_rank, tag=tag)
+        t1 = time.perf_counter()
+        t = flat[:-extra].view(shape)
+        sent = float(flat[-1]) if extra == 1 else float(flat[-2]) + float(flat[-1])
+        nbytes = t.numel() * t.element_size()
+        wait = link = 0.0
+        src_dev = src_piece.device if way == FWD else self.pieces[dst_piece].device
+        if self.tr.emulate:
+            link = link_wait(self.sc, src_dev, self.device, nbytes)
+            due = sent + link
+            wait = max(0.0, due - t1)
+            if wait > 0:
+                self.emulated_wait(wait)
+        t2 = time.perf_counter()
+        self.stats["comm"] += t1 - t0
+        self.stats["emul_comm"] += t2 - t1
+        self.stats["recv"] += nbytes
+        self.event(kind="activation" if way == FWD else "gradient", src=src_dev, dst=self.device,
+                   piece=(dst_piece if way == FWD else src_piece.index), micro=micro, start=sent, end=t2,
+                   bytes=nbytes, wait=wait, link=link, op=None, called=t0)
+        return t
+
+    def emulated_wait(self, wait: float) -> None:
+        """Wait ``wait`` seconds of emulated time. A sleep overshoots by tens of microseconds, many times the
+        wait of a small operator, so what it overshot is owed back: the next waits are shorter by it, and over a
+        step the emulated time adds up to the topology's numbers."""
+        target = wait - self._overslept
+        if target <= 0:
+            self._overslept = -target
+            return
+        t0 = time.perf_counter()
+        time.sleep(target)
+        self._overslept = time.perf_counter() - t0 - target
+
+    def backward_scale(self, piece: Piece, micro: int) -> float:
+        """The emulated slowdown of a piece's backward pass: its operators' scales weighted by their forward times."""
+        times = self.fwd_time.get((piece.index, micro), {})
+        total = sum(times.values())
+        if not self.scales or total <= 0:
+            return 1.0
+        return sum(self.scales.get(op, 1.0) * t for op, t in times.items()) / total
+
+    # ----- one step ---------------------------------------------------------------------------------
+    def run_piece(self, piece: Piece, micro: int, ins: list) -> tuple:
+        self.fwd_time[(piece.index, micro)] = {}
+        if self.timing or self.scales:
+            out = _Timed(self, piece, micro).run(*ins)
+        else:
+            t0 = time.perf_counter()
+            out = piece.module(*ins)
+            self.fwd_time[(piece.index, micro)][None] = time.perf_counter() - t0
+        return (out,) if piece.single else tuple(out)
+
+    def step_placement(self, x: torch.Tensor, y: torch.Tensor, *, train: bool = True) -> dict:
+        """Forward (and with ``train``, backward and the optimiser) of one batch through the pipeline."""
+        tr = self.tr
+        M = tr.micro_batches if train else 1
+        xs, ys = x.tensor_split(M), y.tensor_split(M)
+        B = x.shape[0]
+        acts: dict = {}
+        leaves: dict = {}
+        received: dict = {}
+        loss_total, correct = 0.0, 0
+        losses = {}
+        self.handles, self.keep = [], []
+        self.fwd_time = {}
+        clock = time.perf_counter
+        compute = 0.0
+        with torch.set_grad_enabled(train):
+            for p in self.mine:
+                for m in range(M):
+                    ins = []
+                    for r in p.inputs:
+                        if r is INPUT:
+                            ins.append(xs[m])
+                            continue
+                        src = self.pieces[r[0]]
+                        if src.device == self.device:
+                            v = acts[(src.index, m)][r[1]]
+                        else:
+                            key = (src.index, r[1], m)
+                            if key not in received:
+                                received[key] = self._recv(src, r[1], m, FWD, p.index,
+                                                           self.shape_of(src.index, r[1], xs[m].shape[0]))
+                            v = received[key]
+                        v = v.detach()
+                        if train and v.is_floating_point():
+                            v.requires_grad_(True)
+                        ins.append(v)
+                    t0 = clock()
+                    out = self.run_piece(p, m, ins)
+                    compute += clock() - t0
+                    acts[(p.index, m)], leaves[(p.index, m)] = out, ins
+                    for o, readers in p.readers.items():
+                        for dev in dict.fromkeys(self.pieces[k].device for k, _ in readers):
+                            if dev != self.device:
+                                self._send(out[o], self.rank_of[dev], self._tag(p.index, o, m, FWD))
+                    if p.index == self.final[0]:
+                        t0 = clock()
+                        logits = out[self.final[1]]
+                        loss = F.cross_entropy(logits, ys[m], reduction="sum") / B
+                        losses[m] = loss
+                        loss_total += float(loss.detach())
+                        correct += int((logits.argmax(1) == ys[m]).sum())
+                        t1 = clock()
+                        compute += t1 - t0
+                        self.event(kind="loss", op=None, piece=p.index, micro=m, start=t0, end=t1)
+        if train:
+            compute += self.backward(M, acts, leaves, losses)
+            t0 = clock()
+            if self.opt is not None:
+                self.opt.step()
+                self.opt.zero_grad(set_to_none=False)
+            t1 = clock()
+            compute += t1 - t0
+            self.event(kind="optimizer", op=None, piece=-1, micro=-1, start=t0, end=t1)
+        for h in self.handles:
+            h.wait()
+        self.handles, self.keep = [], []
+        return {"loss": loss_total, "correct": correct, "compute": compute}
+
+    def backward(self, M: int, acts: dict, leaves: dict, losses: dict) -> float:
+        clock = time.perf_counter
+        grad: dict = {}  # (piece, output, micro) -> gradient summed over its readers on this device
+        remote: dict = {}  # (piece, output, micro) -> gradient for a tensor received from another device
+        last_reader: dict = {}  # (piece, output) from another device -> the smallest local piece reading it
+        for p in self.mine:
+            for r in p.inputs:
+                if r is not INPUT and self.pieces[r[0]].device != self.device:
+                    last_reader[tuple(r)] = min(last_reader.get(tuple(r), p.index), p.index)
+        compute = 0.0
+        for p in reversed(self.mine):
+            for m in range(M):
+                outs, grads = [], []
+                for o in range(p.outputs):
+                    g = grad.pop((p.index, o, m), None)
+                    for dev in dict.fromkeys(self.pieces[k].device for k, _ in p.readers.get(o, [])):
+                        if dev != self.device:
+                            k0 = min(k for k, _ in p.readers[o] if self.pieces[k].device == dev)
+                            got = self._recv(p, o, m, BWD, k0, acts[(p.index, m)][o].shape)
+                            g = got if g is None else g + got
+                    if g is not None and acts[(p.index, m)][o].requires_grad:
+                        outs.append(acts[(p.index, m)][o])
+                        grads.append(g)
+                if p.index == self.final[0]:
+                    outs.append(losses[m])
+                    grads.append(None)
+                t0 = clock()
+                if outs:
+                    torch.autograd.backward(outs, grads)
+                t1 = clock()
+                compute += t1 - t0
+                self.event(kind="backward", op=None, piece=p.index, micro=m, start=t0, end=t1)
+                s = self.backward_scale(p, m)
+                if s > 1.0:
+                    wait = (s - 1.0) * (t1 - t0)
+                    self.stats["emul_compute"] += wait
+                    self.emulated_wait(wait)
+                    self.event(kind="emulated", op=None, piece=p.index, micro=m, start=t1, end=clock(), wait=wait)
+                for r, leaf in zip(p.inputs, leaves[(p.index, m)]):
+                    if r is INPUT:
+                        continue
+                    g = leaf.grad if leaf.grad is not None else torch.zeros_like(leaf)
+                    key = (r[0], r[1], m)
+                    if self.pieces[r[0]].device == self.device:
+                        grad[key] = g if key not in grad else grad[key] + g
+                    else:
+                        remote[key] = g if key not in remote else remote[key] + g
+                        if last_reader[tuple(r)] == p.index:
+                            src = self.pieces[r[0]]
+                            self._send(remote.pop(key), self.rank_of[src.device], self._tag(src.index, r[1], m, BWD))
+        return compute
+
+    # ----- the loop -------------------------------------------------------------------------------
+    def evaluate(self) -> float:
+        """Test accuracy through the pipeline (every process takes part; the loss process knows it)."""
+        self.model.eval()
+        self.timing = False
+        try:
+            r = self.step_placement(self.ds.x_test.to(self.dtype), self.ds.y_test, train=False)
+        finally:
+            self.model.train()
+        acc = torch.tensor([r["correct"] / len(self.ds.y_test) if self.device == self.pieces[self.final[0]].device
+                            else -1.0], dtype=torch.float64)
+        if self.world > 1:
+            dist.all_reduce(acc, op=dist.ReduceOp.MAX)
+        return float(acc)
+
+    def checksum(self) -> float:
+        return float(sum(float(p.detach().double().sum()) for p in self.params))
+
+    def checkpoint(self, step: int, final: bool) -> None:
+        """A placement run does not checkpoint: each process holds different operators and a lost one cannot be
+        replaced by the others (the run fails with its stage named)."""
+
+    def train_step(self, step: int) -> list[float]:
+        """One step; the record [step, loss, compute, comm, emulated compute, emulated comm, start, end, sent,
+        received, main-thread CPU, CPU of the process's other threads] on the run's clock."""
+        self.timing = step in self.timeline_steps or bool(self.scales)
+        self.events = []
+        self.stats = {"sent": 0, "recv": 0, "comm": 0.0, "emul_comm": 0.0, "emul_compute": 0.0}
+        self._overslept = 0.0
+        x, y = self.sampler.next_batch()
+        if self.world > 1:
+            dist.barrier()
+        c0, p0 = time.thread_time(), time.process_time()
+        t0 = time.perf_counter()
+        r = self.step_placement(x.to(self.dtype), y)
+        t1 = time.perf_counter()
+        c1, p1 = time.thread_time(), time.process_time()
+        self.last_cpu = [c1 - c0, (p1 - p0) - (c1 - c0)]
+        loss = r["loss"] if self.device == self.pieces[self.final[0]].device else math.nan
+        self.losses.append(loss)
+        if step in self.timeline_steps:
+            self.timelines[step] = [dict(e, start=e["start"] - self.offset, end=e["end"] - self.offset,
+                                         **({"called": e["called"] - self.offset} if "called" in e else {}))
+                                    for e in self.events]
+        return [step, loss, r["compute"] - self.stats["emul_compute"], self.stats["comm"], self.stats["emul_compute"],
+                self.stats["emul_comm"], t0 - self.offset, t1 - self.offset, self.stats["sent"], self.stats["recv"],
+                *self.last_cpu]
+
+    def run(self) -> dict:
+        tr, plan = self.tr, self.plan
+        self.offset, self.offset_err = clock_offsets(self.rank, self.world)
+        offsets = self.gather([[self.offset, self.offset_err]])
+        if self.rank == 0 and self.store is not None:
+            self.store.merge_info(self.run_id, {
+                "world": self.world, "parallel": "placement", "strategy": tr.strategy, "devices": plan.devices,
+                "placement": plan.assignment, "pieces": [{"index": p.index, "device": p.device, "ops": p.ops}
+                                                         for p in self.pieces],
+                "micro_batches": tr.micro_batches, "emulated": bool(tr.emulate), "plan_note": plan.note,
+                "modelled_makespan": plan.schedule.makespan, "modelled_pass": DATASHEET.pass_,
+                "clock_offsets": [o[0][0] for o in offsets], "clock_uncertainty": [o[0][1] for o in offsets],
+                "timeline_steps": self.timeline_steps, "launcher": "lab" if self.launched else "torchrun",
+                "attempt": rz.attempt(), "torch_threads": torch.get_num_threads()})
+            self.store.add_stage(self.run_id, "running", attempt=rz.attempt(), step=0,
+                                 detail={"world": self.world, "devices": plan.devices})
+        self.losses, self.timelines = [], {}
+        self.rounds_info: list[dict] = []
+        if self.world > 1:
+            dist.barrier()
+        self.wall0 = time.perf_counter() - self.offset
+        pending: list[list[float]] = []
+        accs: dict = {}
+        diverged, last_acc, step = None, math.nan, 0
+        for step in range(1, tr.steps + 1):
+            self.step_no = step
+            self.fault(step)
+            pending.append(self.train_step(step))
+            loss = self.gather([[pending[-1][1]]])
+            glob = next((v[0][0] for v in loss if math.isfinite(v[0][0])), math.nan) if self.world > 1 else loss[0][0][0]
+            finite = math.isfinite(glob)
+            settled = False
+            if self.balancing and finite:
+                self.round_recs.append(pending[-1])
+                if step % tr.round_steps == 0:
+                    settled = self.end_round(step)
+            last = step == tr.steps or not finite or settled
+            if finite and (step % tr.eval_every == 0 or last):
+                last_acc = accs[step] = self.evaluate()
+            if last or len(pending) >= self.flush_every:
+                recs = self.gather(pending)
+                pending = []
+                if self.rank == 0 and self.store is not None:
+                    self.store_step_rows(recs, accs)
+                self.log(f"step {step}: loss {glob:.4f}")
+            if not finite:
+                diverged = (step, glob)
+                break
+            if settled:  # the balancing loop is done: the plan has settled (or its rounds are used up)
+                break
+        self.store_timelines()
+        self.drain()
+        return {"steps": step, "diverged": diverged, "test_acc": last_acc}

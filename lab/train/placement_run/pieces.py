@@ -1,0 +1,160 @@
+"""A placement run's pieces: the traced model cut where the plan changes device, what each step's stages are for
+the modelled executor, which cores its processes get, and the emulated operators' and links' waits."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+import torch.fx as fx
+from torch.fx.passes.split_module import split_module
+
+from lab.errors import LabError
+from lab.modelled.balance import PLANNERS
+from lab.modelled.costmodel import catalogue_slowdown
+from lab.modelled.placement.cores import rank_cores
+from lab.modelled.placement.executor import Stage
+from lab.modelled.placement.executor import messages as executor_messages
+from lab.scenario.document import Scenario
+from lab.train.placement_run.plan import StagePlan, model_for, resolve
+
+INPUT = ("input",)  # a piece input that is the model input
+
+
+@dataclass
+class Piece:
+    index: int
+    device: str
+    module: fx.GraphModule
+    ops: list[str]
+    inputs: list = field(default_factory=list)  # INPUT or (source piece, output index)
+    outputs: int = 1
+    single: bool = True  # the module returns one value, not a tuple
+    readers: dict = field(default_factory=dict)  # output index -> [(piece, input position)]
+
+
+def node_devices(gm: fx.GraphModule, plan: StagePlan) -> dict[str, str]:
+    """Device of every computing fx node: its operator's, or (not an operator: shape arithmetic, a reshape
+    of the input, an attribute) the device of the first node that uses it."""
+    owner = {}
+    for op in plan.graph.ops:
+        owner[op.name] = op.name
+        for a in op.absorbed:
+            owner[a] = op.name
+    out: dict[str, str] = {}
+    for n in reversed(list(gm.graph.nodes)):
+        if n.op in ("placeholder", "output"):
+            continue
+        if n.name in owner:
+            out[n.name] = plan.assignment[owner[n.name]]
+        else:
+            users = [u for u in n.users if u.op != "output"]
+            out[n.name] = out[users[0].name] if users else plan.devices[-1]
+    return out
+
+
+def pieces(model: torch.nn.Module, plan: StagePlan) -> tuple[list[Piece], tuple[int, int]]:
+    """The model cut into pieces per device in topological order, and where its output comes from
+    (piece, output index)."""
+    gm = fx.symbolic_trace(model)
+    dev = node_devices(gm, plan)
+    index: dict[str, int] = {}
+    devs: list[str] = []
+    for n in gm.graph.nodes:
+        if n.name in dev:
+            if not devs or dev[n.name] != devs[-1]:
+                devs.append(dev[n.name])
+            index[n.name] = len(devs) - 1
+    split = split_module(gm, model, lambda n: index[n.name])
+    ops_of = {op.name: op for op in plan.graph.ops}
+    out = [Piece(k, d, getattr(split, f"submod_{k}"), []) for k, d in enumerate(devs)]
+    for n in gm.graph.nodes:
+        if n.name in ops_of:
+            out[index[n.name]].ops.append(n.name)
+    ref: dict[fx.Node, tuple] = {}
+    final = None
+    for n in split.graph.nodes:
+        if n.op == "placeholder":
+            ref[n] = INPUT
+        elif n.op == "call_module":
+            k = int(str(n.target).rsplit("_", 1)[1])
+            out[k].inputs = [ref[a] for a in n.args]
+            ref[n] = (k, None)
+        elif n.op == "call_function" and n.target.__name__ == "getitem":
+            k, _ = ref[n.args[0]]
+            out[k].single = False
+            ref[n] = (k, int(n.args[1]))
+        elif n.op == "output":
+            final = ref[n.args[0]]
+        else:
+            raise LabError(f"the cut model has a step the executor does not know: {n.format_node()}", where="placement")
+    for p in out:
+        p.inputs = [r if r is INPUT else (r[0], r[1] or 0) for r in p.inputs]
+        for pos, r in enumerate(p.inputs):
+            if r is not INPUT:
+                src = out[r[0]]
+                src.outputs = max(src.outputs, r[1] + 1)
+                src.readers.setdefault(r[1], []).append((p.index, pos))
+    return out, (final[0], final[1] or 0)
+
+
+def step_stages(cut: list[Piece], final: tuple[int, int], nbytes: dict | None = None) -> list[Stage]:
+    """The pieces as the executor model takes them (:class:`lab.modelled.placement.executor.Stage`), with no
+    costs yet: their operators, what each reads (with ``nbytes[(piece, output)]`` bytes, 0 without) and the
+    loss piece."""
+    return [Stage(p.index, p.device, tuple((op, 0.0, 1.0) for op in p.ops), 0.0,
+                  tuple((r[0], r[1], float((nbytes or {}).get((r[0], r[1]), 0.0))) for r in p.inputs if r is not INPUT),
+                  loss=p.index == final[0]) for p in cut]
+
+
+def op_scales(sc: Scenario, plan: StagePlan) -> dict[str, float]:
+    """How many times slower than the topology's fastest device for its class each operator's device is, times
+    the scenario's extra slowdown of that device."""
+    topo, slow = sc.topology, dict(sc.training.slowdown)
+    return {op: catalogue_slowdown(topo, topo.device(plan.assignment[op]), cls) * slow.get(plan.assignment[op], 1.0)
+            for op, cls in plan.op_class.items()}
+
+
+def link_wait(sc: Scenario, src: str, dst: str, nbytes: float) -> float:
+    """The topology's time for ``nbytes`` from device ``src`` to ``dst`` (the emulated link)."""
+    return 0.0 if src == dst else float(sc.topology.transfer_time(src, dst, nbytes))
+
+
+def check_placement(sc: Scenario) -> StagePlan:
+    """Everything a placement run would refuse, checked before any process starts."""
+    tr = sc.training
+    if tr.compression.kind != "none":
+        raise LabError("a placement run sends activations and gradients between its devices, not a gradient "
+                       "all-reduce, so compression does not apply; set compression to none",
+                       where="training.compression")
+    if tr.sync != "allreduce":
+        raise LabError("a placement run has no replicas to synchronise; keep sync at its default",
+                       where="training.sync")
+    if tr.fault_policy != "fail":
+        raise LabError("a placement run cannot continue without one of its devices (each holds different operators); "
+                       "use the fault policy 'fail'", where="training.fault_policy")
+    if tr.micro_batches > tr.batch_size:
+        raise LabError(f"{tr.micro_batches} micro-batches need a batch of at least as many samples "
+                       f"(the batch is {tr.batch_size})", where="training.micro_batches")
+    if tr.balance != "off":
+        if tr.strategy not in PLANNERS:
+            raise LabError("the balancing loop re-plans every round with greedy earliest finish or HEFT; choose one "
+                           f"of them as the strategy (got {tr.strategy})", where="training.strategy")
+        if tr.round_steps > tr.steps:
+            raise LabError(f"a balancing round is {tr.round_steps} steps but the run has {tr.steps}; give it at least "
+                           "one round", where="training.round_steps")
+    ds, model = model_for(sc)
+    plan = resolve(sc, model, ds.in_features)
+    pieces(model, plan)
+    return plan
+
+
+def placed_cpus(sc: Scenario, cpus: list[int]) -> list[int | None]:
+    """The core of each rank of a placement run given the job's cores ``cpus`` (the job manager's turns), or None
+    for a rank left to the kernel, by :data:`lab.modelled.placement.cores.DEFAULT_RANK_POLICY`
+    (:func:`lab.modelled.placement.cores.rank_cores`; bench_pinning.py measured the policies side by side)."""
+    distinct = list(dict.fromkeys(cpus))
+    ds, model = model_for(sc)
+    plan = resolve(sc, model, ds.in_features)
+    cut, final = pieces(model, plan)
+    weights = executor_messages(step_stages(cut, final), plan.devices, sc.training.micro_batches)
+    return [None if c is None else distinct[c] for c in rank_cores(len(plan.devices), len(distinct), weights)]
