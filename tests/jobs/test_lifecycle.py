@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from lab.errors import LabError
-from lab.jobs import manager as jobs_mod
+from lab.jobs.access import ANONYMOUS
 from lab.view import jobs as job_views
 from lab.jobs.manager import JobManager
 from lab.store.runs import JOB_WORKER, RunStore
@@ -99,7 +99,7 @@ def test_resource_state_pins_a_whole_job_to_one_core(lab_db):
             assert allowed.split()[-1] == str(cpu)
             assert os.getpriority(os.PRIO_PROCESS, pid) == min(19, base + 10)  # batch work yields to the pages
     finally:
-        jm.stop(job.run_id, jobs_mod.ANONYMOUS)
+        jm.stop(job.run_id, ANONYMOUS)
     wait_for(lambda: processes_of(job.run_id) == [], timeout=15, what="every process to end")
 
 
@@ -258,9 +258,9 @@ def test_release_refuses_an_active_job(lab_db):
     queued = jm.submit(scenario())
     try:
         with pytest.raises(LabError, match="stop it"):
-            jm.release(queued.run_id, jobs_mod.ANONYMOUS)
+            jm.release(queued.run_id, ANONYMOUS)
         with pytest.raises(LabError, match="stop it"):
-            jm.release(blocker.run_id, jobs_mod.ANONYMOUS)
+            jm.release(blocker.run_id, ANONYMOUS)
     finally:
         jm.shutdown()
     wait_for(lambda: processes_of(blocker.run_id) == [], timeout=20, what="no process left")

@@ -218,7 +218,8 @@ def test_parse_job_defines_the_roles():
 
 
 def test_the_cluster_gets_jobs_in_the_queues_order_and_no_job_waits_there_behind_later_ones(tmp_path, monkeypatch):
-    from lab.jobs.manager import CLUSTER_PATIENCE_S, JobManager
+    from lab.jobs.queue import CLUSTER_PATIENCE_S
+    from lab.jobs.manager import JobManager
 
     monkeypatch.setenv("LAB_RAY_WAITING", "2")
     monkeypatch.setenv("LAB_RAY_JOBS", "5")
