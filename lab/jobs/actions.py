@@ -21,11 +21,7 @@ from lab.jobs.lifecycle import DRAIN_S, alive_since
 from lab.jobs.limits import Limits
 from lab.processes import STOP_GRACE_S, as_pid, end_group
 from lab.store.runs import ACTIVE
-from lab.train.launcher import (
-    launcher_gone,
-    processes_of,
-    remove_scratch,
-)
+from lab.train.launcher_record import launcher_gone, processes_of, remove_scratch
 
 log = logging.getLogger("lab.jobs")
 

@@ -16,12 +16,7 @@ from lab.jobs.access import ANONYMOUS
 from lab.processes import as_pid, signal_name
 from lab.store.runs import ACTIVE
 from lab.train.fork import PopenLike
-from lab.train.launcher import (
-    launcher_gone,
-    processes_of,
-    remove_scratch,
-    stale_after,
-)
+from lab.train.launcher_record import launcher_gone, processes_of, remove_scratch, stale_after
 
 log = logging.getLogger("lab.jobs")
 
@@ -172,7 +167,7 @@ class Lifecycle:
     def sweep(self, min_interval: float = 1.0) -> list[str]:
         """Find jobs whose launcher died without a word (SIGKILL, a crash of the machine) while the
         app runs: this manager's own launchers that ended, and runs marked running elsewhere (the
-        command line, another app) whose launcher is gone (:func:`lab.train.launcher.launcher_gone`;
+        command line, another app) whose launcher is gone (:func:`lab.train.launcher_record.launcher_gone`;
         a run without a launcher record, e.g. under torchrun, once its process has been gone for
         LAB_LAUNCHER_STALE seconds). Their runs become interrupted; their scratch folders go once
         their last worker has exited. Cheap, and skipped when the last sweep was less than

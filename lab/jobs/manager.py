@@ -38,7 +38,7 @@ again, in their order.
 
 A launcher killed with SIGKILL can record nothing, so :meth:`JobManager.sweep` (run from the pages'
 polling and every LAB_SWEEP_S seconds on a timer) finds runs marked running whose launcher is gone
-(its pid, creation time, host and boot in the store; :func:`lab.train.launcher.launcher_gone`), marks
+(its pid, creation time, host and boot in the store; :func:`lab.train.launcher_record.launcher_gone`), marks
 them interrupted, waits for the rest of its process group to exit, then removes their scratch folder.
 
 Nothing here waits for a child while holding the manager's lock: a job's slots are taken under it,

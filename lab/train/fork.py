@@ -25,9 +25,6 @@ from typing import Callable
 from lab import processes
 from lab.settings import ROOT
 
-#: True in the starter and every launcher it forks: such a launcher forks its workers.
-FORK_WORKERS = False
-
 
 
 # ---------------------------------------------------------------------------------------------

@@ -44,7 +44,6 @@ from __future__ import annotations
 
 import dataclasses
 
-import json
 import math
 import logging
 import os
@@ -55,41 +54,24 @@ import socket
 import subprocess
 import sys
 import tempfile
-import time
 from dataclasses import dataclass
 from pathlib import Path
 
 from lab import processes, settings
 from lab.errors import LabError
 from lab.scenario.document import Scenario
-from lab.settings import ROOT
 from lab.scenario.groups import resource_groups
 from lab.store.runs import ACTIVE, JOB_WORKER, RunStore, check_run_id
-from lab.train import fork
-from lab.train.resilience import latest_checkpoint, read_heartbeat
+from lab.train.launcher_record import identity, logs_dir, processes_of, scratch_prefix
+from lab.train.ranks import RankBackend, rank_backend
+from lab.train.resilience import latest_checkpoint
+from lab.train.watch import Failure, copy_logs, watch_ranks
 
 log = logging.getLogger("lab.train")
 
 POLL_S = 0.05
 KILL_GRACE_S = 5.0
 BEATS_TO_STORE_S = 1.0
-
-
-def heartbeat_timeout() -> float:
-    return settings.number("LAB_HEARTBEAT_TIMEOUT")
-
-
-def start_timeout() -> float:
-    return settings.number("LAB_START_TIMEOUT")
-
-
-def frozen_timeout() -> float:
-    return settings.number("LAB_FROZEN_TIMEOUT")
-
-
-def _fresh_s() -> float:
-    """A heartbeat file rewritten within this many seconds counts as fresh (its process runs)."""
-    return max(1.0, 5 * settings.number("LAB_HEARTBEAT_EVERY"))
 
 
 def max_restarts() -> int:
@@ -111,18 +93,6 @@ class LaunchResult:
     @property
     def exit_code(self) -> int:
         return {"done": 0, "diverged": 2, "stopped": 143}.get(self.status, 1)
-
-
-@dataclass(frozen=True)
-class Failure:
-    """Why an attempt ended: which rank, what kind, the message, and whether retrying can help."""
-
-    rank: int | None
-    kind: str  # error | killed | lost | exited | hung | frozen | port-taken
-    error: str
-    step: int | None = None
-    retryable: bool = True
-    last_beat: float | None = None
 
 
 @dataclass(frozen=True)
@@ -155,13 +125,14 @@ class JobSpec:
             raise LabError(f"a malformed job spec: {exc}", where="job spec") from None
 
 
-def run_job(spec: JobSpec, log=sys.stderr) -> int:
+def run_job(spec: JobSpec, log=sys.stderr, forked: bool = False) -> int:
     """The launcher of a job the job manager started: its priority, then :func:`launch` on the
-    spec's scenario, which the job manager checked already; returns the process's exit code."""
+    spec's scenario, which the job manager checked already; returns the process's exit code.
+    ``forked``: this launcher was forked by the warm starter, so its ranks fork from it too."""
     processes.as_background_work(spec.nice, spec.idle)
     try:
         res = launch(Scenario.from_dict(spec.scenario), spec.run_id, store_path=spec.db,
-                     cpus=list(spec.cpus) or None, checked=True, cluster=spec.cluster)
+                     cpus=list(spec.cpus) or None, checked=True, ranks=rank_backend(spec.cluster, forked))
     except LabError as exc:
         print("lab.train: " + " ".join(str(exc).split()), file=log)
         return 2
@@ -278,96 +249,6 @@ def without_worker(sc: Scenario, rank: int | None) -> Scenario:
     return sc.replace(training=tr.replace(workers=tr.workers - 1, worker_devices=tuple(devices)))
 
 
-def logs_dir(store: RunStore, run_id: str) -> Path:
-    return store.data_dir() / "logs" / run_id
-
-
-def processes_of(run_id: str, store: RunStore | str | os.PathLike | None = None,
-                 exclude: tuple[int, ...] = ()) -> list[int]:
-    """Live (non-zombie) processes of the job of ``run_id`` ([] before a launcher claimed the run, and
-    for a launcher on another machine). A launcher that leads its process group (the job manager's,
-    or one started from an interactive shell) holds the job in it: its members created since the
-    launcher was. One in another's group (a script's, a test calling :func:`launch`) shares it with its
-    callers: then the descendants it created since it claimed the run, while it runs (its workers
-    die with it)."""
-    store = store if isinstance(store, RunStore) else RunStore(store)
-    try:
-        rec = store.launcher(run_id)
-    except LabError:
-        return []
-    if not rec or rec.get("host") != host_name() or not rec.get("pid"):
-        return []
-    if rec.get("boot") and processes.boot_id() and rec["boot"] != processes.boot_id():
-        return []
-    if rec.get("pgid") and rec["pgid"] == rec["pid"]:
-        return processes.group_members(rec["pgid"], since=rec.get("created") or rec.get("started"),
-                                       exclude=exclude)
-    return [p for p in processes.descendants(rec, since=rec.get("started")) if p not in exclude]
-
-
-def scratch_prefix(run_id: str) -> str:
-    return f"lab-job-{run_id}-"
-
-
-def remove_scratch(run_id: str, folder: str | os.PathLike | None = None) -> int:
-    """Delete the scratch folders a launcher of this run left behind (a launcher killed with
-    SIGKILL cannot clean up): ``folder`` (the one its launcher recorded, wherever its temporary
-    directory was) when it is this run's, and any in this process's temporary directory; returns
-    how many went."""
-    found = set(Path(tempfile.gettempdir()).glob(scratch_prefix(run_id) + "*"))
-    if folder:
-        f = Path(folder)
-        if f.name.startswith(scratch_prefix(run_id)) and f.is_dir():  # never anything else
-            found.add(f)
-    n = 0
-    for d in found:
-        shutil.rmtree(d, ignore_errors=True)
-        n += not d.exists()
-    return n
-
-
-def host_name() -> str:
-    return socket.gethostname()
-
-
-def identity(pid: int | None = None) -> dict:
-    """Who a launcher is: pid, process group, creation time, boot and host."""
-    return {**processes.identity(pid), "host": host_name()}
-
-
-def stale_after() -> float:
-    """A launcher on another machine (or without /proc) whose heartbeat is older than this many
-    seconds (LAB_LAUNCHER_STALE, default 30) is taken for dead."""
-    return settings.number("LAB_LAUNCHER_STALE")
-
-
-def launcher_gone(record: dict | None, now: float | None = None) -> str | None:
-    """Why the launcher of a launcher record is gone, or None while it may still run.
-
-    On this machine in this boot the process itself decides: gone when no process has its pid and
-    creation time, or that process is a zombie (killed, not yet reaped). After a reboot every launcher
-    is gone. Elsewhere (another host sharing the store) only its heartbeat can tell: gone once it
-    is older than :func:`stale_after`."""
-    if not record:
-        return None
-    now = time.time() if now is None else now
-    pid = record.get("pid")
-    here = record.get("host") == host_name()
-    if here and record.get("boot") and processes.boot_id() and record["boot"] != processes.boot_id():
-        return "the machine restarted since the launcher started"
-    if here:
-        made = processes.created(pid)
-        if made is None or (record.get("created") is not None and made != record["created"]):
-            return f"its launcher (pid {pid}) is gone"
-        if not processes.running(pid):
-            return f"its launcher (pid {pid}) was killed"
-        return None
-    beat = record.get("beat") or record.get("started")
-    if beat is not None and now - beat > stale_after():
-        return f"its launcher (pid {pid} on {record.get('host')}) has not beaten for {now - beat:.0f} s"
-    return None
-
-
 def parse_cpus(text: str | None) -> list[int] | None:
     if not text:
         return None
@@ -379,11 +260,12 @@ def parse_cpus(text: str | None) -> list[int] | None:
 
 def launch(sc: Scenario, run_id: str | None = None, *, name: str | None = None,
            store_path: str | os.PathLike | None = None, log=sys.stderr,
-           cpus: list[int] | None = None, checked: bool = False, cluster: str = "") -> LaunchResult:
+           cpus: list[int] | None = None, checked: bool = False, ranks: RankBackend | None = None) -> LaunchResult:
     """Run the scenario's training job to its end (restarting it after faults when its policy is
     ``recover``); returns the run id, status and final accuracy. ``checked``: the scenario passed
-    :func:`preflight` already (the job manager's, at submit). ``cluster``: a Ray cluster's address,
-    where the ranks run instead of this machine (:mod:`lab.train.ray_ranks`)."""
+    :func:`preflight` already (the job manager's, at submit). ``ranks``: how the ranks start
+    (:mod:`lab.train.ranks`; default cold processes on this machine)."""
+    ranks = ranks or rank_backend()
     store = RunStore(store_path)
     if not checked:
         sc = preflight(sc)
@@ -410,14 +292,14 @@ def launch(sc: Scenario, run_id: str | None = None, *, name: str | None = None,
     if not store.claim(run_id, **identity()):
         return LaunchResult(run_id, store.status(run_id), math.nan, "stopped, or started elsewhere, before it started")
     cpus = cpus if cpus is not None else parse_cpus(settings.raw("LAB_RANK_CPUS"))
-    if cpus and not cluster and sc.training.parallel == "placement":
+    if cpus and not ranks.remote and sc.training.parallel == "placement":
         # Imported here: the plan needs torch, which a launcher of any other job never loads.
         from lab.train.placement_run.pieces import placed_cpus
 
         cpus = placed_cpus(sc, cpus)
     # Other work on this machine slows a run the model does not know about: measure how much there was.
     # A cluster's ranks run on other machines, whose load this one cannot see.
-    meter = None if cluster else processes.LoadMeter()
+    meter = None if ranks.remote else processes.LoadMeter()
     old = {s: signal.signal(s, _on_signal) for s in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)}
     tmp = Path(tempfile.mkdtemp(prefix=scratch_prefix(run_id)))
     store.set_launcher(run_id, scratch=str(tmp))
@@ -429,24 +311,22 @@ def launch(sc: Scenario, run_id: str | None = None, *, name: str | None = None,
         while True:
             sock = listening_socket()
             try:
-                if fork.FORK_WORKERS:  # SQLite's per-process lock table must not reach a forked worker
-                    store.close()
-                procs = _spawn(current, run_id, tmp, store, attempt, sock, logs, cpus, cluster)
+                ranks.prepare(store)
+                procs = _spawn(current, run_id, tmp, store, attempt, sock, logs, cpus, ranks)
                 store.add_stage(run_id, "started", attempt=attempt, detail={
-                    "launcher": "lab", "start": "ray" if cluster else "warm" if fork.FORK_WORKERS else "cold",
+                    "launcher": "lab", "start": ranks.name,
                     "launcher_pid": os.getpid(), "world": len(procs),
                     "workers": current.training.workers, "pids": [p.pid for p in procs],
-                    "port": None if cluster else sock.getsockname()[1], "cpus": (cpus or [])[:len(procs)] or None,
-                    **({"nodes": procs.nodes()} if cluster else {})})
-                failure = named(_watch(procs, tmp, store, run_id, attempt, logs), current)
+                    "port": None if ranks.remote else sock.getsockname()[1],
+                    "cpus": (cpus or [])[:len(procs)] or None, **ranks.where(procs)})
+                failure = named(watch_ranks(procs, tmp, store, run_id, attempt, logs), current)
             finally:
                 sock.close()
             if failure is None:
                 store.set_status(run_id, "done", only_from=("running",))  # normally rank 0 did this already
                 break
             processes.kill_and_reap(procs, KILL_GRACE_S)
-            if cluster:  # the attempt's placement group too: a restart needs its CPUs
-                procs.release()
+            ranks.release(procs)
             policy = current.training.fault_policy
             again = (policy == "recover" and failure.retryable and restarts < max_restarts()
                      and store.status(run_id) == "running")
@@ -463,7 +343,7 @@ def launch(sc: Scenario, run_id: str | None = None, *, name: str | None = None,
                 "kind": failure.kind, "summary": failure.error, "last_heartbeat": failure.last_beat,
                 "policy": policy, "action": action})
             print(f"lab.train: attempt {attempt}: {failure.error}; {action}", file=log)
-            _copy_logs(logs, log, attempt)
+            copy_logs(logs, log, attempt)
             if not again:
                 suffix = f" (after {restarts} restart(s))" if restarts else ""
                 # A lost node is the cluster's fault, as a server's restart is: the run is interrupted, not failed
@@ -480,8 +360,7 @@ def launch(sc: Scenario, run_id: str | None = None, *, name: str | None = None,
         store.set_status(run_id, "failed", error=str(exc), only_from=("running", "queued"))
     finally:
         processes.kill_and_reap(procs, KILL_GRACE_S)
-        if cluster and procs:
-            procs.release()
+        ranks.release(procs)
         for s, h in old.items():
             signal.signal(s, h)
         shutil.rmtree(tmp, ignore_errors=True)
@@ -527,215 +406,24 @@ def _record_end(store: RunStore, run_id: str, attempt: int, meter: processes.Loa
 
 
 def _spawn(sc: Scenario, run_id: str, tmp: Path, store: RunStore, attempt: int, sock: socket.socket, logs: Path,
-           cpus: list[int] | None, cluster: str = "") -> list[subprocess.Popen]:
+           cpus: list[int] | None, ranks: RankBackend) -> list[subprocess.Popen]:
+    """Start one attempt's ranks through ``ranks``, with the environment every rank shares."""
     world = world_size(sc)
-    db = store.path
     base = settings.child_env()
     base.update({
         "WORLD_SIZE": str(world), "LOCAL_WORLD_SIZE": str(world), "MASTER_ADDR": "127.0.0.1",
-        "MASTER_PORT": str(sock.getsockname()[1]), "LAB_DB": str(Path(db).resolve()),
+        "MASTER_PORT": str(sock.getsockname()[1]), "LAB_DB": str(Path(store.path).resolve()),
         "LAB_LAUNCHER_PID": str(os.getpid()), "LAB_ATTEMPT": str(attempt),
         "LAB_RDZV_PREFIX": f"lab/{run_id}/{attempt}/{os.getpid()}/", **settings.THREAD_VARIABLES,
     })
     for k in ("TORCHELASTIC_RUN_ID", "TORCHELASTIC_RESTART_COUNT", "TORCHELASTIC_MAX_RESTARTS", "LAB_STORE_FD"):
         base.pop(k, None)
-    if cluster:
-        try:
-            from lab.train import ray_ranks  # Ray is loaded by the launchers of cluster jobs only
-        except ImportError as exc:
-            raise LabError(f"LAB_RAY_ADDRESS is set but Ray cannot be loaded ({exc}): install it with "
-                           "pip install -r requirements-ray.txt", where="LAB_RAY_ADDRESS") from None
+    said = []
 
-        said = []
+    def waiting(seconds: float) -> None:  # said once: the ranks wait until all of them fit
+        if not said:
+            said.append(seconds)
+            store.add_stage(run_id, "waiting", attempt=attempt, detail={
+                "for": f"room on the Ray cluster for {world} ranks at once"})
 
-        def waiting(seconds: float) -> None:  # said once: Ray queues the job until all its ranks fit
-            if not said and seconds >= 2 * ray_ranks.READY_POLL_S:
-                said.append(seconds)
-                store.add_stage(run_id, "waiting", attempt=attempt, detail={
-                    "for": f"room on the Ray cluster for {world} ranks at once"})
-
-        return ray_ranks.spawn(sc, run_id, world, base, tmp, db, cluster, on_wait=waiting)
-    spec = None  # what a cold worker reads on its standard input
-    procs = []
-    for rank in range(world):
-        env = dict(base, RANK=str(rank), LOCAL_RANK=str(rank), LAB_ERROR_FILE=str(tmp / f"rank{rank}.err"),
-                   LAB_HEARTBEAT_FILE=str(tmp / f"rank{rank}.hb"))
-        (tmp / f"rank{rank}.err").unlink(missing_ok=True)
-        (tmp / f"rank{rank}.hb").unlink(missing_ok=True)
-        fds: tuple = ()
-        if rank == 0:
-            env["LAB_STORE_FD"] = str(sock.fileno())
-            fds = (sock.fileno(),)
-        cpu = cpus[rank % len(cpus)] if cpus else None
-        log_file = logs / f"rank{rank}.log"
-        with open(log_file, "ab") as err:
-            err.write(f"===== {time.strftime('%Y-%m-%d %H:%M:%S')} attempt {attempt}: rank {rank} of {world}"
-                      f"{f', cpu {cpu}' if cpu is not None else ''} =====\n".encode())
-        if fork.FORK_WORKERS:  # a launcher forked by the warm starter forks its workers, which hold the scenario
-            procs.append(fork.fork_child(lambda: _rank_main(sc, run_id), env, log_file, fds, cpu))
-            continue
-        spec = spec or json.dumps({"run_id": run_id, "scenario": sc.to_dict()}).encode()
-        with open(log_file, "ab") as err:
-            p = subprocess.Popen([sys.executable, "-m", "lab.train", "--spec", "-"], env=env, stdin=subprocess.PIPE,
-                                 stdout=subprocess.DEVNULL, stderr=err, cwd=str(ROOT), pass_fds=fds,
-                                 preexec_fn=(lambda c=cpu: processes.pin(c)) if cpu is not None else None)
-        procs.append(p)
-        try:
-            p.stdin.write(spec)
-            p.stdin.close()
-        except OSError:  # it died at once: its exit code says so to the watch
-            pass
-    return procs
-
-
-def _rank_main(sc: Scenario, run_id: str) -> int:
-    """A forked worker: the rank's code on the scenario it inherited."""
-    from lab.train.rank import run_rank  # the starter imported it (and torch) before it forked this
-
-    return run_rank(sc, run_id, quiet=True)
-
-
-def _watch(procs: list[subprocess.Popen], tmp: Path, store: RunStore | None = None, run_id: str | None = None,
-           attempt: int = 0, logs: Path | None = None) -> Failure | None:
-    """Wait until every worker exits 0 (None) or one fails or hangs (a :class:`Failure`)."""
-
-    started = time.time()
-    stored = 0.0
-    unrecorded: str | None = None  # the store's last failure, said once
-    while True:
-        codes = [p.poll() for p in procs]
-        if all(c == 0 for c in codes):
-            return None
-        beats = [read_heartbeat(tmp / f"rank{r}.hb") for r in range(len(procs))]
-        failed = [r for r, c in enumerate(codes) if c not in (None, 0)]
-        if failed:
-            return _root_cause(procs, failed, tmp, beats, logs)
-        now = time.time()
-        hung = _stuck(procs, beats, now, started)
-        if hung is not None:
-            return hung
-        if store is not None and now - stored >= BEATS_TO_STORE_S:
-            stored = now
-            try:
-                store.set_heartbeats(run_id, [dict(worker=r, attempt=attempt, pid=(b or {}).get("pid", p.pid),
-                                                   step=(b or {}).get("step"), phase=(b or {}).get("phase"),
-                                                   t=(b or {}).get("t"), progress_t=(b or {}).get("progress_t"))
-                                              for r, (p, b) in enumerate(zip(procs, beats))])
-                store.beat_launcher(run_id, now)
-            except Exception as exc:  # noqa: BLE001 - monitoring must not end the job
-                why = f"{type(exc).__name__}: {exc}"
-                if why != unrecorded:  # said once while the same failure repeats, not every poll
-                    log.warning("heartbeats of run %s could not be stored: %s", run_id, why)
-                unrecorded = why
-            else:
-                unrecorded = None
-        time.sleep(POLL_S)
-
-
-def _stuck(procs, beats, now: float, started: float) -> Failure | None:
-    """A worker that froze (its heartbeat file not rewritten for LAB_FROZEN_TIMEOUT s; before the
-    first step LAB_START_TIMEOUT) or hangs (it still beats, but its step has not moved for
-    LAB_HEARTBEAT_TIMEOUT s while it is busy, i.e. not waiting for its peers). Workers waiting for
-    their peers are not blamed, except when every live worker waits and none moves (a deadlock).
-    A stale file alone (a process starved of CPU on a loaded machine) only counts once it is older
-    than the frozen timeout, so load does not cause false alarms."""
-    hb, st, fz, fresh = heartbeat_timeout(), start_timeout(), frozen_timeout(), _fresh_s()
-    live = [r for r, p in enumerate(procs) if p.poll() is None and (beats[r] or {}).get("phase") != "exiting"]
-    culprits, stalled_comm, frozen = [], [], set()
-    for r in live:
-        b = beats[r]
-        if b is None:
-            if now - started > st:
-                culprits.append(r)
-            continue
-        first = b.get("step", 0) == 0
-        if now - b["t"] > (st if first else fz):
-            culprits.append(r)
-            frozen.add(r)
-            continue
-        if now - b["t"] > fresh or now - b["progress_t"] <= (st if first else hb):
-            continue
-        if b.get("phase") != "comm":
-            culprits.append(r)
-        else:
-            stalled_comm.append(r)
-    if not culprits:
-        if not live or len(stalled_comm) < len(live):
-            return None
-        culprits = stalled_comm  # everyone waits for everyone
-    r = culprits[0]
-    b = beats[r]
-    if b is None:
-        return Failure(r, "hung", f"worker {r} (pid {procs[r].pid}) sent no heartbeat within {st:g} s of its start",
-                       0, True, None)
-    waiting = [k for k in live if k != r and beats[k] and beats[k].get("phase") == "comm"]
-    if r in frozen:
-        text = (f"worker {r} (pid {procs[r].pid}) froze at step {b['step']}: its heartbeat stopped "
-                f"{now - b['t']:.1f} s ago (timeout {fz if b.get('step') else st:g} s)")
-        kind = "frozen"
-    else:
-        text = (f"worker {r} (pid {procs[r].pid}) hangs at step {b['step']}"
-                + (f" in {b['where']}()" if b.get("where") else "")
-                + f": no progress for {now - b['progress_t']:.1f} s (heartbeat timeout {hb:g} s)")
-        kind = "hung" if b.get("phase") != "comm" else "deadlock"
-    if waiting:
-        text += f"; worker(s) {', '.join(map(str, waiting))} wait for it"
-    return Failure(r, kind, text, b.get("step"), True, b.get("t"))
-
-
-def _read_error(tmp: Path, rank: int) -> dict | None:
-    try:
-        return json.loads((tmp / f"rank{rank}.err").read_text())
-    except (OSError, ValueError):
-        return None
-
-
-def _root_cause(procs, failed: list[int], tmp: Path, beats: list | None = None, logs: Path | None = None) -> Failure:
-    beats = beats or [None] * len(procs)
-    errors = {r: _read_error(tmp, r) for r in failed}
-    texts = " ".join((e or {}).get("summary", "") + (e or {}).get("traceback", "") for e in errors.values())
-    if ("address already in use" in texts.lower() or "EADDRINUSE" in texts) and \
-            all((e or {}).get("step", 0) == 0 for e in errors.values()):
-        return Failure(None, "port-taken", "the rendezvous port was taken", 0, True)
-    primary = [r for r in failed if errors[r] and not errors[r].get("secondary")]
-    killed = [r for r in failed if procs[r].returncode < 0 and not errors[r]]
-    lost = [r for r in killed if getattr(procs[r], "lost", None)]  # a rank on a Ray node that left the cluster
-    if lost:
-        r = lost[0]
-        return Failure(r, "lost", f"worker {r} was lost: {procs[r].lost}", (beats[r] or {}).get("step"), True,
-                       (beats[r] or {}).get("t"))
-    if not primary and not killed:  # only "peer closed / timed out": blame a live worker that hangs
-        now = time.time()
-        busy = [r for r, p in enumerate(procs) if p.poll() is None and beats[r]
-                and beats[r].get("phase") != "comm"]
-        if busy:
-            r = busy[0]
-            b = beats[r]
-            return Failure(r, "hung", f"worker {r} (pid {procs[r].pid}) hangs at step {b['step']}: its peers gave up "
-                           f"waiting for it after {now - b['progress_t']:.1f} s ({errors[failed[0]]['summary']})",
-                           b.get("step"), True, b.get("t"))
-    for group in (primary, killed, [r for r in failed if errors[r]], failed):
-        if group:
-            r = group[0]
-            break
-    e, code = errors[r], procs[r].returncode
-    last = (beats[r] or {}).get("t")
-    step = (e or {}).get("step", (beats[r] or {}).get("step"))
-    if e:
-        return Failure(r, "error", e["summary"], step, e.get("type") != "LabError", last)
-    if code < 0:
-        try:
-            name = signal.Signals(-code).name
-        except ValueError:
-            name = str(-code)
-        return Failure(r, "killed", f"worker {r} (pid {procs[r].pid}) was killed by signal {name}", step, True, last)
-    tail = " ".join(processes.last_lines((logs or tmp) / f"rank{r}.log", 1))[-500:]
-    return Failure(r, "exited", f"worker {r} (pid {procs[r].pid}) exited with code {code}" + (f": {tail}" if tail else ""),
-                   step, True, last)
-
-
-def _copy_logs(logs: Path, log, attempt: int) -> None:
-    for f in sorted(logs.glob("rank*.log")):
-        text = processes.tail_text(f).split(f"attempt {attempt}:")[-1].strip()
-        if text:
-            print(f"----- {f.stem} (attempt {attempt}) -----\n{text[-4000:]}", file=log)
+    return ranks.spawn(sc, run_id, world, base, tmp, logs, sock, cpus, waiting)

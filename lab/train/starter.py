@@ -30,7 +30,7 @@ from lab.train.launcher import JobSpec, run_job  # noqa: E402
 def _start_launcher(req: dict) -> int:
     """Fork a launcher for one job (its own session, its log as its output); its pid."""
     spec = JobSpec.from_dict(req.get("spec"))  # a malformed request is answered, before any fork
-    return fork.fork_child(lambda: run_job(spec), req["env"], Path(req["log"]), new_session=True).pid
+    return fork.fork_child(lambda: run_job(spec, forked=True), req["env"], Path(req["log"]), new_session=True).pid
 
 
 def _send(msg: dict) -> None:
@@ -46,7 +46,6 @@ def serve() -> int:
         data.load_dataset("digits")  # cached in this process: every job forked from it has it
     except LabError:
         pass
-    fork.FORK_WORKERS = True  # inherited by every launcher forked from here
     children: set[int] = set()
     _send({"ready": True, "pid": os.getpid(), "rss_mb": round(rss_mb(), 1)})
     buf = b""

@@ -12,7 +12,7 @@ from lab.jobs.limits import Limits
 from lab.jobs.manager import JobManager
 from lab.view.jobs import queue_line
 from lab.store.runs import ACTIVE, RunStore
-from lab.train.launcher import processes_of
+from lab.train.launcher_record import processes_of
 from tests.conftest import default_with, wait_for
 
 pytestmark = pytest.mark.timeout(300)

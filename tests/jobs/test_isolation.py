@@ -22,7 +22,7 @@ from lab.jobs.manager import JobManager
 from lab.scenario.document import default_scenario
 from lab.store.runs import RunStore
 from lab.processes import boot_id
-from lab.train.launcher import identity, launcher_gone, processes_of
+from lab.train.launcher_record import identity, launcher_gone, processes_of
 from tests.conftest import ROOT, default_with, wait_for
 
 pytestmark = pytest.mark.timeout(300)

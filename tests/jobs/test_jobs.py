@@ -14,7 +14,7 @@ from lab.jobs.access import ANONYMOUS
 from lab.jobs.manager import JobManager
 from lab.scenario.document import default_scenario
 from lab.store.runs import RunStore
-from lab.train.launcher import processes_of
+from lab.train.launcher_record import processes_of
 from tests.conftest import default_with, wait_for
 
 pytestmark = pytest.mark.timeout(240)

@@ -22,7 +22,8 @@ from lab.jobs.access import ANONYMOUS
 from lab.view import jobs as job_views
 from lab.jobs.manager import JobManager
 from lab.store.runs import JOB_WORKER, RunStore
-from lab.train.launcher import listening_socket, processes_of, scratch_prefix
+from lab.train.launcher import listening_socket
+from lab.train.launcher_record import processes_of, scratch_prefix
 from tests.conftest import ROOT, default_with, wait_for
 
 pytestmark = pytest.mark.timeout(300)

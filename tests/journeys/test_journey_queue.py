@@ -5,7 +5,7 @@ short one. B's page says another student's job holds the server and yields soon;
 import pytest
 
 from lab.store.runs import RunStore
-from lab.train.launcher import processes_of
+from lab.train.launcher_record import processes_of
 from tests.conftest import lab_server, settle
 from tests.journey import new_page, no_error_boxes, slide, type_number, wait_for_run
 

@@ -15,7 +15,7 @@ import pytest
 from lab.view import jobs as job_views
 from lab.jobs.access import TEACHER
 from lab.store.runs import RunStore
-from lab.train.launcher import processes_of
+from lab.train.launcher_record import processes_of
 from tests.conftest import lab_server, settle
 from tests.journey import (
     nav,

@@ -107,7 +107,7 @@ def test_grid_button_queues_nine_runs_then_they_are_stopped(lab_db):
     from lab.jobs.manager import shared
     from lab.scenario.names import COMPARED_OPTIMIZERS
     from lab.store.runs import RunStore
-    from lab.train.launcher import processes_of
+    from lab.train.launcher_record import processes_of
 
     page = app_test("pages/compression.py", timeout=180)
     page.button(key="cp_grid_run").click().run()

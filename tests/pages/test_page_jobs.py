@@ -15,7 +15,7 @@ from lab.modelled.scheduling import JobRequest, compare_policies, resource_group
 from lab.scenario.catalogue import preset
 from lab.scenario.document import default_scenario
 from lab.store.runs import RunStore
-from lab.train.launcher import processes_of
+from lab.train.launcher_record import processes_of
 from tests.conftest import ROOT, app_test, assert_no_exception, wait_for
 
 pytestmark = pytest.mark.timeout(300)

@@ -80,7 +80,7 @@ def test_training_page_edits_the_scenario_and_runs_a_short_job(lab_db):
 
 
 def test_stop_button_ends_the_job(lab_db):
-    from lab.train.launcher import processes_of
+    from lab.train.launcher_record import processes_of
 
     at = app_test("pages/training.py")
     at.number_input(key="tr_steps").set_value(100_000).run()

@@ -16,7 +16,8 @@ from lab.scenario.document import Scenario, Training
 from lab.scenario.models import build_model
 from lab.store.runs import JOB_WORKER, RunStore
 from lab.train import placement_run
-from lab.train.launcher import launch, processes_of, preflight
+from lab.train.launcher import launch, preflight
+from lab.train.launcher_record import processes_of
 
 pytestmark = pytest.mark.timeout(300)
 

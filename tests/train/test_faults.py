@@ -29,7 +29,8 @@ from lab.scenario.document import Compression, Training, default_scenario
 from lab.scenario.models import build_model
 from lab.store.runs import JOB_WORKER, RunStore, new_run_id
 from lab.train import data as data_mod
-from lab.train.launcher import launch, processes_of
+from lab.train.launcher import launch
+from lab.train.launcher_record import processes_of
 from lab.train.reference import single_process
 from lab.train.warm import Starter
 from tests.conftest import ROOT, start_warm
@@ -289,7 +290,7 @@ def test_torchrun_restart_keeps_the_error_feedback_residual(env, tmp_path, comp,
 def test_a_setting_error_is_not_retried(tmp_path):
     """A worker's LabError (a wrong setting) is deterministic: 'recover' does not restart for it;
     any other error is worth a restart."""
-    from lab.train.launcher import _root_cause
+    from lab.train.watch import root_cause
 
     class P:
         pid, returncode = 1, 1
@@ -300,18 +301,18 @@ def test_a_setting_error_is_not_retried(tmp_path):
     tmp = tmp_path
     (tmp / "rank0.err").write_text(json.dumps({"rank": 0, "step": 3, "type": "LabError", "summary": "bad setting",
                                                "secondary": False, "traceback": ""}))
-    f = _root_cause([P()], [0], tmp)
+    f = root_cause([P()], [0], tmp)
     assert f.retryable is False and f.error == "bad setting"
     (tmp / "rank0.err").write_text(json.dumps({"rank": 0, "step": 3, "type": "RuntimeError", "summary": "boom",
                                                "secondary": False, "traceback": ""}))
-    assert _root_cause([P()], [0], tmp).retryable is True
+    assert root_cause([P()], [0], tmp).retryable is True
 
 
 def test_a_launcher_leaves_who_it_is_and_its_heartbeat_in_the_store(env):
     """What a job manager needs to tell a live launcher from one killed with SIGKILL: its pid, process
     group, creation time, host and boot, its scratch folder (gone after a normal end) and a heartbeat
     that moves."""
-    from lab.train.launcher import identity, launcher_gone
+    from lab.train.launcher_record import identity, launcher_gone
 
     res = launch(scenario(fault="none", steps=STEPS))
     store = RunStore(env)

@@ -12,7 +12,8 @@ import pytest
 from lab.scenario.catalogue import preset
 from lab.scenario.document import Scenario, Training
 from lab.store.runs import RunStore
-from lab.train.launcher import launch, processes_of
+from lab.train.launcher import launch
+from lab.train.launcher_record import processes_of
 
 pytestmark = pytest.mark.timeout(300)
 PLAN = {"net_0": "edge0", "net_1": "edge0", "net_2": "edge1", "net_3": "edge1", "net_4": "edge1"}

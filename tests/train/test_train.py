@@ -15,7 +15,7 @@ import torch
 from lab.scenario.document import Training
 from lab.scenario.models import build_model
 from lab.store.runs import RunStore
-from lab.train.launcher import processes_of
+from lab.train.launcher_record import processes_of
 from lab.train.reference import single_process
 from tests.conftest import ROOT
 

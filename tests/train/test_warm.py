@@ -14,7 +14,8 @@ import torch
 from lab import settings
 from lab.scenario.document import default_scenario
 from lab.store.runs import RunStore, new_run_id
-from lab.train.launcher import launch, processes_of
+from lab.train.launcher import launch
+from lab.train.launcher_record import processes_of
 from lab.train.warm import Starter, rss_mb
 from tests.conftest import ROOT, start_warm
 

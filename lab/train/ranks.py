@@ -1,0 +1,154 @@
+"""One seam to start a job's ranks: :class:`RankBackend`, with one implementation per way.
+
+* :class:`ForkedRanks`: forked from a launcher that the warm starter forked (torch and the data are loaded
+  already); the ranks inherit the scenario.
+* :class:`ProcessRanks`: cold processes, ``python -m lab.train --spec -``, the scenario on standard input.
+* :class:`ClusterRanks`: actors on a Ray cluster (:mod:`lab.train.ray_ranks`), where Ray decides where they run.
+
+The launcher chooses one per job (:func:`rank_backend`) and otherwise treats them alike: every handle answers as
+a :class:`subprocess.Popen` does, and the launcher watches, restarts and reaps them the same way.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from lab import processes
+from lab.errors import LabError
+from lab.scenario.document import Scenario
+from lab.settings import ROOT
+from lab.train import fork
+
+
+class RankBackend:
+    """How a job's ranks start. ``remote``: they run on other machines (this machine's load and cores are not
+    theirs, and their rendezvous is not on this machine's port)."""
+
+    name = ""
+    remote = False
+
+    def prepare(self, store) -> None:
+        """Before the ranks start (once per attempt)."""
+
+    def spawn(self, sc: Scenario, run_id: str, world: int, env: dict, tmp: Path, logs: Path, sock: socket.socket,
+              cpus: list[int] | None, on_wait) -> list:
+        """Start ``world`` ranks of run ``run_id`` with the environment ``env``; their handles, by rank.
+        ``on_wait(seconds)`` is called while the ranks wait for room to start."""
+        raise NotImplementedError
+
+    def where(self, procs) -> dict:
+        """What the run's "started" stage says of where the ranks run, beyond their pids."""
+        return {}
+
+    def release(self, procs) -> None:
+        """Free what an attempt's ranks hold beyond their processes (after they are reaped)."""
+
+
+class _LocalRanks(RankBackend):
+    """Ranks as processes of this machine: each with its error and heartbeat files, its log, and its core."""
+
+    def spawn(self, sc, run_id, world, env, tmp, logs, sock, cpus, on_wait) -> list:
+        procs = []
+        for rank in range(world):
+            renv = dict(env, RANK=str(rank), LOCAL_RANK=str(rank), LAB_ERROR_FILE=str(tmp / f"rank{rank}.err"),
+                        LAB_HEARTBEAT_FILE=str(tmp / f"rank{rank}.hb"))
+            (tmp / f"rank{rank}.err").unlink(missing_ok=True)
+            (tmp / f"rank{rank}.hb").unlink(missing_ok=True)
+            fds: tuple = ()
+            if rank == 0:  # rank 0 serves the job's rendezvous store on the launcher's listening socket
+                renv["LAB_STORE_FD"] = str(sock.fileno())
+                fds = (sock.fileno(),)
+            cpu = cpus[rank % len(cpus)] if cpus else None
+            log_file = logs / f"rank{rank}.log"
+            with open(log_file, "ab") as err:
+                err.write(f"===== {time.strftime('%Y-%m-%d %H:%M:%S')} attempt {env.get('LAB_ATTEMPT', '0')}: rank "
+                          f"{rank} of {world}{f', cpu {cpu}' if cpu is not None else ''} =====\n".encode())
+            procs.append(self.start(sc, run_id, renv, log_file, fds, cpu))
+        return procs
+
+    def start(self, sc: Scenario, run_id: str, env: dict, log_file: Path, fds: tuple, cpu: int | None):
+        raise NotImplementedError
+
+
+class ForkedRanks(_LocalRanks):
+    """Ranks forked from this launcher, itself forked by the warm starter: they hold the scenario already."""
+
+    name = "warm"
+
+    def prepare(self, store) -> None:
+        store.close()  # SQLite's per-process lock table must not reach a forked rank
+
+    def start(self, sc, run_id, env, log_file, fds, cpu):
+        return fork.fork_child(lambda: _rank_main(sc, run_id), env, log_file, fds, cpu)
+
+
+class ProcessRanks(_LocalRanks):
+    """Cold ranks: a new Python process each, which reads the run and its scenario on its standard input."""
+
+    name = "cold"
+
+    def start(self, sc, run_id, env, log_file, fds, cpu):
+        spec = json.dumps({"run_id": run_id, "scenario": sc.to_dict()}).encode()
+        with open(log_file, "ab") as err:
+            p = subprocess.Popen([sys.executable, "-m", "lab.train", "--spec", "-"], env=env, stdin=subprocess.PIPE,
+                                 stdout=subprocess.DEVNULL, stderr=err, cwd=str(ROOT), pass_fds=fds,
+                                 preexec_fn=(lambda c=cpu: processes.pin(c)) if cpu is not None else None)
+        try:
+            p.stdin.write(spec)
+            p.stdin.close()
+        except OSError:  # it died at once: its exit code says so to the watch
+            pass
+        return p
+
+
+class ClusterRanks(RankBackend):
+    """Ranks as actors on the Ray cluster at ``address``; Ray holds a job until all its ranks fit."""
+
+    name = "ray"
+    remote = True
+
+    def __init__(self, address: str):
+        self.address = address
+
+    def spawn(self, sc, run_id, world, env, tmp, logs, sock, cpus, on_wait) -> list:
+        try:
+            from lab.train import ray_ranks  # Ray is loaded by the launchers of cluster jobs only
+        except ImportError as exc:
+            raise LabError(f"LAB_RAY_ADDRESS is set but Ray cannot be loaded ({exc}): install it with "
+                           "pip install -r requirements-ray.txt", where="LAB_RAY_ADDRESS") from None
+
+        def waiting(seconds: float) -> None:
+            if seconds >= 2 * ray_ranks.READY_POLL_S:
+                on_wait(seconds)
+
+        return ray_ranks.spawn(sc, run_id, world, env, tmp, env["LAB_DB"], self.address, on_wait=waiting)
+
+    def where(self, procs) -> dict:
+        return {"nodes": procs.nodes()}
+
+    def release(self, procs) -> None:
+        if procs:  # the attempt's placement group too: a restart needs its CPUs
+            procs.release()
+
+
+def rank_backend(cluster: str = "", forked: bool = False) -> RankBackend:
+    """The way a job's ranks start: on the Ray cluster at ``cluster`` when one is given, else forked when the
+    launcher itself was forked by the warm starter, else as cold processes."""
+    if cluster:
+        return ClusterRanks(cluster)
+    return ForkedRanks() if forked else ProcessRanks()
+
+
+def _rank_main(sc: Scenario, run_id: str) -> int:
+    """A forked rank: the rank's code on the scenario it inherited."""
+    from lab.train.rank import run_rank  # the starter imported it (and torch) before it forked this
+
+    return run_rank(sc, run_id, quiet=True)
+
+
+__all__ = ["RankBackend", "ForkedRanks", "ProcessRanks", "ClusterRanks", "rank_backend"]
