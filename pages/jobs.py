@@ -14,7 +14,7 @@ from lab.view import jobs as job_views
 from lab.modelled.scheduling import POLICIES, POLICY_LABELS, resource_groups
 from lab.scenario.catalogue import PRESET_LABELS, preset
 from lab.store.runs import ACTIVE, FINISHED, store
-from lab.train.launcher import heartbeat_timeout
+from lab.train.watch import heartbeat_timeout
 
 sc = ui.scenario_sidebar()
 jm, owner = ui.job_manager()  # one manager per run store, shared by every session

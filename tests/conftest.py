@@ -39,12 +39,25 @@ SLOW_MODULES = {
 }
 
 
+#: Fixtures a test requests because it starts something (processes, an app, a browser, a cluster): requesting one
+#: marks the test slow, whatever module it is in.
+SLOW_FIXTURES = {"spawns"}
+
+
 def pytest_collection_modifyitems(config, items):
     here = Path(__file__).resolve().parent
     for item in items:
         rel = Path(item.fspath).resolve().relative_to(here).as_posix()
-        if rel.split("/")[0] in SLOW_FOLDERS or rel in SLOW_MODULES:
+        if (rel.split("/")[0] in SLOW_FOLDERS or rel in SLOW_MODULES
+                or SLOW_FIXTURES & set(getattr(item, "fixturenames", ()))):
             item.add_marker(pytest.mark.slow)
+
+
+@pytest.fixture
+def spawns():
+    """Requested by a test that starts processes (a job, a gloo group, a bench script, the warm starter): the
+    test is slow, out of the fast loop."""
+    return None
 
 
 def wait_for(cond, timeout: float = 120.0, what: str = "condition") -> None:
