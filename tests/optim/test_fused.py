@@ -131,6 +131,23 @@ def test_a_job_with_the_fused_optimiser_trains_as_one_process_does(lab_db):
         torch.testing.assert_close(got[k], want[k], rtol=1e-5, atol=2e-6)
 
 
+def test_a_job_with_the_fused_optimiser_and_powersgd_runs_to_its_end_and_says_both(lab_db):
+    """The two set together (as the Training page's journey sets them by clicking) train to the end, and the run
+    records both implementations."""
+    from lab.scenario.document import Compression, default_scenario
+    from lab.store.runs import RunStore
+    from lab.train.launcher import launch
+
+    sc = default_scenario()
+    tr = sc.training.replace(workers=2, steps=8, batch_size=16, fused=True,
+                             compression=Compression.from_dict({"kind": "powersgd", "rank": 3, "warmup": 4}))
+    res = launch(sc.replace(training=tr), store_path=lab_db)
+    assert res.status == "done", res.error
+    info = RunStore(lab_db).get_run(res.run_id)["info"]
+    assert info["optimiser_implementation"] == "fused"
+    assert RunStore(lab_db).progress(res.run_id) == 8
+
+
 def test_a_jobs_flat_buffers_are_stepped_in_one_call_within_rounding():
     """A training job's parameters and gradients are views of two flat buffers: the fused optimiser packs its states
     the same way and steps the whole model in one kernel call, as the per-tensor path would."""
