@@ -357,3 +357,15 @@ def test_fit_recovers_alpha_beta_and_defines_geomean_error():
     assert f.errors == pytest.approx((0.1, 1 / 1.1 - 1))
     with pytest.raises(LabError):
         C.fit_alpha_beta(4, [4096], [1e-3])
+
+
+def test_identical_devices_get_names_the_lab_accepts_at_every_size():
+    """The All-reduce page's "identical devices" builds any size its slider allows: the default names never
+    include two that look alike (L reads as l, which looks like I)."""
+    from lab.scenario.text import fold
+
+    for n in range(2, 65):
+        names = C.default_names(n)
+        assert len(names) == n and len({fold(x) for x in names}) == n
+        assert len(C.uniform_star(n, 1e9, 1e-6).devices) == n + 1  # and the host
+    assert "L" not in C.default_names(26) and C.default_names(3) == ["A", "B", "C"]
