@@ -1,7 +1,7 @@
 """All-reduce speed: the lab's ring against gloo's all_reduce, and the pure models' build times.
 
     .venv/bin/python bench/bench_allreduce.py [--procs 4] [--numel 16777216] [--iters 15] [--warmup 2]
-                                              [--extra-sizes 1M,4M]
+                                              [--extra-sizes 1M,4M] [--smoke]
 
 1. Real processes (gloo over loopback, spawned by lab.comm.measure): ``lab.comm.ring_allreduce``
    against ``torch.distributed.all_reduce`` on ``--numel`` float32 (default 16M = 64 MiB) with
@@ -13,11 +13,15 @@
 2. Pure functions: building the step-by-step schedule (with every device's contribution sets)
    for N = 16, the alpha-beta time on a 16-device topology, the lab's ring-order search, and the
    uniform model for N = 1024. Target: each well under a second.
+
+``--smoke`` runs both parts at their smallest sizes (2 processes, a 4 KiB buffer, 2 iterations; the
+pure functions once each) in seconds: it checks the bench still runs and measures nothing.
 """
 
 from __future__ import annotations
 
 import argparse
+import math
 import statistics
 import time
 
@@ -25,6 +29,26 @@ from common import table  # noqa: E402  (also puts the checkout on sys.path)
 
 from lab.comm import measure as M  # noqa: E402
 from lab.modelled import collectives as C  # noqa: E402
+from lab.scenario.topology import Device, Link, Switch, Topology  # noqa: E402
+
+SMOKE_NOTE = "smoke run: smallest sizes, not a measurement"
+
+
+def device_names(n: int) -> list[str]:
+    """gpu0, gpu1, ...: C.default_names runs A..Z, and the lab refuses L beside I (they look alike)."""
+    return [f"gpu{i}" for i in range(n)]
+
+
+def identical_star(n: int, bandwidth: float, latency: float) -> Topology:
+    """C.uniform_star's cluster (N identical devices and a host on one switch, pools of about sqrt(N)
+    for the hierarchical algorithm) with names the lab's look-alike check accepts at any N."""
+    size = math.isqrt(n - 1) + 1 if n > 3 else n
+    devs = [Device(nm, "gpu", pool=f"group{i // size}", throughput={"matmul": 1e12})
+            for i, nm in enumerate(device_names(n))]
+    devs.append(Device("host", "cpu", pool="host", throughput={"matmul": 1e12}))
+    links = [Link(d.name, "switch", "switch", bandwidth, latency) for d in devs]
+    return Topology(f"{n} identical devices", tuple(devs), tuple(links), (Switch("switch"),),
+                    "identical devices on one switch").validate()
 
 
 def best_of(fn, repeat: int = 5) -> float:
@@ -58,25 +82,25 @@ def bench_real(procs: int, numel: int, iters: int, warmup: int, extra: list[int]
     print("target: ring / gloo <= 1.10 at the largest size")
 
 
-def bench_pure() -> None:
-    print("## pure functions (best of 5)")
+def bench_pure(repeat: int = 5) -> None:
+    print(f"## pure functions (best of {repeat})")
     rows = []
     for alg in C.ALGORITHMS:
-        t = best_of(lambda: C.check_schedule(C.build_schedule(alg, 16, 4 * 1_000_003)))
+        t = best_of(lambda: C.check_schedule(C.build_schedule(alg, 16, 4 * 1_000_003)), repeat)
         rows.append([f"step-through, N=16, {alg} (schedule + contribution sets + check)", f"{t * 1e3:.2f}"])
-    star = C.uniform_star(16, 25e9, 1e-6)
-    names = C.default_names(16)
+    star = identical_star(16, 25e9, 1e-6)
+    names = device_names(16)
     for alg in C.ALGORITHMS:
         s = C.build_schedule(alg, names, 4 << 20, host="host")
-        t = best_of(lambda: C.schedule_time(s, star))
+        t = best_of(lambda: C.schedule_time(s, star), repeat)
         rows.append([f"alpha-beta time on a 16-device topology, {alg}", f"{t * 1e3:.2f}"])
-    t = best_of(lambda: C.best_ring_order(star, names[:8]))
+    t = best_of(lambda: C.best_ring_order(star, names[:8]), repeat)
     rows.append(["ring order, 8 devices (brute force, 5040 rings)", f"{t * 1e3:.2f}"])
-    t = best_of(lambda: C.best_ring_order(star, names))
+    t = best_of(lambda: C.best_ring_order(star, names), repeat)
     rows.append(["ring order, 16 devices (greedy + 2-opt)", f"{t * 1e3:.2f}"])
-    t = best_of(lambda: [C.uniform_time(a, 1024, 4 << 24, 5e-6, 1e-10) for a in C.ALGORITHMS])
+    t = best_of(lambda: [C.uniform_time(a, 1024, 4 << 24, 5e-6, 1e-10) for a in C.ALGORITHMS], repeat)
     rows.append(["uniform model, N=1024, all four algorithms", f"{t * 1e3:.3f}"])
-    t = best_of(lambda: C.sweep_uniform([2 ** k for k in range(1, 11)], 4 << 20, 5e-6, 1e-10))
+    t = best_of(lambda: C.sweep_uniform([2 ** k for k in range(1, 11)], 4 << 20, 5e-6, 1e-10), repeat)
     rows.append(["uniform model, N = 2..1024 sweep (the page's chart)", f"{t * 1e3:.3f}"])
     print(table(["what", "time (ms)"], rows))
     print("target: each well under 1000 ms")
@@ -90,12 +114,23 @@ def main() -> None:
     ap.add_argument("--warmup", type=int, default=2)
     ap.add_argument("--extra-sizes", default="", help="more buffer sizes to time, e.g. 1M,4M")
     ap.add_argument("--skip-real", action="store_true")
+    ap.add_argument("--smoke", action="store_true",
+                    help="smallest sizes, seconds: checks the bench still runs (the test suite runs this)")
     args = ap.parse_args()
-    bench_pure()
+    if args.smoke:
+        print(SMOKE_NOTE)
+        bench_pure(repeat=1)
+    else:
+        bench_pure()
     print()
     if not args.skip_real:
         extra = [M.parse_size(x) for x in args.extra_sizes.split(",") if x.strip()]
-        bench_real(args.procs, args.numel, args.iters, args.warmup, extra)
+        if args.smoke:
+            bench_real(2, 1024, 2, 1, [])
+        else:
+            bench_real(args.procs, args.numel, args.iters, args.warmup, extra)
+    if args.smoke:
+        print(SMOKE_NOTE)
 
 
 if __name__ == "__main__":

@@ -14,7 +14,10 @@ run, before and after: prints a table of seconds (median of --repeat) and the ra
   here) against SQL aggregates and at most MAX_CURVE_POINTS points per curve; the same for the
   per-run summary; the loss figure's points.
 
-    .venv/bin/python bench/bench_caps.py [--repeat 3] [--steps 90000]
+    .venv/bin/python bench/bench_caps.py [--repeat 3] [--steps 90000] [--smoke]
+
+``--smoke`` runs every row once on the star cut down to 16 devices and a 200-step run, in seconds: it
+checks the bench still runs and measures nothing (the caps are the point of the real bench).
 """
 
 from __future__ import annotations
@@ -37,13 +40,29 @@ from lab.figures import topology as tfigs  # noqa: E402
 from lab.jobs import comparison as C  # noqa: E402
 from lab.modelled import collectives as AR  # noqa: E402
 from lab.modelled.datasheet import LinkCost  # noqa: E402
-from lab.scenario import routes, tables  # noqa: E402
+from lab.scenario import routes  # noqa: E402
+from lab.scenario.catalogue import as_pcie  # noqa: E402
 from lab.scenario.document import default_scenario  # noqa: E402
 from lab.scenario.topology import Path as Route  # noqa: E402
 from lab.scenario.topology import Topology  # noqa: E402
 from lab.store.runs import JOB_WORKER, RunStore  # noqa: E402
-from lab.testing.caps import cap_topology, summary_every_row  # noqa: E402
+from lab.testing import caps  # noqa: E402
+from lab.testing.caps import summary_every_row  # noqa: E402
+from lab.view import topology_tables as tables  # noqa: E402
 from lab.view.state import ALLREDUCE_SIZES  # noqa: E402
+
+
+SMOKE_NOTE = "smoke run: smallest sizes, not a measurement"
+SMOKE_DEVICES = 16
+
+
+def first_devices(topo: Topology, n: int) -> Topology:
+    """``topo`` with its first ``n`` devices, every switch and the links among those: the smoke run's
+    stand-in for a topology at the caps, whose previous routes alone take minutes."""
+    devices = topo.devices[:n]
+    nodes = {d.name for d in devices} | {s.name for s in topo.switches}
+    links = tuple(l for l in topo.links if l.a in nodes and l.b in nodes)
+    return Topology(topo.name, devices, links, topo.switches, topo.description).validate()
 
 
 def mb(fig) -> float:
@@ -181,8 +200,18 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=90_000)
     ap.add_argument("--shapes", default="star,chain,mesh", help="of lab.testing.caps (the mesh's previous "
                                                                "routes take about ten minutes)")
+    ap.add_argument("--smoke", action="store_true",
+                    help="smallest sizes, seconds: checks the bench still runs (the test suite runs this)")
     a = ap.parse_args()
+    if a.smoke:
+        a.repeat, a.steps, a.shapes = 1, 200, "star"
+        print(SMOKE_NOTE)
     shapes = a.shapes.split(",")
+
+    def cap_topology(shape: str) -> Topology:
+        topo = caps.cap_topology(shape)
+        return first_devices(topo, SMOKE_DEVICES) if a.smoke else topo
+
     rows = []
 
     def row(what: str, before: float | None, after: float, note: str = "") -> None:
@@ -209,7 +238,7 @@ def main() -> None:
         after = seconds(lambda: tfigs.path_heatmap(m, 10e6), a.repeat)
         row(f"Topology heatmap, {shape}", before, after,
             f"figure {size_before:.1f} → {mb(tfigs.path_heatmap(m, 10e6)):.1f} MB")
-        other = tables.as_pcie(topo)
+        other = as_pcie(topo)
 
         def every_pair():
             df = tables.transfer_comparison({"mine": topo, "pcie": other}, 10e6,
@@ -270,6 +299,8 @@ def main() -> None:
     print(f"seconds, median of {a.repeat} (the previous route algorithm and the CSV: once); "
           f"{a.steps:,}-step run written in {written:.1f} s")
     print(table(["per-view work at the caps", "before s", "after s", "ratio", "note"], rows))
+    if a.smoke:
+        print(SMOKE_NOTE)
 
 
 if __name__ == "__main__":

@@ -23,7 +23,11 @@ queue lets it start beside the long one once that has run its slice (LAB_SLICE_S
 within 10 s plus the short job's own length. The last line:
 ``classroom: sessions <n>, page p95 <s> s, idle page p95 <s> s, worst short-job wait <s> s``.
 
-    .venv/bin/python bench/bench_classroom.py [--sessions 10] [--duration 60] [--think 5]
+    .venv/bin/python bench/bench_classroom.py [--sessions 10] [--duration 60] [--think 5] [--smoke]
+
+``--smoke``: one session on one page, phases of a few seconds, a long and a short job of one worker and a
+few steps each (the server without its own warm starter, so at most four processes run at once); it checks
+the bench still runs and measures nothing.
 """
 
 from __future__ import annotations
@@ -39,9 +43,10 @@ import tempfile
 import time
 from pathlib import Path
 
-from common import free_port, start_app  # noqa: E402  (also puts the checkout on sys.path)
+from common import free_port, start_app, table  # noqa: E402  (also puts the checkout on sys.path)
 
 PAGES = ("topology", "placement", "allreduce")
+SMOKE_NOTE = "smoke run: smallest sizes, not a measurement"
 
 
 def start_server(data: Path, port: int, post_script_gc: bool = False) -> subprocess.Popen:
@@ -125,34 +130,52 @@ def main() -> None:
     ap.add_argument("--job-cpus", default="", help="cores the jobs may use, e.g. 1 (default: every core)")
     ap.add_argument("--post-script-gc", action="store_true",
                     help="run the server with Streamlit's default runner.postScriptGC = true (the app turns it off)")
+    ap.add_argument("--smoke", action="store_true",
+                    help="smallest sizes, seconds: checks the bench still runs (the test suite runs this)")
     args = ap.parse_args()
+    pages, workers, long_steps, alone_s = PAGES, 2, 20000, max(10.0, 2 * len(PAGES) * 1.0)
+    if args.smoke:
+        print(SMOKE_NOTE, flush=True)
+        # The long job ends well within its slice, so the short one waits for it instead of running beside it.
+        args.sessions, args.duration, args.think, args.short, args.short_steps, args.slice = 1, 2.0, 0.3, 1, 5, 120.0
+        pages, workers, long_steps, alone_s = PAGES[:1], 1, 20, 3.0
     os.environ["LAB_SLICE_S"] = str(args.slice)
 
     from lab.jobs.manager import JobManager
     from lab.scenario.document import default_scenario
-    from lab.train.launcher import processes_of
+    from lab.train.launcher_record import processes_of
 
     with tempfile.TemporaryDirectory() as tmp:
         data = Path(tmp)
         port = free_port()
-        server = start_server(data, port, args.post_script_gc)
+        warm = os.environ.get("LAB_WARM")
+        if args.smoke:  # the server's own warm starter would be a fifth process; the bench's job manager has one
+            os.environ["LAB_WARM"] = "0"
+        try:
+            server = start_server(data, port, args.post_script_gc)
+        finally:
+            if args.smoke and warm is None:
+                del os.environ["LAB_WARM"]
+            elif args.smoke:
+                os.environ["LAB_WARM"] = warm
         url = f"ws://127.0.0.1:{port}/_stcore/stream"
         jm = None
         try:
-            for page in PAGES:  # first visit of each page in the server process (imports, caches)
+            for page in pages:  # first visit of each page in the server process (imports, caches)
                 run_sessions_once(url, page)
             rss = {"warm": rss_mb(server.pid)}
-            alone = run_sessions(url, 1, max(10.0, 2 * len(PAGES) * 1.0), 0.2, args.seed)
+            alone = run_sessions(url, 1, alone_s, 0.2, args.seed, pages)
             load0 = os.getloadavg()[0]
-            idle = run_sessions(url, args.sessions, args.duration, args.think, args.seed)
+            idle = run_sessions(url, args.sessions, args.duration, args.think, args.seed, pages)
             rss["idle"] = rss_mb(server.pid)
             os.environ["LAB_DB"] = str(data / "runs.db")
             os.environ["LAB_DATA"] = str(data)
             cpus = [int(c) for c in args.job_cpus.split(",") if c.strip()] or None
             jm = JobManager(data / "runs.db", capacity=1, cpus=cpus, slots_per_cpu=5 if cpus else None)
             sc = default_scenario()
-            long_sc = sc.replace(training=sc.training.replace(workers=2, steps=20000, eval_every=1000))
-            short_sc = sc.replace(training=sc.training.replace(workers=2, steps=args.short_steps,
+            long_sc = sc.replace(training=sc.training.replace(workers=workers, steps=long_steps,
+                                                              eval_every=min(1000, long_steps)))
+            short_sc = sc.replace(training=sc.training.replace(workers=workers, steps=args.short_steps,
                                                                eval_every=args.short_steps))
             long_id = jm.submit(long_sc, "the long job", owner="student-0").run_id
             while jm.store.progress(long_id) == 0 and jm.store.status(long_id) in ("queued", "running"):
@@ -169,7 +192,7 @@ def main() -> None:
 
             t = threading.Thread(target=submit_shorts, daemon=True)
             t.start()
-            loaded = run_sessions(url, args.sessions, args.duration, args.think, args.seed + 1)
+            loaded = run_sessions(url, args.sessions, args.duration, args.think, args.seed + 1, pages)
             t.join()
             for rid, _ in shorts:
                 jm.wait(rid, timeout=300)
@@ -187,6 +210,8 @@ def main() -> None:
         finally:
             if jm is not None:
                 jm.shutdown()
+                if jm.starter is not None:  # the warm starter is this process's: it ends with the bench, reaped here
+                    jm.starter.stop()
             os.killpg(server.pid, signal.SIGTERM)
             try:
                 server.wait(timeout=20)
@@ -197,27 +222,44 @@ def main() -> None:
     print(f"classroom bench: {os.cpu_count()} cores, load average {load0:.1f} before the jobs and {load1:.1f} after "
           f"(other work on this machine included); real websocket sessions against `streamlit run`; "
           f"LAB_SLICE_S {args.slice:g}")
-    print(f"{'phase':<30}{'page':<12}{'reruns':>8}{'median s':>10}{'p95 s':>8}{'max s':>8}{'p95/idle':>10}")
+    header = ["phase", "page", "reruns", "median s", "p95 s", "max s", "p95/idle"]
+    if not args.smoke:
+        print(f"{'phase':<30}{'page':<12}{'reruns':>8}{'median s':>10}{'p95 s':>8}{'max s':>8}{'p95/idle':>10}")
+    rows = []
     iv, lv = [t for _, t in idle], [t for _, t in loaded]
     for name, runs, ref in (("alone (1 session, no jobs)", alone, None), (f"idle server ({args.sessions} sessions)", idle, iv),
                             (f"with jobs ({args.sessions} sessions)", loaded, iv)):
-        for page in ("all", *PAGES):
+        for page in ("all", *pages):
             v = [t for p, t in runs if page == "all" or p == page]
             if not v:
                 continue
             r = [t for p, t in (idle if ref is not None else alone) if page == "all" or p == page]
+            if args.smoke:
+                rows.append([name if page == "all" else "", page, len(v), f"{statistics.median(v):.3f}",
+                             f"{pct(v, .95):.3f}", f"{max(v):.3f}", f"{pct(v, .95) / pct(r, .95):.2f}"])
+                continue
             print(f"{name if page == 'all' else '':<30}{page:<12}{len(v):>8}{statistics.median(v):>10.3f}"
                   f"{pct(v, .95):>8.3f}{max(v):>8.3f}{pct(v, .95) / pct(r, .95):>10.2f}")
+    if args.smoke:
+        print(table(header, rows))
     print(f"server resident memory: {rss['warm']:.0f} MB warm, {rss['idle']:.0f} MB after the idle phase, "
           f"{rss['loaded']:.0f} MB after the loaded one (runner.postScriptGC {'on' if args.post_script_gc else 'off'})")
-    print(f"\n{'short job (its own student)':<30}{'status':<10}{'waited s':>10}{'ran s':>8}{'wait - 10 s - ran':>20}")
-    for name, status, wait, ran in waits:
-        print(f"{name:<30}{status:<10}{wait:>10.2f}{ran:>8.2f}{wait - 10 - ran:>20.2f}")
+    if args.smoke:
+        print()
+        print(table(["short job (its own student)", "status", "waited s", "ran s", "wait - 10 s - ran"],
+                    [[name, status, f"{wait:.2f}", f"{ran:.2f}", f"{wait - 10 - ran:.2f}"]
+                     for name, status, wait, ran in waits]))
+    else:
+        print(f"\n{'short job (its own student)':<30}{'status':<10}{'waited s':>10}{'ran s':>8}{'wait - 10 s - ran':>20}")
+        for name, status, wait, ran in waits:
+            print(f"{name:<30}{status:<10}{wait:>10.2f}{ran:>8.2f}{wait - 10 - ran:>20.2f}")
     print(f"the long job ({long_sc.training.steps} steps, student 0) {'yielded' if yielded else 'never yielded'} and "
           f"was {long_status} when the bench stopped it; processes left after shutdown: {left}")
     worst = max((w for _, _, w, _ in waits), default=float("nan"))
     print(f"classroom: sessions {args.sessions}, page p95 {pct(lv, .95):.2f} s, idle page p95 {pct(iv, .95):.2f} s, "
           f"worst short-job wait {worst:.2f} s")
+    if args.smoke:
+        print(SMOKE_NOTE)
 
 
 def run_sessions_once(url: str, page: str) -> None:

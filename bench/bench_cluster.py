@@ -6,17 +6,21 @@ of the first job, the time until every job is done, and the resident memory of e
 its workers), sampled every second as the sum of their proportional set sizes (a page shared by forked
 processes counted once).
 
-    .venv/bin/python bench/bench_cluster.py [--jobs 12] [--steps 200] [--workers 2]
+    .venv/bin/python bench/bench_cluster.py [--jobs 12] [--steps 200] [--workers 2] [--smoke]
 
 Both paths use the job manager as the Training page's Run does; the local one with the class server's
 default capacity (LAB_JOB_CAPACITY), the Ray one hands every job to Ray (LAB_RAY_JOBS) and Ray's
 placement groups queue them.
+
+``--smoke``: one job of one worker and a few steps on each path, Ray's test cluster a single node (its head,
+one CPU); it checks the bench still runs and measures nothing.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import shutil
 import tempfile
 import threading
 import time
@@ -25,6 +29,8 @@ from pathlib import Path
 import psutil
 
 from common import table  # noqa: E402  (also puts the checkout on sys.path)
+
+SMOKE_NOTE = "smoke run: smallest sizes, not a measurement"
 
 
 def pss_mb(p: psutil.Process) -> float:
@@ -74,24 +80,27 @@ def run_queue(jobs: int, steps: int, workers: int, data: Path, cluster: str) -> 
     sc = default_scenario()
     sc = sc.replace(training=sc.training.replace(workers=workers, steps=steps))
     jm = JobManager(data / "runs.db", cluster=cluster)
-    jm.warm_up()
-    if jm.starter is not None and not jm.starter.wait_ready(180):
-        raise SystemExit("the warm starter did not start")
     peak = PeakMemory()
-    peak.start()
-    t0 = time.monotonic()
-    submitted = jm.submit_many([(sc, f"job {k}") for k in range(jobs)], owner="bench")
-    first = submitted[0].run_id
-    while not len(jm.store.metrics(first)):
-        if jm.store.status(first) not in ("queued", "running"):
-            raise SystemExit(f"job {first} {jm.store.status(first)}: {jm.store.get_run(first)['error']}")
-        time.sleep(0.05)
-    first_step = time.monotonic() - t0
-    ends = [jm.wait(j.run_id, 1800) for j in submitted]
-    all_done = time.monotonic() - t0
-    peak.done.set()
-    peak.join()
-    jm.shutdown()
+    try:  # the job manager ends its starter and any job still running, also when a job fails
+        jm.warm_up()
+        if jm.starter is not None and not jm.starter.wait_ready(180):
+            raise SystemExit("the warm starter did not start")
+        peak.start()
+        t0 = time.monotonic()
+        submitted = jm.submit_many([(sc, f"job {k}") for k in range(jobs)], owner="bench")
+        first = submitted[0].run_id
+        while not len(jm.store.metrics(first)):
+            if jm.store.status(first) not in ("queued", "running"):
+                raise SystemExit(f"job {first} {jm.store.status(first)}: {jm.store.get_run(first)['error']}")
+            time.sleep(0.05)
+        first_step = time.monotonic() - t0
+        ends = [jm.wait(j.run_id, 1800) for j in submitted]
+        all_done = time.monotonic() - t0
+    finally:
+        peak.done.set()
+        if peak.is_alive():
+            peak.join()
+        jm.shutdown()
     if any(e != "done" for e in ends):
         raise SystemExit(f"not every job ended done: {ends}")
     return {"first": first_step, "all": all_done, "memory": peak.peak}
@@ -102,27 +111,49 @@ def main() -> None:
     ap.add_argument("--jobs", type=int, default=12)
     ap.add_argument("--steps", type=int, default=200)
     ap.add_argument("--workers", type=int, default=2)
+    ap.add_argument("--smoke", action="store_true",
+                    help="smallest sizes, seconds: checks the bench still runs (the test suite runs this)")
     args = ap.parse_args()
+    # The smoke run's cluster is its head alone, with the one CPU its one rank needs.
+    head_cpus, worker_nodes = (1, 0) if args.smoke else (0, 2)
+    if args.smoke:
+        args.jobs, args.steps, args.workers = 1, 5, 1
+        print(SMOKE_NOTE, flush=True)
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")  # the lab sends no usage statistics
     from ray.cluster_utils import Cluster
 
     base = Path(tempfile.mkdtemp(prefix="lab-cluster-"))
+    ray_tmp = ""
     os.environ.update(LAB_DATA=str(base))
-    local = run_queue(args.jobs, args.steps, args.workers, base / "local", "")
-    t0 = time.monotonic()
-    store_mb = 80 * 2**20
-    cluster = Cluster(initialize_head=True, head_node_args=dict(num_cpus=0, object_store_memory=store_mb,
-                                                                include_dashboard=False))
-    for _ in range(2):
-        cluster.add_node(num_cpus=1, object_store_memory=store_mb)
-    cluster.wait_for_nodes()
-    up = time.monotonic() - t0
-    idle = ray_memory()
     try:
-        on_ray = run_queue(args.jobs, args.steps, args.workers, base / "ray", cluster.address)
+        local = run_queue(args.jobs, args.steps, args.workers, base / "local", "")
+        t0 = time.monotonic()
+        store_mb = 80 * 2**20
+        if args.smoke:
+            # Ray's sockets live in its temporary folder (under TMPDIR), and a socket's path may not pass 107
+            # bytes: under a long TMPDIR (a test's) Ray cannot start, so the smoke run gives it a short folder.
+            ray_tmp = tempfile.mkdtemp(prefix="lab-ray-", dir="/tmp")
+            os.environ["RAY_TMPDIR"] = ray_tmp
+        cluster = Cluster(initialize_head=True, head_node_args=dict(num_cpus=head_cpus, object_store_memory=store_mb,
+                                                                    include_dashboard=False))
+        try:
+            for _ in range(worker_nodes):
+                cluster.add_node(num_cpus=1, object_store_memory=store_mb)
+            cluster.wait_for_nodes()
+            up = time.monotonic() - t0
+            idle = ray_memory()
+            on_ray = run_queue(args.jobs, args.steps, args.workers, base / "ray", cluster.address)
+        finally:
+            cluster.shutdown()
     finally:
-        cluster.shutdown()
-    nodes = 3
+        from lab.train.warm import shared_starter
+
+        shared_starter().stop()  # both paths' warm starter is this process's: it ends with the bench, reaped here
+        if args.smoke:  # a smoke run leaves nothing behind; the real bench keeps its run stores
+            shutil.rmtree(base, ignore_errors=True)
+            if ray_tmp:
+                shutil.rmtree(ray_tmp, ignore_errors=True)
+    nodes = 1 + worker_nodes
     print(table(["path", "first step of the first job (s)", "all done (s)", "peak memory (MB, PSS)"], [
         ["this machine (job manager, warm starter)", f"{local['first']:.1f}", f"{local['all']:.1f}",
          f"{local['memory']:.0f}"],
@@ -135,6 +166,8 @@ def main() -> None:
           f"({idle / nodes:.0f} MB a node)")
     print(f"cluster: jobs {args.jobs}, nodes {nodes}, local all done {local['all']:.1f} s, "
           f"ray all done {on_ray['all']:.1f} s, ray first step {on_ray['first']:.1f} s")
+    if args.smoke:
+        print(SMOKE_NOTE)
 
 
 if __name__ == "__main__":

@@ -2,6 +2,7 @@
 
     .venv/bin/python bench/bench_compress.py [--numel 25000000] [--ratio 0.01] [--group-size 1024]
                                              [--rounds 7] [--threads N] [--share-numel 11689512] [--workers 4]
+                                             [--smoke]
 
 1. Selection on one float32 tensor of ``--numel`` entries (default 25 M) at ``--ratio``: Group-TopK
    (lab.compression.compressors.GroupTopK.select: abs + topk(k, dim=1) on (groups, group_size) views, a chunk at a
@@ -15,6 +16,9 @@
    (and global Top-K) payloads, on a generated model-sized gradient (default 11,689,512 entries,
    ResNet-18's parameter count; 70 % of it shared between workers). Bytes are counted from the
    messages really sent; times are wall-clock on this machine, where the workers share its cores.
+
+``--smoke`` runs both parts at their smallest sizes (64 Ki entries, one round; 2 workers sharing 16 Ki
+entries) in seconds: it checks the bench still runs and measures nothing.
 """
 
 from __future__ import annotations
@@ -33,6 +37,8 @@ from common import table  # noqa: E402  (also puts the checkout on sys.path)
 from lab.comm.spawn import run_local  # noqa: E402
 from lab.compression.compressors import GroupTopK, TopK  # noqa: E402
 from lab.testing.sparse_workers import bench_worker  # noqa: E402
+
+SMOKE_NOTE = "smoke run: smallest sizes, not a measurement"
 
 
 def bench_selection(numel: int, ratio: float, group_size: int, rounds: int) -> None:
@@ -117,12 +123,19 @@ def main(argv=None) -> None:
     ap.add_argument("--share-numel", type=int, default=11_689_512)
     ap.add_argument("--workers", type=int, default=4)
     ap.add_argument("--skip-sharing", action="store_true")
+    ap.add_argument("--smoke", action="store_true",
+                    help="smallest sizes, seconds: checks the bench still runs (the test suite runs this)")
     args = ap.parse_args(argv)
+    if args.smoke:
+        args.numel, args.rounds, args.share_numel, args.workers = 1 << 16, 1, 1 << 14, 2
+        print(SMOKE_NOTE)
     if args.threads:
         torch.set_num_threads(args.threads)
     bench_selection(args.numel, args.ratio, args.group_size, args.rounds)
     if not args.skip_sharing:
         bench_sharing(args.share_numel, args.ratio, args.group_size, args.workers)
+    if args.smoke:
+        print(SMOKE_NOTE)
 
 
 if __name__ == "__main__":

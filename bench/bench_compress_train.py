@@ -22,6 +22,9 @@ ranks. Accuracy: the final test accuracy of each variant's model (450 held-out d
 
     .venv/bin/python bench/bench_compress_train.py                 # 300 steps, lr 0.01 (~1-3 min)
     .venv/bin/python bench/bench_compress_train.py --steps 100
+    .venv/bin/python bench/bench_compress_train.py --smoke       # seconds: checks the bench still runs
+
+``--smoke``: Adam alone, 2 workers, every variant for the fewest steps past the warm-up; measures nothing.
 """
 
 from __future__ import annotations
@@ -38,6 +41,9 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from common import table  # noqa: E402
 
 from lab.comm.spawn import run_local  # noqa: E402
 from lab.jobs.grid import where_each_wins  # noqa: E402
@@ -52,6 +58,7 @@ LABELS = {"dense": "dense ring all-reduce (fp32 gradient + loss slot)",
           "powersgd": "PowerSGD (torch's hook), P and Q all-reduced (fp32)",
           "fp16_hook": "FP16 all-reduce (torch's hook, 2 B/entry)",
           "bf16_hook": "BF16 all-reduce (torch's hook, 2 B/entry)"}
+SMOKE_NOTE = "smoke run: smallest sizes, not a measurement"
 
 
 def main() -> None:
@@ -64,7 +71,12 @@ def main() -> None:
     ap.add_argument("--rank", type=int, default=2, help="PowerSGD's rank")
     ap.add_argument("--warmup", type=int, default=WARMUP, help="PowerSGD's plain all-reduce steps")
     ap.add_argument("--no-hooks", action="store_true", help="leave torch's hooks out")
+    ap.add_argument("--smoke", action="store_true",
+                    help="smallest sizes, seconds: checks the bench still runs (the test suite runs this)")
     args = ap.parse_args()
+    if args.smoke:
+        args.steps, args.workers, args.optimisers = WARMUP + 2, 2, "adam"
+        print(SMOKE_NOTE, flush=True)
     if args.steps <= WARMUP + 1:
         ap.error(f"--steps must be more than {WARMUP + 1}")
     opts = args.optimisers.split(",")
@@ -127,18 +139,28 @@ def main() -> None:
     print(f"\nEvery compressor against dense (same processes, taking turns; means from step {WARMUP + 1}, where "
           f"PowerSGD is {'past' if args.warmup <= WARMUP else 'still in'} its {args.warmup} plain steps; accuracy: one "
           "seed, 0.22 points a digit)")
-    print(f"{'optimiser':13s} {'variant':10s} {'ms/step':>8s} {'vs dense':>9s} {'acc %':>7s} {'diff (pts)':>11s} "
-          f"{'sent B/step':>12s} {'vs dense':>9s}")
+    if not args.smoke:
+        print(f"{'optimiser':13s} {'variant':10s} {'ms/step':>8s} {'vs dense':>9s} {'acc %':>7s} {'diff (pts)':>11s} "
+              f"{'sent B/step':>12s} {'vs dense':>9s}")
     rows: list[dict] = []
+    cells: list[list] = []
     for opt in opts:
         d = res[(opt, "dense")]
         for n in names:
             r = res[(opt, n)]
-            print(f"{opt:13s} {n:10s} {r['s_step_median'] * 1e3:8.2f} {d['s_step_median'] / r['s_step_median']:8.2f}x "
-                  f"{100 * r['acc']:7.2f} {100 * (r['acc'] - d['acc']):+11.2f} {r['bytes']:12.0f} "
-                  f"{r['bytes'] / d['bytes']:8.4f}x")
+            cells.append([opt, n, f"{r['s_step_median'] * 1e3:.2f}", f"{d['s_step_median'] / r['s_step_median']:.2f}x",
+                          f"{100 * r['acc']:.2f}", f"{100 * (r['acc'] - d['acc']):+.2f}", f"{r['bytes']:.0f}",
+                          f"{r['bytes'] / d['bytes']:.4f}x"])
+            if not args.smoke:
+                print(f"{opt:13s} {n:10s} {r['s_step_median'] * 1e3:8.2f} "
+                      f"{d['s_step_median'] / r['s_step_median']:8.2f}x "
+                      f"{100 * r['acc']:7.2f} {100 * (r['acc'] - d['acc']):+11.2f} {r['bytes']:12.0f} "
+                      f"{r['bytes'] / d['bytes']:8.4f}x")
             rows.append({"variant": n, "label": n, "status": "done", "final_test_acc": r["acc"],
                          "bytes_per_worker_step": r["bytes"], "s_per_step": r["s_step_median"]})
+    if args.smoke:
+        print(table(["optimiser", "variant", "ms/step", "vs dense", "acc %", "diff (pts)", "sent B/step", "vs dense"],
+                    cells))
     # the Compression page's own words on the grid, from these paired runs
     print("\nWhere each wins (means over the optimisers):")
     for line in where_each_wins(rows):
@@ -157,6 +179,8 @@ def main() -> None:
             r = res[("adam", name)]
             print(f"{label:52s} {r['bytes']:10.0f} {r['recv']:10.0f} {r['bytes'] / base:8.4f}x")
     print(f"\nTotal bench time: {time.time() - t0:.0f} s")
+    if args.smoke:
+        print(SMOKE_NOTE)
 
 
 if __name__ == "__main__":

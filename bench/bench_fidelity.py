@@ -1,7 +1,7 @@
 """Prediction beside measurement: the cost model's step time against real training runs.
 
     .venv/bin/python bench/bench_fidelity.py [--steps 200] [--batches 2] [--profile FILE] [--quick]
-                                             [--only mlp] [--db FILE] [--evaluate]
+                                             [--only mlp] [--db FILE] [--evaluate] [--smoke]
 
 1. Calibrates this machine (``lab.machine.calibrate.calibrate``: calibration networks that are not the
    presets, optimiser and compressor microbenchmarks, training-like cycles with 2-4 processes at
@@ -34,6 +34,10 @@
 The machine is shared (2 cores, other work running): runs with 3-4 workers are contended, which is
 what the N-process calibration is meant to capture. The load average at the start and end is
 printed with the table.
+
+``--smoke``: the synthetic profile (``lab.machine.calibrate.synthetic_profile``, no calibration) unless
+``--profile`` names one, and one batch of the one-worker MLP case for a handful of steps into a temporary
+run store; it checks the bench still runs and measures nothing.
 """
 
 from __future__ import annotations
@@ -49,7 +53,7 @@ from pathlib import Path
 
 from common import table  # noqa: E402  (also puts the checkout on sys.path)
 
-from lab.machine.calibrate import calibrate, format_profile  # noqa: E402
+from lab.machine.calibrate import calibrate, format_profile, synthetic_profile  # noqa: E402
 from lab.machine.fidelity import (  # noqa: E402
     evaluate_runs,
     load_summary,
@@ -60,6 +64,9 @@ from lab.machine.fidelity import (  # noqa: E402
 )
 from lab.machine.profile import load_profile  # noqa: E402
 from lab.store.runs import RunStore  # noqa: E402
+
+SMOKE_NOTE = "smoke run: smallest sizes, not a measurement"
+SMOKE_CASE = "mlp 1w"  # the batch's smallest case: one rank, no compression, no emulation
 
 
 def ms(x: float | None) -> str:
@@ -149,10 +156,18 @@ def main() -> int:
     ap.add_argument("--db", default=None, help="run store to write (default: a temporary file)")
     ap.add_argument("--evaluate", action="store_true", help="only re-predict the runs already in --db")
     ap.add_argument("--loaded", action="store_true", help="then run the batch beside two spinning processes")
+    ap.add_argument("--smoke", action="store_true",
+                    help="smallest sizes, seconds: checks the bench still runs (the test suite runs this)")
     args = ap.parse_args()
+    if args.smoke:
+        args.steps, args.batches, args.only, args.db, args.evaluate, args.loaded = 8, 1, SMOKE_CASE, None, False, False
+        args.save_profile = None
+        print(SMOKE_NOTE, flush=True)
 
     load0 = os.getloadavg()[0]
-    if args.profile:
+    if args.smoke and not args.profile:
+        prof = synthetic_profile()
+    elif args.profile:
         prof = load_profile(Path(args.profile))
         if prof is None:
             print(f"no profile at {args.profile}", file=sys.stderr)
@@ -184,6 +199,8 @@ def main() -> int:
         print()
         print(f"# load average (1 min) {load0:.1f} at the start, {os.getloadavg()[0]:.1f} at the end; 2 cores shared")
         report(prof, db)
+    if args.smoke:
+        print(SMOKE_NOTE)
     return 0
 
 

@@ -1,7 +1,7 @@
 """What the lab does with hostile input: a bounded, seeded fuzz of everything a classroom can hand it
 as data, through the entry points the app and the command line use.
 
-    .venv/bin/python bench/bench_hostile.py [--seconds 60] [--seed 0] [--per-family 150]
+    .venv/bin/python bench/bench_hostile.py [--seconds 60] [--seed 0] [--per-family 150] [--smoke]
 
 Entry points: scenario files (``Scenario.from_json``, text or bytes; bases: the default scenario and
 ``assets/*.json``), topology files (``Topology.from_json``), the scenario link ``?s=``
@@ -30,6 +30,8 @@ that refuses a harmless name is left out, so a refusal there says something abou
 The last line is fixed:
 ``hostile: inputs <n>, refused <n>, crashes <n>, breaches <n>, slowest <s> s``
 (``refused`` counts both refusal columns).
+
+``--smoke``: two inputs per family within a 30 s budget; it checks the bench still runs and measures nothing.
 """
 
 from __future__ import annotations
@@ -67,6 +69,7 @@ HEAVY = 0.03  # share of inputs in a few families that are the costliest of thei
 SENT = "@@HOSTILE@@"
 LAB_DIR = str(ROOT / "lab")
 TB_RE = re.compile(r"Traceback \(most recent call last\)|File \"[^\"]+\", line \d+")
+SMOKE_NOTE = "smoke run: smallest sizes, not a measurement"
 
 
 # ---------------------------------------------------------------------------------------------
@@ -1084,7 +1087,12 @@ def main() -> None:
     ap.add_argument("--seconds", type=float, default=60.0, help="time budget from start-up (default 60)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--per-family", type=int, default=150, help="inputs per family (default 150)")
+    ap.add_argument("--smoke", action="store_true",
+                    help="smallest sizes, seconds: checks the bench still runs (the test suite runs this)")
     args = ap.parse_args()
+    if args.smoke:
+        args.seconds, args.per_family = 30.0, 2
+        print(SMOKE_NOTE, flush=True)
     deadline = T_START + args.seconds
 
     bases = load_bases()
@@ -1149,6 +1157,8 @@ def main() -> None:
         print(f"slow {dt:.2f} s [{fam}] {desc[:120]}")
     print(f"hostile: inputs {tot.inputs}, refused {tot.refused + tot.refused_long}, crashes {tot.crash}, "
           f"breaches {tot.breach}, slowest {tot.max_s:.2f} s")
+    if args.smoke:
+        print(SMOKE_NOTE)
 
 
 if __name__ == "__main__":

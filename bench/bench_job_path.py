@@ -10,7 +10,10 @@ all processes, from the submit to the first optimiser step of the first rank tha
 
 The page itself adds two files (the Training page and its ``ui`` helper) that are not traced here.
 
-    .venv/bin/python bench/bench_job_path.py [--cold] [--list]
+    .venv/bin/python bench/bench_job_path.py [--cold] [--list] [--smoke]
+
+``--smoke``: the same traced path for a one-worker run of two steps, its folder removed after; it checks the
+bench still runs and measures nothing.
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ from __future__ import annotations
 import argparse
 import collections
 import os
+import shutil
 import sys
 import tempfile
 import time
@@ -26,14 +30,29 @@ from pathlib import Path
 from common import ROOT, table  # noqa: E402  (also puts the checkout on sys.path)
 
 TRACE_DIR = ROOT / "bench" / "tracing"
+SMOKE_NOTE = "smoke run: smallest sizes, not a measurement"
 
 
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--cold", action="store_true", help="without the warm starter")
     ap.add_argument("--list", action="store_true", help="print every file and function on the path")
+    ap.add_argument("--smoke", action="store_true",
+                    help="smallest sizes, seconds: checks the bench still runs (the test suite runs this)")
     args = ap.parse_args()
+    if args.smoke:
+        print(SMOKE_NOTE, flush=True)
     tmp = Path(tempfile.mkdtemp(prefix="lab-jobpath-"))
+    try:
+        trace(args, tmp)
+    finally:
+        if args.smoke:  # the real bench leaves its trace and run store for a closer look
+            shutil.rmtree(tmp, ignore_errors=True)
+    if args.smoke:
+        print(SMOKE_NOTE)
+
+
+def trace(args, tmp: Path) -> None:
     out = tmp / "trace.tsv"
     os.environ.update(JOBPATH_TRACE=str(out), JOBPATH_ROOT=str(ROOT), LAB_DB=str(tmp / "runs.db"),
                       LAB_DATA=str(tmp), PYTHONPATH=os.pathsep.join([str(TRACE_DIR), str(ROOT)]))
@@ -45,18 +64,23 @@ def main() -> None:
     from lab.store.runs import RunStore
 
     sc = default_scenario()
-    sc = sc.replace(training=sc.training.replace(workers=2, steps=3))
+    sc = sc.replace(training=sc.training.replace(workers=1, steps=2) if args.smoke
+                    else sc.training.replace(workers=2, steps=3))
     jm = JobManager(tmp / "runs.db", warm=not args.cold)
-    if not args.cold:
-        jm.warm_up()
-        if not jm.starter.wait_ready(180):
-            raise SystemExit("the warm starter did not start")
-    time.sleep(0.5)
-    t0 = time.time()
-    job = jm.submit(sc, "job path")
-    status = jm.wait(job.run_id, timeout=300)
-    sys.setprofile(None)
-    jm.shutdown()
+    try:  # the job manager ends its starter's job, also when the starter or the job fails here
+        if not args.cold:
+            jm.warm_up()
+            if not jm.starter.wait_ready(180):
+                raise SystemExit("the warm starter did not start")
+        time.sleep(0.5)
+        t0 = time.time()
+        job = jm.submit(sc, "job path")
+        status = jm.wait(job.run_id, timeout=300)
+    finally:
+        sys.setprofile(None)
+        jm.shutdown()
+        if jm.starter is not None:  # the warm starter is this process's: it ends with the bench, reaped here
+            jm.starter.stop()
     if status != "done":
         raise SystemExit(f"run {job.run_id} {status}: {RunStore(tmp / 'runs.db').get_run(job.run_id)['error']}")
     rows = [line.split("\t") for line in out.read_text().splitlines()]

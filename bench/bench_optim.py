@@ -1,7 +1,7 @@
 """Time per step of the lab's optimisers against torch's Adam in its three CPU forms and against
 adabelief-pytorch, on a 10-million-parameter stack of layers and on the lab's four models.
 
-    .venv/bin/python bench/bench_optim.py [--rounds 7] [--threads N] [--only stack]
+    .venv/bin/python bench/bench_optim.py [--rounds 7] [--threads N] [--only stack] [--smoke]
 
 Every optimiser gets its own copy of the workload's parameters with the same fixed random
 gradients. The optimisers take turns (one step each per round, round-robin, after one warm-up step)
@@ -26,6 +26,8 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from common import table  # noqa: E402
 
 from adabelief_pytorch import AdaBelief as PackageAdaBelief  # noqa: E402
 
@@ -61,22 +63,27 @@ def candidates():
 
 
 LAB_FUSED = ("lab Adam (fused)", "lab AdaBelief (fused)", "lab Max-AdaBelief (fused)")
+# compiled at their first step: the first compile in a process takes tens of seconds on a cold cache
+COMPILED = (*LAB_FUSED, NO_CHECK, FLAT)
 
 
-def stack_shapes() -> list[tuple[int, ...]]:
-    """Ten 1000x1000 layers with their biases: 10.01 million parameters in 20 tensors."""
-    return [s for _ in range(10) for s in ((1000, 1000), (1000,))]
+def stack_shapes(width: int = 1000, layers: int = 10) -> list[tuple[int, ...]]:
+    """``layers`` square layers of ``width`` with their biases; by default ten 1000x1000 layers: 10.01 million
+    parameters in 20 tensors."""
+    return [s for _ in range(layers) for s in ((width, width), (width,))]
 
 
 def model_shapes(name: str) -> list[tuple[int, ...]]:
     return [tuple(p.shape) for p in build_model(name).parameters()]
 
 
-def measure(shapes: list[tuple[int, ...]], rounds: int) -> tuple[dict[str, float], list[str]]:
+def measure(shapes: list[tuple[int, ...]], rounds: int, smoke: bool = False) -> tuple[dict[str, float], list[str]]:
     gen = torch.Generator().manual_seed(0)
     grads = [torch.randn(s, generator=gen) for s in shapes]
     runs, skipped = [], []
     for name, make in candidates():
+        if smoke and name in COMPILED:
+            continue  # a smoke run takes seconds; a failed compile is only reported as skipped anyway
         if name == FLAT:
             pbuf, gbuf = torch.cat([g.reshape(-1) * 0.1 for g in grads]), torch.cat([g.reshape(-1) for g in grads])
             params, at = [], 0
@@ -112,24 +119,31 @@ def main(argv=None) -> None:
     ap.add_argument("--rounds", type=int, default=7)
     ap.add_argument("--threads", type=int, default=0, help="torch intra-op threads (0: torch's default)")
     ap.add_argument("--only", choices=["stack", *MODELS], help="one workload")
+    ap.add_argument("--smoke", action="store_true",
+                    help="smallest sizes, seconds: checks the bench still runs (the test suite runs this)")
     args = ap.parse_args(argv)
+    if args.smoke:
+        args.rounds = 1
     if args.threads:
         torch.set_num_threads(args.threads)
     load = os.getloadavg()[0]
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, {os.cpu_count()} CPUs, "
           f"load average {load:.2f} at the start, {args.rounds} timed steps each (median)")
-    workloads = {"stack": stack_shapes()} | {m: model_shapes(m) for m in MODELS}
-    if args.only:
-        workloads = {args.only: workloads[args.only]}
+    if args.smoke:  # the stack alone: the last line compares on it
+        print("smoke run: smallest sizes, not a measurement")
+        workloads = {"stack": stack_shapes(width=64, layers=2)}
+    else:
+        workloads = {"stack": stack_shapes()} | {m: model_shapes(m) for m in MODELS}
+        if args.only:
+            workloads = {args.only: workloads[args.only]}
     stack = None
     for wname, shapes in workloads.items():
         numel = sum(torch.Size(s).numel() for s in shapes)
-        med, skipped = measure(shapes, args.rounds)
+        med, skipped = measure(shapes, args.rounds, args.smoke)
         peer = med[PEER]
         print(f"\n{wname}: {numel / 1e6:.3g}M parameters in {len(shapes)} tensors")
-        print(f"{'optimiser':40s} {'ms/step':>9s} {'x ' + PEER:>24s}")
-        for name, t in med.items():
-            print(f"{name:40s} {t * 1e3:9.2f} {t / peer:24.2f}")
+        print(table(["optimiser", "ms/step", "x " + PEER],
+                    [[name, f"{t * 1e3:.2f}", f"{t / peer:.2f}"] for name, t in med.items()]))
         for s in skipped:
             print(f"skipped {s}")
         if wname == "stack":

@@ -4,12 +4,13 @@ The peer is an empty page (app.py routing to a page that only writes a title), m
 run: the ratio says how much of a page's time is its own work rather than Streamlit's overhead.
 Target: every page well under 1.5 s here.
 
-    .venv/bin/python bench/bench_pages.py [--repeat 5]
+    .venv/bin/python bench/bench_pages.py [--repeat 5] [--smoke]
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import sys
 import tempfile
@@ -26,6 +27,8 @@ from streamlit.testing.v1 import AppTest  # noqa: E402
 logging.getLogger("streamlit").setLevel(logging.ERROR)
 
 from app import available_pages  # noqa: E402
+from common import table  # noqa: E402
+from lab.train.warm import shared_starter  # noqa: E402
 
 
 def first_run_seconds(page: str | None, script: Path | None = None) -> float:
@@ -47,21 +50,36 @@ def first_run_seconds(page: str | None, script: Path | None = None) -> float:
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--repeat", type=int, default=5)
+    ap.add_argument("--smoke", action="store_true",
+                    help="smallest sizes, seconds: checks the bench still runs (the test suite runs this)")
     args = ap.parse_args()
+    pages = available_pages()
+    if args.smoke:
+        args.repeat = 1
+        # one page reached by switching from home, as every page but home is
+        pages = [p for p in pages if p[0] != "pages/home.py"][:1]
     with tempfile.TemporaryDirectory() as tmp:
+        if args.smoke:  # the pages open a run store: a smoke run leaves none in the checkout
+            os.environ.setdefault("LAB_DB", str(Path(tmp) / "runs.db"))
+            os.environ.setdefault("LAB_DATA", tmp)
         empty = Path(tmp) / "empty.py"
         empty.write_text("import streamlit as st\nst.title('empty')\n")
-        base = statistics.median(first_run_seconds(None, empty) for _ in range(args.repeat))
-        rows = []
-        for file, title, _ in available_pages():
-            page = None if file == "pages/home.py" else file  # home is the default page: time the app's first run
-            times = [first_run_seconds(page) for _ in range(args.repeat)]
-            rows.append((title, statistics.median(times), max(times)))
+        try:
+            base = statistics.median(first_run_seconds(None, empty) for _ in range(args.repeat))
+            rows = []
+            for file, title, _ in pages:
+                page = None if file == "pages/home.py" else file  # home is the default page: time the app's first run
+                times = [first_run_seconds(page) for _ in range(args.repeat)]
+                rows.append((title, statistics.median(times), max(times)))
+        finally:
+            shared_starter().stop()  # the app starts its warm starter on its first run
+    if args.smoke:
+        print("smoke run: smallest sizes, not a measurement")
     print("max s includes the process's first imports (cold start)")
-    print(f"{'page':<14} {'median s':>9} {'max s':>7} {'x empty page':>13} {'< 1.5 s':>8}")
-    print(f"{'(empty page)':<14} {base:9.3f} {'':>7} {1.0:13.1f}")
-    for title, med, mx in rows:
-        print(f"{title:<14} {med:9.3f} {mx:7.3f} {med / base:13.1f} {'yes' if med < 1.5 else 'NO':>8}")
+    print(table(["page", "median s", "max s", "x empty page", "< 1.5 s"],
+                [["(empty page)", f"{base:.3f}", "", f"{1.0:.1f}", ""]] +
+                [[title, f"{med:.3f}", f"{mx:.3f}", f"{med / base:.1f}", "yes" if med < 1.5 else "NO"]
+                 for title, med, mx in rows]))
 
 
 if __name__ == "__main__":

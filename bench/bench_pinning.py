@@ -1,6 +1,6 @@
 """Which core each rank of a placement run gets, when there are more ranks than cores: measured.
 
-    .venv/bin/python bench/bench_pinning.py [--steps 16] [--repeats 3]
+    .venv/bin/python bench/bench_pinning.py [--steps 16] [--repeats 3] [--smoke]
 
 Placement plans of 2, 3 and 4 processes on this machine's cores (the CXL preset without its DPU, batch 32 in 4
 micro-batches, nothing emulated) run through the job's own executor with the ranks on the cores by each
@@ -32,7 +32,7 @@ from lab.modelled.placement.cores import RANK_POLICIES, rank_cores  # noqa: E402
 from lab.processes import LOADED_SHARE, LoadMeter  # noqa: E402
 from lab.scenario.document import Scenario, Training  # noqa: E402
 from lab.testing.plan_workers import timing_worker  # noqa: E402
-from lab.train.stages import resolved  # noqa: E402
+from lab.train.placement_run import resolved  # noqa: E402
 
 WARMUP = 2
 PLANS = (("cnn", "type_rule"), ("cnn", "round_robin"), ("transformer", "type_rule"), ("transformer", "round_robin"),
@@ -55,13 +55,19 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=16)
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--procs", default="2,3,4", help="plans of these process counts only")
+    ap.add_argument("--smoke", action="store_true",
+                    help="smallest sizes, seconds: checks the bench still runs (the test suite runs this)")
     a = ap.parse_args()
+    policies = RANK_POLICIES
+    if a.smoke:  # the first plan of two processes, one timed step, one run of a pinned and of the unpinned policy
+        a.steps, a.repeats, a.procs = WARMUP + 1, 1, "2"
+        policies = ("turns", "free")
     wanted = {int(p) for p in a.procs.split(",")}
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     cpus = settings.job_cpus()
     topo = four_devices()
     prof = synthetic_profile()
-    rows, ratios = [], {p: [] for p in RANK_POLICIES}
+    rows, ratios = [], {p: [] for p in policies}
     for model, strategy in PLANS:
         tr = Training(model=model, parallel="placement", strategy=strategy, steps=a.steps, batch_size=32,
                       micro_batches=4)
@@ -72,21 +78,25 @@ def main() -> None:
             continue
         weights = message_weights(parts)
         maps = {p: [None if c is None else cpus[c] for c in rank_cores(n, len(cpus), weights, p)]
-                for p in RANK_POLICIES}
-        got: dict[str, list[float]] = {p: [] for p in RANK_POLICIES}
-        loads: dict[str, list[float]] = {p: [] for p in RANK_POLICIES}
+                for p in policies}
+        got: dict[str, list[float]] = {p: [] for p in policies}
+        loads: dict[str, list[float]] = {p: [] for p in policies}
         for _ in range(a.repeats):
-            for p in RANK_POLICIES:
+            for p in policies:
                 t, load, _ = run(sc, a.steps, maps[p])
                 got[p].append(t)
                 loads[p].append(load["others_share"])
         base = statistics.median(got["turns"])
-        for p in RANK_POLICIES:
+        for p in policies:
             med = statistics.median(got[p])
             ratios[p].append(med / base)
             rows.append([model, strategy, n, p, str(maps[p]), f"{med * 1e3:.2f}",
                          f"{min(got[p]) * 1e3:.2f}-{max(got[p]) * 1e3:.2f}", f"{med / base:.2f}",
                          f"{max(loads[p]) * 100:.0f}" + (" (loaded)" if max(loads[p]) > LOADED_SHARE else "")])
+        if a.smoke:
+            break
+    if a.smoke:
+        print("smoke run: smallest sizes, not a measurement")
     print(f"# {len(cpus)} job cores {cpus}; {a.steps} steps, median after {WARMUP}, {a.repeats} runs per policy "
           "taken in turns")
     print(table(["model", "strategy", "procs", "policy", "cores by rank", "step (ms)", "range (ms)", "x turns",
@@ -95,7 +105,7 @@ def main() -> None:
     def gm(xs):
         return math.exp(statistics.mean(math.log(x) for x in xs)) if xs else math.nan
 
-    print("pinning: " + ", ".join(f"{p}/turns {gm(ratios[p]):.2f}x" for p in RANK_POLICIES if p != "turns"))
+    print("pinning: " + ", ".join(f"{p}/turns {gm(ratios[p]):.2f}x" for p in policies if p != "turns"))
 
 
 if __name__ == "__main__":

@@ -2,7 +2,7 @@
 and the contiguous chain partition (DP) on 200 layers over 8 devices.
 
     .venv/bin/python bench/bench_placement.py [--tasks 2000] [--devices 16] [--layers 200]
-                                              [--chain-devices 8] [--rounds 3] [--seed 0]
+                                              [--chain-devices 8] [--rounds 3] [--seed 0] [--smoke]
 
 The DAG: every operator gets a random class and FLOPs and 1-3 inputs among the 40 operators before
 it; the 16 devices are catalogue devices (CPUs, GPUs, FPGAs, ASICs, DPUs: some lack kernels) on
@@ -121,7 +121,11 @@ def main() -> None:
     ap.add_argument("--chain-devices", type=int, default=8)
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--smoke", action="store_true",
+                    help="smallest sizes, seconds: checks the bench still runs (the test suite runs this)")
     a = ap.parse_args()
+    if a.smoke:  # enough devices for every kind of the catalogue's mix, a few layers per device
+        a.tasks, a.devices, a.layers, a.chain_devices, a.rounds = 50, 8, 12, 3, 1
 
     topo = cluster(a.devices)
     build_s, g = timed(lambda: random_dag(a.tasks, topo, a.seed))
@@ -153,6 +157,8 @@ def main() -> None:
     assert math.isclose(results["partition_chain (numpy DP)"], results["naive chain DP, plain Python (peer)"],
                         rel_tol=1e-9)
 
+    if a.smoke:
+        print("smoke run: smallest sizes, not a measurement")
     print(f"DAG: {a.tasks} operators, {len(g.transfer)} edges, {a.devices} devices "
           f"(TaskGraph built in {build_s:.3f} s); chain: {a.layers} layers x {a.chain_devices} devices; "
           f"median of {a.rounds} rounds\n")

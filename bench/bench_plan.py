@@ -1,6 +1,6 @@
 """Placement plans run for real, beside the model of the same step, scored on held-out work.
 
-    .venv/bin/python bench/bench_plan.py [--steps 16] [--repeats 3] [--models mlp,cnn,resnet,transformer]
+    .venv/bin/python bench/bench_plan.py [--steps 16] [--repeats 3] [--models mlp,cnn,resnet,transformer] [--smoke]
 
 **Held out.** The model is the saved machine profile (or a quick calibration made here when there is none):
 fitted only on the calibration networks and the executor's synthetic plans, never on a preset model, and
@@ -27,6 +27,7 @@ The last line: ``plan: runs <n>, held-out geomean error <pct> %, worst <pct> %, 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import math
 import os
@@ -49,7 +50,7 @@ from lab.scenario.document import Scenario, Training  # noqa: E402
 from lab.scenario.names import STRATEGY_NAMES, STRATEGY_SHORT  # noqa: E402
 from lab.scenario.topology import Topology  # noqa: E402
 from lab.testing.plan_workers import overhead_worker, timing_worker  # noqa: E402
-from lab.train.stages import placed_cpus, resolved, stage_count, stage_devices  # noqa: E402
+from lab.train.placement_run import placed_cpus, resolved, stage_count, stage_devices  # noqa: E402
 
 WARMUP = 2
 
@@ -74,6 +75,14 @@ def profile():
 
     print("# no machine profile: a quick calibration first", file=sys.stderr, flush=True)
     return calibrate(quick=True), "a quick calibration made by this bench"
+
+
+def made_up_profile():
+    """Round made-up numbers with the executor's terms, no calibration: what a smoke run predicts with."""
+    from lab.machine.calibrate import synthetic_profile
+    from lab.machine.profile import ExecutorFit
+
+    return dataclasses.replace(synthetic_profile(), executor=ExecutorFit()), "a made-up profile (smoke run)"
 
 
 def timed(sc: Scenario, steps: int) -> dict:
@@ -128,11 +137,18 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=16)
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--models", default="mlp,cnn,resnet,transformer")
+    ap.add_argument("--smoke", action="store_true",
+                    help="smallest sizes, seconds: checks the bench still runs (the test suite runs this)")
     a = ap.parse_args()
+    if a.smoke:  # one timed step after the warm-up (the recorded last step is left out of the median)
+        a.steps, a.repeats, a.models = WARMUP + 2, 1, "mlp"
+        print("smoke run: smallest sizes, not a measurement; nothing recorded")
     os.environ.setdefault("OMP_NUM_THREADS", "1")
-    prof, source = profile()
+    prof, source = made_up_profile() if a.smoke else profile()
     t_start = time.time()
     sets = plan_sets(a.models.split(","), a.steps)
+    if a.smoke:  # the first set's first plan of two processes: the fewest that send each other messages
+        sets = [dict(sets[0], plans=[p for p in sets[0]["plans"] if stage_count(p["sc"]) == 2][:1])]
     # The predictions, frozen before anything runs.
     pred_rows = []
     for s in sets:
@@ -214,7 +230,8 @@ def main() -> None:
     result = {"runs": runs, "scored_plans": len(pairs), "geomean_error": gm, "worst": worst, "tau": pooled,
               "worst_set_tau": min(set_taus) if set_taus else math.nan, "replay_error": replay_gm,
               "overhead": statistics.median(over), "profile": prof.created, "loaded_plans": len(apart)}
-    record_bench(result)
+    if not a.smoke:  # a smoke run's numbers are no measurement of the model
+        record_bench(result)
     print(f"# {time.time() - t_start:.0f} s")
     print(f"plan: runs {runs}, held-out geomean error {gm * 100:.1f} %, worst {worst * 100:.0f} %, kendall tau "
           f"{pooled:.2f}, worst set tau {result['worst_set_tau']:.2f}, replay error {replay_gm * 100:.1f} %, "

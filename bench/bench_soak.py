@@ -5,7 +5,7 @@ descriptors, threads, child processes, and processes of any job still alive; and
 temporary folders left behind. The comparison is within the run: the last ten jobs against jobs
 11-20 (after warm-up: imports and caches).
 
-    .venv/bin/python bench/bench_soak.py [--jobs 50]
+    .venv/bin/python bench/bench_soak.py [--jobs 50] [--smoke]
 """
 
 from __future__ import annotations
@@ -22,6 +22,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+
+from common import table  # noqa: E402
 
 
 def rss_mb() -> float:
@@ -56,12 +58,16 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--jobs", type=int, default=50)
     ap.add_argument("--steps", type=int, default=5)
+    ap.add_argument("--smoke", action="store_true",
+                    help="smallest sizes, seconds: checks the bench still runs (the test suite runs this)")
     args = ap.parse_args()
+    if args.smoke:  # two jobs: the second runs through a manager that has already run one
+        args.jobs, args.steps = 2, 1
 
     from lab.jobs import manager as jobs_mod
     from lab.view import jobs as job_views
     from lab.scenario.document import default_scenario
-    from lab.train.launcher import processes_of
+    from lab.train.launcher_record import processes_of
 
     tmp_before = set(glob.glob(os.path.join(tempfile.gettempdir(), "lab-job-*")))
     rows, ids = [], []
@@ -72,31 +78,34 @@ def main() -> None:
         sc = default_scenario()
         sc = sc.replace(training=sc.training.replace(workers=1, steps=args.steps, eval_every=args.steps))
         t0 = time.time()
-        for k in range(1, args.jobs + 1):
-            rid = jm.submit(sc, f"soak {k}", owner=f"s{k % 5}").run_id
-            ids.append(rid)
-            status = jm.wait(rid, timeout=300)
-            if status != "done":
-                raise SystemExit(f"job {k} ended {status}: {jm.store.get_run(rid)['error']}")
-            job_views.overview(jm.store, jm, owner="s0")
-            job_views.slot_timeline(jm.store, ids[-20:])
-            job_views.log_tails(jm, rid)
-            gc.collect()
-            rows.append({"job": k, "t": time.time() - t0, "rss": rss_mb(), "fds": fds(), "threads": threads(),
-                         "children": children(), "left": sum(len(processes_of(r)) for r in ids)})
-        jm.shutdown()
+        try:
+            for k in range(1, args.jobs + 1):
+                rid = jm.submit(sc, f"soak {k}", owner=f"s{k % 5}").run_id
+                ids.append(rid)
+                status = jm.wait(rid, timeout=300)
+                if status != "done":
+                    raise SystemExit(f"job {k} ended {status}: {jm.store.get_run(rid)['error']}")
+                job_views.overview(jm.store, jm, owner="s0")
+                job_views.slot_timeline(jm.store, ids[-20:])
+                job_views.log_tails(jm, rid)
+                gc.collect()
+                rows.append({"job": k, "t": time.time() - t0, "rss": rss_mb(), "fds": fds(), "threads": threads(),
+                             "children": children(), "left": sum(len(processes_of(r)) for r in ids)})
+        finally:
+            jm.shutdown()
+            if jm.starter is not None:  # the warm starter is the process's: it outlives the manager
+                jm.starter.stop()
     tmp_left = {d for d in set(glob.glob(os.path.join(tempfile.gettempdir(), "lab-job-*"))) - tmp_before
                 if any(f"lab-job-{r}-" in d for r in ids)}  # only this run's launchers
 
+    if args.smoke:
+        print("smoke run: smallest sizes, not a measurement")
     print(f"soak: {args.jobs} jobs (1 worker, {args.steps} steps, MLP) one after another through one JobManager; "
           f"{os.cpu_count()} cores, load average {os.getloadavg()[0]:.1f} at the end")
-    print(f"{'after job':>10}{'time s':>9}{'RSS MB':>9}{'open fds':>10}{'threads':>9}{'children':>10}"
-          f"{'job processes alive':>21}")
     marks = sorted({1, 5, 10, 20, 30, 40, args.jobs} & set(range(1, args.jobs + 1)))
-    for r in rows:
-        if r["job"] in marks:
-            print(f"{r['job']:>10}{r['t']:>9.1f}{r['rss']:>9.1f}{r['fds']:>10}{r['threads']:>9}{r['children']:>10}"
-                  f"{r['left']:>21}")
+    print(table(["after job", "time s", "RSS MB", "open fds", "threads", "children", "job processes alive"],
+                [[r["job"], f"{r['t']:.1f}", f"{r['rss']:.1f}", r["fds"], r["threads"], r["children"], r["left"]]
+                 for r in rows if r["job"] in marks]))
     if len(rows) >= 20:
         early = [r for r in rows if 11 <= r["job"] <= 20]
         late = rows[-10:]

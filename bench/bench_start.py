@@ -9,7 +9,7 @@ page's Run and "Compare optimisers × compression" buttons.
 moment before the submit (warm) or before the command starts (cold); "done" is the job's end as
 its caller sees it (the job manager's wait, the command's exit). Medians of ``--repeats`` runs.
 
-    .venv/bin/python bench/bench_start.py [--browser]
+    .venv/bin/python bench/bench_start.py [--browser] [--smoke]
 """
 
 from __future__ import annotations
@@ -143,58 +143,72 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--grid-steps", type=int, default=200)
     ap.add_argument("--browser", action="store_true", help="also click through a running app in Chromium")
+    ap.add_argument("--smoke", action="store_true",
+                    help="smallest sizes, seconds: checks the bench still runs (the test suite runs this)")
     a = ap.parse_args()
+    step_counts, optimizers = (1, 200), C.COMPARED_OPTIMIZERS
+    if a.smoke:  # one 1-step job each way, and a comparison of one optimiser, dense and compressed
+        a.repeats, a.grid_steps = 1, 1
+        step_counts, optimizers = (1,), optimizers[:1]
+        print("smoke run: smallest sizes, not a measurement")
 
     db = Path(tempfile.mkdtemp(prefix="bench-start-")) / "runs.db"
     store = RunStore(db)
     jm = JobManager(str(db), capacity=1, warm=True)
-    t0 = time.time()
-    jm.warm_up()
-    if not jm.starter.wait_ready(300):
-        raise SystemExit("the warm starter did not get ready")
-    ready_s = time.time() - t0
-    base = default_scenario()
-    rows, med = [], {}
-    for steps in (1, 200):
-        sc = base.replace(training=base.training.replace(workers=2, steps=steps))
-        for how in ("warm", "cold"):
-            got = [warm_run(jm, store, sc) if how == "warm" else cold_run(db, store, steps) for _ in range(a.repeats)]
-            first = statistics.median(g[0] for g in got)
-            done = statistics.median(g[1] for g in got)
-            med[(how, steps)] = (first, done)
-            rows.append([f"{steps} step{'s' if steps > 1 else ''}, 2 workers",
-                         "job manager, warm starter" if how == "warm" else "command line, cold",
-                         f"{first:.2f}", f"{done:.2f}", a.repeats])
-    for steps in (1, 200):
-        (wf, wd), (cf, cd) = med[("warm", steps)], med[("cold", steps)]
-        rows.append([f"{steps} step{'s' if steps > 1 else ''}: cold / warm", "ratio", f"{cf / wf:.1f}x",
-                     f"{cd / wd:.1f}x", ""])
-    print(f"median seconds from the click (or the command) to the first step and to the end; the starter "
-          f"was ready {ready_s:.1f} s after it was started")
-    print(table(["job", "started by", "first step (s)", "done (s)", "runs"], rows))
+    try:
+        t0 = time.time()
+        jm.warm_up()
+        if not jm.starter.wait_ready(300):
+            raise SystemExit("the warm starter did not get ready")
+        ready_s = time.time() - t0
+        base = default_scenario()
+        rows, med = [], {}
+        for steps in step_counts:
+            sc = base.replace(training=base.training.replace(workers=2, steps=steps))
+            for how in ("warm", "cold"):
+                got = [warm_run(jm, store, sc) if how == "warm" else cold_run(db, store, steps)
+                       for _ in range(a.repeats)]
+                first = statistics.median(g[0] for g in got)
+                done = statistics.median(g[1] for g in got)
+                med[(how, steps)] = (first, done)
+                rows.append([f"{steps} step{'s' if steps > 1 else ''}, 2 workers",
+                             "job manager, warm starter" if how == "warm" else "command line, cold",
+                             f"{first:.2f}", f"{done:.2f}", a.repeats])
+        for steps in step_counts:
+            (wf, wd), (cf, cd) = med[("warm", steps)], med[("cold", steps)]
+            rows.append([f"{steps} step{'s' if steps > 1 else ''}: cold / warm", "ratio", f"{cf / wf:.1f}x",
+                         f"{cd / wd:.1f}x", ""])
+        print(f"median seconds from the click (or the command) to the first step and to the end; the starter "
+              f"was ready {ready_s:.1f} s after it was started")
+        print(table(["job", "started by", "first step (s)", "done (s)", "runs"], rows))
 
-    sc = base.replace(training=base.training.replace(workers=2, steps=a.grid_steps, eval_every=10))
-    gtk = Compression(kind="group_topk", ratio=0.01, group_size=1024, error_feedback=True, sharing="sparse_allgather")
-    items = C.comparison_scenarios(sc, [Compression(), gtk], repeats=1)
-    t0 = time.time()
-    jobs = jm.submit_many(items, owner="bench")
-    statuses = [jm.wait(j.run_id, timeout=3600) for j in jobs]
-    grid_s = time.time() - t0
-    print(f"\n{len(jobs)}-run comparison (3 optimisers x dense / Group-TopK 1 % + EF, {a.grid_steps} steps, "
-          f"2 workers, MLP on digits) through the warm job manager: {grid_s:.1f} s, statuses {sorted(set(statuses))}")
+        sc = base.replace(training=base.training.replace(workers=2, steps=a.grid_steps, eval_every=10))
+        gtk = Compression(kind="group_topk", ratio=0.01, group_size=1024, error_feedback=True,
+                          sharing="sparse_allgather")
+        items = C.comparison_scenarios(sc, [Compression(), gtk], repeats=1, optimizers=optimizers)
+        t0 = time.time()
+        jobs = jm.submit_many(items, owner="bench")
+        statuses = [jm.wait(j.run_id, timeout=3600) for j in jobs]
+        grid_s = time.time() - t0
+        print(f"\n{len(jobs)}-run comparison ({len(optimizers)} optimisers x dense / Group-TopK 1 % + EF, "
+              f"{a.grid_steps} steps, 2 workers, MLP on digits) through the warm job manager: {grid_s:.1f} s, "
+              f"statuses {sorted(set(statuses))}")
 
-    mem = rss_mb(jm.starter.pid)
-    jm.shutdown()
-    if a.browser:
-        rows, bgrid = browser_runs(a.repeats, a.grid_steps)
-        print("\nmedian seconds from the click in Chromium on a running app (streamlit run app.py)")
-        print(table(["job", "started by", "first step (s)", "page shows a step (s)", "done (s)", "runs"], rows))
-        print(f"6-run comparison from one click on 'Compare optimisers × compression' (1 repeat, {a.grid_steps} "
-              f"steps): all done {bgrid:.1f} s after the click")
-    print(f"warm starter: pid {jm.starter.pid}, resident {mem:.0f} MB (bound {jm.starter.max_mb:.0f} MB), "
-          f"restarts {jm.starter.restarts}")
-    print(f"start: warm first step {med[('warm', 1)][0]:.2f} s, cold first step {med[('cold', 1)][0]:.2f} s, "
-          f"grid of 6 {grid_s:.1f} s, starter {mem:.0f} MB")
+        mem = rss_mb(jm.starter.pid)
+        jm.shutdown()
+        if a.browser:
+            rows, bgrid = browser_runs(a.repeats, a.grid_steps)
+            print("\nmedian seconds from the click in Chromium on a running app (streamlit run app.py)")
+            print(table(["job", "started by", "first step (s)", "page shows a step (s)", "done (s)", "runs"], rows))
+            print(f"6-run comparison from one click on 'Compare optimisers × compression' (1 repeat, {a.grid_steps} "
+                  f"steps): all done {bgrid:.1f} s after the click")
+        print(f"warm starter: pid {jm.starter.pid}, resident {mem:.0f} MB (bound {jm.starter.max_mb:.0f} MB), "
+              f"restarts {jm.starter.restarts}")
+        print(f"start: warm first step {med[('warm', 1)][0]:.2f} s, cold first step {med[('cold', 1)][0]:.2f} s, "
+              f"grid of {len(jobs)} {grid_s:.1f} s, starter {mem:.0f} MB")
+    finally:
+        jm.shutdown()
+        jm.starter.stop()  # the warm starter is the process's: it outlives the manager
 
 
 if __name__ == "__main__":

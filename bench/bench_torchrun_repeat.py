@@ -1,7 +1,7 @@
 """The torchrun path repeated: a 2-process job N times (optionally with two busy loops on the cores),
 counting exit codes and aborts ("terminate called without an active exception", SIGABRT).
 
-    .venv/bin/python bench/bench_torchrun_repeat.py --repeats 20 --busy
+    .venv/bin/python bench/bench_torchrun_repeat.py --repeats 20 --busy [--smoke]
 """
 
 from __future__ import annotations
@@ -10,13 +10,14 @@ import argparse
 import collections
 import multiprocessing as mp
 import os
+import signal
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
-from common import ROOT, free_port  # noqa: E402  (also puts the checkout on sys.path)
+from common import ROOT, free_port, table  # noqa: E402  (also puts the checkout on sys.path)
 
 
 def spin(stop) -> None:
@@ -29,7 +30,12 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=20)
     ap.add_argument("--steps", type=int, default=5)
     ap.add_argument("--busy", action="store_true", help="two background processes spin on the cores")
+    ap.add_argument("--smoke", action="store_true",
+                    help="smallest sizes, seconds: checks the bench still runs (the test suite runs this)")
     a = ap.parse_args()
+    if a.smoke:  # one 1-step job of two processes and nothing spinning beside it: at most 3 processes
+        a.repeats, a.steps, a.busy = 1, 1, False
+        print("smoke run: smallest sizes, not a measurement")
     stop = mp.Event()
     spinners = [mp.Process(target=spin, args=(stop,), daemon=True) for _ in range(2 if a.busy else 0)]
     for p in spinners:
@@ -42,23 +48,29 @@ def main() -> None:
             with tempfile.TemporaryDirectory() as tmp:
                 env = dict(os.environ, LAB_DB=str(Path(tmp) / "runs.db"), LAB_DATA=tmp)
                 t0 = time.perf_counter()
-                p = subprocess.run([torchrun, "--nnodes", "1", "--nproc-per-node", "2", "--rdzv-backend", "c10d",
-                                    "--rdzv-endpoint", f"127.0.0.1:{free_port()}", "-m", "lab.train",
-                                    "--steps", str(a.steps)], cwd=ROOT, env=env, capture_output=True, text=True,
-                                   timeout=300)
+                # its own session: a torchrun that hangs is killed with its workers
+                p = subprocess.Popen([torchrun, "--nnodes", "1", "--nproc-per-node", "2", "--rdzv-backend", "c10d",
+                                      "--rdzv-endpoint", f"127.0.0.1:{free_port()}", "-m", "lab.train",
+                                      "--steps", str(a.steps)], cwd=ROOT, env=env, stdout=subprocess.PIPE,
+                                     stderr=subprocess.PIPE, text=True, start_new_session=True)
+                try:
+                    _, err = p.communicate(timeout=300)
+                finally:
+                    if p.poll() is None:
+                        os.killpg(p.pid, signal.SIGKILL)
+                        p.communicate()
                 times.append(time.perf_counter() - t0)
                 codes[p.returncode] += 1
-                if "terminate called" in p.stderr or "SIGABRT" in p.stderr or "Signals.SIGABRT" in p.stderr:
+                if "terminate called" in err or "SIGABRT" in err or "Signals.SIGABRT" in err:
                     aborts += 1
                 print(f"{i + 1:3d}  exit {p.returncode}  {times[-1]:.1f} s" + ("  ABORT" if "terminate called"
-                                                                               in p.stderr else ""), flush=True)
+                                                                               in err else ""), flush=True)
     finally:
         stop.set()
         for p in spinners:
             p.join(timeout=5)
-    print("| repeats | busy cores | exit codes | aborts | median s |")
-    print("|---|---|---|---|---|")
-    print(f"| {a.repeats} | {2 if a.busy else 0} | {dict(codes)} | {aborts} | {sorted(times)[len(times) // 2]:.1f} |")
+    print(table(["repeats", "busy cores", "exit codes", "aborts", "median s"],
+                [[a.repeats, 2 if a.busy else 0, dict(codes), aborts, f"{sorted(times)[len(times) // 2]:.1f}"]]))
 
 
 if __name__ == "__main__":

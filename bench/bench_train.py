@@ -1,7 +1,7 @@
 """Training throughput of the lab's loop against DistributedDataParallel, and one epoch end to end.
 
     .venv/bin/python bench/bench_train.py [--workers 2] [--steps 500] [--warmup 50] [--batch 32]
-                                          [--model mlp] [--rounds 7]
+                                          [--model mlp] [--rounds 7] [--smoke]
 
 1. Samples per second of the lab's training loop in gradient all-reduce mode (gloo, no emulation)
    against the same training written with ``torch.nn.parallel.DistributedDataParallel``: same
@@ -46,8 +46,15 @@ def main() -> None:
     ap.add_argument("--batch", type=int, default=32)
     ap.add_argument("--model", default="mlp")
     ap.add_argument("--rounds", type=int, default=7)
+    ap.add_argument("--smoke", action="store_true",
+                    help="smallest sizes, seconds: checks the bench still runs (the test suite runs this)")
     args = ap.parse_args()
     a = args
+    epoch_workers, epoch_steps = 4, math.ceil(1347 / (4 * 32))  # one epoch of digits, batch 32 per worker
+    if a.smoke:  # two timed steps after one warm-up step, one round; then one step of two workers end to end
+        a.workers, a.steps, a.warmup, a.rounds = 2, 3, 1, 1
+        epoch_workers, epoch_steps = 2, 1
+        print("smoke run: smallest sizes, not a measurement")
     with tempfile.TemporaryDirectory(prefix="bench-train-") as d:
         tmp = Path(d)
         os.environ["LAB_DATA"] = str(tmp)
@@ -63,18 +70,20 @@ def main() -> None:
         print(f"ratio lab / DDP: {statistics.median(ratios):.3f} (median of rounds; best {max(ratios):.3f}, "
               f"worst {min(ratios):.3f}); target >= 0.9")
 
-        steps = math.ceil(1347 / (4 * 32))
+        steps = epoch_steps
         db = tmp / "epoch.db"
         t0 = time.perf_counter()
-        proc = subprocess.run([sys.executable, "-m", "lab.train", "--workers", "4", "--steps", str(steps)], cwd=ROOT,
-                              env=dict(os.environ, LAB_DB=str(db)), capture_output=True, text=True, timeout=600)
+        proc = subprocess.run([sys.executable, "-m", "lab.train", "--workers", str(epoch_workers),
+                               "--steps", str(steps)], cwd=ROOT, env=dict(os.environ, LAB_DB=str(db)),
+                              capture_output=True, text=True, timeout=600)
         wall = time.perf_counter() - t0
         last = proc.stdout.strip().splitlines()[-1] if proc.stdout.strip() else proc.stderr[-500:]
         store = RunStore(db)
         rid = store.list_runs().id[0]
         train_s = store.metrics(rid, worker=JOB_WORKER).wall.max()
         print()
-        print(table(["one epoch of digits, 4 workers, MLP", "seconds"],
+        what = f"{steps} step of digits" if a.smoke else "one epoch of digits"
+        print(table([f"{what}, {epoch_workers} workers, MLP", "seconds"],
                     [["end to end (command line, start-up included)", f"{wall:.1f}"],
                      [f"training loop only ({steps} steps)", f"{train_s:.2f}"]]))
         print(f"last line: {last}")

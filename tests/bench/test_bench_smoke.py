@@ -1,0 +1,38 @@
+"""Every script of bench/ runs in its smoke mode (its smallest sizes, seconds) and prints its table: a bench that
+no longer runs is a red test here, not a surprise on the day it is needed."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+
+import pytest
+
+from tests.conftest import ROOT
+
+BENCHES = sorted((ROOT / "bench").glob("bench_*.py"))
+
+
+def test_every_bench_script_is_here():
+    assert len(BENCHES) >= 19
+
+
+@pytest.mark.parametrize("path", BENCHES, ids=lambda p: p.stem)
+def test_a_bench_runs_in_its_smoke_mode_and_prints_its_table(path, tmp_path, spawns):
+    # Its own run store and data folder: a smoke run leaves nothing in the checkout.
+    env = dict(os.environ, PYTHONPATH=str(ROOT), LAB_DB=str(tmp_path / "runs.db"), LAB_DATA=str(tmp_path),
+               TMPDIR=str(tmp_path))
+    proc = subprocess.Popen([sys.executable, str(path), "--smoke"], cwd=ROOT, env=env, text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
+    try:
+        out, err = proc.communicate(timeout=240)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.communicate()
+    assert proc.returncode == 0, f"{path.name} --smoke exited {proc.returncode}:\n{err[-3000:]}"
+    lines = out.splitlines()
+    # bench.common.table draws a rule of dashes under its header: at least one table was printed.
+    assert any(line.strip() and set(line.replace(" ", "")) == {"-"} for line in lines), out[-2000:]
