@@ -26,7 +26,6 @@ import argparse
 import math
 import random
 import statistics
-import sys
 import tempfile
 import time
 from pathlib import Path

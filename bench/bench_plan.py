@@ -180,7 +180,7 @@ def main() -> None:
             print(f"# {s['model']} {s['cluster']} {'emulated' if s['emulated'] else 'this machine'} "
                   f"{'/'.join(p['names'])}: modelled {p['modelled'] * 1e3:.2f} ms, measured {p['measured'] * 1e3:.2f} ms",
                   file=sys.stderr, flush=True)
-    rows, pairs, taus, set_taus, replay_errs, apart = [], [], [], [], [], []
+    rows, pairs, set_taus, replay_errs, apart = [], [], [], [], []
     abl = {t: [] for t in TERMS}
     for s in sets:
         scored = [p for p in s["plans"] if not p["loaded"]]

@@ -23,33 +23,17 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 
-# Test modules that start processes (training jobs, gloo groups, the warm starter, torchrun), a Streamlit app
-# (AppTest or a server) or a browser: marked slow, so that `pytest -m "not slow"` is the fast inner loop of pure
-# functions (README). A module here is slow as a whole; a new module of that kind joins the list.
-SLOW_FOLDERS = ("journeys", "pages")
-SLOW_MODULES = {
-    "comm/test_comm.py", "comm/test_sparse_comm.py", "comm/test_torch_hooks.py", "jobs/test_comparison.py", "jobs/test_fair_queue.py",
-    "jobs/test_isolation.py", "jobs/test_jobs.py", "jobs/test_lifecycle.py", "jobs/test_ray_cluster.py",
-    "machine/test_calibrate.py", "machine/test_fidelity.py", "scenario/test_hostile_input.py", "store/test_runs.py",
-    "test_layers.py", "test_processes.py", "train/test_assets_cli.py", "train/test_balancing_run.py",
-    "train/test_faults.py", "train/test_fork.py", "train/test_placement_faults.py", "train/test_placement_run.py",
-    "train/test_resilience.py", "train/test_torchrun_nodes.py", "train/test_train.py",
-    "train/test_train_compression.py", "train/test_warm.py", "compression/test_compress.py",
-    "optim/test_optim.py", "optim/test_fused.py", "view/test_lesson_answers.py", "machine/test_predict.py",
-}
-
-
-#: Fixtures a test requests because it starts something (processes, an app, a browser, a cluster): requesting one
-#: marks the test slow, whatever module it is in.
-SLOW_FIXTURES = {"spawns"}
+# A test that starts something (processes, a Streamlit app under AppTest or as a server, a browser, a cluster) is
+# slow, so that `pytest -m "not slow"` is the fast inner loop (README). It says so by the fixtures it requests:
+# ``spawns`` (a module whose every test starts processes requests it for all of them with
+# ``pytestmark = pytest.mark.usefixtures("spawns")``), or ``browser``. A test that is slow for seconds of arithmetic
+# alone carries ``pytest.mark.slow`` itself.
+SLOW_FIXTURES = {"spawns", "browser"}
 
 
 def pytest_collection_modifyitems(config, items):
-    here = Path(__file__).resolve().parent
     for item in items:
-        rel = Path(item.fspath).resolve().relative_to(here).as_posix()
-        if (rel.split("/")[0] in SLOW_FOLDERS or rel in SLOW_MODULES
-                or SLOW_FIXTURES & set(getattr(item, "fixturenames", ()))):
+        if SLOW_FIXTURES & set(getattr(item, "fixturenames", ())):
             item.add_marker(pytest.mark.slow)
 
 

@@ -4,12 +4,16 @@ run here so the README's test command runs it, and run once more on a copy of la
 import planted, which it must refuse."""
 from __future__ import annotations
 
+import pytest
+
 import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 from tests.conftest import ROOT
+
+pytestmark = pytest.mark.usefixtures("spawns")  # every test here starts processes
 
 LINT = Path(sys.executable).with_name("lint-imports")
 

@@ -24,7 +24,7 @@ def _stat_start_s(pid: int) -> float:
     return btime + ticks / os.sysconf("SC_CLK_TCK")
 
 
-def test_identity_of_a_live_child_and_its_creation_time_against_proc():
+def test_identity_of_a_live_child_and_its_creation_time_against_proc(spawns):
     p = _sleeper(new_session=True)
     try:
         who = processes.identity(p.pid)
@@ -40,7 +40,7 @@ def test_identity_of_a_live_child_and_its_creation_time_against_proc():
         p.wait()
 
 
-def test_a_zombie_is_not_running_and_a_reaped_child_is_gone():
+def test_a_zombie_is_not_running_and_a_reaped_child_is_gone(spawns):
     p = _sleeper()
     who = processes.identity(p.pid)
     os.kill(p.pid, signal.SIGKILL)
@@ -53,7 +53,7 @@ def test_a_zombie_is_not_running_and_a_reaped_child_is_gone():
     assert not processes.running(p.pid) and not processes.running(None)
 
 
-def test_group_members_are_the_groups_live_processes_created_in_the_span():
+def test_group_members_are_the_groups_live_processes_created_in_the_span(spawns):
     leader = subprocess.Popen([sys.executable, "-c",
                                "import subprocess, sys, time; c = subprocess.Popen([sys.executable, '-c', "
                                "'import time; time.sleep(60)']); print(c.pid, flush=True); time.sleep(60)"],
@@ -80,7 +80,7 @@ def test_group_members_are_the_groups_live_processes_created_in_the_span():
         leader.stdout.close()
 
 
-def test_end_group_ends_a_group_that_ignores_sigterm():
+def test_end_group_ends_a_group_that_ignores_sigterm(spawns):
     # A leader that ignores SIGTERM and a child of it: the grace period passes, SIGKILL ends both.
     code = ("import signal, subprocess, sys, time; signal.signal(signal.SIGTERM, signal.SIG_IGN);"
             "c = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)']);"
@@ -103,14 +103,14 @@ def test_end_group_ends_a_group_that_ignores_sigterm():
         p.stdout.close()
 
 
-def test_end_group_without_the_group_signals_the_one_process():
+def test_end_group_without_the_group_signals_the_one_process(spawns):
     p = _sleeper()  # in this test's group: only it may be signalled
     processes.end_group(p.pid, lambda: p.poll() is not None, whole_group=False)
     assert p.wait(timeout=30) == -signal.SIGTERM
     processes.end_group(None, lambda: True)  # nothing to end
 
 
-def test_kill_and_reap_ends_and_reaps_every_child():
+def test_kill_and_reap_ends_and_reaps_every_child(spawns):
     kids = [_sleeper() for _ in range(3)]
     done = subprocess.Popen([sys.executable, "-c", "pass"])
     done.wait()
@@ -119,7 +119,7 @@ def test_kill_and_reap_ends_and_reaps_every_child():
     assert not any(processes.running(k.pid) for k in kids)
 
 
-def test_kill_pids_signals_the_live_ones_and_skips_the_gone():
+def test_kill_pids_signals_the_live_ones_and_skips_the_gone(spawns):
     p = _sleeper()
     gone = subprocess.Popen([sys.executable, "-c", "pass"])
     gone.wait()
@@ -154,7 +154,7 @@ def test_ranks_take_the_groups_in_turn():
     assert rank_cpus(held, 1) == want[:1]
 
 
-def test_descendants_are_a_live_processes_children_created_since_a_time():
+def test_descendants_are_a_live_processes_children_created_since_a_time(spawns):
     parent = subprocess.Popen([sys.executable, "-c",
                                "import subprocess, sys, time; c = subprocess.Popen([sys.executable, '-c', "
                                "'import time; time.sleep(60)']); print(c.pid, flush=True); time.sleep(60)"],
@@ -184,7 +184,7 @@ def _cpu_of_exited(p: subprocess.Popen) -> float:
     return t.user + t.system
 
 
-def test_the_load_meter_counts_another_process_cpu_as_other_work():
+def test_the_load_meter_counts_another_process_cpu_as_other_work(spawns):
     meter = processes.LoadMeter()
     p = subprocess.Popen([sys.executable, "-c", _SPIN.format(s=1.0)])
     try:
@@ -202,7 +202,7 @@ def test_the_load_meter_counts_another_process_cpu_as_other_work():
     assert not processes.under_load({**load, "others_share": processes.LOADED_SHARE}) and not processes.under_load(None)
 
 
-def test_the_load_meter_counts_a_reaped_childs_cpu_as_the_jobs_own():
+def test_the_load_meter_counts_a_reaped_childs_cpu_as_the_jobs_own(spawns):
     busy0 = processes._busy_cpu_s()
     meter = processes.LoadMeter()
     p = subprocess.Popen([sys.executable, "-c", _SPIN.format(s=1.0)])

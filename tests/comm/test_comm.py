@@ -22,7 +22,7 @@ TOL = {"float32": 1e-5, "float64": 1e-12, "int64": 0.0}
 
 @pytest.mark.timeout(180)
 @pytest.mark.parametrize("procs, piece", [(1, 256), (2, 256), (3, None), (4, 256)])
-def test_ring_equals_gloo_all_reduce(procs, piece):
+def test_ring_equals_gloo_all_reduce(procs, piece, spawns):
     # one process group per N, every size and case inside it; with 256-byte pieces even these
     # small tensors run the multi-piece pipeline (uneven pieces, empty chunks); N=3 uses the
     # default pieces (one per chunk at these sizes, two per chunk for the 6.4 MB tensor)
@@ -82,7 +82,7 @@ def test_sizes_and_units():
 
 
 @pytest.mark.timeout(180)
-def test_measure_command_end_to_end(tmp_path):
+def test_measure_command_end_to_end(tmp_path, spawns):
     out = tmp_path / "allreduce.json"
     p = subprocess.run([sys.executable, "-m", "lab.comm.measure", "--procs", "2", "--min-bytes", "4K",
                         "--max-bytes", "16K", "--iters", "2", "--warmup", "1", "--out", str(out)],
@@ -108,7 +108,7 @@ def test_measure_command_end_to_end(tmp_path):
 
 
 @pytest.mark.timeout(120)
-def test_measure_function_reports_progress():
+def test_measure_function_reports_progress(spawns):
     seen = []
     rows = M.measure(2, [4096], iters=2, impls=("gloo", "ring"), warmup=0,
                      progress=lambda done, total, row: seen.append((done, total, row["impl"])))
@@ -117,7 +117,7 @@ def test_measure_function_reports_progress():
 
 
 @pytest.mark.timeout(120)
-def test_a_dying_worker_gives_a_clear_error():
+def test_a_dying_worker_gives_a_clear_error(spawns):
     with pytest.raises(LabError, match=r"worker rank 1 of 3 died \(exit code 3\).*reaped.*dying on purpose"):
         M.measure(3, [4096], iters=1, warmup=0, die_rank=1, timeout=60)
     p = subprocess.run([sys.executable, "-m", "lab.comm.measure", "--procs", "2", "--min-bytes", "4K",

@@ -125,7 +125,7 @@ def real_rows(tmp_path_factory) -> list[dict]:
 
 
 @pytest.mark.timeout(300)
-def test_real_sparse_ring_and_allgather_equal_the_dense_sum(real_rows):
+def test_real_sparse_ring_and_allgather_equal_the_dense_sum(real_rows, spawns):
     rows = [r for r in real_rows if r["kind"] == "sharing"]
     assert {(r["N"], r["n"]) for r in rows} == {(N, n) for N in (2, 3, 4) for n in (1, 7, 33, 101)}
     assert len(rows) == (2 + 3 + 4) * 4  # every rank of every group reported
@@ -137,7 +137,7 @@ def test_real_sparse_ring_and_allgather_equal_the_dense_sum(real_rows):
 
 
 @pytest.mark.timeout(300)
-def test_gradient_compressor_step_for_every_sharing_method(real_rows):
+def test_gradient_compressor_step_for_every_sharing_method(real_rows, spawns):
     rows = [r for r in real_rows if r["kind"] == "step"]
     assert {r["method"] for r in rows} == {"dense", "sparse_ring", "sparse_allgather"}
     for r in rows:
@@ -148,7 +148,7 @@ def test_gradient_compressor_step_for_every_sharing_method(real_rows):
 
 
 @pytest.mark.timeout(300)
-def test_group_topk_ddp_comm_hook_on_gloo(real_rows):
+def test_group_topk_ddp_comm_hook_on_gloo(real_rows, spawns):
     rows = [r for r in real_rows if r["kind"] == "ddp"]
     assert {(r["sharing"], r["rank"]) for r in rows} == {(s, k) for s in ("sparse_allgather", "sparse_ring") for k in range(4)}
     for r in rows:
@@ -159,7 +159,7 @@ def test_group_topk_ddp_comm_hook_on_gloo(real_rows):
 
 
 @pytest.mark.timeout(300)
-def test_link_delay_hook_is_called_for_every_message(real_rows):
+def test_link_delay_hook_is_called_for_every_message(real_rows, spawns):
     rows = [r for r in real_rows if r["kind"] == "delay"]
     assert len(rows) == 4
     for r in rows:

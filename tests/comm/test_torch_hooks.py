@@ -26,7 +26,7 @@ def ddp_rows(tmp_path_factory) -> list[dict]:
 
 
 @pytest.mark.parametrize("case", range(len(CASES)))
-def test_the_lab_run_of_a_hook_trains_to_ddps_parameters(ddp_rows, case):
+def test_the_lab_run_of_a_hook_trains_to_ddps_parameters(ddp_rows, case, spawns):
     row = ddp_rows[case]
     assert (row["model"], row["kind"]) == CASES[case][:2]
     assert row["moved"] > 1e-3  # the runs trained: the comparison is not of two untouched models
@@ -35,7 +35,7 @@ def test_the_lab_run_of_a_hook_trains_to_ddps_parameters(ddp_rows, case):
     assert row["max_diff"] <= 1e-7, row
 
 
-def test_bytes_are_the_ring_bytes_of_what_each_hook_sends(ddp_rows):
+def test_bytes_are_the_ring_bytes_of_what_each_hook_sends(ddp_rows, spawns):
     for (model, kind, r, start), row in zip(CASES, ddp_rows):
         params = list(build_model(model, seed=3).parameters())
         numel = sum(p.numel() for p in params)

@@ -111,7 +111,7 @@ def _charts(at):
     return [json.loads(e.proto.spec) for e in at.get("plotly_chart")]
 
 
-def test_compare_page_draws_variants_by_colour_and_line_style(lab_db):
+def test_compare_page_draws_variants_by_colour_and_line_style(lab_db, spawns):
     st = RunStore(lab_db)
     ids = []
     for opt in ("adam", "adabelief", "maxadabelief"):
@@ -245,7 +245,7 @@ def test_a_long_comparison_draws_at_most_max_points_and_summarises_every_row(lab
     assert C.compare_runs(st, [short]).drawn_note == ""
 
 
-def test_compare_page_draws_a_long_run_thinned_and_says_so(lab_db, monkeypatch):
+def test_compare_page_draws_a_long_run_thinned_and_says_so(lab_db, monkeypatch, spawns):
     monkeypatch.setattr(C, "MAX_CURVE_POINTS", 100)
     st = RunStore(lab_db)
     rid = store_rows(st, scenario(), 3000, eval_every=2)

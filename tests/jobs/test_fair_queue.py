@@ -15,7 +15,7 @@ from lab.store.runs import ACTIVE, RunStore
 from lab.train.launcher_record import processes_of
 from tests.conftest import default_with, wait_for
 
-pytestmark = pytest.mark.timeout(300)
+pytestmark = [pytest.mark.usefixtures("spawns"), pytest.mark.timeout(300)]
 
 
 def scenario(**training):

@@ -68,7 +68,7 @@ def test_the_teacher_is_who_knows_the_servers_token(monkeypatch):
     assert not can_manage("a", None)
 
 
-def test_a_session_cannot_stop_or_release_another_sessions_job_the_teacher_can(lab_db):
+def test_a_session_cannot_stop_or_release_another_sessions_job_the_teacher_can(lab_db, spawns):
     jm = JobManager(lab_db, capacity=1)
     store = RunStore(lab_db)
     running = jm.submit(scenario(steps=100_000), "A's long run", owner="A")
@@ -143,7 +143,7 @@ def test_only_a_runs_owner_or_the_teacher_deletes_it_and_a_refusal_deletes_nothi
     assert list(store.list_runs().id) == [busy]
 
 
-def test_a_student_has_a_bounded_number_of_jobs_queued_or_running(lab_db, monkeypatch):
+def test_a_student_has_a_bounded_number_of_jobs_queued_or_running(lab_db, monkeypatch, spawns):
     monkeypatch.setenv("LAB_MAX_ACTIVE_PER_OWNER", "3")
     store = RunStore(lab_db)
     for i in range(2):
@@ -185,7 +185,7 @@ def test_each_session_sees_its_own_jobs_and_the_class_on_request(lab_db):
 
 
 # ----- launchers that die without a word --------------------------------------------------------
-def test_a_launcher_record_names_one_process_of_one_boot():
+def test_a_launcher_record_names_one_process_of_one_boot(spawns):
     me = identity()
     assert launcher_gone({**me, "beat": time.time()}) is None
     dead = subprocess.Popen([sys.executable, "-c", "pass"])
@@ -218,7 +218,7 @@ def check_swept(jm: JobManager, store: RunStore, rid: str, scratch: Path) -> Non
     assert not job_views.has_active(store, everyone=True)  # the Jobs page stops polling
 
 
-def test_a_command_line_launcher_killed_with_sigkill_is_found_while_the_app_runs(lab_db, tmp_path):
+def test_a_command_line_launcher_killed_with_sigkill_is_found_while_the_app_runs(lab_db, tmp_path, spawns):
     tmp = tmp_path / "tmp"  # the launcher's temporary directory is not this process's
     tmp.mkdir()
     rid = "cli-killed-1"
@@ -249,7 +249,7 @@ def test_a_command_line_launcher_killed_with_sigkill_is_found_while_the_app_runs
         jm.shutdown()
 
 
-def test_an_app_launcher_killed_with_sigkill_is_released_after_its_workers(lab_db):
+def test_an_app_launcher_killed_with_sigkill_is_released_after_its_workers(lab_db, spawns):
     jm = JobManager(lab_db, capacity=1)
     store = RunStore(lab_db)
     job = jm.submit(scenario(workers=2, steps=400), "killed from outside", owner="A")
@@ -277,7 +277,7 @@ def _exists(store: RunStore, rid: str) -> bool:
         return False
 
 
-def test_a_run_without_a_launcher_record_is_given_time_before_it_is_interrupted(lab_db, monkeypatch):
+def test_a_run_without_a_launcher_record_is_given_time_before_it_is_interrupted(lab_db, monkeypatch, spawns):
     """Under torchrun rank 0 writes the run and torchrun may restart it with a new pid: a run with
     no launcher record is interrupted only once its process has been gone for LAB_LAUNCHER_STALE s."""
     store = RunStore(lab_db)

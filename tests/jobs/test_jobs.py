@@ -17,7 +17,7 @@ from lab.store.runs import RunStore
 from lab.train.launcher_record import processes_of
 from tests.conftest import default_with, wait_for
 
-pytestmark = pytest.mark.timeout(240)
+pytestmark = [pytest.mark.usefixtures("spawns"), pytest.mark.timeout(240)]
 
 
 def scenario(**training):

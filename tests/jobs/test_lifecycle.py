@@ -26,7 +26,7 @@ from lab.train.launcher import listening_socket
 from lab.train.launcher_record import processes_of, scratch_prefix
 from tests.conftest import ROOT, default_with, wait_for
 
-pytestmark = pytest.mark.timeout(300)
+pytestmark = [pytest.mark.usefixtures("spawns"), pytest.mark.timeout(300)]
 CPUS = sorted(os.sched_getaffinity(0))
 
 

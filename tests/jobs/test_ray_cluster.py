@@ -14,6 +14,8 @@ from lab.jobs.manager import Job, JobManager
 from lab.store.runs import JOB_WORKER, RunStore
 from tests.conftest import RAY_NODE_MEMORY, default_with, ray_test_cluster, wait_for
 
+pytestmark = pytest.mark.usefixtures("spawns")  # every test here starts processes
+
 pytest.importorskip("ray.cluster_utils")
 
 NODE = dict(num_cpus=2, object_store_memory=RAY_NODE_MEMORY)

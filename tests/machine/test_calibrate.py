@@ -127,7 +127,7 @@ def test_measurements_are_positive():
 
 
 @pytest.mark.timeout(600)
-def test_tiny_calibration_end_to_end(tmp_path):
+def test_tiny_calibration_end_to_end(tmp_path, spawns):
     seen = []
     prof = C.calibrate(procs=(1, 2), nets=[0, 7], repeat=3, allreduce_iters=2, allreduce_sizes=(4096, 16384),
                        cycle_repeat=4, progress=lambda m, f: seen.append(f),
@@ -223,7 +223,7 @@ def test_profile_compute_with_n_processes_adds_the_fixed_extra_once():
 
 
 @pytest.mark.timeout(300)
-def test_loop_calibration_runs_the_job_loop_on_calibration_networks(tmp_path, monkeypatch):
+def test_loop_calibration_runs_the_job_loop_on_calibration_networks(tmp_path, monkeypatch, spawns):
     """lab.machine.loop: the N-process rows come from the training job's own Trainer on a
     calibration network (not a preset model): bytes as the lab ring counts them, times positive."""
     from lab.machine.loop import measure_loop
@@ -250,7 +250,7 @@ def test_unknown_cycle_source_is_a_clear_error():
 
 
 @pytest.mark.timeout(300)
-def test_loop_calibration_with_one_process_prices_the_job_loop(tmp_path, monkeypatch):
+def test_loop_calibration_with_one_process_prices_the_job_loop(tmp_path, monkeypatch, spawns):
     """One process in the job's loop: compute only (no collective), and a profile whose contention
     table holds that one-process cost applies it to one-process predictions."""
     import dataclasses
@@ -268,7 +268,7 @@ def test_loop_calibration_with_one_process_prices_the_job_loop(tmp_path, monkeyp
 
 
 @pytest.mark.skipif(not hasattr(os, "sched_getaffinity"), reason="CPU affinity is Linux only")
-def test_calibration_processes_are_pinned_as_the_job_manager_pins_ranks(monkeypatch):
+def test_calibration_processes_are_pinned_as_the_job_manager_pins_ranks(monkeypatch, spawns):
     """Rank k goes to the k-th job core in turn (the uniform placement on an idle machine, as
     lab.jobs.manager pins a job's ranks: the allowed cores but the first LAB_PAGE_CPUS, kept for the pages);
     LAB_CALIBRATION_PIN=0 leaves the process free."""

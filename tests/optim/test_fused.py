@@ -14,7 +14,7 @@ from lab.optim import fused
 from lab.optim import optimizers as lab_opt
 from lab.optim.optimizers import AdaBelief, Adam, MaxAdaBelief, MaxAdaBeliefCorrected, NonFiniteGradient
 
-pytestmark = pytest.mark.skipif(not fused.available(), reason="torch.compile needs a C++ compiler")
+pytestmark = [pytest.mark.usefixtures("spawns"), pytest.mark.skipif(not fused.available(), reason="torch.compile needs a C++ compiler")]
 SHAPES = [(64, 32), (32,), (10, 64), (1,), (5, 5, 3)]
 STEPS = 25
 

@@ -86,6 +86,7 @@ def package(params, **kw):
 
 # ------------------------------------------------------------------ against the references
 
+@pytest.mark.slow  # seconds of arithmetic, no process
 @pytest.mark.parametrize("weight_decay,decoupled", [(0.0, False), (0.1, False), (0.1, True)])
 def test_adam_matches_torch_float64(weight_decay, decoupled):
     ours, ref = make_params(), make_params()
@@ -421,6 +422,7 @@ def test_nan_on_one_worker_stops_every_worker(sync):
         assert "group 0, parameter 2" in outcome[1][0] and "another worker" in outcome[0][0]
 
 
+@pytest.mark.slow  # seconds of arithmetic, no process
 def test_torch_allreduce_fn_over_gloo_world_of_one():
     import torch.distributed as dist
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{free_port()}", rank=0, world_size=1,
@@ -534,6 +536,7 @@ def test_scenario_optimiser_names_are_known():
 ALL = tuple(OPTIMIZER_CLASSES)
 
 
+@pytest.mark.slow  # seconds of arithmetic, no process
 def test_counterexample_vectorised_equals_stepping_the_optimisers():
     fast = pg.run_counterexample(ALL, steps=1111, lr=1.0)
     slow = pg.run_counterexample(ALL, steps=1111, lr=1.0, method="optimiser")

@@ -74,7 +74,7 @@ def test_the_table_holds_the_controls_once_drawn_by_pages_and_marks_the_transien
     assert not V.VIEW["jobs_fault"].transient and not V.VIEW["fid_trace_run"].transient
 
 
-def test_a_value_a_control_would_refuse_is_brought_into_its_bounds_before_the_box_is_drawn():
+def test_a_value_a_control_would_refuse_is_brought_into_its_bounds_before_the_box_is_drawn(spawns):
     """The teacher's form shows the server's limits; one set above the box's bound (LAB_JOB_MAX_S of a day and
     more) is shown at the bound rather than failing the page."""
     from streamlit.testing.v1 import AppTest

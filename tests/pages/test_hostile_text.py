@@ -47,13 +47,13 @@ def assert_as_text(texts: list[str], *expected: str) -> None:
 
 
 @pytest.mark.parametrize("page", PAGES)
-def test_every_page_shows_hostile_names_as_text(page, lab_db):
+def test_every_page_shows_hostile_names_as_text(page, lab_db, spawns):
     at = app_test(page, timeout=180, query={"s": hostile_scenario(pins=GOOD_PIN).to_url_param()})
     assert_no_exception(at)
     assert_as_text(markdown_shown(at), IMG, HTML)  # at least the sidebar's scenario name
 
 
-def test_guarded_shows_a_refusal_and_an_unexpected_error_as_text():
+def test_guarded_shows_a_refusal_and_an_unexpected_error_as_text(spawns):
     def script():
         import ui
         from lab.errors import LabError
@@ -70,7 +70,7 @@ def test_guarded_shows_a_refusal_and_an_unexpected_error_as_text():
     assert_as_text(shown, IMG, HTML, "Something went wrong in another step: RuntimeError: ")
 
 
-def test_a_refused_pin_quotes_its_names_as_text(lab_db):
+def test_a_refused_pin_quotes_its_names_as_text(lab_db, spawns):
     at = app_test("pages/placement.py", timeout=180, query={"s": hostile_scenario(pins=BAD_PIN).to_url_param()})
     assert not at.exception
     refusal = [e.value for e in at.error]
@@ -79,7 +79,7 @@ def test_a_refused_pin_quotes_its_names_as_text(lab_db):
     assert any(ui.plain(OP) in e for e in refusal)
 
 
-def test_a_refused_run_quotes_its_devices_as_text(lab_db):
+def test_a_refused_run_quotes_its_devices_as_text(lab_db, spawns):
     at = app_test("pages/training.py", timeout=180, query={"s": hostile_scenario(**REFUSED_RUN).to_url_param()})
     assert_no_exception(at)
     at.button(key="train_run").click().run(timeout=180)
@@ -90,7 +90,7 @@ def test_a_refused_run_quotes_its_devices_as_text(lab_db):
     assert_as_text(markdown_shown(at))
 
 
-def test_a_view_value_from_a_link_is_quoted_as_text_in_its_notice(lab_db):
+def test_a_view_value_from_a_link_is_quoted_as_text_in_its_notice(lab_db, spawns):
     at = app_test("pages/placement.py", timeout=180, query={
         "s": hostile_scenario().to_url_param(), "v": viewstate.encode({"pl_why": IMG})})
     assert_no_exception(at)
@@ -99,7 +99,7 @@ def test_a_view_value_from_a_link_is_quoted_as_text_in_its_notice(lab_db):
     assert_as_text(markdown_shown(at))
 
 
-def test_an_unknown_lesson_in_a_link_gets_a_one_line_notice_as_text():
+def test_an_unknown_lesson_in_a_link_gets_a_one_line_notice_as_text(spawns):
     at = app_test(timeout=180, query={"l": IMG})  # the link's first page: the notice is shown there, once
     assert_no_exception(at)
     notices = [i.value for i in at.info if "does not exist" in i.value]
@@ -112,7 +112,7 @@ def test_an_unknown_lesson_in_a_link_gets_a_one_line_notice_as_text():
     assert not [i.value for i in at.info if "does not exist" in i.value]
 
 
-def test_an_unreadable_scenario_link_quotes_the_names_it_refuses_as_text():
+def test_an_unreadable_scenario_link_quotes_the_names_it_refuses_as_text(spawns):
     broken = hostile_dict(worker_devices=[OP])  # a worker on a device the topology does not have
     at = app_test(timeout=180, query={"s": url_param(broken)})  # the link's first page
     assert not at.exception
@@ -121,7 +121,7 @@ def test_an_unreadable_scenario_link_quotes_the_names_it_refuses_as_text():
     assert_as_text(markdown_shown(at))
 
 
-def test_a_link_naming_an_unknown_control_quotes_it_as_text():
+def test_a_link_naming_an_unknown_control_quotes_it_as_text(spawns):
     at = app_test(timeout=180, query={"v": url_param({IMG: 1, "pl_model": HTML})})  # the link's form of a view
     assert_no_exception(at)
     notices = [i.value for i in at.info if i.value.startswith("From the link:")]

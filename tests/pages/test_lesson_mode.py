@@ -23,7 +23,7 @@ def widget_keys(at) -> set[str]:
 
 
 @pytest.mark.parametrize("page", sorted(ADVANCED))
-def test_lesson_mode_hides_the_advanced_controls(page, lab_db):
+def test_lesson_mode_hides_the_advanced_controls(page, lab_db, spawns):
     at = app_test(page, timeout=120, query={"lesson": "1"})
     assert_no_exception(at)
     assert at.toggle(key="lesson_mode_toggle").value is True

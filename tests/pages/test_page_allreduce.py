@@ -28,7 +28,7 @@ def captions(at) -> str:
     return " ".join(c.value for c in at.caption).replace("\\", "")  # user names are escaped as text
 
 
-def test_default_page_shows_the_cxl_ring_with_modelled_numbers():
+def test_default_page_shows_the_cxl_ring_with_modelled_numbers(spawns):
     at = app_test(PAGE)
     assert_no_exception(at)
     assert [s.value for s in at.subheader] == [
@@ -50,7 +50,7 @@ def test_default_page_shows_the_cxl_ring_with_modelled_numbers():
     assert len(at.latex) == 1 and "busbw" in at.latex[0].value
 
 
-def test_stepping_shows_the_transfers_of_that_step():
+def test_stepping_shows_the_transfers_of_that_step(spawns):
     at = app_test(PAGE)
     at.slider(key="ar_step").set_value(1).run()
     assert_no_exception(at)
@@ -62,7 +62,7 @@ def test_stepping_shows_the_transfers_of_that_step():
 
 
 @pytest.mark.parametrize("algorithm", ["host", "tree", "hierarchical"])
-def test_every_algorithm_and_the_lab_ring_order(algorithm):
+def test_every_algorithm_and_the_lab_ring_order(algorithm, spawns):
     at = app_test(PAGE)
     at.selectbox(key="ar_alg").set_value(algorithm).run()
     at.radio(key="ar_order").set_value("lab").run()
@@ -74,7 +74,7 @@ def test_every_algorithm_and_the_lab_ring_order(algorithm):
     assert len(frame(at, "its narrowest hop")) >= 2
 
 
-def test_identical_devices():
+def test_identical_devices(spawns):
     at = app_test(PAGE)
     at.radio(key="ar_source").set_value("identical").run()
     at.slider(key="ar_n").set_value(7).run()
@@ -87,7 +87,7 @@ def test_identical_devices():
     assert len(idle) == 7
 
 
-def test_too_few_devices_is_a_clear_message():
+def test_too_few_devices_is_a_clear_message(spawns):
     at = app_test(PAGE)
     at.multiselect(key="ar_devices").set_value(["gpu"]).run()
     assert not at.exception
@@ -95,7 +95,7 @@ def test_too_few_devices_is_a_clear_message():
 
 
 @pytest.mark.timeout(180)
-def test_measure_button_runs_real_processes():
+def test_measure_button_runs_real_processes(spawns):
     at = app_test(PAGE, timeout=150)
     at.selectbox(key="ar_procs").set_value(2)
     at.selectbox(key="ar_top").set_value(64 << 10)
@@ -109,7 +109,7 @@ def test_measure_button_runs_real_processes():
     assert any("geometric-mean error" in m.value for m in at.markdown)
 
 
-def test_two_pools_scenario_names_the_fabric_and_the_groups():
+def test_two_pools_scenario_names_the_fabric_and_the_groups(spawns):
     from lab.scenario.document import Scenario
 
     at = app_test(PAGE)
@@ -125,7 +125,7 @@ def test_two_pools_scenario_names_the_fabric_and_the_groups():
     assert [p for p in hops["phase"]][:2] == ["reduce inside groups"] * 2
 
 
-def test_play_pressed_at_the_last_step_plays_again_from_the_first():
+def test_play_pressed_at_the_last_step_plays_again_from_the_first(spawns):
     at = app_test(PAGE)
     last = at.slider(key="ar_step").max
     at.slider(key="ar_step").set_value(last).run()

@@ -20,7 +20,7 @@ def text(at) -> str:
     return " ".join([m.value for m in at.markdown] + [c.value for c in at.caption])
 
 
-def test_page_renders_every_section_with_labels(at):
+def test_page_renders_every_section_with_labels(at, spawns):
     assert at.title[0].value == "Compression"
     heads = [h.value for h in at.header]
     assert heads[:3] == ["Compressors on one gradient",
@@ -41,7 +41,7 @@ def test_page_renders_every_section_with_labels(at):
     assert len(at.get("plotly_chart")) >= 6
 
 
-def test_ring_with_another_compressor_and_apply_to_scenario(at):
+def test_ring_with_another_compressor_and_apply_to_scenario(at, spawns):
     at.slider(key="ring_workers").set_value(3)
     at.selectbox(key="ring_kind").set_value("topk")
     at.number_input(key="ring_ratio").set_value(0.02)
@@ -55,7 +55,7 @@ def test_ring_with_another_compressor_and_apply_to_scenario(at):
     assert (c.kind, c.ratio, c.group_size) == ("topk", 0.02, 1024)
 
 
-def test_generated_gradient_and_refused_ratio(at):
+def test_generated_gradient_and_refused_ratio(at, spawns):
     at.radio(key="cp_source").set_value("generated")
     at.number_input(key="cp_n").set_value(20_000)
     at.number_input(key="cp_group").set_value(100)
@@ -70,7 +70,7 @@ def test_generated_gradient_and_refused_ratio(at):
 
 @pytest.mark.parametrize("matrix,why", [("weight gradient, transformer q (32x32)", "symmetric"),
                                         ("weight gradient, MLP layer 1 (128x64)", "square")])
-def test_cholesky_refuses_weight_gradients(at, matrix, why):
+def test_cholesky_refuses_weight_gradients(at, matrix, why, spawns):
     at.selectbox(key="ch_matrix").set_value(matrix)
     at.button(key="ch_run").click().run()
     assert_no_exception(at)
@@ -78,7 +78,7 @@ def test_cholesky_refuses_weight_gradients(at, matrix, why):
     assert infos and why in infos[0]
 
 
-def test_cholesky_on_a_gram_matrix_and_without_damping(at):
+def test_cholesky_on_a_gram_matrix_and_without_damping(at, spawns):
     at.selectbox(key="ch_matrix").set_value("Gram of the digit images (64x64)")
     at.number_input(key="ch_damping").set_value(0.001)
     at.button(key="ch_run").click().run()
@@ -100,7 +100,7 @@ def grid_table(page):
     return tables[0]
 
 
-def test_grid_button_queues_nine_runs_then_they_are_stopped(lab_db):
+def test_grid_button_queues_nine_runs_then_they_are_stopped(lab_db, spawns):
     import time
 
     from lab.jobs.grid import variant_of
@@ -139,7 +139,7 @@ def test_grid_button_queues_nine_runs_then_they_are_stopped(lab_db):
     assert len(table) == 9 and set(table["status"]) <= {"stopped", "done"}
 
 
-def test_grid_results_table_and_figure_from_the_store(lab_db):
+def test_grid_results_table_and_figure_from_the_store(lab_db, spawns):
     from lab.jobs.grid import grid_scenarios
     from lab.scenario.document import default_scenario
     from lab.store.runs import JOB_WORKER, RunStore

@@ -59,7 +59,7 @@ def page_with_a_stored_run(lab_db, page: str):
     return at, rid, sc, prof
 
 
-def test_page_without_profile_or_runs(data):
+def test_page_without_profile_or_runs(data, spawns):
     at = app_test(PAGE)
     assert_no_exception(at)
     assert any("no profile yet" in i.value for i in at.info)
@@ -67,7 +67,7 @@ def test_page_without_profile_or_runs(data):
     assert at.button(key="fid_batch").disabled  # nothing to predict with yet
 
 
-def test_stored_run_beside_its_prediction(data, lab_db):
+def test_stored_run_beside_its_prediction(data, lab_db, spawns):
     at, rid, sc, prof = page_with_a_stored_run(lab_db, PAGE)
     pred = predict_step(sc, prof).step
     err = abs(math.log(pred / 0.01))
@@ -82,7 +82,7 @@ def test_stored_run_beside_its_prediction(data, lab_db):
     assert "synthetic" in "".join(m.value for m in at.markdown)  # the profile's machine description
 
 
-def test_calibrate_button_starts_the_background_calibration(data, monkeypatch):
+def test_calibrate_button_starts_the_background_calibration(data, monkeypatch, spawns):
     import lab.machine.calibrate as cal
 
     calls = []
@@ -106,7 +106,7 @@ def test_calibrate_button_starts_the_background_calibration(data, monkeypatch):
     assert any("no cores left" in e.value for e in at.error)
 
 
-def test_beside_running_jobs_the_page_offers_to_wait_for_a_quiet_machine(data, monkeypatch):
+def test_beside_running_jobs_the_page_offers_to_wait_for_a_quiet_machine(data, monkeypatch, spawns):
     import lab.machine.calibrate as cal
     from lab.jobs.manager import JobManager
 
@@ -122,7 +122,7 @@ def test_beside_running_jobs_the_page_offers_to_wait_for_a_quiet_machine(data, m
     assert calls == [cal.PAGE_WAIT_S]
 
 
-def test_preset_batch_button_queues_the_batch(data, lab_db, monkeypatch):
+def test_preset_batch_button_queues_the_batch(data, lab_db, monkeypatch, spawns):
     import lab.machine.fidelity as P
 
     synthetic_profile().save()
@@ -154,7 +154,7 @@ def test_preset_batch_button_queues_the_batch(data, lab_db, monkeypatch):
     assert at.button(key="fid_batch").disabled  # one batch at a time
 
 
-def test_lesson_mode_hides_advanced_controls(data, lab_db):
+def test_lesson_mode_hides_advanced_controls(data, lab_db, spawns):
     synthetic_profile().save()
     stored_run(lab_db)
     at = app_test(PAGE, query={"lesson": "1"})
@@ -167,7 +167,7 @@ def test_lesson_mode_hides_advanced_controls(data, lab_db):
     assert at.number_input(key="fid_steps")
 
 
-def test_home_opens_a_lesson_on_its_page_with_its_scenario(data):
+def test_home_opens_a_lesson_on_its_page_with_its_scenario(data, spawns):
     at = app_test("pages/home.py")
     assert_no_exception(at)
     index = json.loads((ROOT / "assets" / "lessons" / "index.json").read_text())
@@ -182,7 +182,7 @@ def test_home_opens_a_lesson_on_its_page_with_its_scenario(data):
     assert Scenario.from_url_param(s[0] if isinstance(s, list) else s) == want
 
 
-def test_allreduce_page_draws_the_profile_beside_its_measurement(data):
+def test_allreduce_page_draws_the_profile_beside_its_measurement(data, spawns):
     from lab.machine.profile import CommFit, MachineProfile
 
     prof = synthetic_profile()
@@ -203,7 +203,7 @@ def test_allreduce_page_draws_the_profile_beside_its_measurement(data):
     assert "machine profile" in cap and "gloo 10%" in cap and "ring 10%" in cap
 
 
-def test_training_page_shows_the_finished_run_beside_its_prediction(data, lab_db):
+def test_training_page_shows_the_finished_run_beside_its_prediction(data, lab_db, spawns):
     at, rid, sc, prof = page_with_a_stored_run(lab_db, "pages/training.py")
     chart = at.get("plotly_chart")
     bars = [json.loads(c.proto.spec) for c in chart]
@@ -215,7 +215,7 @@ def test_training_page_shows_the_finished_run_beside_its_prediction(data, lab_db
     assert traces["measured"]["y"][-1] == pytest.approx(10.0)
 
 
-def test_training_page_without_profile_says_how_to_get_one(data, lab_db):
+def test_training_page_without_profile_says_how_to_get_one(data, lab_db, spawns):
     stored_run(lab_db)
     at = app_test("pages/training.py")
     at.session_state["job_owner"] = OWNER
@@ -224,7 +224,7 @@ def test_training_page_without_profile_says_how_to_get_one(data, lab_db):
     assert any("calibrate this machine" in c.value for c in at.caption)
 
 
-def test_compare_page_shows_prediction_beside_measurement(data, lab_db):
+def test_compare_page_shows_prediction_beside_measurement(data, lab_db, spawns):
     at, rid, sc, prof = page_with_a_stored_run(lab_db, "pages/compare.py")
     assert at.multiselect(key="cmp_runs").value == [rid]
     table = [d.value for d in at.dataframe if "predicted step (ms)" in d.value.columns][0]
@@ -233,7 +233,7 @@ def test_compare_page_shows_prediction_beside_measurement(data, lab_db):
     assert table["measured step (ms)"].iloc[0] == pytest.approx(10.0)
 
 
-def test_the_same_scenario_run_twice_shows_the_measurement_spread(data, lab_db):
+def test_the_same_scenario_run_twice_shows_the_measurement_spread(data, lab_db, spawns):
     synthetic_profile().save()
     stored_run(lab_db, step_s=0.010)
     stored_run(lab_db, step_s=0.020)
@@ -249,7 +249,7 @@ def test_the_same_scenario_run_twice_shows_the_measurement_spread(data, lab_db):
 
 
 @pytest.mark.parametrize("page", [PAGE, "pages/training.py", "pages/compare.py"])
-def test_a_run_measured_under_load_is_flagged_on_every_page_that_shows_its_times(data, lab_db, page):
+def test_a_run_measured_under_load_is_flagged_on_every_page_that_shows_its_times(data, lab_db, page, spawns):
     prof = synthetic_profile()
     prof.save()
     quiet, sc = stored_run(lab_db)

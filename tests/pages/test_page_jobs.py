@@ -57,7 +57,7 @@ def app(owner: str | None = None, page: str = "pages/jobs.py", state: dict | Non
     return at
 
 
-def test_the_what_if_shows_both_policies_as_lab_scheduling_computes_them(lab_db):
+def test_the_what_if_shows_both_policies_as_lab_scheduling_computes_them(lab_db, spawns):
     at = app_test("pages/jobs.py")
     assert_no_exception(at)
     assert "No jobs of yours yet" in marked_up(at)
@@ -102,7 +102,7 @@ def _fake_finished_run(store: RunStore, name: str) -> str:
     return rid
 
 
-def test_jobs_with_stages_logs_alarms_and_hostile_names(lab_db):
+def test_jobs_with_stages_logs_alarms_and_hostile_names(lab_db, spawns):
     store = RunStore(lab_db)
     rid = _fake_finished_run(store, HOSTILE)
     at = app("me")
@@ -151,7 +151,7 @@ def test_jobs_with_stages_logs_alarms_and_hostile_names(lab_db):
     assert store.last_stage(rid)["detail"]["by"] == "release button"
 
 
-def test_hostile_names_are_text_on_the_training_and_compare_pages(lab_db):
+def test_hostile_names_are_text_on_the_training_and_compare_pages(lab_db, spawns):
     store = RunStore(lab_db)
     rid = _fake_finished_run(store, HOSTILE)
     for page in ("pages/training.py", "pages/compare.py"):
@@ -160,7 +160,7 @@ def test_hostile_names_are_text_on_the_training_and_compare_pages(lab_db):
         assert HOSTILE not in marked_up(at) and "<img" not in marked_up(at), page
 
 
-def test_queue_place_and_stop_from_the_pages(lab_db):
+def test_queue_place_and_stop_from_the_pages(lab_db, spawns):
     jm = jobs_mod.shared(lab_db)
     assert jm.capacity == 1
     sc = default_scenario()
@@ -207,7 +207,7 @@ def test_queue_place_and_stop_from_the_pages(lab_db):
     assert processes_of(blocker.run_id) == []
 
 
-def test_a_fault_drill_is_started_from_the_page(lab_db):
+def test_a_fault_drill_is_started_from_the_page(lab_db, spawns):
     jm = jobs_mod.shared(lab_db)
     at = app("me")
     at.selectbox(key="jobs_fault").set_value("raise")

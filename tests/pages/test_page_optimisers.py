@@ -17,7 +17,7 @@ def _chart_specs(at) -> list[dict]:
     return [json.loads(c.proto.spec) for c in at.get("plotly_chart")]
 
 
-def test_page_loads_with_measured_labels_and_both_sections():
+def test_page_loads_with_measured_labels_and_both_sections(spawns):
     at = app_test(PAGE)
     assert_no_exception(at)
     assert [h.value for h in at.header] == ["2-D playground", "Adam's counterexample"]
@@ -37,7 +37,7 @@ def test_page_loads_with_measured_labels_and_both_sections():
     assert list(table["optimiser"])[0] == "Adam" and (table["steps run (count)"] == 400).all()
 
 
-def test_changing_the_function_and_pressing_run():
+def test_changing_the_function_and_pressing_run(spawns):
     at = app_test(PAGE)
     at.selectbox(key="pg_fn").set_value("beale")
     at.slider(key="pg_steps").set_value(100)
@@ -61,7 +61,7 @@ def test_changing_the_function_and_pressing_run():
     assert "start (1, -1)" in spec["layout"]["title"]["text"]
 
 
-def test_counterexample_controls_and_an_empty_selection():
+def test_counterexample_controls_and_an_empty_selection(spawns):
     at = app_test(PAGE)
     at.radio(key="ce_schedule").set_value("constant")
     at.number_input(key="ce_lr").set_value(0.02)
@@ -77,7 +77,7 @@ def test_counterexample_controls_and_an_empty_selection():
     assert any("pick at least one optimiser" in e.value for e in at.error)   # a message, not a traceback
 
 
-def test_the_controls_are_built_from_the_view_table():
+def test_the_controls_are_built_from_the_view_table(spawns):
     """Label, bounds, step, help and choices of every control come from lab.view.state.VIEW."""
     from lab.view.state import VIEW
 

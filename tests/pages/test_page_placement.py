@@ -28,7 +28,7 @@ def _with_topology(at, topo):
     return at
 
 
-def test_default_page_shows_schedule_comparison_and_balancing():
+def test_default_page_shows_schedule_comparison_and_balancing(spawns):
     at = app_test("pages/placement.py")
     assert_no_exception(at)
     assert at.title[0].value == "Placement"
@@ -50,7 +50,7 @@ def test_default_page_shows_schedule_comparison_and_balancing():
     assert any(label.startswith("Makespan (") for label in labels)
 
 
-def test_type_rule_on_the_cnn_uses_fpga_and_asic():
+def test_type_rule_on_the_cnn_uses_fpga_and_asic(spawns):
     at = app_test("pages/placement.py")
     at.selectbox(key="pl_model").set_value("cnn").run()
     at.selectbox(key="pl_strategy").set_value("type_rule").run()
@@ -60,7 +60,7 @@ def test_type_rule_on_the_cnn_uses_fpga_and_asic():
     assert by_class["conv"] == "fpga" and by_class["elementwise"] == "asic" and by_class["matmul"] == "gpu"
 
 
-def test_optimal_on_a_big_model_runs_on_a_coarsened_graph():
+def test_optimal_on_a_big_model_runs_on_a_coarsened_graph(spawns):
     at = app_test("pages/placement.py")
     at.selectbox(key="pl_model").set_value("resnet").run()
     at.selectbox(key="pl_strategy").set_value("optimal").run()
@@ -74,7 +74,7 @@ def test_optimal_on_a_big_model_runs_on_a_coarsened_graph():
     assert "coarsened graph" in _md(at)
 
 
-def test_data_parallel_balancing_and_slowdowns():
+def test_data_parallel_balancing_and_slowdowns(spawns):
     at = app_test("pages/placement.py")
     at.radio(key="pl_bal_mode").set_value("data").run()
     assert_no_exception(at)
@@ -90,7 +90,7 @@ def test_data_parallel_balancing_and_slowdowns():
     assert rounds["w gpu"].iloc[-1] > rounds["w host"].iloc[-1]  # at catalogue speed the GPU is the faster node
 
 
-def test_model_without_a_kernel_anywhere_is_a_clear_message():
+def test_model_without_a_kernel_anywhere_is_a_clear_message(spawns):
     only_conv = Topology("convs", (Device("f0", "fpga", throughput={"conv": 1e12}),
                                    Device("f1", "fpga", throughput={"conv": 1e12})),
                          (Link("f0", "f1", "pcie", 32e9),))
@@ -100,14 +100,14 @@ def test_model_without_a_kernel_anywhere_is_a_clear_message():
     assert "'matmul' kernel" in errors
 
 
-def test_over_full_device_is_flagged():
+def test_over_full_device_is_flagged(spawns):
     devs = (Device("tiny", "gpu", memory=1000.0, throughput={"matmul": 1e12, "elementwise": 1e11}),)
     at = _with_topology(app_test("pages/placement.py"), Topology("tiny", devs, ()))
     assert_no_exception(at)
     assert any("Over-full: tiny" in w.value for w in at.warning)
 
 
-def test_data_mode_without_a_whole_model_device_is_a_clear_message():
+def test_data_mode_without_a_whole_model_device_is_a_clear_message(spawns):
     sw = Switch("s")
     devs = (Device("g", "gpu", throughput={"matmul": 1e13}), Device("a", "asic", throughput={"elementwise": 1e12}))
     topo = Topology("split", devs, (Link("g", "s", "cxl", 64e9), Link("a", "s", "cxl", 64e9)), (sw,))
@@ -118,7 +118,7 @@ def test_data_mode_without_a_whole_model_device_is_a_clear_message():
     assert any("can run the whole model" in e.value for e in at.error)
 
 
-def test_every_preset_renders():
+def test_every_preset_renders(spawns):
     at = app_test("pages/placement.py")
     for name in ("pcie", "two-pools", "gpu-npu", "edge"):
         _with_topology(at, preset(name))
@@ -133,7 +133,7 @@ def _pin(at, op, dev):
     return at
 
 
-def test_pinning_an_operator_moves_it_and_travels_in_the_scenario():
+def test_pinning_an_operator_moves_it_and_travels_in_the_scenario(spawns):
     at = app_test("pages/placement.py")
     at.selectbox(key="pl_model").set_value("cnn").run()
     before = dict(zip(_table(at, "operator")["operator"], _table(at, "operator")["device"]))
@@ -151,7 +151,7 @@ def test_pinning_an_operator_moves_it_and_travels_in_the_scenario():
     assert table[table.operator == "conv1"].iloc[0]["device"] == before["conv1"]
 
 
-def test_baseline_summary_shows_what_a_pin_costs():
+def test_baseline_summary_shows_what_a_pin_costs(spawns):
     at = app_test("pages/placement.py")
     at.selectbox(key="pl_model").set_value("cnn").run()
     at.button(key="pl_keep").click().run()
@@ -169,7 +169,7 @@ def test_baseline_summary_shows_what_a_pin_costs():
     assert "makespan +" not in _md(at)
 
 
-def test_impossible_pin_is_a_clear_message_and_clear_pins_recovers():
+def test_impossible_pin_is_a_clear_message_and_clear_pins_recovers(spawns):
     at = app_test("pages/placement.py")
     at.selectbox(key="pl_model").set_value("cnn").run()
     _pin(at, "conv1", "asic")
@@ -180,7 +180,7 @@ def test_impossible_pin_is_a_clear_message_and_clear_pins_recovers():
     assert_no_exception(at)
 
 
-def test_why_table_explains_the_chosen_device():
+def test_why_table_explains_the_chosen_device(spawns):
     at = app_test("pages/placement.py")
     at.selectbox(key="pl_model").set_value("cnn").run()
     at.selectbox(key="pl_why").set_value("fc1").run()
@@ -197,7 +197,7 @@ def test_why_table_explains_the_chosen_device():
     assert "earliest finish of" in _md(at)
 
 
-def test_controls_keep_their_values_across_pages_and_the_fastest_device_starts_slow():
+def test_controls_keep_their_values_across_pages_and_the_fastest_device_starts_slow(spawns):
     at = app_test("pages/placement.py")
     assert at.number_input(key="pl_slow_gpu").value == 20.0 and at.number_input(key="pl_slow_host").value == 1.0
     at.selectbox(key="pl_model").set_value("transformer").run()
@@ -210,7 +210,7 @@ def test_controls_keep_their_values_across_pages_and_the_fastest_device_starts_s
     assert at.number_input(key="pl_slow_gpu").value == 3.0
 
 
-def test_the_cost_model_is_chosen_and_named(tmp_path, monkeypatch):
+def test_the_cost_model_is_chosen_and_named(tmp_path, monkeypatch, spawns):
     monkeypatch.setenv("LAB_DATA", str(tmp_path))
     at = app_test("pages/placement.py")
     assert "Cost model: FLOPs / the device's catalogue throughput" in _captions(at)

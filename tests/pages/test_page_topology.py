@@ -15,7 +15,7 @@ def shown(text: str) -> str:
     return re.sub(r"\\(.)", r"\1", text)
 
 
-def test_home_lists_every_page():
+def test_home_lists_every_page(spawns):
     at = app_test()
     assert_no_exception(at)
     text = " ".join(m.value for m in at.markdown)
@@ -23,7 +23,7 @@ def test_home_lists_every_page():
     assert "measured" in text and "modelled" in text
 
 
-def test_topology_page_renders_default_scenario():
+def test_topology_page_renders_default_scenario(spawns):
     at = app_test("pages/topology.py")
     assert_no_exception(at)
     assert at.title[0].value == "Topology"
@@ -40,7 +40,7 @@ def test_topology_page_renders_default_scenario():
     assert "seed" not in md.lower()
 
 
-def test_loading_a_preset_changes_the_scenario_for_every_page():
+def test_loading_a_preset_changes_the_scenario_for_every_page(spawns):
     at = app_test("pages/topology.py")
     at.selectbox(key="topo_preset").set_value("edge").run()
     at.button(key="topo_load_preset").click().run()
@@ -52,7 +52,7 @@ def test_loading_a_preset_changes_the_scenario_for_every_page():
     assert any("edge" in m.value for m in at.markdown)
 
 
-def test_route_picker_reports_bottleneck():
+def test_route_picker_reports_bottleneck(spawns):
     at = app_test("pages/topology.py")
     at.selectbox(key="topo_preset").set_value("pcie").run()
     at.button(key="topo_load_preset").click().run()
@@ -63,7 +63,7 @@ def test_route_picker_reports_bottleneck():
     assert "2 hop(s)" in md
 
 
-def test_adding_a_device_from_the_catalogue():
+def test_adding_a_device_from_the_catalogue(spawns):
     at = app_test("pages/topology.py")
     at.selectbox(key="topo_new_type").set_value("npu").run()
     at.text_input(key="topo_new_name").set_value("npu9").run()
@@ -76,7 +76,7 @@ def test_adding_a_device_from_the_catalogue():
     assert topo.path("npu9", "gpu").hops == 2
 
 
-def test_invalid_scenario_in_link_falls_back_with_a_message():
+def test_invalid_scenario_in_link_falls_back_with_a_message(spawns):
     from streamlit.testing.v1 import AppTest
 
     from tests.conftest import ROOT
@@ -89,7 +89,7 @@ def test_invalid_scenario_in_link_falls_back_with_a_message():
     assert at.session_state["scenario"].topology.name == "cxl"
 
 
-def test_valid_scenario_in_link_is_loaded():
+def test_valid_scenario_in_link_is_loaded(spawns):
     from streamlit.testing.v1 import AppTest
 
     from tests.conftest import ROOT
@@ -103,7 +103,7 @@ def test_valid_scenario_in_link_is_loaded():
     assert json.loads(sc.to_json())["topology"]["name"] == "two-pools"
 
 
-def test_invalid_upload_shows_error_and_keeps_topology():
+def test_invalid_upload_shows_error_and_keeps_topology(spawns):
     at = app_test("pages/topology.py")
     before = at.session_state["scenario"]
     bad = preset("cxl").to_dict()
@@ -115,14 +115,14 @@ def test_invalid_upload_shows_error_and_keeps_topology():
     assert at.session_state["scenario"] == before
 
 
-def test_malformed_upload_is_refused():
+def test_malformed_upload_is_refused(spawns):
     at = app_test("pages/topology.py")
     at.file_uploader(key="topo_upload").set_value(("x.json", b"{not json", "application/json")).run()
     assert not at.exception
     assert any("not valid JSON" in e.value for e in at.error)
 
 
-def test_valid_upload_replaces_the_scenario():
+def test_valid_upload_replaces_the_scenario(spawns):
     at = app_test("pages/topology.py")
     sc = Scenario("uploaded", preset("gpu-npu"))
     at.file_uploader(key="topo_upload").set_value(("s.json", sc.to_json().encode(), "application/json")).run()
@@ -138,7 +138,7 @@ def load(at, name):
     return at
 
 
-def test_the_popover_proposes_a_free_name_for_the_chosen_type():
+def test_the_popover_proposes_a_free_name_for_the_chosen_type(spawns):
     at = app_test("pages/topology.py")
     at.selectbox(key="topo_new_type").set_value("fpga").run()
     assert at.text_input(key="topo_new_name").value == "fpga1"  # fpga is taken in the CXL preset
@@ -146,7 +146,7 @@ def test_the_popover_proposes_a_free_name_for_the_chosen_type():
     assert at.text_input(key="topo_new_name").value == "npu"
 
 
-def test_a_taken_name_is_refused_before_anything_is_added():
+def test_a_taken_name_is_refused_before_anything_is_added(spawns):
     at = app_test("pages/topology.py")
     before = at.session_state["scenario"].topology
     at.selectbox(key="topo_new_type").set_value("fpga").run()
@@ -161,7 +161,7 @@ def test_a_taken_name_is_refused_before_anything_is_added():
     assert at.session_state["scenario"].topology == before
 
 
-def test_adding_a_device_updates_the_sidebar_and_proposes_the_next_name():
+def test_adding_a_device_updates_the_sidebar_and_proposes_the_next_name(spawns):
     at = app_test("pages/topology.py")
     at.selectbox(key="topo_new_type").set_value("fpga").run()
     at.button(key="topo_add_device").click().run()
@@ -178,7 +178,7 @@ def test_adding_a_device_updates_the_sidebar_and_proposes_the_next_name():
     assert at.session_state["scenario"].topology == topo
 
 
-def test_the_link_kind_fills_its_catalogue_numbers_in_the_popover():
+def test_the_link_kind_fills_its_catalogue_numbers_in_the_popover(spawns):
     at = app_test("pages/topology.py")
     assert at.number_input(key="topo_new_bw").value == LINK_CATALOGUE["cxl"][0] / 1e9
     at.selectbox(key="topo_new_kind").set_value("pcie").run()
@@ -195,7 +195,7 @@ def test_the_link_kind_fills_its_catalogue_numbers_in_the_popover():
     assert (link.kind, link.bandwidth) == ("ethernet", 5e9) and link.b == "host"
 
 
-def test_an_upload_error_goes_on_a_preset_load_and_when_the_page_is_left():
+def test_an_upload_error_goes_on_a_preset_load_and_when_the_page_is_left(spawns):
     bad = preset("cxl").to_dict()
     bad["links"][0]["bandwidth"] = -1
     at = app_test("pages/topology.py")
@@ -212,7 +212,7 @@ def test_an_upload_error_goes_on_a_preset_load_and_when_the_page_is_left():
     assert not at.error
 
 
-def test_route_ends_follow_the_device_list():
+def test_route_ends_follow_the_device_list(spawns):
     at = app_test("pages/topology.py")
     assert at.selectbox(key="topo_from").value == "host" and at.selectbox(key="topo_to").value == "gpu"
     at.selectbox(key="topo_to").set_value("dpu").run()
@@ -229,7 +229,7 @@ def figure(at, key: str) -> dict:
     return json.loads(next(e.proto.spec for e in at.get("plotly_chart") if e.proto.id.endswith(key)))
 
 
-def test_user_text_reaches_the_page_as_text():
+def test_user_text_reaches_the_page_as_text(spawns):
     import ui
 
     topo = preset("pcie")
@@ -250,7 +250,7 @@ def test_user_text_reaches_the_page_as_text():
     assert "&lt;b&gt;odd&lt;/b&gt;" in net["layout"]["title"]["text"]
 
 
-def test_the_cxl_claim_is_checked_on_the_users_cluster():
+def test_the_cxl_claim_is_checked_on_the_users_cluster(spawns):
     at = app_test("pages/topology.py")
     at.selectbox(key="topo_new_type").set_value("npu").run()
     at.button(key="topo_add_device").click().run()  # an NPU on the CXL switch joins the comparison

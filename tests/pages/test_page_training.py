@@ -39,7 +39,7 @@ def run_until(at, cond, timeout=180.0):
     raise AssertionError("timed out: " + texts(at)[-2000:])
 
 
-def test_training_page_edits_the_scenario_and_runs_a_short_job(lab_db):
+def test_training_page_edits_the_scenario_and_runs_a_short_job(lab_db, spawns):
     at = app_test("pages/training.py")
     assert_no_exception(at)
     assert "No runs yet" in texts(at)
@@ -79,7 +79,7 @@ def test_training_page_edits_the_scenario_and_runs_a_short_job(lab_db):
     assert float(metrics["Wall time (s)"]) > 0
 
 
-def test_stop_button_ends_the_job(lab_db):
+def test_stop_button_ends_the_job(lab_db, spawns):
     from lab.train.launcher_record import processes_of
 
     at = app_test("pages/training.py")
@@ -103,7 +103,7 @@ def test_stop_button_ends_the_job(lab_db):
     assert any("stopped by" in str(w.value) for w in at.warning)  # who stopped it: the Jobs page's concern
 
 
-def test_a_bad_emulation_mapping_is_a_message_not_a_traceback(lab_db):
+def test_a_bad_emulation_mapping_is_a_message_not_a_traceback(lab_db, spawns):
     at = app_test("pages/training.py")
     at.toggle(key="tr_emulate").set_value(True).run()
     assert_no_exception(at)
@@ -115,7 +115,7 @@ def test_a_bad_emulation_mapping_is_a_message_not_a_traceback(lab_db):
     assert RunStore(lab_db).list_runs().empty
 
 
-def test_one_click_comparison_queues_every_variant_with_equal_seeds_and_opens_compare(lab_db):
+def test_one_click_comparison_queues_every_variant_with_equal_seeds_and_opens_compare(lab_db, spawns):
     from lab.jobs.comparison import settings_of, variant_key
     from lab.jobs.manager import shared
 
@@ -154,7 +154,7 @@ def test_one_click_comparison_queues_every_variant_with_equal_seeds_and_opens_co
             jm.wait(rid, timeout=60)
 
 
-def test_compression_controls_edit_the_scenario_and_the_line_above_run(lab_db):
+def test_compression_controls_edit_the_scenario_and_the_line_above_run(lab_db, spawns):
     at = app_test("pages/training.py")
     assert_no_exception(at)
     assert line(at, "**Compression:**") == "no compression"
@@ -187,7 +187,7 @@ def test_compression_controls_edit_the_scenario_and_the_line_above_run(lab_db):
     assert at.session_state["scenario"].training.compression.kind == "none"
 
 
-def test_powersgd_takes_a_rank_and_a_warmup_instead_of_a_ratio(lab_db):
+def test_powersgd_takes_a_rank_and_a_warmup_instead_of_a_ratio(lab_db, spawns):
     at = app_test("pages/training.py")
     at.selectbox(key="tr_cmp_kind").set_value("powersgd").run()
     assert_no_exception(at)
@@ -205,7 +205,7 @@ def test_powersgd_takes_a_rank_and_a_warmup_instead_of_a_ratio(lab_db):
     assert at.number_input(key="tr_cmp_ratio").disabled
 
 
-def test_lesson_mode_keeps_the_compressor_and_ratio(lab_db):
+def test_lesson_mode_keeps_the_compressor_and_ratio(lab_db, spawns):
     at = app_test("pages/training.py", query={"lesson": "1"})
     assert_no_exception(at)
     keys = {w.key for kind in ("selectbox", "number_input", "checkbox") for w in at.get(kind)}
@@ -218,7 +218,7 @@ def test_lesson_mode_keeps_the_compressor_and_ratio(lab_db):
     assert (comp.kind, comp.ratio) == ("randomk", 0.05)
 
 
-def test_two_quick_clicks_on_run_queue_one_job(lab_db):
+def test_two_quick_clicks_on_run_queue_one_job(lab_db, spawns):
     at = app_test("pages/training.py")
     # long enough that it cannot end between the two clicks: its end reruns the page, which would
     # clear the second click's message before it is read

@@ -32,7 +32,7 @@ def shown_text(at) -> list[str]:
 
 
 @pytest.mark.parametrize("page", PAGES)
-def test_no_page_names_a_design_by_letter_or_step_label(page):
+def test_no_page_names_a_design_by_letter_or_step_label(page, spawns):
     at = app_test(page, timeout=120)
     assert_no_exception(at)
     found = [t for t in shown_text(at) if JARGON.search(t)]
@@ -45,7 +45,7 @@ def test_lesson_texts_and_example_files_use_plain_words():
         assert not JARGON.search(text), (path.name, JARGON.search(text).group(0))
 
 
-def test_about_page_links_every_claim_to_a_page_of_this_lab():
+def test_about_page_links_every_claim_to_a_page_of_this_lab(spawns):
     at = app_test("pages/about.py")
     assert_no_exception(at)
     assert len(at.subheader) == 4

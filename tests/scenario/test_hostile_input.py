@@ -53,12 +53,14 @@ def with_number(raw: str, where: str) -> str:
     return json.dumps(doc).replace(f'"{marker}"', raw)
 
 
+@pytest.mark.slow  # seconds of arithmetic, no process
 @SETTINGS
 @given(NUMBERS, st.sampled_from([f"training.{f}" for f in FIELDS] + ["memory", "bandwidth", "throughput"]))
 def test_loader_numbers(raw, where):
     accepts_or_lab_error(Scenario.from_json, with_number(raw, where))
 
 
+@pytest.mark.slow  # seconds of arithmetic, no process
 @SETTINGS
 @given(TEXT, st.sampled_from(["device", "pool", "switch", "topology", "scenario", "description"]))
 def test_loader_text(text, where):
@@ -108,6 +110,7 @@ def _param(raw: bytes) -> str:
     return base64.urlsafe_b64encode(zlib.compress(raw)).decode().rstrip("=")
 
 
+@pytest.mark.slow  # seconds of arithmetic, no process
 @SETTINGS
 @given(st.one_of(st.text(max_size=200), st.binary(max_size=300).map(_param),
                  st.tuples(NUMBERS, st.sampled_from([f"training.{f}" for f in FIELDS] + ["memory"]))
@@ -121,6 +124,7 @@ def _args(items):
                               dataset=None, lr=None, allreduce_impl=None, batch_size=None, seed=None, emulate=None)
 
 
+@pytest.mark.slow  # seconds of arithmetic, no process
 @SETTINGS
 @given(st.lists(st.tuples(st.sampled_from(FIELDS + ["nope", ""]), st.one_of(NUMBERS, TEXT)), min_size=1, max_size=3))
 def test_command_line_set(items):
@@ -132,7 +136,7 @@ def test_command_line_set(items):
     accepts_or_lab_error(apply_overrides, default_scenario(), args)
 
 
-def test_command_line_bad_number_exits_2_with_one_line():
+def test_command_line_bad_number_exits_2_with_one_line(spawns):
     for value in ("Infinity", "NaN", "1e999", "9" * 300):
         p = subprocess.run([sys.executable, "-m", "lab.train", "--set", f"steps={value}"], capture_output=True,
                            text=True, timeout=120)

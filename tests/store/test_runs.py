@@ -136,7 +136,7 @@ s.set_status(rid, "done")
 """
 
 
-def test_one_writer_process_and_concurrent_readers(tmp_path):
+def test_one_writer_process_and_concurrent_readers(tmp_path, spawns):
     db = tmp_path / "runs.db"
     s = RunStore(db)
     rid = s.create_run(default_scenario())
@@ -262,7 +262,7 @@ while True:
 """
 
 
-def test_the_store_survives_a_kill_9_of_its_writer_mid_run(tmp_path):
+def test_the_store_survives_a_kill_9_of_its_writer_mid_run(tmp_path, spawns):
     import os
     import signal
 

@@ -42,7 +42,7 @@ def test_the_examples_are_there():
 
 @pytest.mark.timeout(900)
 @pytest.mark.parametrize("asset", ASSETS, ids=lambda p: p.name)
-def test_every_shipped_example_runs_from_the_command_line(asset, tmp_path):
+def test_every_shipped_example_runs_from_the_command_line(asset, tmp_path, spawns):
     assert world_size(Scenario.from_json(asset.read_bytes())) <= 4  # at most 4 worker processes here
     p = run_cli(tmp_path, "--scenario", str(asset), "--steps", "2")
     if asset.name in REFUSED:
@@ -60,7 +60,7 @@ def test_every_lesson_scenario_passes_the_checks_a_job_makes(lesson):
 
 
 @pytest.mark.timeout(300)
-def test_a_worker_on_a_device_without_the_kernel_is_refused_before_any_process_starts(tmp_path):
+def test_a_worker_on_a_device_without_the_kernel_is_refused_before_any_process_starts(tmp_path, spawns):
     doc = json.loads((ROOT / "assets" / "two-pools-hierarchical.json").read_text())
     doc["training"]["worker_devices"] = ["p0-gpu", "p0-fpga", "p1-gpu", "p1-fpga"]  # an MLP on FPGAs: no matmul
     bad = tmp_path / "bad.json"

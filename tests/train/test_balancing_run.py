@@ -19,7 +19,7 @@ from lab.train import placement_run
 from lab.train.launcher import launch, preflight
 from lab.train.launcher_record import processes_of
 
-pytestmark = pytest.mark.timeout(300)
+pytestmark = [pytest.mark.usefixtures("spawns"), pytest.mark.timeout(300)]
 
 
 def four_devices() -> dict:

@@ -35,7 +35,7 @@ from lab.train.reference import single_process
 from lab.train.warm import Starter
 from tests.conftest import ROOT, start_warm
 
-pytestmark = pytest.mark.timeout(300)
+pytestmark = [pytest.mark.usefixtures("spawns"), pytest.mark.timeout(300)]
 STEPS, CK, AT = 12, 5, 7
 BASE = dict(workers=2, steps=STEPS, lr=0.01, checkpoint_every=CK, eval_every=4, fault_worker=1, fault_step=AT)
 LOSSES: dict[str, np.ndarray] = {}  # job losses of steps 1..5 per test: identical across all of them

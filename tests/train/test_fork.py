@@ -11,6 +11,8 @@ import pytest
 from lab.processes import rss_mb
 from lab.train.fork import Forked, become, fork_child
 
+pytestmark = pytest.mark.usefixtures("spawns")  # every test here starts processes
+
 
 def _fork(body) -> Forked:
     pid = os.fork()

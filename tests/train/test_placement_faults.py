@@ -15,7 +15,7 @@ from lab.store.runs import RunStore
 from lab.train.launcher import launch
 from lab.train.launcher_record import processes_of
 
-pytestmark = pytest.mark.timeout(300)
+pytestmark = [pytest.mark.usefixtures("spawns"), pytest.mark.timeout(300)]
 PLAN = {"net_0": "edge0", "net_1": "edge0", "net_2": "edge1", "net_3": "edge1", "net_4": "edge1"}
 
 

@@ -21,6 +21,8 @@ from lab.testing.plan_workers import plan_worker, replan_worker
 from lab.train import placement_run
 from lab.train.reference import placement_single_process
 
+pytestmark = pytest.mark.usefixtures("spawns")  # every test here starts processes
+
 STEPS = 4
 
 

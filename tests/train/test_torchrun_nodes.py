@@ -13,7 +13,7 @@ import pytest
 from lab.store.runs import RunStore
 from tests.conftest import ROOT, free_port
 
-pytestmark = pytest.mark.timeout(300)
+pytestmark = [pytest.mark.usefixtures("spawns"), pytest.mark.timeout(300)]
 
 
 def test_a_job_across_two_nodes_finishes_on_both(tmp_path):

@@ -19,7 +19,7 @@ from lab.train.launcher_record import processes_of
 from lab.train.reference import single_process
 from tests.conftest import ROOT
 
-pytestmark = pytest.mark.timeout(180)
+pytestmark = [pytest.mark.usefixtures("spawns"), pytest.mark.timeout(180)]
 LINE = re.compile(r"^run (\S+) test_accuracy (\S+)$")
 
 

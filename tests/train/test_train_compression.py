@@ -54,7 +54,7 @@ def max_diff(a: dict, b: dict) -> float:
 
 @pytest.mark.parametrize("sharing,ef,edge", [("sparse_allgather", True, True), ("sparse_ring", False, False),
                                              ("dense", True, False)])
-def test_compressed_run_matches_the_reference_byte_for_byte(lab_db, sharing, ef, edge):
+def test_compressed_run_matches_the_reference_byte_for_byte(lab_db, sharing, ef, edge, spawns):
     sc = scenario(sharing, ef, edge=edge)
     store, rid = run(sc, lab_db)  # check_every=1: the workers' parameter checksums agree after every step
     ref = reference.compressed_single_process(sc.training)
@@ -89,7 +89,7 @@ def test_compressed_run_matches_the_reference_byte_for_byte(lab_db, sharing, ef,
         assert (per.t_emul_comm <= per.t_comm + per.t_idle + 1e-9).all()
 
 
-def test_ratio_one_equals_the_uncompressed_run_and_lr_scaling_applies(lab_db):
+def test_ratio_one_equals_the_uncompressed_run_and_lr_scaling_applies(lab_db, spawns):
     # Group-TopK keeping every entry, shared by sparse all-gather: the mean gradient of the
     # combined batch, so the one-process run on the combined batch (what uncompressed runs equal)
     sc = scenario("sparse_allgather", False, ratio=1.0, group_size=64, lr_scaling=True)
@@ -103,7 +103,7 @@ def test_ratio_one_equals_the_uncompressed_run_and_lr_scaling_applies(lab_db):
     assert (per.bytes_sent == 24 + 6 * info["params"]).all()  # every entry, 6 B each
 
 
-def test_a_diverging_compressed_run_stops_on_every_worker_at_once(lab_db):
+def test_a_diverging_compressed_run_stops_on_every_worker_at_once(lab_db, spawns):
     # lr 10 with decoupled weight decay 1 (as in test_train): the weights blow up within a few steps
     sc = scenario("sparse_ring", True, steps=60, optimizer="adabelief", lr=10.0, weight_decay=1.0)
     res = launch(sc, store_path=lab_db)
@@ -118,7 +118,7 @@ def test_a_diverging_compressed_run_stops_on_every_worker_at_once(lab_db):
 
 
 @pytest.mark.parametrize("kind,rank,model", [("powersgd", 2, "cnn"), ("fp16_hook", 1, "mlp")])
-def test_a_job_with_torchs_hook_trains_to_ddps_parameters(lab_db, tmp_path, kind, rank, model):
+def test_a_job_with_torchs_hook_trains_to_ddps_parameters(lab_db, tmp_path, kind, rank, model, spawns):
     """The lab's job with one of torch's compression hooks against DDP with the hook itself, same batches."""
     sc = default_scenario()
     comp = Compression(kind=kind, rank=rank, warmup=3)

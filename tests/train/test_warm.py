@@ -19,7 +19,7 @@ from lab.train.launcher_record import processes_of
 from lab.train.warm import Starter, rss_mb
 from tests.conftest import ROOT, start_warm
 
-pytestmark = pytest.mark.timeout(300)
+pytestmark = [pytest.mark.usefixtures("spawns"), pytest.mark.timeout(300)]
 
 
 @pytest.fixture(scope="module")
