@@ -5,6 +5,7 @@ import streamlit as st
 
 import ui
 from lab.figures import placement as figs
+from lab.figures import plan_run as run_figs
 from lab.view import jobs as job_views
 from lab.machine import plans
 from lab.machine.calibrated_model import cost_model
@@ -176,9 +177,9 @@ def show_plan_runs() -> None:
     if len(shown_ids) > 1:
         rows, tau = pv.strategy_ranking(runs_store, shown_ids, prof)
         if rows:
-            st.plotly_chart(figs.strategy_ranking_figure(rows, title="Strategies: modelled and measured step time"),
+            st.plotly_chart(run_figs.strategy_ranking_figure(rows, title="Strategies: modelled and measured step time"),
                             key="pl_rank_fig")
-            st.dataframe(pd.DataFrame(figs.ranking_table(rows)), hide_index=True, key="pl_rank_table")
+            st.dataframe(pd.DataFrame(run_figs.ranking_table(rows)), hide_index=True, key="pl_rank_table")
             ui.caption("measured", pv.ranking_line(tau, len(rows)) + " Modelled: " + plans.prediction_caveat(prof, 1)
                        + ".")
     pick = ui.control(st, "pl_run_drawn", options=shown_ids, format_func=lambda r: labels.get(r, r))
@@ -190,12 +191,12 @@ def show_plan_runs() -> None:
     if not out["measured_rows"]:
         st.info(pv.waiting_line(out), icon=":material/hourglass_top:")
         return
-    st.plotly_chart(figs.run_gantt_figure(out["measured_rows"], out["modelled_rows"], out["devices"],
+    st.plotly_chart(run_figs.run_gantt_figure(out["measured_rows"], out["modelled_rows"], out["devices"],
                                           measured_badge=pv.measured_badge(out), title=pv.gantt_title(out),
                                           replayed=out["replay_rows"]),
                     key="pl_run_gantt")
     ui.caption("measured", pv.gantt_caption(out))
-    st.dataframe(pd.DataFrame(figs.device_time_table(out["measured_rows"], out["devices"])), hide_index=True,
+    st.dataframe(pd.DataFrame(run_figs.device_time_table(out["measured_rows"], out["devices"])), hide_index=True,
                  key="pl_run_devices")
 
 
@@ -255,11 +256,11 @@ if g is not None and mode == "model":
             if not bal_ids:
                 st.caption("Run the balancing loop to see it measured here beside the model.")
                 return
-            st.plotly_chart(figs.balance_outcome_figure(pv.balance_outcome(runs_store, bal_ids)), key="pl_bal_outcome")
+            st.plotly_chart(run_figs.balance_outcome_figure(pv.balance_outcome(runs_store, bal_ids)), key="pl_bal_outcome")
             ui.caption("measured", pv.BALANCE_OUTCOME_CAPTION)
             for rid, line, measured, modelled in pv.balance_run_panels(runs_store, bal_ids, results, ui.plain):
                 st.markdown(line + f" {ui.badge('measured')}")
-                st.plotly_chart(figs.balance_rounds_figure(measured, modelled), key=f"pl_bal_fig_{rid}")
+                st.plotly_chart(run_figs.balance_rounds_figure(measured, modelled), key=f"pl_bal_fig_{rid}")
             ui.caption("measured", pv.BALANCE_ROUNDS_CAPTION)
 
     balance_runs()

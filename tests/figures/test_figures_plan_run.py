@@ -1,4 +1,4 @@
-"""lab.figures.placement for a placement run: the measured-over-modelled Gantt of one step (bars where the
+"""lab.figures.plan_run for a placement run: the measured-over-modelled Gantt of one step (bars where the
 rows say, one trace per kind, transfers as lines between lanes), the busy / emulated / idle time per device,
 the strategies ranked modelled against measured, and the balancing rounds; hostile names shown as text;
 empty inputs a figure with a note."""
@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from lab.figures import placement as figs
+from lab.figures import plan_run as figs
 from lab.figures.style import esc
 
 IMG = "<img src=x onerror=alert(1)>"

@@ -17,6 +17,7 @@ from lab.figures import compare as fcmp
 from lab.figures import fidelity as ffid
 from lab.figures import jobs as fjobs
 from lab.figures import placement as fpl
+from lab.figures import plan_run as fpr
 from lab.figures import topology as ftopo
 from lab.figures import training as ftr
 from lab.figures.style import esc
@@ -185,18 +186,18 @@ def test_placement_run_gantt_ranking_and_balance_rounds():
             {"kind": "activation", "src": ANCHOR, "dst": IMG, "device": IMG, "piece": 1, "from_piece": 0, "micro": 0,
              "bytes": 4096, "start": 2e-3, "end": 3e-3, "op": None},
             {"device": IMG, "piece": 1, "micro": 0, "kind": "backward", "op": IMG, "start": 3e-3, "end": 4e-3}]
-    gantt = fpl.run_gantt_figure(rows, rows, devs, measured_badge=BOLD, title=ANCHOR)
+    gantt = fpr.run_gantt_figure(rows, rows, devs, measured_badge=BOLD, title=ANCHOR)
     assert_shown_as_text(gantt, ANCHOR, IMG, BOLD)
     lanes = list(gantt.layout.yaxis.categoryarray)
     assert lanes == [esc(IMG), esc(ANCHOR)] and {y for tr in gantt.data for y in tr.y if y is not None} <= set(lanes)
-    assert_shown_as_text(fpl.run_gantt_figure([], None, devs, measured_badge=IMG), IMG)
+    assert_shown_as_text(fpr.run_gantt_figure([], None, devs, measured_badge=IMG), IMG)
     strategies = [{"strategy": ANCHOR, "modelled": 1e-3, "measured": 1.1e-3, "low": 1e-3, "high": 1.2e-3},
                   {"strategy": IMG, "modelled": 2e-3, "measured": 1.9e-3, "low": None, "high": None}]
-    ranking = fpl.strategy_ranking_figure(strategies, title=BOLD)
+    ranking = fpr.strategy_ranking_figure(strategies, title=BOLD)
     assert_shown_as_text(ranking, ANCHOR, IMG, BOLD)
     assert esc(ANCHOR) in list(ranking.data[0].y)
     rounds = [{"round": k, "device": d, "weight": 0.5, "wait": 1e-4, "step": 1e-3} for k in range(2) for d in devs]
-    assert_shown_as_text(fpl.balance_rounds_figure(rounds, rounds), ANCHOR, IMG)
+    assert_shown_as_text(fpr.balance_rounds_figure(rounds, rounds), ANCHOR, IMG)
     outcome = [{"plan": ANCHOR, "key": "even_split", "status": "done", "step": 2e-3, "vs_split": 0.0},
                {"plan": IMG, "key": "wait", "status": "running", "step": float("nan"), "vs_split": float("nan")}]
-    assert_shown_as_text(fpl.balance_outcome_figure(outcome), ANCHOR, IMG)
+    assert_shown_as_text(fpr.balance_outcome_figure(outcome), ANCHOR, IMG)
