@@ -30,20 +30,17 @@ launchers that died without a word, and Stop, release and the sweep act on its p
 Both tables were added after the first release: ``CREATE TABLE IF NOT EXISTS`` on every open adds
 them to an older store and leaves its rows alone.
 """
-
 from __future__ import annotations
 
 import json
 import math
 import os
 import re
-import secrets
 import shutil
 import sqlite3
 import threading
 import time
 from contextlib import contextmanager
-from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterable, Iterator, Mapping
 
@@ -52,138 +49,13 @@ if TYPE_CHECKING:
 
 from lab import settings
 from lab.errors import LabError
-
-STATUSES = ("queued", "running", "done", "failed", "diverged", "stopped", "interrupted")
-ACTIVE = ("queued", "running")
-FINISHED = ("done", "failed", "diverged", "stopped", "interrupted")
-#: Lifecycle events, in the order a job normally meets them; fault, alarm, restart
-#: and stop happen only when something goes wrong or a user intervenes.
-STAGES = ("submitted", "requeued", "parsed", "scheduled", "waiting", "started", "data", "running", "yielded", "fault", "alarm", "restart",
-          "stop", "ended", "released")
-METRIC_COLUMNS = ("loss", "test_acc", "bytes_sent", "bytes_recv", "t_compute", "t_comm", "t_compress",
-                  "t_idle", "t_emul_compute", "t_emul_comm", "samples_per_s", "wall")
-LAUNCHER_FIELDS = ("pid", "pgid", "created", "host", "boot", "scratch")
-# Columns added after a store was first written: added to an older file when it is opened.
-_ADDED_COLUMNS = {"launchers": {"pgid": "INTEGER", "created": "REAL"}, "plan_events": {"called": "REAL"}}
-RUN_COLUMNS = ("id", "name", "scenario", "status", "created", "start", "end", "error", "pid", "info")
-PLAN_EVENT_COLUMNS = ("device", "kind", "op", "piece", "micro", "start", "end", "src", "dst", "bytes", "wait",
-                      "called")
-JOB_WORKER = -1  # the "worker" value of job-level metric rows
-BUSY_TIMEOUT_S = 30.0
-_RUN_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
-
-_SCHEMA = """
-CREATE TABLE IF NOT EXISTS runs (
-    id TEXT PRIMARY KEY,
-    name TEXT NOT NULL,
-    scenario TEXT NOT NULL,
-    status TEXT NOT NULL,
-    created REAL NOT NULL,
-    start REAL,
-    "end" REAL,
-    error TEXT,
-    pid INTEGER,
-    info TEXT
-);
-CREATE TABLE IF NOT EXISTS metrics (
-    run_id TEXT NOT NULL,
-    step INTEGER NOT NULL,
-    worker INTEGER NOT NULL,
-    loss REAL, test_acc REAL, bytes_sent REAL, bytes_recv REAL,
-    t_compute REAL, t_comm REAL, t_compress REAL, t_idle REAL, t_emul_compute REAL, t_emul_comm REAL,
-    samples_per_s REAL, wall REAL,
-    PRIMARY KEY (run_id, step, worker)
-) WITHOUT ROWID;
-CREATE TABLE IF NOT EXISTS stages (
-    seq INTEGER PRIMARY KEY AUTOINCREMENT,
-    run_id TEXT NOT NULL,
-    t REAL NOT NULL,
-    stage TEXT NOT NULL,
-    attempt INTEGER NOT NULL DEFAULT 0,
-    step INTEGER,
-    worker INTEGER,
-    detail TEXT
-);
-CREATE INDEX IF NOT EXISTS stages_by_run ON stages (run_id, seq);
-CREATE TABLE IF NOT EXISTS heartbeats (
-    run_id TEXT NOT NULL,
-    worker INTEGER NOT NULL,
-    attempt INTEGER,
-    pid INTEGER,
-    step INTEGER,
-    phase TEXT,
-    t REAL,
-    progress_t REAL,
-    PRIMARY KEY (run_id, worker)
-) WITHOUT ROWID;
-CREATE TABLE IF NOT EXISTS plan_events (
-    run_id TEXT NOT NULL,
-    step INTEGER NOT NULL,
-    rank INTEGER NOT NULL,
-    device TEXT, kind TEXT, op TEXT, piece INTEGER, micro INTEGER,
-    start REAL, "end" REAL, src TEXT, dst TEXT, bytes REAL, wait REAL, called REAL
-);
-CREATE INDEX IF NOT EXISTS plan_events_by_run ON plan_events (run_id, step);
-CREATE TABLE IF NOT EXISTS launchers (
-    run_id TEXT PRIMARY KEY,
-    pid INTEGER,
-    host TEXT,
-    boot TEXT,
-    scratch TEXT,
-    pgid INTEGER,
-    created REAL,
-    started REAL,
-    beat REAL
-);
-CREATE TABLE IF NOT EXISTS lesson_progress (
-    owner TEXT NOT NULL,
-    lesson TEXT NOT NULL,
-    step INTEGER NOT NULL,
-    ticked INTEGER NOT NULL DEFAULT 0,
-    tries INTEGER NOT NULL DEFAULT 0,
-    correct INTEGER NOT NULL DEFAULT 0,
-    t REAL NOT NULL,
-    PRIMARY KEY (owner, lesson, step)
-) WITHOUT ROWID;
-"""
-
+from lab.store.export import Exports, safe_filename
+from lab.store.job_records import JobRecords
+from lab.store.lessons import LessonBook
+from lab.store.schema import (_SCHEMA, ACTIVE, BUSY_TIMEOUT_S, FINISHED, JOB_WORKER, METRIC_COLUMNS,
+                              PLAN_EVENT_COLUMNS, RUN_COLUMNS, STAGES, STATUSES, _add_columns, check_run_id, new_run_id)
 
 default_db_path = settings.db_path
-
-
-def _add_columns(conn: sqlite3.Connection) -> None:
-    """Add to an older store's tables the columns it was written without (its rows keep NULL there)."""
-    for table, cols in _ADDED_COLUMNS.items():
-        have = {r[1] for r in conn.execute(f"PRAGMA table_info({table})")}
-        for name, kind in cols.items():
-            if name not in have:
-                try:
-                    conn.execute(f"ALTER TABLE {table} ADD COLUMN {name} {kind}")
-                except sqlite3.OperationalError as exc:  # another process added it a moment ago
-                    if "duplicate column" not in str(exc):
-                        raise
-
-
-def new_run_id() -> str:
-    return f"{datetime.now():%Y%m%d-%H%M%S}-{secrets.token_hex(3)}"
-
-
-def check_run_id(run_id: Any) -> str:
-    if not isinstance(run_id, str) or not _RUN_ID.match(run_id):
-        raise LabError(f"{run_id!r} is not a valid run id: use 1-64 letters, digits, '.', '_' or '-', "
-                       "starting with a letter or digit", where="run id")
-    return run_id
-
-
-def safe_filename(name: str, suffix: str, fallback: str = "export") -> str:
-    """A file name made only of letters, digits, '.', '_' and '-', that cannot leave its folder."""
-    if not suffix.startswith("."):
-        suffix = "." + suffix
-    name = str(name or "")
-    if name.lower().endswith(suffix.lower()):
-        name = name[: -len(suffix)]
-    stem = re.sub(r"[^A-Za-z0-9._-]+", "_", name).strip("._-")[:100] or fallback
-    return stem + suffix
 
 
 def _clean(v: Any) -> Any:
@@ -193,7 +65,7 @@ def _clean(v: Any) -> Any:
     return v
 
 
-class RunStore:
+class RunStore(JobRecords, LessonBook, Exports):
     """The SQLite run store at ``path`` (default: env LAB_DB or ./data/runs.db)."""
 
     def __init__(self, path: str | os.PathLike | None = None, data: str | os.PathLike | None = None):
@@ -513,182 +385,7 @@ class RunStore:
             return c.execute("DELETE FROM metrics WHERE run_id=? AND step>?", (run_id, int(step))).rowcount
 
     # ----- lifecycle ---------------------------------------------------------------------------
-    def add_stage(self, run_id: str, stage: str, *, attempt: int = 0, step: int | None = None,
-                  worker: int | None = None, detail: Mapping | None = None, t: float | None = None) -> None:
-        """Record one lifecycle event of a run (see :data:`STAGES`)."""
-        if stage not in STAGES:
-            raise LabError(f"unknown stage {stage!r}; allowed: {list(STAGES)}", where="run store")
-        with self._write() as c:
-            c.execute("INSERT INTO stages (run_id, t, stage, attempt, step, worker, detail) VALUES (?,?,?,?,?,?,?)",
-                      (run_id, time.time() if t is None else float(t), stage, int(attempt),
-                       None if step is None else int(step), None if worker is None else int(worker),
-                       json.dumps(dict(detail or {}), default=str)))
 
-    def stages(self, run_ids: str | Iterable[str] | None = None) -> pd.DataFrame:
-        """Lifecycle events (of the given runs, or all), oldest first; ``detail`` as a dict."""
-        import pandas as pd
-
-        cols = ["seq", "run_id", "t", "stage", "attempt", "step", "worker", "detail"]
-        sql = f"SELECT {','.join(cols)} FROM stages"
-        args: list = []
-        if run_ids is not None:
-            ids = [run_ids] if isinstance(run_ids, str) else list(run_ids)
-            if not ids:
-                return pd.DataFrame(columns=cols)
-            sql += f" WHERE run_id IN ({','.join('?' * len(ids))})"
-            args = ids
-        rows = [dict(r) for r in self._conn().execute(sql + " ORDER BY seq", args).fetchall()]
-        for r in rows:
-            r["detail"] = json.loads(r["detail"] or "{}")
-        return pd.DataFrame(rows, columns=cols)
-
-    def last_stage(self, run_id: str, stage: str | None = None) -> dict | None:
-        sql, args = "SELECT * FROM stages WHERE run_id=?", [run_id]
-        if stage is not None:
-            sql += " AND stage=?"
-            args.append(stage)
-        row = self._conn().execute(sql + " ORDER BY seq DESC LIMIT 1", args).fetchone()
-        if row is None:
-            return None
-        d = dict(row)
-        d["detail"] = json.loads(d["detail"] or "{}")
-        return d
-
-    def set_heartbeats(self, run_id: str, beats: Iterable[Mapping[str, Any]]) -> None:
-        """Replace the run's latest heartbeat per worker (dicts: worker, attempt, pid, step, phase,
-        t, progress_t)."""
-        cols = ("worker", "attempt", "pid", "step", "phase", "t", "progress_t")
-        data = [(run_id, *(b.get(k) for k in cols)) for b in beats]
-        with self._write() as c:
-            c.execute("DELETE FROM heartbeats WHERE run_id=?", (run_id,))
-            if data:
-                c.executemany(f"INSERT INTO heartbeats (run_id, {','.join(cols)}) VALUES "
-                              f"({','.join('?' * (len(cols) + 1))})", data)
-
-    def heartbeats(self, run_id: str) -> pd.DataFrame:
-        import pandas as pd
-
-        cols = ["worker", "attempt", "pid", "step", "phase", "t", "progress_t"]
-        rows = self._conn().execute(f"SELECT {','.join(cols)} FROM heartbeats WHERE run_id=? ORDER BY worker",
-                                    (run_id,)).fetchall()
-        return pd.DataFrame([tuple(r) for r in rows], columns=cols)
-
-    def claim(self, run_id: str, **launcher: Any) -> bool:
-        """A launcher takes a queued run, in one transaction: the run becomes running with the
-        launcher's pid, and the launcher's record (see :meth:`set_launcher`) is written. False, and
-        nothing written, when the run is not queued (stopped meanwhile, or another launcher has it):
-        a job never runs twice."""
-        self._check_launcher_fields(launcher)
-        now = time.time()
-        with self._write() as c:
-            if c.execute("UPDATE runs SET status='running', start=COALESCE(start, ?), pid=? "
-                         "WHERE id=? AND status='queued'", (now, launcher.get("pid"), run_id)).rowcount != 1:
-                return False
-            c.execute("DELETE FROM launchers WHERE run_id=?", (run_id,))
-            cols = ["run_id", "started", "beat", *launcher]
-            c.execute(f"INSERT INTO launchers ({', '.join(cols)}) VALUES ({', '.join('?' * len(cols))})",
-                      (run_id, now, now, *launcher.values()))
-        return True
-
-    @staticmethod
-    def _check_launcher_fields(fields: dict) -> None:
-        bad = set(fields) - set(LAUNCHER_FIELDS)
-        if bad:
-            raise LabError(f"unknown launcher field(s) {sorted(bad)}", where="run store")
-
-    def set_launcher(self, run_id: str, **fields: Any) -> None:
-        """Record (or update) who runs the job: pid, pgid, created, host, boot, scratch; a new record
-        also gets ``started`` and a first ``beat``."""
-        self._check_launcher_fields(fields)
-        now = time.time()
-        with self._write() as c:
-            if c.execute("SELECT 1 FROM launchers WHERE run_id=?", (run_id,)).fetchone() is None:
-                c.execute("INSERT INTO launchers (run_id, started, beat) VALUES (?,?,?)", (run_id, now, now))
-            if fields:
-                c.execute(f"UPDATE launchers SET {', '.join(f'{k}=?' for k in fields)} WHERE run_id=?",
-                          (*fields.values(), run_id))
-
-    def beat_launcher(self, run_id: str, t: float | None = None) -> None:
-        """The launcher is alive at ``t`` (default now)."""
-        with self._write() as c:
-            c.execute("UPDATE launchers SET beat=? WHERE run_id=?", (time.time() if t is None else float(t), run_id))
-
-    def launcher(self, run_id: str) -> dict | None:
-        """The launcher record of a run (see the ``launchers`` table), or None."""
-        row = self._conn().execute("SELECT * FROM launchers WHERE run_id=?", (run_id,)).fetchone()
-        return dict(row) if row else None
-
-    # ----- lessons -----------------------------------------------------------------------------
-    def record_lesson(self, owner: str, lesson: str, step: int, *, ticked: bool | None = None,
-                      answered: bool | None = None) -> None:
-        """A student (their owner id) ticked or unticked a lesson's step, or answered its question
-        (``answered``: right or not); a right answer ticks the step."""
-        with self._write() as c:
-            c.execute("INSERT OR IGNORE INTO lesson_progress (owner, lesson, step, t) VALUES (?, ?, ?, ?)",
-                      (str(owner)[:64], str(lesson)[:200], int(step), time.time()))
-            if ticked is not None:
-                c.execute("UPDATE lesson_progress SET ticked=?, t=? WHERE owner=? AND lesson=? AND step=?",
-                          (int(bool(ticked)), time.time(), str(owner)[:64], str(lesson)[:200], int(step)))
-            if answered is not None:
-                c.execute("UPDATE lesson_progress SET tries=tries+1, correct=MAX(correct, ?), "
-                          "ticked=MAX(ticked, ?), t=? WHERE owner=? AND lesson=? AND step=?",
-                          (int(bool(answered)), int(bool(answered)), time.time(), str(owner)[:64],
-                           str(lesson)[:200], int(step)))
-
-    def lesson_ticks(self, owner: str, lesson: str) -> set[int]:
-        """The steps of ``lesson`` this student has ticked (or answered right)."""
-        rows = self._conn().execute("SELECT step FROM lesson_progress WHERE owner=? AND lesson=? AND ticked=1",
-                                    (str(owner)[:64], str(lesson)[:200])).fetchall()
-        return {int(r["step"]) for r in rows}
-
-    def lesson_progress(self) -> pd.DataFrame:
-        """Every student's progress row: owner, lesson, step, ticked, tries, correct, t (oldest first)."""
-        import pandas as pd
-
-        rows = self._conn().execute("SELECT * FROM lesson_progress ORDER BY t").fetchall()
-        return pd.DataFrame([dict(r) for r in rows],
-                            columns=["owner", "lesson", "step", "ticked", "tries", "correct", "t"])
-
-    # ----- export ------------------------------------------------------------------------------
-    def export_frame(self, run_ids: Iterable[str]) -> pd.DataFrame:
-        ids = list(run_ids)
-
-        m = self.metrics(ids)
-        names = {rid: self.get_run(rid)["name"] for rid in ids}
-        m.insert(1, "run_name", m.run_id.map(names))
-        return m
-
-    def export_csv(self, run_ids: Iterable[str], folder: str | os.PathLike, filename: str = "runs") -> Path:
-        """Write the runs' metrics to ``folder/<sanitised filename>.csv``; returns the path."""
-        path = self._export_path(folder, filename, ".csv")
-        self.export_frame(run_ids).to_csv(path, index=False)
-        return path
-
-    def export_json(self, run_ids: Iterable[str], folder: str | os.PathLike, filename: str = "runs") -> Path:
-        """Write the runs (settings, status, metrics) to ``folder/<sanitised filename>.json``."""
-        path = self._export_path(folder, filename, ".json")
-        path.write_text(json.dumps(self.export_dict(run_ids), indent=1))
-        return path
-
-    def export_dict(self, run_ids: Iterable[str]) -> dict:
-        runs = []
-        for rid in run_ids:
-            run = self.get_run(rid)
-            m = self.metrics(rid).drop(columns=["run_id"])
-            run["metrics"] = json.loads(m.to_json(orient="records"))
-            runs.append(run)
-        return {"format": "hetlab-runs/1", "units": _UNITS, "runs": runs}
-
-    @staticmethod
-    def _export_path(folder: str | os.PathLike, filename: str, suffix: str) -> Path:
-        base = Path(folder).resolve()
-        base.mkdir(parents=True, exist_ok=True)
-        path = (base / safe_filename(filename, suffix)).resolve()
-        if path.parent != base:  # cannot happen with safe_filename; belt and braces
-            raise LabError(f"export file name {filename!r} would leave the export folder", where="export")
-        return path
-
-    # ----- checkpoints -------------------------------------------------------------------------
     def data_dir(self) -> Path:
         return self._data if self._data is not None else settings.data_dir(self.folder)
 
@@ -698,11 +395,6 @@ class RunStore:
             path.mkdir(parents=True, exist_ok=True)
         return path
 
-
-_UNITS = {"loss": "cross-entropy (nats)", "test_acc": "fraction", "bytes_sent": "bytes", "bytes_recv": "bytes",
-          "t_compute": "s", "t_comm": "s", "t_compress": "s", "t_idle": "s", "t_emul_compute": "s",
-          "t_emul_comm": "s",
-          "samples_per_s": "samples/s", "wall": "s since start", "worker": "rank; -1 = whole job"}
 
 _DEFAULT: dict[str, RunStore] = {}
 
@@ -715,5 +407,5 @@ def store(path: str | os.PathLike | None = None) -> RunStore:
     return _DEFAULT[p]
 
 
-__all__ = ["RunStore", "store", "STATUSES", "STAGES", "METRIC_COLUMNS", "JOB_WORKER", "safe_filename", "new_run_id",
-           "check_run_id", "default_db_path"]
+__all__ = ["RunStore", "store", "STATUSES", "ACTIVE", "FINISHED", "STAGES", "METRIC_COLUMNS", "JOB_WORKER", "safe_filename",
+           "new_run_id", "check_run_id", "default_db_path"]
