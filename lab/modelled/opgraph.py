@@ -56,60 +56,15 @@ from typing import Any, Iterable
 import networkx as nx
 import torch
 import torch.fx as fx
-import torch.nn.functional as F
 from torch import nn
 from torch.fx.passes.shape_prop import ShapeProp, TensorMetadata
 
 from lab.errors import LabError
+from lab.modelled import op_classes as oc
 from lab.scenario.models import build_model
 from lab.scenario.topology import OP_CLASSES
 
 MAX_BATCH = 65536
-
-# ----- classification tables ---------------------------------------------------------------------
-
-_MATMUL_MODULES = (nn.Linear, nn.Bilinear)
-_CONV_MODULES = (nn.Conv1d, nn.Conv2d, nn.Conv3d, nn.ConvTranspose1d, nn.ConvTranspose2d, nn.ConvTranspose3d)
-_NORM_MODULES = (nn.BatchNorm1d, nn.BatchNorm2d, nn.BatchNorm3d, nn.LayerNorm, nn.GroupNorm,
-                 nn.InstanceNorm1d, nn.InstanceNorm2d, nn.InstanceNorm3d, nn.LocalResponseNorm)
-_MAXAVG_POOL_MODULES = (nn.MaxPool1d, nn.MaxPool2d, nn.MaxPool3d, nn.AvgPool1d, nn.AvgPool2d, nn.AvgPool3d)
-_ADAPTIVE_POOL_MODULES = (nn.AdaptiveAvgPool1d, nn.AdaptiveAvgPool2d, nn.AdaptiveAvgPool3d,
-                          nn.AdaptiveMaxPool1d, nn.AdaptiveMaxPool2d, nn.AdaptiveMaxPool3d)
-#: FLOPs per output element of element-wise modules (1 unless listed here).
-_ELEMENTWISE_MODULES: dict[type, int] = {
-    nn.ReLU: 1, nn.ReLU6: 1, nn.LeakyReLU: 1, nn.PReLU: 1, nn.Hardtanh: 1, nn.Dropout: 1,
-    nn.Dropout1d: 1, nn.Dropout2d: 1, nn.Hardswish: 1, nn.Hardsigmoid: 1,
-    nn.GELU: 4, nn.SiLU: 4, nn.Sigmoid: 4, nn.Tanh: 4, nn.Softplus: 4, nn.ELU: 4, nn.SELU: 4,
-    nn.Mish: 4, nn.Softsign: 4,
-}
-_SOFTMAX_MODULES = (nn.Softmax, nn.LogSoftmax, nn.Softmin)
-_DATA_MODULES = (nn.Flatten, nn.Identity, nn.Unflatten)
-
-_MATMUL_FUNCTIONS = {torch.matmul, operator.matmul, torch.mm, torch.bmm, F.linear, torch.Tensor.matmul}
-_CONV_FUNCTIONS = {F.conv1d, F.conv2d, F.conv3d, F.conv_transpose1d, F.conv_transpose2d, F.conv_transpose3d}
-_ELEMENTWISE_FUNCTIONS: dict[Any, int] = {
-    operator.add: 1, operator.sub: 1, operator.mul: 1, operator.truediv: 1, operator.neg: 1,
-    operator.iadd: 1, operator.imul: 1, torch.add: 1, torch.sub: 1, torch.mul: 1, torch.div: 1,
-    torch.relu: 1, F.relu: 1, F.leaky_relu: 1, F.dropout: 1, F.hardtanh: 1, torch.neg: 1,
-    F.gelu: 4, F.silu: 4, torch.sigmoid: 4, F.sigmoid: 4, torch.tanh: 4, F.tanh: 4, F.softplus: 4,
-    F.elu: 4, torch.exp: 4, torch.sqrt: 4, torch.rsqrt: 4,
-}
-_NORM_FUNCTIONS = {F.layer_norm, F.batch_norm, F.group_norm, F.instance_norm}
-_POOL_FUNCTIONS = {F.max_pool1d, F.max_pool2d, F.max_pool3d, F.avg_pool1d, F.avg_pool2d, F.avg_pool3d}
-_ADAPTIVE_POOL_FUNCTIONS = {F.adaptive_avg_pool1d, F.adaptive_avg_pool2d, F.adaptive_avg_pool3d,
-                            F.adaptive_max_pool1d, F.adaptive_max_pool2d}
-_SOFTMAX_FUNCTIONS = {F.softmax, torch.softmax, F.log_softmax}
-_REDUCE_FUNCTIONS = {torch.mean, torch.sum}
-_DATA_FUNCTIONS = {torch.flatten, torch.reshape, torch.transpose, torch.permute, torch.squeeze,
-                   torch.unsqueeze, torch.t}
-_DATA_METHODS = {"view", "reshape", "flatten", "transpose", "permute", "contiguous", "squeeze",
-                 "unsqueeze", "t", "view_as", "reshape_as"}
-_ELEMENTWISE_METHODS: dict[str, int] = {"add": 1, "sub": 1, "mul": 1, "div": 1, "relu": 1, "neg": 1,
-                                        "sigmoid": 4, "tanh": 4, "exp": 4, "sqrt": 4}
-_REDUCE_METHODS = {"mean", "sum"}
-_SOFTMAX_METHODS = {"softmax", "log_softmax"}
-_MATMUL_METHODS = {"matmul", "mm", "bmm"}
-
 
 @dataclass(frozen=True)
 class Op:
@@ -303,31 +258,31 @@ def _classify(node: fx.Node, gm: fx.GraphModule) -> tuple[str, str, float, int, 
         mod = gm.get_submodule(str(node.target))
         kind = type(mod).__name__
         pbytes = sum(p.numel() * p.element_size() for p in mod.parameters())
-        if isinstance(mod, _MATMUL_MODULES):
+        if isinstance(mod, oc.MATMUL_MODULES):
             if isinstance(mod, nn.Linear):
                 return kind, "matmul", 2.0 * out_n * mod.in_features, pbytes, False
             return kind, "matmul", 2.0 * out_n * mod.in1_features * mod.in2_features, pbytes, False
-        if isinstance(mod, _CONV_MODULES):
+        if isinstance(mod, oc.CONV_MODULES):
             w = mod.weight.shape
             if isinstance(mod, (nn.ConvTranspose1d, nn.ConvTranspose2d, nn.ConvTranspose3d)):
                 # torch: input spatial x prod(w) x batch x 2, w = [Cin, Cout/groups, *k]
                 x = _shape(ins[0])
                 return kind, "conv", 2.0 * x[0] * _numel(x[2:]) * _numel(w), pbytes, False
             return kind, "conv", 2.0 * out_n * _numel(w[1:]), pbytes, False
-        if isinstance(mod, _NORM_MODULES):
+        if isinstance(mod, oc.NORM_MODULES):
             return kind, "norm", 5.0 * out_n, pbytes, False
-        if isinstance(mod, _MAXAVG_POOL_MODULES):
+        if isinstance(mod, oc.MAXAVG_POOL_MODULES):
             k = mod.kernel_size
             dims = int(kind[-2])  # MaxPool2d -> 2
             window = _numel(k) if isinstance(k, tuple) else k ** dims
             return kind, "pool", float(out_n * window), pbytes, False
-        if isinstance(mod, _ADAPTIVE_POOL_MODULES):
+        if isinstance(mod, oc.ADAPTIVE_POOL_MODULES):
             return kind, "pool", float(in_n), pbytes, False
-        if type(mod) in _ELEMENTWISE_MODULES:
-            return kind, "elementwise", float(_ELEMENTWISE_MODULES[type(mod)] * out_n), pbytes, False
-        if isinstance(mod, _SOFTMAX_MODULES):
+        if type(mod) in oc.ELEMENTWISE_MODULES:
+            return kind, "elementwise", float(oc.ELEMENTWISE_MODULES[type(mod)] * out_n), pbytes, False
+        if isinstance(mod, oc.SOFTMAX_MODULES):
             return kind, "other", 5.0 * out_n, pbytes, False
-        if isinstance(mod, _DATA_MODULES):
+        if isinstance(mod, oc.DATA_MODULES):
             return kind, "other", 0.0, pbytes, True
         return kind, "other", float(out_n), pbytes, False
 
@@ -339,30 +294,30 @@ def _classify(node: fx.Node, gm: fx.GraphModule) -> tuple[str, str, float, int, 
             return kind, cls, flops, 0, False
         if fn in _ADD_PRODUCT_FUNCTIONS:
             return kind, "matmul", _product_flops(kind, node), 0, False
-        if fn in _MATMUL_FUNCTIONS:
+        if fn in oc.MATMUL_FUNCTIONS:
             k = _shape(ins[0])[-1] if ins and _shape(ins[0]) else 1
             return kind, "matmul", 2.0 * out_n * k, 0, False
-        if fn in _CONV_FUNCTIONS:
+        if fn in oc.CONV_FUNCTIONS:
             w = _shape(ins[1])
             if "transpose" in kind:
                 x = _shape(ins[0])
                 return kind, "conv", 2.0 * x[0] * _numel(x[2:]) * _numel(w), 0, False
             return kind, "conv", 2.0 * out_n * _numel(w[1:]), 0, False
-        if fn in _ELEMENTWISE_FUNCTIONS:
-            return kind, "elementwise", float(_ELEMENTWISE_FUNCTIONS[fn] * out_n), 0, False
-        if fn in _NORM_FUNCTIONS:
+        if fn in oc.ELEMENTWISE_FUNCTIONS:
+            return kind, "elementwise", float(oc.ELEMENTWISE_FUNCTIONS[fn] * out_n), 0, False
+        if fn in oc.NORM_FUNCTIONS:
             return kind, "norm", 5.0 * out_n, 0, False
-        if fn in _POOL_FUNCTIONS:
+        if fn in oc.POOL_FUNCTIONS:
             ks = node.args[1] if len(node.args) > 1 else node.kwargs.get("kernel_size", 1)
             window = _numel(ks) if isinstance(ks, (tuple, list)) else ks ** max(len(out_shape) - 2, 1)
             return kind, "pool", float(out_n * window), 0, False
-        if fn in _ADAPTIVE_POOL_FUNCTIONS:
+        if fn in oc.ADAPTIVE_POOL_FUNCTIONS:
             return kind, "pool", float(in_n), 0, False
-        if fn in _SOFTMAX_FUNCTIONS:
+        if fn in oc.SOFTMAX_FUNCTIONS:
             return kind, "other", 5.0 * out_n, 0, False
-        if fn in _REDUCE_FUNCTIONS:
+        if fn in oc.REDUCE_FUNCTIONS:
             return kind, "other", float(in_n), 0, False
-        if fn in _DATA_FUNCTIONS or fn is operator.getitem:
+        if fn in oc.DATA_FUNCTIONS or fn is operator.getitem:
             return kind, "other", 0.0, 0, True
         return kind, "other", float(out_n), 0, False
 
@@ -370,16 +325,16 @@ def _classify(node: fx.Node, gm: fx.GraphModule) -> tuple[str, str, float, int, 
     name = str(node.target)
     if name in ("addmm", "baddbmm", "addbmm"):
         return name, "matmul", _product_flops(name, node), 0, False
-    if name in _MATMUL_METHODS:
+    if name in oc.MATMUL_METHODS:
         k = _shape(ins[0])[-1] if ins and _shape(ins[0]) else 1
         return name, "matmul", 2.0 * out_n * k, 0, False
-    if name in _ELEMENTWISE_METHODS:
-        return name, "elementwise", float(_ELEMENTWISE_METHODS[name] * out_n), 0, False
-    if name in _SOFTMAX_METHODS:
+    if name in oc.ELEMENTWISE_METHODS:
+        return name, "elementwise", float(oc.ELEMENTWISE_METHODS[name] * out_n), 0, False
+    if name in oc.SOFTMAX_METHODS:
         return name, "other", 5.0 * out_n, 0, False
-    if name in _REDUCE_METHODS:
+    if name in oc.REDUCE_METHODS:
         return name, "other", float(in_n), 0, False
-    if name in _DATA_METHODS:
+    if name in oc.DATA_METHODS:
         return name, "other", 0.0, 0, True
     return name, "other", float(out_n), 0, False
 
