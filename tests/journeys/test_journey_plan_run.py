@@ -25,7 +25,7 @@ MODEL = "LeNet-style CNN"
 STRATEGY = "greedy earliest finish"
 STEPS = 8
 MEASURED = "Step, measured (median)"
-MS = re.compile(r"^\d+(\.\d+)?(e[+-]?\d+)? ms$")  # _ms in lab.view.placement: 3 significant digits
+MS = re.compile(r"^\d+(\.\d+)?(e[+-]?\d+)? ms$")  # milliseconds in lab.view.placement.plans: 3 significant digits
 
 # The text plotly drew in the chart of a widget key (its subplot titles are annotations).
 SVG_TEXT = """(sel) => Array.from(document.querySelectorAll(sel + ' .js-plotly-plot text'))
