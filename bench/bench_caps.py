@@ -37,6 +37,7 @@ from lab.figures import allreduce as afigs  # noqa: E402
 from lab.figures import compare as cfigs  # noqa: E402
 from lab.figures import topology as tfigs  # noqa: E402
 from lab.jobs import comparison as C  # noqa: E402
+from lab.jobs import variants  # noqa: E402
 from lab.modelled import collectives as AR  # noqa: E402
 from lab.modelled.datasheet import LinkCost  # noqa: E402
 from lab.scenario import routes  # noqa: E402
@@ -165,12 +166,12 @@ def previous_compare(store: RunStore, ids: list[str], target: float) -> C.Compar
     m = store.metrics(ids)
     results, loss, acc = {}, [], []
     for run in runs:
-        s = C.settings_of(run["scenario"])
+        s = variants.settings_of(run["scenario"])
         mm = m[m.run_id == run["id"]]
         job, per = mm[mm.worker == JOB_WORKER], mm[mm.worker != JOB_WORKER]
-        results[C.short_label(s)] = [C.run_result(run["id"], job, per, target, int(s.get("workers") or 1))]
-        common = dict(label=C.short_label(s), hover=C.full_label(s), optimizer=str(s.get("optimizer")),
-                      compression=C.compression_label(s), repeats=1)
+        results[variants.short_label(s)] = [C.run_result(run["id"], job, per, target, int(s.get("workers") or 1))]
+        common = dict(label=variants.short_label(s), hover=variants.full_label(s), optimizer=str(s.get("optimizer")),
+                      compression=variants.compression_label(s), repeats=1)
         loss.append(C.VariantCurve(band=C.band([job], "step", "loss"), **common))
         acc.append(C.VariantCurve(band=C.band([job], "step", "test_acc"), **common))
     rows = C.summary_rows(results, None, target)

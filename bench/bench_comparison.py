@@ -21,6 +21,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from lab.jobs import comparison as C  # noqa: E402
+from lab.jobs import variants  # noqa: E402
 from lab.jobs.manager import JobManager  # noqa: E402
 from lab.scenario.document import Compression, default_scenario  # noqa: E402
 from lab.store.runs import RunStore  # noqa: E402
@@ -60,7 +61,7 @@ def run(a, db: Path, optimizers) -> None:
     sc = default_scenario()
     sc = sc.replace(training=sc.training.replace(workers=a.workers, steps=a.steps, eval_every=min(10, a.steps)))
     gtk = Compression(kind="group_topk", ratio=0.01, group_size=1024, error_feedback=True, sharing="sparse_allgather")
-    items = C.comparison_scenarios(sc, [Compression(), gtk], repeats=a.repeats, optimizers=optimizers)
+    items = variants.comparison_scenarios(sc, [Compression(), gtk], repeats=a.repeats, optimizers=optimizers)
     jm = JobManager(str(db), capacity=1)
     try:  # the job manager ends its starter and any job still running, also on an error here
         t0 = time.perf_counter()

@@ -28,6 +28,7 @@ from common import ROOT, free_port, start_app, stop_app, table  # noqa: E402  (a
 
 from lab import settings  # noqa: E402
 from lab.jobs import comparison as C  # noqa: E402
+from lab.jobs import variants  # noqa: E402
 from lab.jobs.guard import WINDOW_S  # noqa: E402
 from lab.jobs.manager import JobManager  # noqa: E402
 from lab.scenario.document import Compression, default_scenario  # noqa: E402
@@ -185,7 +186,7 @@ def main() -> None:
         sc = base.replace(training=base.training.replace(workers=2, steps=a.grid_steps, eval_every=10))
         gtk = Compression(kind="group_topk", ratio=0.01, group_size=1024, error_feedback=True,
                           sharing="sparse_allgather")
-        items = C.comparison_scenarios(sc, [Compression(), gtk], repeats=1, optimizers=optimizers)
+        items = variants.comparison_scenarios(sc, [Compression(), gtk], repeats=1, optimizers=optimizers)
         t0 = time.time()
         jobs = jm.submit_many(items, owner="bench")
         statuses = [jm.wait(j.run_id, timeout=3600) for j in jobs]

@@ -4,7 +4,7 @@ import streamlit as st
 
 import ui
 from lab.figures import training as figs
-from lab.jobs.comparison import comparison_compressions, comparison_scenarios, run_name, settings_of, student_seed
+from lab.jobs.variants import comparison_compressions, comparison_scenarios, run_name, settings_of, student_seed
 from lab.view import jobs as job_views
 from lab.scenario.document import COMPRESSION_FIELDS as C
 from lab.scenario.document import TRAINING_FIELDS as T

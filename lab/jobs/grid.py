@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any, Iterable, Sequence
 
 from lab.errors import LabError
-from lab.jobs.comparison import comparison_scenarios
+from lab.jobs.variants import comparison_scenarios
 from lab.scenario.document import Compression, Scenario
 from lab.scenario.names import COMPARED_OPTIMIZERS, COMPRESSOR_SHORT, TORCH_HOOKS, Sharing
 

@@ -60,7 +60,7 @@ def cap_topology(shape: str, *, distinct: bool = True, seed: int = 0) -> Topolog
                     f"{len(links)} links)").validate()
 
 
-def summary_every_row(store, run_ids) -> "pd.DataFrame":
+def summary_every_row(store, run_ids):
     """:meth:`lab.store.runs.RunStore.summary` the way it was before SQLite computed it: every metric
     row read into pandas. The reference its tests compare with, and the bench's "before"."""
     import pandas as pd

@@ -7,6 +7,7 @@ import pandas as pd
 import pytest
 
 from lab.jobs import comparison as C
+from lab.jobs import variants
 from lab.scenario.document import Compression, default_scenario
 from lab.store.runs import JOB_WORKER, RunStore
 from tests.conftest import app_test, assert_no_exception
@@ -21,7 +22,7 @@ def scenario(optimizer="adam", kind="none", seed=0, steps=40):
 
 def store_run(st: RunStore, sc, accs, step_s=0.01, sent_per_step=1000.0):
     """A finished run whose test accuracy is ``accs[i]`` at step 10 (i + 1), with wall = step × step_s."""
-    rid = st.create_run(sc, name=C.run_name(C.settings_of(sc.to_dict())), status="done")
+    rid = st.create_run(sc, name=variants.run_name(variants.settings_of(sc.to_dict())), status="done")
     rows = []
     for step in range(1, 10 * len(accs) + 1):
         acc = accs[step // 10 - 1] if step % 10 == 0 else None
@@ -72,12 +73,12 @@ def test_spread_interval_matches_students_t():
 
 
 def test_seeds_are_repeats_of_one_variant_and_compression_settings_matter():
-    a = C.settings_of(scenario(seed=1).to_dict())
-    b = C.settings_of(scenario(seed=2).to_dict())
-    c = C.settings_of(scenario(kind="group_topk").to_dict())
-    assert C.variant_key(a) == C.variant_key(b) != C.variant_key(c)
-    assert C.short_label(c) == "Adam · Group-TopK 1 % + EF"
-    name = C.run_name(c)
+    a = variants.settings_of(scenario(seed=1).to_dict())
+    b = variants.settings_of(scenario(seed=2).to_dict())
+    c = variants.settings_of(scenario(kind="group_topk").to_dict())
+    assert variants.variant_key(a) == variants.variant_key(b) != variants.variant_key(c)
+    assert variants.short_label(c) == "Adam · Group-TopK 1 % + EF"
+    name = variants.run_name(c)
     assert all(part in name for part in ("mlp", "Adam", "Group-TopK", "40 steps"))
 
 
@@ -151,16 +152,16 @@ def test_many_variants_get_small_multiples_by_compression():
 def test_comparison_scenarios_are_optimisers_by_compressions_by_seeds():
     sc = scenario(seed=7)
     gtk = Compression(kind="group_topk", ratio=0.01, error_feedback=True)
-    runs = C.comparison_scenarios(sc, [Compression(), gtk], repeats=3)
+    runs = variants.comparison_scenarios(sc, [Compression(), gtk], repeats=3)
     assert len(runs) == 3 * 2 * 3
-    keys = {C.variant_key(C.settings_of(s.to_dict())) for s, _ in runs}
+    keys = {variants.variant_key(variants.settings_of(s.to_dict())) for s, _ in runs}
     assert len(keys) == 6
     for r in range(3):  # repeat r of every variant has the same seed
         assert {s.training.seed for s, _ in runs[6 * r:6 * (r + 1)]} == {7 + r}
     assert all(s.training.allreduce_impl == "ring" and s.training.steps == 40 for s, _ in runs)
     assert all("40 steps" in name and "mlp" in name for _, name in runs)
     with pytest.raises(Exception, match="at most"):
-        C.comparison_scenarios(sc, [Compression()] * 5, repeats=5)
+        variants.comparison_scenarios(sc, [Compression()] * 5, repeats=5)
 
 
 # ---- long runs: the summary from every row, the curves from at most MAX_CURVE_POINTS points -----------
@@ -301,11 +302,11 @@ def test_coinciding_curves_keep_both_visible_by_staggered_markers():
 
 def test_the_class_pools_its_repeats_with_different_seeds_per_student(lab_db):
     st = RunStore(lab_db)
-    assert C.student_seed(0, "alice") == C.student_seed(0, "alice") != C.student_seed(0, "bob")
+    assert variants.student_seed(0, "alice") == variants.student_seed(0, "alice") != variants.student_seed(0, "bob")
     sc = scenario("adam")
-    mine = C.comparison_scenarios(sc, [Compression()], repeats=2, optimizers=("adam",),
-                                  first_seed=C.student_seed(0, "alice"))
-    assert [s.training.seed for s, _ in mine] == [C.student_seed(0, "alice"), C.student_seed(0, "alice") + 1]
+    mine = variants.comparison_scenarios(sc, [Compression()], repeats=2, optimizers=("adam",),
+                                  first_seed=variants.student_seed(0, "alice"))
+    assert [s.training.seed for s, _ in mine] == [variants.student_seed(0, "alice"), variants.student_seed(0, "alice") + 1]
     ids = [store_run(st, scenario("adam", seed=s), [0.5, 0.8 + 0.01 * k]) for k, s in enumerate((0, 1, 7, 9))]
     other = store_run(st, scenario("adabelief", seed=0), [0.5, 0.8])
     pooled = C.pooled_runs(st, ids[:1])

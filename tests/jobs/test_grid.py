@@ -5,7 +5,7 @@ import pytest
 
 from lab.errors import LabError
 from lab.jobs import grid
-from lab.jobs.comparison import compression_label, full_label, settings_of, short_label, variant_key
+from lab.jobs.variants import compression_label, full_label, settings_of, short_label, variant_key
 from lab.scenario.document import Compression, default_scenario
 from lab.train.plan import check_scenario
 

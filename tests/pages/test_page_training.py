@@ -116,7 +116,7 @@ def test_a_bad_emulation_mapping_is_a_message_not_a_traceback(lab_db, spawns):
 
 
 def test_one_click_comparison_queues_every_variant_with_equal_seeds_and_opens_compare(lab_db, spawns):
-    from lab.jobs.comparison import settings_of, variant_key
+    from lab.jobs.variants import settings_of, variant_key
     from lab.jobs.manager import shared
 
     at = app_test("pages/training.py")

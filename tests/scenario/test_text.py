@@ -245,7 +245,7 @@ def test_the_command_line_takes_a_plain_run_name(monkeypatch):
 
 
 def test_the_run_names_the_training_page_gives_pass_the_name_check():
-    from lab.jobs.comparison import comparison_compressions, comparison_scenarios, run_name, settings_of
+    from lab.jobs.variants import comparison_compressions, comparison_scenarios, run_name, settings_of
     from lab.scenario.document import Compression
     from lab.scenario.names import COMPRESSORS, MODELS, OPTIMIZERS
 

@@ -440,7 +440,7 @@ def _worker0_shard(x):
 
 
 def _comparison_items(x):
-    from lab.jobs.comparison import comparison_compressions, comparison_scenarios
+    from lab.jobs.variants import comparison_compressions, comparison_scenarios
 
     sc = x.scenario(FOLDER)
     return comparison_scenarios(sc, comparison_compressions(sc.training.compression),
@@ -452,7 +452,7 @@ def _runs_queued(x):
 
 
 def _variants(x):
-    from lab.jobs.comparison import settings_of, variant_key
+    from lab.jobs.variants import settings_of, variant_key
 
     return len({variant_key(settings_of(s.to_dict())) for s, _ in _comparison_items(x)})
 
