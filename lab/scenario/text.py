@@ -164,7 +164,7 @@ def nfc(text: Any) -> Any:
     return text
 
 
-def _plain(text: str) -> str:
+def _as_read(text: str) -> str:
     """``text`` as it reads: compatibility forms unified (NFKC: a no-break space is a space, a
     full-width letter a letter), invisible and format characters dropped, blank cells read as
     spaces, runs of spaces as one, none at either end."""
@@ -178,7 +178,7 @@ def is_blank(text: str) -> bool:
     """Whether ``text`` shows nothing a reader can tell apart: no letter, digit, punctuation or symbol
     once invisible characters, Hangul fillers, braille blanks and spaces are gone (combining marks
     alone have nothing to sit on)."""
-    return not any(unicodedata.category(ch)[0] in "LNPS" for ch in _plain(text))
+    return not any(unicodedata.category(ch)[0] in "LNPS" for ch in _as_read(text))
 
 
 def check_text(text: Any, where: str, *, what: str = "a name", max_len: int = NAME_MAX,
@@ -297,7 +297,7 @@ def fold(name: str) -> str:
     look-alike letters of other scripts (Cyrillic р for p, Greek ο for o, 1 and l for I) are folded.
     Look-alikes go first, then case: a Cyrillic capital В looks like B, its small в not like b. Last,
     runs of letters that read as one letter (rn as m, cl as d, vv as w)."""
-    key = unicodedata.normalize("NFKC", "".join(_fold_char(ch) for ch in _plain(name)))
+    key = unicodedata.normalize("NFKC", "".join(_fold_char(ch) for ch in _as_read(name)))
     for run, one in _sequences():
         key = key.replace(run, one)
     return key

@@ -22,7 +22,7 @@ It never runs a job itself and ends with the process that started it (its standa
 closes). A launcher it forked outlives it, as a cold one outlives the app; the job manager then
 judges that launcher by its process and the run store.
 
-This module is the job manager's side: its handle on the starter (:class:`Starter`, one per process
+This module is the job manager's side: its handle on the starter (:class:`StarterHandle`, one per process
 through :func:`shared_starter`) and on each launcher it forked (:class:`StartedLauncher`). What runs
 in the children, a launcher or a worker becoming a job's process, is :mod:`lab.train.fork`; the
 starter's own loop is :mod:`lab.train.starter`.
@@ -54,7 +54,7 @@ class StartedLauncher(PopenLike):
     POLL_S = 0.02  # each poll takes the lock the starter's reader thread holds
     REPORT_S = 2.0  # a launcher gone this long without a report from a live starter: its code is lost
 
-    def __init__(self, starter: "Starter", pid: int, generation: int | None = None):
+    def __init__(self, starter: "StarterHandle", pid: int, generation: int | None = None):
         self.starter, self.pid, self.args = starter, pid, []
         self.generation = starter.restarts if generation is None else generation
         self.who = processes.identity(pid)
@@ -78,7 +78,7 @@ class StartedLauncher(PopenLike):
         return self.returncode
 
 
-class Starter:
+class StarterHandle:
     """The job manager's handle on its warm starter: started in the background, restarted when it
     dies or outgrows ``max_mb``, asked for one launcher per job."""
 
@@ -227,17 +227,17 @@ class Starter:
         return StartedLauncher(self, int(msg["pid"]), generation)
 
 
-_SHARED: Starter | None = None
+_SHARED: StarterHandle | None = None
 _SHARED_LOCK = threading.Lock()
 
 
-def shared_starter() -> Starter:
+def shared_starter() -> StarterHandle:
     """This process's one warm starter (the app's): every job manager in the process uses it."""
     global _SHARED
     with _SHARED_LOCK:
         if _SHARED is None:
-            _SHARED = Starter()
+            _SHARED = StarterHandle()
         return _SHARED
 
 
-__all__ = ["shared_starter", "Starter", "StartedLauncher", "rss_mb"]
+__all__ = ["shared_starter", "StarterHandle", "StartedLauncher", "rss_mb"]

@@ -270,10 +270,10 @@ def test_release_refuses_an_active_job(lab_db):
 def test_killing_the_warm_starter_while_a_job_runs_wedges_no_queue(lab_db):
     """The starter that forked a running job's launcher is killed: the job goes on, its end is still
     noticed (the exit it would have reported is lost with it), and the jobs queued after it all run."""
-    from lab.train.warm import StartedLauncher, Starter
+    from lab.train.warm import StartedLauncher, StarterHandle
 
     jm = JobManager(lab_db, capacity=1, warm=False)
-    jm.starter = Starter()  # its own starter, so that killing it touches no other test
+    jm.starter = StarterHandle()  # its own starter, so that killing it touches no other test
     store = RunStore(lab_db)
     try:
         assert jm.starter.wait_ready(240)

@@ -32,7 +32,7 @@ from lab.train import data as data_mod
 from lab.train.launcher import launch
 from lab.train.launcher_record import processes_of
 from lab.train.reference import single_process
-from lab.train.warm import Starter
+from lab.train.warm import StarterHandle
 from tests.conftest import ROOT, start_warm
 
 pytestmark = [pytest.mark.usefixtures("spawns"), pytest.mark.timeout(300)]
@@ -53,7 +53,7 @@ def env(lab_db, monkeypatch):
 
 @pytest.fixture(scope="module")
 def starter():
-    st = Starter()
+    st = StarterHandle()
     assert st.wait_ready(240), "the warm starter did not get ready"
     yield st
     st.stop()

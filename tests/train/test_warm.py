@@ -16,7 +16,7 @@ from lab.scenario.document import default_scenario
 from lab.store.runs import RunStore, new_run_id
 from lab.train.launcher import launch
 from lab.train.launcher_record import processes_of
-from lab.train.warm import Starter, rss_mb
+from lab.train.warm import StarterHandle, rss_mb
 from tests.conftest import ROOT, start_warm
 
 pytestmark = [pytest.mark.usefixtures("spawns"), pytest.mark.timeout(300)]
@@ -24,7 +24,7 @@ pytestmark = [pytest.mark.usefixtures("spawns"), pytest.mark.timeout(300)]
 
 @pytest.fixture(scope="module")
 def starter():
-    st = Starter()
+    st = StarterHandle()
     assert st.wait_ready(240), "the warm starter did not get ready"
     yield st
     st.stop()
@@ -35,7 +35,7 @@ def scenario(**training):
     return sc.replace(training=sc.training.replace(**{"workers": 2, "steps": 15, "seed": 3, **training}))
 
 
-def run_warm(st: Starter, sc, folder, timeout=240.0) -> str:
+def run_warm(st: StarterHandle, sc, folder, timeout=240.0) -> str:
     log = folder / f"{new_run_id()}.log"
     rid, p = start_warm(st, sc, log)
     assert p.wait(timeout=timeout) == 0, log.read_text()[-3000:]
@@ -93,7 +93,7 @@ def test_a_warm_jobs_processes_look_and_end_like_a_cold_jobs(starter, lab_db, tm
 
 
 def test_the_starter_is_restarted_after_being_killed_and_its_memory_is_bounded(lab_db, tmp_path):
-    st = Starter()
+    st = StarterHandle()
     try:
         assert st.wait_ready(240)
         first = st.pid
@@ -117,7 +117,7 @@ def test_the_starter_is_restarted_after_being_killed_and_its_memory_is_bounded(l
 
 
 def test_the_starter_ends_with_the_process_that_started_it(tmp_path):
-    code = ("import sys, time; from lab.train.warm import Starter; st = Starter(); "
+    code = ("import sys, time; from lab.train.warm import StarterHandle; st = StarterHandle(); "
             "assert st.wait_ready(240); print(st.pid, flush=True); time.sleep(600)")
     parent = subprocess.Popen([sys.executable, "-c", code], cwd=str(ROOT), env=settings.child_env(),
                               stdout=subprocess.PIPE, text=True)
