@@ -55,3 +55,20 @@ def test_the_balancing_loop_is_set_against_the_even_split_of_its_cluster(tmp_pat
     rows = {r["key"]: r for r in balance_outcome(store, [loop, split])}
     assert rows["throughput"]["step"] == 0.058 and rows["even_split"]["vs_split"] == 0.0
     assert rows["throughput"]["vs_split"] == 0.058 / 0.080 - 1
+
+
+def test_the_page_model_gives_every_design_its_claims_and_the_runs_measured_sentence(tmp_path):
+    from lab.view import about
+
+    store = RunStore(tmp_path / "runs.db")
+    add(store, "type_rule", 0.03)
+    add(store, "heft", 0.02)
+    designs = about.page(store)
+    assert [d.title for d in designs] == [t for t, _, _ in about.DESIGNS] and len(designs) == 4
+    claims = [c for d in designs for c in d.claims]
+    assert len(claims) == sum(len(cs) for _, _, cs in about.DESIGNS)
+    measured = {c.claim: c.measured for c in claims if c.measured is not None}
+    assert len(measured) == 2  # the two placement claims, and only they
+    typed = next(v for k, v in measured.items() if "by device type" in k)
+    assert typed == placement_evidence(store)["type_rule"] and "Run every strategy" not in typed
+    assert all(c.page.startswith("pages/") for c in claims)
