@@ -1,0 +1,60 @@
+"""The Home page's model: what the lab is, a line for each page, the lessons, and (for the teacher) the class's
+progress through them."""
+from __future__ import annotations
+
+from pathlib import Path
+
+from lab.store.runs import store as run_store
+from lab.view.lessons import Lesson, class_view, load_lessons
+
+INTRO = ("Draw a cluster of host CPUs, GPUs, FPGAs, ASICs, DPUs and NPUs, see which layer the cost model puts on which "
+         "device and why, step through what an all-reduce really sends, and run small real multi-process trainings "
+         "(torch.distributed over gloo on this machine's CPU) to compare Adam, AdaBelief and Max-AdaBelief with and "
+         "without gradient compression.\n\n"
+         "Every figure says what it is: {measured} on this machine, {modelled} by the lab's cost model from the "
+         "topology's numbers, or {emulated} (a device or link made slower by waiting). The device and link numbers "
+         "are illustrative assumptions taken from public datasheets; edit them.")
+
+#: A line per page: short, so that a page link does not wrap on a projector 1024 pixels wide.
+DESCRIPTIONS = {
+    "Topology": "build the cluster; routes; CXL versus PCIe",
+    "Placement": "which operator runs where, and why; load balancing",
+    "All-reduce": "all-reduce step by step, modelled and measured",
+    "Optimisers": "Adam, AdaBelief, Max-AdaBelief on 2-D functions",
+    "Training": "real multi-process runs, live",
+    "Compare": "runs side by side, with their noise",
+    "Compression": "Group-TopK, sparse rings, the Cholesky claim",
+    "Jobs": "job lifecycle, faults and recovery",
+    "Fidelity": "prediction beside measurement",
+    "About the designs": "the four designs, their claims, where each is tested",
+}
+
+LESSONS_INTRO = ("Short lessons, one for every claim of the designs and every page. Each opens its page with its "
+                 "scenario (in the page link, so the address bar can be shared) and lesson mode on, which hides the "
+                 "advanced controls; switch it off in the sidebar. Your ticks and answers are kept for you, on every "
+                 "page and after a reload.")
+CLASS_STEPS_CAPTION = "Per step: how many students ticked it, tried its question and answered it right."
+CLASS_STUDENTS_CAPTION = ("Per student (numbered in the order they started; no ids): the steps ticked in each "
+                          "lesson.")
+
+
+def page_links(pages) -> list[tuple[str, str, str]]:
+    """(file, label, icon) of every page but Home, from the app's ``(file, title, icon)`` list."""
+    return [(file, f"**{title}**: {DESCRIPTIONS.get(title, '')}", icon) for file, title, icon in pages
+            if title != "Home"]
+
+
+def lessons(folder: Path, pages) -> list[tuple[Lesson, str, list[str], str | None]]:
+    """Every lesson in ``folder``: (the lesson, what it shows, its steps, why it cannot open yet or None)."""
+    files = {f for f, _, _ in pages}
+    return [(x, x.text(folder), [f"{i + 1}. {step}" for i, step in enumerate(x.steps)],
+             None if x.page in files else f"{x.page} is not part of this build yet") for x in load_lessons(folder)]
+
+
+def class_progress(folder: Path, store=None) -> tuple[list[dict], list[dict]]:
+    """The teacher's view of the class: per step of every lesson, and per student (numbered, no ids)."""
+    return class_view((store if store is not None else run_store()).lesson_progress(), load_lessons(folder))
+
+
+__all__ = ["INTRO", "DESCRIPTIONS", "LESSONS_INTRO", "CLASS_STEPS_CAPTION", "CLASS_STUDENTS_CAPTION", "page_links",
+           "lessons", "class_progress"]
