@@ -10,14 +10,12 @@ import argparse
 import collections
 import multiprocessing as mp
 import os
-import signal
-import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
-from common import ROOT, free_port, table  # noqa: E402  (also puts the checkout on sys.path)
+from common import ROOT, free_port, run_in_session, table  # noqa: E402  (also puts the checkout on sys.path)
 
 
 def spin(stop) -> None:
@@ -49,16 +47,10 @@ def main() -> None:
                 env = dict(os.environ, LAB_DB=str(Path(tmp) / "runs.db"), LAB_DATA=tmp)
                 t0 = time.perf_counter()
                 # its own session: a torchrun that hangs is killed with its workers
-                p = subprocess.Popen([torchrun, "--nnodes", "1", "--nproc-per-node", "2", "--rdzv-backend", "c10d",
-                                      "--rdzv-endpoint", f"127.0.0.1:{free_port()}", "-m", "lab.train",
-                                      "--steps", str(a.steps)], cwd=ROOT, env=env, stdout=subprocess.PIPE,
-                                     stderr=subprocess.PIPE, text=True, start_new_session=True)
-                try:
-                    _, err = p.communicate(timeout=300)
-                finally:
-                    if p.poll() is None:
-                        os.killpg(p.pid, signal.SIGKILL)
-                        p.communicate()
+                p = run_in_session([torchrun, "--nnodes", "1", "--nproc-per-node", "2", "--rdzv-backend", "c10d",
+                                    "--rdzv-endpoint", f"127.0.0.1:{free_port()}", "-m", "lab.train",
+                                    "--steps", str(a.steps)], 300, cwd=ROOT, env=env)
+                err = p.stderr
                 times.append(time.perf_counter() - t0)
                 codes[p.returncode] += 1
                 if "terminate called" in err or "SIGABRT" in err or "Signals.SIGABRT" in err:

@@ -63,3 +63,17 @@ def stop_app(proc: subprocess.Popen) -> None:
     except subprocess.TimeoutExpired:
         os.killpg(proc.pid, signal.SIGKILL)
         proc.wait(timeout=10)
+
+
+def run_in_session(args: list[str], timeout: float, **popen) -> subprocess.CompletedProcess:
+    """Run ``args`` to its end in a session of its own, its output captured as text; on a timeout or an error the
+    whole session (the command and every process it started) is killed and reaped."""
+    p = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
+                         **popen)
+    try:
+        out, err = p.communicate(timeout=timeout)
+    finally:
+        if p.poll() is None:
+            os.killpg(p.pid, signal.SIGKILL)
+            p.communicate()
+    return subprocess.CompletedProcess(args, p.returncode, out, err)

@@ -118,12 +118,17 @@ class SyncSteps:
         return nbytes + 8, x_in.numel() * 4 + y_in.numel() * 8 + 8, delay
 
     # ----- the step, per sync mode -------------------------------------------------------------
-    def step_allreduce(self) -> StepResult:
+    def _compute(self) -> tuple[float, float, float, float]:
+        """Forward and backward, then the emulated device's wait for them and the last optimiser step: (this rank's
+        loss, compute seconds, emulated seconds, the moment it is ready to communicate)."""
         t0 = time.perf_counter()
         local = self.forward_backward()
         tc = time.perf_counter() - t0
         emul = self.compute_wait(tc + getattr(self, "_last_opt_s", 0.0))
-        ready = time.time()
+        return local, tc, emul, time.time()
+
+    def step_allreduce(self) -> StepResult:
+        local, tc, emul, ready = self._compute()
         t1 = time.perf_counter()
         if self.compressed is not None:  # compress, share by the chosen method, mean (lab.train.compressed)
             ready, sent, recv, emul_c, self.t_compress = self.compressed.sync(self.gflat, local)
@@ -139,11 +144,7 @@ class SyncSteps:
         return StepResult(local, glob, tc + self._last_opt_s + emul, tcoll, emul, emul_c, ready, sent, recv)
 
     def step_state(self) -> StepResult:
-        t0 = time.perf_counter()
-        local = self.forward_backward()
-        tc = time.perf_counter() - t0
-        emul = self.compute_wait(tc + getattr(self, "_last_opt_s", 0.0))
-        ready = time.time()
+        local, tc, emul, ready = self._compute()
         coll = {"t": 0.0, "sent": 0, "recv": 0, "emul": 0.0}
 
         def fn(t: torch.Tensor, op: str) -> None:

@@ -4,12 +4,11 @@ no longer runs is a red test here, not a surprise on the day it is needed."""
 from __future__ import annotations
 
 import os
-import signal
-import subprocess
 import sys
 
 import pytest
 
+from bench.common import run_in_session
 from tests.conftest import ROOT
 
 BENCHES = sorted((ROOT / "bench").glob("bench_*.py"))
@@ -24,14 +23,8 @@ def test_a_bench_runs_in_its_smoke_mode_and_prints_its_table(path, tmp_path, spa
     # Its own run store and data folder: a smoke run leaves nothing in the checkout.
     env = dict(os.environ, PYTHONPATH=str(ROOT), LAB_DB=str(tmp_path / "runs.db"), LAB_DATA=str(tmp_path),
                TMPDIR=str(tmp_path))
-    proc = subprocess.Popen([sys.executable, str(path), "--smoke"], cwd=ROOT, env=env, text=True,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
-    try:
-        out, err = proc.communicate(timeout=240)
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.communicate()
+    proc = run_in_session([sys.executable, str(path), "--smoke"], 240, cwd=ROOT, env=env)
+    out, err = proc.stdout, proc.stderr
     assert proc.returncode == 0, f"{path.name} --smoke exited {proc.returncode}:\n{err[-3000:]}"
     lines = out.splitlines()
     # bench.common.table draws a rule of dashes under its header: at least one table was printed.
