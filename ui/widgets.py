@@ -1,12 +1,12 @@
 """Widgets from the tables: a Scenario field's widget (its label, bounds, choices, help and kind from the field's
-Spec) and a page control's widget (from lab.view.state.VIEW), kept in the session and hidden by the active
+Setting) and a page control's widget (from lab.view.state.VIEW), kept in the session and hidden by the active
 lesson."""
 
 from __future__ import annotations
 
 import streamlit as st
 
-from lab.scenario.document import Spec
+from lab.scenario.document import Setting
 from lab.scenario.names import labels
 from lab.view import state as viewstate
 from ui.lessons import hidden
@@ -16,10 +16,10 @@ from ui.text import plain
 _FROM_SESSION = object()  # a view control's value: the view seeded the session, so the widget is given none
 
 
-def _widget(where, spec: Spec, key: str, value=_FROM_SESSION, format_func=None, *, options=None, hi=None,
+def _widget(where, spec: Setting, key: str, value=_FROM_SESSION, format_func=None, *, options=None, hi=None,
             label: str | None = None, **kw):
     """The widget of one field in ``where`` (a column, the sidebar, ``st``): its label, bounds, choices,
-    help, step, format and kind come from the field's :class:`lab.scenario.document.Spec`. ``options`` are
+    help, step, format and kind come from the field's :class:`lab.scenario.document.Setting`. ``options`` are
     the choices where the page knows them only now (devices, operators, runs), ``hi`` a bound the page
     knows only now, ``label`` a label that counts something; ``kw`` goes to the widget (a table's data)."""
     given = value is not _FROM_SESSION
@@ -65,7 +65,7 @@ def _widget(where, spec: Spec, key: str, value=_FROM_SESSION, format_func=None, 
     return where.number_input(label, lo, hi, key=key, **kw)
 
 
-def setting(where, spec: Spec, value, key: str, *, format_func=None, **kw):
+def setting(where, spec: Setting, value, key: str, *, format_func=None, **kw):
     """The widget of one field of the Scenario's table (:data:`lab.scenario.document.TRAINING_FIELDS`,
     ``COMPRESSION_FIELDS``), showing ``value``. ``format_func`` names the choices where a page says them its
     own way."""

@@ -39,7 +39,7 @@ MAX_SCENARIO_BYTES = UPLOAD_MB * 1024 * 1024  # a file larger than this is refus
 
 
 @dataclass(frozen=True)
-class Spec:
+class Setting:
     """One field of a settings section: its type, default and what is allowed, and how a page shows it
     (its label and help, the family whose labels a menu shows, a slider or a toggle where it is not a
     plain number box or checkbox, the step and format of a number box). Pages build their widgets from it
@@ -99,71 +99,71 @@ class Spec:
 
 DATASETS = ("digits", "synthetic")
 
-TRAINING_FIELDS: dict[str, Spec] = {
-    "model": Spec(str, "mlp", MODELS, help="preset model", label="Model", family="model"),
-    "dataset": Spec(str, "digits", DATASETS, help="digits ships with scikit-learn; synthetic is generated"),
-    "dataset_size": Spec(int, 4096, min=64, max=1_000_000, help="samples of the synthetic set"),
-    "optimizer": Spec(str, "adam", OPTIMIZERS, label="Optimiser", family="optimizer"),
-    "lr": Spec(float, 1e-3, min=0.0, max=10.0, label="Learning rate", format="%.5f"),
-    "beta1": Spec(float, 0.9, min=0.0, max=0.999999),
-    "beta2": Spec(float, 0.999, min=0.0, max=0.999999),
-    "eps": Spec(float, 1e-8, min=0.0, max=1.0),
-    "weight_decay": Spec(float, 0.0, min=0.0, max=1.0),
-    "fused": Spec(bool, False, label="Fused optimiser (compiled)",
+TRAINING_FIELDS: dict[str, Setting] = {
+    "model": Setting(str, "mlp", MODELS, help="preset model", label="Model", family="model"),
+    "dataset": Setting(str, "digits", DATASETS, help="digits ships with scikit-learn; synthetic is generated"),
+    "dataset_size": Setting(int, 4096, min=64, max=1_000_000, help="samples of the synthetic set"),
+    "optimizer": Setting(str, "adam", OPTIMIZERS, label="Optimiser", family="optimizer"),
+    "lr": Setting(float, 1e-3, min=0.0, max=10.0, label="Learning rate", format="%.5f"),
+    "beta1": Setting(float, 0.9, min=0.0, max=0.999999),
+    "beta2": Setting(float, 0.999, min=0.0, max=0.999999),
+    "eps": Setting(float, 1e-8, min=0.0, max=1.0),
+    "weight_decay": Setting(float, 0.0, min=0.0, max=1.0),
+    "fused": Setting(bool, False, label="Fused optimiser (compiled)",
                   help="one pass over each parameter, compiled by torch.compile at the first step (seconds); "
                        "within float32 rounding of the multi-tensor path. It pays off on large layers; on the "
                        "lab's small models a job steps its flat buffers in one call, about as fast as the "
                        "multi-tensor path (README: bench_optim). Local steps only: the optimiser-state all-reduce "
                        "keeps the multi-tensor path"),
-    "lr_scaling": Spec(bool, False, help="the edge-compression design's linear scaling rule: lr × workers",
+    "lr_scaling": Setting(bool, False, help="the edge-compression design's linear scaling rule: lr × workers",
                        label="Scale lr by workers"),
-    "workers": Spec(int, 2, min=1, max=4, label="Workers (processes)", widget="slider"),
-    "steps": Spec(int, 100, min=1, max=100_000, label="Steps (count)"),
-    "batch_size": Spec(int, 32, min=1, max=4096, help="per worker", label="Batch per worker (samples)"),
-    "seed": Spec(int, 0, min=0, max=2**31 - 1, label="Seed"),
-    "sync": Spec(str, "allreduce", SYNC_MODES, label="Sync mode", family="sync"),
-    "allreduce_impl": Spec(str, "gloo", ALLREDUCE_IMPLS, label="All-reduce", family="allreduce_impl"),
-    "split": Spec(str, "even", SPLITS, label="Data split", family="split"),
-    "dirichlet_alpha": Spec(float, 0.5, min=1e-3, max=1e3, help="small: each worker sees few classes",
+    "workers": Setting(int, 2, min=1, max=4, label="Workers (processes)", widget="slider"),
+    "steps": Setting(int, 100, min=1, max=100_000, label="Steps (count)"),
+    "batch_size": Setting(int, 32, min=1, max=4096, help="per worker", label="Batch per worker (samples)"),
+    "seed": Setting(int, 0, min=0, max=2**31 - 1, label="Seed"),
+    "sync": Setting(str, "allreduce", SYNC_MODES, label="Sync mode", family="sync"),
+    "allreduce_impl": Setting(str, "gloo", ALLREDUCE_IMPLS, label="All-reduce", family="allreduce_impl"),
+    "split": Setting(str, "even", SPLITS, label="Data split", family="split"),
+    "dirichlet_alpha": Setting(float, 0.5, min=1e-3, max=1e3, help="small: each worker sees few classes",
                             label="Dirichlet alpha"),
-    "exchange_share": Spec(float, 0.0, min=0.0, max=1.0, label="Exchange share per step",
+    "exchange_share": Setting(float, 0.0, min=0.0, max=1.0, label="Exchange share per step",
                            help="share of its samples each worker hands its ring neighbour each step (the "
                                 "task-level design's data exchange)"),
-    "emulate": Spec(bool, False, help="emulate device speeds and link bandwidths of the topology",
+    "emulate": Setting(bool, False, help="emulate device speeds and link bandwidths of the topology",
                     label="Emulate the topology's devices and links", widget="toggle"),
-    "worker_devices": Spec(tuple, (), help="device of the topology each worker stands for"),
-    "eval_every": Spec(int, 10, min=1, max=100_000),
-    "checkpoint_every": Spec(int, 0, min=0, max=100_000, help="0: only at the end"),
-    "check_every": Spec(int, 10, min=1, max=100_000, help="parameter checksum across workers every K steps"),
-    "fault": Spec(str, "none", FAULT_KINDS),
-    "fault_worker": Spec(int, 0, min=0, max=3),
-    "fault_step": Spec(int, 5, min=0, max=100_000),
-    "fault_policy": Spec(str, "fail", FAULT_POLICIES),
-    "parallel": Spec(str, "data", PARALLEL_MODES, help="data parallel, or each operator on the device a plan puts it on"),
-    "strategy": Spec(str, "type_rule", STRATEGY_NAMES, help="the placement strategy that makes the plan"),
-    "micro_batches": Spec(int, 4, min=1, max=64, help="a placement run pipelines each batch in this many parts"),
-    "balance": Spec(str, "off", BALANCE_CHOICES, help="a placement run re-plans every round from each device's "
+    "worker_devices": Setting(tuple, (), help="device of the topology each worker stands for"),
+    "eval_every": Setting(int, 10, min=1, max=100_000),
+    "checkpoint_every": Setting(int, 0, min=0, max=100_000, help="0: only at the end"),
+    "check_every": Setting(int, 10, min=1, max=100_000, help="parameter checksum across workers every K steps"),
+    "fault": Setting(str, "none", FAULT_KINDS),
+    "fault_worker": Setting(int, 0, min=0, max=3),
+    "fault_step": Setting(int, 5, min=0, max=100_000),
+    "fault_policy": Setting(str, "fail", FAULT_POLICIES),
+    "parallel": Setting(str, "data", PARALLEL_MODES, help="data parallel, or each operator on the device a plan puts it on"),
+    "strategy": Setting(str, "type_rule", STRATEGY_NAMES, help="the placement strategy that makes the plan"),
+    "micro_batches": Setting(int, 4, min=1, max=64, help="a placement run pipelines each batch in this many parts"),
+    "balance": Setting(str, "off", BALANCE_CHOICES, help="a placement run re-plans every round from each device's "
                     "measured waiting (greedy earliest finish or HEFT with weights), by this rule"),
-    "round_steps": Spec(int, 10, min=2, max=10_000, help="steps per balancing round (the first of each is warm-up)"),
-    "balance_tolerance": Spec(float, 0.05, min=0.0, max=1.0,
+    "round_steps": Setting(int, 10, min=2, max=10_000, help="steps per balancing round (the first of each is warm-up)"),
+    "balance_tolerance": Setting(float, 0.05, min=0.0, max=1.0,
                               help="the weights stay when (max wait - mean wait) / step time is at most this"),
-    "balance_patience": Spec(int, 3, min=1, max=100, help="the loop stops when the plan has not changed for this "
+    "balance_patience": Setting(int, 3, min=1, max=100, help="the loop stops when the plan has not changed for this "
                                                            "many rounds in a row"),
 }
 
-COMPRESSION_FIELDS: dict[str, Spec] = {
-    "kind": Spec(str, "none", COMPRESSORS, label="Compressor", family="compressor",
+COMPRESSION_FIELDS: dict[str, Setting] = {
+    "kind": Setting(str, "none", COMPRESSORS, label="Compressor", family="compressor",
                  help="what each worker sends of its gradient each step"),
-    "ratio": Spec(float, 0.01, min=1e-6, max=1.0, label="Ratio (kept fraction)", step=0.001, format="%.6f",
+    "ratio": Setting(float, 0.01, min=1e-6, max=1.0, label="Ratio (kept fraction)", step=0.001, format="%.6f",
                   help="0.01 keeps 1 % of the entries"),
-    "group_size": Spec(int, 1024, min=1, max=1 << 24, label="Group size (entries)",
+    "group_size": Setting(int, 1024, min=1, max=1 << 24, label="Group size (entries)",
                        help="Group-TopK keeps the top entries of every group"),
-    "error_feedback": Spec(bool, False, label="Error feedback",
+    "error_feedback": Setting(bool, False, label="Error feedback",
                            help="adds what was not sent to the next step's gradient, so it is sent later"),
-    "sharing": Spec(str, Sharing.SPARSE_ALLGATHER.value, SHARING, label="Sharing method", family="sharing"),
-    "rank": Spec(int, 1, min=1, max=64, label="PowerSGD rank",
+    "sharing": Setting(str, Sharing.SPARSE_ALLGATHER.value, SHARING, label="Sharing method", family="sharing"),
+    "rank": Setting(int, 1, min=1, max=64, label="PowerSGD rank",
                  help="each gradient matrix is sent as two thin matrices of this many columns"),
-    "warmup": Spec(int, 10, min=2, max=100_000, label="PowerSGD warm-up (steps)",
+    "warmup": Setting(int, 10, min=2, max=100_000, label="PowerSGD warm-up (steps)",
                    help="plain all-reduce steps before PowerSGD starts (torch's start_powerSGD_iter)"),
 }
 
@@ -211,7 +211,7 @@ def check_slowdowns(value: Any, where: str = "training.slowdown") -> tuple:
     from 0.01 to 1e6; 1 is the catalogue's speed."""
     pairs = _pairs(value, where, "device names to slowdown factors", "entries")
     seen: dict[str, float] = {}
-    spec = Spec(float, 1.0, min=0.01, max=MAX_SLOWDOWN)
+    spec = Setting(float, 1.0, min=0.01, max=MAX_SLOWDOWN)
     for dev, factor in pairs:
         dev = check_name(dev, where, what="every device name", max_len=MAX_PIN_NAME)
         factor = spec.check(dev, factor, where)
@@ -221,12 +221,12 @@ def check_slowdowns(value: Any, where: str = "training.slowdown") -> tuple:
     return tuple(sorted(seen.items()))
 
 
-def _section_from_dict(specs: Mapping[str, Spec], d: Any, where: str) -> dict:
+def _section_from_dict(specs: Mapping[str, Setting], d: Any, where: str) -> dict:
     _check_keys(d, specs, (), where)
     return {k: spec.check(k, d[k], where) if k in d else spec.default for k, spec in specs.items()}
 
 
-def _table_fields(table: Mapping[str, Spec]) -> list[tuple]:
+def _table_fields(table: Mapping[str, Setting]) -> list[tuple]:
     """A section's dataclass fields, each with its type and default from the table: written once."""
     return [(k, spec.type, field(default=spec.default)) for k, spec in table.items()]
 
@@ -386,9 +386,9 @@ def default_scenario() -> Scenario:
     return Scenario(name="cxl-mlp", topology=preset_cxl())
 
 
-def field_names(specs: Mapping[str, Spec]) -> list[str]:
+def field_names(specs: Mapping[str, Setting]) -> list[str]:
     return list(specs)
 
 
-__all__ = ["Scenario", "Training", "Compression", "Spec", "TRAINING_FIELDS", "COMPRESSION_FIELDS",
+__all__ = ["Scenario", "Training", "Compression", "Setting", "TRAINING_FIELDS", "COMPRESSION_FIELDS",
            "default_scenario", "MAX_SCENARIO_BYTES", "UPLOAD_MB", "fields"]

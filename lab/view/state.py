@@ -32,7 +32,7 @@ from lab.jobs.limits import MAX_PROCS, MAX_STEPS
 from lab.modelled.placement import STRATEGIES
 from lab.optim.playground import FUNCTIONS, MAX_COUNTEREXAMPLE_STEPS, PERIOD, SCHEDULES
 from lab.scenario.catalogue import DEVICE_CATALOGUE, PRESETS
-from lab.scenario.document import UPLOAD_MB, Spec
+from lab.scenario.document import UPLOAD_MB, Setting
 from lab.scenario.names import ALGORITHMS, COST_MODELS, FAULT_KINDS, FAULT_POLICIES, MODELS, OPTIMIZERS, SPARSIFIERS
 from lab.scenario.text import check_name, loads, shown
 from lab.scenario.topology import LINK_KINDS
@@ -44,10 +44,10 @@ MAX_VIEW_ENTRIES = 400  # every control of every page, and a per-device value fo
 @dataclass(frozen=True)
 class Control:
     """One control of one page that travels in a link: its page, and its field (type, default, allowed
-    values, label) in the same :class:`lab.scenario.document.Spec` the Scenario's fields are."""
+    values, label) in the same :class:`lab.scenario.document.Setting` the Scenario's fields are."""
 
     page: str
-    spec: Spec
+    spec: Setting
     prefix: bool = False
     from_scenario: Callable[[Any], Any] | None = None
     prefix_key: str = ""  # for a prefix control: the key it owns every continuation of (set by the table)
@@ -90,7 +90,7 @@ class Control:
 def _c(page: str, type_: type, default: Any, label: str, choices: tuple | None = None, lo: float | None = None,
        hi: float | None = None, *, help: str = "", widget: str = "", step: float | None = None,
        format: str | None = None, family: str | None = None, **kw: Any) -> Control:
-    return Control(page, Spec(type_, default, choices, lo, hi, help=help, label=label, widget=widget, step=step,
+    return Control(page, Setting(type_, default, choices, lo, hi, help=help, label=label, widget=widget, step=step,
                               format=format, family=family), **kw)
 
 
@@ -146,7 +146,7 @@ VIEW: dict[str, Control] = {
                      help="Run every strategy: each plan runs this many times (seeds 0, 1, ...)"),
     "pl_runs": _c("placement", tuple, (), "placement runs shown"),
     # The plan kept for comparison, as its record's JSON (lab.view.placement.baseline_json), so a link keeps it.
-    "pl_baseline": Control("placement", Spec(str, "", max_len=MAX_VIEW_CHARS, label="the plan kept as the baseline")),
+    "pl_baseline": Control("placement", Setting(str, "", max_len=MAX_VIEW_CHARS, label="the plan kept as the baseline")),
     "pl_round_steps": _c("placement", int, 5, "Steps per round", lo=2, hi=1000,
                          help="the first step of each round is a warm-up"),
     "pl_bal_runs": _c("placement", tuple, (), "balancing runs shown"),

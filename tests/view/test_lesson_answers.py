@@ -8,7 +8,6 @@ enough lessons, one for every page but Home, and one for every claim on the Abou
 
 from __future__ import annotations
 
-import ast
 import math
 import re
 from collections.abc import Callable
@@ -31,12 +30,10 @@ HIDEABLE = {"ar_source", "ar_order", "ar_size", "ar_alg", "pl_cost", "pl_batch",
 
 
 def about_claims() -> list[str]:
-    """Every claim of the About page, read from its DESIGNS list (the page itself needs streamlit)."""
-    tree = ast.parse((ROOT / "pages" / "about.py").read_text())
-    for node in tree.body:
-        if isinstance(node, ast.Assign) and any(getattr(t, "id", None) == "DESIGNS" for t in node.targets):
-            return [claim[0] for _, _, claims in ast.literal_eval(node.value) for claim in claims]
-    raise AssertionError("pages/about.py has no DESIGNS list")
+    """Every claim of the About page, from its page model's table of designs."""
+    from lab.view.about import DESIGNS
+
+    return [claim[0] for _, _, claims in DESIGNS for claim in claims]
 
 
 def view_of(lesson: Lesson, **step: Any) -> dict[str, Any]:

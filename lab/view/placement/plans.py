@@ -13,7 +13,7 @@ from lab.jobs.comparison import Spread
 from lab.machine import plans
 from lab.machine.calibrated_model import cost_model as named_cost_model
 from lab.modelled import placement as pl
-from lab.scenario.document import Spec, check_pins
+from lab.scenario.document import Setting, check_pins
 from lab.scenario.names import COST_MODELS, MODELS, STRATEGY_LABELS, STRATEGY_NAMES, STRATEGY_SHORT
 from lab.scenario.text import check_name, loads
 from lab.scenario.topology import Topology
@@ -56,7 +56,7 @@ def baseline_from_json(text: str) -> dict | None:
     d["pins"] = dict(check_pins(d["pins"], where=f"{where} pins"))
     if d["topology"] is not None:
         d["topology"] = Topology.from_dict(d["topology"]).to_dict()
-    finite = Spec(float, 0.0, min=0.0, max=1e12)
+    finite = Setting(float, 0.0, min=0.0, max=1e12)
     d["makespan"] = finite.check("makespan", d["makespan"], where)
     if not isinstance(d["busy"], dict) or len(d["busy"]) > 256:
         raise LabError("has no busy time per device", where=where)
