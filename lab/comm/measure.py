@@ -104,8 +104,8 @@ def _worker(cfg: dict) -> None:
     rank, world = cfg["rank"], cfg["procs"]
     torch.set_num_threads(1)
     timeout = datetime.timedelta(seconds=cfg["op_timeout"])
-    store = dist.TCPStore("127.0.0.1", cfg["port"], world_size=world, is_master=False, timeout=timeout)
-    dist.init_process_group("gloo", store=dist.PrefixStore("lab-comm", store), rank=rank, world_size=world,
+    rendezvous = dist.TCPStore("127.0.0.1", cfg["port"], world_size=world, is_master=False, timeout=timeout)
+    dist.init_process_group("gloo", store=dist.PrefixStore("lab-comm", rendezvous), rank=rank, world_size=world,
                             timeout=timeout)
     if cfg.get("die_rank") == rank:
         sys.stderr.write(f"rank {rank}: dying on purpose (die_rank, for tests)\n")
@@ -228,9 +228,9 @@ def _run_workers(procs: int, cfg: dict, total: int, on_result: Callable[[dict], 
     whole run takes longer than ``timeout`` seconds."""
     import torch.distributed as dist
 
-    store = dist.TCPStore("127.0.0.1", 0, world_size=procs, is_master=True, wait_for_workers=False,
+    rendezvous = dist.TCPStore("127.0.0.1", 0, world_size=procs, is_master=True, wait_for_workers=False,
                           timeout=datetime.timedelta(seconds=op_timeout))
-    cfg = {**cfg, "procs": procs, "port": store.port, "op_timeout": op_timeout}
+    cfg = {**cfg, "procs": procs, "port": rendezvous.port, "op_timeout": op_timeout}
     env = child_env(**THREAD_VARIABLES)
     env.setdefault("GLOO_SOCKET_IFNAME", "lo")
     workers: list[subprocess.Popen] = []

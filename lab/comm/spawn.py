@@ -22,8 +22,8 @@ def init_worker(rank: int, world: int, port: int, timeout_s: float = 60.0) -> No
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     torch.set_num_threads(1)
     timeout = datetime.timedelta(seconds=timeout_s)
-    store = dist.TCPStore("127.0.0.1", port, world_size=world, is_master=False, timeout=timeout)
-    dist.init_process_group("gloo", store=store, rank=rank, world_size=world, timeout=timeout)
+    rendezvous = dist.TCPStore("127.0.0.1", port, world_size=world, is_master=False, timeout=timeout)
+    dist.init_process_group("gloo", store=rendezvous, rank=rank, world_size=world, timeout=timeout)
 
 
 def run_local(fn: Callable, world: int, args: tuple = (), timeout_s: float = 120.0) -> None:
@@ -35,9 +35,9 @@ def run_local(fn: Callable, world: int, args: tuple = (), timeout_s: float = 120
     """
     if not 1 <= world <= 4:
         raise LabError(f"run_local starts 1 to 4 processes (got {world})")
-    store = dist.TCPStore("127.0.0.1", 0, world_size=world, is_master=True, wait_for_workers=False,
+    rendezvous = dist.TCPStore("127.0.0.1", 0, world_size=world, is_master=True, wait_for_workers=False,
                           timeout=datetime.timedelta(seconds=timeout_s))
-    port = store.port
+    port = rendezvous.port
     ctx = mp.start_processes(fn, args=(world, port, *args), nprocs=world, join=False, start_method="spawn")
     deadline = time.monotonic() + timeout_s
     try:

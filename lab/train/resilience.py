@@ -86,10 +86,10 @@ def init_process_group(rank: int, world: int, timeout_s: float) -> None:
     if not prefix and os.environ.get("TORCHELASTIC_USE_AGENT_STORE") == "True":
         # torchrun's agent keeps one store for every restart of the job: without a prefix per
         # attempt, a restarted rank can read a dead rank's address from the previous attempt
-        store = dist.TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), world, False,
+        rendezvous = dist.TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), world, False,
                               timeout=timeout)
         tag = os.environ.get("TORCHELASTIC_RUN_ID", "job")
-        dist.init_process_group("gloo", store=dist.PrefixStore(f"lab/{tag}/attempt{attempt()}/", store), rank=rank,
+        dist.init_process_group("gloo", store=dist.PrefixStore(f"lab/{tag}/attempt{attempt()}/", rendezvous), rank=rank,
                                 world_size=world, timeout=timeout)
         return
     if not prefix:
@@ -99,8 +99,8 @@ def init_process_group(rank: int, world: int, timeout_s: float) -> None:
     kw = {}
     if rank == 0 and settings.raw("LAB_STORE_FD"):
         kw["master_listen_fd"] = int(settings.raw("LAB_STORE_FD"))
-    store = dist.TCPStore(addr, port, world, rank == 0, timeout=timeout, wait_for_workers=False, **kw)
-    dist.init_process_group("gloo", store=dist.PrefixStore(prefix, store), rank=rank, world_size=world,
+    rendezvous = dist.TCPStore(addr, port, world, rank == 0, timeout=timeout, wait_for_workers=False, **kw)
+    dist.init_process_group("gloo", store=dist.PrefixStore(prefix, rendezvous), rank=rank, world_size=world,
                             timeout=timeout)
 
 
