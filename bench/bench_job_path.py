@@ -6,7 +6,7 @@ all processes, from the submit to the first optimiser step of the first rank tha
 
 * files of ``lab/`` whose functions were called, and the functions (each counted once per process),
 * scenario serialisations (``to_json``/``to_dict``) and parses (``from_json``/``from_dict``),
-  ``preflight`` and ``make_plan`` calls, argv parses.
+  ``preflight`` and ``job_layout`` calls, argv parses.
 
 The page itself adds two files (the Training page and its ``ui`` helper) that are not traced here.
 
@@ -105,9 +105,9 @@ def trace(args, tmp: Path) -> None:
         ["start", "cold" if args.cold else "warm"], ["processes traced", procs], ["files of lab/", len(files)],
         ["functions called", len(calls)], ["scenario written (to_json/to_dict)", ser],
         ["scenario read (from_json/from_dict)", parse], ["preflight", counts["preflight"]],
-        ["make_plan", counts["make_plan"]], ["argv parses", counts["parse_args"]]]))
+        ["job_layout", counts["job_layout"]], ["argv parses", counts["parse_args"]]]))
     print(f"job path: files {len(files)}, functions {len(calls)}, scenario written {ser}, read {parse}, "
-          f"preflight {counts['preflight']}, make_plan {counts['make_plan']}, argv parses {counts['parse_args']}")
+          f"preflight {counts['preflight']}, job_layout {counts['job_layout']}, argv parses {counts['parse_args']}")
 
 
 if __name__ == "__main__":

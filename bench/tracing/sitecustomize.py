@@ -10,7 +10,7 @@ import time
 _OUT = os.environ.get("JOBPATH_TRACE")
 if _OUT:
     _ROOT = os.environ["JOBPATH_ROOT"].rstrip("/") + "/lab/"
-    _EVERY = {"to_json", "from_json", "to_dict", "from_dict", "preflight", "check_scenario", "make_plan",
+    _EVERY = {"to_json", "from_json", "to_dict", "from_dict", "preflight", "check_scenario", "job_layout",
               "parse_args"}
     _state = {"pid": None, "seen": set()}
 

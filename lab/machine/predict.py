@@ -52,7 +52,7 @@ from lab.modelled.opgraph import trace
 from lab.scenario.document import Scenario
 from lab.scenario.models import build_model
 from lab.train.emulation import ring_allreduce_time
-from lab.train.plan import check_scenario
+from lab.train.layout import check_scenario
 from lab.modelled.collectives.ring import allgather_steps, ring_bytes_per_rank, ring_steps
 from lab.scenario.names import TORCH_HOOKS, Sharing, optimiser_implementation
 
@@ -167,7 +167,7 @@ def _dense_ring_bytes(n: int, world: int) -> float:
 def predict_step(scenario: Scenario, profile: MachineProfile, *, plan: Any = None) -> Prediction:
     """Predicted seconds per step of ``scenario`` on the machine described by ``profile``.
 
-    ``plan``: the worker's plan (:func:`lab.train.plan.check_scenario`), when already made."""
+    ``plan``: the worker's plan (:func:`lab.train.layout.check_scenario`), when already made."""
     if not isinstance(profile, MachineProfile):
         raise LabError("predicting needs a machine profile: calibrate this machine first", where="prediction")
     sc = scenario

@@ -46,7 +46,7 @@ def paired_bench_worker(rank: int, world: int, port: int, out_dir: str, config: 
             for n, t in trainers.items():
                 rec[n]["test_acc"] = t.evaluate()
                 rec[n]["checksum"] = t.checksum()
-                rec[n]["lr"] = t.plan.lr
+                rec[n]["lr"] = t.layout.lr
             out[opt] = rec
         dist.barrier()
     except Exception as exc:  # noqa: BLE001 - reported to the bench

@@ -129,7 +129,7 @@ def attach(trainer: Any) -> CompressedAllReduce | None:
     """Called by the Trainer's setup: the compressed sync when the scenario asks for it, else None."""
     trainer.t_compress = 0.0
     tr = trainer.tr
-    if not enabled(tr) or trainer.plan.server is not None:
+    if not enabled(tr) or trainer.layout.server is not None:
         return None
     trainer.bytes_kind = "measured"
     shapes = order = None
@@ -137,7 +137,7 @@ def attach(trainer: Any) -> CompressedAllReduce | None:
         shapes = [p.shape for p in trainer.params]
         probe = trainer.ds.x_test[:2]  # any input: the order depends on the graph, not on the values
         order = ready_order(trainer.model, lambda m: m(probe).sum())
-    return CompressedAllReduce(tr, trainer.world, trainer.plan.batch_sizes, trainer.link_delay, shapes, order)
+    return CompressedAllReduce(tr, trainer.world, trainer.layout.batch_sizes, trainer.link_delay, shapes, order)
 
 
 __all__ = ["enabled", "check", "attach", "CompressedAllReduce"]

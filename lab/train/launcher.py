@@ -212,7 +212,7 @@ def preflight(sc: Scenario) -> Scenario:
     """Every check a worker would fail, run before any process starts, so that a wrong setting is one
     LabError here (exit 2 and one line on the command line) and never a failed job with a traceback
     per worker: the devices of the scenario, then what every worker's setup does
-    (:func:`lab.train.plan.check_scenario`: the data, the model, the plan with each worker's device
+    (:func:`lab.train.layout.check_scenario`: the data, the model, the plan with each worker's device
     and its kernels, the optimiser, the shards). Returns the scenario as the job runs it: a placement run's
     with its plan written out (:func:`lab.train.placement_run.resolved`)."""
     tr = sc.training
@@ -230,7 +230,7 @@ def preflight(sc: Scenario) -> Scenario:
                        f"{sc.topology.device_names})", where="training.worker_devices")
     # Imported here: the plan needs torch, which this module must not load when it is imported (the job
     # manager imports it); a launcher pays for torch only once it is about to start a job's workers.
-    from lab.train.plan import check_scenario
+    from lab.train.layout import check_scenario
 
     check_scenario(sc)
     return sc

@@ -51,8 +51,8 @@ class SyncSteps:
         if op == "mean":
             t.div_(self.world)
         emulated = 0.0
-        if self.plan.emulation is not None:
-            emulated = emu.ring_allreduce_time(self.sc.topology, self.plan.emulation.devices, nbytes)
+        if self.layout.emulation is not None:
+            emulated = emu.ring_allreduce_time(self.sc.topology, self.layout.emulation.devices, nbytes)
             if emulated > 0:
                 time.sleep(emulated)
         # gloo does not count bytes: record what a ring all-reduce sends (modelled)
@@ -61,9 +61,9 @@ class SyncSteps:
 
     @waits_for_peers
     def _send_delay(self, dst_dev: str | None, nbytes: int) -> float:
-        if self.plan.emulation is None or dst_dev is None:
+        if self.layout.emulation is None or dst_dev is None:
             return 0.0
-        src = self.plan.server_device if self.is_server else self.plan.emulation.devices[self.rank]
+        src = self.layout.server_device if self.is_server else self.layout.emulation.devices[self.rank]
         if src == dst_dev:
             return 0.0
         d = self.sc.topology.transfer_time(src, dst_dev, nbytes)
@@ -105,8 +105,8 @@ class SyncSteps:
         y_in = torch.empty(k, dtype=y_out.dtype)
         nbytes = x_out.numel() * 4 + y_out.numel() * 8
         delay = 0.0
-        if self.plan.emulation is not None:
-            delay = self._send_delay(self.plan.emulation.devices[right], nbytes)
+        if self.layout.emulation is not None:
+            delay = self._send_delay(self.layout.emulation.devices[right], nbytes)
         reqs = []
         if len(give):
             reqs += [dist.isend(x_out, right), dist.isend(y_out, right)]
@@ -187,8 +187,8 @@ class SyncSteps:
         ready = time.time()
         t1 = time.perf_counter()
         nbytes = self.gflat.numel() * 4
-        delay = self._send_delay(self.plan.server_device, nbytes)
-        reqs = [dist.isend(self.gflat, self.plan.server), dist.irecv(self.pflat, self.plan.server)]
+        delay = self._send_delay(self.layout.server_device, nbytes)
+        reqs = [dist.isend(self.gflat, self.layout.server), dist.irecv(self.pflat, self.layout.server)]
         for r in reqs:
             r.wait()
         tcoll = time.perf_counter() - t1
@@ -216,9 +216,9 @@ class SyncSteps:
         t3 = time.perf_counter()
         nbytes = self.pflat.numel() * 4
         delay = 0.0
-        if self.plan.emulation is not None:  # the sends to the workers overlap: wait for the slowest
-            d = max(self.sc.topology.transfer_time(self.plan.server_device, dev, nbytes)
-                    if dev != self.plan.server_device else 0.0 for dev in self.plan.emulation.devices)
+        if self.layout.emulation is not None:  # the sends to the workers overlap: wait for the slowest
+            d = max(self.sc.topology.transfer_time(self.layout.server_device, dev, nbytes)
+                    if dev != self.layout.server_device else 0.0 for dev in self.layout.emulation.devices)
             time.sleep(d)
             delay = d
         for r in [dist.isend(self.pflat, w) for w in range(self.n)]:

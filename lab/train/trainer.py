@@ -57,7 +57,7 @@ from lab.train import compressed
 from lab.train import data as data_mod
 from lab.train import emulation as emu
 from lab.train import resilience as rz
-from lab.train.plan import IDLE_DEFINITION, make_plan
+from lab.train.layout import IDLE_DEFINITION, job_layout
 from lab.train.sync_steps import SyncSteps
 from lab.comm.peers import waits_for_peers
 
@@ -86,32 +86,32 @@ class Trainer(SyncSteps):
         tr0 = sc.training
         self.ds = data_mod.load_dataset(tr0.dataset, tr0.dataset_size, tr0.seed)
         self.model = self.build_model(tr0.model, self.ds.in_features, self.ds.classes, seed=tr0.seed)
-        self.plan = plan = make_plan(sc, self.world, self.model, self.ds.in_features)
-        self.tr = tr = plan.training
-        self.is_server = plan.server is not None and self.rank == plan.server
-        self.n = plan.workers
+        self.layout = layout = job_layout(sc, self.world, self.model, self.ds.in_features)
+        self.tr = tr = layout.training
+        self.is_server = layout.server is not None and self.rank == layout.server
+        self.n = layout.workers
         # Parameters and gradients live in flat buffers with one extra slot (the loss): the
         # collective then moves one contiguous tensor and no copies are made.
         self.params, self.pflat, self.gflat = flatten_parameters(self.model)
         self.numel = self.pflat.numel() - 1
         self.buffers = [b for b in self.model.buffers() if b.is_floating_point()]
-        self.opt = optim_from_training(tr, self.params, plan.lr) if (plan.server is None or self.is_server) else None
+        self.opt = optim_from_training(tr, self.params, layout.lr) if (layout.server is None or self.is_server) else None
         self.sampler = None
         self.weight = 1.0
         if not self.is_server:
-            weights = plan.info["weights"]
+            weights = layout.info["weights"]
             self.sampler = data_mod.worker_data(self.ds, self.rank, self.n, tr.split, tr.batch_size, weights=weights,
                                                 alpha=tr.dirichlet_alpha, seed=tr.seed)
-            total = sum(plan.batch_sizes)
+            total = sum(layout.batch_sizes)
             # mean over workers of (weight x local gradient) = gradient of the combined batch's mean loss
-            self.weight = plan.batch_sizes[self.rank] * self.n / total
-        self.scale = plan.emulation.scales[self.rank] if (plan.emulation and not self.is_server) else 1.0
+            self.weight = layout.batch_sizes[self.rank] * self.n / total
+        self.scale = layout.emulation.scales[self.rank] if (layout.emulation and not self.is_server) else 1.0
         impl = tr.allreduce_impl
         self.ring = impl == "ring" and self.world > 1
         self.link_delay = None
-        if plan.emulation is not None and plan.server is None:
-            self.link_delay = emu.ring_link_delay(sc.topology, plan.emulation.devices)
-        if plan.server is not None or (self.ring and tr.sync == "allreduce"):
+        if layout.emulation is not None and layout.server is None:
+            self.link_delay = emu.ring_link_delay(sc.topology, layout.emulation.devices)
+        if layout.server is not None or (self.ring and tr.sync == "allreduce"):
             self.bytes_kind = "measured"
         elif self.ring:  # the optimiser's max all-reduces go through gloo
             self.bytes_kind = "measured (ring) + modelled (gloo max)"
@@ -215,7 +215,7 @@ class Trainer(SyncSteps):
 
         if self.store is None:
             return
-        owner = self.plan.server if self.plan.server is not None else 0
+        owner = self.layout.server if self.layout.server is not None else 0
         folder = self.store.checkpoint_dir(self.run_id)
         if not final:
             for f in self._pending:  # rank 0: every measurement up to this step is committed first
@@ -292,30 +292,30 @@ class Trainer(SyncSteps):
 
     # ----- the loop ----------------------------------------------------------------------------
     def run(self) -> dict:
-        tr, plan = self.tr, self.plan
+        tr, layout = self.tr, self.layout
         steps = tr.steps
         if self.rank == 0 and self.store is not None:
-            info = {"world": self.world, "workers": self.n, "server_rank": plan.server, "params": self.numel,
-                    "lr_effective": plan.lr, "batch_sizes": plan.batch_sizes,
-                    "shard_sizes": None, "bytes_kind": self.bytes_kind, "dominant_op": plan.op_class,
-                    "emulated": plan.emulation is not None, "idle_definition": IDLE_DEFINITION,
-                    "devices": list(plan.emulation.devices) if plan.emulation else None,
-                    "scales": list(plan.emulation.scales) if plan.emulation else None,
-                    "server_device": plan.server_device, "torch_threads": torch.get_num_threads(),
+            info = {"world": self.world, "workers": self.n, "server_rank": layout.server, "params": self.numel,
+                    "lr_effective": layout.lr, "batch_sizes": layout.batch_sizes,
+                    "shard_sizes": None, "bytes_kind": self.bytes_kind, "dominant_op": layout.op_class,
+                    "emulated": layout.emulation is not None, "idle_definition": IDLE_DEFINITION,
+                    "devices": list(layout.emulation.devices) if layout.emulation else None,
+                    "scales": list(layout.emulation.scales) if layout.emulation else None,
+                    "server_device": layout.server_device, "torch_threads": torch.get_num_threads(),
                     "optimiser_implementation": optimiser_implementation(tr.fused, tr.sync),
                     "launcher": "lab" if self.launched else "torchrun", "checkpoint_dir":
                         str(self.store.checkpoint_dir(self.run_id, create=False)),
                     "attempt": rz.attempt()}
             if self.sampler is not None:
                 info["shard_sizes"] = [len(s) for s in data_mod.make_shards(
-                    self.ds.y_train, self.n, tr.split, weights=plan.info["weights"], alpha=tr.dirichlet_alpha,
+                    self.ds.y_train, self.n, tr.split, weights=layout.info["weights"], alpha=tr.dirichlet_alpha,
                     seed=tr.seed)]
             self.store.merge_info(self.run_id, info)
             self.store.add_stage(self.run_id, "data", attempt=rz.attempt(), step=self.start_step, detail={
                 "split": tr.split, "workers": self.n, "shard_sizes": info["shard_sizes"],
-                "batch_sizes": plan.batch_sizes, "dataset": tr.dataset, "exchange_share": tr.exchange_share})
+                "batch_sizes": layout.batch_sizes, "dataset": tr.dataset, "exchange_share": tr.exchange_share})
         if self.sampler is not None:
-            self.log(f"pid {os.getpid()}, {len(self.sampler)} local samples, batch {plan.batch_sizes[self.rank]}")
+            self.log(f"pid {os.getpid()}, {len(self.sampler)} local samples, batch {layout.batch_sizes[self.rank]}")
         step_fn = {"allreduce": self.step_allreduce, "state_allreduce": self.step_state}.get(tr.sync)
         if tr.sync == "param_server":
             step_fn = self.step_ps_server if self.is_server else self.step_ps_worker
@@ -349,7 +349,7 @@ class Trainer(SyncSteps):
             tcoll += time.perf_counter() - t_x
             emul_cm += xd
             finite = math.isfinite(glob)
-            samples = 0 if self.is_server else self.plan.batch_sizes[self.rank]
+            samples = 0 if self.is_server else self.layout.batch_sizes[self.rank]
             self.records.append([step, local, tcomp, tcoll, emul_cp, emul_cm, ready, time.time(), sent + xs, recv + xr,
                                  samples, self.t_compress])
             last = step == steps or not finite

@@ -7,7 +7,7 @@ from lab.errors import LabError
 from lab.jobs import grid
 from lab.jobs.variants import compression_label, full_label, settings_of, short_label, variant_key
 from lab.scenario.document import Compression, default_scenario
-from lab.train.plan import check_scenario
+from lab.train.layout import check_scenario
 
 
 def test_the_hooks_join_the_grid_with_the_scenarios_rank_and_warmup():

@@ -144,7 +144,7 @@ def test_geomean_error_by_hand():
 
 # ----- the preset batch and the lessons ------------------------------------------------------------
 def test_preset_batch_spans_the_cases_and_passes_the_job_checks():
-    from lab.train.plan import check_scenario
+    from lab.train.layout import check_scenario
 
     batch = preset_batch(steps=30)
     assert {s.training.workers for s in batch} == {1, 2, 3, 4}

@@ -21,7 +21,7 @@ from lab.train import reference
 from lab.comm.spawn import run_local
 from lab.testing.hook_workers import ddp_job_worker
 from lab.train.launcher import launch
-from lab.train.plan import check_scenario
+from lab.train.layout import check_scenario
 from lab.train.reference import single_process
 
 pytestmark = pytest.mark.timeout(180)

@@ -394,7 +394,7 @@ def _group_topk_error(x):
 def _after_the_kill(x):
     from lab.scenario.names import FAULT_KINDS, FAULT_POLICIES
     from lab.train.launcher import without_worker
-    from lab.train.plan import check_scenario
+    from lab.train.layout import check_scenario
 
     sc = x.scenario(FOLDER)
     tr = sc.training

@@ -1,4 +1,4 @@
-"""A job's plan, decided before any process starts: the workers and a parameter server, each rank's device, batch sizes and learning rate, the emulation; checking a Scenario against it."""
+"""A job's layout, decided before any process starts: the workers and a parameter server, each rank's device, batch sizes and learning rate, the emulation; checking a Scenario against it."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -18,7 +18,7 @@ IDLE_DEFINITION = ("idle = latest 'ready to communicate' wall-clock stamp among 
 
 
 @dataclass
-class Plan:
+class JobLayout:
     """What every rank works out, identically, from the scenario and the world size."""
 
     training: Training
@@ -33,7 +33,7 @@ class Plan:
     info: dict = field(default_factory=dict)
 
 
-def make_plan(sc: Scenario, world: int, model: torch.nn.Module, in_features: int) -> Plan:
+def job_layout(sc: Scenario, world: int, model: torch.nn.Module, in_features: int) -> JobLayout:
     tr = sc.training
     ps = tr.sync == "param_server"
     workers = world - 1 if ps else world
@@ -55,11 +55,11 @@ def make_plan(sc: Scenario, world: int, model: torch.nn.Module, in_features: int
     sizes = data_mod.batch_sizes(tr.batch_size, workers, tr.split, weights)
     compressed.check(tr, sum(p.numel() for p in model.parameters() if p.requires_grad))
     lr = tr.lr * (workers if tr.lr_scaling else 1)
-    return Plan(tr, world, workers, workers if ps else None, lr, sizes, em if tr.emulate else None,
+    return JobLayout(tr, world, workers, workers if ps else None, lr, sizes, em if tr.emulate else None,
                 server_dev, op, {"weights": weights, "compute_shares_from": list(em.devices) if em else None})
 
 
-def check_scenario(sc: Scenario) -> Plan:
+def check_scenario(sc: Scenario) -> JobLayout:
     """Everything a job would refuse, checked in this process before any worker starts, with the
     very steps a worker's setup takes (:meth:`lab.train.trainer.Trainer.setup`): the data set and the
     model, the plan (devices and their kernels for emulation, compute shares, batch sizes, the
@@ -67,7 +67,7 @@ def check_scenario(sc: Scenario) -> Plan:
     tr = sc.training
     ds = data_mod.load_dataset(tr.dataset, tr.dataset_size, tr.seed)
     model = build_model(tr.model, ds.in_features, ds.classes, seed=tr.seed)
-    plan = make_plan(sc, tr.workers + (1 if tr.sync == "param_server" else 0), model, ds.in_features)
+    plan = job_layout(sc, tr.workers + (1 if tr.sync == "param_server" else 0), model, ds.in_features)
     optim_from_training(plan.training, [p for p in model.parameters() if p.requires_grad], plan.lr)
     data_mod.make_shards(ds.y_train, plan.workers, tr.split, weights=plan.info["weights"], alpha=tr.dirichlet_alpha,
                          seed=tr.seed)
