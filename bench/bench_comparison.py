@@ -22,6 +22,7 @@ sys.path.insert(0, str(ROOT))
 
 from lab.jobs import comparison as C  # noqa: E402
 from lab.jobs import variants  # noqa: E402
+from lab.scenario.names import COMPARED_OPTIMIZERS  # noqa: E402
 from lab.jobs.manager import JobManager  # noqa: E402
 from lab.scenario.document import Compression, default_scenario  # noqa: E402
 from lab.store.runs import RunStore  # noqa: E402
@@ -42,10 +43,10 @@ def main() -> None:
     ap.add_argument("--smoke", action="store_true",
                     help="smallest sizes, seconds: checks the bench still runs (the test suite runs this)")
     a = ap.parse_args()
-    optimizers = C.COMPARED_OPTIMIZERS
+    optimizers = COMPARED_OPTIMIZERS
     if a.smoke:
         a.steps, a.repeats, a.db = 5, 1, None
-        optimizers = C.COMPARED_OPTIMIZERS[:1]
+        optimizers = COMPARED_OPTIMIZERS[:1]
         print(SMOKE_NOTE, flush=True)
 
     folder = None if a.db else Path(tempfile.mkdtemp(prefix="bench-cmp-"))

@@ -27,8 +27,8 @@ from pathlib import Path
 from common import ROOT, free_port, start_app, stop_app, table  # noqa: E402  (also puts the checkout on sys.path)
 
 from lab import settings  # noqa: E402
-from lab.jobs import comparison as C  # noqa: E402
 from lab.jobs import variants  # noqa: E402
+from lab.scenario.names import COMPARED_OPTIMIZERS  # noqa: E402
 from lab.jobs.guard import WINDOW_S  # noqa: E402
 from lab.jobs.manager import JobManager  # noqa: E402
 from lab.scenario.document import Compression, default_scenario  # noqa: E402
@@ -147,7 +147,7 @@ def main() -> None:
     ap.add_argument("--smoke", action="store_true",
                     help="smallest sizes, seconds: checks the bench still runs (the test suite runs this)")
     a = ap.parse_args()
-    step_counts, optimizers = (1, 200), C.COMPARED_OPTIMIZERS
+    step_counts, optimizers = (1, 200), COMPARED_OPTIMIZERS
     if a.smoke:  # one 1-step job each way, and a comparison of one optimiser, dense and compressed
         a.repeats, a.grid_steps = 1, 1
         step_counts, optimizers = (1,), optimizers[:1]
