@@ -82,9 +82,15 @@ def answer(lesson: Lesson, i: int) -> None:
 
 
 def hidden(key: str) -> bool:
-    """Whether the active lesson hides control ``key`` on this page (its view value stays in force)."""
+    """Whether lesson mode hides control ``key`` (the table marks it advanced, or the active lesson names it);
+    its view value stays in force."""
+    if not lesson_mode():
+        return False
+    c = viewstate.control_for(key)
+    if c is not None and c.advanced:
+        return True
     lesson = find_lesson(LESSONS, st.session_state.get(LESSON_ACTIVE))
-    return lesson is not None and lesson_mode() and key in lesson.hide
+    return lesson is not None and key in lesson.hide
 
 
 def lesson_panel(page: str) -> None:

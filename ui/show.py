@@ -1,16 +1,19 @@
-"""Showing a page's parts: the measured / modelled / emulated badge of every figure, captions, table column
-configs, and ``guarded``, which shows a LabError as its message and anything unexpected as a short message,
+"""Showing a page's parts: a page model's sections (``show``), the measured / modelled / emulated badge of every
+figure, captions, table column configs, and ``guarded``, which shows a LabError as its message and anything unexpected as a short message,
 never a traceback."""
 
 from __future__ import annotations
 
 import contextlib
 import logging
+from importlib import import_module
 from typing import Iterator
 
+import pandas as pd
 import streamlit as st
 
 from lab.errors import LabError
+from lab.view.section import Section
 from ui.text import plain
 
 log = logging.getLogger("lab.ui")
@@ -53,3 +56,56 @@ def guarded(what: str = "this step") -> Iterator[None]:
     except Exception as exc:  # noqa: BLE001 - the user must never see a traceback
         log.exception("unexpected error in %s", what)
         st.error(plain(f"Something went wrong in {what}: {type(exc).__name__}: {exc}"), icon=":material/error:")
+
+
+def figure(section: Section):
+    """The section's figure, built by its pure builder in ``lab.figures`` from its input (None when it has none)."""
+    if section.chart is None:
+        return None
+    module, _, fn = section.chart.partition(".")
+    found = getattr(import_module(f"lab.figures.{module}"), fn, None)
+    if not callable(found):
+        raise ValueError(f"lab.figures.{module} has no figure builder {fn!r}")
+    return found(**section.chart_input)
+
+
+def _md(section: Section, text: str) -> str:
+    """The lab's Markdown with the section's values filled in as text."""
+    return text.format(**{k: plain(v) for k, v in section.values.items()}) if section.values else text
+
+
+def show(section: Section, where=None) -> None:
+    """Draw one section of a page model in ``where`` (the page by default): header, intro, notices, figure,
+    table, caption with its badge, text, metrics."""
+    where = st if where is None else where
+    if section.header:
+        (where.subheader if section.level == "subheader" else where.header)(_md(section, section.header))
+    if section.intro:
+        where.markdown(_md(section, section.intro))
+    for n in section.notices:
+        getattr(where, n.level)(plain(n.text), icon=n.icon)
+    fig = figure(section)
+    if fig is not None:
+        where.plotly_chart(fig, key=f"{section.key}_fig")
+    if section.table is not None:
+        where.dataframe(pd.DataFrame(section.table), hide_index=True, key=f"{section.key}_table",
+                        column_config=column_config(section.columns or {}))
+    if section.caption:
+        text = _md(section, section.caption)
+        where.caption(f"{badge(section.kind)} {text}" if section.kind else text)
+    if section.text:
+        where.markdown(_md(section, section.text))
+    if section.metrics:
+        for col, (label, value) in zip(where.columns(len(section.metrics)), section.metrics):
+            col.metric(plain(label), value)
+
+
+def show_all(sections) -> None:
+    """Draw a page model's sections in order; a "left" section and the "right" ones after it share a row."""
+    row = None
+    for s in sections:
+        if s.side == "left" or (s.side == "right" and row is None):
+            row = st.columns(2)
+        show(s, row[1 if s.side == "right" else 0] if s.side else None)
+        if s.side is None:
+            row = None

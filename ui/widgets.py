@@ -23,7 +23,7 @@ def _widget(where, spec: Setting, key: str, value=_FROM_SESSION, format_func=Non
     the choices where the page knows them only now (devices, operators, runs), ``hi`` a bound the page
     knows only now, ``label`` a label that counts something; ``kw`` goes to the widget (a table's data)."""
     given = value is not _FROM_SESSION
-    names = labels(spec.family) if spec.family else {}
+    names = labels(spec.family) if spec.family else dict(spec.names)
     fmt = format_func or (lambda v: names.get(v, str(v)))
     label = spec.label if label is None else label
     c = viewstate.control_for(key)
@@ -107,3 +107,18 @@ def control(where, key: str, *, options=None, hi=None, value=_FROM_SESSION, form
         elif value is None:
             value = _FROM_SESSION
     return _widget(where, c.spec, key, value, format_func, options=options, hi=hi, **kw)
+
+
+def form(key: str, rows, submit: str = "Run", **options) -> dict:
+    """A form built from the view table: ``rows`` is a list of rows of control keys (a row of one control
+    spans the page), ``options`` a control's ``options``/``hi`` the page knows only now. The controls lesson
+    mode hides draw nothing and keep their values. Returns every control's value by key."""
+    values = {}
+    with st.form(key):
+        for row in rows:
+            drawn = [k for k in row if not hidden(k)]
+            places = st.columns(len(drawn)) if len(drawn) > 1 else [st] * len(drawn)
+            for k in row:
+                values[k] = control(places[drawn.index(k)], k, **options.get(k, {})) if k in drawn else view_value(k)
+        st.form_submit_button(submit, type="primary", key=f"{key}_run")
+    return values

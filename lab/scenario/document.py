@@ -57,6 +57,7 @@ class Setting:
     widget: str = ""  # "slider" or "toggle"
     step: float | None = None
     format: str | None = None
+    names: tuple[tuple[Any, str], ...] = ()  # the choices' labels where no family names them
 
     def check(self, name: str, value: Any, where: str) -> Any:
         w = f"{where}.{name}"

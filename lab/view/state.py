@@ -52,6 +52,7 @@ class Control:
     from_scenario: Callable[[Any], Any] | None = None
     prefix_key: str = ""  # for a prefix control: the key it owns every continuation of (set by the table)
     transient: bool = False  # neither kept across pages nor carried by a link
+    advanced: bool = False  # lesson mode hides it (its value stays in force)
 
     def check(self, key: str, value: Any) -> Any:
         if self.prefix:  # the rest of the key names a device or an operator: a name like any other
@@ -89,9 +90,9 @@ class Control:
 
 def _c(page: str, type_: type, default: Any, label: str, choices: tuple | None = None, lo: float | None = None,
        hi: float | None = None, *, help: str = "", widget: str = "", step: float | None = None,
-       format: str | None = None, family: str | None = None, **kw: Any) -> Control:
+       format: str | None = None, family: str | None = None, names: tuple = (), **kw: Any) -> Control:
     return Control(page, Setting(type_, default, choices, lo, hi, help=help, label=label, widget=widget, step=step,
-                              format=format, family=family), **kw)
+                              format=format, family=family, names=names), **kw)
 
 
 RING_COMPRESSORS = SPARSIFIERS  # the compressors the sparse ring simulation takes
@@ -183,16 +184,20 @@ VIEW: dict[str, Control] = {
     "cmp_target": _c("compare", float, 90.0, "Target test accuracy (%)", lo=1.0, hi=100.0, step=1.0,
                      help="The summary gives the steps and seconds each variant took to reach it"),
     # ---- Optimisers
-    "pg_fn": _c("optimisers", str, "rosenbrock", "Test function", tuple(FUNCTIONS)),
+    "pg_fn": _c("optimisers", str, "rosenbrock", "Test function", tuple(FUNCTIONS),
+                names=tuple((k, f.label) for k, f in FUNCTIONS.items())),
     "pg_opts": _c("optimisers", tuple, tuple(OPTIMIZERS), "Optimisers", tuple(OPTIMIZERS), family="optimizer"),
     "pg_steps": _c("optimisers", int, 400, "Steps (count)", lo=10, hi=2000, widget="slider", step=10),
     "pg_lr": _c("optimisers", float, 0.1, "Learning rate lr", lo=1e-4, hi=10.0, format="%.4f"),
     "pg_seed": _c("optimisers", int, 0, "Noise seed", lo=0, hi=2**31 - 1,
-                  help="Fixes the gradient noise of the noisy quadratic; every optimiser sees the same noise"),
-    "pg_own_start": _c("optimisers", bool, False, "Own start point", help="Otherwise each function's usual start point"),
-    "pg_x0": _c("optimisers", float, -1.5, "start x", lo=-10.0, hi=10.0),
-    "pg_y0": _c("optimisers", float, 2.0, "start y", lo=-10.0, hi=10.0),
-    "ce_schedule": _c("optimisers", str, SCHEDULES[0], "Step size", tuple(SCHEDULES), widget="radio"),
+                  help="Fixes the gradient noise of the noisy quadratic; every optimiser sees the same noise",
+                  advanced=True),
+    "pg_own_start": _c("optimisers", bool, False, "Own start point", help="Otherwise each function's usual start point",
+                       advanced=True),
+    "pg_x0": _c("optimisers", float, -1.5, "start x", lo=-10.0, hi=10.0, advanced=True),
+    "pg_y0": _c("optimisers", float, 2.0, "start y", lo=-10.0, hi=10.0, advanced=True),
+    "ce_schedule": _c("optimisers", str, SCHEDULES[0], "Step size", tuple(SCHEDULES), widget="radio",
+                      names=tuple((s, "lr / √t (the paper's)" if s == "1/sqrt(t)" else "constant lr") for s in SCHEDULES)),
     "ce_lr": _c("optimisers", float, 1.0, "lr", lo=1e-4, hi=10.0, format="%.4f"),
     "ce_steps": _c("optimisers", int, 500 * PERIOD, "Steps (count)", lo=PERIOD, hi=MAX_COUNTEREXAMPLE_STEPS,
                    step=PERIOD),
