@@ -5,12 +5,13 @@
   :data:`MAX_DEPTH` (checked without recursion, before anything quotes the value).
 * :func:`check_text` checks free text, :func:`check_name` a name, and :func:`check_distinct` that the
   names of one namespace (the devices and switches of a topology, its pools, pinned operators) do not
-  merely *look* different: two names with the same :func:`fold` are refused side by side.
+  merely *look* different: two names that :func:`look_alike` finds alike (equal but for case, or letter for
+  letter by their :func:`skeleton`) are refused side by side.
 * :func:`shown` quotes a value in a message, cut to a few dozen characters however large or deeply
   nested the value is.
 
 The look-alike letters come from Unicode's confusables data (UTS #39) as the package
-``confusable-homoglyphs`` ships it; :func:`fold` builds its table from that data once.
+``confusable-homoglyphs`` ships it; :func:`skeleton` builds its table from that data once.
 """
 
 from __future__ import annotations
@@ -220,9 +221,8 @@ def check_name(name: Any, where: str, *, what: str = "a name", max_len: int = NA
 @lru_cache(maxsize=1)
 def _look_alikes() -> dict[str, str]:
     """character -> the one character that stands for all that look like it (Unicode's confusables,
-    single characters only). A group's stand-in is an ASCII capital if it has one, else an ASCII
-    small letter, a digit, other ASCII, else its lowest code point: then folding the case of the
-    stand-in meets the group of its small letter (I, l and 1 meet i)."""
+    single characters only). A group's stand-in is an ASCII small letter if it has one, else an ASCII
+    capital, a digit, other ASCII, else its lowest code point (so I, l, | and 1 are all l)."""
     from confusable_homoglyphs.confusables import confusables_data  # ~1 MB of data: read on first use
 
     parent: dict[str, str] = {}
@@ -249,7 +249,7 @@ def _look_alikes() -> dict[str, str]:
         groups.setdefault(root(c), []).append(c)
 
     def rank(c: str) -> tuple:
-        return (not ("A" <= c <= "Z"), not ("a" <= c <= "z"), not c.isascii() or not c.isdigit(),
+        return (not ("a" <= c <= "z"), not ("A" <= c <= "Z"), not c.isascii() or not c.isdigit(),
                 not c.isascii(), ord(c))
 
     table: dict[str, str] = {}
@@ -274,42 +274,45 @@ def _sequences() -> tuple[tuple[str, str], ...]:
                 if len(one) == 1 and one.isascii() and one.isalpha() and 2 <= len(run) <= 3 \
                         and run.isascii() and run.isalpha():
                     out[run.casefold()] = one.casefold()
-    # in the letters fold() has by then (l and i have met already, so "cl" is looked for as "ci")
-    folded = {"".join(_fold_char(c) for c in run): "".join(_fold_char(c) for c in one) for run, one in out.items()}
+    folded = {"".join(_look_alike_char(c) for c in run): _look_alike_char(one) for run, one in out.items()}
     return tuple(sorted(folded.items(), key=lambda kv: -len(kv[0])))
 
 
 @lru_cache(maxsize=4096)
-def _fold_char(ch: str) -> str:
-    table = _look_alikes()
-    s = ch
-    for _ in range(4):  # look-alike, then case, until neither changes it (two rounds in practice)
-        t = "".join(table.get(c, c) for c in s).casefold()
-        if t == s:
-            break
-        s = t
-    return s
+def _look_alike_char(ch: str) -> str:
+    return _look_alikes().get(ch, ch)
 
 
 def fold(name: str) -> str:
-    """The key two names are compared by: equal keys look the same to a reader. Compatibility forms
-    (NFKC), case, invisible and format characters, spacing (runs of spaces, spaces at either end) and
-    look-alike letters of other scripts (Cyrillic р for p, Greek ο for o, 1 and l for I) are folded.
-    Look-alikes go first, then case: a Cyrillic capital В looks like B, its small в not like b. Last,
-    runs of letters that read as one letter (rn as m, cl as d, vv as w)."""
-    key = unicodedata.normalize("NFKC", "".join(_fold_char(ch) for ch in _as_read(name)))
+    """The key of a name with case set aside: two names with equal keys are the same to a reader but for case,
+    compatibility forms, invisible characters and spacing."""
+    return _as_read(name).casefold()
+
+
+def skeleton(name: str) -> str:
+    """The key of a name letter for letter, as shown (UTS #39's skeleton, with spacing and invisible characters
+    set aside): look-alike letters of other scripts (Cyrillic р for p, Greek ο for o), capital I, small l and 1,
+    O and 0, and runs of letters that read as one letter (rn as m, cl as d, vv as w) meet; a Cyrillic capital В
+    is B, its small в is not b, and L is not I."""
+    key = unicodedata.normalize("NFKC", "".join(_look_alike_char(ch) for ch in _as_read(name)))
     for run, one in _sequences():
         key = key.replace(run, one)
     return key
 
 
+def look_alike(a: str, b: str) -> bool:
+    """Whether a reader could take one name for the other: equal but for case, or letter for letter. The two
+    are not composed: L is l but for case and l looks like I, yet nobody reads L as I."""
+    return fold(a) == fold(b) or skeleton(a) == skeleton(b)
+
+
 def check_distinct(names: Iterable[str], where: str, *, namespace: str = "the topology", what: str = "name") -> None:
-    """Refuse a name that only looks like an earlier, different one of ``names`` (same :func:`fold`).
+    """Refuse a name that only looks like an earlier, different one of ``names`` (:func:`look_alike`).
     The same name twice is left to the caller (some namespaces, pools, repeat names on purpose)."""
     seen: dict[str, str] = {}
     for n in names:
-        key = fold(n)
-        other = seen.setdefault(key, n)
+        other = seen.setdefault(fold(n), n)
+        other = other if other != n else seen.setdefault("\0" + skeleton(n), n)
         if other != n:
             raise LabError(f"the {what} {shown(n, 60)} looks like {shown(other, 60)}, already in {namespace}; "
                            "names must differ by more than case, spacing, invisible characters or "
@@ -317,4 +320,4 @@ def check_distinct(names: Iterable[str], where: str, *, namespace: str = "the to
 
 
 __all__ = ["MAX_DEPTH", "NAME_MAX", "check_depth", "check_distinct", "check_name", "check_text", "fold",
-           "is_blank", "loads", "nfc", "shown"]
+           "is_blank", "look_alike", "loads", "nfc", "shown", "skeleton"]

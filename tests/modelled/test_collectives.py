@@ -360,12 +360,13 @@ def test_fit_recovers_alpha_beta_and_defines_geomean_error():
 
 
 def test_identical_devices_get_names_the_lab_accepts_at_every_size():
-    """The All-reduce page's "identical devices" builds any size its slider allows: the default names never
-    include two that look alike (L reads as l, which looks like I)."""
-    from lab.scenario.text import fold
+    """The All-reduce page's "identical devices" builds any size its slider allows, and the topology cap: the
+    default names pass the look-alike rule, which tells L from I as a reader does."""
+    from lab.scenario.text import check_distinct, look_alike
 
-    for n in range(2, 65):
+    for n in range(2, 257):
         names = C.default_names(n)
-        assert len(names) == n and len({fold(x) for x in names}) == n
-        assert len(C.uniform_star(n, 1e9, 1e-6).devices) == n + 1  # and the host
-    assert "L" not in C.default_names(26) and C.default_names(3) == ["A", "B", "C"]
+        check_distinct(names, "test")
+        assert len(names) == n and (n > 255 or len(C.uniform_star(n, 1e9, 1e-6).devices) == n + 1)  # and the host
+    assert C.default_names(26)[11] == "L" and C.default_names(3) == ["A", "B", "C"]
+    assert not any(look_alike(a, b) for i, a in enumerate(C.default_names(40)) for b in C.default_names(40)[:i])

@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 from lab.errors import MAX_MESSAGE, LabError
 from lab.scenario.catalogue import preset
 from lab.scenario.document import Scenario, check_pins, default_scenario
-from lab.scenario.text import MAX_DEPTH, check_distinct, check_name, fold, is_blank, loads, shown
+from lab.scenario.text import MAX_DEPTH, check_distinct, check_name, fold, is_blank, loads, look_alike, shown, skeleton
 from lab.scenario.topology import Topology
 
 BASE = default_scenario().to_dict()
@@ -178,7 +178,8 @@ def test_names_of_every_script_and_distinct_look_stay_accepted():
         assert check_name(name, "device") == name.replace("e\u0301", "\u00e9")
     d = renamed(renamed(preset("cxl"), "fpga", "gpu2"), "asic", "gpu3")
     assert Topology.from_dict(d)  # gpu, gpu2, gpu3: different names
-    assert fold("GPU\u00a0 0") == fold("gpu o") and fold("gpu") != fold("gpv")
+    assert fold("GPU\u00a0 O") == fold("gpu o") and skeleton("GPU\u00a0 0") == skeleton("GPU O")
+    assert fold("gpu") != fold("gpv") and skeleton("gpu") != skeleton("gpv")
 
 
 @pytest.mark.parametrize("op", ["\ud800", "fc\u202e1", "a\x00", "a\x07", "a\x1b", "\u200b", "\u3164", "a\u2028b"])
@@ -269,10 +270,10 @@ def test_direction_marks_are_refused_like_overrides(name):
 
 @pytest.mark.parametrize("a,b", [("dpu", "clpu"), ("edge", "eclge"), ("mlp", "rnlp"), ("dwconv", "dvvconv")])
 def test_letters_that_read_as_one_letter_are_look_alikes(a, b):
-    assert fold(a) == fold(b)
+    assert skeleton(a) == skeleton(b)
     with pytest.raises(LabError, match="looks like"):
         Topology.from_dict(renamed(preset("cxl"), "fpga", b)) if a == "dpu" else check_distinct([a, b], "x")
-    assert fold("cpu") != fold("gpu") and fold("gpu0") != fold("gpu")
+    assert not look_alike("cpu", "gpu") and not look_alike("gpu0", "gpu")
 
 
 def test_a_huge_flat_document_is_refused_before_it_is_parsed():
@@ -299,3 +300,27 @@ def test_a_link_that_unpacks_to_more_than_a_file_may_hold_is_refused():
     cut = zlib.compress(sc.to_json().encode(), 9)[:-6]  # the end of the stream is missing
     with pytest.raises(LabError, match="damaged"):
         Scenario.from_url_param(base64.urlsafe_b64encode(cut).decode().rstrip("="))
+
+
+@pytest.mark.parametrize("a,b", [("L", "I"), ("gpuL", "gpuI"), ("LI", "IL"), ("b", "в"), ("gpu", "gpv")])
+def test_names_a_reader_tells_apart_are_not_look_alikes(a, b):
+    assert not look_alike(a, b)
+    check_distinct([a, b], "x")
+
+
+@pytest.mark.parametrize("a,b", [("I", "l"), ("l", "1"), ("GPU 0", "GPU O"), ("p", "р"), ("B", "В"), ("A", "a"),
+                                 ("gpu", "GPU"), ("ml", "rnl")])
+def test_names_a_reader_could_take_for_each_other_are_refused_side_by_side(a, b):
+    assert look_alike(a, b)
+    with pytest.raises(LabError, match="looks like"):
+        check_distinct([a, b], "x")
+
+
+def test_the_look_alike_rule_never_refuses_two_ascii_letters_or_digits_a_reader_tells_apart():
+    """Brute force over every pair of ASCII letters and digits: only the pairs a reader confuses meet."""
+    import string
+    chars = string.ascii_letters + string.digits
+    pairs = {frozenset((a, b)) for i, a in enumerate(chars) for b in chars[:i] if look_alike(a, b)}
+    confusable = {frozenset(p) for p in ("Il", "I1", "l1", "O0")}
+    same_case = {frozenset((c, c.upper())) for c in string.ascii_lowercase}
+    assert pairs - same_case == confusable
