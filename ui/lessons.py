@@ -44,7 +44,8 @@ def open_lesson(lesson: Lesson) -> dict[str, str]:
 
 def student_ticks(lesson: Lesson) -> set[int]:
     """This student's ticked steps of ``lesson``: what the run store kept for them (a reload, another page),
-    and those a link brought (``lt=``), read once."""
+    and those a link brought (``lt=``), read once and kept for this student, so that the panel and the
+    teacher's view agree."""
     ss = st.session_state
     book = ss.setdefault(LESSON_TICKS, {})
     if lesson.id not in book:
@@ -52,7 +53,12 @@ def student_ticks(lesson: Lesson) -> set[int]:
 
         got = store().lesson_ticks(owner(), lesson.id)
         if st.query_params.get(LESSON_ID_PARAM) == lesson.id:
-            got |= ticks_from_param(st.query_params.get(LESSON_TICKS_PARAM), len(lesson.steps))
+            linked, notice = ticks_from_param(st.query_params.get(LESSON_TICKS_PARAM), len(lesson.steps))
+            if notice:
+                st.info(plain(notice[0].upper() + notice[1:] + "."), icon=":material/info:")
+            for i in sorted(linked - got):
+                store().record_lesson(owner(), lesson.id, i, ticked=True)
+            got |= linked
         book[lesson.id] = got
     return book[lesson.id]
 

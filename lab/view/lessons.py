@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from lab.errors import LabError
+from lab.scenario.text import shown
 from lab.scenario.document import Scenario
 from lab.view.state import checked, control_for
 
@@ -176,15 +177,22 @@ def ticks_param(ticks: Any) -> str:
     return ".".join(str(i) for i in sorted({int(i) for i in ticks}))
 
 
-def ticks_from_param(text: Any, steps: int) -> set[int]:
-    """The ticked steps of a link's ``lt=`` (anything): the valid step numbers in it, the rest dropped."""
+def ticks_from_param(text: Any, steps: int) -> tuple[set[int], str | None]:
+    """The ticked steps of a link's ``lt=`` (anything): the valid step numbers in it, and a notice when it held
+    anything else (which is dropped). Only ASCII digits are numbers here: "²" and "٣" are characters Python
+    calls digits, and neither is a step a link of the lab's making holds."""
+    if text is None or text == "":
+        return set(), None
     if not isinstance(text, str) or len(text) > 400:
-        return set()
-    out = set()
+        return set(), "the link's ticked steps were not read (not a short list of step numbers)"
+    out, bad = set(), []
     for part in text.split("."):
-        if part.isdigit() and int(part) < steps:
+        if part.isascii() and part.isdigit() and len(part) < 4 and int(part) < steps:
             out.add(int(part))
-    return out
+        else:
+            bad.append(part)
+    return out, (f"the link's ticked steps held {shown('.'.join(bad), 40)}, which names no step of this lesson; "
+                 "it was left out" if bad else None)
 
 
 def find_lesson(folder: Path, lesson_id: Any) -> Lesson | None:

@@ -33,8 +33,10 @@ def test_a_lesson_with_a_question_on_a_step_it_does_not_have_or_an_unknown_contr
 
 def test_ticks_in_a_link_keep_only_the_lessons_steps():
     assert ticks_param({3, 0, 2}) == "0.2.3"
-    assert ticks_from_param("0.2.3.99.x.-1", 4) == {0, 2, 3}
-    assert ticks_from_param(None, 4) == set() and ticks_from_param("1" * 500, 4) == set()
+    got, notice = ticks_from_param("0.2.3.99.x.-1", 4)
+    assert got == {0, 2, 3} and "99.x.-1" in notice
+    assert ticks_from_param(None, 4) == (set(), None) and ticks_from_param("0.1", 4) == ({0, 1}, None)
+    assert ticks_from_param("1" * 500, 4)[0] == set() and ticks_from_param(["0"], 4)[0] == set()
 
 
 def test_progress_is_kept_per_student_and_the_teacher_sees_the_class_without_ids(tmp_path):
@@ -54,3 +56,16 @@ def test_progress_is_kept_per_student_and_the_teacher_sees_the_class_without_ids
     assert students == [{"student": "student 1", "Ring": "2 of 3, up to step 3"}, {"student": "student 2",
                                                                                    "Ring": "0 of 3"}]
     assert "alice" not in json.dumps([steps, students]) and "bob" not in json.dumps([steps, students])
+
+
+def test_every_unicode_digit_that_is_not_ascii_is_a_notice_never_a_step_or_an_error():
+    """Brute force over every code point Python's isdigit or isdecimal accepts: "²" crashed int(), "٣" ticked
+    step 4. Alone, doubled, or beside a good step, each is dropped with a notice."""
+    import sys
+
+    digits = [chr(c) for c in range(sys.maxunicode + 1) if chr(c).isdigit() and not chr(c).isascii()]
+    assert len(digits) > 600 and "²" in digits and "٣" in digits
+    for d in digits:
+        for text in (d, d + d, "1." + d, d + ".1"):
+            got, notice = ticks_from_param(text, 10)
+            assert got <= {1} and notice and "no step" in notice, text
