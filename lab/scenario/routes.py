@@ -30,6 +30,10 @@ from lab.errors import LabError
 #: (node a, node b, bandwidth, latency) of one link, ``a`` and ``b`` indices into the node list.
 Edge = tuple[int, int, float, float]
 
+# Latencies are summed as whole femtoseconds: integer sums do not depend on their order, so two routes of
+# equal latency tie exactly and the fewer hops win (float sums in different orders differ in the last bit).
+_FS = 1e15
+
 
 class RouteTable:
     """The widest route between every ordered pair of the nodes ``names``.
@@ -57,14 +61,15 @@ class RouteTable:
         del self._adjacency
 
     @staticmethod
-    def _adjacent(n: int, edges: Sequence[Edge]) -> list[list[tuple[float, float, int]]]:
-        """Each node's links as (bandwidth, latency, neighbour), fastest first, so that a search
-        over the links at least ``level`` fast stops reading a list at its first slower link."""
-        adj: list[list[tuple[float, float, int]]] = [[] for _ in range(n)]
+    def _adjacent(n: int, edges: Sequence[Edge]) -> list[list[tuple[float, int, int]]]:
+        """Each node's links as (bandwidth, latency in femtoseconds, neighbour), fastest first, so that a
+        search over the links at least ``level`` fast stops reading a list at its first slower link."""
+        adj: list[list[tuple[float, int, int]]] = [[] for _ in range(n)]
         for a, b, bw, lat in edges:
             if a != b:
-                adj[a].append((bw, lat, b))
-                adj[b].append((bw, lat, a))
+                fs = round(lat * _FS)
+                adj[a].append((bw, fs, b))
+                adj[b].append((bw, fs, a))
         for links in adj:
             links.sort(key=lambda x: -x[0])
         return adj
@@ -116,12 +121,12 @@ class RouteTable:
         """Dijkstra from ``src`` over the links at least ``level`` fast, by (latency, hops), and
         the routes from ``src`` to ``targets`` (and back) recorded at bottleneck ``level``."""
         n, adj = self.n, self._adjacency
-        dist = [math.inf] * n
+        dist: list[float] = [math.inf] * n
         hops = [0] * n
         pred = [-1] * n
-        dist[src] = 0.0
+        dist[src] = 0
         settled = [False] * n
-        heap = [(0.0, 0, src)]
+        heap = [(0, 0, src)]
         pop, push = heapq.heappop, heapq.heappush
         while heap:
             d, h, u = pop(heap)
@@ -139,7 +144,7 @@ class RouteTable:
         k = len(self._sources)
         self._sources.append(src)
         self._preds.append(np.array(pred, dtype=np.int32))
-        d_t = np.array(dist)[targets]
+        d_t = np.array(dist, dtype=float)[targets] / _FS
         h_t = np.array(hops)[targets]
         for rows, cols in ((src, targets), (targets, src)):
             self.bottleneck[rows, cols] = level

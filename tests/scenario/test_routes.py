@@ -241,3 +241,37 @@ def test_unknown_nodes_are_lab_errors():
         t.path("gpu", "nowhere")
     with pytest.raises(LabError, match="no node named"):
         t.path_matrix(1.0, ["gpu", "nowhere"])
+
+
+# Decimal latencies whose float sums depend on their order (0.1 + 0.2 != 0.3): a tie is a tie all the same.
+DECIMAL_LATENCIES = st.sampled_from([0.1, 0.2, 0.3, 0.7, 0.8, 0.0])
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=list(HealthCheck))
+@given(n_dev=st.integers(2, 6), n_sw=st.integers(0, 2),
+       edges=st.lists(st.tuples(st.integers(0, 7), st.integers(0, 7), BANDWIDTHS, DECIMAL_LATENCIES), max_size=14))
+def test_ties_of_decimal_latencies_go_to_the_fewest_hops_as_brute_force_in_exact_sums(n_dev, n_sw, edges):
+    from fractions import Fraction
+
+    topo = small_topology(n_dev, n_sw, edges)
+    g = topo.graph
+    for a, b in itertools.permutations(list(g.nodes), 2):
+        best = None
+        for nodes in nx.all_simple_paths(g, a, b):
+            links = [g[u][v]["link"] for u, v in zip(nodes, nodes[1:])]
+            key = (-min(l.bandwidth for l in links), sum(Fraction(repr(l.latency)) for l in links), len(links))
+            best = key if best is None or key < best else best
+        p = topo.path(a, b)
+        if best is None:
+            assert p.hops == 0
+            continue
+        assert (p.bottleneck, p.hops) == (-best[0], best[2]), (a, b)
+        assert math.isclose(p.latency, float(best[1]), rel_tol=1e-9, abs_tol=1e-18)
+
+
+def test_two_hops_of_seven_tenths_and_a_tenth_tie_with_one_of_eight_tenths_and_the_fewer_hops_win():
+    devs = tuple(Device(n, "gpu", throughput=FLOPS) for n in "abd")
+    links = (Link("a", "b", "pcie", 1.0, 0.7), Link("b", "d", "pcie", 1.0, 0.1), Link("a", "d", "pcie", 1.0, 0.8))
+    assert 0.7 + 0.1 < 0.8  # the float sum is smaller: the rule must still see a tie
+    t = Topology("tenths", devs, links).validate()
+    assert t.path("a", "d").nodes == ("a", "d") and t.path("d", "a").nodes == ("d", "a")
