@@ -58,6 +58,16 @@ from lab.store.schema import (_SCHEMA, ACTIVE, BUSY_TIMEOUT_S, FINISHED, JOB_WOR
 default_db_path = settings.db_path
 
 
+class OverCap(LabError):
+    """Runs refused because their owner would have more than ``cap`` queued or running (``active`` already)."""
+
+    def __init__(self, active: int, adding: int, cap: int) -> None:
+        self.active, self.adding, self.cap = active, adding, cap
+        super().__init__(f"you have {active} job(s) queued or running and at most {cap} are allowed at once; "
+                         f"these {adding} would make {active + adding}: wait for some to finish, or stop some on the "
+                         "Jobs page", where="jobs")
+
+
 def _clean(v: Any) -> Any:
     """NaN/inf are stored as NULL so JSON and SQL stay plain."""
     if isinstance(v, float) and not math.isfinite(v):
@@ -130,17 +140,34 @@ class RunStore(JobRecords, LessonBook, Exports):
     def create_run(self, scenario: Any, name: str | None = None, status: str = "queued",
                    run_id: str | None = None, info: Mapping | None = None) -> str:
         """Store a new run of ``scenario`` (a Scenario or its dict); returns its id."""
-        sc = scenario.to_dict() if hasattr(scenario, "to_dict") else dict(scenario)
-        run_id = check_run_id(run_id) if run_id else new_run_id()
+        return self.create_runs([(scenario, name)], status=status, run_id=run_id, info=info)[0]
+
+    def create_runs(self, items: Iterable[tuple[Any, str | None]], status: str = "queued", *,
+                    run_id: str | None = None, info: Mapping | None = None, cap: int = 0) -> list[str]:
+        """Store a new run of each (scenario, name) of ``items``, all or none; returns their ids. With ``cap``
+        (> 0), refuse them with :class:`OverCap` when the owner in ``info`` would then have more than ``cap``
+        queued or running: counted and written in one transaction, so two submits at once cannot both pass."""
+        rows = []
+        for scenario, name in items:
+            sc = scenario.to_dict() if hasattr(scenario, "to_dict") else dict(scenario)
+            rid = check_run_id(run_id) if run_id else new_run_id()
+            rows.append((rid, str(name or sc.get("name") or rid)[:200], json.dumps(sc)))
         if status not in STATUSES:
             raise LabError(f"unknown status {status!r}; allowed: {list(STATUSES)}", where="run store")
-        name = str(name or sc.get("name") or run_id)[:200]
+        info = json.dumps(dict(info or {}))
         with self._write() as c:
-            if c.execute("SELECT 1 FROM runs WHERE id=?", (run_id,)).fetchone():
-                raise LabError(f"a run with id {run_id!r} already exists", where="run store")
-            c.execute("INSERT INTO runs (id, name, scenario, status, created, info) VALUES (?,?,?,?,?,?)",
-                      (run_id, name, json.dumps(sc), status, time.time(), json.dumps(dict(info or {}))))
-        return run_id
+            if cap > 0:
+                owner = json.loads(info).get("owner")
+                active = c.execute(f"SELECT COUNT(*) FROM runs WHERE json_extract(info, '$.owner') = ? AND status IN "
+                                   f"({','.join('?' * len(ACTIVE))})", (str(owner), *ACTIVE)).fetchone()[0]
+                if active + len(rows) > cap:
+                    raise OverCap(active, len(rows), cap)
+            for rid, name, sc in rows:
+                if c.execute("SELECT 1 FROM runs WHERE id=?", (rid,)).fetchone():
+                    raise LabError(f"a run with id {rid!r} already exists", where="run store")
+                c.execute("INSERT INTO runs (id, name, scenario, status, created, info) VALUES (?,?,?,?,?,?)",
+                          (rid, name, sc, status, time.time(), info))
+        return [rid for rid, _, _ in rows]
 
     def update_run(self, run_id: str, **fields: Any) -> None:
         bad = set(fields) - set(RUN_COLUMNS[1:])
