@@ -278,8 +278,6 @@ class Lifecycle:
                     self._ring.append(owner)
                 ours.add(rid)
         self._adopted = [rid for rid, _ in adopted]
-        if adopted:
-            self._ensure_thread()
         for r in runs.itertuples():
             rid = r.id
             if rid in ours:
@@ -289,6 +287,20 @@ class Lifecycle:
                 rec = self.store.launcher(rid)
                 gone = launcher_gone(rec) if rec is not None else (
                     None if alive_since(pid, r.created) else "its process is gone (killed, or the machine restarted)")
-                if gone is not None and self._interrupt(rid, gone, "job manager at start"):
+                if gone is None:
+                    with self._lock:
+                        self._orphans.add(rid)
+                elif self._interrupt(rid, gone, "job manager at start"):
                     out.append(rid)
+        if adopted:  # once the orphans are known: they count against the capacity from the first turn
+            self._ensure_thread()
         return out
+
+    def orphans(self) -> list[str]:
+        """The runs a dead manager left running that still run (counted against the capacity until they end)."""
+        with self._lock:
+            candidates = list(self._orphans)
+        alive = {rid for rid in candidates if self._status_or(rid) == "running"}
+        with self._lock:
+            self._orphans &= alive | (self._orphans - set(candidates))
+            return sorted(self._orphans)

@@ -118,6 +118,9 @@ class JobManager(FairQueue, Lifecycle, Actions):
         self._sweeper: threading.Thread | None = None
         self.roster = Roster()  # the owners that signed in as the teacher
         self._adopted: list[str] = []  # queued runs taken over at the start from a process that ended
+        # Runs a dead manager left running, whose launcher lives on: they hold cores until they end, so they
+        # count against the capacity as this manager's own do.
+        self._orphans: set[str] = set()
         self.failures: list[tuple[float, str]] = []  # the scheduler's and the sweeper's last errors
         # The warm starter (lab.train.warm), one per process: the app starts it when it starts, and the
         # first submit or warm_up() otherwise; jobs fork from it once it has loaded torch and the data.

@@ -129,9 +129,10 @@ class FairQueue:
             now = time.monotonic()
             overtime = [rid for rid, t0 in self._started.items() if self.limits.over_time(now - t0)]
             self._yield_long_jobs(now)
+            orphans = len(self.orphans()) if self._orphans else 0
             while self._queue:
                 fresh = [r for r in self._running if r not in self._yielded]
-                if len(fresh) >= self.capacity or len(self._running) >= 2 * self.capacity:
+                if len(fresh) + orphans >= self.capacity or len(self._running) + orphans >= 2 * self.capacity:
                     break
                 if self.cluster and self._cluster_is_behind(now):
                     break  # the next job goes once those handed over started: the fair queue's order holds
