@@ -45,6 +45,14 @@ def main() -> None:
     # A local icon: a Material icon as page_icon makes every viewer's browser fetch it from Google's font server.
     st.set_page_config(page_title="Heterogeneous training lab", page_icon=str(ROOT / "assets" / "icon.png"),
                        layout="wide")
+    from lab.jobs.access import teacher_token
+    from lab.serve import refusal
+
+    # Streamlit listens on every address when none is set: that is a class server too.
+    why = refusal(str(st.get_option("server.address") or "0.0.0.0"), teacher_token())
+    if why:  # started beyond this machine without a strong teacher's token: nothing of the lab is served
+        st.error(f"This lab server is not open: {why}.", icon=":material/lock:")
+        st.stop()
     start_warm_starter()
     # On a 1024-pixel projector the sidebar takes 300 px; Streamlit's 5rem side padding of the page would take
     # 160 more, leaving 564 px for the controls. Below 1200 px the padding shrinks to 1.5rem.

@@ -17,13 +17,18 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import logging
+import math
 import re
 import secrets
 import threading
-from typing import Iterable
+import time
+from typing import Callable, Iterable
 
 from lab import settings
 from lab.errors import LabError
+
+log = logging.getLogger("lab.jobs.access")
 
 TEACHER = "teacher"  # how the store names the teacher as the one who stopped or released a job
 ANONYMOUS = "-"  # an owner that no browser holds (a job queued by a script through the manager)
@@ -54,6 +59,23 @@ def teacher_token() -> str:
     return settings.raw("LAB_TEACHER_TOKEN")
 
 
+TEACHER_TOKEN_MIN = 16
+MAKE_TEACHER_TOKEN = 'python -c "import secrets; print(secrets.token_urlsafe(24))"'
+
+
+def teacher_token_problem(token: str) -> str | None:
+    """Why ``token`` may not be the teacher's (too short, too few different characters), or None. An empty token
+    is no teacher, which is allowed on a server that listens on this machine only."""
+    if not token:
+        return None
+    why = None
+    if len(token) < TEACHER_TOKEN_MIN:
+        why = f"has {len(token)} characters, and a teacher token needs at least {TEACHER_TOKEN_MIN}"
+    elif len(set(token)) < 8 or sum(any(f(c) for c in token) for f in (str.isdigit, str.islower, str.isupper)) < 2:
+        why = "repeats too few different characters (a guess would find it)"
+    return None if why is None else f"LAB_TEACHER_TOKEN {why}: make one with {MAKE_TEACHER_TOKEN}"
+
+
 def is_teacher(claim) -> bool:
     """Whether ``claim`` (typed into the sign-in) is the server's teacher token. Compared in
     constant time; no token set on the server, or none claimed: False."""
@@ -63,25 +85,60 @@ def is_teacher(claim) -> bool:
     return hmac.compare_digest(claim.encode(), token.encode())
 
 
+#: A client's wait after its k-th wrong sign-in is 2^(k-1) s up to this; the whole server's after its n-th
+#: (of any client) is 2^(n // OVERALL_EVERY - 1) s up to OVERALL_MAX_S, so guessing from many clients slows too.
+CLIENT_MAX_S = 300.0
+OVERALL_EVERY = 5
+OVERALL_MAX_S = 60.0
+TEACHER_HOURS = 12.0  # a teacher's sign-in lasts this long, then they sign in again
+
+
 class Roster:
     """The owner ids that signed in as the teacher, for this server process: a reload or a second tab
-    of the same browser keeps its owner id, so it stays the teacher. A restart of the server forgets
-    them (the teacher signs in again), and so does a change of LAB_TEACHER_TOKEN."""
+    of the same browser keeps its owner id, so it stays the teacher, for :data:`TEACHER_HOURS` or until they
+    sign out. A restart of the server forgets them (the teacher signs in again), and so does a change of
+    LAB_TEACHER_TOKEN. Wrong tokens slow the next try down, per client and overall; the log says that a
+    sign-in failed, never what was typed."""
 
-    def __init__(self) -> None:
-        self._teachers: dict[str, str] = {}  # owner id -> digest of the token it signed in with
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+        self._teachers: dict[str, tuple[str, float]] = {}  # owner id -> (digest of its token, signed in at)
         self._lock = threading.Lock()
+        self._clock = clock
+        self._fails: dict[str, tuple[int, float]] = {}  # client -> (wrong tries, may try again at)
+        self._overall: tuple[int, float] = (0, -math.inf)
 
     @staticmethod
     def _digest(token: str) -> str:
         return hashlib.sha256(token.encode()).hexdigest()
 
+    def wait(self, owner: str) -> float:
+        """Seconds before ``owner`` may try to sign in again (0: now)."""
+        now = self._clock()
+        with self._lock:
+            until = max(self._fails.get(str(owner), (0, -math.inf))[1], self._overall[1])
+        return max(0.0, until - now)
+
     def sign_in(self, owner: str, claim) -> bool:
-        """Make ``owner`` the teacher when ``claim`` is the teacher token; returns whether it was."""
-        if not owner or owner == ANONYMOUS or not is_teacher(claim):
+        """Make ``owner`` the teacher when ``claim`` is the teacher token; returns whether it was. A try while
+        the server makes this client wait is refused unread (a LabError saying how long)."""
+        if not owner or owner == ANONYMOUS:
+            return False
+        left = self.wait(owner)
+        if left > 0:
+            raise LabError(f"too many wrong teacher tokens: try again in {math.ceil(left)} s", where="sign-in")
+        now = self._clock()
+        if not is_teacher(claim):
+            with self._lock:
+                k = self._fails.get(str(owner), (0, 0.0))[0] + 1
+                self._fails[str(owner)] = (k, now + min(2.0 ** (k - 1), CLIENT_MAX_S))
+                n = self._overall[0] + 1
+                self._overall = (n, now + (min(2.0 ** (n // OVERALL_EVERY - 1), OVERALL_MAX_S)
+                                           if n >= OVERALL_EVERY else 0.0))
+            log.warning("a teacher sign-in failed (client %s, its try %d, the server's %d)", owner, k, n)
             return False
         with self._lock:
-            self._teachers[str(owner)] = self._digest(teacher_token())
+            self._teachers[str(owner)] = (self._digest(teacher_token()), now)
+            self._fails.pop(str(owner), None)
         return True
 
     def sign_out(self, owner: str) -> None:
@@ -94,7 +151,10 @@ class Roster:
             return False
         with self._lock:
             held = self._teachers.get(str(owner))
-        return held is not None and hmac.compare_digest(held, self._digest(token))
+            if held is not None and self._clock() - held[1] > TEACHER_HOURS * 3600:
+                del self._teachers[str(owner)]  # expired: the teacher signs in again
+                held = None
+        return held is not None and hmac.compare_digest(held[0], self._digest(token))
 
 
 def can_manage(run_owner: str | None, owner: str | None, teacher: bool = False) -> bool:
@@ -134,5 +194,5 @@ def delete_runs(store, run_ids: Iterable[str], owner: str | None, *, teacher: bo
     return runs
 
 
-__all__ = ["ANONYMOUS", "COOKIE", "TEACHER", "Roster", "can_manage", "check_manage", "delete_runs", "is_teacher",
+__all__ = ["ANONYMOUS", "COOKIE", "MAKE_TEACHER_TOKEN", "TEACHER", "TEACHER_HOURS", "Roster", "teacher_token_problem", "can_manage", "check_manage", "delete_runs", "is_teacher",
            "new_token", "owner_id", "teacher_token", "valid_token", "whose"]
