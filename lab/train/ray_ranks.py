@@ -68,11 +68,32 @@ def connect(address: str) -> None:
         raise LabError("LAB_RAY_ADDRESS is a Ray client address (ray://); the lab's server must be a node of the "
                        "cluster: use auto, or the head's host:port", where="LAB_RAY_ADDRESS")
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")  # the lab sends no usage statistics
+    reach(address)
     try:
         ray.init(address=address, namespace="lab", logging_level="ERROR", log_to_driver=False,
                  runtime_env={"env_vars": {"PYTHONPATH": str(settings.ROOT)}})
     except (ConnectionError, RuntimeError, ValueError) as exc:
         raise LabError(f"the Ray cluster at {address!r} cannot be reached: {exc}", where="LAB_RAY_ADDRESS") from None
+
+
+REACH_TIMEOUT_S = 5.0
+
+
+def reach(address: str) -> None:
+    """A LabError within seconds when ``address`` (host:port) answers no connection: ray.init would retry for
+    minutes while the job showed "running" with nothing but failed connections in its log."""
+    if address in ("", "auto", "local"):
+        return  # found (or not) from this machine's own cluster files: ray.init says at once
+    host, sep, port = address.rpartition(":")
+    if not sep or not port.isascii() or not port.isdigit():
+        raise LabError(f"LAB_RAY_ADDRESS {address!r} is not auto nor host:port (the head's address and its GCS "
+                       "port, 6379 unless changed)", where="LAB_RAY_ADDRESS")
+    try:
+        socket.create_connection((host.strip("[]"), int(port)), timeout=REACH_TIMEOUT_S).close()
+    except OSError as exc:
+        raise LabError(f"the Ray cluster at {address!r} answers no connection ({exc.strerror or exc}): check that "
+                       "its head runs (ray status on the head), that the host and port are the head's (ray start "
+                       "--head prints them) and that no firewall is between", where="LAB_RAY_ADDRESS") from None
 
 
 @ray.remote(num_cpus=0, max_restarts=0)
