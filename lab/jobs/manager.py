@@ -64,6 +64,7 @@ from lab.jobs.access import (
     teacher_token,
 )
 from lab.jobs.actions import Actions
+from lab.jobs.classroom import Classroom
 from lab.jobs.lifecycle import Lifecycle
 from lab.jobs.limits import Limits
 from lab.jobs.queue import FairQueue, Job
@@ -76,7 +77,7 @@ from lab.train.warm import shared_starter
 log = logging.getLogger("lab.jobs")
 
 
-class JobManager(FairQueue, Lifecycle, Actions):
+class JobManager(FairQueue, Lifecycle, Actions, Classroom):
     """The class server's jobs: the queue (:class:`lab.jobs.queue.FairQueue`), their lifecycle and recovery
     (:class:`lab.jobs.lifecycle.Lifecycle`) and who may act on them (:class:`lab.jobs.actions.Actions`)."""
 

@@ -49,6 +49,7 @@ if TYPE_CHECKING:
 
 from lab import settings
 from lab.errors import LabError
+from lab.store.classroom import ClassBook
 from lab.store.export import Exports, safe_filename
 from lab.store.job_records import JobRecords
 from lab.store.lessons import LessonBook
@@ -75,7 +76,7 @@ def _clean(v: Any) -> Any:
     return v
 
 
-class RunStore(JobRecords, LessonBook, Exports):
+class RunStore(JobRecords, LessonBook, ClassBook, Exports):
     """The SQLite run store at ``path`` (default: env LAB_DB or ./data/runs.db)."""
 
     def __init__(self, path: str | os.PathLike | None = None, data: str | os.PathLike | None = None):

@@ -106,6 +106,24 @@ CREATE TABLE IF NOT EXISTS lesson_progress (
     t REAL NOT NULL,
     PRIMARY KEY (owner, lesson, step)
 ) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS classroom (
+    id INTEGER PRIMARY KEY CHECK (id = 1),
+    code TEXT NOT NULL,
+    lesson TEXT,
+    opened REAL NOT NULL
+);
+CREATE TABLE IF NOT EXISTS seats (
+    owner TEXT PRIMARY KEY,
+    name TEXT NOT NULL,
+    joined REAL NOT NULL
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS student_views (
+    owner TEXT NOT NULL,
+    page TEXT NOT NULL,
+    view TEXT NOT NULL,
+    t REAL NOT NULL,
+    PRIMARY KEY (owner, page)
+) WITHOUT ROWID;
 """
 
 
