@@ -14,6 +14,7 @@ from lab.modelled.collectives import (
     Timeline,
     contribution_letter,
 )
+from lab.figures.fidelity import add_profile_models
 from lab.figures.style import esc
 
 ALGO_COLOURS = {"ring": "#1f6feb", "ring (lab order)": "#0b3d91", "host": "#cf222e", "tree": "#2da44e",
@@ -176,8 +177,9 @@ def trigger_figure(timelines: Mapping[str, Timeline], scale: float = 1e3, unit: 
     return fig
 
 
-def measured_vs_model_figure(rows: Sequence[dict], fits: Mapping[str, AlphaBetaFit], title: str) -> go.Figure:
-    """Measured median times (markers) and the fitted alpha-beta model (lines) per implementation."""
+def measured_vs_model_figure(rows: Sequence[dict], fits: Mapping[str, AlphaBetaFit | None], title: str) -> go.Figure:
+    """Measured median times (markers) and the fitted alpha-beta model (lines) per implementation; an
+    implementation whose fit is None (one that cannot be right) has its markers and no line."""
     fig = go.Figure()
     for impl, fit in fits.items():
         colour = ALGO_COLOURS["ring" if impl == "ring" else "gloo"]
@@ -187,11 +189,22 @@ def measured_vs_model_figure(rows: Sequence[dict], fits: Mapping[str, AlphaBetaF
             marker=dict(color=colour, size=9),
             error_y=dict(type="data", symmetric=False, array=[r["time_max"] - r["time"] for r in sel],
                          arrayminus=[r["time"] - r["time_min"] for r in sel], thickness=1)))
-        fig.add_trace(go.Scatter(x=list(fit.sizes), y=list(fit.predicted), mode="lines", name=f"{impl}: model "
-                                 f"(α={fit.alpha * 1e6:.3g} µs, β={fit.beta * 1e9:.3g} ns/B)",
-                                 line=dict(color=colour, dash="dash")))
+        if fit is not None:
+            fig.add_trace(go.Scatter(x=list(fit.sizes), y=list(fit.predicted), mode="lines", name=f"{impl}: model "
+                                     f"(α={fit.alpha * 1e6:.3g} µs, β={fit.beta * 1e9:.3g} ns/B)",
+                                     line=dict(color=colour, dash="dash")))
     fig.update_layout(title=esc(title), xaxis_title="buffer size per process S (bytes)", yaxis_title="time (s)",
                       height=420, legend=dict(orientation="h", y=-0.25), margin=dict(t=60))
     fig.update_xaxes(type="log", exponentformat="SI")
     fig.update_yaxes(type="log", exponentformat="SI")
+    return fig
+
+
+def measured_figure(rows: Sequence[dict], fits: Mapping[str, AlphaBetaFit | None], title: str,
+                    profile: Mapping[str, object] | None = None, created: str = "") -> go.Figure:
+    """:func:`measured_vs_model_figure`, with the saved machine profile's alpha-beta model (``profile``: impl ->
+    CommFit, calibrated at ``created``) dotted beside it over the measured sizes."""
+    fig = measured_vs_model_figure(rows, fits, title)
+    if profile:
+        add_profile_models(fig, profile, sorted({r["size"] for r in rows}), rows[0]["procs"], created)
     return fig
