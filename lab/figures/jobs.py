@@ -33,13 +33,26 @@ STAGE_COLOURS = {"submitted": "#bab0ac", "parsed": "#9d755d", "scheduled": "#72b
                  "data": "#54a24b", "running": "#2ca02c", "fault": "#e45756", "alarm": "#d62728",
                  "restart": "#f58518", "stop": "#b279a2", "ended": "#1f1f1f", "released": "#7f7f7f"}
 STAGE_SYMBOLS = {"fault": "x", "alarm": "triangle-up", "restart": "star", "stop": "square"}
+LEGEND_ROW = 22  # pixels
 
 
-def _layout(fig: go.Figure, title: str, x_title: str, y_title: str, height: int) -> go.Figure:
-    # The legend sits between the title and the plot, so it never covers an axis or its title.
-    fig.update_layout(title=dict(text=esc_lines(title), x=0, xanchor="left", y=1, yanchor="top", pad=dict(t=8)),
-                      height=height + 40, margin=dict(l=10, r=10, t=90, b=50),
-                      legend=dict(orientation="h", x=0, xanchor="left", y=1.02, yanchor="bottom"),
+def legend_rows(names: Sequence[str], width: int = 320) -> int:
+    """How many rows a horizontal legend of ``names`` takes at most in a chart ``width`` pixels wide (a half
+    column at 1024 pixels): the room a figure adds below its plot, so the plot keeps its height."""
+    if len(names) < 2:
+        return 0  # one trace: plotly shows no legend
+    per_row = max(1, width // (7 * max(len(n) for n in names) + 40))
+    return -(-len(names) // per_row)
+
+
+def _layout(fig: go.Figure, title: str, x_title: str, y_title: str, height: int, legend: int = 0) -> go.Figure:
+    # The title sits above the plot and pushes the top margin as far as its lines need (a title anchored to the
+    # top of the figure is cut off there once it wraps); the legend sits below the x axis's title and pushes
+    # the bottom margin, so neither ever covers an axis, its title or the other.
+    fig.update_layout(title=dict(text=esc_lines(title), x=0, xanchor="left", xref="container", y=1, yanchor="bottom",
+                                 yref="paper", pad=dict(b=12, l=10), automargin=True),
+                      height=height + 40 + LEGEND_ROW * legend, margin=dict(l=10, r=10, t=40, b=50),
+                      legend=dict(orientation="h", x=0, xanchor="left", y=0, yanchor="bottom", yref="container"),
                       barmode="overlay")
     fig.update_xaxes(title=x_title)
     fig.update_yaxes(title=y_title)
@@ -53,16 +66,19 @@ def timeline_figure(rows: Sequence[Mapping], *, title: str = "Which job held wha
     order = list(resources) if resources is not None else list(dict.fromkeys(r["resource"] for r in rows))
     jobs = list(dict.fromkeys(r["job"] for r in rows))
     fig = go.Figure()
+    labels = []
     for i, job in enumerate(jobs):
         mine = [r for r in rows if r["job"] == job]
-        label = esc(mine[0].get("label", job))
+        labels.append(str(mine[0].get("label", job)))
+        label = esc(labels[-1])
         fig.add_trace(go.Bar(
             y=[esc(r["resource"]) for r in mine], x=[max(0.0, r["end"] - r["start"]) for r in mine],
             base=[r["start"] for r in mine], orientation="h", name=label,
             marker=dict(color=job_style(i)[0], pattern_shape=job_style(i)[1]),
             customdata=[[r["start"], r["end"]] for r in mine],
             hovertemplate=f"{label}<br>%{{y}}<br>%{{customdata[0]:.2f}} s to %{{customdata[1]:.2f}} s<extra></extra>"))
-    fig = _layout(fig, title, x_title, "resource", max(260, 60 + 22 * len(order)))
+    fig = _layout(fig, title, x_title, "resource", max(260, 60 + 22 * len(order)),
+                  legend_rows(labels))
     fig.update_yaxes(categoryorder="array", categoryarray=[esc(r) for r in order][::-1], type="category")
     if not rows:
         fig.add_annotation(text="no jobs yet", showarrow=False, x=0.5, y=0.5, xref="paper", yref="paper")
@@ -94,7 +110,9 @@ def stages_figure(events: Iterable[Mapping], labels: Mapping[str, str] | None = 
             name=stage, marker=dict(color=colour, size=12 if stage in STAGE_SYMBOLS else 9,
                                     symbol=STAGE_SYMBOLS.get(stage, "circle")),
             text=text, hovertemplate="%{y}<br>%{text}<br>%{x:.2f} s<extra></extra>"))
-    return _layout(fig, title, "time since the first event shown (s)", "job", max(240, 80 + 40 * len(runs)))
+    shown = [s for s in STAGE_COLOURS if any(e["stage"] == s for e in events)]
+    return _layout(fig, title, "time since the first event shown (s)", "job", max(240, 80 + 40 * len(runs)),
+                   legend_rows(shown))
 
 
 def heartbeat_figure(workers: Sequence[int], ages: Sequence[float], phases: Sequence[str], timeout: float,
