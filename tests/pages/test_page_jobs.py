@@ -1,25 +1,27 @@
-"""The Jobs page under AppTest: the what-if against lab.modelled.scheduling, jobs from the store with their
-stages, heartbeats, alarms and log tails, the Stop and Release buttons, the place in the fair queue
-(also on the Training page), and user-supplied names shown as text, never as markup."""
+"""The Jobs page under AppTest, rendered whole from its model, and what lives in Streamlit: the class switch, the
+choice of job, the Stop, Release and fault-drill buttons, the teacher's forms, the place in the fair queue (also on
+the Training page), and user-supplied names shown as text, never as markup. What the model holds is tested
+fast in tests/view/test_view_jobs.py."""
 
 from __future__ import annotations
 
 import os
+import re
 import time
 
 import pytest
 
 import ui
 from lab.jobs import manager as jobs_mod
-from lab.modelled.scheduling import JobRequest, compare_policies, resource_groups, simulate
-from lab.scenario.catalogue import preset
 from lab.scenario.document import default_scenario
 from lab.store.runs import RunStore
 from lab.train.launcher_record import processes_of
+from lab.view import jobs as view
+from lab.view.state import VIEW
 from tests.conftest import ROOT, app_test, assert_no_exception, wait_for
+from tests.view.test_view_jobs import HOSTILE, TOKEN, fake_finished_run
 
 pytestmark = pytest.mark.timeout(300)
-HOSTILE = "<img src=x onerror=alert(1)> **bold** [link](javascript:alert(1))"
 
 
 def marked_up(at) -> str:
@@ -31,18 +33,17 @@ def marked_up(at) -> str:
     return "\n".join(parts)
 
 
+def read(markdown: str) -> str:
+    """What a person reads of Markdown that ui.plain made text: the escapes and word joiners dropped."""
+    return re.sub(r"\\(.)", r"\1", markdown).replace("\u2060", "")
+
+
 def frame(at, column: str):
     """The first dataframe on the page with this column (plain dataframes carry no key in AppTest)."""
     for d in at.dataframe:
         if column in d.value.columns:
-            return d.value
+            return d
     raise AssertionError(f"no dataframe with column {column!r}")
-
-
-def default_jobs():
-    return [JobRequest(n, t, o, s, work=w * 1e15) for n, o, t, w, s in [
-        ("A-1", "A", 4, 2.0, 0.0), ("A-2", "A", 2, 1.0, 0.0), ("B-1", "B", 3, 1.5, 0.0), ("C-1", "C", 1, 0.3, 5.0),
-        ("B-2", "B", 4, 2.0, 10.0), ("C-2", "C", 2, 0.5, 20.0)]]
 
 
 def app(owner: str | None = None, page: str = "pages/jobs.py", state: dict | None = None):
@@ -57,70 +58,46 @@ def app(owner: str | None = None, page: str = "pages/jobs.py", state: dict | Non
     return at
 
 
-def test_the_what_if_shows_both_policies_as_lab_scheduling_computes_them(lab_db, spawns):
+def test_the_page_draws_its_model_whole_and_its_controls_from_the_table(lab_db, spawns):
     at = app_test("pages/jobs.py")
     assert_no_exception(at)
-    assert "No jobs of yours yet" in marked_up(at)
-    groups = resource_groups(preset("gpu-npu"))
-    ref = compare_policies(groups, default_jobs())
-    metrics = [(m.label, m.value) for m in at.metric]
-    assert metrics == [("Makespan (s)", f"{ref['uniform'].makespan:.1f}"),
-                       ("Mean wait in the queue (s)", f"{ref['uniform'].mean_wait:.1f}"),
-                       ("Device utilisation (%)", f"{100 * ref['uniform'].utilisation:.0f}"),
-                       ("Makespan (s)", f"{ref['resource_state'].makespan:.1f}"),
-                       ("Mean wait in the queue (s)", f"{ref['resource_state'].mean_wait:.1f}"),
-                       ("Device utilisation (%)", f"{100 * ref['resource_state'].utilisation:.0f}")]
-    assert ref["resource_state"].makespan < ref["uniform"].makespan  # the lesson of the default set
-    assert len(at.get("plotly_chart")) == 2 and "modelled" in marked_up(at)
+    assert [t.value for t in at.title] == ["Jobs"] and [h.value for h in at.header] == [view.HEADER]
+    assert any("No jobs of yours yet" in i.value for i in at.info)
+    assert "measured" in marked_up(at) and "modelled" in marked_up(at)
+    assert [e.label for e in at.expander] == [view.DRILL]  # no teacher on a server without LAB_TEACHER_TOKEN
+    model = view.what_if(default_scenario(), "gpu-npu").policies(view.whatif_start(), 0)
+    assert [(m.label, m.value) for m in at.metric] == [m for p in model for m in p.metrics]
+    assert len(at.get("plotly_chart")) == 2 and list(frame(at, "group").value.group)
+    for key in ("jobs_maxrun", "jobs_fault_step", "jobs_fault_ck"):
+        w, spec = at.number_input(key=key), VIEW[key].spec
+        assert (w.label, w.min, w.max, w.value) == (spec.label, spec.min, spec.max, spec.default), key
+    assert at.toggle(key="jobs_class").label == VIEW["jobs_class"].spec.label
+    assert at.selectbox(key="jobs_topo").options[0] == "the scenario's topology"
     at.number_input(key="jobs_maxrun").set_value(1).run()
     assert_no_exception(at)
-    one = simulate(groups, default_jobs(), "uniform", max_running=1)
-    assert at.metric[0].value == f"{one.makespan:.1f}"
+    one = view.what_if(default_scenario(), "gpu-npu").policies(view.whatif_start(), 1)
+    assert at.metric[0].value == one[0].metrics[0][1]
     at.selectbox(key="jobs_topo").set_value("cxl").run()  # the 4-task jobs fit no single group there
     assert not at.exception
     assert any("never start" in w.value and ui.plain("A-1") in w.value for w in at.warning)  # the name as text
 
 
-def _fake_finished_run(store: RunStore, name: str) -> str:
-    rid = store.create_run(default_scenario(), name=name, status="queued", info={"owner": "me"})
-    store.set_status(rid, "running")
-    for st, detail in [("submitted", {"owner": "me"}), ("parsed", {"workers": 2}),
-                       ("scheduled", {"policy": "uniform", "groups": {"cpu0": 1, "cpu1": 1},
-                                      "slots": {"cpu0": ["cpu0/slot0"], "cpu1": ["cpu1/slot0"]}, "rank_cpus": [0, 1]}),
-                       ("started", {"world": 2, "pids": [1, 2]}), ("data", {"shard_sizes": [674, 673]}),
-                       ("running", {}), ("ended", {"status": "done"}), ("released", {"by": "launcher"})]:
-        store.add_stage(rid, st, detail=detail)
-        time.sleep(0.01)
-    store.set_status(rid, "done")
-    logs = store.data_dir() / "logs" / rid
-    logs.mkdir(parents=True)
-    (logs / "rank0.log").write_text("rank 0: step 10: local loss 1.2345\n<script>alert(2)</script>\n")
-    (logs / "rank1.log").write_text("rank 1: step 10: local loss 1.3456\n")
-    ck = store.checkpoint_dir(rid)
-    (ck / "step000005.pt").write_bytes(b"x")
-    (ck / "final.pt").write_bytes(b"x")
-    return rid
-
-
 def test_jobs_with_stages_logs_alarms_and_hostile_names(lab_db, spawns):
     store = RunStore(lab_db)
-    rid = _fake_finished_run(store, HOSTILE)
+    rid = fake_finished_run(store, HOSTILE)
     at = app("me")
     assert_no_exception(at)
-    table = frame(at, "owner")
-    assert table.set_index("id").loc[rid, "name"] == HOSTILE  # a dataframe cell: plain text
-    assert table.set_index("id").loc[rid, "owner"] == "you"
+    jobs = frame(at, "owner")
+    assert jobs.value.set_index("id").loc[rid, "name"] == HOSTILE  # a dataframe cell: plain text
+    assert jobs.proto.placeholder == "—"  # an empty cell (the queue of a finished job) reads as a dash
     assert HOSTILE not in marked_up(at) and "<img" not in marked_up(at)
     assert any(t.value == f"Name: {HOSTILE}" for t in at.text)
     assert at.selectbox(key="jobs_pick").value == rid
-    stages = frame(at, "time since submitted (s)")
-    assert list(stages.stage) == ["submitted", "parsed", "scheduled", "started", "data", "running", "ended",
-                                  "released"]
-    assert (stages["time since submitted (s)"].diff().dropna() >= 0).all()
+    assert frame(at, "time since submitted (s)").proto.placeholder == "—"
     codes = [c.value for c in at.code]
     assert any("step 10: local loss 1.2345" in c and "<script>" in c for c in codes)  # code blocks: text
     assert len(at.get("plotly_chart")) >= 4  # slot timeline, stages, and the two what-if timelines
-    # an alarm on a running job is shown; its heartbeats are drawn
+    # another session's running job, with an alarm and heartbeats: read-only, under the class switch
     live = store.create_run(default_scenario(), name="live one", status="running", info={"owner": "other"})
     store.update_run(live, pid=os.getpid())
     store.add_stage(live, "alarm", attempt=0, step=7, worker=1,
@@ -129,11 +106,10 @@ def test_jobs_with_stages_logs_alarms_and_hostile_names(lab_db, spawns):
     store.set_heartbeats(live, [{"worker": 0, "step": 7, "phase": "comm", "t": now, "progress_t": now - 4},
                                 {"worker": 1, "step": 7, "phase": "busy", "t": now, "progress_t": now - 4}])
     at.run()
-    assert not at.exception
-    assert live not in set(frame(at, "owner").id)  # another session's job: not in this session's view
+    assert not at.exception and live not in set(frame(at, "owner").value.id)
     at.toggle(key="jobs_class").set_value(True).run()  # the whole class, read-only
     assert not at.exception
-    assert frame(at, "owner").set_index("id").owner[live] == "another session"
+    assert frame(at, "owner").value.set_index("id").owner[live] == "another session"
     assert any("Alarm" in e.value and "hangs at step 7" in e.value for e in at.error)
     at.selectbox(key="jobs_pick").set_value(live).run()
     assert not at.exception
@@ -148,12 +124,40 @@ def test_jobs_with_stages_logs_alarms_and_hostile_names(lab_db, spawns):
     assert any("Released" in s.value for s in at.success)
     ck = store.checkpoint_dir(rid)
     assert not (ck / "step000005.pt").exists() and (ck / "final.pt").exists()
-    assert store.last_stage(rid)["detail"]["by"] == "release button"
+
+
+def test_the_teacher_signs_in_with_the_form_sets_the_limits_and_signs_out(lab_db, spawns, monkeypatch):
+    monkeypatch.setenv("LAB_TEACHER_TOKEN", TOKEN)
+    jm = jobs_mod.shared(lab_db)
+    try:
+        at = app("t-owner")
+        assert_no_exception(at)
+        assert [e.label for e in at.expander] == [view.DRILL, "Teacher"] and not at.toggle(key="jobs_class").value
+        at.text_input(key="jobs_teacher_token").input("not it")
+        at.button(key="FormSubmitter:jobs_teacher_form-Sign in as the teacher").click().run()
+        assert not at.exception and any(view.WRONG_TOKEN in e.value for e in at.error)
+        at.text_input(key="jobs_teacher_token").input(TOKEN)
+        at.button(key="FormSubmitter:jobs_teacher_form-Sign in as the teacher").click().run()
+        assert not at.exception  # too soon after a wrong token: a message, not a traceback
+        assert any("too many wrong teacher tokens" in e.value for e in at.error)
+        time.sleep(1.1)
+        at.text_input(key="jobs_teacher_token").input(TOKEN)
+        at.button(key="FormSubmitter:jobs_teacher_form-Sign in as the teacher").click().run()
+        assert not at.exception and view.TEACHER_LINE in [i.value for i in at.info]
+        assert not [t for t in at.toggle if t.key == "jobs_class"]  # the teacher sees every job
+        assert at.number_input(key="jobs_max_steps").value == jm.limits.max_steps
+        at.number_input(key="jobs_max_steps").set_value(50)
+        at.button(key="FormSubmitter:jobs_limits_form-Set the limits").click().run()
+        assert not at.exception and jm.limits.max_steps == 50
+        at.button(key="jobs_teacher_out").click().run()
+        assert not at.exception and not jm.is_teacher("t-owner") and view.TEACHER_LINE not in [i.value for i in at.info]
+    finally:
+        jm.shutdown()
 
 
 def test_hostile_names_are_text_on_the_training_and_compare_pages(lab_db, spawns):
     store = RunStore(lab_db)
-    rid = _fake_finished_run(store, HOSTILE)
+    rid = fake_finished_run(store, HOSTILE)
     for page in ("pages/training.py", "pages/compare.py"):
         at = app("me", page, {"train_watch": rid, "cmp_runs": [rid]})
         assert not at.exception, page
@@ -174,24 +178,24 @@ def test_queue_place_and_stop_from_the_pages(lab_db, spawns):
         wait_for(lambda: store.status(blocker.run_id) == "running", what="the blocker to start")
         at = app("me")
         assert not at.exception
-        assert f"Your job {mine.run_id} is number 1 in the queue." in [i.value for i in at.info]
+        assert f"Your job {mine.run_id} is number 1 in the queue." in [read(i.value) for i in at.info]
         tr = app("me", "pages/training.py", {"train_watch": mine.run_id})
         assert not tr.exception
-        line = next(i.value for i in tr.info if i.value.startswith("Your job: "))
+        line = next(read(i.value) for i in tr.info if read(i.value).startswith("Your job: "))
         assert line.startswith("Your job: number 1 in the queue; another student's job runs ("), line
         assert "yields to yours" in line  # this student has no job running: theirs starts beside after the slice
         # another session's Training page does not show this job as its own (nor at all)
         other = app("someone else", "pages/training.py", {"train_watch": mine.run_id})
         assert not other.exception
         assert not [i.value for i in other.info if "in the queue" in i.value]
-        assert f"Run {mine.run_id}" not in [s.value for s in other.subheader]
+        assert f"Run {mine.run_id}" not in [read(s.value) for s in other.subheader]
         at.selectbox(key="jobs_pick").set_value(mine.run_id).run()
         at.button(key="jobs_stop").click().run()
         assert not at.exception
         assert store.status(mine.run_id) == "stopped" and store.last_stage(mine.run_id)["stage"] == "ended"
         stop = store.stages(mine.run_id).set_index("stage").detail["stop"]
         assert stop["by"] == "me" and store.get_run(mine.run_id)["info"]["stopped_by"] == "me"
-        assert blocker.run_id not in set(frame(at, "owner").id)  # not mine: not in my list
+        assert blocker.run_id not in set(frame(at, "owner").value.id)  # not mine: not in my list
         at.toggle(key="jobs_class").set_value(True).run()
         at.selectbox(key="jobs_pick").set_value(blocker.run_id).run()
         assert not at.exception
@@ -229,7 +233,7 @@ def test_a_fault_drill_is_started_from_the_page(lab_db, spawns):
         assert "injected fault: worker 1 raised at step 3" in store.get_run(rid)["error"]
         at.run()
         assert not at.exception
-        assert frame(at, "owner").set_index("id").alarms[rid] == 1
+        assert frame(at, "owner").value.set_index("id").alarms[rid] == 1
     finally:
         jm.shutdown()
     assert processes_of(rid) == []
