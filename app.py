@@ -20,6 +20,7 @@ PAGES = [
     ("pages/compare.py", "Compare", ":material/compare_arrows:"),
     ("pages/compression.py", "Compression", ":material/compress:"),
     ("pages/jobs.py", "Jobs", ":material/work_history:"),
+    ("pages/classroom.py", "Class", ":material/groups:"),
     ("pages/fidelity.py", "Fidelity", ":material/query_stats:"),
     ("pages/about.py", "About the designs", ":material/menu_book:"),
 ]

@@ -25,6 +25,7 @@ DESCRIPTIONS = {
     "Compare": "runs side by side, with their noise",
     "Compression": "Group-TopK, sparse rings, the Cholesky claim",
     "Jobs": "job lifecycle, faults and recovery",
+    "Class": "the teacher's class: join code, names, a lesson handed out",
     "Fidelity": "prediction beside measurement",
     "About the designs": "the four designs, their claims, where each is tested",
 }

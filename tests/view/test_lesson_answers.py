@@ -571,7 +571,8 @@ def test_every_lesson_asks_at_least_one_question():
 def test_the_course_covers_every_page_and_every_claim():
     assert len(LESSONS) >= 12
     pages = {x.page for x in LESSONS}
-    missing = [f for f, title, _ in PAGES if title != "Home" and f not in pages]
+    # Home lists the lessons and the Class page is where the teacher hands them out: neither teaches a topic
+    missing = [f for f, title, _ in PAGES if title not in ("Home", "Class") and f not in pages]
     assert not missing, missing
     claims = about_claims()
     named = {x.claim for x in LESSONS if x.claim}

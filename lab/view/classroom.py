@@ -1,0 +1,95 @@
+"""The Class page's model: for the teacher, opening a class, its join code, the joined students by their display
+names with their jobs and their progress through the lesson handed out; for a student, joining with the code and a
+name, or where they sit. Names are the students' own text: every table and notice shows them as text."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from lab.store.runs import ACTIVE
+from lab.store.runs import store as run_store
+from lab.view.lessons import Lesson, find_lesson, load_lessons
+from lab.view.section import Notice, Section
+
+INTRO = ("A class on this server: the teacher opens it and reads out its join code; each student joins with the code "
+         "and a name the teacher sees. While a class is open only joined students (and the teacher) run jobs; anyone "
+         "may look at every page and learn. A lesson the teacher hands out opens on every joined student's lab, in "
+         "lesson mode with no switch to leave it, until the teacher releases it.")
+JOIN_FORM = (("cls_code", "cls_name"),)
+NO_CLASS = "No class is open on this server: the lab works for you alone, as it always does."
+
+
+def lessons(folder: Path) -> dict[str, str]:
+    """lesson id -> title, for the teacher's choice."""
+    return {x.id: x.title for x in load_lessons(folder)}
+
+
+def student(owner: str, store=None) -> list[Section]:
+    """A student's view: nothing open, the join form's notice, or their seat and the lesson handed out."""
+    store = store if store is not None else run_store()
+    state = store.class_state()
+    if state is None:
+        return [Section("cls_none", notices=(Notice(NO_CLASS),))]
+    name = store.seat(owner)
+    if name is None:
+        return [Section("cls_join", header="Join the class", level="subheader",
+                        intro="Type the join code the teacher gives and your name (the teacher sees it).")]
+    return [Section("cls_seat", notices=(Notice(f"You are in the class as {name}.", "success", ":material/school:"),))]
+
+
+def teacher(folder: Path, store=None) -> list[Section]:
+    """The teacher's view of the open class (or of none)."""
+    store = store if store is not None else run_store()
+    state = store.class_state()
+    if state is None:
+        return [Section("cls_closed", notices=(Notice("No class is open. Opening one makes a join code; while it is "
+                                                     "open only joined students queue jobs."),))]
+    seats = store.seats()
+    lesson = find_lesson(folder, state.lesson) if state.lesson else None
+    out = [Section("cls_code_shown", metrics=(("Join code", " ".join(state.code)), ("Students joined", str(len(seats))),
+                                               ("Lesson handed out", lesson.title if lesson else "none")))]
+    out.append(Section("cls_students", header="Students", level="subheader", table=roster(store, seats, lesson),
+                       caption="Each joined student by the name they typed, with their jobs and, when a lesson is "
+                               "handed out, the steps they ticked.",
+                       notices=() if seats else (Notice("Nobody has joined yet."),)))
+    if lesson is not None:
+        out.append(Section("cls_steps", header=f"Lesson: {{title}}", level="subheader", values={"title": lesson.title},
+                           table=steps(store, seats, lesson),
+                           caption="Per step of the lesson handed out: how many joined students ticked it and "
+                                   "answered its question right."))
+    return out
+
+
+def roster(store, seats: dict[str, str], lesson: Lesson | None) -> list[dict]:
+    """One row per joined student: name, jobs queued or running, jobs in all, and the lesson's steps ticked."""
+    runs = store.list_runs()
+    progress = store.lesson_progress() if lesson is not None else None
+    rows = []
+    for owner, name in seats.items():
+        mine = runs[runs.owner == owner]
+        row = {"student": name, "jobs queued or running": int(mine.status.isin(ACTIVE).sum()), "jobs": len(mine)}
+        if lesson is not None:
+            done = progress[(progress.owner == owner) & (progress.lesson == lesson.id) & (progress.ticked > 0)]
+            row["steps ticked"] = f"{len(done)} of {len(lesson.steps)}"
+        rows.append(row)
+    return rows
+
+
+def steps(store, seats: dict[str, str], lesson: Lesson) -> list[dict]:
+    progress = store.lesson_progress()
+    mine = progress[(progress.lesson == lesson.id) & progress.owner.isin(list(seats))]
+    rows = []
+    for i, step in enumerate(lesson.steps):
+        at = mine[mine.step == i]
+        rows.append({"step": i + 1, "what": step[:70] + ("…" if len(step) > 70 else ""),
+                     "ticked": int(at.ticked.sum()),
+                     "answered right": int(at.correct.sum()) if i in lesson.questions else None})
+    return rows
+
+
+def owner_names(store=None) -> dict[str, str]:
+    """owner id -> display name of every joined student (the Jobs page names the same students the same way)."""
+    return (store if store is not None else run_store()).seats()
+
+
+__all__ = ["INTRO", "JOIN_FORM", "NO_CLASS", "lessons", "student", "teacher", "roster", "steps", "owner_names"]

@@ -1,0 +1,50 @@
+"""Class: the teacher opens a class and hands out a lesson; students join with a code and their name."""
+
+import streamlit as st
+
+import ui
+from lab.view import classroom as view
+
+ui.scenario_sidebar()
+st.title("Class")
+st.markdown(view.INTRO)
+jm, me = ui.job_manager()
+
+if ui.teacher():
+    with ui.guarded("the class"):
+        state = jm.store.class_state()
+        ui.show_all(view.teacher(ui.LESSONS))
+        c1, c2, c3 = st.columns(3)
+        if c1.button("Open a new class" if state else "Open a class", key="cls_open", icon=":material/groups:"):
+            jm.open_class(me)
+            st.rerun()
+        if state and c2.button("Close the class", key="cls_close", icon=":material/logout:"):
+            jm.close_class(me)
+            st.rerun()
+        if state:
+            titles = view.lessons(ui.LESSONS)
+            with st.form("cls_lesson_form"):
+                lesson = ui.control(st, "cls_lesson", options=list(titles), format_func=titles.get)
+                hand, free = st.columns(2)
+                if hand.form_submit_button("Hand this lesson out", type="primary", key="cls_hand"):
+                    jm.hand_out(me, lesson)
+                    st.rerun()
+                if state.lesson and free.form_submit_button("Release the class from the lesson", key="cls_release"):
+                    jm.hand_out(me, None)
+                    st.rerun()
+            seats = jm.store.seats()
+            if seats:
+                with st.form("cls_remove_form"):
+                    who = ui.control(st, "cls_remove", options=list(seats), format_func=seats.get)
+                    if st.form_submit_button("Remove this student (their jobs stop)", key="cls_remove_go"):
+                        stopped = jm.remove_student(me, who)
+                        st.success(f"Removed; {len(stopped)} job(s) stopped.")
+else:
+    with ui.guarded("joining the class"):
+        sections = view.student(me)
+        ui.show_all(sections)
+        if sections[0].key == "cls_join":
+            values = ui.form("cls_join_form", view.JOIN_FORM, submit="Join")
+            if st.session_state.get("cls_join_form_run"):
+                jm.store.join_class(me, values["cls_code"], values["cls_name"])
+                st.rerun()

@@ -1,0 +1,78 @@
+"""The Class page under AppTest, a teacher and two students in three sessions of one server: the teacher opens a
+class and hands out a lesson, the students join by code and name, each then opens straight into the lesson with
+no switch to leave it, the teacher sees both names (as text) and removes one."""
+from __future__ import annotations
+
+import pytest
+
+from tests.conftest import app_test, assert_no_exception
+
+PAGE = "pages/classroom.py"
+TOKEN = "Zq3-uV8_kP1wYt6Rb0sLm4"
+
+
+@pytest.fixture
+def server(lab_db, monkeypatch):
+    monkeypatch.setenv("LAB_TEACHER_TOKEN", TOKEN)
+    monkeypatch.setenv("LAB_WARM", "0")
+    from lab.jobs import manager
+
+    manager._SHARED.clear()
+    yield manager.shared()
+    for m in manager._SHARED.values():
+        m.shutdown()
+    manager._SHARED.clear()
+
+
+def _join(code: str, name: str, ok: bool = True):
+    at = app_test(PAGE)
+    at.text_input(key="cls_code").input(code)
+    at.text_input(key="cls_name").input(name)
+    at.button(key="cls_join_form_run").click().run()
+    assert not at.exception
+    if ok:
+        assert_no_exception(at)
+    return at
+
+
+def test_a_teacher_and_two_students(server, spawns):
+    teacher = app_test(PAGE)
+    assert_no_exception(teacher)
+    assert any("No class is open" in i.value for i in teacher.info)  # a student's view until signed in
+    assert server.sign_in_teacher(teacher.session_state["job_owner"], TOKEN)
+    teacher.run()
+    teacher.button(key="cls_open").click().run()
+    assert_no_exception(teacher)
+    code = server.store.class_state().code
+    assert any(m.value == " ".join(code) for m in teacher.metric)
+
+    ada = _join(code.lower(), "Ada <b>L</b>")
+    bob = _join(code, "Bob")
+    with pytest.raises(Exception):
+        bob.text_input(key="cls_code")  # seated: the form is gone
+    assert any("You are in the class as Bob" in s.value for s in bob.success)
+    wrong = _join("ZZZZZZ", "Eve", ok=False)
+    assert any("not the class's join code" in e.value for e in wrong.error) and "Eve" not in server.store.seats().values()
+
+    teacher.run()
+    names = list(teacher.dataframe[0].value["student"])
+    assert names == ["Ada <b>L</b>", "Bob"]  # as typed, in a table: text
+    lesson = next(iter(__import__("lab.view.classroom", fromlist=["x"]).lessons(__import__("ui").LESSONS)))
+    teacher.selectbox(key="cls_lesson").set_value(lesson)
+    teacher.button(key="cls_hand").click().run()
+    assert_no_exception(teacher)
+    assert server.store.class_state().lesson == lesson
+
+    ada.run()  # the lesson opens on its page, in lesson mode, with no switch to leave it
+    assert_no_exception(ada)
+    assert ada.session_state["lesson_active"] == lesson
+    toggle = ada.toggle(key="lesson_widget") if "lesson_widget" in ada.session_state else None
+    assert toggle is None or (toggle.value and toggle.disabled)
+
+    owners = {v: k for k, v in server.store.seats().items()}
+    teacher.selectbox(key="cls_remove").set_value(owners["Bob"])
+    teacher.button(key="cls_remove_go").click().run()
+    assert_no_exception(teacher)
+    assert list(server.store.seats().values()) == ["Ada <b>L</b>"]
+    teacher.button(key="cls_release").click().run()
+    assert server.store.class_state().lesson is None
