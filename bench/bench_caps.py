@@ -48,6 +48,7 @@ from lab.scenario.topology import Topology  # noqa: E402
 from lab.store.runs import JOB_WORKER, RunStore  # noqa: E402
 from lab.testing import caps  # noqa: E402
 from lab.testing.caps import summary_every_row  # noqa: E402
+from lab.view import topology as topology_page  # noqa: E402
 from lab.view import topology_tables as tables  # noqa: E402
 from lab.view.state import ALLREDUCE_SIZES  # noqa: E402
 
@@ -118,7 +119,7 @@ def topology_view(topo: Topology) -> None:
     nbytes = 10e6
     tfigs.network_figure(topo)
     tfigs.path_heatmap(topo.path_matrix(nbytes), nbytes)
-    tfigs.route_summary(topo.path(topo.device_names[0], topo.device_names[-1]), 10.0, str, "")
+    topology_page.route(topo, topo.device_names[0], topo.device_names[-1], 10.0, "")
     target = tables.comparison_target(topo, tables.AS_PCIE)
     if target is not None:
         df, _ = tables.compare_designs(topo, target[0], nbytes, ("this cluster", target[1]))

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import functools
 import math
-from typing import Callable
 
 import networkx as nx
 import numpy as np
@@ -12,7 +11,7 @@ import pandas as pd
 import plotly.graph_objects as go
 
 from lab.figures.style import esc, fmt_rate, fmt_seconds
-from lab.scenario.topology import DEVICE_TYPE_LABELS, LINK_KIND_LABELS, Path, Topology
+from lab.scenario.topology import DEVICE_TYPE_LABELS, LINK_KIND_LABELS, Topology
 
 TYPE_COLOURS = {"cpu": "#4c566a", "gpu": "#2e7d32", "fpga": "#1565c0", "asic": "#8e24aa",
                 "dpu": "#ef6c00", "npu": "#c62828", "tpu": "#00838f", "switch": "#9e9e9e"}
@@ -126,15 +125,3 @@ def comparison_figure(df: pd.DataFrame, nbytes: float) -> go.Figure:
                       yaxis_title="time (µs)", xaxis_title="device pair", height=400,
                       margin=dict(l=10, r=10, t=50, b=10))
     return fig
-
-
-def route_summary(path: Path, size_mb: float, quote: Callable[[str], str], badge: str) -> str:
-    """The sentence under the route pickers: the route's nodes (through ``quote``, the page's
-    Markdown escaper), hops, summed latency and, when it moves anything, its bottleneck link and the
-    modelled time for ``size_mb`` MB followed by ``badge``."""
-    slow = path.slowest_link
-    return (f"Route **{' → '.join(quote(n) for n in path.nodes)}**: {path.hops} hop(s), summed latency "
-            f"{fmt_seconds(path.latency)}, "
-            + (f"bottleneck {fmt_rate(path.bottleneck)} on link {quote(slow.a)}–{quote(slow.b)} "
-               f"({slow.kind}); {size_mb:g} MB take {fmt_seconds(path.time(size_mb * 1e6))} {badge}."
-               if slow else "same device: no transfer."))

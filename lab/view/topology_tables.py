@@ -34,6 +34,7 @@ from lab.scenario.topology import (
     Switch,
     Topology,
 )
+from lab.view.state import VIEW
 
 GB = 1e9
 TFLOPS = 1e12
@@ -406,8 +407,8 @@ AS_PCIE = "as_pcie"  # the comparison with the same cluster wired with PCIe thro
 
 
 def comparison_option_label(key: str) -> str:
-    """How the comparison picker shows ``key``: :data:`AS_PCIE` or a preset's name."""
-    return "the same cluster with PCIe through the host" if key == AS_PCIE else PRESET_LABELS[key]
+    """How the comparison picker shows ``key``: :data:`AS_PCIE` or a preset's name (the view table's labels)."""
+    return dict(VIEW["topo_cmp"].spec.names)[key]
 
 
 def comparison_target(mine: Topology, key: str) -> tuple[Topology, str] | None:

@@ -1,5 +1,8 @@
-"""lab.view.topology: the Topology page's editor state, add-a-device checks, route ends, upload and
-comparison sentence, exercised with plain dicts in place of the session."""
+"""lab.view.topology: the Topology page's model: the editor's state and what changes it (a preset, an upload, an
+edit, an added device), the add-a-device checks, the route and its ends, the figures and the comparison, exercised
+with plain dicts in place of the session."""
+
+import json
 
 import pytest
 
@@ -7,10 +10,7 @@ from lab.scenario.catalogue import LINK_CATALOGUE, preset
 from lab.scenario.document import Scenario
 from lab.view.topology_tables import apply_edit, tables_equal, to_tables
 from lab.view import topology as T
-
-
-def quote(s):
-    return f"<{s}>"
+from tests.view.sections import spec
 
 
 def test_fresh_editor_holds_the_topologys_tables_and_a_new_version():
@@ -54,35 +54,44 @@ def test_edited_and_any_edited_read_the_editors_widget_state():
 
 def test_editor_columns_labels_units_and_choices():
     dev = T.editor_columns("devices")
-    assert dev["name"] == ("text", {"label": "name", "required": True})
-    assert dev["type"][0] == "select" and "gpu" in dev["type"][1]["options"]
-    assert dev["memory_GB"] == ("number", {"label": "memory (GB)", "format": "%.3g"})
-    assert dev["matmul_TFLOPs"][1]["label"] == "matmul (TFLOP/s)" and dev["matmul_TFLOPs"][1]["format"] == "%.4g"
-    assert T.editor_columns("switches") == {"name": ("text", {"label": "switch"})}
+    assert dev["name"] == {"kind": "text", "label": "name", "required": True}
+    assert dev["type"]["kind"] == "select" and "gpu" in dev["type"]["options"]
+    assert dev["memory_GB"] == {"kind": "number", "label": "memory (GB)", "format": "%.3g"}
+    assert dev["matmul_TFLOPs"]["label"] == "matmul (TFLOP/s)" and dev["matmul_TFLOPs"]["format"] == "%.4g"
+    assert T.editor_columns("switches") == {"name": {"kind": "text", "label": "switch"}}
     links = T.editor_columns("links")
-    assert links["bandwidth_GBps"] == ("number", {"label": "bandwidth (GB/s each way)", "format": "%.4g"})
-    assert links["latency_us"][1]["label"] == "latency (µs)" and "cxl" in links["kind"][1]["options"]
+    assert links["bandwidth_GBps"] == {"kind": "number", "label": "bandwidth (GB/s each way)", "format": "%.4g"}
+    assert links["latency_us"]["label"] == "latency (µs)" and "cxl" in links["kind"]["options"]
+
+
+def notice_of(sections):
+    """The one notice of a list of sections (or of one section), as (level, text)."""
+    sections = [sections] if not isinstance(sections, list) else sections
+    (n,) = [n for s in sections for n in s.notices]
+    return n.level, n.text
 
 
 def test_refusal_goes_above_its_own_table():
-    assert T.refusal(None, "devices", quote) is None
-    err = ("links", "links row 1: bad")
-    assert T.refusal(err, "devices", quote) is None
-    assert T.refusal(err, "links", quote) == ("This edit is not applied, so every page keeps the last valid "
-                                              "topology. <links row 1: bad>. Fix the cell, or discard the edit.")
-    assert T.refusal((None, "whole"), "devices", quote).endswith("<whole>. Fix the cell, or discard the edit.")
+    assert T.refusal({"error": None}, "devices") is None
+    ed = {"error": ("links", "links row 1: bad")}
+    assert T.refusal(ed, "devices") is None
+    assert notice_of(T.refusal(ed, "links")) == ("error", "This edit is not applied, so every page keeps the last "
+                                                          "valid topology. links row 1: bad. Fix the cell, or discard "
+                                                          "the edit.")
+    assert notice_of(T.refusal({"error": (None, "whole")}, "devices"))[1].endswith(
+        "whole. Fix the cell, or discard the edit.")
 
 
 def test_add_refusal_and_added_messages():
     taken = ["host", "gpu", "cxl-switch"]
-    assert T.add_refusal("", taken, False, quote) == "Give the new device a name."
-    assert T.add_refusal("gpu", taken, False, quote) == (
-        "Nothing was added: a device or switch named “<gpu>” already exists, and every device and switch "
-        "needs its own name. “<gpu1>” is free.")
-    assert T.add_refusal("npu", taken, True, quote) == (
+    assert T.add_refusal("", taken, False) == "Give the new device a name."
+    assert T.add_refusal("gpu", taken, False) == (
+        "Nothing was added: a device or switch named “gpu” already exists, and every device and switch "
+        "needs its own name. “gpu1” is free.")
+    assert T.add_refusal("npu", taken, True) == (
         "Nothing was added: the tables hold an edit that is not applied; fix or discard it first.")
-    assert T.add_refusal("npu", taken, False, quote) is None
-    assert T.added("npu", quote) == "Added “<npu>”: every page now uses this topology."
+    assert T.add_refusal("npu", taken, False) is None
+    assert T.added("npu") == "Added “npu”: every page now uses this topology."
 
 
 def test_needs_new_name():
@@ -132,12 +141,17 @@ def test_propose_name_and_follow_kind():
 def test_route_ends_fall_back_with_a_notice():
     names = ["edge0", "edge1", "edge2"]
     view = {"topo_from": "edge2", "topo_to": "dpu"}
-    assert T.route_ends(names, view.get, quote) == [
-        ("topo_to", "edge1", "“<dpu>” is no longer a device, so the route ends at “<edge1>”.")]
-    assert T.route_ends(names, {}.get, quote) == [("topo_from", "edge0", None), ("topo_to", "edge1", None)]
-    assert T.route_ends(["solo"], {"topo_from": "x"}.get, quote) == [
-        ("topo_from", "solo", "“<x>” is no longer a device, so the route starts at “<solo>”."),
+    assert T.route_ends(names, view.get) == [
+        ("topo_to", "edge1", "“dpu” is no longer a device, so the route ends at “edge1”.")]
+    assert T.route_ends(names, {}.get) == [("topo_from", "edge0", None), ("topo_to", "edge1", None)]
+    assert T.route_ends(["solo"], {"topo_from": "x"}.get) == [
+        ("topo_from", "solo", "“x” is no longer a device, so the route starts at “solo”."),
         ("topo_to", "solo", None)]
+    pcie = preset("pcie").device_names  # the same device names as the CXL preset's: the choice stays
+    assert T.route_ends(pcie, {"topo_from": "host", "topo_to": "dpu"}.get) == []
+    edge = preset("edge").device_names  # gone: back to the first and second device, with a notice
+    (_, (key, now, notice)) = T.route_ends(edge, {"topo_from": "host", "topo_to": "dpu"}.get)
+    assert (key, now) == ("topo_to", "edge1") and "dpu" in notice and "no longer a device" in notice
 
 
 def test_read_upload():
@@ -157,3 +171,160 @@ def test_comparison_text_ratio_and_verdict():
     assert "0.1 MB take 0.80× to 1.20× as long with x as on this cluster: neither is faster for every pair." \
         in T.comparison_text((0.8, 1.2), 0.1, "x", "B")
 
+
+
+# ---- what changes the editor: a preset, an upload, an edit, an added device -------------------------------------
+
+class Upload:
+    """What the page's uploader gives: a file's id, name and bytes."""
+
+    def __init__(self, name: str, data: bytes, file_id: str = "f1"):
+        self.name, self.file_id, self._data = name, file_id, data
+
+    def getvalue(self) -> bytes:
+        return self._data
+
+
+def test_the_editor_is_kept_while_its_tables_produced_the_topology_and_its_message_shows_once():
+    cxl, ss = preset("cxl"), {}
+    ed = T.editor_for(ss, cxl)
+    assert ed["version"] == 1 and T.editor_for(ss, cxl) is ed
+    assert T.editor_for(ss, preset("pcie"))["version"] == 2  # a preset, link or lesson changed it
+    ss[T.EDITOR]["flash"] = "done"
+    assert notice_of(T.flash(ss[T.EDITOR])) == ("success", "done") and T.flash(ss[T.EDITOR]) == []
+
+
+def test_loading_a_preset_starts_the_editor_over():
+    sc, ss = Scenario("s", preset("cxl")), {}
+    T.editor_for(ss, sc.topology)
+    T.prepare_new_device(ss)
+    ss[T.UPLOAD_ERROR] = "bad.json was not loaded"
+    new = T.load_preset(ss, sc, "edge")
+    assert new.topology.name == "edge" and len(new.topology.devices) == 8 and new.name == "edge-scenario"
+    assert ss[T.EDITOR]["produced"] == new.topology and ss[T.EDITOR]["version"] == 2
+    assert T.UPLOAD_ERROR not in ss and "topo_new_name" not in ss and T.upload_refusal(ss) == []
+
+
+def test_an_upload_is_read_once_and_a_refused_one_keeps_the_topology_with_its_message():
+    ss = {}
+    T.editor_for(ss, preset("cxl"))
+    bad = preset("cxl").to_dict()
+    bad["links"][0]["bandwidth"] = -1
+    assert T.take_upload(ss, Upload("bad.json", json.dumps(bad).encode())) is None
+    level, text = notice_of(T.upload_refusal(ss))
+    assert level == "error" and text.startswith("bad.json was not loaded") and "must be positive" in text
+    assert text.endswith(" The current topology is unchanged.")
+    assert T.take_upload(ss, Upload("x.json", b"{not json", "f2")) is None
+    assert "not valid JSON" in notice_of(T.upload_refusal(ss))[1]
+    assert T.take_upload(ss, None) is None and T.upload_refusal(ss) == []  # the file removed, or the page left
+    sc = Scenario("uploaded", preset("gpu-npu"))
+    assert T.take_upload(ss, Upload("s.json", sc.to_json().encode(), "f3")) == sc
+    assert ss[T.EDITOR]["produced"] == sc.topology
+    assert T.take_upload(ss, Upload("s.json", sc.to_json().encode(), "f3")) is None  # the same file: read once
+
+
+def test_an_edit_of_the_tables_is_applied_or_kept_with_its_message():
+    sc, ss = Scenario("s", preset("cxl")), {}
+    ed = T.editor_for(ss, sc.topology)
+    d, l, s = ed["devices"], ed["links"].copy(), ed["switches"]
+    l.loc[0, "bandwidth_GBps"] = 10.0
+    new = T.take_edit(ss, sc, (d, l, s))
+    assert new.topology.links[0].bandwidth == 10e9 and ss[T.EDITOR]["produced"] == new.topology
+    assert notice_of(T.flash(ss[T.EDITOR]))[1] == "Edit applied: every page now uses this topology."
+    l.loc[0, "bandwidth_GBps"] = -1.0
+    assert T.take_edit(ss, new, (ss[T.EDITOR]["devices"], l, s)) == new
+    assert "must be positive" in notice_of(T.refusal(ss[T.EDITOR], "links"))[1]
+    T.discard(ss, new.topology)
+    assert ss[T.EDITOR]["error"] is None and tables_equal(ss[T.EDITOR]["links"], to_tables(new.topology)[1])
+
+
+def test_adding_a_device_from_the_catalogue_and_a_taken_name_refused():
+    sc, ss = Scenario("s", preset("cxl")), {}
+    T.editor_for(ss, sc.topology)
+    T.prepare_new_device(ss)
+    ss["topo_new_type"] = "fpga"
+    T.propose_name(ss)
+    assert ss["topo_new_name"] == "fpga1"  # fpga is taken in the CXL preset
+    ss["topo_new_name"] = "fpga"
+    new, refused = T.add_device(ss, sc)
+    level, text = notice_of(refused)
+    assert new is None and level == "error" and "Nothing was added" in text and "“fpga” already exists" in text
+    assert "fpga1" in text and list(ss[T.EDITOR]["devices"]["name"]) == sc.topology.device_names  # no broken row
+    ss["topo_new_name"] = "fpga1"
+    new, refused = T.add_device(ss, sc)
+    assert refused == [] and new.topology.device_names[-1] == "fpga1" and new.topology.device("fpga1").type == "fpga"
+    assert new.topology.path("fpga1", "gpu").hops == 2  # through the CXL switch
+    assert notice_of(T.flash(ss[T.EDITOR]))[1] == "Added “fpga1”: every page now uses this topology."
+    T.editor_for(ss, new.topology)
+    T.prepare_new_device(ss)
+    assert ss["topo_new_name"] == "fpga2"  # the next free name
+
+
+def test_a_new_device_on_a_link_of_its_own_numbers():
+    sc, ss = Scenario("s", preset("cxl")), {}
+    T.editor_for(ss, sc.topology)
+    T.prepare_new_device(ss)
+    ss["topo_new_kind"] = "ethernet"
+    T.follow_kind(ss)
+    ss["topo_new_bw"], ss["topo_new_attach"] = 5.0, "host"
+    new, _ = T.add_device(ss, sc)
+    link = new.topology.links[-1]
+    assert (link.kind, link.bandwidth, link.b) == ("ethernet", 5e9, "host")
+    assert link.latency == pytest.approx(LINK_CATALOGUE["ethernet"][1])
+
+
+# ---- the figures, the route and the comparison ------------------------------------------------------------------
+
+def test_the_route_names_its_nodes_its_bottleneck_and_time():
+    r = T.route(preset("cxl"), "host", "gpu", 10.0, "BADGE")  # two CXL hops through the switch: 0.25 µs, 64 GB/s
+    # 10 MB: 0.5 µs + 10e6 B / 64e9 B/s = 156.75 µs
+    assert r.text.format(**r.values) == ("Route **host → cxl-switch → gpu**: 2 hop(s), summed latency 500 ns, "
+                                         "bottleneck 64 GB/s on link host–cxl-switch (cxl); 10 MB take 157 µs BADGE.")
+    r = T.route(preset("pcie"), "gpu", "fpga", 1.0, "B")
+    assert r.text.startswith("Route **{route}**: 2 hop(s)") and r.values["route"] == "gpu → host → fpga"
+    assert "on link {a}–{b} (pcie); 1 MB take" in r.text and {r.values["a"], r.values["b"]} <= {"gpu", "host", "fpga"}
+    same = T.route(preset("cxl"), "gpu", "gpu", 10.0, "B")
+    assert same.text.format(**same.values) == "Route **gpu**: 0 hop(s), summed latency 0 s, same device: no transfer."
+
+
+def test_the_drawing_and_the_heatmap_are_modelled_and_user_names_reach_them_as_text():
+    topo = preset("pcie")
+    odd = "*gpu*_[x](y)<i>"
+    devices = tuple(type(d)(odd if d.name == "gpu" else d.name, d.type, d.pool, d.memory, dict(d.throughput))
+                    for d in topo.devices)
+    links = tuple(type(l)(l.a, odd if l.b == "gpu" else l.b, l.kind, l.bandwidth, l.latency) for l in topo.links)
+    topo = topo.replace(devices=devices, links=links, name="<b>odd</b>")
+    net = T.network(topo)
+    assert net.kind == "modelled" and "the table's assumptions" in net.caption
+    drawn = spec(net)
+    labels = [t for trace in drawn["data"] for t in (trace.get("text") or [])]
+    assert "*gpu*_[x](y)&lt;i&gt;" in labels and odd not in labels  # plotly reads tags: escaped
+    assert "&lt;b&gt;odd&lt;/b&gt;" in drawn["layout"]["title"]["text"]
+    heat = T.heatmap(topo, 10.0)
+    assert heat.kind == "modelled" and spec(heat)["layout"]["title"]["text"].startswith("Modelled time to move 10 MB")
+    route = T.route(topo, "host", odd, 10.0, "B")
+    assert odd not in route.text and route.values["route"] == f"host → {odd}"  # ui.show fills it in as text
+
+
+def test_the_cxl_claim_is_checked_on_the_users_cluster():
+    from lab.scenario.catalogue import catalogue_device
+    from lab.scenario.topology import Link
+
+    cxl = preset("cxl")
+    (s,) = T.comparison(cxl, "as_pcie", 10.0, "B")
+    cxl_bw, cxl_lat, _ = LINK_CATALOGUE["cxl"]
+    pcie_bw, pcie_lat, _ = LINK_CATALOGUE["pcie"]
+    ratio = (2 * pcie_lat + 10e6 / pcie_bw) / (2 * cxl_lat + 10e6 / cxl_bw)
+    assert f"take {ratio:.2f}× as long with PCIe through the host as on this cluster" in s.text
+    assert s.kind == "modelled" and "host CPUs left out" in s.caption
+    npu = cxl.replace(devices=cxl.devices + (catalogue_device("npu", "npu"),),
+                      links=cxl.links + (Link("npu", "cxl-switch", "cxl", cxl_bw, cxl_lat),))
+    bars = spec(T.comparison(npu, "as_pcie", 10.0, "B")[0])["data"]
+    pairs = {x for trace in bars for x in trace["x"]}
+    assert {"gpu→npu", "dpu→npu"} <= pairs and not any("host" in p for p in pairs)
+    assert any("gpu → host → npu" in h for trace in bars for h in trace["hovertext"])
+    edge = preset("edge")
+    assert "has no CXL link" in notice_of(T.comparison(edge, "as_pcie", 10.0, "B"))[1]
+    assert "fewer than two device names in common" in notice_of(T.comparison(edge, "pcie", 10.0, "B"))[1]
+    (s,) = T.comparison(preset("pcie"), "cxl", 10.0, "B")
+    assert "with preset (1) as on this cluster: this cluster is slower for every pair" in s.text
