@@ -42,8 +42,8 @@ def wait_for_both(pg, shot: Path, timeout_s: float = 240) -> list[str]:
     deadline, lines = time.monotonic() + timeout_s, []
     while time.monotonic() < deadline:
         lines = run_lines(pg)
-        chart = pg.locator(".st-key-pl_bal_outcome").first
-        busy = chart.count() == 0 or re.search(r"\((queued|running)\)", pg.evaluate(SVG_TEXT, ".st-key-pl_bal_outcome"))
+        chart = pg.locator(".st-key-pl_bal_outcome_fig").first
+        busy = chart.count() == 0 or re.search(r"\((queued|running)\)", pg.evaluate(SVG_TEXT, ".st-key-pl_bal_outcome_fig"))
         if len(lines) == 2 and not busy and all(LINE.match(t.strip()).group(3) not in ("queued", "running")
                                                 for t in lines):
             return lines
@@ -79,16 +79,16 @@ def test_the_balancing_loop_runs_for_real_beside_its_model_and_the_link_shows_it
         for run in runs:  # one emulated cluster for the loops and their baselines
             tr = run["scenario"]["training"]
             assert tr["slowdown"] == {"gpu": 20.0} and tr["emulate"] is True
-        bars = pg.evaluate(SVG_TEXT, ".st-key-pl_bal_outcome")
+        bars = pg.evaluate(SVG_TEXT, ".st-key-pl_bal_outcome_fig")
         assert "even contiguous layer split (done)" in bars and "balancing loop (wait), last round (done)" in bars, bars
         assert re.search(r"ms \([+-]\d+% vs the even split\)", bars), bars
         for run in loops:
             rid, tr = run["id"], run["scenario"]["training"]
             assert tr["balance"] in ("wait", "throughput") and tr["round_steps"] == 3 and tr["steps"] <= 18
             assert len(run["info"]["balance"]["rounds"]) >= 1
-            chart = pg.locator(f".st-key-pl_bal_fig_{rid}").first
+            chart = pg.locator(f".st-key-pl_bal_{rid}_fig").first
             chart.scroll_into_view_if_needed()
-            text = pg.evaluate(SVG_TEXT, f".st-key-pl_bal_fig_{rid}")
+            text = pg.evaluate(SVG_TEXT, f".st-key-pl_bal_{rid}_fig")
             assert "gpu, measured" in text and "gpu, modelled" in text, text
             assert "Step time (relative to round 1)" in text
         pg.screenshot(path=str(tmp_path / "balance-done.png"), full_page=True)

@@ -104,10 +104,10 @@ def test_a_kept_baseline_names_a_topology_change_and_travels_in_the_link(streaml
         settle(pg)
         pg.get_by_role("heading", name="Placement").first.wait_for(timeout=30_000)
         menu = selected(pg, "Strategy")
-        pg.locator(".st-key-pl_compare").first.scroll_into_view_if_needed()
-        pg.wait_for_function("() => document.querySelector('.st-key-pl_compare .js-plotly-plot .main-svg')",
+        pg.locator(".st-key-pl_compare_fig").first.scroll_into_view_if_needed()
+        pg.wait_for_function("() => document.querySelector('.st-key-pl_compare_fig .js-plotly-plot .main-svg')",
                              timeout=30_000)
-        bars = pg.evaluate(SVG_TEXT, ".st-key-pl_compare")
+        bars = pg.evaluate(SVG_TEXT, ".st-key-pl_compare_fig")
         assert menu in bars, (menu, bars)
         pg.get_by_role("button", name="Keep this plan as the baseline").click()
         settle(pg)

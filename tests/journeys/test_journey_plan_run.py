@@ -54,11 +54,11 @@ def metric_exact(pg, label: str) -> str | None:
 
 
 def gantt_text(pg) -> str:
-    chart = pg.locator(".st-key-pl_run_gantt").first
+    chart = pg.locator(".st-key-pl_run_gantt_fig").first
     chart.scroll_into_view_if_needed()
-    pg.wait_for_function("() => document.querySelector('.st-key-pl_run_gantt .js-plotly-plot .main-svg')",
+    pg.wait_for_function("() => document.querySelector('.st-key-pl_run_gantt_fig .js-plotly-plot .main-svg')",
                          timeout=30_000)
-    return pg.evaluate(SVG_TEXT, ".st-key-pl_run_gantt")
+    return pg.evaluate(SVG_TEXT, ".st-key-pl_run_gantt_fig")
 
 
 def wait_until_done(pg, shot: Path, timeout_s: float = 180) -> str:
@@ -72,7 +72,7 @@ def wait_until_done(pg, shot: Path, timeout_s: float = 180) -> str:
     if not (status or "").startswith("done"):
         pg.screenshot(path=str(shot), full_page=True)
         pytest.fail(f"the run did not end done within {timeout_s:.0f} s: Run = {status!r} (screenshot {shot})")
-    pg.locator(".st-key-pl_run_gantt").first.wait_for(timeout=30_000)
+    pg.locator(".st-key-pl_run_gantt_fig").first.wait_for(timeout=30_000)
     settle(pg)
     return status
 
@@ -149,7 +149,7 @@ def test_a_pinned_plan_run_is_shared_with_its_measured_and_modelled_step(
             fresh.get_by_role("heading", name="Placement").first.wait_for(timeout=30_000)
             assert selected(fresh, "Model") == MODEL and selected(fresh, "Strategy") == STRATEGY
             fresh.get_by_text("conv1 → fpga").first.wait_for(timeout=30_000)
-            fresh.locator(".st-key-pl_run_gantt").first.wait_for(timeout=60_000)
+            fresh.locator(".st-key-pl_run_gantt_fig").first.wait_for(timeout=60_000)
             settle(fresh)
             assert metric_exact(fresh, "Run") == status
             assert metric_exact(fresh, MEASURED) == step

@@ -24,11 +24,13 @@ def test_changed_pins_pin_unpin_and_clear():
 
 
 def test_topology_and_pins_lines():
-    topo = preset("pcie")
-    assert pv.topology_line(topo) == ("Topology **pcie**: host (cpu), gpu (gpu), fpga (fpga), asic (asic), dpu "
-                                      "(dpu). Change it on the Topology page.")
-    assert pv.topology_line(topo, _esc) == ("Topology **<pcie>**: <host (cpu), gpu (gpu), fpga (fpga), asic (asic), "
-                                            "dpu (dpu)>. Change it on the Topology page.")
+    topo = pv.topology(preset("pcie"))  # its names are values, which the page shows as text
+    assert topo.caption.format(**topo.values) == (
+        "Topology **pcie**: host (cpu), gpu (gpu), fpga (fpga), asic (asic), dpu (dpu). Change it on the Topology "
+        "page.")
+    assert topo.caption.format(**{k: _esc(x) for k, x in topo.values.items()}) == (
+        "Topology **<pcie>**: <host (cpu), gpu (gpu), fpga (fpga), asic (asic), dpu (dpu)>. Change it on the "
+        "Topology page.")
     assert pv.pins_line({}) == ("**Pinned:** nothing: the strategy places every operator. Pins are part of the "
                                 "scenario (saved with it and carried by the page link).")
     assert pv.pins_line({"conv1": "host", "fc": "gpu"}, _esc) == (
@@ -228,3 +230,23 @@ def test_the_balancing_loop_starts_from_the_pages_plan_and_every_run_of_it_check
         assert placement_run.check_placement(s).assignment == planned["here"]
     default = pv.balance_scenario(sc, "cnn", 32, 2, "wait", 3, 4, 0.05, 2, {}, "greedy_eft")
     assert dict(default.training.placement) == {}
+
+
+def test_the_runs_shown_without_runs_say_how_to_get_them(tmp_path):
+    from lab.scenario.document import default_scenario
+    from lab.store.runs import RunStore
+
+    store = RunStore(tmp_path / "runs.db")
+    none = pv.PlanRuns(store, ("20990101-000000-abcdef",), "me", None)  # a run deleted since the link was made
+    assert (none.ids, none.active) == ([], False)
+    assert [(s.key, s.caption) for s in none.ranking()] == [("pl_runs_none", pv.NO_PLAN_RUNS)]
+    assert [(s.key, s.caption) for s in pv.BalanceRuns(store, None, None).sections()] == [
+        ("pl_bal_none", pv.NO_BALANCE_RUNS)]
+    queued = store.create_run(default_scenario(), status="queued", name="mine")
+    one = pv.PlanRuns(store, (queued,), "me", None)
+    assert (one.ids, one.active, one.ranking()) == ([queued], True, [])  # one run: nothing to rank
+    assert one.labeller()(queued).startswith("mine · ")
+    bal = pv.BalanceRuns(store, (queued,), {})
+    sections = bal.sections(_esc, lambda kind: f"[{kind}]")  # a plan that does not balance has no panel
+    assert bal.active and [s.key for s in sections] == ["pl_bal_outcome", "pl_bal_rounds_caption"]
+    assert sections[0].chart_input == {"rows": []} and sections[1].kind == "measured"

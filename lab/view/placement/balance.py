@@ -18,13 +18,14 @@ from lab.modelled.balance import (
 )
 from lab.scenario.names import STRATEGY_LABELS, STRATEGY_SHORT
 from lab.view.placement.plans import Plain, assignment_of, milliseconds, plan_scenario
+from lab.view.state import VIEW
 
 
 #: The simulated balancing loop's knobs (view controls: their labels and bounds are in lab.view.state.VIEW).
 BALANCE_KNOBS = ("pl_noise", "pl_seed", "pl_tol", "pl_patience", "pl_rounds")
 
 
-BALANCE_MODES = {"model": "operators across devices (model parallel)", "data": "batch shares (data parallel)"}
+BALANCE_MODES = dict(VIEW["pl_bal_mode"].spec.names)  # what each mode balances, as its radio says it
 
 
 MAX_BALANCE_RUN_STEPS = 2000  # a balancing run's rounds x steps per round, at most
@@ -49,10 +50,13 @@ def default_slowdowns(topology) -> tuple[str, dict[str, float]]:
     return fastest, {n: 20.0 if n == fastest else 1.0 for n in names}
 
 
+DATA_NODES_LINE = ("Data-parallel nodes: the devices that can run the whole model ({nodes}); the global batch of "
+                   "{batch} samples is split between them.")
+
+
 def data_nodes_line(per_sample: Mapping[str, float], batch: int, plain: Plain = str) -> str:
     """Which devices are the data-parallel nodes and what they split."""
-    return (f"Data-parallel nodes: the devices that can run the whole model ({plain(', '.join(per_sample))}); the "
-            f"global batch of {batch} samples is split between them.")
+    return DATA_NODES_LINE.format(nodes=plain(", ".join(per_sample)), batch=batch)
 
 
 def run_balancing(g, per_sample: Mapping[str, float] | None, batch: int, slowdown: Mapping[str, float],
@@ -266,5 +270,8 @@ BALANCE_ROUNDS_CAPTION = ("solid: what each run measured, round by round; dashed
                           "machine's; the seconds are in the hover.")
 
 
+SLOWDOWN_NOTE = "By default {fastest} (the catalogue's fastest matmul device) runs 20× slower than its datasheet."
+
+
 def slowdown_note(fastest: str, plain: Plain = str) -> str:
-    return f"By default {plain(fastest)} (the catalogue's fastest matmul device) runs 20× slower than its datasheet."
+    return SLOWDOWN_NOTE.format(fastest=plain(fastest))

@@ -34,6 +34,13 @@ def changed_pins(pins: Mapping[str, str], change: str, op: str, device: str) -> 
     return new
 
 
+def with_pins(sc, change: str, chosen: Mapping[str, Any]):
+    """The scenario ``sc`` after a pin button (:func:`changed_pins`), ``chosen`` holding the pin controls' values
+    (the operator ``pl_pin_op`` and the device ``pl_pin_dev``)."""
+    pins = changed_pins(sc.training.pins, change, chosen["pl_pin_op"], chosen["pl_pin_dev"])
+    return sc.replace(training=sc.training.replace(pins=pins))
+
+
 def baseline_json(record: Mapping) -> str:
     """A kept plan's record (:func:`lab.modelled.placement.plan_record`) as the text the link carries."""
     return json.dumps(record, separators=(",", ":"), sort_keys=True)
@@ -64,17 +71,13 @@ def baseline_from_json(text: str) -> dict | None:
     return d
 
 
-def topology_line(topology, plain: Plain = str) -> str:
-    """The topology's name and its devices with their types, as the page's caption says them."""
-    return (f"Topology **{plain(topology.name)}**: "
-            f"{plain(', '.join(f'{d.name} ({d.type})' for d in topology.devices))}. Change it on the Topology page.")
+PINS_LINE = "**Pinned:** {pins}. Pins are part of the scenario (saved with it and carried by the page link)."
+NO_PINS = "nothing: the strategy places every operator"
 
 
 def pins_line(pins: Mapping[str, str], plain: Plain = str) -> str:
     """The pins in the scenario, in one sentence."""
-    return ("**Pinned:** " + (", ".join(f"{plain(t)} → {plain(d)}" for t, d in pins.items())
-                              or "nothing: the strategy places every operator") + ". Pins are part of the scenario "
-            "(saved with it and carried by the page link).")
+    return PINS_LINE.format(pins=", ".join(f"{plain(t)} → {plain(d)}" for t, d in pins.items()) or NO_PINS)
 
 
 def strategy_ranking(store, run_ids, profile) -> tuple[list[dict], float]:

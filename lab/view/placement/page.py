@@ -1,0 +1,332 @@
+"""The Placement page's model: built once from the scenario and the page's controls, it holds the traced model,
+the cost model, the task graph with the pins the model allows and the plan, and gives each part of the page as
+:class:`lab.view.section.Section` objects (the runs' parts are :mod:`.runs`).
+
+A pin the model or the topology refuses (an operator the model does not have, a device without a kernel for it)
+is left out of the plan with a notice beside the pins; the rest of the page stays whole."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import cached_property, lru_cache
+from typing import Any, Mapping
+
+from lab.errors import LabError
+from lab.machine.calibrated_model import cost_model
+from lab.machine.profile import load_profile
+from lab.modelled import placement as pl
+from lab.modelled.opgraph import trace
+from lab.scenario.names import STRATEGY_SHORT
+from lab.view.placement import balance as B
+from lab.view.placement import plans as P
+from lab.view.section import Notice, Section
+
+
+class Builders:
+    """The functions of ``lab.figures`` the page model calls besides its charts (those it names by string): the
+    time unit, the tables in that unit, the Gantt chart's caption. lab.view does not import lab.figures (one
+    layer), so the page hands them over: ``Builders(lab.figures.placement, lab.figures.plan_run)``."""
+
+    def __init__(self, *modules: Any) -> None:
+        self._modules = modules
+
+    def __getattr__(self, name: str) -> Any:
+        for m in self.__dict__.get("_modules", ()):
+            if hasattr(m, name):
+                return getattr(m, name)
+        raise AttributeError(f"no figure module given to the page model has {name!r}")
+
+
+@lru_cache(maxsize=32)
+def traced(model: str, batch: int):
+    """The preset ``model`` traced at ``batch`` (torch.fx), kept: tracing takes a while and the page redraws often."""
+    return trace(model, batch)
+
+
+def fitting_pins(graph, pins: Mapping[str, str]) -> tuple[dict[str, str], tuple[Notice, ...]]:
+    """The pins task graph ``graph`` allows, and a notice for each one it refuses (an operator the model does not
+    have, a device the topology does not have or without a kernel for it): that pin is left out of the plan."""
+    kept, notices = {}, []
+    for op, dev in pins.items():
+        try:
+            graph.with_pins({op: dev})
+        except LabError as exc:
+            notices.append(Notice(f"{exc}. The plan below leaves this pin out.", "warning", ":material/push_pin:"))
+            continue
+        kept[op] = dev
+    return kept, tuple(notices)
+
+
+def topology(topo) -> Section:
+    """The scenario's topology and its devices with their types, in one caption."""
+    return Section("pl_topology", caption="Topology **{name}**: {devices}. Change it on the Topology page.",
+                   values={"name": topo.name, "devices": ", ".join(f"{d.name} ({d.type})" for d in topo.devices)})
+
+
+PLAN_CONTROLS = ("pl_model", "pl_batch", "pl_strategy")
+RUN_CONTROLS = ("pl_micro", "pl_steps", "pl_repeats", "pl_emulate")
+COMPARISON = "All strategies on this scenario"
+RUN = Section("pl_run_intro", header="Run the plan: measured beside modelled", level="subheader", intro=P.run_intro())
+BALANCE = Section("pl_bal_intro", header="Dynamic load balancing: weights from each node's waiting time",
+                  level="subheader", intro=B.balance_intro())
+BALANCE_RUN = Section("pl_bal_run_intro", header="The balancing loop, run: measured beside modelled",
+                      level="subheader", intro=B.balance_run_intro())
+
+
+@dataclass
+class Balancing:
+    """The simulated balancing loop's parts: the sections above the tabs (:meth:`sections`: the figure and each
+    rule's summary), a table of rounds per rule (one tab each, labelled :attr:`tabs`) and the caption under them."""
+
+    head: list[Section]
+    results: Mapping[str, Any]
+    mode: str
+    reference: float  # the round time of the plan (or split) made with the true speeds (s)
+    scale: float
+    unit: str
+    rounds: list[Section]
+    tail: Section
+
+    @property
+    def tabs(self) -> list[str]:
+        return [f"rounds: {r}" for r in self.results]
+
+    def lines(self, plain=str) -> list[str]:
+        """How each rule's loop ended, its user text through ``plain``."""
+        return [B.balance_summary(r, res, self.mode, self.reference, self.scale, self.unit, plain)
+                for r, res in self.results.items()]
+
+    def sections(self, plain=str, badge=str) -> list[Section]:
+        """The sections above the tabs: the head, then each rule's line (``plain`` makes its user text text,
+        ``badge("modelled")`` is the badge it ends with)."""
+        return self.head + [Section(f"pl_bal_line_{i}", text=f"{line} {badge('modelled')}.")
+                            for i, line in enumerate(self.lines(plain))]
+
+
+@dataclass
+class PlacementView:
+    """The page for one scenario and one set of the page's controls (model, batch, strategy, cost model)."""
+
+    sc: Any
+    model: str
+    batch: int
+    strategy: str
+    cm_name: str
+    og: Any
+    cm: Any
+    figures: Any
+    pins: dict
+    applied: dict
+    pin_notices: tuple
+    graph: Any = None  # the task graph with the applied pins; None when the model cannot be placed at all
+    failure: Exception | None = None  # why it cannot, raised where the plan is drawn
+    balance_results: Mapping[str, Any] | None = None  # the simulated loop by rule, once drawn in model mode
+
+    @classmethod
+    def build(cls, sc, values: Mapping[str, Any], figures: Any) -> "PlacementView":
+        """Trace the model and price it (a LabError says what is missing, e.g. a machine profile); a failure to
+        build the task graph is kept and raised by the parts that need it."""
+        model, batch = values["pl_model"], int(values["pl_batch"])
+        og, cm = traced(model, batch), cost_model(values["pl_cost"], load_profile())
+        pins = dict(sc.training.pins)
+        view = cls(sc, model, batch, values["pl_strategy"], values["pl_cost"], og, cm, figures, pins, {}, ())
+        try:
+            free = pl.TaskGraph.from_model(og, sc.topology, model=cm)
+        except Exception as exc:  # noqa: BLE001 - shown once, where the plan is drawn (the page guards it)
+            view.failure = exc
+            return view
+        view.applied, view.pin_notices = fitting_pins(free, pins)
+        view.graph = free.with_pins(view.applied)
+        return view
+
+    # ----- what the widgets offer ----------------------------------------------------------------------
+    @property
+    def placeable(self) -> bool:
+        return self.graph is not None
+
+    @property
+    def operators(self) -> list[str]:
+        return list(self.og.names)
+
+    @property
+    def devices(self) -> list[str]:
+        return list(self.sc.topology.device_names)
+
+    @property
+    def tasks(self) -> list[str]:
+        """The operators of the graph the plan runs on, as the "why" panel offers them."""
+        return [str(t) for t in self._placed[0].tasks]
+
+    @property
+    def slowdowns(self) -> dict[str, float]:
+        """Each device's slowdown control and its default (the catalogue's fastest matmul device 20x)."""
+        return {f"pl_slow_{n}": x for n, x in B.default_slowdowns(self.sc.topology)[1].items()}
+
+    # ----- the plan ----------------------------------------------------------------------------------------
+    @cached_property
+    def _placed(self) -> tuple:
+        if self.graph is None:
+            raise self.failure
+        return P.placed(self.strategy, self.graph)
+
+    def cost_model(self) -> Section:
+        return Section("pl_cost_model", caption=P.cost_model_line(self.cm))
+
+    def pinned(self) -> Section:
+        """The pins in the scenario, and a notice for each one the plan leaves out."""
+        text = P.PINS_LINE if self.pins else P.PINS_LINE.format(pins=P.NO_PINS)
+        return Section("pl_pins", intro=text, notices=self.pin_notices,
+                       values={"pins": ", ".join(f"{t} → {d}" for t, d in self.pins.items())} if self.pins else {})
+
+    def plan(self) -> list[Section]:
+        """The plan's headline numbers, what the other cost model would do, and its Gantt chart."""
+        shown, note, s, transfers, reasons = self._placed
+        scale, unit = self.figures.time_unit(s.makespan)
+        metrics = tuple((label, str(value)) for label, value in pl.plan_metrics(s, len(self.og), transfers, scale,
+                                                                                  unit))
+        out = [Section("pl_plan", notices=(Notice(note, "info", ":material/info:"),) if note else (),
+                       metrics=metrics)]
+        if s.note:
+            out.append(Section("pl_plan_note", caption=s.note))
+        differs = P.other_plan_line(self.strategy, self.og, self.sc.topology, self.applied, s.assignment,
+                                    self.cm_name, load_profile())
+        if differs:
+            out.append(Section("pl_plan_other", caption="{line}", values={"line": differs}))
+        out.append(Section("pl_gantt", chart="placement.gantt_figure", kind="modelled", chart_input=dict(
+            rows=pl.schedule_table(shown, s), devices=shown.devices, transfers=transfers, reasons=reasons,
+            title=f"{pl.STRATEGY_LABELS[self.strategy]}: one {self.cm.pass_}"), caption=self.figures.gantt_caption()))
+        return out
+
+    def explained(self, current: str | None) -> tuple[str, str | None] | None:
+        """What the "why" panel's control becomes when ``current`` is not an operator of the graph (the first
+        one, and a notice naming the one that went; None while it is)."""
+        why, notice = P.explained(self.tasks, current)
+        return None if why == current else (why, notice)
+
+    def why(self, task: str) -> tuple[Section, Section, Section]:
+        """Why ``task`` is where it is: the finish on every device as a table (left) and a chart (right), and
+        the caption under both."""
+        shown, _, s, _, reasons = self._placed
+        rows = pl.why(shown, s, task)
+        return (Section("pl_why", table=self.figures.why_table(rows), kind="modelled",
+                        text="**{task}** ({cls}): {reason}.",
+                        values={"task": task, "cls": str(shown.task_class(task)), "reason": reasons[task]}),
+                Section("pl_why_plot", chart="placement.why_figure", chart_input={"rows": rows, "task": task},
+                        kind="modelled"),
+                Section("pl_why_caption", caption=P.why_caption(self.cm), kind="modelled"))
+
+    @property
+    def record(self) -> dict:
+        """The plan as a baseline keeps it."""
+        s = self._placed[2]
+        return pl.plan_record(self.model, self.batch, self.strategy, self.applied, s, self.sc.topology, self.cm_name)
+
+    @property
+    def baseline(self) -> str:
+        """The plan as the text the link keeps for "Keep this plan as the baseline"."""
+        return P.baseline_json(self.record)
+
+    def against_baseline(self, text: str, badge=str) -> tuple[list[Section], str | None]:
+        """The plan beside the baseline the link keeps as ``text``: (its sections, the summary's ending with
+        ``badge("modelled")``; a notice when the link's baseline could not be read and is dropped)."""
+        summary, rows, dropped = P.against_baseline(text, self.record)
+        if rows is None:
+            return [Section("pl_base_none", caption=P.NO_BASELINE)], dropped
+        table = self.figures.baseline_table(rows)
+        return [Section("pl_base_summary", text="**{summary}** " + badge("modelled"), values={"summary": summary}),
+                Section("pl_base", table=table, columns=P.baseline_columns(table[0]), kind="modelled",
+                        caption=P.BASELINE_CAPTION)], dropped
+
+    def assignment(self) -> list[Section]:
+        """Every operator's device and times, the operator graph coloured by device, each device's use and
+        memory, and a warning for a device that holds more than its memory."""
+        shown, _, s, _, reasons = self._placed
+        scale, unit = self.figures.time_unit(s.makespan)
+        usage = pl.device_usage(shown, s)
+        over = pl.over_full(usage)
+        return [
+            Section("pl_assign", header="Assignment", level="subheader", kind="modelled",
+                    table=self.figures.assignment_table(pl.schedule_table(shown, s), scale, unit, reasons),
+                    caption=P.assignment_caption(unit)),
+            Section("pl_dag", chart="placement.dag_figure", kind="modelled", caption=P.DAG_CAPTION, chart_input=dict(
+                tasks=shown.topological_order(), edges=shown.edges, device_of=s.assignment, devices=shown.devices,
+                labels=pl.task_labels(shown), title="Operator graph coloured by device")),
+            Section("pl_usage", side="left", chart="placement.usage_figure", kind="modelled",
+                    chart_input={"rows": usage, "makespan": s.makespan}),
+            Section("pl_memory", side="right", chart="placement.memory_figure", kind="modelled",
+                    chart_input={"rows": usage}),
+            Section("pl_memory_caption", caption=P.MEMORY_CAPTION, kind="modelled"),
+            *([Section("pl_over", notices=(Notice(f"Over-full: {', '.join(over)} hold more than their memory.",
+                                                  "warning", ":material/warning:"),))] if over else []),
+        ]
+
+    def comparison(self) -> Section:
+        """Every strategy on this graph (and on a coarsened one when the model is too big for the exact search)."""
+        if self.graph is None:  # the plan above said why
+            return Section("pl_compare", header=COMPARISON, level="subheader")
+        rows, note = pl.strategy_comparison(self.graph)
+        return Section("pl_compare", header=COMPARISON, level="subheader", intro=note,
+                       chart="placement.comparison_figure", chart_input={"rows": rows},
+                       table=self.figures.comparison_table(rows), columns=P.COMPARISON_COLUMNS, kind="modelled",
+                       caption=P.comparison_caption(self.cm.pass_))
+
+    # ----- runs --------------------------------------------------------------------------------------------
+    @property
+    def _run_sc(self):
+        """The scenario a run starts from: the page's, with only the pins its plan honours."""
+        return self.sc.replace(training=self.sc.training.replace(pins=tuple(self.applied.items())))
+
+    def plan_items(self, v: Mapping[str, Any]) -> list[tuple]:
+        """(scenario, run name) of "Run this plan": the plan shown, with the run controls ``v``."""
+        one = P.plan_scenario(self._run_sc, self.model, self.batch, self.strategy,
+                              P.assignment_of(self.graph, self.strategy), int(v["pl_micro"]), int(v["pl_steps"]),
+                              v["pl_emulate"])
+        return [(one, f"{STRATEGY_SHORT[self.strategy]} · {self.model}")]
+
+    def strategy_items(self, v: Mapping[str, Any]) -> list[tuple]:
+        """(scenario, run name) of "Run every strategy", each strategy's plan ``v["pl_repeats"]`` times."""
+        return P.strategy_scenarios(self._run_sc, self.graph, self.model, self.batch, int(v["pl_micro"]),
+                                    int(v["pl_steps"]), v["pl_emulate"], int(v["pl_repeats"]))
+
+    def balance_items(self, v: Mapping[str, Any]) -> list[tuple]:
+        """(scenario, run name) of "Run the balancing loop": the loop with each rule, then its baselines."""
+        return B.balance_items(self._run_sc, self.graph, self.model, self.batch, int(v["pl_micro"]),
+                               int(v["pl_round_steps"]), int(v["pl_rounds"]), v["pl_tol"], int(v["pl_patience"]),
+                               _slowdown(v, self.devices), self.strategy)
+
+    # ----- the balancing loop, simulated -------------------------------------------------------------------
+    def slowdown_note(self) -> Section:
+        fastest, _ = B.default_slowdowns(self.sc.topology)
+        return Section("pl_slow_note", caption=B.SLOWDOWN_NOTE, values={"fastest": fastest})
+
+    def balancing(self, v: Mapping[str, Any]) -> Balancing:
+        """Both rules' loops for the balancing controls ``v`` (mode, slowdowns, knobs), simulated by the cost
+        model."""
+        if self.graph is None:
+            raise self.failure
+        mode = v["pl_bal_mode"]
+        results, per_sample, nodes, ref = B.balancing(
+            self.graph, self.og, self.sc.topology, self.cm, mode, self.batch, _slowdown(v, self.devices),
+            v["pl_noise"], v["pl_seed"], v["pl_tol"], v["pl_patience"], v["pl_rounds"])
+        if mode == "model":
+            self.balance_results = results
+        scale, unit = self.figures.balance_time_unit(results)
+        head = [Section("pl_bal_nodes", caption=B.DATA_NODES_LINE,
+                        values={"nodes": ", ".join(per_sample), "batch": self.batch})] if per_sample is not None else []
+        head.append(Section("pl_balance", chart="placement.balance_figure", kind="modelled",
+                            chart_input={"series": self.figures.balance_series(results), "nodes": nodes,
+                                         "reference_time": ref},
+                            caption="each round is simulated with the cost model at the true speeds, not run."))
+        rounds = [Section(f"pl_rounds_{r}", table=self.figures.rounds_table(res, nodes, mode, scale, unit))
+                  for r, res in results.items()]
+        return Balancing(head, results, mode, ref, scale, unit, rounds,
+                         Section("pl_rounds_caption", caption=B.rounds_caption(mode), kind="modelled"))
+
+
+def _slowdown(v: Mapping[str, Any], devices) -> dict[str, float]:
+    """Each device's slowdown among the balancing controls ``v``."""
+    return {n: v[f"pl_slow_{n}"] for n in devices}
+
+
+__all__ = ["BALANCE", "BALANCE_RUN", "Balancing", "Builders", "COMPARISON", "PLAN_CONTROLS", "PlacementView", "RUN",
+           "RUN_CONTROLS", "fitting_pins", "topology", "traced"]
