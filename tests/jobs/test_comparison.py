@@ -1,6 +1,6 @@
-"""lab.jobs.comparison and the Compare page: variants over repeats, time to a target, noise verdicts, export."""
+"""lab.jobs.comparison: variants over repeats, time to a target, noise verdicts, export (the Compare page's model
+and page: tests/view/test_view_compare.py, tests/pages/test_page_compare.py)."""
 
-import json
 import math
 
 import pandas as pd
@@ -10,7 +10,6 @@ from lab.jobs import comparison as C
 from lab.jobs import variants
 from lab.scenario.document import Compression, default_scenario
 from lab.store.runs import JOB_WORKER, RunStore
-from tests.conftest import app_test, assert_no_exception
 
 
 def scenario(optimizer="adam", kind="none", seed=0, steps=40):
@@ -106,34 +105,6 @@ def test_compare_runs_groups_repeats_and_the_export_has_every_setting(lab_db):
         assert col in frame.columns, col
     assert set(frame.seed) == {0, 1, 2}
     assert C.export_filename(cmp.runs) == "runs-6-runs-mlp-adabelief-adam"
-
-
-def _charts(at):
-    return [json.loads(e.proto.spec) for e in at.get("plotly_chart")]
-
-
-def test_compare_page_draws_variants_by_colour_and_line_style(lab_db, spawns):
-    st = RunStore(lab_db)
-    ids = []
-    for opt in ("adam", "adabelief", "maxadabelief"):
-        for kind in ("none", "group_topk"):
-            ids += [store_run(st, scenario(opt, kind, seed), [0.5, 0.85 + 0.02 * seed]) for seed in range(2)]
-    at = app_test("pages/compare.py", timeout=120)
-    at.toggle(key="cmp_class").set_value(True).run()  # runs stored here have no owner: the class's
-    at.multiselect(key="cmp_runs").set_value(ids).run()
-    assert_no_exception(at)
-    summary = next(d.value for d in at.dataframe if "variant" in d.value.columns and "repeats" in d.value.columns)
-    assert len(summary) == 6 and set(summary.repeats) == {2}
-    acc = next(c for c in _charts(at) if "Test accuracy" in json.dumps(c["layout"].get("title", {})))
-    lines = [t for t in acc["data"] if t.get("mode") == "lines+markers"]
-    assert len(lines) == 6
-    by_label = {t["name"]: (t["line"]["color"], t["line"]["dash"]) for t in lines}
-    assert by_label["Adam · dense"][0] == by_label["Adam · Group-TopK 1 % + EF"][0]  # colour = optimiser
-    assert by_label["Adam · dense"][1] != by_label["Adam · Group-TopK 1 % + EF"][1]  # style = compression
-    assert by_label["Adam · dense"][0] != by_label["AdaBelief · dense"][0]
-    assert acc["layout"]["height"] >= 400
-    csv = next(b for b in at.get("download_button") if "every step" in b.proto.label)
-    assert csv.proto.label
 
 
 def test_many_variants_get_small_multiples_by_compression():
@@ -244,25 +215,6 @@ def test_a_long_comparison_draws_at_most_max_points_and_summarises_every_row(lab
     assert list(long_loss.band["mean"]) == pytest.approx(list((a.loss + b.loss) / 2))
     assert "at most 64 points" in cmp.drawn_note and "up to 16" in cmp.drawn_note
     assert C.compare_runs(st, [short]).drawn_note == ""
-
-
-def test_compare_page_draws_a_long_run_thinned_and_says_so(lab_db, monkeypatch, spawns):
-    monkeypatch.setattr(C, "MAX_CURVE_POINTS", 100)
-    st = RunStore(lab_db)
-    rid = store_rows(st, scenario(), 3000, eval_every=2)
-    at = app_test("pages/compare.py", timeout=120)
-    at.toggle(key="cmp_class").set_value(True).run()
-    at.multiselect(key="cmp_runs").set_value([rid]).run()
-    assert_no_exception(at)
-    for chart in _charts(at):
-        for trace in chart["data"]:
-            assert len(trace.get("x", [])) <= 100
-    assert any("at most 100 points" in c.value for c in at.caption)
-    summary = next(d.value for d in at.dataframe if "variant" in d.value.columns)
-    m = st.metrics(rid)
-    r = C.run_result(rid, m[m.worker == JOB_WORKER], m[m.worker != JOB_WORKER], 0.9, workers=2)
-    assert summary["final test accuracy (%)"].iloc[0] == C.Spread.of([r.final_acc]).text(100)
-    assert any("every step" in b.proto.label for b in at.get("download_button"))
 
 
 def test_same_seed_runs_count_once_and_the_summary_csv_has_settings_and_numbers(lab_db):

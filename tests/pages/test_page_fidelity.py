@@ -1,13 +1,14 @@
-"""Fidelity page (AppTest): no profile, a stored run beside its prediction, calibration and batch
-buttons, the trace download, lesson mode; and the Home page's lessons."""
+"""Fidelity page (AppTest): drawn whole without a profile and with a stored run beside its prediction, the
+calibration and batch buttons; what its sections hold is tested on the page model (tests/view/test_view_fidelity.py).
+And the pages that show a stored run beside its prediction (Training, All-reduce) and the Home page's lessons."""
 
 from __future__ import annotations
 
 import json
-import math
 
 import pytest
 
+import ui
 from lab.machine.calibrate import synthetic_profile
 from lab.machine.predict import predict_step
 from lab.scenario.catalogue import preset
@@ -67,19 +68,23 @@ def test_page_without_profile_or_runs(data, spawns):
     assert at.button(key="fid_batch").disabled  # nothing to predict with yet
 
 
-def test_stored_run_beside_its_prediction(data, lab_db, spawns):
+def test_the_page_draws_a_stored_run_beside_its_prediction_whole(data, lab_db, spawns):
     at, rid, sc, prof = page_with_a_stored_run(lab_db, PAGE)
-    pred = predict_step(sc, prof).step
-    err = abs(math.log(pred / 0.01))
-    metric = [m for m in at.metric if m.label.startswith("Model error")][0]
-    assert metric.value == f"{(math.exp(err) - 1) * 100:.1f} %"
+    assert [h.value for h in at.subheader] == ["This machine", "Stored runs: predicted against measured",
+                                               "Placement runs: prediction, replay and measurement",
+                                               "One step as a trace"]
+    assert [m.label for m in at.metric] == ["Model error, step time", "Target on this machine", "Runs compared",
+                                            "Re\\-measured spread", "Best possible here"]   # labels shown as text
+    assert at.metric[0].value.endswith(" %") and at.metric[0].help.startswith("exp(mean over runs")
+    assert len(at.get("plotly_chart")) == 3 + 1  # step time, error, parts; the calibration's classes
     table = [d.value for d in at.dataframe if "measured step (ms)" in d.value.columns][0]
     assert list(table["id"]) == [rid]
-    assert table["measured step (ms)"].iloc[0] == pytest.approx(10.0)
-    assert table["predicted step (ms)"].iloc[0] == pytest.approx(pred * 1e3)
     assert any("SimAI" in m.value for m in at.markdown)
-    assert at.selectbox(key="fid_trace_run").value == rid
     assert "synthetic" in "".join(m.value for m in at.markdown)  # the profile's machine description
+    captions = " ".join(c.value for c in at.caption)
+    assert "measured" in captions and "modelled" in captions and "events; timestamps in µs" in captions
+    assert at.selectbox(key="fid_trace_run").value == rid
+    assert at.get("download_button")[0].proto.label == "Download the trace (JSON)"
 
 
 def test_calibrate_button_starts_the_background_calibration(data, monkeypatch, spawns):
@@ -115,7 +120,7 @@ def test_beside_running_jobs_the_page_offers_to_wait_for_a_quiet_machine(data, m
                         calls.append(wait_quiet_s))
     monkeypatch.setattr(JobManager, "running", lambda self: ["r1", "r2"])
     at = app_test(PAGE)
-    assert any("2 job(s) are running" in w.value for w in at.warning)
+    assert any(ui.plain("2 job(s) are running") in w.value for w in at.warning)  # its words: the model's test
     assert at.button(key="fid_calibrate").label == "Calibrate now"
     at.button(key="fid_calibrate_wait").click().run()
     assert_no_exception(at)
@@ -152,19 +157,6 @@ def test_preset_batch_button_queues_the_batch(data, lab_db, monkeypatch, spawns)
     assert owners == [at.session_state["job_owner"]] and owners[0]  # the batch's runs are the starter's
     at.run()
     assert at.button(key="fid_batch").disabled  # one batch at a time
-
-
-def test_lesson_mode_hides_advanced_controls(data, lab_db, spawns):
-    synthetic_profile().save()
-    stored_run(lab_db)
-    at = app_test(PAGE, query={"lesson": "1"})
-    assert_no_exception(at)
-    assert at.toggle(key="lesson_mode_toggle").value is True
-    keys = {w.key for w in at.toggle} | {w.key for w in at.number_input}
-    assert "fid_quick" not in keys and "fid_steps" not in keys
-    assert not [p for p in at.get("plotly_chart") if getattr(p, "key", None) == "fid_parts"]
-    at.toggle(key="lesson_mode_toggle").set_value(False).run()
-    assert at.number_input(key="fid_steps")
 
 
 def test_home_opens_a_lesson_on_its_page_with_its_scenario(data, spawns):
@@ -224,55 +216,25 @@ def test_training_page_without_profile_says_how_to_get_one(data, lab_db, spawns)
     assert any("calibrate this machine" in c.value for c in at.caption)
 
 
-def test_compare_page_shows_prediction_beside_measurement(data, lab_db, spawns):
-    at, rid, sc, prof = page_with_a_stored_run(lab_db, "pages/compare.py")
-    assert at.multiselect(key="cmp_runs").value == [rid]
-    table = [d.value for d in at.dataframe if "predicted step (ms)" in d.value.columns][0]
-    assert list(table["id"]) == [rid]
-    assert table["predicted step (ms)"].iloc[0] == pytest.approx(predict_step(sc, prof).step * 1e3)
-    assert table["measured step (ms)"].iloc[0] == pytest.approx(10.0)
-
-
-def test_the_same_scenario_run_twice_shows_the_measurement_spread(data, lab_db, spawns):
+def runs_under_load(lab_db) -> tuple[str, str, Scenario]:
+    """Two stored runs of one scenario, (the quiet one, one measured under load whose name holds Markdown, the
+    scenario), with a synthetic profile saved."""
     synthetic_profile().save()
-    stored_run(lab_db, step_s=0.010)
-    stored_run(lab_db, step_s=0.020)
-    at = app_test(PAGE)  # another student: the runs are not theirs, and are there on request
-    assert_no_exception(at)
-    assert not [m for m in at.metric if m.label == "Re-measured spread"]
-    at.toggle(key="fid_class").set_value(True).run()
-    assert_no_exception(at)
-    metric = [m for m in at.metric if m.label == "Re-measured spread"][0]
-    assert metric.value == "100.0 %"  # 10 ms then 20 ms: exp(|ln 2|) - 1
-    floor = [m for m in at.metric if m.label == "Best possible here"][0]
-    assert floor.value == "41.4 %"  # any constant between 10 and 20 ms: exp(|ln 2| / 2) - 1 = sqrt(2) - 1
-
-
-@pytest.mark.parametrize("page", [PAGE, "pages/training.py", "pages/compare.py"])
-def test_a_run_measured_under_load_is_flagged_on_every_page_that_shows_its_times(data, lab_db, page, spawns):
-    prof = synthetic_profile()
-    prof.save()
     quiet, sc = stored_run(lab_db)
     busy, _ = stored_run(lab_db, step_s=0.02)
     st = RunStore(lab_db)
     st.merge_info(quiet, {"load": {"others_share": 0.02, "cpus": 2, "pressure": 0.0}})
     st.merge_info(busy, {"load": {"others_share": 0.5, "cpus": 2, "pressure": 0.5}})
     st.update_run(busy, name="**loud** [x](http://e.test)")  # a name is user text: shown as text
-    at = app_test(page)
+    return quiet, busy, sc
+
+
+def test_a_run_measured_under_load_is_flagged_on_the_training_page(data, lab_db, spawns):
+    # the Fidelity and Compare pages' flags are tested on their models and the Compare page's AppTest
+    runs_under_load(lab_db)
+    at = app_test("pages/training.py")
     at.session_state["job_owner"] = OWNER
-    if page == "pages/compare.py":
-        at.session_state["cmp_runs"] = [quiet, busy]
     at.run()
     assert_no_exception(at)
     warnings = " ".join(w.value for w in at.warning)
-    if page == PAGE:
-        pred = predict_step(sc, prof).step
-        metric = [m for m in at.metric if m.label.startswith("Model error")][0]
-        assert metric.value == f"{(math.exp(abs(math.log(pred / 0.01))) - 1) * 100:.1f} %"  # the quiet run's alone
-        assert "1 run(s) were measured while other work took more than 15 %" in warnings
-        table = [d.value for d in at.dataframe if "under load" in d.value.columns][0].set_index("id")
-        assert bool(table.loc[busy, "under load"]) and not bool(table.loc[quiet, "under load"])
-    elif page == "pages/training.py":  # the newest run, the loaded one, is watched
-        assert "Measured under load: other work took 50 %" in warnings
-    else:
-        assert "1 of the chosen runs" in warnings and "\\*\\*loud\\*\\*" in warnings and "](" not in warnings
+    assert "Measured under load: other work took 50 %" in warnings  # the newest run, the loaded one, is watched
