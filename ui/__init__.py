@@ -19,9 +19,10 @@ from ui.runs import placement_rows, predicted_runs, prediction_beside_measured, 
 from ui.session import remember, scenario, set_scenario, set_view, view_value
 from ui.show import badge, caption, column_config, guarded, show, show_all
 from ui.text import plain
-from ui.widgets import control, form, setting
+from ui.widgets import control, form, setting, settings_form
 
 __all__ = ["job_manager", "owner", "teacher", "LESSONS", "hidden", "lesson_mode", "open_lesson", "set_lesson_mode",
            "scenario_sidebar", "view_link_params", "placement_rows", "predicted_runs", "prediction_beside_measured",
            "submit_book", "submit_once", "remember", "scenario", "set_scenario", "set_view", "view_value", "badge",
-           "caption", "column_config", "guarded", "show", "show_all", "plain", "control", "form", "setting"]
+           "caption", "column_config", "guarded", "show", "show_all", "plain", "control", "form", "setting",
+           "settings_form"]

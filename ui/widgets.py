@@ -122,3 +122,29 @@ def form(key: str, rows, submit: str = "Run", **options) -> dict:
                 values[k] = control(places[drawn.index(k)], k, **options.get(k, {})) if k in drawn else view_value(k)
         st.form_submit_button(submit, type="primary", key=f"{key}_run")
     return values
+
+
+def settings_form(value, form) -> dict:
+    """The widgets of a settings section of the Scenario (``value``, its Training or its Compression) as ``form``
+    (:class:`lab.view.fields.SettingsForm`, a page model's) lays them out, each from its field's Setting and
+    starting at ``value``'s field. A field whose ``when`` does not hold of the values above it is not drawn; one
+    lesson mode hides (its Setting is advanced, or the active lesson names its key) draws nothing. Either keeps
+    ``value``'s. Returns every field's value by name, for the section's ``replace``."""
+    values: dict = {}
+    for row in form.rows:
+        if all(hidden(f.key, form.spec(f)) for f in row.fields):
+            values.update({f.name: getattr(value, f.name) for f in row.fields})
+            continue
+        widths = row.columns()
+        places = iter(st.columns(widths, vertical_alignment=row.align) if len(widths) > 1 else [st])
+        for f in row.fields:
+            if not f.drawn(values):
+                values[f.name] = getattr(value, f.name)
+                continue
+            where, spec = next(places), form.spec(f)
+            if hidden(f.key, spec):
+                values[f.name] = getattr(value, f.name)
+                continue
+            values[f.name] = setting(where, spec, getattr(value, f.name), f.key, disabled=f.greyed(values),
+                                     format_func=None if f.names is None else f.names.get)
+    return values

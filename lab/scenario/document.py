@@ -42,8 +42,9 @@ MAX_SCENARIO_BYTES = UPLOAD_MB * 1024 * 1024  # a file larger than this is refus
 class Setting:
     """One field of a settings section: its type, default and what is allowed, and how a page shows it
     (its label and help, the family whose labels a menu shows, a slider or a toggle where it is not a
-    plain number box or checkbox, the step and format of a number box). Pages build their widgets from it
-    (the ``setting`` helper of the app's ``ui`` module), so each is written once, here."""
+    plain number box or checkbox, the step and format of a number box, whether lesson mode hides it). Pages
+    build their widgets from it (the ``setting`` helper of the app's ``ui`` module), so each is written once,
+    here."""
 
     type: type
     default: Any
@@ -58,6 +59,7 @@ class Setting:
     step: float | None = None
     format: str | None = None
     names: tuple[tuple[Any, str], ...] = ()  # the choices' labels where no family names them
+    advanced: bool = False  # lesson mode hides its widget (its value stays in force), as a view control's
 
     def check(self, name: str, value: Any, where: str) -> Any:
         w = f"{where}.{name}"
@@ -115,21 +117,22 @@ TRAINING_FIELDS: dict[str, Setting] = {
                        "within float32 rounding of the multi-tensor path. It pays off on large layers; on the "
                        "lab's small models a job steps its flat buffers in one call, about as fast as the "
                        "multi-tensor path (README: bench_optim). Local steps only: the optimiser-state all-reduce "
-                       "keeps the multi-tensor path"),
+                       "keeps the multi-tensor path", advanced=True),
     "lr_scaling": Setting(bool, False, help="the edge-compression design's linear scaling rule: lr × workers",
-                       label="Scale lr by workers"),
+                       label="Scale lr by workers", advanced=True),
     "workers": Setting(int, 2, min=1, max=4, label="Workers (processes)", widget="slider"),
     "steps": Setting(int, 100, min=1, max=100_000, label="Steps (count)"),
     "batch_size": Setting(int, 32, min=1, max=4096, help="per worker", label="Batch per worker (samples)"),
-    "seed": Setting(int, 0, min=0, max=2**31 - 1, label="Seed"),
+    "seed": Setting(int, 0, min=0, max=2**31 - 1, label="Seed", advanced=True),
     "sync": Setting(str, "allreduce", SYNC_MODES, label="Sync mode", family="sync"),
-    "allreduce_impl": Setting(str, "gloo", ALLREDUCE_IMPLS, label="All-reduce", family="allreduce_impl"),
-    "split": Setting(str, "even", SPLITS, label="Data split", family="split"),
+    "allreduce_impl": Setting(str, "gloo", ALLREDUCE_IMPLS, label="All-reduce", family="allreduce_impl",
+                              advanced=True),
+    "split": Setting(str, "even", SPLITS, label="Data split", family="split", advanced=True),
     "dirichlet_alpha": Setting(float, 0.5, min=1e-3, max=1e3, help="small: each worker sees few classes",
-                            label="Dirichlet alpha"),
+                            label="Dirichlet alpha", advanced=True),
     "exchange_share": Setting(float, 0.0, min=0.0, max=1.0, label="Exchange share per step",
                            help="share of its samples each worker hands its ring neighbour each step (the "
-                                "task-level design's data exchange)"),
+                                "task-level design's data exchange)", advanced=True),
     "emulate": Setting(bool, False, help="emulate device speeds and link bandwidths of the topology",
                     label="Emulate the topology's devices and links", widget="toggle"),
     "worker_devices": Setting(tuple, (), help="device of the topology each worker stands for"),
@@ -158,10 +161,12 @@ COMPRESSION_FIELDS: dict[str, Setting] = {
     "ratio": Setting(float, 0.01, min=1e-6, max=1.0, label="Ratio (kept fraction)", step=0.001, format="%.6f",
                   help="0.01 keeps 1 % of the entries"),
     "group_size": Setting(int, 1024, min=1, max=1 << 24, label="Group size (entries)",
-                       help="Group-TopK keeps the top entries of every group"),
+                       help="Group-TopK keeps the top entries of every group", advanced=True),
     "error_feedback": Setting(bool, False, label="Error feedback",
-                           help="adds what was not sent to the next step's gradient, so it is sent later"),
-    "sharing": Setting(str, Sharing.SPARSE_ALLGATHER.value, SHARING, label="Sharing method", family="sharing"),
+                           help="adds what was not sent to the next step's gradient, so it is sent later",
+                           advanced=True),
+    "sharing": Setting(str, Sharing.SPARSE_ALLGATHER.value, SHARING, label="Sharing method", family="sharing",
+                       advanced=True),
     "rank": Setting(int, 1, min=1, max=64, label="PowerSGD rank",
                  help="each gradient matrix is sent as two thin matrices of this many columns"),
     "warmup": Setting(int, 10, min=2, max=100_000, label="PowerSGD warm-up (steps)",
