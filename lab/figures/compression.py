@@ -12,7 +12,6 @@ import numpy as np
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from lab.figures.style import fmt_seconds
 from lab.scenario.names import SPARSIFIERS, Sharing
 
 COMPRESSOR_COLOURS = {"group_topk": "#2e7d32", "topk": "#1565c0", "randomk": "#ef6c00", "fp16": "#8e24aa",
@@ -189,22 +188,3 @@ def grid_figure(rows: Sequence[Mapping]) -> go.Figure:
     fig.update_yaxes(title="bytes sent per worker per step (kB)", type="log", row=1, col=3)
     return _layout(fig, "The compressors in training (the grid)", height=440)
 
-
-def compressor_table(rows: Sequence[Mapping]) -> list[dict]:
-    """The compressors on one gradient (lab.compression.study.evaluate rows), units in the column names."""
-    return [{"compressor": r["label"], "ratio": r["ratio"], "kept (entries)": r["kept"],
-             "density (%)": 100 * r["density"], "relative error (%)": 100 * r["rel_error"], "bytes (B)": r["bytes"],
-             "wire format": r["wire_format"], "time": fmt_seconds(r["t_compress"])} for r in rows]
-
-
-def cholesky_applicability_table(a: Mapping) -> list[dict]:
-    """Whether the Cholesky factor exists for worker 0's matrix: one row of its properties."""
-    return [{"shape": "×".join(map(str, a["shape"])), "square": a["square"], "asymmetry ||D−Dᵀ||/||D||": a["asymmetry"],
-             "symmetric": a["symmetric"], "smallest eigenvalue (matrix units)": a["min_eigenvalue"],
-             "positive-definite": a["positive_definite"]}]
-
-
-def cholesky_table(methods: Sequence[Mapping]) -> list[dict]:
-    """What each way of sending the matrix sends, and costs (lab.compression.cholesky.study's methods)."""
-    return [{"sent": r["method"], "values (count)": r["values"], "bytes (B)": r["bytes"], "pack": fmt_seconds(r["t_pack"]),
-             "unpack": fmt_seconds(r["t_unpack"]), "relative error": r["rel_error"]} for r in methods]
