@@ -6,6 +6,9 @@ from __future__ import annotations
 import streamlit as st
 
 OWNER_KEY = "job_owner"
+# A student's cookie lasts a term, not a year. It is written by the page's script (Streamlit sets no cookie of
+# its own), so it cannot be HttpOnly: the server signs it instead, and a value it did not sign is nobody.
+COOKIE_MAX_AGE_S = 30 * 24 * 3600
 _COOKIE_PENDING = "_owner_cookie_pending"
 
 
@@ -36,7 +39,7 @@ def write_identity_cookie() -> None:
     owner()
     token = st.session_state.get(_COOKIE_PENDING)
     if token and access.valid_token(token):
-        st.html(f"<script>document.cookie = '{access.COOKIE}={token}; Path=/; Max-Age=31536000; "
+        st.html(f"<script>document.cookie = '{access.COOKIE}={token}; Path=/; Max-Age={COOKIE_MAX_AGE_S}; "
                 "SameSite=Strict';</script>", unsafe_allow_javascript=True)
 
 

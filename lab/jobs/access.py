@@ -15,9 +15,11 @@ the library, so no page can skip it.
 """
 from __future__ import annotations
 
+import base64
 import hashlib
 import hmac
 import logging
+import os
 import math
 import re
 import secrets
@@ -33,24 +35,66 @@ log = logging.getLogger("lab.jobs.access")
 TEACHER = "teacher"  # how the store names the teacher as the one who stopped or released a job
 ANONYMOUS = "-"  # an owner that no browser holds (a job queued by a script through the manager)
 COOKIE = "lab_student"  # the browser's cookie that holds a student's token
-_TOKEN = re.compile(r"[A-Za-z0-9_-]{32,64}")
+_TOKEN = re.compile(r"[A-Za-z0-9_-]{43}\.[A-Za-z0-9_-]{22}")
+KEY_FILE = "identity.key"  # in the data folder: the server's secret that signs the tokens it issues
+_keys: dict[str, bytes] = {}
+_keys_lock = threading.Lock()
+
+
+def _server_key() -> bytes:
+    """The server's signing secret, made once (32 random bytes, readable by its owner only) and kept in the data
+    folder, so tokens stay valid across restarts and are the same for every process of this server."""
+    path = settings.data_dir() / KEY_FILE
+    with _keys_lock:
+        key = _keys.get(str(path))
+        if key is None:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            try:
+                fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+            except FileExistsError:
+                key = b""
+                for _ in range(50):  # another process is writing it
+                    key = path.read_bytes()
+                    if len(key) == 32:
+                        break
+                    time.sleep(0.02)
+            else:
+                key = secrets.token_bytes(32)
+                with os.fdopen(fd, "wb") as f:
+                    f.write(key)
+            if len(key) != 32:
+                raise LabError(f"the server's identity key {path} is damaged: delete it (every student then gets a "
+                               "new identity)", where="identity")
+            _keys[str(path)] = key
+        return key
+
+
+def _signature(body: str) -> str:
+    mac = hmac.new(_server_key(), b"hetlab-student:" + body.encode(), hashlib.sha256).digest()
+    return base64.urlsafe_b64encode(mac[:16]).decode().rstrip("=")
 
 
 def new_token() -> str:
-    """A student's secret: 32 random bytes, URL-safe (43 characters)."""
-    return secrets.token_urlsafe(32)
+    """A student's secret, issued by this server: 32 random bytes (43 URL-safe characters), a dot, and the
+    server's signature of them (22 characters), so that a value the server did not issue is no student."""
+    body = secrets.token_urlsafe(32)
+    return f"{body}.{_signature(body)}"
 
 
 def valid_token(token) -> bool:
-    """Whether ``token`` has the form :func:`new_token` gives (anything else is replaced by a new one)."""
-    return isinstance(token, str) and _TOKEN.fullmatch(token) is not None
+    """Whether ``token`` is one this server issued (its form, and its signature checked in constant time);
+    anything else is a new visitor, never a student someone chose."""
+    if not isinstance(token, str) or _TOKEN.fullmatch(token) is None:
+        return False
+    body, sig = token.split(".")
+    return hmac.compare_digest(sig, _signature(body))
 
 
 def owner_id(token: str) -> str:
     """The public owner id of a student's token: 12 hex digits of its SHA-256, so that the id, which the
     pages and the store show, does not give the token back."""
     if not valid_token(token):
-        raise LabError("a student token must be 32 to 64 URL-safe characters", where="identity")
+        raise LabError("a student token must be one this server issued", where="identity")
     return hashlib.sha256(b"hetlab-owner:" + token.encode()).hexdigest()[:12]
 
 

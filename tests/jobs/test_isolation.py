@@ -111,7 +111,10 @@ def test_a_students_id_comes_from_a_secret_token_it_does_not_give_back():
     assert owner_id(t) == owner_id(t) and len(owner_id(t)) == 12  # the same browser: the same student
     assert len({owner_id(x) for x in tokens}) == 200
     assert t not in owner_id(t) and owner_id(t) not in t
-    for bad in ("", "short", "x" * 65, "a" * 31, "a b" * 20, None, 12, ["a" * 40], "ä" * 40, "a" * 39 + ";"):
+    forged = "A" * 43 + "." + "A" * 22  # the right form, not this server's signature
+    other = t.split(".")[0] + "." + next(iter(tokens - {t})).split(".")[1]  # a real signature of another body
+    for bad in ("", "short", "x" * 65, "a" * 31, "a b" * 20, None, 12, ["a" * 40], "ä" * 40, "a" * 39 + ";",
+                "A" * 43, forged, other, t + "x", t.replace(".", "")):
         assert not valid_token(bad), bad
         with pytest.raises(LabError):
             owner_id(bad)
