@@ -132,4 +132,4 @@ def heartbeat_figure(workers: Sequence[int], ages: Sequence[float], phases: Sequ
     return fig
 
 
-__all__ = ["timeline_figure", "stages_figure", "heartbeat_figure", "esc"]
+__all__ = ["timeline_figure", "stages_figure", "heartbeat_figure", "legend_rows", "esc"]
