@@ -87,13 +87,14 @@ def answer(lesson: Lesson, i: int) -> None:
         student_ticks(lesson).add(i)
 
 
-def hidden(key: str) -> bool:
-    """Whether lesson mode hides control ``key`` (the table marks it advanced, or the active lesson names it);
-    its view value stays in force."""
+def hidden(key: str, spec=None) -> bool:
+    """Whether lesson mode hides control ``key`` (its table marks it advanced: the view table's control, or
+    ``spec``, the Scenario field's :class:`lab.scenario.document.Setting` the widget of key ``key`` shows; or the
+    active lesson names it); its value stays in force."""
     if not lesson_mode():
         return False
     c = viewstate.control_for(key)
-    if c is not None and c.advanced:
+    if (c is not None and c.advanced) or (spec is not None and spec.advanced):
         return True
     lesson = find_lesson(LESSONS, st.session_state.get(LESSON_ACTIVE))
     return lesson is not None and key in lesson.hide
@@ -104,6 +105,9 @@ def lesson_panel(page: str) -> None:
     questions the lab checks. Ticks are this student's, kept in the run store (across pages and reloads) and
     carried by the page link."""
     ss = st.session_state
+    handed = class_lesson()
+    if handed is not None and ss.get(LESSON_ACTIVE) != handed.id:  # the teacher's lesson, on every page
+        ss[LESSON_ACTIVE] = handed.id
     if LESSON_ACTIVE not in ss:  # a shared link names its lesson
         ss[LESSON_ACTIVE] = st.query_params.get(LESSON_ID_PARAM)
         if ss[LESSON_ACTIVE] and find_lesson(LESSONS, ss[LESSON_ACTIVE]) is None:
@@ -139,18 +143,32 @@ def lesson_panel(page: str) -> None:
             fb = ss.get(f"lesson_fb_{lesson.id}_{i}")
             if fb:
                 (c3.success if fb[0] else c3.warning)(fb[1])
-        if st.button("End the lesson", key="lesson_end", icon=":material/close:"):
+        if handed is None and st.button("End the lesson", key="lesson_end", icon=":material/close:"):
             ss[LESSON_ACTIVE] = None
             if LESSON_ID_PARAM in st.query_params:
                 del st.query_params[LESSON_ID_PARAM]
             st.rerun()
 
 
+def class_lesson() -> Lesson | None:
+    """The lesson the teacher handed out, for a student with a seat in the open class (None otherwise: no
+    class, no lesson handed out, no seat, or the teacher)."""
+    from lab.store.runs import store
+
+    state = store().class_state()
+    if state is None or not state.lesson or store().seat(owner()) is None:
+        return None
+    return find_lesson(LESSONS, state.lesson)
+
+
 def lesson_mode() -> bool:
     """The "lesson" switch: True when pages should hide their advanced controls.
 
     Kept in session state (so it survives page changes) and in the link as ``?lesson=1`` (so a
-    shared link opens in lesson mode). The toggle itself is drawn by :func:`scenario_sidebar`."""
+    shared link opens in lesson mode). The toggle itself is drawn by :func:`scenario_sidebar`. A student
+    the teacher handed a lesson to is in lesson mode, with no switch, until the teacher releases it."""
+    if class_lesson() is not None:
+        return True
     if LESSON_KEY not in st.session_state:
         st.session_state[LESSON_KEY] = st.query_params.get(LESSON_PARAM) == "1"
     on = bool(st.session_state[LESSON_KEY])
@@ -177,5 +195,8 @@ def lesson_toggle() -> None:
         set_lesson_mode(st.session_state[LESSON_WIDGET])
 
     st.session_state[LESSON_WIDGET] = lesson_mode()  # drawn once per run, after any switch elsewhere
-    st.toggle("Lesson mode", key=LESSON_WIDGET, on_change=changed,
-              help="Hide the advanced controls on every page; the link then opens in lesson mode too (?lesson=1)")
+    handed = class_lesson()
+    st.toggle("Lesson mode", key=LESSON_WIDGET, on_change=changed, disabled=handed is not None,
+              help="The teacher handed this lesson out to the class: it stays on until they release it"
+              if handed is not None else
+              "Hide the advanced controls on every page; the link then opens in lesson mode too (?lesson=1)")

@@ -11,9 +11,9 @@ import streamlit as st
 from lab.scenario.document import Scenario
 from lab.view import state as viewstate
 from lab.view.lessons import ticks_param
-from ui.identity import write_identity_cookie
+from ui.identity import owner, write_identity_cookie
 from ui.lessons import (LESSON_ACTIVE, LESSON_ID_PARAM, LESSON_PARAM, LESSON_TICKS, LESSON_TICKS_PARAM,
-                        lesson_mode, lesson_panel, lesson_toggle)
+                        class_lesson, lesson_mode, lesson_panel, lesson_toggle, open_lesson)
 from ui.session import URL_PARAM, VIEW_NOTICES, VIEW_PARAM, VIEW_SHADOW, route_through_app, scenario, sync_view
 from ui.text import plain
 
@@ -35,11 +35,56 @@ def view_link_params(sc: Scenario) -> dict[str, str]:
     return params
 
 
+_SESSION_OPENED = "_session_opened"
+_SAVED = "_view_saved"
+_CLASS_LESSON_OPENED = "_class_lesson_opened"
+
+
+def _restore_saved_view() -> None:
+    """A session's first run whose address carries no scenario and no view (a reload of a page whose link was
+    not put in the address, a new tab, a page opened by its address): this student's last view, from the run
+    store, as if its link had been opened. A link's own view always wins."""
+    ss = st.session_state
+    if ss.get(_SESSION_OPENED):
+        return
+    ss[_SESSION_OPENED] = True
+    if URL_PARAM in st.query_params or VIEW_PARAM in st.query_params:
+        return
+    from lab.store.runs import store
+
+    saved = store().saved_view(owner(), "*")
+    if saved:
+        for k, v in saved.items():
+            if isinstance(k, str) and isinstance(v, str) and k not in st.query_params:
+                st.query_params[k] = v
+
+
+def _save_view(sc: Scenario) -> None:
+    """Keep this student's view in the run store when it changed (the last run's widgets and scenario)."""
+    params = view_link_params(sc)
+    if st.session_state.get(_SAVED) != params:
+        from lab.store.runs import store
+
+        store().save_view(owner(), "*", params)
+        st.session_state[_SAVED] = params
+
+
+def _open_class_lesson() -> None:
+    """A lesson the teacher handed out opens once per session, on its page with its scenario and view."""
+    lesson = class_lesson()
+    if lesson is None or st.session_state.get(_CLASS_LESSON_OPENED) == lesson.id:
+        return
+    st.session_state[_CLASS_LESSON_OPENED] = lesson.id
+    st.switch_page(lesson.page, query_params=open_lesson(lesson))
+
+
 def scenario_sidebar() -> Scenario:
     """The sidebar every page shows: the scenario's name and topology, and a link that reproduces the
     whole view (this page, the scenario, every control)."""
     route_through_app()
     write_identity_cookie()
+    _restore_saved_view()
+    _open_class_lesson()
     notice = st.container()  # always drawn, so the page's own elements keep their places when it is empty
     if "teacher" in st.query_params:
         # A token in an address stays in the browser's history and the server's logs: the teacher
@@ -49,6 +94,7 @@ def scenario_sidebar() -> Scenario:
                        "sign in on the Jobs page instead.", icon=":material/key:")
     sc = scenario()
     sync_view(sc)
+    _save_view(sc)
     with st.sidebar:
         st.markdown(f"**Scenario:** {plain(sc.name)}  \n**Topology:** {plain(sc.topology.name)} "
                     f"({len(sc.topology.devices)} devices)")

@@ -36,10 +36,10 @@ def caption(kind: str, text: str) -> None:
 
 def column_config(spec: dict) -> dict:
     """Streamlit column configs from a plain column spec (a table's columns as lab/view declares them):
-    column -> {"kind": "number" | "datetime" | "select", and "label", "format", "min", "max", "step",
+    column -> {"kind": "number" | "datetime" | "select" | "text", and "label", "format", "min", "max", "step",
     "options" as the kind takes them}."""
     make = {"number": st.column_config.NumberColumn, "datetime": st.column_config.DatetimeColumn,
-            "select": st.column_config.SelectboxColumn}
+            "select": st.column_config.SelectboxColumn, "text": st.column_config.TextColumn}
     names = {"min": "min_value", "max": "max_value"}
     return {col: make[c["kind"]](**{names.get(k, k): v for k, v in c.items() if k != "kind"})
             for col, c in spec.items()}
@@ -89,15 +89,15 @@ def show(section: Section, where=None) -> None:
         where.plotly_chart(fig, key=f"{section.key}_fig")
     if section.table is not None:
         where.dataframe(pd.DataFrame(section.table), hide_index=True, key=f"{section.key}_table",
-                        column_config=column_config(section.columns or {}))
+                        column_config=column_config(section.columns or {}), placeholder=section.missing)
     if section.caption:
         text = _md(section, section.caption)
         where.caption(f"{badge(section.kind)} {text}" if section.kind else text)
     if section.text:
         where.markdown(_md(section, section.text))
     if section.metrics:
-        for col, (label, value) in zip(where.columns(len(section.metrics)), section.metrics):
-            col.metric(plain(label), value)
+        for col, (label, value, *about) in zip(where.columns(len(section.metrics)), section.metrics):
+            col.metric(plain(label), value, help=about[0] if about else None)
 
 
 def show_all(sections) -> None:

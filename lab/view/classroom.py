@@ -53,7 +53,7 @@ def teacher(folder: Path, store=None) -> list[Section]:
                                "handed out, the steps they ticked.",
                        notices=() if seats else (Notice("Nobody has joined yet."),)))
     if lesson is not None:
-        out.append(Section("cls_steps", header=f"Lesson: {{title}}", level="subheader", values={"title": lesson.title},
+        out.append(Section("cls_steps", header="Lesson: {title}", level="subheader", values={"title": lesson.title},
                            table=steps(store, seats, lesson),
                            caption="Per step of the lesson handed out: how many joined students ticked it and "
                                    "answered its question right."))

@@ -34,7 +34,8 @@ class Section:
 
     ``chart`` names a builder as ``"module.function"`` of ``lab.figures`` (``chart_input`` its keyword arguments);
     ``table`` is a list of rows with ``columns`` as :func:`ui.column_config` takes them; ``metrics`` is a list of
-    (label, value) pairs; ``kind`` is what the figure and table are (measured, modelled or emulated)."""
+    (label, value) pairs, or (label, value, help) triples; ``kind`` is what the figure and table are (measured,
+    modelled or emulated)."""
 
     key: str
     header: str | None = None
@@ -47,15 +48,16 @@ class Section:
     kind: str | None = None
     caption: str | None = None
     text: str | None = None
-    metrics: tuple[tuple[str, str], ...] = ()
+    metrics: tuple[tuple[str, ...], ...] = ()
     notices: tuple[Notice, ...] = ()
     values: Mapping[str, Any] = field(default_factory=dict)
     side: str | None = None  # "left" or "right": beside the next or the previous section, in two columns
+    missing: str | None = None  # what an empty cell of ``table`` shows (None: Streamlit's own "None")
 
     def __post_init__(self) -> None:
         if self.kind is not None and self.kind not in KINDS:
             raise ValueError(f"a section's kind is one of {KINDS}, not {self.kind!r}")
-        if self.caption is not None and self.kind is None and (self.chart or self.table is not None):
+        if self.caption is not None and self.kind is None and self.chart:
             raise ValueError(f"section {self.key!r}: a figure's caption says what it is (measured, modelled or "
                              "emulated)")
         if self.side not in (None, "left", "right"):

@@ -31,7 +31,7 @@ from lab.jobs.grid import GRID_DEFAULT, GRID_VARIANTS
 from lab.jobs.limits import MAX_PROCS, MAX_STEPS
 from lab.modelled.placement import STRATEGIES
 from lab.optim.playground import FUNCTIONS, MAX_COUNTEREXAMPLE_STEPS, PERIOD, SCHEDULES
-from lab.scenario.catalogue import DEVICE_CATALOGUE, PRESETS
+from lab.scenario.catalogue import DEVICE_CATALOGUE, PRESET_LABELS, PRESETS
 from lab.scenario.document import UPLOAD_MB, Setting
 from lab.scenario.names import ALGORITHMS, COST_MODELS, FAULT_KINDS, FAULT_POLICIES, MODELS, OPTIMIZERS, SPARSIFIERS
 from lab.scenario.text import check_name, loads, shown
@@ -101,13 +101,16 @@ TRANSFER_SIZES_MB = (0.001, 0.01, 0.1, 1.0, 10.0, 100.0, 1000.0)
 
 VIEW: dict[str, Control] = {
     # ---- Topology
-    "topo_size": _c("topology", float, 10.0, "Transfer size (MB)", TRANSFER_SIZES_MB, widget="select_slider"),
+    "topo_size": _c("topology", float, 10.0, "Transfer size (MB)", TRANSFER_SIZES_MB, widget="select_slider",
+                    names=tuple((x, f"{x:g}") for x in TRANSFER_SIZES_MB)),
     "topo_from": _c("topology", str, "", "from"),
     "topo_to": _c("topology", str, "", "to"),
-    "topo_cmp": _c("topology", str, "as_pcie", "Compare this cluster with", ("as_pcie", *PRESETS)),
+    "topo_cmp": _c("topology", str, "as_pcie", "Compare this cluster with", ("as_pcie", *PRESETS),
+                   names=(("as_pcie", "the same cluster with PCIe through the host"), *PRESET_LABELS.items())),
     # What the Load button loads, the file being uploaded, the editors' edits and the new device's form: what
     # they change is the Scenario, which the link carries.
-    "topo_preset": _c("topology", str, next(iter(PRESETS)), "Preset", tuple(PRESETS), transient=True),
+    "topo_preset": _c("topology", str, next(iter(PRESETS)), "Preset", tuple(PRESETS), transient=True,
+                      names=tuple(PRESET_LABELS.items())),
     "topo_upload": _c("topology", str, "", f"…or upload a scenario or topology JSON (max {UPLOAD_MB} MB)", widget="file", transient=True),
     "topo_dev_": _c("topology", tuple, (), "devices", widget="table", prefix=True, transient=True),
     "topo_sw_": _c("topology", tuple, (), "switches", widget="table", prefix=True, transient=True),
@@ -131,13 +134,17 @@ VIEW: dict[str, Control] = {
     "pl_pin_op": _c("placement", str, "", "Operator to pin", transient=True),
     "pl_pin_dev": _c("placement", str, "", "on device", transient=True),
     "pl_run_drawn": _c("placement", str, "", "Run drawn"),
-    "pl_bal_mode": _c("placement", str, "model", "What is balanced", ("model", "data"), widget="radio"),
+    "pl_bal_mode": _c("placement", str, "model", "What is balanced", ("model", "data"), widget="radio",
+                      names=(("model", "operators across devices (model parallel)"),
+                             ("data", "batch shares (data parallel)"))),
     "pl_slow_": _c("placement", float, 1.0, "slowdown (×)", lo=0.01, hi=1e6, prefix=True),
-    "pl_noise": _c("placement", float, 0.02, "noise σ", lo=0.0, hi=1.0, step=0.01),
-    "pl_seed": _c("placement", int, 0, "seed", lo=0, hi=2**31 - 1, step=1, from_scenario=lambda sc: sc.training.seed),
-    "pl_tol": _c("placement", float, 0.05, "tolerance", lo=0.0, hi=1.0, step=0.01),
-    "pl_patience": _c("placement", int, 3, "patience (rounds)", lo=1, hi=100, step=1),
-    "pl_rounds": _c("placement", int, 40, "max rounds", lo=1, hi=500, step=1),
+    # The simulated balancing loop's knobs: lesson mode hides them (their values stay in force).
+    "pl_noise": _c("placement", float, 0.02, "noise σ", lo=0.0, hi=1.0, step=0.01, advanced=True),
+    "pl_seed": _c("placement", int, 0, "seed", lo=0, hi=2**31 - 1, step=1, from_scenario=lambda sc: sc.training.seed,
+                  advanced=True),
+    "pl_tol": _c("placement", float, 0.05, "tolerance", lo=0.0, hi=1.0, step=0.01, advanced=True),
+    "pl_patience": _c("placement", int, 3, "patience (rounds)", lo=1, hi=100, step=1, advanced=True),
+    "pl_rounds": _c("placement", int, 40, "max rounds", lo=1, hi=500, step=1, advanced=True),
     "pl_micro": _c("placement", int, 4, "Micro-batches", lo=1, hi=64, help="each batch is pipelined in this many parts",
                    from_scenario=lambda sc: sc.training.micro_batches),
     "pl_steps": _c("placement", int, 40, "Steps", lo=5, hi=2000),
@@ -152,27 +159,29 @@ VIEW: dict[str, Control] = {
                          help="the first step of each round is a warm-up"),
     "pl_bal_runs": _c("placement", tuple, (), "balancing runs shown"),
     # ---- All-reduce
-    "ar_source": _c("allreduce", str, "topology", "Devices", ("topology", "identical"), widget="radio"),
+    "ar_source": _c("allreduce", str, "topology", "Devices", ("topology", "identical"), widget="radio",
+                    names=(("topology", "of the scenario's topology"), ("identical", "N identical devices"))),
     "ar_devices": _c("allreduce", tuple, (), "Devices taking part (ring order = this order)"),
     "ar_n": _c("allreduce", int, 4, "N", lo=2, hi=16, widget="slider"),
-    "ar_bw": _c("allreduce", float, 25.0, "Link bandwidth (GB/s per direction)", lo=0.01, hi=1000.0),
-    "ar_lat": _c("allreduce", float, 1.0, "Link latency (µs)", lo=0.0, hi=10000.0),
+    "ar_bw": _c("allreduce", float, 25.0, "Link bandwidth (GB/s per direction)", lo=0.01, hi=1000.0, advanced=True),
+    "ar_lat": _c("allreduce", float, 1.0, "Link latency (µs)", lo=0.0, hi=10000.0, advanced=True),
     "ar_alg": _c("allreduce", str, "ring", "Algorithm", tuple(ALGORITHMS), family="algorithm"),
     "ar_size": _c("allreduce", int, 4 << 20, "Buffer per device S", ALLREDUCE_SIZES, widget="select_slider"),
-    "ar_order": _c("allreduce", str, "given", "Ring order", ("given", "lab"), widget="radio"),
+    "ar_order": _c("allreduce", str, "given", "Ring order", ("given", "lab"), widget="radio",
+                   names=(("given", "as listed"), ("lab", "the lab's: widest slowest hop"))),
     "ar_step": _c("allreduce", int, 0, "Step (0 = before the first)", lo=0, hi=100_000, widget="slider"),
     "ar_play": _c("allreduce", bool, False, "▶ Play the steps", widget="toggle", transient=True,
                   help="moves the one step control, the figure and the page link together, a step a second"),
     "ar_work": _c("allreduce", float, 1.0, "Work per device and iteration (GFLOP, run as matrix multiplies)", lo=0.001,
-                   hi=1e6),
+                   hi=1e6, advanced=True),
     # Edits of the compute times derived from the work above; the link carries the work, not the edits.
-    "ar_compute": _c("allreduce", tuple, (), "compute per device", widget="table", transient=True),
+    "ar_compute": _c("allreduce", tuple, (), "compute per device", widget="table", transient=True, advanced=True),
     "ar_procs": _c("allreduce", int, 2, "Processes", (2, 3, 4)),
-    "ar_top": _c("allreduce", int, 256 << 10, "Largest size", (64 << 10, 256 << 10, 1 << 20)),
-    "ar_iters": _c("allreduce", int, 5, "Iterations per size", lo=1, hi=50),
+    "ar_top": _c("allreduce", int, 256 << 10, "Largest size", (64 << 10, 256 << 10, 1 << 20), advanced=True),
+    "ar_iters": _c("allreduce", int, 5, "Iterations per size", lo=1, hi=50, advanced=True),
     # ---- Training (the settings of a run are the Scenario's; these only shape a comparison)
     "tr_repeats": _c("training", int, 3, "Repeats (seeds)", lo=1, hi=10,
-                     help="each variant runs with this many seeds, so its noise shows"),
+                     help="each variant runs with this many seeds, so its noise shows", advanced=True),
     # One box per worker: together they are the Scenario's worker devices.
     "tr_dev_": _c("training", str, "", "device", prefix=True, transient=True),
     # ---- Compare
@@ -180,9 +189,15 @@ VIEW: dict[str, Control] = {
                     help="Other sessions' runs to compare with yours; you delete only your own"),
     "cmp_runs": _c("compare", tuple, (), "Runs"),
     "cmp_confirm": _c("compare", bool, False, "Yes, delete the chosen runs", transient=True),
-    "cmp_x": _c("compare", str, "step", "Against", ("step", "wall"), widget="radio"),
+    "cmp_x": _c("compare", str, "step", "Against", ("step", "wall"), widget="radio",
+                names=(("step", "step (count)"), ("wall", "wall time (s)"))),
     "cmp_target": _c("compare", float, 90.0, "Target test accuracy (%)", lo=1.0, hi=100.0, step=1.0,
                      help="The summary gives the steps and seconds each variant took to reach it"),
+    # ---- Class
+    "cls_code": _c("classroom", str, "", "Join code", transient=True, help="six letters and digits, from the teacher"),
+    "cls_name": _c("classroom", str, "", "Your name", transient=True, help="as the teacher should see it"),
+    "cls_lesson": _c("classroom", str, "", "Lesson for the class", transient=True),
+    "cls_remove": _c("classroom", str, "", "Student to remove", transient=True),
     # ---- Optimisers
     "pg_fn": _c("optimisers", str, "rosenbrock", "Test function", tuple(FUNCTIONS),
                 names=tuple((k, f.label) for k, f in FUNCTIONS.items())),
@@ -203,13 +218,15 @@ VIEW: dict[str, Control] = {
                    step=PERIOD),
     "ce_opts": _c("optimisers", tuple, tuple(OPTIMIZERS), "Optimisers", tuple(OPTIMIZERS), family="optimizer"),
     # ---- Compression
-    "cp_source": _c("compression", str, "real", "Gradient", ("real", "generated"), widget="radio"),
+    "cp_source": _c("compression", str, "real", "Gradient", ("real", "generated"), widget="radio",
+                    names=(("real", "real (one backward pass on digits)"),)),
     "cp_model": _c("compression", str, "mlp", "Model (real)", tuple(MODELS), family="model"),
     "cp_n": _c("compression", int, 1_000_000, "Entries (generated, count)", lo=1_000, hi=5_000_000, step=100_000),
     "cp_batch": _c("compression", int, 64, "Batch per worker (digits)", lo=8, hi=512),
-    "cp_group": _c("compression", int, 1024, "Group size (entries)", lo=1, hi=65536,
+    "cp_group": _c("compression", int, 1024, "Group size (entries)", lo=1, hi=65536, advanced=True,
                    from_scenario=lambda sc: int(min(sc.training.compression.group_size, 65536))),
-    "cp_seed": _c("compression", int, 0, "Seed", lo=0, hi=2**31 - 1, from_scenario=lambda sc: sc.training.seed),
+    "cp_seed": _c("compression", int, 0, "Seed", lo=0, hi=2**31 - 1, from_scenario=lambda sc: sc.training.seed,
+                  advanced=True),
     "cp_ratios": _c("compression", tuple, (0.001, 0.01, 0.05, 0.1), "Ratios (kept fraction)",
                     (0.001, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2)),
     "cp_grid_variants": _c("compression", tuple, GRID_DEFAULT, "Variants (each run with the three optimisers)",
@@ -222,7 +239,8 @@ VIEW: dict[str, Control] = {
     "ring_ratio": _c("compression", float, 0.01, "Ratio (kept fraction)", lo=1e-4, hi=1.0, format="%.4f",
                      from_scenario=lambda sc: max(1e-4, sc.training.compression.ratio)),
     "ch_matrix": _c("compression", str, MATRIX_NAMES[2], "Matrix", tuple(MATRIX_NAMES)),
-    "ch_damping": _c("compression", float, 1e-3, "Damping (× mean diagonal)", lo=0.0, hi=1.0, format="%.4f"),
+    "ch_damping": _c("compression", float, 1e-3, "Damping (× mean diagonal)", lo=0.0, hi=1.0, format="%.4f",
+                     advanced=True),
     "ch_workers": _c("compression", int, 4, "Workers", lo=2, hi=8),
     "ch_batch": _c("compression", int, 256, "Batch (digits)", lo=2, hi=1797),
     "ch_by_class": _c("compression", bool, False, "Non-IID (by class)"),
@@ -249,8 +267,9 @@ VIEW: dict[str, Control] = {
     "jobs_whatif": _c("jobs", tuple, (), "jobs of the what-if", widget="table", transient=True),
     "jobs_maxrun": _c("jobs", int, 0, "At most this many jobs at once (0: no limit)", lo=0, hi=100),
     # ---- Fidelity
-    "fid_quick": _c("fidelity", bool, False, "Quick (fewer repeats, about half the time)", widget="toggle"),
-    "fid_steps": _c("fidelity", int, 200, "Steps per run", lo=20, hi=1000, step=20),
+    "fid_quick": _c("fidelity", bool, False, "Quick (fewer repeats, about half the time)", widget="toggle",
+                    advanced=True),
+    "fid_steps": _c("fidelity", int, 200, "Steps per run", lo=20, hi=1000, step=20, advanced=True),
     "fid_class": _c("fidelity", bool, False, "Include the whole class's runs (read-only)", widget="toggle",
                     help="Other sessions' and the command line's runs beside yours"),
     "fid_trace_run": _c("fidelity", str, "", "Run"),

@@ -98,9 +98,9 @@ def test_markdown_and_html_in_names_are_shown_as_text_and_fetch_nothing(streamli
         open_page(pg, base, "/topology", s=good)
         wait_for_text(pg, "Route ")
         nothing_points_out(pg, "topology")
-        drawn = svg_text(pg, "topo_net")
+        drawn = svg_text(pg, "topo_net_fig")
         assert ANCHOR in drawn and HTML in drawn and BARE in drawn, drawn  # plotly shows &lt; as <
-        assert IMG in svg_text(pg, "topo_heat")  # the route matrix's tick labels
+        assert IMG in svg_text(pg, "topo_heat_fig")  # the route matrix's tick labels
         main = shown(pg, "[data-testid='stMain']")
         assert f"About “**{LINK}**”" in main and f"Route host → {BARE} → {IMG}:" in main, main
 
@@ -108,7 +108,7 @@ def test_markdown_and_html_in_names_are_shown_as_text_and_fetch_nothing(streamli
         open_page(pg, base, "/allreduce", s=good)
         wait_for_text(pg, "Host aggregation:")
         nothing_points_out(pg, "allreduce")
-        for chart in ("ar_steps", "ar_trigger"):
+        for chart in ("ar_steps_fig", "ar_trigger_fig"):
             drawn = svg_text(pg, chart)
             assert all(n in drawn for n in (IMG, LINK, ANCHOR, HTML)), (chart, drawn)
         assert f"Ring: {IMG} → {LINK}" in shown(pg, "[data-testid='stMain']")
@@ -117,8 +117,8 @@ def test_markdown_and_html_in_names_are_shown_as_text_and_fetch_nothing(streamli
         open_page(pg, base, "/placement", s=good)
         wait_for_text(pg, "Pinned:")
         nothing_points_out(pg, "placement")
-        assert IMG in svg_text(pg, "pl_gantt")  # its lane: every operator runs on the GPU
-        assert IMG in svg_text(pg, "pl_dag") and HTML in svg_text(pg, "pl_balance")  # legends
+        assert IMG in svg_text(pg, "pl_gantt_fig")  # its lane: every operator runs on the GPU
+        assert IMG in svg_text(pg, "pl_dag_fig") and HTML in svg_text(pg, "pl_balance_fig")  # legends
         open_page(pg, base, "/placement", s=hostile_scenario(pins=BAD_PIN).to_url_param())
         refusal = pg.locator("[data-testid='stAlert']").filter(has_text="is pinned to").first
         refusal.wait_for(timeout=60_000)

@@ -134,6 +134,7 @@ def test_students_see_their_own_jobs_and_the_teacher_manages_all(browser, tmp_pa
             t.get_by_role("button", name="Sign in as the teacher").click()
             settle(t)
             t.get_by_text("That is not the teacher's token.").wait_for(timeout=30_000)
+            t.wait_for_timeout(1500)  # a wrong token makes this browser wait a second before its next try
             t.locator("input[type='password']").first.fill(TOKEN)
             t.get_by_role("button", name="Sign in as the teacher").click()
             settle(t)

@@ -10,10 +10,12 @@ from tests.conftest import app_test, assert_no_exception
 # page -> keys of advanced widgets it draws outside lesson mode (and hides in it)
 ADVANCED = {
     "pages/allreduce.py": {"ar_top", "ar_iters", "ar_work"},
-    "pages/training.py": {"tr_impl", "tr_seed", "tr_split", "tr_alpha", "tr_exchange", "tr_lr_scaling"},
+    "pages/training.py": {"tr_impl", "tr_seed", "tr_split", "tr_alpha", "tr_exchange", "tr_lr_scaling", "tr_fused",
+                          "tr_cmp_group", "tr_cmp_sharing", "tr_cmp_ef", "tr_repeats"},
     "pages/placement.py": {"pl_noise", "pl_seed", "pl_tol", "pl_patience", "pl_rounds"},
     "pages/optimisers.py": {"pg_seed", "pg_own_start", "pg_x0", "pg_y0"},
     "pages/compression.py": {"cp_group", "cp_seed", "ch_damping"},
+    "pages/fidelity.py": {"fid_quick", "fid_steps"},
 }
 WIDGETS = ("number_input", "selectbox", "checkbox", "radio", "toggle", "slider", "multiselect", "select_slider")
 
