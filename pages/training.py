@@ -3,7 +3,6 @@
 import streamlit as st
 
 import ui
-from lab.figures import training as figs  # the one-line summaries of a run's optimiser and compression
 from lab.view import training as view
 
 sc = ui.scenario_sidebar()
@@ -24,7 +23,7 @@ with ui.guarded("the training settings"):
         ui.set_scenario(sc)
 
 st.markdown(f":material/compress: **Compression:** "
-            f"{ui.plain(figs.compression_summary(sc.training.compression.to_dict()))}")
+            f"{ui.plain(view.compression_summary(sc.training.compression.to_dict()))}")
 if conflict := view.compression_conflict(sc.training):
     st.warning(conflict, icon=":material/warning:")
 st.caption(view.IMPLEMENTATIONS)
@@ -70,9 +69,9 @@ def live_view() -> None:
         return
     ui.show_all(w.head)
     # From the stored run's own settings: the controls above may have changed since it was queued.
-    st.markdown(":material/function: **Optimiser in this run:** " + ui.plain(figs.optimiser_summary(w.training)))
+    st.markdown(":material/function: **Optimiser in this run:** " + ui.plain(view.optimiser_summary(w.training)))
     st.markdown(":material/compress: **Compression in this run:** "
-                + ui.plain(figs.compression_summary(w.training.get("compression", {}))))
+                + ui.plain(view.compression_summary(w.training.get("compression", {}))))
     st.progress(w.progress, text=w.progress_text)
     if w.can_stop and st.button("Stop", key=f"train_stop_{w.run_id}", icon=":material/stop:"):
         with ui.guarded("stopping the run"):

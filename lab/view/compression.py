@@ -3,7 +3,6 @@ the Cholesky claim tested, and the preset grid of training runs with compression
 
 from __future__ import annotations
 
-import math
 from functools import lru_cache
 from typing import Any, Mapping
 
@@ -15,6 +14,7 @@ from lab.scenario.names import COMPRESSOR_LABELS, SHARING_LABELS, Sharing
 from lab.store.runs import ACTIVE, store
 from lab.view.section import Notice, Section
 from lab.view.sharing import sharing_report
+from lab.scenario.units import fmt_seconds
 
 INTRO = (
     "The edge-compression design's **Group-TopK** keeps, in every group of *group size* consecutive gradient "
@@ -39,20 +39,11 @@ CHOLESKY_FORM = (("ch_matrix", "ch_by_class"), ("ch_damping", "ch_workers", "ch_
 GRID_OPTIMIZERS = 3  # the CXL design's three optimisers, each run with every variant
 
 
-def seconds(x: float) -> str:
-    """A duration as every figure writes one (``lab.figures.style.fmt_seconds``, which a page model cannot import):
-    three significant digits in s, ms, µs or ns; ∞ for no finite time."""
-    if not math.isfinite(x):
-        return "∞"
-    scale, unit = next(((s, u) for s, u in ((1.0, "s"), (1e3, "ms"), (1e6, "µs")) if abs(x) * s >= 1.0), (1e9, "ns"))
-    return "0 s" if x == 0 else f"{x * scale:.3g} {unit}"
-
-
 def compressor_table(rows) -> list[dict]:
     """The compressors on one gradient (lab.compression.study.evaluate rows), units in the column names."""
     return [{"compressor": r["label"], "ratio": r["ratio"], "kept (entries)": r["kept"],
              "density (%)": 100 * r["density"], "relative error (%)": 100 * r["rel_error"], "bytes (B)": r["bytes"],
-             "wire format": r["wire_format"], "time": seconds(r["t_compress"])} for r in rows]
+             "wire format": r["wire_format"], "time": fmt_seconds(r["t_compress"])} for r in rows]
 
 
 def cholesky_applicability_table(a: Mapping) -> list[dict]:
@@ -64,8 +55,8 @@ def cholesky_applicability_table(a: Mapping) -> list[dict]:
 
 def cholesky_table(methods) -> list[dict]:
     """What each way of sending the matrix sends, and costs (lab.compression.cholesky.study's methods)."""
-    return [{"sent": r["method"], "values (count)": r["values"], "bytes (B)": r["bytes"], "pack": seconds(r["t_pack"]),
-             "unpack": seconds(r["t_unpack"]), "relative error": r["rel_error"]} for r in methods]
+    return [{"sent": r["method"], "values (count)": r["values"], "bytes (B)": r["bytes"], "pack": fmt_seconds(r["t_pack"]),
+             "unpack": fmt_seconds(r["t_unpack"]), "relative error": r["rel_error"]} for r in methods]
 
 
 # Kept per input, so a rerun neither computes nor measures again (a study's times are measured once).
@@ -176,7 +167,7 @@ def cholesky(v: Mapping[str, Any]) -> list[Section]:
                     f"(Σ L)(Σ L)ᵀ, off by **{res['rel_error_of_sum_of_factors']:.1%}** (the cross terms Lᵢ Lⱼᵀ); even "
                     f"rescaled by 1/N it is off by **{res['rel_error_of_sum_of_factors_rescaled']:.2%}** (zero only if "
                     "every worker had the same matrix: try non-IID). A ring must rebuild D, add and factorise again at "
-                    f"every hop: {rr['hops']} factorisations, {seconds(rr['seconds'])} here, relative error "
+                    f"every hop: {rr['hops']} factorisations, {fmt_seconds(rr['seconds'])} here, relative error "
                     f"{rr['rel_error']:.1e}."),
     ]
 
@@ -228,7 +219,7 @@ def grid(ids, emulate: bool) -> tuple[list[Section], bool]:
     return out, any(r["status"] in ACTIVE for r in rows)
 
 
-__all__ = ["INTRO", "COMPRESSORS_FORM", "RING_INTRO", "RING_FORM", "CHOLESKY_INTRO", "CHOLESKY_FORM", "seconds",
+__all__ = ["INTRO", "COMPRESSORS_FORM", "RING_INTRO", "RING_FORM", "CHOLESKY_INTRO", "CHOLESKY_FORM",
            "compressor_table", "cholesky_applicability_table", "cholesky_table", "gradients", "compressors", "ring",
            "apply_ring", "cholesky", "grid_intro", "queue_label", "grid_runs", "grid_active", "grid", "variant_label",
            "store"]

@@ -9,12 +9,13 @@ from typing import Any, Mapping, Sequence
 
 from lab.jobs.variants import comparison_compressions, comparison_scenarios, run_name, settings_of, student_seed
 from lab.scenario.document import COMPRESSION_FIELDS, TRAINING_FIELDS, Scenario
-from lab.scenario.names import COMPRESSOR_SHORT, PAYLOAD_COMPRESSORS, SHARING_SHORT, SPARSIFIERS
+from lab.scenario.names import PAYLOAD_COMPRESSORS, SHARING_SHORT, SPARSIFIERS
 from lab.store.runs import ACTIVE, JOB_WORKER, store
 from lab.view.fields import Field, Row, SettingsForm
 from lab.view.jobs import (IMPLEMENTATIONS, bytes_note, compression_conflict, default_device, progress_line, queue_line,
                            run_to_watch, run_totals, worker_labels)
 from lab.view.section import Notice, Section
+from lab.scenario.summaries import COMPRESSOR_NAMES, compression_summary, optimiser_summary
 
 INTRO = ("Each run is a real job: N worker processes on this machine train the model over torch.distributed "
          "(gloo), and every number below is {measured} from them. With emulation on, a worker standing for a slower "
@@ -25,9 +26,6 @@ COMPARE_HELP = ("Queues Adam, AdaBelief and Max-AdaBelief, each without compress
                 "Compare page on exactly those runs")
 NO_RUNS = "No runs yet: press **Run**."
 
-#: The compressors as a sentence about one run names them (lab.figures.training.COMPRESSOR_NAMES, whose one-line
-#: summary the page shows under the form): no baseline to call dense, and Top-K is global beside Group-TopK.
-COMPRESSOR_NAMES = {**COMPRESSOR_SHORT, "none": "none (no compression)", "topk": "global Top-K"}
 
 
 def _powersgd(v) -> bool:  # torch's hook takes a rank and a warm-up where the lab's compressors take a ratio
@@ -184,6 +182,6 @@ def measured(m, run: dict) -> list[Section]:
     return out
 
 
-__all__ = ["INTRO", "COMPARE_HELP", "NO_RUNS", "COMPRESSOR_NAMES", "TRAINING_FORM", "COMPRESSION_FORM",
+__all__ = ["INTRO", "COMPARE_HELP", "NO_RUNS", "COMPRESSOR_NAMES", "compression_summary", "optimiser_summary", "TRAINING_FORM", "COMPRESSION_FORM",
            "IMPLEMENTATIONS", "compression_conflict", "device_boxes", "edited", "name_of", "comparison", "polling",
            "store", "Watch", "watch", "measured"]

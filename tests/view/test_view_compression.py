@@ -2,7 +2,6 @@
 simulated, the Cholesky study measured) and from the run store for the grid (no process started)."""
 from __future__ import annotations
 
-import math
 
 import pytest
 
@@ -103,10 +102,6 @@ def test_tables_carry_their_units_and_every_row():
     assert view.cholesky_table(m)[0]["bytes (B)"] == 24 and view.cholesky_table(m)[0]["unpack"] == fmt_seconds(2e-3)
 
 
-@pytest.mark.parametrize("x", [0.0, 1e-10, 2.5e-9, 1e-7, 1e-6, 3.3e-5, 9.995e-4, 1e-3, 0.0123, 0.999, 1.0, 61.7,
-                               1e4, -0.002, math.inf])
-def test_a_duration_reads_as_every_figure_writes_it(x):
-    assert view.seconds(x) == fmt_seconds(x)
 
 
 def test_the_grid_intro_and_its_button_say_what_it_queues():

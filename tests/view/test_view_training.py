@@ -65,7 +65,6 @@ def test_powersgd_takes_a_rank_and_a_warmup_instead_of_a_ratio():
     tr = view.TRAINING_FORM
     assert greyed(tr, defaults(tr)) == {"tr_alpha"} and not greyed(tr, {**defaults(tr), "split": "dirichlet"})
     # the compressors as a one-run sentence names them, the same words as the line under the form
-    assert view.COMPRESSOR_NAMES == figs.COMPRESSOR_NAMES
     assert fields(cp)["tr_cmp_kind"].names["none"] == "none (no compression)"
 
 
