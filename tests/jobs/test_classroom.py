@@ -101,3 +101,19 @@ def test_a_students_view_is_kept_per_page_and_a_huge_one_is_not(lab_db):
     assert store.saved_view("s1", "training") is None
     store.save_view("s1", "training", {"v": "x" * 50_000})
     assert store.saved_view("s1", "training") is None
+
+
+def test_the_teachers_job_list_names_joined_students_as_the_class_page_does(jm):
+    from lab.view import jobs as job_views
+
+    code = jm.open_class("teacher").code
+    jm.store.join_class("s1", code, "Ada <i>L</i>")
+    a = jm.submit(default_scenario(), owner="s1").run_id
+    jm.close_class("teacher")
+    b = jm.submit(default_scenario(), owner="s2").run_id  # no seat: the teacher reads the session's id
+    jm.open_class("teacher")
+    jm.store.join_class("s1", jm.store.class_state().code, "Ada <i>L</i>")
+    seen = job_views.overview(jm.store, owner="teacher", everyone=True, show_ids=True).set_index("id").owner
+    assert seen[a] == "Ada <i>L</i>" and seen[b] == "session s2"
+    student = job_views.overview(jm.store, owner="s2", everyone=True).set_index("id").owner
+    assert student[a] == "another session" and student[b] == "you"  # no names or ids for a student

@@ -14,7 +14,8 @@ from lab.store.runs import ACTIVE, RunStore
 def overview(store: RunStore, jm: JobManager | None = None, owner: str | None = None, limit: int = 50,
              everyone: bool = False, show_ids: bool = False):
     """One row per job (newest first): status, last stage, owner (you / another session / the
-    command line; with ``show_ids`` the other session's id), place in the queue, resources,
+    command line; with ``show_ids``, the teacher's view, the name a student joined the class under, else the other
+    session's id), place in the queue, resources,
     restarts, alarms, and times (Unix seconds). With an ``owner``, only that session's jobs unless
     ``everyone`` (the whole class, for reading; the teacher's view)."""
     import pandas as pd
@@ -27,12 +28,13 @@ def overview(store: RunStore, jm: JobManager | None = None, owner: str | None = 
     stages = store.stages(list(runs.id))
     by_run = {rid: g for rid, g in stages.groupby("run_id")} if len(stages) else {}
     rows = []
+    names = store.seats() if show_ids else {}
     for r in runs.itertuples():
         ev = by_run.get(r.id)
         info_owner = r.owner
         who = ("you" if owner is not None and info_owner == owner else
                "command line" if info_owner is None else
-               f"session {info_owner}" if show_ids else "another session")
+               names.get(info_owner) or f"session {info_owner}" if show_ids else "another session")
         sched = ev[ev.stage == "scheduled"] if ev is not None else None
         started = ev[ev.stage == "started"] if ev is not None else None
         res = ""
