@@ -18,7 +18,7 @@ for comparison. The server's resident memory is printed.
 
 Two crowd phases of the same sessions: an idle server, then the same while the bench's own JobManager
 (capacity 1, as the app's) runs one student's long job and five other students queue a short job each, one
-every few seconds. A short job's wait is from its submit to its start (the "scheduled" stage); the class
+every few seconds. A short job's wait is from its submit to its start (the "scheduled" event); the class
 queue lets it start beside the long one once that has run its slice (LAB_SLICE_S), so the aim is a wait
 within 10 s plus the short job's own length. The last line:
 ``classroom: sessions <n>, page p95 <s> s, idle page p95 <s> s, worst short-job wait <s> s``.
@@ -201,12 +201,12 @@ def main() -> None:
             waits = []
             for rid, _ in shorts:
                 run = jm.store.get_run(rid)
-                ev = jm.store.stages(rid)
-                sched = ev[ev.stage == "scheduled"]
+                ev = jm.store.events(rid)
+                sched = ev[ev.event == "scheduled"]
                 waits.append((run["name"], run["status"], float(sched.detail.iloc[0]["queued_s"]) if len(sched)
                               else float("nan"), (run["end"] or float("nan")) - (run["start"] or float("nan"))))
             long_status = jm.store.status(long_id)
-            yielded = bool(len((ev := jm.store.stages(long_id))[ev.stage == "yielded"]))
+            yielded = bool(len((ev := jm.store.events(long_id))[ev.event == "yielded"]))
         finally:
             if jm is not None:
                 jm.shutdown()

@@ -5,7 +5,7 @@ digits) through the warm job manager, and the warm starter's resident memory. Wi
 the same as a person sees it: ``streamlit run app.py`` and headless Chromium clicking the Training
 page's Run and "Compare optimisers × compression" buttons.
 
-"First step" is the run store's ``running`` stage (the first training step begins), from the
+"First step" is the run store's ``running`` event (the first training step begins), from the
 moment before the submit (warm) or before the command starts (cold); "done" is the job's end as
 its caller sees it (the job manager's wait, the command's exit). Medians of ``--repeats`` runs.
 
@@ -37,8 +37,8 @@ from lab.train.warm import rss_mb  # noqa: E402
 
 
 def first_step_at(store: RunStore, rid: str) -> float:
-    ev = store.stages(rid)
-    return float(ev[ev.stage == "running"].t.iloc[0])
+    ev = store.events(rid)
+    return float(ev[ev.event == "running"].t.iloc[0])
 
 
 def warm_run(jm: JobManager, store: RunStore, sc) -> tuple[float, float]:
@@ -66,7 +66,7 @@ def cold_run(db: Path, store: RunStore, steps: int) -> tuple[float, float]:
 def browser_runs(repeats: int, grid_steps: int) -> tuple[list[list], float]:
     """Click Run on the Training page of a running app ``repeats`` times (a 200-step, 2-worker job,
     the page open for a while as a student's would be) and the comparison button once; seconds from
-    the click to the first step (the store's stage), to the page showing one of the run's steps, and
+    the click to the first step (the store's event), to the page showing one of the run's steps, and
     to the run's end."""
     from playwright.sync_api import sync_playwright
 

@@ -2,7 +2,7 @@
 
 * :func:`timeline_figure` -- which job held which resource when (a Gantt chart): the real jobs on
   this machine's cores (measured) or a simulated schedule on a topology's groups (modelled).
-* :func:`stages_figure` -- each job's lifecycle events on one time axis.
+* :func:`events_figure` -- each job's lifecycle events on one time axis.
 * :func:`heartbeat_figure` -- seconds since each worker's step last moved, against the timeout.
 
 User-supplied names (job names) are HTML-escaped before plotly sees them: plotly renders a few
@@ -29,10 +29,10 @@ def job_style(i: int) -> tuple[str, str]:
     return PALETTE[i % len(PALETTE)], PATTERNS[(i // len(PALETTE)) % len(PATTERNS)]
 
 
-STAGE_COLOURS = {"submitted": "#bab0ac", "parsed": "#9d755d", "scheduled": "#72b7b2", "started": "#4c78a8",
+EVENT_COLOURS = {"submitted": "#bab0ac", "parsed": "#9d755d", "scheduled": "#72b7b2", "started": "#4c78a8",
                  "data": "#54a24b", "running": "#2ca02c", "fault": "#e45756", "alarm": "#d62728",
                  "restart": "#f58518", "stop": "#b279a2", "ended": "#1f1f1f", "released": "#7f7f7f"}
-STAGE_SYMBOLS = {"fault": "x", "alarm": "triangle-up", "restart": "star", "stop": "square"}
+EVENT_SYMBOLS = {"fault": "x", "alarm": "triangle-up", "restart": "star", "stop": "square"}
 LEGEND_ROW = 22  # pixels
 
 
@@ -85,9 +85,9 @@ def timeline_figure(rows: Sequence[Mapping], *, title: str = "Which job held wha
     return fig
 
 
-def stages_figure(events: Iterable[Mapping], labels: Mapping[str, str] | None = None, t0: float | None = None,
+def events_figure(events: Iterable[Mapping], labels: Mapping[str, str] | None = None, t0: float | None = None,
                   title: str = "Lifecycle of each job") -> go.Figure:
-    """Events (dicts with run_id, t in Unix seconds, stage, attempt, step) as markers on one line per
+    """Events (dicts with run_id, t in Unix seconds, event, attempt, step) as markers on one line per
     job, x = seconds since ``t0`` (default: the earliest event)."""
     events = list(events)
     labels = labels or {}
@@ -98,19 +98,19 @@ def stages_figure(events: Iterable[Mapping], labels: Mapping[str, str] | None = 
         ev = sorted((e for e in events if e["run_id"] == rid), key=lambda e: e["t"])
         fig.add_trace(go.Scatter(x=[e["t"] - t0 for e in ev], y=[esc(labels.get(rid, rid))] * len(ev), mode="lines",
                                  line=dict(color="#d0d0d0", width=6), showlegend=False, hoverinfo="skip"))
-    for stage, colour in STAGE_COLOURS.items():
-        ev = [e for e in events if e["stage"] == stage]
+    for event, colour in EVENT_COLOURS.items():
+        ev = [e for e in events if e["event"] == event]
         if not ev:
             continue
-        text = [f"{stage} (attempt {e.get('attempt', 0)}"
+        text = [f"{event} (attempt {e.get('attempt', 0)}"
                 + (f", step {int(e['step'])}" if e.get("step") is not None and e.get("step") == e.get("step") else "")
                 + ")" for e in ev]
         fig.add_trace(go.Scatter(
             x=[e["t"] - t0 for e in ev], y=[esc(labels.get(e["run_id"], e["run_id"])) for e in ev], mode="markers",
-            name=stage, marker=dict(color=colour, size=12 if stage in STAGE_SYMBOLS else 9,
-                                    symbol=STAGE_SYMBOLS.get(stage, "circle")),
+            name=event, marker=dict(color=colour, size=12 if event in EVENT_SYMBOLS else 9,
+                                    symbol=EVENT_SYMBOLS.get(event, "circle")),
             text=text, hovertemplate="%{y}<br>%{text}<br>%{x:.2f} s<extra></extra>"))
-    shown = [s for s in STAGE_COLOURS if any(e["stage"] == s for e in events)]
+    shown = [s for s in EVENT_COLOURS if any(e["event"] == s for e in events)]
     return _layout(fig, title, "time since the first event shown (s)", "job", max(240, 80 + 40 * len(runs)),
                    legend_rows(shown))
 
@@ -132,4 +132,4 @@ def heartbeat_figure(workers: Sequence[int], ages: Sequence[float], phases: Sequ
     return fig
 
 
-__all__ = ["timeline_figure", "stages_figure", "heartbeat_figure", "legend_rows", "esc"]
+__all__ = ["timeline_figure", "events_figure", "heartbeat_figure", "legend_rows", "esc"]

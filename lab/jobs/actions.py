@@ -77,7 +77,7 @@ class Actions:
         """Stop a queued or running job for ``owner`` (the acting session's id; ``teacher``: the
         teacher acts and may stop any job). Another session's job is refused with a LabError. A
         queued one never starts; a running one's whole process group is ended (SIGTERM, then
-        SIGKILL after a grace period). The stop stage and the run's info record who stopped it.
+        SIGKILL after a grace period). The stop event and the run's info record who stopped it.
         Returns whether it was active."""
         self._check_actor(run_id, owner, teacher, "stop")
         by = self._actor(owner, teacher)
@@ -94,8 +94,8 @@ class Actions:
                                        only_from=("queued",))
             if ok:
                 self.store.merge_info(run_id, {"stopped_by": by})
-                self.store.add_stage(run_id, "stop", detail={**detail, "while": "queued"})
-                self.store.add_stage(run_id, "ended", detail={"status": "stopped"})
+                self.store.add_event(run_id, "stop", detail={**detail, "while": "queued"})
+                self.store.add_event(run_id, "ended", detail={"status": "stopped"})
             return ok
         try:
             run = self.store.get_run(run_id)
@@ -105,7 +105,7 @@ class Actions:
         was_active = self.store.set_status(run_id, "stopped", error=f"stopped by {_who(by)}", only_from=ACTIVE)
         if was_active:
             self.store.merge_info(run_id, {"stopped_by": by})
-            self.store.add_stage(run_id, "stop", detail={**detail, "while": run["status"]})
+            self.store.add_event(run_id, "stop", detail={**detail, "while": run["status"]})
         if p is not None and p.pid is not None:  # a job still starting finds itself stopped when it claims the run
             end_group(p.pid, lambda: p.poll() is not None)
             try:
@@ -161,7 +161,7 @@ class Actions:
             slots = self.book.release(run_id)
         detail = {"by": "release button", "released_by": by, "killed": killed, "checkpoint_files_removed": removed,
                   "slots": slots, "scratch_folders_removed": scratch, "kept": "final.pt and the logs"}
-        self.store.add_stage(run_id, "released", detail=detail)
+        self.store.add_event(run_id, "released", detail=detail)
         return detail
 
 

@@ -123,7 +123,7 @@ class Lifecycle:
                                       f"see {self.log_path(rid)}", only_from=ACTIVE)
                 new = "failed"
             self.store.set_heartbeats(rid, [])
-            self.store.add_stage(rid, "ended", detail={"status": new, "by": "job manager", "why": why})
+            self.store.add_event(rid, "ended", detail={"status": new, "by": "job manager", "why": why})
         self._begin_drain(rid, by="job manager")
 
     def _begin_drain(self, rid: str, by: str) -> None:
@@ -151,7 +151,7 @@ class Lifecycle:
         scratch = remove_scratch(rid, d["scratch"])
         try:
             self.store.set_heartbeats(rid, [])
-            self.store.add_stage(rid, "released", detail={
+            self.store.add_event(rid, "released", detail={
                 "by": d["by"], "slots": slots, "worker_processes_left": 0, "killed": d["killed"],
                 "waited_s": round(time.monotonic() - d["since"], 3), "scratch_folders_removed": scratch})
         except LabError:
@@ -220,7 +220,7 @@ class Lifecycle:
                                         error=f"the job ended without reporting: {why}")
         if changed:
             self.store.set_heartbeats(rid, [])
-            self.store.add_stage(rid, "ended", detail={"status": "interrupted", "by": by, "why": why})
+            self.store.add_event(rid, "ended", detail={"status": "interrupted", "by": by, "why": why})
             with self._lock:
                 self._begin_drain(rid, by=by)
                 if rid in self._draining:  # its workers are still exiting: the loop finishes the release
@@ -270,7 +270,7 @@ class Lifecycle:
                 adopted.append((r.id, str(info.get("owner") or ANONYMOUS)))
         for rid, owner in adopted:
             self.store.merge_info(rid, {"queued_by": this_process()})
-            self.store.add_stage(rid, "requeued", detail={"owner": owner, "by": "job manager at start",
+            self.store.add_event(rid, "requeued", detail={"owner": owner, "by": "job manager at start",
                                                           "why": "the process that queued it has ended"})
             with self._lock:
                 self._queue.append((rid, owner))

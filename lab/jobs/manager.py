@@ -4,7 +4,7 @@ release, and notice the ones that vanished -- the task-level design's job lifecy
 A job is a launcher (:mod:`lab.train.launcher`) started in a new session with the job's
 :class:`lab.train.launcher.JobSpec` (forked by the warm starter, or ``python -m lab.train --spec -``
 when the starter is not ready), so the launcher leads a process group holding every worker: one
-``killpg`` ends all of it, and the group recorded in the run store names the job's processes. Its lifecycle goes to the run store's ``stages`` table:
+``killpg`` ends all of it, and the group recorded in the run store names the job's processes. Its lifecycle goes to the run store's ``job_events`` table:
 
 ``submitted`` (queued, with its owner) -> ``parsed`` (task manager, parameter server, compute workers,
 the topology's resource groups; :func:`lab.train.launcher.parse_job`) -> ``scheduled`` (which local

@@ -81,8 +81,8 @@ class FairQueue:
         ids = self.store.create_runs(checked, status="queued", info={"owner": owner, "queued_by": this_process()},
                                      cap=cap)
         for rid, (sc, name) in zip(ids, checked):
-            self.store.add_stage(rid, "submitted", detail={"owner": owner, "by": "job manager"})
-            self.store.add_stage(rid, "parsed", detail=parse_job(sc))
+            self.store.add_event(rid, "submitted", detail={"owner": owner, "by": "job manager"})
+            self.store.add_event(rid, "parsed", detail=parse_job(sc))
             with self._lock:
                 self._queue.append((rid, owner))
                 self._tasks[rid] = world_size(sc)
@@ -185,7 +185,7 @@ class FairQueue:
         waiting = []
         for rid in self._running:
             if rid not in self._placed:
-                if self.store.last_stage(rid, "started") is None:
+                if self.store.last_event(rid, "started") is None:
                     waiting.append(now - self._started.get(rid, now))
                 else:
                     self._placed.add(rid)
@@ -209,15 +209,15 @@ class FairQueue:
                 os.setpriority(os.PRIO_PGRP, p.pid, 19)
             except OSError as exc:  # gone meanwhile, or not ours to renice: it still shares the cores
                 log.info("could not lower the priority of job %s: %s", rid, exc)
-            self.store.add_stage(rid, "yielded", detail={"after_s": round(now - self._started[rid], 1),
+            self.store.add_event(rid, "yielded", detail={"after_s": round(now - self._started[rid], 1),
                                                           "slice_s": slice_s, "nice": 19})
 
     def _take(self, rid: str, run: dict, tasks: int, where: dict) -> JobSpec:
-        """Under the lock: the job's slots and cores, its ``scheduled`` stage, and its spec."""
+        """Under the lock: the job's slots and cores, its ``scheduled`` event, and its spec."""
         self._tasks.pop(rid, None)
         held = self.book.take(rid, where, self._yielded)
         cpus = rank_cpus(held, tasks)
-        self.store.add_stage(rid, "scheduled", detail={
+        self.store.add_event(rid, "scheduled", detail={
             "policy": self.policy, "groups": {g: len(ds) for g, ds in held.items()}, "slots": held,
             "rank_cpus": cpus, "queued_s": time.time() - run["created"], "nice": job_nice()})
         self._running[rid] = Starting()

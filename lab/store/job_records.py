@@ -12,29 +12,29 @@ if TYPE_CHECKING:
 
 from lab.errors import LabError
 
-from lab.store.schema import LAUNCHER_FIELDS, STAGES
+from lab.store.schema import EVENTS, LAUNCHER_FIELDS
 
 
 class JobRecords:
     """The lifecycle, heartbeats and launcher of a run, part of :class:`lab.store.runs.RunStore`."""
 
-    def add_stage(self, run_id: str, stage: str, *, attempt: int = 0, step: int | None = None,
+    def add_event(self, run_id: str, event: str, *, attempt: int = 0, step: int | None = None,
                   worker: int | None = None, detail: Mapping | None = None, t: float | None = None) -> None:
-        """Record one lifecycle event of a run (see :data:`STAGES`)."""
-        if stage not in STAGES:
-            raise LabError(f"unknown stage {stage!r}; allowed: {list(STAGES)}", where="run store")
+        """Record one lifecycle event of a run (see :data:`EVENTS`)."""
+        if event not in EVENTS:
+            raise LabError(f"unknown job event {event!r}; allowed: {list(EVENTS)}", where="run store")
         with self._write() as c:
-            c.execute("INSERT INTO stages (run_id, t, stage, attempt, step, worker, detail) VALUES (?,?,?,?,?,?,?)",
-                      (run_id, time.time() if t is None else float(t), stage, int(attempt),
+            c.execute("INSERT INTO job_events (run_id, t, event, attempt, step, worker, detail) VALUES (?,?,?,?,?,?,?)",
+                      (run_id, time.time() if t is None else float(t), event, int(attempt),
                        None if step is None else int(step), None if worker is None else int(worker),
                        json.dumps(dict(detail or {}), default=str)))
 
-    def stages(self, run_ids: str | Iterable[str] | None = None) -> pd.DataFrame:
+    def events(self, run_ids: str | Iterable[str] | None = None) -> pd.DataFrame:
         """Lifecycle events (of the given runs, or all), oldest first; ``detail`` as a dict."""
         import pandas as pd
 
-        cols = ["seq", "run_id", "t", "stage", "attempt", "step", "worker", "detail"]
-        sql = f"SELECT {','.join(cols)} FROM stages"
+        cols = ["seq", "run_id", "t", "event", "attempt", "step", "worker", "detail"]
+        sql = f"SELECT {','.join(cols)} FROM job_events"
         args: list = []
         if run_ids is not None:
             ids = [run_ids] if isinstance(run_ids, str) else list(run_ids)
@@ -47,11 +47,11 @@ class JobRecords:
             r["detail"] = json.loads(r["detail"] or "{}")
         return pd.DataFrame(rows, columns=cols)
 
-    def last_stage(self, run_id: str, stage: str | None = None) -> dict | None:
-        sql, args = "SELECT * FROM stages WHERE run_id=?", [run_id]
-        if stage is not None:
-            sql += " AND stage=?"
-            args.append(stage)
+    def last_event(self, run_id: str, event: str | None = None) -> dict | None:
+        sql, args = "SELECT * FROM job_events WHERE run_id=?", [run_id]
+        if event is not None:
+            sql += " AND event=?"
+            args.append(event)
         row = self._conn().execute(sql + " ORDER BY seq DESC LIMIT 1", args).fetchone()
         if row is None:
             return None

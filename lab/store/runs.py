@@ -17,8 +17,8 @@ t_emul_comm (seconds in that step; t_emul_compute is the part of t_compute that 
 waiting, t_emul_comm the part of t_comm that was emulated link waiting),
 samples_per_s, wall (seconds since the run started, at the end of that step).
 
-``stages``: the job's lifecycle, one row per event: seq, run_id, t (Unix seconds), stage
-(one of :data:`STAGES`), attempt (0 for the first start, k after the k-th restart), step, worker,
+``job_events``: the job's lifecycle, one row per event: seq, run_id, t (Unix seconds), event
+(one of :data:`EVENTS`), attempt (0 for the first start, k after the k-th restart), step, worker,
 detail (JSON). ``heartbeats``: the latest heartbeat of each worker of a running job (run_id, worker,
 attempt, pid, step, phase, t, progress_t), written by the launcher that watches them.
 ``launchers``: who runs each job (run_id, pid, pgid (its process group, which holds every process of
@@ -54,7 +54,8 @@ from lab.store.export import Exports, safe_filename
 from lab.store.job_records import JobRecords
 from lab.store.lessons import LessonBook
 from lab.store.schema import (_SCHEMA, ACTIVE, BUSY_TIMEOUT_S, FINISHED, JOB_WORKER, METRIC_COLUMNS,
-                              PLAN_EVENT_COLUMNS, RUN_COLUMNS, STAGES, STATUSES, _add_columns, check_run_id, new_run_id)
+                              PLAN_EVENT_COLUMNS, RUN_COLUMNS, EVENTS, STATUSES, _add_columns, _rename_tables, check_run_id,
+                              new_run_id)
 
 default_db_path = settings.db_path
 
@@ -97,6 +98,7 @@ class RunStore(JobRecords, LessonBook, ClassBook, Exports):
                 for _ in range(50):
                     try:
                         conn.execute("PRAGMA journal_mode=WAL")
+                        _rename_tables(conn)
                         conn.executescript(_SCHEMA)
                         _add_columns(conn)
                         break
@@ -282,7 +284,7 @@ class RunStore(JobRecords, LessonBook, ClassBook, Exports):
         check_run_id(run_id)
         with self._write() as c:
             c.execute("DELETE FROM metrics WHERE run_id=?", (run_id,))
-            c.execute("DELETE FROM stages WHERE run_id=?", (run_id,))
+            c.execute("DELETE FROM job_events WHERE run_id=?", (run_id,))
             c.execute("DELETE FROM heartbeats WHERE run_id=?", (run_id,))
             c.execute("DELETE FROM launchers WHERE run_id=?", (run_id,))
             c.execute("DELETE FROM plan_events WHERE run_id=?", (run_id,))
@@ -435,5 +437,5 @@ def store(path: str | os.PathLike | None = None) -> RunStore:
     return _DEFAULT[p]
 
 
-__all__ = ["RunStore", "store", "STATUSES", "ACTIVE", "FINISHED", "STAGES", "METRIC_COLUMNS", "JOB_WORKER", "safe_filename",
+__all__ = ["RunStore", "store", "STATUSES", "ACTIVE", "FINISHED", "EVENTS", "METRIC_COLUMNS", "JOB_WORKER", "safe_filename",
            "new_run_id", "check_run_id", "default_db_path"]

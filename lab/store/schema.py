@@ -19,7 +19,7 @@ ACTIVE = ("queued", "running")
 FINISHED = ("done", "failed", "diverged", "stopped", "interrupted")
 #: Lifecycle events, in the order a job normally meets them; fault, alarm, restart
 #: and stop happen only when something goes wrong or a user intervenes.
-STAGES = ("submitted", "requeued", "parsed", "scheduled", "waiting", "started", "data", "running", "yielded", "fault", "alarm", "restart",
+EVENTS = ("submitted", "requeued", "parsed", "scheduled", "waiting", "started", "data", "running", "yielded", "fault", "alarm", "restart",
           "stop", "ended", "released")
 METRIC_COLUMNS = ("loss", "test_acc", "bytes_sent", "bytes_recv", "t_compute", "t_comm", "t_compress",
                   "t_idle", "t_emul_compute", "t_emul_comm", "samples_per_s", "wall")
@@ -55,17 +55,17 @@ CREATE TABLE IF NOT EXISTS metrics (
     samples_per_s REAL, wall REAL,
     PRIMARY KEY (run_id, step, worker)
 ) WITHOUT ROWID;
-CREATE TABLE IF NOT EXISTS stages (
+CREATE TABLE IF NOT EXISTS job_events (
     seq INTEGER PRIMARY KEY AUTOINCREMENT,
     run_id TEXT NOT NULL,
     t REAL NOT NULL,
-    stage TEXT NOT NULL,
+    event TEXT NOT NULL,
     attempt INTEGER NOT NULL DEFAULT 0,
     step INTEGER,
     worker INTEGER,
     detail TEXT
 );
-CREATE INDEX IF NOT EXISTS stages_by_run ON stages (run_id, seq);
+CREATE INDEX IF NOT EXISTS job_events_by_run ON job_events (run_id, seq);
 CREATE TABLE IF NOT EXISTS heartbeats (
     run_id TEXT NOT NULL,
     worker INTEGER NOT NULL,
@@ -125,6 +125,22 @@ CREATE TABLE IF NOT EXISTS student_views (
     PRIMARY KEY (owner, page)
 ) WITHOUT ROWID;
 """
+
+
+def _rename_tables(conn: sqlite3.Connection) -> None:
+    """An older store's job lifecycle table was called ``stages`` with a ``stage`` column (a name the pipeline's
+    stages also had): renamed in place, its rows kept, before the schema is applied."""
+    tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+    if "stages" in tables and "job_events" not in tables:
+        try:
+            conn.executescript("BEGIN IMMEDIATE; ALTER TABLE stages RENAME TO job_events; "
+                               "ALTER TABLE job_events RENAME COLUMN stage TO event; "
+                               "DROP INDEX IF EXISTS stages_by_run; COMMIT;")
+        except sqlite3.OperationalError as exc:  # another process renamed it a moment ago
+            if conn.in_transaction:
+                conn.execute("ROLLBACK")
+            if "no such table" not in str(exc) and "already" not in str(exc):
+                raise
 
 
 def _add_columns(conn: sqlite3.Connection) -> None:

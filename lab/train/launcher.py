@@ -281,9 +281,9 @@ def launch(sc: Scenario, run_id: str | None = None, *, name: str | None = None,
             run_id = store.create_run(sc, name=name, status="queued", run_id=run_id)
     else:
         run_id = store.create_run(sc, name=name, status="queued")
-    if store.last_stage(run_id, "submitted") is None:  # started by hand, not through lab.jobs.manager
-        store.add_stage(run_id, "submitted", detail={"by": "command line", "pid": os.getpid()})
-        store.add_stage(run_id, "parsed", detail=parse_job(sc))
+    if store.last_event(run_id, "submitted") is None:  # started by hand, not through lab.jobs.manager
+        store.add_event(run_id, "submitted", detail={"by": "command line", "pid": os.getpid()})
+        store.add_event(run_id, "parsed", detail=parse_job(sc))
     if not checked:  # the scenario as it runs (a placement run's plan written out)
         store.update_run(run_id, scenario=sc.to_dict())
     # The run becomes running together with who runs it: a sweep never sees a running run without
@@ -313,7 +313,7 @@ def launch(sc: Scenario, run_id: str | None = None, *, name: str | None = None,
             try:
                 ranks.prepare(store)
                 procs = _spawn(current, run_id, tmp, store, attempt, sock, logs, cpus, ranks)
-                store.add_stage(run_id, "started", attempt=attempt, detail={
+                store.add_event(run_id, "started", attempt=attempt, detail={
                     "launcher": "lab", "start": ranks.name,
                     "launcher_pid": os.getpid(), "world": len(procs),
                     "workers": current.training.workers, "pids": [p.pid for p in procs],
@@ -339,7 +339,7 @@ def launch(sc: Scenario, run_id: str | None = None, *, name: str | None = None,
             else:
                 action = "fail the job" + ("" if policy == "fail" or failure.retryable else
                                            " (a setting is wrong: restarting cannot help)")
-            store.add_stage(run_id, "alarm", attempt=attempt, step=failure.step, worker=failure.rank, detail={
+            store.add_event(run_id, "alarm", attempt=attempt, step=failure.step, worker=failure.rank, detail={
                 "kind": failure.kind, "summary": failure.error, "last_heartbeat": failure.last_beat,
                 "policy": policy, "action": action})
             print(f"lab.train: attempt {attempt}: {failure.error}; {action}", file=log)
@@ -397,9 +397,9 @@ def _record_end(store: RunStore, run_id: str, attempt: int, meter: processes.Loa
             store.set_status(run_id, "failed", error="the launcher ended without a result", only_from=ACTIVE)
             status = "failed"
         store.set_heartbeats(run_id, [])
-        store.add_stage(run_id, "ended", attempt=attempt, detail={"status": status})
+        store.add_event(run_id, "ended", attempt=attempt, detail={"status": status})
         left = processes_of(run_id, exclude=(os.getpid(),))
-        store.add_stage(run_id, "released", attempt=attempt, detail={
+        store.add_event(run_id, "released", attempt=attempt, detail={
             "by": "launcher", "worker_processes_left": len(left), "pids_left": left})
     except Exception as exc:  # noqa: BLE001 - the store may be gone; the processes are already reaped
         log.warning("the end of run %s could not be recorded: %s: %s", run_id, type(exc).__name__, exc)
@@ -423,7 +423,7 @@ def _spawn(sc: Scenario, run_id: str, tmp: Path, store: RunStore, attempt: int, 
     def waiting(seconds: float) -> None:  # said once: the ranks wait until all of them fit
         if not said:
             said.append(seconds)
-            store.add_stage(run_id, "waiting", attempt=attempt, detail={
+            store.add_event(run_id, "waiting", attempt=attempt, detail={
                 "for": f"room on the Ray cluster for {world} ranks at once"})
 
     return ranks.spawn(sc, run_id, world, base, tmp, logs, sock, cpus, waiting)

@@ -43,9 +43,9 @@ from lab.train.resilience import write_heartbeat
 
 #: What a rank may do to the run store through its writer: the calls the rank code makes, nothing that
 #: deletes a run or changes who owns it.
-RANK_CALLS = frozenset({"add_metric_rows", "add_metrics", "add_plan_events", "add_stage", "checkpoint_dir",
+RANK_CALLS = frozenset({"add_metric_rows", "add_metrics", "add_plan_events", "add_event", "checkpoint_dir",
                         "discard_after", "merge_info", "set_status", "update_run", "get_run", "find_run",
-                        "create_run", "status", "last_stage"})
+                        "create_run", "status", "last_event"})
 #: The share of a declared device resource one rank's bundle asks for: any node that has the resource has enough.
 DEVICE_SHARE = 0.001
 BEAT_COPY_S = 0.25

@@ -264,7 +264,7 @@ class Trainer(SyncSteps):
                  f"({'exact state of every rank' if exact else 'data re-split over ' + str(self.n) + ' worker(s)'})")
         if self.rank == 0:
             gone = self.store.discard_after(self.run_id, self.start_step)
-            self.store.add_stage(self.run_id, "restart", attempt=rz.attempt(), step=self.start_step,
+            self.store.add_event(self.run_id, "restart", attempt=rz.attempt(), step=self.start_step,
                                  detail={"from_checkpoint": step is not None, "world": self.world,
                                          "workers": self.n, "exact": exact, "discarded_rows": gone,
                                          "launcher": "lab" if self.launched else "torchrun",
@@ -284,7 +284,7 @@ class Trainer(SyncSteps):
 
         def record(detail: dict) -> None:
             if self.store is not None and self.run_id:
-                self.store.add_stage(self.run_id, "fault", attempt=rz.attempt(), step=step, worker=self.rank,
+                self.store.add_event(self.run_id, "fault", attempt=rz.attempt(), step=step, worker=self.rank,
                                      detail=detail)
             self.log(f"injecting fault {detail['kind']!r} at step {step}")
 
@@ -311,7 +311,7 @@ class Trainer(SyncSteps):
                     self.ds.y_train, self.n, tr.split, weights=layout.info["weights"], alpha=tr.dirichlet_alpha,
                     seed=tr.seed)]
             self.store.merge_info(self.run_id, info)
-            self.store.add_stage(self.run_id, "data", attempt=rz.attempt(), step=self.start_step, detail={
+            self.store.add_event(self.run_id, "data", attempt=rz.attempt(), step=self.start_step, detail={
                 "split": tr.split, "workers": self.n, "shard_sizes": info["shard_sizes"],
                 "batch_sizes": layout.batch_sizes, "dataset": tr.dataset, "exchange_share": tr.exchange_share})
         if self.sampler is not None:
@@ -327,7 +327,7 @@ class Trainer(SyncSteps):
         if self._resumed_t_start is not None:  # wall time counts from the first attempt's start
             self.t_start = float(self._resumed_t_start)
         if self.rank == 0 and self.store is not None:
-            self.store.add_stage(self.run_id, "running", attempt=rz.attempt(), step=self.start_step,
+            self.store.add_event(self.run_id, "running", attempt=rz.attempt(), step=self.start_step,
                                  detail={"world": self.world, "workers": self.n})
         if self.rank == 0 and self.store is not None and self.start_step == 0:
             self.store.add_metrics(self.run_id, [{"step": 0, "worker": JOB_WORKER, "test_acc": self.evaluate(),

@@ -1,6 +1,6 @@
 """lab.figures.jobs: every job its own look, and a legend that covers no axis."""
 
-from lab.figures.jobs import LEGEND_ROW, PALETTE, job_style, legend_rows, stages_figure, timeline_figure
+from lab.figures.jobs import LEGEND_ROW, PALETTE, job_style, legend_rows, events_figure, timeline_figure
 
 
 def test_forty_jobs_all_look_different():
@@ -22,7 +22,7 @@ def test_the_title_and_the_legend_push_the_margins_and_cover_no_axis():
     assert "<br>" in title.text  # wrapped for a narrow column
     legend = one.layout.legend
     assert (legend.yref, legend.yanchor, legend.y) == ("container", "bottom", 0) and one.layout.margin.b >= 40
-    stages = stages_figure([])
+    stages = events_figure([])
     assert stages.layout.legend.yref == "container" and stages.layout.title.automargin
     # the figure grows by the legend's rows, so the plot keeps its height
     rows = [{"job": f"j{i}", "label": f"a long job name number {i} (20250101-120000-ab12{i})", "resource": "core 0",

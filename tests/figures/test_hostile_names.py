@@ -170,8 +170,8 @@ def test_fidelity_scatter_errors_parts_and_calibration():
 def test_jobs_timeline_and_stages():
     rows = [{"job": "r1", "label": ANCHOR, "resource": IMG, "start": 0.0, "end": 1.0}]
     assert_shown_as_text(fjobs.timeline_figure(rows, title=BOLD, resources=[IMG, "cpu1"]), ANCHOR, IMG, BOLD)
-    events = [{"run_id": "r1", "t": 10.0, "stage": "submitted", "attempt": 0, "step": None}]
-    assert_shown_as_text(fjobs.stages_figure(events, {"r1": ANCHOR}), ANCHOR)
+    events = [{"run_id": "r1", "t": 10.0, "event": "submitted", "attempt": 0, "step": None}]
+    assert_shown_as_text(fjobs.events_figure(events, {"r1": ANCHOR}), ANCHOR)
 
 
 @pytest.mark.parametrize("module", [far, fcmp, ffid, fjobs, fpl, ftopo, ftr])

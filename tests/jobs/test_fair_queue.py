@@ -24,8 +24,8 @@ def scenario(**training):
 
 
 def stage_seq(store, rid, stage):
-    ev = store.stages(rid)
-    hit = ev[ev.stage == stage]
+    ev = store.events(rid)
+    hit = ev[ev.event == stage]
     return int(hit.seq.iloc[0]) if len(hit) else None
 
 
@@ -78,7 +78,7 @@ def test_the_teachers_limits_refuse_a_job_too_large_and_stop_one_that_runs_too_l
     wait_for(lambda: store.status(rid) not in ACTIVE, what="the time limit to stop the job")
     run = store.get_run(rid)
     assert run["status"] == "stopped" and "time limit" in run["error"], run["error"]
-    ev = store.stages(rid)
-    assert ev[ev.stage == "stop"].detail.iloc[0]["limit_s"] == 2.0
+    ev = store.events(rid)
+    assert ev[ev.event == "stop"].detail.iloc[0]["limit_s"] == 2.0
     wait_for(lambda: processes_of(rid) == [], what="its processes to end")
     jm.shutdown()

@@ -15,13 +15,13 @@ def test_start_phase_says_where_a_job_is_on_its_way(tmp_path):
     assert start_phase(s, rid, 1) == "queued, number 1 in the queue"
     s.set_status(rid, "running")
     assert start_phase(s, rid) == "starting the launcher"
-    s.add_stage(rid, "started")
+    s.add_event(rid, "started")
     assert start_phase(s, rid) == "starting workers (0 of 2 ready)"
     s.set_heartbeats(rid, [{"worker": 0, "attempt": 0, "pid": 1, "step": 0, "phase": "busy", "t": 0.0}])
     assert start_phase(s, rid) == "starting workers (1 of 2 ready)"
     s.set_heartbeats(rid, [{"worker": w, "attempt": 0, "pid": 1, "step": 0, "phase": "busy", "t": 0.0} for w in (0, 1)])
     assert start_phase(s, rid) == "joining the group"
-    s.add_stage(rid, "data")
+    s.add_event(rid, "data")
     assert start_phase(s, rid) == "first step"
     s.add_metrics(rid, [{"step": 7, "worker": -1, "loss": 1.0}])
     assert start_phase(s, rid) == "step 7 of 50"
@@ -32,16 +32,16 @@ def test_start_phase_says_where_a_job_is_on_its_way(tmp_path):
 def test_stage_summary_and_table_read_as_the_jobs_page_lists_them():
     import pandas as pd
 
-    from lab.view.jobs import stage_summary, stage_table
+    from lab.view.jobs import event_summary, event_table
 
     d = {"summary": "worker 1 died", "action": "restart", "world": 2, "owner": None, "groups": [], "other": "x"}
-    assert stage_summary(d) == "summary: worker 1 died; action: restart; world: 2"
-    assert len(stage_summary({"summary": "x" * 1000})) == 300
-    ev = pd.DataFrame({"stage": ["submitted", "started"], "t": [100.0, 102.5], "attempt": [0, 0],
+    assert event_summary(d) == "summary: worker 1 died; action: restart; world: 2"
+    assert len(event_summary({"summary": "x" * 1000})) == 300
+    ev = pd.DataFrame({"event": ["submitted", "started"], "t": [100.0, 102.5], "attempt": [0, 0],
                        "step": [None, 0], "worker": [None, None], "detail": [{"owner": "s1"}, {"world": 3}]})
-    tab = stage_table(ev)
+    tab = event_table(ev)
     assert list(tab["time since submitted (s)"]) == [0.0, 2.5]
-    assert list(tab.detail) == ["owner: s1", "world: 3"] and list(tab.stage) == ["submitted", "started"]
+    assert list(tab.detail) == ["owner: s1", "world: 3"] and list(tab.event) == ["submitted", "started"]
 
 
 def test_heartbeat_ages_stopped_by_and_labels():
@@ -194,14 +194,14 @@ def test_rank_nodes_lists_which_cluster_node_ran_each_rank_of_each_attempt():
     from lab.view.jobs import rank_nodes
 
     node = {"node": "a" * 40, "ip": "10.0.0.2", "host": "pc2", "pid": 11}
-    ev = pd.DataFrame({"stage": ["submitted", "started", "alarm", "started"], "attempt": [None, 0, 0, 1],
+    ev = pd.DataFrame({"event": ["submitted", "started", "alarm", "started"], "attempt": [None, 0, 0, 1],
                        "detail": [{}, {"nodes": [dict(node, rank=0), dict(node, rank=1, ip="10.0.0.3")]}, {},
                                   {"nodes": [dict(node, rank=0)]}]})
     tab = rank_nodes(ev)
     assert tab[["attempt", "rank", "address"]].values.tolist() == [[0, 0, "10.0.0.2"], [0, 1, "10.0.0.3"],
                                                                    [1, 0, "10.0.0.2"]]
     assert set(tab.node) == {"a" * 12}
-    local = pd.DataFrame({"stage": ["started"], "attempt": [0], "detail": [{"world": 2, "cpus": [0, 1]}]})
+    local = pd.DataFrame({"event": ["started"], "attempt": [0], "detail": [{"world": 2, "cpus": [0, 1]}]})
     assert rank_nodes(local).empty
 
 

@@ -48,7 +48,7 @@ def test_a_run_from_the_training_page_runs_on_the_cluster_and_the_jobs_page_says
                 settle(alice)
                 alice.get_by_role("heading", name=f"Job {rid}").wait_for(timeout=30_000)
                 alice.get_by_text("Which node of the Ray cluster ran which rank").wait_for(timeout=30_000)
-                ran_on = {n["node"] for n in store.last_stage(rid, "started")["detail"]["nodes"]}
+                ran_on = {n["node"] for n in store.last_event(rid, "started")["detail"]["nodes"]}
                 assert ran_on <= {n.node_id for n in nodes} and len(ran_on) == 2  # one CPU a node: two nodes
                 alice.get_by_role("button", name="Stop", exact=True).click()
                 alice.locator("text=stopped >> visible=true").first.wait_for(timeout=60_000)  # not the table's hidden cell

@@ -207,11 +207,11 @@ def test_an_older_store_gains_the_lifecycle_tables_and_keeps_its_rows(tmp_path):
     s = RunStore(db)
     assert s.get_run("old-run")["name"] == "from last year"
     assert s.metrics("old-run").loss.tolist() == [2.5]
-    assert s.stages("old-run").empty and s.heartbeats("old-run").empty
-    s.add_stage("old-run", "released", detail={"by": "test"})
+    assert s.events("old-run").empty and s.heartbeats("old-run").empty
+    s.add_event("old-run", "released", detail={"by": "test"})
     s.set_heartbeats("old-run", [{"worker": 0, "step": 3, "phase": "busy", "t": 5.0, "progress_t": 4.0}])
     again = RunStore(db)  # a second opening runs the schema again: nothing changes
-    assert list(again.stages("old-run").stage) == ["released"]
+    assert list(again.events("old-run").event) == ["released"]
     assert again.heartbeats("old-run").step.tolist() == [3]
     assert again.metrics("old-run").loss.tolist() == [2.5]
 
@@ -221,17 +221,17 @@ def test_stages_heartbeats_discard_and_find(tmp_path):
     rid = s.create_run(default_scenario(), info={"elastic_run_id": "abc", "owner": "me"})
     other = s.create_run(default_scenario(), info={"elastic_run_id": "xyz"})
     assert s.find_run(elastic_run_id="abc") == rid and s.find_run(elastic_run_id="nope") is None
-    with pytest.raises(LabError, match="unknown stage"):
-        s.add_stage(rid, "teleported")
+    with pytest.raises(LabError, match="unknown job event"):
+        s.add_event(rid, "teleported")
     with pytest.raises(LabError):
         s.find_run(**{"a') OR 1=1 --": 1})
     for k, st in enumerate(["submitted", "parsed", "scheduled"]):
-        s.add_stage(rid, st, attempt=0, step=None if k < 2 else 0, detail={"k": k})
-    s.add_stage(other, "submitted")
-    ev = s.stages(rid)
-    assert list(ev.stage) == ["submitted", "parsed", "scheduled"] and ev.detail.iloc[2] == {"k": 2}
-    assert s.last_stage(rid)["stage"] == "scheduled" and s.last_stage(rid, "parsed")["detail"] == {"k": 1}
-    assert len(s.stages()) == 4 and s.stages([]).empty
+        s.add_event(rid, st, attempt=0, step=None if k < 2 else 0, detail={"k": k})
+    s.add_event(other, "submitted")
+    ev = s.events(rid)
+    assert list(ev.event) == ["submitted", "parsed", "scheduled"] and ev.detail.iloc[2] == {"k": 2}
+    assert s.last_event(rid)["event"] == "scheduled" and s.last_event(rid, "parsed")["detail"] == {"k": 1}
+    assert len(s.events()) == 4 and s.events([]).empty
     s.add_metrics(rid, _rows(8))
     assert s.discard_after(rid, 5) == 9  # 3 rows per step (2 workers and the job) for steps 6-8
     assert s.metrics(rid).step.max() == 5 and len(s.metrics(rid)) == 15
@@ -240,7 +240,7 @@ def test_stages_heartbeats_discard_and_find(tmp_path):
     s.set_heartbeats(rid, [])
     assert s.heartbeats(rid).empty
     s.delete_run(rid)
-    assert s.stages(rid).empty and len(s.stages()) == 1
+    assert s.events(rid).empty and len(s.events()) == 1
 
 
 KILLED_WRITER = """
@@ -254,7 +254,7 @@ while True:
     with s._write() as c:  # one transaction per step; every 4th stays open a while (a kill lands inside)
         c.executemany("INSERT INTO metrics (run_id, step, worker, loss) VALUES (?,?,?,?)",
                       [(rid, step, w, 1.0 / step) for w in (-1, 0, 1)])
-        c.execute("INSERT INTO stages (run_id, t, stage, attempt, step) VALUES (?,?,?,?,?)",
+        c.execute("INSERT INTO job_events (run_id, t, event, attempt, step) VALUES (?,?,?,?,?)",
                   (rid, time.time(), "running", 0, step))
         if step % 4 == 0:
             time.sleep(0.02)
@@ -291,9 +291,9 @@ def test_the_store_survives_a_kill_9_of_its_writer_mid_run(tmp_path, spawns):
     assert (per_step == 3).all()  # and no step is half there
     assert sorted(per_step.index) == list(range(1, len(per_step) + 1))
     assert len(per_step) >= len(committed)  # (it went on writing between our reading and the kill)
-    assert fresh.stages(rid).step.tolist() == sorted(per_step.index)
-    fresh.add_stage(rid, "ended", detail={"status": "interrupted"})  # and it still takes writes
-    assert fresh.last_stage(rid)["stage"] == "ended"
+    assert fresh.events(rid).step.tolist() == sorted(per_step.index)
+    fresh.add_event(rid, "ended", detail={"status": "interrupted"})  # and it still takes writes
+    assert fresh.last_event(rid)["event"] == "ended"
 
 
 @settings(max_examples=200, deadline=None)
@@ -344,3 +344,24 @@ def test_an_older_store_gains_the_launchers_new_columns(tmp_path):
     rid = store.create_run(default_scenario(), status="queued")
     assert store.claim(rid, pid=9, pgid=9, created=2.0)
     assert store.launcher(rid)["created"] == 2.0
+
+
+def test_an_older_stores_lifecycle_table_becomes_the_job_events_with_its_rows(tmp_path):
+    import sqlite3
+
+    path = tmp_path / "old.db"
+    with sqlite3.connect(path) as c:
+        c.executescript("""
+CREATE TABLE stages (seq INTEGER PRIMARY KEY AUTOINCREMENT, run_id TEXT NOT NULL, t REAL NOT NULL,
+    stage TEXT NOT NULL, attempt INTEGER NOT NULL DEFAULT 0, step INTEGER, worker INTEGER, detail TEXT);
+CREATE INDEX stages_by_run ON stages (run_id, seq);
+INSERT INTO stages (run_id, t, stage, detail) VALUES ('r1', 1.0, 'submitted', '{}'), ('r1', 2.0, 'started', '{"w": 2}');
+""")
+    s = RunStore(path)
+    ev = s.events("r1")
+    assert list(ev.event) == ["submitted", "started"] and ev.detail.iloc[1] == {"w": 2}
+    s.add_event("r1", "ended")
+    assert s.last_event("r1")["event"] == "ended"
+    tables = {r[0] for r in sqlite3.connect(path).execute("SELECT name FROM sqlite_master WHERE type='table'")}
+    assert "stages" not in tables and "job_events" in tables
+    assert RunStore(path).events("r1").event.tolist() == ["submitted", "started", "ended"]  # opened again

@@ -84,13 +84,13 @@ def scenario(**training):
 
 
 def stage(store, rid, name):
-    ev = store.stages(rid)
-    return ev[ev.stage == name]
+    ev = store.events(rid)
+    return ev[ev.event == name]
 
 
 def detection_seconds(store, rid) -> float:
     fault, alarm = stage(store, rid, "fault"), stage(store, rid, "alarm")
-    assert len(alarm) == 1, store.stages(rid)[["stage", "detail"]].to_string()
+    assert len(alarm) == 1, store.events(rid)[["stage", "detail"]].to_string()
     return float(alarm.t.iloc[0] - (fault.t.iloc[0] if len(fault) else alarm.t.iloc[0]))
 
 
@@ -214,8 +214,8 @@ def _freeze_worker_when_running(store, rid, out):
         except Exception:  # noqa: BLE001 - the run may not exist yet
             pass
         time.sleep(0.1)
-    pids = store.stages(rid)
-    started = pids[pids.stage == "started"].detail.iloc[0]["pids"]
+    pids = store.events(rid)
+    started = pids[pids.event == "started"].detail.iloc[0]["pids"]
     out["stopped_at"] = time.time()
     os.kill(started[1], signal.SIGSTOP)
 

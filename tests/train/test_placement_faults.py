@@ -36,14 +36,14 @@ def scenario(**training) -> Scenario:
 
 
 def alarm(store, rid):
-    ev = store.stages(rid)
-    return ev[ev.stage == "alarm"].iloc[0]
+    ev = store.events(rid)
+    return ev[ev.event == "alarm"].iloc[0]
 
 
 def check_no_process_left(store, rid):
     assert processes_of(rid, exclude=(os.getpid(),)) == []
-    ev = store.stages(rid)
-    rel = ev[ev.stage == "released"]
+    ev = store.events(rid)
+    rel = ev[ev.event == "released"]
     assert len(rel) and rel.detail.iloc[-1]["worker_processes_left"] == 0
 
 
@@ -55,8 +55,8 @@ def test_a_killed_stage_process_fails_the_run_with_its_device_named(env):
     assert "the stage process of device edge1 (rank 1: net_2, net_3, net_4)" in run["error"]
     assert "was killed by signal SIGKILL" in run["error"]
     a = alarm(store, res.run_id)
-    ev = store.stages(res.run_id)
-    fault = ev[ev.stage == "fault"]
+    ev = store.events(res.run_id)
+    fault = ev[ev.event == "fault"]
     assert a.worker == 1 and a.detail["action"] == "fail the job"
     assert a.t >= fault.t.iloc[0]  # the alarm follows the fault (how soon depends on the load)
     assert store.progress(res.run_id) >= 4  # the steps before the fault are kept
@@ -87,7 +87,7 @@ def _freeze_when_running(store, rid, out):
         except Exception:  # noqa: BLE001 - the run may not exist yet
             pass
         time.sleep(0.1)
-    ev = store.stages(rid)
-    pids = ev[ev.stage == "started"].detail.iloc[0]["pids"]
+    ev = store.events(rid)
+    pids = ev[ev.event == "started"].detail.iloc[0]["pids"]
     out["stopped_at"] = time.time()
     os.kill(pids[1], signal.SIGSTOP)

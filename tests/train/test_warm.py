@@ -61,8 +61,8 @@ def test_a_warm_job_trains_to_the_same_bits_as_a_cold_one(starter, lab_db, tmp_p
     assert cold.status == "done", cold.error
     rid = run_warm(starter, sc, tmp_path)
     assert store.status(rid) == "done"
-    started = store.stages(rid)
-    assert started[started.stage == "started"].detail.iloc[0]["start"] == "warm"
+    started = store.events(rid)
+    assert started[started.event == "started"].detail.iloc[0]["start"] == "warm"
     a, b = final_weights(store, cold.run_id), final_weights(store, rid)
     assert a.keys() == b.keys()
     for k in a:

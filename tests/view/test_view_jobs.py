@@ -19,7 +19,7 @@ from lab.view import jobs as view
 from tests.view.sections import by_key, spec
 
 HOSTILE = "<img src=x onerror=alert(1)> **bold** [link](javascript:alert(1))"
-STAGES = ["submitted", "parsed", "scheduled", "started", "data", "running", "ended", "released"]
+EVENTS = ["submitted", "parsed", "scheduled", "started", "data", "running", "ended", "released"]
 TOKEN = "Zq3-uV8_kP1wYt6Rb0sLm4"
 
 
@@ -39,7 +39,7 @@ def fake_finished_run(store: RunStore, name: str, owner: str = "me") -> str:
                                       "slots": {"cpu0": ["cpu0/slot0"], "cpu1": ["cpu1/slot0"]}, "rank_cpus": [0, 1]}),
                        ("started", {"world": 2, "pids": [1, 2]}), ("data", {"shard_sizes": [674, 673]}),
                        ("running", {}), ("ended", {"status": "done"}), ("released", {"by": "launcher"})]:
-        store.add_stage(rid, st, detail=detail)
+        store.add_event(rid, st, detail=detail)
         time.sleep(0.01)
     store.set_status(rid, "done")
     logs = store.data_dir() / "logs" / rid
@@ -113,7 +113,7 @@ def test_the_job_list_holds_the_runs_stages_slots_and_names_as_text(jm):
     s = by_key(board.sections)
     assert list(s) == ["jobs", "jobs_timeline"] and all(x.kind == "measured" for x in s.values())
     row = s["jobs"].table[0]
-    assert (row["id"], row["name"], row["owner"], row["status"], row["stage"]) == (rid, HOSTILE, "you", "done",
+    assert (row["id"], row["name"], row["owner"], row["status"], row["event"]) == (rid, HOSTILE, "you", "done",
                                                                                    "released")
     assert row["resources"] == "cpu0: 1 slot, cpu1: 1 slot" and row["queue"] is None
     assert s["jobs"].missing == view.MISSING == "—"  # an empty cell reads as a dash, not as "None"
@@ -128,7 +128,7 @@ def test_an_alarm_and_the_heartbeats_of_a_running_job_and_another_sessions_job(j
     fake_finished_run(jm.store, "mine")
     live = jm.store.create_run(default_scenario(), name="live one", status="running", info={"owner": "other"})
     jm.store.update_run(live, pid=os.getpid())  # alive: the sweep leaves it running
-    jm.store.add_stage(live, "alarm", attempt=0, step=7, worker=1,
+    jm.store.add_event(live, "alarm", attempt=0, step=7, worker=1,
                        detail={"summary": "worker 1 hangs at step 7 in inject()", "action": "restart from step 5"})
     now = time.time()
     jm.store.set_heartbeats(live, [{"worker": 0, "step": 7, "phase": "comm", "t": now, "progress_t": now - 4},
@@ -156,11 +156,11 @@ def test_a_jobs_details_list_its_stages_in_order_and_its_log_tails(jm):
     s = by_key(job.sections)
     assert list(s) == ["jobs_stage", "jobs_logs"]
     stages = s["jobs_stage"].table
-    assert [r["stage"] for r in stages] == STAGES and s["jobs_stage"].missing == "—"
+    assert [r["event"] for r in stages] == EVENTS and s["jobs_stage"].missing == "—"
     times = [r["time since submitted (s)"] for r in stages]
     assert times[0] == 0.0 and times == sorted(times)
     assert stages[0]["detail"] == "owner: you"  # this session's own job
-    assert [t["name"] for t in spec(s["jobs_stage"])["data"][1:]] == STAGES
+    assert [t["name"] for t in spec(s["jobs_stage"])["data"][1:]] == EVENTS
     assert job.tails["rank 0"].count("<script>") == 1 and "step 10: local loss 1.2345" in job.tails["rank 0"]
 
 
@@ -168,7 +168,7 @@ def test_an_owner_id_reads_as_you_to_its_owner_as_another_student_to_others_and_
         jm, monkeypatch):
     monkeypatch.setenv("LAB_TEACHER_TOKEN", TOKEN)
     rid = fake_finished_run(jm.store, "theirs", owner="abc123")
-    jm.store.add_stage(rid, "stop", detail={"by": "abc123", "session": "abc123", "via": "the Stop button"})
+    jm.store.add_event(rid, "stop", detail={"by": "abc123", "session": "abc123", "via": "the Stop button"})
     jm.store.merge_info(rid, {"stopped_by": "abc123"})
     jm.store.set_status(rid, "stopped", error="stopped by session abc123")
 
@@ -176,7 +176,7 @@ def test_an_owner_id_reads_as_you_to_its_owner_as_another_student_to_others_and_
         d = desk(jm, owner)
         assert not teacher or d.sign_in(TOKEN)
         job = d.job(rid)
-        by_stage = {r["stage"]: r["detail"] for r in by_key(job.sections)["jobs_stage"].table}
+        by_stage = {r["event"]: r["detail"] for r in by_key(job.sections)["jobs_stage"].table}
         return by_stage["submitted"], by_stage["stop"], job.stopped, by_key(job.sections)["jobs_error"].notices[0]
 
     assert seen("abc123")[:3] == ("owner: you", "by: you", "Stopped by: you")
@@ -192,7 +192,7 @@ def test_an_owner_id_reads_as_you_to_its_owner_as_another_student_to_others_and_
             view.owner_word("-", "b", False)] == ["you", "another student", "a", "-"]
     assert [view.stopped_by(TEACHER, "me", False), view.stopped_by("x", "me", False)] == ["the teacher",
                                                                                           "another student"]
-    assert view.stage_summary({"by": "x"}, "me", False, stage="ended") == "by: x"  # a component, not an owner
+    assert view.event_summary({"by": "x"}, "me", False, event="ended") == "by: x"  # a component, not an owner
 
 
 # ----- what a session does ----------------------------------------------------------------------------
@@ -206,7 +206,7 @@ def test_release_removes_the_intermediate_checkpoints_of_ones_own_job_only(jm):
     assert desk(jm).release(mine).startswith("Released: 0 process(es) ended, 1 checkpoint file(s) removed")
     ck = jm.store.checkpoint_dir(mine)
     assert not (ck / "step000005.pt").exists() and (ck / "final.pt").exists()
-    assert jm.store.last_stage(mine)["detail"]["by"] == "release button"
+    assert jm.store.last_event(mine)["detail"]["by"] == "release button"
     assert (jm.store.checkpoint_dir(theirs) / "step000005.pt").exists()
 
 

@@ -403,7 +403,7 @@ class PlacementTrainer(Rebalancing, Recording, Trainer):
                 "clock_offsets": [o[0][0] for o in offsets], "clock_uncertainty": [o[0][1] for o in offsets],
                 "timeline_steps": self.timeline_steps, "launcher": "lab" if self.launched else "torchrun",
                 "attempt": rz.attempt(), "torch_threads": torch.get_num_threads()})
-            self.store.add_stage(self.run_id, "running", attempt=rz.attempt(), step=0,
+            self.store.add_event(self.run_id, "running", attempt=rz.attempt(), step=0,
                                  detail={"world": self.world, "devices": plan.devices})
         self.losses, self.timelines = [], {}
         self.rounds_info: list[dict] = []

@@ -2,8 +2,8 @@
 Fidelity and Placement pages: the job list (:mod:`.table`), where a job is on its way (:mod:`.progress`), one
 job's details (:mod:`.detail`), and a stored run and the runs a picker offers (:mod:`.runs`)."""
 
-from lab.view.jobs.detail import (BEATS_CAPTION, STAGE_COLUMNS, error_line, heartbeat_ages, owner_word, rank_nodes,
-                                  read_only_line, released_line, stage_summary, stage_table, stopped_by)
+from lab.view.jobs.detail import (BEATS_CAPTION, EVENT_COLUMNS, error_line, heartbeat_ages, owner_word, rank_nodes,
+                                  read_only_line, released_line, event_summary, event_table, stopped_by)
 from lab.view.jobs.page import (DRILL, LIMITS_INTRO, MISSING, RELEASE_HELP, TEACHER_LINE, WRONG_TOKEN, Board, Desk,
                                 Job, drill_workers, fault_drill, has_teacher, intro, queue_rules, slot_words)
 from lab.view.jobs.progress import queue_line, seconds_left, seconds_per_step, start_phase
@@ -16,8 +16,8 @@ from lab.view.jobs.whatif import (HEADER, WHATIF_CAPTION, WHATIF_JOBS, Policy, W
                                   whatif_start)
 
 __all__ = [
-    "BEATS_CAPTION", "STAGE_COLUMNS", "error_line", "heartbeat_ages", "owner_word", "rank_nodes", "read_only_line",
-    "released_line", "stage_summary", "stage_table", "stopped_by",
+    "BEATS_CAPTION", "EVENT_COLUMNS", "error_line", "heartbeat_ages", "owner_word", "rank_nodes", "read_only_line",
+    "released_line", "event_summary", "event_table", "stopped_by",
     "DRILL", "LIMITS_INTRO", "MISSING", "RELEASE_HELP", "TEACHER_LINE", "WRONG_TOKEN", "Board", "Desk", "Job",
     "drill_workers", "fault_drill", "has_teacher", "intro", "queue_rules", "slot_words",
     "queue_line", "seconds_left", "seconds_per_step", "start_phase",

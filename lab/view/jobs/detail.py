@@ -25,37 +25,37 @@ def owner_word(who: Any, viewer: str | None, show_ids: bool = True) -> str:
     return str(who) if show_ids else "another student"
 
 
-def stage_summary(detail: dict, viewer: str | None = None, show_ids: bool = True, stage: str | None = None) -> str:
+def event_summary(detail: dict, viewer: str | None = None, show_ids: bool = True, event: str | None = None) -> str:
     """A lifecycle event's detail in one line: the keys a person reads, at most 300 characters. The owner (and,
     in a ``stop`` event, the owner who stopped it) as :func:`owner_word` reads them to ``viewer``."""
     shown = dict(detail)
     if "owner" in shown:
         shown["owner"] = owner_word(shown["owner"], viewer, show_ids)
-    if stage == "stop" and shown.get("by") not in (None, *_NOT_AN_OWNER):
+    if event == "stop" and shown.get("by") not in (None, *_NOT_AN_OWNER):
         shown["by"] = owner_word(shown["by"], viewer, show_ids)
     return "; ".join(f"{k}: {shown[k]}" for k in _DETAIL_KEYS
                      if k in detail and detail[k] not in (None, "", [], {}))[:300]
 
 
-def stage_table(stages, viewer: str | None = None, show_ids: bool = True):
+def event_table(events, viewer: str | None = None, show_ids: bool = True):
     """A job's lifecycle events as the Jobs page lists them: seconds since it was submitted, attempt,
-    step, worker and the detail in one line (owners as ``viewer`` reads them, see :func:`stage_summary`)."""
+    step, worker and the detail in one line (owners as ``viewer`` reads them, see :func:`event_summary`)."""
     import pandas as pd
 
-    t0 = stages.t.iloc[0] if len(stages) else 0.0
-    return pd.DataFrame({"stage": stages.stage, "time since submitted (s)": stages.t - t0, "attempt": stages.attempt,
-                         "step": stages.step, "worker": stages.worker,
-                         "detail": [stage_summary(d, viewer, show_ids, s) for d, s in zip(stages.detail, stages.stage)]})
+    t0 = events.t.iloc[0] if len(events) else 0.0
+    return pd.DataFrame({"event": events.event, "time since submitted (s)": events.t - t0, "attempt": events.attempt,
+                         "step": events.step, "worker": events.worker,
+                         "detail": [event_summary(d, viewer, show_ids, s) for d, s in zip(events.detail, events.event)]})
 
 
-def rank_nodes(stages):
-    """Which cluster node ran which rank, per attempt, from the ``started`` stages of a job whose ranks
+def rank_nodes(events):
+    """Which cluster node ran which rank, per attempt, from the ``started`` events of a job whose ranks
     ran on a Ray cluster (an empty table for a job on this machine)."""
     import pandas as pd
 
     rows = [{"attempt": int(a or 0), "rank": n["rank"], "node": str(n["node"])[:12], "address": n["ip"],
              "host": n["host"], "pid": n["pid"]}
-            for a, s, d in zip(stages.attempt, stages.stage, stages.detail)
+            for a, s, d in zip(events.attempt, events.event, events.detail)
             if s == "started" and isinstance(d, dict) for n in d.get("nodes") or ()]
     return pd.DataFrame(rows, columns=["attempt", "rank", "node", "address", "host", "pid"])
 
@@ -100,10 +100,10 @@ def read_only_line(run_owner: str | None) -> str:
             + "; only its own session or the teacher can stop or release it.")
 
 
-STAGE_COLUMNS = {"time since submitted (s)": {"kind": "number", "format": "%.2f"}}
+EVENT_COLUMNS = {"time since submitted (s)": {"kind": "number", "format": "%.2f"}}
 
 BEATS_CAPTION = ("comm: waiting for its peers (not blamed); busy: computing. A busy worker past the line is declared "
                  "hung; one whose heartbeat file stops changing, frozen.")
 
-__all__ = ["BEATS_CAPTION", "STAGE_COLUMNS", "error_line", "heartbeat_ages", "owner_word", "rank_nodes",
-           "read_only_line", "released_line", "stage_summary", "stage_table", "stopped_by"]
+__all__ = ["BEATS_CAPTION", "EVENT_COLUMNS", "error_line", "heartbeat_ages", "owner_word", "rank_nodes",
+           "read_only_line", "released_line", "event_summary", "event_table", "stopped_by"]

@@ -12,8 +12,8 @@ from lab.jobs.manager import JobManager
 from lab.modelled.scheduling import POLICY_LABELS
 from lab.store.runs import ACTIVE, FINISHED
 from lab.train.watch import heartbeat_timeout
-from lab.view.jobs.detail import (BEATS_CAPTION, STAGE_COLUMNS, error_line, heartbeat_ages, rank_nodes,
-                                  read_only_line, released_line, stage_table, stopped_by)
+from lab.view.jobs.detail import (BEATS_CAPTION, EVENT_COLUMNS, error_line, heartbeat_ages, rank_nodes,
+                                  read_only_line, released_line, event_table, stopped_by)
 from lab.view.jobs.table import (JOB_COLUMNS, alarm_lines, has_active, job_labels, log_tails, overview,
                                  recent_failures, shown_times, slot_timeline)
 from lab.view.section import Notice, Section
@@ -161,7 +161,7 @@ class Desk:
                    for r in table[(table.owner == "you") & table.queue.notna()].itertuples()]
         notices += [Notice(f"Alarm, job {rid}, attempt {attempt}: {summary} → {action}", "error",
                            ":material/notifications_active:")
-                    for rid, attempt, summary, action in alarm_lines(store.stages(list(table.id[active])))]
+                    for rid, attempt, summary, action in alarm_lines(store.events(list(table.id[active])))]
         slots = slot_words(self.jm)
         sections = [Section("jobs", notices=tuple(notices), table=shown_times(table).to_dict("records"),
                             columns=JOB_COLUMNS, missing=MISSING, kind="measured",
@@ -183,12 +183,12 @@ class Desk:
         if run["error"]:
             sections.append(Section("jobs_error", notices=(Notice(
                 error_line(run, self.owner, teacher), "warning" if run["status"] == "stopped" else "error"),)))
-        ev = store.stages(run_id)
+        ev = store.events(run_id)
         if len(ev):
             sections.append(Section(
-                "jobs_stage", chart="jobs.stages_figure", chart_input=dict(events=ev.to_dict("records"),
+                "jobs_stage", chart="jobs.events_figure", chart_input=dict(events=ev.to_dict("records"),
                                                                            labels={run_id: run_id}),
-                table=stage_table(ev, self.owner, teacher).to_dict("records"), columns=STAGE_COLUMNS,
+                table=event_table(ev, self.owner, teacher).to_dict("records"), columns=EVENT_COLUMNS,
                 missing=MISSING, kind="measured",
                 caption="Lifecycle events as the job manager, the launcher and rank 0 recorded them."))
             where = rank_nodes(ev)

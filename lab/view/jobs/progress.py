@@ -59,7 +59,7 @@ def queue_line(st: RunStore, info: dict) -> str:
 def start_phase(st: RunStore, run_id: str, queue_position: int | None = None) -> str:
     """Where a job is on its way to training, in one line a page can show: queued behind N jobs,
     starting the launcher, starting workers (k of N ready), joining the group, first step, or step k
-    of N (also once it ended). Read from the run's status, stages, heartbeats and metrics."""
+    of N (also once it ended). Read from the run's status, events, heartbeats and metrics."""
     run = st.get_run(run_id)
     status = run["status"]
     tr = run["scenario"].get("training", {})
@@ -69,9 +69,9 @@ def start_phase(st: RunStore, run_id: str, queue_position: int | None = None) ->
     done = st.progress(run_id)
     if status != "running" or done > 0:
         return f"step {done} of {steps}"
-    stages = st.stages(run_id)
-    attempt = int(stages.attempt.max()) if len(stages) and stages.attempt.notna().any() else 0
-    seen = set(stages[stages.attempt.fillna(0) >= attempt].stage) if len(stages) else set()
+    events = st.events(run_id)
+    attempt = int(events.attempt.max()) if len(events) and events.attempt.notna().any() else 0
+    seen = set(events[events.attempt.fillna(0) >= attempt].event) if len(events) else set()
     if "running" in seen or "data" in seen:  # the group is formed and the data split
         return "first step"
     if "started" not in seen:

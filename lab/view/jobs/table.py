@@ -13,7 +13,7 @@ from lab.store.runs import ACTIVE, RunStore
 
 def overview(store: RunStore, jm: JobManager | None = None, owner: str | None = None, limit: int = 50,
              everyone: bool = False, show_ids: bool = False):
-    """One row per job (newest first): status, last stage, owner (you / another session / the
+    """One row per job (newest first): status, last event, owner (you / another session / the
     command line; with ``show_ids``, the teacher's view, the name a student joined the class under, else the other
     session's id), place in the queue, resources,
     restarts, alarms, and times (Unix seconds). With an ``owner``, only that session's jobs unless
@@ -21,12 +21,12 @@ def overview(store: RunStore, jm: JobManager | None = None, owner: str | None = 
     import pandas as pd
 
     runs = store.list_runs(owner=None if everyone or owner is None else owner).head(limit)
-    cols = ["id", "name", "owner", "status", "stage", "queue", "resources", "attempt", "restarts", "alarms",
+    cols = ["id", "name", "owner", "status", "event", "queue", "resources", "attempt", "restarts", "alarms",
             "submitted", "start", "end", "queued_s", "ran_s"]
     if runs.empty:
         return pd.DataFrame(columns=cols)
-    stages = store.stages(list(runs.id))
-    by_run = {rid: g for rid, g in stages.groupby("run_id")} if len(stages) else {}
+    events = store.events(list(runs.id))
+    by_run = {rid: g for rid, g in events.groupby("run_id")} if len(events) else {}
     rows = []
     names = store.seats() if show_ids else {}
     for r in runs.itertuples():
@@ -35,8 +35,8 @@ def overview(store: RunStore, jm: JobManager | None = None, owner: str | None = 
         who = ("you" if owner is not None and info_owner == owner else
                "command line" if info_owner is None else
                names.get(info_owner) or f"session {info_owner}" if show_ids else "another session")
-        sched = ev[ev.stage == "scheduled"] if ev is not None else None
-        started = ev[ev.stage == "started"] if ev is not None else None
+        sched = ev[ev.event == "scheduled"] if ev is not None else None
+        started = ev[ev.event == "started"] if ev is not None else None
         res = ""
         if sched is not None and len(sched):
             d = sched.detail.iloc[-1]
@@ -47,10 +47,10 @@ def overview(store: RunStore, jm: JobManager | None = None, owner: str | None = 
         start, end = r.start, r.end
         rows.append({
             "id": r.id, "name": r.name, "owner": who, "status": r.status,
-            "stage": ev.stage.iloc[-1] if ev is not None else "submitted", "queue": pos, "resources": res,
+            "event": ev.event.iloc[-1] if ev is not None else "submitted", "queue": pos, "resources": res,
             "attempt": int(ev.attempt.max()) if ev is not None else 0,
-            "restarts": int((ev.stage == "restart").sum()) if ev is not None else 0,
-            "alarms": int((ev.stage == "alarm").sum()) if ev is not None else 0,
+            "restarts": int((ev.event == "restart").sum()) if ev is not None else 0,
+            "alarms": int((ev.event == "alarm").sum()) if ev is not None else 0,
             "submitted": r.created, "start": start, "end": end,
             "queued_s": (start - r.created) if start == start and start is not None else None,
             "ran_s": (end - start) if end == end and end is not None and start == start and start is not None else None,
@@ -77,20 +77,20 @@ def has_active(store: RunStore, owner: str | None = None, everyone: bool = False
 
 def slot_timeline(store: RunStore, run_ids: Iterable[str], now: float | None = None) -> tuple[list[dict], float]:
     """Which job held which local slot when: rows (job, label, resource, start, end in seconds since
-    the earliest 'scheduled' event) from each run's scheduled and released stages; a job still
+    the earliest 'scheduled' event) from each run's scheduled and released events; a job still
     holding its slots ends at ``now``. Returns (rows, t0)."""
     now = time.time() if now is None else now
-    st = store.stages(list(run_ids))
+    st = store.events(list(run_ids))
     if st.empty:
         return [], now
     names = {}
     spans = []
     for rid, ev in st.groupby("run_id"):
-        sched = ev[ev.stage == "scheduled"]
+        sched = ev[ev.event == "scheduled"]
         if sched.empty:
             continue
         t_start = float(sched.t.iloc[-1])
-        rel = ev[(ev.stage == "released") & (ev.t >= t_start)]
+        rel = ev[(ev.event == "released") & (ev.t >= t_start)]
         rel = rel[[d.get("by") != "launcher" for d in rel.detail]] if len(rel) else rel
         t_end = float(rel.t.iloc[0]) if len(rel) else now
         if rid not in names:
@@ -130,10 +130,10 @@ def job_labels(table) -> dict[str, str]:
     return {r.id: f"{r.id} · {r.status} · {r.owner} · {r.name}" for r in table.itertuples()}
 
 
-def alarm_lines(stages: Any) -> list[tuple[Any, str, str]]:
-    """(run id, attempt, summary, action) of every alarm among ``stages``, for the page to show as errors."""
+def alarm_lines(events: Any) -> list[tuple[Any, str, str]]:
+    """(run id, attempt, summary, action) of every alarm among ``events``, for the page to show as errors."""
     return [(a.run_id, a.attempt, a.detail.get("summary", ""), a.detail.get("action", ""))
-            for a in stages[stages.stage == "alarm"].itertuples()]
+            for a in events[events.event == "alarm"].itertuples()]
 
 
 #: The job table's columns as the Jobs page formats them.
