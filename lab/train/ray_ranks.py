@@ -274,7 +274,7 @@ class RayRanks(list):
         remove_placement_group(self.group)
 
     def nodes(self) -> list[dict]:
-        """Where each rank runs: node id, address and host name, for the run's stages (the Jobs page)."""
+        """Where each rank runs: node id, address and host name, for the run's events (the Jobs page)."""
         return [{"rank": r.rank, "node": r.where["node"], "ip": r.where["ip"], "host": r.where["host"],
                  "pid": r.pid} for r in self]
 
@@ -282,7 +282,7 @@ class RayRanks(list):
 def spawn(sc: Scenario, run_id: str, world: int, env: dict, tmp: Path, db: str | os.PathLike, address: str,
           on_wait=None) -> RayRanks:
     """Start the job's ``world`` ranks on the cluster once all of them fit, and return their handles.
-    ``on_wait(seconds)`` is called while Ray waits for room (the launcher says so in the run's stages)."""
+    ``on_wait(seconds)`` is called while Ray waits for room (the launcher says so in the run's events)."""
     connect(address)
     shape = bundles(sc, world)
     cpus = ray.cluster_resources().get("CPU", 0)

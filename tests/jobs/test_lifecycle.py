@@ -1,4 +1,4 @@
-"""The job lifecycle through lab.jobs.manager: every stage in order, placement on this machine's cores,
+"""The job lifecycle through lab.jobs.manager: every event in order, placement on this machine's cores,
 the fair queue across sessions, two managers starting jobs at the same moment, a controller
 that dies (the app restarted), and releasing what a finished job holds. Jobs are tiny (MLP, 1-2
 workers, a few steps); long ones are stopped as soon as they have shown what is needed."""

@@ -30,7 +30,7 @@ def default_jobs():
 
 
 def fake_finished_run(store: RunStore, name: str, owner: str = "me") -> str:
-    """A finished two-worker run of ``owner`` with every lifecycle stage, two worker logs (one holding a tag)
+    """A finished two-worker run of ``owner`` with every lifecycle event, two worker logs (one holding a tag)
     and an intermediate and a final checkpoint."""
     rid = store.create_run(default_scenario(), name=name, status="queued", info={"owner": owner})
     store.set_status(rid, "running")
