@@ -9,6 +9,7 @@ import streamlit as st
 from lab.scenario.document import Setting
 from lab.scenario.names import labels
 from lab.view import state as viewstate
+from lab.view.section import row_widths
 from ui.lessons import hidden
 from ui.session import set_view, view_value
 from ui.text import plain
@@ -111,13 +112,16 @@ def control(where, key: str, *, options=None, hi=None, value=_FROM_SESSION, form
 
 def form(key: str, rows, submit: str = "Run", **options) -> dict:
     """A form built from the view table: ``rows`` is a list of rows of control keys (a row of one control
-    spans the page), ``options`` a control's ``options``/``hi`` the page knows only now. The controls lesson
-    mode hides draw nothing and keep their values. Returns every control's value by key."""
+    spans the page; a ``(key, width)`` pair widens a control against its row's others, each 1), ``options`` a
+    control's ``options``/``hi`` the page knows only now. The controls lesson mode hides draw nothing and keep
+    their values. Returns every control's value by key."""
     values = {}
     with st.form(key):
-        for row in rows:
+        for items in rows:
+            width = row_widths(items)
+            row = list(width)
             drawn = [k for k in row if not hidden(k)]
-            places = st.columns(len(drawn)) if len(drawn) > 1 else [st] * len(drawn)
+            places = st.columns([width[k] for k in drawn]) if len(drawn) > 1 else [st] * len(drawn)
             for k in row:
                 values[k] = control(places[drawn.index(k)], k, **options.get(k, {})) if k in drawn else view_value(k)
         st.form_submit_button(submit, type="primary", key=f"{key}_run")

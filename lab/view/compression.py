@@ -30,7 +30,7 @@ RING_INTRO = (
     "supports, so the block **fills in** as it goes. In the all-gather (b1 …) the finished blocks go round unchanged. "
     "The alternative the published compression systems use is to all-gather every worker's payload as it is and let "
     "each worker add them up.")
-RING_FORM = (("ring_workers", "ring_kind", "ring_ratio"),)
+RING_FORM = (("ring_workers", ("ring_kind", 2), "ring_ratio"),)  # the compressor's name is long
 CHOLESKY_INTRO = (
     "The CXL design proposes sending the factor L of a result matrix D = L Lᵀ instead of D, \"halving\" the traffic. "
     "L exists only for a symmetric positive-definite D, and it has n(n+1)/2 entries: exactly the lower triangle of a "

@@ -67,4 +67,14 @@ class Section:
             raise ValueError(f"a figure builder is named 'module.function' of lab.figures, not {self.chart!r}")
 
 
-__all__ = ["KINDS", "LEVELS", "Notice", "Section"]
+def row_widths(row) -> dict[str, int]:
+    """A form row's control keys with their widths: an item is a key (width 1) or a ``(key, width)`` pair."""
+    return dict(item if isinstance(item, tuple) else (item, 1) for item in row)
+
+
+def form_keys(rows) -> list[str]:
+    """Every control key of a form's rows, in order."""
+    return [k for row in rows for k in row_widths(row)]
+
+
+__all__ = ["KINDS", "LEVELS", "Notice", "Section", "row_widths", "form_keys"]

@@ -231,9 +231,10 @@ def test_a_dead_controller_is_noticed_at_the_next_start(lab_db):
         app.kill()  # the app dies (kill -9); its launcher runs in its own session and goes on
         app.wait(timeout=10)
     store = RunStore(lab_db)
-    jm = JobManager(lab_db)
-    # the queued job is taken over by the next manager and runs; the running one still has its launcher
-    assert jm.mark_interrupted() == []
+    jm = JobManager(lab_db, capacity=2)  # room for the queued job beside the one the dead app left running
+    # the queued job is taken over by the next manager and runs; the running one still has its launcher and
+    # counts against the capacity until it ends
+    assert jm.mark_interrupted() == [] and jm.orphans() == [running]
     assert jm.adopted() == [queued] and "requeued" in stages(store, queued)
     assert jm.wait(queued, timeout=180) == "done"
     assert store.get_run(queued)["info"]["owner"] == "app"  # still its owner's

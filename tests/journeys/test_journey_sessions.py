@@ -172,10 +172,13 @@ def test_students_see_their_own_jobs_and_the_teacher_manages_all(browser, tmp_pa
             settle(b)
             b.get_by_text("another session's job").first.wait_for(timeout=30_000)
             assert store.get_run(rid)["status"] == "stopped"  # A's run is intact
-            b.goto(base + "/jobs")
+            b.goto(base + "/jobs")  # opened by its address: B's own last view, the class switch still on
+            settle(b)
+            b.get_by_role("heading", name=f"Job {rid}").wait_for(timeout=30_000)
+            assert b.get_by_text("Teacher:").count() == 0
+            b.get_by_text(CLASS_SWITCH).click()
             settle(b)
             b.get_by_text("No jobs of yours yet").wait_for(timeout=30_000)
-            assert b.get_by_text("Teacher:").count() == 0
 
             # nothing active: the page no longer polls the store
             b.get_by_text(CLASS_SWITCH).click()

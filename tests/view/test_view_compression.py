@@ -12,16 +12,18 @@ from lab.jobs.grid import GRID_DEFAULT, grid_scenarios
 from lab.scenario.document import default_scenario
 from lab.store.runs import JOB_WORKER, RunStore
 from lab.view import compression as view
+from lab.view.section import form_keys
 from lab.view.state import VIEW
 from tests.view.sections import by_key, spec
 
 FORMS = view.COMPRESSORS_FORM + view.RING_FORM + view.CHOLESKY_FORM
-DEFAULTS = {k: VIEW[k].default(default_scenario()) for row in FORMS for k in row}
+DEFAULTS = {k: VIEW[k].default(default_scenario()) for k in form_keys(FORMS)}
 GTK = "Group-TopK (top k in every group)"
 
 
 def test_the_forms_name_the_pages_controls_of_the_view_table_each_once():
-    keys = [k for row in FORMS for k in row]
+    keys = form_keys(FORMS)
+    assert view.RING_FORM[0][1] == ("ring_kind", 2)  # the compressor's long name gets room at 1024 px
     assert len(keys) == len(set(keys)) and all(VIEW[k].page == "compression" for k in keys)
     assert {k for k, c in VIEW.items() if c.page == "compression"} == {*keys, "cp_grid_variants"}
     assert {k for k in keys if VIEW[k].advanced} == {"cp_group", "cp_seed", "ch_damping"}   # hidden in lesson mode

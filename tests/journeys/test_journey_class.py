@@ -1,0 +1,81 @@
+"""Browser journey of a class, three people in their own browsers: the teacher signs in, opens a class on the Class
+page and reads out its code; two students join with the code and their names; the teacher sees both names (as
+text) and hands out a lesson; a student's lab then opens on it, in lesson mode with no switch to leave it, also
+after a reload; a second private window of a student is a visitor who cannot queue; the teacher releases the
+lesson and removes a student."""
+
+import pytest
+
+from lab.store.runs import RunStore
+from tests.conftest import lab_server, settle
+from tests.journey import nav, new_page, no_error_boxes
+
+pytestmark = pytest.mark.timeout(420)
+TOKEN = "class-teacher-5d2b-Q"
+
+
+def join(pg, base: str, code: str, name: str) -> None:
+    pg.goto(base + "/classroom")
+    settle(pg)
+    pg.get_by_role("textbox", name="Join code").fill(code)
+    pg.get_by_role("textbox", name="Your name").fill(name)
+    pg.get_by_role("button", name="Join", exact=True).click()
+    settle(pg)
+    pg.get_by_text(f"You are in the class as {name}.").wait_for(timeout=30_000)
+
+
+def test_a_teacher_hands_a_lesson_to_two_students_who_joined_by_code_and_name(browser, tmp_path, monkeypatch):
+    monkeypatch.setenv("LAB_TEACHER_TOKEN", TOKEN)
+    with lab_server(tmp_path) as base:
+        teacher, ada, bob, window = (new_page(browser) for _ in range(4))
+        try:
+            teacher.goto(base + "/jobs")
+            settle(teacher)
+            teacher.get_by_text("Teacher", exact=True).first.click()
+            teacher.locator("input[type='password']").first.fill(TOKEN)
+            teacher.get_by_role("button", name="Sign in as the teacher").click()
+            settle(teacher)
+            teacher.get_by_text("Teacher: you see and manage every session's jobs.").wait_for(timeout=30_000)
+            nav(teacher, "Class")
+            teacher.get_by_role("button", name="Open a class").click()
+            settle(teacher)
+            store = RunStore(tmp_path / "runs.db")
+            code = store.class_state().code
+            assert " ".join(code) in teacher.locator("[data-testid='stMetric']").first.inner_text()
+
+            join(ada, base, code.lower(), "Ada <b>L</b>")
+            join(bob, base, code, "Bob")
+            teacher.reload()
+            settle(teacher)
+            table = teacher.locator("[data-testid='stDataFrame']").first
+            table.wait_for(timeout=30_000)
+            assert teacher.locator("b", has_text="L").count() == 0  # a name is text, never markup
+            assert set(store.seats().values()) == {"Ada <b>L</b>", "Bob"}
+
+            teacher.get_by_role("button", name="Hand this lesson out").click()
+            settle(teacher)
+            lesson = store.class_state().lesson
+            assert lesson
+            ada.reload()
+            settle(ada)
+            ada.locator(".st-key-lesson_panel").wait_for(timeout=60_000)
+            toggle = ada.locator("[data-testid='stSidebar'] input[type='checkbox']").first
+            assert toggle.is_checked() and toggle.is_disabled()  # no switch to leave the teacher's lesson
+            assert ada.get_by_role("button", name="End the lesson").count() == 0
+            no_error_boxes(ada)
+
+            window.goto(base + "/classroom")  # another private window: a visitor, not a student
+            settle(window)
+            window.get_by_role("textbox", name="Join code").wait_for(timeout=30_000)
+            no_error_boxes(window)
+
+            teacher.get_by_role("button", name="Release the class from the lesson").click()
+            settle(teacher)
+            assert store.class_state().lesson is None
+            ada.reload()
+            settle(ada)
+            assert ada.locator("[data-testid='stSidebar'] input[type='checkbox']").first.is_enabled()
+            no_error_boxes(teacher)
+        finally:
+            for pg in (teacher, ada, bob, window):
+                pg.context.close()
