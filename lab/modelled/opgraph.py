@@ -247,6 +247,20 @@ def _einsum_spec(spec: str, shape: tuple, dots: str) -> str:
     return spec.replace("...", dots[len(dots) - n:] if n else "")
 
 
+def _attention_flops(mod: nn.MultiheadAttention, ins: list) -> float:
+    """Forward FLOPs of multi-head attention: the query, key and value projections, the scores, their
+    weighted sum of the values and the output projection (what torch counts when attention runs as matrix
+    products; see :func:`reference_flops`)."""
+    q, k = _shape(ins[0]), _shape(ins[1] if len(ins) > 1 else ins[0])
+    e = mod.embed_dim
+    batch = q[0] if mod.batch_first or len(q) == 2 else q[1]
+    rows_q, rows_k = _numel(q) // e, _numel(k) // mod.kdim
+    source = rows_k // batch if len(q) == 3 else rows_k
+    return 2.0 * (rows_q * e * e + rows_k * mod.kdim * e + rows_k * mod.vdim * e  # projections
+                  + 2 * rows_q * source * e  # scores and the weighted values
+                  + rows_q * e * e)  # output projection
+
+
 def _classify(node: fx.Node, gm: fx.GraphModule) -> tuple[str, str, float, int, bool]:
     """(kind, class, flops, param_bytes, is_data_op) of one call node."""
     out_shape = _shape(node)
@@ -262,6 +276,8 @@ def _classify(node: fx.Node, gm: fx.GraphModule) -> tuple[str, str, float, int, 
             if isinstance(mod, nn.Linear):
                 return kind, "matmul", 2.0 * out_n * mod.in_features, pbytes, False
             return kind, "matmul", 2.0 * out_n * mod.in1_features * mod.in2_features, pbytes, False
+        if isinstance(mod, nn.MultiheadAttention):
+            return kind, "matmul", _attention_flops(mod, ins), pbytes, False
         if isinstance(mod, oc.CONV_MODULES):
             w = mod.weight.shape
             if isinstance(mod, (nn.ConvTranspose1d, nn.ConvTranspose2d, nn.ConvTranspose3d)):
@@ -436,6 +452,7 @@ def reference_flops(model: nn.Module | str, batch_size: int = 32, in_features: i
     torch counts matrix products (mm, addmm, bmm, baddbmm) and convolutions; everything it
     counts that is neither lands in ``"other"`` (zero for the presets).
     """
+    from torch.nn.attention import SDPBackend, sdpa_kernel
     from torch.utils.flop_counter import FlopCounterMode
 
     batch_size = _check_batch(batch_size)
@@ -444,7 +461,9 @@ def reference_flops(model: nn.Module | str, batch_size: int = 32, in_features: i
         model = build_model(model, in_features=in_features, seed=seed)
     out = {"matmul": 0.0, "conv": 0.0, "other": 0.0}
     counter = FlopCounterMode(display=False)
-    with counter, torch.no_grad():
+    # The fused CPU attention kernel is a single operator torch's counter does not count; as matrix
+    # products (the math kernel) every product of attention is counted.
+    with counter, torch.no_grad(), sdpa_kernel(SDPBackend.MATH):
         model(torch.zeros(batch_size, in_features))
     for op, n in counter.get_flop_counts().get("Global", {}).items():
         name = str(op).split(".")[1] if "." in str(op) else str(op)

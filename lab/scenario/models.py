@@ -1,4 +1,4 @@
-"""Preset torch models. Every one takes flat inputs of ``in_features`` (digits: 64 = 8x8 pixels)
+"""Preset torch models (and, through :mod:`lab.scenario.zoo`, torchvision's classic architectures). Every one takes flat inputs of ``in_features`` (digits: 64 = 8x8 pixels)
 and returns class logits, so the training job can use any of them on any data set.
 
 All are small, deterministic given ``seed``, and traceable with torch.fx (no data-dependent control
@@ -13,6 +13,7 @@ import torch
 from torch import nn
 
 from lab.errors import LabError
+from lab.scenario import zoo
 from lab.scenario.names import MODELS
 
 
@@ -132,13 +133,15 @@ _BUILDERS = {"mlp": MLP, "cnn": CNN, "resnet": SmallResNet, "transformer": Encod
 
 def build_model(name: str, in_features: int = 64, classes: int = 10, seed: int = 0) -> nn.Module:
     """A fresh model with deterministic initial weights for ``seed``."""
-    if name not in _BUILDERS:
+    if name not in _BUILDERS and name not in zoo.BUILDERS:
         raise LabError(f"unknown model {name!r}; choose one of {list(MODELS)}")
     if in_features < 1 or classes < 2:
         raise LabError(f"a model needs at least 1 input feature and 2 classes (got {in_features}, {classes})")
     gen_state = torch.random.get_rng_state()
     torch.manual_seed(seed)
     try:
+        if name in zoo.BUILDERS:
+            return zoo.build_zoo(name, in_features, classes)
         return _BUILDERS[name](in_features=in_features, classes=classes)
     finally:
         torch.random.set_rng_state(gen_state)

@@ -41,6 +41,10 @@ CHOICES: dict[str, dict[str, tuple[str, str]]] = {
         "cnn": ("LeNet-style CNN", "CNN"),
         "resnet": ("small ResNet (3 residual blocks)", "ResNet"),
         "transformer": ("Transformer encoder block", "Transformer"),
+        "resnet18": ("ResNet-18 (torchvision, 32x32 images)", "ResNet-18"),
+        "mobilenet_v3_small": ("MobileNetV3-Small (torchvision, 32x32 images)", "MobileNetV3-S"),
+        "vgg11": ("VGG-11 with batch norm (torchvision, 32x32 images)", "VGG-11"),
+        "vit_small": ("Vision Transformer, 4 layers (torchvision, 32x32 images)", "ViT-small"),
     },
     "cost_model": {
         "datasheet": ("datasheet (the catalogue's throughputs)", "datasheet"),

@@ -12,6 +12,28 @@ from lab.scenario.document import Scenario
 from lab.train.placement_run import PlacementTrainer
 
 
+def held_params(t) -> dict[str, torch.Tensor]:
+    """The parameters this process holds, flat, in float64."""
+    return {n: p.detach().double().reshape(-1).clone() for n, p in t.model.named_parameters()
+            if any(p is q for q in t.params)}
+
+
+def save_outputs(out_dir: str, stem: str, out: dict) -> None:
+    """``out`` as ``stem.json``, its parameters as tensors in ``stem.pt`` (a zoo network's millions of floats
+    written as JSON text took longer than its run)."""
+    torch.save(out.pop("params"), os.path.join(out_dir, f"{stem}.pt"))
+    with open(os.path.join(out_dir, f"{stem}.json"), "w") as f:
+        json.dump(out, f)
+
+
+def load_outputs(out_dir, stem: str) -> dict:
+    """What :func:`save_outputs` wrote."""
+    with open(os.path.join(out_dir, f"{stem}.json")) as f:
+        out = json.load(f)
+    out["params"] = torch.load(os.path.join(out_dir, f"{stem}.pt"), weights_only=True)
+    return out
+
+
 def plan_worker(rank: int, world: int, port: int, scenario_json: str, steps: int, out_dir: str,
                 dtype: str = "float64") -> None:
     """One process of a placement run, the job's own PlacementTrainer in ``dtype``: writes its losses per step
@@ -26,16 +48,13 @@ def plan_worker(rank: int, world: int, port: int, scenario_json: str, steps: int
         t.offset, t.losses, t.timelines = 0.0, [], {}
         t.timeline_steps = list(range(1, steps + 1))
         recs = [t.train_step(s) for s in range(1, steps + 1)]
-        out = {"losses": [r[1] for r in recs], "device": t.device,
-               "params": {n: p.detach().double().reshape(-1).tolist() for n, p in t.model.named_parameters()
-                          if any(p is q for q in t.params)},
+        out = {"losses": [r[1] for r in recs], "device": t.device, "params": held_params(t),
                "events": [e for s in sorted(t.timelines) for e in t.timelines[s]],
                "pieces": [p.index for p in t.mine]}
         dist.barrier()
     finally:
         dist.destroy_process_group()
-    with open(os.path.join(out_dir, f"plan{rank}.json"), "w") as f:
-        json.dump(out, f)
+    save_outputs(out_dir, f"plan{rank}", out)
 
 
 def timing_worker(rank: int, world: int, port: int, scenario_json: str, steps: int, out_dir: str,
@@ -129,11 +148,8 @@ def replan_worker(rank: int, world: int, port: int, scenario_json: str, plans_js
             for _ in range(steps_per_plan):
                 step += 1
                 losses.append(t.train_step(step)[1])
-        out = {"losses": losses, "held": held,
-               "params": {n: p.detach().double().reshape(-1).tolist() for n, p in t.model.named_parameters()
-                          if any(p is q for q in t.params)}}
+        out = {"losses": losses, "held": held, "params": held_params(t)}
         dist.barrier()
     finally:
         dist.destroy_process_group()
-    with open(os.path.join(out_dir, f"replan{rank}.json"), "w") as f:
-        json.dump(out, f)
+    save_outputs(out_dir, f"replan{rank}", out)

@@ -21,6 +21,10 @@ from lab.scenario.topology import OP_CLASSES
 @pytest.mark.parametrize("name", MODELS)
 @pytest.mark.parametrize("batch", [1, 7])
 def test_matmul_and_conv_flops_equal_torch_flop_counter(name, batch):
+    if batch == 1 and name in ("resnet18", "mobilenet_v3_small"):  # batch norm over a 1x1 map: one value
+        with pytest.raises(LabError, match="fails on an input of shape"):
+            trace(name, batch)
+        return
     g = trace(name, batch)
     ref = reference_flops(name, batch)
     mine = g.flops_by_class()

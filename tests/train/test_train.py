@@ -231,3 +231,30 @@ def test_a_malformed_job_spec_is_one_line_and_exit_2(spec, says, lab_db):
     err = proc.stderr.decode().strip()
     assert proc.returncode == 2 and len(err.splitlines()) == 1 and says in err, err
     assert RunStore(lab_db).list_runs().empty  # nothing ran, nothing was written
+
+
+@pytest.mark.parametrize("model", ["resnet18", "mobilenet_v3_small", "vgg11", "vit_small"])
+def test_a_zoo_network_trains_data_parallel_on_two_workers(lab_db, model):
+    from lab.scenario.document import default_scenario
+    from lab.train.launcher import launch
+
+    steps = 3
+    sc = default_scenario()
+    tr = sc.training.replace(workers=2, steps=steps, model=model, batch_size=16, lr=0.01, check_every=1)
+    res = launch(sc.replace(training=tr), store_path=lab_db)
+    store = RunStore(lab_db)
+    assert res.status == "done", res.error
+    per = store.metrics(res.run_id)
+    per = per[per.worker >= 0]
+    assert sorted(per.groupby("worker").step.max()) == [steps, steps] and np.isfinite(per.loss).all()
+    got = final_state(store, res.run_id)["model"]
+    init = single_process(tr, steps=0)
+    assert max((got[k].double() - init[k].double()).abs().max().item() for k in init) > 1e-3  # it trained
+    if model == "vit_small":  # layer norm only: two workers' mean gradient is the combined batch's
+        ref = single_process(tr)
+        # except the keys' bias: softmax ignores a constant added to a row of scores, so its exact gradient is
+        # zero and Adam steps it by the sign of rounding noise, in one process as in two
+        e = build_model(model, 64, 10).net.hidden_dim
+        for k in [k for k in ref if k.endswith("in_proj_bias")]:
+            got[k], ref[k] = torch.cat([got[k][:e], got[k][2 * e:]]), torch.cat([ref[k][:e], ref[k][2 * e:]])
+        assert_close_state(got, ref, tol=1e-4)

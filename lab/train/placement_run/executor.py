@@ -258,7 +258,7 @@ class PlacementTrainer(Rebalancing, Recording, Trainer):
                             v.requires_grad_(True)
                         ins.append(v)
                     t0 = clock()
-                    out = self.run_piece(p, m, ins)
+                    out = self.run_piece(p, m, [v.clone() for v in ins] if p.writes_in_place else ins)
                     compute += clock() - t0
                     acts[(p.index, m)], leaves[(p.index, m)] = out, ins
                     for o, readers in p.readers.items():

@@ -2,6 +2,8 @@
 the modelled executor, which cores its processes get, and the emulated operators' and links' waits."""
 from __future__ import annotations
 
+import operator
+
 from dataclasses import dataclass, field
 
 import torch
@@ -30,6 +32,24 @@ class Piece:
     outputs: int = 1
     single: bool = True  # the module returns one value, not a tuple
     readers: dict = field(default_factory=dict)  # output index -> [(piece, input position)]
+    # An operator of the piece writes a tensor in place (ReLU(inplace=True), ``out += identity``): its inputs,
+    # leaves of autograd and views of another piece's output, are given to it as copies.
+    writes_in_place: bool = False
+
+
+_IN_PLACE_FUNCTIONS = {operator.iadd, operator.isub, operator.imul, operator.itruediv}
+
+
+def writes_in_place(gm: fx.GraphModule) -> bool:
+    """Whether a node of ``gm`` changes a tensor in place."""
+    for n in gm.graph.nodes:
+        if n.op == "call_module" and getattr(gm.get_submodule(str(n.target)), "inplace", False):
+            return True
+        if n.op == "call_function" and (n.target in _IN_PLACE_FUNCTIONS or n.kwargs.get("inplace")):
+            return True
+        if n.op == "call_method" and str(n.target).endswith("_") and not str(n.target).startswith("_"):
+            return True
+    return False
 
 
 def node_devices(gm: fx.GraphModule, plan: StagePlan) -> dict[str, str]:
@@ -52,10 +72,61 @@ def node_devices(gm: fx.GraphModule, plan: StagePlan) -> dict[str, str]:
     return out
 
 
+_ATTR = "attribute"
+
+
+def _hold_attributes(model: torch.nn.Module, cut: list[Piece]) -> None:
+    """A parameter or buffer read outside any module (a class token, a position embedding) reaches its piece as
+    an input from the cut model; it is moved into the piece that reads it, under its own name, so that piece
+    trains it and a reader on another device does not wait for it."""
+    readers: dict[str, list[int]] = {}
+    for p in cut:
+        for r in p.inputs:
+            if r is not INPUT and r[0] == _ATTR:
+                readers.setdefault(r[1], []).append(p.index)
+    for target, who in readers.items():
+        if len(set(who)) > 1:
+            raise LabError(f"the parameter {target} is read by operators on different devices; the lab's executor "
+                           "needs each parameter on one device: pin its readers together", where="placement")
+    for p in cut:
+        if not any(r is not INPUT and r[0] == _ATTR for r in p.inputs):
+            continue
+        holders = [n for n in p.module.graph.nodes if n.op == "placeholder"]
+        kept = []
+        for r, ph in zip(p.inputs, holders):
+            if r is INPUT or r[0] != _ATTR:
+                kept.append(r)
+                continue
+            parent, _, leaf = r[1].rpartition(".")
+            owner = p.module
+            for part in parent.split(".") if parent else ():
+                if not hasattr(owner, part):
+                    owner.add_module(part, torch.nn.Module())
+                owner = getattr(owner, part)
+            value = model.get_parameter(r[1]) if r[1] in dict(model.named_parameters()) else model.get_buffer(r[1])
+            if isinstance(value, torch.nn.Parameter):
+                owner.register_parameter(leaf, value)
+            else:
+                owner.register_buffer(leaf, value)
+            with p.module.graph.inserting_before(ph):
+                node = p.module.graph.get_attr(r[1])
+            ph.replace_all_uses_with(node)
+            p.module.graph.erase_node(ph)
+        p.inputs = kept
+        p.module.recompile()
+
+
 def pieces(model: torch.nn.Module, plan: StagePlan) -> tuple[list[Piece], tuple[int, int]]:
     """The model cut into pieces per device in topological order, and where its output comes from
     (piece, output index)."""
     gm = fx.symbolic_trace(model)
+    # Shape checks (torchvision's torch._assert) held when the model was traced; cut, they would send shapes
+    # between devices for nothing.
+    for n in list(gm.graph.nodes):
+        if n.op == "call_function" and n.target is torch._assert:
+            gm.graph.erase_node(n)
+    gm.graph.eliminate_dead_code()
+    gm.recompile()
     dev = node_devices(gm, plan)
     index: dict[str, int] = {}
     devs: list[str] = []
@@ -67,6 +138,8 @@ def pieces(model: torch.nn.Module, plan: StagePlan) -> tuple[list[Piece], tuple[
     split = split_module(gm, model, lambda n: index[n.name])
     ops_of = {op.name: op for op in plan.graph.ops}
     out = [Piece(k, d, getattr(split, f"submod_{k}"), []) for k, d in enumerate(devs)]
+    for p in out:
+        p.writes_in_place = writes_in_place(p.module)
     for n in gm.graph.nodes:
         if n.name in ops_of:
             out[index[n.name]].ops.append(n.name)
@@ -75,6 +148,8 @@ def pieces(model: torch.nn.Module, plan: StagePlan) -> tuple[list[Piece], tuple[
     for n in split.graph.nodes:
         if n.op == "placeholder":
             ref[n] = INPUT
+        elif n.op == "get_attr":  # a parameter the model reads directly (a class token): its reader holds it
+            ref[n] = (_ATTR, str(n.target))
         elif n.op == "call_module":
             k = int(str(n.target).rsplit("_", 1)[1])
             out[k].inputs = [ref[a] for a in n.args]
@@ -87,6 +162,7 @@ def pieces(model: torch.nn.Module, plan: StagePlan) -> tuple[list[Piece], tuple[
             final = ref[n.args[0]]
         else:
             raise LabError(f"the cut model has a step the executor does not know: {n.format_node()}", where="placement")
+    _hold_attributes(model, out)
     for p in out:
         p.inputs = [r if r is INPUT else (r[0], r[1] or 0) for r in p.inputs]
         for pos, r in enumerate(p.inputs):
