@@ -61,7 +61,12 @@ def main() -> None:
             "{ padding-left: 1.5rem; padding-right: 1.5rem; } }</style>")
     pages = [st.Page(str(ROOT / f), title=t, icon=i, default=(f == "pages/home.py"))
              for f, t, i in available_pages()]
-    st.navigation(pages).run()
+    page = st.navigation(pages)
+    page.run()
+    from ui.report import report_button
+
+    stems = {t: Path(f).stem for f, t, _ in available_pages()}
+    report_button(page.title, stems.get(page.title, "home"))
 
 
 if __name__ == "__main__":

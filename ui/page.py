@@ -11,6 +11,7 @@ import streamlit as st
 from lab.scenario.document import Scenario
 from lab.view import state as viewstate
 from lab.view.lessons import ticks_param
+from ui import report
 from ui.identity import owner, write_identity_cookie
 from ui.lessons import (LESSON_ACTIVE, LESSON_ID_PARAM, LESSON_PARAM, LESSON_TICKS, LESSON_TICKS_PARAM,
                         class_lesson, lesson_mode, lesson_panel, lesson_toggle, open_lesson)
@@ -82,6 +83,7 @@ def scenario_sidebar() -> Scenario:
     """The sidebar every page shows: the scenario's name and topology, and a link that reproduces the
     whole view (this page, the scenario, every control)."""
     route_through_app()
+    report.start()
     write_identity_cookie()
     _restore_saved_view()
     _open_class_lesson()

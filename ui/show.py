@@ -6,14 +6,15 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from importlib import import_module
 from typing import Iterator
 
 import pandas as pd
 import streamlit as st
 
 from lab.errors import LabError
-from lab.view.section import Section
+from lab.figures import build
+from lab.view.section import Section, filled
+from ui import report
 from ui.text import plain
 
 log = logging.getLogger("lab.ui")
@@ -60,24 +61,19 @@ def guarded(what: str = "this step") -> Iterator[None]:
 
 def figure(section: Section):
     """The section's figure, built by its pure builder in ``lab.figures`` from its input (None when it has none)."""
-    if section.chart is None:
-        return None
-    module, _, fn = section.chart.partition(".")
-    found = getattr(import_module(f"lab.figures.{module}"), fn, None)
-    if not callable(found):
-        raise ValueError(f"lab.figures.{module} has no figure builder {fn!r}")
-    return found(**section.chart_input)
+    return build(section.chart, section.chart_input)
 
 
 def _md(section: Section, text: str) -> str:
     """The lab's Markdown with the section's values filled in as text."""
-    return text.format(**{k: plain(v) for k, v in section.values.items()}) if section.values else text
+    return filled(section, text)
 
 
 def show(section: Section, where=None) -> None:
     """Draw one section of a page model in ``where`` (the page by default): header, intro, notices, figure,
     table, caption with its badge, text, metrics."""
     where = st if where is None else where
+    report.keep(section)
     if section.header:
         (where.subheader if section.level == "subheader" else where.header)(_md(section, section.header))
     if section.intro:

@@ -11,6 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
+from lab.scenario.text import plain
+
 KINDS = ("measured", "modelled", "emulated")
 LEVELS = ("info", "warning", "error", "success")
 
@@ -67,6 +69,11 @@ class Section:
             raise ValueError(f"a figure builder is named 'module.function' of lab.figures, not {self.chart!r}")
 
 
+def filled(section: Section, text: str) -> str:
+    """The lab's Markdown ``text`` of ``section`` with its ``{name}`` fields filled with its values as text."""
+    return text.format(**{k: plain(v) for k, v in section.values.items()}) if section.values else text
+
+
 def row_widths(row) -> dict[str, int]:
     """A form row's control keys with their widths: an item is a key (width 1) or a ``(key, width)`` pair."""
     return dict(item if isinstance(item, tuple) else (item, 1) for item in row)
@@ -77,4 +84,4 @@ def form_keys(rows) -> list[str]:
     return [k for row in rows for k in row_widths(row)]
 
 
-__all__ = ["KINDS", "LEVELS", "Notice", "Section", "row_widths", "form_keys"]
+__all__ = ["KINDS", "LEVELS", "Notice", "Section", "filled", "row_widths", "form_keys"]

@@ -262,3 +262,11 @@ def test_the_page_names_only_placement_controls_and_the_fixed_sections():
                                   "data": "batch shares (data parallel)"}
     assert view.RUN.header == "Run the plan: measured beside modelled" and "**Run this plan**" in view.RUN.intro
     assert view.BALANCE.intro == view.balance_intro() and view.BALANCE_RUN.intro == view.balance_run_intro()
+
+
+@pytest.mark.parametrize("model", ["mobilenet_v3_small", "vit_small"])
+def test_a_zoo_network_gets_every_section_of_the_page(model):
+    # the largest operator graph offered (MobileNetV3-Small, 158 operators) and the one with attention
+    pv = page(pl_model=model)
+    s = every_section(pv)
+    assert len(table(s["pl_assign"])) == len(pv.tasks) > 50
