@@ -155,8 +155,67 @@ def test_a_pinned_plan_run_is_shared_with_its_measured_and_modelled_step(
             assert metric_exact(fresh, MEASURED) == step
             both_panels(gantt_text(fresh))
             no_error_boxes(fresh)
+            with fresh.expect_download(timeout=60_000) as got:
+                fresh.get_by_role("button", name="Download this view as a report").click()
+            report = tmp_path / "placement-report.html"
+            got.value.save_as(report)
         finally:
             fresh.context.close()
+        read_report_offline(browser, report, url)
+        same_figures_from_the_command_line(report, url, data)
     finally:
         if not had_profile:
             profile.unlink(missing_ok=True)
+
+
+def read_report_offline(browser, report: Path, url: str) -> None:
+    """The downloaded report in a fresh browser that may reach no address but the file: every figure drawn, the
+    measured and modelled badges, the settings and the link that reopens the view."""
+    ctx = browser.new_context(viewport={"width": 1024, "height": 768})
+    asked: list[str] = []
+
+    def only_the_file(route):
+        if route.request.url.startswith("file://"):
+            route.continue_()
+        else:
+            asked.append(route.request.url)
+            route.abort()
+
+    ctx.route("**/*", only_the_file)
+    pg = new_page(browser, ctx)
+    try:
+        pg.goto(report.as_uri())
+        pg.wait_for_function("() => document.body.dataset.drawn !== '0'", timeout=60_000)
+        drawn = pg.evaluate("document.body.dataset.drawn")
+        assert drawn.isdigit() and int(drawn) >= 3, drawn
+        assert pg.locator(".plot .main-svg").count() >= int(drawn)  # each figure is an svg plotly drew
+        text = pg.locator("body").inner_text()
+        assert "measured" in text and "modelled" in text
+        assert pg.locator("#pl_run_gantt .kind-measured, #pl_run_gantt figure .badge").count() >= 1
+        facts = pg.evaluate("""() => Object.fromEntries(Array.from(document.querySelectorAll('dl.about dt'))
+            .map(dt => [dt.textContent, dt.nextElementSibling.textContent]))""")
+        assert facts["Model (pl_model)"] == "cnn" and facts["Strategy (pl_strategy)"] == "greedy_eft", facts
+        assert facts["training.pins"] == '{"conv1": "fpga"}', facts
+        assert facts["cores"] and "load_average_1min" in facts
+        assert pg.locator(f'a[href="{url}"]').count() == 1  # the link that reopens the view
+        assert not asked and not pg.errors, (asked, pg.errors)
+    finally:
+        ctx.close()
+
+
+def same_figures_from_the_command_line(report: Path, url: str, data: Path) -> None:
+    """``python -m lab.report`` of the same link, on the server's data, draws the same figures from the same data."""
+    import os
+    import subprocess
+    import sys
+
+    from tests.conftest import ROOT
+    from tests.report.test_report_html import figures_of
+
+    out = report.with_name("cli-report.html")
+    proc = subprocess.run([sys.executable, "-m", "lab.report", "--link", url, "--out", str(out)], cwd=ROOT,
+                          capture_output=True, text=True, timeout=240, env=dict(os.environ, LAB_DATA=str(data),
+                                                                                LAB_DB=str(data / "runs.db")))
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    page, cli = figures_of(report.read_text()), figures_of(out.read_text())
+    assert [f["data"] for f in cli] == [f["data"] for f in page]
