@@ -31,6 +31,18 @@ if str(ROOT) not in sys.path:
 SLOW_FIXTURES = {"spawns", "browser"}
 
 
+#: The zoo's larger networks: building and tracing one takes seconds of arithmetic, so a test of every model is
+#: slow for them (:func:`every_model`).
+HEAVY_MODELS = {"resnet18", "mobilenet_v3_small", "vgg11"}
+
+
+def every_model(names=None) -> list:
+    """Every model name (``lab.scenario.names.MODELS``) to parametrize a test with, the heavy ones marked slow."""
+    from lab.scenario.names import MODELS
+
+    return [pytest.param(n, marks=pytest.mark.slow) if n in HEAVY_MODELS else n for n in (names or MODELS)]
+
+
 def pytest_collection_modifyitems(config, items):
     for item in items:
         if SLOW_FIXTURES & set(getattr(item, "fixturenames", ())):

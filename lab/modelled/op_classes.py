@@ -26,6 +26,22 @@ ELEMENTWISE_MODULES: dict[type, int] = {
 }
 SOFTMAX_MODULES = (nn.Softmax, nn.LogSoftmax, nn.Softmin)
 DATA_MODULES = (nn.Flatten, nn.Identity, nn.Unflatten)
+#: The operator modules onnx2torch converts an ONNX file's operators into where torch has none of its own, by
+#: class name: (class, FLOPs per output element; per input element for a pooling). "data" moves or describes
+#: values and computes nothing (it merges into its neighbours as reshapes do).
+CONVERTED_MODULES: dict[str, tuple[str, int]] = {
+    "OnnxMatMul": ("matmul", 0), "OnnxGemm": ("matmul", 0),
+    "OnnxBinaryMathOperation": ("elementwise", 1), "OnnxErf": ("elementwise", 4), "OnnxSqrt": ("elementwise", 4),
+    "OnnxPow": ("elementwise", 4), "OnnxHardSigmoid": ("elementwise", 1), "OnnxHardSwish": ("elementwise", 1),
+    "OnnxClip": ("elementwise", 1), "OnnxBatchNorm": ("norm", 5), "OnnxLayerNorm": ("norm", 5),
+    "OnnxGlobalAveragePool": ("pool", 1), "OnnxGlobalAveragePoolWithKnownInputShape": ("pool", 1),
+    "OnnxReduceStaticAxes": ("other", 1), "OnnxReduceSumStaticAxes": ("other", 1),
+    "OnnxShape": ("data", 0), "OnnxConstant": ("data", 0), "OnnxGather": ("data", 0), "OnnxConcat": ("data", 0),
+    "OnnxReshape": ("data", 0), "OnnxUnsqueezeStaticAxes": ("data", 0), "OnnxUnsqueezeDynamicAxes": ("data", 0),
+    "OnnxSqueezeStaticAxes": ("data", 0), "OnnxSqueezeDynamicAxes": ("data", 0), "OnnxTranspose": ("data", 0),
+    "OnnxCopyIdentity": ("data", 0), "OnnxFlatten": ("data", 0), "OnnxExpand": ("data", 0), "OnnxSlice": ("data", 0),
+    "OnnxCast": ("data", 0), "OnnxRange": ("data", 0), "OnnxConstantOfShape": ("data", 0),
+}
 
 MATMUL_FUNCTIONS = {torch.matmul, operator.matmul, torch.mm, torch.bmm, F.linear, torch.Tensor.matmul}
 CONV_FUNCTIONS = {F.conv1d, F.conv2d, F.conv3d, F.conv_transpose1d, F.conv_transpose2d, F.conv_transpose3d}

@@ -61,7 +61,8 @@ from torch.fx.passes.shape_prop import ShapeProp, TensorMetadata
 
 from lab.errors import LabError
 from lab.modelled import op_classes as oc
-from lab.scenario.models import build_model
+from lab.scenario import onnx_models
+from lab.scenario.models import build_model, graph_of
 from lab.scenario.topology import OP_CLASSES
 
 MAX_BATCH = 65536
@@ -276,6 +277,14 @@ def _classify(node: fx.Node, gm: fx.GraphModule) -> tuple[str, str, float, int, 
             if isinstance(mod, nn.Linear):
                 return kind, "matmul", 2.0 * out_n * mod.in_features, pbytes, False
             return kind, "matmul", 2.0 * out_n * mod.in1_features * mod.in2_features, pbytes, False
+        if type(mod).__name__ in oc.CONVERTED_MODULES:  # one operator of an uploaded ONNX file
+            cls, per = oc.CONVERTED_MODULES[type(mod).__name__]
+            if cls == "data":
+                return kind, "other", 0.0, pbytes, True
+            if cls == "matmul":
+                k = _shape(ins[0])[-1] if ins and _shape(ins[0]) else 1
+                return kind, "matmul", 2.0 * out_n * k, pbytes, False
+            return kind, cls, float(per * (in_n if cls == "pool" else out_n)), pbytes, False
         if isinstance(mod, nn.MultiheadAttention):
             return kind, "matmul", _attention_flops(mod, ins), pbytes, False
         if isinstance(mod, oc.CONV_MODULES):
@@ -290,7 +299,7 @@ def _classify(node: fx.Node, gm: fx.GraphModule) -> tuple[str, str, float, int, 
         if isinstance(mod, oc.MAXAVG_POOL_MODULES):
             k = mod.kernel_size
             dims = int(kind[-2])  # MaxPool2d -> 2
-            window = _numel(k) if isinstance(k, tuple) else k ** dims
+            window = _numel(k) if isinstance(k, (tuple, list)) else k ** dims
             return kind, "pool", float(out_n * window), pbytes, False
         if isinstance(mod, oc.ADAPTIVE_POOL_MODULES):
             return kind, "pool", float(in_n), pbytes, False
@@ -390,14 +399,16 @@ def trace(model: nn.Module | str, batch_size: int = 32, in_features: int = 64, *
     name = name or type(model).__name__
     where = f"operator graph of {name!r}"
     try:
-        gm = fx.symbolic_trace(model)
+        gm = graph_of(model)
     except Exception as exc:  # noqa: BLE001 - torch raises many kinds here
         raise LabError(f"torch.fx cannot trace this model ({type(exc).__name__}: {exc}); the lab needs "
                        "a model without data-dependent control flow", where=where) from None
     x = torch.zeros(batch_size, in_features)
     try:
         with torch.no_grad():
-            ShapeProp(gm, fake_mode=_fake_mode()).propagate(x)
+            # an uploaded network's converted operators read shapes as values, which FakeTensors do not have
+            real = any(onnx_models.is_leaf(m) for m in gm.modules())
+            ShapeProp(gm, fake_mode=None if real else _fake_mode()).propagate(x)
     except Exception as exc:  # noqa: BLE001
         raise LabError(f"the model fails on an input of shape ({batch_size}, {in_features}): "
                        f"{type(exc).__name__}: {exc}", where=where) from None
@@ -422,8 +433,14 @@ def trace(model: nn.Module | str, batch_size: int = 32, in_features: int = 64, *
         kind, cls, flops, pbytes, is_data = _classify(node, gm)
         pbytes += sum(attr_bytes.get(a, 0) for a in node.all_input_nodes)
         tensor_ins = [a for a in _tensor_inputs(node) if a not in attr_bytes]
-        if merge_data_ops and is_data and len(tensor_ins) == 1 and pbytes == 0:
-            src = alias.get(tensor_ins[0])
+        if is_data and not tensor_ins and pbytes:  # an exported weight passed on (an identity): still a weight
+            attr_bytes[node] = pbytes
+            continue
+        sources = {alias.get(a) for a in tensor_ins}
+        # A data op of one source (a reshape, or an exported model's shape arithmetic on tensors: a constant, a
+        # gather of a shape, a concatenation of those) is part of what it reads.
+        if merge_data_ops and is_data and len(sources) <= 1 and pbytes == 0:
+            src = next(iter(sources), None)
             alias[node] = src
             if src is not None:
                 ops[src]["absorbed"].append(node.name)
@@ -463,8 +480,17 @@ def reference_flops(model: nn.Module | str, batch_size: int = 32, in_features: i
     counter = FlopCounterMode(display=False)
     # The fused CPU attention kernel is a single operator torch's counter does not count; as matrix
     # products (the math kernel) every product of attention is counted.
-    with counter, torch.no_grad(), sdpa_kernel(SDPBackend.MATH):
-        model(torch.zeros(batch_size, in_features))
+    # A converted ONNX operator can hand a weight on unchanged, a leaf that torch's module tracker cannot hook:
+    # nothing here needs gradients.
+    wants = [p for p in model.parameters() if p.requires_grad]
+    for p in wants:
+        p.requires_grad_(False)
+    try:
+        with counter, torch.no_grad(), sdpa_kernel(SDPBackend.MATH):
+            model(torch.zeros(batch_size, in_features))
+    finally:
+        for p in wants:
+            p.requires_grad_(True)
     for op, n in counter.get_flop_counts().get("Global", {}).items():
         name = str(op).split(".")[1] if "." in str(op) else str(op)
         if name in ("mm", "addmm", "bmm", "baddbmm", "matmul", "addbmm"):

@@ -17,12 +17,12 @@ from typing import Any, Mapping
 from lab.errors import LabError
 from lab.scenario.catalogue import preset_cxl
 from lab.scenario.names import (
+    ANY_MODEL,
     ALLREDUCE_IMPLS,
     BALANCE_CHOICES,
     COMPRESSORS,
     FAULT_KINDS,
     FAULT_POLICIES,
-    MODELS,
     OPTIMIZERS,
     PARALLEL_MODES,
     SHARING,
@@ -103,7 +103,8 @@ class Setting:
 DATASETS = ("digits", "synthetic")
 
 TRAINING_FIELDS: dict[str, Setting] = {
-    "model": Setting(str, "mlp", MODELS, help="preset model", label="Model", family="model"),
+    "model": Setting(str, "mlp", ANY_MODEL, help="a preset, a classic architecture, or a network uploaded as an "
+                     "ONNX file", label="Model", family="model"),
     "dataset": Setting(str, "digits", DATASETS, help="digits ships with scikit-learn; synthetic is generated"),
     "dataset_size": Setting(int, 4096, min=64, max=1_000_000, help="samples of the synthetic set"),
     "optimizer": Setting(str, "adam", OPTIMIZERS, label="Optimiser", family="optimizer"),

@@ -10,11 +10,12 @@ from __future__ import annotations
 import math
 
 import torch
+import torch.fx as fx
 from torch import nn
 
 from lab.errors import LabError
-from lab.scenario import zoo
-from lab.scenario.names import MODELS
+from lab.scenario import onnx_models, zoo
+from lab.scenario.names import MODELS, is_uploaded_model
 
 
 def _side(in_features: int) -> int:
@@ -133,18 +134,33 @@ _BUILDERS = {"mlp": MLP, "cnn": CNN, "resnet": SmallResNet, "transformer": Encod
 
 def build_model(name: str, in_features: int = 64, classes: int = 10, seed: int = 0) -> nn.Module:
     """A fresh model with deterministic initial weights for ``seed``."""
-    if name not in _BUILDERS and name not in zoo.BUILDERS:
+    if name not in _BUILDERS and name not in zoo.BUILDERS and not is_uploaded_model(name):
         raise LabError(f"unknown model {name!r}; choose one of {list(MODELS)}")
     if in_features < 1 or classes < 2:
         raise LabError(f"a model needs at least 1 input feature and 2 classes (got {in_features}, {classes})")
     gen_state = torch.random.get_rng_state()
     torch.manual_seed(seed)
+    if is_uploaded_model(name):  # the file's own weights: the seed draws none
+        return onnx_models.build(name, in_features, classes)
     try:
         if name in zoo.BUILDERS:
             return zoo.build_zoo(name, in_features, classes)
         return _BUILDERS[name](in_features=in_features, classes=classes)
     finally:
         torch.random.set_rng_state(gen_state)
+
+
+class _Tracer(fx.Tracer):
+    def is_leaf_module(self, m: nn.Module, qualname: str) -> bool:
+        return onnx_models.is_leaf(m) or super().is_leaf_module(m, qualname)
+
+
+def graph_of(model: nn.Module) -> fx.GraphModule:
+    """``model`` traced by torch.fx, as the operator graph and the placement executor both cut it: an uploaded
+    network's converted operators stay whole."""
+    tracer = _Tracer()
+    graph = tracer.trace(model)
+    return fx.GraphModule(tracer.root, graph, type(model).__name__)
 
 
 def parameter_count(model: nn.Module) -> int:

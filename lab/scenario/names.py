@@ -4,6 +4,7 @@ show and, where legends and run names need one, a short label. Every other list 
 the lab derives from here."""
 from __future__ import annotations
 
+import re
 from enum import StrEnum
 
 #: family -> name -> (label, short label). The order of a family is the order pages offer it.
@@ -134,6 +135,24 @@ COMPRESSORS, COMPRESSOR_LABELS, COMPRESSOR_SHORT = names("compressor"), labels("
 SHARING, SHARING_LABELS, SHARING_SHORT = names("sharing"), labels("sharing"), short_labels("sharing")
 ALGORITHMS, ALGORITHM_LABELS = names("algorithm"), labels("algorithm")
 MODELS, MODEL_LABELS = names("model"), labels("model")
+
+#: An uploaded network's name: ``onnx-`` and the first 12 hex digits of its file's SHA-256 (lab.scenario.onnx_models).
+UPLOADED_MODEL = re.compile(r"^onnx-[0-9a-f]{12}$")
+
+
+def is_uploaded_model(name: object) -> bool:
+    return isinstance(name, str) and bool(UPLOADED_MODEL.match(name))
+
+
+class ModelNames(tuple):
+    """The models offered by name (presets and the zoo), and any uploaded network's name: whether this server
+    holds its file is checked where the model is built, with a message that says so."""
+
+    def __contains__(self, name: object) -> bool:
+        return tuple.__contains__(self, name) or is_uploaded_model(name)
+
+
+ANY_MODEL = ModelNames(MODELS)
 COST_MODELS, COST_MODEL_LABELS = names("cost_model"), labels("cost_model")
 SYNC_MODES, SYNC_LABELS = names("sync"), labels("sync")
 BALANCE_CHOICES, BALANCE_LABELS = names("balance"), labels("balance")

@@ -33,7 +33,7 @@ from lab.modelled.placement import STRATEGIES
 from lab.optim.playground import FUNCTIONS, MAX_COUNTEREXAMPLE_STEPS, PERIOD, SCHEDULES
 from lab.scenario.catalogue import DEVICE_CATALOGUE, PRESET_LABELS, PRESETS
 from lab.scenario.document import UPLOAD_MB, Setting
-from lab.scenario.names import ALGORITHMS, COST_MODELS, FAULT_KINDS, FAULT_POLICIES, MODELS, OPTIMIZERS, SPARSIFIERS
+from lab.scenario.names import ANY_MODEL, ALGORITHMS, COST_MODELS, FAULT_KINDS, FAULT_POLICIES, MODELS, OPTIMIZERS, SPARSIFIERS
 from lab.scenario.text import check_name, loads, shown
 from lab.scenario.topology import LINK_KINDS
 
@@ -125,7 +125,7 @@ VIEW: dict[str, Control] = {
     "topo_new_bw": _c("topology", float, 0.0, "bandwidth (GB/s each way)", lo=0.0, format="%.4g", transient=True),
     "topo_new_lat": _c("topology", float, 0.0, "latency (µs)", lo=0.0, format="%.4g", transient=True),
     # ---- Placement
-    "pl_model": _c("placement", str, "mlp", "Model", tuple(MODELS), family="model", from_scenario=lambda sc: sc.training.model),
+    "pl_model": _c("placement", str, "mlp", "Model", ANY_MODEL, family="model", from_scenario=lambda sc: sc.training.model),
     "pl_batch": _c("placement", int, 32, "Batch size (samples)", lo=1, hi=65536, from_scenario=lambda sc: sc.training.batch_size),
     "pl_strategy": _c("placement", str, "greedy_eft", "Strategy", tuple(STRATEGIES), family="strategy"),
     "pl_cost": _c("placement", str, "datasheet", "Cost model", COST_MODELS, family="cost_model", widget="radio"),

@@ -47,6 +47,7 @@ FEW = [Case(3, "one"), Case(12, "one"), Case(3, "one", node_by_node=True), Case(
        Case(12, "alt2"), Case(12, "abc"), Case(3, "alt3", policy="turns")]
 
 
+@pytest.mark.slow  # seconds of least squares over simulated executor runs
 def test_the_fit_recovers_terms_planted_in_a_simulated_machine():
     measured = _simulated_machine(FEW, PLANTED)
     got = fit_executor(measured, cores=2, wire_per_byte=0.0)
@@ -65,6 +66,7 @@ def test_the_fit_recovers_terms_planted_in_a_simulated_machine():
     assert got.cases == len(measured) and got.procs == (1, 2, 3)
 
 
+@pytest.mark.slow  # seconds of least squares over simulated executor runs
 def test_a_fit_that_cannot_see_a_term_says_so():
     # Two processes on two cores never share a core, and nothing runs node by node.
     cases = [Case(3, "chain2"), Case(3, "alt2"), Case(12, "aba"), Case(3, "one")]

@@ -14,11 +14,11 @@ from lab.modelled.datasheet import LinkCost, compute_table, op_seconds, transfer
 from lab.modelled.opgraph import reference_flops, trace
 from lab.scenario.catalogue import preset
 from lab.scenario.models import build_model, parameter_count
-from lab.scenario.names import MODELS
+from tests.conftest import every_model
 from lab.scenario.topology import OP_CLASSES
 
 
-@pytest.mark.parametrize("name", MODELS)
+@pytest.mark.parametrize("name", every_model())
 @pytest.mark.parametrize("batch", [1, 7])
 def test_matmul_and_conv_flops_equal_torch_flop_counter(name, batch):
     if batch == 1 and name in ("resnet18", "mobilenet_v3_small"):  # batch norm over a 1x1 map: one value
@@ -34,7 +34,7 @@ def test_matmul_and_conv_flops_equal_torch_flop_counter(name, batch):
     assert mine["matmul"] + mine["conv"] > 0
 
 
-@pytest.mark.parametrize("name", MODELS)
+@pytest.mark.parametrize("name", every_model())
 def test_graph_is_topological_acyclic_and_params_add_up(name):
     g = trace(name, 4)
     seen = set()

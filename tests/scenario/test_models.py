@@ -6,10 +6,10 @@ import torch
 
 from lab.errors import LabError
 from lab.scenario.models import build_model, parameter_count
-from lab.scenario.names import MODELS
+from tests.conftest import every_model
 
 
-@pytest.mark.parametrize("name", MODELS)
+@pytest.mark.parametrize("name", every_model())
 def test_every_preset_builds_and_trains_one_step(name):
     model = build_model(name, 64, 10, seed=3)
     x = torch.rand(5, 64)
@@ -20,7 +20,7 @@ def test_every_preset_builds_and_trains_one_step(name):
     assert parameter_count(model) == sum(p.numel() for p in model.parameters()) > 0
 
 
-@pytest.mark.parametrize("name", MODELS)
+@pytest.mark.parametrize("name", every_model())
 def test_same_seed_same_weights_and_the_global_generator_is_untouched(name):
     torch.manual_seed(123)
     want_next = torch.rand(3)

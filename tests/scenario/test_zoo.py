@@ -12,6 +12,7 @@ from lab.scenario.document import Scenario, Training
 from lab.scenario.models import build_model, parameter_count
 from lab.scenario.zoo import BUILDERS, ImageAdapter, torchvision_models
 from lab.train.placement_run import pieces, resolve
+from tests.conftest import every_model
 
 ZOO = list(BUILDERS)
 
@@ -44,7 +45,7 @@ def test_the_adapter_scales_each_pixel_to_a_block_in_every_channel():
         ImageAdapter(63)
 
 
-@pytest.mark.parametrize("name", ZOO)
+@pytest.mark.parametrize("name", every_model(ZOO))
 def test_every_strategy_places_every_operator_with_a_pin(name):
     topo = preset("cxl")
     first_conv = "net_conv1" if name == "resnet18" else None

@@ -97,6 +97,19 @@ def test_a_zoo_network_cut_in_two_computes_what_one_process_computes(model, tmp_
     check_against_reference(sc, outs, 1e-9, steps=2)
 
 
+@pytest.mark.parametrize("preset_name", ["cnn", "transformer"])
+def test_an_uploaded_onnx_network_cut_in_two_computes_what_one_process_computes(preset_name, tmp_path, monkeypatch):
+    from lab.scenario import onnx_models
+    from tests.scenario.test_onnx_models import exported
+
+    monkeypatch.setenv("LAB_DATA", str(tmp_path / "data"))  # the processes find the kept file there
+    name = onnx_models.keep(exported(preset_name)[1], f"{preset_name}.onnx").name
+    sc = scenario(name, chain(name, ["edge0", "edge1"]), emulate=False)
+    outs = run(sc, tmp_path, steps=3)
+    assert len(outs) == 2
+    check_against_reference(sc, outs, 1e-9, steps=3)
+
+
 def four_devices() -> dict:
     """The CXL preset without its DPU: every strategy's plan fits in the 4 processes a test may start."""
     d = preset("cxl").to_dict()

@@ -17,6 +17,7 @@ from lab.modelled.placement.cores import rank_cores
 from lab.modelled.placement.executor import Stage
 from lab.modelled.placement.executor import messages as executor_messages
 from lab.scenario.document import Scenario
+from lab.scenario.models import graph_of
 from lab.train.placement_run.plan import StagePlan, model_for, resolve
 
 INPUT = ("input",)  # a piece input that is the model input
@@ -119,7 +120,7 @@ def _hold_attributes(model: torch.nn.Module, cut: list[Piece]) -> None:
 def pieces(model: torch.nn.Module, plan: StagePlan) -> tuple[list[Piece], tuple[int, int]]:
     """The model cut into pieces per device in topological order, and where its output comes from
     (piece, output index)."""
-    gm = fx.symbolic_trace(model)
+    gm = graph_of(model)
     # Shape checks (torchvision's torch._assert) held when the model was traced; cut, they would send shapes
     # between devices for nothing.
     for n in list(gm.graph.nodes):

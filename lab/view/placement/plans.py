@@ -14,7 +14,7 @@ from lab.machine import plans
 from lab.machine.calibrated_model import cost_model as named_cost_model
 from lab.modelled import placement as pl
 from lab.scenario.document import Setting, check_pins
-from lab.scenario.names import COST_MODELS, MODELS, STRATEGY_LABELS, STRATEGY_NAMES, STRATEGY_SHORT
+from lab.scenario.names import ANY_MODEL, COST_MODELS, STRATEGY_LABELS, STRATEGY_NAMES, STRATEGY_SHORT
 from lab.scenario.text import check_name, loads
 from lab.scenario.topology import Topology
 from lab.store.runs import ACTIVE
@@ -56,7 +56,7 @@ def baseline_from_json(text: str) -> dict | None:
     if not isinstance(d, dict) or set(d) != {"model", "batch", "strategy", "pins", "cost_model", "topology",
                                              "makespan", "busy"}:
         raise LabError("is not a kept plan (its fields differ)", where=where)
-    if d["model"] not in MODELS or d["strategy"] not in STRATEGY_NAMES or d["cost_model"] not in COST_MODELS:
+    if d["model"] not in ANY_MODEL or d["strategy"] not in STRATEGY_NAMES or d["cost_model"] not in COST_MODELS:
         raise LabError("names a model, strategy or cost model the lab does not have", where=where)
     if isinstance(d["batch"], bool) or not isinstance(d["batch"], int) or not 1 <= d["batch"] <= 65536:
         raise LabError("has a batch size that is not a whole number from 1 to 65536", where=where)

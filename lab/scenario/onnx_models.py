@@ -1,0 +1,285 @@
+"""A person's own network from an ONNX file: read as data by ``onnx`` (nothing in the file is executed), checked,
+converted to a torch module by ``onnx2torch``, and from then on a lab model like the presets.
+
+The checks, before anything is converted: at most :data:`MAX_BYTES`; a protobuf ``onnx`` can read, with a graph
+``onnx.checker`` accepts; no tensor stored outside the file (a file that points elsewhere is refused, never
+followed); no control-flow subgraphs; at most :data:`MAX_NODES` operators and :data:`MAX_PARAMS` weights, no
+dimension beyond :data:`MAX_DIM`; one input whose per-sample shape is fixed, one output of one score per class;
+every operator one the converter has. A refusal names the file (as text) and what is wrong.
+
+A model travels by its content: its name is ``onnx-`` and the first 12 hex digits of the file's SHA-256, and the
+file is kept in the data folder (``models/``), so a link reopens the same view on the same server and a link to a
+model this server does not hold says so. Its weights are the file's (the scenario's seed does not draw them);
+its floating-point initializers of more than one element train as the model's parameters.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import torch
+from torch import nn
+
+from lab.errors import LabError
+from lab.scenario.names import is_uploaded_model
+from lab.scenario.text import shown
+
+MAX_BYTES = 5 * 2**20
+MAX_NODES = 2000
+MAX_PARAMS = 20_000_000
+MAX_DIM = 1 << 20
+MAX_SAMPLE = 3 * 224 * 224  # elements of one input sample
+WHERE = "model file"
+
+
+@dataclass(frozen=True)
+class OnnxModel:
+    """What the lab keeps of an uploaded file: its model name, the file's name as given, its input's
+    per-sample shape, its classes, operators and weights."""
+
+    name: str
+    filename: str
+    sample_shape: tuple[int, ...]
+    classes: int
+    operators: int
+    params: int
+    op_types: tuple[str, ...]
+
+    @property
+    def label(self) -> str:
+        return f"{self.filename} (ONNX, {self.operators} operators)"
+
+
+def _refuse(filename: str, why: str) -> LabError:
+    return LabError(f"{shown(filename, 60)}: {why}", where=WHERE)
+
+
+def _onnx2torch():
+    from lab.scenario.zoo import torchvision_models
+
+    torchvision_models()  # onnx2torch imports torchvision, whose compiled operators this machine lacks
+    import onnx2torch  # noqa: PLC0415
+    from onnx2torch.node_converters.registry import get_converter  # noqa: PLC0415
+
+    return onnx2torch, get_converter
+
+
+def _dims(value_info) -> list[int | None]:
+    t = value_info.type.tensor_type
+    if not t.HasField("shape"):
+        return []
+    return [d.dim_value if d.HasField("dim_value") else None for d in t.shape.dim]
+
+
+def read(data: bytes, filename: str = "model.onnx"):
+    """The ONNX model in ``data`` as checked (see the module's note), and what the lab keeps of it."""
+    import onnx  # noqa: PLC0415 - slow to import: only when a file is read
+    from google.protobuf.message import DecodeError  # noqa: PLC0415
+
+    filename = str(filename)[:200] or "model.onnx"
+    if not isinstance(data, (bytes, bytearray)):
+        raise _refuse(filename, "is not a file's bytes")
+    if len(data) > MAX_BYTES:
+        raise _refuse(filename, f"is {len(data) / 2**20:.1f} MB; the lab takes ONNX files of at most "
+                                f"{MAX_BYTES // 2**20} MB")
+    if not data:
+        raise _refuse(filename, "is empty")
+    try:
+        model = onnx.ModelProto.FromString(bytes(data))
+    except (DecodeError, RuntimeError, ValueError) as exc:
+        raise _refuse(filename, f"is not an ONNX model (it cannot be read as one: {shown(str(exc), 80)})") from None
+    g = model.graph
+    if not model.opset_import or not g.node:
+        raise _refuse(filename, "is not an ONNX model (it holds no graph of operators)")
+    tensors = list(g.initializer) + [a.t for n in g.node for a in n.attribute if a.HasField("t")]
+    if any(t.data_location == onnx.TensorProto.EXTERNAL or len(t.external_data) for t in tensors):
+        raise _refuse(filename, "keeps weights in other files; the lab takes only a model whose weights are inside "
+                                "it (save it with save_as_external_data=False)")
+    if any(a.type in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS) for n in g.node for a in n.attribute):
+        raise _refuse(filename, "has control flow (If, Loop or Scan subgraphs), which the lab's operator graph "
+                                "cannot place")
+    if len(g.node) > MAX_NODES:
+        raise _refuse(filename, f"has {len(g.node):,} operators; the lab takes at most {MAX_NODES:,}")
+    for t in tensors:
+        if any(d < 0 or d > MAX_DIM for d in t.dims):
+            raise _refuse(filename, f"declares a tensor of dimensions {list(t.dims)[:6]}; the lab takes at most "
+                                    f"{MAX_DIM:,} along one")
+    params = sum(math.prod(t.dims) for t in g.initializer)
+    if params > MAX_PARAMS:
+        raise _refuse(filename, f"holds {params:,} weights; the lab takes at most {MAX_PARAMS:,}")
+    try:
+        onnx.checker.check_model(model)
+    except (onnx.checker.ValidationError, RuntimeError, ValueError) as exc:
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise _refuse(filename, f"is not a valid ONNX model: {shown(first, 160)}") from None
+    held = {t.name for t in g.initializer}
+    inputs = [i for i in g.input if i.name not in held]
+    if len(inputs) != 1 or len(g.output) != 1:
+        raise _refuse(filename, f"has {len(inputs)} inputs and {len(g.output)} outputs; the lab trains a model "
+                                "of one input (a batch of samples) and one output (a score per class)")
+    dims, out = _dims(inputs[0]), _dims(g.output[0])
+    sample = dims[1:]
+    if len(dims) < 2 or any(d is None or d < 1 for d in sample):
+        raise _refuse(filename, f"declares its input as {_shape_text(dims)}; the lab needs the batch first and "
+                                "every other dimension fixed")
+    if any(d > MAX_DIM for d in sample) or math.prod(sample) > MAX_SAMPLE:
+        raise _refuse(filename, f"takes samples of shape {_shape_text(sample)}; the lab takes at most "
+                                f"{MAX_SAMPLE:,} values a sample")
+    if len(out) != 2 or out[1] is None:
+        raise _refuse(filename, f"gives an output of shape {_shape_text(out)}; the lab needs one score per class "
+                                "for every sample (batch, classes)")
+    _, get_converter = _onnx2torch()
+    versions = {o.domain or "": o.version for o in model.opset_import}
+    missing = []
+    for n in g.node:
+        try:
+            get_converter(n.op_type, versions.get(n.domain or "", 1), n.domain or "")
+        except NotImplementedError:
+            missing.append(f"{n.op_type} (opset {versions.get(n.domain or '', '?')})")
+    if missing:
+        raise _refuse(filename, "uses operators the converter cannot turn into torch: "
+                                f"{', '.join(sorted(set(missing))[:8])}")
+    digest = hashlib.sha256(bytes(data)).hexdigest()
+    info = OnnxModel(name=f"onnx-{digest[:12]}", filename=filename, sample_shape=tuple(int(d) for d in sample),
+                     classes=int(out[1]), operators=len(g.node), params=int(params),
+                     op_types=tuple(sorted({n.op_type for n in g.node})))
+    return model, info
+
+
+def _shape_text(dims) -> str:
+    return "(" + ", ".join("batch" if d is None else str(d) for d in dims) + ")"
+
+
+def folder(data_dir: Path | None = None) -> Path:
+    from lab import settings
+
+    return Path(data_dir) if data_dir is not None else settings.data_dir() / "models"
+
+
+def keep(data: bytes, filename: str, data_dir: Path | None = None) -> OnnxModel:
+    """Check ``data`` (see :func:`read`), convert it once to find what the converter refuses, and keep the file
+    under its content's name. Returns what is kept; keeping the same file again changes nothing."""
+    model, info = read(data, filename)
+    convert(model, info)
+    where = folder(data_dir)
+    where.mkdir(parents=True, exist_ok=True)
+    digest = info.name[len("onnx-"):]
+    path = where / f"{digest}.onnx"
+    if not path.exists():
+        tmp = path.with_suffix(".tmp")
+        tmp.write_bytes(bytes(data))
+        tmp.replace(path)
+    (where / f"{digest}.json").write_text(json.dumps(asdict(info)))
+    return info
+
+
+def kept(data_dir: Path | None = None) -> list[OnnxModel]:
+    """Every model this server holds, oldest first."""
+    where = folder(data_dir)
+    out = []
+    for p in sorted(where.glob("*.json"), key=lambda p: p.stat().st_mtime) if where.exists() else ():
+        try:
+            d = json.loads(p.read_text())
+            out.append(OnnxModel(**{**d, "sample_shape": tuple(d["sample_shape"]), "op_types": tuple(d["op_types"])}))
+        except (OSError, ValueError, TypeError, KeyError):
+            continue  # a damaged record: its model is not offered
+    return out
+
+
+def load(name: str, data_dir: Path | None = None):
+    """The kept model called ``name``, read and checked again (a file on disk is input like any other)."""
+    if not is_uploaded_model(name):
+        raise LabError(f"{shown(name)} is not the name of an uploaded model", where=WHERE)
+    path = folder(data_dir) / f"{name[len('onnx-'):]}.onnx"
+    if not path.exists():
+        raise LabError(f"this server does not hold the model {name}: a model travels in a link by its content's "
+                       "hash and is kept on the server it was uploaded to; upload the ONNX file here to open this "
+                       "view", where=WHERE)
+    meta = path.with_suffix(".json")
+    filename = json.loads(meta.read_text()).get("filename", path.name) if meta.exists() else path.name
+    return read(path.read_bytes(), filename)
+
+
+def convert(model, info: OnnxModel) -> nn.Module:
+    """The torch module of a checked ONNX model, its float initializers as parameters."""
+    onnx2torch, _ = _onnx2torch()
+    try:
+        gm = onnx2torch.convert(model)
+    except NotImplementedError as exc:
+        raise _refuse(info.filename, f"uses an operator the converter cannot turn into torch: "
+                                     f"{shown(str(exc), 160)}") from None
+    except Exception as exc:  # noqa: BLE001 - the converter raises many kinds on odd files
+        raise _refuse(info.filename, f"could not be converted to torch ({type(exc).__name__}: "
+                                     f"{shown(str(exc), 160)})") from None
+    held = getattr(gm, "initializers", None)
+    if isinstance(held, nn.Module):
+        # batch norm's running statistics stay what they are: statistics, not weights
+        stats = {str(n.target).rpartition(".")[2] for n in gm.graph.nodes
+                 if n.op == "get_attr" and _feeds_statistics(gm, n)}
+        for name, buf in list(held.named_buffers(recurse=False)):
+            if buf.is_floating_point() and buf.numel() > 1 and name not in stats:  # a weight, not a shape or scale
+                delattr(held, name)
+                held.register_parameter(name, nn.Parameter(buf.detach().clone()))
+    return gm
+
+
+def _feeds_statistics(gm, node) -> bool:
+    """Whether ``node`` reaches a batch norm's running mean or variance (through identities)."""
+    for u in node.users:
+        if u.op != "call_module":
+            continue
+        kind = type(gm.get_submodule(str(u.target))).__name__
+        if kind == "OnnxBatchNorm" and node in u.args and u.args.index(node) >= 3:
+            return True
+        if kind == "OnnxCopyIdentity" and _feeds_statistics(gm, u):
+            return True
+    return False
+
+
+class OnnxNet(nn.Module):
+    """The lab's flat samples in the shape the file declares, then the file's network. A sample of the same
+    number of values is reshaped; a square grey image is scaled to the file's (channels, height, width)."""
+
+    def __init__(self, net: nn.Module, info: OnnxModel, in_features: int):
+        super().__init__()
+        self.net = net
+        self.shape = info.sample_shape
+        self.scale: tuple[int, int, int] | None = None
+        if math.prod(self.shape) == in_features:
+            return
+        side = int(round(math.sqrt(in_features)))
+        if len(self.shape) == 3 and side * side == in_features:
+            self.scale = (side, self.shape[1], self.shape[2])
+            return
+        raise LabError(f"{shown(info.filename, 60)} takes samples of shape {_shape_text(self.shape)}, which the lab's "
+                       f"data sets ({in_features} values a sample) do not fit", where=WHERE)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.scale is None:
+            return self.net(x.reshape(x.shape[0], *self.shape))
+        side, h, w = self.scale
+        x = nn.functional.interpolate(x.view(x.shape[0], 1, side, side), size=(h, w), mode="nearest")
+        return self.net(x.expand(-1, self.shape[0], -1, -1))
+
+
+def build(name: str, in_features: int, classes: int, data_dir: Path | None = None) -> nn.Module:
+    """The kept model ``name`` for samples of ``in_features`` values and ``classes`` classes."""
+    model, info = load(name, data_dir)
+    if info.classes != classes:
+        raise LabError(f"{shown(info.filename, 60)} gives {info.classes} scores a sample; the lab's data sets have "
+                       f"{classes} classes", where=WHERE)
+    return OnnxNet(convert(model, info), info, in_features)
+
+
+def is_leaf(module: nn.Module) -> bool:
+    """Whether torch.fx keeps ``module`` whole: the converter's operator modules hold Python control flow on
+    shapes, and each stands for one ONNX operator."""
+    return type(module).__module__.startswith("onnx2torch.")
+
+
+__all__ = ["MAX_BYTES", "MAX_NODES", "MAX_PARAMS", "OnnxModel", "OnnxNet", "build", "convert", "is_leaf",
+           "keep", "kept", "load", "read"]
