@@ -14,12 +14,7 @@ jm, owner = ui.job_manager()
 
 
 def controls(where, keys) -> dict:
-    return {k: ui.control(w, k) for w, k in zip(where, keys)}
-
-
-def set_pins(change: str) -> None:
-    """Pin / unpin the chosen operator, or clear every pin, in the session's scenario."""
-    ui.set_scenario(view.with_pins(ui.scenario(), change, st.session_state))
+    return {k: ui.control(w, k, **view.upload.control_options(k, ui.view_value(k))) for w, k in zip(where, keys)}
 
 
 def submit(what: str, make, action: str, shown: str, keep=()) -> None:
@@ -31,6 +26,10 @@ def submit(what: str, make, action: str, shown: str, keep=()) -> None:
             st.rerun()
 
 
+with st.expander("Bring your own network (an ONNX file)", icon=":material/upload_file:"):
+    if name := view.upload.take(st.session_state, ui.control(st, "pl_upload", type=["onnx"])):
+        ui.set_view("pl_model", name)
+    ui.show_all(view.upload.notes(st.session_state))
 v = controls(st.columns([3, 2, 4]), view.PLAN_CONTROLS) | controls([st], ("pl_cost",))
 ui.show(view.topology(sc.topology))
 pv = None
@@ -42,9 +41,9 @@ ui.show(pv.cost_model())
 p1, p2, p3, p4, p5 = st.columns([2, 2, 1, 1, 1], vertical_alignment="bottom")
 op = ui.control(p1, "pl_pin_op", options=pv.operators)
 ui.control(p2, "pl_pin_dev", options=pv.devices)
-p3.button("Pin", key="pl_pin", on_click=set_pins, args=("pin",))
-p4.button("Unpin", key="pl_unpin", on_click=set_pins, args=("unpin",), disabled=op not in pv.pins)
-p5.button("Clear pins", key="pl_pins_clear", on_click=set_pins, args=("clear",), disabled=not pv.pins)
+for col, (label, key, change, off) in zip((p3, p4, p5), view.pin_buttons(op, pv.pins)):
+    col.button(label, key=key, disabled=off,  # pin / unpin the chosen operator, or clear every pin
+               on_click=lambda c: ui.set_scenario(view.with_pins(ui.scenario(), c, st.session_state)), args=(change,))
 ui.show(pv.pinned())
 
 with ui.guarded("the placement"):

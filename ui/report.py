@@ -37,8 +37,8 @@ def page_link(params: dict[str, str]) -> str:
 
 def report_button(title: str, page: str) -> None:
     """The sidebar's "Download this view as a report" for the page file ``page`` titled ``title``."""
-    sections = shown()
-    if not sections:
+    kept = st.session_state.get(SHOWN)
+    if not kept:
         return
     from ui.page import view_link_params
     from ui.session import scenario
@@ -48,7 +48,8 @@ def report_button(title: str, page: str) -> None:
     values = {k: st.session_state[k] for k in VIEW if k in st.session_state}
 
     def build() -> str:  # on the click, in Streamlit's own thread: figures are drawn only for a download
-        return render(about(title, page, link, values, sc), sections)
+        # the sections as they are then: a fragment that reran since (a run's live view) has replaced its own
+        return render(about(title, page, link, values, sc), list(kept.values()))
 
     st.sidebar.download_button("Download this view as a report", data=build, file_name=f"{page}-report.html",
                                mime="text/html", key="ui_report", icon=":material/description:",

@@ -125,6 +125,8 @@ VIEW: dict[str, Control] = {
     "topo_new_bw": _c("topology", float, 0.0, "bandwidth (GB/s each way)", lo=0.0, format="%.4g", transient=True),
     "topo_new_lat": _c("topology", float, 0.0, "latency (µs)", lo=0.0, format="%.4g", transient=True),
     # ---- Placement
+    "pl_upload": _c("placement", str, "", "Upload your own network as an ONNX file (at most 5 MB)", widget="file",
+                    transient=True),
     "pl_model": _c("placement", str, "mlp", "Model", ANY_MODEL, family="model", from_scenario=lambda sc: sc.training.model),
     "pl_batch": _c("placement", int, 32, "Batch size (samples)", lo=1, hi=65536, from_scenario=lambda sc: sc.training.batch_size),
     "pl_strategy": _c("placement", str, "greedy_eft", "Strategy", tuple(STRATEGIES), family="strategy"),

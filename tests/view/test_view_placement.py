@@ -250,3 +250,26 @@ def test_the_runs_shown_without_runs_say_how_to_get_them(tmp_path):
     sections = bal.sections(_esc, lambda kind: f"[{kind}]")  # a plan that does not balance has no panel
     assert bal.active and [s.key for s in sections] == ["pl_bal_outcome", "pl_bal_rounds_caption"]
     assert sections[0].chart_input == {"rows": []} and sections[1].kind == "measured"
+
+
+def test_an_uploaded_network_joins_the_model_box_once_and_a_broken_file_says_why(tmp_path, monkeypatch):
+    from types import SimpleNamespace
+
+    from lab.view.placement import upload
+    from tests.scenario.test_onnx_models import exported
+
+    monkeypatch.setenv("LAB_DATA", str(tmp_path))
+    blob = exported("mlp")[1]
+    session: dict = {}
+    name = upload.take(session, SimpleNamespace(file_id="a", name="mine.onnx", getvalue=lambda: blob))
+    assert name is not None and name in upload.options() and upload.label(name).startswith("mine.onnx (ONNX")
+    assert upload.notes(session)[0].notices[0].level == "success"
+    assert upload.take(session, SimpleNamespace(file_id="a", name="mine.onnx", getvalue=lambda: blob)) is None  # seen
+    bad = SimpleNamespace(file_id="b", name="<b>x</b>.onnx", getvalue=lambda: blob[:100])
+    assert upload.take(session, bad) is None
+    note = upload.notes(session)[0].notices[0]
+    assert note.level == "error" and "<b>x</b>.onnx" in note.text and "unchanged" in note.text
+    assert upload.take(session, None) is None and upload.notes(session) == []  # the file was removed
+    unheld = "onnx-0123456789ab"
+    assert unheld in upload.options(unheld) and "does not hold" in upload.label(unheld)
+    assert unheld not in upload.options() and upload.control_options("pl_batch") == {}

@@ -11,7 +11,7 @@ from lab.view.placement.balance import (
 )
 from lab.view.placement.page import (
     BALANCE, BALANCE_RUN, PLAN_CONTROLS, RUN, RUN_CONTROLS, Balancing, Builders, PlacementView, fitting_pins,
-    topology, traced
+    pin_buttons, topology, traced
 )
 from lab.view.placement.plans import (
     BASELINE_CAPTION, COMPARISON_COLUMNS, DAG_CAPTION, INTRO, MAX_SHOWN_RUNS, MEMORY_CAPTION, NO_BASELINE, NO_PINS,
@@ -22,8 +22,10 @@ from lab.view.placement.plans import (
     with_pins
 )
 from lab.view.placement.runs import NO_BALANCE_RUNS, NO_PLAN_RUNS, BalanceRuns, PlanRuns, run_store
+from lab.view.placement import upload
 
 __all__ = [
+    "upload", "pin_buttons",
     # the balancing loop
     "BALANCE_BASELINES", "BALANCE_KNOBS", "BALANCE_MODES", "BALANCE_OUTCOME_CAPTION", "BALANCE_ROUNDS_CAPTION",
     "DATA_NODES_LINE", "MAX_BALANCE_RUN_STEPS", "SLOWDOWN_NOTE", "balance_intro", "balance_items", "balance_outcome",

@@ -64,6 +64,12 @@ def topology(topo) -> Section:
 
 
 PLAN_CONTROLS = ("pl_model", "pl_batch", "pl_strategy")
+
+
+def pin_buttons(op: str, pins: Mapping[str, str]) -> list[tuple[str, str, str, bool]]:
+    """(label, key, change, disabled) of the pin buttons beside the chosen operator and device."""
+    return [("Pin", "pl_pin", "pin", False), ("Unpin", "pl_unpin", "unpin", op not in pins),
+            ("Clear pins", "pl_pins_clear", "clear", not pins)]
 RUN_CONTROLS = ("pl_micro", "pl_steps", "pl_repeats", "pl_emulate")
 COMPARISON = "All strategies on this scenario"
 RUN = Section("pl_run_intro", header="Run the plan: measured beside modelled", level="subheader", intro=P.run_intro())
