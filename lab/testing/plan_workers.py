@@ -153,3 +153,50 @@ def replan_worker(rank: int, world: int, port: int, scenario_json: str, plans_js
     finally:
         dist.destroy_process_group()
     save_outputs(out_dir, f"replan{rank}", out)
+
+
+def first_step_worker(rank: int, world: int, port: int, scenario_json: str, out_dir: str) -> None:
+    """One process of a placement run up to the end of its first step, as a job starts it (build, cut, one
+    step): writes ``first<rank>.json`` with the wall-clock time that step ended."""
+    import time
+
+    import torch.distributed as dist
+
+    init_worker(rank, world, port, timeout_s=120.0)
+    try:
+        t = PlacementTrainer(Scenario.from_json(scenario_json), rank, world, None, None, launched=False)
+        t.setup()
+        t.offset, t.losses, t.timelines, t.timeline_steps = 0.0, [], {}, []
+        t.train_step(1)
+        end = time.time()
+        dist.barrier()
+    finally:
+        dist.destroy_process_group()
+    with open(os.path.join(out_dir, f"first{rank}.json"), "w") as f:
+        json.dump({"end": end}, f)
+
+
+def one_process_first_step(rank: int, world: int, port: int, scenario_json: str, out_dir: str) -> None:
+    """The peer of :func:`first_step_worker`: the whole model's first training step in one process started the
+    same way (build, one step of the same batch with Adam): writes ``one<rank>.json``."""
+    import time
+
+    import torch.nn.functional as F
+
+    from lab.scenario.models import build_model
+
+    init_worker(rank, world, port, timeout_s=120.0)
+    try:
+        tr = Scenario.from_json(scenario_json).training
+        model = build_model(tr.model, 64, 10, seed=tr.seed)
+        opt = torch.optim.Adam(model.parameters(), lr=tr.lr)
+        x, y = torch.rand(tr.batch_size, 64), torch.randint(0, 10, (tr.batch_size,))
+        F.cross_entropy(model(x), y).backward()
+        opt.step()
+        end = time.time()
+    finally:
+        import torch.distributed as dist
+
+        dist.destroy_process_group()
+    with open(os.path.join(out_dir, f"one{rank}.json"), "w") as f:
+        json.dump({"end": end}, f)
