@@ -47,7 +47,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--scenario", help="scenario JSON file (default: digits, MLP, even split, gradient all-reduce)")
     for name, typ in SHORTCUTS.items():
         spec = TRAINING_FIELDS[name]
-        kw = {"choices": list(spec.choices)} if spec.choices else {}
+        kw = {"choices": spec.choices} if spec.choices else {}  # the model's also take an uploaded network's name
         p.add_argument("--" + name.replace("_", "-"), dest=name, type=typ, default=None,
                        help=f"training.{name} (default {spec.default!r})", **kw)
     p.add_argument("--emulate", dest="emulate", action="store_true", default=None,
@@ -55,6 +55,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--no-emulate", dest="emulate", action="store_false")
     p.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE",
                    help="any training field; VALUE is JSON when it parses (e.g. worker_devices='[\"gpu\",\"host\"]')")
+    p.add_argument("--onnx", metavar="FILE", help="train your own network from an ONNX file (checked and kept in "
+                   "the data folder, as the Placement page keeps an upload; it becomes training.model)")
     p.add_argument("--run-id", help="id of the run in the store (default: a new one)")
     p.add_argument("--name", help="name of the run (default: the scenario's name)")
     p.add_argument("--quiet", action="store_true", help="print nothing but errors")
@@ -94,6 +96,14 @@ def apply_overrides(sc: Scenario, args: argparse.Namespace) -> Scenario:
             if isinstance(exc, LabError):
                 raise
         changes[k] = v
+    if getattr(args, "onnx", None):
+        from lab.scenario import onnx_models  # imports torch: only for a network from a file
+
+        try:
+            data = open(args.onnx, "rb").read(onnx_models.MAX_BYTES + 1)
+        except OSError as exc:
+            raise LabError(f"cannot read {shown(args.onnx)}: {exc.strerror}", where="--onnx") from None
+        changes["model"] = onnx_models.keep(data, os.path.basename(args.onnx)).name
     if not changes:
         return sc
     sc = sc.replace(training=sc.training.replace(**changes))

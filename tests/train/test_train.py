@@ -258,3 +258,23 @@ def test_a_zoo_network_trains_data_parallel_on_two_workers(lab_db, model):
         for k in [k for k in ref if k.endswith("in_proj_bias")]:
             got[k], ref[k] = torch.cat([got[k][:e], got[k][2 * e:]]), torch.cat([ref[k][:e], ref[k][2 * e:]])
         assert_close_state(got, ref, tol=1e-4)
+
+
+def test_the_command_line_trains_a_network_from_an_onnx_file_and_refuses_a_broken_one(lab_db, tmp_path, monkeypatch):
+    from lab.scenario import onnx_models
+    from tests.scenario.test_onnx_models import exported
+
+    monkeypatch.setenv("LAB_DATA", str(tmp_path / "data"))
+    good, bad = tmp_path / "mine.onnx", tmp_path / "broken.onnx"
+    good.write_bytes(exported("mlp")[1])
+    bad.write_bytes(good.read_bytes()[:500])
+    rid, acc, proc = run_cli("--onnx", str(good), "--workers", "2", "--steps", "4", "--set", "check_every=1")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    store = RunStore(lab_db)
+    kept = onnx_models.kept(tmp_path / "data" / "models")
+    assert [m.filename for m in kept] == ["mine.onnx"]
+    assert store.status(rid) == "done" and store.get_run(rid)["scenario"]["training"]["model"] == kept[0].name
+    proc = subprocess.run([sys.executable, "-m", "lab.train", "--onnx", str(bad)], cwd=ROOT, capture_output=True,
+                          text=True, timeout=120)
+    lines = proc.stderr.strip().splitlines()
+    assert proc.returncode == 2 and len(lines) == 1 and "broken.onnx" in lines[0] and "not an ONNX model" in lines[0]
