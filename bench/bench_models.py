@@ -14,7 +14,7 @@ gloo, started as the job's are); the graph and the placements are timed in this 
 build, as the Placement page pays for them on a choice.
 
 The last line: ``models: architectures <n>, onnx ok, slowest graph <s> s, slowest first step <s> s, report <s> s
-<mb> MB``.
+<mb> MB``, where the slowest graph is the longest time from choice to the operator graph and every strategy's plan.
 """
 from __future__ import annotations
 
