@@ -260,7 +260,8 @@ def other_plan_line(strategy: str, og, topology, pins: Mapping[str, str], assign
 
 
 # ----- what the Placement page says ----------------------------------------------------------------
-INTRO = ("Each preset model is traced (torch.fx) into operators with FLOPs and bytes. A cost model turns them into "
+INTRO = ("Each model (a preset, a classic architecture of torchvision, or your own network from an ONNX file) is "
+         "traced (torch.fx) into operators with FLOPs and bytes. A cost model turns them into "
          "seconds on every device of the scenario's topology and transfers into seconds over the route (**latency "
          "+ bytes / bottleneck**). Each strategy then places every operator; a **pin** puts one operator on a device "
          "of your choice and the strategy places the rest around it. The plans are modelled: from the catalogue's "
