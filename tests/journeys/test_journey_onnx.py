@@ -10,8 +10,8 @@ import re
 import pytest
 
 from tests.conftest import settle
-from tests.journey import new_page, no_error_boxes, selected, type_number
-from tests.journeys.test_journey_plan_run import metric_exact, pick, read_report_offline, wait_until_done
+from tests.journey import new_page, no_error_boxes, selected
+from tests.journeys.test_journey_plan_run import metric_exact, pin_and_set_steps, read_report_offline, wait_until_done
 from tests.scenario.test_onnx_models import exported
 
 pytestmark = pytest.mark.timeout(420)
@@ -38,13 +38,7 @@ def test_an_uploaded_network_is_pinned_run_and_reported(streamlit_server, browse
         upload(pg, model)
         pg.get_by_text(re.compile(r"review-net\.onnx: \d+ ONNX operators")).first.wait_for(timeout=60_000)
         assert selected(pg, "Model").startswith("review-net.onnx (ONNX")
-        pick(pg, "Operator to pin", "net_conv1_conv")
-        pick(pg, "on device", "fpga")
-        pg.get_by_role("button", name="Pin", exact=True).click()
-        settle(pg)
-        pg.get_by_text("net_conv1_conv → fpga").first.wait_for(timeout=30_000)
-        type_number(pg, "Steps", STEPS)
-        no_error_boxes(pg)
+        pin_and_set_steps(pg, "net_conv1_conv", "fpga", STEPS)
 
         # a second student's broken file is refused with its name as text; the first student's view is unchanged
         other.goto(streamlit_server + "/placement")

@@ -45,6 +45,17 @@ def pick(pg, label: str, option: str) -> None:
     settle(pg)
 
 
+def pin_and_set_steps(pg, op: str, device: str, steps: int) -> None:
+    """Pin ``op`` to ``device`` as a person does, wait until the page says so, and set the run's steps."""
+    pick(pg, "Operator to pin", op)
+    pick(pg, "on device", device)
+    pg.get_by_role("button", name="Pin", exact=True).click()
+    settle(pg)
+    pg.get_by_text(f"{op} → {device}").first.wait_for(timeout=30_000)
+    type_number(pg, "Steps", steps)
+    no_error_boxes(pg)
+
+
 def metric_exact(pg, label: str) -> str | None:
     """The value of the metric whose label is exactly ``label`` (None while it is not on the page)."""
     for m in pg.locator("[data-testid='stMetric']").all():
@@ -105,13 +116,7 @@ def test_a_pinned_plan_run_is_shared_with_its_measured_and_modelled_step(
             no_error_boxes(pg)
             choose(pg, "Model", MODEL)
             choose(pg, "Strategy", STRATEGY)
-            pick(pg, "Operator to pin", "conv1")
-            pick(pg, "on device", "fpga")
-            pg.get_by_role("button", name="Pin", exact=True).click()
-            settle(pg)
-            pg.get_by_text("conv1 → fpga").first.wait_for(timeout=30_000)
-            type_number(pg, "Steps", STEPS)
-            no_error_boxes(pg)
+            pin_and_set_steps(pg, "conv1", "fpga", STEPS)
 
             db = RunStore(data / "runs.db")  # the server's store (other journeys may share it)
             before = set(db.list_runs().id)
