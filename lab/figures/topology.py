@@ -12,6 +12,7 @@ import plotly.graph_objects as go
 
 from lab.figures.style import esc, fmt_rate, fmt_seconds
 from lab.scenario.topology import DEVICE_TYPE_LABELS, LINK_KIND_LABELS, Topology
+from lab.scenario.units import counted
 
 TYPE_COLOURS = {"cpu": "#4c566a", "gpu": "#2e7d32", "fpga": "#1565c0", "asic": "#8e24aa",
                 "dpu": "#ef6c00", "npu": "#c62828", "tpu": "#00838f", "switch": "#9e9e9e"}
@@ -77,8 +78,9 @@ def network_figure(topo: Topology) -> go.Figure:
             text=[esc(n) for n, _ in items], textposition="bottom center", hovertext=[h for _, h in items],
             hoverinfo="text", name=DEVICE_TYPE_LABELS.get(t, t), legendgroup="type-" + t))
     fig.update_layout(
-        title=f"Topology “{esc(topo.name)}”: {len(topo.devices)} devices, {len(topo.switches)} switches, "
-              f"{len(topo.links)} links (hover a link's middle for its numbers)",
+        title=f"Topology “{esc(topo.name)}”: {counted(len(topo.devices), 'device')}, "
+              f"{counted(len(topo.switches), 'switch', 'switches')}, {counted(len(topo.links), 'link')} "
+              "(hover a link's middle for its numbers)",
         xaxis=dict(visible=False), yaxis=dict(visible=False, scaleanchor="x"), height=460,
         margin=dict(l=10, r=10, t=50, b=10), legend=dict(orientation="v"), plot_bgcolor="white")
     return fig

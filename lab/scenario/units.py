@@ -52,4 +52,9 @@ def fmt_bytes(x: float) -> str:
     return f"{x * scale:.3g} {unit}"
 
 
-__all__ = ["time_unit", "bytes_unit", "fmt_seconds", "fmt_rate", "fmt_bytes"]
+def counted(n: int, noun: str, plural: str | None = None) -> str:
+    """``n`` and the noun in the number it takes: "1 switch", "2 switches", "0 links"."""
+    return f"{n} {noun if n == 1 else plural or noun + 's'}"
+
+
+__all__ = ["time_unit", "bytes_unit", "fmt_seconds", "fmt_rate", "fmt_bytes", "counted"]

@@ -37,3 +37,15 @@ def test_user_text_is_escaped_and_every_figure_module_uses_the_same_helpers():
     assert jobs.esc is esc and placement.esc is esc and topology.esc is esc
     assert topology.fmt_seconds is fmt_seconds and topology.fmt_rate is fmt_rate
     assert placement.time_unit is time_unit
+
+
+def test_the_topology_title_counts_in_the_number_each_noun_takes():
+    from lab.figures.topology import network_figure
+    from lab.scenario.catalogue import preset
+    from lab.scenario.units import counted
+
+    topo = preset("edge")
+    title = network_figure(topo).layout.title.text
+    assert f"{len(topo.devices)} devices" in title and f"{len(topo.links)} links" in title
+    assert ("1 switch," in title) == (len(topo.switches) == 1) and "1 switches" not in title
+    assert [counted(n, "switch", "switches") for n in (0, 1, 2)] == ["0 switches", "1 switch", "2 switches"]
