@@ -3,6 +3,7 @@ softmax, reduction, data movement): the tables the operator graph classifies an 
 
 from __future__ import annotations
 
+import math
 import operator
 from typing import Any
 
@@ -67,3 +68,16 @@ ELEMENTWISE_METHODS: dict[str, int] = {"add": 1, "sub": 1, "mul": 1, "div": 1, "
 REDUCE_METHODS = {"mean", "sum"}
 SOFTMAX_METHODS = {"softmax", "log_softmax"}
 MATMUL_METHODS = {"matmul", "mm", "bmm"}
+
+
+def attention_flops(mod: nn.MultiheadAttention, q: tuple[int, ...], k: tuple[int, ...]) -> float:
+    """Forward FLOPs of multi-head attention on a query of shape ``q`` and keys of shape ``k``: the query, key and
+    value projections, the scores, their weighted sum of the values and the output projection (what torch counts
+    when attention runs as matrix products; see :func:`lab.modelled.opgraph.reference_flops`)."""
+    e = mod.embed_dim
+    batch = q[0] if mod.batch_first or len(q) == 2 else q[1]
+    rows_q, rows_k = math.prod(q) // e, math.prod(k) // mod.kdim
+    source = rows_k // batch if len(q) == 3 else rows_k
+    return 2.0 * (rows_q * e * e + rows_k * mod.kdim * e + rows_k * mod.vdim * e  # projections
+                  + 2 * rows_q * source * e  # scores and the weighted values
+                  + rows_q * e * e)  # output projection

@@ -248,20 +248,6 @@ def _einsum_spec(spec: str, shape: tuple, dots: str) -> str:
     return spec.replace("...", dots[len(dots) - n:] if n else "")
 
 
-def _attention_flops(mod: nn.MultiheadAttention, ins: list) -> float:
-    """Forward FLOPs of multi-head attention: the query, key and value projections, the scores, their
-    weighted sum of the values and the output projection (what torch counts when attention runs as matrix
-    products; see :func:`reference_flops`)."""
-    q, k = _shape(ins[0]), _shape(ins[1] if len(ins) > 1 else ins[0])
-    e = mod.embed_dim
-    batch = q[0] if mod.batch_first or len(q) == 2 else q[1]
-    rows_q, rows_k = _numel(q) // e, _numel(k) // mod.kdim
-    source = rows_k // batch if len(q) == 3 else rows_k
-    return 2.0 * (rows_q * e * e + rows_k * mod.kdim * e + rows_k * mod.vdim * e  # projections
-                  + 2 * rows_q * source * e  # scores and the weighted values
-                  + rows_q * e * e)  # output projection
-
-
 def _classify(node: fx.Node, gm: fx.GraphModule) -> tuple[str, str, float, int, bool]:
     """(kind, class, flops, param_bytes, is_data_op) of one call node."""
     out_shape = _shape(node)
@@ -286,7 +272,8 @@ def _classify(node: fx.Node, gm: fx.GraphModule) -> tuple[str, str, float, int, 
                 return kind, "matmul", 2.0 * out_n * k, pbytes, False
             return kind, cls, float(per * (in_n if cls == "pool" else out_n)), pbytes, False
         if isinstance(mod, nn.MultiheadAttention):
-            return kind, "matmul", _attention_flops(mod, ins), pbytes, False
+            q = _shape(ins[0])
+            return kind, "matmul", oc.attention_flops(mod, q, _shape(ins[1]) if len(ins) > 1 else q), pbytes, False
         if isinstance(mod, oc.CONV_MODULES):
             w = mod.weight.shape
             if isinstance(mod, (nn.ConvTranspose1d, nn.ConvTranspose2d, nn.ConvTranspose3d)):
