@@ -75,7 +75,8 @@ def test_the_teachers_limits_refuse_a_job_too_large_and_stop_one_that_runs_too_l
     store = RunStore(lab_db)
     jm.set_limits("teach", Limits(20000, 2.0, 4))
     rid = jm.submit(scenario(steps=20000, eval_every=20000), owner="bob").run_id
-    wait_for(lambda: store.status(rid) not in ACTIVE, what="the time limit to stop the job")
+    # the status is marked before the stop event is written, so the event is what is waited for
+    wait_for(lambda: (store.events(rid).event == "stop").any(), what="the time limit to stop the job")
     run = store.get_run(rid)
     assert run["status"] == "stopped" and "time limit" in run["error"], run["error"]
     ev = store.events(rid)
