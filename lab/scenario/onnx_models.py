@@ -240,30 +240,39 @@ def _feeds_statistics(gm, node) -> bool:
     return False
 
 
+def feed(shape: tuple[int, ...], in_features: int) -> tuple[str, str]:
+    """How the lab's flat samples of ``in_features`` values reach a file that takes samples of ``shape``: a mode
+    (``reshape``, ``image``, ``stretch``) and the words that say it on the page."""
+    values, side = math.prod(shape), int(round(math.sqrt(in_features)))
+    if values == in_features:
+        return "reshape", f"the lab's {in_features} values a sample, reshaped"
+    if len(shape) == 3 and side * side == in_features:
+        return "image", f"the lab's {side}x{side} grey images scaled to {shape[1]}x{shape[2]} on {shape[0]} channels"
+    return "stretch", f"the lab's {in_features} values a sample stretched (linearly interpolated) to {values:,}"
+
+
 class OnnxNet(nn.Module):
-    """The lab's flat samples in the shape the file declares, then the file's network. A sample of the same
-    number of values is reshaped; a square grey image is scaled to the file's (channels, height, width)."""
+    """The lab's flat samples in the shape the file declares (:func:`feed`), then the file's network. A sample of
+    the same number of values is reshaped; a square grey image is scaled to the file's (channels, height, width);
+    for any other shape the sample's values are stretched to the number the file takes, so the lab's data sets,
+    digits or synthetic, keep their classes in whatever shape the file declares."""
 
     def __init__(self, net: nn.Module, info: OnnxModel, in_features: int):
         super().__init__()
         self.net = net
         self.shape = info.sample_shape
-        self.scale: tuple[int, int, int] | None = None
-        if math.prod(self.shape) == in_features:
-            return
-        side = int(round(math.sqrt(in_features)))
-        if len(self.shape) == 3 and side * side == in_features:
-            self.scale = (side, self.shape[1], self.shape[2])
-            return
-        raise LabError(f"{shown(info.filename, 60)} takes samples of shape {_shape_text(self.shape)}, which the lab's "
-                       f"data sets ({in_features} values a sample) do not fit", where=WHERE)
+        self.values = math.prod(self.shape)
+        self.side = int(round(math.sqrt(in_features)))
+        self.mode = feed(self.shape, in_features)[0]
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if self.scale is None:
-            return self.net(x.reshape(x.shape[0], *self.shape))
-        side, h, w = self.scale
-        x = nn.functional.interpolate(x.view(x.shape[0], 1, side, side), size=(h, w), mode="nearest")
-        return self.net(x.expand(-1, self.shape[0], -1, -1))
+        if self.mode == "image":
+            x = nn.functional.interpolate(x.view(x.shape[0], 1, self.side, self.side), size=self.shape[1:],
+                                          mode="nearest")
+            return self.net(x.expand(-1, self.shape[0], -1, -1))
+        if self.mode == "stretch":
+            x = nn.functional.interpolate(x.view(x.shape[0], 1, -1), size=self.values, mode="linear")
+        return self.net(x.reshape(x.shape[0], *self.shape))
 
 
 def build(name: str, in_features: int, classes: int, data_dir: Path | None = None) -> nn.Module:
@@ -281,5 +290,5 @@ def is_leaf(module: nn.Module) -> bool:
     return type(module).__module__.startswith("onnx2torch.")
 
 
-__all__ = ["MAX_BYTES", "MAX_NODES", "MAX_PARAMS", "OnnxModel", "OnnxNet", "build", "convert", "is_leaf",
+__all__ = ["MAX_BYTES", "MAX_NODES", "MAX_PARAMS", "OnnxModel", "OnnxNet", "build", "convert", "feed", "is_leaf",
            "keep", "kept", "load", "read"]

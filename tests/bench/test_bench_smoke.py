@@ -18,7 +18,9 @@ def test_every_bench_script_is_here():
     assert len(BENCHES) >= 19
 
 
-@pytest.mark.parametrize("path", BENCHES, ids=lambda p: p.stem)
+# bench_cluster starts a Ray cluster: it runs on the test worker that runs the other clusters, one at a time
+@pytest.mark.parametrize("path", [pytest.param(p, marks=pytest.mark.xdist_group("ray")) if p.stem == "bench_cluster"
+                                  else p for p in BENCHES], ids=lambda p: p.stem)
 def test_a_bench_runs_in_its_smoke_mode_and_prints_its_table(path, tmp_path, spawns):
     # Its own run store and data folder: a smoke run leaves nothing in the checkout.
     env = dict(os.environ, PYTHONPATH=str(ROOT), LAB_DB=str(tmp_path / "runs.db"), LAB_DATA=str(tmp_path),

@@ -14,7 +14,8 @@ from lab.jobs.manager import Job, JobManager
 from lab.store.runs import JOB_WORKER, RunStore
 from tests.conftest import RAY_NODE_MEMORY, default_with, ray_test_cluster, wait_for
 
-pytestmark = pytest.mark.usefixtures("spawns")  # every test here starts processes
+# every test here starts processes, and one Ray cluster at a time runs on this machine (one test worker)
+pytestmark = [pytest.mark.usefixtures("spawns"), pytest.mark.xdist_group("ray")]
 
 pytest.importorskip("ray.cluster_utils")
 

@@ -12,7 +12,7 @@ from tests.journey import new_page, no_error_boxes, type_number, wait_for_run
 
 pytest.importorskip("ray.cluster_utils")
 
-pytestmark = pytest.mark.timeout(600)
+pytestmark = [pytest.mark.timeout(600), pytest.mark.xdist_group("ray")]  # one Ray cluster at a time
 
 
 def test_a_run_from_the_training_page_runs_on_the_cluster_and_the_jobs_page_says_where(browser, tmp_path,

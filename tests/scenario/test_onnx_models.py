@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import io
 
+import numpy as np
 import onnx
 import pytest
 import torch
@@ -155,5 +156,23 @@ def test_a_grey_digit_feeds_a_file_that_takes_colour_images():
     x = torch.rand(2, 64)
     img = torch.nn.functional.interpolate(x.view(2, 1, 8, 8), size=(16, 16)).expand(-1, 3, -1, -1)
     assert torch.allclose(net(x), m(img), atol=1e-5)
-    with pytest.raises(LabError, match="do not fit"):
-        build_model(info.name, 60, 10)
+
+
+def test_a_file_of_any_other_shape_takes_the_samples_stretched_to_its_shape():
+    # a network of sequences (2 channels of 30 steps): the lab's 64 values a sample are stretched to 60
+    m = torch.nn.Sequential(torch.nn.Conv1d(2, 4, 5), torch.nn.ReLU(), torch.nn.AdaptiveAvgPool1d(1),
+                            torch.nn.Flatten(), torch.nn.Linear(4, 10))
+    buf = io.BytesIO()
+    torch.onnx.export(m, (torch.zeros(2, 2, 30),), buf, input_names=["x"], output_names=["y"], dynamo=False,
+                      dynamic_axes={"x": {0: "n"}, "y": {0: "n"}}, opset_version=17)
+    info = om.keep(buf.getvalue(), "sequence.onnx")
+    assert info.sample_shape == (2, 30)
+    net = build_model(info.name, 64, 10).eval()
+    x = torch.rand(3, 64)
+    # numpy's linear interpolation at the sample centres torch's linear mode (align_corners off) uses
+    centres = (np.arange(60) + 0.5) * 64 / 60 - 0.5
+    seq = torch.from_numpy(np.stack([np.interp(centres, np.arange(64), r) for r in x.numpy()])).float()
+    assert torch.allclose(net(x), m(seq.view(3, 2, 30)), atol=1e-5)
+    og = trace(net, batch_size=4, in_features=64, name=info.name)
+    ref, mine = reference_flops(net, 4, 64), og.flops_by_class()
+    assert mine["conv"] == ref["conv"] > 0 and mine["matmul"] == ref["matmul"] > 0

@@ -263,7 +263,8 @@ def test_an_uploaded_network_joins_the_model_box_once_and_a_broken_file_says_why
     session: dict = {}
     name = upload.take(session, SimpleNamespace(file_id="a", name="mine.onnx", getvalue=lambda: blob))
     assert name is not None and name in upload.options() and upload.label(name).startswith("mine.onnx (ONNX")
-    assert upload.notes(session)[0].notices[0].level == "success"
+    done = upload.notes(session)[0].notices[0]
+    assert done.level == "success" and "fed the lab's 64 values a sample, reshaped" in done.text, done.text
     assert upload.take(session, SimpleNamespace(file_id="a", name="mine.onnx", getvalue=lambda: blob)) is None  # seen
     bad = SimpleNamespace(file_id="b", name="<b>x</b>.onnx", getvalue=lambda: blob[:100])
     assert upload.take(session, bad) is None

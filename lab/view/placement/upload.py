@@ -9,6 +9,7 @@ from typing import Any, Mapping, MutableMapping
 from lab.errors import LabError
 from lab.scenario import onnx_models
 from lab.scenario.names import MODEL_LABELS, MODELS
+from lab.train.data import IN_FEATURES
 from lab.view.section import Notice, Section
 
 RESULT = "pl_upload_result"
@@ -30,7 +31,8 @@ def take(session: MutableMapping[str, Any], upload: Any) -> str | None:
         session[RESULT] = ("error", f"{exc} The model shown is unchanged.")
         return None
     session[RESULT] = ("success", f"{info.filename}: {info.operators} ONNX operators, {info.params:,} weights, "
-                                  f"samples of shape {info.sample_shape}. It is the model below, kept on this server "
+                                  f"samples of shape {info.sample_shape}, fed {onnx_models.feed(info.sample_shape, IN_FEATURES)[1]}. "
+                                  f"It is the model below, kept on this server "
                                   f"as {info.name} (a link names it so).")
     return info.name
 
