@@ -16,4 +16,7 @@ if [ -n "$NEED" ]; then
   $SUDO apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq $NEED >/dev/null
 fi
-exec .venv/bin/python -m pytest --durations=15 "$@"
+# Three test workers on two cores: a browser journey or a job spends much of its time waiting on another process,
+# and a worker that waits leaves the core to the others. Tests that start a Ray cluster share one worker
+# (xdist_group "ray"), so one cluster runs at a time.
+exec .venv/bin/python -m pytest -n 3 --dist loadgroup --durations=15 "$@"

@@ -182,7 +182,10 @@ dl.about dt { color: #57606a; } dl.about dd { margin: 0; overflow-wrap: anywhere
 """
 
 # Unpacks plotly.js with the browser's own gzip, runs it, then draws every figure; nothing is fetched.
+PRINT_WIDTH = 680  # CSS pixels: a figure's width on paper, inside A4's or Letter's printable width
+
 _LOADER = """
+const PRINT_WIDTH = %d;
 (async () => {
   const packed = document.getElementById("plotly-gz").textContent.trim();
   const bytes = Uint8Array.from(atob(packed), c => c.charCodeAt(0));
@@ -198,6 +201,15 @@ _LOADER = """
     delete layout.width;
     await Plotly.newPlot("fig" + i, f.data || [], layout, {displayModeBar: false, responsive: true, staticPlot: false});
   }
+  // Printed, a figure takes the width of a page (A4 or Letter at 12 mm margins is 700 CSS pixels or more):
+  // Plotly keeps the width it was drawn at, which would be cut off at the page's edge.
+  const plots = () => Array.from(document.querySelectorAll(".plot.js-plotly-plot"));
+  const toPrint = printing => plots().forEach(el => printing
+    ? Plotly.relayout(el, {width: PRINT_WIDTH, autosize: false})
+    : Plotly.relayout(el, {width: null, autosize: true}));
+  window.addEventListener("beforeprint", () => toPrint(true));
+  window.addEventListener("afterprint", () => toPrint(false));
+  window.matchMedia("print").addEventListener("change", m => toPrint(m.matches));
   document.body.dataset.drawn = String(figs.length);
 })().catch(e => {
   document.body.dataset.drawn = "error";
@@ -259,7 +271,7 @@ or <span class="badge kind-emulated">emulated</span>.</p>
 </footer>
 <script type="application/gzip-base64" id="plotly-gz">{_plotly_packed()}</script>
 <script type="application/json" id="figures">{figs_json}</script>
-<script>{_LOADER}</script>
+<script>{_LOADER % PRINT_WIDTH}</script>
 </body></html>
 """
 

@@ -81,7 +81,7 @@ def test_the_balancing_loop_runs_for_real_beside_its_model_and_the_link_shows_it
             assert tr["slowdown"] == {"gpu": 20.0} and tr["emulate"] is True
         bars = pg.evaluate(SVG_TEXT, ".st-key-pl_bal_outcome_fig")
         assert "even contiguous layer split (done)" in bars and "balancing loop (wait), last round (done)" in bars, bars
-        assert re.search(r"ms \([+-]\d+% vs the even split\)", bars), bars
+        assert re.search(r"\d (ms|s) \([+-]\d+% vs the even split\)", bars), bars
         for run in loops:
             rid, tr = run["id"], run["scenario"]["training"]
             assert tr["balance"] in ("wait", "throughput") and tr["round_steps"] == 3 and tr["steps"] <= 18

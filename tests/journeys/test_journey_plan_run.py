@@ -208,6 +208,13 @@ def read_report_offline(browser, report: Path, url: str | None, expect: dict) ->
             assert pg.locator(f'a[href="{url}"]').count() == 1  # the link that reopens the view
         assert pg.locator("a", has_text="/placement?").count() == 1
         assert not asked and not pg.errors, (asked, pg.errors)
+        # printed on A4 at 12 mm margins (703 CSS pixels across), nothing runs past the page's edge
+        pg.set_viewport_size({"width": 703, "height": 1000})
+        pg.emulate_media(media="print")
+        pg.wait_for_function("() => Array.from(document.querySelectorAll('.plot .main-svg'))"
+                             ".every(s => s.getBoundingClientRect().right <= 703)", timeout=10_000)
+        assert pg.evaluate("document.documentElement.scrollWidth") <= 703
+        assert pg.pdf(format="A4").startswith(b"%PDF")
     finally:
         ctx.close()
 
