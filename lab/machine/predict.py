@@ -50,7 +50,7 @@ from lab.machine.profile import (
 )
 from lab.modelled.opgraph import trace
 from lab.scenario.document import Scenario
-from lab.scenario.models import build_model
+from lab.scenario.models import build_model, model_of
 from lab.train.emulation import ring_allreduce_time
 from lab.train.layout import check_scenario
 from lab.modelled.collectives.ring import allgather_steps, ring_bytes_per_rank, ring_steps
@@ -109,10 +109,10 @@ class Prediction:
 # What the worker will run
 # ---------------------------------------------------------------------------------------------
 @lru_cache(maxsize=64)
-def _model_facts(model: str, batch: int, in_features: int, classes: int, seed: int) -> tuple:
+def _model_facts(model: str, batch: int, in_features: int, classes: int, seed: int, width: float) -> tuple:
     """(graph features, parameter count, parameter tensors) of a preset model at a batch size."""
 
-    m = build_model(model, in_features, classes, seed=seed)
+    m = build_model(model, in_features, classes, seed=seed, width=width)
     params = [p for p in m.parameters() if p.requires_grad]
     g = trace(m, batch_size=batch, in_features=in_features, name=model)
     feat = graph_features(g, len(params))
@@ -186,15 +186,16 @@ def predict_step(scenario: Scenario, profile: MachineProfile, *, plan: Any = Non
     if optimiser_implementation(tr.fused, tr.sync) == "fused":
         notes.append("the fused optimiser's step is predicted at the multi-tensor path's calibrated cost (the "
                      "calibration does not time the compiled kernels, nor their compilation at the first step)")
-    numel = _model_facts(tr.model, 1, in_features, classes, tr.seed)[1]
-    tensors = _model_facts(tr.model, 1, in_features, classes, tr.seed)[2]
+    numel = _model_facts(tr.model, 1, in_features, classes, tr.seed, tr.model_width)[1]
+    tensors = _model_facts(tr.model, 1, in_features, classes, tr.seed, tr.model_width)[2]
     flat_bytes = (numel + 1) * ITEM  # the flat gradient buffer carries the loss in one extra slot
     scales = list(plan.emulation.scales) if plan.emulation is not None else [1.0] * n_workers
     devices = list(plan.emulation.devices) if plan.emulation is not None else [None] * n_workers
 
     fb, opt = [], []
     for w in range(n_workers):
-        feat = _model_facts(tr.model, int(plan.batch_sizes[w]), in_features, classes, tr.seed)[0]
+        feat = _model_facts(tr.model, int(plan.batch_sizes[w]), in_features, classes, tr.seed,
+                            tr.model_width)[0]
         fb.append(compute_seconds(fit, feat))
         opt.append(opt_cost.time(numel, tensors) if plan.server is None else 0.0)
     emul_c = [(s - 1.0) * (f + o) if s > 1.0 else 0.0 for s, f, o in zip(scales, fb, opt)]
@@ -331,7 +332,7 @@ def _hook_allreduces(sc: Scenario, profile: MachineProfile, tr, devices, n: int,
     """torch's hooks on the lab's ring: one ring all-reduce per tensor they send (lab.comm.torch_hooks)."""
     comp = tr.compression
     if comp.kind == "powersgd":
-        shapes = [tuple(p.shape) for p in build_model(tr.model, 64, 10, seed=tr.seed).parameters() if p.requires_grad]
+        shapes = [tuple(p.shape) for p in model_of(tr).parameters() if p.requires_grad]
         sends = [(k, ITEM) for k in PowerSGD(shapes, comp.rank, comp.warmup).sizes() if k]
         t_compress = 0.0
         notes.append(f"PowerSGD after its warm-up ({comp.warmup} steps of a plain fp32 all-reduce): three ring "

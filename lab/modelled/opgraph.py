@@ -369,17 +369,17 @@ def _check_batch(batch_size: Any) -> int:
 
 
 def trace(model: nn.Module | str, batch_size: int = 32, in_features: int = 64, *,
-          merge_data_ops: bool = True, name: str | None = None, seed: int = 0) -> OpGraph:
-    """Trace ``model`` (a module, or a preset name for :func:`lab.scenario.models.build_model`) at ``batch_size``.
+          merge_data_ops: bool = True, name: str | None = None, seed: int = 0, width: float = 1.0) -> OpGraph:
+    """Trace ``model`` (a module, or a model name for :func:`lab.scenario.models.build_model`, at ``width``) at
+    ``batch_size``.
 
     Raises :class:`LabError` if the model cannot be traced by torch.fx, fails on an input of shape
     ``(batch_size, in_features)``, or has no operators.
     """
     batch_size = _check_batch(batch_size)
     if isinstance(model, str):
-
         name = name or model
-        model = build_model(model, in_features=in_features, seed=seed)
+        model = build_model(model, in_features=in_features, seed=seed, width=width)
     if not isinstance(model, nn.Module):
         raise LabError(f"expected a torch module or a preset model name, got {type(model).__name__}",
                        where="operator graph")

@@ -18,6 +18,8 @@ from lab.errors import LabError
 from lab.scenario.catalogue import preset_cxl
 from lab.scenario.names import (
     ANY_MODEL,
+    MODEL_WIDTH_MAX,
+    MODEL_WIDTH_MIN,
     ALLREDUCE_IMPLS,
     BALANCE_CHOICES,
     COMPRESSORS,
@@ -105,6 +107,10 @@ DATASETS = ("digits", "synthetic")
 TRAINING_FIELDS: dict[str, Setting] = {
     "model": Setting(str, "mlp", ANY_MODEL, help="a preset, a classic architecture, or a network uploaded as an "
                      "ONNX file", label="Model", family="model"),
+    "model_width": Setting(float, 1.0, min=MODEL_WIDTH_MIN, max=MODEL_WIDTH_MAX, label="Model width (×)", step=0.25,
+                           help="the lab's networks' channels or hidden sizes times this: 1 is the size the lab "
+                                "ships (ResNet-18's 64 to 512 channels, the ViT's 128 hidden units); an uploaded "
+                                "ONNX network keeps the file's", advanced=True),
     "dataset": Setting(str, "digits", DATASETS, help="digits ships with scikit-learn; synthetic is generated"),
     "dataset_size": Setting(int, 4096, min=64, max=1_000_000, help="samples of the synthetic set"),
     "optimizer": Setting(str, "adam", OPTIMIZERS, label="Optimiser", family="optimizer"),

@@ -16,6 +16,7 @@ from torch import nn
 from lab.errors import LabError
 from lab.scenario import onnx_models, zoo
 from lab.scenario.names import MODELS, is_uploaded_model
+from lab.scenario.zoo import check_width, widen
 
 
 def _side(in_features: int) -> int:
@@ -129,25 +130,38 @@ class EncoderBlock(nn.Module):
         return self.head(x.mean(dim=1))
 
 
-_BUILDERS = {"mlp": MLP, "cnn": CNN, "resnet": SmallResNet, "transformer": EncoderBlock}
+# Each preset's widths (hidden sizes, channels) at width 1, scaled by the Scenario's model width.
+_BUILDERS = {
+    "mlp": lambda f, c, w: MLP(f, (widen(128, w), widen(64, w)), c),
+    "cnn": lambda f, c, w: CNN(f, c, (widen(8, w), widen(16, w))),
+    "resnet": lambda f, c, w: SmallResNet(f, c, widen(16, w)),
+    "transformer": lambda f, c, w: EncoderBlock(f, c, widen(32, w), widen(64, w)),
+}
 
 
-def build_model(name: str, in_features: int = 64, classes: int = 10, seed: int = 0) -> nn.Module:
-    """A fresh model with deterministic initial weights for ``seed``."""
+def build_model(name: str, in_features: int = 64, classes: int = 10, seed: int = 0, width: float = 1.0) -> nn.Module:
+    """A fresh model with deterministic initial weights for ``seed``, its channels or hidden sizes scaled by
+    ``width`` (1: the size the lab ships; an uploaded network keeps the file's)."""
     if name not in _BUILDERS and name not in zoo.BUILDERS and not is_uploaded_model(name):
         raise LabError(f"unknown model {name!r}; choose one of {list(MODELS)}")
     if in_features < 1 or classes < 2:
         raise LabError(f"a model needs at least 1 input feature and 2 classes (got {in_features}, {classes})")
+    check_width(width)
     gen_state = torch.random.get_rng_state()
     torch.manual_seed(seed)
     if is_uploaded_model(name):  # the file's own weights: the seed draws none
         return onnx_models.build(name, in_features, classes)
     try:
         if name in zoo.BUILDERS:
-            return zoo.build_zoo(name, in_features, classes)
-        return _BUILDERS[name](in_features=in_features, classes=classes)
+            return zoo.build_zoo(name, in_features, classes, width)
+        return _BUILDERS[name](in_features, classes, float(width))
     finally:
         torch.random.set_rng_state(gen_state)
+
+
+def model_of(training, in_features: int = 64, classes: int = 10) -> nn.Module:
+    """The model a Scenario's ``training`` settings name, at their seed and model width."""
+    return build_model(training.model, in_features, classes, seed=training.seed, width=training.model_width)
 
 
 class _Tracer(fx.Tracer):

@@ -153,6 +153,8 @@ class ModelNames(tuple):
 
 
 ANY_MODEL = ModelNames(MODELS)
+#: The Scenario's model width: the lab's networks' channels or hidden sizes times this (1: the size it ships).
+MODEL_WIDTH_MIN, MODEL_WIDTH_MAX = 0.25, 2.0
 COST_MODELS, COST_MODEL_LABELS = names("cost_model"), labels("cost_model")
 SYNC_MODES, SYNC_LABELS = names("sync"), labels("sync")
 BALANCE_CHOICES, BALANCE_LABELS = names("balance"), labels("balance")

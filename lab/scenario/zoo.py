@@ -23,6 +23,7 @@ import torch
 from torch import nn
 
 from lab.errors import LabError
+from lab.scenario.names import MODEL_WIDTH_MAX, MODEL_WIDTH_MIN
 
 IMAGE = 32  # the side of the zoo networks' input images
 CHANNELS = 3
@@ -79,35 +80,71 @@ class ZooNet(nn.Module):
         return self.net(self.adapt(x))
 
 
-def _resnet18(tvm, classes: int) -> nn.Module:
-    return tvm.resnet18(num_classes=classes)
+def widen(n: int, width: float, multiple: int = 1) -> int:
+    """``n`` channels (or hidden units) scaled by ``width``, a whole multiple of ``multiple``, at least one."""
+    return max(multiple, multiple * int(round(n * width / multiple)))
 
 
-def _mobilenet_v3_small(tvm, classes: int) -> nn.Module:
-    # Without dropout, like every lab model: a run cut over processes is checked against one process, and
-    # the pieces would draw dropout's random numbers in another order.
-    return tvm.mobilenet_v3_small(num_classes=classes, dropout=0.0)
+def check_width(width) -> float:
+    """``width`` when it is a model width the lab builds, else a LabError saying the range."""
+    if isinstance(width, bool) or not isinstance(width, (int, float)) or not math.isfinite(width) \
+            or not MODEL_WIDTH_MIN <= width <= MODEL_WIDTH_MAX:
+        raise LabError(f"a model width is a number from {MODEL_WIDTH_MIN:g} to {MODEL_WIDTH_MAX:g} (got {width!r})",
+                       where="training.model_width")
+    return float(width)
 
 
-def _vgg11(tvm, classes: int) -> nn.Module:
-    # torchvision's VGG pools to 7x7 for 224-pixel images and then holds 120 M parameters in its classifier;
-    # on 32x32 images the features end at 1x1 with 512 channels, and VGG's CIFAR form classifies those directly.
-    net = tvm.vgg11_bn(num_classes=classes)
-    net.avgpool = nn.Identity()
-    net.classifier = nn.Linear(512, classes)
+def _resnet18(tvm, classes: int, width: float) -> nn.Module:
+    net = tvm.resnet18(num_classes=classes)
+    if width == 1:
+        return net
+    # torchvision's ResNet fixes its stages at 64, 128, 256 and 512 channels: the stages are built again at the
+    # scaled widths with its own block, stage builder and initialisation.
+    c = [widen(64 << i, width) for i in range(4)]
+    net.inplanes = c[0]
+    net.conv1 = nn.Conv2d(CHANNELS, c[0], kernel_size=7, stride=2, padding=3, bias=False)
+    net.bn1 = nn.BatchNorm2d(c[0])
+    for i, ch in enumerate(c):
+        setattr(net, f"layer{i + 1}", net._make_layer(tvm.resnet.BasicBlock, ch, 2, stride=1 if i == 0 else 2))
+    net.fc = nn.Linear(c[3], classes)
+    for m in net.modules():
+        if isinstance(m, nn.Conv2d):
+            nn.init.kaiming_normal_(m.weight, mode="fan_out", nonlinearity="relu")
+        elif isinstance(m, nn.BatchNorm2d):
+            nn.init.constant_(m.weight, 1)
+            nn.init.constant_(m.bias, 0)
     return net
 
 
-def _vit_small(tvm, classes: int) -> nn.Module:
+def _mobilenet_v3_small(tvm, classes: int, width: float) -> nn.Module:
+    # Without dropout, like every lab model: a run cut over processes is checked against one process, and
+    # the pieces would draw dropout's random numbers in another order. The width is torchvision's width_mult.
+    setting, last = tvm.mobilenetv3._mobilenet_v3_conf("mobilenet_v3_small", width_mult=width)
+    return tvm.mobilenetv3.MobileNetV3(setting, last, num_classes=classes, dropout=0.0)
+
+
+def _vgg11(tvm, classes: int, width: float) -> nn.Module:
+    # torchvision's VGG pools to 7x7 for 224-pixel images and then holds 120 M parameters in its classifier;
+    # on 32x32 images the features end at 1x1 with 512 channels, and VGG's CIFAR form classifies those directly.
+    cfg = [v if v == "M" else widen(v, width) for v in tvm.vgg.cfgs["A"]]
+    net = tvm.vgg.VGG(tvm.vgg.make_layers(cfg, batch_norm=True), num_classes=classes)
+    net.avgpool = nn.Identity()
+    net.classifier = nn.Linear(cfg[-2], classes)
+    return net
+
+
+def _vit_small(tvm, classes: int, width: float) -> nn.Module:
     # 4x4 patches of a 32x32 image: 64 tokens and a class token, 4 encoder layers of 4 heads
-    return tvm.VisionTransformer(image_size=IMAGE, patch_size=4, num_layers=4, num_heads=4, hidden_dim=128,
-                                 mlp_dim=256, num_classes=classes)
+    hidden = widen(128, width, multiple=4)
+    return tvm.VisionTransformer(image_size=IMAGE, patch_size=4, num_layers=4, num_heads=4, hidden_dim=hidden,
+                                 mlp_dim=2 * hidden, num_classes=classes)
 
 
 BUILDERS = {"resnet18": _resnet18, "mobilenet_v3_small": _mobilenet_v3_small, "vgg11": _vgg11,
             "vit_small": _vit_small}
 
 
-def build_zoo(name: str, in_features: int, classes: int) -> nn.Module:
-    """The zoo network ``name`` behind the input adapter (weights drawn from torch's current generator)."""
-    return ZooNet(in_features, BUILDERS[name](torchvision_models(), classes))
+def build_zoo(name: str, in_features: int, classes: int, width: float = 1.0) -> nn.Module:
+    """The zoo network ``name`` at ``width`` behind the input adapter (weights drawn from torch's current
+    generator)."""
+    return ZooNet(in_features, BUILDERS[name](torchvision_models(), classes, check_width(width)))

@@ -14,7 +14,7 @@ from lab.comm.spawn import init_worker
 from lab.comm.torch_hooks import HALF_DTYPES, HalfPrecision, PowerSGD, ready_order
 from lab.optim.optimizers import from_training as optim_from_training
 from lab.scenario.document import Training
-from lab.scenario.models import build_model
+from lab.scenario.models import build_model, model_of
 from lab.train import data as data_mod
 
 
@@ -108,7 +108,7 @@ def ddp_job_worker(rank: int, world: int, port: int, training: dict, out_file: s
         tr = Training.from_dict(training)
         c = tr.compression
         ds = data_mod.load_dataset(tr.dataset, tr.dataset_size, tr.seed)
-        model = build_model(tr.model, ds.in_features, ds.classes, seed=tr.seed)
+        model = model_of(tr, ds.in_features, ds.classes)
         ddp = DistributedDataParallel(model)
         register(ddp, c.kind, c.rank, c.warmup, tr.seed)
         opt = optim_from_training(tr, list(ddp.parameters()), tr.lr)

@@ -97,7 +97,7 @@ def overhead_worker(rank: int, world: int, port: int, scenario_json: str, steps:
     import torch.nn.functional as F
 
     from lab.optim.optimizers import from_training as optim_from_training
-    from lab.scenario.models import build_model
+    from lab.scenario.models import model_of
 
     init_worker(rank, world, port, timeout_s=120.0)
     try:
@@ -106,7 +106,7 @@ def overhead_worker(rank: int, world: int, port: int, scenario_json: str, steps:
         t = PlacementTrainer(sc, rank, world, None, None, launched=False)
         t.setup()
         t.offset, t.losses, t.timelines, t.timeline_steps = 0.0, [], {}, []
-        plain = build_model(tr.model, t.ds.in_features, t.ds.classes, seed=tr.seed)
+        plain = model_of(tr, t.ds.in_features, t.ds.classes)
         opt = optim_from_training(tr, list(plain.parameters()), tr.lr)
         got = {"executor": [], "plain": []}
         for s in range(1, steps + 1):
@@ -183,12 +183,12 @@ def one_process_first_step(rank: int, world: int, port: int, scenario_json: str,
 
     import torch.nn.functional as F
 
-    from lab.scenario.models import build_model
+    from lab.scenario.models import model_of
 
     init_worker(rank, world, port, timeout_s=120.0)
     try:
         tr = Scenario.from_json(scenario_json).training
-        model = build_model(tr.model, 64, 10, seed=tr.seed)
+        model = model_of(tr)
         opt = torch.optim.Adam(model.parameters(), lr=tr.lr)
         x, y = torch.rand(tr.batch_size, 64), torch.randint(0, 10, (tr.batch_size,))
         F.cross_entropy(model(x), y).backward()

@@ -8,7 +8,7 @@ import torch
 from lab.errors import LabError
 from lab.optim.optimizers import from_training as optim_from_training
 from lab.scenario.document import Scenario, Training
-from lab.scenario.models import build_model
+from lab.scenario.models import model_of
 from lab.train import compressed
 from lab.train import data as data_mod
 from lab.train import emulation as emu
@@ -66,7 +66,7 @@ def check_scenario(sc: Scenario) -> JobLayout:
     compression), the optimiser, and that every worker gets data."""
     tr = sc.training
     ds = data_mod.load_dataset(tr.dataset, tr.dataset_size, tr.seed)
-    model = build_model(tr.model, ds.in_features, ds.classes, seed=tr.seed)
+    model = model_of(tr, ds.in_features, ds.classes)
     plan = job_layout(sc, tr.workers + (1 if tr.sync == "param_server" else 0), model, ds.in_features)
     optim_from_training(plan.training, [p for p in model.parameters() if p.requires_grad], plan.lr)
     data_mod.make_shards(ds.y_train, plan.workers, tr.split, weights=plan.info["weights"], alpha=tr.dirichlet_alpha,

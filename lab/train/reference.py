@@ -26,7 +26,7 @@ from lab.modelled.collectives.ring import ring_bytes_per_rank
 from lab.compression.compressors import make_compressor
 from lab.optim.optimizers import from_training as optim_from_training
 from lab.scenario.document import Training, default_scenario
-from lab.scenario.models import build_model
+from lab.scenario.models import model_of
 from lab.store.runs import JOB_WORKER, RunStore
 from lab.train import compressed
 from lab.train import data as data_mod
@@ -40,7 +40,7 @@ def single_process(tr: Training, steps: int | None = None) -> dict[str, torch.Te
     torch.set_num_threads(1)
     steps = tr.steps if steps is None else steps
     ds = data_mod.load_dataset(tr.dataset, tr.dataset_size, tr.seed)
-    model = build_model(tr.model, ds.in_features, ds.classes, seed=tr.seed)
+    model = model_of(tr, ds.in_features, ds.classes)
     lr = tr.lr * (tr.workers if tr.lr_scaling else 1)
     opt = optim_from_training(tr, [p for p in model.parameters() if p.requires_grad], lr)
     for x, y in data_mod.combined_batches(ds, tr.workers, tr.split, tr.batch_size, steps,
@@ -77,7 +77,7 @@ def paired_worker(rank: int, world: int, port: int, training: dict, steps: int, 
         if rank == 0:
             job = store.metrics(rid, worker=JOB_WORKER).set_index("step")
             lab = samples / (job.wall[steps] - job.wall[warmup])
-        model = build_model(tr.model, ds.in_features, ds.classes, seed=tr.seed)
+        model = model_of(tr, ds.in_features, ds.classes)
         ddp = torch.nn.parallel.DistributedDataParallel(model)
         opt = optim_from_training(tr, list(ddp.parameters()), tr.lr)
         sampler = data_mod.worker_data(ds, rank, world, tr.split, tr.batch_size, seed=tr.seed)
@@ -124,7 +124,7 @@ def compressed_single_process(tr: Training, steps: int | None = None) -> dict:
     steps = tr.steps if steps is None else steps
     n_w, c = tr.workers, tr.compression
     ds = data_mod.load_dataset(tr.dataset, tr.dataset_size, tr.seed)
-    model = build_model(tr.model, ds.in_features, ds.classes, seed=tr.seed)
+    model = model_of(tr, ds.in_features, ds.classes)
     params = [p for p in model.parameters() if p.requires_grad]
     numel = sum(p.numel() for p in params)
     compressed.check(tr, numel)
@@ -174,7 +174,7 @@ def placement_single_process(sc, steps: int, dtype: torch.dtype = torch.float64)
     torch.set_num_threads(1)
     tr = sc.training
     ds = data_mod.load_dataset(tr.dataset, tr.dataset_size, tr.seed)
-    model = build_model(tr.model, ds.in_features, ds.classes, seed=tr.seed).to(dtype)
+    model = model_of(tr, ds.in_features, ds.classes).to(dtype)
     opt = optim_from_training(tr, [p for p in model.parameters() if p.requires_grad], tr.lr)
     sampler = data_mod.worker_data(ds, 0, 1, "even", tr.batch_size, seed=tr.seed)
     losses = []

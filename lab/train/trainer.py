@@ -85,7 +85,8 @@ class Trainer(SyncSteps):
         sc = self.sc
         tr0 = sc.training
         self.ds = data_mod.load_dataset(tr0.dataset, tr0.dataset_size, tr0.seed)
-        self.model = self.build_model(tr0.model, self.ds.in_features, self.ds.classes, seed=tr0.seed)
+        self.model = self.build_model(tr0.model, self.ds.in_features, self.ds.classes, seed=tr0.seed,
+                                      width=tr0.model_width)
         self.layout = layout = job_layout(sc, self.world, self.model, self.ds.in_features)
         self.tr = tr = layout.training
         self.is_server = layout.server is not None and self.rank == layout.server

@@ -9,7 +9,7 @@ from typing import Any, Mapping, Sequence
 
 from lab.jobs.variants import comparison_compressions, comparison_scenarios, run_name, settings_of, student_seed
 from lab.scenario.document import COMPRESSION_FIELDS, TRAINING_FIELDS, Scenario
-from lab.scenario.names import PAYLOAD_COMPRESSORS, SHARING_SHORT, SPARSIFIERS
+from lab.scenario.names import PAYLOAD_COMPRESSORS, SHARING_SHORT, SPARSIFIERS, is_uploaded_model
 from lab.store.runs import ACTIVE, JOB_WORKER, store
 from lab.view.fields import Field, Row, SettingsForm
 from lab.view.jobs import (IMPLEMENTATIONS, bytes_note, compression_conflict, default_device, progress_line, queue_line,
@@ -45,7 +45,8 @@ TRAINING_FORM = SettingsForm(TRAINING_FIELDS, (
     Row((Field("split", "tr_split"),
          Field("dirichlet_alpha", "tr_alpha", disabled=lambda v: v["split"] != "dirichlet"),
          Field("exchange_share", "tr_exchange"), Field("lr_scaling", "tr_lr_scaling"))),
-    Row((Field("emulate", "tr_emulate"), Field("fused", "tr_fused"))),
+    Row((Field("emulate", "tr_emulate"), Field("fused", "tr_fused"),
+         Field("model_width", "tr_model_width", disabled=lambda v: is_uploaded_model(v["model"])))),
 ))
 # The same compression settings the Compression page edits (the Scenario's training.compression).
 COMPRESSION_FORM = SettingsForm(COMPRESSION_FIELDS, (

@@ -72,3 +72,48 @@ def test_pieces_that_write_in_place_are_marked():
     sc = sc.replace(training=sc.training.replace(model="transformer"))
     cut, _ = pieces(model, resolve(sc, model, 64))
     assert len(cut) > 1 and not any(p.writes_in_place for p in cut)
+
+
+def test_width_one_is_torchvisions_own_builder_weight_for_weight():
+    tvm = torchvision_models()
+    built = {"resnet18": lambda: tvm.resnet18(num_classes=10),
+             "mobilenet_v3_small": lambda: tvm.mobilenet_v3_small(num_classes=10, dropout=0.0)}
+    for name, make in built.items():
+        torch.manual_seed(3)
+        want = make().state_dict()
+        got = build_model(name, 64, 10, seed=3, width=1.0).net.state_dict()
+        assert list(got) == list(want) and all(torch.equal(got[k], want[k]) for k in want), name
+
+
+def test_a_width_scales_each_architectures_channels_or_hidden_size():
+    half = {n: build_model(n, 64, 10, width=0.5).net for n in ZOO}
+    r = half["resnet18"]
+    assert [getattr(r, f"layer{i}")[0].conv1.out_channels for i in range(1, 5)] == [32, 64, 128, 256]
+    assert r.conv1.out_channels == 32 and r.fc.in_features == 256
+    convs = [m.out_channels for m in half["vgg11"].features if isinstance(m, torch.nn.Conv2d)]
+    assert convs == [32, 64, 128, 128, 256, 256, 256, 256] and half["vgg11"].classifier.in_features == 256
+    assert half["mobilenet_v3_small"].classifier[0].out_features == 512  # torchvision's width_mult: 1024 x 0.5
+    assert half["vit_small"].hidden_dim == 64 and half["vit_small"].encoder.layers[0].mlp[0].out_features == 128
+    for name, net in half.items():  # conv and linear weights shrink with the square of the width
+        full = parameter_count(build_model(name, 64, 10))
+        assert 0.15 < parameter_count(net) / full < 0.35, name
+    mlp = build_model("mlp", 64, 10, width=2.0)
+    assert [m.out_features for m in mlp.net if isinstance(m, torch.nn.Linear)] == [256, 128, 10]
+    assert build_model("cnn", 64, 10, width=0.25).conv1.out_channels == 2
+
+
+@pytest.mark.parametrize("bad", [0.1, 2.5, float("inf"), float("nan"), "1", True, None])
+def test_a_width_out_of_range_or_not_a_number_is_refused_by_name(bad):
+    with pytest.raises(LabError, match="model width"):
+        build_model("vit_small", 64, 10, width=bad)
+
+
+@pytest.mark.parametrize("name", every_model())
+def test_a_scaled_networks_operator_graph_counts_torchs_flops(name):
+    from lab.modelled.opgraph import reference_flops, trace
+
+    og = trace(name, 4, 64, width=0.5)
+    ref = reference_flops(build_model(name, 64, 10, width=0.5), 4, 64)
+    mine = og.flops_by_class()
+    assert mine["matmul"] == ref["matmul"] and mine["conv"] == ref["conv"] and og.total_flops > 0
+    assert og.total_flops < trace(name, 4, 64).total_flops

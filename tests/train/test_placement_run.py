@@ -86,12 +86,15 @@ def test_a_placement_run_computes_what_one_process_computes(model, plan, tmp_pat
         assert any(p.device == "edge0" for p in pieces[1:])
 
 
-@pytest.mark.parametrize("model", ["resnet18", "mobilenet_v3_small", "vgg11", "vit_small"])
-def test_a_zoo_network_cut_in_two_computes_what_one_process_computes(model, tmp_path):
+@pytest.mark.parametrize("model,width", [("resnet18", 0.5), ("mobilenet_v3_small", 1.0), ("vgg11", 0.5),
+                                         ("vit_small", 1.0)])
+def test_a_zoo_network_cut_in_two_computes_what_one_process_computes(model, width, tmp_path):
     # torchvision's definitions write in place, read a class token outside any module and check shapes
     # with torch._assert: the cut handles each. A small batch keeps the float64 run short; batch norm still
-    # sees two samples per micro-batch at its 1x1 maps.
-    sc = scenario(model, chain(model, ["edge0", "edge1"]), batch_size=4, micro_batches=2, emulate=False)
+    # sees two samples per micro-batch at its 1x1 maps. The two largest run at half width: the Scenario's
+    # width reaches every process, and the reference builds the same network.
+    sc = scenario(model, chain(model, ["edge0", "edge1"]), batch_size=4, micro_batches=2, emulate=False,
+                  model_width=width)
     outs = run(sc, tmp_path, steps=2)
     assert len(outs) == 2
     check_against_reference(sc, outs, 1e-9, steps=2)

@@ -69,6 +69,7 @@ def test_gradient_allreduce_equals_one_process_on_combined_batch(lab_db, optimiz
     assert_close_state(ck["model"], ref)
     # the distributed run really moved away from the initial weights
     init = single_process(tr, steps=0)
+    assert {k: v.shape for k, v in got.items() if k in init} == {k: v.shape for k, v in init.items()}
     assert max((ck["model"][k] - init[k]).abs().max().item() for k in init) > 1e-3
     # the checkpoint restores model and optimiser
     restored = build_model(model, 64, 10, seed=1)
@@ -233,14 +234,16 @@ def test_a_malformed_job_spec_is_one_line_and_exit_2(spec, says, lab_db):
     assert RunStore(lab_db).list_runs().empty  # nothing ran, nothing was written
 
 
-@pytest.mark.parametrize("model", ["resnet18", "mobilenet_v3_small", "vgg11", "vit_small"])
-def test_a_zoo_network_trains_data_parallel_on_two_workers(lab_db, model):
+@pytest.mark.parametrize("model,width", [("resnet18", 0.5), ("mobilenet_v3_small", 1.0), ("vgg11", 0.5),
+                                         ("vit_small", 1.0)])
+def test_a_zoo_network_trains_data_parallel_on_two_workers(lab_db, model, width):
     from lab.scenario.document import default_scenario
     from lab.train.launcher import launch
 
     steps = 3
     sc = default_scenario()
-    tr = sc.training.replace(workers=2, steps=steps, model=model, batch_size=16, lr=0.01, check_every=1)
+    tr = sc.training.replace(workers=2, steps=steps, model=model, batch_size=16, lr=0.01, check_every=1,
+                             model_width=width)  # the two largest at half width: every worker builds it so
     res = launch(sc.replace(training=tr), store_path=lab_db)
     store = RunStore(lab_db)
     assert res.status == "done", res.error
@@ -249,6 +252,7 @@ def test_a_zoo_network_trains_data_parallel_on_two_workers(lab_db, model):
     assert sorted(per.groupby("worker").step.max()) == [steps, steps] and np.isfinite(per.loss).all()
     got = final_state(store, res.run_id)["model"]
     init = single_process(tr, steps=0)
+    assert {k: v.shape for k, v in got.items() if k in init} == {k: v.shape for k, v in init.items()}
     assert max((got[k].double() - init[k].double()).abs().max().item() for k in init) > 1e-3  # it trained
     if model == "vit_small":  # layer norm only: two workers' mean gradient is the combined batch's
         ref = single_process(tr)

@@ -12,7 +12,7 @@ from lab.modelled.costmodel import DATASHEET
 from lab.modelled.opgraph import OpGraph, trace
 from lab.modelled.placement import TaskGraph, plan_assignment, schedule_assignment
 from lab.scenario.document import Scenario
-from lab.scenario.models import build_model
+from lab.scenario.models import model_of
 from lab.train import data as data_mod
 
 MAX_STAGES = 8  # processes of one placement run
@@ -35,7 +35,7 @@ def model_for(sc: Scenario):
     """The data set and the scenario's model (same seed as a data-parallel run)."""
     tr = sc.training
     ds = data_mod.load_dataset(tr.dataset, tr.dataset_size, tr.seed)
-    model = build_model(tr.model, ds.in_features, ds.classes, seed=tr.seed)
+    model = model_of(tr, ds.in_features, ds.classes)
     return ds, model
 
 

@@ -38,9 +38,10 @@ class Builders:
 
 
 @lru_cache(maxsize=32)
-def traced(model: str, batch: int):
-    """The preset ``model`` traced at ``batch`` (torch.fx), kept: tracing takes a while and the page redraws often."""
-    return trace(model, batch)
+def traced(model: str, batch: int, width: float = 1.0):
+    """``model`` at ``width`` traced at ``batch`` (torch.fx), kept: tracing takes a while and the page redraws
+    often."""
+    return trace(model, batch, width=width)
 
 
 def fitting_pins(graph, pins: Mapping[str, str]) -> tuple[dict[str, str], tuple[Notice, ...]]:
@@ -133,7 +134,7 @@ class PlacementView:
         """Trace the model and price it (a LabError says what is missing, e.g. a machine profile); a failure to
         build the task graph is kept and raised by the parts that need it."""
         model, batch = values["pl_model"], int(values["pl_batch"])
-        og, cm = traced(model, batch), cost_model(values["pl_cost"], load_profile())
+        og, cm = traced(model, batch, sc.training.model_width), cost_model(values["pl_cost"], load_profile())
         pins = dict(sc.training.pins)
         view = cls(sc, model, batch, values["pl_strategy"], values["pl_cost"], og, cm, figures, pins, {}, ())
         try:
@@ -176,7 +177,12 @@ class PlacementView:
         return P.placed(self.strategy, self.graph)
 
     def cost_model(self) -> Section:
-        return Section("pl_cost_model", caption=P.cost_model_line(self.cm))
+        """The cost model that prices the plan, and the model's width when the Scenario scales it."""
+        width = self.sc.training.model_width
+        scaled = () if width == 1 else (Notice(
+            f"{self.model} is built at width {width:g}× (the Scenario's model width, set on the Training page): its "
+            "channels or hidden sizes are scaled, here and in the runs started below.", "info", ":material/width:"),)
+        return Section("pl_cost_model", caption=P.cost_model_line(self.cm), notices=scaled)
 
     def pinned(self) -> Section:
         """The pins in the scenario, and a notice for each one the plan leaves out."""
