@@ -12,8 +12,8 @@ from lab.store.runs import JOB_WORKER, RunStore
 from lab.view import training as view
 from tests.view.sections import by_key, spec
 
-ADVANCED = {"tr_impl", "tr_seed", "tr_split", "tr_alpha", "tr_exchange", "tr_lr_scaling", "tr_fused", "tr_cmp_group",
-            "tr_cmp_sharing", "tr_cmp_ef"}  # what lesson mode hides, from the Scenario as it is
+ADVANCED = {"tr_impl", "tr_model_width", "tr_seed", "tr_split", "tr_alpha", "tr_exchange", "tr_lr_scaling",
+            "tr_fused", "tr_cmp_group", "tr_cmp_sharing", "tr_cmp_ef"}  # what lesson mode hides, from the Scenario as it is
 
 
 def fields(form):
@@ -34,12 +34,12 @@ def defaults(form) -> dict:
 
 def test_each_field_is_named_once_and_the_forms_cover_the_runs_settings():
     names = view.TRAINING_FORM.names()
-    assert len(names) == 15 and set(names) | {"worker_devices"} == {
+    assert len(names) == 16 and set(names) | {"worker_devices"} == {
         "optimizer", "model", "sync", "allreduce_impl", "workers", "steps", "batch_size", "lr", "seed", "split",
-        "dirichlet_alpha", "exchange_share", "lr_scaling", "emulate", "fused", "worker_devices"}
+        "dirichlet_alpha", "exchange_share", "lr_scaling", "emulate", "fused", "model_width", "worker_devices"}
     assert sorted(view.COMPRESSION_FORM.names()) == sorted(COMPRESSION_FIELDS)
     keys = [*fields(view.TRAINING_FORM), *fields(view.COMPRESSION_FORM)]
-    assert len(keys) == len(set(keys)) == 22 and all(k.startswith("tr_") for k in keys)
+    assert len(keys) == len(set(keys)) == 23 and all(k.startswith("tr_") for k in keys)
     assert all(k.startswith("tr_cmp_") for k in fields(view.COMPRESSION_FORM))
     with pytest.raises(ValueError, match="once"):
         type(view.TRAINING_FORM)(TRAINING_FIELDS, view.TRAINING_FORM.rows * 2)
