@@ -270,3 +270,18 @@ def test_a_zoo_network_gets_every_section_of_the_page(model):
     pv = page(pl_model=model)
     s = every_section(pv)
     assert len(table(s["pl_assign"])) == len(pv.tasks) > 50
+
+
+def test_the_scenarios_model_width_is_the_network_placed_and_run_and_the_page_says_so():
+    sc = default_scenario()
+    half = sc.replace(training=sc.training.replace(model_width=0.5))
+    full, scaled = page(sc, pl_model="cnn"), page(half, pl_model="cnn")
+    assert full.cost_model().notices == ()
+    note = scaled.cost_model().notices[0].text
+    assert "cnn is built at width 0.5×" in note and "Training page" in note
+    assert scaled.operators == full.operators  # the same operators, with fewer channels
+    assert scaled.og.total_flops < full.og.total_flops
+    assert [op.flops for op in scaled.og.ops if op.name == "conv2"][0] * 4 == \
+        [op.flops for op in full.og.ops if op.name == "conv2"][0]  # half the channels in and out
+    items = scaled.plan_items({"pl_micro": 2, "pl_steps": 5, "pl_emulate": False})
+    assert items[0][0].training.model_width == 0.5 and items[0][0].training.model == "cnn"
