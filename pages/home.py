@@ -1,6 +1,5 @@
 """Home: what the lab is, a link to each page, and the lessons."""
 
-import pandas as pd
 import streamlit as st
 
 import ui
@@ -35,11 +34,7 @@ with ui.guarded("the lessons"):
 if ui.teacher():
     with st.expander("The class's progress (teacher)", icon=":material/school:"):
         with ui.guarded("the class's progress"):
-            steps_rows, students = view.class_progress(ui.LESSONS)
-            st.dataframe(pd.DataFrame(steps_rows), hide_index=True, key="home_class_steps")
-            st.caption(view.CLASS_STEPS_CAPTION)
-            st.dataframe(pd.DataFrame(students), hide_index=True, key="home_class_students")
-            st.caption(view.CLASS_STUDENTS_CAPTION)
+            ui.show_all(view.class_sections(ui.LESSONS))
 goto = st.session_state.pop("home_goto", None)
 if goto:
     st.switch_page(goto[0], query_params=goto[1])

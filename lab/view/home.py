@@ -6,6 +6,7 @@ from pathlib import Path
 
 from lab.store.runs import store as run_store
 from lab.view.lessons import Lesson, class_view, load_lessons
+from lab.view.section import Section
 
 INTRO = ("Draw a cluster of host CPUs, GPUs, FPGAs, ASICs, DPUs and NPUs, see which layer the cost model puts on which "
          "device and why, step through what an all-reduce really sends, and run small real multi-process trainings "
@@ -57,5 +58,12 @@ def class_progress(folder: Path, store=None) -> tuple[list[dict], list[dict]]:
     return class_view((store if store is not None else run_store()).lesson_progress(), load_lessons(folder))
 
 
+def class_sections(folder: Path, store=None) -> list[Section]:
+    """:func:`class_progress` as the page shows it (and a report keeps it): each table with its caption."""
+    steps, students = class_progress(folder, store)
+    return [Section("home_class_steps", table=steps, caption=CLASS_STEPS_CAPTION),
+            Section("home_class_students", table=students, caption=CLASS_STUDENTS_CAPTION)]
+
+
 __all__ = ["INTRO", "DESCRIPTIONS", "LESSONS_INTRO", "CLASS_STEPS_CAPTION", "CLASS_STUDENTS_CAPTION", "page_links",
-           "lessons", "class_progress"]
+           "lessons", "class_progress", "class_sections"]

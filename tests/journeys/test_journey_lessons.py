@@ -3,6 +3,8 @@ right one, which ticks its step), visit another page and come back (the ticks st
 this student's), share the link (it carries them, and they become the ticks of whoever opens it); the teacher's view on Home counts the class's progress
 without naming anyone."""
 
+from pathlib import Path
+
 import pytest
 
 from lab.store.runs import RunStore
@@ -91,6 +93,11 @@ def test_a_lessons_ticks_and_answers_stay_with_the_student_and_the_teacher_count
             body = teacher.locator("[data-testid='stMain']").inner_text()
             assert "Per student (numbered in the order they started; no ids)" in body
             no_error_boxes(teacher)
+            # the class's progress is a view the teacher can take away: Home's report holds its two tables
+            with teacher.expect_download() as got:
+                teacher.get_by_role("button", name="Download this view as a report").click()
+            report = Path(got.value.path()).read_text()
+            assert report.count("<table") == 2 and "Per step: how many students ticked it" in report
         finally:
             teacher.context.close()
     rows = RunStore(tmp_path / "runs.db").lesson_progress()

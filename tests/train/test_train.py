@@ -69,7 +69,6 @@ def test_gradient_allreduce_equals_one_process_on_combined_batch(lab_db, optimiz
     assert_close_state(ck["model"], ref)
     # the distributed run really moved away from the initial weights
     init = single_process(tr, steps=0)
-    assert {k: v.shape for k, v in got.items() if k in init} == {k: v.shape for k, v in init.items()}
     assert max((ck["model"][k] - init[k]).abs().max().item() for k in init) > 1e-3
     # the checkpoint restores model and optimiser
     restored = build_model(model, 64, 10, seed=1)

@@ -37,3 +37,6 @@ def test_the_class_progress_counts_a_students_tick(tmp_path):
     assert first["ticked (students)"] == 1
     assert sum(r["ticked (students)"] for r in steps) == 1
     assert students == [{"student": "student 1", lesson.title: f"1 of {len(lesson.steps)}, up to step 1"}]
+    shown = home.class_sections(LESSONS, store)  # as the page shows them, and a report keeps them
+    assert [s.table for s in shown] == [steps, students]
+    assert [s.caption for s in shown] == [home.CLASS_STEPS_CAPTION, home.CLASS_STUDENTS_CAPTION]
