@@ -59,6 +59,9 @@ VARIABLES: dict[str, Variable] = {v.name: v for v in (
              "launcher on this machine)"),
     Variable("LAB_RAY_WAITING", 4, "jobs handed to the Ray cluster that have not started yet: Ray queues these until "
              "all of a job's ranks fit; the lab's fair queue keeps the rest, in its order"),
+    Variable("LAB_NEW_PER_CLIENT", 6, "new identities, and seats joined, one client address may take at once; then "
+             "one per LAB_NEW_EVERY_S (raise it when a whole class reaches the server through one address)"),
+    Variable("LAB_NEW_EVERY_S", 10.0, "seconds in which one client address earns one more new identity or seat"),
     Variable("LAB_WARM_MAX_MB", 2048.0, "resident memory (MB) above which the warm starter is restarted"),
 )}
 

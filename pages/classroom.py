@@ -46,5 +46,5 @@ else:
         if sections[0].key == "cls_join":
             values = ui.form("cls_join_form", view.JOIN_FORM, submit="Join")
             if st.session_state.get("cls_join_form_run"):
-                jm.store.join_class(me, values["cls_code"], values["cls_name"])
+                jm.join_class(me, values["cls_code"], values["cls_name"], ui.client())
                 st.rerun()

@@ -12,7 +12,7 @@
 
 Pages use the names below as ``ui.<name>``."""
 
-from ui.identity import job_manager, owner, teacher
+from ui.identity import client, job_manager, owner, teacher
 from ui.lessons import LESSONS, hidden, lesson_mode, open_lesson, set_lesson_mode
 from ui.page import scenario_sidebar, view_link_params
 from ui.runs import placement_rows, predicted_runs, prediction_beside_measured, submit_book, submit_once
@@ -21,7 +21,7 @@ from ui.show import badge, caption, column_config, guarded, show, show_all
 from ui.text import plain
 from ui.widgets import control, form, setting, settings_form
 
-__all__ = ["job_manager", "owner", "teacher", "LESSONS", "hidden", "lesson_mode", "open_lesson", "set_lesson_mode",
+__all__ = ["client", "job_manager", "owner", "teacher", "LESSONS", "hidden", "lesson_mode", "open_lesson", "set_lesson_mode",
            "scenario_sidebar", "view_link_params", "placement_rows", "predicted_runs", "prediction_beside_measured",
            "submit_book", "submit_once", "remember", "scenario", "set_scenario", "set_view", "view_value", "badge",
            "caption", "column_config", "guarded", "show", "show_all", "plain", "control", "form", "setting",

@@ -24,11 +24,30 @@ def owner() -> str:
             token = st.context.cookies.get(access.COOKIE)
         except RuntimeError:  # no server behind this run (AppTest has no runtime): no cookie to read
             token = None
-        if not access.valid_token(token):
+        fresh = not access.valid_token(token)
+        if fresh:
             token = access.new_token()
             ss[_COOKIE_PENDING] = token
         ss[OWNER_KEY] = access.owner_id(token)
+        if fresh:  # how fast one address makes students is bounded (lab.jobs.classroom)
+            from lab.jobs.manager import shared
+
+            shared().new_identity(ss[OWNER_KEY], client())
     return ss[OWNER_KEY]
+
+
+def client() -> str | None:
+    """The browser's address as the server sees it (None: this machine, or no server behind this run). Behind a
+    reverse proxy on this machine every browser arrives from here: the address is then the last one the proxy
+    added to X-Forwarded-For (what a browser wrote there itself comes before it)."""
+    try:
+        ip = st.context.ip_address
+        forwarded = None if ip is not None else st.context.headers.get("X-Forwarded-For")
+    except RuntimeError:
+        return None
+    if forwarded:
+        return forwarded.split(",")[-1].strip()[:64] or None
+    return ip
 
 
 def write_identity_cookie() -> None:

@@ -129,6 +129,44 @@ def is_teacher(claim) -> bool:
     return hmac.compare_digest(claim.encode(), token.encode())
 
 
+class RateBound:
+    """How fast one client address may take something new (an identity, a seat): ``burst`` at once, then one
+    every ``every_s`` seconds (a token bucket per address). This machine itself (``None``: Streamlit gives no
+    address for a browser on localhost) is not bounded: whoever sits at the server owns it."""
+
+    def __init__(self, burst: int, every_s: float, clock: Callable[[], float] = time.monotonic) -> None:
+        if burst < 1 or not every_s > 0:
+            raise LabError(f"a rate bound needs a burst of at least 1 and a positive period (got {burst}, "
+                           f"{every_s})", where="settings")
+        self.burst, self.every_s, self._clock = int(burst), float(every_s), clock
+        self._left: dict[str, tuple[float, float]] = {}  # client -> (tokens, at); below 0: taken ahead
+        self._lock = threading.Lock()
+
+    def take(self, client: str | None, *, ahead: bool = False) -> float:
+        """Take one for ``client``: 0.0 when it may now (and it is counted), else the seconds until it may. With
+        ``ahead`` it is counted anyway, as a turn that comes after the ones already taken (an identity made now
+        that may act later); without, a refusal counts nothing."""
+        if client is None:
+            return 0.0
+        now = self._clock()
+        with self._lock:
+            for c, (t, at) in list(self._left.items()):  # addresses back at a full burst are forgotten
+                if t + (now - at) / self.every_s >= self.burst:
+                    del self._left[c]
+            tokens, at = self._left.get(client, (float(self.burst), now))
+            tokens = min(float(self.burst), tokens + (now - at) / self.every_s)
+            wait = 0.0 if tokens >= 1.0 else (1.0 - tokens) * self.every_s
+            if wait == 0.0 or ahead:
+                tokens -= 1.0
+            self._left[client] = (tokens, now)
+            return wait
+
+
+def client_bound() -> RateBound:
+    """A bound on new identities or seats per client address, from LAB_NEW_PER_CLIENT and LAB_NEW_EVERY_S."""
+    return RateBound(settings.integer("LAB_NEW_PER_CLIENT"), settings.number("LAB_NEW_EVERY_S"))
+
+
 #: A client's wait after its k-th wrong sign-in is 2^(k-1) s up to this; the whole server's after its n-th
 #: (of any client) is 2^(n // OVERALL_EVERY - 1) s up to OVERALL_MAX_S, so guessing from many clients slows too.
 CLIENT_MAX_S = 300.0
@@ -238,5 +276,5 @@ def delete_runs(store, run_ids: Iterable[str], owner: str | None, *, teacher: bo
     return runs
 
 
-__all__ = ["ANONYMOUS", "COOKIE", "MAKE_TEACHER_TOKEN", "TEACHER", "TEACHER_HOURS", "Roster", "teacher_token_problem", "can_manage", "check_manage", "delete_runs", "is_teacher",
+__all__ = ["ANONYMOUS", "COOKIE", "MAKE_TEACHER_TOKEN", "TEACHER", "TEACHER_HOURS", "RateBound", "Roster", "client_bound", "teacher_token_problem", "can_manage", "check_manage", "delete_runs", "is_teacher",
            "new_token", "owner_id", "teacher_token", "valid_token", "whose"]

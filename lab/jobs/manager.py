@@ -59,6 +59,7 @@ from lab.errors import LabError
 from lab.jobs.access import (
     TEACHER,
     Roster,
+    client_bound,
     can_manage,
     is_teacher,
     teacher_token,
@@ -118,6 +119,9 @@ class JobManager(FairQueue, Lifecycle, Actions, Classroom):
         self._last_sweep = 0.0
         self._sweeper: threading.Thread | None = None
         self.roster = Roster()  # the owners that signed in as the teacher
+        # How fast one client address makes new students and takes seats (lab.jobs.classroom)
+        self.new_identities, self.new_seats = client_bound(), client_bound()
+        self._held: dict[str, float] = {}  # a new identity made faster than its address may -> may act from
         self._adopted: list[str] = []  # queued runs taken over at the start from a process that ended
         # Runs a dead manager left running, whose launcher lives on: they hold cores until they end, so they
         # count against the capacity as this manager's own do.

@@ -117,3 +117,50 @@ def test_the_teachers_job_list_names_joined_students_as_the_class_page_does(jm):
     assert seen[a] == "Ada <i>L</i>" and seen[b] == "session s2"
     student = job_views.overview(jm.store, owner="s2", everyone=True).set_index("id").owner
     assert student[a] == "another session" and student[b] == "you"  # no names or ids for a student
+
+
+def test_a_rate_bound_gives_a_burst_then_one_per_period_per_address_and_spares_this_machine():
+    from lab.jobs.access import RateBound
+
+    now = [0.0]
+    bound = RateBound(3, 10.0, clock=lambda: now[0])
+    assert [bound.take("10.0.0.5") for _ in range(3)] == [0.0, 0.0, 0.0]
+    # a refusal counts nothing: the next try waits as long
+    assert bound.take("10.0.0.5") == pytest.approx(10.0) and bound.take("10.0.0.5") == pytest.approx(10.0)
+    assert bound.take("10.0.0.6") == 0.0 and all(bound.take(None) == 0.0 for _ in range(50))
+    now[0] = 25.0  # two and a half periods later: two more, and half of the next
+    assert [bound.take("10.0.0.5") for _ in range(3)] == [0.0, 0.0, pytest.approx(5.0)]
+    ahead = [bound.take("10.0.0.5", ahead=True) for _ in range(3)]  # counted anyway: each turn after the last
+    assert ahead == [pytest.approx(5.0), pytest.approx(15.0), pytest.approx(25.0)]
+    with pytest.raises(LabError, match="burst"):
+        RateBound(0, 1.0)
+
+
+def test_new_students_from_one_address_past_its_burst_wait_to_queue_and_join(jm, monkeypatch):
+    monkeypatch.setenv("LAB_NEW_PER_CLIENT", "2")
+    monkeypatch.setenv("LAB_NEW_EVERY_S", "600")
+    m = JobManager(jm.store.path, warm=False)
+    m._start = lambda spec: None
+    assert m.sign_in_teacher("teacher", TOKEN)
+    sc = default_scenario()
+    # one person's private windows: the third new identity from the address is made, but may act in 10 minutes
+    assert [m.new_identity(o, "10.0.0.5") for o in ("w1", "w2")] == [0.0, 0.0]
+    assert m.new_identity("w3", "10.0.0.5") == pytest.approx(600.0, abs=1.0)
+    with pytest.raises(LabError, match="may queue jobs in 6\\d\\d s"):
+        m.submit(sc, owner="w3")
+    assert m.submit(sc, owner="w1").run_id and m.held_for("w1") == 0.0
+    # a student beside them, from another address or from this machine, is not held by it
+    assert m.new_identity("other", "10.0.0.9") == 0.0 and m.submit(sc, owner="other").run_id
+    assert m.new_identity("local", None) == 0.0 and m.submit(sc, owner="local").run_id
+    # seats and guesses of the code: two tries at once from one address, then one per period
+    code = m.open_class("teacher").code
+    with pytest.raises(LabError, match="may join the class in"):
+        m.join_class("w3", code, "Third", "10.0.0.5")
+    with pytest.raises(LabError, match="not the class's join code"):
+        m.join_class("w1", "WRONG1", "One", "10.0.0.5")
+    assert m.join_class("w1", code, "One", "10.0.0.5") == "One"
+    with pytest.raises(LabError, match="try again in 600 s"):
+        m.join_class("w2", code, "Two", "10.0.0.5")
+    assert m.join_class("other", code, "Other", "10.0.0.9") == "Other"
+    assert m.store.seats() == {"w1": "One", "other": "Other"}
+    m._closed = True
