@@ -1,8 +1,9 @@
 """Browser journey of a class, three people in their own browsers: the teacher signs in, opens a class on the Class
 page and reads out its code; two students join with the code and their names; the teacher sees both names (as
 text) and hands out a lesson; a student's lab then opens on it, in lesson mode with no switch to leave it, also
-after a reload; a second private window of a student is a visitor who cannot queue; the teacher releases the
-lesson and removes a student."""
+after a reload; a second private window of a student is a visitor who cannot queue; one person's third window
+through a proxy from the same address waits its turn to join; the teacher releases the lesson and removes a
+student."""
 
 import pytest
 
@@ -26,8 +27,13 @@ def join(pg, base: str, code: str, name: str) -> None:
 
 def test_a_teacher_hands_a_lesson_to_two_students_who_joined_by_code_and_name(browser, tmp_path, monkeypatch):
     monkeypatch.setenv("LAB_TEACHER_TOKEN", TOKEN)
+    monkeypatch.setenv("LAB_NEW_PER_CLIENT", "2")
+    monkeypatch.setenv("LAB_NEW_EVERY_S", "600")
     with lab_server(tmp_path) as base:
         teacher, ada, bob, window = (new_page(browser) for _ in range(4))
+        proxied = [new_page(browser, browser.new_context(viewport={"width": 1400, "height": 900},
+                                                         extra_http_headers={"X-Forwarded-For": "10.9.9.9"}))
+                   for _ in range(3)]
         try:
             teacher.goto(base + "/jobs")
             settle(teacher)
@@ -69,6 +75,27 @@ def test_a_teacher_hands_a_lesson_to_two_students_who_joined_by_code_and_name(br
             window.get_by_role("textbox", name="Join code").wait_for(timeout=30_000)
             no_error_boxes(window)
 
+            # one person's three private windows reaching the server through a proxy here, from one address:
+            # the third new identity past the address's burst of 2 waits its turn to join
+            for pg in proxied:
+                pg.goto(base + "/classroom")
+                settle(pg)
+                pg.get_by_role("textbox", name="Join code").wait_for(timeout=30_000)
+            third = proxied[2]
+            third.get_by_role("textbox", name="Join code").fill(code)
+            third.get_by_role("textbox", name="Your name").fill("Third window")
+            third.get_by_role("button", name="Join", exact=True).click()
+            settle(third)
+            third.get_by_text("this address made several new students just now").wait_for(timeout=30_000)
+            no_error_boxes(third)
+            first = proxied[0]  # within the burst: a seat, and (a lesson is handed out) the lesson opens
+            first.get_by_role("textbox", name="Join code").fill(code)
+            first.get_by_role("textbox", name="Your name").fill("First window")
+            first.get_by_role("button", name="Join", exact=True).click()
+            first.locator(".st-key-lesson_panel").wait_for(timeout=60_000)
+            assert "First window" in store.seats().values()
+            assert "Third window" not in store.seats().values()
+
             teacher.get_by_role("button", name="Release the class from the lesson").click()
             settle(teacher)
             assert store.class_state().lesson is None
@@ -77,5 +104,5 @@ def test_a_teacher_hands_a_lesson_to_two_students_who_joined_by_code_and_name(br
             assert ada.locator("[data-testid='stSidebar'] input[type='checkbox']").first.is_enabled()
             no_error_boxes(teacher)
         finally:
-            for pg in (teacher, ada, bob, window):
+            for pg in (teacher, ada, bob, window, *proxied):
                 pg.context.close()
