@@ -43,10 +43,16 @@ def every_model(names=None) -> list:
     return [pytest.param(n, marks=pytest.mark.slow) if n in HEAVY_MODELS else n for n in (names or MODELS)]
 
 
+@pytest.hookimpl(tryfirst=True)  # before pytest-xdist turns the groups into its schedule
 def pytest_collection_modifyitems(config, items):
     for item in items:
         if SLOW_FIXTURES & set(getattr(item, "fixturenames", ())):
             item.add_marker(pytest.mark.slow)
+        # One browser journey at a time (on one test worker, beside the workers of everything else): a journey
+        # waits on what a person sees, and two of them at once on two cores starve each other's servers. The
+        # Ray cluster's journey keeps its own group, one cluster at a time.
+        if "journeys" in item.path.parts and not any(item.iter_markers("xdist_group")):
+            item.add_marker(pytest.mark.xdist_group("browser"))
 
 
 @pytest.fixture

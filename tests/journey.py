@@ -126,7 +126,7 @@ def type_number(pg, label: str, value: int) -> None:
     settle(pg)
 
 
-def wait_for_run(pg, timeout_ms: int = 60_000) -> None:
+def wait_for_run(pg, timeout_ms: int = 120_000) -> None:
     """Wait until the page shows a "Run <id>" heading: the run a click started is in the store.
 
     A click reaches the server over the websocket; on a busy machine the page can still read as
