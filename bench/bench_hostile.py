@@ -7,7 +7,11 @@ Entry points: scenario files (``Scenario.from_json``, text or bytes; bases: the 
 ``assets/*.json``), topology files (``Topology.from_json``), the scenario link ``?s=``
 (``Scenario.from_url_param``), the view link ``?v=`` (``lab.view.state.decode``, which must never
 raise), and names (``check_name``, ``check_distinct``, and names placed in the documents: scenario,
-topology, device, pool, switch, pinned operator and pinned device).
+topology, device, pool, switch, pinned operator and pinned device); who a person is: a cookie's value
+(``access.owner_id``: forged, flipped, swapped or foreign tokens must all be refused), a lesson link's ``l=`` and
+``lt=`` (Unicode digits, huge lists, paths; a tick outside the lesson is a crash), and near guesses of the
+teacher's token from one client (``Roster.sign_in``: a guess that signs in is a breach; the line after the table
+says how long the server makes the guesser wait).
 
 Every family makes ``--per-family`` inputs from one seeded ``random.Random``; the families take
 turns, one input each, until they are done or the ``--seconds`` budget (counted from start-up) is
@@ -44,10 +48,14 @@ import argparse  # noqa: E402
 import base64  # noqa: E402
 import copy  # noqa: E402
 import json  # noqa: E402
+import logging  # noqa: E402
+import os  # noqa: E402
 import random  # noqa: E402
 import re  # noqa: E402
+import secrets  # noqa: E402
 import signal  # noqa: E402
 import string  # noqa: E402
+import tempfile  # noqa: E402
 import traceback  # noqa: E402
 import zlib  # noqa: E402
 from collections import Counter  # noqa: E402
@@ -61,6 +69,20 @@ from lab.scenario.document import Scenario, default_scenario  # noqa: E402
 from lab.scenario.text import check_distinct, check_name, fold  # noqa: E402
 from lab.scenario.topology import Topology  # noqa: E402
 from lab.view import state as viewstate  # noqa: E402
+from lab.jobs import access  # noqa: E402
+from lab.view.lessons import find_lesson, ticks_from_param  # noqa: E402
+
+LESSONS = ROOT / "assets" / "lessons"
+GUESSER = "guesser-0001"  # one client guessing the teacher's token
+_now = [0.0]
+
+
+def _guess_clock() -> float:  # each guess comes 0.2 s after the last: the delays counted are the server's
+    _now[0] += 0.2
+    return _now[0]
+
+
+ROSTER = access.Roster(clock=_guess_clock)
 
 MAX_MESSAGE = 500
 SLOW_S = 1.0
@@ -97,6 +119,33 @@ def e_name(name):
 
 def e_distinct(names):
     return check_distinct(names, "bench")
+
+
+def e_token(token):
+    """A cookie's value as the server reads it: the owner id of a token it issued, else a LabError."""
+    return access.owner_id(token)
+
+
+def e_lesson_link(arg):
+    """A link's lesson (``l=``) and ticked steps (``lt=``) as a page reads them: a notice is a refusal; a tick
+    outside the lesson's steps is a crash (it would be stored)."""
+    lesson_id, ticks = arg
+    lesson = find_lesson(LESSONS, lesson_id)
+    steps = len(lesson.steps) if lesson is not None else 5
+    got, notice = ticks_from_param(ticks, steps)
+    if any(not (isinstance(t, int) and 0 <= t < steps) for t in got):
+        raise AssertionError(f"ticks outside the lesson: {sorted(got)[:5]}")
+    if notice is not None:
+        raise LabError(notice)
+    return got
+
+
+def e_sign_in(guess):
+    """A guess at the teacher's token from one client: a wrong one, or one made while the server makes the
+    client wait, is a refusal; a guess that signs in is a breach."""
+    if not ROSTER.sign_in(GUESSER, guess):
+        raise LabError("not the teacher token")
+    return True
 
 
 ENTRY_LABEL = {e_scenario: "Scenario.from_json", e_topology: "Topology.from_json", e_url: "from_url_param",
@@ -912,6 +961,39 @@ class Fuzz:
     def name_multi(self) -> Case:
         return self._alike_case(lambda n: multi_letter_alike(self.rng, n), "multi-letter look-alike")
 
+    # ----- identities, lesson links, sign-ins
+    def token_forged(self) -> Case:
+        r = self.rng
+        real = access.new_token()
+        body, sig = real.split(".")
+        other = access.new_token().split(".")[1]
+        kind = r.choice(["43 As", "random signature", "flipped", "swapped", "no signature", "type", "huge",
+                         "unicode"])
+        flip = r.randrange(len(real))
+        token = {"43 As": "A" * 43, "random signature": f"{body}.{''.join(r.choices(string.ascii_letters, k=22))}",
+                 "flipped": real[:flip] + ("B" if real[flip] != "B" else "C") + real[flip + 1:],
+                 "swapped": f"{body}.{other}", "no signature": body,
+                 "type": r.choice([None, 42, [real], {"t": real}, real.encode()]),
+                 "huge": real * r.choice([2, 1000, 100_000]), "unicode": body + "．" + sig}[kind]
+        return Case(e_token, token, f"cookie: {kind}", must_refuse=True)
+
+    def lesson_link(self) -> Case:
+        r = self.rng
+        digits = ["²", "٣", "۷", "߂", "१", "১", "๓", "１", "𝟙", "Ⅳ", "0x1", "-1", "1e3", "9999", "3 ", "", "..", "1.1.1"]
+        lt = r.choice([".".join(r.choices(digits, k=r.randint(1, 6))), "1" * r.choice([3, 401, 10_000]),
+                       ".".join(str(r.randint(-3, 12)) for _ in range(r.randint(1, 8))), None, 7, ["1"]])
+        lesson = r.choice(["ring-allreduce", "no-such-lesson", "../../etc/passwd", "RING-ALLREDUCE", None, 3, "",
+                           "ring-allreduce\x00"])
+        return Case(e_lesson_link, (lesson, lt), f"l={ascii(lesson)[:30]} lt={ascii(lt)[:40]}")
+
+    def sign_in_guess(self) -> Case:
+        r = self.rng
+        token = access.teacher_token()
+        i = r.randrange(len(token))
+        guess = r.choice([token[:-1], token + "x", token[:i] + chr(ord(token[i]) ^ 1) + token[i + 1:], token.upper(),
+                          "", None, 12345, "a" * 10_000, token[::-1], " " + token])
+        return Case(e_sign_in, guess, f"guess: {ascii(guess)[:40]}", must_refuse=True)
+
     def pins_hostile(self) -> Case:
         r = self.rng
         kind = r.choice(["markup", "control", "bidi", "surrogate", "blank"])
@@ -943,6 +1025,9 @@ FAMILIES: list[tuple[str, str, bool]] = [  # (label, method, name family)
     ("names: look-alikes", "name_lookalike", True),
     ("names: multi-letter alikes", "name_multi", True),
     ("pins: hostile names", "pins_hostile", True),
+    ("identity: forged cookies", "token_forged", True),
+    ("lesson links: ?l= and ?lt=", "lesson_link", False),
+    ("sign-ins: near guesses", "sign_in_guess", True),
 ]
 
 
@@ -1090,6 +1175,11 @@ def main() -> None:
     ap.add_argument("--smoke", action="store_true",
                     help="smallest sizes, seconds: checks the bench still runs (the test suite runs this)")
     args = ap.parse_args()
+    # The identities are signed with a key of a data folder of the bench's own, and the guesses aim at a token
+    # of the bench's own: nothing of a server's is read or written.
+    os.environ["LAB_DATA"] = tempfile.mkdtemp(prefix="bench-hostile-")
+    os.environ["LAB_TEACHER_TOKEN"] = secrets.token_urlsafe(24)
+    logging.getLogger("lab.jobs.access").setLevel(logging.ERROR)  # a failed sign-in's log line per guess
     if args.smoke:
         args.seconds, args.per_family = 30.0, 2
         print(SMOKE_NOTE, flush=True)
@@ -1119,7 +1209,8 @@ def main() -> None:
     # Which entry points each family reaches is fixed by its generator.
     fam_entry = {
         "scenario": "Scenario.from_json", "topology": "Topology/Scenario.from_json", "link": "from_url_param",
-        "view": "view.decode", "names": "check_name/distinct, docs", "pins": "Scenario.from_json"}
+        "view": "view.decode", "names": "check_name/distinct, docs", "pins": "Scenario.from_json",
+        "identity": "access.owner_id", "lesson": "lesson link", "sign-ins": "Roster.sign_in"}
     rows = []
     tot = Stats()
     for label, _, _ in FAMILIES:
@@ -1136,6 +1227,9 @@ def main() -> None:
           + ("" if not cut_short else " (budget spent before every family had all its inputs)"))
     print(table(["family", "entry", "inputs", "accepted", "refused", "refused-long", "crash", "slow", "breach",
                  "max s"], rows))
+    k = ROSTER._fails.get(GUESSER, (0, 0.0))[0]
+    print(f"sign-ins: {k} wrong guesses read from one client over {_now[0]:.0f} s of the server's clock (the others "
+          f"were refused unread while it waited); it now waits {ROSTER.wait(GUESSER):.0f} s before the next")
     print(f"\nelapsed {time.perf_counter() - T_START:.1f} s; slow = over {SLOW_S:g} s; "
           f"timeouts (>{CAP_S:g} s or the budget): {rep.timeouts}")
     print(f"view links: most values accepted from one link {rep.view_most_values[0]:,} "
