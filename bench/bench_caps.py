@@ -27,6 +27,7 @@ import math
 import random
 import statistics
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -48,9 +49,11 @@ from lab.scenario.topology import Topology  # noqa: E402
 from lab.store.runs import JOB_WORKER, RunStore  # noqa: E402
 from lab.testing import caps  # noqa: E402
 from lab.testing.caps import summary_every_row  # noqa: E402
+from lab.view import allreduce as arview  # noqa: E402
 from lab.view import topology as topology_page  # noqa: E402
+from lab.view.allreduce import model as arview_model  # noqa: E402
 from lab.view import topology_tables as tables  # noqa: E402
-from lab.view.state import ALLREDUCE_SIZES  # noqa: E402
+from lab.view.state import ALLREDUCE_SIZES, VIEW  # noqa: E402
 
 
 SMOKE_NOTE = "smoke run: smallest sizes, not a measurement"
@@ -146,6 +149,38 @@ def allreduce_view(topo: Topology) -> None:
         AR.trigger_timeline(setup.schedule("ring", nbytes), topo, compute, mode)
 
 
+def shared_allreduce_view(topo: Topology) -> None:
+    """The All-reduce page's view model for one view with its default devices, through the orders and sweeps
+    that sessions share per cluster value (the work of :func:`allreduce_view`)."""
+    v = {k: VIEW[k].spec.default for k in VIEW if k.startswith("ar_")} | {
+        "ar_devices": tuple(AR.default_participants(topo)), "ar_size": 1 << 20}
+    m = arview.prepare(v, topo)
+    afigs.step_figure(m.schedule, 1, "ring")
+    arview.timing(m)
+    arview.trigger(m, arview.compute(m, 1.0))
+
+
+def sessions_at_once(view, topo: Topology, n: int) -> tuple[float, float]:
+    """``n`` sessions opening ``view`` at the same moment, each on its own copy of ``topo`` (as a link gives it):
+    (wall seconds until the last is done, the 95th percentile of one session's seconds)."""
+    start, took = threading.Barrier(n), []
+
+    def session() -> None:
+        mine = Topology.from_json(topo.to_json())
+        start.wait()
+        t0 = time.perf_counter()
+        view(mine)
+        took.append(time.perf_counter() - t0)
+
+    threads = [threading.Thread(target=session) for _ in range(n)]
+    t0 = time.perf_counter()
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return time.perf_counter() - t0, float(statistics.quantiles(took, n=20)[-1]) if n > 1 else took[0]
+
+
 def previous_link_cost(topo: Topology) -> None:
     """The placement's link model as it was built before: a route per device pair."""
     for a in topo.device_names:
@@ -156,8 +191,10 @@ def previous_link_cost(topo: Topology) -> None:
 
 
 def clear_caches() -> None:
-    routes._cache.clear()
+    routes._tables.clear()
     tfigs._positions.cache_clear()
+    arview_model._ORDERS.clear()
+    arview_model._SWEEPS.clear()
 
 
 # ---- the previous comparison (every metric row read) -------------------------------------------------
@@ -273,6 +310,13 @@ def main() -> None:
         before = seconds(lambda: previous_link_cost(topo), 1)
         row(f"Placement link model, {shape}", before, seconds(lambda: LinkCost(topo), a.repeat),
             "a Path per device pair → the route table's matrices")
+        n = 2 if a.smoke else 10
+        clear_caches()
+        before, p95_before = sessions_at_once(allreduce_view, topo, n)
+        clear_caches()
+        after, p95_after = sessions_at_once(shared_allreduce_view, topo, n)
+        row(f"All-reduce view, {n} sessions at once, {shape}: until the last is done", before, after,
+            f"one session's p95 {p95_before:.2f} → {p95_after:.2f} s: orders and sweeps computed once per cluster")
 
     with tempfile.TemporaryDirectory() as tmp:
         store = RunStore(Path(tmp) / "runs.db", Path(tmp))

@@ -19,13 +19,12 @@ from __future__ import annotations
 
 import heapq
 import math
-import threading
-from collections import OrderedDict
 from typing import Sequence
 
 import numpy as np
 
 from lab.errors import LabError
+from lab.memo import SharedCache
 
 #: (node a, node b, bandwidth, latency) of one link, ``a`` and ``b`` indices into the node list.
 Edge = tuple[int, int, float, float]
@@ -201,31 +200,16 @@ class RouteTable:
 # One table per network value in this process: every session showing the same topology (a class
 # opening one link) shares it, and a network is searched once even when sessions ask at once.
 _CACHE_SIZE = 16
-_cache: OrderedDict[tuple, RouteTable] = OrderedDict()
-_building: dict[tuple, threading.Lock] = {}
-_guard = threading.Lock()
+_tables = SharedCache(_CACHE_SIZE)
 
 
 def route_table(nodes: tuple[str, ...], edges: tuple[tuple[str, str, float, float], ...]) -> RouteTable:
     """The :class:`RouteTable` of the network of ``nodes`` and ``edges`` (a, b, bandwidth,
     latency), node ``i`` being ``nodes[i]``; built once per value and kept for the
     :data:`_CACHE_SIZE` networks used last."""
-    key = (nodes, edges)
-    with _guard:
-        table = _cache.get(key)
-        if table is not None:
-            _cache.move_to_end(key)
-            return table
-        lock = _building.setdefault(key, threading.Lock())
-    with lock:
-        with _guard:
-            table = _cache.get(key)
-        if table is None:
-            index = {name: i for i, name in enumerate(nodes)}
-            table = RouteTable(nodes, [(index[a], index[b], bw, lat) for a, b, bw, lat in edges])
-            with _guard:
-                _cache[key] = table
-                while len(_cache) > _CACHE_SIZE:
-                    _cache.popitem(last=False)
-                _building.pop(key, None)
-    return table
+
+    def build() -> RouteTable:
+        index = {name: i for i, name in enumerate(nodes)}
+        return RouteTable(nodes, [(index[a], index[b], bw, lat) for a, b, bw, lat in edges])
+
+    return _tables.get((nodes, edges), build)

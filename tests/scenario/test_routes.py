@@ -14,6 +14,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from lab.memo import SharedCache
 from lab.scenario import routes
 from lab.scenario.catalogue import preset
 from lab.scenario.topology import Device, Link, Switch, Topology
@@ -199,7 +200,7 @@ def counted(monkeypatch):
             super().__init__(*args, **kw)
 
     monkeypatch.setattr(routes, "RouteTable", Counted)
-    monkeypatch.setattr(routes, "_cache", type(routes._cache)())
+    monkeypatch.setattr(routes, "_tables", SharedCache(routes._CACHE_SIZE))
     return built
 
 

@@ -12,7 +12,7 @@ from lab.processes import LOADED_SHARE
 from lab.scenario.catalogue import preset
 from lab.scenario.units import fmt_rate, fmt_seconds
 from lab.view import allreduce as view
-from lab.view.state import VIEW
+from lab.view.state import ALLREDUCE_SIZES, VIEW
 from tests.view.sections import by_key, spec
 
 KEYS = ("ar_source", "ar_devices", "ar_n", "ar_bw", "ar_lat", "ar_alg", "ar_size", "ar_order")
@@ -231,3 +231,48 @@ def test_which_fits_cannot_be_right():
     assert "unlimited bandwidth" in view.fit_problem(fit(2390e-6, 1e-15))  # as good as 0: no bytes term to speak of
     assert "negative" in view.fit_problem(fit(50e-6, -1e-9))
     assert "finite" in view.fit_problem(fit(float("nan"), 1e-9))
+
+
+def test_sessions_on_one_cluster_share_its_orders_and_sweeps_computed_once(monkeypatch):
+    import threading
+
+    from lab.memo import SharedCache
+    from lab.scenario.topology import Topology
+    from lab.testing.caps import cap_topology
+    from lab.view.allreduce import model as M
+
+    monkeypatch.setattr(M, "_ORDERS", SharedCache(32))
+    monkeypatch.setattr(M, "_SWEEPS", SharedCache(64))
+    calls = {"best": 0, "sizes": 0, "n": 0}
+
+    def counted(name, fn):
+        def wrapped(*a, **kw):
+            calls[name] += 1
+            return fn(*a, **kw)
+        return wrapped
+
+    monkeypatch.setattr(C, "best_ring_order", counted("best", C.best_ring_order))
+    monkeypatch.setattr(C, "sweep_sizes", counted("sizes", C.sweep_sizes))
+    monkeypatch.setattr(C, "sweep_devices", counted("n", C.sweep_devices))
+    big = cap_topology("star")
+    names = tuple(C.default_participants(big))
+    v = {k: VIEW[k].spec.default for k in VIEW if k.startswith("ar_")} | {"ar_devices": names}
+    seen = []
+
+    def session():  # each session holds its own copy of the topology, as a link gives it
+        m = view.prepare(v, Topology.from_json(big.to_json()))
+        seen.append(by_key(view.timing(m)))
+
+    threads = [threading.Thread(target=session) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert calls == {"best": 1, "sizes": 1, "n": 1}  # four sessions at once: one computation
+    assert len(seen) == 4 and all(s["ar_vs_size"].chart_input == seen[0]["ar_vs_size"].chart_input for s in seen)
+    # the same sweeps as computed afresh
+    fresh = C.sweep_sizes(big, {"ring": ("ring", view.prepare(v, big).setup)}, list(ALLREDUCE_SIZES))
+    assert seen[0]["ar_vs_size"].chart_input["series"]["ring"] == fresh["ring"]
+    other = view.prepare(v | {"ar_size": 4 << 10}, big)  # another buffer size: its own sweep against N
+    view.timing(other)
+    assert calls["n"] == 2 and calls["best"] == 1

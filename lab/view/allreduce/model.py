@@ -9,6 +9,7 @@ from functools import cached_property
 from typing import Any, Mapping, Sequence
 
 from lab.comm.measure import human_bytes
+from lab.memo import SharedCache
 from lab.modelled import collectives as C
 from lab.scenario.names import ALGORITHM_LABELS
 from lab.scenario.topology import Topology
@@ -44,6 +45,13 @@ TRIGGER_CAPTION = ("sync: the host starts the all-reduce when the last device is
 TOPOLOGY_KEYS, IDENTICAL_KEYS = ("ar_devices",), ("ar_n", "ar_bw", "ar_lat")
 
 
+# What every session of a class asks for on one cluster (the ring orders, the chosen algorithm's time, the four
+# algorithms compared, the sweeps against size and N, the trigger's timelines for the same compute times): computed
+# once per value in this server process, shared, and kept for the values used last.
+_ORDERS = SharedCache(32)
+_SWEEPS = SharedCache(64)
+
+
 @dataclass(frozen=True)
 class AllReduce:
     """One all-reduce as the controls set it up: its devices on their cluster, the ring orders, the set-up of
@@ -57,6 +65,7 @@ class AllReduce:
     best: Any  # ... and in the lab's order
     chosen: Any
     setup: C.Setup
+    cluster_key: str = ""  # the cluster's value (its JSON): what the shared orders and sweeps are kept by
 
     @cached_property
     def schedule(self) -> C.CollectiveSchedule:
@@ -87,11 +96,26 @@ def prepare(v: Mapping[str, Any], topo: Topology) -> AllReduce:
         n = int(v["ar_n"])
         cluster, names = C.uniform_star(n, float(v["ar_bw"]) * 1e9, float(v["ar_lat"]) * 1e-6), C.default_names(n)
     C.check_explored(names)
-    given, best = C.given_ring_order(cluster, names), C.best_ring_order(cluster, names)
+    key = cluster.to_json(indent=None)
+    given, best = _ORDERS.get((key, tuple(names)), lambda: (C.given_ring_order(cluster, names),
+                                                            C.best_ring_order(cluster, names)))
     chosen = best if v["ar_order"] == "lab" else given
     setup = C.Setup(tuple(names), tuple(names.index(x) for x in chosen.names),
                     tuple(map(tuple, C.topology_groups(cluster, names))), C.default_host(cluster, names))
-    return AllReduce(cluster, tuple(names), v["ar_alg"], int(v["ar_size"]), given, best, chosen, setup)
+    return AllReduce(cluster, tuple(names), v["ar_alg"], int(v["ar_size"]), given, best, chosen, setup, key)
+
+
+def sweeps(m: AllReduce) -> tuple[list[dict], dict, dict]:
+    """The four algorithms at the chosen size, and every algorithm's time against size and against N (with the
+    ring in the lab's order too), as kept for the cluster's value."""
+    cluster, setup, nbytes = m.cluster, m.setup, m.nbytes
+    curves = {a: (a, setup) for a in C.ALGORITHMS}
+    curves["ring (lab order)"] = ("ring", C.Setup(setup.participants, tuple(m.names.index(x) for x in m.best.names),
+                                                  setup.groups, setup.host))
+    return _SWEEPS.get((m.cluster_key or cluster.to_json(indent=None), setup, curves["ring (lab order)"][1], nbytes),
+                       lambda: (C.compare_algorithms(cluster, setup, nbytes),
+                                C.sweep_sizes(cluster, curves, list(ALLREDUCE_SIZES)),
+                                C.sweep_devices(cluster, curves, nbytes)))
 
 
 def ring(m: AllReduce, badge: str) -> Section:
@@ -141,7 +165,8 @@ def timing(m: AllReduce, lesson: bool = False) -> list[Section]:
     """The modelled time of the chosen algorithm, its slowest link, the four algorithms side by side, time against
     size and N; outside lesson mode also every step's time and the uniform model up to N = 1024."""
     cluster, setup, nbytes = m.cluster, m.setup, m.nbytes
-    est = C.schedule_time(setup.schedule(m.algorithm, nbytes), cluster)
+    est = _SWEEPS.get((m.cluster_key, setup, m.algorithm, nbytes, "time"),
+                      lambda: C.schedule_time(setup.schedule(m.algorithm, nbytes), cluster))
     rates = {x.bandwidth for s in est.steps for x in s.messages if x.nbytes > 0}
     scale, unit = time_unit(max(s.seconds for s in est.steps))
     out = [Section("ar_time", metrics=(("Modelled time", fmt_seconds(est.seconds)), ("algbw", fmt_rate(est.algbw)),
@@ -157,17 +182,14 @@ def timing(m: AllReduce, lesson: bool = False) -> list[Section]:
     if not lesson:
         out.append(Section("ar_step_times", table=step_times_table(est, scale, unit), kind="modelled",
                            caption="every step of the chosen algorithm; a step lasts as long as its slowest message."))
-    out.append(Section("ar_compare", table=algorithms_table(C.compare_algorithms(cluster, setup, nbytes)),
+    compared, by_size, by_n = sweeps(m)
+    out.append(Section("ar_compare", table=algorithms_table(compared),
                        kind="modelled", values={"cluster": cluster.name},
                        caption=f"all four algorithms at S = {human_bytes(nbytes)} on {{cluster}}."))
-    curves = {a: (a, setup) for a in C.ALGORITHMS}
-    curves["ring (lab order)"] = ("ring", C.Setup(setup.participants, tuple(m.names.index(x) for x in m.best.names),
-                                                  setup.groups, setup.host))
     out += [Section("ar_vs_size", side="left", chart="allreduce.time_vs_size_figure", kind="modelled", chart_input=dict(
-                series=C.sweep_sizes(cluster, curves, list(ALLREDUCE_SIZES)), title="time against buffer size")),
+                series=by_size, title="time against buffer size")),
             Section("ar_vs_n", side="right", chart="allreduce.time_vs_n_figure", kind="modelled", chart_input=dict(
-                series=C.sweep_devices(cluster, curves, nbytes),
-                title=f"time against N (first N devices), S = {human_bytes(nbytes)}")),
+                series=by_n, title=f"time against N (first N devices), S = {human_bytes(nbytes)}")),
             Section("ar_sweeps", kind="modelled",
                     caption="on the chosen devices' links; against N, the first N devices of the ring order.")]
     return out if lesson else out + [uniform(m)]
@@ -203,7 +225,8 @@ def trigger(m: AllReduce, edited, lesson: bool = False) -> list[Section]:
         return []
     comp = compute_from_table(edited)
     plain = m.setup.schedule(m.algorithm, m.nbytes)
-    tls = {mode: C.trigger_timeline(plain, m.cluster, comp, mode) for mode in ("sync", "async")}
+    tls = _SWEEPS.get((m.cluster_key, m.setup, m.algorithm, m.nbytes, "trigger", tuple(sorted(comp.items()))),
+                      lambda: {mode: C.trigger_timeline(plain, m.cluster, comp, mode) for mode in ("sync", "async")})
     scale, unit = time_unit(max(t.makespan for t in tls.values()))
     return [Section("ar_trigger", chart="allreduce.trigger_figure", kind="modelled", caption=TRIGGER_CAPTION,
                     chart_input=dict(timelines=tls, scale=scale, unit=unit),
