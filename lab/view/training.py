@@ -39,14 +39,14 @@ def _own_sending(v) -> bool:  # torch's hooks send by their own all-reduces: no 
 # Two select boxes a row: their choices are long, and a 1024-pixel projector must show them whole.
 TRAINING_FORM = SettingsForm(TRAINING_FIELDS, (
     Row((Field("optimizer", "tr_optimizer"), Field("model", "tr_model"))),
+    Row((Field("model_width", "tr_model_width", disabled=lambda v: is_uploaded_model(v["model"])),), widths=(1, 2)),
     Row((Field("sync", "tr_sync"), Field("allreduce_impl", "tr_impl"))),
     Row((Field("workers", "tr_workers"), Field("steps", "tr_steps"), Field("batch_size", "tr_batch"),
          Field("lr", "tr_lr"), Field("seed", "tr_seed"))),
     Row((Field("split", "tr_split"),
          Field("dirichlet_alpha", "tr_alpha", disabled=lambda v: v["split"] != "dirichlet"),
          Field("exchange_share", "tr_exchange"), Field("lr_scaling", "tr_lr_scaling"))),
-    Row((Field("emulate", "tr_emulate"), Field("fused", "tr_fused"),
-         Field("model_width", "tr_model_width", disabled=lambda v: is_uploaded_model(v["model"])))),
+    Row((Field("emulate", "tr_emulate"), Field("fused", "tr_fused"))),
 ))
 # The same compression settings the Compression page edits (the Scenario's training.compression).
 COMPRESSION_FORM = SettingsForm(COMPRESSION_FIELDS, (

@@ -102,6 +102,12 @@ def test_a_busy_servers_jobs_and_comparison_fit_a_1024x768_projector(browser, tm
                 if path == "/jobs":
                     pg.get_by_text("Show the whole class's jobs (read-only)").click()
                     settle(pg)
+                    # a loaded server may not have begun the rerun the click asked for when the page first reads
+                    # as settled: the class's jobs are drawn once the switch reads as on and the page settles again
+                    pg.locator("[data-testid='stCheckbox'] input, [data-testid='stToggle'] input").first.wait_for(
+                        state="attached", timeout=30_000)
+                    pg.wait_for_timeout(500)
+                    settle(pg)
                 all_charts_drawn(pg)
                 assert pg.locator(".js-plotly-plot").count() >= 1
                 problems = pg.evaluate(PROBLEMS)
