@@ -20,18 +20,16 @@ pure functions once each) in seconds: it checks the bench still runs and measure
 
 from __future__ import annotations
 
-import argparse
 import math
 import statistics
 import time
 
-from common import table  # noqa: E402  (also puts the checkout on sys.path)
+from common import bench_parser, SMOKE_NOTE, table  # noqa: E402  (also puts the checkout on sys.path)
 
 from lab.comm import measure as M  # noqa: E402
 from lab.modelled import collectives as C  # noqa: E402
 from lab.scenario.topology import Device, Link, Switch, Topology  # noqa: E402
 
-SMOKE_NOTE = "smoke run: smallest sizes, not a measurement"
 
 
 def device_names(n: int) -> list[str]:
@@ -107,15 +105,13 @@ def bench_pure(repeat: int = 5) -> None:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap = bench_parser(__doc__)
     ap.add_argument("--procs", type=int, default=4)
     ap.add_argument("--numel", type=int, default=16 * 1024 * 1024)
     ap.add_argument("--iters", type=int, default=15)
     ap.add_argument("--warmup", type=int, default=2)
     ap.add_argument("--extra-sizes", default="", help="more buffer sizes to time, e.g. 1M,4M")
     ap.add_argument("--skip-real", action="store_true")
-    ap.add_argument("--smoke", action="store_true",
-                    help="smallest sizes, seconds: checks the bench still runs (the test suite runs this)")
     args = ap.parse_args()
     if args.smoke:
         print(SMOKE_NOTE)

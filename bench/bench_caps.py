@@ -22,7 +22,6 @@ checks the bench still runs and measures nothing (the caps are the point of the 
 
 from __future__ import annotations
 
-import argparse
 import math
 import random
 import statistics
@@ -33,7 +32,7 @@ from pathlib import Path
 
 import networkx as nx
 
-from common import table  # noqa: E402  (also puts the checkout on sys.path)
+from common import bench_parser, SMOKE_NOTE, table  # noqa: E402  (also puts the checkout on sys.path)
 from lab.figures import allreduce as afigs  # noqa: E402
 from lab.figures import compare as cfigs  # noqa: E402
 from lab.figures import topology as tfigs  # noqa: E402
@@ -56,7 +55,6 @@ from lab.view import topology_tables as tables  # noqa: E402
 from lab.view.state import ALLREDUCE_SIZES, VIEW  # noqa: E402
 
 
-SMOKE_NOTE = "smoke run: smallest sizes, not a measurement"
 SMOKE_DEVICES = 16
 
 
@@ -233,13 +231,11 @@ def long_run(store: RunStore, steps: int) -> str:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = bench_parser(__doc__)
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--steps", type=int, default=90_000)
     ap.add_argument("--shapes", default="star,chain,mesh", help="of lab.testing.caps (the mesh's previous "
                                                                "routes take about ten minutes)")
-    ap.add_argument("--smoke", action="store_true",
-                    help="smallest sizes, seconds: checks the bench still runs (the test suite runs this)")
     a = ap.parse_args()
     if a.smoke:
         a.repeat, a.steps, a.shapes = 1, 200, "star"

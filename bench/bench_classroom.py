@@ -32,7 +32,6 @@ the bench still runs and measures nothing.
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import os
 import random
@@ -43,10 +42,9 @@ import tempfile
 import time
 from pathlib import Path
 
-from common import free_port, start_app, table  # noqa: E402  (also puts the checkout on sys.path)
+from common import bench_parser, free_port, SMOKE_NOTE, start_app, table  # noqa: E402  (also puts the checkout on sys.path)
 
 PAGES = ("topology", "placement", "allreduce")
-SMOKE_NOTE = "smoke run: smallest sizes, not a measurement"
 
 
 def start_server(data: Path, port: int, post_script_gc: bool = False) -> subprocess.Popen:
@@ -119,7 +117,7 @@ def pct(v, q):
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser()
+    ap = bench_parser(__doc__)
     ap.add_argument("--sessions", type=int, default=10)
     ap.add_argument("--duration", type=float, default=60.0, help="seconds of each crowd phase (idle, then loaded)")
     ap.add_argument("--think", type=float, default=5.0, help="mean seconds between a session's clicks")
@@ -130,8 +128,6 @@ def main() -> None:
     ap.add_argument("--job-cpus", default="", help="cores the jobs may use, e.g. 1 (default: every core)")
     ap.add_argument("--post-script-gc", action="store_true",
                     help="run the server with Streamlit's default runner.postScriptGC = true (the app turns it off)")
-    ap.add_argument("--smoke", action="store_true",
-                    help="smallest sizes, seconds: checks the bench still runs (the test suite runs this)")
     args = ap.parse_args()
     pages, workers, long_steps, alone_s = PAGES, 2, 20000, max(10.0, 2 * len(PAGES) * 1.0)
     if args.smoke:

@@ -18,7 +18,6 @@ one CPU); it checks the bench still runs and measures nothing.
 
 from __future__ import annotations
 
-import argparse
 import os
 import shutil
 import tempfile
@@ -28,9 +27,8 @@ from pathlib import Path
 
 import psutil
 
-from common import table  # noqa: E402  (also puts the checkout on sys.path)
+from common import bench_parser, SMOKE_NOTE, table  # noqa: E402  (also puts the checkout on sys.path)
 
-SMOKE_NOTE = "smoke run: smallest sizes, not a measurement"
 
 
 def pss_mb(p: psutil.Process) -> float:
@@ -107,12 +105,10 @@ def run_queue(jobs: int, steps: int, workers: int, data: Path, cluster: str) -> 
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser()
+    ap = bench_parser(__doc__)
     ap.add_argument("--jobs", type=int, default=12)
     ap.add_argument("--steps", type=int, default=200)
     ap.add_argument("--workers", type=int, default=2)
-    ap.add_argument("--smoke", action="store_true",
-                    help="smallest sizes, seconds: checks the bench still runs (the test suite runs this)")
     args = ap.parse_args()
     # The smoke run's cluster is its head alone, with the one CPU its one rank needs.
     head_cpus, worker_nodes = (1, 0) if args.smoke else (0, 2)

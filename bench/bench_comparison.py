@@ -10,7 +10,6 @@ is removed after; it checks the bench still runs and measures nothing.
 
 from __future__ import annotations
 
-import argparse
 import shutil
 import sys
 import tempfile
@@ -28,20 +27,17 @@ from lab.scenario.document import Compression, default_scenario  # noqa: E402
 from lab.store.runs import RunStore  # noqa: E402
 
 sys.path.insert(0, str(ROOT / "bench"))
-from common import table as text_table  # noqa: E402
+from common import bench_parser, SMOKE_NOTE, table as text_table  # noqa: E402
 
-SMOKE_NOTE = "smoke run: smallest sizes, not a measurement"
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = bench_parser(__doc__)
     ap.add_argument("--steps", type=int, default=200)
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--target", type=float, default=0.9)
     ap.add_argument("--db", default=None, help="run store (default: a fresh temporary one)")
-    ap.add_argument("--smoke", action="store_true",
-                    help="smallest sizes, seconds: checks the bench still runs (the test suite runs this)")
     a = ap.parse_args()
     optimizers = COMPARED_OPTIMIZERS
     if a.smoke:

@@ -23,7 +23,6 @@ entries) in seconds: it checks the bench still runs and measures nothing.
 
 from __future__ import annotations
 
-import argparse
 import json
 import statistics
 import tempfile
@@ -32,13 +31,12 @@ from pathlib import Path
 
 import torch
 
-from common import table  # noqa: E402  (also puts the checkout on sys.path)
+from common import bench_parser, SMOKE_NOTE, table  # noqa: E402  (also puts the checkout on sys.path)
 
 from lab.comm.spawn import run_local  # noqa: E402
 from lab.compression.compressors import GroupTopK, TopK  # noqa: E402
 from lab.testing.sparse_workers import bench_worker  # noqa: E402
 
-SMOKE_NOTE = "smoke run: smallest sizes, not a measurement"
 
 
 def bench_selection(numel: int, ratio: float, group_size: int, rounds: int) -> None:
@@ -114,7 +112,7 @@ def bench_sharing(numel: int, ratio: float, group_size: int, workers: int) -> No
 
 
 def main(argv=None) -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = bench_parser(__doc__)
     ap.add_argument("--numel", type=int, default=25_000_000)
     ap.add_argument("--ratio", type=float, default=0.01)
     ap.add_argument("--group-size", type=int, default=1024)
@@ -123,8 +121,6 @@ def main(argv=None) -> None:
     ap.add_argument("--share-numel", type=int, default=11_689_512)
     ap.add_argument("--workers", type=int, default=4)
     ap.add_argument("--skip-sharing", action="store_true")
-    ap.add_argument("--smoke", action="store_true",
-                    help="smallest sizes, seconds: checks the bench still runs (the test suite runs this)")
     args = ap.parse_args(argv)
     if args.smoke:
         args.numel, args.rounds, args.share_numel, args.workers = 1 << 16, 1, 1 << 14, 2

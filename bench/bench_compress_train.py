@@ -29,7 +29,6 @@ ranks. Accuracy: the final test accuracy of each variant's model (450 held-out d
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import shutil
@@ -43,7 +42,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from common import table  # noqa: E402
+from common import bench_parser, SMOKE_NOTE, table  # noqa: E402
 
 from lab.comm.spawn import run_local  # noqa: E402
 from lab.jobs.grid import where_each_wins  # noqa: E402
@@ -58,11 +57,10 @@ LABELS = {"dense": "dense ring all-reduce (fp32 gradient + loss slot)",
           "powersgd": "PowerSGD (torch's hook), P and Q all-reduced (fp32)",
           "fp16_hook": "FP16 all-reduce (torch's hook, 2 B/entry)",
           "bf16_hook": "BF16 all-reduce (torch's hook, 2 B/entry)"}
-SMOKE_NOTE = "smoke run: smallest sizes, not a measurement"
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap = bench_parser(__doc__)
     ap.add_argument("--steps", type=int, default=300)
     ap.add_argument("--lr", type=float, default=0.01)
     ap.add_argument("--batch", type=int, default=32, help="per worker")
@@ -71,8 +69,6 @@ def main() -> None:
     ap.add_argument("--rank", type=int, default=2, help="PowerSGD's rank")
     ap.add_argument("--warmup", type=int, default=WARMUP, help="PowerSGD's plain all-reduce steps")
     ap.add_argument("--no-hooks", action="store_true", help="leave torch's hooks out")
-    ap.add_argument("--smoke", action="store_true",
-                    help="smallest sizes, seconds: checks the bench still runs (the test suite runs this)")
     args = ap.parse_args()
     if args.smoke:
         args.steps, args.workers, args.optimisers = WARMUP + 2, 2, "adam"

@@ -42,7 +42,6 @@ run store; it checks the bench still runs and measures nothing.
 
 from __future__ import annotations
 
-import argparse
 import math
 import os
 import subprocess
@@ -51,7 +50,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from common import table  # noqa: E402  (also puts the checkout on sys.path)
+from common import bench_parser, SMOKE_NOTE, table  # noqa: E402  (also puts the checkout on sys.path)
 
 from lab.machine.calibrate import calibrate, format_profile, synthetic_profile  # noqa: E402
 from lab.machine.fidelity import (  # noqa: E402
@@ -65,7 +64,6 @@ from lab.machine.fidelity import (  # noqa: E402
 from lab.machine.profile import load_profile  # noqa: E402
 from lab.store.runs import RunStore  # noqa: E402
 
-SMOKE_NOTE = "smoke run: smallest sizes, not a measurement"
 SMOKE_CASE = "mlp 1w"  # the batch's smallest case: one rank, no compression, no emulation
 
 
@@ -144,7 +142,7 @@ def report(prof, db: Path) -> float:
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap = bench_parser(__doc__)
     ap.add_argument("--steps", type=int, default=200)
     ap.add_argument("--batches", type=int, default=2, help="run the preset batch this many times (default 2)")
     ap.add_argument("--profile", default=None, help="use this saved profile instead of calibrating")
@@ -156,8 +154,6 @@ def main() -> int:
     ap.add_argument("--db", default=None, help="run store to write (default: a temporary file)")
     ap.add_argument("--evaluate", action="store_true", help="only re-predict the runs already in --db")
     ap.add_argument("--loaded", action="store_true", help="then run the batch beside two spinning processes")
-    ap.add_argument("--smoke", action="store_true",
-                    help="smallest sizes, seconds: checks the bench still runs (the test suite runs this)")
     args = ap.parse_args()
     if args.smoke:
         args.steps, args.batches, args.only, args.db, args.evaluate, args.loaded = 8, 1, SMOKE_CASE, None, False, False

@@ -44,7 +44,6 @@ import time
 
 T_START = time.perf_counter()  # the budget covers the imports too
 
-import argparse  # noqa: E402
 import base64  # noqa: E402
 import copy  # noqa: E402
 import json  # noqa: E402
@@ -62,7 +61,7 @@ from collections import Counter  # noqa: E402
 from dataclasses import dataclass, field  # noqa: E402
 from typing import Any, Callable  # noqa: E402
 
-from common import ROOT, table  # noqa: E402  (also puts the checkout on sys.path)
+from common import bench_parser, ROOT, SMOKE_NOTE, table  # noqa: E402  (also puts the checkout on sys.path)
 
 from lab.errors import LabError  # noqa: E402
 from lab.scenario.document import Scenario, default_scenario  # noqa: E402
@@ -91,7 +90,6 @@ HEAVY = 0.03  # share of inputs in a few families that are the costliest of thei
 SENT = "@@HOSTILE@@"
 LAB_DIR = str(ROOT / "lab")
 TB_RE = re.compile(r"Traceback \(most recent call last\)|File \"[^\"]+\", line \d+")
-SMOKE_NOTE = "smoke run: smallest sizes, not a measurement"
 
 
 # ---------------------------------------------------------------------------------------------
@@ -1168,12 +1166,10 @@ def warm_up(bases: list) -> None:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap = bench_parser(__doc__)
     ap.add_argument("--seconds", type=float, default=60.0, help="time budget from start-up (default 60)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--per-family", type=int, default=150, help="inputs per family (default 150)")
-    ap.add_argument("--smoke", action="store_true",
-                    help="smallest sizes, seconds: checks the bench still runs (the test suite runs this)")
     args = ap.parse_args()
     # The identities are signed with a key of a data folder of the bench's own, and the guesses aim at a token
     # of the bench's own: nothing of a server's is read or written.

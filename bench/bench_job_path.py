@@ -18,7 +18,6 @@ bench still runs and measures nothing.
 
 from __future__ import annotations
 
-import argparse
 import collections
 import os
 import shutil
@@ -27,18 +26,15 @@ import tempfile
 import time
 from pathlib import Path
 
-from common import ROOT, table  # noqa: E402  (also puts the checkout on sys.path)
+from common import bench_parser, ROOT, SMOKE_NOTE, table  # noqa: E402  (also puts the checkout on sys.path)
 
 TRACE_DIR = ROOT / "bench" / "tracing"
-SMOKE_NOTE = "smoke run: smallest sizes, not a measurement"
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser()
+    ap = bench_parser(__doc__)
     ap.add_argument("--cold", action="store_true", help="without the warm starter")
     ap.add_argument("--list", action="store_true", help="print every file and function on the path")
-    ap.add_argument("--smoke", action="store_true",
-                    help="smallest sizes, seconds: checks the bench still runs (the test suite runs this)")
     args = ap.parse_args()
     if args.smoke:
         print(SMOKE_NOTE, flush=True)

@@ -18,7 +18,6 @@ The last line: ``models: architectures <n>, onnx ok, slowest graph <s> s, slowes
 """
 from __future__ import annotations
 
-import argparse
 import io
 import json
 import os
@@ -27,7 +26,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from common import table  # noqa: E402  (also puts the checkout on sys.path)
+from common import bench_parser, SMOKE_NOTE, table  # noqa: E402  (also puts the checkout on sys.path)
 
 import torch  # noqa: E402
 
@@ -130,12 +129,11 @@ def report(name: str) -> tuple[float, float, float]:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--smoke", action="store_true", help="the MLP, a small ViT and the MLP's ONNX file; seconds")
+    ap = bench_parser(__doc__, smoke="the MLP, a small ViT and the MLP's ONNX file; seconds")
     a = ap.parse_args()
     names = ["mlp", "vit_small"] if a.smoke else list(MODELS)
     if a.smoke:
-        print("smoke run: smallest sizes, not a measurement")
+        print(SMOKE_NOTE)
     os.environ.setdefault("LAB_DATA", tempfile.mkdtemp(prefix="bench-models-"))
     cases = [(n, None) for n in names] + [("mlp" if a.smoke else "cnn", onnx_file("mlp" if a.smoke else "cnn"))]
     trace("mlp", BATCH)  # the first trace loads what every later one uses, once per server process

@@ -14,7 +14,6 @@ ones compile at their warm-up step (not timed; the compile time is printed).
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import io
 import os
@@ -27,7 +26,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from common import table  # noqa: E402
+from common import bench_parser, SMOKE_NOTE, table  # noqa: E402
 
 from adabelief_pytorch import AdaBelief as PackageAdaBelief  # noqa: E402
 
@@ -115,12 +114,10 @@ def measure(shapes: list[tuple[int, ...]], rounds: int, smoke: bool = False) -> 
 
 
 def main(argv=None) -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = bench_parser(__doc__)
     ap.add_argument("--rounds", type=int, default=7)
     ap.add_argument("--threads", type=int, default=0, help="torch intra-op threads (0: torch's default)")
     ap.add_argument("--only", choices=["stack", *MODELS], help="one workload")
-    ap.add_argument("--smoke", action="store_true",
-                    help="smallest sizes, seconds: checks the bench still runs (the test suite runs this)")
     args = ap.parse_args(argv)
     if args.smoke:
         args.rounds = 1
@@ -130,7 +127,7 @@ def main(argv=None) -> None:
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, {os.cpu_count()} CPUs, "
           f"load average {load:.2f} at the start, {args.rounds} timed steps each (median)")
     if args.smoke:  # the stack alone: the last line compares on it
-        print("smoke run: smallest sizes, not a measurement")
+        print(SMOKE_NOTE)
         workloads = {"stack": stack_shapes(width=64, layers=2)}
     else:
         workloads = {"stack": stack_shapes()} | {m: model_shapes(m) for m in MODELS}

@@ -9,7 +9,6 @@ Target: every page well under 1.5 s here.
 
 from __future__ import annotations
 
-import argparse
 import os
 import statistics
 import sys
@@ -27,7 +26,7 @@ from streamlit.testing.v1 import AppTest  # noqa: E402
 logging.getLogger("streamlit").setLevel(logging.ERROR)
 
 from app import available_pages  # noqa: E402
-from common import table  # noqa: E402
+from common import bench_parser, SMOKE_NOTE, table  # noqa: E402
 from lab.train.warm import shared_starter  # noqa: E402
 
 
@@ -48,10 +47,8 @@ def first_run_seconds(page: str | None, script: Path | None = None) -> float:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser()
+    ap = bench_parser(__doc__)
     ap.add_argument("--repeat", type=int, default=5)
-    ap.add_argument("--smoke", action="store_true",
-                    help="smallest sizes, seconds: checks the bench still runs (the test suite runs this)")
     args = ap.parse_args()
     pages = available_pages()
     if args.smoke:
@@ -74,7 +71,7 @@ def main() -> None:
         finally:
             shared_starter().stop()  # the app starts its warm starter on its first run
     if args.smoke:
-        print("smoke run: smallest sizes, not a measurement")
+        print(SMOKE_NOTE)
     print("max s includes the process's first imports (cold start)")
     print(table(["page", "median s", "max s", "x empty page", "< 1.5 s"],
                 [["(empty page)", f"{base:.3f}", "", f"{1.0:.1f}", ""]] +

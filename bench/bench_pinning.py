@@ -13,7 +13,6 @@ policy's step over the turns policy's.
 """
 from __future__ import annotations
 
-import argparse
 import json
 import math
 import os
@@ -21,7 +20,7 @@ import statistics
 import tempfile
 from pathlib import Path
 
-from common import table  # noqa: E402  (also puts the checkout on sys.path)
+from common import bench_parser, SMOKE_NOTE, table  # noqa: E402  (also puts the checkout on sys.path)
 
 from bench_plan import four_devices  # noqa: E402
 from lab import settings  # noqa: E402
@@ -51,12 +50,10 @@ def run(sc: Scenario, steps: int, cpus: list) -> tuple[float, dict, list]:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap = bench_parser(__doc__)
     ap.add_argument("--steps", type=int, default=16)
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--procs", default="2,3,4", help="plans of these process counts only")
-    ap.add_argument("--smoke", action="store_true",
-                    help="smallest sizes, seconds: checks the bench still runs (the test suite runs this)")
     a = ap.parse_args()
     policies = RANK_POLICIES
     if a.smoke:  # the first plan of two processes, one timed step, one run of a pinned and of the unpinned policy
@@ -96,7 +93,7 @@ def main() -> None:
         if a.smoke:
             break
     if a.smoke:
-        print("smoke run: smallest sizes, not a measurement")
+        print(SMOKE_NOTE)
     print(f"# {len(cpus)} job cores {cpus}; {a.steps} steps, median after {WARMUP}, {a.repeats} runs per policy "
           "taken in turns")
     print(table(["model", "strategy", "procs", "policy", "cores by rank", "step (ms)", "range (ms)", "x turns",

@@ -20,7 +20,6 @@ each of greedy, HEFT and the chain DP well under a second.
 
 from __future__ import annotations
 
-import argparse
 import math
 import random
 import statistics
@@ -29,7 +28,7 @@ import time
 import networkx as nx
 import numpy as np
 
-from common import table  # noqa: E402  (also puts the checkout on sys.path)
+from common import bench_parser, SMOKE_NOTE, table  # noqa: E402  (also puts the checkout on sys.path)
 
 from lab.modelled.datasheet import LinkCost  # noqa: E402
 from lab.modelled.placement import TaskGraph, greedy_eft, heft, partition_chain  # noqa: E402
@@ -114,15 +113,13 @@ def timed(fn) -> tuple[float, object]:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap = bench_parser(__doc__)
     ap.add_argument("--tasks", type=int, default=2000)
     ap.add_argument("--devices", type=int, default=16)
     ap.add_argument("--layers", type=int, default=200)
     ap.add_argument("--chain-devices", type=int, default=8)
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--smoke", action="store_true",
-                    help="smallest sizes, seconds: checks the bench still runs (the test suite runs this)")
     a = ap.parse_args()
     if a.smoke:  # enough devices for every kind of the catalogue's mix, a few layers per device
         a.tasks, a.devices, a.layers, a.chain_devices, a.rounds = 50, 8, 12, 3, 1
@@ -158,7 +155,7 @@ def main() -> None:
                         rel_tol=1e-9)
 
     if a.smoke:
-        print("smoke run: smallest sizes, not a measurement")
+        print(SMOKE_NOTE)
     print(f"DAG: {a.tasks} operators, {len(g.transfer)} edges, {a.devices} devices "
           f"(TaskGraph built in {build_s:.3f} s); chain: {a.layers} layers x {a.chain_devices} devices; "
           f"median of {a.rounds} rounds\n")

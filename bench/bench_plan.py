@@ -26,7 +26,6 @@ The last line: ``plan: runs <n>, held-out geomean error <pct> %, worst <pct> %, 
 """
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import json
 import math
@@ -37,7 +36,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from common import table  # noqa: E402  (also puts the checkout on sys.path)
+from common import bench_parser, table  # noqa: E402  (also puts the checkout on sys.path)
 
 from lab import settings  # noqa: E402
 from lab.comm.spawn import run_local  # noqa: E402
@@ -133,12 +132,10 @@ def plan_sets(models: list[str], steps: int) -> list[dict]:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap = bench_parser(__doc__)
     ap.add_argument("--steps", type=int, default=16)
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--models", default="mlp,cnn,resnet,transformer")
-    ap.add_argument("--smoke", action="store_true",
-                    help="smallest sizes, seconds: checks the bench still runs (the test suite runs this)")
     a = ap.parse_args()
     if a.smoke:  # one timed step after the warm-up (the recorded last step is left out of the median)
         a.steps, a.repeats, a.models = WARMUP + 2, 1, "mlp"

@@ -10,7 +10,6 @@ temporary folders left behind. The comparison is within the run: the last ten jo
 
 from __future__ import annotations
 
-import argparse
 import gc
 import glob
 import os
@@ -23,7 +22,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from common import table  # noqa: E402
+from common import bench_parser, SMOKE_NOTE, table  # noqa: E402
 
 
 def rss_mb() -> float:
@@ -55,11 +54,9 @@ def children() -> int:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser()
+    ap = bench_parser(__doc__)
     ap.add_argument("--jobs", type=int, default=50)
     ap.add_argument("--steps", type=int, default=5)
-    ap.add_argument("--smoke", action="store_true",
-                    help="smallest sizes, seconds: checks the bench still runs (the test suite runs this)")
     args = ap.parse_args()
     if args.smoke:  # two jobs: the second runs through a manager that has already run one
         args.jobs, args.steps = 2, 1
@@ -99,7 +96,7 @@ def main() -> None:
                 if any(f"lab-job-{r}-" in d for r in ids)}  # only this run's launchers
 
     if args.smoke:
-        print("smoke run: smallest sizes, not a measurement")
+        print(SMOKE_NOTE)
     print(f"soak: {args.jobs} jobs (1 worker, {args.steps} steps, MLP) one after another through one JobManager; "
           f"{os.cpu_count()} cores, load average {os.getloadavg()[0]:.1f} at the end")
     marks = sorted({1, 5, 10, 20, 30, 40, args.jobs} & set(range(1, args.jobs + 1)))

@@ -14,7 +14,6 @@ its caller sees it (the job manager's wait, the command's exit). Medians of ``--
 
 from __future__ import annotations
 
-import argparse
 import os
 import re
 import statistics
@@ -24,7 +23,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from common import ROOT, free_port, start_app, stop_app, table  # noqa: E402  (also puts the checkout on sys.path)
+from common import bench_parser, free_port, ROOT, SMOKE_NOTE, start_app, stop_app, table  # noqa: E402  (also puts the checkout on sys.path)
 
 from lab import settings  # noqa: E402
 from lab.jobs import variants  # noqa: E402
@@ -140,18 +139,16 @@ def browser_runs(repeats: int, grid_steps: int) -> tuple[list[list], float]:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = bench_parser(__doc__)
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--grid-steps", type=int, default=200)
     ap.add_argument("--browser", action="store_true", help="also click through a running app in Chromium")
-    ap.add_argument("--smoke", action="store_true",
-                    help="smallest sizes, seconds: checks the bench still runs (the test suite runs this)")
     a = ap.parse_args()
     step_counts, optimizers = (1, 200), COMPARED_OPTIMIZERS
     if a.smoke:  # one 1-step job each way, and a comparison of one optimiser, dense and compressed
         a.repeats, a.grid_steps = 1, 1
         step_counts, optimizers = (1,), optimizers[:1]
-        print("smoke run: smallest sizes, not a measurement")
+        print(SMOKE_NOTE)
 
     db = Path(tempfile.mkdtemp(prefix="bench-start-")) / "runs.db"
     store = RunStore(db)

@@ -6,7 +6,6 @@ counting exit codes and aborts ("terminate called without an active exception", 
 
 from __future__ import annotations
 
-import argparse
 import collections
 import multiprocessing as mp
 import os
@@ -15,7 +14,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from common import ROOT, free_port, run_in_session, table  # noqa: E402  (also puts the checkout on sys.path)
+from common import bench_parser, free_port, ROOT, run_in_session, SMOKE_NOTE, table  # noqa: E402  (also puts the checkout on sys.path)
 
 
 def spin(stop) -> None:
@@ -24,16 +23,14 @@ def spin(stop) -> None:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = bench_parser(__doc__)
     ap.add_argument("--repeats", type=int, default=20)
     ap.add_argument("--steps", type=int, default=5)
     ap.add_argument("--busy", action="store_true", help="two background processes spin on the cores")
-    ap.add_argument("--smoke", action="store_true",
-                    help="smallest sizes, seconds: checks the bench still runs (the test suite runs this)")
     a = ap.parse_args()
     if a.smoke:  # one 1-step job of two processes and nothing spinning beside it: at most 3 processes
         a.repeats, a.steps, a.busy = 1, 1, False
-        print("smoke run: smallest sizes, not a measurement")
+        print(SMOKE_NOTE)
     stop = mp.Event()
     spinners = [mp.Process(target=spin, args=(stop,), daemon=True) for _ in range(2 if a.busy else 0)]
     for p in spinners:

@@ -18,7 +18,6 @@
 
 from __future__ import annotations
 
-import argparse
 import math
 import os
 import statistics
@@ -28,7 +27,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from common import ROOT, table  # noqa: E402  (also puts the checkout on sys.path)
+from common import bench_parser, ROOT, SMOKE_NOTE, table  # noqa: E402  (also puts the checkout on sys.path)
 
 from lab.store.runs import JOB_WORKER, RunStore  # noqa: E402
 from lab.train.reference import paired_throughput  # noqa: E402
@@ -39,22 +38,20 @@ def paired(tmp: Path, workers: int, steps: int, warmup: int, batch: int, model: 
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap = bench_parser(__doc__)
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--steps", type=int, default=500)
     ap.add_argument("--warmup", type=int, default=50)
     ap.add_argument("--batch", type=int, default=32)
     ap.add_argument("--model", default="mlp")
     ap.add_argument("--rounds", type=int, default=7)
-    ap.add_argument("--smoke", action="store_true",
-                    help="smallest sizes, seconds: checks the bench still runs (the test suite runs this)")
     args = ap.parse_args()
     a = args
     epoch_workers, epoch_steps = 4, math.ceil(1347 / (4 * 32))  # one epoch of digits, batch 32 per worker
     if a.smoke:  # two timed steps after one warm-up step, one round; then one step of two workers end to end
         a.workers, a.steps, a.warmup, a.rounds = 2, 3, 1, 1
         epoch_workers, epoch_steps = 2, 1
-        print("smoke run: smallest sizes, not a measurement")
+        print(SMOKE_NOTE)
     with tempfile.TemporaryDirectory(prefix="bench-train-") as d:
         tmp = Path(d)
         os.environ["LAB_DATA"] = str(tmp)

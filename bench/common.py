@@ -1,6 +1,7 @@
 """What every bench script shares: the lab importable from a checkout, and one plain-text table."""
 from __future__ import annotations
 
+import argparse
 import os
 import signal
 import socket
@@ -13,6 +14,18 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:  # a bench runs as a script from a checkout, not an installed package
     sys.path.insert(0, str(ROOT))
+
+
+SMOKE_NOTE = "smoke run: smallest sizes, not a measurement"
+
+
+def bench_parser(doc: str | None, smoke: str = "smallest sizes, seconds: checks the bench still runs "
+                 "(the test suite runs this)") -> argparse.ArgumentParser:
+    """A bench's command line: its docstring as the help, as written, and ``--smoke``, which every bench
+    has so that the suite can run it at its smallest sizes."""
+    ap = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--smoke", action="store_true", help=smoke)
+    return ap
 
 
 def free_port() -> int:
