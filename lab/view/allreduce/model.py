@@ -58,6 +58,7 @@ class AllReduce:
     every algorithm's schedule, the chosen algorithm and buffer size per device."""
 
     cluster: Topology
+    cluster_key: str  # the cluster's value (its JSON): what the shared orders and sweeps are kept by
     names: tuple[str, ...]
     algorithm: str
     nbytes: int
@@ -65,7 +66,6 @@ class AllReduce:
     best: Any  # ... and in the lab's order
     chosen: Any
     setup: C.Setup
-    cluster_key: str = ""  # the cluster's value (its JSON): what the shared orders and sweeps are kept by
 
     @cached_property
     def schedule(self) -> C.CollectiveSchedule:
@@ -102,7 +102,7 @@ def prepare(v: Mapping[str, Any], topo: Topology) -> AllReduce:
     chosen = best if v["ar_order"] == "lab" else given
     setup = C.Setup(tuple(names), tuple(names.index(x) for x in chosen.names),
                     tuple(map(tuple, C.topology_groups(cluster, names))), C.default_host(cluster, names))
-    return AllReduce(cluster, tuple(names), v["ar_alg"], int(v["ar_size"]), given, best, chosen, setup, key)
+    return AllReduce(cluster, key, tuple(names), v["ar_alg"], int(v["ar_size"]), given, best, chosen, setup)
 
 
 def sweeps(m: AllReduce) -> tuple[list[dict], dict, dict]:
@@ -112,7 +112,7 @@ def sweeps(m: AllReduce) -> tuple[list[dict], dict, dict]:
     curves = {a: (a, setup) for a in C.ALGORITHMS}
     curves["ring (lab order)"] = ("ring", C.Setup(setup.participants, tuple(m.names.index(x) for x in m.best.names),
                                                   setup.groups, setup.host))
-    return _SWEEPS.get((m.cluster_key or cluster.to_json(indent=None), setup, curves["ring (lab order)"][1], nbytes),
+    return _SWEEPS.get((m.cluster_key, setup, curves["ring (lab order)"][1], nbytes),
                        lambda: (C.compare_algorithms(cluster, setup, nbytes),
                                 C.sweep_sizes(cluster, curves, list(ALLREDUCE_SIZES)),
                                 C.sweep_devices(cluster, curves, nbytes)))
