@@ -258,8 +258,33 @@ def test_gpipe_bound_and_its_input_checks():
         gpipe_bound([1.0], 0)
 
 
-def test_the_module_imports_only_the_standard_library_numpy_and_lab_errors():
+def test_the_module_imports_only_the_standard_library_numpy_lab_errors_and_the_order():
     tree = ast.parse((ROOT / "lab/modelled/placement/pipeline.py").read_text())
     names = {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
     names |= {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)}
-    assert names <= {"__future__", "math", "dataclasses", "numbers", "typing", "numpy", "lab.errors"}, names
+    assert names <= {"__future__", "collections", "math", "dataclasses", "numbers", "typing", "numpy", "lab.errors",
+                     "lab.modelled.placement.order"}, names
+
+
+def test_both_models_follow_the_one_order_of_actions_on_every_device():
+    # A plan that returns to a device (A, B, A, C, B) with a skip input: every device's rows, in both the
+    # ideal model and the executor model, are its list of actions.
+    from lab.modelled.placement import order
+    from lab.modelled.placement.cores import Cpu
+    from lab.modelled.placement.executor import Stage, StepCosts, tasks
+
+    devs = ["A", "B", "A", "C", "B"]
+    pieces = [Piece(k, d, (f"o{k}",), inputs=((k - 1, 100.0),) * (k > 0) + ((0, 50.0),) * (k == 3), loss=k == 4)
+              for k, d in enumerate(devs)]
+    fwd = {f"o{k}": 0.1 * (k + 1) for k in range(5)}
+    s = simulate(pieces, fwd, {o: 2 * t for o, t in fwd.items()}, lambda a, b, n: n * 1e-3, 3)
+    stages = [Stage(p.index, p.device, ((f"o{p.index}", 0.1, 1.0),), 0.2,
+                    inputs=tuple((src, 0, n) for src, n in p.inputs), loss=p.loss) for p in pieces]
+    lists = tasks(stages, ["A", "B", "C"], 3, StepCosts())
+    for r, d in enumerate(["A", "B", "C"]):
+        want = list(order.gpipe([k for k, x in enumerate(devs) if x == d], 3))
+        assert order.actions_in([x for x in s.rows if x["device"] == d and x["kind"] not in ("activation",
+                                                                                             "gradient")]) == want
+        assert order.actions_in([t.row for t in lists[r] if isinstance(t, Cpu)]) == want
+    assert order.gpipe([2, 0], 2, train=False) == (order.Action("forward", 0, 0), order.Action("forward", 0, 1),
+                                                   order.Action("forward", 2, 0), order.Action("forward", 2, 1))

@@ -12,7 +12,7 @@ from lab.comm.spawn import run_local
 from lab.errors import LabError
 from lab.modelled.costmodel import catalogue_slowdown
 from lab.modelled.opgraph import trace
-from lab.modelled.placement import STRATEGIES
+from lab.modelled.placement import STRATEGIES, order
 from lab.scenario.catalogue import preset
 from lab.scenario.document import Scenario, Training
 from lab.scenario.models import build_model
@@ -84,6 +84,9 @@ def test_a_placement_run_computes_what_one_process_computes(model, plan, tmp_pat
     if plan == "interleaved3":  # the plan returns to a device: more pieces than devices, no deadlock
         assert len(pieces) > len(devices)
         assert any(p.device == "edge0" for p in pieces[1:])
+    for d, o in zip(devices, outs):  # each process ran every step (all recorded) in the models' order
+        step = list(order.gpipe([p.index for p in pieces if p.device == d], 3))
+        assert order.actions_in(o["events"]) == step * STEPS, d
 
 
 @pytest.mark.parametrize("model,width", [("resnet18", 0.5), ("mobilenet_v3_small", 1.0), ("vgg11", 0.5),

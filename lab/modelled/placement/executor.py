@@ -1,8 +1,9 @@
 """The lab's placement executor as task lists: what each process of a placement run does in one step, in
 the executor's own order, for the core model (:mod:`.cores`) to run on shared cores.
 
-The order is :class:`lab.train.placement_run.PlacementTrainer`'s (the ideal pipeline model, :mod:`.pipeline`,
-follows the same GPipe order on a core per process):
+The order is the one list of actions (:func:`.order.gpipe`) that
+:class:`lab.train.placement_run.PlacementTrainer` runs and the ideal pipeline model (:mod:`.pipeline`) follows on
+a core per process:
 
 * **Forward**, the process's pieces by ascending index, each for micro-batches ``0..M-1``: receive every
   input that another process produced (once per tensor and micro-batch, unpacking it), call the piece (a
@@ -27,6 +28,7 @@ from typing import Callable, Mapping, Sequence
 
 from lab.errors import LabError
 from lab.modelled.placement.cores import Cpu, Recv, Send, Sleep
+from lab.modelled.placement.order import BACKWARD, FORWARD, gpipe
 
 WHERE = "executor model"
 
@@ -114,60 +116,64 @@ def tasks(stages: Sequence[Stage], devices: Sequence[str], micro_batches: int, c
         lists[r].append(Send(key, rank[to_dev], cpu=costs.send(nbytes), wire=costs.wire(nbytes),
                              hold=hold(devices[r], to_dev, nbytes), row=row))
 
+    def forward(r: int, d: str, s: Stage, m: int, got: set) -> None:
+        out = lists[r]
+        for src, o, _ in s.inputs:
+            if dev[src] != d and (src, o, m) not in got:
+                got.add((src, o, m))
+                out.append(Recv(("F", src, o, m, r), cpu=costs.recv(size[(src, o)])))
+        for j, (op, sec, scale) in enumerate(s.forward):
+            extra = (costs.call if j == 0 else 0.0) + (costs.node if node_by_node else 0.0)
+            out.append(Cpu(sec + extra, {"device": d, "piece": s.index, "micro": m, "kind": "forward", "op": op}))
+            if scale > 1.0:
+                out.append(Sleep(after=scale - 1.0, row={"device": d, "piece": s.index, "micro": m,
+                                                         "kind": "emulated", "op": op}))
+        for key in order[s.index]:
+            for rd in dict.fromkeys(dev[k] for k in readers[key]):
+                if rd != d:
+                    first = min(k for k in readers[key] if dev[k] == rd)
+                    send(r, ("F", key[0], key[1], m, rank[rd]), rd, size[key],
+                         {"kind": "activation", "src": d, "dst": rd, "piece": first, "from_piece": s.index,
+                          "micro": m, "bytes": size[key], "device": rd, "op": None})
+        if s.loss:
+            out.append(Cpu(costs.loss, {"device": d, "piece": s.index, "micro": m, "kind": "loss", "op": None}))
+
+    def backward(r: int, d: str, s: Stage, m: int, last_reader: dict) -> None:
+        out = lists[r]
+        for o in outputs[s.index]:
+            for rd in dict.fromkeys(dev[k] for k in readers[(s.index, o)]):
+                if rd != d:
+                    out.append(Recv(("B", s.index, o, m, rank[rd]), cpu=costs.recv(size[(s.index, o)])))
+        out.append(Cpu(s.backward + costs.backward_call, {"device": d, "piece": s.index, "micro": m,
+                                                          "kind": "backward", "op": None}))
+        if s.backward_scale > 1.0:
+            out.append(Sleep(after=s.backward_scale - 1.0, row={"device": d, "piece": s.index, "micro": m,
+                                                                "kind": "emulated", "op": None}))
+        sent = set()
+        for src, o, _ in s.inputs:
+            if dev[src] != d and last_reader[(src, o)] == s.index and (src, o) not in sent:
+                sent.add((src, o))
+                send(r, ("B", src, o, m, r), dev[src], size[(src, o)],
+                     {"kind": "gradient", "src": d, "dst": dev[src], "piece": src, "from_piece": s.index,
+                      "micro": m, "bytes": size[(src, o)], "device": dev[src], "op": None})
+
     for r, d in enumerate(devices):
         mine = [s for s in stages if s.device == d]
-        out = lists[r]
         got: set = set()  # a tensor is received once per process and micro-batch, whichever piece reads it
-        # Forward.
-        for s in mine:
-            for m in range(M):
-                for src, o, _ in s.inputs:
-                    if dev[src] != d and (src, o, m) not in got:
-                        got.add((src, o, m))
-                        out.append(Recv(("F", src, o, m, r), cpu=costs.recv(size[(src, o)])))
-                for j, (op, sec, scale) in enumerate(s.forward):
-                    extra = (costs.call if j == 0 else 0.0) + (costs.node if node_by_node else 0.0)
-                    out.append(Cpu(sec + extra, {"device": d, "piece": s.index, "micro": m, "kind": "forward",
-                                                 "op": op}))
-                    if scale > 1.0:
-                        out.append(Sleep(after=scale - 1.0, row={"device": d, "piece": s.index, "micro": m,
-                                                                 "kind": "emulated", "op": op}))
-                for key in order[s.index]:
-                    for rd in dict.fromkeys(dev[k] for k in readers[key]):
-                        if rd != d:
-                            first = min(k for k in readers[key] if dev[k] == rd)
-                            send(r, ("F", key[0], key[1], m, rank[rd]), rd, size[key],
-                                 {"kind": "activation", "src": d, "dst": rd, "piece": first, "from_piece": s.index,
-                                  "micro": m, "bytes": size[key], "device": rd, "op": None})
-                if s.loss:
-                    out.append(Cpu(costs.loss, {"device": d, "piece": s.index, "micro": m, "kind": "loss",
-                                                "op": None}))
-        # Backward.
+        # A gradient goes back once the last local piece reading the tensor (the smallest index) is done.
         last_reader: dict[tuple[int, int], int] = {}
         for s in mine:
             for src, o, _ in s.inputs:
                 if dev[src] != d:
                     last_reader[(src, o)] = min(last_reader.get((src, o), s.index), s.index)
-        for s in reversed(mine):
-            for m in range(M):
-                for o in outputs[s.index]:
-                    for rd in dict.fromkeys(dev[k] for k in readers[(s.index, o)]):
-                        if rd != d:
-                            out.append(Recv(("B", s.index, o, m, rank[rd]), cpu=costs.recv(size[(s.index, o)])))
-                out.append(Cpu(s.backward + costs.backward_call, {"device": d, "piece": s.index, "micro": m,
-                                                                  "kind": "backward", "op": None}))
-                if s.backward_scale > 1.0:
-                    out.append(Sleep(after=s.backward_scale - 1.0, row={"device": d, "piece": s.index, "micro": m,
-                                                                        "kind": "emulated", "op": None}))
-                sent = set()
-                for src, o, nbytes in s.inputs:
-                    if dev[src] != d and last_reader[(src, o)] == s.index and (src, o) not in sent:
-                        sent.add((src, o))
-                        send(r, ("B", src, o, m, r), dev[src], size[(src, o)],
-                             {"kind": "gradient", "src": d, "dst": dev[src], "piece": src, "from_piece": s.index,
-                              "micro": m, "bytes": size[(src, o)], "device": dev[src], "op": None})
-        out.append(Cpu((optimizer or {}).get(d, 0.0), {"device": d, "piece": None, "micro": None,
-                                                       "kind": "optimizer", "op": None}))
+        for a in gpipe([s.index for s in mine], M):
+            if a.kind == FORWARD:
+                forward(r, d, stages[a.piece], a.micro, got)
+            elif a.kind == BACKWARD:
+                backward(r, d, stages[a.piece], a.micro, last_reader)
+            else:
+                lists[r].append(Cpu((optimizer or {}).get(d, 0.0), {"device": d, "piece": None, "micro": None,
+                                                                    "kind": "optimizer", "op": None}))
     return lists
 
 

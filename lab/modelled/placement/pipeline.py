@@ -6,10 +6,10 @@ split into ``M`` micro-batches that are pipelined GPipe-style. :func:`simulate` 
 operator of one step runs, in the same order as the lab's executor, so the measured and the
 modelled Gantt chart can share one time axis.
 
-**The executor's order**, which this model reproduces: every device runs its tasks in a fixed
-order. Forward: its pieces by ascending index and, for each piece, micro-batches ``0..M-1``
-("piece-major", as GPipe). Backward: its pieces by *descending* index, micro-batches ``0..M-1`` each.
-Then the device's optimizer step.
+**The executor's order**, which this model runs: every device works through the same list of actions
+as the executor, :func:`.order.gpipe`. Forward: its pieces by ascending index and, for each piece,
+micro-batches ``0..M-1`` ("piece-major", as GPipe). Backward: its pieces by *descending* index,
+micro-batches ``0..M-1`` each. Then the device's optimizer step.
 
 * A forward task ``(k, m)`` runs the piece's operators back to back and starts when the device is
   free and every input has arrived: the producer's forward ``(src, m)`` finish plus the link time
@@ -22,9 +22,9 @@ Then the device's optimizer step.
 * Links have no contention and a send never blocks the sender (the executor's sends are
   asynchronous); only the receiver waits.
 
-Because a device's forward tasks are ordered by ``(piece, micro)``, its backward tasks by
-``(-piece, micro)``, and every dependency points to a smaller key in that order, one pass over the
-tasks in that order computes the whole schedule; there is no deadlock to detect.
+Each device takes the next action of its list once what it waits for on other devices is done. Because
+a device's forward tasks are ordered by ``(piece, micro)``, its backward tasks by ``(-piece, micro)``,
+and every dependency points to a smaller key in that order, the lists always finish.
 
 :func:`gpipe_bound` is the textbook forward time of a chain of stages without links, the reference
 the tests hold a chain against.
@@ -33,11 +33,13 @@ the tests hold a chain against.
 from __future__ import annotations
 
 import math
+from collections import deque
 from dataclasses import dataclass
 from numbers import Integral, Real
 from typing import Any, Callable, Mapping, Sequence
 
 from lab.errors import LabError
+from lab.modelled.placement.order import BACKWARD, FORWARD, Action, gpipe
 
 WHERE = "pipeline model"
 
@@ -191,8 +193,8 @@ def simulate(pieces: Sequence[Piece], forward: Mapping[str, float], backward: Ma
 
     rows: list[dict] = []
     free = dict.fromkeys(dev, 0.0)
-    fwd_end = [[0.0] * m_count for _ in pieces]
-    bwd_end = [[0.0] * m_count for _ in pieces]
+    fwd_end: list[list[float | None]] = [[None] * m_count for _ in pieces]
+    bwd_end: list[list[float | None]] = [[None] * m_count for _ in pieces]
 
     def transfer(kind: str, sender: int, receiver: int, m: int, nbytes: float, start: float, end: float) -> None:
         rows.append({"kind": kind, "src": dev[sender], "dst": dev[receiver], "piece": receiver,
@@ -205,41 +207,62 @@ def simulate(pieces: Sequence[Piece], forward: Mapping[str, float], backward: Ma
                      "end": start + seconds})
         return start + seconds
 
-    for p in pieces:
-        k = p.index
-        for m in range(m_count):
-            start = free[p.device]
-            for src, nbytes in p.inputs:
-                sent = fwd_end[src][m]
-                arrive = sent + hop(dev[src], p.device, nbytes)
-                if dev[src] != p.device:
-                    transfer("activation", src, k, m, float(nbytes), sent, arrive)
-                start = max(start, arrive)
-            t = start
-            for op in p.ops:
-                t = compute(p.device, k, m, "forward", op, t, float(forward[op]))
-            if p.loss and loss_time > 0:
-                t = compute(p.device, k, m, "loss", None, t, loss_time)
-            fwd_end[k][m] = free[p.device] = t
+    def forward_task(k: int, m: int) -> bool:
+        p = pieces[k]
+        if any(fwd_end[src][m] is None for src, _ in p.inputs):
+            return False
+        start = free[p.device]
+        for src, nbytes in p.inputs:
+            sent = fwd_end[src][m]
+            arrive = sent + hop(dev[src], p.device, nbytes)
+            if dev[src] != p.device:
+                transfer("activation", src, k, m, float(nbytes), sent, arrive)
+            start = max(start, arrive)
+        t = start
+        for op in p.ops:
+            t = compute(p.device, k, m, "forward", op, t, float(forward[op]))
+        if p.loss and loss_time > 0:
+            t = compute(p.device, k, m, "loss", None, t, loss_time)
+        fwd_end[k][m] = free[p.device] = t
+        return True
 
-    for p in reversed(pieces):
-        k = p.index
-        for m in range(m_count):
-            start = max(free[p.device], fwd_end[k][m])
-            for c, nbytes in grads[k]:
-                sent = bwd_end[c][m]
-                arrive = sent + hop(dev[c], p.device, nbytes)
-                if dev[c] != p.device:
-                    transfer("gradient", c, k, m, nbytes, sent, arrive)
-                start = max(start, arrive)
-            t = start
-            for op in reversed(p.ops):
-                t = compute(p.device, k, m, "backward", op, t, float(backward[op]))
-            bwd_end[k][m] = free[p.device] = t
+    def backward_task(k: int, m: int) -> bool:
+        p = pieces[k]
+        if any(bwd_end[c][m] is None for c, _ in grads[k]):
+            return False
+        start = max(free[p.device], fwd_end[k][m])
+        for c, nbytes in grads[k]:
+            sent = bwd_end[c][m]
+            arrive = sent + hop(dev[c], p.device, nbytes)
+            if dev[c] != p.device:
+                transfer("gradient", c, k, m, nbytes, sent, arrive)
+            start = max(start, arrive)
+        t = start
+        for op in reversed(p.ops):
+            t = compute(p.device, k, m, "backward", op, t, float(backward[op]))
+        bwd_end[k][m] = free[p.device] = t
+        return True
 
-    # The optimizer step of a device follows all of its backward tasks; one row per device.
-    for d in free:
+    def run(d: str, a: Action) -> bool:
+        if a.kind == FORWARD:
+            return forward_task(a.piece, a.micro)
+        if a.kind == BACKWARD:
+            return backward_task(a.piece, a.micro)
         free[d] = compute(d, None, None, "optimizer", None, free[d], opt.get(d, 0.0))
+        return True
+
+    # Every device works through its own list of actions (the executor's); an action runs once what it
+    # waits for on other devices has run. The lists cannot deadlock (see :mod:`.order`); the check
+    # guards against a list that breaks that rule.
+    todo = {d: deque(gpipe([p.index for p in pieces if p.device == d], m_count)) for d in free}
+    while any(todo.values()):
+        moved = False
+        for d, actions in todo.items():
+            while actions and run(d, actions[0]):
+                actions.popleft()
+                moved = True
+        if not moved:
+            raise LabError("the pipeline's order waits for itself", where=WHERE)
     return PipelineSchedule(rows=rows, makespan=max(free.values()), micro_batches=m_count)
 
 

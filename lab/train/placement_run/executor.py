@@ -1,5 +1,6 @@
 """The pipeline executor of a placement run: one process per device, each running its own pieces for every
-micro-batch in the GPipe order, sending each output another device reads as soon as it exists."""
+micro-batch in the order of :func:`lab.modelled.placement.order.gpipe` (the list both models follow), sending
+each output another device reads as soon as it exists."""
 from __future__ import annotations
 
 import math
@@ -14,6 +15,7 @@ from lab.comm.peers import waits_for_peers
 from lab.errors import LabError
 from lab.modelled.balance import MAX_ROUNDS, model_loop
 from lab.modelled.costmodel import DATASHEET
+from lab.modelled.placement.order import BACKWARD, FORWARD, gpipe
 from lab.optim.optimizers import from_training as optim_from_training
 from lab.train import data as data_mod
 from lab.train import resilience as rz
@@ -58,6 +60,22 @@ class _Timed(fx.Interpreter):
             self.run_.op_done(self.piece, self.micro, None, self.opened, time.perf_counter())
             self.opened = None
         return out
+
+
+class _Step:
+    """What one step of a placement run keeps between its actions: the micro-batches, every piece's outputs
+    and inputs per micro-batch, tensors received, gradients on their way back, and the step's sums."""
+
+    def __init__(self, x: torch.Tensor, y: torch.Tensor, micro_batches: int, train: bool):
+        self.xs, self.ys = x.tensor_split(micro_batches), y.tensor_split(micro_batches)
+        self.batch, self.train = x.shape[0], train
+        self.acts: dict = {}  # (piece, micro) -> the piece's outputs
+        self.leaves: dict = {}  # (piece, micro) -> the inputs it ran on (their gradients go back)
+        self.received: dict = {}  # (piece, output, micro) from another device, received once
+        self.losses: dict = {}
+        self.grad: dict = {}  # (piece, output, micro) -> gradient summed over its readers on this device
+        self.remote: dict = {}  # (piece, output, micro) -> gradient for a tensor received from another device
+        self.loss_total, self.correct, self.compute = 0.0, 0, 0.0
 
 
 class PlacementTrainer(Rebalancing, Recording, Trainer):
@@ -122,6 +140,13 @@ class PlacementTrainer(Rebalancing, Recording, Trainer):
         self.opt = optim_from_training(self.tr, params, self.tr.lr) if params else None
         self.scales = op_scales(self.sc, plan) if self.tr.emulate else {}
         self._shapes = {}
+        # (piece, output) of another device -> the smallest local piece reading it: its gradient goes back
+        # once that piece's backward is done.
+        self.last_reader = {}
+        for p in self.mine:
+            for r in p.inputs:
+                if r is not INPUT and self.pieces[r[0]].device != self.device:
+                    self.last_reader[tuple(r)] = min(self.last_reader.get(tuple(r), p.index), p.index)
 
     # ----- sending and receiving ------------------------------------------------------------------
     def _tag(self, piece: int, out: int, micro: int, way: int) -> int:
@@ -222,124 +247,119 @@ class PlacementTrainer(Rebalancing, Recording, Trainer):
         return (out,) if piece.single else tuple(out)
 
     def step_placement(self, x: torch.Tensor, y: torch.Tensor, *, train: bool = True) -> dict:
-        """Forward (and with ``train``, backward and the optimiser) of one batch through the pipeline."""
-        tr = self.tr
-        M = tr.micro_batches if train else 1
-        xs, ys = x.tensor_split(M), y.tensor_split(M)
-        B = x.shape[0]
-        acts: dict = {}
-        leaves: dict = {}
-        received: dict = {}
-        loss_total, correct = 0.0, 0
-        losses = {}
+        """Forward (and with ``train``, backward and the optimiser) of one batch through the pipeline, in the
+        order of :func:`lab.modelled.placement.order.gpipe`, the list the models follow too."""
+        M = self.tr.micro_batches if train else 1
+        st = _Step(x, y, M, train)
         self.handles, self.keep = [], []
         self.fwd_time = {}
-        clock = time.perf_counter
-        compute = 0.0
         with torch.set_grad_enabled(train):
-            for p in self.mine:
-                for m in range(M):
-                    ins = []
-                    for r in p.inputs:
-                        if r is INPUT:
-                            ins.append(xs[m])
-                            continue
-                        src = self.pieces[r[0]]
-                        if src.device == self.device:
-                            v = acts[(src.index, m)][r[1]]
-                        else:
-                            key = (src.index, r[1], m)
-                            if key not in received:
-                                received[key] = self._recv(src, r[1], m, FWD, p.index,
-                                                           self.shape_of(src.index, r[1], xs[m].shape[0]))
-                            v = received[key]
-                        v = v.detach()
-                        if train and v.is_floating_point():
-                            v.requires_grad_(True)
-                        ins.append(v)
-                    t0 = clock()
-                    out = self.run_piece(p, m, [v.clone() for v in ins] if p.writes_in_place else ins)
-                    compute += clock() - t0
-                    acts[(p.index, m)], leaves[(p.index, m)] = out, ins
-                    for o, readers in p.readers.items():
-                        for dev in dict.fromkeys(self.pieces[k].device for k, _ in readers):
-                            if dev != self.device:
-                                self._send(out[o], self.rank_of[dev], self._tag(p.index, o, m, FWD))
-                    if p.index == self.final[0]:
-                        t0 = clock()
-                        logits = out[self.final[1]]
-                        loss = F.cross_entropy(logits, ys[m], reduction="sum") / B
-                        losses[m] = loss
-                        loss_total += float(loss.detach())
-                        correct += int((logits.argmax(1) == ys[m]).sum())
-                        t1 = clock()
-                        compute += t1 - t0
-                        self.event(kind="loss", op=None, piece=p.index, micro=m, start=t0, end=t1)
-        if train:
-            compute += self.backward(M, acts, leaves, losses)
-            t0 = clock()
-            if self.opt is not None:
-                self.opt.step()
-                self.opt.zero_grad(set_to_none=False)
-            t1 = clock()
-            compute += t1 - t0
-            self.event(kind="optimizer", op=None, piece=-1, micro=-1, start=t0, end=t1)
+            for a in gpipe([p.index for p in self.mine], M, train=train):
+                if a.kind == FORWARD:
+                    self.forward_task(st, self.pieces[a.piece], a.micro)
+                elif a.kind == BACKWARD:
+                    self.backward_task(st, self.pieces[a.piece], a.micro)
+                else:
+                    self.optimizer_task(st)
         for h in self.handles:
             h.wait()
         self.handles, self.keep = [], []
-        return {"loss": loss_total, "correct": correct, "compute": compute}
+        return {"loss": st.loss_total, "correct": st.correct, "compute": st.compute}
 
-    def backward(self, M: int, acts: dict, leaves: dict, losses: dict) -> float:
+    def forward_task(self, st: "_Step", p: Piece, m: int) -> None:
+        """Piece ``p`` on micro-batch ``m``: receive its inputs from other devices, run it, send what other
+        devices read of it, and on the last piece the loss."""
         clock = time.perf_counter
-        grad: dict = {}  # (piece, output, micro) -> gradient summed over its readers on this device
-        remote: dict = {}  # (piece, output, micro) -> gradient for a tensor received from another device
-        last_reader: dict = {}  # (piece, output) from another device -> the smallest local piece reading it
-        for p in self.mine:
-            for r in p.inputs:
-                if r is not INPUT and self.pieces[r[0]].device != self.device:
-                    last_reader[tuple(r)] = min(last_reader.get(tuple(r), p.index), p.index)
-        compute = 0.0
-        for p in reversed(self.mine):
-            for m in range(M):
-                outs, grads = [], []
-                for o in range(p.outputs):
-                    g = grad.pop((p.index, o, m), None)
-                    for dev in dict.fromkeys(self.pieces[k].device for k, _ in p.readers.get(o, [])):
-                        if dev != self.device:
-                            k0 = min(k for k, _ in p.readers[o] if self.pieces[k].device == dev)
-                            got = self._recv(p, o, m, BWD, k0, acts[(p.index, m)][o].shape)
-                            g = got if g is None else g + got
-                    if g is not None and acts[(p.index, m)][o].requires_grad:
-                        outs.append(acts[(p.index, m)][o])
-                        grads.append(g)
-                if p.index == self.final[0]:
-                    outs.append(losses[m])
-                    grads.append(None)
-                t0 = clock()
-                if outs:
-                    torch.autograd.backward(outs, grads)
-                t1 = clock()
-                compute += t1 - t0
-                self.event(kind="backward", op=None, piece=p.index, micro=m, start=t0, end=t1)
-                s = self.backward_scale(p, m)
-                if s > 1.0:
-                    wait = (s - 1.0) * (t1 - t0)
-                    self.stats["emul_compute"] += wait
-                    self.emulated_wait(wait)
-                    self.event(kind="emulated", op=None, piece=p.index, micro=m, start=t1, end=clock(), wait=wait)
-                for r, leaf in zip(p.inputs, leaves[(p.index, m)]):
-                    if r is INPUT:
-                        continue
-                    g = leaf.grad if leaf.grad is not None else torch.zeros_like(leaf)
-                    key = (r[0], r[1], m)
-                    if self.pieces[r[0]].device == self.device:
-                        grad[key] = g if key not in grad else grad[key] + g
-                    else:
-                        remote[key] = g if key not in remote else remote[key] + g
-                        if last_reader[tuple(r)] == p.index:
-                            src = self.pieces[r[0]]
-                            self._send(remote.pop(key), self.rank_of[src.device], self._tag(src.index, r[1], m, BWD))
-        return compute
+        ins = []
+        for r in p.inputs:
+            if r is INPUT:
+                ins.append(st.xs[m])
+                continue
+            src = self.pieces[r[0]]
+            if src.device == self.device:
+                v = st.acts[(src.index, m)][r[1]]
+            else:
+                key = (src.index, r[1], m)
+                if key not in st.received:
+                    st.received[key] = self._recv(src, r[1], m, FWD, p.index,
+                                                  self.shape_of(src.index, r[1], st.xs[m].shape[0]))
+                v = st.received[key]
+            v = v.detach()
+            if st.train and v.is_floating_point():
+                v.requires_grad_(True)
+            ins.append(v)
+        t0 = clock()
+        out = self.run_piece(p, m, [v.clone() for v in ins] if p.writes_in_place else ins)
+        st.compute += clock() - t0
+        st.acts[(p.index, m)], st.leaves[(p.index, m)] = out, ins
+        for o, readers in p.readers.items():
+            for dev in dict.fromkeys(self.pieces[k].device for k, _ in readers):
+                if dev != self.device:
+                    self._send(out[o], self.rank_of[dev], self._tag(p.index, o, m, FWD))
+        if p.index == self.final[0]:
+            t0 = clock()
+            logits = out[self.final[1]]
+            loss = F.cross_entropy(logits, st.ys[m], reduction="sum") / st.batch
+            st.losses[m] = loss
+            st.loss_total += float(loss.detach())
+            st.correct += int((logits.argmax(1) == st.ys[m]).sum())
+            t1 = clock()
+            st.compute += t1 - t0
+            self.event(kind="loss", op=None, piece=p.index, micro=m, start=t0, end=t1)
+
+    def backward_task(self, st: "_Step", p: Piece, m: int) -> None:
+        """Piece ``p``'s backward on micro-batch ``m``: the gradients of its outputs (summed over local
+        readers, received from other devices), its backward, and each input's gradient sent back once the
+        last local piece reading it is done."""
+        clock = time.perf_counter
+        outs, grads = [], []
+        for o in range(p.outputs):
+            g = st.grad.pop((p.index, o, m), None)
+            for dev in dict.fromkeys(self.pieces[k].device for k, _ in p.readers.get(o, [])):
+                if dev != self.device:
+                    k0 = min(k for k, _ in p.readers[o] if self.pieces[k].device == dev)
+                    got = self._recv(p, o, m, BWD, k0, st.acts[(p.index, m)][o].shape)
+                    g = got if g is None else g + got
+            if g is not None and st.acts[(p.index, m)][o].requires_grad:
+                outs.append(st.acts[(p.index, m)][o])
+                grads.append(g)
+        if p.index == self.final[0]:
+            outs.append(st.losses[m])
+            grads.append(None)
+        t0 = clock()
+        if outs:
+            torch.autograd.backward(outs, grads)
+        t1 = clock()
+        st.compute += t1 - t0
+        self.event(kind="backward", op=None, piece=p.index, micro=m, start=t0, end=t1)
+        s = self.backward_scale(p, m)
+        if s > 1.0:
+            wait = (s - 1.0) * (t1 - t0)
+            self.stats["emul_compute"] += wait
+            self.emulated_wait(wait)
+            self.event(kind="emulated", op=None, piece=p.index, micro=m, start=t1, end=clock(), wait=wait)
+        for r, leaf in zip(p.inputs, st.leaves[(p.index, m)]):
+            if r is INPUT:
+                continue
+            g = leaf.grad if leaf.grad is not None else torch.zeros_like(leaf)
+            key = (r[0], r[1], m)
+            if self.pieces[r[0]].device == self.device:
+                st.grad[key] = g if key not in st.grad else st.grad[key] + g
+            else:
+                st.remote[key] = g if key not in st.remote else st.remote[key] + g
+                if self.last_reader[tuple(r)] == p.index:
+                    src = self.pieces[r[0]]
+                    self._send(st.remote.pop(key), self.rank_of[src.device], self._tag(src.index, r[1], m, BWD))
+
+    def optimizer_task(self, st: "_Step") -> None:
+        clock = time.perf_counter
+        t0 = clock()
+        if self.opt is not None:
+            self.opt.step()
+            self.opt.zero_grad(set_to_none=False)
+        t1 = clock()
+        st.compute += t1 - t0
+        self.event(kind="optimizer", op=None, piece=-1, micro=-1, start=t0, end=t1)
 
     # ----- the loop -------------------------------------------------------------------------------
     def evaluate(self) -> float:
