@@ -5,6 +5,11 @@ digits) through the warm job manager, and the warm starter's resident memory. Wi
 the same as a person sees it: ``streamlit run app.py`` and headless Chromium clicking the Training
 page's Run and "Compare optimisers × compression" buttons.
 
+Then the small gloo groups the lab starts outside a job (the calibration's probes, the reference runs, the
+tests' workers) through ``lab.comm.spawn.run_local``: 2 ranks that import the placement executor, join the
+group and meet at a barrier, each rank forked from the fork server against each started in a fresh
+interpreter (spawn), medians of ``--repeats`` groups after one that starts the server.
+
 "First step" is the run store's ``running`` event (the first training step begins), from the
 moment before the submit (warm) or before the command starts (cold); "done" is the job's end as
 its caller sees it (the job manager's wait, the command's exit). Medians of ``--repeats`` runs.
@@ -138,6 +143,35 @@ def browser_runs(repeats: int, grid_steps: int) -> tuple[list[list], float]:
     return rows, grid_s
 
 
+def _group_worker(rank: int, world: int, port: int) -> None:
+    import torch.distributed as dist
+
+    from lab.comm.spawn import init_worker
+    from lab.train import placement_run  # noqa: F401  (what a reference run or a probe imports)
+
+    init_worker(rank, world, port)
+    dist.barrier()
+    dist.destroy_process_group()
+
+
+def group_times(repeats: int) -> list[list]:
+    """Median seconds of a 2-rank run_local group, forked from the fork server and spawned, and the ratio."""
+    from lab.comm.spawn import run_local
+
+    med = {}
+    for how in ("forkserver", "spawn"):
+        run_local(_group_worker, 2, start_method=how)  # the fork server starts once per process
+        times = []
+        for _ in range(repeats):
+            t0 = time.perf_counter()
+            run_local(_group_worker, 2, start_method=how)
+            times.append(time.perf_counter() - t0)
+        med[how] = statistics.median(times)
+    return [["2 ranks, forked from the fork server", f"{med['forkserver']:.2f}", repeats],
+            ["2 ranks, each a fresh interpreter (spawn)", f"{med['spawn']:.2f}", repeats],
+            ["spawn / fork server", f"{med['spawn'] / med['forkserver']:.1f}x", ""]]
+
+
 def main() -> None:
     ap = bench_parser(__doc__)
     ap.add_argument("--repeats", type=int, default=5)
@@ -194,6 +228,8 @@ def main() -> None:
 
         mem = rss_mb(jm.starter.pid)
         jm.shutdown()
+        print("\nmedian seconds of a gloo group started by run_local (start, join, barrier, end)")
+        print(table(["group", "seconds", "groups"], group_times(max(3, a.repeats) if not a.smoke else 1)))
         if a.browser:
             rows, bgrid = browser_runs(a.repeats, a.grid_steps)
             print("\nmedian seconds from the click in Chromium on a running app (streamlit run app.py)")

@@ -8,9 +8,10 @@ from __future__ import annotations
 import re
 
 import pytest
+from playwright.sync_api import expect
 
 from tests.conftest import settle
-from tests.journey import new_page, no_error_boxes, selected
+from tests.journey import new_page, no_error_boxes
 from tests.journeys.test_journey_plan_run import metric_exact, pin_and_set_steps, read_report_offline, wait_until_done
 from tests.scenario.test_onnx_models import exported
 
@@ -37,7 +38,9 @@ def test_an_uploaded_network_is_pinned_run_and_reported(streamlit_server, browse
         settle(pg)
         upload(pg, model)
         pg.get_by_text(re.compile(r"review-net\.onnx: \d+ ONNX operators")).first.wait_for(timeout=60_000)
-        assert selected(pg, "Model").startswith("review-net.onnx (ONNX")
+        # the note comes before the model box in the same run: wait for the box's own update
+        expect(pg.get_by_role("combobox", name="Model", exact=True).first).to_have_value(
+            re.compile(r"^review-net\.onnx \(ONNX"), timeout=30_000)
         pin_and_set_steps(pg, "net_conv1_conv", "fpga", STEPS)
 
         # a second student's broken file is refused with its name as text; the first student's view is unchanged
