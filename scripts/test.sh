@@ -16,7 +16,8 @@ if [ -n "$NEED" ]; then
   $SUDO apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq $NEED >/dev/null
 fi
-# Three test workers on two cores: a browser journey or a job spends much of its time waiting on another process,
-# and a worker that waits leaves the core to the others. Tests that start a Ray cluster share one worker
-# (xdist_group "ray"), so one cluster runs at a time.
-exec .venv/bin/python -m pytest -n 3 --dist loadgroup --durations=15 "$@"
+# Four test workers on two cores: a browser journey or a job spends much of its time waiting on another process,
+# and a worker that waits leaves the core to the others (a quiet run with three kept the cores two-thirds busy).
+# The browser journeys share one worker (xdist_group "browser") and so do the tests that start a Ray cluster
+# ("ray"), so one browser and one cluster run at a time.
+exec .venv/bin/python -m pytest -n 4 --dist loadgroup --durations=15 "$@"
