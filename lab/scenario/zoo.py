@@ -95,11 +95,13 @@ def check_width(width) -> float:
 
 
 def _resnet18(tvm, classes: int, width: float) -> nn.Module:
-    net = tvm.resnet18(num_classes=classes)
     if width == 1:
-        return net
-    # torchvision's ResNet fixes its stages at 64, 128, 256 and 512 channels: the stages are built again at the
-    # scaled widths with its own block, stage builder and initialisation.
+        return tvm.resnet18(num_classes=classes)
+    # torchvision's ResNet fixes its stages at 64, 128, 256 and 512 channels: its frame is made without storage
+    # (on the meta device) and every part with weights is built again at the scaled widths, with its own block,
+    # stage builder and initialisation.
+    with torch.device("meta"):
+        net = tvm.resnet18(num_classes=classes)
     c = [widen(64 << i, width) for i in range(4)]
     net.inplanes = c[0]
     net.conv1 = nn.Conv2d(CHANNELS, c[0], kernel_size=7, stride=2, padding=3, bias=False)

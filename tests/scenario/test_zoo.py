@@ -86,7 +86,8 @@ def test_width_one_is_torchvisions_own_builder_weight_for_weight():
 
 
 def test_a_width_scales_each_architectures_channels_or_hidden_size():
-    half = {n: build_model(n, 64, 10, width=0.5).net for n in ZOO}
+    whole = {n: build_model(n, 64, 10, width=0.5) for n in ZOO}
+    half = {n: m.net for n, m in whole.items()}
     r = half["resnet18"]
     assert [getattr(r, f"layer{i}")[0].conv1.out_channels for i in range(1, 5)] == [32, 64, 128, 256]
     assert r.conv1.out_channels == 32 and r.fc.in_features == 256
@@ -97,6 +98,9 @@ def test_a_width_scales_each_architectures_channels_or_hidden_size():
     for name, net in half.items():  # conv and linear weights shrink with the square of the width
         full = parameter_count(build_model(name, 64, 10))
         assert 0.15 < parameter_count(net) / full < 0.35, name
+    for name, net in whole.items():  # every tensor is real (no frame left on the meta device) and computes
+        assert {t.device.type for t in [*net.parameters(), *net.buffers()]} == {"cpu"}, name
+        assert torch.isfinite(net(torch.randn(2, 64))).all(), name
     mlp = build_model("mlp", 64, 10, width=2.0)
     assert [m.out_features for m in mlp.net if isinstance(m, torch.nn.Linear)] == [256, 128, 10]
     assert build_model("cnn", 64, 10, width=0.25).conv1.out_channels == 2
