@@ -16,8 +16,9 @@ if [ -n "$NEED" ]; then
   $SUDO apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq $NEED >/dev/null
 fi
-# Four test workers on two cores: a browser journey or a job spends much of its time waiting on another process,
-# and a worker that waits leaves the core to the others (a quiet run with three kept the cores two-thirds busy).
-# The browser journeys share one worker (xdist_group "browser") and so do the tests that start a Ray cluster
-# ("ray"), so one browser and one cluster run at a time.
-exec .venv/bin/python -m pytest -n 4 --dist loadgroup --durations=15 "$@"
+# Three test workers on two cores: a browser journey or a job spends much of its time waiting on another process,
+# and a worker that waits leaves the core to the others. Four were slower with both cores busy (40 minutes of
+# tests against 28) and starved a compiling worker past its heartbeat. The browser journeys share one worker
+# (xdist_group "browser") and so do the tests that start a Ray cluster ("ray"): one browser and one cluster at
+# a time.
+exec .venv/bin/python -m pytest -n 3 --dist loadgroup --durations=15 "$@"

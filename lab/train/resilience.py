@@ -106,21 +106,24 @@ def init_process_group(rank: int, world: int, timeout_s: float) -> None:
 
 # ----- heartbeats ------------------------------------------------------------------------------
 def main_thread_phase(main: int | None = None) -> tuple[str, str]:
-    """('comm' | 'busy', innermost lab function) of the thread that trains (``main``, by default the main
-    thread): 'comm' while it says it waits for its peers (:func:`lab.comm.peers.waiting_for_peers`) or is
-    inside torch.distributed; the function is only named, for the alarm's text, and decides nothing."""
+    """('comm' | 'compile' | 'busy', innermost lab function) of the thread that trains (``main``, by default the
+    main thread): 'comm' while it says it waits for its peers (:func:`lab.comm.peers.waiting_for_peers`) or is
+    inside torch.distributed; 'compile' while torch.compile builds a kernel (start-up work, however late in the
+    run it comes); the function is only named, for the alarm's text, and decides nothing."""
     main = threading.main_thread().ident if main is None else main
     frame = sys._current_frames().get(main)
     where = ""
-    in_dist = False
+    in_dist = in_compile = False
     while frame is not None:
         fn = frame.f_code.co_filename
         if "torch" in fn and "distributed" in fn:
             in_dist = True
+        if "torch" in fn and ("_dynamo" in fn or "_inductor" in fn):
+            in_compile = True
         if not where and fn.startswith(_LAB):
             where = frame.f_code.co_name
         frame = frame.f_back
-    return ("comm" if in_dist or is_waiting(main) else "busy"), where
+    return ("comm" if in_dist or is_waiting(main) else "compile" if in_compile else "busy"), where
 
 
 class Heartbeat:

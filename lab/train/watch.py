@@ -102,7 +102,8 @@ def stuck(procs, beats, now: float, started: float) -> Failure | None:
             if now - started > st:
                 culprits.append(r)
             continue
-        first = b.get("step", 0) == 0
+        # The first step and a kernel being compiled are start-up work: both get the start timeout.
+        first = b.get("step", 0) == 0 or b.get("phase") == "compile"
         if now - b["t"] > (st if first else fz):
             culprits.append(r)
             frozen.add(r)

@@ -3,6 +3,7 @@ pickles), heartbeat files, attempts, and the injected faults."""
 
 import os
 import pickle
+import threading
 import time
 
 import pytest
@@ -122,3 +123,40 @@ def test_the_main_thread_says_when_it_waits_for_its_peers_whatever_its_functions
         look("nested")
     look("after")
     assert seen == {"named like a collective": "busy", "declared": "comm", "nested": "comm", "after": "busy"}
+
+
+def test_a_worker_inside_torch_compile_is_in_the_compile_phase():
+    # A function whose code says it comes from torch's inductor stands for a kernel being compiled.
+    scope: dict = {}
+    exec(compile("def build(started, ev):\n    started.set()\n    ev.wait(10)\n",
+                 "/site-packages/torch/_inductor/codecache.py", "exec"), scope)
+    started, ev = threading.Event(), threading.Event()
+    t = threading.Thread(target=scope["build"], args=(started, ev))
+    t.start()
+    try:
+        assert started.wait(10)
+        assert R.main_thread_phase(t.ident)[0] == "compile"
+    finally:
+        ev.set()
+        t.join()
+
+
+def test_a_kernel_being_compiled_gets_the_start_timeout_and_busy_work_does_not(monkeypatch):
+    from lab.train import watch
+
+    monkeypatch.setenv("LAB_HEARTBEAT_TIMEOUT", "30")
+    monkeypatch.setenv("LAB_START_TIMEOUT", "180")
+
+    class Proc:
+        pid = 4242
+
+        def poll(self):
+            return None
+
+    now = 1000.0
+    for phase, blamed in (("compile", False), ("busy", True)):
+        beat = {"step": 1, "phase": phase, "where": "adam_update", "t": now, "progress_t": now - 40}
+        got = watch.stuck([Proc()], [beat], now, now - 60)
+        assert (got is not None) == blamed, phase
+    beat = {"step": 1, "phase": "compile", "where": "adam_update", "t": now, "progress_t": now - 200}
+    assert watch.stuck([Proc()], [beat], now, now - 300).kind == "hung"  # past the start timeout it is a hang
