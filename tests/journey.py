@@ -132,5 +132,9 @@ def wait_for_run(pg, timeout_ms: int = 120_000) -> None:
     A click reaches the server over the websocket; on a busy machine the page can still read as
     settled before the run it starts is written, so journeys wait for what the person sees.
     """
-    pg.get_by_role("heading", name=re.compile(r"^Run \S+")).first.wait_for(timeout=timeout_ms)
+    try:
+        pg.get_by_role("heading", name=re.compile(r"^Run \S+")).first.wait_for(timeout=timeout_ms)
+    except Exception as e:  # noqa: BLE001 - playwright's TimeoutError: say what the page shows instead
+        raise AssertionError(f"no run heading after {timeout_ms / 1000:.0f} s; the page shows:\n"
+                             + pg.locator("[data-testid='stMain']").inner_text()) from e
     settle(pg)

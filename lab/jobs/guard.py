@@ -3,9 +3,11 @@
 A person who clicks Run twice in quick succession (or clicks again because nothing seemed to
 happen yet) means one run. Each session keeps a :class:`Token` of its last submit: what was
 submitted (a fingerprint of the scenario and of the action), when, and the run ids it queued.
-:func:`decide` refuses a submit with the same fingerprint within ``window_s`` seconds of the
-last one, or while one of that submit's runs is still queued or starting (running but no step
-recorded yet). A different scenario, or the same one once its run has really started, goes ahead.
+:func:`decide` refuses a submit with the same fingerprint while the last one is still being queued
+(its first check can take seconds on a loaded server: it builds the model and the data), within
+``window_s`` seconds of the last one, or while one of that submit's runs is still queued or starting
+(running but no step recorded yet). A different scenario, or the same one once its run has really
+started, goes ahead.
 
 Pure functions over plain values, apart from :func:`phases`, which reads the run store.
 """
@@ -54,13 +56,15 @@ def decide(last: Token | None, fp: str, now: float, phases_of_last: Mapping[str,
     if last is None or last.fingerprint != fp:
         return Decision(True)
     age = now - last.at
+    if not last.run_ids:  # the first click's submit is still under way, however long it takes
+        return Decision(False, f"Already queued: a run with these settings is being queued (submitted {age:.1f} s ago).")
     waiting = [rid for rid in last.run_ids if (phases_of_last or {}).get(rid) in WAITING]
     if waiting:
         phase = (phases_of_last or {})[waiting[0]]
         return Decision(False, f"Already queued: run {waiting[0]} has these settings and is still {phase}.")
     if 0 <= age < window_s:
-        which = f"run {last.run_ids[0]}" if last.run_ids else "a run"
-        return Decision(False, f"Already queued: {which} with these settings was submitted {age:.1f} s ago.")
+        return Decision(False, f"Already queued: run {last.run_ids[0]} with these settings was submitted {age:.1f} s "
+                               "ago.")
     return Decision(True)
 
 
@@ -106,7 +110,8 @@ class SubmitBook:
         self.tokens[owner] = Token(fp, now)  # before submitting: a click arriving meanwhile is a repeat
         try:
             jobs = submit()
-        except Exception:  # nothing was queued: the same settings may be tried again
+        except BaseException:  # nothing was queued (an error, or the script run stopped): the same settings may
+            # be tried again, and no page waits for this submit any longer
             if last is None:
                 del self.tokens[owner]
             else:
@@ -115,12 +120,13 @@ class SubmitBook:
         self.tokens[owner] = Token(fp, now, tuple(j.run_id for j in jobs))
         return jobs, ""
 
-    def pending(self, owner: str, now: float | None = None) -> bool:
+    def pending(self, owner: str) -> bool:
         """Whether ``owner``'s last submit is still under way in another script run (a double click:
-        the first click's run queues the job while the second's draws the page)."""
+        the first click's run queues the job while the second's draws the page, and polls until the
+        run is in the store). However long the submit takes: a page that stopped polling before it ended
+        would say "no runs" with a run queued."""
         tok = self.tokens.get(owner)
-        now = time.monotonic() if now is None else now
-        return tok is not None and not tok.run_ids and 0 <= now - tok.at < WINDOW_S
+        return tok is not None and not tok.run_ids
 
 
 __all__ = ["Token", "Decision", "SubmitBook", "fingerprint", "decide", "phases", "WINDOW_S"]
