@@ -1,5 +1,5 @@
 """Small real process groups on this machine, the one way the lab starts ranks outside a training job
-(the calibration, the reference runs, the tests' and benches' workers): spawn N ranks over gloo and
+(the calibration, the reference runs, the tests' and benches' workers): start N ranks over gloo and
 reap them. The parent holds the rendezvous store on a port the operating system picked, so two
 groups started at the same moment never meet on one port (a port found free and then bound by the
 children could be taken in between).
@@ -43,7 +43,7 @@ def _rank(rank: int, fn: Callable, env: dict, *args) -> None:
 
 def run_local(fn: Callable, world: int, args: tuple = (), timeout_s: float = 120.0,
               start_method: str = "forkserver") -> None:
-    """Start ``world`` spawned processes ``fn(rank, world, port, *args)`` and wait for all of them;
+    """Start ``world`` processes ``fn(rank, world, port, *args)`` and wait for all of them;
     ``fn`` joins the group with :func:`init_worker` (``port`` is this process's rendezvous store).
 
     On a failure or after ``timeout_s`` every child is killed and reaped and a RuntimeError says which
