@@ -16,6 +16,11 @@ collection after every rerun took two thirds of the server's CPU per page view: 
 with it on, p95 was 10.5 s at think 5 s, with it off 0.23 s, in consecutive runs); ``--post-script-gc`` turns it back on
 for comparison. The server's resident memory is printed.
 
+While each phase runs, a probe asks the server's health endpoint (``/_stcore/health``, what a load balancer or
+a teacher's monitor asks) every half second: its median, p95 and worst answer per phase are printed. ``--caps
+star`` (or chain, mesh) opens every session on the 256-device topology of the size caps, through the page link
+(``?s=``) as a shared link would: the heaviest views a class can ask for.
+
 Two crowd phases of the same sessions: an idle server, then the same while the bench's own JobManager
 (capacity 1, as the app's) runs one student's long job and five other students queue a short job each, one
 every few seconds. A short job's wait is from its submit to its start (the "scheduled" event); the class
@@ -23,7 +28,7 @@ queue lets it start beside the long one once that has run its slice (LAB_SLICE_S
 within 10 s plus the short job's own length. The last line:
 ``classroom: sessions <n>, page p95 <s> s, idle page p95 <s> s, worst short-job wait <s> s``.
 
-    .venv/bin/python bench/bench_classroom.py [--sessions 10] [--duration 60] [--think 5] [--smoke]
+    .venv/bin/python bench/bench_classroom.py [--sessions 10] [--duration 60] [--think 5] [--caps star] [--smoke]
 
 ``--smoke``: one session on one page, phases of a few seconds, a long and a short job of one worker and a
 few steps each (the server without its own warm starter, so at most four processes run at once); it checks
@@ -51,12 +56,13 @@ def start_server(data: Path, port: int, post_script_gc: bool = False) -> subproc
     return start_app(data, port, "--runner.postScriptGC", str(post_script_gc).lower())
 
 
-async def rerun(ws, page: str) -> float:
+async def rerun(ws, page: str, query: str = "") -> float:
     from streamlit.proto.BackMsg_pb2 import BackMsg
     from streamlit.proto.ForwardMsg_pb2 import ForwardMsg
 
     msg = BackMsg()
     msg.rerun_script.page_name = page
+    msg.rerun_script.query_string = query
     t0 = time.perf_counter()
     await ws.send(msg.SerializeToString())
     while True:
@@ -70,13 +76,13 @@ async def rerun(ws, page: str) -> float:
 
 
 async def session(url: str, k: int, until: float, think: float, out: list, seed: int,
-                  pages: tuple = PAGES) -> None:
+                  pages: tuple = PAGES, query: str = "") -> None:
     import websockets
 
     rng = random.Random(seed * 1000 + k)
     async with websockets.connect(url, subprotocols=["streamlit"], max_size=None, open_timeout=60,
                                   ping_interval=None) as ws:
-        await rerun(ws, "")  # arrive on the home page (not counted)
+        await rerun(ws, "", query)  # arrive on the home page, from the link when there is one (not counted)
         i = rng.randrange(len(pages))
         await asyncio.sleep(rng.uniform(0, think))  # students do not all click at once
         while time.monotonic() < until:
@@ -86,15 +92,49 @@ async def session(url: str, k: int, until: float, think: float, out: list, seed:
             await asyncio.sleep(rng.uniform(0.5, 1.5) * think)
 
 
-def run_sessions(url: str, n: int, seconds: float, think: float, seed: int, pages: tuple = PAGES) -> list:
+def run_sessions(url: str, n: int, seconds: float, think: float, seed: int, pages: tuple = PAGES,
+                 query: str = "") -> list:
     out: list = []
     until = time.monotonic() + seconds
 
     async def main():
-        await asyncio.gather(*(session(url, k, until, think, out, seed, pages) for k in range(n)))
+        await asyncio.gather(*(session(url, k, until, think, out, seed, pages, query) for k in range(n)))
 
     asyncio.run(main())
     return out
+
+
+class HealthProbe:
+    """Asks ``base``/_stcore/health every ``every`` seconds in a thread while its ``with`` block runs; ``took``
+    holds the seconds of each answer (a probe with no answer within 60 s counts as 60 s)."""
+
+    def __init__(self, base: str, every: float = 0.5) -> None:
+        import threading
+
+        self.base, self.every, self.took = base, every, []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        import urllib.request
+
+        while not self._stop.is_set():
+            t0 = time.perf_counter()
+            try:
+                with urllib.request.urlopen(self.base + "/_stcore/health", timeout=60) as r:
+                    r.read()
+                self.took.append(time.perf_counter() - t0)
+            except OSError:
+                self.took.append(60.0)
+            self._stop.wait(self.every)
+
+    def __enter__(self) -> "HealthProbe":
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        self._thread.join(70)
 
 
 def cpu_seconds(pid: int) -> float:
@@ -128,6 +168,8 @@ def main() -> None:
     ap.add_argument("--job-cpus", default="", help="cores the jobs may use, e.g. 1 (default: every core)")
     ap.add_argument("--post-script-gc", action="store_true",
                     help="run the server with Streamlit's default runner.postScriptGC = true (the app turns it off)")
+    ap.add_argument("--caps", choices=("", "star", "chain", "mesh"), default="",
+                    help="open every session on this shape of the size caps' 256-device topology (by its link)")
     args = ap.parse_args()
     pages, workers, long_steps, alone_s = PAGES, 2, 20000, max(10.0, 2 * len(PAGES) * 1.0)
     if args.smoke:
@@ -140,6 +182,16 @@ def main() -> None:
     from lab.jobs.manager import JobManager
     from lab.scenario.document import default_scenario
     from lab.train.launcher_record import processes_of
+
+    query, where = "", "the default scenario's"
+    if args.caps:
+        from urllib.parse import urlencode
+
+        from lab.testing import caps
+
+        topo = caps.cap_topology(args.caps)
+        query = urlencode({"s": default_scenario().replace(topology=topo).to_url_param()})
+        where = f"the size caps' {args.caps} ({len(topo.device_names)} devices), opened by a link"
 
     with tempfile.TemporaryDirectory() as tmp:
         data = Path(tmp)
@@ -154,15 +206,20 @@ def main() -> None:
                 del os.environ["LAB_WARM"]
             elif args.smoke:
                 os.environ["LAB_WARM"] = warm
-        url = f"ws://127.0.0.1:{port}/_stcore/stream"
+        base, url = f"http://127.0.0.1:{port}", f"ws://127.0.0.1:{port}/_stcore/stream"
         jm = None
         try:
             for page in pages:  # first visit of each page in the server process (imports, caches)
-                run_sessions_once(url, page)
+                run_sessions_once(url, page, query)
             rss = {"warm": rss_mb(server.pid)}
-            alone = run_sessions(url, 1, alone_s, 0.2, args.seed, pages)
+            health = {}
+            with HealthProbe(base) as probe:
+                alone = run_sessions(url, 1, alone_s, 0.2, args.seed, pages, query)
+            health["alone"] = probe.took
             load0 = os.getloadavg()[0]
-            idle = run_sessions(url, args.sessions, args.duration, args.think, args.seed, pages)
+            with HealthProbe(base) as probe:
+                idle = run_sessions(url, args.sessions, args.duration, args.think, args.seed, pages, query)
+            health["idle server"] = probe.took
             rss["idle"] = rss_mb(server.pid)
             os.environ["LAB_DB"] = str(data / "runs.db")
             os.environ["LAB_DATA"] = str(data)
@@ -188,7 +245,9 @@ def main() -> None:
 
             t = threading.Thread(target=submit_shorts, daemon=True)
             t.start()
-            loaded = run_sessions(url, args.sessions, args.duration, args.think, args.seed + 1, pages)
+            with HealthProbe(base) as probe:
+                loaded = run_sessions(url, args.sessions, args.duration, args.think, args.seed + 1, pages, query)
+            health["with jobs"] = probe.took
             t.join()
             for rid, _ in shorts:
                 jm.wait(rid, timeout=300)
@@ -217,7 +276,7 @@ def main() -> None:
 
     print(f"classroom bench: {os.cpu_count()} cores, load average {load0:.1f} before the jobs and {load1:.1f} after "
           f"(other work on this machine included); real websocket sessions against `streamlit run`; "
-          f"LAB_SLICE_S {args.slice:g}")
+          f"LAB_SLICE_S {args.slice:g}; topology: {where}")
     header = ["phase", "page", "reruns", "median s", "p95 s", "max s", "p95/idle"]
     if not args.smoke:
         print(f"{'phase':<30}{'page':<12}{'reruns':>8}{'median s':>10}{'p95 s':>8}{'max s':>8}{'p95/idle':>10}")
@@ -251,19 +310,23 @@ def main() -> None:
             print(f"{name:<30}{status:<10}{wait:>10.2f}{ran:>8.2f}{wait - 10 - ran:>20.2f}")
     print(f"the long job ({long_sc.training.steps} steps, student 0) {'yielded' if yielded else 'never yielded'} and "
           f"was {long_status} when the bench stopped it; processes left after shutdown: {left}")
+    print("\nthe health endpoint (/_stcore/health) asked every 0.5 s during each phase")
+    print(table(["phase", "probes", "median s", "p95 s", "worst s"],
+                [[name, len(v), f"{statistics.median(v):.3f}", f"{pct(v, .95):.3f}", f"{max(v):.3f}"]
+                 for name, v in health.items() if v]))
     worst = max((w for _, _, w, _ in waits), default=float("nan"))
     print(f"classroom: sessions {args.sessions}, page p95 {pct(lv, .95):.2f} s, idle page p95 {pct(iv, .95):.2f} s, "
-          f"worst short-job wait {worst:.2f} s")
+          f"worst short-job wait {worst:.2f} s, worst health answer {max(max(v, default=0) for v in health.values()):.2f} s")
     if args.smoke:
         print(SMOKE_NOTE)
 
 
-def run_sessions_once(url: str, page: str) -> None:
+def run_sessions_once(url: str, page: str, query: str = "") -> None:
     async def once():
         import websockets
 
         async with websockets.connect(url, subprotocols=["streamlit"], max_size=None, open_timeout=60) as ws:
-            await rerun(ws, page)
+            await rerun(ws, page, query)
 
     asyncio.run(once())
 

@@ -37,14 +37,18 @@ def test_a_run_from_the_training_page_runs_on_the_cluster_and_the_jobs_page_says
 
                 # Bob sees the class's jobs read-only: no Stop for Alice's job.
                 bob.goto(base + "/jobs")
+                # The page's first run in this server beside a job on both cores and a Ray cluster can take longer
+                # than a click waits: wait for the page itself first.
+                bob.get_by_role("heading", name="Jobs").first.wait_for(timeout=120_000)
                 settle(bob)
-                bob.get_by_text("Show the whole class's jobs (read-only)").click()
+                bob.get_by_text("Show the whole class's jobs (read-only)").click(timeout=60_000)
                 settle(bob)
                 bob.get_by_role("heading", name=f"Job {rid}").wait_for(timeout=60_000)
                 settle(bob)
                 assert bob.get_by_role("button", name="Stop", exact=True).count() == 0
 
                 alice.goto(base + "/jobs")
+                alice.get_by_role("heading", name="Jobs").first.wait_for(timeout=120_000)
                 settle(alice)
                 alice.get_by_role("heading", name=f"Job {rid}").wait_for(timeout=30_000)
                 alice.get_by_text("Which node of the Ray cluster ran which rank").wait_for(timeout=30_000)
