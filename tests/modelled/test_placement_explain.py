@@ -94,3 +94,35 @@ def test_over_full_lists_the_devices_holding_more_than_their_memory():
     assert [(u["device"], u["memory"], u["over"]) for u in usage] == [("p", 5.0, True), ("q", 5.0, False)]
     assert over_full(usage) == ["p"]
     assert over_full([{"device": "x", "over": False}]) == []
+
+
+def test_graphs_from_equal_inputs_share_a_fingerprint_and_any_change_a_strategy_reads_changes_it():
+    a, b = model_task_graph("mlp", preset("pcie"), batch_size=32), model_task_graph("mlp", preset("pcie"), batch_size=32)
+    assert a is not b and a.fingerprint() == b.fingerprint()
+    op, dev = a.tasks[0], a.devices[0]
+    assert a.with_pins({op: dev}).fingerprint() != a.fingerprint()  # a pin
+    assert model_task_graph("mlp", preset("pcie"), batch_size=64).fingerprint() != a.fingerprint()  # compute times
+    assert model_task_graph("mlp", preset("pcie"), batch_size=32, speed={dev: 0.5}).fingerprint() != a.fingerprint()
+    assert model_task_graph("mlp", preset("cxl"), batch_size=32).fingerprint() != a.fingerprint()  # the links
+    assert _chain(3).fingerprint() == _chain(3).fingerprint() != _chain(4).fingerprint()
+    # A link cost that is only a function: its numbers are not in the digest, so nothing is shared.
+    opaque = TaskGraph({"t0": {"p": 1.0, "q": 1.0}, "t1": {"p": 1.0, "q": 1.0}}, {("t0", "t1"): 8.0},
+                       link_time=lambda u, v, n: 0.0 if u == v else n * 1e-3)
+    assert opaque.fingerprint() is None
+
+
+def test_the_strategy_comparison_is_computed_once_per_graph_and_its_rows_are_the_callers(monkeypatch):
+    from lab.modelled.placement import explain
+
+    explain._COMPARISONS.clear()
+    calls = []
+    real = explain._strategy_comparison
+    monkeypatch.setattr(explain, "_strategy_comparison", lambda g: calls.append(g) or real(g))
+    first = strategy_comparison(model_task_graph("mlp", preset("pcie"), batch_size=32))
+    first[0][0]["makespan"] = -1.0  # a caller writing into its rows
+    again = strategy_comparison(model_task_graph("mlp", preset("pcie"), batch_size=32))  # another session's graph
+    assert len(calls) == 1
+    assert again == real(model_task_graph("mlp", preset("pcie"), batch_size=32))  # as computed afresh
+    assert again[0][0]["makespan"] != -1.0
+    strategy_comparison(_chain(3))
+    assert len(calls) == 2  # another graph is computed

@@ -7,6 +7,7 @@ from typing import Any, Callable, Iterable, Mapping
 import numpy as np
 
 from lab.errors import LabError
+from lab.memo import SharedCache
 from lab.modelled.opgraph import trace
 from lab.modelled.placement.graph import (
     OPTIMAL_MAX_TASKS,
@@ -80,7 +81,21 @@ def graph_for(strategy: str, g: TaskGraph) -> tuple[TaskGraph, str | None]:
 def strategy_comparison(g: TaskGraph) -> tuple[list[dict[str, Any]], str | None]:
     """:func:`compare_strategies` rows, each with the ``graph`` it ran on: every strategy on ``g`` (the exact
     optimum only when ``g`` is small enough) and, when ``g`` is too big for the exact search, every strategy on
-    a coarsened graph too, with a note saying so (None when ``g`` is small enough)."""
+    a coarsened graph too, with a note saying so (None when ``g`` is small enough).
+
+    Kept per graph (its fingerprint) in this process and shared by every session: a class that opens one link
+    asks for the same comparison at once, and it is most of a Placement view's work at the size caps."""
+    key = g.fingerprint()
+    if key is None:
+        return _strategy_comparison(g)
+    rows, note = _COMPARISONS.get(key, lambda: _strategy_comparison(g))
+    return [dict(r) for r in rows], note  # copies: a caller may add to its rows
+
+
+_COMPARISONS = SharedCache(32)
+
+
+def _strategy_comparison(g: TaskGraph) -> tuple[list[dict[str, Any]], str | None]:
     small = len(g) <= OPTIMAL_MAX_TASKS
     names = [n for n in STRATEGIES if small or n != "optimal"]
     rows = [r | {"graph": f"full graph ({len(g)} operators)"} for r in compare_strategies(g, names)]

@@ -41,6 +41,7 @@ line per operator.
 
 from __future__ import annotations
 
+import hashlib
 import heapq
 import math
 from dataclasses import dataclass, field
@@ -187,6 +188,25 @@ class TaskGraph:
         C = self.free_C
         return self.with_compute({t: {d: float(C[i, j]) * factor(t, d) for j, d in enumerate(self.devices)
                                       if math.isfinite(C[i, j])} for i, t in enumerate(self.tasks)})
+
+    def fingerprint(self) -> str | None:
+        """A digest of everything a strategy reads from this graph (tasks, devices, compute times with and without
+        the pins, transfers, the link matrices, task information, memory and capacities), so that two sessions'
+        graphs built from equal inputs share one strategy comparison; None when the link cost is a function whose
+        numbers the digest cannot see."""
+        lt = self.link_time
+        if lt is not None and not isinstance(lt, LinkCost):
+            return None
+        h = hashlib.sha256()
+        for part in (self.tasks, self.devices, list(self.transfer.items()), self.info, self.device_types,
+                     list(self.pins.items()), type(lt).__name__, getattr(lt, "names", None)):
+            h.update(repr(part).encode())
+            h.update(b"\0")
+        for arr in (self.C, self.free_C, self.memory, self.capacity,
+                    *((lt.latency, lt.inv_bandwidth) if lt is not None else ())):
+            h.update(repr(arr.shape).encode())
+            h.update(np.ascontiguousarray(arr, dtype=float).tobytes())
+        return h.hexdigest()
 
     def with_pins(self, pins: Mapping[Task, Device] | Iterable[tuple[Task, Device]] | None) -> "TaskGraph":
         """A copy where each pinned task can run only on its device (``pins``: task -> device, or
