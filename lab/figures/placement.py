@@ -232,19 +232,23 @@ def balance_figure(series: Mapping[str, Mapping[str, Any]], nodes: Sequence[str]
     fig = make_subplots(rows=2, cols=1, shared_xaxes=True, vertical_spacing=0.1,
                         subplot_titles=(f"Round time and waiting time ({key})", f"Weight per node ({key})"))
     colours = device_colours(nodes)
+    traces, rows = [], []  # added at once: plotly checks the figure's whole data again on every add_trace
     for k, (rule, s) in enumerate(series.items()):
         dash = dashes[k % len(dashes)]
-        fig.add_trace(go.Scatter(x=s["round"], y=[x * scale for x in s["round_time"]], mode="lines+markers",
-                                 name=f"{esc(rule)}: round time", line=dict(color="#24292f", dash=dash)), 1, 1)
-        fig.add_trace(go.Scatter(x=s["round"], y=[x * scale for x in s["max_wait"]], mode="lines",
-                                 name=f"{esc(rule)}: max wait", line=dict(color="#cf222e", dash=dash)), 1, 1)
-        fig.add_trace(go.Scatter(x=s["round"], y=[x * scale for x in s["mean_wait"]], mode="lines",
-                                 name=f"{esc(rule)}: mean wait", line=dict(color="#d29922", dash=dash)), 1, 1)
+        traces += [go.Scatter(x=s["round"], y=[x * scale for x in s["round_time"]], mode="lines+markers",
+                              name=f"{esc(rule)}: round time", line=dict(color="#24292f", dash=dash)),
+                   go.Scatter(x=s["round"], y=[x * scale for x in s["max_wait"]], mode="lines",
+                              name=f"{esc(rule)}: max wait", line=dict(color="#cf222e", dash=dash)),
+                   go.Scatter(x=s["round"], y=[x * scale for x in s["mean_wait"]], mode="lines",
+                              name=f"{esc(rule)}: mean wait", line=dict(color="#d29922", dash=dash))]
+        rows += [1, 1, 1]
         for j, node in enumerate(nodes):
-            fig.add_trace(go.Scatter(x=s["round"], y=[w[j] for w in s["weights"]], mode="lines+markers",
+            traces.append(go.Scatter(x=s["round"], y=[w[j] for w in s["weights"]], mode="lines+markers",
                                      name=esc(node), line=dict(color=colours[node], dash=dash),
                                      legendgroup=esc(node), showlegend=k == 0,
-                                     hovertemplate=f"{esc(rule)}, {esc(node)}: %{{y:.3g}}<extra></extra>"), 2, 1)
+                                     hovertemplate=f"{esc(rule)}, {esc(node)}: %{{y:.3g}}<extra></extra>"))
+            rows.append(2)
+    fig.add_traces(traces, rows=rows, cols=[1] * len(rows))
     if reference_time is not None:
         fig.add_hline(y=reference_time * scale, line=dict(color="#2da44e", dash="dot"), row=1, col=1,
                       annotation_text="plan made with the true speeds")
