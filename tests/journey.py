@@ -138,3 +138,19 @@ def wait_for_run(pg, timeout_ms: int = 120_000) -> None:
         raise AssertionError(f"no run heading after {timeout_ms / 1000:.0f} s; the page shows:\n"
                              + pg.locator("[data-testid='stMain']").inner_text()) from e
     settle(pg)
+
+
+def download(pg, button: str, path, timeout_ms: int = 60_000) -> None:
+    """Click the download button named ``button`` and save what it sends at ``path``. A rerun of the page between
+    the click and the fetch (a busy machine) can cancel the browser's download; a person clicks again, so this
+    does too, at most three times."""
+    for attempt in range(3):
+        with pg.expect_download(timeout=timeout_ms) as got:
+            pg.get_by_role("button", name=button).click()
+        try:
+            got.value.save_as(path)
+            return
+        except Exception:  # noqa: BLE001 - playwright's Error "canceled": click again
+            if attempt == 2:
+                raise
+            settle(pg)

@@ -11,7 +11,7 @@ import pytest
 from playwright.sync_api import expect
 
 from tests.conftest import settle
-from tests.journey import new_page, no_error_boxes
+from tests.journey import download, new_page, no_error_boxes
 from tests.journeys.test_journey_plan_run import metric_exact, pin_and_set_steps, read_report_offline, wait_until_done
 from tests.scenario.test_onnx_models import exported
 
@@ -59,10 +59,8 @@ def test_an_uploaded_network_is_pinned_run_and_reported(streamlit_server, browse
         status = wait_until_done(pg, tmp_path / "onnx-run.png")
         assert status.startswith("done"), status
         assert metric_exact(pg, "Step, measured (median)")
-        with pg.expect_download(timeout=60_000) as got:
-            pg.get_by_role("button", name="Download this view as a report").click()
         report = tmp_path / "onnx-report.html"
-        got.value.save_as(report)
+        download(pg, "Download this view as a report", report)
         no_error_boxes(pg)
     finally:
         pg.context.close()

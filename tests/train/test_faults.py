@@ -168,12 +168,14 @@ def test_recover_policy_restarts_from_the_checkpoint_with_the_remaining_worker(e
     restart = stage(store, rid, "restart").iloc[0]
     assert restart.step == CK and restart.attempt == 1
     assert restart.detail["workers"] == 1 and restart.detail["exact"] is False  # data re-split over 1 worker
-    assert restart.detail["discarded_rows"] > 0  # step 6 (at least) was stored by attempt 0 and is redone
     running = stage(store, rid, "running")
     assert list(running.step) == [0, CK] and list(running.attempt) == [0, 1]
     m = store.metrics(rid)
     job = m[m.worker == JOB_WORKER]
-    assert list(job.step) == list(range(0, STEPS + 1))  # every step exactly once, no gap, no repeat
+    # Every step exactly once, no gap, no repeat: what attempt 0 stored past the checkpoint was discarded. How many
+    # rows that was (restart.detail["discarded_rows"]) depends on timing: rank 0 can be stopped between its
+    # all-reduce of step 6 and its write.
+    assert list(job.step) == list(range(0, STEPS + 1))
     assert set(m[m.worker == 1].step) == set(range(1, CK + 1))  # the failed worker's rows end at the checkpoint
     assert set(m[m.worker == 0].step) == set(range(1, STEPS + 1))
     wall = job.set_index("step").wall
