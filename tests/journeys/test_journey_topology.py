@@ -36,7 +36,11 @@ def cell(pg, which: int, row: int, col: int) -> str:
 
 
 def column(pg, which: int, col: int) -> list[str]:
-    return [t.strip() for t in grid(pg, which).locator(f"td[id^='glide-cell-{col}-']").all_text_contents()]
+    """A column's shown texts, once the grid has drawn its cells (the table comes before its cells on a busy
+    machine)."""
+    cells = grid(pg, which).locator(f"td[id^='glide-cell-{col}-']")
+    cells.first.wait_for(state="attached", timeout=30_000)
+    return [t.strip() for t in cells.all_text_contents()]
 
 
 def type_into_cell(pg, which: int, row: int, col: int, text: str) -> None:

@@ -150,11 +150,12 @@ def test_tiny_calibration_end_to_end(tmp_path, spawns):
     assert prof.jitter["2"].fixed >= 0 and prof.remainder["2"].fixed >= 0
     assert prof.machine["cores"] >= 1 and prof.created
     ex = prof.executor  # the placement executor measured in place, on the two plans asked for
-    # Two plans cannot tell every CPU term apart (under load the fit may give one all of it): some CPU per step is
-    # found, no term is negative.
-    cpu_terms = (ex.compute, ex.call, ex.backward_call, ex.node, ex.loss)
+    # Two plans cannot tell the terms apart (under load the fit has given all of a step to one term, and once none
+    # of it to the CPU terms): some cost per step is found, no term is negative.
+    terms = (ex.compute, ex.call, ex.backward_call, ex.node, ex.loss, ex.send_fixed, ex.send_per_byte, ex.recv_fixed,
+             ex.recv_per_byte, ex.background_same, ex.background_other, ex.wire_fixed, ex.wire_per_byte, ex.wake)
     assert ex.cases == 2 and ex.procs == (1, 2) and math.isfinite(ex.fit_error)
-    assert min(cpu_terms) >= 0 and sum(cpu_terms) > 0
+    assert min(terms) >= 0 and sum(terms) > 0
     path = prof.save(tmp_path / "machine_profile.json")
     back = profile_mod.load_profile(path)
     assert back == prof
