@@ -3,11 +3,14 @@ resuming, injected faults, and the rendezvous that cannot clash.
 
 * **Heartbeats.** Under the lab's launcher (LAB_HEARTBEAT_FILE set) a daemon thread in every worker
   writes a small JSON file every ``LAB_HEARTBEAT_EVERY`` seconds (default 0.5): pid, attempt, the
-  step it is on, when that step began (``progress_t``), and its *phase*: ``comm`` while the main
+  step it is on, when it last moved (``progress_t``), and its *phase*: ``comm`` while the main
   thread waits for its peers (a torch.distributed call, the lab's ring, the parameter-server
   exchange), ``busy`` otherwise, with the lab function it is in (``where``). A process that froze
-  stops writing (the file grows old); a worker that hangs keeps writing but its step stops moving.
-  The launcher tells the culprit (``busy``) from the peers that wait for it (``comm``).
+  stops writing (the file grows old); a worker that hangs keeps writing but stops moving.
+  The launcher tells the culprit (``busy``) from the peers that wait for it (``comm``). Moving is a
+  new step, a unit of work inside one (:func:`progressed`: an operator of a placement run, a message
+  received), or a wait the worker planned (:func:`planned_wait`: an emulated device's extra time) that
+  has not yet reached its end: a long step of a slow emulated device on a loaded machine is not a hang.
 * **Checkpoints.** Every ``checkpoint_every`` steps each rank writes its own small state (sampler
   position and random generator, floating buffers, and its optimiser state where that is local:
   ``state_allreduce``), all ranks meet at a barrier, then the owner (rank 0, or the parameter
@@ -43,7 +46,9 @@ import signal
 import sys
 import threading
 import time
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Iterator
 
 from lab import settings
 from lab.comm.peers import is_waiting
@@ -105,6 +110,30 @@ def init_process_group(rank: int, world: int, timeout_s: float) -> None:
 
 
 # ----- heartbeats ------------------------------------------------------------------------------
+_WORK = 0  # units of work done in this process, for the heartbeat's "moved"
+_PLANNED: dict[int, float] = {}  # thread -> when the wait it planned ends (time.time())
+
+
+def progressed() -> None:
+    """One unit of work inside a step is done: the heartbeat counts it as moving (a step of many
+    operators can outlast the heartbeat timeout on a slow device without any one of them hanging)."""
+    global _WORK
+    _WORK += 1
+
+
+@contextmanager
+def planned_wait(seconds: float) -> Iterator[None]:
+    """Inside this block the calling thread waits ``seconds`` on purpose (an emulated device's extra
+    time): until that end it counts as moving, however long the wait is; past it, as any other work."""
+    me = threading.get_ident()
+    _PLANNED[me] = time.time() + seconds
+    try:
+        yield
+    finally:
+        _PLANNED.pop(me, None)
+        progressed()
+
+
 def main_thread_phase(main: int | None = None) -> tuple[str, str]:
     """('comm' | 'compile' | 'busy', innermost lab function) of the thread that trains (``main``, by default the
     main thread): 'comm' while it says it waits for its peers (:func:`lab.comm.peers.waiting_for_peers`) or is
@@ -137,7 +166,7 @@ class Heartbeat:
         self._relay_failed = False
         self.every = every if every is not None else settings.number("LAB_HEARTBEAT_EVERY")
         self._stop = threading.Event()
-        self._step = -1
+        self._moved = (-1, -1)
         self._progress_t = time.time()
         self._thread = threading.Thread(target=self._run, name="lab-heartbeat", daemon=True)
 
@@ -151,8 +180,8 @@ class Heartbeat:
     def beat(self) -> None:
         step = int(self.step_of() or 0)
         now = time.time()
-        if step != self._step:
-            self._step, self._progress_t = step, now
+        if (step, _WORK) != self._moved or now < _PLANNED.get(self.watch, 0.0):
+            self._moved, self._progress_t = (step, _WORK), now
         phase, where = main_thread_phase(self.watch)
         self._write({"pid": os.getpid(), "attempt": attempt(), "step": step, "phase": phase, "where": where,
                      "t": now, "progress_t": self._progress_t})
@@ -342,6 +371,6 @@ def load(path: Path) -> dict:
     return torch.load(path, map_location="cpu", weights_only=True)
 
 
-__all__ = ["Heartbeat", "read_heartbeat", "attempt", "under_torchrun", "torchrun_restarts_left", "inject",
+__all__ = ["Heartbeat", "progressed", "planned_wait", "read_heartbeat", "attempt", "under_torchrun", "torchrun_restarts_left", "inject",
            "init_process_group", "latest_checkpoint", "main_name", "rank_name", "save_atomic", "prune",
            "rank_state", "restore_rank_state", "compression_state", "load", "main_thread_phase"]

@@ -15,6 +15,7 @@ import torch.nn.functional as F
 from lab.comm import ring_allreduce
 from lab.optim.optimizers import NonFiniteGradient
 from lab.train import emulation as emu
+from lab.train import resilience as rz
 from lab.comm.peers import waits_for_peers
 from lab.modelled.collectives.ring import ring_bytes
 
@@ -84,7 +85,8 @@ class SyncSteps:
         if self.scale <= 1.0 or seconds <= 0:
             return 0.0
         w = seconds * (self.scale - 1.0)
-        time.sleep(w)
+        with rz.planned_wait(w):
+            time.sleep(w)
         return w
 
     @waits_for_peers

@@ -91,3 +91,25 @@ def _freeze_when_running(store, rid, out):
     pids = ev[ev.event == "started"].detail.iloc[0]["pids"]
     out["stopped_at"] = time.time()
     os.kill(pids[1], signal.SIGSTOP)
+
+
+def test_an_emulated_link_slower_than_the_heartbeat_timeout_is_waited_for_not_taken_for_a_hang(env, monkeypatch):
+    # Every message between the two stages is due 7 s after it was sent, past the 5 s heartbeat timeout: while
+    # the receiver waits that planned time and the sender waits for it, neither step moves, which is what a
+    # deadlock looks like. A planned wait counts as moving until its end, so the run ends done. (5 s, not the
+    # file's 3: a first step starved of CPU on a loaded machine can take 3 s between two events.)
+    monkeypatch.setenv("LAB_HEARTBEAT_TIMEOUT", "5")
+    topo = preset("edge").to_dict()
+    for link in topo["links"]:
+        if link["a"] == "edge1":
+            link["latency"] = 7.0
+    from lab.scenario.topology import Topology
+
+    sc = Scenario("slow link", Topology.from_dict(topo), scenario(steps=1, micro_batches=1, emulate=True).training)
+    res = launch(sc)
+    store = RunStore(env)
+    run = store.get_run(res.run_id)
+    assert res.status == run["status"] == "done", run["error"]
+    ev = store.events(res.run_id)
+    assert not (ev.event == "alarm").any()
+    check_no_process_left(store, res.run_id)

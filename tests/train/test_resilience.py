@@ -61,6 +61,35 @@ def test_heartbeat_file_follows_the_step_and_says_goodbye(tmp_path):
     assert R.read_heartbeat(path) is None and R.read_heartbeat(tmp_path / "missing") is None
 
 
+def test_work_inside_a_step_and_a_planned_wait_move_the_heartbeat_and_idling_does_not(tmp_path):
+    path = tmp_path / "beat.json"
+    hb = R.Heartbeat(path, lambda: 7, every=30.0).start()  # the step never changes; the test beats by hand
+
+    def moved_since(before: dict) -> bool:
+        time.sleep(0.01)
+        hb.beat()
+        return R.read_heartbeat(path)["progress_t"] > before["progress_t"]
+
+    try:
+        idle = R.read_heartbeat(path)
+        assert not moved_since(idle)
+        R.progressed()  # an operator of a placement run done
+        assert moved_since(idle)
+        before = R.read_heartbeat(path)
+        with R.planned_wait(3600.0):  # an emulated device's hour: every beat inside it moves
+            assert moved_since(before)
+            inside = R.read_heartbeat(path)
+            assert moved_since(inside)
+        after = R.read_heartbeat(path)
+        assert moved_since(after)  # the wait's end is work done
+        done = R.read_heartbeat(path)
+        assert not moved_since(done)
+        with R.planned_wait(0.0):  # a planned wait past its end moves nothing until it ends
+            assert not moved_since(R.read_heartbeat(path))
+    finally:
+        hb.stop("exiting")
+
+
 def test_attempt_reads_the_restart_count(monkeypatch):
     monkeypatch.delenv("LAB_ATTEMPT", raising=False)
     monkeypatch.delenv("TORCHELASTIC_RESTART_COUNT", raising=False)

@@ -84,7 +84,7 @@ def strategy_comparison(g: TaskGraph) -> tuple[list[dict[str, Any]], str | None]
     a coarsened graph too, with a note saying so (None when ``g`` is small enough).
 
     Kept per graph (its fingerprint) in this process and shared by every session: a class that opens one link
-    asks for the same comparison at once, and it is most of a Placement view's work at the size caps."""
+    asks for the same comparison at once, and it is about a third of a Placement view's work at the size caps."""
     key = g.fingerprint()
     if key is None:
         return _strategy_comparison(g)

@@ -224,7 +224,8 @@ class PlacementTrainer(Rebalancing, Recording, Trainer):
             self._overslept = -target
             return
         t0 = time.perf_counter()
-        time.sleep(target)
+        with rz.planned_wait(target):
+            time.sleep(target)
         self._overslept = time.perf_counter() - t0 - target
 
     def backward_scale(self, piece: Piece, micro: int) -> float:

@@ -9,6 +9,7 @@ import torch
 import torch.distributed as dist
 
 from lab.store.runs import JOB_WORKER
+from lab.train import resilience as rz
 from lab.train.placement_run.pieces import Piece
 
 
@@ -16,6 +17,7 @@ class Recording:
     """The recording of :class:`lab.train.placement_run.executor.PlacementTrainer`."""
 
     def event(self, **row) -> None:
+        rz.progressed()  # every event is work done inside the step: the heartbeat sees the step move
         if self.timing:
             row.setdefault("device", self.device)
             row["rank"] = self.rank
