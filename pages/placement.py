@@ -91,8 +91,9 @@ show_plan_runs()
 ui.show(view.BALANCE)
 b1, b2 = st.columns([1, 2])
 bal = {"pl_bal_mode": ui.control(b1, "pl_bal_mode", horizontal=False)}
-cols = b2.columns(min(len(pv.devices), 5))
-bal |= {k: ui.control(cols[i % len(cols)], k, value=x) for i, (k, x) in enumerate(pv.slowdowns.items())}
+bal |= ui.per_device(b2, pv.slowdowns, pick="pl_pick_slow" if pv.slowdown_picker else None)
+if pv.slowdown_picker:  # the devices not at 1×, listed beside the one picked device's box
+    ui.show(pv.slowed(bal), b2)
 ui.show(pv.slowdown_note(), b2)
 bal |= controls(st.columns(5), view.BALANCE_KNOBS)
 if pv.placeable:

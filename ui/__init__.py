@@ -3,7 +3,7 @@
 * :mod:`ui.session`: the session's one Scenario and every page control's value;
 * :mod:`ui.identity`: who this browser is (the student's cookie, the teacher);
 * :mod:`ui.lessons`: lesson mode and the active lesson's panel;
-* :mod:`ui.widgets`: a field's or a control's widget, and a form, from its table;
+* :mod:`ui.widgets`: a field's or a control's widget, a box per device, and a form, from its table;
 * :mod:`ui.show`: a page model's sections, badges, captions, table columns, and ``guarded`` (a message, never a
   traceback);
 * :mod:`ui.runs`: a submit queued once, predictions of stored runs;
@@ -19,10 +19,10 @@ from ui.runs import placement_rows, predicted_runs, prediction_beside_measured, 
 from ui.session import remember, scenario, set_scenario, set_view, view_value
 from ui.show import badge, caption, column_config, guarded, show, show_all
 from ui.text import plain
-from ui.widgets import control, form, setting, settings_form
+from ui.widgets import control, form, per_device, setting, settings_form
 
 __all__ = ["client", "job_manager", "owner", "teacher", "LESSONS", "hidden", "lesson_mode", "open_lesson", "set_lesson_mode",
            "scenario_sidebar", "view_link_params", "placement_rows", "predicted_runs", "prediction_beside_measured",
            "submit_book", "submit_once", "remember", "scenario", "set_scenario", "set_view", "view_value", "badge",
-           "caption", "column_config", "guarded", "show", "show_all", "plain", "control", "form", "setting",
+           "caption", "column_config", "guarded", "show", "show_all", "plain", "control", "form", "per_device", "setting",
            "settings_form"]

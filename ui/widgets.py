@@ -4,6 +4,8 @@ lesson."""
 
 from __future__ import annotations
 
+from typing import Any, Mapping
+
 import streamlit as st
 
 from lab.scenario.document import Setting
@@ -108,6 +110,25 @@ def control(where, key: str, *, options=None, hi=None, value=_FROM_SESSION, form
         elif value is None:
             value = _FROM_SESSION
     return _widget(where, c.spec, key, value, format_func, options=options, hi=hi, **kw)
+
+
+def per_device(where, defaults: Mapping[str, Any], pick: str | None = None) -> dict:
+    """A prefix control's box for each of ``defaults`` (its key per device -> the default), five to a row of
+    ``where``; with ``pick`` (a control choosing one device), the picked device's box only, every other value
+    kept from the session: a box per device of a 256-device cluster is a page of boxes nobody reads, and every
+    box is a widget each rerun checks again. Returns every key's value."""
+    if pick is None:
+        cols = where.columns(min(len(defaults), 5))
+        return {k: control(cols[i % len(cols)], k, value=x) for i, (k, x) in enumerate(defaults.items())}
+    values = {k: x if (x := view_value(k)) is not None else d for k, d in defaults.items()}
+    prefix = viewstate.control_for(next(iter(defaults))).prefix_key
+    names = [k[len(prefix):] for k in defaults]
+    first = next((n for n, k in zip(names, defaults) if values[k] != 1.0), names[0])  # a slowed one, if any
+    picked = control(where, pick, options=names, value=first)
+    key = prefix + (picked if picked in names else names[0])  # a lesson may hide the choice: the first device
+    box = control(where, key, value=defaults[key])
+    values[key] = values[key] if box is None else box
+    return values
 
 
 def form(key: str, rows, submit: str = "Run", **options) -> dict:

@@ -140,6 +140,7 @@ VIEW: dict[str, Control] = {
                       names=(("model", "operators across devices (model parallel)"),
                              ("data", "batch shares (data parallel)"))),
     "pl_slow_": _c("placement", float, 1.0, "slowdown (×)", lo=0.01, hi=1e6, prefix=True),
+    "pl_pick_slow": _c("placement", str, "", "Device to slow down"),
     # The simulated balancing loop's knobs: lesson mode hides them (their values stay in force).
     "pl_noise": _c("placement", float, 0.02, "noise σ", lo=0.0, hi=1.0, step=0.01, advanced=True),
     "pl_seed": _c("placement", int, 0, "seed", lo=0, hi=2**31 - 1, step=1, from_scenario=lambda sc: sc.training.seed,

@@ -114,3 +114,35 @@ def test_the_calibrated_cost_model_without_a_profile_is_a_message_and_the_choice
     at.run()
     assert_no_exception(at)
     assert "this machine's calibrated forward + backward cost" in _captions(at)
+
+
+def test_a_cluster_past_a_dozen_devices_sets_one_picked_devices_slowdown_and_lists_the_slowed_ones(spawns):
+    """A box per device of the size caps' 256 devices was a page of boxes: one picked device's box, and a table
+    of the devices not at 1×, whose values stay in force when another device is picked."""
+    from lab.scenario.document import default_scenario
+    from lab.testing.caps import cap_topology
+    from lab.view.placement.balance import default_slowdowns
+
+    topo = cap_topology("star")
+    at = app_test("pages/placement.py", timeout=240,
+                  query={"s": default_scenario().replace(topology=topo).to_url_param()})
+    assert_no_exception(at)
+    _whole(at)
+    fastest = default_slowdowns(topo)[0]
+    pick = at.selectbox(key="pl_pick_slow")
+    assert pick.value == fastest and pick.options == list(topo.device_names)
+    assert [n.key for n in at.number_input if n.key.startswith("pl_slow_")] == [f"pl_slow_{fastest}"]
+
+    def slowed() -> dict:
+        t = _table(at, "slowdown (×)")
+        return dict(zip(t.device, t["slowdown (×)"]))
+
+    assert slowed() == {fastest: 20.0}
+    other = next(n for n in topo.device_names if n != fastest)
+    pick.set_value(other).run()
+    at.number_input(key=f"pl_slow_{other}").set_value(3.0).run()
+    assert_no_exception(at)
+    assert [n.key for n in at.number_input if n.key.startswith("pl_slow_")] == [f"pl_slow_{other}"]
+    assert slowed() == {fastest: 20.0, other: 3.0}
+    assert "the other 254 run at 1×" in _captions(at)
+    _whole(at)

@@ -169,6 +169,18 @@ class PlacementView:
         """Each device's slowdown control and its default (the catalogue's fastest matmul device 20x)."""
         return {f"pl_slow_{n}": x for n, x in B.default_slowdowns(self.sc.topology)[1].items()}
 
+    @property
+    def slowdown_picker(self) -> bool:
+        """Whether the slowdowns are set one picked device at a time: past :data:`SLOWDOWN_BOXES` devices a box
+        per device is a page of boxes nobody reads, and every box is a widget each rerun checks again."""
+        return len(self.devices) > SLOWDOWN_BOXES
+
+    def slowed(self, v: Mapping[str, Any]) -> Section:
+        """The devices whose slowdown is not 1× under the balancing controls ``v`` (the picker's summary)."""
+        rows = [{"device": n, "slowdown (×)": x} for n, x in _slowdown(v, self.devices).items() if x != 1.0]
+        return Section("pl_slowed", table=rows or None, columns={"slowdown (×)": {"kind": "number", "format": "%g"}},
+                       caption=SLOWED_CAPTION, values={"n": len(self.devices) - len(rows)})
+
     # ----- the plan ----------------------------------------------------------------------------------------
     @cached_property
     def _placed(self) -> tuple:
@@ -333,6 +345,11 @@ class PlacementView:
                   for r, res in results.items()]
         return Balancing(head, results, mode, ref, scale, unit, rounds,
                          Section("pl_rounds_caption", caption=B.rounds_caption(mode), kind="modelled"))
+
+
+#: The most devices that get a slowdown box each; a larger topology picks one device at a time.
+SLOWDOWN_BOXES = 12
+SLOWED_CAPTION = "The devices not at 1× are listed; the other {n} run at 1×. Pick a device to change its slowdown."
 
 
 def _slowdown(v: Mapping[str, Any], devices) -> dict[str, float]:
