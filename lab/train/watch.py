@@ -15,6 +15,7 @@ from lab.store.runs import RunStore
 from lab.train.resilience import read_heartbeat
 
 POLL_S = 0.05
+CAUSE_GRACE_S = 2.0  # how long a failure that only follows another's waits for that other to be seen failing
 BEATS_TO_STORE_S = 1.0
 
 log = logging.getLogger("lab.train")
@@ -55,6 +56,7 @@ def watch_ranks(procs: list[subprocess.Popen], tmp: Path, store: RunStore | None
 
     started = time.time()
     stored = 0.0
+    secondary_since: float | None = None  # when a worker first failed with nothing but a consequence of another
     unrecorded: str | None = None  # the store's last failure, said once
     while True:
         codes = [p.poll() for p in procs]
@@ -63,6 +65,14 @@ def watch_ranks(procs: list[subprocess.Popen], tmp: Path, store: RunStore | None
         beats = [read_heartbeat(tmp / f"rank{r}.hb") for r in range(len(procs))]
         failed = [r for r, c in enumerate(codes) if c not in (None, 0)]
         if failed:
+            # A peer of a killed worker sees its connection reset while the kernel still tears the killed one
+            # down (a large process takes a while to become a zombie), and can write its error and exit first:
+            # while every failure is such a consequence, the live workers get a moment to be seen ending.
+            secondary_since = secondary_since or time.time()
+            if (None in codes and time.time() - secondary_since < CAUSE_GRACE_S
+                    and not any(_a_cause(procs[r], read_error(tmp, r)) for r in failed)):
+                time.sleep(POLL_S)
+                continue
             return root_cause(procs, failed, tmp, beats, logs)
         now = time.time()
         hung = stuck(procs, beats, now, started)
@@ -143,6 +153,13 @@ def read_error(tmp: Path, rank: int) -> dict | None:
         return json.loads((tmp / f"rank{rank}.err").read_text())
     except (OSError, ValueError):
         return None
+
+
+def _a_cause(proc, error: dict | None) -> bool:
+    """Whether a failed worker is a root cause: its own error, or killed without one (its peers' errors about a
+    closed connection or a timeout are consequences)."""
+    return bool(error and not error.get("secondary")) or (proc.returncode is not None and proc.returncode < 0
+                                                          and not error)
 
 
 def root_cause(procs, failed: list[int], tmp: Path, beats: list | None = None, logs: Path | None = None) -> Failure:

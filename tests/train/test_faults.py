@@ -297,6 +297,36 @@ def test_torchrun_restart_keeps_the_error_feedback_residual(env, tmp_path, comp,
     assert processes_of(rid, exclude=(os.getpid(),)) == []
 
 
+def test_a_killed_worker_seen_ending_after_its_peers_connection_error_is_still_the_root_cause(tmp_path):
+    """A peer of a SIGKILLed worker can write its "connection reset" error and exit before the kernel has made the
+    killed one a zombie: the watch then sees only the consequence, and must wait to see the kill."""
+    from lab.train.watch import watch_ranks
+
+    class Peer:  # exited with an error about the connection its killed peer closed
+        pid, returncode = 11, 1
+
+        def poll(self):
+            return 1
+
+    class Killed:  # still being torn down for the first polls, then ended by SIGKILL
+        pid, returncode, polls = 12, None, 0
+
+        def poll(self):
+            self.polls += 1
+            if self.polls > 3:
+                self.returncode = -9
+            return self.returncode
+
+    (tmp_path / "rank0.err").write_text(json.dumps({
+        "rank": 0, "step": 115, "type": "RuntimeError", "secondary": True, "traceback": "",
+        "summary": "worker 0 failed at step 115: RuntimeError: [gloo/transport/tcp/pair.cc:537] Read error: "
+                   "Connection reset by peer"}))
+    killed = Killed()
+    f = watch_ranks([Peer(), killed], tmp_path)
+    assert killed.polls > 3
+    assert (f.rank, f.kind) == (1, "killed") and "was killed by signal SIGKILL" in f.error
+
+
 def test_a_setting_error_is_not_retried(tmp_path):
     """A worker's LabError (a wrong setting) is deterministic: 'recover' does not restart for it;
     any other error is worth a restart."""
