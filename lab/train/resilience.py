@@ -9,8 +9,9 @@ resuming, injected faults, and the rendezvous that cannot clash.
   stops writing (the file grows old); a worker that hangs keeps writing but stops moving.
   The launcher tells the culprit (``busy``) from the peers that wait for it (``comm``). Moving is a
   new step, a unit of work inside one (:func:`progressed`: an operator of a placement run, a message
-  received), or a wait the worker planned (:func:`planned_wait`: an emulated device's extra time) that
-  has not yet reached its end: a long step of a slow emulated device on a loaded machine is not a hang.
+  received), the end of a wait for peers, or a wait the worker planned (:func:`planned_wait`: an emulated
+  device's extra time) that has not yet reached its end: a long step of a slow emulated device on a loaded
+  machine is not a hang, for it or for the peers that wait for it.
 * **Checkpoints.** Every ``checkpoint_every`` steps each rank writes its own small state (sampler
   position and random generator, floating buffers, and its optimiser state where that is local:
   ``state_allreduce``), all ranks meet at a barrier, then the owner (rank 0, or the parameter
@@ -167,6 +168,7 @@ class Heartbeat:
         self.every = every if every is not None else settings.number("LAB_HEARTBEAT_EVERY")
         self._stop = threading.Event()
         self._moved = (-1, -1)
+        self._phase = ""
         self._progress_t = time.time()
         self._thread = threading.Thread(target=self._run, name="lab-heartbeat", daemon=True)
 
@@ -180,9 +182,13 @@ class Heartbeat:
     def beat(self) -> None:
         step = int(self.step_of() or 0)
         now = time.time()
-        if (step, _WORK) != self._moved or now < _PLANNED.get(self.watch, 0.0):
-            self._moved, self._progress_t = (step, _WORK), now
         phase, where = main_thread_phase(self.watch)
+        # A wait for peers that ended is a move too: a worker that waited long for a peer's planned wait is not
+        # stale the moment it gets back to work. A deadlock never ends its wait, so it is still found.
+        if ((step, _WORK) != self._moved or now < _PLANNED.get(self.watch, 0.0)
+                or (self._phase == "comm" and phase != "comm")):
+            self._moved, self._progress_t = (step, _WORK), now
+        self._phase = phase
         self._write({"pid": os.getpid(), "attempt": attempt(), "step": step, "phase": phase, "where": where,
                      "t": now, "progress_t": self._progress_t})
 

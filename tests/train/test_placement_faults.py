@@ -94,15 +94,16 @@ def _freeze_when_running(store, rid, out):
 
 
 def test_an_emulated_link_slower_than_the_heartbeat_timeout_is_waited_for_not_taken_for_a_hang(env, monkeypatch):
-    # Every message between the two stages is due 7 s after it was sent, past the 5 s heartbeat timeout: while
+    # Every message between the two stages is due 16 s after it was sent, past the 15 s heartbeat timeout: while
     # the receiver waits that planned time and the sender waits for it, neither step moves, which is what a
-    # deadlock looks like. A planned wait counts as moving until its end, so the run ends done. (5 s, not the
-    # file's 3: a first step starved of CPU on a loaded machine can take 3 s between two events.)
-    monkeypatch.setenv("LAB_HEARTBEAT_TIMEOUT", "5")
+    # deadlock looks like. A planned wait counts as moving until its end, and so does the end of a peer's wait for
+    # it, so the run ends done. (15 s, not the file's 3: a stage starved of CPU on a loaded machine can go
+    # seconds between two events.)
+    monkeypatch.setenv("LAB_HEARTBEAT_TIMEOUT", "15")
     topo = preset("edge").to_dict()
     for link in topo["links"]:
         if link["a"] == "edge1":
-            link["latency"] = 7.0
+            link["latency"] = 16.0
     from lab.scenario.topology import Topology
 
     sc = Scenario("slow link", Topology.from_dict(topo), scenario(steps=1, micro_batches=1, emulate=True).training)

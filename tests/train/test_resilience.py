@@ -61,7 +61,9 @@ def test_heartbeat_file_follows_the_step_and_says_goodbye(tmp_path):
     assert R.read_heartbeat(path) is None and R.read_heartbeat(tmp_path / "missing") is None
 
 
-def test_work_inside_a_step_and_a_planned_wait_move_the_heartbeat_and_idling_does_not(tmp_path):
+def test_work_inside_a_step_a_planned_wait_and_the_end_of_a_wait_for_peers_move_the_heartbeat(tmp_path):
+    from lab.comm.peers import waiting_for_peers
+
     path = tmp_path / "beat.json"
     hb = R.Heartbeat(path, lambda: 7, every=30.0).start()  # the step never changes; the test beats by hand
 
@@ -86,6 +88,14 @@ def test_work_inside_a_step_and_a_planned_wait_move_the_heartbeat_and_idling_doe
         assert not moved_since(done)
         with R.planned_wait(0.0):  # a planned wait past its end moves nothing until it ends
             assert not moved_since(R.read_heartbeat(path))
+        assert moved_since(R.read_heartbeat(path))  # ... and its end is work done
+        before = R.read_heartbeat(path)
+        with waiting_for_peers():  # however long a wait for peers lasts, it moves nothing while it lasts
+            assert not moved_since(before)
+            assert R.read_heartbeat(path)["phase"] == "comm"
+        assert moved_since(before)  # its end does: the worker is back at work
+        after = R.read_heartbeat(path)
+        assert not moved_since(after)
     finally:
         hb.stop("exiting")
 
