@@ -121,11 +121,12 @@ def per_device(where, defaults: Mapping[str, Any], pick: str | None = None) -> d
         cols = where.columns(min(len(defaults), 5))
         return {k: control(cols[i % len(cols)], k, value=x) for i, (k, x) in enumerate(defaults.items())}
     values = {k: x if (x := view_value(k)) is not None else d for k, d in defaults.items()}
-    prefix = viewstate.control_for(next(iter(defaults))).prefix_key
-    names = [k[len(prefix):] for k in defaults]
-    first = next((n for n, k in zip(names, defaults) if values[k] != 1.0), names[0])  # a slowed one, if any
+    owner = viewstate.control_for(next(iter(defaults)))
+    names = [k[len(owner.prefix_key):] for k in defaults]
+    # open on a device whose value is not the control's own default (a slowed one), if any
+    first = next((n for n, k in zip(names, defaults) if values[k] != owner.spec.default), names[0])
     picked = control(where, pick, options=names, value=first)
-    key = prefix + (picked if picked in names else names[0])  # a lesson may hide the choice: the first device
+    key = owner.prefix_key + (picked if picked in names else names[0])  # a lesson may hide the choice: the first device
     box = control(where, key, value=defaults[key])
     values[key] = values[key] if box is None else box
     return values
