@@ -154,13 +154,15 @@ def _group_worker(rank: int, world: int, port: int) -> None:
     dist.destroy_process_group()
 
 
-def group_times(repeats: int) -> list[list]:
-    """Median seconds of a 2-rank run_local group, forked from the fork server and spawned, and the ratio."""
+def group_times(repeats: int, warm_up: bool = True) -> list[list]:
+    """Median seconds of a 2-rank run_local group, forked from the fork server and spawned, and the ratio.
+    ``warm_up``: one group each way first, untimed (the fork server starts once per process)."""
     from lab.comm.spawn import run_local
 
     med = {}
     for how in ("forkserver", "spawn"):
-        run_local(_group_worker, 2, start_method=how)  # the fork server starts once per process
+        if warm_up:
+            run_local(_group_worker, 2, start_method=how)
         times = []
         for _ in range(repeats):
             t0 = time.perf_counter()
@@ -231,7 +233,7 @@ def main() -> None:
         mem = rss_mb(jm.starter.pid)
         jm.shutdown()
         print("\nmedian seconds of a gloo group started by run_local (start, join, barrier, end)")
-        print(table(["group", "seconds", "groups"], group_times(max(3, a.repeats) if not a.smoke else 1)))
+        print(table(["group", "seconds", "groups"], group_times(max(3, a.repeats) if not a.smoke else 1, warm_up=not a.smoke)))
         if a.browser:
             rows, bgrid = browser_runs(a.repeats, a.grid_steps)
             print("\nmedian seconds from the click in Chromium on a running app (streamlit run app.py)")

@@ -1,14 +1,12 @@
-"""Smoke test in a real browser: every page opens in headless Chromium without a page error or an
-exception box. Runs the app with `streamlit run` on a free port."""
+"""In a real browser (the app run with `streamlit run` on a free port): a broken upload and a deep link to a
+fresh server. That every page opens without an error is checked on the projector's size
+(tests/journeys/test_journey_projector.py)."""
 
 import json
 
 import pytest
 
-from app import available_pages
-from tests.conftest import page_url_path, settle
-
-PAGES = [f for f, _, _ in available_pages()]
+from tests.conftest import settle
 
 
 @pytest.fixture(scope="module")
@@ -19,18 +17,6 @@ def page(streamlit_server, browser):
     pg.errors = errors
     yield pg
     pg.close()
-
-
-@pytest.mark.parametrize("file", PAGES)
-def test_page_opens_without_errors(page, streamlit_server, file):
-    page.errors.clear()
-    page.goto(streamlit_server + page_url_path(file))
-    # a loaded machine may not have started the page's script when the app first says it is not running
-    page.locator("h1").first.wait_for(timeout=60_000)
-    settle(page)
-    boxes = page.locator("[data-testid='stException']").all_inner_texts()
-    assert not boxes, boxes
-    assert not page.errors, page.errors
 
 
 def test_topology_invalid_upload_in_browser(page, streamlit_server, tmp_path):
