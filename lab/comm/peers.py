@@ -13,6 +13,7 @@ from typing import Callable, Iterator, TypeVar
 
 F = TypeVar("F", bound=Callable)
 _DEPTH: dict[int, int] = {}  # thread id -> blocks of waiting it is in (read by the heartbeat's thread)
+_ENDED: dict[int, int] = {}  # thread id -> waits it has come back from (outermost blocks)
 
 
 @contextmanager
@@ -24,6 +25,8 @@ def waiting_for_peers() -> Iterator[None]:
         yield
     finally:
         _DEPTH[me] -= 1
+        if not _DEPTH[me]:
+            _ENDED[me] = _ENDED.get(me, 0) + 1
 
 
 def waits_for_peers(fn: F) -> F:
@@ -40,4 +43,10 @@ def is_waiting(thread_id: int) -> bool:
     return _DEPTH.get(thread_id, 0) > 0
 
 
-__all__ = ["waiting_for_peers", "waits_for_peers", "is_waiting"]
+def waits_ended(thread_id: int) -> int:
+    """How many waits for peers the thread ``thread_id`` has come back from: a wait that began and ended between
+    two looks of the heartbeat is still seen to have ended."""
+    return _ENDED.get(thread_id, 0)
+
+
+__all__ = ["waiting_for_peers", "waits_for_peers", "is_waiting", "waits_ended"]

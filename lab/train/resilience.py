@@ -9,9 +9,10 @@ resuming, injected faults, and the rendezvous that cannot clash.
   stops writing (the file grows old); a worker that hangs keeps writing but stops moving.
   The launcher tells the culprit (``busy``) from the peers that wait for it (``comm``). Moving is a
   new step, a unit of work inside one (:func:`progressed`: an operator of a placement run, a message
-  received), the end of a wait for peers, or a wait the worker planned (:func:`planned_wait`: an emulated
-  device's extra time) that has not yet reached its end: a long step of a slow emulated device on a loaded
-  machine is not a hang, for it or for the peers that wait for it.
+  received), the end of a wait for peers (a declared one counts even when no beat saw it), or a wait the
+  worker planned (:func:`planned_wait`: an emulated device's extra time) that has not yet reached its end: a
+  long step of a slow emulated device on a loaded machine is not a hang, for it or for the peers that wait
+  for it.
 * **Checkpoints.** Every ``checkpoint_every`` steps each rank writes its own small state (sampler
   position and random generator, floating buffers, and its optimiser state where that is local:
   ``state_allreduce``), all ranks meet at a barrier, then the owner (rank 0, or the parameter
@@ -52,7 +53,7 @@ from pathlib import Path
 from typing import Iterator
 
 from lab import settings
-from lab.comm.peers import is_waiting
+from lab.comm.peers import is_waiting, waits_ended
 
 log = logging.getLogger("lab.train")
 
@@ -167,7 +168,7 @@ class Heartbeat:
         self._relay_failed = False
         self.every = every if every is not None else settings.number("LAB_HEARTBEAT_EVERY")
         self._stop = threading.Event()
-        self._moved = (-1, -1)
+        self._moved = (-1, -1, -1)
         self._phase = ""
         self._progress_t = time.time()
         self._thread = threading.Thread(target=self._run, name="lab-heartbeat", daemon=True)
@@ -184,10 +185,13 @@ class Heartbeat:
         now = time.time()
         phase, where = main_thread_phase(self.watch)
         # A wait for peers that ended is a move too: a worker that waited long for a peer's planned wait is not
-        # stale the moment it gets back to work. A deadlock never ends its wait, so it is still found.
-        if ((step, _WORK) != self._moved or now < _PLANNED.get(self.watch, 0.0)
+        # stale the moment it gets back to work. A deadlock never ends its wait, so it is still found. A declared
+        # wait is counted when it ends, even if no beat saw it (a starved heartbeat thread beats seconds apart);
+        # a wait inside torch.distributed is seen on the stack, and its end by the next beat.
+        moved = (step, _WORK, waits_ended(self.watch))
+        if (moved != self._moved or now < _PLANNED.get(self.watch, 0.0)
                 or (self._phase == "comm" and phase != "comm")):
-            self._moved, self._progress_t = (step, _WORK), now
+            self._moved, self._progress_t = moved, now
         self._phase = phase
         self._write({"pid": os.getpid(), "attempt": attempt(), "step": step, "phase": phase, "where": where,
                      "t": now, "progress_t": self._progress_t})

@@ -96,6 +96,10 @@ def test_work_inside_a_step_a_planned_wait_and_the_end_of_a_wait_for_peers_move_
         assert moved_since(before)  # its end does: the worker is back at work
         after = R.read_heartbeat(path)
         assert not moved_since(after)
+        with waiting_for_peers():  # a wait no beat saw (a heartbeat thread starved for as long as it lasted)
+            pass
+        assert moved_since(after)  # ... ended all the same
+        assert not moved_since(R.read_heartbeat(path))
     finally:
         hb.stop("exiting")
 
@@ -199,3 +203,24 @@ def test_a_kernel_being_compiled_gets_the_start_timeout_and_busy_work_does_not(m
         assert (got is not None) == blamed, phase
     beat = {"step": 1, "phase": "compile", "where": "adam_update", "t": now, "progress_t": now - 200}
     assert watch.stuck([Proc()], [beat], now, now - 300).kind == "hung"  # past the start timeout it is a hang
+
+
+def test_a_placement_stage_waiting_for_its_messages_to_be_taken_waits_for_its_peers():
+    """A stage's sends complete when the receiver takes them, and a receiver can be in an emulated link's planned
+    wait for longer than the heartbeat timeout: the sender waits for its peer (comm), not in its own work, and the
+    end of that wait moves its heartbeat."""
+    from types import SimpleNamespace
+
+    from lab.train.placement_run.executor import PlacementTrainer
+
+    phases = []
+
+    class Sent:  # a send handle: its wait() is what gloo's isend work blocks in
+        def wait(self):
+            phases.append(R.main_thread_phase(threading.get_ident())[0])
+
+    stage = SimpleNamespace(handles=[Sent(), Sent()], keep=["buffer"])
+    PlacementTrainer._wait_sent(stage)
+    assert phases == ["comm", "comm"]
+    assert stage.handles == [] and stage.keep == []
+    assert R.main_thread_phase(threading.get_ident())[0] == "busy"

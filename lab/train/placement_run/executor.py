@@ -11,7 +11,7 @@ import torch.distributed as dist
 import torch.fx as fx
 import torch.nn.functional as F
 
-from lab.comm.peers import waits_for_peers
+from lab.comm.peers import waiting_for_peers, waits_for_peers
 from lab.errors import LabError
 from lab.modelled.balance import MAX_ROUNDS, model_loop
 from lab.modelled.costmodel import DATASHEET
@@ -262,10 +262,16 @@ class PlacementTrainer(Rebalancing, Recording, Trainer):
                     self.backward_task(st, self.pieces[a.piece], a.micro)
                 else:
                     self.optimizer_task(st)
+        self._wait_sent()
+        return {"loss": st.loss_total, "correct": st.correct, "compute": st.compute}
+
+    @waits_for_peers
+    def _wait_sent(self) -> None:
+        """Wait until every message of the step is taken by its receiver: a wait for peers, which may be in an
+        emulated link's planned wait for as long as the link says."""
         for h in self.handles:
             h.wait()
         self.handles, self.keep = [], []
-        return {"loss": st.loss_total, "correct": st.correct, "compute": st.compute}
 
     def forward_task(self, st: "_Step", p: Piece, m: int) -> None:
         """Piece ``p`` on micro-batch ``m``: receive its inputs from other devices, run it, send what other
@@ -374,7 +380,8 @@ class PlacementTrainer(Rebalancing, Recording, Trainer):
         acc = torch.tensor([r["correct"] / len(self.ds.y_test) if self.device == self.pieces[self.final[0]].device
                             else -1.0], dtype=torch.float64)
         if self.world > 1:
-            dist.all_reduce(acc, op=dist.ReduceOp.MAX)
+            with waiting_for_peers():  # the last stage may still be in an emulated link's wait for the test batch
+                dist.all_reduce(acc, op=dist.ReduceOp.MAX)
         return float(acc)
 
     def checksum(self) -> float:
