@@ -233,7 +233,8 @@ def main() -> None:
         mem = rss_mb(jm.starter.pid)
         jm.shutdown()
         print("\nmedian seconds of a gloo group started by run_local (start, join, barrier, end)")
-        print(table(["group", "seconds", "groups"], group_times(max(3, a.repeats) if not a.smoke else 1, warm_up=not a.smoke)))
+        groups = group_times(1, warm_up=False) if a.smoke else group_times(max(3, a.repeats))
+        print(table(["group", "seconds", "groups"], groups))
         if a.browser:
             rows, bgrid = browser_runs(a.repeats, a.grid_steps)
             print("\nmedian seconds from the click in Chromium on a running app (streamlit run app.py)")
