@@ -1,5 +1,6 @@
 """How fast a job starts: through the job manager, forked from its warm starter, against the command
-line, which starts a new Python for the launcher and every worker (cold). Then a 6-run comparison
+line, which starts a new Python for the launcher (cold), which loads torch once and forks its workers.
+Then a 6-run comparison
 (the three optimisers x dense and Group-TopK 1 % + error feedback, 200 steps, 2 workers, MLP on
 digits) through the warm job manager, and the warm starter's resident memory. With ``--browser``,
 the same as a person sees it: ``streamlit run app.py`` and headless Chromium clicking the Training

@@ -51,8 +51,8 @@ VARIABLES: dict[str, Variable] = {v.name: v for v in (
     Variable("LAB_GLOO_TIMEOUT", 60.0, "seconds a gloo collective may wait for a peer"),
     Variable("LAB_FLUSH_EVERY", 10, "training steps between measurement gathers (live charts refresh at this pace)"),
     Variable("LAB_CALIBRATION_PIN", "1", "0 turns off CPU pinning while calibrating"),
-    Variable("LAB_WARM", "1", "0 starts every job cold (a new Python for its launcher and each worker) instead "
-             "of forking it from the warm starter"),
+    Variable("LAB_WARM", "1", "0 starts every job's launcher cold (a new Python, which loads torch and forks "
+             "its workers) instead of forking it from the warm starter"),
     Variable("LAB_RAY_ADDRESS", "", "a Ray cluster to run jobs on: auto (the cluster this machine is a node of) or "
              "its head's host:port; empty: jobs run on this machine"),
     Variable("LAB_RAY_JOBS", 32, "jobs on the Ray cluster at once, running or waiting there for room (each has its "
@@ -154,6 +154,13 @@ def cache_dir() -> Path:
 #: One thread per maths library in every job process: a job runs about one process per core, and
 #: a thread pool created before a fork does not work in the child.
 THREAD_VARIABLES = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1"}
+
+
+def one_thread_per_pool() -> None:
+    """THREAD_VARIABLES in this process's environment, unless set: called before torch and numpy load in a
+    process that forks a job's ranks (the warm starter, a launcher of its own), whose pools they read once."""
+    for k, v in THREAD_VARIABLES.items():
+        os.environ.setdefault(k, v)
 
 
 def child_env(base: dict | None = None, **extra: str) -> dict:

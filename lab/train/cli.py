@@ -31,6 +31,7 @@ from lab.scenario.text import RUN_NAME_MAX, check_depth, check_name, shown
 from lab.store.runs import check_run_id
 from lab.train import fork
 from lab.train.launcher import JobSpec, launch, run_job
+from lab.train.ranks import rank_backend
 
 # shortcut flag -> Training field
 SHORTCUTS = {
@@ -146,8 +147,7 @@ def _run_spec(path: str) -> int:
 
 
 def _rank(sc: Scenario, run_id: str | None, name: str | None, quiet: bool) -> int:
-    """This process is one rank of a job (started by a launcher or by torchrun). Only a rank imports
-    torch; the launcher role starts without it."""
+    """This process is one rank of a job (started by a launcher or by torchrun)."""
     from lab.train.rank import run_rank
 
     fork.exit_with(lambda: run_rank(sc, run_id, name=name, quiet=quiet))  # leaves the process
@@ -169,7 +169,7 @@ def main(argv: list[str] | None = None) -> int:
         return _rank(sc, args.run_id, args.name, args.quiet)  # under torchrun
     # Started by a person or by the job manager: this process launches the job's ranks.
     try:
-        res = launch(sc, args.run_id, name=args.name)
+        res = launch(sc, args.run_id, name=args.name, ranks=rank_backend(own_process=True))
     except LabError as exc:
         return refuse(exc)
     if res.status != "done":

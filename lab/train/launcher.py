@@ -5,9 +5,11 @@ any of them fails.
 It does what torchrun does for one machine, so the workers run the very same rank code either way:
 each worker has RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT in its environment and runs
 :func:`lab.train.rank.run_rank` on the attempt's scenario, which it receives as data: a launcher
-forked by the warm starter forks its workers, which hold the scenario already; a cold launcher
-starts ``python -m lab.train --spec -`` for each and writes the scenario to its standard input.
-The job manager hands a launcher a :class:`JobSpec` the same way (:func:`run_job`). The launcher also
+that is a process of the job's own (forked by the warm starter, or started from the command line or
+by the job manager) forks its workers, which hold the scenario, torch and the data already; a launch
+from inside another program starts ``python -m lab.train --spec -`` for each and writes the scenario
+to its standard input (:mod:`lab.train.ranks`). The job manager hands a launcher a :class:`JobSpec`
+the same way (:func:`run_job`). The launcher also
 
 * holds the rendezvous port: it binds and listens on a port the operating system picks and hands
   the socket to rank 0's TCPStore (LAB_STORE_FD), with a per-attempt key prefix
@@ -125,14 +127,14 @@ class JobSpec:
             raise LabError(f"a malformed job spec: {exc}", where="job spec") from None
 
 
-def run_job(spec: JobSpec, log=sys.stderr, forked: bool = False) -> int:
-    """The launcher of a job the job manager started: its priority, then :func:`launch` on the
-    spec's scenario, which the job manager checked already; returns the process's exit code.
-    ``forked``: this launcher was forked by the warm starter, so its ranks fork from it too."""
+def run_job(spec: JobSpec, log=sys.stderr) -> int:
+    """The launcher of a job the job manager started (forked by the warm starter, or cold): its priority,
+    then :func:`launch` on the spec's scenario, which the job manager checked already; returns the process's
+    exit code. The process is the job's own, so its ranks fork from it."""
     processes.as_background_work(spec.nice, spec.idle)
     try:
         res = launch(Scenario.from_dict(spec.scenario), spec.run_id, store_path=spec.db,
-                     cpus=list(spec.cpus) or None, checked=True, ranks=rank_backend(spec.cluster, forked))
+                     cpus=list(spec.cpus) or None, checked=True, ranks=rank_backend(spec.cluster, own_process=True))
     except LabError as exc:
         print("lab.train: " + " ".join(str(exc).split()), file=log)
         return 2
@@ -264,7 +266,8 @@ def launch(sc: Scenario, run_id: str | None = None, *, name: str | None = None,
     """Run the scenario's training job to its end (restarting it after faults when its policy is
     ``recover``); returns the run id, status and final accuracy. ``checked``: the scenario passed
     :func:`preflight` already (the job manager's, at submit). ``ranks``: how the ranks start
-    (:mod:`lab.train.ranks`; default cold processes on this machine)."""
+    (:mod:`lab.train.ranks`; default cold processes on this machine, as a fork from inside another
+    program is not safe)."""
     ranks = ranks or rank_backend()
     store = RunStore(store_path)
     if not checked:

@@ -1,8 +1,11 @@
 """One seam to start a job's ranks: :class:`RankBackend`, with one implementation per way.
 
-* :class:`ForkedRanks`: forked from a launcher that the warm starter forked (torch and the data are loaded
-  already); the ranks inherit the scenario.
-* :class:`ProcessRanks`: cold processes, ``python -m lab.train --spec -``, the scenario on standard input.
+* :class:`ForkedRanks`: forked from the job's own launcher, which holds torch, the ranks' code and the data
+  (:func:`load_rank_code`: the warm starter loaded them before it forked the launcher, a cold launcher loads
+  them once before its first rank); the ranks inherit the scenario.
+* :class:`ProcessRanks`: cold processes, ``python -m lab.train --spec -``, the scenario on standard input: for
+  :func:`lab.train.launcher.launch` called inside another program (a test, a notebook), whose own threads make
+  a fork unsafe.
 * :class:`ClusterRanks`: actors on a Ray cluster (:mod:`lab.train.ray_ranks`), where Ray decides where they run.
 
 The launcher chooses one per job (:func:`rank_backend`) and otherwise treats them alike: every handle answers as
@@ -21,7 +24,7 @@ from pathlib import Path
 from lab import processes
 from lab.errors import LabError
 from lab.scenario.document import Scenario
-from lab.settings import ROOT
+from lab.settings import ROOT, one_thread_per_pool
 from lab.train import fork
 
 
@@ -76,11 +79,13 @@ class _LocalRanks(RankBackend):
 
 
 class ForkedRanks(_LocalRanks):
-    """Ranks forked from this launcher, itself forked by the warm starter: they hold the scenario already."""
+    """Ranks forked from this launcher, a process of the job's own: they hold the scenario, torch and the
+    data already."""
 
-    name = "warm"
+    name = "forked"
 
     def prepare(self, store) -> None:
+        load_rank_code()  # at once when the warm starter loaded it; about 3 s of CPU once in a cold launcher
         store.close()  # SQLite's per-process lock table must not reach a forked rank
 
     def start(self, sc, run_id, env, log_file, fds, cpu):
@@ -136,19 +141,40 @@ class ClusterRanks(RankBackend):
             procs.release()
 
 
-def rank_backend(cluster: str = "", forked: bool = False) -> RankBackend:
+def rank_backend(cluster: str = "", own_process: bool = False) -> RankBackend:
     """The way a job's ranks start: on the Ray cluster at ``cluster`` when one is given, else forked when the
-    launcher itself was forked by the warm starter, else as cold processes."""
+    launcher is a process of the job's own (started for it from the command line or by the job manager, or
+    forked for it by the warm starter), else as cold processes."""
     if cluster:
         return ClusterRanks(cluster)
-    return ForkedRanks() if forked else ProcessRanks()
+    return ForkedRanks() if own_process else ProcessRanks()
+
+
+def load_rank_code() -> None:
+    """Load what every rank runs, once in this process, so that the ranks forked from it start with it: torch
+    (one thread per pool, set before it loads), torch._dynamo (which torch.optim imports on its first
+    optimiser, 1.2 s of CPU), the ranks' code, the first checkpoint's serialiser and the digits."""
+    one_thread_per_pool()
+    import torch
+    import torch._dynamo  # noqa: F401
+    import torch.distributed  # noqa: F401
+    import torch.utils.serialization  # noqa: F401
+
+    import lab.train.rank  # noqa: F401
+    from lab.train import data
+
+    torch.set_num_threads(1)  # also when torch loaded before this, with the pools of its own
+    try:
+        data.load_dataset("digits")  # cached in this process
+    except LabError:
+        pass
 
 
 def _rank_main(sc: Scenario, run_id: str) -> int:
     """A forked rank: the rank's code on the scenario it inherited."""
-    from lab.train.rank import run_rank  # the starter imported it (and torch) before it forked this
+    from lab.train.rank import run_rank  # loaded before the fork (load_rank_code)
 
     return run_rank(sc, run_id, quiet=True)
 
 
-__all__ = ["RankBackend", "ForkedRanks", "ProcessRanks", "ClusterRanks", "rank_backend"]
+__all__ = ["RankBackend", "ForkedRanks", "ProcessRanks", "ClusterRanks", "rank_backend", "load_rank_code"]

@@ -10,27 +10,20 @@ import select
 import sys
 from pathlib import Path
 
-from lab.settings import THREAD_VARIABLES  # light: no torch, no numpy
+from lab.settings import one_thread_per_pool  # light: no torch, no numpy
 
-for _k, _v in THREAD_VARIABLES.items():
-    os.environ.setdefault(_k, _v)  # before torch and numpy load: no thread pools to break a fork
+one_thread_per_pool()  # before torch and numpy load: no thread pools to break a fork
 
-import torch  # noqa: E402,F401
-import torch._dynamo  # noqa: E402,F401  (torch.optim's first optimiser imports it, slowly)
-import torch.distributed  # noqa: E402,F401
-import torch.utils.serialization  # noqa: E402,F401  (the first checkpoint)
-
-import lab.train.rank  # noqa: E402,F401  (the workers' code)
-from lab.errors import LabError  # noqa: E402
 from lab.processes import rss_mb  # noqa: E402
-from lab.train import data, fork  # noqa: E402
+from lab.train import fork  # noqa: E402
 from lab.train.launcher import JobSpec, run_job  # noqa: E402
+from lab.train.ranks import load_rank_code  # noqa: E402
 
 
 def _start_launcher(req: dict) -> int:
     """Fork a launcher for one job (its own session, its log as its output); its pid."""
     spec = JobSpec.from_dict(req.get("spec"))  # a malformed request is answered, before any fork
-    return fork.fork_child(lambda: run_job(spec, forked=True), req["env"], Path(req["log"]), new_session=True).pid
+    return fork.fork_child(lambda: run_job(spec), req["env"], Path(req["log"]), new_session=True).pid
 
 
 def _send(msg: dict) -> None:
@@ -42,10 +35,7 @@ def serve() -> int:
     """Load, say so, then answer requests on standard input until it closes: the job manager's
     process holds the other end, so the starter ends with it however that process ends. (The
     kernel's parent-death signal would fire when the thread that started it ends, not the app.)"""
-    try:
-        data.load_dataset("digits")  # cached in this process: every job forked from it has it
-    except LabError:
-        pass
+    load_rank_code()  # torch, the ranks' code and the digits: every job forked from here has them
     children: set[int] = set()
     _send({"ready": True, "pid": os.getpid(), "rss_mb": round(rss_mb(), 1)})
     buf = b""

@@ -236,7 +236,7 @@ def test_the_command_line_takes_a_plain_run_name(monkeypatch):
 
     seen = {}
 
-    def launch(sc, run_id, name=None):
+    def launch(sc, run_id, name=None, ranks=None):
         seen["name"] = name
         raise LabError("stop here")
 

@@ -62,6 +62,8 @@ def test_gradient_allreduce_equals_one_process_on_combined_batch(lab_db, optimiz
     assert proc.returncode == 0, proc.stderr[-2000:]
     store = RunStore(lab_db)
     assert store.status(rid) == "done"
+    ev = store.events(rid)  # the command line's launcher forks its ranks, which compute what one process does
+    assert ev[ev.event == "started"].detail.iloc[0]["start"] == "forked"
     tr = Training(workers=workers, steps=steps, optimizer=optimizer, lr=0.01, model=model)
     ref = single_process(tr)
     ck = final_state(store, rid)  # torch.load(..., weights_only=True)
@@ -237,19 +239,18 @@ def test_a_malformed_job_spec_is_one_line_and_exit_2(spec, says, lab_db):
                                          ("vit_small", 1.0)])
 def test_a_zoo_network_trains_data_parallel_on_two_workers(lab_db, model, width):
     from lab.scenario.document import default_scenario
-    from lab.train.launcher import launch
 
     steps = 3
-    sc = default_scenario()
-    tr = sc.training.replace(workers=2, steps=steps, model=model, batch_size=16, lr=0.01, check_every=1,
-                             model_width=width)  # the two largest at half width: every worker builds it so
-    res = launch(sc.replace(training=tr), store_path=lab_db)
+    tr = default_scenario().training.replace(workers=2, steps=steps, model=model, batch_size=16, lr=0.01,
+                                             check_every=1, model_width=width)  # the two largest at half width
+    rid, _, proc = run_cli("--workers", "2", "--steps", str(steps), "--model", model, "--batch-size", "16",
+                           "--lr", "0.01", "--check-every", "1", "--set", f"model_width={width}")
     store = RunStore(lab_db)
-    assert res.status == "done", res.error
-    per = store.metrics(res.run_id)
+    assert store.status(rid) == "done", proc.stderr[-2000:]
+    per = store.metrics(rid)
     per = per[per.worker >= 0]
     assert sorted(per.groupby("worker").step.max()) == [steps, steps] and np.isfinite(per.loss).all()
-    got = final_state(store, res.run_id)["model"]
+    got = final_state(store, rid)["model"]
     init = single_process(tr, steps=0)
     assert {k: v.shape for k, v in got.items() if k in init} == {k: v.shape for k, v in init.items()}
     assert max((got[k].double() - init[k].double()).abs().max().item() for k in init) > 1e-3  # it trained
