@@ -8,9 +8,9 @@ not asserted; typically < 1 s for kill/raise and about the 3 s heartbeat timeout
 remaining worker and the measurements continue (steps 1-5 kept, every step 0-12 exactly once), the
 final model loads and scores what the run stored; with the same world size (parameter server,
 torchrun) the resumed run equals the uninterrupted one exactly; no process of the run is left.
-A job of the lab's own launcher runs started cold (a new Python per process) and forked from the warm
-starter where the two differ (how a killed rank is found), and forked from the warm starter alone where they
-do not."""
+A job of the lab's own launcher runs with cold ranks (a new Python per rank: a launch inside this program)
+and with ranks forked from a launcher the warm starter forked where the two differ (how a killed rank is
+found), and forked alone where they do not."""
 
 from __future__ import annotations
 
@@ -72,7 +72,7 @@ def launch_job(request, env, tmp_path):
         rid, p = start_warm(st, sc, tmp_path / f"{run_id or new_run_id()}.log", run_id=run_id)
         p.wait(timeout=240)
         store = RunStore(env)
-        assert stage(store, rid, "started").detail.iloc[0]["start"] == "warm"
+        assert stage(store, rid, "started").detail.iloc[0]["start"] == "forked"
         return SimpleNamespace(run_id=rid, status=store.status(rid), restarts=len(stage(store, rid, "restart")))
 
     return warm
