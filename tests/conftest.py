@@ -97,6 +97,31 @@ def start_warm(starter, sc, log: Path, store_path=None, run_id: str | None = Non
     return rid, starter.launch(spec, settings.child_env(LAB_DB=str(store.path.resolve())), str(log))
 
 
+def run_command(sc, store_path=None, timeout: float = 240.0):
+    """The job ``sc`` run from the command line (``python -m lab.train --scenario FILE``), whose launcher is a
+    process of the job's own and so forks its ranks, in the store ``store_path`` (default LAB_DB); its
+    :class:`lab.train.launcher.LaunchResult` as :func:`lab.train.launcher.launch` returns it."""
+    import subprocess
+    import tempfile
+
+    from lab import settings
+    from lab.store.runs import RunStore, new_run_id
+    from lab.train.launcher import LaunchResult, final_accuracy
+
+    store = RunStore(store_path)
+    rid = new_run_id()
+    with tempfile.TemporaryDirectory(prefix="lab-scenario-") as d:
+        path = Path(d) / "scenario.json"
+        path.write_text(sc.to_json())
+        proc = subprocess.run([sys.executable, "-m", "lab.train", "--scenario", str(path), "--run-id", rid, "--quiet"],
+                              cwd=ROOT, env=settings.child_env(LAB_DB=str(store.path.resolve())), capture_output=True,
+                              text=True, timeout=timeout)
+    assert rid in set(store.list_runs().id), proc.stderr[-2000:]  # refused before the run was stored
+    run, ev = store.get_run(rid), store.events(rid)
+    return LaunchResult(rid, run["status"], final_accuracy(store, rid), run["error"],
+                        int((ev.event == "restart").sum()))
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

@@ -117,12 +117,12 @@ def test_a_training_run_with_the_fused_optimiser_equals_the_multi_tensor_one(mon
 def test_a_job_with_the_fused_optimiser_trains_as_one_process_does(lab_db):
     from lab.scenario.document import default_scenario
     from lab.store.runs import RunStore
-    from lab.train.launcher import launch
+    from tests.conftest import run_command
     from lab.train.reference import single_process
 
     sc = default_scenario()
     tr = sc.training.replace(workers=2, steps=6, lr=0.01, optimizer="adabelief", fused=True, check_every=1)
-    res = launch(sc.replace(training=tr), store_path=lab_db)
+    res = run_command(sc.replace(training=tr), lab_db)
     assert res.status == "done", res.error
     assert RunStore(lab_db).get_run(res.run_id)["info"]["optimiser_implementation"] == "fused"
     got = torch.load(RunStore(lab_db).checkpoint_dir(res.run_id) / "final.pt", weights_only=True)["model"]
@@ -136,12 +136,12 @@ def test_a_job_with_the_fused_optimiser_and_powersgd_runs_to_its_end_and_says_bo
     records both implementations."""
     from lab.scenario.document import Compression, default_scenario
     from lab.store.runs import RunStore
-    from lab.train.launcher import launch
+    from tests.conftest import run_command
 
     sc = default_scenario()
     tr = sc.training.replace(workers=2, steps=8, batch_size=16, fused=True,
                              compression=Compression.from_dict({"kind": "powersgd", "rank": 3, "warmup": 4}))
-    res = launch(sc.replace(training=tr), store_path=lab_db)
+    res = run_command(sc.replace(training=tr), lab_db)
     assert res.status == "done", res.error
     info = RunStore(lab_db).get_run(res.run_id)["info"]
     assert info["optimiser_implementation"] == "fused"

@@ -16,8 +16,9 @@ from lab.scenario.document import Scenario, Training
 from lab.scenario.models import build_model
 from lab.store.runs import JOB_WORKER, RunStore
 from lab.train import placement_run
-from lab.train.launcher import launch, preflight
+from lab.train.launcher import preflight
 from lab.train.launcher_record import processes_of
+from tests.conftest import run_command
 
 pytestmark = [pytest.mark.usefixtures("spawns"), pytest.mark.timeout(300)]
 
@@ -46,7 +47,7 @@ def test_the_balancing_loop_runs_its_rounds_and_each_rounds_weights_follow_from_
     # waited past gloo's 60 s for it. This test checks the rounds, not gloo's timeout.
     monkeypatch.setenv("LAB_GLOO_TIMEOUT", "600")
     sc = scenario(balance=rule)
-    res = launch(sc)
+    res = run_command(sc)
     store = RunStore(lab_db)
     run = store.get_run(res.run_id)
     assert res.status == run["status"] == "done", run["error"]

@@ -20,7 +20,7 @@ from lab.store.runs import JOB_WORKER, RunStore
 from lab.train import reference
 from lab.comm.spawn import run_local
 from lab.testing.hook_workers import ddp_job_worker
-from lab.train.launcher import launch
+from tests.conftest import run_command
 from lab.train.layout import check_scenario
 from lab.train.reference import single_process
 
@@ -41,7 +41,7 @@ def scenario(sharing: str, ef: bool, *, ratio: float = 0.05, group_size: int = 2
 
 
 def run(sc: Scenario, db) -> tuple[RunStore, str]:
-    res = launch(sc, store_path=db)
+    res = run_command(sc, db)
     store = RunStore(db)
     assert res.status == "done", res.error
     return store, res.run_id
@@ -106,7 +106,7 @@ def test_ratio_one_equals_the_uncompressed_run_and_lr_scaling_applies(lab_db, sp
 def test_a_diverging_compressed_run_stops_on_every_worker_at_once(lab_db, spawns):
     # lr 10 with decoupled weight decay 1 (as in test_train): the weights blow up within a few steps
     sc = scenario("sparse_ring", True, steps=60, optimizer="adabelief", lr=10.0, weight_decay=1.0)
-    res = launch(sc, store_path=lab_db)
+    res = run_command(sc, lab_db)
     store = RunStore(lab_db)
     assert res.status == "diverged", res.error
     job = store.metrics(res.run_id, worker=JOB_WORKER)
