@@ -22,9 +22,11 @@ import torch.multiprocessing as mp
 
 from lab.errors import LabError
 
-#: What the fork server imports before it forks the first rank: torch, what every rank joins a group with, and
-#: torch._dynamo, which torch.optim imports (1.2 s of CPU) when a rank builds its first optimiser.
-PRELOAD = ["torch", "torch.distributed", "torch.fx", "numpy", "torch._dynamo"]
+#: What the fork server imports before it forks the first rank: torch and what every rank joins a group with.
+#: Not torch._dynamo, though torch.optim imports it in every rank that builds an optimiser (1.2 s of CPU):
+#: DistributedDataParallel ranks forked from a server that had loaded it hung or aborted in 4 of 45 groups
+#: under load, against none of 45 without it.
+PRELOAD = ["torch", "torch.distributed", "torch.fx", "numpy"]
 
 
 def init_worker(rank: int, world: int, port: int, timeout_s: float = 60.0) -> None:
