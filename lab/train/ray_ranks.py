@@ -134,13 +134,10 @@ class RemoteStore:
 class RankActor:
     """One rank in its own Ray worker process."""
 
-    def where(self, run_id: str) -> dict:
-        """Where this rank runs, and its scratch folder there (its error and heartbeat files), made now so that
-        the launcher can have it removed when the rank is killed before it could remove it itself."""
+    def where(self) -> dict:
         ctx = ray.get_runtime_context()
-        self.tmp = Path(tempfile.mkdtemp(prefix=f"lab-rank-{run_id}-"))
         return {"node": ctx.get_node_id(), "ip": ray.util.get_node_ip_address(), "host": socket.gethostname(),
-                "pid": os.getpid(), "tmp": str(self.tmp)}
+                "pid": os.getpid()}
 
     def free_port(self) -> int:
         # Bound and closed here, then taken by rank 0's TCPStore: another process may take it between the
@@ -152,7 +149,7 @@ class RankActor:
     def run(self, scenario: dict, run_id: str, env: dict, writer) -> dict:
         from lab.train.rank import run_rank  # torch and the trainer, in the rank's process only
 
-        tmp = self.tmp
+        tmp = Path(tempfile.mkdtemp(prefix=f"lab-rank-{run_id}-"))
         os.environ.update(env, LAB_ERROR_FILE=str(tmp / "rank.err"), LAB_HEARTBEAT_FILE=str(tmp / "rank.hb"))
         rank = int(env["RANK"])
         code = run_rank(Scenario.from_dict(scenario), run_id, quiet=True, store=RemoteStore(writer),
@@ -163,12 +160,6 @@ class RankActor:
             error = None
         shutil.rmtree(tmp, ignore_errors=True)
         return {"code": code, "error": error}
-
-
-@ray.remote(num_cpus=0, max_retries=0)
-def _remove_folder(path: str) -> None:
-    """A killed rank's scratch folder, removed on its node."""
-    shutil.rmtree(path, ignore_errors=True)
 
 
 class RayRank:
@@ -281,10 +272,6 @@ class RayRanks(list):
             except ray.exceptions.RayError:  # gone already, with its node
                 pass
         remove_placement_group(self.group)
-        for r in self:  # a rank that ended by itself removed its folder; a killed one left it on its node
-            if r.returncode != 0 and r.lost is None:
-                _remove_folder.options(scheduling_strategy=NodeAffinitySchedulingStrategy(
-                    r.where["node"], soft=False)).remote(r.where["tmp"])
 
     def nodes(self) -> list[dict]:
         """Where each rank runs: node id, address and host name, for the run's events (the Jobs page)."""
@@ -312,7 +299,7 @@ def spawn(sc: Scenario, run_id: str, world: int, env: dict, tmp: Path, db: str |
     actors = [RankActor.options(num_cpus=1, resources={k: v for k, v in shape[r].items() if k != "CPU"},
                                 scheduling_strategy=PlacementGroupSchedulingStrategy(group, r)).remote()
               for r in range(world)]
-    where = ray.get([a.where.remote(run_id) for a in actors])
+    where = ray.get([a.where.remote() for a in actors])
     port = ray.get(actors[0].free_port.remote())
     base = {k: v for k, v in env.items()
             if (k.startswith("LAB_") and k not in _LOCAL_ONLY) or k in _RANK_ENV}
