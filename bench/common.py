@@ -1,7 +1,9 @@
-"""What every bench script shares: the lab importable from a checkout, and one plain-text table."""
+"""What every bench script shares: the lab importable from a checkout, one plain-text table and the score line."""
 from __future__ import annotations
 
 import argparse
+import math
+import numbers
 import os
 import signal
 import socket
@@ -9,6 +11,7 @@ import subprocess
 import sys
 import time
 import urllib.request
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -44,6 +47,41 @@ def table(header: list[str], rows: list[list]) -> str:
         return "  ".join(c.rjust(w[i]) if i else c.ljust(w[i]) for i, c in enumerate(r))
 
     return "\n".join([line(cells[0]), "  ".join("-" * x for x in w)] + [line(r) for r in cells[1:]])
+
+
+def score(name: str, values: Sequence[tuple], why_not: str | Mapping[str, str] | None = None) -> None:
+    """Print a bench's last line, its score: ``<name>: <label> <number> <unit>, <label> <number> <unit>, ...``.
+
+    Each value is ``(label, number)``, ``(label, number, unit)`` or ``(label, number, unit, decimals)``: an int
+    prints as an int, any other number with ``decimals`` places (2 unless given); a unit of ``x`` (a ratio) stands
+    against its number (``1.02x``), any other after a space (``23.1 %``). A number that is not finite (nan, inf,
+    None) is no score: the line then reads ``<name>: no score: <reason>``, naming each such value and why where
+    ``why_not`` says (one reason for them all, or one per label), and the bench exits 1, so that a reader or a
+    script comparing runs never takes a missing measurement for a number."""
+    items, missing = [], []
+    for label, number, *rest in values:
+        unit = rest[0] if rest else ""
+        decimals = rest[1] if len(rest) > 1 else None
+        if ", " in label:  # the items are split on ", ": a label keeps to one of them
+            raise ValueError(f"a score's label may not contain ', ': {label!r}")
+        real = isinstance(number, numbers.Real) and not isinstance(number, bool)  # True is no measurement
+        if not (real and math.isfinite(number)):
+            shown = float(number) if real else repr(number)
+            why = why_not.get(label) if isinstance(why_not, Mapping) else None
+            missing.append(f"{label} is {shown}" + (f" ({why})" if why else ""))
+            continue
+        if isinstance(number, numbers.Integral) and decimals is None:
+            text = str(int(number))
+        else:
+            text = f"{float(number):.{2 if decimals is None else decimals}f}"
+        items.append(f"{label} {text}" + (unit if unit == "x" else f" {unit}" if unit else ""))
+    if not values:
+        missing.append("nothing was measured")
+    if missing:
+        reason = ", ".join(missing) + (f": {why_not}" if isinstance(why_not, str) and why_not else "")
+        print(f"{name}: no score: {reason}", flush=True)
+        raise SystemExit(1)
+    print(f"{name}: {', '.join(items)}", flush=True)
 
 
 def start_app(data: Path, port: int, *options: str) -> subprocess.Popen:

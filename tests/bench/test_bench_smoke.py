@@ -1,17 +1,75 @@
-"""Every script of bench/ runs in its smoke mode (its smallest sizes, seconds) and prints its table: a bench that
-no longer runs is a red test here, not a surprise on the day it is needed."""
+"""Every script of bench/ runs in its smoke mode (its smallest sizes, seconds) and prints its table and, last, its score
+line: a bench that no longer runs, or that scores a number it did not measure, is a red test here, not a surprise on
+the day it is needed."""
 
 from __future__ import annotations
 
+import math
 import os
+import re
 import sys
 
 import pytest
 
-from bench.common import run_in_session
+from bench.common import run_in_session, score
 from tests.conftest import ROOT
 
 BENCHES = sorted((ROOT / "bench").glob("bench_*.py"))
+
+# One item of a score line: a label (it may hold spaces and digits), its number, and a unit (``x`` stands against it).
+SCORE_ITEM = re.compile(r"(?P<label>.+?) (?P<number>-?\d+(?:\.\d+)?)(?P<unit>x| .+)?")
+
+
+def score_numbers(line: str, name: str) -> list[float]:
+    """The numbers of ``line``, which must be the score line ``<name>: <label> <number> <unit>, ...`` (not a
+    "no score" line), one number per item, each a finite float."""
+    assert line.startswith(f"{name}: "), f"not a score line of {name!r}: {line!r}"
+    assert not line.startswith(f"{name}: no score"), line
+    # A number the bench did not measure would print as nan, inf or None: none may stand anywhere in the line.
+    assert not re.search(r"\b(nan|inf|none)\b", line, re.IGNORECASE), line
+    numbers = []
+    for item in line[len(name) + 2:].split(", "):
+        m = SCORE_ITEM.fullmatch(item)
+        assert m, f"{item!r} is not '<label> <number> <unit>' in {line!r}"
+        numbers.append(float(m["number"]))
+    assert all(math.isfinite(x) for x in numbers), line
+    return numbers
+
+
+def test_a_score_prints_its_numbers_on_one_line(capsys):
+    score("plan", [("runs", 12), ("held-out geomean error", 23.14, "%", 1), ("worst", 40.4, "%", 0),
+                   ("kendall tau", 0.8), ("overhead", 1.049, "x")])
+    line = capsys.readouterr().out.splitlines()[-1]
+    assert line == "plan: runs 12, held-out geomean error 23.1 %, worst 40 %, kendall tau 0.80, overhead 1.05x"
+    assert score_numbers(line, "plan") == [12, 23.1, 40, 0.8, 1.05]
+
+
+@pytest.mark.parametrize("bad", [math.nan, math.inf, -math.inf, None], ids=str)
+def test_a_value_that_is_not_a_number_is_no_score(bad, capsys):
+    with pytest.raises(SystemExit) as e:
+        score("fidelity", [("runs", 3), ("quiet", bad, "%", 1), ("flagged", 0)],
+              why_not="every run was measured under load")
+    assert e.value.code == 1
+    out = capsys.readouterr().out
+    line = out.splitlines()[-1]
+    assert line == f"fidelity: no score: quiet is {bad}: every run was measured under load"
+    assert "runs 3" not in out  # no half score is printed before it
+    with pytest.raises(AssertionError):
+        score_numbers(line, "fidelity")
+
+
+def test_no_score_names_each_missing_value_with_its_own_reason(capsys):
+    with pytest.raises(SystemExit) as e:
+        score("optim", [("adabelief/adam_foreach", 1.2, "x"), ("adam_fused/adam_foreach", None, "x"),
+                        ("lab_fused/adam_fused", math.nan, "x")],
+              why_not={"adam_fused/adam_foreach": "torch's fused Adam did not run"})
+    assert e.value.code == 1
+    assert capsys.readouterr().out.splitlines()[-1] == (
+        "optim: no score: adam_fused/adam_foreach is None (torch's fused Adam did not run), "
+        "lab_fused/adam_fused is nan")
+    with pytest.raises(SystemExit):
+        score("optim", [])
+    assert capsys.readouterr().out == "optim: no score: nothing was measured\n"
 
 
 def test_every_bench_script_is_here():
