@@ -285,33 +285,91 @@ def _busy_cpu_s() -> float:
     return sum(t) - t.idle - getattr(t, "iowait", 0.0) - getattr(t, "guest", 0.0) - getattr(t, "guest_nice", 0.0)
 
 
-def _own_cpu_s() -> float:
-    """CPU seconds of this process and of the children it has waited for (a job's reaped ranks)."""
-    import resource
+def _fork_server_pid() -> int | None:
+    """Multiprocessing's fork server in this process, once started (:func:`lab.comm.spawn.run_local` forks its
+    ranks from it), or None."""
+    import multiprocessing.forkserver as fs
 
-    me, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
-    return me.ru_utime + me.ru_stime + kids.ru_utime + kids.ru_stime
+    return as_pid(getattr(getattr(fs, "_forkserver", None), "_forkserver_pid", None))
+
+
+def _cpu_s(p: psutil.Process) -> float:
+    """CPU seconds of process ``p`` (every thread) and of the children it has reaped, theirs included."""
+    t = p.cpu_times()
+    return t.user + t.system + t.children_user + t.children_system
+
+
+class JobCpu:
+    """The CPU a job took on this machine, counted from the moment it is made: this process's, and that of every
+    process the job starts here, however it starts them and whoever reaps them.
+
+    It sums the process tree: this process, every child it starts from now on and their descendants, and
+    multiprocessing's fork server with the ranks it forks. A process that ended counts through its parent, which
+    reaped it (the kernel adds a reaped child's CPU, and all it had reaped, to its parent's account): a rank
+    reaped by this process counts in this process's children's time, a rank the fork server forked and reaped
+    counts in the fork server's. The children this process already had when the count began (a warm starter
+    beside a page, a cluster a test started) are not the job's, nor is anything they start."""
+
+    def __init__(self) -> None:
+        self._me = psutil.Process()
+        server = _fork_server_pid()
+        self._before = {(c.pid, c.create_time()) for c in self._children() if c.pid != server}
+        self._start = self._now()
+
+    def _children(self) -> list[psutil.Process]:
+        try:
+            return self._me.children()
+        except psutil.Error:
+            return []
+
+    def _tree(self) -> list[psutil.Process]:
+        out = [self._me]
+        for c in self._children():
+            try:
+                if (c.pid, c.create_time()) in self._before:
+                    continue
+                out.append(c)
+                out.extend(c.children(recursive=True))
+            except psutil.Error:  # it ended meanwhile: its parent holds its time
+                pass
+        return out
+
+    def _now(self) -> float:
+        total = 0.0
+        for p in self._tree():
+            try:
+                total += _cpu_s(p)
+            except psutil.Error:  # it ended meanwhile: its parent holds its time
+                pass
+        return total
+
+    def seconds(self) -> float:
+        """CPU seconds the job took since the count began. Read it once the job's processes are reaped: a process
+        whose parent ended before it lost its way into the count."""
+        return max(0.0, self._now() - self._start)
 
 
 class LoadMeter:
     """How busy the machine was with other work between its creation and :meth:`result`.
 
-    The job's own CPU time (this process and its reaped children) is taken from the machine's busy
-    time; what is left is what other processes took. Read it after the job's processes are reaped,
-    or their time counts as other work."""
+    The job's own CPU time (:class:`JobCpu`: this process and every process it starts) is taken from the
+    machine's busy time; what is left is what other processes took."""
 
     def __init__(self) -> None:
-        self.t0, self.busy0, self.own0, self.psi0 = time.time(), _busy_cpu_s(), _own_cpu_s(), _psi_some_s()
+        self.own = JobCpu()
+        self.t0, self.busy0, self.psi0 = time.time(), _busy_cpu_s(), _psi_some_s()
 
     def result(self) -> dict:
-        """``wall_s``; ``cpus``; ``others_cpu_s`` (CPU seconds other processes took); ``others_share`` (that
+        """``wall_s``; ``cpus``; ``own_cpu_s`` (CPU seconds the job took); ``others_cpu_s`` (CPU seconds other
+        processes took); ``others_share`` (that
         share of every core's time); ``pressure`` (share of the time some task waited for a CPU, None
         without pressure stall information); ``load_average`` (1 minute, at the end)."""
         wall = max(time.time() - self.t0, 1e-9)
         cpus = os.cpu_count() or 1
-        others = max(0.0, (_busy_cpu_s() - self.busy0) - (_own_cpu_s() - self.own0))
+        own = self.own.seconds()
+        others = max(0.0, (_busy_cpu_s() - self.busy0) - own)
         psi = _psi_some_s()
-        return {"wall_s": round(wall, 3), "cpus": cpus, "others_cpu_s": round(others, 3),
+        return {"wall_s": round(wall, 3), "cpus": cpus, "own_cpu_s": round(own, 3), "others_cpu_s": round(others, 3),
                 "others_share": round(min(1.0, others / (wall * cpus)), 4),
                 "pressure": None if psi is None or self.psi0 is None else round(min(1.0, (psi - self.psi0) / wall), 4),
                 "load_average": round(os.getloadavg()[0], 2)}
