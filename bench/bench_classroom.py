@@ -38,6 +38,7 @@ the bench still runs and measures nothing.
 from __future__ import annotations
 
 import asyncio
+import math
 import os
 import random
 import signal
@@ -47,7 +48,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from common import bench_parser, free_port, SMOKE_NOTE, start_app, table  # noqa: E402  (also puts the checkout on sys.path)
+from common import bench_parser, free_port, score, SMOKE_NOTE, start_app, table  # noqa: E402  (also puts the checkout on sys.path)
 
 PAGES = ("topology", "placement", "allreduce")
 
@@ -314,11 +315,18 @@ def main() -> None:
     print(table(["phase", "probes", "median s", "p95 s", "worst s"],
                 [[name, len(v), f"{statistics.median(v):.3f}", f"{pct(v, .95):.3f}", f"{max(v):.3f}"]
                  for name, v in health.items() if v]))
-    worst = max((w for _, _, w, _ in waits), default=float("nan"))
-    print(f"classroom: sessions {args.sessions}, page p95 {pct(lv, .95):.2f} s, idle page p95 {pct(iv, .95):.2f} s, "
-          f"worst short-job wait {worst:.2f} s, worst health answer {max(max(v, default=0) for v in health.values()):.2f} s")
+    # A short job never scheduled has no wait: the worst wait is then unknown, not the worst of the others.
+    unscheduled = [f"{name} ({status})" for name, status, wait, _ in waits if math.isnan(wait)]
+    worst = float("nan") if unscheduled else max((w for _, _, w, _ in waits), default=float("nan"))
     if args.smoke:
         print(SMOKE_NOTE)
+    score("classroom", [("sessions", args.sessions), ("page p95", pct(lv, .95), "s"),
+                        ("idle page p95", pct(iv, .95), "s"), ("worst short-job wait", worst, "s"),
+                        ("worst health answer", max(max(v, default=0) for v in health.values()), "s")],
+          why_not={"page p95": "no page was opened while the jobs ran",
+                   "idle page p95": "no page was opened on the idle server",
+                   "worst short-job wait": ("never scheduled: " + "; ".join(unscheduled)) if unscheduled
+                   else "no short job was queued"})
 
 
 def run_sessions_once(url: str, page: str, query: str = "") -> None:

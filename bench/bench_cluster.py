@@ -27,7 +27,7 @@ from pathlib import Path
 
 import psutil
 
-from common import bench_parser, SMOKE_NOTE, table  # noqa: E402  (also puts the checkout on sys.path)
+from common import bench_parser, score, SMOKE_NOTE, table  # noqa: E402  (also puts the checkout on sys.path)
 
 
 
@@ -160,10 +160,10 @@ def main() -> None:
     ]))
     print(f"Ray's test cluster: up in {up:.1f} s, {idle:.0f} MB resident for its {nodes} nodes before any job "
           f"({idle / nodes:.0f} MB a node)")
-    print(f"cluster: jobs {args.jobs}, nodes {nodes}, local all done {local['all']:.1f} s, "
-          f"ray all done {on_ray['all']:.1f} s, ray first step {on_ray['first']:.1f} s")
     if args.smoke:
         print(SMOKE_NOTE)
+    score("cluster", [("jobs", args.jobs), ("nodes", nodes), ("local all done", local["all"], "s", 1),
+                      ("ray all done", on_ray["all"], "s", 1), ("ray first step", on_ray["first"], "s", 1)])
 
 
 if __name__ == "__main__":

@@ -61,7 +61,7 @@ from collections import Counter  # noqa: E402
 from dataclasses import dataclass, field  # noqa: E402
 from typing import Any, Callable  # noqa: E402
 
-from common import bench_parser, ROOT, SMOKE_NOTE, table  # noqa: E402  (also puts the checkout on sys.path)
+from common import bench_parser, ROOT, score, SMOKE_NOTE, table  # noqa: E402  (also puts the checkout on sys.path)
 
 from lab.errors import LabError  # noqa: E402
 from lab.scenario.document import Scenario, default_scenario  # noqa: E402
@@ -1245,10 +1245,10 @@ def main() -> None:
             print(f"refused-long [{label}] {desc[:80]}: {n} chars: {msg[:100]!r}")
     for dt, fam, desc in sorted(rep.slow, reverse=True)[:5]:
         print(f"slow {dt:.2f} s [{fam}] {desc[:120]}")
-    print(f"hostile: inputs {tot.inputs}, refused {tot.refused + tot.refused_long}, crashes {tot.crash}, "
-          f"breaches {tot.breach}, slowest {tot.max_s:.2f} s")
     if args.smoke:
         print(SMOKE_NOTE)
+    score("hostile", [("inputs", tot.inputs), ("refused", tot.refused + tot.refused_long), ("crashes", tot.crash),
+                      ("breaches", tot.breach), ("slowest", tot.max_s, "s")])
 
 
 if __name__ == "__main__":

@@ -13,8 +13,9 @@ Every step starts from a fresh process where a person would pay for one (the fir
 gloo, started as the job's are); the graph and the placements are timed in this process after the model's first
 build, as the Placement page pays for them on a choice.
 
-The last line: ``models: architectures <n>, onnx ok, slowest graph <s> s, slowest first step <s> s, report <s> s
-<mb> MB``, where the slowest graph is the longest time from choice to the operator graph and every strategy's plan.
+The last line: ``models: architectures <n>, onnx networks <n>, slowest graph <s> s, slowest first step <s> s, report
+<s> s, report size <mb> MB``, where the slowest graph is the longest time from choice to the operator graph and every
+strategy's plan.
 """
 from __future__ import annotations
 
@@ -26,7 +27,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from common import bench_parser, SMOKE_NOTE, table  # noqa: E402  (also puts the checkout on sys.path)
+from common import bench_parser, score, SMOKE_NOTE, table  # noqa: E402  (also puts the checkout on sys.path)
 
 import torch  # noqa: E402
 
@@ -162,8 +163,10 @@ def main() -> None:
         print(table(["report of the Placement view", "seconds", "MB", "plotly's own files s", "ratio"],
                     [["resnet18" if not a.smoke else "mlp", f"{t_rep:.2f}", f"{mb:.2f}", f"{t_plotly:.2f}",
                       f"{t_rep / t_plotly:.1f}x"]]))
-    print(f"models: architectures {len(names)}, onnx ok, slowest graph {slow_graph:.2f} s, slowest first step "
-          f"{slow_step:.1f} s, report {t_rep:.2f} s {mb:.1f} MB")
+    # The ONNX networks count those turned into a graph and plans (one failing stops the bench before this line).
+    score("models", [("architectures", len(names)), ("onnx networks", sum(blob is not None for _, blob in cases)),
+                     ("slowest graph", slow_graph, "s"), ("slowest first step", slow_step, "s", 1),
+                     ("report", t_rep, "s"), ("report size", mb, "MB", 1)])
 
 
 if __name__ == "__main__":

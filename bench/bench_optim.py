@@ -7,9 +7,10 @@ Every optimiser gets its own copy of the workload's parameters with the same fix
 gradients. The optimisers take turns (one step each per round, round-robin, after one warm-up step)
 so a noisy neighbour on a shared machine slows them alike; each table shows the median ms/step and
 the ratio to torch.optim.Adam (foreach) measured in the same run. The last line compares, on the
-stack: the lab's AdaBelief and Max-AdaBelief with torch's foreach Adam, torch's fused Adam with its
-foreach Adam, and the slowest of the lab's three fused (compiled) optimisers with torch's fused Adam. The fused
-ones compile at their warm-up step (not timed; the compile time is printed).
+stack (with ``--only`` a model: on that model, named in each label): the lab's AdaBelief and Max-AdaBelief with
+torch's foreach Adam, torch's fused Adam with its foreach Adam, and the slowest of the lab's three fused (compiled)
+optimisers with torch's fused Adam (not in a smoke run, which compiles nothing). The fused ones compile at their
+warm-up step (not timed; the compile time is printed).
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from common import bench_parser, SMOKE_NOTE, table  # noqa: E402
+from common import bench_parser, score, SMOKE_NOTE, table  # noqa: E402
 
 from adabelief_pytorch import AdaBelief as PackageAdaBelief  # noqa: E402
 
@@ -133,7 +134,7 @@ def main(argv=None) -> None:
         workloads = {"stack": stack_shapes()} | {m: model_shapes(m) for m in MODELS}
         if args.only:
             workloads = {args.only: workloads[args.only]}
-    stack = None
+    compared = None  # what the last line compares on: the stack, or with --only the one workload run
     for wname, shapes in workloads.items():
         numel = sum(torch.Size(s).numel() for s in shapes)
         med, skipped = measure(shapes, args.rounds, args.smoke)
@@ -143,20 +144,27 @@ def main(argv=None) -> None:
                     [[name, f"{t * 1e3:.2f}", f"{t / peer:.2f}"] for name, t in med.items()]))
         for s in skipped:
             print(f"skipped {s}")
-        if wname == "stack":
-            stack = med
-    if stack is not None:
-        fused = f"{stack[FUSED] / stack[PEER]:.2f}x" if FUSED in stack else "n/a"
-        lab_fused = [stack[n] for n in LAB_FUSED if n in stack]
-        lab_vs = (f"{max(lab_fused) / stack[FUSED]:.2f}x" if FUSED in stack and len(lab_fused) == len(LAB_FUSED)
-                  else "none")
-        if NO_CHECK in stack and FUSED in stack:
-            print(f"\nlab Max-AdaBelief (fused) without its NaN check: {stack[NO_CHECK] / stack[FUSED]:.2f}x torch's "
-                  "fused Adam, which checks nothing")
-        print(f"\noptim: adabelief/adam_foreach {stack['lab AdaBelief'] / stack[PEER]:.2f}x, "
-              f"maxadabelief/adam_foreach {stack['lab Max-AdaBelief'] / stack[PEER]:.2f}x, "
-              f"adam_fused/adam_foreach {fused}, lab_fused/adam_fused {lab_vs}")
+        if wname == "stack" or compared is None:
+            compared, compared_on, compared_skipped = med, wname, skipped
+    c = compared
+    lab_fused = [c[n] for n in LAB_FUSED if n in c]
+    if NO_CHECK in c and FUSED in c:
+        print(f"\nlab Max-AdaBelief (fused) without its NaN check: {c[NO_CHECK] / c[FUSED]:.2f}x torch's "
+              "fused Adam, which checks nothing")
+    print()
 
+    def why(*names: str) -> str:  # a ratio is missing when one of its optimisers could not run on this build
+        return "; ".join(s for s in compared_skipped if s.startswith(tuple(f"{n}: " for n in names))) or "not measured"
+
+    at = "" if compared_on == "stack" else f"{compared_on} "
+    score("optim", [(f"{at}adabelief/adam_foreach", c["lab AdaBelief"] / c[PEER], "x"),
+                    (f"{at}maxadabelief/adam_foreach", c["lab Max-AdaBelief"] / c[PEER], "x"),
+                    (f"{at}adam_fused/adam_foreach", c[FUSED] / c[PEER] if FUSED in c else None, "x"),
+                    # a smoke run leaves the compiled optimisers out: that ratio is not measured there, not missing
+                    *([] if args.smoke else
+                      [(f"{at}lab_fused/adam_fused", max(lab_fused) / c[FUSED]
+                        if FUSED in c and len(lab_fused) == len(LAB_FUSED) else None, "x")])],
+          why_not={f"{at}adam_fused/adam_foreach": why(FUSED), f"{at}lab_fused/adam_fused": why(FUSED, *LAB_FUSED)})
 
 if __name__ == "__main__":
     main()

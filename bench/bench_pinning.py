@@ -20,7 +20,7 @@ import statistics
 import tempfile
 from pathlib import Path
 
-from common import bench_parser, SMOKE_NOTE, table  # noqa: E402  (also puts the checkout on sys.path)
+from common import bench_parser, score, SMOKE_NOTE, table  # noqa: E402  (also puts the checkout on sys.path)
 
 from bench_plan import four_devices  # noqa: E402
 from lab import settings  # noqa: E402
@@ -102,7 +102,8 @@ def main() -> None:
     def gm(xs):
         return math.exp(statistics.mean(math.log(x) for x in xs)) if xs else math.nan
 
-    print("pinning: " + ", ".join(f"{p}/turns {gm(ratios[p]):.2f}x" for p in policies if p != "turns"))
+    score("pinning", [(f"{p}/turns", gm(ratios[p]), "x") for p in policies if p != "turns"],
+          why_not=None if ratios["turns"] else f"no plan of {a.procs} processes ran")
 
 
 if __name__ == "__main__":

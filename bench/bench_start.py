@@ -29,7 +29,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from common import bench_parser, free_port, ROOT, SMOKE_NOTE, start_app, stop_app, table  # noqa: E402  (also puts the checkout on sys.path)
+from common import bench_parser, free_port, ROOT, score, SMOKE_NOTE, start_app, stop_app, table  # noqa: E402  (also puts the checkout on sys.path)
 
 from lab import settings  # noqa: E402
 from lab.jobs import variants  # noqa: E402
@@ -244,8 +244,8 @@ def main() -> None:
                   f"steps): all done {bgrid:.1f} s after the click")
         print(f"warm starter: pid {jm.starter.pid}, resident {mem:.0f} MB (bound {jm.starter.max_mb:.0f} MB), "
               f"restarts {jm.starter.restarts}")
-        print(f"start: warm first step {med[('warm', 1)][0]:.2f} s, cold first step {med[('cold', 1)][0]:.2f} s, "
-              f"grid of {len(jobs)} {grid_s:.1f} s, starter {mem:.0f} MB")
+        score("start", [("warm first step", med[("warm", 1)][0], "s"), ("cold first step", med[("cold", 1)][0], "s"),
+                        ("grid runs", len(jobs)), ("grid all done", grid_s, "s", 1), ("starter", mem, "MB", 0)])
     finally:
         jm.shutdown()
         jm.starter.stop()  # the warm starter is the process's: it outlives the manager
