@@ -20,7 +20,9 @@
 4. The peer, measured in the same run: the batch runs ``--batches`` times (default 2, one after the
    other); the same scenario's measured step times in two batches differ by some amount, printed as
    the geometric-mean difference between batches. That is the measurement's own reproducibility on
-   this machine, the floor under any model's error.
+   this machine, the floor under any model's error. The last line reads
+   ``fidelity: runs <n>, geomean error <pct> %, reproducibility <pct> %, oracle floor <pct> %`` (the last two
+   when a scenario ran in two batches).
 
 ``--evaluate`` skips the runs and re-predicts the runs already in ``--db`` with the profile.
 
@@ -37,7 +39,7 @@ printed with the table.
 
 ``--smoke``: the synthetic profile (``lab.machine.calibrate.synthetic_profile``, no calibration) unless
 ``--profile`` names one, and one batch of the one-worker MLP case for a handful of steps into a temporary
-run store; it checks the bench still runs and measures nothing.
+run store; it checks the bench still runs and measures nothing (its last line scores its run under load too).
 """
 
 from __future__ import annotations
@@ -50,7 +52,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from common import bench_parser, SMOKE_NOTE, table  # noqa: E402  (also puts the checkout on sys.path)
+from common import bench_parser, score, SMOKE_NOTE, table  # noqa: E402  (also puts the checkout on sys.path)
 
 from lab.machine.calibrate import calibrate, format_profile, synthetic_profile  # noqa: E402
 from lab.machine.fidelity import (  # noqa: E402
@@ -98,7 +100,7 @@ def spinners(n: int) -> list[subprocess.Popen]:
     return [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(n)]
 
 
-def report(prof, db: Path) -> float:
+def report(prof, db: Path, smoke: bool = False) -> float:
     every, skipped = evaluate_runs(RunStore(db), prof)
     rows = [r for r in every if not r["under_load"]]
     out = []
@@ -136,8 +138,25 @@ def report(prof, db: Path) -> float:
         print(f"\nbeside two spinning processes: {flagged} of {len(loaded)} runs flagged as measured under load; "
               f"over the flagged runs the model is {s['loaded_raw'] * 100:.1f} % off as it predicts (a quiet machine) "
               f"and {s['loaded_corrected'] * 100:.1f} % off with the slowdown their measured load implies")
-        print(f"fidelity: quiet {s['quiet'] * 100:.1f} %, loaded raw {s['loaded_raw'] * 100:.1f} %, "
-              f"loaded corrected {s['loaded_corrected'] * 100:.1f} %, flagged {flagged} of {len(loaded)}")
+    # Why the error over the quiet runs can be no number: the bench knows which runs it compared.
+    quiet_why = (("no run was compared" + "".join(f"; {x['name']}: {x['why']}" for x in skipped)) if not every
+                 else "every run was measured under load" if not rows else "a run's step time is not a number")
+    if loaded:
+        score("fidelity", [("quiet", s["quiet"] * 100, "%", 1), ("loaded raw", s["loaded_raw"] * 100, "%", 1),
+                           ("loaded corrected", s["loaded_corrected"] * 100, "%", 1),
+                           ("flagged", flagged, f"of {len(loaded)}")],
+              why_not={"quiet": quiet_why, "loaded raw": "no run was flagged as measured under load",
+                       "loaded corrected": "no run was flagged as measured under load"})
+    else:
+        # A smoke run scores every run it compared, flagged or not: the suite runs it beside other tests, where its
+        # one run is often under load, and it checks the way to the score, not the number.
+        scored = every if smoke else rows
+        error = step_error_summary([(r["predicted"], r["measured"]) for r in scored])
+        # Reproducibility and the oracle floor need a scenario measured twice: one batch has neither.
+        score("fidelity", [("runs", len(scored)), ("geomean error", error * 100, "%", 1),
+                           *([("reproducibility", spread * 100, "%", 1)] if pairs else []),
+                           *([("oracle floor", floor * 100, "%", 1)] if n else [])],
+              why_not={"geomean error": quiet_why})
     return g
 
 
@@ -194,9 +213,9 @@ def main() -> int:
                         p.wait()
         print()
         print(f"# load average (1 min) {load0:.1f} at the start, {os.getloadavg()[0]:.1f} at the end; 2 cores shared")
-        report(prof, db)
-    if args.smoke:
-        print(SMOKE_NOTE)
+        if args.smoke:
+            print(SMOKE_NOTE)
+        report(prof, db, args.smoke)
     return 0
 
 

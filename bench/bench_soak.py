@@ -22,7 +22,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from common import bench_parser, SMOKE_NOTE, table  # noqa: E402
+from common import bench_parser, score, SMOKE_NOTE, table  # noqa: E402
 
 
 def rss_mb() -> float:
@@ -103,15 +103,22 @@ def main() -> None:
     print(table(["after job", "time s", "RSS MB", "open fds", "threads", "children", "job processes alive"],
                 [[r["job"], f"{r['t']:.1f}", f"{r['rss']:.1f}", r["fds"], r["threads"], r["children"], r["left"]]
                  for r in rows if r["job"] in marks]))
+    growth = []  # resident memory of the last ten jobs over jobs 11-20: only a run of 20 jobs or more has both
     if len(rows) >= 20:
         early = [r for r in rows if 11 <= r["job"] <= 20]
         late = rows[-10:]
         for key, unit in (("rss", "MB"), ("fds", ""), ("threads", "")):
             a, b = statistics.mean(r[key] for r in early), statistics.mean(r[key] for r in late)
             print(f"{key:>10}: jobs 11-20 mean {a:.1f}{unit}, last 10 mean {b:.1f}{unit}, ratio {b / a:.3f}")
+            if key == "rss":
+                growth = [("rss growth", b / a, "x", 3)]
     print(f"max open fds {max(r['fds'] for r in rows)}, max threads {max(r['threads'] for r in rows)}, "
           f"max job processes alive after a job {max(r['left'] for r in rows)}, launcher temp folders left "
           f"{len(tmp_left)}")
+    score("soak", [("jobs", args.jobs), *growth, ("max open fds", max(r["fds"] for r in rows)),
+                   ("max threads", max(r["threads"] for r in rows)),
+                   ("max job processes alive", max(r["left"] for r in rows)),
+                   ("launcher temp folders left", len(tmp_left))])
 
 
 if __name__ == "__main__":
