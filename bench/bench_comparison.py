@@ -27,7 +27,7 @@ from lab.scenario.document import Compression, default_scenario  # noqa: E402
 from lab.store.runs import RunStore  # noqa: E402
 
 sys.path.insert(0, str(ROOT / "bench"))
-from common import bench_parser, SMOKE_NOTE, table as text_table  # noqa: E402
+from common import bench_parser, score, SMOKE_NOTE, table as text_table  # noqa: E402
 
 
 
@@ -85,6 +85,13 @@ def run(a, db: Path, optimizers) -> None:
         print(f"- {v['variant']} vs {v['against']}: {v['accuracy difference (points)']} points; {v['verdict']}")
     if a.smoke:
         print(SMOKE_NOTE)
+    # Each variant's mean final accuracy against the best variant's: a run that did not finish leaves it no number.
+    unfinished = sorted(statuses - {"done"})
+    score("comparison", [("runs", len(ids)), ("done", sum(store.status(r) == "done" for r in ids)),
+                         ("wall", wall, "s", 0),
+                         *((f"{v['variant']} vs {v['against']}", float(v["accuracy difference (points)"]), "points")
+                           for v in cmp.verdicts)],
+          why_not=f"runs ended {', '.join(unfinished)}" if unfinished else None)
 
 
 if __name__ == "__main__":

@@ -31,7 +31,7 @@ from pathlib import Path
 
 import torch
 
-from common import bench_parser, SMOKE_NOTE, table  # noqa: E402  (also puts the checkout on sys.path)
+from common import bench_parser, score, SMOKE_NOTE, table  # noqa: E402  (also puts the checkout on sys.path)
 
 from lab.comm.spawn import run_local  # noqa: E402
 from lab.compression.compressors import GroupTopK, TopK  # noqa: E402
@@ -39,7 +39,7 @@ from lab.testing.sparse_workers import bench_worker  # noqa: E402
 
 
 
-def bench_selection(numel: int, ratio: float, group_size: int, rounds: int) -> None:
+def bench_selection(numel: int, ratio: float, group_size: int, rounds: int) -> list[tuple]:
     x = torch.randn(numel, generator=torch.Generator().manual_seed(0))
     gt, tk = GroupTopK(ratio, group_size), TopK(ratio)
     k = tk.k_for(numel)
@@ -69,9 +69,10 @@ def bench_selection(numel: int, ratio: float, group_size: int, rounds: int) -> N
     ratio_med = peer_med / statistics.median(times["Group-TopK selection"])
     print(f"Group-TopK selection vs global torch.topk: {ratio_sel:.1f}x faster (target >= 6x: "
           f"{'met' if ratio_sel >= 6 else 'NOT met'}; on medians {ratio_med:.1f}x)")
+    return [("selection speed-up", ratio_sel, "x", 1), ("selection speed-up on medians", ratio_med, "x", 1)]
 
 
-def bench_sharing(numel: int, ratio: float, group_size: int, workers: int) -> None:
+def bench_sharing(numel: int, ratio: float, group_size: int, workers: int) -> list[tuple]:
     with tempfile.TemporaryDirectory() as d:
         t0 = time.perf_counter()
         run_local(bench_worker, workers, (d, numel, ratio, group_size, 0), timeout_s=900)
@@ -86,7 +87,7 @@ def bench_sharing(numel: int, ratio: float, group_size: int, workers: int) -> No
           f"ratio {ratio:g}, group size {group_size}; {wall:.0f} s wall in all")
     dense = [r for r in rows if r["method"] == "dense"]
     dense_mean = statistics.mean(r["bytes_sent"] for r in dense)
-    out = []
+    out, sent_vs_dense = [], []
     for kind, method in (("none", "dense"), ("group_topk", "sparse_ring"), ("group_topk", "sparse_allgather"),
                          ("topk", "sparse_ring"), ("topk", "sparse_allgather")):
         rs = [r for r in rows if r["kind"] == kind and r["method"] == method]
@@ -99,6 +100,9 @@ def bench_sharing(numel: int, ratio: float, group_size: int, workers: int) -> No
                     f"{statistics.mean(sent) / dense_mean:.2%}", f"{rs[0]['kept']:,}", f"{rs[0]['nnz_sum']:,}",
                     f"{max(r['t_compress'] for r in rs):.3f}", f"{max(r['t_comm'] for r in rs):.3f}",
                     f"{max(r['max_rel_diff'] for r in rs):.1e}"])
+        if kind == "group_topk":
+            sent_vs_dense.append((f"Group-TopK {name.split(' (')[0]} sent vs dense",
+                                  statistics.mean(sent) / dense_mean * 100, "%", 2))
     print(table(["sharing", "compressor", "MB sent/worker (mean)", "MB sent (max)", "MB recv (mean)",
                  "vs dense", "kept/worker", "nnz of sum", "t_compress s", "t_comm s", "max rel diff"], out))
     for kind in ("group_topk", "topk"):
@@ -109,6 +113,7 @@ def bench_sharing(numel: int, ratio: float, group_size: int, workers: int) -> No
                  f"{sum(8 + 8 * h['sent_entries'] for h in hops if h['hop'] == hop) / 1e6:.3f}"] for _, hop in labels]
         print(f"\nFill-in of the sparse ring, {kind}, measured in the real run (all workers' messages per hop):")
         print(table(["hop", "entries sent", "MB sent"], fill))
+    return sent_vs_dense
 
 
 def main(argv=None) -> None:
@@ -127,11 +132,12 @@ def main(argv=None) -> None:
         print(SMOKE_NOTE)
     if args.threads:
         torch.set_num_threads(args.threads)
-    bench_selection(args.numel, args.ratio, args.group_size, args.rounds)
+    scored = bench_selection(args.numel, args.ratio, args.group_size, args.rounds)
     if not args.skip_sharing:
-        bench_sharing(args.share_numel, args.ratio, args.group_size, args.workers)
+        scored += bench_sharing(args.share_numel, args.ratio, args.group_size, args.workers)
     if args.smoke:
         print(SMOKE_NOTE)
+    score("compress", scored)
 
 
 if __name__ == "__main__":

@@ -42,7 +42,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from common import bench_parser, SMOKE_NOTE, table  # noqa: E402
+from common import bench_parser, score, SMOKE_NOTE, table  # noqa: E402
 
 from lab.comm.spawn import run_local  # noqa: E402
 from lab.jobs.grid import where_each_wins  # noqa: E402
@@ -177,6 +177,14 @@ def main() -> None:
     print(f"\nTotal bench time: {time.time() - t0:.0f} s")
     if args.smoke:
         print(SMOKE_NOTE)
+    # Group-TopK 1 % + EF against dense, as the first table: speed-up on the means, accuracy, and the bytes.
+    scored = []
+    for opt in opts:
+        d, c = res[(opt, "dense")], res[(opt, "gtk_ef")]
+        scored += [(f"{opt} speed-up", d["s_step"] / c["s_step"], "x"),
+                   (f"{opt} accuracy diff", 100 * (c["acc"] - d["acc"]), "points"),
+                   (f"{opt} bytes vs dense", c["bytes"] / d["bytes"], "x", 4)]
+    score("compress train", scored)
 
 
 if __name__ == "__main__":

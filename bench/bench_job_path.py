@@ -26,7 +26,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from common import bench_parser, ROOT, SMOKE_NOTE, table  # noqa: E402  (also puts the checkout on sys.path)
+from common import bench_parser, ROOT, score, SMOKE_NOTE, table  # noqa: E402  (also puts the checkout on sys.path)
 
 TRACE_DIR = ROOT / "bench" / "tracing"
 
@@ -40,15 +40,17 @@ def main() -> None:
         print(SMOKE_NOTE, flush=True)
     tmp = Path(tempfile.mkdtemp(prefix="lab-jobpath-"))
     try:
-        trace(args, tmp)
+        counted = trace(args, tmp)
     finally:
         if args.smoke:  # the real bench leaves its trace and run store for a closer look
             shutil.rmtree(tmp, ignore_errors=True)
     if args.smoke:
         print(SMOKE_NOTE)
+    score("job path", counted)
 
 
-def trace(args, tmp: Path) -> None:
+def trace(args, tmp: Path) -> list[tuple]:
+    """Runs the traced job and prints what its path crossed; returns the counts for the last line."""
     out = tmp / "trace.tsv"
     os.environ.update(JOBPATH_TRACE=str(out), JOBPATH_ROOT=str(ROOT), LAB_DB=str(tmp / "runs.db"),
                       LAB_DATA=str(tmp), PYTHONPATH=os.pathsep.join([str(TRACE_DIR), str(ROOT)]))
@@ -102,8 +104,9 @@ def trace(args, tmp: Path) -> None:
         ["functions called", len(calls)], ["scenario written (to_json/to_dict)", ser],
         ["scenario read (from_json/from_dict)", parse], ["preflight", counts["preflight"]],
         ["job_layout", counts["job_layout"]], ["argv parses", counts["parse_args"]]]))
-    print(f"job path: files {len(files)}, functions {len(calls)}, scenario written {ser}, read {parse}, "
-          f"preflight {counts['preflight']}, job_layout {counts['job_layout']}, argv parses {counts['parse_args']}")
+    return [("files", len(files)), ("functions", len(calls)), ("scenario written", ser), ("read", parse),
+            ("preflight", counts["preflight"]), ("job_layout", counts["job_layout"]),
+            ("argv parses", counts["parse_args"])]
 
 
 if __name__ == "__main__":

@@ -26,7 +26,7 @@ from streamlit.testing.v1 import AppTest  # noqa: E402
 logging.getLogger("streamlit").setLevel(logging.ERROR)
 
 from app import available_pages  # noqa: E402
-from common import bench_parser, SMOKE_NOTE, table  # noqa: E402
+from common import bench_parser, score, SMOKE_NOTE, table  # noqa: E402
 from lab.train.warm import shared_starter  # noqa: E402
 
 
@@ -77,6 +77,9 @@ def main() -> None:
                 [["(empty page)", f"{base:.3f}", "", f"{1.0:.1f}", ""]] +
                 [[title, f"{med:.3f}", f"{mx:.3f}", f"{med / base:.1f}", "yes" if med < 1.5 else "NO"]
                  for title, med, mx in rows]))
+    slowest = max(med for _, med, _ in rows)
+    score("pages", [("pages timed", len(rows)), ("empty page", base, "s", 3), ("slowest page median", slowest, "s", 3),
+                    ("slowest/empty", slowest / base, "x", 1)])
 
 
 if __name__ == "__main__":

@@ -28,7 +28,7 @@ import time
 import networkx as nx
 import numpy as np
 
-from common import bench_parser, SMOKE_NOTE, table  # noqa: E402  (also puts the checkout on sys.path)
+from common import bench_parser, score, SMOKE_NOTE, table  # noqa: E402  (also puts the checkout on sys.path)
 
 from lab.modelled.datasheet import LinkCost  # noqa: E402
 from lab.modelled.placement import TaskGraph, greedy_eft, heft, partition_chain  # noqa: E402
@@ -172,6 +172,10 @@ def main() -> None:
     print(f"\ngreedy_eft / naive greedy: {med['greedy_eft'] / med['naive greedy EFT, plain Python (peer)']:.2f}x; "
           f"target: greedy, HEFT and the chain DP each under 1 s -> "
           + ("met" if max(med['greedy_eft'], med['heft'], med['partition_chain (numpy DP)']) < 1.0 else "NOT met"))
+    chain, naive = med["partition_chain (numpy DP)"], med["naive greedy EFT, plain Python (peer)"]
+    score("placement", [("greedy_eft", med["greedy_eft"], "s", 4), ("heft", med["heft"], "s", 4),
+                        ("partition_chain", chain, "s", 4), ("greedy_eft/naive greedy", med["greedy_eft"] / naive, "x"),
+                        ("partition_chain/naive chain DP", chain / med["naive chain DP, plain Python (peer)"], "x")])
 
 
 if __name__ == "__main__":

@@ -14,7 +14,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from common import bench_parser, free_port, ROOT, run_in_session, SMOKE_NOTE, table  # noqa: E402  (also puts the checkout on sys.path)
+from common import bench_parser, free_port, ROOT, run_in_session, score, SMOKE_NOTE, table  # noqa: E402  (also puts the checkout on sys.path)
 
 
 def spin(stop) -> None:
@@ -60,6 +60,9 @@ def main() -> None:
             p.join(timeout=5)
     print(table(["repeats", "busy cores", "exit codes", "aborts", "median s"],
                 [[a.repeats, 2 if a.busy else 0, dict(codes), aborts, f"{sorted(times)[len(times) // 2]:.1f}"]]))
+    score("torchrun repeat", [("runs", a.repeats), ("busy cores", 2 if a.busy else 0),
+                              ("clean exits", codes[0]), ("other exits", a.repeats - codes[0]), ("aborts", aborts),
+                              ("median", sorted(times)[len(times) // 2], "s", 1)])
 
 
 if __name__ == "__main__":

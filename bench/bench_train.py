@@ -27,7 +27,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from common import bench_parser, ROOT, SMOKE_NOTE, table  # noqa: E402  (also puts the checkout on sys.path)
+from common import bench_parser, ROOT, score, SMOKE_NOTE, table  # noqa: E402  (also puts the checkout on sys.path)
 
 from lab.store.runs import JOB_WORKER, RunStore  # noqa: E402
 from lab.train.reference import paired_throughput  # noqa: E402
@@ -84,6 +84,11 @@ def main() -> None:
                     [["end to end (command line, start-up included)", f"{wall:.1f}"],
                      [f"training loop only ({steps} steps)", f"{train_s:.2f}"]]))
         print(f"last line: {last}")
+    # The loop's time is what the run stored: a run that failed stored no step, and its time is no number.
+    score("train", [("lab/ddp", statistics.median(ratios), "x", 3), ("best", max(ratios), "x", 3),
+                    ("worst", min(ratios), "x", 3), ("end to end", wall, "s", 1),
+                    ("training loop", train_s, "s")],
+          why_not={"training loop": f"the command line's run stored no step: {last}"})
 
 
 if __name__ == "__main__":
