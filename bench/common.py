@@ -62,8 +62,8 @@ def score(name: str, values: Sequence[tuple], why_not: str | Mapping[str, str] |
     for label, number, *rest in values:
         unit = rest[0] if rest else ""
         decimals = rest[1] if len(rest) > 1 else None
-        if ", " in label:  # the items are split on ", ": a label keeps to one of them
-            raise ValueError(f"a score's label may not contain ', ': {label!r}")
+        if ", " in label or "\n" in label:  # the items are split on ", ", on one line
+            raise ValueError(f"a score's label may not contain ', ' or a newline: {label!r}")
         real = isinstance(number, numbers.Real) and not isinstance(number, bool)  # True is no measurement
         if not (real and math.isfinite(number)):
             shown = float(number) if real else repr(number)
@@ -79,7 +79,7 @@ def score(name: str, values: Sequence[tuple], why_not: str | Mapping[str, str] |
         missing.append("nothing was measured")
     if missing:
         reason = ", ".join(missing) + (f": {why_not}" if isinstance(why_not, str) and why_not else "")
-        print(f"{name}: no score: {reason}", flush=True)
+        print(f"{name}: no score: {' '.join(reason.split())}", flush=True)  # a reason may quote a traceback
         raise SystemExit(1)
     print(f"{name}: {', '.join(items)}", flush=True)
 

@@ -72,6 +72,14 @@ def test_no_score_names_each_missing_value_with_its_own_reason(capsys):
     assert capsys.readouterr().out == "optim: no score: nothing was measured\n"
 
 
+def test_a_reason_that_quotes_a_traceback_stays_on_the_last_line(capsys):
+    with pytest.raises(SystemExit):
+        score("train", [("training loop", math.nan, "s")], why_not={
+            "training loop": "the run stored no step: Traceback (most recent call last):\n  File x\nOSError: y"})
+    assert capsys.readouterr().out == ("train: no score: training loop is nan (the run stored no step: Traceback "
+                                       "(most recent call last): File x OSError: y)\n")
+
+
 def test_every_bench_script_is_here():
     assert len(BENCHES) >= 19
 
@@ -79,13 +87,17 @@ def test_every_bench_script_is_here():
 # bench_cluster starts a Ray cluster: it runs on the test worker that runs the other clusters, one at a time
 @pytest.mark.parametrize("path", [pytest.param(p, marks=pytest.mark.xdist_group("ray")) if p.stem == "bench_cluster"
                                   else p for p in BENCHES], ids=lambda p: p.stem)
-def test_a_bench_runs_in_its_smoke_mode_and_prints_its_table(path, tmp_path, spawns):
+def test_a_bench_runs_in_its_smoke_mode_and_prints_its_table_and_score(path, tmp_path, spawns):
     # Its own run store and data folder: a smoke run leaves nothing in the checkout.
     env = dict(os.environ, PYTHONPATH=str(ROOT), LAB_DB=str(tmp_path / "runs.db"), LAB_DATA=str(tmp_path),
                TMPDIR=str(tmp_path))
     proc = run_in_session([sys.executable, str(path), "--smoke"], 240, cwd=ROOT, env=env)
     out, err = proc.stdout, proc.stderr
-    assert proc.returncode == 0, f"{path.name} --smoke exited {proc.returncode}:\n{err[-3000:]}"
+    # A bench that scores no number exits 1 and says why on its last line.
+    assert proc.returncode == 0, f"{path.name} --smoke exited {proc.returncode}:\n{out[-500:]}\n{err[-3000:]}"
     lines = out.splitlines()
     # bench.common.table draws a rule of dashes under its header: at least one table was printed.
     assert any(line.strip() and set(line.replace(" ", "")) == {"-"} for line in lines), out[-2000:]
+    # Its last line is its score, named after it (bench_job_path: "job path"): numbers even in a smoke run.
+    assert lines, err[-3000:]
+    score_numbers(lines[-1], path.stem.removeprefix("bench_").replace("_", " "))
