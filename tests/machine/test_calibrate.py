@@ -14,7 +14,6 @@ import pytest
 from lab.errors import LabError
 from lab.machine import calibrate as C
 from lab.machine import cases, probes
-from lab.machine.insitu import Case
 from lab.machine import fit as fit_mod
 from lab.machine import profile as profile_mod
 from lab.modelled.opgraph import trace
@@ -126,13 +125,49 @@ def test_measurements_are_positive():
     assert set(comp) == {"group_topk", "group_topk+ef"} and all(r[0][2] > 0 for r in comp.values())
 
 
+_TINY = """
+import json, sys
+import multiprocessing.forkserver as fs
+from lab.machine import calibrate as C
+from lab.machine.insitu import Case
+seen = []
+prof = C.calibrate(procs=(1, 2), nets=[0, 7], repeat=3, allreduce_iters=2, allreduce_sizes=(4096, 16384),
+                   cycle_repeat=4, progress=lambda m, f: seen.append(f),
+                   executor_cases=[Case(0, "one"), Case(7, "alt2")])
+prof.save(sys.argv[1])
+print(json.dumps(seen))
+fs._forkserver._stop()  # reaped here, so that its ranks' CPU reaches the test's account of this process
+"""
+
+
 @pytest.mark.timeout(600)
 def test_tiny_calibration_end_to_end(tmp_path, spawns):
-    seen = []
-    prof = C.calibrate(procs=(1, 2), nets=[0, 7], repeat=3, allreduce_iters=2, allreduce_sizes=(4096, 16384),
-                       cycle_repeat=4, progress=lambda m, f: seen.append(f),
-                       executor_cases=[Case(0, "one"), Case(7, "alt2")])
+    """A calibration in a process of its own, with the machine's busy time and the CPU of that process's whole tree
+    (the test's reaped children: it, and all it reaped) taken around it: the other work it records is at most what
+    the machine did beside that tree."""
+    import resource
+    import subprocess
+    import sys
+
+    from lab.processes import _busy_cpu_s
+
+    def children_cpu():
+        r = resource.getrusage(resource.RUSAGE_CHILDREN)
+        return r.ru_utime + r.ru_stime
+
+    busy0, tree0 = _busy_cpu_s(), children_cpu()
+    proc = subprocess.run([sys.executable, "-c", _TINY, str(tmp_path / "tiny.json")], capture_output=True, text=True,
+                          cwd=str(ROOT), timeout=540)
+    beside = (_busy_cpu_s() - busy0) - (children_cpu() - tree0)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    seen = json.loads(proc.stdout.strip().splitlines()[-1])
+    prof = profile_mod.load_profile(tmp_path / "tiny.json")
     assert seen[0] == 0.0 and seen[-1] == 1.0
+    load = prof.machine["load"]
+    # The calibration's window lies inside the test's: the other work it saw is at most the other work beside its
+    # tree (clock ticks of 10 ms). Booking its own ranks as other work broke this by their CPU, seconds of it.
+    assert load["others_cpu_s"] <= beside + 0.05 + 0.02 * load["own_cpu_s"], (load, beside)
+    assert load["own_cpu_s"] > 0
     assert prof.procs == [1, 2]
     c = prof.compute
     assert c.fixed >= 0 and c.per_tensor >= 0 and c.samples == 4
