@@ -30,7 +30,7 @@ from lab.machine.plans import message_weights, plan_parts  # noqa: E402
 from lab.modelled.placement.cores import RANK_POLICIES, rank_cores  # noqa: E402
 from lab.processes import LOADED_SHARE, LoadMeter  # noqa: E402
 from lab.scenario.document import Scenario, Training  # noqa: E402
-from lab.testing.plan_workers import timing_worker  # noqa: E402
+from lab.machine.heldout import timing_worker  # noqa: E402
 from lab.train.placement_run import resolved  # noqa: E402
 
 WARMUP = 2

@@ -21,8 +21,13 @@ cluster, mode) set and pooled; an ablation (the error with each term of the core
 error (each run's recorded step replayed with its own task times: the floor the schedule can reach); and the
 executor's overhead against plain one-process training of the same model, taking turns step by step.
 
+**Beside it, the calibration's own proof**: the plans drawn at random and run after the profile's fit
+(:mod:`lab.machine.heldout`), as the profile keeps them; a smoke run draws and runs one with the made-up profile.
+
 The last line: ``plan: runs <n>, held-out geomean error <pct> %, worst <pct> %, kendall tau <x>, worst set tau
-<x>, replay error <pct> %, overhead <x>x``.
+<x>, replay error <pct> %, overhead <x>x, random held-out <pct> % over <k> plans``; when a value could not be
+measured (every run under load, a profile with no random held-out plans) it says which and why, and the bench
+exits 1.
 """
 from __future__ import annotations
 
@@ -36,22 +41,21 @@ import tempfile
 import time
 from pathlib import Path
 
-from common import bench_parser, table  # noqa: E402  (also puts the checkout on sys.path)
+from common import bench_parser, score, table  # noqa: E402  (also puts the checkout on sys.path)
 
-from lab import settings  # noqa: E402
 from lab.comm.spawn import run_local  # noqa: E402
+from lab.machine.heldout import WARMUP, measure_plan  # noqa: E402
+from lab.machine.heldout import check as heldout_check  # noqa: E402
 from lab.machine.plans import TERMS, kendall, predict_plan, record_bench  # noqa: E402
 from lab.machine.profile import geomean_error, load_profile  # noqa: E402
 from lab.machine.replay import replay_error  # noqa: E402
-from lab.processes import LOADED_SHARE, LoadMeter  # noqa: E402
+from lab.processes import LOADED_SHARE  # noqa: E402
 from lab.scenario.catalogue import preset  # noqa: E402
 from lab.scenario.document import Scenario, Training  # noqa: E402
 from lab.scenario.names import STRATEGY_NAMES, STRATEGY_SHORT  # noqa: E402
 from lab.scenario.topology import Topology  # noqa: E402
-from lab.testing.plan_workers import overhead_worker, timing_worker  # noqa: E402
-from lab.train.placement_run import placed_cpus, resolved, stage_count, stage_devices  # noqa: E402
-
-WARMUP = 2
+from lab.testing.plan_workers import overhead_worker  # noqa: E402
+from lab.train.placement_run import resolved, stage_count, stage_devices  # noqa: E402
 
 
 def without_dpu(name: str) -> Topology:
@@ -82,22 +86,6 @@ def made_up_profile():
     from lab.machine.profile import ExecutorFit
 
     return dataclasses.replace(synthetic_profile(), executor=ExecutorFit()), "a made-up profile (smoke run)"
-
-
-def timed(sc: Scenario, steps: int) -> dict:
-    """One run: its step (median after the warm-up, the recorded last step left out), the last step's events,
-    and the other work beside it."""
-    world = stage_count(sc)
-    jobs = settings.job_cpus()
-    cpus = placed_cpus(sc, [jobs[r % len(jobs)] for r in range(world)])  # as a job's ranks are placed
-    meter = LoadMeter()
-    with tempfile.TemporaryDirectory() as tmp:
-        run_local(timing_worker, world, (sc.to_json(), steps, tmp, cpus, True), timeout_s=600)
-        recs = [json.loads(Path(tmp, f"time{r}.json").read_text()) for r in range(world)]
-        events = [e for r in range(world) for e in json.loads(Path(tmp, f"events{r}.json").read_text())]
-    load = meter.result()
-    spans = [max(r[i][1] for r in recs) - min(r[i][0] for r in recs) for i in range(WARMUP, steps - 1)]
-    return {"step": statistics.median(spans), "events": events, "others": float(load["others_share"])}
 
 
 def overhead(model: str, steps: int) -> tuple[float, float]:
@@ -144,8 +132,9 @@ def main() -> None:
     prof, source = made_up_profile() if a.smoke else profile()
     t_start = time.time()
     sets = plan_sets(a.models.split(","), a.steps)
-    if a.smoke:  # the first set's first plan of two processes: the fewest that send each other messages
-        sets = [dict(sets[0], plans=[p for p in sets[0]["plans"] if stage_count(p["sc"]) == 2][:1])]
+    if a.smoke:  # the first set's first plans of one and of two processes: the fewest that rank and send messages
+        by_procs = {stage_count(p["sc"]): p for p in reversed(sets[0]["plans"])}
+        sets = [dict(sets[0], plans=[by_procs[1], by_procs[2]])]
     # The predictions, frozen before anything runs.
     pred_rows = []
     for s in sets:
@@ -163,7 +152,7 @@ def main() -> None:
             p["runs"] = []
         for _ in range(a.repeats):
             for p in s["plans"]:
-                p["runs"].append(timed(p["sc"], a.steps))
+                p["runs"].append(measure_plan(p["sc"], a.steps, record_last=True))
                 runs += 1
         for p in s["plans"]:
             p["measured"] = statistics.median(r["step"] for r in p["runs"])
@@ -227,12 +216,25 @@ def main() -> None:
     result = {"runs": runs, "scored_plans": len(pairs), "geomean_error": gm, "worst": worst, "tau": pooled,
               "worst_set_tau": min(set_taus) if set_taus else math.nan, "replay_error": replay_gm,
               "overhead": statistics.median(over), "profile": prof.created, "loaded_plans": len(apart)}
-    if not a.smoke:  # a smoke run's numbers are no measurement of the model
+    if a.smoke:  # one plan drawn at random, measured as the calibration measures its held-out plans
+        held = heldout_check(prof, seed=0, n=1, steps=WARMUP + 1)
+    else:
         record_bench(result)
+        held = prof.heldout or {}
     print(f"# {time.time() - t_start:.0f} s")
-    print(f"plan: runs {runs}, held-out geomean error {gm * 100:.1f} %, worst {worst * 100:.0f} %, kendall tau "
-          f"{pooled:.2f}, worst set tau {result['worst_set_tau']:.2f}, replay error {replay_gm * 100:.1f} %, "
-          f"overhead {result['overhead']:.2f}x")
+    if held:
+        print(f"# random held-out plans of the calibration (seed {held['seed']}): {held['plans']} scored, "
+              f"{held['loaded']} under load; worst {held['worst'] * 100:.0f} %, kendall tau {held['tau']:.2f}")
+    loaded = "every run was measured under load" if not pairs and apart else "no plan was scored"
+    k = int(held.get("plans") or 0)
+    score("plan", [("runs", runs), ("held-out geomean error", gm * 100, "%", 1), ("worst", worst * 100, "%", 0),
+                   ("kendall tau", pooled), ("worst set tau", result["worst_set_tau"]),
+                   ("replay error", replay_gm * 100, "%", 1), ("overhead", result["overhead"], "x"),
+                   ("random held-out", held.get("geomean_error", math.nan) * 100, f"% over {k} plans", 1)],
+          why_not={"held-out geomean error": loaded, "worst": loaded, "kendall tau": loaded,
+                   "worst set tau": "no set had two scored plans", "replay error": "no run could be replayed",
+                   "random held-out": "the profile holds no plans drawn at random and run after its fit: calibrate "
+                                      "again (python -m lab.calibrate)" if not k else "every one ran under load"})
 
 
 if __name__ == "__main__":

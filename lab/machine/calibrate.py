@@ -74,6 +74,7 @@ from lab.machine.cases import (
     cycle_cases,
 )
 from lab.machine.fit import fit_local, fit_process_terms
+from lab.machine.heldout import check as heldout_check
 from lab.machine.insitu import PROBE_NETS, Case, calibrate_executor, layout_procs, probe_cases
 from lab.machine.loop import measure_loop
 from lab.machine.probes import (
@@ -99,6 +100,9 @@ from lab.machine.profile import (
 from lab.scenario.names import PAYLOAD_COMPRESSORS, OPTIMIZERS, SHARING
 
 
+#: Placement plans drawn at random and run after the fit: the error every prediction quotes is measured on them.
+HELDOUT_PLANS = 12
+
 # ---------------------------------------------------------------------------------------------
 # The whole calibration
 # ---------------------------------------------------------------------------------------------
@@ -106,6 +110,7 @@ def calibrate(procs: Sequence[int] = (1, 2, 3, 4), *, quick: bool = False, repea
               allreduce_iters: int = 10, nets: Sequence[int] | None = None,
               allreduce_sizes: Sequence[int] = CALIBRATION_ALLREDUCE_SIZES, measure_command: bool = True,
               cycle_repeat: int = CYCLE_REPEAT, cycle_source: str = "loop", executor_cases: Sequence[Case] | None = None,
+              heldout: int = HELDOUT_PLANS, heldout_seed: int | None = None,
               progress: Callable[[str, float], None] | None = None) -> MachineProfile:
     """Measure this machine and return its profile (not saved: call ``.save()``).
 
@@ -116,7 +121,10 @@ def calibrate(procs: Sequence[int] = (1, 2, 3, 4), *, quick: bool = False, repea
     ``quick`` takes fewer repeats everywhere (about half the time). ``measure_command`` also runs the all-reduce measurement command per N (nccl-tests
     style alpha and beta; the collectives take their per-byte cost from it). The placement executor runs
     synthetic plans (``executor_cases``, default :func:`lab.machine.insitu.probe_cases` up to the largest process
-    count; none with an empty list) and its own costs are fitted to them (:mod:`lab.machine.insitu`)."""
+    count; none with an empty list) and its own costs are fitted to them (:mod:`lab.machine.insitu`). Then
+    ``heldout`` placement plans drawn at random (``heldout_seed``, a new one when None) run for real and the fitted
+    model's error on them is kept in the profile (:mod:`lab.machine.heldout`; none when 0 or when the executor was
+    not measured)."""
     if quick:
         repeat, allreduce_iters, cycle_repeat = min(repeat, 8), min(allreduce_iters, 5), min(cycle_repeat, 30)
     if cycle_source not in ("loop", "harness"):
@@ -130,7 +138,7 @@ def calibrate(procs: Sequence[int] = (1, 2, 3, 4), *, quick: bool = False, repea
     t_start = time.time()
     meter = LoadMeter()  # a profile measured beside other work predicts that work's slowdown for every later run
     multi = [p for p in procs if p > 1]
-    stages = 1 + len(multi) * (3 if measure_command else 2) + 1
+    stages = 1 + len(multi) * (3 if measure_command else 2) + 1 + (1 if heldout and executor_cases != [] else 0)
     progress("compute, optimisers and compressors, one process", 0.0)
     raw = measure_procs(1, nets=all_nets, repeat=repeat)[0]["local"]
     compute = fit_compute(raw["compute"])
@@ -176,7 +184,6 @@ def calibrate(procs: Sequence[int] = (1, 2, 3, 4), *, quick: bool = False, repea
                                          progress=lambda msg, frac: progress(msg, (done + frac) / stages))
         done += 1
         notes += [f"placement executor: {f}" for f in executor.flags]
-    progress("done", 1.0)
     settings = {"procs": procs, "repeat": repeat, "allreduce_iters": allreduce_iters,
                 "allreduce_sizes": list(allreduce_sizes),
                 "calibration_nets": [f"{CALIBRATION_NETS[i][0]} {CALIBRATION_NETS[i][1]}" for i in all_nets],
@@ -185,11 +192,16 @@ def calibrate(procs: Sequence[int] = (1, 2, 3, 4), *, quick: bool = False, repea
                 "calibration_batches": list(CALIBRATION_BATCHES), "seconds": round(time.time() - t_start, 1),
                 "compute_samples": [{k: v for k, v in s.items() if k != "features"} for s in raw["compute"]],
                 "cycles": cycles}
-    return MachineProfile(created=datetime.now(timezone.utc).isoformat(timespec="seconds"),
+    prof = MachineProfile(created=datetime.now(timezone.utc).isoformat(timespec="seconds"),
                           machine={**machine_description(), "load": meter.result()}, compute=compute, optimizer=optimizer,
                           compressor=compressor, wait_slowdown=raw["wait"], measured_allreduce=measured,
                           messages=messages, executor=executor, notes=notes, **terms,
                           settings=settings)
+    if heldout and executor is not None:
+        prof = replace(prof, heldout=heldout_check(prof, seed=heldout_seed, n=heldout,
+                                                   progress=lambda msg, frac: progress(msg, (done + frac) / stages)))
+    progress("done", 1.0)
+    return prof
 
 
 def recalibrate_executor(path: Path | None = None, *, quick: bool = False,
@@ -200,11 +212,16 @@ def recalibrate_executor(path: Path | None = None, *, quick: bool = False,
         raise LabError("there is no saved machine profile to add the executor's costs to: calibrate first",
                        where="calibration")
     cases = [c for c in probe_cases(PROBE_NETS[::2] if quick else PROBE_NETS) if layout_procs(c.layout) <= max(prof.procs)]
-    executor, _ = calibrate_executor(prof, cases=cases, steps=12 if quick else 20, progress=progress)
+    progress = progress or (lambda msg, frac: None)
+    executor, _ = calibrate_executor(prof, cases=cases, steps=12 if quick else 20,
+                                     progress=lambda msg, frac: progress(msg, frac / 2))
     notes = [n for n in prof.notes if not n.startswith("placement executor: ")]
     # A new date: what was measured with the old executor terms (bench_plan's score) no longer speaks for these.
-    return replace(prof, executor=executor, notes=notes + [f"placement executor: {f}" for f in executor.flags],
+    prof = replace(prof, executor=executor, notes=notes + [f"placement executor: {f}" for f in executor.flags],
                    created=datetime.now(timezone.utc).isoformat(timespec="seconds"))
+    # and so do the old held-out plans: they are drawn and run again with the new terms
+    return replace(prof, heldout=heldout_check(prof, n=HELDOUT_PLANS,
+                                               progress=lambda msg, frac: progress(msg, 0.5 + frac / 2)))
 
 
 def refit(prof: MachineProfile) -> MachineProfile:
@@ -354,6 +371,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--wait-quiet", type=float, default=0.0, metavar="SECONDS",
                     help="first wait, this long at most, for other work to take at most "
                          f"{LOADED_SHARE * 100:.0f} %% of the CPU")
+    ap.add_argument("--heldout", type=int, default=HELDOUT_PLANS, metavar="N",
+                    help=f"placement plans drawn at random and run after the fit, the model's error on them kept in "
+                         f"the profile (default {HELDOUT_PLANS}; 0: none, and no error can be quoted)")
+    ap.add_argument("--seed", type=int, default=None, help="the held-out plans' seed (default: a new one, recorded)")
     ap.add_argument("--executor", action="store_true",
                     help="measure the placement executor again on synthetic plans, keeping the rest of the saved profile")
     args = ap.parse_args(argv)
@@ -372,7 +393,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.executor:
             prof = recalibrate_executor(out, quick=args.quick, progress=progress)
         else:
-            prof = calibrate(procs, repeat=args.repeat, quick=args.quick, cycle_source=args.cycles, progress=progress)
+            prof = calibrate(procs, repeat=args.repeat, quick=args.quick, cycle_source=args.cycles, progress=progress,
+                             heldout=args.heldout, heldout_seed=args.seed)
         prof.save(out)
     except (LabError, ValueError) as exc:
         _write_progress(out, message="failed", fraction=1.0, done=True, error=str(exc))
@@ -425,6 +447,11 @@ def format_profile(prof: MachineProfile) -> str:
                      f"{ex.background_other * 1e6:.0f} us each side ({ex.background_same * 1e6:.0f} us on one core), wire "
                      f"{ex.wire_fixed * 1e6:.0f} us + {ex.wire_per_byte * 1e9:.2f} ns/B; wake-up on a busy core "
                      f"{ex.wake * 1e6:.0f} us")
+    held = prof.heldout
+    if held:
+        lines.append(f"held-out: {held['plans']} plans drawn at random (seed {held['seed']}; {held['loaded']} more run "
+                     f"under load, not scored): geometric-mean error {held['geomean_error'] * 100:.1f}%, worst "
+                     f"{held['worst'] * 100:.0f}%, Kendall tau {held['tau']:.2f}")
     for note in prof.notes:
         lines.append(f"note: {note}")
     return "\n".join(lines)

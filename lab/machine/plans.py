@@ -245,8 +245,9 @@ def plan_outcome(store: Any, run_id: str, profile: MachineProfile | None) -> dic
             "drawn_step": drawn, "measured_rows": rows, "modelled_rows": predicted.rows if predicted else [],
             "note": note, "clock_uncertainty": max(info.get("clock_uncertainty") or [0.0]),
             "replay_step": replayed, "replay_measured": replay_span, "replay_error": replay_err,
-            "replay_rows": replay_rows, "caveat": prediction_caveat(profile, len(info.get("devices") or [1]),
-                                                                 cpu=sum(predicted.cpu) if predicted else None),
+            "replay_rows": replay_rows, "caveat": prediction_caveat(
+                profile, len(info.get("devices") or [1]), cpu=sum(predicted.cpu) if predicted else None,
+                micro_batches=tr.micro_batches, emulated=bool(tr.emulate), step=modelled if predicted else None),
             "placement": dict(tr.placement), "pins": dict(tr.pins)}
 
 
@@ -255,11 +256,14 @@ FAR_LARGER = 10.0
 
 
 def prediction_caveat(profile: MachineProfile | None, procs: int, bench: dict | None = None,
-                      cpu: float | None = None) -> str:
-    """How far a prediction of a plan of ``procs`` processes (``cpu``: its modelled CPU seconds a step) may be
-    off, from the last time it was measured: the last bench_plan.py score on this machine, else the calibration
-    plans' own error; or why no number can be backed (more processes than the calibration measured, a model far
-    larger than its networks, executor costs never measured)."""
+                      cpu: float | None = None, micro_batches: int | None = None, emulated: bool | None = None,
+                      step: float | None = None) -> str:
+    """How far a prediction of a plan of ``procs`` processes (``cpu``: its modelled CPU seconds a step; ``step``:
+    its modelled step) may be off, measured on plans the model was not fitted to: the calibration's plans drawn at
+    random and run after the fit, and the last bench_plan.py score with this profile; or why no number can be
+    backed (more processes than the calibration measured, a model far larger than its networks, executor costs
+    never measured, no held-out measurement). A plan outside what the held-out plans covered says so. The error on
+    the calibration's own plans, which the model was fitted to, is never quoted: it says little of the next plan."""
     if profile is None:
         return "no prediction: this machine is not calibrated yet"
     ex, measured = executor_fit(profile)
@@ -273,13 +277,41 @@ def prediction_caveat(profile: MachineProfile | None, procs: int, bench: dict | 
     if cpu is not None and ex.largest > 0 and cpu > FAR_LARGER * ex.largest:
         return (f"this plan's step needs {cpu / ex.largest:.0f} times the CPU of the largest calibration plan: the "
                 "calibration did not measure work this large, so no error can be backed for it")
+    said = []
+    held = profile.heldout or {}
+    if math.isfinite(held.get("geomean_error", math.nan)) and held.get("plans"):
+        said.append(f"expected error: within {held['geomean_error'] * 100:.0f} % (geometric mean; worst "
+                    f"{held['worst'] * 100:.0f} %, Kendall tau {held['tau']:.2f}) on the {held['plans']} plans drawn "
+                    f"at random (seed {held['seed']}) and run after the calibration's fit")
+        if why := heldout_outside(held, procs, micro_batches, emulated, step):
+            said.append(f"this plan lies outside them ({why})")
     bench = bench if bench is not None else last_bench()
     if bench and bench.get("profile") == profile.created and math.isfinite(bench.get("geomean_error", math.nan)):
-        return (f"expected error: within {bench['geomean_error'] * 100:.0f} % (geometric mean; worst "
-                f"{bench['worst'] * 100:.0f} %) on the {bench.get('scored_plans', '?')} held-out plans bench_plan.py "
-                f"measured on this machine ({str(bench.get('measured', ''))[:10]}) with this profile")
-    return (f"expected error: within {ex.fit_error * 100:.0f} % on the {ex.cases} calibration plans it was fitted to "
-            "(in sample); no held-out measurement with this profile yet (bench/bench_plan.py)")
+        said.append(f"{'' if said else 'expected error: '}within {bench['geomean_error'] * 100:.0f} % (geometric "
+                    f"mean; worst {bench['worst'] * 100:.0f} %) on the {bench.get('scored_plans', '?')} held-out plans "
+                    f"bench_plan.py measured on this machine ({str(bench.get('measured', ''))[:10]}) with this profile")
+    if not said:
+        return ("no held-out measurement with this profile: no error can be backed for its predictions; calibrate "
+                "again (python -m lab.calibrate runs plans drawn at random after its fit)")
+    return "; ".join(said)
+
+
+def heldout_outside(heldout: dict, procs: int, micro_batches: int | None = None, emulated: bool | None = None,
+            step: float | None = None) -> str:
+    """Why a plan lies outside what the calibration's held-out plans covered (:mod:`lab.machine.heldout`; "" when
+    it lies inside)."""
+    cov = heldout.get("covered") or {}
+    if procs not in cov.get("procs", ()):
+        return f"the held-out plans had {', '.join(map(str, cov.get('procs', []))) or 'no'} process(es), not {procs}"
+    mb = cov.get("micro_batches") or []
+    if micro_batches is not None and mb and not min(mb) <= micro_batches <= max(mb):
+        return f"the held-out plans had {min(mb)} to {max(mb)} micro-batches, not {micro_batches}"
+    if emulated is not None and emulated not in cov.get("emulated", ()):
+        return f"no held-out plan was {'emulated' if emulated else 'run without emulation'}"
+    longest = float(cov.get("longest_step") or 0.0)
+    if step is not None and longest > 0 and step > 4 * longest:
+        return f"this step is modelled {step / longest:.0f} times longer than the longest held-out step"
+    return ""
 
 
 def placement_rows(store: Any, profile: MachineProfile | None, run_ids: Sequence[str], limit: int = 12) -> list[dict]:
@@ -343,5 +375,5 @@ def kendall(rows: Sequence[dict]) -> float:
     return float(tau) if tau is not None else math.nan
 
 
-__all__ = ["placement_rows", "prediction_caveat", "record_bench", "last_bench", "plan_parts", "parts_of",
+__all__ = ["placement_rows", "prediction_caveat", "heldout_outside", "record_bench", "last_bench", "plan_parts", "parts_of",
            "simulate_parts", "message_weights", "executor_fit", "TERMS", "PlanParts", "predict_plan", "plan_outcome", "measured_steps", "kendall", "plan_label", "FORWARD_SHARE"]

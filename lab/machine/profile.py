@@ -142,6 +142,9 @@ class MachineProfile:
     messages: dict = field(default_factory=dict)
     #: The placement executor's own costs (None in a profile made before they were measured)
     executor: ExecutorFit | None = None
+    #: Plans drawn at random and run after the fit, with the model's error on them (:func:`lab.machine.heldout.check`;
+    #: empty when the calibration ran none)
+    heldout: dict = field(default_factory=dict)
 
     # ----- lookups (nearest calibrated process count when N itself was not calibrated) ---------
     @staticmethod

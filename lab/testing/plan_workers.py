@@ -7,7 +7,6 @@ import os
 import torch
 
 from lab.comm.spawn import init_worker
-from lab.machine.cases import pin_rank
 from lab.scenario.document import Scenario
 from lab.train.placement_run import PlacementTrainer
 
@@ -55,37 +54,6 @@ def plan_worker(rank: int, world: int, port: int, scenario_json: str, steps: int
     finally:
         dist.destroy_process_group()
     save_outputs(out_dir, f"plan{rank}", out)
-
-
-def timing_worker(rank: int, world: int, port: int, scenario_json: str, steps: int, out_dir: str,
-                  cpus: list | None = None, record_last: bool = False) -> None:
-    """One process of a placement run timed as a bench times it: the job's own steps (no per-operator stamps
-    unless the run emulates), each from the barrier that starts it to this process's end. ``cpus``: the core
-    of each rank (None: not pinned); without it, as the job manager pins a job's ranks. Writes
-    ``time<rank>.json``: [[start, end, main-thread CPU, other threads' CPU], ...] per step on this machine's
-    clock; with ``record_last`` the last step is recorded operator by operator as a job records its drawn steps
-    (``events<rank>.json``)."""
-    import torch.distributed as dist
-
-    if cpus is None:
-        pin_rank(rank)
-    elif cpus[rank] is not None:
-        os.sched_setaffinity(0, {int(cpus[rank])})
-    init_worker(rank, world, port, timeout_s=120.0)
-    try:
-        t = PlacementTrainer(Scenario.from_json(scenario_json), rank, world, None, None, launched=False)
-        t.setup()
-        t.offset, t.losses, t.timelines = 0.0, [], {}
-        t.timeline_steps = [steps] if record_last else []
-        spans = [t.train_step(s)[6:8] + t.last_cpu for s in range(1, steps + 1)]
-        dist.barrier()
-    finally:
-        dist.destroy_process_group()
-    with open(os.path.join(out_dir, f"time{rank}.json"), "w") as f:
-        json.dump(spans, f)
-    if record_last:
-        with open(os.path.join(out_dir, f"events{rank}.json"), "w") as f:
-            json.dump(t.timelines.get(steps, []), f)
 
 
 def overhead_worker(rank: int, world: int, port: int, scenario_json: str, steps: int, out_dir: str) -> None:
