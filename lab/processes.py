@@ -308,13 +308,20 @@ class JobCpu:
     reaped it (the kernel adds a reaped child's CPU, and all it had reaped, to its parent's account): a rank
     reaped by this process counts in this process's children's time, a rank the fork server forked and reaped
     counts in the fork server's. The children this process already had when the count began (a warm starter
-    beside a page, a cluster a test started) are not the job's, nor is anything they start."""
+    beside a page, a cluster a test started) are not the job's, nor is anything they start. A rank that runs
+    on this machine outside the tree (a Ray actor, a child of Ray's own daemon) reports its CPU, which
+    :meth:`add` counts."""
 
     def __init__(self) -> None:
         self._me = psutil.Process()
         server = _fork_server_pid()
         self._before = {(c.pid, c.create_time()) for c in self._children() if c.pid != server}
         self._start = self._now()
+        self.outside = 0.0
+
+    def add(self, seconds: float) -> None:
+        """Count ``seconds`` of CPU that a rank of the job took on this machine outside the tree."""
+        self.outside += max(0.0, float(seconds))
 
     def _children(self) -> list[psutil.Process]:
         try:
@@ -346,7 +353,7 @@ class JobCpu:
     def seconds(self) -> float:
         """CPU seconds the job took since the count began. Read it once the job's processes are reaped: a process
         whose parent ended before it lost its way into the count."""
-        return max(0.0, self._now() - self._start)
+        return max(0.0, self._now() - self._start) + self.outside
 
 
 class LoadMeter:
@@ -360,7 +367,8 @@ class LoadMeter:
         self.t0, self.busy0, self.psi0 = time.time(), _busy_cpu_s(), _psi_some_s()
 
     def result(self) -> dict:
-        """``wall_s``; ``cpus``; ``own_cpu_s`` (CPU seconds the job took); ``others_cpu_s`` (CPU seconds other
+        """``wall_s``; ``cpus``; ``own_cpu_s`` (CPU seconds the job took; ``outside_cpu_s`` of them reported by
+        its ranks outside this process's tree, :meth:`JobCpu.add`); ``others_cpu_s`` (CPU seconds other
         processes took); ``others_share`` (that
         share of every core's time); ``pressure`` (share of the time some task waited for a CPU, None
         without pressure stall information); ``load_average`` (1 minute, at the end)."""
@@ -369,7 +377,8 @@ class LoadMeter:
         own = self.own.seconds()
         others = max(0.0, (_busy_cpu_s() - self.busy0) - own)
         psi = _psi_some_s()
-        return {"wall_s": round(wall, 3), "cpus": cpus, "own_cpu_s": round(own, 3), "others_cpu_s": round(others, 3),
+        return {"wall_s": round(wall, 3), "cpus": cpus, "own_cpu_s": round(own, 3),
+                "outside_cpu_s": round(self.own.outside, 3), "others_cpu_s": round(others, 3),
                 "others_share": round(min(1.0, others / (wall * cpus)), 4),
                 "pressure": None if psi is None or self.psi0 is None else round(min(1.0, (psi - self.psi0) / wall), 4),
                 "load_average": round(os.getloadavg()[0], 2)}

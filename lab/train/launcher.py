@@ -300,9 +300,9 @@ def launch(sc: Scenario, run_id: str | None = None, *, name: str | None = None,
         from lab.train.placement_run.pieces import placed_cpus
 
         cpus = placed_cpus(sc, cpus)
-    # Other work on this machine slows a run the model does not know about: measure how much there was.
-    # A cluster's ranks run on other machines, whose load this one cannot see.
-    meter = None if ranks.remote else processes.LoadMeter()
+    # Other work on this machine slows a run the model does not know about: measure how much there was. A
+    # cluster's ranks on other machines make it moot (:meth:`RankBackend.outside_cpu` says so after they ran).
+    meter: processes.LoadMeter | None = processes.LoadMeter()
     old = {s: signal.signal(s, _on_signal) for s in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)}
     tmp = Path(tempfile.mkdtemp(prefix=scratch_prefix(run_id)))
     store.set_launcher(run_id, scratch=str(tmp))
@@ -323,6 +323,11 @@ def launch(sc: Scenario, run_id: str | None = None, *, name: str | None = None,
                     "port": None if ranks.remote else sock.getsockname()[1],
                     "cpus": (cpus or [])[:len(procs)] or None, **ranks.where(procs)})
                 failure = named(watch_ranks(procs, tmp, store, run_id, attempt, logs), current)
+                outside = ranks.outside_cpu(procs)
+                if outside is None:
+                    meter = None
+                elif meter is not None:
+                    meter.own.add(outside)
             finally:
                 sock.close()
             if failure is None:

@@ -51,6 +51,12 @@ class RankBackend:
     def release(self, procs) -> None:
         """Free what an attempt's ranks hold beyond their processes (after they are reaped)."""
 
+    def outside_cpu(self, procs) -> float | None:
+        """CPU seconds the attempt's ranks took on this machine outside the launcher's process tree, which its
+        :class:`lab.processes.JobCpu` cannot see; None when some ran on another machine (this machine's load is
+        then not the job's). Ranks this machine forks or starts are in the tree: none."""
+        return 0.0
+
 
 class _LocalRanks(RankBackend):
     """Ranks as processes of this machine: each with its error and heartbeat files, its log, and its core."""
@@ -139,6 +145,12 @@ class ClusterRanks(RankBackend):
     def release(self, procs) -> None:
         if procs:  # the attempt's placement group too: a restart needs its CPUs
             procs.release()
+
+    def outside_cpu(self, procs) -> float | None:
+        here = socket.gethostname()
+        if not procs or any(r.where.get("host") != here for r in procs):
+            return None
+        return sum(r.cpu_s for r in procs)  # what each actor's process took while it ran its rank
 
 
 def rank_backend(cluster: str = "", own_process: bool = False) -> RankBackend:

@@ -152,14 +152,16 @@ class RankActor:
         tmp = Path(tempfile.mkdtemp(prefix=f"lab-rank-{run_id}-"))
         os.environ.update(env, LAB_ERROR_FILE=str(tmp / "rank.err"), LAB_HEARTBEAT_FILE=str(tmp / "rank.hb"))
         rank = int(env["RANK"])
+        cpu0 = time.process_time()  # the job's CPU in this process, which no process tree of the launcher holds
         code = run_rank(Scenario.from_dict(scenario), run_id, quiet=True, store=RemoteStore(writer),
                         relay=lambda doc: writer.beat.remote(rank, doc), exit_on_error=False)
+        cpu = time.process_time() - cpu0
         try:
             error = json.loads((tmp / "rank.err").read_text())
         except (OSError, ValueError):
             error = None
         shutil.rmtree(tmp, ignore_errors=True)
-        return {"code": code, "error": error}
+        return {"code": code, "error": error, "cpu_s": cpu}
 
 
 class RayRank:
@@ -172,6 +174,7 @@ class RayRank:
         self.pid = where["pid"]
         self.returncode: int | None = None
         self.lost: str | None = None
+        self.cpu_s = 0.0  # the CPU its process took for the rank, once it ended (a killed rank reports none)
 
     def poll(self) -> int | None:
         if self.returncode is None:
@@ -193,6 +196,7 @@ class RayRank:
                 self.lost = f"its node {self.where['ip']} ({self.where['node'][:8]}) left the cluster"
             return
         self.returncode = int(out["code"])
+        self.cpu_s = float(out.get("cpu_s") or 0.0)
         if out.get("error"):
             (self.tmp / f"rank{self.rank}.err").write_text(json.dumps(out["error"]))
 
