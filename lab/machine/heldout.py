@@ -48,7 +48,7 @@ MAX_PROCS = 4
 WARMUP = 2
 #: A plan whose modelled step is longer than this is drawn again: the held-out set must fit the calibration's
 #: few minutes, and a plan of seconds a step says no more of the model than one of a tenth.
-MAX_MODELLED_STEP_S = 0.4
+MAX_MODELLED_STEP_S = 0.25
 
 
 def generated_topology(rng: random.Random) -> Topology:
