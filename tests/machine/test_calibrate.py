@@ -133,7 +133,7 @@ from lab.machine.insitu import Case
 seen = []
 prof = C.calibrate(procs=(1, 2), nets=[0, 7], repeat=3, allreduce_iters=2, allreduce_sizes=(4096, 16384),
                    cycle_repeat=4, progress=lambda m, f: seen.append(f),
-                   executor_cases=[Case(0, "one"), Case(7, "alt2")], heldout=1, heldout_seed=4)
+                   executor_cases=[Case(0, "one"), Case(7, "alt2")], heldout=1, heldout_seed=6)
 prof.save(sys.argv[1])
 print(json.dumps(seen))
 fs._forkserver._stop()  # reaped here, so that its ranks' CPU reaches the test's account of this process
@@ -170,7 +170,7 @@ def test_tiny_calibration_end_to_end(tmp_path, spawns):
     assert load["own_cpu_s"] > 0
     # One plan drawn at random with the seed asked for, predicted and run after the fit, and its score kept.
     held = prof.heldout
-    assert held["seed"] == 4 and len(held["rows"]) == 1 and held["plans"] + held["loaded"] == 1
+    assert held["seed"] == 6 and len(held["rows"]) == 1 and held["plans"] + held["loaded"] == 1
     row = held["rows"][0]
     assert row["modelled"] > 0 and row["measured"] > 0
     if held["plans"]:  # scored only when it ran on a quiet machine
