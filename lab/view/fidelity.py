@@ -76,10 +76,10 @@ def machine(prof: Any, jobs_running: int) -> Machine:
             sections.append(Section("fid_profile_load", notices=(Notice(words, "warning", ":material/speed:"),)))
     else:
         sections = [Section("fid_no_profile", notices=(Notice(
-            "This machine has no profile yet: calibrate it (about two minutes on an idle 2-core machine, a quick one "
-            "half that; several times longer while jobs run; other pages stay usable)."),))]
+            "This machine has no profile yet: calibrate it (about six minutes on an idle 2-core machine, placement "
+            "plans drawn at random included, a quick one half that; several times longer while jobs run; other pages stay usable)."),))]
     sections.append(Section("fid_quiet", caption="Calibrate while no training runs: other work on the cores during the "
-                                                 "minute of measuring skews the profile, and every prediction made "
+                                                 "minutes of measuring skews the profile, and every prediction made "
                                                  "from it."))
     loaded = P.calibrate_now_words(jobs_running)
     if loaded:
