@@ -197,6 +197,9 @@ def ray_test_cluster(*nodes: dict):
 # ---- a real app server and a real browser (headless Debian chromium via Playwright) ------------
 
 CHROMIUM = os.environ.get("LAB_CHROMIUM", "/usr/bin/chromium")
+# How long a journey waits for the page: a script rerun of a page that imports torch took 30 s and more on a
+# slow CI machine with both cores busy and two other test workers training beside the browser.
+WAIT_MS = int(os.environ.get("LAB_JOURNEY_WAIT_MS", "90000"))
 BROWSER_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-sync",
                 "--disable-background-networking", "--disable-component-update"]
 
@@ -211,16 +214,18 @@ def lab_server(data: Path):
 
     port = free_port()
     env = dict(os.environ, LAB_DB=str(data / "runs.db"), LAB_DATA=str(data))
+    # The server's stderr goes to a file: a pipe nobody reads fills after 64 KB of log and stops the server.
+    log = open(data / "server.log", "wb")  # noqa: SIM115 - closed when the server is
     proc = subprocess.Popen(
         [sys.executable, "-m", "streamlit", "run", str(ROOT / "app.py"), "--server.headless", "true",
          "--server.port", str(port), "--server.address", "127.0.0.1", "--server.fileWatcherType", "none"],
-        cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True)
+        cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=log, start_new_session=True)
     base = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.time() + 60
+        deadline = time.time() + 120
         while True:
             if proc.poll() is not None:
-                raise RuntimeError(f"streamlit exited: {proc.stderr.read().decode()[-2000:]}")
+                raise RuntimeError(f"streamlit exited: {(data / 'server.log').read_text(errors='replace')[-2000:]}")
             try:
                 with urllib.request.urlopen(base + "/_stcore/health", timeout=2) as r:
                     if r.read().strip() == b"ok":
@@ -228,7 +233,7 @@ def lab_server(data: Path):
             except OSError:
                 pass
             if time.time() > deadline:
-                raise RuntimeError("streamlit did not become healthy within 60 s")
+                raise RuntimeError("streamlit did not become healthy within 120 s")
             time.sleep(0.3)
         yield base
     finally:
@@ -240,6 +245,7 @@ def lab_server(data: Path):
         except Exception:
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait(timeout=5)
+        log.close()
 
 
 @pytest.fixture(scope="session")
@@ -261,7 +267,7 @@ def browser():
         b.close()
 
 
-def settle(page, timeout_ms: int = 60_000) -> None:
+def settle(page, timeout_ms: int = WAIT_MS) -> None:
     """Wait until the app's script run is finished."""
     page.wait_for_selector("[data-testid='stApp']", timeout=timeout_ms)
     page.wait_for_function(

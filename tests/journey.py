@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import re
 
-from tests.conftest import settle
+from tests.conftest import WAIT_MS, settle
 
 
 def new_page(browser, context=None):
     """A page at 1400x900 that records page errors in ``page.errors``."""
     ctx = context or browser.new_context(viewport={"width": 1400, "height": 900})
+    ctx.set_default_timeout(WAIT_MS)
+    ctx.set_default_navigation_timeout(WAIT_MS)
     pg = ctx.new_page()
     pg.errors = []
     pg.on("pageerror", lambda e: pg.errors.append(str(e)))
@@ -21,7 +23,7 @@ def open_link(browser, url: str, heading: str):
     fresh = new_page(browser)
     fresh.goto(url)
     settle(fresh)
-    fresh.get_by_role("heading", name=heading).first.wait_for(timeout=30_000)
+    fresh.get_by_role("heading", name=heading).first.wait_for(timeout=WAIT_MS)
     return fresh
 
 
@@ -114,7 +116,7 @@ def metric(pg, label: str) -> str:
 def take_link(pg) -> str:
     """Click the sidebar's link button and return the address it puts in the bar."""
     pg.get_by_role("button", name="Put this view in the page link").click()
-    pg.wait_for_function("() => window.location.search.includes('v=')", timeout=30_000)
+    pg.wait_for_function("() => window.location.search.includes('v=')", timeout=WAIT_MS)
     settle(pg)
     return pg.url
 

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from tests.conftest import settle
+from tests.conftest import WAIT_MS, settle
 
 
 @pytest.fixture(scope="module")
@@ -29,7 +29,7 @@ def test_topology_invalid_upload_in_browser(page, streamlit_server, tmp_path):
     page.goto(streamlit_server + "/topology")
     settle(page)
     page.locator("[data-testid='stFileUploaderDropzoneInput']").set_input_files(str(f))
-    page.get_by_text("broken.json was not loaded").wait_for(timeout=30_000)
+    page.get_by_text("broken.json was not loaded").wait_for(timeout=WAIT_MS)
     settle(page)
     assert page.locator("[data-testid='stException']").count() == 0
     assert "must be positive" in page.locator("[data-testid='stAlert']").first.inner_text()
@@ -46,7 +46,7 @@ def test_a_fresh_server_opened_on_a_deep_link_routes_through_app_py(browser, tmp
         try:
             pg.goto(base + "/allreduce?lesson=1")
             settle(pg)
-            pg.get_by_role("heading", name="All-reduce").first.wait_for(timeout=30_000)
+            pg.get_by_role("heading", name="All-reduce").first.wait_for(timeout=WAIT_MS)
             nav = pg.locator("[data-testid='stSidebarNav']").inner_text()
             assert "All-reduce" in nav and "Fidelity" in nav, nav
             assert "allreduce" not in nav and "app" not in nav.split(), nav

@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from tests.conftest import settle
+from tests.conftest import WAIT_MS, settle
 from tests.journey import new_page, no_error_boxes, slider_value, take_link
 
 pytestmark = pytest.mark.timeout(300)
@@ -37,7 +37,7 @@ def test_play_moves_the_one_step_control_the_figure_and_the_link_to_the_end(stre
     try:
         pg.goto(streamlit_server + "/allreduce")
         settle(pg)
-        pg.locator(".st-key-ar_steps_fig .js-plotly-plot").first.wait_for(timeout=60_000)
+        pg.locator(".st-key-ar_steps_fig .js-plotly-plot").first.wait_for(timeout=WAIT_MS)
         assert pg.locator(".st-key-ar_steps_fig .slider-container").count() == 0  # the figure has no slider of its own
         step, _ = shown(pg)
         assert step == "0"
@@ -64,7 +64,7 @@ def test_play_moves_the_one_step_control_the_figure_and_the_link_to_the_end(stre
     try:
         fresh.goto(url)
         settle(fresh)
-        fresh.locator(".st-key-ar_steps_fig .js-plotly-plot").first.wait_for(timeout=60_000)
+        fresh.locator(".st-key-ar_steps_fig .js-plotly-plot").first.wait_for(timeout=WAIT_MS)
         assert shown(fresh)[0] == step
         no_error_boxes(fresh)
     finally:

@@ -8,7 +8,7 @@ student."""
 import pytest
 
 from lab.store.runs import RunStore
-from tests.conftest import lab_server, settle
+from tests.conftest import WAIT_MS, lab_server, settle
 from tests.journey import nav, new_page, no_error_boxes
 
 pytestmark = pytest.mark.timeout(420)
@@ -22,7 +22,7 @@ def join(pg, base: str, code: str, name: str) -> None:
     pg.get_by_role("textbox", name="Your name").fill(name)
     pg.get_by_role("button", name="Join", exact=True).click()
     settle(pg)
-    pg.get_by_text(f"You are in the class as {name}.").wait_for(timeout=30_000)
+    pg.get_by_text(f"You are in the class as {name}.").wait_for(timeout=WAIT_MS)
 
 
 def test_a_teacher_hands_a_lesson_to_two_students_who_joined_by_code_and_name(browser, tmp_path, monkeypatch):
@@ -41,7 +41,7 @@ def test_a_teacher_hands_a_lesson_to_two_students_who_joined_by_code_and_name(br
             teacher.locator("input[type='password']").first.fill(TOKEN)
             teacher.get_by_role("button", name="Sign in as the teacher").click()
             settle(teacher)
-            teacher.get_by_text("Teacher: you see and manage every session's jobs.").wait_for(timeout=30_000)
+            teacher.get_by_text("Teacher: you see and manage every session's jobs.").wait_for(timeout=WAIT_MS)
             nav(teacher, "Class")
             teacher.get_by_role("button", name="Open a class").click()
             settle(teacher)
@@ -54,7 +54,7 @@ def test_a_teacher_hands_a_lesson_to_two_students_who_joined_by_code_and_name(br
             teacher.reload()
             settle(teacher)
             table = teacher.locator("[data-testid='stDataFrame']").first
-            table.wait_for(timeout=30_000)
+            table.wait_for(timeout=WAIT_MS)
             assert teacher.locator("b", has_text="L").count() == 0  # a name is text, never markup
             assert set(store.seats().values()) == {"Ada <b>L</b>", "Bob"}
 
@@ -64,7 +64,7 @@ def test_a_teacher_hands_a_lesson_to_two_students_who_joined_by_code_and_name(br
             assert lesson
             ada.reload()
             settle(ada)
-            ada.locator(".st-key-lesson_panel").wait_for(timeout=60_000)
+            ada.locator(".st-key-lesson_panel").wait_for(timeout=WAIT_MS)
             toggle = ada.locator("[data-testid='stSidebar'] input[type='checkbox']").first
             assert toggle.is_checked() and toggle.is_disabled()  # no switch to leave the teacher's lesson
             assert ada.get_by_role("button", name="End the lesson").count() == 0
@@ -72,7 +72,7 @@ def test_a_teacher_hands_a_lesson_to_two_students_who_joined_by_code_and_name(br
 
             window.goto(base + "/classroom")  # another private window: a visitor, not a student
             settle(window)
-            window.get_by_role("textbox", name="Join code").wait_for(timeout=30_000)
+            window.get_by_role("textbox", name="Join code").wait_for(timeout=WAIT_MS)
             no_error_boxes(window)
 
             # one person's three private windows reaching the server through a proxy here, from one address:
@@ -80,19 +80,19 @@ def test_a_teacher_hands_a_lesson_to_two_students_who_joined_by_code_and_name(br
             for pg in proxied:
                 pg.goto(base + "/classroom")
                 settle(pg)
-                pg.get_by_role("textbox", name="Join code").wait_for(timeout=30_000)
+                pg.get_by_role("textbox", name="Join code").wait_for(timeout=WAIT_MS)
             third = proxied[2]
             third.get_by_role("textbox", name="Join code").fill(code)
             third.get_by_role("textbox", name="Your name").fill("Third window")
             third.get_by_role("button", name="Join", exact=True).click()
             settle(third)
-            third.get_by_text("this address made several new students just now").wait_for(timeout=30_000)
+            third.get_by_text("this address made several new students just now").wait_for(timeout=WAIT_MS)
             no_error_boxes(third)
             first = proxied[0]  # within the burst: a seat, and (a lesson is handed out) the lesson opens
             first.get_by_role("textbox", name="Join code").fill(code)
             first.get_by_role("textbox", name="Your name").fill("First window")
             first.get_by_role("button", name="Join", exact=True).click()
-            first.locator(".st-key-lesson_panel").wait_for(timeout=60_000)
+            first.locator(".st-key-lesson_panel").wait_for(timeout=WAIT_MS)
             assert "First window" in store.seats().values()
             assert "Third window" not in store.seats().values()
 

@@ -12,7 +12,7 @@ import urllib.request
 import pytest
 
 from lab.settings import ROOT
-from tests.conftest import free_port, settle
+from tests.conftest import WAIT_MS, free_port, settle
 from tests.journey import new_page, no_error_boxes
 
 pytestmark = pytest.mark.timeout(300)
@@ -53,7 +53,7 @@ def test_the_class_command_with_a_token_serves_the_lab_to_a_browser(browser, tmp
         pg = new_page(browser)
         pg.goto(base)
         settle(pg)
-        pg.get_by_role("heading", name="Heterogeneous distributed training lab").wait_for(timeout=30_000)
+        pg.get_by_role("heading", name="Heterogeneous distributed training lab").wait_for(timeout=WAIT_MS)
         no_error_boxes(pg)
     finally:
         _stop(proc)
@@ -67,7 +67,7 @@ def test_the_app_started_beyond_this_machine_without_a_token_shows_only_the_refu
         pg = new_page(browser)
         pg.goto(base)
         settle(pg)
-        text = pg.locator("[data-testid='stAlert']").first.inner_text(timeout=30_000)
+        text = pg.locator("[data-testid='stAlert']").first.inner_text(timeout=WAIT_MS)
         assert "not open" in text and "LAB_TEACHER_TOKEN" in text
         assert pg.get_by_role("heading", name="Heterogeneous distributed training lab").count() == 0
     finally:

@@ -7,7 +7,7 @@ import re
 import pytest
 
 from lab.store.runs import RunStore
-from tests.conftest import BROWSER_ARGS, CHROMIUM, lab_server, ray_test_cluster, settle
+from tests.conftest import BROWSER_ARGS, CHROMIUM, WAIT_MS, lab_server, ray_test_cluster, settle
 from tests.journey import new_page, no_error_boxes, type_number, wait_for_run
 
 pytest.importorskip("ray.cluster_utils")
@@ -41,21 +41,21 @@ def test_a_run_from_the_training_page_runs_on_the_cluster_and_the_jobs_page_says
                 # than a click waits: wait for the page itself first.
                 bob.get_by_role("heading", name="Jobs").first.wait_for(timeout=120_000)
                 settle(bob)
-                bob.get_by_text("Show the whole class's jobs (read-only)").click(timeout=60_000)
+                bob.get_by_text("Show the whole class's jobs (read-only)").click(timeout=WAIT_MS)
                 settle(bob)
-                bob.get_by_role("heading", name=f"Job {rid}").wait_for(timeout=60_000)
+                bob.get_by_role("heading", name=f"Job {rid}").wait_for(timeout=WAIT_MS)
                 settle(bob)
                 assert bob.get_by_role("button", name="Stop", exact=True).count() == 0
 
                 alice.goto(base + "/jobs")
                 alice.get_by_role("heading", name="Jobs").first.wait_for(timeout=120_000)
                 settle(alice)
-                alice.get_by_role("heading", name=f"Job {rid}").wait_for(timeout=30_000)
-                alice.get_by_text("Which node of the Ray cluster ran which rank").wait_for(timeout=30_000)
+                alice.get_by_role("heading", name=f"Job {rid}").wait_for(timeout=WAIT_MS)
+                alice.get_by_text("Which node of the Ray cluster ran which rank").wait_for(timeout=WAIT_MS)
                 ran_on = {n["node"] for n in store.last_event(rid, "started")["detail"]["nodes"]}
                 assert ran_on <= {n.node_id for n in nodes} and len(ran_on) == 2  # one CPU a node: two nodes
                 alice.get_by_role("button", name="Stop", exact=True).click()
-                alice.locator("text=stopped >> visible=true").first.wait_for(timeout=60_000)  # not the table's hidden cell
+                alice.locator("text=stopped >> visible=true").first.wait_for(timeout=WAIT_MS)  # not the table's hidden cell
                 assert store.status(rid) == "stopped"
                 no_error_boxes(alice)
                 no_error_boxes(bob)

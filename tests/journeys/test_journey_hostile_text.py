@@ -12,7 +12,7 @@ import pytest
 
 from app import available_pages
 from lab.view import state as viewstate
-from tests.conftest import page_url_path, settle
+from tests.conftest import WAIT_MS, page_url_path, settle
 from tests.journey import new_page, no_error_boxes
 from tests.pages.hostile import (ANCHOR, BAD_PIN, BARE, GOOD_PIN, HTML, IMG, LINK, OP, OUTSIDE, REFUSED_RUN,
                                  hostile_scenario)
@@ -48,9 +48,9 @@ def open_page(pg, base: str, path: str, **params: str) -> None:
     every element is drawn. (Before the session's first run the app reads as not running, so the
     sidebar, drawn at the start of every run, is waited for first.)"""
     pg.goto(base + path + "?" + "&".join(f"{k}={quote(v, safe='')}" for k, v in params.items()))
-    pg.locator("[data-testid='stSidebar']").get_by_text("Scenario:").wait_for(timeout=60_000)
+    pg.locator("[data-testid='stSidebar']").get_by_text("Scenario:").wait_for(timeout=WAIT_MS)
     settle(pg)
-    pg.wait_for_function(CHARTS_DRAWN, timeout=60_000)
+    pg.wait_for_function(CHARTS_DRAWN, timeout=WAIT_MS)
 
 
 def shown(pg, where: str = "[data-testid='stApp']") -> str:
@@ -76,7 +76,7 @@ def wait_for_text(pg, text: str, where: str = "[data-testid='stMain']") -> None:
     """Wait until ``text`` is shown (with the word joiners left out) in ``where``."""
     pg.wait_for_function("([sel, text]) => { const e = document.querySelector(sel);"
                          " return e && e.innerText.replaceAll('\\u2060', '').includes(text); }",
-                         arg=[where, text], timeout=60_000)
+                         arg=[where, text], timeout=WAIT_MS)
 
 
 def test_markdown_and_html_in_names_are_shown_as_text_and_fetch_nothing(streamlit_server, browser):
@@ -121,7 +121,7 @@ def test_markdown_and_html_in_names_are_shown_as_text_and_fetch_nothing(streamli
         assert IMG in svg_text(pg, "pl_dag_fig") and HTML in svg_text(pg, "pl_balance_fig")  # legends
         open_page(pg, base, "/placement", s=hostile_scenario(pins=BAD_PIN).to_url_param())
         refusal = pg.locator("[data-testid='stAlert']").filter(has_text="is pinned to").first
-        refusal.wait_for(timeout=60_000)
+        refusal.wait_for(timeout=WAIT_MS)
         nothing_points_out(pg, "placement, refused pin")
         assert OP in refusal.inner_text().replace(WJ, "") and ANCHOR in refusal.inner_text().replace(WJ, "")
 
@@ -134,7 +134,7 @@ def test_markdown_and_html_in_names_are_shown_as_text_and_fetch_nothing(streamli
         open_page(pg, base, "/training", s=hostile_scenario(**REFUSED_RUN).to_url_param())
         pg.get_by_role("button", name="Run", exact=True).click()
         refusal = pg.locator("[data-testid='stAlert']").filter(has_text="matmul").first
-        refusal.wait_for(timeout=60_000)
+        refusal.wait_for(timeout=WAIT_MS)
         settle(pg)
         nothing_points_out(pg, "training, refused run")
         assert ANCHOR in refusal.inner_text().replace(WJ, "")

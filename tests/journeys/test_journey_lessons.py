@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from lab.store.runs import RunStore
-from tests.conftest import lab_server, settle
+from tests.conftest import WAIT_MS, lab_server, settle
 from tests.journey import nav, new_page, no_error_boxes
 
 pytestmark = pytest.mark.timeout(420)
@@ -18,7 +18,7 @@ QUESTION = "In the bytes table, how many times S did each device send (sent / S)
 
 def ticked(pg) -> list[bool]:
     panel = pg.locator(".st-key-lesson_panel")
-    panel.get_by_role("checkbox").last.wait_for(timeout=60_000)
+    panel.get_by_role("checkbox").last.wait_for(timeout=WAIT_MS)
     settle(pg)
     return [cb.is_checked() for cb in panel.get_by_role("checkbox").all()]
 
@@ -44,7 +44,7 @@ def test_a_lessons_ticks_and_answers_stay_with_the_student_and_the_teacher_count
             pg.get_by_role("button", name="Open this lesson").first.click()
             settle(pg)
             panel = pg.locator(".st-key-lesson_panel")
-            panel.wait_for(timeout=60_000)
+            panel.wait_for(timeout=WAIT_MS)
             assert "Ring all-reduce, step by step" in panel.inner_text() and "(0 of 5 steps done)" in panel.inner_text()
             panel.get_by_role("checkbox").nth(0).check(force=True)
             settle(pg)
@@ -55,14 +55,14 @@ def test_a_lessons_ticks_and_answers_stay_with_the_student_and_the_teacher_count
             assert ticked(pg) == [True, False, True, False, False]
             nav(pg, "Topology")
             nav(pg, "All-reduce")
-            pg.locator(".st-key-lesson_panel").wait_for(timeout=60_000)
+            pg.locator(".st-key-lesson_panel").wait_for(timeout=WAIT_MS)
             assert ticked(pg) == [True, False, True, False, False]  # kept across pages
             pg.reload()
             settle(pg)
-            pg.locator(".st-key-lesson_panel").wait_for(timeout=60_000)
+            pg.locator(".st-key-lesson_panel").wait_for(timeout=WAIT_MS)
             assert ticked(pg) == [True, False, True, False, False]  # and across a reload: this student's
             pg.get_by_role("button", name="Put this view in the page link").click()
-            pg.wait_for_function("() => window.location.search.includes('lt=')", timeout=30_000)
+            pg.wait_for_function("() => window.location.search.includes('lt=')", timeout=WAIT_MS)
             url = pg.url
             assert "lt=0.2" in url and "l=ring-allreduce" in url
             no_error_boxes(pg)
@@ -73,7 +73,7 @@ def test_a_lessons_ticks_and_answers_stay_with_the_student_and_the_teacher_count
         try:
             other.goto(url)
             settle(other)
-            other.locator(".st-key-lesson_panel").wait_for(timeout=60_000)
+            other.locator(".st-key-lesson_panel").wait_for(timeout=WAIT_MS)
             assert ticked(other) == [True, False, True, False, False]
         finally:
             other.context.close()
@@ -86,7 +86,7 @@ def test_a_lessons_ticks_and_answers_stay_with_the_student_and_the_teacher_count
             teacher.locator("input[type='password']").first.fill(TOKEN)
             teacher.get_by_role("button", name="Sign in as the teacher").click()
             settle(teacher)
-            teacher.get_by_text("Teacher: you see and manage every session's jobs.").wait_for(timeout=30_000)
+            teacher.get_by_text("Teacher: you see and manage every session's jobs.").wait_for(timeout=WAIT_MS)
             nav(teacher, "Home")
             teacher.get_by_text("The class's progress (teacher)").click()
             settle(teacher)

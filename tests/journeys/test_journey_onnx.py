@@ -10,7 +10,7 @@ import re
 import pytest
 from playwright.sync_api import expect
 
-from tests.conftest import settle
+from tests.conftest import WAIT_MS, settle
 from tests.journey import download, new_page, no_error_boxes
 from tests.journeys.test_journey_plan_run import metric_exact, pin_and_set_steps, read_report_offline, wait_until_done
 from tests.scenario.test_onnx_models import exported
@@ -37,10 +37,10 @@ def test_an_uploaded_network_is_pinned_run_and_reported(streamlit_server, browse
         pg.goto(streamlit_server + "/placement")
         settle(pg)
         upload(pg, model)
-        pg.get_by_text(re.compile(r"review-net\.onnx: \d+ ONNX operators")).first.wait_for(timeout=60_000)
+        pg.get_by_text(re.compile(r"review-net\.onnx: \d+ ONNX operators")).first.wait_for(timeout=WAIT_MS)
         # the note comes before the model box in the same run: wait for the box's own update
         expect(pg.get_by_role("combobox", name="Model", exact=True).first).to_have_value(
-            re.compile(r"^review-net\.onnx \(ONNX"), timeout=30_000)
+            re.compile(r"^review-net\.onnx \(ONNX"), timeout=WAIT_MS)
         pin_and_set_steps(pg, "net_conv1_conv", "fpga", STEPS)
 
         # a second student's broken file is refused with its name as text; the first student's view is unchanged
@@ -49,7 +49,7 @@ def test_an_uploaded_network_is_pinned_run_and_reported(streamlit_server, browse
         upload(other, broken)
         refusal = other.get_by_text(re.compile(r"\*\*broken\*\* <img src=x onerror=alert\(1\)>\.onnx'?: is not "
                                                r"(an ONNX model|a valid)")).first
-        refusal.wait_for(timeout=60_000)
+        refusal.wait_for(timeout=WAIT_MS)
         assert other.locator("[data-testid='stAlertContentError'] img, [data-testid='stAlertContentError'] strong"
                              ).count() == 0  # no markup from the name
         no_error_boxes(other)

@@ -5,7 +5,7 @@ import re
 
 import pytest
 
-from tests.conftest import settle
+from tests.conftest import WAIT_MS, settle
 from tests.journey import (
     choose,
     metric,
@@ -50,11 +50,11 @@ def test_pin_travels_in_the_link_with_the_same_makespan(streamlit_server, browse
         pick(pg, "on device", "host")
         pg.get_by_role("button", name="Pin", exact=True).click()
         settle(pg)
-        pg.get_by_text("conv1 → host").first.wait_for(timeout=30_000)
+        pg.get_by_text("conv1 → host").first.wait_for(timeout=WAIT_MS)
         pinned_span = metric(pg, "Makespan")
         assert pinned_span != free_span  # conv1 off its fastest device changes the plan
         summary = pg.get_by_text("conv1 pinned to host: makespan +").first
-        summary.wait_for(timeout=30_000)
+        summary.wait_for(timeout=WAIT_MS)
         assert re.search(r"conv1 pinned to host: makespan \+\d+\.\d %", summary.inner_text())
         no_error_boxes(pg)
 
@@ -73,10 +73,10 @@ def test_pin_travels_in_the_link_with_the_same_makespan(streamlit_server, browse
     try:
         fresh.goto(url)
         settle(fresh)
-        fresh.get_by_role("heading", name="Placement").first.wait_for(timeout=30_000)
+        fresh.get_by_role("heading", name="Placement").first.wait_for(timeout=WAIT_MS)
         assert selected(fresh, "Model") == MODEL
         assert selected(fresh, "Strategy") == STRATEGY
-        fresh.get_by_text("conv1 → host").first.wait_for(timeout=30_000)
+        fresh.get_by_text("conv1 → host").first.wait_for(timeout=WAIT_MS)
         assert metric(fresh, "Makespan") == pinned_span
         no_error_boxes(fresh)
     finally:
@@ -102,23 +102,23 @@ def test_a_kept_baseline_names_a_topology_change_and_travels_in_the_link(streaml
     try:
         pg.goto(streamlit_server + "/placement")
         settle(pg)
-        pg.get_by_role("heading", name="Placement").first.wait_for(timeout=30_000)
+        pg.get_by_role("heading", name="Placement").first.wait_for(timeout=WAIT_MS)
         menu = selected(pg, "Strategy")
         pg.locator(".st-key-pl_compare_fig").first.scroll_into_view_if_needed()
         pg.wait_for_function("() => document.querySelector('.st-key-pl_compare_fig .js-plotly-plot .main-svg')",
-                             timeout=30_000)
+                             timeout=WAIT_MS)
         bars = pg.evaluate(SVG_TEXT, ".st-key-pl_compare_fig")
         assert menu in bars, (menu, bars)
         pg.get_by_role("button", name="Keep this plan as the baseline").click()
         settle(pg)
         assert baseline_summary(pg).startswith("same settings: makespan +0.0 %"), baseline_summary(pg)
         nav(pg, "Topology")
-        pg.get_by_role("button", name="Load preset").wait_for(timeout=30_000)
+        pg.get_by_role("button", name="Load preset").wait_for(timeout=WAIT_MS)
         pick(pg, "Preset", "(2) the same devices on PCIe (through the host)")
         pg.get_by_role("button", name="Load preset").click()
         settle(pg)
         nav(pg, "Placement")
-        pg.get_by_role("heading", name="Against a baseline").first.wait_for(timeout=30_000)
+        pg.get_by_role("heading", name="Against a baseline").first.wait_for(timeout=WAIT_MS)
         summary = baseline_summary(pg)
         assert "same settings" not in summary and re.search(r"link \S+–\S+", summary), summary
         assert "e-1" not in pg.locator("[data-testid='stMain']").inner_text()
@@ -130,7 +130,7 @@ def test_a_kept_baseline_names_a_topology_change_and_travels_in_the_link(streaml
     try:
         fresh.goto(url)
         settle(fresh)
-        fresh.get_by_role("heading", name="Against a baseline").first.wait_for(timeout=30_000)
+        fresh.get_by_role("heading", name="Against a baseline").first.wait_for(timeout=WAIT_MS)
         assert baseline_summary(fresh) == summary
         no_error_boxes(fresh)
     finally:

@@ -16,7 +16,7 @@ import dataclasses
 from lab.machine.calibrate import synthetic_profile
 from lab.machine.profile import ExecutorFit
 from lab.store.runs import RunStore
-from tests.conftest import settle
+from tests.conftest import WAIT_MS, settle
 from tests.journey import choose, new_page, no_error_boxes, selected, take_link, type_number
 
 pytestmark = pytest.mark.timeout(420)
@@ -51,7 +51,7 @@ def pin_and_set_steps(pg, op: str, device: str, steps: int) -> None:
     pick(pg, "on device", device)
     pg.get_by_role("button", name="Pin", exact=True).click()
     settle(pg)
-    pg.get_by_text(f"{op} → {device}").first.wait_for(timeout=30_000)
+    pg.get_by_text(f"{op} → {device}").first.wait_for(timeout=WAIT_MS)
     type_number(pg, "Steps", steps)
     no_error_boxes(pg)
 
@@ -68,7 +68,7 @@ def gantt_text(pg) -> str:
     chart = pg.locator(".st-key-pl_run_gantt_fig").first
     chart.scroll_into_view_if_needed()
     pg.wait_for_function("() => document.querySelector('.st-key-pl_run_gantt_fig .js-plotly-plot .main-svg')",
-                         timeout=30_000)
+                         timeout=WAIT_MS)
     return pg.evaluate(SVG_TEXT, ".st-key-pl_run_gantt_fig")
 
 
@@ -83,7 +83,7 @@ def wait_until_done(pg, shot: Path, timeout_s: float = 180) -> str:
     if not (status or "").startswith("done"):
         pg.screenshot(path=str(shot), full_page=True)
         pytest.fail(f"the run did not end done within {timeout_s:.0f} s: Run = {status!r} (screenshot {shot})")
-    pg.locator(".st-key-pl_run_gantt_fig").first.wait_for(timeout=30_000)
+    pg.locator(".st-key-pl_run_gantt_fig").first.wait_for(timeout=WAIT_MS)
     settle(pg)
     return status
 
@@ -116,7 +116,7 @@ def test_a_pinned_plan_run_is_shared_with_its_measured_and_modelled_step(
         try:
             pg.goto(streamlit_server + "/placement")
             settle(pg)
-            pg.get_by_role("heading", name="Placement").first.wait_for(timeout=30_000)
+            pg.get_by_role("heading", name="Placement").first.wait_for(timeout=WAIT_MS)
             no_error_boxes(pg)
             choose(pg, "Model", MODEL)
             choose(pg, "Strategy", STRATEGY)
@@ -155,16 +155,16 @@ def test_a_pinned_plan_run_is_shared_with_its_measured_and_modelled_step(
         try:
             fresh.goto(url)
             settle(fresh)
-            fresh.get_by_role("heading", name="Placement").first.wait_for(timeout=30_000)
+            fresh.get_by_role("heading", name="Placement").first.wait_for(timeout=WAIT_MS)
             assert selected(fresh, "Model") == MODEL and selected(fresh, "Strategy") == STRATEGY
-            fresh.get_by_text("conv1 → fpga").first.wait_for(timeout=30_000)
-            fresh.locator(".st-key-pl_run_gantt_fig").first.wait_for(timeout=60_000)
+            fresh.get_by_text("conv1 → fpga").first.wait_for(timeout=WAIT_MS)
+            fresh.locator(".st-key-pl_run_gantt_fig").first.wait_for(timeout=WAIT_MS)
             settle(fresh)
             assert metric_exact(fresh, "Run") == status
             assert metric_exact(fresh, MEASURED) == step
             both_panels(gantt_text(fresh))
             no_error_boxes(fresh)
-            with fresh.expect_download(timeout=60_000) as got:
+            with fresh.expect_download(timeout=WAIT_MS) as got:
                 fresh.get_by_role("button", name="Download this view as a report").click()
             report = tmp_path / "placement-report.html"
             got.value.save_as(report)
@@ -196,7 +196,7 @@ def read_report_offline(browser, report: Path, url: str | None, expect: dict) ->
     pg = new_page(browser, ctx)
     try:
         pg.goto(report.as_uri())
-        pg.wait_for_function("() => document.body.dataset.drawn !== '0'", timeout=60_000)
+        pg.wait_for_function("() => document.body.dataset.drawn !== '0'", timeout=WAIT_MS)
         drawn = pg.evaluate("document.body.dataset.drawn")
         assert drawn.isdigit() and int(drawn) >= 3, drawn
         assert pg.locator(".plot .main-svg").count() >= int(drawn)  # each figure is an svg plotly drew

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from app import available_pages
-from tests.conftest import page_url_path, settle
+from tests.conftest import WAIT_MS, page_url_path, settle
 from tests.journey import new_page, no_error_boxes
 
 pytestmark = pytest.mark.timeout(300)
@@ -62,7 +62,7 @@ def test_every_page_fits_a_1024x768_projector(streamlit_server, browser, file):
     try:
         pg.goto(streamlit_server + page_url_path(file))
         # a loaded machine may not have started the page's script when the app first says it is not running
-        pg.locator("h1").first.wait_for(timeout=60_000)
+        pg.locator("h1").first.wait_for(timeout=WAIT_MS)
         settle(pg)
         all_charts_drawn(pg)
         no_error_boxes(pg)  # the page opens without a page error or an exception box
@@ -101,14 +101,14 @@ def test_a_busy_servers_jobs_and_comparison_fit_a_1024x768_projector(browser, tm
             try:
                 pg.goto(base + path)
                 settle(pg)
-                pg.locator("h1").first.wait_for(timeout=30_000)
+                pg.locator("h1").first.wait_for(timeout=WAIT_MS)
                 if path == "/jobs":
                     pg.get_by_text("Show the whole class's jobs (read-only)").click()
                     settle(pg)
                     # a loaded server may not have begun the rerun the click asked for when the page first reads
                     # as settled: the class's jobs are drawn once the switch reads as on and the page settles again
                     pg.locator("[data-testid='stCheckbox'] input, [data-testid='stToggle'] input").first.wait_for(
-                        state="attached", timeout=30_000)
+                        state="attached", timeout=WAIT_MS)
                     pg.wait_for_timeout(500)
                     settle(pg)
                 all_charts_drawn(pg)

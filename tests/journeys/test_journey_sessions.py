@@ -16,7 +16,7 @@ from lab.view import jobs as job_views
 from lab.jobs.access import TEACHER
 from lab.store.runs import RunStore
 from lab.train.launcher_record import processes_of
-from tests.conftest import lab_server, settle
+from tests.conftest import WAIT_MS, lab_server, settle
 from tests.journey import (
     nav,
     new_page,
@@ -71,7 +71,7 @@ def test_students_see_their_own_jobs_and_the_teacher_manages_all(browser, tmp_pa
             # A starts a run: 1 worker, small batch (the teacher stops it in a moment)
             a.goto(base + "/training")
             settle(a)
-            a.get_by_role("heading", name="Training").first.wait_for(timeout=30_000)
+            a.get_by_role("heading", name="Training").first.wait_for(timeout=WAIT_MS)
             slide(a, "Workers (processes)", -1)
             type_number(a, "Steps (count)", 100_000)
             type_number(a, "Batch per worker (samples)", 16)
@@ -81,35 +81,35 @@ def test_students_see_their_own_jobs_and_the_teacher_manages_all(browser, tmp_pa
             assert len(runs) == 1, runs[["id", "status"]]
             rid, owner_a = runs.id.iloc[0], runs.owner.iloc[0]
             assert owner_a
-            a.get_by_role("heading", name=f"Run {rid}").wait_for(timeout=60_000)
+            a.get_by_role("heading", name=f"Run {rid}").wait_for(timeout=WAIT_MS)
             a.get_by_text("running: step").first.wait_for(timeout=180_000)
             # A reloads: the same student (the browser's cookie), the run and its Stop are still A's
             a.reload()
             settle(a)
-            a.get_by_role("heading", name=f"Run {rid}").wait_for(timeout=60_000)
-            a.get_by_role("button", name="Stop", exact=True).wait_for(timeout=30_000)
+            a.get_by_role("heading", name=f"Run {rid}").wait_for(timeout=WAIT_MS)
+            a.get_by_role("button", name="Stop", exact=True).wait_for(timeout=WAIT_MS)
             a2 = a.context.new_page()  # a second tab of A's browser: A again
             a2.goto(base + "/jobs")
             settle(a2)
-            a2.get_by_role("heading", name=f"Job {rid}").wait_for(timeout=30_000)
+            a2.get_by_role("heading", name=f"Job {rid}").wait_for(timeout=WAIT_MS)
             assert "· you ·" in job_choice(a2) and buttons(a2, "Stop") == 1
             a2.close()
 
             # B's Training page: not B's run
             b.goto(base + "/training")
             settle(b)
-            b.get_by_text("No runs yet").wait_for(timeout=30_000)
+            b.get_by_text("No runs yet").wait_for(timeout=WAIT_MS)
             assert b.get_by_role("heading", name=f"Run {rid}").count() == 0
             assert buttons(b, "Stop") == 0
 
             # B's Jobs page: nothing of B's; with the class switch, A's job to read, no buttons for it
             b.goto(base + "/jobs")
             settle(b)
-            b.get_by_text("No jobs of yours yet").wait_for(timeout=30_000)
+            b.get_by_text("No jobs of yours yet").wait_for(timeout=WAIT_MS)
             assert buttons(b, "Stop") == 0 and buttons(b, "Release") == 0
             b.get_by_text(CLASS_SWITCH).click()
             settle(b)
-            b.get_by_role("heading", name=f"Job {rid}").wait_for(timeout=30_000)
+            b.get_by_role("heading", name=f"Job {rid}").wait_for(timeout=WAIT_MS)
             choice = job_choice(b)
             assert rid in choice and "another session" in choice and "you" not in choice.split(" · "), choice
             assert b.get_by_text("Read-only: this job belongs to another session").count() == 1
@@ -118,7 +118,7 @@ def test_students_see_their_own_jobs_and_the_teacher_manages_all(browser, tmp_pa
 
             # A's own Jobs page (the same session: through the sidebar) has the buttons for it
             nav(a, "Jobs")
-            a.get_by_role("heading", name=f"Job {rid}").wait_for(timeout=30_000)
+            a.get_by_role("heading", name=f"Job {rid}").wait_for(timeout=WAIT_MS)
             assert "· you ·" in job_choice(a)
             assert buttons(a, "Stop") == 1 and buttons(a, "Release") == 1
             assert frames_within(a, 3000) > 0  # its job is active: the page polls the store
@@ -126,30 +126,30 @@ def test_students_see_their_own_jobs_and_the_teacher_manages_all(browser, tmp_pa
             # a token in a link is not taken (it would stay in the history), and leaves the address
             t.goto(base + f"/jobs?teacher={TOKEN}")
             settle(t)
-            t.get_by_text("A teacher's token in a link is not accepted").wait_for(timeout=30_000)
+            t.get_by_text("A teacher's token in a link is not accepted").wait_for(timeout=WAIT_MS)
             assert TOKEN not in t.url and t.get_by_text("Teacher: you see").count() == 0
             # the teacher signs in on the Jobs page, and stays the teacher across a reload
             t.get_by_text("Teacher", exact=True).first.click()
             t.locator("input[type='password']").first.fill("not-the-token")
             t.get_by_role("button", name="Sign in as the teacher").click()
             settle(t)
-            t.get_by_text("That is not the teacher's token.").wait_for(timeout=30_000)
+            t.get_by_text("That is not the teacher's token.").wait_for(timeout=WAIT_MS)
             t.wait_for_timeout(1500)  # a wrong token makes this browser wait a second before its next try
             t.locator("input[type='password']").first.fill(TOKEN)
             t.get_by_role("button", name="Sign in as the teacher").click()
             settle(t)
-            t.get_by_text("Teacher: you see and manage every session's jobs.").wait_for(timeout=30_000)
+            t.get_by_text("Teacher: you see and manage every session's jobs.").wait_for(timeout=WAIT_MS)
             t.reload()
             settle(t)
-            t.get_by_text("Teacher: you see and manage every session's jobs.").wait_for(timeout=30_000)
+            t.get_by_text("Teacher: you see and manage every session's jobs.").wait_for(timeout=WAIT_MS)
             assert TOKEN not in t.url
-            t.get_by_role("heading", name=f"Job {rid}").wait_for(timeout=30_000)
+            t.get_by_role("heading", name=f"Job {rid}").wait_for(timeout=WAIT_MS)
             assert f"session {owner_a}" in job_choice(t)
             stop = t.get_by_role("button", name="Stop", exact=True)
             assert stop.count() == 1 and stop.is_enabled()
             stop.click()
             settle(t)
-            t.get_by_text("Stopped by: the teacher").wait_for(timeout=60_000)
+            t.get_by_text("Stopped by: the teacher").wait_for(timeout=WAIT_MS)
             run = store.get_run(rid)
             assert run["status"] == "stopped" and run["info"]["stopped_by"] == TEACHER
             assert store.events(rid).set_index("event").detail["stop"]["by"] == TEACHER
@@ -157,10 +157,10 @@ def test_students_see_their_own_jobs_and_the_teacher_manages_all(browser, tmp_pa
             # B on Compare: none of A's runs by default; with the class's, A's run to read, not to delete
             b.goto(base + "/compare")
             settle(b)
-            b.get_by_text("No stored runs of yours yet").wait_for(timeout=30_000)
+            b.get_by_text("No stored runs of yours yet").wait_for(timeout=WAIT_MS)
             b.get_by_text("Include the whole class's runs (read-only)").click()
             settle(b)
-            b.get_by_text("Pick one or more runs.").wait_for(timeout=30_000)
+            b.get_by_text("Pick one or more runs.").wait_for(timeout=WAIT_MS)
             b.get_by_role("combobox", name="Runs").first.click()
             b.get_by_role("option", name=re.compile(re.escape(rid))).click()
             b.keyboard.press("Escape")
@@ -170,15 +170,15 @@ def test_students_see_their_own_jobs_and_the_teacher_manages_all(browser, tmp_pa
             settle(b)
             b.get_by_role("button", name="Delete the chosen runs").click()
             settle(b)
-            b.get_by_text("another session's job").first.wait_for(timeout=30_000)
+            b.get_by_text("another session's job").first.wait_for(timeout=WAIT_MS)
             assert store.get_run(rid)["status"] == "stopped"  # A's run is intact
             b.goto(base + "/jobs")  # opened by its address: B's own last view, the class switch still on
             settle(b)
-            b.get_by_role("heading", name=f"Job {rid}").wait_for(timeout=30_000)
+            b.get_by_role("heading", name=f"Job {rid}").wait_for(timeout=WAIT_MS)
             assert b.get_by_text("Teacher:").count() == 0
             b.get_by_text(CLASS_SWITCH).click()
             settle(b)
-            b.get_by_text("No jobs of yours yet").wait_for(timeout=30_000)
+            b.get_by_text("No jobs of yours yet").wait_for(timeout=WAIT_MS)
 
             # nothing active: the page no longer polls the store
             b.get_by_text(CLASS_SWITCH).click()

@@ -6,7 +6,7 @@ import re
 
 import pytest
 
-from tests.conftest import settle
+from tests.conftest import WAIT_MS, settle
 from tests.journey import choose, nav, new_page, no_error_boxes
 
 pytestmark = pytest.mark.timeout(300)
@@ -22,7 +22,7 @@ def open_topology(pg, base: str) -> None:
 
 
 def wait_for_tables(pg) -> None:
-    pg.locator("[data-testid='stDataFrameResizable']").nth(LINKS).wait_for(timeout=60_000)
+    pg.locator("[data-testid='stDataFrameResizable']").nth(LINKS).wait_for(timeout=WAIT_MS)
     settle(pg)
 
 
@@ -39,7 +39,7 @@ def column(pg, which: int, col: int) -> list[str]:
     """A column's shown texts, once the grid has drawn its cells (the table comes before its cells on a busy
     machine)."""
     cells = grid(pg, which).locator(f"td[id^='glide-cell-{col}-']")
-    cells.first.wait_for(state="attached", timeout=30_000)
+    cells.first.wait_for(state="attached", timeout=WAIT_MS)
     return [t.strip() for t in cells.all_text_contents()]
 
 
@@ -77,7 +77,7 @@ def edit_until(pg, which: int, row: int, col: int, text: str, answer: str) -> No
     for attempt in range(3):
         type_into_cell(pg, which, row, col, text)
         try:
-            pg.get_by_text(answer).first.wait_for(timeout=30_000)
+            pg.get_by_text(answer).first.wait_for(timeout=WAIT_MS)
             break
         except Exception:
             if attempt == 2:
@@ -171,7 +171,7 @@ def test_adding_a_device_with_a_taken_name_proposes_a_free_one_and_leaves_no_gho
         choose(pg, "type", "fpga")
         name_box = pg.get_by_role("textbox", name="name")
         # a loaded server may still be proposing the name for the type chosen before: what a person reads settles
-        pg.wait_for_function("el => el.value.startsWith('fpga')", arg=name_box.element_handle(), timeout=30_000)
+        pg.wait_for_function("el => el.value.startsWith('fpga')", arg=name_box.element_handle(), timeout=WAIT_MS)
         proposed = name_box.input_value()
         assert proposed.startswith("fpga") and proposed not in names, proposed
 
@@ -179,7 +179,7 @@ def test_adding_a_device_with_a_taken_name_proposes_a_free_one_and_leaves_no_gho
         name_box.press("Enter")
         settle(pg)
         pg.get_by_role("button", name="Add", exact=True).click()
-        pg.get_by_text("Nothing was added").wait_for(timeout=60_000)
+        pg.get_by_text("Nothing was added").wait_for(timeout=WAIT_MS)
         settle(pg)
         refusal = [a for a in alerts(pg) if "Nothing was added" in a]
         assert refusal and "already exists" in refusal[0] and proposed in refusal[0], alerts(pg)
@@ -190,7 +190,7 @@ def test_adding_a_device_with_a_taken_name_proposes_a_free_one_and_leaves_no_gho
         name_box.press("Enter")
         settle(pg)
         pg.get_by_role("button", name="Add", exact=True).click()
-        pg.get_by_text(f"Added “{proposed}”").wait_for(timeout=60_000)
+        pg.get_by_text(f"Added “{proposed}”").wait_for(timeout=WAIT_MS)
         settle(pg)
         wait_for_tables(pg)
         assert column(pg, DEVICES, 1) == names + [proposed]
@@ -236,7 +236,7 @@ def test_after_load_preset_the_catalogue_popover_offers_a_device_that_can_be_add
         assert box is not None and box["y"] + box["height"] <= 768, (box, body)  # within reach
         assert body["y"] + body["height"] <= 768, body
         add.click()
-        pg.get_by_text(f"Added “{name}”").wait_for(timeout=60_000)
+        pg.get_by_text(f"Added “{name}”").wait_for(timeout=WAIT_MS)
         settle(pg)
         wait_for_tables(pg)
         assert column(pg, DEVICES, 1) == names + [name]
