@@ -15,12 +15,24 @@ if ui.teacher():
         state = jm.store.class_state()
         ui.show_all(view.teacher(ui.LESSONS))
         c1, c2, c3 = st.columns(3)
-        if c1.button("Open a new class" if state else "Open a class", key="cls_open", icon=":material/groups:"):
-            jm.open_class(me)
-            st.rerun()
-        if state and c2.button("Close the class", key="cls_close", icon=":material/logout:"):
-            jm.close_class(me)
-            st.rerun()
+        if not state:
+            if c1.button("Open a class", key="cls_open", icon=":material/groups:"):
+                jm.open_class(me)
+                st.rerun()
+        else:  # both end the class the students are in: each asks once more
+            with c1.popover("Open a new class", icon=":material/groups:"):
+                st.markdown(view.NEW_CLASS_WARNING)
+                if st.button("Yes, open a new class", key="cls_open", type="primary"):
+                    jm.open_class(me)
+                    st.rerun()
+            with c2.popover("Close the class", icon=":material/logout:"):
+                st.markdown(view.CLOSE_WARNING)
+                if st.button("Yes, close the class", key="cls_close", type="primary"):
+                    jm.close_class(me)
+                    st.rerun()
+            if c3.button("New join code (seats stay)", key="cls_new_code", icon=":material/key:"):
+                jm.new_class_code(me)
+                st.rerun()
         if state:
             titles = view.lessons(ui.LESSONS)
             with st.form("cls_lesson_form"):
@@ -38,7 +50,15 @@ if ui.teacher():
                     who = ui.control(st, "cls_remove", options=list(seats), format_func=seats.get)
                     if st.form_submit_button("Remove this student (their jobs stop)", key="cls_remove_go"):
                         stopped = jm.remove_student(me, who)
-                        st.success(f"Removed; {len(stopped)} job(s) stopped.")
+                        st.success(f"Removed; {len(stopped)} job(s) stopped. They may not join again until you let "
+                                   "them back in.")
+            removed = jm.store.removed()
+            if removed:
+                with st.form("cls_back_form"):
+                    who = ui.control(st, "cls_back", options=list(removed), format_func=removed.get)
+                    if st.form_submit_button("Let this student back in", key="cls_back_go"):
+                        jm.let_back(me, who)
+                        st.rerun()
 else:
     with ui.guarded("joining the class"):
         sections = view.student(me)

@@ -9,7 +9,7 @@ import ui
 from lab.view import jobs as view
 
 sc = ui.scenario_sidebar()
-desk = view.Desk(*ui.job_manager())  # one manager per run store, shared by every session
+desk = view.Desk(*ui.job_manager(), client=ui.client())  # one manager per run store, shared by every session
 st.title("Jobs")
 st.markdown(view.intro(ui.badge("measured")))
 ui.show_all(desk.opening())

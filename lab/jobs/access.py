@@ -25,6 +25,7 @@ import re
 import secrets
 import threading
 import time
+from collections import deque
 from typing import Callable, Iterable
 
 from lab import settings
@@ -104,19 +105,35 @@ def teacher_token() -> str:
 
 
 TEACHER_TOKEN_MIN = 16
+#: The fewest guesses (log10) zxcvbn may estimate for a teacher token: it finds a word, a date, a keyboard walk or a
+#: repeat inside a token ("Password12345678": 10^4, "Summer2026Summer": 10^9), which a count of characters misses.
+TEACHER_TOKEN_GUESSES_LOG10 = 12.0
 MAKE_TEACHER_TOKEN = 'python -c "import secrets; print(secrets.token_urlsafe(24))"'
 
 
+def make_teacher_token() -> str:
+    """A strong teacher token (24 random bytes, 32 URL-safe characters), the one :data:`MAKE_TEACHER_TOKEN` makes."""
+    return secrets.token_urlsafe(24)
+
+
 def teacher_token_problem(token: str) -> str | None:
-    """Why ``token`` may not be the teacher's (too short, too few different characters), or None. An empty token
-    is no teacher, which is allowed on a server that listens on this machine only."""
+    """Why ``token`` may not be the teacher's (too short, or a guess would find it: a common password, words,
+    dates, repeats), or None. An empty token is no teacher, which is allowed on a server that listens on this
+    machine only."""
     if not token:
         return None
     why = None
     if len(token) < TEACHER_TOKEN_MIN:
         why = f"has {len(token)} characters, and a teacher token needs at least {TEACHER_TOKEN_MIN}"
-    elif len(set(token)) < 8 or sum(any(f(c) for c in token) for f in (str.isdigit, str.islower, str.isupper)) < 2:
-        why = "repeats too few different characters (a guess would find it)"
+    else:
+        from zxcvbn import zxcvbn
+
+        found = zxcvbn(token[:100])  # its matching grows with the length; 100 characters decide any token
+        if found["guesses_log10"] < TEACHER_TOKEN_GUESSES_LOG10:
+            kinds = sorted({m["pattern"] for m in found["sequence"] if m["pattern"] != "bruteforce"})
+            how = f" (it is made of {', '.join(kinds)})" if kinds else ""
+            why = (f"would be found in about 10^{found['guesses_log10']:.0f} guesses{how}, and a teacher token "
+                   f"needs 10^{TEACHER_TOKEN_GUESSES_LOG10:.0f}")
     return None if why is None else f"LAB_TEACHER_TOKEN {why}: make one with {MAKE_TEACHER_TOKEN}"
 
 
@@ -132,20 +149,30 @@ def is_teacher(claim) -> bool:
 class RateBound:
     """How fast one client address may take something new (an identity, a seat): ``burst`` at once, then one
     every ``every_s`` seconds (a token bucket per address). This machine itself (``None``: Streamlit gives no
-    address for a browser on localhost) is not bounded: whoever sits at the server owns it."""
+    address for a browser on localhost) is not bounded: whoever sits at the server owns it.
+
+    A turn taken ahead (:meth:`take` with ``ahead``) is a debt, and the debt has a floor of one burst: a script
+    that takes a thousand turns leaves the next person from its address waiting at most (burst + 1) periods, not
+    a thousand."""
 
     def __init__(self, burst: int, every_s: float, clock: Callable[[], float] = time.monotonic) -> None:
         if burst < 1 or not every_s > 0:
             raise LabError(f"a rate bound needs a burst of at least 1 and a positive period (got {burst}, "
                            f"{every_s})", where="settings")
         self.burst, self.every_s, self._clock = int(burst), float(every_s), clock
+        self.floor = -float(self.burst)  # the deepest debt an address may run up
         self._left: dict[str, tuple[float, float]] = {}  # client -> (tokens, at); below 0: taken ahead
         self._lock = threading.Lock()
+
+    @property
+    def longest_wait_s(self) -> float:
+        """The longest anyone from one address waits, however many turns were taken ahead from it."""
+        return (1.0 - self.floor) * self.every_s
 
     def take(self, client: str | None, *, ahead: bool = False) -> float:
         """Take one for ``client``: 0.0 when it may now (and it is counted), else the seconds until it may. With
         ``ahead`` it is counted anyway, as a turn that comes after the ones already taken (an identity made now
-        that may act later); without, a refusal counts nothing."""
+        that may act later), down to the floor; without, a refusal counts nothing."""
         if client is None:
             return 0.0
         now = self._clock()
@@ -157,7 +184,7 @@ class RateBound:
             tokens = min(float(self.burst), tokens + (now - at) / self.every_s)
             wait = 0.0 if tokens >= 1.0 else (1.0 - tokens) * self.every_s
             if wait == 0.0 or ahead:
-                tokens -= 1.0
+                tokens = max(self.floor, tokens - 1.0)
             self._left[client] = (tokens, now)
             return wait
 
@@ -167,60 +194,87 @@ def client_bound() -> RateBound:
     return RateBound(settings.integer("LAB_NEW_PER_CLIENT"), settings.number("LAB_NEW_EVERY_S"))
 
 
-#: A client's wait after its k-th wrong sign-in is 2^(k-1) s up to this; the whole server's after its n-th
-#: (of any client) is 2^(n // OVERALL_EVERY - 1) s up to OVERALL_MAX_S, so guessing from many clients slows too.
+#: A client address's wait after its k-th wrong sign-in is 2^(k-1) s up to this; it forgets them after
+#: CLIENT_FORGET_S without a wrong try.
 CLIENT_MAX_S = 300.0
+CLIENT_FORGET_S = 3600.0
+#: The whole server counts wrong tries (of any address) over the last WINDOW_S; with n of them, an address that
+#: itself tried wrong in that window waits 2^(n // OVERALL_EVERY - 1) s (up to OVERALL_MAX_S) after its last, so
+#: guessing from many addresses slows too. The window slides: a guesser's tries stop counting WINDOW_S later,
+#: and an address that typed no wrong token (the teacher's) never waits for anyone else's.
 OVERALL_EVERY = 5
 OVERALL_MAX_S = 60.0
+WINDOW_S = 600.0
 TEACHER_HOURS = 12.0  # a teacher's sign-in lasts this long, then they sign in again
+THIS_MACHINE = "this machine"  # how the sign-in's waits name a browser on the server's own machine
 
 
 class Roster:
     """The owner ids that signed in as the teacher, for this server process: a reload or a second tab
     of the same browser keeps its owner id, so it stays the teacher, for :data:`TEACHER_HOURS` or until they
     sign out. A restart of the server forgets them (the teacher signs in again), and so does a change of
-    LAB_TEACHER_TOKEN. Wrong tokens slow the next try down, per client and overall; the log says that a
-    sign-in failed, never what was typed."""
+    LAB_TEACHER_TOKEN. Wrong tokens slow the next try from the same client address down, and, while many come
+    from anywhere, from every address that typed one; a student's fresh identity per try changes nothing, and an
+    owner already signed in never waits. The log says that a sign-in failed, never what was typed."""
 
     def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
         self._teachers: dict[str, tuple[str, float]] = {}  # owner id -> (digest of its token, signed in at)
         self._lock = threading.Lock()
         self._clock = clock
-        self._fails: dict[str, tuple[int, float]] = {}  # client -> (wrong tries, may try again at)
-        self._overall: tuple[int, float] = (0, -math.inf)
+        self._fails: dict[str, tuple[int, float, float]] = {}  # address -> (wrong tries, may try again at, last)
+        self._recent: deque[float] = deque()  # when the server's wrong tries of the last WINDOW_S were
 
     @staticmethod
     def _digest(token: str) -> str:
         return hashlib.sha256(token.encode()).hexdigest()
 
-    def wait(self, owner: str) -> float:
-        """Seconds before ``owner`` may try to sign in again (0: now)."""
+    @staticmethod
+    def _key(client: str | None) -> str:
+        return THIS_MACHINE if client is None else str(client)[:64]
+
+    def _forget(self, now: float) -> None:
+        while self._recent and self._recent[0] <= now - WINDOW_S:
+            self._recent.popleft()
+        for c in [c for c, (_, _, last) in self._fails.items() if last <= now - CLIENT_FORGET_S]:
+            del self._fails[c]
+
+    def wait(self, client: str | None) -> float:
+        """Seconds before a sign-in from ``client`` (an address; None: this machine) may be tried (0: now)."""
         now = self._clock()
         with self._lock:
-            until = max(self._fails.get(str(owner), (0, -math.inf))[1], self._overall[1])
+            self._forget(now)
+            k, until, last = self._fails.get(self._key(client), (0, -math.inf, -math.inf))
+            n = len(self._recent)
+            if k and last > now - WINDOW_S and n >= OVERALL_EVERY:
+                until = max(until, last + min(2.0 ** (n // OVERALL_EVERY - 1), OVERALL_MAX_S))
         return max(0.0, until - now)
 
-    def sign_in(self, owner: str, claim) -> bool:
-        """Make ``owner`` the teacher when ``claim`` is the teacher token; returns whether it was. A try while
-        the server makes this client wait is refused unread (a LabError saying how long)."""
+    def sign_in(self, owner: str, claim, client: str | None = None) -> bool:
+        """Make ``owner`` the teacher when ``claim`` is the teacher token; returns whether it was. An owner already
+        signed in is the teacher at once. A try while the server makes ``client`` wait is refused unread (a
+        LabError saying how long)."""
         if not owner or owner == ANONYMOUS:
             return False
-        left = self.wait(owner)
+        if self.is_teacher(owner):
+            return True
+        left = self.wait(client)
         if left > 0:
-            raise LabError(f"too many wrong teacher tokens: try again in {math.ceil(left)} s", where="sign-in")
+            raise LabError(f"too many wrong teacher tokens from this address: try again in {math.ceil(left)} s",
+                           where="sign-in")
         now = self._clock()
         if not is_teacher(claim):
+            key = self._key(client)
             with self._lock:
-                k = self._fails.get(str(owner), (0, 0.0))[0] + 1
-                self._fails[str(owner)] = (k, now + min(2.0 ** (k - 1), CLIENT_MAX_S))
-                n = self._overall[0] + 1
-                self._overall = (n, now + (min(2.0 ** (n // OVERALL_EVERY - 1), OVERALL_MAX_S)
-                                           if n >= OVERALL_EVERY else 0.0))
-            log.warning("a teacher sign-in failed (client %s, its try %d, the server's %d)", owner, k, n)
+                k = self._fails.get(key, (0, 0.0, 0.0))[0] + 1
+                self._fails[key] = (k, now + min(2.0 ** (k - 1), CLIENT_MAX_S), now)
+                self._recent.append(now)
+                n = len(self._recent)
+            log.warning("a teacher sign-in failed (address %s, its try %d; %d on the server in %d s)", key, k, n,
+                        WINDOW_S)
             return False
         with self._lock:
             self._teachers[str(owner)] = (self._digest(teacher_token()), now)
-            self._fails.pop(str(owner), None)
+            self._fails.pop(self._key(client), None)
         return True
 
     def sign_out(self, owner: str) -> None:

@@ -38,9 +38,10 @@ class Actions:
         with self._lock:
             self.failures = (self.failures + [(time.time(), f"{where}: {type(exc).__name__}: {exc}")])[-20:]
 
-    def sign_in_teacher(self, owner: str, claim) -> bool:
-        """Make ``owner`` the teacher for this server when ``claim`` is LAB_TEACHER_TOKEN."""
-        return self.roster.sign_in(owner, claim)
+    def sign_in_teacher(self, owner: str, claim, client: str | None = None) -> bool:
+        """Make ``owner``, at the address ``client``, the teacher for this server when ``claim`` is
+        LAB_TEACHER_TOKEN."""
+        return self.roster.sign_in(owner, claim, client)
 
     def is_teacher(self, owner: str | None) -> bool:
         """Whether ``owner`` signed in as the teacher (and the server still has that token)."""

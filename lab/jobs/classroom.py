@@ -13,6 +13,8 @@ from lab.jobs.access import ANONYMOUS
 from lab.store.classroom import ClassState
 from lab.store.runs import ACTIVE
 
+MAX_FRESH = 10_000  # new identities remembered until they act; a flood of page loads pushes out the oldest
+
 
 class Classroom:
     """The class, part of :class:`lab.jobs.manager.JobManager`."""
@@ -30,14 +32,25 @@ class Classroom:
         self._teacher_only(owner, "close the class")
         return self.store.close_class()
 
+    def new_class_code(self, owner: str | None) -> ClassState:
+        """A new join code for the open class, its seats kept (after a removal, so that the code a removed
+        student may have passed on no longer opens the class)."""
+        self._teacher_only(owner, "change the join code")
+        return self.store.new_class_code()
+
+    def let_back(self, owner: str | None, student: str) -> bool:
+        """The teacher lets a removed ``student`` join again."""
+        self._teacher_only(owner, "let a student back in")
+        return self.store.let_back(student)
+
     def hand_out(self, owner: str | None, lesson: str | None) -> None:
         """Hand ``lesson`` out to every joined student (None: release them from it)."""
         self._teacher_only(owner, "hand out a lesson")
         self.store.set_class_lesson(lesson)
 
     def remove_student(self, owner: str | None, student: str) -> list[str]:
-        """The teacher removes ``student`` from the class: their queued and running jobs stop (returned) and
-        their seat goes."""
+        """The teacher removes ``student`` from the class: their queued and running jobs stop (returned), their seat
+        goes and they may not join again until the teacher lets them back (:meth:`let_back`)."""
         self._teacher_only(owner, "remove a student")
         stopped = []
         for rid in self.store.list_runs(statuses=ACTIVE, owner=student).id:
@@ -47,10 +60,26 @@ class Classroom:
         return stopped
 
     # ----- how fast one client address makes students and takes seats ----------------------------
-    def new_identity(self, owner: str, client: str | None) -> float:
-        """A browser at ``client`` (its address; None: this machine) was given the new identity ``owner``. Past
-        the address's burst the identity is made all the same, but it may queue jobs or take a seat only when
-        its turn comes: returns the seconds until then (0: now)."""
+    def new_identity(self, owner: str, client: str | None) -> None:
+        """A browser at ``client`` (its address; None: this machine) was given the new identity ``owner``. It is
+        remembered, not counted: a page load costs its address nothing, so a script that loads pages without a
+        cookie uses up no honest student's turn. The identity counts against its address the first time it does
+        something that needs one (:meth:`_count`)."""
+        if client is None:
+            return
+        with self._lock:
+            self._fresh[str(owner)] = client
+            while len(self._fresh) > MAX_FRESH:  # the oldest go first: uncounted, so they are merely not held
+                del self._fresh[next(iter(self._fresh))]
+
+    def _count(self, owner: str | None) -> None:
+        """Count a new identity against its address the first time it queues a job or joins the class. Past the
+        address's burst it may act only when its turn comes (held until then; the debt has a floor, so that is
+        at most LAB_NEW_PER_CLIENT + 1 periods away)."""
+        with self._lock:
+            client = self._fresh.pop(str(owner), None)
+        if client is None:
+            return
         wait = self.new_identities.take(client, ahead=True)
         now = time.monotonic()
         with self._lock:
@@ -58,7 +87,6 @@ class Classroom:
                 del self._held[o]
             if wait > 0:
                 self._held[str(owner)] = now + wait
-        return wait
 
     def held_for(self, owner: str | None) -> float:
         """Seconds until the new identity ``owner`` may queue jobs or take a seat (0: it may)."""
@@ -66,6 +94,7 @@ class Classroom:
             return max(0.0, self._held.get(str(owner), 0.0) - time.monotonic())
 
     def _held_message(self, owner: str | None, what: str) -> str | None:
+        self._count(owner)
         left = self.held_for(owner)
         if left <= 0:
             return None

@@ -122,6 +122,7 @@ class JobManager(FairQueue, Lifecycle, Actions, Classroom):
         # How fast one client address makes new students and takes seats (lab.jobs.classroom)
         self.new_identities, self.new_seats = client_bound(), client_bound()
         self._held: dict[str, float] = {}  # a new identity made faster than its address may -> may act from
+        self._fresh: dict[str, str] = {}  # a new identity that has not acted yet -> its address
         self._adopted: list[str] = []  # queued runs taken over at the start from a process that ended
         # Runs a dead manager left running, whose launcher lives on: they hold cores until they end, so they
         # count against the capacity as this manager's own do.

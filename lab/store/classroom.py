@@ -38,11 +38,19 @@ class ClassBook:
 
     # ----- the class ---------------------------------------------------------------------------
     def open_class(self) -> ClassState:
-        """Open a class with a new join code (the seats of an earlier class are gone)."""
+        """Open a class with a new join code (the seats and the removals of an earlier class are gone)."""
         with self._write() as c:
             c.execute("DELETE FROM seats")
+            c.execute("DELETE FROM removed")
             c.execute("INSERT OR REPLACE INTO classroom (id, code, lesson, opened) VALUES (1, ?, NULL, ?)",
                       (new_code(), time.time()))
+        return self.class_state()
+
+    def new_class_code(self) -> ClassState:
+        """Give the open class a new join code and keep its seats: whoever had only the old code must ask again."""
+        with self._write() as c:
+            if c.execute("UPDATE classroom SET code=? WHERE id=1", (new_code(),)).rowcount == 0:
+                raise LabError("no class is open", where="class")
         return self.class_state()
 
     def close_class(self) -> list[str]:
@@ -50,6 +58,7 @@ class ClassBook:
         with self._write() as c:
             owners = [r["owner"] for r in c.execute("SELECT owner FROM seats").fetchall()]
             c.execute("DELETE FROM seats")
+            c.execute("DELETE FROM removed")
             c.execute("DELETE FROM classroom")
         return owners
 
@@ -76,6 +85,9 @@ class ClassBook:
                 raise LabError("no class is open on this server: the teacher opens one", where="class")
             if not isinstance(code, str) or not secrets.compare_digest(code.encode(), row["code"].encode()):
                 raise LabError("that is not the class's join code: ask the teacher for it", where="class")
+            if c.execute("SELECT 1 FROM removed WHERE owner=?", (str(owner),)).fetchone() is not None:
+                raise LabError("the teacher removed you from this class: ask the teacher to let you back in",
+                               where="class")
             others = c.execute("SELECT owner, name FROM seats WHERE owner != ?", (str(owner),)).fetchall()
             for r in others:
                 if look_alike(r["name"], name):
@@ -100,8 +112,25 @@ class ClassBook:
         return {r["owner"]: r["name"] for r in rows}
 
     def remove_seat(self, owner: str) -> bool:
+        """Take ``owner``'s seat and keep them out of this class (their joins are refused) until
+        :meth:`let_back`; returns whether they had a seat."""
         with self._write() as c:
-            return c.execute("DELETE FROM seats WHERE owner=?", (str(owner),)).rowcount > 0
+            row = c.execute("SELECT name FROM seats WHERE owner=?", (str(owner),)).fetchone()
+            if row is not None:
+                c.execute("DELETE FROM seats WHERE owner=?", (str(owner),))
+                c.execute("INSERT OR REPLACE INTO removed (owner, name, removed) VALUES (?, ?, ?)",
+                          (str(owner), row["name"], time.time()))
+            return row is not None
+
+    def removed(self) -> dict[str, str]:
+        """owner -> the name they had, of the students removed from this class, in the order they were removed."""
+        rows = self._conn().execute("SELECT owner, name FROM removed ORDER BY removed").fetchall()
+        return {r["owner"]: r["name"] for r in rows}
+
+    def let_back(self, owner: str) -> bool:
+        """Let a removed student join again (with the code); returns whether they were removed."""
+        with self._write() as c:
+            return c.execute("DELETE FROM removed WHERE owner=?", (str(owner),)).rowcount > 0
 
     # ----- each student's view -----------------------------------------------------------------
     def save_view(self, owner: str, page: str, view: dict) -> None:

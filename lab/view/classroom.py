@@ -16,6 +16,10 @@ INTRO = ("A class on this server: the teacher opens it and reads out its join co
          "may look at every page and learn. A lesson the teacher hands out opens on every joined student's lab, in "
          "lesson mode with no switch to leave it, until the teacher releases it.")
 JOIN_FORM = (("cls_code", "cls_name"),)
+NEW_CLASS_WARNING = ("A new class has a new join code and no seats: every student joins again, and removed students "
+                     "may join again too. Their jobs run on.")
+CLOSE_WARNING = ("Closing the class takes every seat; the students' jobs run on, read-only to them. Anyone may then "
+                 "queue jobs again.")
 NO_CLASS = "No class is open on this server: the lab works for you alone, as it always does."
 
 
@@ -52,6 +56,13 @@ def teacher(folder: Path, store=None) -> list[Section]:
                        caption="Each joined student by the name they typed, with their jobs and, when a lesson is "
                                "handed out, the steps they ticked.",
                        notices=() if seats else (Notice("Nobody has joined yet."),)))
+    removed = store.removed()
+    if removed:
+        out.append(Section("cls_removed", header="Removed", level="subheader",
+                           table=[{"student": name} for name in removed.values()],
+                           caption="Students removed from this class: their joins are refused until you let them "
+                                   "back in. A new join code (seats kept) also shuts out whoever they passed the "
+                                   "code to."))
     if lesson is not None:
         out.append(Section("cls_steps", header="Lesson: {title}", level="subheader", values={"title": lesson.title},
                            table=steps(store, seats, lesson),
@@ -92,4 +103,4 @@ def owner_names(store=None) -> dict[str, str]:
     return (store if store is not None else run_store()).seats()
 
 
-__all__ = ["INTRO", "JOIN_FORM", "NO_CLASS", "lessons", "student", "teacher", "roster", "steps", "owner_names"]
+__all__ = ["CLOSE_WARNING", "INTRO", "JOIN_FORM", "NEW_CLASS_WARNING", "NO_CLASS", "lessons", "student", "teacher", "roster", "steps", "owner_names"]

@@ -201,6 +201,7 @@ VIEW: dict[str, Control] = {
     "cls_name": _c("classroom", str, "", "Your name", transient=True, help="as the teacher should see it"),
     "cls_lesson": _c("classroom", str, "", "Lesson for the class", transient=True),
     "cls_remove": _c("classroom", str, "", "Student to remove", transient=True),
+    "cls_back": _c("classroom", str, "", "Removed student", transient=True),
     # ---- Optimisers
     "pg_fn": _c("optimisers", str, "rosenbrock", "Test function", tuple(FUNCTIONS),
                 names=tuple((k, f.label) for k, f in FUNCTIONS.items())),

@@ -97,10 +97,12 @@ class Job:
 
 @dataclass(frozen=True)
 class Desk:
-    """One session at the Jobs page: the server's one job manager and this session's owner id."""
+    """One session at the Jobs page: the server's one job manager, this session's owner id and its browser's address
+    (None: this machine), by which wrong teacher tokens are slowed."""
 
     jm: JobManager
     owner: str | None
+    client: str | None = None
 
     @property
     def teacher(self) -> bool:
@@ -122,7 +124,7 @@ class Desk:
         return self.jm.submit(drill, name=name, owner=self.owner).run_id
 
     def sign_in(self, claim: str) -> bool:
-        return self.jm.sign_in_teacher(self.owner, claim)
+        return self.jm.sign_in_teacher(self.owner, claim, self.client)
 
     def sign_out(self) -> None:
         self.jm.roster.sign_out(self.owner)
