@@ -4,9 +4,10 @@
   twice in one object is refused (JSON would keep the last silently), and so is nesting deeper than
   :data:`MAX_DEPTH` (checked without recursion, before anything quotes the value).
 * :func:`check_text` checks free text, :func:`check_name` a name, and :func:`check_distinct` that the
-  names of one namespace (the devices and switches of a topology, its pools, pinned operators) do not
-  merely *look* different: two names that :func:`look_alike` finds alike (equal but for case, or letter for
-  letter by their :func:`skeleton`) are refused side by side.
+  names of one namespace (the devices and switches of a topology, its pools, pinned operators, a class's
+  seats) do not merely *look* different: two names that :func:`look_alike` finds alike (equal but for case,
+  spaces, invisible characters and combining marks, or letter for letter by their :func:`skeleton`) are
+  refused side by side.
 * :func:`shown` quotes a value in a message, cut to a few dozen characters however large or deeply
   nested the value is.
 
@@ -37,13 +38,17 @@ _STRING = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"')  # a JSON string, escapes inc
 # the Arabic letter mark), each of which reorders what is shown around it.
 _BIDI = (frozenset(range(0x202A, 0x202F)) | frozenset(range(0x2066, 0x206A))
          | frozenset({0x200E, 0x200F, 0x061C}))
-# Characters that show nothing: zero-width spaces and joiners, the word joiner, the byte order mark,
-# the soft hyphen, the Mongolian vowel separator and free variation selectors, the combining grapheme
-# joiner, variation selectors, and the Hangul fillers (letters by category that are drawn as nothing).
-_INVISIBLE = frozenset({0x200B, 0x200C, 0x200D, 0x2060, 0xFEFF, 0x00AD, 0x180E, 0x034F,
-                        0x115F, 0x1160, 0x3164, 0xFFA0, *range(0x180B, 0x1810), *range(0xFE00, 0xFE10),
-                        *range(0xE0100, 0xE01F0)})
-# Drawn as an empty cell, as a space is (braille blank; the musical null notehead): they fold to a space.
+# Characters that show nothing: Unicode's Default_Ignorable_Code_Point (DerivedCoreProperties.txt), which
+# holds the zero-width spaces and joiners, the word joiner and invisible operators, the byte order mark, the
+# soft hyphen, the combining grapheme joiner, the Khmer inherent vowels (U+17B4, U+17B5), the Mongolian
+# separators and variation selectors, the Hangul fillers (letters by category that are drawn as nothing), the
+# shorthand format controls, the musical format controls and the tags; a font draws none of them.
+_IGNORABLE_RANGES = ((0x00AD, 0x00AD), (0x034F, 0x034F), (0x061C, 0x061C), (0x115F, 0x1160), (0x17B4, 0x17B5),
+                     (0x180B, 0x180F), (0x200B, 0x200F), (0x202A, 0x202E), (0x2060, 0x206F), (0x3164, 0x3164),
+                     (0xFE00, 0xFE0F), (0xFEFF, 0xFEFF), (0xFFA0, 0xFFA0), (0xFFF0, 0xFFF8), (0x1BCA0, 0x1BCA3),
+                     (0x1D173, 0x1D17A), (0xE0000, 0xE0FFF))
+_INVISIBLE = frozenset(o for lo, hi in _IGNORABLE_RANGES for o in range(lo, hi + 1))
+# Drawn as an empty cell, as a space is (braille blank; the musical null notehead): set aside as a space is.
 _BLANK = frozenset({0x2800, 0x1D159})
 
 
@@ -165,21 +170,27 @@ def nfc(text: Any) -> Any:
     return text
 
 
-def _as_read(text: str) -> str:
-    """``text`` as it reads: compatibility forms unified (NFKC: a no-break space is a space, a
-    full-width letter a letter), invisible and format characters dropped, blank cells read as
-    spaces, runs of spaces as one, none at either end."""
-    s = unicodedata.normalize("NFKC", text)
-    s = "".join(" " if ord(ch) in _BLANK else ch for ch in s
-                if ord(ch) not in _INVISIBLE and unicodedata.category(ch) != "Cf")
-    return " ".join(s.split())
+# What a reader cannot see between or on letters: every space (a hair space is as wide as a hair), line and
+# paragraph separators, controls (tabs, newlines), format characters, and combining marks, which sit on the
+# letter before them (a dot above, an accent, an enclosing circle) and are easily lost at a name's size.
+_UNSEEN_CATEGORIES = frozenset({"Zs", "Zl", "Zp", "Cc", "Cf", "Mn", "Mc", "Me"})
+
+
+def _bare(text: str) -> str:
+    """``text`` with only what a reader tells names apart by: decomposed (NFKD: a full-width letter is a letter,
+    an accented letter a letter and its accent), every space, invisible character, blank cell and combining mark
+    dropped, then composed again (NFKC)."""
+    s = unicodedata.normalize("NFKD", text)
+    s = "".join(ch for ch in s if ord(ch) not in _INVISIBLE and ord(ch) not in _BLANK
+                and unicodedata.category(ch) not in _UNSEEN_CATEGORIES)
+    return unicodedata.normalize("NFKC", s)
 
 
 def is_blank(text: str) -> bool:
     """Whether ``text`` shows nothing a reader can tell apart: no letter, digit, punctuation or symbol
-    once invisible characters, Hangul fillers, braille blanks and spaces are gone (combining marks
+    once invisible characters, Hangul fillers, braille blanks, spaces and combining marks are gone (marks
     alone have nothing to sit on)."""
-    return not any(unicodedata.category(ch)[0] in "LNPS" for ch in _as_read(text))
+    return not any(unicodedata.category(ch)[0] in "LNPS" for ch in _bare(text))
 
 
 def check_text(text: Any, where: str, *, what: str = "a name", max_len: int = NAME_MAX,
@@ -285,40 +296,53 @@ def _look_alike_char(ch: str) -> str:
 
 def fold(name: str) -> str:
     """The key of a name with case set aside: two names with equal keys are the same to a reader but for case,
-    compatibility forms, invisible characters and spacing."""
-    return _as_read(name).casefold()
+    compatibility forms, spaces, invisible characters and combining marks (NFKC case folding of
+    :func:`_bare`; case folding can bring a mark back, as İ folds to i and a dot above, so it is bared again)."""
+    return _bare(_bare(name).casefold())
 
 
-def skeleton(name: str) -> str:
-    """The key of a name letter for letter, as shown (UTS #39's skeleton, with spacing and invisible characters
-    set aside): look-alike letters of other scripts (Cyrillic р for p, Greek ο for o), capital I, small l and 1,
-    O and 0, and runs of letters that read as one letter (rn as m, cl as d, vv as w) meet; a Cyrillic capital В
-    is B, its small в is not b, and L is not I."""
-    key = unicodedata.normalize("NFKC", "".join(_look_alike_char(ch) for ch in _as_read(name)))
+def _skeleton_of(bare: str) -> str:
+    key = unicodedata.normalize("NFKC", "".join(_look_alike_char(ch) for ch in bare))
     for run, one in _sequences():
         key = key.replace(run, one)
     return key
 
 
+def skeleton(name: str) -> str:
+    """The key of a name letter for letter, as shown (UTS #39's skeleton, with spaces, invisible characters and
+    combining marks set aside): look-alike letters of other scripts (Cyrillic р for p, Greek ο for o), capital I,
+    small l and 1, O and 0, and runs of letters that read as one letter (rn as m, cl as d, vv as w) meet; a
+    Cyrillic capital В is B, its small в is not b, and L is not I."""
+    return _skeleton_of(_bare(name))
+
+
+def _keys(name: str) -> tuple[str, str, str]:
+    """The three keys two look-alike names share one of: the folded name, the skeleton, and the folded name with
+    its letters of other scripts as the Latin letters they look like (Cyrillic А in "АLICE" folds to а, which
+    looks like the a of "alice"). Case folding is never followed by the ASCII look-alikes: I's skeleton is l,
+    which L folds to, yet nobody reads L as I, nor L as 1."""
+    folded = fold(name)
+    latin = unicodedata.normalize("NFKC", "".join(ch if ch.isascii() else _look_alike_char(ch) for ch in folded))
+    return folded, skeleton(name), latin
+
+
 def look_alike(a: str, b: str) -> bool:
-    """Whether a reader could take one name for the other: equal but for case, or letter for letter. The two
-    are not composed: L is l but for case and l looks like I, yet nobody reads L as I."""
-    return fold(a) == fold(b) or skeleton(a) == skeleton(b)
+    """Whether a reader could take one name for the other: equal but for case, spaces, invisible characters and
+    combining marks, or letter for letter (:func:`skeleton`), or both."""
+    return any(x == y for x, y in zip(_keys(a), _keys(b)))
 
 
 def check_distinct(names: Iterable[str], where: str, *, namespace: str = "the topology", what: str = "name") -> None:
     """Refuse a name that only looks like an earlier, different one of ``names`` (:func:`look_alike`).
     The same name twice is left to the caller (some namespaces, pools, repeat names on purpose)."""
-    seen: dict[str, str] = {}
+    seen: dict[tuple[int, str], str] = {}
     for n in names:
-        other = seen.setdefault(fold(n), n)
-        other = other if other != n else seen.setdefault("\0" + skeleton(n), n)
-        if other != n:
-            raise LabError(f"the {what} {shown(n, 60)} looks like {shown(other, 60)}, already in {namespace}; "
-                           "names must differ by more than case, spacing, invisible characters or "
-                           "look-alike letters", where=where)
-
-
+        for kind, key in enumerate(_keys(n)):
+            other = seen.setdefault((kind, key), n)
+            if other != n:
+                raise LabError(f"the {what} {shown(n, 60)} looks like {shown(other, 60)}, already in {namespace}; "
+                               "names must differ by more than case, spacing, invisible characters, marks or "
+                               "look-alike letters", where=where)
 
 
 _WJ = "\u2060"  # word joiner: invisible, and it breaks the patterns Markdown turns into links by itself

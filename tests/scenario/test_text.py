@@ -324,3 +324,60 @@ def test_the_look_alike_rule_never_refuses_two_ascii_letters_or_digits_a_reader_
     confusable = {frozenset(p) for p in ("Il", "I1", "l1", "O0")}
     same_case = {frozenset((c, c.upper())) for c in string.ascii_lowercase}
     assert pairs - same_case == confusable
+
+
+# ---- seat names: near-copies of one name -------------------------------------------------------
+# Each shows as "Alice" (or as Alice in capitals, or with a mark a reader passes over): spaces of every width,
+# invisible and format characters, marks on or beside a letter, letters of other scripts, full-width and
+# mathematical letters, and the ASCII letters and digits a reader confuses.
+ALICE_NEAR_COPIES = [
+    "Al\u200aice", "Al\u2009ice", "Al\u202fice", "Al\u3000ice", "Al\u00a0ice", "Al ice", "Al\tice", "Alice\n",
+    "Alice\u17b4", "Al\u17b4ice", "Ali\u17b5ce", "Alice\u0307", "Al\u0307ice", "A\u0301lice", "Ali\u20ddce",
+    "Alic\u00e9", "Alic\u0435\u0308", "Ali\u200dce", "Ali\u200cce", "A\u200blice", "Alice\u2060", "\ufeffAlice",
+    "Al\u00adice", "Alic\u034fe", "Alice\ufe0f", "Al\u180eice", "Al\u2063ice", "Alice\U000e0041", "Ali\u115fce",
+    "Ali\u3164ce", "Al\u1160ice", "Al\uffa0ice", "Al\u2800ice", "\u0410lice", "\u0430lice", "Alic\u0435",
+    "Al\u0456ce", "\u0391lice", "\u0410L\u0406\u0421\u0415", "\uff21\uff4c\uff49\uff43\uff45", "\U0001d400lice",
+    "ALICE", "alice", "A1ice", "AIice", "Al\u0131ce",
+]
+
+
+@pytest.mark.parametrize("twin", ALICE_NEAR_COPIES, ids=ascii)
+def test_every_near_copy_of_a_name_looks_like_it(twin):
+    assert look_alike("Alice", twin) and look_alike(twin, "Alice")
+    with pytest.raises(LabError, match="looks like 'Alice'"):
+        check_distinct(["Alice", twin], "class", namespace="the class")
+
+
+def test_the_near_copy_list_is_long_and_all_of_it_is_refused():
+    assert len(set(ALICE_NEAR_COPIES)) >= 30
+    assert [ascii(n) for n in ALICE_NEAR_COPIES if not look_alike("Alice", n)] == []
+
+
+@pytest.mark.parametrize("other", ["Alicia", "Alex", "Ali", "Bob", "Alice B", "Alicee", "Aliec", "Malice", "Alina",
+                                   "Al1ce", "Алиса", "アリス"])
+def test_names_that_differ_are_not_near_copies(other):
+    assert not look_alike("Alice", other)
+    check_distinct(["Alice", other], "class")
+
+
+@pytest.mark.parametrize("blank", ["\u17b4\u17b5", "\u200a\u2009", "\u034f", "\ufe0f", "\U000e0041", "\u2063",
+                                   "\u0307\u0308", "\u20dd", "\u3000", "\U0001d173"])
+def test_a_name_that_shows_as_nothing_is_refused_with_a_clear_message(blank):
+    assert is_blank(blank)
+    with pytest.raises(LabError, match="must have a visible character"):
+        check_name(blank, "class.name", what="your name")
+
+
+def test_a_seat_name_that_only_looks_like_a_joined_students_is_refused(lab_db):
+    from lab.store.runs import RunStore
+
+    store = RunStore(lab_db)
+    code = store.open_class().code
+    assert store.join_class("a", code, "Alice") == "Alice"
+    for i, twin in enumerate(n for n in ALICE_NEAR_COPIES if "\t" not in n and "\n" not in n):
+        with pytest.raises(LabError, match="looks like the name of a student"):
+            store.join_class(f"b{i}", code, twin)
+    with pytest.raises(LabError, match="visible character"):
+        store.join_class("c", code, "\u17b4\u200a\u0307")
+    assert store.join_class("d", code, "Alicia") == "Alicia"
+    assert store.seats() == {"a": "Alice", "d": "Alicia"}
