@@ -63,6 +63,10 @@ VARIABLES: dict[str, Variable] = {v.name: v for v in (
              "one per LAB_NEW_EVERY_S (raise it when a whole class reaches the server through one address)"),
     Variable("LAB_NEW_EVERY_S", 10.0, "seconds in which one client address earns one more new identity or seat"),
     Variable("LAB_WARM_MAX_MB", 2048.0, "resident memory (MB) above which the warm starter is restarted"),
+    Variable("LAB_UPLOAD_FLOPS", 5e9, "forward FLOPs a sample an uploaded ONNX network may cost, priced from its "
+             "operators before anything runs (torchvision's resnet18 at 224x224 is 3.6e9)"),
+    Variable("LAB_UPLOAD_BYTES", 3e8, "bytes a sample an uploaded ONNX network may take: its weights and constants "
+             "and every operator's output at a batch of one (resnet18 at 224x224: 7.8e7)"),
 )}
 
 # Set by the lab for the processes it starts; a person never sets these.
