@@ -1,11 +1,16 @@
 """A person's own network from an ONNX file: read as data by ``onnx`` (nothing in the file is executed), checked,
 converted to a torch module by ``onnx2torch``, and from then on a lab model like the presets.
 
-The checks, before anything is converted: at most :data:`MAX_BYTES`; a protobuf ``onnx`` can read, with a graph
-``onnx.checker`` accepts; no tensor stored outside the file (a file that points elsewhere is refused, never
-followed); no control-flow subgraphs; at most :data:`MAX_NODES` operators and :data:`MAX_PARAMS` weights, no
-dimension beyond :data:`MAX_DIM`; one input whose per-sample shape is fixed, one output of one score per class;
-every operator one the converter has. A refusal names the file (as text) and what is wrong.
+The checks, before anything is converted: at most :data:`MAX_BYTES`; a protobuf ``onnx`` can read; no tensor
+anywhere in it stored outside the file (a file that points elsewhere is refused, never followed, and before
+``onnx.checker`` looks, so the answer never depends on whether the named file exists on the server); a graph
+``onnx.checker`` accepts; no control-flow subgraphs; at most :data:`MAX_NODES` operators and :data:`MAX_PARAMS`
+weights, no dimension beyond :data:`MAX_DIM`; one input whose per-sample shape is fixed, one output of a fixed
+number of scores per class (at least one); every operator one the converter has; and a price within this
+server's budget. The price comes from the operator graph alone (:mod:`lab.scenario.onnx_cost`: ONNX's shape
+inference, no tensor made, nothing run): FLOPs a sample at most ``LAB_UPLOAD_FLOPS`` and bytes a sample (weights
+and constants, every operator's output) at most ``LAB_UPLOAD_BYTES``. A refusal names the file (as text) and what
+is wrong, in one line.
 
 A model travels by its content: its name is ``onnx-`` and the first 12 hex digits of the file's SHA-256, and the
 file is kept in the data folder (``models/``), so a link reopens the same view on the same server and a link to a
@@ -19,14 +24,17 @@ import hashlib
 import json
 import math
 from dataclasses import asdict, dataclass
+from functools import lru_cache
 from pathlib import Path
 
 import torch
 from torch import nn
 
 from lab.errors import LabError
+from lab.scenario import onnx_cost
 from lab.scenario.names import is_uploaded_model
 from lab.scenario.text import shown
+from lab.scenario.units import fmt_bytes
 
 MAX_BYTES = 5 * 2**20
 MAX_NODES = 2000
@@ -39,7 +47,8 @@ WHERE = "model file"
 @dataclass(frozen=True)
 class OnnxModel:
     """What the lab keeps of an uploaded file: its model name, the file's name as given, its input's
-    per-sample shape, its classes, operators and weights."""
+    per-sample shape, its classes, operators and weights, and its price a sample (forward FLOPs and bytes, see
+    :mod:`lab.scenario.onnx_cost`; 0 in a record kept before the lab priced files)."""
 
     name: str
     filename: str
@@ -48,6 +57,8 @@ class OnnxModel:
     operators: int
     params: int
     op_types: tuple[str, ...]
+    flops: float = 0.0
+    bytes: float = 0.0
 
     @property
     def label(self) -> str:
@@ -87,7 +98,8 @@ def read(data: bytes, filename: str = "model.onnx"):
         raise _refuse(filename, f"is {len(data) / 2**20:.1f} MB; the lab takes ONNX files of at most "
                                 f"{MAX_BYTES // 2**20} MB")
     if not data:
-        raise _refuse(filename, "is empty")
+        raise _refuse(filename, "is empty (0 bytes): upload an ONNX model file, as torch.onnx.export or onnx.save "
+                                "writes it")
     try:
         model = onnx.ModelProto.FromString(bytes(data))
     except (DecodeError, RuntimeError, ValueError) as exc:
@@ -95,8 +107,7 @@ def read(data: bytes, filename: str = "model.onnx"):
     g = model.graph
     if not model.opset_import or not g.node:
         raise _refuse(filename, "is not an ONNX model (it holds no graph of operators)")
-    tensors = list(g.initializer) + [a.t for n in g.node for a in n.attribute if a.HasField("t")]
-    if any(t.data_location == onnx.TensorProto.EXTERNAL or len(t.external_data) for t in tensors):
+    if _points_outside(model):
         raise _refuse(filename, "keeps weights in other files; the lab takes only a model whose weights are inside "
                                 "it (save it with save_as_external_data=False)")
     if any(a.type in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS) for n in g.node for a in n.attribute):
@@ -104,19 +115,21 @@ def read(data: bytes, filename: str = "model.onnx"):
                                 "cannot place")
     if len(g.node) > MAX_NODES:
         raise _refuse(filename, f"has {len(g.node):,} operators; the lab takes at most {MAX_NODES:,}")
-    for t in tensors:
-        if any(d < 0 or d > MAX_DIM for d in t.dims):
-            raise _refuse(filename, f"declares a tensor of dimensions {list(t.dims)[:6]}; the lab takes at most "
+    tensors = [*g.initializer, *(s.values for s in g.sparse_initializer),
+               *(a.t for n in g.node for a in n.attribute if a.HasField("t"))]
+    for dims in [t.dims for t in tensors] + [s.dims for s in g.sparse_initializer]:
+        if any(d < 0 or d > MAX_DIM for d in dims):
+            raise _refuse(filename, f"declares a tensor of dimensions {list(dims)[:6]}; the lab takes at most "
                                     f"{MAX_DIM:,} along one")
-    params = sum(math.prod(t.dims) for t in g.initializer)
+    params = sum(math.prod(t.dims) for t in g.initializer) + sum(math.prod(s.dims) for s in g.sparse_initializer)
     if params > MAX_PARAMS:
         raise _refuse(filename, f"holds {params:,} weights; the lab takes at most {MAX_PARAMS:,}")
     try:
         onnx.checker.check_model(model)
-    except (onnx.checker.ValidationError, RuntimeError, ValueError) as exc:
+    except Exception as exc:  # noqa: BLE001 - the checker raises several kinds (its shape inference's among them)
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise _refuse(filename, f"is not a valid ONNX model: {shown(first, 160)}") from None
-    held = {t.name for t in g.initializer}
+    held = {t.name for t in g.initializer} | {s.values.name for s in g.sparse_initializer}
     inputs = [i for i in g.input if i.name not in held]
     if len(inputs) != 1 or len(g.output) != 1:
         raise _refuse(filename, f"has {len(inputs)} inputs and {len(g.output)} outputs; the lab trains a model "
@@ -129,9 +142,12 @@ def read(data: bytes, filename: str = "model.onnx"):
     if any(d > MAX_DIM for d in sample) or math.prod(sample) > MAX_SAMPLE:
         raise _refuse(filename, f"takes samples of shape {_shape_text(sample)}; the lab takes at most "
                                 f"{MAX_SAMPLE:,} values a sample")
-    if len(out) != 2 or out[1] is None:
+    if len(out) != 2:
         raise _refuse(filename, f"gives an output of shape {_shape_text(out)}; the lab needs one score per class "
                                 "for every sample (batch, classes)")
+    if out[1] is None or out[1] < 1:
+        raise _refuse(filename, f"declares its output as (batch, {_class_dim(g.output[0])}; the lab needs a fixed "
+                                "number of classes, at least 1")
     _, get_converter = _onnx2torch()
     versions = {o.domain or "": o.version for o in model.opset_import}
     missing = []
@@ -143,11 +159,109 @@ def read(data: bytes, filename: str = "model.onnx"):
     if missing:
         raise _refuse(filename, "uses operators the converter cannot turn into torch: "
                                 f"{', '.join(sorted(set(missing))[:8])}")
+    price = _priced(model, filename, int(out[1]))
     digest = hashlib.sha256(bytes(data)).hexdigest()
     info = OnnxModel(name=f"onnx-{digest[:12]}", filename=filename, sample_shape=tuple(int(d) for d in sample),
                      classes=int(out[1]), operators=len(g.node), params=int(params),
-                     op_types=tuple(sorted({n.op_type for n in g.node})))
+                     op_types=tuple(sorted({n.op_type for n in g.node})), flops=price.flops, bytes=price.bytes)
     return model, info
+
+
+@lru_cache(maxsize=1)
+def _holds_tensors() -> frozenset[str]:
+    """The ONNX message types a tensor can sit in, however deep (a graph in a node's attribute in a graph...)."""
+    import onnx  # noqa: PLC0415
+
+    kinds = {d.full_name: d for d in (onnx.ModelProto.DESCRIPTOR, onnx.FunctionProto.DESCRIPTOR)}
+    todo = list(kinds.values())
+    while todo:  # every message type reachable from a model
+        for f in todo.pop().fields:
+            if f.message_type is not None and f.message_type.full_name not in kinds:
+                kinds[f.message_type.full_name] = f.message_type
+                todo.append(f.message_type)
+    holds = {onnx.TensorProto.DESCRIPTOR.full_name}
+    grew = True
+    while grew:  # a type holds tensors when one of its fields' types does
+        grew = False
+        for name, d in kinds.items():
+            if name not in holds and any(f.message_type is not None and f.message_type.full_name in holds
+                                         for f in d.fields):
+                holds.add(name)
+                grew = True
+    return frozenset(holds)
+
+
+def _points_outside(model) -> bool:
+    """Whether any tensor in ``model`` says its data is in another file: initializers, sparse ones (values and
+    indices), every tensor, tensors, sparse tensor and graph attribute, nested graphs, local functions and
+    training graphs alike, found by walking every field that can hold a tensor (shapes and types, which
+    cannot, are skipped)."""
+    import onnx  # noqa: PLC0415
+    from google.protobuf.message import Message  # noqa: PLC0415
+
+    holds = _holds_tensors()
+    stack = [model]
+    while stack:  # iterative: a file's nesting never becomes Python's recursion
+        msg = stack.pop()
+        if isinstance(msg, onnx.TensorProto):
+            if msg.data_location == onnx.TensorProto.EXTERNAL or len(msg.external_data):
+                return True
+            continue
+        for f, value in msg.ListFields():
+            if f.message_type is None or f.message_type.full_name not in holds:
+                continue
+            if isinstance(value, Message):
+                stack.append(value)
+            else:  # a repeated field: its messages
+                stack.extend(value)
+    return False
+
+
+def _class_dim(value_info) -> str:
+    """The output's second dimension as the file declares it: its classes, a name, or none."""
+    d = value_info.type.tensor_type.shape.dim[1]
+    if d.HasField("dim_value"):
+        return f"{d.dim_value}): {d.dim_value} classes"
+    if d.HasField("dim_param"):
+        return f"{shown(d.dim_param, 40)}): a name, not a number of classes"
+    return "?): no number of classes"
+
+
+def budget() -> tuple[float, float]:
+    """This server's budget for a sample of an uploaded network: (forward FLOPs, bytes), from
+    ``LAB_UPLOAD_FLOPS`` and ``LAB_UPLOAD_BYTES``."""
+    from lab import settings  # noqa: PLC0415
+
+    return settings.number("LAB_UPLOAD_FLOPS"), settings.number("LAB_UPLOAD_BYTES")
+
+
+def _giga(flops: float) -> str:
+    return f"{flops / 1e9:,.0f}" if flops >= 1e12 else f"{flops / 1e9:.3g}"
+
+
+def _priced(model, filename: str, classes: int) -> onnx_cost.PerSample:
+    """``model``'s price a sample (:func:`lab.scenario.onnx_cost.per_sample`), or a refusal: it cannot be priced,
+    its output is not (batch, ``classes``) at every batch priced, or it is over this server's budget."""
+    try:
+        price = onnx_cost.per_sample(model)
+    except onnx_cost.Unpriced as exc:
+        raise _refuse(filename, f"cannot be priced before it runs: {exc}") from None
+    for c in price.costs:
+        if c.output != (c.batch, classes):
+            got = "a shape that is not all numbers" if c.output is None else _shape_text(c.output)
+            raise _refuse(filename, f"declares (batch, {classes}) scores but its operators give {got} for a batch "
+                                    f"of {c.batch}")
+    flops, nbytes = budget()
+    if price.flops > flops:
+        kind, name, most = price.heaviest
+        raise _refuse(filename, f"costs {_giga(price.flops)} GFLOPs a sample (its {kind} {name} alone "
+                                f"{_giga(most)}), over this server's budget of {_giga(flops)} GFLOPs a sample; the "
+                                "teacher can raise it with LAB_UPLOAD_FLOPS (FLOPs) when starting the server")
+    if price.bytes > nbytes:
+        raise _refuse(filename, f"takes {fmt_bytes(price.bytes)} a sample (weights, constants and every "
+                                f"operator's output), over this server's budget of {fmt_bytes(nbytes)} a sample; "
+                                "the teacher can raise it with LAB_UPLOAD_BYTES (bytes) when starting the server")
+    return price
 
 
 def _shape_text(dims) -> str:
