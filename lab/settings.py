@@ -61,6 +61,9 @@ VARIABLES: dict[str, Variable] = {v.name: v for v in (
              "all of a job's ranks fit; the lab's fair queue keeps the rest, in its order"),
     Variable("LAB_NEW_PER_CLIENT", 6, "new identities, and seats joined, one client address may take at once; then "
              "one per LAB_NEW_EVERY_S (raise it when a whole class reaches the server through one address)"),
+    Variable("LAB_PROXY", "", "1: the lab is behind a reverse proxy on this machine that sets X-Forwarded-For to "
+             "the client's address (README); each browser's address is read from it, and one the proxy sends "
+             "without it may not join a class"),
     Variable("LAB_NEW_EVERY_S", 10.0, "seconds in which one client address earns one more new identity or seat"),
     Variable("LAB_WARM_MAX_MB", 2048.0, "resident memory (MB) above which the warm starter is restarted"),
     Variable("LAB_UPLOAD_FLOPS", 5e9, "forward FLOPs a sample an uploaded ONNX network may cost, priced from its "
