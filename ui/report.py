@@ -9,6 +9,7 @@ import streamlit as st
 
 from lab.report import render
 from lab.report.about import about
+from lab.report.link import safe_link
 from lab.view.section import Section
 from lab.view.state import VIEW
 
@@ -30,9 +31,10 @@ def shown() -> list[Section]:
 
 
 def page_link(params: dict[str, str]) -> str:
-    """The address that reopens this view: this page's address with the view's parameters."""
+    """The address that reopens this view: this page's address with the view's parameters, or "" when the
+    address the browser reports is not an http or https one (the report then leaves the link out)."""
     base = str(st.context.url or "").split("?", 1)[0]
-    return f"{base}?{urlencode(params)}"
+    return safe_link(f"{base}?{urlencode(params)}") or ""
 
 
 def report_button(title: str, page: str) -> None:

@@ -1,6 +1,10 @@
 """The report of a page link without a browser: the page runs headless in Streamlit's AppTest with the link's
 scenario and view, exactly as a browser session would run it, and the sections it showed become the same HTML
-report the page's button makes. ``python -m lab.report`` starts this module."""
+report the page's button makes. ``python -m lab.report`` starts this module.
+
+Whatever it refuses (a link that is not an http or https page address of the lab, an ``--out`` in a folder that
+does not exist or cannot be written) it says in one line on stderr with exit code 2, before the page runs, and
+writes no file; a page that fails is one line too, never a traceback."""
 
 from __future__ import annotations
 
@@ -9,6 +13,8 @@ import os
 import sys
 from pathlib import Path
 from urllib.parse import parse_qs, urlsplit
+
+from lab.scenario.text import shown
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -21,11 +27,13 @@ def page_of(link: str) -> tuple[str, str, str, dict[str, str]]:
     """(page file, page stem, title, query parameters) of a page link of this lab."""
     sys.path.insert(0, str(ROOT))
     from app import PAGES
+    from lab.errors import LabError
+    from lab.report.link import check_link
 
     try:
-        parts = urlsplit(link.strip())
-    except ValueError as exc:
-        raise LinkError(f"this is not a link: {exc}") from None
+        parts = urlsplit(check_link(link))
+    except LabError as exc:
+        raise LinkError(str(exc)) from None
     stem = parts.path.strip("/").rsplit("/", 1)[-1] or "home"
     found = [(f, t) for f, t, _ in PAGES if Path(f).stem == stem]
     if not found:
@@ -62,6 +70,12 @@ def report(link: str, timeout: float = 300.0) -> str:
     return render(about(title, stem, link, values, state[SCENARIO_KEY]), sections)
 
 
+def refuse(message: str, code: int) -> int:
+    """``message`` as the one line a refusal prints (its line breaks as spaces), and ``code``."""
+    print(f"no report: {' '.join(message.split())}", file=sys.stderr)
+    return code
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m lab.report", description=__doc__)
     ap.add_argument("--link", required=True, help="a page link of the lab (its address with the view)")
@@ -69,13 +83,21 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--timeout", type=float, default=300.0, help="seconds the page may take (default 300)")
     args = ap.parse_args(argv)
     from lab.errors import LabError
+    from lab.report.link import check_out
 
+    out = Path(args.out)
     try:
+        page_of(args.link)  # refused before the page runs: a link of no page, an --out that cannot be written
+        check_out(out)
         html = report(args.link, args.timeout)
     except (LinkError, LabError) as exc:
-        print(f"no report: {exc}", file=sys.stderr)
-        return 2
-    Path(args.out).write_text(html, encoding="utf-8")
+        return refuse(str(exc), 2)
+    except Exception as exc:  # noqa: BLE001 - a command line says what failed in one line, never a traceback
+        return refuse(f"the page failed: {type(exc).__name__}: {exc}", 1)
+    try:
+        out.write_text(html, encoding="utf-8")
+    except OSError as exc:
+        return refuse(f"cannot write {shown(str(out), 80)}: {exc.strerror or exc}", 2)
     print(f"report of {args.link[:80]}{'…' if len(args.link) > 80 else ''}: {args.out} ({len(html) / 1e6:.1f} MB)")
     return 0
 

@@ -8,6 +8,11 @@ JSON. A print style sheet keeps sections whole and figures within the page, so i
 
 Text is made safe once: the lab's Markdown goes through markdown-it with raw HTML off, user values in it through
 :func:`lab.scenario.text.plain`, and notices, settings, table cells and machine details through ``html.escape``.
+The one link, the one that reopens the view, is written only when it is an http or https address
+(:func:`lab.report.link.safe_link`).
+
+The Content-Security-Policy runs no script but the report's own: each inline script the report writes, and
+plotly.js as the loader unpacks it, is allowed by its SHA-256 hash, and nothing else.
 """
 
 from __future__ import annotations
@@ -15,6 +20,7 @@ from __future__ import annotations
 import base64
 import datetime
 import gzip
+import hashlib
 import html
 import json
 import math
@@ -24,6 +30,7 @@ from functools import lru_cache
 from typing import Any, Iterable, Mapping
 
 from lab.figures import build
+from lab.report.link import safe_link
 from lab.view.section import Section, filled
 
 KIND_TEXT = {"measured": "measured", "modelled": "modelled", "emulated": "emulated"}
@@ -137,10 +144,43 @@ def section_html(s: Section, figures: list[str]) -> str:
 
 
 @lru_cache(maxsize=1)
-def _plotly_packed() -> str:
+def _plotly() -> tuple[str, str]:
+    """(plotly.js gzip-compressed in base64, the CSP hash of plotly.js as the loader runs it)."""
     from plotly.offline import get_plotlyjs
 
-    return base64.b64encode(gzip.compress(get_plotlyjs().encode(), 9, mtime=0)).decode()
+    js = get_plotlyjs()
+    return base64.b64encode(gzip.compress(js.encode(), 9, mtime=0)).decode(), script_hash(js)
+
+
+def _plotly_packed() -> str:
+    return _plotly()[0]
+
+
+def script_hash(code: str) -> str:
+    """The CSP source that allows the inline script ``code``: its UTF-8 text's SHA-256, in base64."""
+    return "'sha256-" + base64.b64encode(hashlib.sha256(code.encode("utf-8")).digest()).decode() + "'"
+
+
+# Traces plotly.js draws with WebGL through regl, which compiles each draw command into a function with
+# ``new Function``: without 'unsafe-eval' such a figure keeps its axes and loses its lines, with no error (measured
+# in Chromium: a Scattergl line, as the Optimisers page draws, is not drawn). SVG traces (bars, scatter, heatmaps,
+# the Gantt rows) never evaluate a string.
+EVAL_TRACES = frozenset({"scattergl", "scatterpolargl", "splom", "parcoords", "heatmapgl", "pointcloud",
+                         "scatter3d", "surface", "mesh3d", "cone", "streamtube", "isosurface", "volume"})
+
+
+def needs_eval(figures: Iterable[str]) -> bool:
+    """Whether any figure (plotly JSON) holds a trace that plotly.js draws only with ``eval``."""
+    return any(t.get("type") in EVAL_TRACES for f in figures for t in json.loads(f).get("data") or ())
+
+
+def csp(hashes: Iterable[str], *, allow_eval: bool = False) -> str:
+    """The report's Content-Security-Policy: nothing is fetched, and the only scripts that run are those whose
+    :func:`script_hash` is in ``hashes``; 'unsafe-eval' only with ``allow_eval``, for a report whose figures
+    need it (:data:`EVAL_TRACES`)."""
+    sources = " ".join([*dict.fromkeys(hashes), *(["'unsafe-eval'"] if allow_eval else [])])
+    return (f"default-src 'none'; script-src {sources}; style-src 'unsafe-inline'; img-src data:; font-src data:; "
+            "base-uri 'none'; form-action 'none'")
 
 
 _STYLE = """
@@ -240,13 +280,16 @@ def render(about: About, sections: Iterable[Section]) -> str:
     created = about.created or datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     machine = dict(about.machine)
     head_facts = [("Page", about.page), ("Made", created), ("Lab version", about.version or "–")]
-    link = html.escape(about.link, quote=True)
+    link = safe_link(about.link)
+    reopen = (f'<a href="{html.escape(link, quote=True)}">{html.escape(link)}</a>' if link is not None else
+              "left out: only an http or https address is written into a report")
+    loader = _LOADER % PRINT_WIDTH
     # JSON inside <script type="application/json">: "</" would end the script element early
     figs_json = json.dumps(figures).replace("</", "<\\/")
     return f"""<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8">
 <meta name="viewport" content="width=device-width, initial-scale=1">
-<meta http-equiv="Content-Security-Policy" content="default-src 'none'; script-src 'unsafe-inline' 'unsafe-eval'; style-src 'unsafe-inline'; img-src data:; font-src data:">
+<meta http-equiv="Content-Security-Policy" content="{csp([script_hash(loader), _plotly()[1]], allow_eval=needs_eval(figures))}">
 <title>{html.escape(about.page)} – heterogeneous training lab report</title>
 <style>{_STYLE}</style></head>
 <body data-drawn="0">
@@ -255,7 +298,7 @@ def render(about: About, sections: Iterable[Section]) -> str:
 is <span class="badge kind-measured">measured</span> on the machine below, <span class="badge kind-modelled">modelled</span>
 or <span class="badge kind-emulated">emulated</span>.</p>
 {_dl(head_facts)}
-<p class="link">Reopen this view: <a href="{link}">{html.escape(about.link)}</a></p>
+<p class="link">Reopen this view: {reopen}</p>
 <p id="report-error" class="notice error" style="display:none"></p>
 <noscript><p class="notice warning">The figures need JavaScript; the tables and text are complete without it.</p></noscript>
 </header>
@@ -271,9 +314,10 @@ or <span class="badge kind-emulated">emulated</span>.</p>
 </footer>
 <script type="application/gzip-base64" id="plotly-gz">{_plotly_packed()}</script>
 <script type="application/json" id="figures">{figs_json}</script>
-<script>{_LOADER % PRINT_WIDTH}</script>
+<script>{loader}</script>
 </body></html>
 """
 
 
-__all__ = ["About", "render", "markdown", "table", "section_html"]
+__all__ = ["About", "render", "markdown", "table", "section_html", "script_hash", "csp",
+           "needs_eval", "EVAL_TRACES"]

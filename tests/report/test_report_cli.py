@@ -45,3 +45,25 @@ def test_a_link_of_no_page_is_one_line_and_exit_2(tmp_path, link, says):
     proc = cli("--link", link, "--out", str(out))
     assert proc.returncode == 2 and says in proc.stderr and "Traceback" not in proc.stderr
     assert not out.exists()
+
+
+@pytest.mark.parametrize("link", ["javascript:alert(1)", "JaVaScRiPt:alert(1)", "\x01javascript:alert(1)",
+                                  " http://localhost:8501/placement", "data:text/html,x", "file:///etc/passwd",
+                                  "http:///placement", "http://localhost:8501@evil.example/placement"], ids=ascii)
+def test_a_link_that_is_not_an_http_page_address_is_one_line_exit_2_and_no_file(tmp_path, link):
+    out = tmp_path / "r.html"
+    proc = cli("--link", link, "--out", str(out))
+    assert proc.returncode == 2, proc.stderr[-500:]
+    assert proc.stderr.count("\n") == 1 and proc.stderr.startswith("no report: ") and "Traceback" not in proc.stderr
+    assert not out.exists() and list(tmp_path.iterdir()) == []
+
+
+def test_an_out_file_that_cannot_be_written_is_one_line_and_exit_2(tmp_path):
+    link = "http://localhost:8501/placement?s=1"
+    (tmp_path / "a-file").write_text("x")
+    for out, says in ((tmp_path / "missing" / "r.html", "does not exist"),
+                      (tmp_path / "a-file" / "r.html", "does not exist"), (tmp_path, "is a folder")):
+        proc = cli("--link", link, "--out", str(out))
+        assert proc.returncode == 2 and says in proc.stderr, proc.stderr[-500:]
+        assert proc.stderr.count("\n") == 1 and "Traceback" not in proc.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a-file"]

@@ -6,12 +6,18 @@ from __future__ import annotations
 
 import base64
 import gzip
+import html
 import json
 import re
+from urllib.parse import urlencode
 
+import pytest
+
+from lab.errors import LabError
 from lab.report import About, render
 from lab.report.about import settings, version
 from lab.report.html import markdown, table
+from lab.report.link import check_link, check_out, safe_link
 from lab.scenario.document import default_scenario
 from lab.view.section import Notice, Section
 
@@ -23,8 +29,8 @@ def figures_of(page: str) -> list[dict]:
     return [json.loads(f) for f in json.loads(found.group(1))]
 
 
-def about(**kw) -> About:
-    return About(page="Placement", link="http://localhost:8501/placement?s=abc&v=def", settings={"Model": "mlp"},
+def about(link: str = "http://localhost:8501/placement?s=abc&v=def", **kw) -> About:
+    return About(page="Placement", link=link, settings={"Model": "mlp"},
                  scenario_json=default_scenario().to_json(), machine={"cpu": "test cpu", "cores": 2}, **kw)
 
 
@@ -94,3 +100,88 @@ def test_the_settings_name_the_pages_controls_and_what_the_scenario_changed():
     assert "training.lr" not in got  # unchanged from the defaults
     assert not any("(topo_" in k for k in got)  # another page's controls
     assert version().startswith("0.")
+
+
+# ---- no script but the report's own -----------------------------------------------------------------------------
+def script_src(page: str) -> list[str]:
+    policy = re.search(r'<meta http-equiv="Content-Security-Policy" content="([^"]*)">', page).group(1)
+    return re.search(r"script-src ([^;]*)", policy).group(1).split()
+
+
+def sha256_source(code: str) -> str:
+    import hashlib
+
+    return "'sha256-" + base64.b64encode(hashlib.sha256(code.encode("utf-8")).digest()).decode() + "'"
+
+
+def test_the_policy_runs_only_the_reports_own_scripts_by_their_hashes():
+    page = render(about(), sections())
+    sources = script_src(page)
+    assert "'unsafe-inline'" not in sources and "'unsafe-eval'" not in sources  # no WebGL figure here
+    assert all(s.startswith("'sha256-") for s in sources), sources
+    scripts = re.findall(r"<script([^>]*)>(.*?)</script>", page, re.S)
+    run = [code for attrs, code in scripts if "type=" not in attrs]
+    assert len(run) == 1 and "Plotly.newPlot" in run[0]  # the loader
+    for code in run:
+        assert sha256_source(code) in sources
+    # the data blocks are of types a browser never runs; the plotly.js they unpack is allowed by its hash
+    assert sorted(re.search(r'type="([^"]+)"', attrs).group(1) for attrs, _ in scripts if "type=" in attrs) == \
+        ["application/gzip-base64", "application/json"]
+    packed = re.search(r'id="plotly-gz">([^<]+)<', page).group(1)
+    assert sha256_source(gzip.decompress(base64.b64decode(packed)).decode()) in sources
+    assert len(sources) == 2
+
+
+def test_a_webgl_figure_alone_brings_unsafe_eval_and_nothing_inline():
+    regret = Section("regret", chart="optim.regret_figure", kind="measured", caption="regret",
+                     chart_input={"avg_regret": {"adam": [1.0 / t for t in range(1, 300)]}, "labels": {"adam": "Adam"}})
+    assert [t["type"] for f in figures_of(render(about(), [regret])) for t in f["data"]] == ["scattergl"]
+    sources = script_src(render(about(), [regret]))
+    assert "'unsafe-eval'" in sources and "'unsafe-inline'" not in sources
+
+
+HOSTILE_LINKS = ["javascript:alert(1)", "JaVaScRiPt:alert(1)", " javascript:alert(1)", "\x01javascript:alert(1)",
+                 "\tjavascript:alert(1)", "java\tscript:alert(1)", "data:text/html,<script>alert(1)</script>",
+                 "file:///etc/passwd", "vbscript:msgbox(1)", "HTTP://localhost:8501/placement", " http://localhost/x",
+                 "http:///placement", "https://", "http://localhost:8501@evil.example/placement",
+                 "http://localhost/\u202ex", "http://local host/x", "//evil.example/placement", "placement?s=1", "",
+                 "http://[::1"]
+
+
+@pytest.mark.parametrize("link", HOSTILE_LINKS, ids=ascii)
+def test_a_link_that_is_not_an_http_page_address_is_refused_and_left_out(link):
+    with pytest.raises(LabError):
+        check_link(link)
+    assert safe_link(link) is None
+    page = render(about(link=link), sections())
+    head = page[:page.index("<main>")]
+    assert "<a " not in head and "href" not in head
+    assert "Reopen this view: left out: only an http or https address" in head
+    assert "javascript:" not in page.lower() and "vbscript:" not in page.lower()
+
+
+@pytest.mark.parametrize("link", ["http://localhost:8501/placement?s=abc&v=def", "https://lab.example.org/classroom",
+                                  "http://127.0.0.1:8501/?s=x", "http://[::1]:8501/topology"])
+def test_a_page_address_is_written_as_the_reopen_link(link):
+    assert check_link(link) == link and safe_link(link) == link
+    page = render(about(link=link), sections())
+    assert f'Reopen this view: <a href="{html.escape(link)}">' in page
+
+
+def test_a_report_made_from_a_scenario_link_with_a_script_link_has_no_script_href():
+    from lab.report.about import about as facts
+
+    sc = default_scenario()
+    link = "javascript:alert(document.cookie)//http://localhost:8501/placement?" + urlencode({"s": sc.to_url_param()})
+    page = render(facts("Placement", "placement", link, {"pl_model": "mlp"}, sc), sections())
+    assert not [h for h in re.findall(r'href="([^"]*)"', page, re.I) if not h.startswith(("http://", "https://", "#"))]
+    assert "javascript:" not in page and "<dd>mlp</dd>" in page
+
+
+def test_the_command_line_checks_the_file_before_the_page_runs(tmp_path):
+    assert check_out(tmp_path / "r.html") == tmp_path / "r.html"
+    (tmp_path / "a-file").write_text("x")
+    for bad, says in ((tmp_path / "missing" / "r.html", "does not exist"), (tmp_path / "a-file" / "r.html",
+                      "does not exist"), (tmp_path, "is a folder")):
+        with pytest.raises(LabError, match=says):
+            check_out(bad)
