@@ -9,7 +9,8 @@ JSON. A print style sheet keeps sections whole and figures within the page, so i
 Text is made safe once: the lab's Markdown goes through markdown-it with raw HTML off, user values in it through
 :func:`lab.scenario.text.plain`, and notices, settings, table cells and machine details through ``html.escape``.
 The one link, the one that reopens the view, is written only when it is an http or https address
-(:func:`lab.report.link.safe_link`).
+(:func:`lab.report.link.safe_link`); a value a page marks :class:`~lab.scenario.text.Withheld` (the Class page's
+join code) is not written at all.
 
 The Content-Security-Policy runs no script but the report's own: each inline script the report writes, and
 plotly.js as the loader unpacks it, is allowed by its SHA-256 hash, and nothing else.
@@ -18,6 +19,7 @@ plotly.js as the loader unpacks it, is allowed by its SHA-256 hash, and nothing 
 from __future__ import annotations
 
 import base64
+import dataclasses
 import datetime
 import gzip
 import hashlib
@@ -31,7 +33,8 @@ from typing import Any, Iterable, Mapping
 
 from lab.figures import build
 from lab.report.link import safe_link
-from lab.view.section import Section, filled
+from lab.scenario.text import WITHHELD, Withheld
+from lab.view.section import Notice, Section, filled
 
 KIND_TEXT = {"measured": "measured", "modelled": "modelled", "emulated": "emulated"}
 _BADGE = re.compile(r":(\w+)-badge\[(?::material/[\w-]+:\s*)?([^\]]*)\]")
@@ -113,9 +116,25 @@ def _badge(kind: str) -> str:
     return f'<span class="badge kind-{kind}">{KIND_TEXT[kind]}</span>'
 
 
+def _kept(value: Any) -> Any:
+    return WITHHELD if isinstance(value, Withheld) else value
+
+
+def withheld(s: Section) -> Section:
+    """``s`` with every :class:`Withheld` value in its text, values, notices, table cells and metrics replaced by
+    :data:`WITHHELD`."""
+    return dataclasses.replace(
+        s, header=_kept(s.header), intro=_kept(s.intro), caption=_kept(s.caption), text=_kept(s.text),
+        values={k: _kept(v) for k, v in s.values.items()},
+        notices=tuple(Notice(_kept(n.text), n.level, n.icon) for n in s.notices),
+        table=None if s.table is None else [{k: _kept(v) for k, v in r.items()} for r in s.table],
+        metrics=tuple(tuple(_kept(x) for x in m) for m in s.metrics))
+
+
 def section_html(s: Section, figures: list[str]) -> str:
     """One section in the page's order: header, intro, notices, figure, table, caption with its badge, text,
     metrics. A figure goes into ``figures`` as JSON, drawn when plotly.js is unpacked."""
+    s = withheld(s)
     parts = [f'<section class="section" id="{html.escape(s.key)}">']
     if s.header:
         tag = "h3" if s.level == "subheader" else "h2"
@@ -319,5 +338,5 @@ or <span class="badge kind-emulated">emulated</span>.</p>
 """
 
 
-__all__ = ["About", "render", "markdown", "table", "section_html", "script_hash", "csp",
+__all__ = ["About", "render", "markdown", "table", "section_html", "withheld", "script_hash", "csp",
            "needs_eval", "EVAL_TRACES"]

@@ -345,6 +345,19 @@ def check_distinct(names: Iterable[str], where: str, *, namespace: str = "the to
                                "look-alike letters", where=where)
 
 
+#: What a report writes in place of a :class:`Withheld` value.
+WITHHELD = "withheld from the report"
+
+
+class Withheld(str):
+    """Text a page shows its reader and a report leaves out. A report is made to be handed on, and some of what
+    a page shows is for the people in the room only (the Class page's join code lets anyone who reads it take a
+    seat). It is still a ``str``: the page draws it as any text, and :mod:`lab.report.html` writes
+    :data:`WITHHELD` in its place wherever it appears in a section."""
+
+    __slots__ = ()
+
+
 _WJ = "\u2060"  # word joiner: invisible, and it breaks the patterns Markdown turns into links by itself
 
 
@@ -365,5 +378,5 @@ def plain(text: str) -> str:
     return "".join(out)
 
 
-__all__ = ["MAX_DEPTH", "NAME_MAX", "check_depth", "check_distinct", "check_name", "check_text", "fold",
+__all__ = ["MAX_DEPTH", "NAME_MAX", "WITHHELD", "Withheld", "check_depth", "check_distinct", "check_name", "check_text", "fold",
            "is_blank", "look_alike", "loads", "nfc", "plain", "shown", "skeleton"]

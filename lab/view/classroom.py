@@ -1,11 +1,13 @@
 """The Class page's model: for the teacher, opening a class, its join code, the joined students by their display
 names with their jobs and their progress through the lesson handed out; for a student, joining with the code and a
-name, or where they sit. Names are the students' own text: every table and notice shows them as text."""
+name, or where they sit. Names are the students' own text: every table and notice shows them as text. The join
+code is for the room: the page shows it, and a report of the page (made to be handed on) withholds it."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
+from lab.scenario.text import Withheld
 from lab.store.runs import ACTIVE
 from lab.store.runs import store as run_store
 from lab.view.lessons import Lesson, find_lesson, load_lessons
@@ -50,7 +52,8 @@ def teacher(folder: Path, store=None) -> list[Section]:
                                                      "open only joined students queue jobs."),))]
     seats = store.seats()
     lesson = find_lesson(folder, state.lesson) if state.lesson else None
-    out = [Section("cls_code_shown", metrics=(("Join code", " ".join(state.code)), ("Students joined", str(len(seats))),
+    code = Withheld(" ".join(state.code))  # anyone who reads it could take a seat
+    out = [Section("cls_code_shown", metrics=(("Join code", code), ("Students joined", str(len(seats))),
                                                ("Lesson handed out", lesson.title if lesson else "none")))]
     out.append(Section("cls_students", header="Students", level="subheader", table=roster(store, seats, lesson),
                        caption="Each joined student by the name they typed, with their jobs and, when a lesson is "

@@ -16,9 +16,10 @@ import pytest
 from lab.errors import LabError
 from lab.report import About, render
 from lab.report.about import settings, version
-from lab.report.html import markdown, table
+from lab.report.html import markdown, table, withheld
 from lab.report.link import check_link, check_out, safe_link
 from lab.scenario.document import default_scenario
+from lab.scenario.text import WITHHELD, Withheld
 from lab.view.section import Notice, Section
 
 HOSTILE = '<img src=x onerror=alert(1)> **bold** [link](http://evil.example) </script><script>alert(2)</script>'
@@ -185,3 +186,38 @@ def test_the_command_line_checks_the_file_before_the_page_runs(tmp_path):
                       "does not exist"), (tmp_path, "is a folder")):
         with pytest.raises(LabError, match=says):
             check_out(bad)
+
+
+# ---- the Class page's join code stays in the room ---------------------------------------------------------------
+def without_plotly(page: str) -> str:
+    """The report but its packed plotly.js, whose base64 holds any short run of letters and digits by chance."""
+    return page.replace(re.search(r'id="plotly-gz">([^<]+)<', page).group(1), "")
+
+
+def test_a_value_the_page_withholds_is_not_written_anywhere_in_a_section():
+    secret = Withheld("K7P 2QX")
+    s = Section("s", header="Code {c}", values={"c": secret}, notices=(Notice(secret),), table=[{"code": secret}],
+                metrics=(("Join code", secret), ("Students joined", "3")))
+    page = without_plotly(render(about(), [s]))
+    assert "K7P" not in page and "2QX" not in page
+    assert page.count(WITHHELD) == 4 and "Students joined" in page and ">3<" in page
+    assert withheld(s).metrics == (("Join code", WITHHELD), ("Students joined", "3"))
+    assert s.metrics[0][1] == "K7P 2QX" and isinstance(s.metrics[0][1], str)  # the page shows it as it was
+
+
+def test_a_teachers_report_of_the_class_page_has_no_join_code(lab_db):
+    from lab.store.runs import RunStore
+    from lab.view import classroom
+    from ui.lessons import LESSONS
+
+    store = RunStore(lab_db)
+    code = store.open_class().code
+    store.join_class("a", code, "Ada")
+    shown_on_page = classroom.teacher(LESSONS, store)
+    metrics = dict(m[:2] for m in shown_on_page[0].metrics)
+    assert metrics["Join code"] == " ".join(code) and metrics["Students joined"] == "1"  # the page shows it
+    page = render(About(page="Class", link="http://localhost:8501/classroom"), shown_on_page)
+    text = without_plotly(page)
+    assert code not in text and " ".join(code) not in text and code.lower() not in text
+    assert f'<div class="label">Join code</div><div class="value">{WITHHELD}</div>' in text
+    assert "Ada" in text  # the rest of the page is as it was
