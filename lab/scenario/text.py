@@ -10,6 +10,7 @@
   refused side by side.
 * :func:`shown` quotes a value in a message, cut to a few dozen characters however large or deeply
   nested the value is.
+* :class:`Withheld` marks text a page shows and a report leaves out.
 
 The look-alike letters come from Unicode's confusables data (UTS #39) as the package
 ``confusable-homoglyphs`` ships it; :func:`skeleton` builds its table from that data once.
@@ -378,5 +379,5 @@ def plain(text: str) -> str:
     return "".join(out)
 
 
-__all__ = ["MAX_DEPTH", "NAME_MAX", "WITHHELD", "Withheld", "check_depth", "check_distinct", "check_name", "check_text", "fold",
-           "is_blank", "look_alike", "loads", "nfc", "plain", "shown", "skeleton"]
+__all__ = ["MAX_DEPTH", "NAME_MAX", "WITHHELD", "Withheld", "check_depth", "check_distinct", "check_name",
+           "check_text", "fold", "is_blank", "look_alike", "loads", "nfc", "plain", "shown", "skeleton"]
