@@ -76,6 +76,11 @@ class Cost:
     bytes: float
     heaviest: tuple[str, str, float] = ("", "", 0.0)
     output: tuple[int, ...] | None = None
+    by_kind: tuple[tuple[str, float], ...] = ()  # FLOPs of each operator kind, costliest first
+
+    def flops_of(self, *kinds: str) -> float:
+        """The FLOPs of the operators of ``kinds`` (``"Conv"``, ``"MatMul"``...)."""
+        return sum(f for k, f in self.by_kind if k in kinds)
 
 
 @dataclass(frozen=True)
@@ -297,6 +302,7 @@ def cost(model, batch: int) -> Cost:
             et, shape = types.get(i.name, (0, None))
             total_bytes += _n(shape) * _itemsize(et)
     flops, scratch, heaviest = 0.0, 0.0, ("", "", 0.0)
+    kinds: dict[str, float] = {}
     for k, node in enumerate(g.node):
         label = shown(node.name, 40) if node.name else f"number {k + 1:,}"
         ins = [types.get(n, (0, None))[1] if n else None for n in node.input]
@@ -315,14 +321,22 @@ def cost(model, batch: int) -> Cost:
         if any(s is None for s in needed):
             raise Unpriced(f"the shape of an input of its {node.op_type} operator {label} cannot be worked "
                            "out before it runs, so the lab cannot price it")
-        f, temp = _flops(node, ins, outs)
+        try:
+            f, temp = _flops(node, ins, outs)
+        except (IndexError, TypeError, ValueError, ZeroDivisionError) as exc:
+            if isinstance(exc, Unpriced):
+                raise
+            raise Unpriced(f"its {node.op_type} operator {label} has inputs the lab cannot price "
+                           f"({type(exc).__name__})") from None
         flops += f
+        kinds[node.op_type] = kinds.get(node.op_type, 0.0) + f
         first = types.get(node.output[0], (1, None))[0] if node.output else 1
         scratch = max(scratch, temp * _itemsize(first))
         if f > heaviest[2]:
             heaviest = (node.op_type, label, f)
     output = types.get(g.output[0].name, (0, None))[1] if g.output else None
-    return Cost(batch=batch, flops=flops, bytes=total_bytes + scratch, heaviest=heaviest, output=output)
+    return Cost(batch=batch, flops=flops, bytes=total_bytes + scratch, heaviest=heaviest, output=output,
+                by_kind=tuple(sorted(kinds.items(), key=lambda kv: -kv[1])))
 
 
 def per_sample(model) -> PerSample:
