@@ -32,6 +32,8 @@
 * output activation bytes (the output tensor at the traced batch size, its own dtype: float32).
 
 Shapes are propagated with fake tensors (no arithmetic, no memory), so large batches are cheap.
+An uploaded network's converted operators read shapes as values, which fake tensors lack: it runs for real,
+but only on one sample and on two, and its counts are drawn from those to the batch asked (``_uploaded_ops``).
 
 **Data-layout ops.** ``view``, ``reshape``, ``flatten``, ``transpose``, ``permute``, ``contiguous``,
 ``squeeze``/``unsqueeze``, ``nn.Flatten`` and ``nn.Identity`` do no arithmetic. By default
@@ -390,16 +392,68 @@ def trace(model: nn.Module | str, batch_size: int = 32, in_features: int = 64, *
     except Exception as exc:  # noqa: BLE001 - torch raises many kinds here
         raise LabError(f"torch.fx cannot trace this model ({type(exc).__name__}: {exc}); the lab needs "
                        "a model without data-dependent control flow", where=where) from None
-    x = torch.zeros(batch_size, in_features)
+    if any(onnx_models.is_leaf(m) for m in gm.modules()):
+        ops = _uploaded_ops(gm, batch_size, in_features, merge_data_ops, where)
+    else:
+        _propagate(gm, batch_size, in_features, _fake_mode(), where)
+        ops = _ops(gm, merge_data_ops)
+    if not ops:
+        raise LabError("the model has no operators (its forward returns the input unchanged)", where=where)
+    frozen = tuple(Op(**{**d, "absorbed": tuple(d["absorbed"])}) for d in ops.values())
+    return OpGraph(model=name, batch_size=batch_size, ops=frozen,
+                   input_bytes=int(batch_size * in_features * torch.zeros(()).element_size()),
+                   merged_data_ops=merge_data_ops)
+
+
+def _propagate(gm: fx.GraphModule, batch_size: int, in_features: int, fake_mode, where: str) -> None:
+    """Every node's output shape (``ShapeProp``) for a batch of zeros, in ``fake_mode`` when given."""
     try:
         with torch.no_grad():
-            # an uploaded network's converted operators read shapes as values, which FakeTensors do not have
-            real = any(onnx_models.is_leaf(m) for m in gm.modules())
-            ShapeProp(gm, fake_mode=None if real else _fake_mode()).propagate(x)
+            ShapeProp(gm, fake_mode=fake_mode).propagate(torch.zeros(batch_size, in_features))
     except Exception as exc:  # noqa: BLE001
         raise LabError(f"the model fails on an input of shape ({batch_size}, {in_features}): "
                        f"{type(exc).__name__}: {exc}", where=where) from None
 
+
+def _uploaded_ops(gm: fx.GraphModule, batch_size: int, in_features: int, merge_data_ops: bool,
+                  where: str) -> dict[str, dict]:
+    """The operators of an uploaded network at ``batch_size``, from real runs on one sample and on two.
+
+    Its converted operators read shapes as values, which FakeTensors do not have, so its shapes come from real
+    arithmetic; that arithmetic never runs at the page's batch (up to 65,536) inside the server: the network
+    was priced and admitted for a batch of one and of two (:mod:`lab.scenario.onnx_cost`), it runs at those, in
+    eval mode (batch norm of one sample; no running statistics moved), and every count is the straight line
+    through the two, drawn out to ``batch_size``. That line is exact for a network whose work and outputs grow
+    with the batch as a constant plus a multiple of it, as every layer that treats samples alike does."""
+    modes = {m: m.training for m in gm.modules()}
+    gm.eval()
+    try:
+        _propagate(gm, 1, in_features, None, where)
+        one = _ops(gm, merge_data_ops)
+        _propagate(gm, 2, in_features, None, where)
+        two = _ops(gm, merge_data_ops)
+    finally:
+        for m, training in modes.items():
+            m.training = training
+    if list(one) != list(two):
+        raise LabError("the network's operators differ between a batch of one sample and of two, so the lab cannot "
+                       "draw its graph at other batches", where=where)
+
+    def line(a, b):
+        return a + (batch_size - 1) * (b - a)
+
+    out = {}
+    for name, a in one.items():
+        b = two[name]
+        shape = (tuple(max(0, line(x, y)) for x, y in zip(a["out_shape"], b["out_shape"]))
+                 if len(a["out_shape"]) == len(b["out_shape"]) else b["out_shape"])
+        out[name] = {**b, "flops": max(0.0, float(line(a["flops"], b["flops"]))),
+                     "out_bytes": max(0, int(line(a["out_bytes"], b["out_bytes"]))), "out_shape": shape}
+    return out
+
+
+def _ops(gm: fx.GraphModule, merge_data_ops: bool) -> dict[str, dict]:
+    """The operators of ``gm`` as its nodes' shapes (:func:`_propagate`) have them: name -> Op's fields."""
     alias: dict[fx.Node, str | None] = {}  # fx node -> op name it stands for (None: the model input)
     ops: dict[str, dict] = {}
     attr_bytes: dict[fx.Node, int] = {}
@@ -442,11 +496,7 @@ def trace(model: nn.Module | str, batch_size: int = 32, in_features: int = 64, *
                               out_bytes=int(sum(_nbytes(m) for m in metas)), out_shape=tuple(metas[0].shape),
                               inputs=tuple(inputs), target=target, absorbed=[])
         alias[node] = node.name
-    if not ops:
-        raise LabError("the model has no operators (its forward returns the input unchanged)", where=where)
-    frozen = tuple(Op(**{**d, "absorbed": tuple(d["absorbed"])}) for d in ops.values())
-    return OpGraph(model=name, batch_size=batch_size, ops=frozen,
-                   input_bytes=int(x.numel() * x.element_size()), merged_data_ops=merge_data_ops)
+    return ops
 
 
 def reference_flops(model: nn.Module | str, batch_size: int = 32, in_features: int = 64,
