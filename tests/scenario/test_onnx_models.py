@@ -1,7 +1,10 @@
 """lab.scenario.onnx_models: a person's own network from an ONNX file. A preset exported with torch.onnx.export
 round-trips (the same outputs on the same weights, the same operator graph where the export keeps the layers,
 matrix FLOPs equal to torch's counter); hostile files get a clear message naming the file and keep nothing; a
-link to a model this server does not hold says so."""
+link to a model this server does not hold says so. A file is priced from its graph (lab.scenario.onnx_cost)
+before anything is converted: a compute or memory bomb is refused without one FLOP of torch, the price of
+convolutions and matrix products is torch's own count, and the server runs an admitted network on two samples
+at most, whatever the page's batch."""
 
 from __future__ import annotations
 
@@ -18,6 +21,7 @@ from lab.modelled.opgraph import reference_flops, trace
 from lab.scenario import onnx_models as om
 from lab.scenario.document import Training
 from lab.scenario.models import build_model
+from lab.testing import hostile_onnx as H
 
 PRESETS = ["mlp", "cnn", "resnet", "transformer"]
 
@@ -103,7 +107,7 @@ def hostile() -> dict[str, tuple[bytes, str]]:
     return {
         "truncated": (good[: len(good) // 2], "cannot be read|not an ONNX model|not a valid"),
         "wrong magic": (b"\x89PNG\r\n\x1a\n" + bytes(range(256)) * 4, "not an ONNX model|not a valid"),
-        "empty": (b"", "is empty"),
+        "empty": (b"", r"is empty \(0 bytes\): upload an ONNX model file"),
         "over the cap": (b"\0" * (om.MAX_BYTES + 1), "at most 5 MB"),
         "external data": (external.SerializeToString(), "weights in other files"),
         "huge dimensions": (graph([helper.make_node("MatMul", ["x", "w"], ["y"])], [io_("x", ["n", 64])],
@@ -122,6 +126,32 @@ def hostile() -> dict[str, tuple[bytes, str]]:
                                          [io_("y", ["n", 10])]), "every other dimension fixed"),
         "no score per class": (graph([helper.make_node("Identity", ["x"], ["y"])], [io_("x", ["n", 64])],
                                      [io_("y", ["n", 4, 16])]), "one score per class"),
+        "no classes": (H.classes(0), r"output as \(batch, 0\): 0 classes; the lab needs a fixed number of classes"),
+        "negative classes": (H.classes(-3), r"\(batch, -3\): -3 classes; the lab needs a fixed number"),
+        "named classes": (H.classes("k"), r"\(batch, 'k'\): a name, not a number of classes"),
+        "classes that are not what it declares": (H.classes(7), r"declares \(batch, 7\) scores but its operators "
+                                                                r"give \(1, 10\) for a batch of 1"),
+        "a shape read from values": (graph([helper.make_node("NonZero", ["x"], ["nz"]),
+                                            helper.make_node("Cast", ["nz"], ["f"], to=TensorProto.FLOAT),
+                                            helper.make_node("ReduceSum", ["f"], ["s"], keepdims=0),
+                                            helper.make_node("MatMul", ["x", "w"], ["xw"]),
+                                            helper.make_node("Add", ["xw", "s"], ["y"])],
+                                           [io_("x", ["n", 64])], [io_("y", ["n", 10])],
+                                           [helper.make_tensor("w", TensorProto.FLOAT, [64, 10], [0.0] * 640)]),
+                                     r"cannot be priced before it runs: the shape of the output of its NonZero "
+                                     r"operator number 1 cannot be worked out"),
+        "a batch it does not take": (graph([helper.make_node("Reshape", ["x", "s"], ["r"]),
+                                            helper.make_node("MatMul", ["r", "w"], ["y"])],
+                                           [io_("x", ["n", 64])], [io_("y", ["n", 10])],
+                                           [helper.make_tensor("s", TensorProto.INT64, [2], [1, 64]),
+                                            helper.make_tensor("w", TensorProto.FLOAT, [64, 10], [0.0] * 640)]),
+                                     r"declares \(batch, 10\) scores but its operators give \(1, 10\) for a "
+                                     r"batch of 2"),
+        "a compute bomb": (H.conv_bomb(1996), r"costs 7,384 GFLOPs a sample \(its Conv number 2 alone 3\.7\), "
+                                              r"over this server's budget of 5 GFLOPs a sample; the teacher can "
+                                              r"raise it with LAB_UPLOAD_FLOPS"),
+        "a memory bomb": (H.constant_bomb(), r"takes 1\.07 GB a sample .* over this server's budget of 300 MB a "
+                                             r"sample; the teacher can raise it with LAB_UPLOAD_BYTES"),
     }
 
 
@@ -132,7 +162,7 @@ def test_a_hostile_file_gets_a_clear_message_and_keeps_nothing(case, data):
     with pytest.raises(LabError) as got:
         om.keep(blob, name)
     msg = str(got.value)
-    assert name in msg and "Traceback" not in msg, msg  # the file's name, as given (shown as text on the page)
+    assert name in msg and "Traceback" not in msg and "\n" not in msg, msg  # one line naming the file as given
     assert __import__("re").search(says, msg), msg
     assert om.kept() == [] and not list((data / "models").glob("*")) if (data / "models").exists() else True
 
@@ -176,3 +206,158 @@ def test_a_file_of_any_other_shape_takes_the_samples_stretched_to_its_shape():
     og = trace(net, batch_size=4, in_features=64, name=info.name)
     ref, mine = reference_flops(net, 4, 64), og.flops_by_class()
     assert mine["conv"] == ref["conv"] > 0 and mine["matmul"] == ref["matmul"] > 0
+
+
+def _no_conversion(monkeypatch):
+    """Make converting a file to torch fail the test: a refusal must come from the graph alone."""
+    import onnx2torch
+
+    def never(*_a, **_k):
+        raise AssertionError("the file was converted to torch")
+
+    monkeypatch.setattr(om, "convert", never)
+    monkeypatch.setattr(onnx2torch, "convert", never)
+
+
+@pytest.mark.parametrize("bomb, budget", [(lambda: H.conv_bomb(1996), "LAB_UPLOAD_FLOPS"),
+                                          (lambda: H.conv_bomb(2), "LAB_UPLOAD_FLOPS"),
+                                          (lambda: H.constant_bomb(16384), "LAB_UPLOAD_BYTES")],
+                         ids=["1996 convolutions of one weight", "2 convolutions of one weight",
+                              "a 16384x16384 constant"])
+def test_a_bomb_is_refused_from_its_graph_without_one_flop_of_torch(bomb, budget, monkeypatch):
+    from torch.utils.flop_counter import FlopCounterMode
+
+    blob = bomb()
+    assert len(blob) < 300_000  # a small file: what it would cost is in its graph, not its size
+    _no_conversion(monkeypatch)
+    counter = FlopCounterMode(display=False)
+    with counter, pytest.raises(LabError, match=f"over this server's budget .* raise it with {budget}") as got:
+        om.keep(blob, "bomb.onnx")
+    assert counter.get_total_flops() == 0, counter.get_flop_counts()
+    assert str(got.value).startswith("model file: 'bomb.onnx': ") and "\n" not in str(got.value)
+    assert om.kept() == []
+
+
+def test_the_budget_is_the_teachers_to_raise(monkeypatch):
+    blob = H.constant_bomb(16384)
+    with pytest.raises(LabError, match="budget of 1 kB a sample"):
+        monkeypatch.setenv("LAB_UPLOAD_BYTES", "1000")
+        om.read(linear(), "linear.onnx")
+    monkeypatch.setenv("LAB_UPLOAD_BYTES", "2e9")
+    _, info = om.read(blob, "big.onnx")
+    # the block of ones (2^28 floats, made and summed) and the linear layer, at a batch of one
+    assert 2**30 < info.bytes < 2**30 + 10_000 and info.flops == 2 * 2**28 + 2 * 64 * 10 + 10
+    monkeypatch.setenv("LAB_UPLOAD_FLOPS", "7e9")
+    with pytest.raises(LabError, match=r"costs 7\.58 GFLOPs a sample .* budget of 7 GFLOPs"):
+        om.read(H.conv_bomb(2), "two.onnx")
+
+
+def test_the_price_of_convolutions_and_products_is_exact_and_the_rest_leans_high():
+    from lab.scenario import onnx_cost
+
+    model = onnx.ModelProto.FromString(H.conv_bomb(2))
+    at = {b: onnx_cost.cost(model, b) for b in (1, 3)}
+    shared = 2 * 64 * 64 * 9 * 224 * 224  # out elements x in channels x kernel, twice
+    first = 2 * 64 * 3 * 9 * 224 * 224
+    for b, c in at.items():
+        assert c.flops_of("Conv") == b * (first + 2 * shared)
+        assert c.flops_of("Gemm") == b * 2 * 64 * 10
+        assert c.flops_of("GlobalAveragePool") == b * 64 * 224 * 224  # one per element read
+        assert c.output == (b, 10) and c.heaviest[:2] == ("Conv", "number 2")
+    # every output kept as if none were freed: three 64x224x224 maps of floats a sample, and the input
+    assert at[1].bytes > (3 * 64 + 3) * 224 * 224 * 4
+
+
+def test_every_operator_the_converter_takes_has_a_price():
+    from onnx2torch.node_converters.registry import _CONVERTER_REGISTRY
+
+    from lab.scenario import onnx_cost
+
+    om._onnx2torch()
+    taken = {k.operation_type for k in _CONVERTER_REGISTRY}
+    assert len(taken) > 100 and taken <= onnx_cost.PRICED, sorted(taken - onnx_cost.PRICED)
+
+
+def test_the_price_of_matrix_operators_is_torchs_own_count():
+    from torch.utils.flop_counter import FlopCounterMode
+
+    from lab.scenario import onnx_cost
+
+    class Net(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.conv = torch.nn.Conv2d(3, 8, 3, padding=1)
+            self.up = torch.nn.ConvTranspose2d(8, 4, 2, stride=2, groups=2)
+            self.grouped = torch.nn.Conv2d(4, 6, 3, stride=2, groups=2)
+            self.fc = torch.nn.Linear(6 * 7 * 7, 20)
+            self.mix = torch.nn.Parameter(torch.rand(4, 5, 5))
+
+        def forward(self, x):
+            h = self.grouped(torch.relu(self.up(self.conv(x)))).flatten(1)
+            h = self.fc(h).reshape(x.shape[0], 4, 1, 5) @ self.mix  # a batched product, broadcast
+            return h.reshape(x.shape[0], 20)[:, :10]
+
+    m = Net().eval()
+    buf = io.BytesIO()
+    torch.onnx.export(m, (torch.zeros(2, 3, 8, 8),), buf, input_names=["x"], output_names=["y"], dynamo=False,
+                      dynamic_axes={"x": {0: "n"}, "y": {0: "n"}}, opset_version=17)
+    model, info = om.read(buf.getvalue(), "matrices.onnx")
+    assert {"Conv", "ConvTranspose", "Gemm", "MatMul"} <= set(info.op_types)
+    net = om.convert(model, info).eval()
+    for batch in (1, 5):
+        counter = FlopCounterMode(display=False)
+        with counter, torch.no_grad():
+            net(torch.rand(batch, 3, 8, 8))
+        counts = {str(k).split(".")[-1]: v for k, v in counter.get_flop_counts()["Global"].items()}
+        convs = sum(v for k, v in counts.items() if "convolution" in k)
+        products = sum(v for k, v in counts.items() if k in ("mm", "addmm", "bmm", "baddbmm", "matmul"))
+        priced = onnx_cost.cost(model, batch)
+        assert convs > 0 and priced.flops_of("Conv", "ConvTranspose") == convs
+        assert products > 0 and priced.flops_of("Gemm", "MatMul") == products
+        assert priced.flops >= convs + products
+
+
+@pytest.mark.parametrize("where", H.EXTERNAL_PLACES)
+def test_whether_a_named_file_exists_on_the_server_is_never_told(where, tmp_path, monkeypatch):
+    from lab.settings import ROOT
+
+    (tmp_path / "secret.bin").write_bytes(b"\0" * 4096)
+    assert (ROOT / "app.py").exists() and not (tmp_path / "no-such-file.bin").exists()
+    said = set()
+    for folder, path in ((ROOT, "app.py"), (tmp_path, "secret.bin"), (tmp_path, "no-such-file.bin"),
+                         (tmp_path, "/etc/passwd")):
+        monkeypatch.chdir(folder)  # a relative location is read from where the server runs
+        with pytest.raises(LabError) as got:
+            om.keep(H.external_data(path, where), "probe.onnx")
+        said.add(str(got.value))
+    assert said == {"model file: 'probe.onnx': keeps weights in other files; the lab takes only a model whose "
+                    "weights are inside it (save it with save_as_external_data=False)"}
+
+
+def test_an_empty_upload_says_so_on_the_page():
+    from types import SimpleNamespace
+
+    from lab.view.placement import upload
+
+    session: dict = {}
+    assert upload.take(session, SimpleNamespace(file_id="e", name="empty.onnx", getvalue=lambda: b"")) is None
+    notice = upload.notes(session)[0].notices[0]
+    assert notice.level == "error" and "'empty.onnx': is empty (0 bytes): upload an ONNX model file" in notice.text
+
+
+def test_the_server_runs_an_uploaded_network_on_two_samples_at_most_whatever_the_batch():
+    # 256 kB a sample of ones made from the batch's shape: 16 GiB if anything ran it at a batch of 65,536
+    info = om.keep(H.batch_bomb(65536), "grows.onnx")
+    assert 65536 * 4 < info.bytes < 65536 * 4 + 10_000
+    net = build_model(info.name, 64, 10)
+    seen: list[int] = []
+    for m in net.modules():
+        if om.is_leaf(m):
+            m.register_forward_pre_hook(lambda _m, args: seen.extend(a.shape[0] for a in args[:1]
+                                                                     if isinstance(a, torch.Tensor) and a.dim()))
+    big, small = trace(net, 65536, 64, name=info.name, merge_data_ops=False), trace(net, 8, 64, name=info.name)
+    assert seen and max(seen) <= 2, sorted(set(seen))
+    block = next(o for o in big.ops if o.kind == "OnnxConstantOfShape")
+    assert block.out_shape == (65536, 65536) and block.out_bytes == 65536 * 65536 * 4  # drawn, never made
+    assert big.flops_by_class()["matmul"] == 65536 / 8 * small.flops_by_class()["matmul"] == 65536 * 2 * 64 * 10
+    assert net.training  # its modes are as they were
