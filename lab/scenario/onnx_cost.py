@@ -22,19 +22,31 @@ The price of one forward pass at a batch:
 :func:`per_sample` prices a network at a batch of 1, 2 and :data:`MAX_BATCH` and keeps, for FLOPs and bytes
 alike, the largest cost a sample: a cost that grows faster than the batch (a product of the batch with itself)
 shows at the largest batch, one that does not grow with it (a constant block) at a batch of one.
+
+Shape inference itself runs on the file's numbers (a shape computed by ``Concat`` of ``Concat``\ s doubles at
+every step), so :func:`per_sample` works in a child process forked for it, with at most :data:`CHILD_BYTES` more
+memory and :data:`CHILD_SECONDS` of time: a file that would make inference take the server's memory or CPU is
+refused when the child runs out, and the server only reads the child's numbers back (as JSON).
 """
 
 from __future__ import annotations
 
+import json
 import math
+import os
 import re
-from dataclasses import dataclass
+import select
+import signal
+import time
+from dataclasses import asdict, dataclass
 from functools import lru_cache
 
 from lab.scenario.text import shown
 
 MAX_BATCH = 65536  # the largest batch the pages offer (the Placement page's batch size)
 BATCHES = (1, 2, MAX_BATCH)
+CHILD_BYTES = 512 << 20  # memory the pricing child may take beyond the server's own (a 10 MB file needs < 128 MB)
+CHILD_SECONDS = 20.0  # its time (a graph of 2,000 operators is priced in a fraction of a second)
 
 # FLOPs an operator does per output element (element-wise) ...
 _ELEMENTWISE = dict.fromkeys(
@@ -339,11 +351,90 @@ def cost(model, batch: int) -> Cost:
                 by_kind=tuple(sorted(kinds.items(), key=lambda kv: -kv[1])))
 
 
-def per_sample(model) -> PerSample:
-    """The most a sample of ``model`` costs at any of :data:`BATCHES` (see the module's note)."""
+def _priced_here(model) -> PerSample:
     costs = tuple(cost(model, b) for b in BATCHES)
     return PerSample(flops=max(c.flops / c.batch for c in costs), bytes=max(c.bytes / c.batch for c in costs),
                      costs=costs)
+
+
+def per_sample(model) -> PerSample:
+    """The most a sample of ``model`` costs at any of :data:`BATCHES` (see the module's note), worked out in a
+    child process of bounded memory and time. Raises :class:`Unpriced` with the reason when it cannot be."""
+    if not hasattr(os, "fork"):  # pragma: no cover - the lab's servers run on Linux
+        return _priced_here(model)
+    import onnx.helper  # noqa: F401, PLC0415 - imported before the fork: the child imports nothing
+    import onnx.shape_inference  # noqa: F401, PLC0415
+
+    got = _in_child(lambda: asdict(_priced_here(model)))
+    costs = tuple(Cost(**{**c, "heaviest": tuple(c["heaviest"]),
+                          "output": None if c["output"] is None else tuple(c["output"]),
+                          "by_kind": tuple((k, float(f)) for k, f in c["by_kind"])}) for c in got["costs"])
+    return PerSample(flops=float(got["flops"]), bytes=float(got["bytes"]), costs=costs)
+
+
+def _vm_bytes() -> int:
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("VmSize:"):
+                return int(line.split()[1]) * 1024
+    return 0
+
+
+def _in_child(work) -> dict:
+    """``work()``'s dict, computed in a forked child with :data:`CHILD_BYTES` more address space than this process
+    has and :data:`CHILD_SECONDS` of time, and read back as JSON; :class:`Unpriced` when it raises that, runs out
+    or is stopped."""
+    import resource  # noqa: PLC0415
+
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: work, write, and leave without running the server's exit handlers
+        code = 0
+        try:
+            os.close(r)
+            limit = _vm_bytes() + CHILD_BYTES
+            resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+            seconds = int(CHILD_SECONDS) + 1
+            resource.setrlimit(resource.RLIMIT_CPU, (seconds, seconds))
+            try:
+                out = {"ok": work()}
+            except Unpriced as exc:
+                out = {"unpriced": str(exc)}
+            except MemoryError:
+                out = {"unpriced": f"working out its shapes takes more than {CHILD_BYTES >> 20:,} MB"}
+            data = json.dumps(out).encode()
+            view = memoryview(data)
+            while view:
+                view = view[os.write(w, view):]
+        except BaseException:  # noqa: BLE001 - nothing of the child's may reach the server's handlers
+            code = 1
+        finally:
+            os._exit(code)
+    os.close(w)
+    chunks, deadline, stopped = [], time.monotonic() + CHILD_SECONDS, False
+    try:
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0 or not select.select([r], [], [], left)[0]:
+                os.kill(pid, signal.SIGKILL)  # the child this call forked, by its pid
+                stopped = True
+                break
+            chunk = os.read(r, 1 << 16)
+            if not chunk:
+                break
+            chunks.append(chunk)
+    finally:
+        os.close(r)
+        os.waitpid(pid, 0)
+    if stopped:
+        raise Unpriced(f"working out its shapes takes more than {CHILD_SECONDS:.0f} s")
+    try:
+        out = json.loads(b"".join(chunks))
+    except ValueError:
+        raise Unpriced(f"working out its shapes takes more than {CHILD_BYTES >> 20:,} MB or fails") from None
+    if "unpriced" in out:
+        raise Unpriced(str(out["unpriced"]))
+    return out["ok"]
 
 
 __all__ = ["BATCHES", "MAX_BATCH", "PRICED", "Cost", "PerSample", "Unpriced", "cost", "inferred", "per_sample",

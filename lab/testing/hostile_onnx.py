@@ -9,6 +9,8 @@ second without running any of its arithmetic.
   few hundred bytes.
 * :func:`batch_bomb`: a ``ConstantOfShape`` of (batch, ``per_sample``) floats: small a sample, 16 GiB at a batch
   of 65,536 if anything ran it at the page's batch.
+* :func:`shape_bomb`: a shape vector concatenated with itself ``doublings`` times (2^40 numbers at 40), which
+  ONNX's shape inference works out in full: a file of a few kB that takes its memory.
 * :func:`external_data`: a tensor that names a file on the server as its external data, in any of the places a
   tensor can sit (``where``: one of :data:`EXTERNAL_PLACES`).
 * :func:`classes`: a linear network whose output declares ``n`` classes (0, negative, or a name).
@@ -92,6 +94,19 @@ def batch_bomb(per_sample: int = 65536, classes: int = 10) -> bytes:
                   [width, start, stop, _weight("w", (64, classes))])
 
 
+def shape_bomb(doublings: int = 40, classes: int = 10) -> bytes:
+    """The linear network beside a chain of ``Concat``\ s, each of the one before with itself, starting from the
+    input's shape: ``2 ** (doublings + 1)`` numbers that shape inference's data propagation holds at once."""
+    nodes = [helper.make_node("Shape", ["x"], ["c0"])]
+    for i in range(doublings):
+        nodes.append(helper.make_node("Concat", [f"c{i}", f"c{i}"], [f"c{i + 1}"], axis=0))
+    nodes += [helper.make_node("ReduceSum", [f"c{doublings}"], ["s"], keepdims=0),
+              helper.make_node("Cast", ["s"], ["f"], to=TensorProto.FLOAT),
+              helper.make_node("MatMul", ["x", "w"], ["xw"]),
+              helper.make_node("Add", ["xw", "f"], ["y"])]
+    return _model(nodes, [_io("x", ["n", 64])], [_io("y", ["n", classes])], [_weight("w", (64, classes))])
+
+
 def _pointing(name: str, path: str, dims=(64, 10), dtype=TensorProto.FLOAT) -> TensorProto:
     t = TensorProto(name=name, data_type=dtype, dims=list(dims))
     t.data_location = TensorProto.EXTERNAL
@@ -152,4 +167,5 @@ def classes(n: int | str) -> bytes:
     return model.SerializeToString()
 
 
-__all__ = ["EXTERNAL_PLACES", "batch_bomb", "classes", "constant_bomb", "conv_bomb", "external_data", "linear"]
+__all__ = ["EXTERNAL_PLACES", "batch_bomb", "classes", "constant_bomb", "conv_bomb", "external_data", "linear",
+           "shape_bomb"]
