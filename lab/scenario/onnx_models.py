@@ -23,6 +23,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import threading
 from dataclasses import asdict, dataclass
 from functools import lru_cache
 from pathlib import Path
@@ -159,8 +160,8 @@ def read(data: bytes, filename: str = "model.onnx"):
     if missing:
         raise _refuse(filename, "uses operators the converter cannot turn into torch: "
                                 f"{', '.join(sorted(set(missing))[:8])}")
-    price = _priced(model, filename, int(out[1]))
     digest = hashlib.sha256(bytes(data)).hexdigest()
+    price = _priced(model, filename, int(out[1]), digest)
     info = OnnxModel(name=f"onnx-{digest[:12]}", filename=filename, sample_shape=tuple(int(d) for d in sample),
                      classes=int(out[1]), operators=len(g.node), params=int(params),
                      op_types=tuple(sorted({n.op_type for n in g.node})), flops=price.flops, bytes=price.bytes)
@@ -239,13 +240,26 @@ def _giga(flops: float) -> str:
     return f"{flops / 1e9:,.0f}" if flops >= 1e12 else f"{flops / 1e9:.3g}"
 
 
-def _priced(model, filename: str, classes: int) -> onnx_cost.PerSample:
+_PRICES: dict[str, onnx_cost.PerSample] = {}  # by the file's SHA-256: a kept model is read again at every build
+_PRICES_KEPT = 64
+_PRICES_LOCK = threading.Lock()  # each session's page runs in a thread of its own
+
+
+def _priced(model, filename: str, classes: int, digest: str) -> onnx_cost.PerSample:
     """``model``'s price a sample (:func:`lab.scenario.onnx_cost.per_sample`), or a refusal: it cannot be priced,
-    its output is not (batch, ``classes``) at every batch priced, or it is over this server's budget."""
-    try:
-        price = onnx_cost.per_sample(model)
-    except onnx_cost.Unpriced as exc:
-        raise _refuse(filename, f"cannot be priced before it runs: {exc}") from None
+    its output is not (batch, ``classes``) at every batch priced, or it is over this server's budget (read now:
+    a file admitted before the teacher lowered it is refused when it is built again)."""
+    with _PRICES_LOCK:
+        price = _PRICES.get(digest)
+    if price is None:
+        try:
+            price = onnx_cost.per_sample(model)
+        except onnx_cost.Unpriced as exc:
+            raise _refuse(filename, f"cannot be priced before it runs: {exc}") from None
+        with _PRICES_LOCK:
+            if len(_PRICES) >= _PRICES_KEPT:
+                _PRICES.pop(next(iter(_PRICES)))
+            _PRICES[digest] = price
     for c in price.costs:
         if c.output != (c.batch, classes):
             got = "a shape that is not all numbers" if c.output is None else _shape_text(c.output)
