@@ -238,6 +238,20 @@ def test_a_bomb_is_refused_from_its_graph_without_one_flop_of_torch(bomb, budget
     assert om.kept() == []
 
 
+def test_shape_inference_that_would_take_the_servers_memory_is_stopped_in_its_own_process(monkeypatch):
+    from lab.scenario import onnx_cost
+
+    _no_conversion(monkeypatch)
+    monkeypatch.setattr(onnx_cost, "CHILD_BYTES", 256 << 20)
+    blob = H.shape_bomb(40)  # 2^41 numbers worked out by ONNX's data propagation, in a file of 4 kB
+    assert len(blob) < 5000
+    with pytest.raises(LabError, match=r"'bomb\.onnx': cannot be priced before it runs: working out its shapes "
+                                       r"takes more than 256 MB"):
+        om.read(blob, "bomb.onnx")
+    _, info = om.read(H.shape_bomb(4), "small.onnx")  # the same chain, 32 numbers long, is priced
+    assert info.flops == 2 * 64 * 10 + 10 + 32 + (2 + 4 + 8 + 16 + 32) + 1  # product, add, sum, concats, cast
+
+
 def test_the_budget_is_the_teachers_to_raise(monkeypatch):
     blob = H.constant_bomb(16384)
     with pytest.raises(LabError, match="budget of 1 kB a sample"):
