@@ -13,8 +13,9 @@ The price of one forward pass at a batch:
   the product of every index's size for each pair of operands; pooling per window element; reductions, softmax
   and normalisation per *input* element; element-wise operators per output element (1, or 4 for a
   transcendental); operators that make or move data (``ConstantOfShape``, ``Expand``, ``Tile``, ``Resize``,
-  ``Pad``, ``Concat``, ``Gather``...) one per element they create. The counts lean high where an operator's cost
-  is not exact: a budget that admits a network must not be fooled by it.
+  ``Pad``, ``Concat``, ``Gather``...) one per element they create, ``Resize`` two per output element and tap of
+  its interpolation. The counts lean high where an operator's cost is not exact: a budget that admits a network
+  must not be fooled by it.
 * **bytes**: the weights and constants the file holds (initializers, sparse ones at their dense size), the input,
   every operator's output as if none were ever freed, and the largest scratch buffer any one operator needs
   (a convolution's unfolded input, a matrix product's broadcast operands).
@@ -416,7 +417,6 @@ def _in_child(work) -> dict:
         while True:
             left = deadline - time.monotonic()
             if left <= 0 or not select.select([r], [], [], left)[0]:
-                os.kill(pid, signal.SIGKILL)  # the child this call forked, by its pid
                 stopped = True
                 break
             chunk = os.read(r, 1 << 16)
@@ -425,9 +425,17 @@ def _in_child(work) -> dict:
             chunks.append(chunk)
     finally:
         os.close(r)
-        os.waitpid(pid, 0)
+        # the child this call forked, by its pid: unreaped, its pid cannot be anyone else's yet
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        try:
+            os.waitpid(pid, 0)
+        except ChildProcessError:
+            pass
     if stopped:
-        raise Unpriced(f"working out its shapes takes more than {CHILD_SECONDS:.0f} s")
+        raise Unpriced(f"working out its shapes takes more than {CHILD_SECONDS:g} s")
     try:
         out = json.loads(b"".join(chunks))
     except ValueError:

@@ -3,7 +3,7 @@ tests and the hostile bench hand them to :func:`lab.scenario.onnx_models.keep`, 
 second without running any of its arithmetic.
 
 * :func:`conv_bomb`: ``convs`` 3x3 convolutions over a 3x224x224 image that all share one 64x64x3x3 weight, so
-  the file stays small (157 kB at 2 convolutions, 245 kB at 1,996) while each convolution costs 3.7 GFLOPs a
+  the file stays small (157 kB at 2 convolutions, 243 kB at 1,996) while each convolution costs 3.7 GFLOPs a
   sample.
 * :func:`constant_bomb`: a ``ConstantOfShape`` of ``side`` x ``side`` floats (1 GiB at 16,384) in a file of a
   few hundred bytes.

@@ -210,7 +210,7 @@ def test_a_file_of_any_other_shape_takes_the_samples_stretched_to_its_shape():
 
 def _no_conversion(monkeypatch):
     """Make converting a file to torch fail the test: a refusal must come from the graph alone."""
-    import onnx2torch
+    onnx2torch, _ = om._onnx2torch()  # imported as the lab imports it (torchvision first)
 
     def never(*_a, **_k):
         raise AssertionError("the file was converted to torch")
@@ -250,6 +250,11 @@ def test_shape_inference_that_would_take_the_servers_memory_is_stopped_in_its_ow
         om.read(blob, "bomb.onnx")
     _, info = om.read(H.shape_bomb(4), "small.onnx")  # the same chain, 32 numbers long, is priced
     assert info.flops == 2 * 64 * 10 + 10 + 32 + (2 + 4 + 8 + 16 + 32) + 1  # product, add, sum, concats, cast
+    monkeypatch.setattr(onnx_cost, "CHILD_SECONDS", 0.01)  # 2,000 operators take longer than that to price
+    monkeypatch.setattr(om, "_PRICES", {})  # priced now, not remembered from another test
+    with pytest.raises(LabError, match=r"'slow\.onnx': cannot be priced before it runs: working out its shapes "
+                                       r"takes more than 0\.01 s$"):
+        om.read(H.conv_bomb(1996), "slow.onnx")
 
 
 def test_the_budget_is_the_teachers_to_raise(monkeypatch):
@@ -283,11 +288,10 @@ def test_the_price_of_convolutions_and_products_is_exact_and_the_rest_leans_high
 
 
 def test_every_operator_the_converter_takes_has_a_price():
-    from onnx2torch.node_converters.registry import _CONVERTER_REGISTRY
-
     from lab.scenario import onnx_cost
 
-    om._onnx2torch()
+    om._onnx2torch()  # torchvision first, as the lab imports the converter
+    from onnx2torch.node_converters.registry import _CONVERTER_REGISTRY
     taken = {k.operation_type for k in _CONVERTER_REGISTRY}
     assert len(taken) > 100 and taken <= onnx_cost.PRICED, sorted(taken - onnx_cost.PRICED)
 
