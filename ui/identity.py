@@ -37,17 +37,17 @@ def owner() -> str:
 
 
 def client() -> str | None:
-    """The browser's address as the server sees it (None: this machine, or no server behind this run). Behind a
-    reverse proxy on this machine every browser arrives from here: the address is then the last one the proxy
-    added to X-Forwarded-For (what a browser wrote there itself comes before it)."""
+    """The browser's address as the server counts it (None: this machine, or no server behind this run); behind a
+    reverse proxy, what lab.jobs.access.client_address reads of the proxy's headers."""
+    from lab import settings
+    from lab.jobs import access
+
     try:
         ip = st.context.ip_address
-        forwarded = None if ip is not None else st.context.headers.get("X-Forwarded-For")
+        headers = dict(st.context.headers.items()) if ip is None else {}
     except RuntimeError:
         return None
-    if forwarded:
-        return forwarded.split(",")[-1].strip()[:64] or None
-    return ip
+    return access.client_address(ip, headers, settings.flag("LAB_PROXY"))
 
 
 def write_identity_cookie() -> None:

@@ -26,7 +26,7 @@ import secrets
 import threading
 import time
 from collections import deque
-from typing import Callable, Iterable
+from typing import Callable, Iterable, Mapping
 
 from lab import settings
 from lab.errors import LabError
@@ -108,6 +108,8 @@ TEACHER_TOKEN_MIN = 16
 #: The fewest guesses (log10) zxcvbn may estimate for a teacher token: it finds a word, a date, a keyboard walk or a
 #: repeat inside a token ("Password12345678": 10^4, "Summer2026Summer": 10^9), which a count of characters misses.
 TEACHER_TOKEN_GUESSES_LOG10 = 12.0
+PATTERNS = {"dictionary": "common words or passwords", "date": "a date", "repeat": "a repeat",
+            "sequence": "a sequence", "spatial": "a keyboard walk", "regex": "a pattern"}  # zxcvbn's, in words
 MAKE_TEACHER_TOKEN = 'python -c "import secrets; print(secrets.token_urlsafe(24))"'
 
 
@@ -130,7 +132,8 @@ def teacher_token_problem(token: str) -> str | None:
 
         found = zxcvbn(token[:100])  # its matching grows with the length; 100 characters decide any token
         if found["guesses_log10"] < TEACHER_TOKEN_GUESSES_LOG10:
-            kinds = sorted({m["pattern"] for m in found["sequence"] if m["pattern"] != "bruteforce"})
+            kinds = sorted({PATTERNS.get(m["pattern"], m["pattern"]) for m in found["sequence"]
+                            if m["pattern"] != "bruteforce"})
             how = f" (it is made of {', '.join(kinds)})" if kinds else ""
             why = (f"would be found in about 10^{found['guesses_log10']:.0f} guesses{how}, and a teacher token "
                    f"needs 10^{TEACHER_TOKEN_GUESSES_LOG10:.0f}")
@@ -189,6 +192,35 @@ class RateBound:
             return wait
 
 
+#: Headers a reverse proxy adds. A request from this machine that carries one came through a proxy.
+PROXY_HEADERS = ("x-forwarded-for", "x-real-ip", "forwarded", "via", "x-forwarded-host", "x-forwarded-proto")
+#: The one address every browser behind a proxy counts as when the proxy gives none the lab may read: a
+#: proxy nobody declared (LAB_PROXY unset), or a declared one that sends no X-Forwarded-For.
+UNDECLARED_PROXY = "a reverse proxy nobody declared (LAB_PROXY)"
+NO_ADDRESS = "a reverse proxy that sends no client address"
+PROXY_LINES = ("nginx: proxy_set_header X-Forwarded-For $remote_addr; Caddy: reverse_proxy sets it itself")
+
+
+def client_address(peer: str | None, headers: Mapping[str, str], behind_proxy: bool) -> str | None:
+    """The address a browser's requests are counted by (None: this machine, which is not bounded).
+
+    ``peer`` is the address the connection came from (None: this machine). A browser that reached the server
+    directly is its ``peer``: no header it writes changes that. From this machine, behind a declared proxy
+    (``behind_proxy``, LAB_PROXY) the address is the last in X-Forwarded-For, the one the proxy wrote (a browser's
+    own entries come before it); without it every browser counts as :data:`NO_ADDRESS`, one address, and may not
+    join a class. With no proxy declared, X-Forwarded-For is anyone's text and is never read; a request that
+    carries a proxy's headers counts as :data:`UNDECLARED_PROXY`, one address, not as this machine."""
+    if peer is not None:
+        return str(peer)[:64]
+    lower = {str(k).lower(): str(v) for k, v in headers.items()}
+    if behind_proxy:
+        last = lower.get("x-forwarded-for", "").split(",")[-1].strip()[:64]
+        return last or NO_ADDRESS
+    if any(lower.get(h) for h in PROXY_HEADERS):
+        return UNDECLARED_PROXY
+    return None
+
+
 def client_bound() -> RateBound:
     """A bound on new identities or seats per client address, from LAB_NEW_PER_CLIENT and LAB_NEW_EVERY_S."""
     return RateBound(settings.integer("LAB_NEW_PER_CLIENT"), settings.number("LAB_NEW_EVERY_S"))
@@ -215,7 +247,7 @@ class Roster:
     sign out. A restart of the server forgets them (the teacher signs in again), and so does a change of
     LAB_TEACHER_TOKEN. Wrong tokens slow the next try from the same client address down, and, while many come
     from anywhere, from every address that typed one; a student's fresh identity per try changes nothing, and an
-    owner already signed in never waits. The log says that a sign-in failed, never what was typed."""
+    owner already signed in, or a browser on the server's own machine, never waits. The log says that a sign-in failed, never what was typed."""
 
     def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
         self._teachers: dict[str, tuple[str, float]] = {}  # owner id -> (digest of its token, signed in at)
@@ -239,7 +271,10 @@ class Roster:
             del self._fails[c]
 
     def wait(self, client: str | None) -> float:
-        """Seconds before a sign-in from ``client`` (an address; None: this machine) may be tried (0: now)."""
+        """Seconds before a sign-in from ``client`` (an address; None: this machine) may be tried (0: now). This
+        machine never waits: whoever sits at the server owns it (and could read the token where it is set)."""
+        if client is None:
+            return 0.0
         now = self._clock()
         with self._lock:
             self._forget(now)
@@ -264,6 +299,9 @@ class Roster:
         now = self._clock()
         if not is_teacher(claim):
             key = self._key(client)
+            if client is None:
+                log.warning("a teacher sign-in failed (address %s)", key)
+                return False
             with self._lock:
                 k = self._fails.get(key, (0, 0.0, 0.0))[0] + 1
                 self._fails[key] = (k, now + min(2.0 ** (k - 1), CLIENT_MAX_S), now)

@@ -9,7 +9,7 @@ import math
 import time
 
 from lab.errors import LabError
-from lab.jobs.access import ANONYMOUS
+from lab.jobs.access import ANONYMOUS, NO_ADDRESS, PROXY_LINES
 from lab.store.classroom import ClassState
 from lab.store.runs import ACTIVE
 
@@ -106,6 +106,9 @@ class Classroom:
         """``owner`` joins the open class as ``name`` with the join code ``code`` (lab.store.classroom), from
         ``client``: at most LAB_NEW_PER_CLIENT tries at once from one address, then one per LAB_NEW_EVERY_S, so
         neither seats nor guesses of the code come faster."""
+        if client == NO_ADDRESS:
+            raise LabError("this server is behind a reverse proxy that sends no client address, so it cannot tell "
+                           f"students apart: the teacher sets it to send one ({PROXY_LINES})", where="class")
         if (held := self._held_message(owner, "join the class")) is not None:
             raise LabError(held, where="class")
         wait = self.new_seats.take(client)

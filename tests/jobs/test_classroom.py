@@ -143,24 +143,86 @@ def test_new_students_from_one_address_past_its_burst_wait_to_queue_and_join(jm,
     m._start = lambda spec: None
     assert m.sign_in_teacher("teacher", TOKEN)
     sc = default_scenario()
-    # one person's private windows: the third new identity from the address is made, but may act in 10 minutes
-    assert [m.new_identity(o, "10.0.0.5") for o in ("w1", "w2")] == [0.0, 0.0]
-    assert m.new_identity("w3", "10.0.0.5") == pytest.approx(600.0, abs=1.0)
-    with pytest.raises(LabError, match="may queue jobs in 6\\d\\d s"):
-        m.submit(sc, owner="w3")
+    # one person's private windows: a page load makes an identity and costs nothing; the first two to act take
+    # the address's burst, the third may act in 10 minutes
+    for o in ("w1", "w2", "w3"):
+        m.new_identity(o, "10.0.0.5")
+    assert m.held_for("w3") == 0.0  # not counted yet
     assert m.submit(sc, owner="w1").run_id and m.held_for("w1") == 0.0
+    assert m.submit(sc, owner="w3").run_id  # the second to act, whenever its page was loaded
+    with pytest.raises(LabError, match="may queue jobs in 6\\d\\d s"):
+        m.submit(sc, owner="w2")
     # a student beside them, from another address or from this machine, is not held by it
-    assert m.new_identity("other", "10.0.0.9") == 0.0 and m.submit(sc, owner="other").run_id
-    assert m.new_identity("local", None) == 0.0 and m.submit(sc, owner="local").run_id
+    m.new_identity("other", "10.0.0.9")
+    m.new_identity("local", None)
+    assert m.submit(sc, owner="other").run_id and m.submit(sc, owner="local").run_id
     # seats and guesses of the code: two tries at once from one address, then one per period
     code = m.open_class("teacher").code
     with pytest.raises(LabError, match="may join the class in"):
-        m.join_class("w3", code, "Third", "10.0.0.5")
+        m.join_class("w2", code, "Second", "10.0.0.5")
     with pytest.raises(LabError, match="not the class's join code"):
         m.join_class("w1", "WRONG1", "One", "10.0.0.5")
     assert m.join_class("w1", code, "One", "10.0.0.5") == "One"
-    with pytest.raises(LabError, match="try again in 600 s"):
-        m.join_class("w2", code, "Two", "10.0.0.5")
+    m.new_identity("w4", "10.0.0.5")
+    with pytest.raises(LabError, match="try again in 600 s|may join the class in"):
+        m.join_class("w4", code, "Four", "10.0.0.5")
     assert m.join_class("other", code, "Other", "10.0.0.9") == "Other"
     assert m.store.seats() == {"w1": "One", "other": "Other"}
     m._closed = True
+
+
+def test_the_debt_of_turns_taken_ahead_has_a_floor_of_one_burst():
+    from lab.jobs.access import RateBound
+
+    now = [0.0]
+    bound = RateBound(2, 10.0, clock=lambda: now[0])
+    waits = [bound.take("10.0.0.5", ahead=True) for _ in range(1000)]  # a script's thousand identities act
+    assert waits[:2] == [0.0, 0.0] and waits[2:4] == [pytest.approx(10.0), pytest.approx(20.0)]
+    assert max(waits) == pytest.approx(30.0) == pytest.approx(bound.longest_wait_s)
+    assert bound.take("10.0.0.5") == pytest.approx(30.0)  # the next honest student: (burst + 1) periods, no more
+    now[0] += 30.0
+    assert bound.take("10.0.0.5") == 0.0
+
+
+def test_a_thousand_page_loads_without_a_cookie_cost_the_next_student_from_the_address_nothing(lab_db, monkeypatch):
+    monkeypatch.setenv("LAB_NEW_PER_CLIENT", "2")
+    monkeypatch.setenv("LAB_NEW_EVERY_S", "600")
+    m = JobManager(lab_db, warm=False)
+    m._start = lambda spec: None
+    for k in range(1000):
+        m.new_identity(f"load{k}", "10.0.0.5")
+    m.new_identity("honest", "10.0.0.5")
+    assert m.submit(default_scenario(), owner="honest").run_id and m.held_for("honest") == 0.0
+    # and a script whose thousand identities each try to queue holds the next one at most (burst + 1) periods
+    for k in range(1000):
+        try:
+            m.submit(default_scenario(), owner=f"load{k}")
+        except LabError:
+            pass
+    m.new_identity("next", "10.0.0.5")
+    with pytest.raises(LabError, match="may queue jobs in"):
+        m.submit(default_scenario(), owner="next")
+    assert 0 < m.held_for("next") <= m.new_identities.longest_wait_s == 1800.0
+    m._closed = True
+
+
+def test_a_removed_student_stays_out_until_let_back_and_a_new_code_keeps_the_seats(jm):
+    code = jm.open_class("teacher").code
+    assert jm.join_class("ada", code, "Ada") == "Ada" and jm.join_class("bob", code, "Bob") == "Bob"
+    jm.remove_student("teacher", "bob")
+    assert jm.store.seats() == {"ada": "Ada"} and jm.store.removed() == {"bob": "Bob"}
+    for name in ("Bob", "Robert"):  # with the same code, under any name
+        with pytest.raises(LabError, match="the teacher removed you"):
+            jm.join_class("bob", code, name)
+    for act in (lambda: jm.let_back("bob", "bob"), lambda: jm.new_class_code("ada")):
+        with pytest.raises(LabError, match="only the teacher"):
+            act()
+    new = jm.new_class_code("teacher").code
+    assert new != code and jm.store.seats() == {"ada": "Ada"}  # the seats stay
+    with pytest.raises(LabError, match="not the class's join code"):
+        jm.join_class("carol", code, "Carol")  # whoever had the old code only
+    assert jm.let_back("teacher", "bob") and jm.store.removed() == {}
+    assert jm.join_class("bob", new, "Bob") == "Bob"
+    jm.remove_student("teacher", "bob")
+    jm.open_class("teacher")  # a new class: removals are the old class's
+    assert jm.store.removed() == {} and jm.join_class("bob", jm.store.class_state().code, "Bob") == "Bob"
