@@ -367,10 +367,14 @@ def per_sample(model) -> PerSample:
     import onnx.shape_inference  # noqa: F401, PLC0415
 
     got = _in_child(lambda: asdict(_priced_here(model)))
-    costs = tuple(Cost(**{**c, "heaviest": tuple(c["heaviest"]),
-                          "output": None if c["output"] is None else tuple(c["output"]),
-                          "by_kind": tuple((k, float(f)) for k, f in c["by_kind"])}) for c in got["costs"])
-    return PerSample(flops=float(got["flops"]), bytes=float(got["bytes"]), costs=costs)
+    try:  # the child's numbers, read as data
+        costs = tuple(Cost(batch=int(c["batch"]), flops=float(c["flops"]), bytes=float(c["bytes"]),
+                           heaviest=(str(c["heaviest"][0]), str(c["heaviest"][1]), float(c["heaviest"][2])),
+                           output=None if c["output"] is None else tuple(int(d) for d in c["output"]),
+                           by_kind=tuple((str(k), float(f)) for k, f in c["by_kind"])) for c in got["costs"])
+        return PerSample(flops=float(got["flops"]), bytes=float(got["bytes"]), costs=costs)
+    except (KeyError, IndexError, TypeError, ValueError):
+        raise Unpriced("pricing it gives no price the lab can read") from None
 
 
 def _vm_bytes() -> int:
@@ -403,6 +407,8 @@ def _in_child(work) -> dict:
                 out = {"unpriced": str(exc)}
             except MemoryError:
                 out = {"unpriced": f"working out its shapes takes more than {CHILD_BYTES >> 20:,} MB"}
+            except Exception as exc:  # noqa: BLE001 - said in one line, as every refusal is
+                out = {"unpriced": f"pricing it fails ({type(exc).__name__}: {shown(str(exc), 120)})"}
             data = json.dumps(out).encode()
             view = memoryview(data)
             while view:
