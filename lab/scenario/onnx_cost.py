@@ -24,10 +24,10 @@ The price of one forward pass at a batch:
 alike, the largest cost a sample: a cost that grows faster than the batch (a product of the batch with itself)
 shows at the largest batch, one that does not grow with it (a constant block) at a batch of one.
 
-Shape inference itself runs on the file's numbers (a shape computed by ``Concat`` of ``Concat``\ s doubles at
-every step), so :func:`per_sample` works in a child process forked for it, with at most :data:`CHILD_BYTES` more
-memory and :data:`CHILD_SECONDS` of time: a file that would make inference take the server's memory or CPU is
-refused when the child runs out, and the server only reads the child's numbers back (as JSON).
+Shape inference itself runs on the file's numbers (a shape made by a ``Concat`` of ``Concat`` operators doubles
+at every step), so :func:`per_sample` works in a child process forked for it, with at most :data:`CHILD_BYTES`
+more memory and :data:`CHILD_SECONDS` of time: a file that would make inference take the server's memory or CPU
+is refused when the child runs out, and the server only reads the child's numbers back (as JSON).
 """
 
 from __future__ import annotations

@@ -95,8 +95,8 @@ def batch_bomb(per_sample: int = 65536, classes: int = 10) -> bytes:
 
 
 def shape_bomb(doublings: int = 40, classes: int = 10) -> bytes:
-    """The linear network beside a chain of ``Concat``\ s, each of the one before with itself, starting from the
-    input's shape: ``2 ** (doublings + 1)`` numbers that shape inference's data propagation holds at once."""
+    """The linear network beside a chain of ``Concat`` operators, each of the one before with itself, starting
+    from the input's shape: ``2 ** (doublings + 1)`` numbers that shape inference's data propagation holds at once."""
     nodes = [helper.make_node("Shape", ["x"], ["c0"])]
     for i in range(doublings):
         nodes.append(helper.make_node("Concat", [f"c{i}", f"c{i}"], [f"c{i + 1}"], axis=0))
