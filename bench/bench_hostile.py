@@ -10,8 +10,13 @@ raise), and names (``check_name``, ``check_distinct``, and names placed in the d
 topology, device, pool, switch, pinned operator and pinned device); who a person is: a cookie's value
 (``access.owner_id``: forged, flipped, swapped or foreign tokens must all be refused), a lesson link's ``l=`` and
 ``lt=`` (Unicode digits, huge lists, paths; a tick outside the lesson is a crash), and near guesses of the
-teacher's token from one client (``Roster.sign_in``: a guess that signs in is a breach; the line after the table
-says how long the server makes the guesser wait).
+teacher's token from one client address (``Roster.sign_in``: a guess that signs in is a breach; the line after the
+table says how long the server makes the guesser wait); what one student does to the class: uploads
+(``onnx_models.keep``: a compute, memory or shape-inference bomb, a tensor naming a file on the server, a class
+count of 0, -3 or a name must be refused; a harmless network is accepted), addresses written by a browser
+(``access.client_address``: a header a browser wrote that the server counts it by is a breach), a removed
+student joining again (``join_class`` under any name, code case or spacing: a seat is a breach) and report links
+(``report.link.check_link``: a link other than http or https that is accepted is a breach).
 
 Every family makes ``--per-family`` inputs from one seeded ``random.Random``; the families take
 turns, one input each, until they are done or the ``--seconds`` budget (counted from start-up) is
@@ -72,7 +77,8 @@ from lab.jobs import access  # noqa: E402
 from lab.view.lessons import find_lesson, ticks_from_param  # noqa: E402
 
 LESSONS = ROOT / "assets" / "lessons"
-GUESSER = "guesser-0001"  # one client guessing the teacher's token
+GUESSER = "guesser-0001"  # one student guessing the teacher's token ...
+GUESSER_AT = "10.0.0.66"  # ... from one address
 _now = [0.0]
 
 
@@ -141,9 +147,57 @@ def e_lesson_link(arg):
 def e_sign_in(guess):
     """A guess at the teacher's token from one client: a wrong one, or one made while the server makes the
     client wait, is a refusal; a guess that signs in is a breach."""
-    if not ROSTER.sign_in(GUESSER, guess):
+    if not ROSTER.sign_in(GUESSER, guess, GUESSER_AT):
         raise LabError("not the teacher token")
     return True
+
+
+def e_upload(data: bytes):
+    """An uploaded ONNX file as the Placement page keeps it (into the bench's own data folder)."""
+    from lab.scenario import onnx_models
+
+    return onnx_models.keep(data, "upload.onnx")
+
+
+def e_address(arg):
+    """A browser's request as the server counts it: accepted (a breach where it must be refused) when the address
+    it is counted by is one the browser wrote itself; refused when it is the connection's, the proxy's or the one
+    address every browser of a proxy shares."""
+    peer, headers, behind_proxy, forged = arg
+    got = access.client_address(peer, headers, behind_proxy)
+    if got == forged:
+        return got
+    raise LabError(f"counted as {got}")
+
+
+_CLASS: dict[str, Any] = {}
+
+
+def _class_store():
+    """A class of the bench's own (a run store in its data folder) with one student removed."""
+    if not _CLASS:
+        from lab.store.runs import RunStore
+
+        store = RunStore(os.path.join(os.environ["LAB_DATA"], "class.db"))
+        code = store.open_class().code
+        store.join_class("removed-student", code, "Mallory")
+        store.remove_seat("removed-student")
+        _CLASS.update(store=store, code=code)
+    return _CLASS["store"], _CLASS["code"]
+
+
+def e_rejoin(arg):
+    """The removed student joins again with the code (as they type it) and a name: a seat is a breach."""
+    code_of, name = arg
+    store, code = _class_store()
+    return store.join_class("removed-student", code_of(code), name)
+
+
+def e_report_link(link):
+    """A link a report would write as "Reopen this view" (and the report command line accepts)."""
+    from lab.report.link import check_link
+
+    return check_link(link)
 
 
 ENTRY_LABEL = {e_scenario: "Scenario.from_json", e_topology: "Topology.from_json", e_url: "from_url_param",
@@ -992,6 +1046,71 @@ class Fuzz:
                           "", None, 12345, "a" * 10_000, token[::-1], " " + token])
         return Case(e_sign_in, guess, f"guess: {ascii(guess)[:40]}", must_refuse=True)
 
+    # ----- what one student does to the class
+    def upload_hostile(self) -> Case:
+        from lab.testing import hostile_onnx as h
+
+        r = self.rng
+        kind = r.choice(["conv bomb", "constant bomb", "batch bomb", "shape bomb", "external data", "classes",
+                         "harmless", "empty", "truncated"])
+        if kind == "conv bomb":
+            n = r.choice([2, 8, 64, 1996])
+            return Case(e_upload, h.conv_bomb(convs=n), f"upload: {n} convolutions sharing one weight", True)
+        if kind == "constant bomb":
+            side = r.choice([4096, 16384])
+            return Case(e_upload, h.constant_bomb(side=side), f"upload: ConstantOfShape [{side}, {side}]", True)
+        if kind == "batch bomb":
+            return Case(e_upload, h.batch_bomb(), "upload: ConstantOfShape [batch, 65536]", True)
+        if kind == "shape bomb":
+            d = r.choice([30, 40])
+            return Case(e_upload, h.shape_bomb(doublings=d), f"upload: a shape doubled {d} times", True)
+        if kind == "external data":
+            where = r.choice(h.EXTERNAL_PLACES)
+            path = r.choice(["app.py", "README.md", "/etc/passwd", "no-such-file.bin", "../identity.key"])
+            return Case(e_upload, h.external_data(path, where), f"upload: {where} naming {path}", True)
+        if kind == "classes":
+            n = r.choice([0, -3, "classes"])
+            return Case(e_upload, h.classes(n), f"upload: {n!r} classes", True)
+        if kind == "harmless":
+            return Case(e_upload, h.linear(), "upload: a 64 -> 10 linear network")
+        if kind == "empty":
+            return Case(e_upload, b"", "upload: an empty file", True)
+        data = h.linear()
+        return Case(e_upload, data[: r.randrange(1, len(data))], "upload: a truncated file", True)
+
+    def address_forged(self) -> Case:
+        r = self.rng
+        forged = r.choice(["10.1.2.3", "127.0.0.1", "", "::1", "x" * 100, "10.0.0.1, 10.0.0.2"])
+        header = r.choice(["X-Forwarded-For", "x-forwarded-for", "X-Real-IP", "Forwarded"])
+        kind = r.choice(["direct", "undeclared proxy", "declared proxy"])
+        if kind == "direct":  # a browser that reached the server writes a header
+            return Case(e_address, ("10.0.0.9", {header: forged}, r.random() < 0.5, forged),
+                        f"address: direct, {header}: {forged[:20]}", True)
+        if kind == "undeclared proxy":  # nginx's proxy_pass passes the browser's header on
+            return Case(e_address, (None, {header: forged}, False, forged),
+                        f"address: undeclared proxy, {header}: {forged[:20]}", True)
+        # a declared proxy appends the address it saw after whatever the browser wrote
+        return Case(e_address, (None, {"X-Forwarded-For": f"{forged}, 10.0.0.9"}, True, forged),
+                    f"address: declared proxy after {forged[:20]!r}", True)
+
+    def rejoin_removed(self) -> Case:
+        r = self.rng
+        name = r.choice(["Mallory", "mallory", "Mal", "Someone else", "M​allory", "Eve"])
+        how = r.choice(["as given", "lower", " spaced ", "upper"])
+        code_of = {"as given": lambda c: c, "lower": str.lower, " spaced ": lambda c: f"  {c} ",
+                   "upper": str.upper}[how]
+        return Case(e_rejoin, (code_of, name), f"rejoin: code {how}, name {ascii(name)}", True)
+
+    def report_link(self) -> Case:
+        r = self.rng
+        link = r.choice(["javascript:alert(1)", "JavaScript:alert(1)", " javascript:alert(1)", "\tjavascript:x",
+                         "java\nscript:alert(1)", "data:text/html,<script>alert(1)</script>", "vbscript:x",
+                         "file:///etc/passwd", "http://", "https://", "//evil.example/x", "http://a b/",
+                         "http://localhost:8501@evil.example/", "HTTP://localhost:8501/", "ftp://x/y",
+                         "http://localhost:8501/placement?s=abc", "https://lab.example.org/training"])
+        ok = link in ("http://localhost:8501/placement?s=abc", "https://lab.example.org/training")
+        return Case(e_report_link, link, f"report link: {ascii(link)[:50]}", not ok)
+
     def pins_hostile(self) -> Case:
         r = self.rng
         kind = r.choice(["markup", "control", "bidi", "surrogate", "blank"])
@@ -1026,6 +1145,10 @@ FAMILIES: list[tuple[str, str, bool]] = [  # (label, method, name family)
     ("identity: forged cookies", "token_forged", True),
     ("lesson links: ?l= and ?lt=", "lesson_link", False),
     ("sign-ins: near guesses", "sign_in_guess", True),
+    ("uploads: priced", "upload_hostile", True),
+    ("proxies: written addresses", "address_forged", True),
+    ("removals: joining again", "rejoin_removed", True),
+    ("report links", "report_link", True),
 ]
 
 
@@ -1163,6 +1286,10 @@ def warm_up(bases: list) -> None:
         Scenario.from_url_param(sc.to_url_param())
         Topology.from_json(json.dumps(doc["topology"]))
     viewstate.decode(viewstate.encode({"ar_n": 5}))
+    from lab.testing import hostile_onnx
+
+    e_upload(hostile_onnx.linear())  # the converter, torchvision and sympy load here, not in a timed input
+    _class_store()
 
 
 def main() -> None:
@@ -1206,7 +1333,9 @@ def main() -> None:
     fam_entry = {
         "scenario": "Scenario.from_json", "topology": "Topology/Scenario.from_json", "link": "from_url_param",
         "view": "view.decode", "names": "check_name/distinct, docs", "pins": "Scenario.from_json",
-        "identity": "access.owner_id", "lesson": "lesson link", "sign-ins": "Roster.sign_in"}
+        "identity": "access.owner_id", "lesson": "lesson link", "sign-ins": "Roster.sign_in",
+        "uploads": "onnx_models.keep", "proxies": "access.client_address", "removals": "join_class",
+        "report": "report.link.check_link"}
     rows = []
     tot = Stats()
     for label, _, _ in FAMILIES:
@@ -1223,9 +1352,9 @@ def main() -> None:
           + ("" if not cut_short else " (budget spent before every family had all its inputs)"))
     print(table(["family", "entry", "inputs", "accepted", "refused", "refused-long", "crash", "slow", "breach",
                  "max s"], rows))
-    k = ROSTER._fails.get(GUESSER, (0, 0.0))[0]
+    k = ROSTER._fails.get(GUESSER_AT, (0, 0.0, 0.0))[0]
     print(f"sign-ins: {k} wrong guesses read from one client over {_now[0]:.0f} s of the server's clock (the others "
-          f"were refused unread while it waited); it now waits {ROSTER.wait(GUESSER):.0f} s before the next")
+          f"were refused unread while it waited); it now waits {ROSTER.wait(GUESSER_AT):.0f} s before the next")
     print(f"\nelapsed {time.perf_counter() - T_START:.1f} s; slow = over {SLOW_S:g} s; "
           f"timeouts (>{CAP_S:g} s or the budget): {rep.timeouts}")
     print(f"view links: most values accepted from one link {rep.view_most_values[0]:,} "
