@@ -14,6 +14,7 @@ import os
 import sys
 
 from lab.jobs.access import MAKE_TEACHER_TOKEN, make_teacher_token, teacher_token, teacher_token_problem
+from lab import settings
 from lab.settings import ROOT
 
 LOCAL = ("localhost", "127.0.0.1", "::1")
@@ -50,12 +51,12 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     address = args.address or ("127.0.0.1" if args.behind_proxy else CLASS_ADDRESS if args.for_class else "localhost")
     if args.behind_proxy:
-        os.environ["LAB_PROXY"] = "1"  # read by the pages, which the exec below hands the environment on to
+        settings.put("LAB_PROXY", "1")  # read by the pages, which the exec below hands the environment on to
     if (address not in LOCAL or args.behind_proxy) and not teacher_token():
         # The server and the pages read the token from the environment, which the exec below hands on.
-        os.environ["LAB_TEACHER_TOKEN"] = make_teacher_token()
+        settings.put("LAB_TEACHER_TOKEN", make_teacher_token())
         print("lab.serve: no LAB_TEACHER_TOKEN was given, so this server's teacher token is\n\n    "
-              f"{os.environ['LAB_TEACHER_TOKEN']}\n\nType it into the Jobs page's sign-in. It lasts until the server "
+              f"{teacher_token()}\n\nType it into the Jobs page's sign-in. It lasts until the server "
               "stops; set LAB_TEACHER_TOKEN to keep one across restarts.", file=sys.stderr)
     why = refusal(address, teacher_token())
     if why:

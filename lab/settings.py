@@ -84,6 +84,13 @@ def raw(name: str) -> str:
     return os.environ.get(name) or ""
 
 
+def put(name: str, value: str) -> None:
+    """Set a variable for this process and every process it starts or becomes (a command that execs the server)."""
+    if name not in VARIABLES:
+        raise KeyError(f"{name} is not one of the lab's variables")
+    os.environ[name] = value
+
+
 def number(name: str) -> float:
     """A numeric variable, its default when unset or not a number."""
     default = VARIABLES[name].default
