@@ -76,3 +76,32 @@ def test_a_teacher_and_two_students(server, spawns):
     assert list(server.store.seats().values()) == ["Ada <b>L</b>"]
     teacher.button(key="cls_release").click().run()
     assert server.store.class_state().lesson is None
+
+    # Bob, removed, tries again in the same browser: refused with why, until the teacher lets him back
+    bob.run()
+    bob.text_input(key="cls_code").input(code)
+    bob.text_input(key="cls_name").input("Robert")
+    bob.button(key="cls_join_form_run").click().run()
+    assert any("the teacher removed you" in e.value for e in bob.error) and not bob.exception
+    assert "Robert" not in server.store.seats().values()
+    teacher.run()
+    assert any(list(df.value.get("student", [])) == ["Bob"] for df in teacher.dataframe[1:])  # the Removed table
+    teacher.selectbox(key="cls_back").set_value(owners["Bob"])
+    teacher.button(key="cls_back_go").click().run()
+    assert_no_exception(teacher)
+    assert server.store.removed() == {}
+    bob.button(key="cls_join_form_run").click().run()
+    assert_no_exception(bob)
+    assert "Robert" in server.store.seats().values()
+
+    # a new join code keeps the seats; the old code no longer opens the class
+    teacher.button(key="cls_new_code").click().run()
+    assert_no_exception(teacher)
+    assert server.store.class_state().code != code and len(server.store.seats()) == 2
+    late = _join(code, "Late", ok=False)
+    assert any("not the class's join code" in e.value for e in late.error)
+
+    # closing asks once more: the confirming button sits in its popover
+    teacher.button(key="cls_close").click().run()
+    assert_no_exception(teacher)
+    assert server.store.class_state() is None
