@@ -1056,11 +1056,12 @@ class Fuzz:
         if kind == "conv bomb":
             n = r.choice([2, 8, 64, 1996])
             return Case(e_upload, h.conv_bomb(convs=n), f"upload: {n} convolutions sharing one weight", True)
-        if kind == "constant bomb":
+        if kind == "constant bomb":  # 1 GiB a sample is over the budget; 64 MiB is within it
             side = r.choice([4096, 16384])
-            return Case(e_upload, h.constant_bomb(side=side), f"upload: ConstantOfShape [{side}, {side}]", True)
-        if kind == "batch bomb":
-            return Case(e_upload, h.batch_bomb(), "upload: ConstantOfShape [batch, 65536]", True)
+            return Case(e_upload, h.constant_bomb(side=side), f"upload: ConstantOfShape [{side}, {side}]",
+                        side > 4096)
+        if kind == "batch bomb":  # 256 kB a sample is within the budget: the server prices it at a batch of 65,536
+            return Case(e_upload, h.batch_bomb(), "upload: ConstantOfShape [batch, 65536]")  # and never runs it
         if kind == "shape bomb":
             d = r.choice([30, 40])
             return Case(e_upload, h.shape_bomb(doublings=d), f"upload: a shape doubled {d} times", True)
