@@ -6,16 +6,20 @@ from types import SimpleNamespace
 import pytest
 import streamlit as st
 
+from lab.jobs.access import NO_ADDRESS, UNDECLARED_PROXY
 from ui.identity import client
 
 
-@pytest.mark.parametrize("ip,headers,want", [
-    ("10.0.0.5", {"X-Forwarded-For": "1.2.3.4"}, "10.0.0.5"),  # a browser on the network: its own address
-    (None, {}, None),  # a browser on this machine is not bounded
-    (None, {"X-Forwarded-For": "6.6.6.6, 10.0.0.7"}, "10.0.0.7"),  # behind a proxy here: the address it added last
-    (None, {"X-Forwarded-For": " "}, None),
+@pytest.mark.parametrize("ip,headers,proxy,want", [
+    ("10.0.0.5", {"X-Forwarded-For": "1.2.3.4"}, "", "10.0.0.5"),  # a browser on the network: its own address
+    (None, {}, "", None),  # a browser on this machine is not bounded
+    (None, {"X-Forwarded-For": "6.6.6.6, 10.0.0.7"}, "1", "10.0.0.7"),  # behind a declared proxy: its last entry
+    (None, {"X-Forwarded-For": "6.6.6.6, 10.0.0.7"}, "", UNDECLARED_PROXY),  # nobody declared it: one address
+    (None, {"X-Forwarded-For": " "}, "1", NO_ADDRESS),
 ])
-def test_the_client_is_the_connections_address_or_the_one_a_proxy_here_added(monkeypatch, ip, headers, want):
+def test_the_client_is_the_connections_address_or_the_one_a_declared_proxy_added(monkeypatch, ip, headers, proxy,
+                                                                                  want):
+    monkeypatch.setenv("LAB_PROXY", proxy)
     monkeypatch.setattr(st, "context", SimpleNamespace(ip_address=ip, headers=headers))
     assert client() == want
 

@@ -101,6 +101,7 @@ def test_a_lab_error_cuts_its_own_message():
 
 @given(st.recursive(st.one_of(st.integers(), st.text(), st.floats(), st.booleans(), st.none()),
                     lambda inner: st.one_of(st.lists(inner), st.dictionaries(st.text(), inner)), max_leaves=50))
+@SETTINGS
 def test_shown_is_short_for_any_value(value):
     assert len(shown(value)) <= 80
     assert len(shown(value, 20)) <= 20
