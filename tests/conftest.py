@@ -261,10 +261,12 @@ def browser():
         pytest.fail(f"no Chromium at {CHROMIUM}: install it (apt-get install -y chromium) or set LAB_CHROMIUM")
     from playwright.sync_api import sync_playwright
 
-    with sync_playwright() as p:
-        b = p.chromium.launch(executable_path=CHROMIUM, args=BROWSER_ARGS)
-        yield b
-        b.close()
+    # The driver is started, not entered: its stop at the end of a busy run once hung for the whole 300 s of the
+    # last test's time. It ends with this process (it exits when its pipe closes).
+    p = sync_playwright().start()
+    b = p.chromium.launch(executable_path=CHROMIUM, args=BROWSER_ARGS)
+    yield b
+    b.close()
 
 
 def settle(page, timeout_ms: int = WAIT_MS) -> None:
