@@ -340,7 +340,7 @@ def test_calibration_processes_are_pinned_as_the_job_manager_pins_ranks(monkeypa
     root = str(ROOT)
     for rank, flag, want in ((1, "1", [cases.rank_cpu(1)]), (2, "1", [cases.rank_cpu(2)]), (1, "0", allowed)):
         out = subprocess.run([sys.executable, "-c", code.format(rank)], cwd=root, capture_output=True, text=True,
-                             env={**os.environ, "LAB_CALIBRATION_PIN": flag}, timeout=60, check=True).stdout
+                             env={**os.environ, "LAB_CALIBRATION_PIN": flag}, timeout=180, check=True).stdout
         assert out.strip() == str(want)
 
 
