@@ -66,6 +66,14 @@ class OnnxModel:
         return f"{self.filename} (ONNX, {self.operators} operators)"
 
 
+def _converts(get_converter, op_type: str, version: int, domain: str) -> bool:
+    try:
+        get_converter(op_type, version, domain)
+    except NotImplementedError:
+        return False
+    return True
+
+
 def _refuse(filename: str, why: str) -> LabError:
     return LabError(f"{shown(filename, 60)}: {why}", where=WHERE)
 
@@ -151,15 +159,20 @@ def read(data: bytes, filename: str = "model.onnx"):
                                 "number of classes, at least 1")
     _, get_converter = _onnx2torch()
     versions = {o.domain or "": o.version for o in model.opset_import}
-    missing = []
+    missing, older = [], []
     for n in g.node:
-        try:
-            get_converter(n.op_type, versions.get(n.domain or "", 1), n.domain or "")
-        except NotImplementedError:
+        version = versions.get(n.domain or "", 1)
+        if not _converts(get_converter, n.op_type, version, n.domain or ""):
             missing.append(f"{n.op_type} (opset {versions.get(n.domain or '', '?')})")
+            older.append(next((v for v in range(version - 1, 0, -1)
+                               if _converts(get_converter, n.op_type, v, n.domain or "")), None))
     if missing:
+        hint = ""
+        if None not in older:  # each of them converts at an older opset: say which export loads
+            hint = (f"; the converter reads them at opset {min(older)}: export again with "
+                    f"torch.onnx.export(..., opset_version={min(older)})")
         raise _refuse(filename, "uses operators the converter cannot turn into torch: "
-                                f"{', '.join(sorted(set(missing))[:8])}")
+                                f"{', '.join(sorted(set(missing))[:8])}{hint}")
     digest = hashlib.sha256(bytes(data)).hexdigest()
     price = _priced(model, filename, int(out[1]), digest)
     info = OnnxModel(name=f"onnx-{digest[:12]}", filename=filename, sample_shape=tuple(int(d) for d in sample),
@@ -338,11 +351,15 @@ def convert(model, info: OnnxModel) -> nn.Module:
     try:
         gm = onnx2torch.convert(model)
     except NotImplementedError as exc:
+        hint = ""
+        if "mean/var output" in str(exc):  # an export for training writes batch norm's statistics as outputs
+            hint = "; export the network in evaluation mode (model.eval() before torch.onnx.export)"
         raise _refuse(info.filename, f"uses an operator the converter cannot turn into torch: "
-                                     f"{shown(str(exc), 160)}") from None
+                                     f"{shown(str(exc), 160)}{hint}") from None
     except Exception as exc:  # noqa: BLE001 - the converter raises many kinds on odd files
         raise _refuse(info.filename, f"could not be converted to torch ({type(exc).__name__}: "
                                      f"{shown(str(exc), 160)})") from None
+    _read_stored_tensors_directly(gm)
     held = getattr(gm, "initializers", None)
     if isinstance(held, nn.Module):
         # batch norm's running statistics stay what they are: statistics, not weights
@@ -355,17 +372,27 @@ def convert(model, info: OnnxModel) -> nn.Module:
     return gm
 
 
+def _read_stored_tensors_directly(gm) -> None:
+    """An ONNX Identity of a stored tensor (the exporter writes one before each batch norm's statistics when it
+    does not fold constants) is read as the stored tensor itself. The converter's identity is a copy: through it,
+    batch norm would update a copy of its running statistics and never the model's, and a placement run that
+    put the identity on another device would send the statistics as an activation that takes a gradient."""
+    changed = False
+    for n in list(gm.graph.nodes):
+        if (n.op == "call_module" and type(gm.get_submodule(str(n.target))).__name__ == "OnnxCopyIdentity"
+                and len(n.args) == 1 and isinstance(n.args[0], torch.fx.Node) and n.args[0].op == "get_attr"):
+            n.replace_all_uses_with(n.args[0])
+            gm.graph.erase_node(n)
+            changed = True
+    if changed:
+        gm.delete_all_unused_submodules()
+        gm.recompile()
+
+
 def _feeds_statistics(gm, node) -> bool:
-    """Whether ``node`` reaches a batch norm's running mean or variance (through identities)."""
-    for u in node.users:
-        if u.op != "call_module":
-            continue
-        kind = type(gm.get_submodule(str(u.target))).__name__
-        if kind == "OnnxBatchNorm" and node in u.args and u.args.index(node) >= 3:
-            return True
-        if kind == "OnnxCopyIdentity" and _feeds_statistics(gm, u):
-            return True
-    return False
+    """Whether ``node`` is a batch norm's running mean or variance."""
+    return any(u.op == "call_module" and type(gm.get_submodule(str(u.target))).__name__ == "OnnxBatchNorm"
+               and node in u.args[3:] for u in node.users)
 
 
 def feed(shape: tuple[int, ...], in_features: int) -> tuple[str, str]:

@@ -379,3 +379,43 @@ def test_the_server_runs_an_uploaded_network_on_two_samples_at_most_whatever_the
     assert block.out_shape == (65536, 65536) and block.out_bytes == 65536 * 65536 * 4  # drawn, never made
     assert big.flops_by_class()["matmul"] == 65536 / 8 * small.flops_by_class()["matmul"] == 65536 * 2 * 64 * 10
     assert net.training  # its modes are as they were
+
+
+def test_a_reviewers_network_keeps_batch_norm_statistics_as_statistics():
+    # exported without constant folding: the statistics reach batch norm through ONNX Identity nodes
+    from tests.scenario.reviewer_net import exported as reviewer
+
+    m, blob = reviewer()
+    assert "Identity" in {n.op_type for n in onnx.ModelProto.FromString(blob).graph.node}
+    info = om.keep(blob, "reviewer.onnx")
+    net = build_model(info.name, 64, 10)
+    assert sum(p.numel() for p in net.parameters()) == sum(p.numel() for p in m.parameters())
+    stats = sorted(b.numel() for b in net.buffers() if b.is_floating_point() and b.numel() > 1)
+    assert stats == sorted(b.numel() for n, b in m.named_buffers() if "running" in n)
+    x = torch.rand(6, 64)
+    m.train()
+    net.train()
+    assert torch.allclose(net(x), m(x.view(6, 1, 8, 8)), atol=1e-5)  # batch statistics in training
+    m.eval()
+    net.eval()
+    x = torch.rand(6, 64)  # in evaluation, each reads its running statistics: both moved the same way
+    assert torch.allclose(net(x), m(x.view(6, 1, 8, 8)), atol=1e-5)
+    # the training forward moved the running statistics, the converted network's as torch's own
+    theirs = sorted(float(b.sum()) for n, b in m.named_buffers() if "running" in n)
+    mine = sorted(float(b.sum()) for b in net.buffers() if b.is_floating_point() and b.numel() > 1)
+    assert mine == pytest.approx(theirs, abs=1e-5) and theirs != pytest.approx(sorted([0.0] * 3 + [8.0] * 3))
+
+
+def test_a_file_for_training_or_at_a_newer_opset_is_told_which_export_loads():
+    from tests.scenario.reviewer_net import exported as reviewer
+
+    with pytest.raises(LabError, match=r"model\.eval\(\) before torch\.onnx\.export"):
+        om.keep(reviewer(training=True)[1], "for-training.onnx")
+    w = helper.make_tensor("w", TensorProto.FLOAT, [64, 10], [0.01] * 640)
+    newer = graph([helper.make_node("Identity", ["x"], ["h"]), helper.make_node("MatMul", ["h", "w"], ["y"])],
+                  [io_("x", ["n", 64])], [io_("y", ["n", 10])], [w], opset=20)
+    with pytest.raises(LabError, match=r"Identity \(opset 20\); the converter reads them at opset 18: export "
+                                       r"again with torch\.onnx\.export\(\.\.\., opset_version=18\)"):
+        om.keep(newer, "opset20.onnx")
+    om.keep(graph([helper.make_node("Identity", ["x"], ["h"]), helper.make_node("MatMul", ["h", "w"], ["y"])],
+                  [io_("x", ["n", 64])], [io_("y", ["n", 10])], [w], opset=18), "opset18.onnx")  # as it says

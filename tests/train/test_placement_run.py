@@ -215,3 +215,19 @@ def test_a_run_that_moves_operators_between_rounds_computes_what_one_process_com
             seen.add(name)
             assert torch.allclose(values, ref["params"][name], atol=1e-9, rtol=0)
     assert seen == set(ref["params"])
+
+
+@pytest.mark.parametrize("cut", [chain, interleaved])
+def test_a_reviewers_network_with_batch_norm_cut_anywhere_computes_what_one_process_computes(cut, tmp_path,
+                                                                                          monkeypatch):
+    # batch norm reads its statistics through the export's Identity nodes; the interleaved cut puts nearly
+    # every operator on the other device from its neighbours
+    from lab.scenario import onnx_models
+    from tests.scenario.reviewer_net import exported
+
+    monkeypatch.setenv("LAB_DATA", str(tmp_path / "data"))
+    name = onnx_models.keep(exported()[1], "reviewer.onnx").name
+    sc = scenario(name, cut(name, ["edge0", "edge1"]), emulate=False)
+    outs = run(sc, tmp_path, steps=3)
+    assert len(outs) == 2
+    check_against_reference(sc, outs, 1e-9, steps=3)

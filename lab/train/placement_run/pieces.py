@@ -132,7 +132,9 @@ def pieces(model: torch.nn.Module, plan: StagePlan) -> tuple[list[Piece], tuple[
     index: dict[str, int] = {}
     devs: list[str] = []
     for n in gm.graph.nodes:
-        if n.name in dev:
+        # split_module gives a stored tensor (get_attr) no part of its own: it reaches its readers' pieces, so
+        # it must not open a piece here either (an uploaded network reads each weight this way)
+        if n.name in dev and n.op != "get_attr":
             if not devs or dev[n.name] != devs[-1]:
                 devs.append(dev[n.name])
             index[n.name] = len(devs) - 1
