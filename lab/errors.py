@@ -19,3 +19,11 @@ class LabError(ValueError):
         if len(text) > MAX_MESSAGE:
             text = text[:MAX_MESSAGE - 1] + "…"
         super().__init__(text)
+
+
+def first_line(text: str, limit: int = 300) -> str:
+    """The first line of an error's text, its spaces collapsed and cut at ``limit``: a library's message runs on
+    with its own traces and links, and its first line says what went wrong."""
+    line = next((ln for ln in str(text).splitlines() if ln.strip()), "")
+    line = " ".join(line.split())
+    return line if len(line) <= limit else line[:limit - 1] + "…"

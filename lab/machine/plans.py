@@ -39,7 +39,7 @@ import torch
 from scipy.stats import kendalltau
 
 from lab import settings
-from lab.errors import LabError
+from lab.errors import LabError, first_line
 from lab.machine.profile import ExecutorFit, MachineProfile, op_features
 from lab.machine.replay import replay_error
 from lab.modelled.opgraph import trace
@@ -237,7 +237,8 @@ def plan_outcome(store: Any, run_id: str, profile: MachineProfile | None) -> dic
             replayed, replay_rows = sched.makespan, sched.rows
         except LabError as exc:
             note = (note + " " if note else "") + f"no replay: {exc}"
-    return {"run_id": run_id, "status": run["status"], "strategy": tr.strategy, "model": tr.model,
+    failure = first_line(run.get("error") or "") if run["status"] in ("failed", "interrupted", "stopped") else ""
+    return {"run_id": run_id, "status": run["status"], "failure": failure, "strategy": tr.strategy, "model": tr.model,
             "emulated": bool(tr.emulate), "devices": info.get("devices") or sorted({d for _, d in tr.placement}),
             "micro_batches": tr.micro_batches, "measured_step": median, "steps_measured": len(steps),
             "modelled_step": modelled, "error": (median / modelled - 1.0) if (modelled and math.isfinite(median)

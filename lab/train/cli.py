@@ -20,7 +20,7 @@ import json
 import os
 import sys
 
-from lab.errors import LabError
+from lab.errors import LabError, first_line
 from lab.scenario.document import (
     MAX_SCENARIO_BYTES,
     TRAINING_FIELDS,
@@ -173,7 +173,7 @@ def main(argv: list[str] | None = None) -> int:
     except LabError as exc:
         return refuse(exc)
     if res.status != "done":
-        print(f"lab.train: run {res.run_id} {res.status}" + (f": {res.error}" if res.error else ""),
+        print(f"lab.train: run {res.run_id} {res.status}" + (f": {first_line(res.error)}" if res.error else ""),
               file=sys.stderr)
     if not args.quiet:
         print(f"run {res.run_id} test_accuracy {res.test_accuracy:.6f}", flush=True)

@@ -14,7 +14,7 @@ import torch
 import torch.distributed as dist
 
 from lab import settings
-from lab.errors import LabError
+from lab.errors import LabError, first_line
 from lab.scenario.document import Scenario
 from lab.store.runs import RunStore
 from lab.train import resilience as rz
@@ -44,7 +44,7 @@ def _die_with_parent() -> None:
 
 
 def _report_error(exc: BaseException, rank: int, step: int, run_id: str | None, store: RunStore | None) -> None:
-    summary = f"worker {rank} failed at step {step}: {type(exc).__name__}: {exc}"
+    summary = f"worker {rank} failed at step {step}: {type(exc).__name__}: {first_line(str(exc))}"
     if isinstance(exc, LabError):
         summary = f"worker {rank} stopped at step {step}: {exc}"
     tb = traceback.format_exc()

@@ -274,3 +274,25 @@ def test_an_uploaded_network_joins_the_model_box_once_and_a_broken_file_says_why
     unheld = "onnx-0123456789ab"
     assert unheld in upload.options(unheld) and "does not hold" in upload.label(unheld)
     assert unheld not in upload.options() and upload.control_options("pl_batch") == {}
+
+
+def test_a_failed_run_says_its_reason_in_one_line(tmp_path, monkeypatch):
+    from lab.scenario.document import default_scenario
+    from lab.store.runs import RunStore
+
+    monkeypatch.setenv("LAB_DATA", str(tmp_path))
+    store = RunStore(tmp_path / "runs.db")
+    sc = default_scenario()
+    sc = sc.replace(training=sc.training.replace(parallel="placement"))
+    rid = store.create_run(sc, status="running")
+    # what a rank records of a library's error: its first line (torch.fx's trace and links follow it)
+    store.set_status(rid, "failed", error="worker 1 failed at step 1: RuntimeError: The function 'native_batch_norm' "
+                                          "is not differentiable\n\nWhile executing %bn\nUse tlparse to see")
+    sections = pv.PlanRuns(store, (rid,), "me", None).drawn(rid)
+    run = dict(sections[0].metrics)["Run"]
+    notice = sections[-1].notices[0].text
+    for text in (run, notice):
+        assert "failed" in text and "native_batch_norm' is not differentiable" in text, text
+        assert "\n" not in text and "tlparse" not in text and "While executing" not in text
+    queued = store.create_run(sc, status="queued")
+    assert pv.PlanRuns(store, (queued,), "me", None).drawn(queued)[-1].notices[0].text.endswith("when it ends.")

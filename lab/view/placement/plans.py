@@ -178,7 +178,8 @@ def outcome_metrics(out: Mapping) -> list[tuple[str, str]]:
             ("Step, modelled", milliseconds(out["modelled_step"])),
             ("Error (measured / modelled − 1)", "—" if not math.isfinite(err) else f"{err:+.0%}"),
             ("Replay error (drawn step)", "—" if not math.isfinite(rerr) else f"{rerr:+.0%}"),
-            ("Run", f"{out['status']}, {out['steps_measured']} steps measured (the first 2 are warm-up)")]
+            ("Run", f"{out['status']}, {out['steps_measured']} steps measured (the first 2 are warm-up)"
+                    + (f": {out['failure']}" if out.get("failure") else ""))]
 
 
 def measured_badge(out: Mapping) -> str:
@@ -206,8 +207,10 @@ def gantt_caption(out: Mapping) -> str:
 
 
 def waiting_line(out: Mapping) -> str:
-    return (f"The run is {out['status']}; its recorded steps appear here when it ends." if out["status"] in
-            ("queued", "running") else f"The run is {out['status']} and recorded no step.")
+    if out["status"] in ("queued", "running"):
+        return f"The run is {out['status']}; its recorded steps appear here when it ends."
+    why = out.get("failure") or ""
+    return f"The run is {out['status']} and recorded no step" + (f": {why}" if why else ".")
 
 
 def ranking_line(tau: float, n: int) -> str:
