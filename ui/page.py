@@ -38,7 +38,10 @@ def view_link_params(sc: Scenario) -> dict[str, str]:
 
 _SESSION_OPENED = "_session_opened"
 _SAVED = "_view_saved"
-_CLASS_LESSON_OPENED = "_class_lesson_opened"
+_HAND_OUT_SEEN = "_hand_out_seen"
+#: How often a seated student's page checks whether the teacher handed out or released a lesson (one read of
+#: the class row: thirty students make six reads a second).
+HAND_OUT_CHECK_S = 5.0
 
 
 def _restore_saved_view() -> None:
@@ -71,12 +74,39 @@ def _save_view(sc: Scenario) -> None:
 
 
 def _open_class_lesson() -> None:
-    """A lesson the teacher handed out opens once per session, on its page with its scenario and view."""
+    """A lesson the teacher handed out opens once per hand-out for each student, on its page with its scenario and
+    view; a reload, a new tab or an address after that keeps the student's own view of it."""
     lesson = class_lesson()
-    if lesson is None or st.session_state.get(_CLASS_LESSON_OPENED) == lesson.id:
+    if lesson is None:
         return
-    st.session_state[_CLASS_LESSON_OPENED] = lesson.id
-    st.switch_page(lesson.page, query_params=open_lesson(lesson))
+    from lab.store.runs import store
+
+    if store().open_hand_out(owner()):
+        st.switch_page(lesson.page, query_params=open_lesson(lesson))
+
+
+def _watch_hand_outs() -> None:
+    """A seated student's open page takes a lesson handed out or released without a click: a check of the class
+    every few seconds, which reruns the page when the hand-out changed."""
+    from lab.store.runs import store
+
+    if store().seat(owner()) is None:
+        return
+
+    def handed() -> tuple | None:
+        state = store().class_state()
+        return None if state is None else (state.lesson, state.handed)
+
+    st.session_state[_HAND_OUT_SEEN] = handed()  # what this run of the page shows
+
+    @st.fragment(run_every=HAND_OUT_CHECK_S)
+    def check() -> None:
+        now = handed()
+        if now != st.session_state.get(_HAND_OUT_SEEN):
+            st.session_state[_HAND_OUT_SEEN] = now
+            st.rerun(scope="app")
+
+    check()
 
 
 def scenario_sidebar() -> Scenario:
@@ -104,6 +134,7 @@ def scenario_sidebar() -> Scenario:
                      help="The address bar then opens this page with this scenario and these controls"):
             st.query_params.from_dict(view_link_params(sc))
         lesson_toggle()
+        _watch_hand_outs()
     for notice in st.session_state.pop(VIEW_NOTICES, []):
         st.info("From the link: " + plain(notice) + ".", icon=":material/info:")
     lesson_panel(Path(sys._getframe(1).f_code.co_filename).stem)  # the calling page's file

@@ -22,11 +22,13 @@ MAX_VIEW_CHARS = 40_000
 
 @dataclass(frozen=True)
 class ClassState:
-    """The open class: its join code, the lesson handed out (None: none), when it opened."""
+    """The open class: its join code, the lesson handed out (None: none), when it opened, and when the lesson was
+    handed out (a lesson handed out again is a new hand-out: it opens again for every student)."""
 
     code: str
     lesson: str | None
     opened: float
+    handed: float | None = None
 
 
 def new_code() -> str:
@@ -42,7 +44,7 @@ class ClassBook:
         with self._write() as c:
             c.execute("DELETE FROM seats")
             c.execute("DELETE FROM removed")
-            c.execute("INSERT OR REPLACE INTO classroom (id, code, lesson, opened) VALUES (1, ?, NULL, ?)",
+            c.execute("INSERT OR REPLACE INTO classroom (id, code, lesson, opened, handed) VALUES (1, ?, NULL, ?, NULL)",
                       (new_code(), time.time()))
         return self.class_state()
 
@@ -63,14 +65,29 @@ class ClassBook:
         return owners
 
     def class_state(self) -> ClassState | None:
-        row = self._conn().execute("SELECT code, lesson, opened FROM classroom WHERE id=1").fetchone()
-        return None if row is None else ClassState(row["code"], row["lesson"], row["opened"])
+        row = self._conn().execute("SELECT code, lesson, opened, handed FROM classroom WHERE id=1").fetchone()
+        return None if row is None else ClassState(row["code"], row["lesson"], row["opened"], row["handed"])
 
     def set_class_lesson(self, lesson: str | None) -> None:
         """Hand a lesson out to the class (None: release it)."""
         with self._write() as c:
-            if c.execute("UPDATE classroom SET lesson=? WHERE id=1", (lesson,)).rowcount == 0:
+            if c.execute("UPDATE classroom SET lesson=?, handed=? WHERE id=1",
+                         (lesson, None if lesson is None else time.time())).rowcount == 0:
                 raise LabError("no class is open", where="class")
+
+    def open_hand_out(self, owner: str | None) -> bool:
+        """Whether ``owner`` (a seated student) is to be taken to the lesson handed out now: True once per hand-out,
+        whatever their sessions, tabs and reloads, so a reload keeps the view they made of it since."""
+        if not owner:
+            return False
+        with self._write() as c:
+            # a lesson handed out by an older lab has no time: it counts as one hand-out at time 0
+            row = c.execute("SELECT IFNULL(handed, 0) AS handed FROM classroom WHERE id=1 AND lesson IS NOT NULL"
+                            ).fetchone()
+            if row is None:
+                return False
+            return c.execute("UPDATE seats SET opened=? WHERE owner=? AND IFNULL(opened, -1) != ?",
+                             (row["handed"], str(owner), row["handed"])).rowcount > 0
 
     # ----- seats -------------------------------------------------------------------------------
     def join_class(self, owner: str, code, name) -> str:
@@ -95,8 +112,9 @@ class ClassBook:
                                    "add your second name or an initial", where="class")
             if len(others) >= MAX_SEATS:
                 raise LabError(f"the class is full ({MAX_SEATS} seats)", where="class")
-            c.execute("INSERT OR REPLACE INTO seats (owner, name, joined) VALUES (?, ?, ?)",
-                      (str(owner), name, time.time()))
+            # joining again renames the seat and keeps which hand-out the student has opened
+            c.execute("INSERT INTO seats (owner, name, joined) VALUES (?, ?, ?) ON CONFLICT (owner) DO UPDATE "
+                      "SET name=excluded.name, joined=excluded.joined", (str(owner), name, time.time()))
         return name
 
     def seat(self, owner: str | None) -> str | None:

@@ -25,7 +25,8 @@ METRIC_COLUMNS = ("loss", "test_acc", "bytes_sent", "bytes_recv", "t_compute", "
                   "t_idle", "t_emul_compute", "t_emul_comm", "samples_per_s", "wall")
 LAUNCHER_FIELDS = ("pid", "pgid", "created", "host", "boot", "scratch")
 # Columns added after a store was first written: added to an older file when it is opened.
-_ADDED_COLUMNS = {"launchers": {"pgid": "INTEGER", "created": "REAL"}, "plan_events": {"called": "REAL"}}
+_ADDED_COLUMNS = {"launchers": {"pgid": "INTEGER", "created": "REAL"}, "plan_events": {"called": "REAL"},
+                  "classroom": {"handed": "REAL"}, "seats": {"opened": "REAL"}}
 RUN_COLUMNS = ("id", "name", "scenario", "status", "created", "start", "end", "error", "pid", "info")
 PLAN_EVENT_COLUMNS = ("device", "kind", "op", "piece", "micro", "start", "end", "src", "dst", "bytes", "wait",
                       "called")
@@ -110,12 +111,14 @@ CREATE TABLE IF NOT EXISTS classroom (
     id INTEGER PRIMARY KEY CHECK (id = 1),
     code TEXT NOT NULL,
     lesson TEXT,
-    opened REAL NOT NULL
+    opened REAL NOT NULL,
+    handed REAL
 );
 CREATE TABLE IF NOT EXISTS seats (
     owner TEXT PRIMARY KEY,
     name TEXT NOT NULL,
-    joined REAL NOT NULL
+    joined REAL NOT NULL,
+    opened REAL
 ) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS removed (
     owner TEXT PRIMARY KEY,

@@ -226,3 +226,38 @@ def test_a_removed_student_stays_out_until_let_back_and_a_new_code_keeps_the_sea
     jm.remove_student("teacher", "bob")
     jm.open_class("teacher")  # a new class: removals are the old class's
     assert jm.store.removed() == {} and jm.join_class("bob", jm.store.class_state().code, "Bob") == "Bob"
+
+
+def test_a_hand_out_opens_once_for_each_student_whatever_their_reloads(jm):
+    store: RunStore = jm.store
+    code = jm.open_class("teacher").code
+    store.join_class("ada", code, "Ada")
+    store.join_class("bob", code, "Bob")
+    assert not store.open_hand_out("ada")  # nothing handed out
+    jm.hand_out("teacher", "ring-allreduce")
+    first = store.class_state().handed
+    assert store.open_hand_out("ada") and not store.open_hand_out("ada")  # a reload keeps Ada's own view
+    store.join_class("ada", code, "Ada L.")  # renaming the seat is not a new hand-out
+    assert not store.open_hand_out("ada")
+    assert store.open_hand_out("bob")  # Bob's first page since is taken to the lesson: his own once
+    assert not store.open_hand_out("cy") and not store.open_hand_out(None)  # no seat: nothing to open
+    jm.hand_out("teacher", "ring-allreduce")  # handed out again: a new hand-out, opened again by each
+    assert store.class_state().handed != first
+    assert store.open_hand_out("ada") and store.open_hand_out("bob")
+    jm.hand_out("teacher", None)
+    assert store.class_state().handed is None and not store.open_hand_out("ada")
+
+
+def test_an_older_store_takes_the_hand_out_columns(tmp_path):
+    import sqlite3
+
+    db = tmp_path / "old.db"
+    with sqlite3.connect(db) as c:  # the class tables as a store written before hand-outs were counted
+        c.executescript("CREATE TABLE classroom (id INTEGER PRIMARY KEY CHECK (id = 1), code TEXT NOT NULL, "
+                        "lesson TEXT, opened REAL NOT NULL); CREATE TABLE seats (owner TEXT PRIMARY KEY, "
+                        "name TEXT NOT NULL, joined REAL NOT NULL) WITHOUT ROWID; "
+                        "INSERT INTO classroom VALUES (1, 'ABCDEF', 'ring-allreduce', 1.0); "
+                        "INSERT INTO seats VALUES ('ada', 'Ada', 2.0);")
+    store = RunStore(db)
+    assert store.class_state().lesson == "ring-allreduce" and store.class_state().handed is None
+    assert store.open_hand_out("ada") and not store.open_hand_out("ada")

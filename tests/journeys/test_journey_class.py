@@ -1,7 +1,8 @@
 """Browser journey of a class, three people in their own browsers: the teacher signs in, opens a class on the Class
 page and reads out its code; two students join with the code and their names; the teacher sees both names (as
-text) and hands out a lesson; a student's lab then opens on it, in lesson mode with no switch to leave it, also
-after a reload; a second private window of a student is a visitor who cannot queue; one person's third window
+text) and hands out a lesson; the students' open pages go to it without a click, in lesson mode with no switch to
+leave it; a student's choice made after it is kept by a reload (the lesson does not open over it), another
+student's view untouched; a second private window of a student is a visitor who cannot queue; one person's third window
 through a proxy from the same address waits its turn to join; the teacher releases the lesson and removes a
 student."""
 
@@ -62,9 +63,26 @@ def test_a_teacher_hands_a_lesson_to_two_students_who_joined_by_code_and_name(br
             settle(teacher)
             lesson = store.class_state().lesson
             assert lesson
+            for pg in (ada, bob):  # the hand-out reaches the students' open pages without a click
+                pg.locator(".st-key-lesson_panel").wait_for(timeout=WAIT_MS)
+            lesson_path = ada.evaluate("window.location.pathname")
+            # Ada changes a choice on another page and reloads: her view stays, the lesson does not open over it
+            nav(ada, "Placement")
+            steps = ada.get_by_role("spinbutton", name="Steps", exact=True)
+            steps.fill("30")
+            steps.press("Enter")
+            settle(ada)
             ada.reload()
             settle(ada)
-            ada.locator(".st-key-lesson_panel").wait_for(timeout=WAIT_MS)
+            steps.wait_for(timeout=WAIT_MS)
+            assert ada.evaluate("window.location.pathname").endswith("/placement")
+            assert steps.input_value() == "30"
+            bob.reload()  # Bob's own view: still the lesson's page, and his Placement steps untouched by Ada's
+            settle(bob)
+            bob.locator(".st-key-lesson_panel").wait_for(timeout=WAIT_MS)
+            assert bob.evaluate("window.location.pathname") == lesson_path
+            nav(bob, "Placement")
+            assert bob.get_by_role("spinbutton", name="Steps", exact=True).input_value() == "40"
             toggle = ada.locator("[data-testid='stSidebar'] input[type='checkbox']").first
             assert toggle.is_checked() and toggle.is_disabled()  # no switch to leave the teacher's lesson
             assert ada.get_by_role("button", name="End the lesson").count() == 0
