@@ -38,9 +38,9 @@ target = ui.control(st, "cmp_target")
 active, _ = view.waiting(chosen)
 
 
-@st.fragment(run_every=3.0 if active else None)
+@ui.live("compare", 3.0, active)
 def comparison_view() -> None:
-    """The comparison; while chosen runs are queued or running it refreshes itself every 3 s."""
+    """The comparison; while chosen runs are queued or running it refreshes itself (every 3 s, longer when slow)."""
     if active:
         live, notice = view.waiting(chosen)
         ui.show_all(notice)

@@ -52,7 +52,7 @@ grid_ids = st.session_state.get("cp_grid_runs", [])
 polling = view.grid_active(grid_ids)
 
 
-@st.fragment(run_every=2.0 if polling else None)
+@ui.live("compression_grid", 2.0, polling)
 def grid_view() -> None:
     with ui.guarded("the grid's results"):
         sections, active = view.grid(grid_ids, sc.training.emulate)

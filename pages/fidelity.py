@@ -38,7 +38,7 @@ if (now or wait) and not busy:
         busy = True
 
 
-@st.fragment(run_every=2.0 if busy else None)
+@ui.live("calibration", 2.0, busy)
 def calibration_progress() -> None:
     p = view.calibration_progress()
     draw(p)
@@ -72,7 +72,7 @@ if b1.button("Run the preset batch", key="fid_batch", icon=":material/play_arrow
         holder["batch"] = batch = view.start_batch(jm, prof, steps, owner)
 
 
-@st.fragment(run_every=3.0 if batch is not None and batch.running() else None)
+@ui.live("fidelity_batch", 3.0, batch is not None and batch.running())
 def batch_progress() -> None:
     draw(view.batch_progress(holder["batch"]))
 

@@ -58,7 +58,7 @@ everyone = teacher or ui.control(st, "jobs_class")
 polling = desk.polling(everyone)
 
 
-@st.fragment(run_every=1.0 if polling else None)
+@ui.live("jobs", 1.0, polling)
 def live() -> None:
     with ui.guarded("the job list"):
         board = desk.board(everyone)

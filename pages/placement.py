@@ -77,7 +77,7 @@ if pv.placeable and q2.button("Run every strategy", key="pl_run_all", icon=":mat
 plan_runs = view.PlanRuns(view.run_store(), ui.view_value("pl_runs"), owner, pv.figures)
 
 
-@st.fragment(run_every=1.0 if plan_runs.active else None)
+@ui.live("plan_runs", 1.0, plan_runs.active)
 def show_plan_runs() -> None:
     with ui.guarded("the placement runs"):
         ui.show_all(plan_runs.ranking())
@@ -112,7 +112,7 @@ if pv.placeable and bal["pl_bal_mode"] == "model":
         submit("starting the balancing runs", lambda: pv.balance_items(run | bal), "balance", "pl_bal_runs")
     balance_runs = view.BalanceRuns(view.run_store(), ui.view_value("pl_bal_runs"), pv.balance_results)
 
-    @st.fragment(run_every=1.0 if balance_runs.active else None)
+    @ui.live("balance_runs", 1.0, balance_runs.active)
     def show_balance_runs() -> None:
         with ui.guarded("the balancing runs"):
             ui.show_all(balance_runs.sections(ui.plain, ui.badge))

@@ -53,7 +53,7 @@ if b2.button("Compare optimisers × compression", key="train_compare", icon=":ma
 polling = view.polling(runs_store, owner, ui.submit_book().pending(owner))
 
 
-@st.fragment(run_every=1.0 if polling else None)
+@ui.live("training", 1.0, polling)
 def live() -> None:
     with ui.guarded("the live view"):  # inside: the fragment also reruns on its own
         live_view()

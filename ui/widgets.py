@@ -19,6 +19,11 @@ from ui.text import plain
 _FROM_SESSION = object()  # a view control's value: the view seeded the session, so the widget is given none
 
 
+def _named(fmt, value) -> str:
+    name = fmt(value)
+    return str(value) if name is None else str(name)
+
+
 def _widget(where, spec: Setting, key: str, value=_FROM_SESSION, format_func=None, *, options=None, hi=None,
             label: str | None = None, **kw):
     """The widget of one field in ``where`` (a column, the sidebar, ``st``): its label, bounds, choices,
@@ -43,7 +48,14 @@ def _widget(where, spec: Setting, key: str, value=_FROM_SESSION, format_func=Non
     choices = spec.choices if options is None else tuple(options)
     if choices is not None:
         options = list(choices)
+        named = fmt
+        fmt = lambda v: _named(named, v)  # noqa: E731 - a label is text even for a value the names lack
         if spec.type is tuple:
+            held = st.session_state.get(key)
+            if isinstance(held, (list, tuple)) and any(v not in options for v in held):
+                # a value no longer (or not yet) among the options (a run deleted, or not stored yet) is dropped:
+                # the widget takes only its options
+                st.session_state[key] = [v for v in held if v in options]
             return where.multiselect(label, options, key=key, format_func=fmt, **kw)
         if spec.widget == "select_slider":
             return where.select_slider(label, options, key=key, format_func=fmt, **kw)

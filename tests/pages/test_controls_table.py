@@ -96,3 +96,23 @@ def test_a_value_a_control_would_refuse_is_brought_into_its_bounds_before_the_bo
     at.run()
     assert not at.exception, [e.value for e in at.exception]
     assert at.session_state["shown"] == (V.VIEW["jobs_max_s"].spec.max, 1, V.VIEW["jobs_max_procs"].spec.min, "x", "a")
+
+
+def test_a_chosen_run_that_is_not_among_the_options_is_dropped_and_every_label_is_text(spawns):
+    """The Runs box with a chosen run the list does not hold (deleted, or queued and not stored yet), and a name
+    function that knows only some runs: the box draws, without that run, and names the others."""
+    from streamlit.testing.v1 import AppTest
+
+    def script():
+        import streamlit as st
+
+        import ui
+
+        st.session_state["shown"] = ui.control(st, "cmp_runs", options=["r1", "r2"], format_func={"r1": "one"}.get)
+
+    at = AppTest.from_function(script, default_timeout=30)
+    at.session_state["cmp_runs"] = ["r2", "not-stored-yet", "r1"]
+    at.run()
+    assert not at.exception, [e.value for e in at.exception]
+    assert at.session_state["shown"] == ["r2", "r1"]
+    assert at.multiselect(key="cmp_runs").options == ["one", "r2"]
