@@ -30,7 +30,12 @@ with st.expander("Bring your own network (an ONNX file)", icon=":material/upload
     if name := view.upload.take(st.session_state, ui.control(st, "pl_upload", type=["onnx"])):
         ui.set_view("pl_model", name)
     ui.show_all(view.upload.notes(st.session_state))
-v = controls(st.columns([3, 2, 4]), view.PLAN_CONTROLS) | controls([st], ("pl_cost",))
+costs, switch, cost_note = view.cost_choice(ui.view_value("pl_cost"))
+if switch:
+    ui.set_view("pl_cost", switch)
+v = controls(st.columns([3, 2, 4]), view.PLAN_CONTROLS) | {"pl_cost": ui.control(st, "pl_cost", options=costs)}
+if cost_note:
+    ui.show(cost_note)
 ui.show(view.topology(sc.topology))
 pv = None
 with ui.guarded("the placement"):

@@ -53,6 +53,9 @@ def route_through_app() -> None:
         st.rerun()
 
 
+_SCENARIO_SEEN = "_scenario_seen"
+
+
 def sync_view(sc: Scenario) -> None:
     """Keep every control of every page set while its page is not shown.
 
@@ -76,6 +79,10 @@ def sync_view(sc: Scenario) -> None:
     for key, value in {**viewstate.defaults(sc), **shadow}.items():
         if key not in ss:
             ss[key] = list(value) if isinstance(value, tuple) else value
+    # a control that follows the scenario (Placement's model) takes what the scenario changed to on any page
+    for key, value in viewstate.followed(ss.get(_SCENARIO_SEEN, {}), sc).items():
+        ss[key] = shadow[key] = value
+    ss[_SCENARIO_SEEN] = viewstate.from_scenario(sc)
 
 
 def remember(key: str, value) -> None:

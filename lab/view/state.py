@@ -129,8 +129,13 @@ VIEW: dict[str, Control] = {
                     transient=True),
     "pl_model": _c("placement", str, "mlp", "Model", ANY_MODEL, family="model", from_scenario=lambda sc: sc.training.model),
     "pl_batch": _c("placement", int, 32, "Batch size (samples)", lo=1, hi=65536, from_scenario=lambda sc: sc.training.batch_size),
-    "pl_strategy": _c("placement", str, "greedy_eft", "Strategy", tuple(STRATEGIES), family="strategy"),
-    "pl_cost": _c("placement", str, "datasheet", "Cost model", COST_MODELS, family="cost_model", widget="radio"),
+    "pl_strategy": _c("placement", str, "greedy_eft", "Strategy", tuple(STRATEGIES), family="strategy",
+                      help=("greedy earliest finish: each operator in turn on the device where it would finish "
+                            "earliest; HEFT (Heterogeneous Earliest Finish Time): the same, the operators with the "
+                            "longest path to the end placed first; the makespan is the step's length")),
+    "pl_cost": _c("placement", str, "datasheet", "Cost model", COST_MODELS, family="cost_model", widget="radio",
+                  help="datasheet: the topology's numbers; calibrated: numbers fitted to timings of this machine "
+                       "(the Fidelity page calibrates it)"),
     "pl_why": _c("placement", str, "", "Operator"),
     # The pin form: the pins themselves are the Scenario's.
     "pl_pin_op": _c("placement", str, "", "Operator to pin", transient=True),
@@ -138,7 +143,9 @@ VIEW: dict[str, Control] = {
     "pl_run_drawn": _c("placement", str, "", "Run drawn"),
     "pl_bal_mode": _c("placement", str, "model", "What is balanced", ("model", "data"), widget="radio",
                       names=(("model", "operators across devices (model parallel)"),
-                             ("data", "batch shares (data parallel)"))),
+                             ("data", "batch shares (data parallel)")),
+                      help="model parallel: each device runs its own operators of the model; data parallel: every "
+                           "device runs the whole model on its share of each batch"),
     "pl_slow_": _c("placement", float, 1.0, "slowdown (×)", lo=0.01, hi=1e6, prefix=True),
     "pl_pick_slow": _c("placement", str, "", "Device to slow down"),
     # The simulated balancing loop's knobs: lesson mode hides them (their values stay in force).
@@ -148,7 +155,9 @@ VIEW: dict[str, Control] = {
     "pl_tol": _c("placement", float, 0.05, "tolerance", lo=0.0, hi=1.0, step=0.01, advanced=True),
     "pl_patience": _c("placement", int, 3, "patience (rounds)", lo=1, hi=100, step=1, advanced=True),
     "pl_rounds": _c("placement", int, 40, "max rounds", lo=1, hi=500, step=1, advanced=True),
-    "pl_micro": _c("placement", int, 4, "Micro-batches", lo=1, hi=64, help="each batch is pipelined in this many parts",
+    "pl_micro": _c("placement", int, 4, "Micro-batches", lo=1, hi=64,
+                   help=("each batch is pipelined in this many parts (micro-batches, run as GPipe does: all forward, "
+                         "then all backward); more parts shrink the bubble, the time stages wait at the start and end"),
                    from_scenario=lambda sc: sc.training.micro_batches),
     "pl_steps": _c("placement", int, 40, "Steps", lo=5, hi=2000),
     "pl_emulate": _c("placement", bool, True, "Emulate the drawn cluster", widget="toggle",
@@ -159,7 +168,7 @@ VIEW: dict[str, Control] = {
     # The plan kept for comparison, as its record's JSON (lab.view.placement.baseline_json), so a link keeps it.
     "pl_baseline": Control("placement", Setting(str, "", max_len=MAX_VIEW_CHARS, label="the plan kept as the baseline")),
     "pl_round_steps": _c("placement", int, 5, "Steps per round", lo=2, hi=1000,
-                         help="the first step of each round is a warm-up"),
+                         help="the first step of each round is a warm-up: it pays one-off costs, so it is not timed"),
     "pl_bal_runs": _c("placement", tuple, (), "balancing runs shown"),
     # ---- All-reduce
     "ar_source": _c("allreduce", str, "topology", "Devices", ("topology", "identical"), widget="radio",
@@ -302,6 +311,17 @@ def linked(key: str) -> Control | None:
 def defaults(scenario: Any = None) -> dict[str, Any]:
     """Every (non-prefix, non-transient) control's default, some taken from ``scenario``."""
     return {k: c.default(scenario) for k, c in VIEW.items() if not c.prefix and not c.transient}
+
+
+def from_scenario(scenario: Any) -> dict[str, Any]:
+    """The controls whose default is the scenario's (a page's model, batch, seed), with the scenario's value."""
+    return {k: c.from_scenario(scenario) for k, c in VIEW.items() if c.from_scenario is not None and not c.prefix}
+
+
+def followed(seen: Mapping[str, Any], scenario: Any) -> dict[str, Any]:
+    """The controls to set because the scenario changed what they follow since ``seen`` (the values the scenario
+    gave them at the session's last run): a model chosen on Training becomes Placement's model too."""
+    return {k: v for k, v in from_scenario(scenario).items() if k in seen and seen[k] != v}
 
 
 def checked(values: Mapping[str, Any]) -> tuple[dict[str, Any], list[str]]:

@@ -3,6 +3,7 @@ buttons' callbacks, values kept across pages, a choice that stays when it cannot
 fast on its model (tests/view/test_view_placement*.py)."""
 
 from lab.machine.calibrate import synthetic_profile
+from lab.view.state import encode
 from tests.conftest import app_test, assert_no_exception
 
 
@@ -101,19 +102,36 @@ def test_controls_keep_their_values_across_pages_and_the_fastest_device_starts_s
     assert at.number_input(key="pl_slow_gpu").value == 3.0
 
 
-def test_the_calibrated_cost_model_without_a_profile_is_a_message_and_the_choice_stays(tmp_path, monkeypatch,
-                                                                                         spawns):
-    monkeypatch.setenv("LAB_DATA", str(tmp_path))
+def test_placement_follows_a_model_chosen_on_training_and_keeps_its_own_choice_otherwise(spawns):
     at = app_test("pages/placement.py")
+    assert at.selectbox(key="pl_model").value == "mlp"
+    at.selectbox(key="pl_model").set_value("transformer").run()  # Placement's own choice
+    at.switch_page("pages/topology.py").run()
+    at.switch_page("pages/placement.py").run()
+    assert at.selectbox(key="pl_model").value == "transformer"  # kept while the scenario's model is unchanged
+    at.switch_page("pages/training.py").run()
+    at.selectbox(key="tr_model").set_value("resnet").run()
+    at.switch_page("pages/placement.py").run()
+    assert_no_exception(at)
+    assert at.selectbox(key="pl_model").value == "resnet"  # the model chosen on Training
+
+
+def test_the_calibrated_cost_model_is_offered_once_the_machine_is_calibrated_and_the_page_stays_whole(
+        tmp_path, monkeypatch, spawns):
+    monkeypatch.setenv("LAB_DATA", str(tmp_path))
+    at = app_test("pages/placement.py", query={"v": encode({"pl_cost": "calibrated"})})
+    assert_no_exception(at)  # a link's calibrated model without a profile: the datasheet one, and why
+    assert len(at.radio(key="pl_cost").options) == 1 and at.radio(key="pl_cost").value == "datasheet"
     assert "Cost model: FLOPs / the device's catalogue throughput" in _captions(at)
-    at.radio(key="pl_cost").set_value("calibrated").run()
-    assert not at.exception  # no profile yet: a message that says how to get one
-    assert any("calibrate the machine on the Fidelity page" in e.value.replace("\\", "") for e in at.error)
-    assert at.radio(key="pl_cost").value == "calibrated"  # the choice stays
+    assert "The calibrated cost model is offered once this machine is calibrated" in _captions(at)
+    assert at.button(key="pl_run").proto.label == "Run this plan"  # the plan and its Run are drawn
     synthetic_profile().save()
     at.run()
+    assert len(at.radio(key="pl_cost").options) == 2
+    at.radio(key="pl_cost").set_value("calibrated").run()
     assert_no_exception(at)
     assert "this machine's calibrated forward + backward cost" in _captions(at)
+    assert "The calibrated cost model is offered once" not in _captions(at)
 
 
 def test_a_cluster_past_a_dozen_devices_sets_one_picked_devices_slowdown_and_lists_the_slowed_ones(spawns):

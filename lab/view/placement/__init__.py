@@ -10,8 +10,8 @@ from lab.view.placement.balance import (
     rounds_caption, run_balancing, slowdown_note
 )
 from lab.view.placement.page import (
-    BALANCE, BALANCE_RUN, PLAN_CONTROLS, RUN, RUN_CONTROLS, Balancing, Builders, PlacementView, fitting_pins,
-    pin_buttons, topology, traced
+    BALANCE, BALANCE_RUN, NOT_CALIBRATED, PLAN_CONTROLS, RUN, RUN_CONTROLS, Balancing, Builders, PlacementView,
+    cost_choice, fitting_pins, pin_buttons, topology, traced
 )
 from lab.view.placement.plans import (
     BASELINE_CAPTION, COMPARISON_COLUMNS, DAG_CAPTION, INTRO, MAX_SHOWN_RUNS, MEMORY_CAPTION, NO_BASELINE, NO_PINS,
@@ -33,8 +33,8 @@ __all__ = [
     "balance_scenario", "balance_summary", "balancing", "data_nodes_line", "default_slowdowns", "measured_plan_step",
     "modelled_rounds_rows", "plan_key", "rounds_caption", "run_balancing", "slowdown_note",
     # the page
-    "BALANCE", "BALANCE_RUN", "PLAN_CONTROLS", "RUN", "RUN_CONTROLS", "Balancing", "Builders", "PlacementView",
-    "fitting_pins", "topology", "traced",
+    "BALANCE", "BALANCE_RUN", "NOT_CALIBRATED", "PLAN_CONTROLS", "RUN", "RUN_CONTROLS", "Balancing", "Builders", "PlacementView",
+    "cost_choice", "fitting_pins", "topology", "traced",
     # a plan and its runs
     "BASELINE_CAPTION", "COMPARISON_COLUMNS", "DAG_CAPTION", "INTRO", "MAX_SHOWN_RUNS", "MEMORY_CAPTION",
     "NO_BASELINE", "NO_PINS", "PINS_LINE", "WHY_CAPTION", "against_baseline", "assignment_caption", "assignment_of",

@@ -58,6 +58,22 @@ def fitting_pins(graph, pins: Mapping[str, str]) -> tuple[dict[str, str], tuple[
     return kept, tuple(notices)
 
 
+NOT_CALIBRATED = ("The calibrated cost model is offered once this machine is calibrated (the Fidelity page, or "
+                  "python -m lab.calibrate): until then the plan is priced from the topology's datasheet numbers.")
+
+
+def cost_choice(current: Any) -> tuple[list[str], str | None, Section | None]:
+    """The cost models the page offers (the calibrated one only with this machine's profile), the one to switch to
+    when ``current`` is not offered (a link's, or one chosen before the profile went), and a caption saying why one
+    is missing."""
+    from lab.scenario.names import COST_MODELS
+
+    profile = load_profile()
+    offered = [m for m in COST_MODELS if m != "calibrated" or profile is not None]
+    note = None if len(offered) == len(COST_MODELS) else Section("pl_cost_missing", caption=NOT_CALIBRATED)
+    return offered, (None if current in offered else offered[0]), note
+
+
 def topology(topo) -> Section:
     """The scenario's topology and its devices with their types, in one caption."""
     return Section("pl_topology", caption="Topology **{name}**: {devices}. Change it on the Topology page.",
