@@ -8,7 +8,7 @@ that differ only in their seed are repeats of one variant.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Iterable, Mapping, Sequence
 
 import numpy as np
@@ -64,6 +64,7 @@ class RunResult:
     seconds_to_target: float
     step_time: float  # s, mean over the steps after the warm-up
     bytes_per_step: float  # sent per worker and step
+    finished: bool = True  # False while the run is queued or running, or when it stopped early: no final accuracy
 
 
 def run_result(run_id: str, job: pd.DataFrame, per_worker: pd.DataFrame, target: float, workers: int,
@@ -246,13 +247,20 @@ def verdict(a: Spread, b: Spread, what: str = "final accuracy", scale: float = 1
             f"and the intervals overlap though the means differ by {diff:.3g} {unit}; {need}")
 
 
+def _final_text(final: Spread, repeats: int) -> str:
+    if not final.n:
+        return "none finished yet"
+    return final.text(100) + (f" ({repeats - final.n} unfinished)" if final.n < repeats else "")
+
+
 def summary_rows(variants: Mapping[str, Sequence[RunResult]], dense_bytes: float | None = None,
                  target: float = 0.9) -> list[dict[str, Any]]:
     """One row per variant: repeats, accuracies, time to the target, step time, bytes per step and
     their ratio to dense, each as mean ± 95 % half-width and range."""
     rows = []
     for label, results in variants.items():
-        final = Spread.of(r.final_acc for r in results)
+        # an unfinished run's last evaluation is not its final accuracy: the final is over the finished runs
+        final = Spread.of(r.final_acc for r in results if r.finished)
         best = Spread.of(r.best_acc for r in results)
         reached = [r for r in results if math.isfinite(r.steps_to_target)]
         steps_to = Spread.of(r.steps_to_target for r in reached)
@@ -262,7 +270,7 @@ def summary_rows(variants: Mapping[str, Sequence[RunResult]], dense_bytes: float
         # The key columns come first, on screen in a narrow window; how many repeats reached the target stands
         # beside the time to it, which is a spread over those repeats only.
         rows.append({
-            "variant": label, "repeats": len(results), "final test accuracy (%)": final.text(100),
+            "variant": label, "repeats": len(results), "final test accuracy (%)": _final_text(final, len(results)),
             f"reached {100 * target:g} %": f"{len(reached)} of {len(results)}",
             f"steps to {100 * target:g} %": steps_to.text() if reached else "not reached",
             f"seconds to {100 * target:g} %": secs_to.text() if reached else "not reached",
@@ -271,7 +279,7 @@ def summary_rows(variants: Mapping[str, Sequence[RunResult]], dense_bytes: float
             "bytes vs dense": (f"{sent.mean / dense_bytes:.3g}×" if dense_bytes and math.isfinite(sent.mean)
                                and dense_bytes > 0 else "—"),
             "_final": final, "_step": step, "_ids": [r.run_id for r in results],
-            "_reached": (f"reached {100 * target:g} % (count)", len(reached)),
+            "_reached": (f"reached {100 * target:g} % (count)", len(reached)), "_finished": final.n,
             "_numbers": {"final test accuracy (%)": (final, 100), "best test accuracy (%)": (best, 100),
                          f"steps to {100 * target:g} %": (steps_to, 1), f"seconds to {100 * target:g} %": (secs_to, 1),
                          "mean step time (ms)": (step, 1e3), "sent per worker and step (kB)": (sent, 1e-3)},
@@ -382,6 +390,7 @@ class Comparison:
             row = {"variant": r["variant"], **{k: v for k, v in (self.settings or {}).get(r["variant"], {}).items()
                                                if k != "seed"}, "repeats": r["repeats"]}
             row[r["_reached"][0]] = r["_reached"][1]  # of the repeats: the times to the target are over these
+            row["finished (count)"] = r["_finished"]  # of the repeats: the final accuracy is over these
             for name, (sp, scale) in r["_numbers"].items():
                 stem, unit = (name.rsplit(" (", 1) + [""])[:2]
                 unit = f" ({unit}" if unit else ""
@@ -439,7 +448,8 @@ def compare_runs(store: Any, run_ids: Sequence[str], target: float = 0.9, x: str
                 by_seed[seed] = run
         members = list(by_seed.values())
         settings[label] = s
-        rs = [stored_result(store, run["id"], target, int(s.get("workers") or 1)) for run in members]
+        rs = [replace(stored_result(store, run["id"], target, int(s.get("workers") or 1)),
+                      finished=run["status"] == "done") for run in members]
         stride = curve_stride(max(int(store.progress(run["id"])) for run in members))  # one grid for the repeats
         results[label] = rs
         if (s.get("compression") or "none") == "none":

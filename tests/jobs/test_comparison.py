@@ -275,3 +275,22 @@ def test_the_comparison_names_the_runs_measured_under_load(lab_db):
     st.update_run(ids[2], name="<b>busy</b> run")
     words = C.compare_runs(st, ids).loaded_words
     assert words.startswith("1 of the chosen runs") and "<b>busy</b> run (62 %)" in words
+
+
+def test_an_unfinished_run_has_no_final_accuracy_on_screen_or_in_the_csv(lab_db):
+    # mid-comparison: one repeat ended at 84 %, the other is still running after its first evaluation (10 %)
+    st = RunStore(lab_db)
+    done = store_run(st, scenario(seed=0), [0.5, 0.84])
+    running = store_run(st, scenario(seed=1), [0.1])
+    st.set_status(running, "running")
+    cmp = C.compare_runs(st, [done, running], target=0.8)
+    row = cmp.rows[0]
+    assert row["repeats"] == 2 and row["final test accuracy (%)"].startswith("84") and "1 unfinished" in row[
+        "final test accuracy (%)"]
+    csv = cmp.summary_frame().iloc[0]
+    assert csv["final test accuracy mean (%)"] == pytest.approx(84.0) and csv["finished (count)"] == 1
+    assert csv["final test accuracy min (%)"] == pytest.approx(84.0)  # not the running one's 10 %
+    st.set_status(done, "running")  # none finished: no final accuracy at all
+    row = C.compare_runs(st, [done, running], target=0.8).rows[0]
+    assert row["final test accuracy (%)"] == "none finished yet"
+    assert C.compare_runs(st, [done, running], target=0.8).summary_frame().iloc[0]["finished (count)"] == 0
