@@ -10,9 +10,24 @@ st.title("Class")
 st.markdown(view.INTRO)
 jm, me = ui.job_manager()
 
-if ui.teacher():
+CLASS_REFRESH_S = 5.0  # the teacher's view of who joined and how far each got, without a click
+
+
+def follow_hand_out(state) -> None:
+    """The lesson box shows the lesson handed out, each time one is (the teacher's or another tab's)."""
+    handed = (state.lesson, state.handed) if state else None
+    if state and state.lesson and st.session_state.get("_cls_handed") != handed:
+        ui.set_view("cls_lesson", state.lesson)
+    st.session_state["_cls_handed"] = handed
+
+
+@ui.live("class", CLASS_REFRESH_S, ui.teacher() and jm.store.class_state() is not None)
+def teacher_view() -> None:
     with ui.guarded("the class"):
         state = jm.store.class_state()
+        follow_hand_out(state)
+        if flash := st.session_state.pop("_cls_flash", None):
+            st.success(ui.plain(flash))
         ui.show_all(view.teacher(ui.LESSONS))
         c1, c2, c3 = st.columns(3)
         if not state:
@@ -50,8 +65,9 @@ if ui.teacher():
                     who = ui.control(st, "cls_remove", options=list(seats), format_func=seats.get)
                     if st.form_submit_button("Remove this student (their jobs stop)", key="cls_remove_go"):
                         stopped = jm.remove_student(me, who)
-                        st.success(f"Removed; {len(stopped)} job(s) stopped. They may not join again until you let "
-                                   "them back in.")
+                        # said after the page is drawn again, which no longer lists them
+                        st.session_state["_cls_flash"] = view.removed_line(seats.get(who, ""), len(stopped))
+                        st.rerun()
             removed = jm.store.removed()
             if removed:
                 with st.form("cls_back_form"):
@@ -59,6 +75,10 @@ if ui.teacher():
                     if st.form_submit_button("Let this student back in", key="cls_back_go"):
                         jm.let_back(me, who)
                         st.rerun()
+
+
+if ui.teacher():
+    teacher_view()
 else:
     with ui.guarded("joining the class"):
         sections = view.student(me)

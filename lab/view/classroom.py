@@ -89,16 +89,37 @@ def roster(store, seats: dict[str, str], lesson: Lesson | None) -> list[dict]:
     return rows
 
 
+#: At most this many names in a cell of the step table; the rest are counted.
+NAMES_SHOWN = 4
+
+
+def names_of(owners, seats: dict[str, str]) -> str:
+    """The students ``owners`` by their names, the first :data:`NAMES_SHOWN` and how many more."""
+    names = [seats[o] for o in seats if o in set(owners)]
+    if not names:
+        return "—"
+    more = len(names) - NAMES_SHOWN
+    return ", ".join(names[:NAMES_SHOWN]) + (f" and {more} more" if more > 0 else "")
+
+
 def steps(store, seats: dict[str, str], lesson: Lesson) -> list[dict]:
+    """Per step of ``lesson``: how many joined students ticked it, who has not yet, and (a step with a question)
+    how many answered right."""
     progress = store.lesson_progress()
     mine = progress[(progress.lesson == lesson.id) & progress.owner.isin(list(seats))]
     rows = []
     for i, step in enumerate(lesson.steps):
         at = mine[mine.step == i]
+        ticked = set(at[at.ticked > 0].owner)
         rows.append({"step": i + 1, "what": step[:70] + ("…" if len(step) > 70 else ""),
-                     "ticked": int(at.ticked.sum()),
-                     "answered right": int(at.correct.sum()) if i in lesson.questions else None})
+                     "ticked": len(ticked), "not ticked yet": names_of(set(seats) - ticked, seats),
+                     "answered right": str(int(at.correct.sum())) if i in lesson.questions else "no question"})
     return rows
+
+
+def removed_line(name: str, stopped: int) -> str:
+    """What the teacher reads after removing a student (their name is text the page shows as text)."""
+    return (f"Removed {name}; {stopped} job(s) stopped. They may not join again until you let them back in.")
 
 
 def owner_names(store=None) -> dict[str, str]:
@@ -106,4 +127,5 @@ def owner_names(store=None) -> dict[str, str]:
     return (store if store is not None else run_store()).seats()
 
 
-__all__ = ["CLOSE_WARNING", "INTRO", "JOIN_FORM", "NEW_CLASS_WARNING", "NO_CLASS", "lessons", "student", "teacher", "roster", "steps", "owner_names"]
+__all__ = ["CLOSE_WARNING", "INTRO", "JOIN_FORM", "NEW_CLASS_WARNING", "NO_CLASS", "lessons", "student", "teacher", "roster", "steps", "owner_names",
+           "names_of", "removed_line", "NAMES_SHOWN"]

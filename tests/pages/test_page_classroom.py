@@ -57,11 +57,18 @@ def test_a_teacher_and_two_students(server, spawns):
     teacher.run()
     names = list(teacher.dataframe[0].value["student"])
     assert names == ["Ada <b>L</b>", "Bob"]  # as typed, in a table: text
-    lesson = next(iter(__import__("lab.view.classroom", fromlist=["x"]).lessons(__import__("ui").LESSONS)))
+    lesson = list(__import__("lab.view.classroom", fromlist=["x"]).lessons(__import__("ui").LESSONS))[1]
     teacher.selectbox(key="cls_lesson").set_value(lesson)
     teacher.button(key="cls_hand").click().run()
     assert_no_exception(teacher)
     assert server.store.class_state().lesson == lesson
+    steps = next(d.value for d in teacher.dataframe if "not ticked yet" in d.value.columns)
+    assert set(steps["not ticked yet"]) == {"Ada <b>L</b>, Bob"} and "None" not in set(steps["answered right"])
+    other = app_test(PAGE)  # the teacher in another tab: the lesson box shows the lesson handed out, not the first
+    assert server.sign_in_teacher(other.session_state["job_owner"], TOKEN)
+    other.run()
+    assert_no_exception(other)
+    assert other.selectbox(key="cls_lesson").value == lesson
 
     ada.run()  # the lesson opens on its page, in lesson mode, with no switch to leave it
     assert_no_exception(ada)
@@ -74,6 +81,9 @@ def test_a_teacher_and_two_students(server, spawns):
     teacher.button(key="cls_remove_go").click().run()
     assert_no_exception(teacher)
     assert list(server.store.seats().values()) == ["Ada <b>L</b>"]
+    assert list(teacher.dataframe[0].value["student"]) == ["Ada <b>L</b>"]  # the roster says so at once
+    assert [s.value.replace("\\", "") for s in teacher.success] == [
+        "Removed Bob; 0 job(s) stopped. They may not join again until you let them back in."]
     teacher.button(key="cls_release").click().run()
     assert server.store.class_state().lesson is None
 
