@@ -24,3 +24,8 @@ for design in designs:
             if c.measured:
                 st.markdown(f"{ui.badge('measured')} {ui.plain(c.measured)}")
             st.page_link(c.page, label=f"Open {TITLES[c.page]}", icon=":material/science:")
+
+st.header(view.GLOSSARY_HEAD)
+st.caption(view.GLOSSARY_INTRO)
+for term, meaning in view.GLOSSARY:  # the lab's own words, shown as text all the same
+    st.markdown(f"**{ui.plain(term)}**: {ui.plain(meaning)}")

@@ -45,7 +45,14 @@ if m is not None:
                     st.session_state["ar_play"] = False
                     st.rerun()
                 ui.set_view("ar_step", nxt)
-            step = ui.control(st, "ar_step", hi=m.steps)
+            where = st
+            if not ui.hidden("ar_step"):  # a lesson that hides the slider hides its buttons too
+                back, where, on = st.columns([1, 8, 1], vertical_alignment="bottom")
+                for col, (label, key, icon, to, off) in zip((back, on), view.step_buttons(m, ui.view_value("ar_step"))):
+                    # the callback sets the slider's own value before the rerun: one step control, moved three ways
+                    col.button(label, key=key, icon=icon, disabled=off, on_click=ui.set_view, args=("ar_step", to),
+                               width="stretch")
+            step = ui.control(where, "ar_step", hi=m.steps)
             ui.remember("ar_step", step)
             ui.show_all(view.step_through(m, step))
 

@@ -150,9 +150,12 @@ TRAINING_FIELDS: dict[str, Setting] = {
     "fault_worker": Setting(int, 0, min=0, max=3),
     "fault_step": Setting(int, 5, min=0, max=100_000),
     "fault_policy": Setting(str, "fail", FAULT_POLICIES),
-    "parallel": Setting(str, "data", PARALLEL_MODES, help="data parallel, or each operator on the device a plan puts it on"),
+    "parallel": Setting(str, "data", PARALLEL_MODES,
+                        help="data parallel (every worker runs the whole model on its share of each batch), or each "
+                             "operator on the device a plan puts it on (placement)"),
     "strategy": Setting(str, "type_rule", STRATEGY_NAMES, help="the placement strategy that makes the plan"),
-    "micro_batches": Setting(int, 4, min=1, max=64, help="a placement run pipelines each batch in this many parts"),
+    "micro_batches": Setting(int, 4, min=1, max=64, help="a placement run pipelines each batch in this many parts "
+                                                          "(micro-batches)"),
     "balance": Setting(str, "off", BALANCE_CHOICES, help="a placement run re-plans every round from each device's "
                     "measured waiting (greedy earliest finish or HEFT with weights), by this rule"),
     "round_steps": Setting(int, 10, min=2, max=10_000, help="steps per balancing round (the first of each is warm-up)"),

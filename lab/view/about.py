@@ -1,7 +1,7 @@
 """The About page's model: the four designs, each claim and where the lab tests it, and what the runs on this
 server measured of the placement claims (the rule by device type against the other strategies, and the
 balancing loop against the coarse layer-by-layer split, each from the newest finished runs of one emulated
-cluster: every student's, read only)."""
+cluster: every student's, read only); and the glossary of the words the pages use."""
 from __future__ import annotations
 
 import json
@@ -140,6 +140,85 @@ DESIGNS = [
 ]
 
 
+GLOSSARY_HEAD = "Words used in the lab"
+GLOSSARY_INTRO = ("Every term the pages use without stopping to explain it, in a sentence or two. A page explains a "
+                  "term where it first appears (a caption, or the tooltip of a control); this list has them all.")
+
+#: (term, what it means), alphabetical; the page shows each as text.
+GLOSSARY: tuple[tuple[str, str], ...] = (
+    ("AdaBelief", "An Adam variant that divides each step by how far the gradient strays from its running average "
+                  "(the optimiser's \"belief\"), not by the gradient's size: large steps where the gradient is "
+                  "predictable, small ones where it is noisy."),
+    ("algbw and busbw", "Bandwidths as the nccl-tests benchmarks define them for an all-reduce: algbw is the buffer "
+                        "per device S over the time t; busbw is algbw × 2(N − 1)/N, what each link of a ring carries, "
+                        "so it can be compared across device counts and with a link's own speed."),
+    ("all-reduce", "A collective operation: every device starts with its own buffer (a gradient) and ends with the "
+                   "sum over all devices, so every device takes the same optimiser step."),
+    ("alpha-beta model", "The cost of one message: a fixed latency α plus its bytes over the bandwidth; every modelled "
+                         "transfer in the lab is priced so, on the narrowest link of its route."),
+    ("ASIC", "Application-specific integrated circuit: a chip built for one kind of work, fast at it and at nothing "
+             "else."),
+    ("calibration", "Timing small operators and messages on this machine and fitting the cost model's numbers to them "
+                    "(the machine profile), so that the model's predictions describe this machine and not a "
+                    "datasheet."),
+    ("CXL", "Compute Express Link: a coherent interconnect over PCIe's wires through which a device reads another "
+            "device's memory directly, without a copy through the host CPU."),
+    ("data parallel", "Every worker holds the whole model and trains on its own share of each batch; the gradients "
+                      "are summed by an all-reduce before every step, so all copies stay the same."),
+    ("DPU", "Data processing unit: a network card with processors of its own, which moves and transforms data beside "
+            "the network."),
+    ("emulated, measured, modelled", "Measured: timed on this machine. Modelled: computed by the lab's cost model "
+                                     "from the topology's numbers, nothing run. Emulated: run for real with a device "
+                                     "or a link made slower by waiting, standing in for hardware this machine lacks."),
+    ("error feedback (EF)", "What a compressor leaves out of a gradient is kept on the worker and added to its next "
+                            "gradient, so nothing is lost for good, only late; it lets heavy compression still "
+                            "converge."),
+    ("FPGA", "Field-programmable gate array: a chip whose circuits are configured for one task after it is made; in "
+             "the CXL design it runs the convolutions."),
+    ("gloo", "PyTorch's library of collective operations (all-reduce, send, receive) for CPUs over TCP: the lab's real "
+             "runs use it between processes on this machine."),
+    ("GPipe", "A pipeline schedule (from Google's GPipe): every micro-batch goes forward through the stages, then "
+              "every one goes backward, and the step ends with one weight update."),
+    ("greedy earliest finish", "A placement rule: take the operators in order and put each on the device where it "
+                               "would finish earliest, counting the work already queued there and the time to bring "
+                               "its inputs over the links."),
+    ("Group-TopK and Top-K", "Gradient compressors that send only the k largest values (by size) with their "
+                             "positions: Top-K over the whole gradient, Group-TopK within every group of consecutive "
+                             "values, which is cheaper to find and spreads what is sent over the whole gradient."),
+    ("HEFT", "Heterogeneous Earliest Finish Time, a classic list scheduler: it ranks the operators by the longest "
+             "path from each to the end and places the most urgent first, each on the device where it finishes "
+             "earliest."),
+    ("held-out set and held-out error", "Samples (or runs) kept out of fitting: a model's test accuracy, or a "
+                                        "prediction's error, on them says how well it does on what it has not seen."),
+    ("Kendall's tau", "A rank correlation between two orderings, from −1 (reversed) through 0 (unrelated) to +1 (the "
+                      "same order): here the cost model's order of the plans against their measured order."),
+    ("makespan", "The time from the start of a step's first operator to the end of its last: how long one training "
+                 "step's schedule takes."),
+    ("Max-AdaBelief", "AdaBelief whose denominator never shrinks (it keeps its running maximum, as AMSGrad does for "
+                      "Adam): the CXL design's answer to Adam's failure to converge; run distributed by all-reducing "
+                      "the optimiser's state."),
+    ("micro-batch", "A part of a batch: a pipeline cuts each batch into micro-batches so that the next device starts "
+                    "on the first part while the one before it works on the second."),
+    ("model parallel", "The model's operators (layers) are split across devices, each running its own part and "
+                       "passing activations on, instead of every device holding the whole model."),
+    ("NPU", "Neural processing unit: an accelerator built for neural networks' arithmetic."),
+    ("PCIe", "The standard bus between a host CPU and its cards; without CXL, data from one device to another passes "
+             "through the host."),
+    ("pipeline bubble", "The time a pipeline's stages sit idle at the start and the end of a step, waiting for the "
+                        "first micro-batch to reach them or the last to leave; more micro-batches make it a smaller "
+                        "share of the step."),
+    ("placement", "Which device runs which operator of the model; a placement strategy decides it from the cost "
+                  "model's time for every operator on every device and every transfer between them."),
+    ("PowerSGD", "A compressor (one of torch's DDP hooks) that sends a low-rank approximation of each gradient matrix; "
+                 "it sends the full gradient for its first (warm-up) steps."),
+    ("ring all-reduce", "An all-reduce on devices in a ring, the buffer cut into N chunks: in N − 1 reduce-scatter "
+                        "steps each device adds the chunk it receives into its own and passes it on; in N − 1 "
+                        "all-gather steps the finished chunks go round. Each device sends 2(N − 1)/N of the buffer."),
+    ("warm-up", "The first steps of a run or a round, left out of its timings: they pay one-off costs (allocating "
+                "memory, first use of code and caches) that later steps do not."),
+)
+
+
 @dataclass(frozen=True)
 class Claim:
     claim: str
@@ -164,4 +243,5 @@ def page(store=None) -> list[Design]:
             for title, summary, claims in DESIGNS]
 
 
-__all__ = ["placement_evidence", "page", "Design", "Claim", "DESIGNS", "INTRO"]
+__all__ = ["placement_evidence", "page", "Design", "Claim", "DESIGNS", "INTRO", "GLOSSARY", "GLOSSARY_HEAD",
+           "GLOSSARY_INTRO"]

@@ -25,16 +25,17 @@ DELETE = ("Deletes the chosen runs, their measurements and their checkpoints: on
           "refuses the whole deletion).")
 CURVES = ("colour = optimiser, line style = compression; a line is the mean over a variant's repeats (runs that differ "
           "only in their seed), the shaded band their min–max. Loss over each run's combined batch; accuracy on the "
-          "held-out set. Hover a line for its full settings.")
+          "held-out set (samples never trained on). Hover a line for its full settings.")
 BELIEF = ("AdaBelief and Max-AdaBelief lie on top of each other while the raw belief s is still growing from zero "
           "(roughly the first 1/(1 - beta2) steps, 1,000 for beta2 = 0.999): the running max of a growing value is the "
           "value itself. They part only when s first falls.")
 SUMMARY = ("mean ± the half-width of its 95 % interval (Student's t over the repeats), and the range. Reached: how "
            "many of the repeats reached the target; the steps and seconds to it are over those. Step time: mean wall "
            "time per step after the first 10 % of the steps. Sent: bytes per worker and step (counted by the lab's "
-           "ring and the sparse transports; gloo's own all-reduce counts none). Bytes vs dense: against the mean of "
-           "the dense variants here.")
-PREDICTED = " Predicted: the calibrated machine model's step time (modelled), where a profile exists."
+           "ring and the sparse transports; gloo's own all-reduce, PyTorch's for CPUs, counts none). Bytes vs dense: "
+           "against the mean of the dense variants here.")
+PREDICTED = (" Predicted: the calibrated machine model's step time (modelled: the cost model with its numbers fitted "
+             "to timings of this machine), where a profile exists.")
 TOLD_APART = ("two variants are told apart only when their 95 % intervals do not overlap; with few repeats the "
               "intervals are wide, which is honest, not a flaw.")
 PER_RUN = ("Time columns: seconds per worker summed over the run (mean over workers); compute and comm include the "
@@ -170,8 +171,8 @@ def prediction(chosen: Sequence[str], predict: Predict = evaluate) -> list[Secti
             "cmp_pred", chart="fidelity.step_scatter", table=P.fidelity_table(rows), kind="modelled",
             chart_input=dict(rows=rows, band=P.TARGET_ERROR, title="Step time of the chosen runs"),
             caption=f"Predicted from this machine's profile ({prof.created[:10]}) against the measured mean step (ms) "
-                    f"after the warm-up; dashed y = x, band ±{P.TARGET_ERROR * 100:.0f} %; error = predicted / "
-                    "measured − 1."))
+                    "after the warm-up (the first steps, which pay one-off costs); dashed y = x, "
+                    f"band ±{P.TARGET_ERROR * 100:.0f} %; error = predicted / measured − 1."))
     out += [Section(f"cmp_unpredicted_{i}", values={"id": s["id"], "why": s["why"]},
                     caption="Run {id} not predicted: {why}") for i, s in enumerate(skipped)]
     return out

@@ -17,12 +17,12 @@ from lab.view.sharing import sharing_report
 from lab.scenario.units import fmt_seconds
 
 INTRO = (
-    "The edge-compression design's **Group-TopK** keeps, in every group of *group size* consecutive gradient "
-    "entries, the *ratio × group size* entries of largest magnitude, and shares the sparse result round a ring. Here "
-    "it stands beside global Top-K, Random-K and FP16 on a real gradient, with every byte counted from the payload as "
-    "it is really serialised (fp32 value + uint16 in-group offset: 6 B per kept entry for Group-TopK, 8 B with int32 "
-    "indices for the others, plus a 24 B header). Error feedback, which adds what was not sent to the next gradient, "
-    "is part of `lab.compression.compressors` and of the training job.")
+    "The edge-compression design's **Group-TopK** keeps, in every group of *group size* consecutive gradient entries, "
+    "the *ratio × group size* entries of largest magnitude, and shares the sparse result round a ring. Here it stands "
+    "beside global Top-K (the k largest of the whole gradient), Random-K and FP16 on a real gradient, with every byte "
+    "counted from the payload as it is really serialised (fp32 value + uint16 in-group offset: 6 B per kept entry for "
+    "Group-TopK, 8 B with int32 indices for the others, plus a 24 B header). Error feedback, which adds what was not "
+    "sent to the next gradient, is part of `lab.compression.compressors` and of the training job.")
 COMPRESSORS_FORM = (("cp_source", "cp_model"), ("cp_n", "cp_batch"), ("cp_group", "cp_seed", "cp_ratios"))
 RING_INTRO = (
     "Each worker cuts its sparse gradient into N blocks. In the reduce-scatter (hops a1 … a(N−1)) a block travels "

@@ -19,10 +19,10 @@ from lab.view.section import Notice, Section
 
 TITLE = "Fidelity: prediction beside measurement"
 INTRO = ("The lab does not only predict: it runs the same scenario on this machine and shows how far the prediction "
-         "was off. The cost model is **calibrated** here (calibration networks that are not the presets, the optimiser "
-         "and compressor costs, short jobs with 2 to 4 processes at once, each pinned to a core as the job manager "
-         "pins a job's ranks), then it predicts each run's step time and its parts; the run store holds what the "
-         "workers measured.")
+         "was off. The cost model is **calibrated** here (its numbers fitted to timings of this machine: calibration "
+         "networks that are not the presets, the optimiser and compressor costs, short jobs with 2 to 4 processes at "
+         "once, each pinned to a core as the job manager pins a job's ranks), then it predicts each run's step time "
+         "and its parts; the run store holds what the workers measured.")
 BAND = P.TARGET_ERROR
 SIMULATORS = (
     "For scale, published claims of the simulators this lab stands beside (their numbers, on dedicated GPU "
@@ -215,7 +215,8 @@ def stored_runs(prof: Any, owner: str, everyone: bool, lesson: bool, predict: Pr
         out += [
             Section("fid_scatter", chart="fidelity.step_scatter", chart_input=dict(rows=quiet, band=BAND),
                     kind="measured", caption="x: measured mean step time (wall clock between the ends of consecutive "
-                                             "steps, after the warm-up); y: modelled, from the profile; dashed: y = x; "
+                                             "steps, after the warm-up: the first steps, which pay one-off "
+                                             "costs); y: modelled, from the profile; dashed: y = x; "
                                              f"band: ±{BAND * 100:.0f} %"),
             Section("fid_errors", chart="fidelity.error_bars", chart_input=dict(rows=quiet, band=BAND),
                     kind="modelled", caption="error = predicted / measured − 1 of the step time, per run")]

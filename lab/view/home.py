@@ -8,13 +8,19 @@ from lab.store.runs import store as run_store
 from lab.view.lessons import Lesson, class_view, load_lessons
 from lab.view.section import Section
 
-INTRO = ("Draw a cluster of host CPUs, GPUs, FPGAs, ASICs, DPUs and NPUs, see which layer the cost model puts on which "
-         "device and why, step through what an all-reduce really sends, and run small real multi-process trainings "
-         "(torch.distributed over gloo on this machine's CPU) to compare Adam, AdaBelief and Max-AdaBelief with and "
-         "without gradient compression.\n\n"
+INTRO = ("Draw a cluster of host CPUs, GPUs, FPGAs (chips whose circuits are configured for a task), ASICs (chips "
+         "built for one task), DPUs (network cards with processors of their own) and NPUs (neural-network "
+         "accelerators) joined by CXL (a link through which one device reads another's memory directly), PCIe and "
+         "Ethernet; see which layer the cost model puts on which device and why (the placement); step through what an "
+         "all-reduce (every device ends with the sum of every device's gradient) really sends; and run small real "
+         "multi-process trainings (torch.distributed over gloo, PyTorch's library of collectives for CPUs, on this "
+         "machine's CPU) to compare Adam, AdaBelief and Max-AdaBelief (Adam variants that scale each step by how far "
+         "the gradient strays from its average) with and without gradient compression (Group-TopK sends only the "
+         "largest values of each group of the gradient).\n\n"
          "Every figure says what it is: {measured} on this machine, {modelled} by the lab's cost model from the "
          "topology's numbers, or {emulated} (a device or link made slower by waiting). The device and link numbers "
-         "are illustrative assumptions taken from public datasheets; edit them.")
+         "are illustrative assumptions taken from public datasheets; edit them. Every term the pages use is "
+         "explained in the glossary at the end of **About the designs**.")
 
 #: A line per page: short, so that a page link does not wrap on a projector 1024 pixels wide.
 DESCRIPTIONS = {

@@ -10,10 +10,11 @@ from lab.optim.playground import (contour_grid, describe_counterexample, describ
 from lab.scenario.names import OPTIMIZER_LABELS
 from lab.view.section import Notice, Section
 
-INTRO = ("Adam, AdaBelief and the CXL design's Max-AdaBelief, run by the lab's own optimisers "
-         "(`lab.optim.optimizers`, checked against `torch.optim.Adam` and the published `adabelief-pytorch`). "
-         "Every chart here is a real run on an analytic function, so it is labelled {measured}: nothing is "
-         "modelled.")
+INTRO = ("Adam, AdaBelief (an Adam that scales each step by how far the gradient strays from its running average) and "
+         "the CXL design's Max-AdaBelief (an AdaBelief whose denominator never shrinks), run by the lab's own "
+         "optimisers (`lab.optim.optimizers`, checked against `torch.optim.Adam` and the published "
+         "`adabelief-pytorch`). Every chart here is a real run on an analytic function, so it is labelled {measured}: "
+         "nothing is modelled.")
 PLAYGROUND_FORM = (("pg_fn", "pg_opts"), ("pg_steps", "pg_lr", "pg_seed"), ("pg_own_start", "pg_x0", "pg_y0"))
 COUNTEREXAMPLE_FORM = (("ce_schedule", "ce_lr", "ce_steps"), ("ce_opts",))
 COUNTEREXAMPLE_INTRO = (

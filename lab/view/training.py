@@ -17,13 +17,14 @@ from lab.view.jobs import (IMPLEMENTATIONS, bytes_note, compression_conflict, de
 from lab.view.section import Notice, Section
 from lab.scenario.summaries import COMPRESSOR_NAMES, compression_summary, optimiser_summary
 
-INTRO = ("Each run is a real job: N worker processes on this machine train the model over torch.distributed "
-         "(gloo), and every number below is {measured} from them. With emulation on, a worker standing for a slower "
-         "device of the topology waits in proportion to its measured compute, and the lab's ring waits the modelled "
-         "transfer time on each link: those waits are {emulated} and shown apart.")
-COMPARE_HELP = ("Queues Adam, AdaBelief and Max-AdaBelief, each without compression and with the compression above "
-                "(Group-TopK 1 % with error feedback when none is chosen), each with several seeds; then opens the "
-                "Compare page on exactly those runs")
+INTRO = ("Each run is a real job: N worker processes on this machine train the model over torch.distributed (gloo, "
+         "PyTorch's library of collectives for CPUs), and every number below is {measured} from them. With emulation "
+         "on, a worker standing for a slower device of the topology waits in proportion to its measured compute, and "
+         "the lab's ring waits the modelled transfer time on each link: those waits are {emulated} and shown apart.")
+COMPARE_HELP = ("Queues Adam, AdaBelief and Max-AdaBelief (the two Adam variants of the Optimisers page), each without "
+                "compression and with the compression above (when none is chosen, Group-TopK 1 %, the largest 1 % of "
+                "every group of the gradient, with error feedback, which adds what was not sent to the next "
+                "gradient), each with several seeds; then opens the Compare page on exactly those runs")
 NO_RUNS = "No runs yet: press **Run**."
 
 
@@ -165,7 +166,8 @@ def measured(m, run: dict) -> list[Section]:
     out = [Section("train_loss", side="left", chart="training.loss_figure", chart_input={"runs": {rid: job}}),
            Section("train_acc", side="right", chart="training.accuracy_figure", chart_input={"runs": {rid: job}}),
            Section("train_curves", kind="measured", caption=(
-               "Loss of each step over the combined batch of all workers; test accuracy on the held-out set every "
+               "Loss of each step over the combined batch of all workers; test accuracy on the held-out set (samples "
+               "never trained on) every "
                f"{tr['eval_every']} steps."))]
     if len(per):
         tot = run_totals(job, per)

@@ -89,3 +89,22 @@ def test_play_pressed_at_the_last_step_plays_again_from_the_first(spawns):
     at.toggle(key="ar_play").set_value(True).run()  # a full run with the fragment inline: no switch to reset
     assert_no_exception(at)
     assert at.slider(key="ar_step").value in (0, 1) and at.toggle(key="ar_play").value is True
+
+
+def test_next_and_previous_move_the_one_step_control_and_stop_at_the_ends(spawns):
+    at = app_test(PAGE)
+    step = lambda: at.slider(key="ar_step").value  # noqa: E731
+    assert step() == 0 and at.button(key="ar_prev").disabled and not at.button(key="ar_next").disabled
+    at.button(key="ar_next").click().run()
+    assert_no_exception(at)
+    assert step() == 1 and not at.button(key="ar_prev").disabled
+    assert at.session_state["_view_values"]["ar_step"] == 1  # the link carries the step the button moved to
+    assert list(frame(at, "content sent")["from"]) == ["gpu", "fpga", "asic", "dpu"]  # the figure's step follows
+    at.button(key="ar_prev").click().run()
+    assert_no_exception(at)
+    assert step() == 0 and at.button(key="ar_prev").disabled
+    last = at.slider(key="ar_step").max
+    at.slider(key="ar_step").set_value(last).run()
+    assert at.button(key="ar_next").disabled and not at.button(key="ar_prev").disabled
+    at.button(key="ar_prev").click().run()
+    assert step() == last - 1 and not at.button(key="ar_next").disabled

@@ -35,8 +35,9 @@ def test_the_default_is_the_cxl_ring_with_modelled_numbers():
     s = by_key(view.timing(m))
     assert list(s) == ["ar_time", "ar_slowest", "ar_formula", "ar_step_times", "ar_compare", "ar_vs_size", "ar_vs_n",
                        "ar_sweeps", "ar_uniform"]
-    assert dict(s["ar_time"].metrics) == {"Modelled time": fmt_seconds(est.seconds), "algbw": fmt_rate(est.algbw),
-                                          "busbw": fmt_rate(est.busbw)}
+    assert {label: value for label, value, *_ in s["ar_time"].metrics} == {
+        "Modelled time": fmt_seconds(est.seconds), "algbw": fmt_rate(est.algbw), "busbw": fmt_rate(est.busbw)}
+    assert [about for _, _, *about in s["ar_time"].metrics][1:] == [[view.model.ALGBW_HELP], [view.model.BUSBW_HELP]]
     assert s["ar_slowest"].intro.startswith("**Slowest link: {link}**") and s["ar_slowest"].values["link"]
     assert "busbw" in s["ar_formula"].text and s["ar_formula"].text.startswith("$$")
     assert all(x.kind == "modelled" for k, x in s.items() if k != "ar_time" and k != "ar_slowest")
@@ -81,6 +82,15 @@ def test_the_step_is_kept_within_the_schedule_and_play_starts_again_at_the_end()
     assert view.next_step(m, None) == 1 and view.next_step(m, m.steps) is None
 
 
+def test_previous_and_next_move_a_step_and_are_disabled_at_either_end():
+    m = model()
+    assert [(key, to, off) for _, key, _, to, off in view.step_buttons(m, 0)] == [("ar_prev", 0, True),
+                                                                                 ("ar_next", 1, False)]
+    assert [(to, off) for *_, to, off in view.step_buttons(m, 2)] == [(1, False), (3, False)]
+    assert [(to, off) for *_, to, off in view.step_buttons(m, m.steps)] == [(m.steps - 1, False), (m.steps, True)]
+    assert view.moved_step(m, 0, -1) is None and view.moved_step(m, m.steps - 1, 1) == m.steps
+
+
 @pytest.mark.parametrize("algorithm", ["host", "tree", "hierarchical"])
 def test_every_algorithm_and_the_lab_ring_order(algorithm):
     m = model(ar_alg=algorithm, ar_order="lab")
@@ -94,7 +104,7 @@ def test_identical_devices():
     m = model(ar_source="identical", ar_n=7)
     star = C.uniform_star(7, 25e9, 1e-6)
     est = C.schedule_time(C.build_schedule("ring", C.default_names(7), 4 << 20), star)
-    assert dict(by_key(view.timing(m))["ar_time"].metrics)["Modelled time"] == fmt_seconds(est.seconds)
+    assert by_key(view.timing(m))["ar_time"].metrics[0] == ("Modelled time", fmt_seconds(est.seconds))
     assert len(view.bytes_moved(m).table) == 7
     table = view.compute(m, 1.0)
     idle = frame(by_key(view.trigger(m, table))["ar_trigger"])

@@ -21,10 +21,11 @@ from lab.view.allreduce.tables import measured_table
 from lab.view.section import Notice, Section
 
 HEAD = Section("ar_measured_head", header="Measured on this machine", level="subheader", intro=(
-    "Real processes on this machine's CPU (gloo over loopback): the lab's ring (`lab.comm.ring_allreduce`, "
-    "isend/irecv) beside gloo's own `all_reduce`, each size after a warm-up, median over iterations of the slowest "
-    "process. The α-β model is then fitted to these times (least squares on relative error, "
-    "t = 2(N−1)·α + 2(N−1)/N·S·β). The same from a shell: `python -m lab.comm.measure --procs 4`."))
+    "Real processes on this machine's CPU (gloo, PyTorch's library of collectives for CPUs, over loopback): the lab's "
+    "ring (`lab.comm.ring_allreduce`, isend/irecv) beside gloo's own `all_reduce`, each size after a warm-up (an "
+    "untimed first run that pays one-off costs), median over iterations of the slowest process. The α-β model is then "
+    "fitted to these times (least squares on relative error, t = 2(N−1)·α + 2(N−1)/N·S·β). The same from a shell: "
+    "`python -m lab.comm.measure --procs 4`."))
 SMALLEST = 4096  # bytes: the sizes measured go from here to the largest chosen, four times larger each
 
 

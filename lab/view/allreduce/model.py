@@ -20,7 +20,8 @@ from lab.view.section import Section
 from lab.view.state import ALLREDUCE_SIZES, fit_range, fit_subset
 
 INTRO = ("Every device holds a gradient buffer of S bytes; an all-reduce leaves the sum on every device. Step "
-         "through the **ring** (the CXL design's worked example of four devices: reduce-scatter, then all-gather), "
+         "through the **ring** (the CXL design's worked example of four devices: reduce-scatter, each device adding "
+         "the chunk it receives into its own and passing it on, then all-gather, the finished chunks going round), "
          "**host aggregation**, a binary **tree** and a two-level **hierarchical** all-reduce (inside each pool or "
          "resource group, then among the group leaders). Times come from the alpha-beta model on the topology's "
          "links: a message costs its route's latency plus bytes over the narrowest bandwidth on the route, a link "
@@ -31,7 +32,7 @@ TIMING_HEAD = Section("ar_timing_head", header="How long on this cluster", level
 TRIGGER_HEAD = Section("ar_trigger_head", header="Synchronous or asynchronous trigger", level="subheader")
 STEP_CAPTION = ("the schedule itself: arrows are the messages of the chosen step (red = added into the receiver's "
                 "chunk, blue = copied over it); the grid shows the contributions every device holds per chunk. The "
-                "slider is the one step control: ▶ plays it.")
+                "slider is the one step control: Previous and Next and its arrow keys move it a step, ▶ plays it.")
 UNIFORM_CAPTION = ("no real topology is this large: every device on its own switch port with this ring's slowest hop "
                    "(α its largest hop latency); ring 2(N−1) steps of S/N, host 2 steps of N·S through the host's "
                    "port, tree 2·log2 N levels of up to 2·S.")
@@ -40,6 +41,9 @@ TRIGGER_CAPTION = ("sync: the host starts the all-reduce when the last device is
                    "matmul FLOP/s (edit the table); messages take their lock-step times; idle = neither computing nor "
                    "communicating; blue over grey = a message arriving while the device still computes. A ring waits "
                    "for its slowest device either way: async saves only what can move before it is done.")
+ALGBW_HELP = "algorithm bandwidth: the buffer per device S over the time t"
+BUSBW_HELP = ("bus bandwidth as nccl-tests defines it: algbw × 2(N − 1)/N, what each link of a ring carries; it can be "
+              "set against a link's own speed and compared across device counts")
 #: The set-up's controls, as the page draws them: the devices (from the topology, or N identical ones), then
 #: the algorithm, the buffer size and the ring order.
 TOPOLOGY_KEYS, IDENTICAL_KEYS = ("ar_devices",), ("ar_n", "ar_bw", "ar_lat")
@@ -141,10 +145,27 @@ def step_fixes(m: AllReduce, step: int | None, playing: bool) -> list[tuple[str,
     return out + [("ar_step", 0, None)] if playing and now >= m.steps else out
 
 
+def moved_step(m: AllReduce, step: int | None, by: int) -> int | None:
+    """The step ``by`` steps on from ``step`` (back when negative), or None past either end: what ▶'s tick and the
+    Previous and Next buttons move the one step control to, as the slider's arrow keys move it by one."""
+    to = (step or 0) + by
+    return to if 0 <= to <= m.steps else None
+
+
 def next_step(m: AllReduce, step: int | None) -> int | None:
     """The step a tick of ▶ moves to, or None after the last (the play stops)."""
-    nxt = (step or 0) + 1
-    return None if nxt > m.steps else nxt
+    return moved_step(m, step, 1)
+
+
+def step_buttons(m: AllReduce, step: int | None) -> list[tuple[str, str, str, int, bool]]:
+    """Previous and Next beside the step slider, as (label, key, icon, the step it moves to, disabled): a button
+    that would move past either end is disabled."""
+    out = []
+    for label, key, icon, by in (("Previous", "ar_prev", ":material/chevron_left:", -1),
+                                 ("Next", "ar_next", ":material/chevron_right:", 1)):
+        to = moved_step(m, step, by)
+        out.append((label, key, icon, step or 0 if to is None else to, to is None))
+    return out
 
 
 def step_through(m: AllReduce, step: int) -> list[Section]:
@@ -169,8 +190,9 @@ def timing(m: AllReduce, lesson: bool = False) -> list[Section]:
                       lambda: C.schedule_time(setup.schedule(m.algorithm, nbytes), cluster))
     rates = {x.bandwidth for s in est.steps for x in s.messages if x.nbytes > 0}
     scale, unit = time_unit(max(s.seconds for s in est.steps))
-    out = [Section("ar_time", metrics=(("Modelled time", fmt_seconds(est.seconds)), ("algbw", fmt_rate(est.algbw)),
-                                       ("busbw", fmt_rate(est.busbw)))),
+    out = [Section("ar_time", metrics=(("Modelled time", fmt_seconds(est.seconds)),
+                                       ("algbw", fmt_rate(est.algbw), ALGBW_HELP),
+                                       ("busbw", fmt_rate(est.busbw), BUSBW_HELP))),
            Section("ar_slowest", values={"link": C.link_label(cluster, est.bottleneck)},
                    intro="**Slowest link: {link}**, the narrowest hop of the slowest message in steps taking "
                          f"{100 * est.bottleneck_seconds / max(est.seconds, 1e-30):.0f}% of the time"

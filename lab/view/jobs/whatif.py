@@ -22,7 +22,9 @@ WHATIF_CAPTION = ("Jobs start in fair order (round-robin over owners) wherever t
 def whatif_intro(modelled: str) -> str:
     return ("The task-level design's two policies, played on the resource groups (one hardware type each) of a "
             "topology. A job needs *tasks* devices and an amount of *work*; it runs as fast as its slowest device "
-            "(synchronous data parallelism): duration = work / (tasks × slowest device's matmul FLOP/s). "
+            "(synchronous data parallelism: every device trains on its share of each batch and waits for the others): "
+            "duration = work / (tasks × slowest device's matmul FLOP/s); the makespan is the time from the first job's "
+            "start to the last job's end. "
             f"Everything here is {modelled}.")
 
 

@@ -9,7 +9,9 @@ from lab.scenario.units import fmt_rate, fmt_seconds
 from lab.view.section import Notice, Section
 from lab.view.topology_tables import compare_designs, comparison_target
 
-INTRO = ("Build a heterogeneous cluster: devices (what each can compute, how fast) and the links between them. Routes "
+INTRO = ("Build a heterogeneous cluster: devices (what each can compute, how fast; an FPGA is a chip whose circuits "
+         "are configured for a task, a DPU a network card with processors of its own) and the links between them "
+         "(CXL lets one device read another's memory directly; PCIe goes through the host CPU). Routes "
          "take the widest path; moving *n* bytes costs **latency + n / bottleneck bandwidth** (the slowest hop bounds "
          "the path). Device and link numbers are illustrative assumptions from public datasheets; edit them.")
 EDIT = Section("topo_edit", header="Devices, switches and links", level="subheader", caption=(
