@@ -108,7 +108,7 @@ def run_intro() -> str:
     """What "Run this plan" does, and which comparison is the honest one."""
     return ("**Run this plan** starts one process per device the plan uses, over gloo: each holds the operators "
             "placed on its device, activations travel forward and gradients backward between them, and the batch "
-            "is pipelined in micro-batches (GPipe), so the bubbles are real. With **emulate the drawn cluster** on, "
+            "is pipelined in micro-batches (GPipe: each batch cut into parts that go forward through the pieces, then backward), so the bubbles (the time a device waits for the first part to arrive or the last to leave) are real. With **emulate the drawn cluster** on, "
             "an operator on a device the catalogue says is slower for its class waits in proportion, and every "
             "tensor waits the topology's link time (both emulated). With it off, every device is this machine: then "
             "nothing emulated enters the measurement, and the prediction from this machine's calibrated costs is "
@@ -216,7 +216,7 @@ def waiting_line(out: Mapping) -> str:
 def ranking_line(tau: float, n: int) -> str:
     if not math.isfinite(tau):
         return "The ranking needs at least two plans that finished."
-    return (f"Kendall's tau between the model's order and the measured order of these {n} plans: {tau:+.2f} "
+    return (f"Kendall's tau (+1: the same order, 0: unrelated, −1: reversed) between the model's order and the measured order of these {n} plans: {tau:+.2f} "
             "(1: the same order, −1: reversed). Bars: modelled and measured step; whiskers: the 95 % interval over "
             "the repeats.")
 
@@ -266,7 +266,9 @@ def other_plan_line(strategy: str, og, topology, pins: Mapping[str, str], assign
 INTRO = ("Each model (a preset, a classic architecture of torchvision, or your own network from an ONNX file) is "
          "traced (torch.fx) into operators with FLOPs and bytes. A cost model turns them into "
          "seconds on every device of the scenario's topology and transfers into seconds over the route (**latency "
-         "+ bytes / bottleneck**). Each strategy then places every operator; a **pin** puts one operator on a device "
+         "+ bytes / bottleneck**). Each strategy then places every operator (greedy earliest finish puts each operator "
+         "in turn on the device where it would finish earliest; HEFT does the same, placing first the operators with "
+         "the longest path to the end of the step); a **pin** puts one operator on a device "
          "of your choice and the strategy places the rest around it. The plans are modelled: from the catalogue's "
          "throughputs, or from this machine's calibrated costs (the numbers the Training page predicts with). Under "
          "**Run the plan**, a plan runs in real processes and is measured beside the model.")
@@ -302,7 +304,7 @@ def why_caption(cm) -> str:
                                                                    "the executor's messages") + ".")
 
 
-BASELINE_CAPTION = ("busy time per device (compute only), then the makespan, in the baseline and now. The baseline "
+BASELINE_CAPTION = ("busy time per device (compute only), then the makespan (from the step's first operator starting to its last ending), in the baseline and now. The baseline "
                     "travels in the page link.")
 
 
