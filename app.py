@@ -7,27 +7,9 @@ re-import this file do nothing.
 
 from pathlib import Path
 
+from lab.view.pages import PAGES, available_pages  # noqa: F401 - the list lives with the page models
+
 ROOT = Path(__file__).resolve().parent
-
-#: (file, title, icon). A page is listed once its file exists.
-PAGES = [
-    ("pages/home.py", "Home", ":material/home:"),
-    ("pages/topology.py", "Topology", ":material/hub:"),
-    ("pages/placement.py", "Placement", ":material/account_tree:"),
-    ("pages/allreduce.py", "All-reduce", ":material/sync:"),
-    ("pages/optimisers.py", "Optimisers", ":material/trending_down:"),
-    ("pages/training.py", "Training", ":material/model_training:"),
-    ("pages/compare.py", "Compare", ":material/compare_arrows:"),
-    ("pages/compression.py", "Compression", ":material/compress:"),
-    ("pages/jobs.py", "Jobs", ":material/work_history:"),
-    ("pages/classroom.py", "Class", ":material/groups:"),
-    ("pages/fidelity.py", "Fidelity", ":material/query_stats:"),
-    ("pages/about.py", "About the designs", ":material/menu_book:"),
-]
-
-
-def available_pages() -> list[tuple[str, str, str]]:
-    return [p for p in PAGES if (ROOT / p[0]).exists()]
 
 
 def start_warm_starter() -> None:

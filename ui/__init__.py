@@ -8,6 +8,7 @@
   traceback);
 * :mod:`ui.runs`: a submit queued once, predictions of stored runs;
 * :mod:`ui.live`: a live part of a page, which refreshes itself and backs off when its render is slow;
+* :mod:`ui.link`: the link that reproduces a view;
 * :mod:`ui.page`: the sidebar every page shows and the link that reproduces the view;
 * :mod:`ui.text`: ``plain``, the one way user text reaches anything rendered as Markdown, as text.
 
@@ -16,7 +17,8 @@ Pages use the names below as ``ui.<name>``."""
 from ui.identity import client, job_manager, owner, teacher
 from ui.lessons import LESSONS, hidden, lesson_mode, open_lesson, set_lesson_mode
 from ui.live import live
-from ui.page import scenario_sidebar, view_link_params
+from ui.link import view_link_params
+from ui.page import scenario_sidebar
 from ui.runs import placement_rows, predicted_runs, prediction_beside_measured, submit_book, submit_once
 from ui.session import remember, scenario, set_scenario, set_view, view_value
 from ui.show import badge, caption, column_config, guarded, show, show_all

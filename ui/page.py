@@ -9,31 +9,12 @@ from pathlib import Path
 import streamlit as st
 
 from lab.scenario.document import Scenario
-from lab.view import state as viewstate
-from lab.view.lessons import ticks_param
 from ui import report
 from ui.identity import owner, write_identity_cookie
-from ui.lessons import (LESSON_ACTIVE, LESSON_ID_PARAM, LESSON_PARAM, LESSON_TICKS, LESSON_TICKS_PARAM,
-                        class_lesson, lesson_mode, lesson_panel, lesson_toggle, open_lesson)
-from ui.session import URL_PARAM, VIEW_NOTICES, VIEW_PARAM, VIEW_SHADOW, route_through_app, scenario, sync_view
+from ui.lessons import class_lesson, lesson_panel, lesson_toggle, open_lesson
+from ui.link import view_link_params
+from ui.session import URL_PARAM, VIEW_NOTICES, VIEW_PARAM, route_through_app, scenario, sync_view
 from ui.text import plain
-
-
-def view_link_params(sc: Scenario) -> dict[str, str]:
-    """The query parameters that reproduce this view: the scenario, every control, lesson mode."""
-    shadow = dict(st.session_state.get(VIEW_SHADOW, {}))
-    for key in list(st.session_state.keys()):
-        if isinstance(key, str) and viewstate.linked(key) is not None:
-            shadow[key] = st.session_state[key]
-    params = {URL_PARAM: sc.to_url_param(), VIEW_PARAM: viewstate.encode(shadow, sc)}
-    if lesson_mode():
-        params[LESSON_PARAM] = "1"
-    if st.session_state.get(LESSON_ACTIVE):
-        params[LESSON_ID_PARAM] = st.session_state[LESSON_ACTIVE]
-        ticks = st.session_state.get(LESSON_TICKS, {}).get(params[LESSON_ID_PARAM])
-        if ticks:
-            params[LESSON_TICKS_PARAM] = ticks_param(ticks)
-    return params
 
 
 _SESSION_OPENED = "_session_opened"

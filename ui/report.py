@@ -42,7 +42,7 @@ def report_button(title: str, page: str) -> None:
     kept = st.session_state.get(SHOWN)
     if not kept:
         return
-    from ui.page import view_link_params
+    from ui.link import view_link_params
     from ui.session import scenario
 
     sc = scenario()

@@ -26,7 +26,7 @@ class LinkError(ValueError):
 def page_of(link: str) -> tuple[str, str, str, dict[str, str]]:
     """(page file, page stem, title, query parameters) of a page link of this lab."""
     sys.path.insert(0, str(ROOT))
-    from app import PAGES
+    from lab.view.pages import PAGES
     from lab.errors import LabError
     from lab.report.link import check_link
 
