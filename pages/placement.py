@@ -33,7 +33,7 @@ with st.expander("Bring your own network (an ONNX file)", icon=":material/upload
 costs, switch, cost_note = view.cost_choice(ui.view_value("pl_cost"))
 if switch:
     ui.set_view("pl_cost", switch)
-v = controls(st.columns([3, 2, 4]), view.PLAN_CONTROLS) | {"pl_cost": ui.control(st, "pl_cost", options=costs)}
+v = controls((*st.columns([3, 1]), st), view.PLAN_CONTROLS) | {"pl_cost": ui.control(st, "pl_cost", options=costs)}
 if cost_note:
     ui.show(cost_note)
 ui.show(view.topology(sc.topology))

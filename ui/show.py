@@ -85,7 +85,8 @@ def show(section: Section, where=None) -> None:
         where.plotly_chart(fig, key=f"{section.key}_fig")
     if section.table is not None:
         where.dataframe(pd.DataFrame(section.table), hide_index=True, key=f"{section.key}_table",
-                        column_config=column_config(section.columns or {}), placeholder=section.missing)
+                        column_config=column_config(section.columns or {}), placeholder=section.missing,
+                        row_height=section.row_height)
     if section.caption:
         text = _md(section, section.caption)
         where.caption(f"{badge(section.kind)} {text}" if section.kind else text)

@@ -120,30 +120,105 @@ def why_figure(rows: Sequence[Mapping[str, Any]], task: Any) -> go.Figure:
     return fig
 
 
-def dag_figure(tasks: Sequence[Any], edges: Sequence[tuple[Any, Any]], device_of: Mapping[Any, str],
-               devices: Sequence[str], labels: Mapping[Any, str] | None = None, title: str = "") -> go.Figure:
-    """The operator DAG left to right by depth, nodes coloured by device; transfers between two
-    devices drawn as red dashed edges. ``tasks`` in topological order."""
+#: The narrowest the operator graph is drawn: a window 1024 pixels wide, with the sidebar open, leaves the page's
+#: main column about 680 pixels (a classroom projector). A wider window only spreads the columns further apart.
+DAG_WIDTH_PX = 640
+DAG_FONT_PX = 12
+#: A generous average width of one character of the labels' sans-serif font (underscores and digits are narrower).
+DAG_CHAR_PX = 0.62 * DAG_FONT_PX
+DAG_LABEL_CHARS = 14  # longer names are cut to their end (…0_conv1); the hover gives the whole name
+DAG_ROW_PX = 46  # one row of operators: a marker and its label above it
+DAG_MARKER_PX = 16
+DAG_MARGIN = dict(l=10, r=10, b=20)
+_BAND_GAP = 0.5  # rows between two bands of layers, where the edges that wrap run
+_LABEL_ROWS = 0.75  # above the first row: room for its labels
+
+
+def short_label(name: Any, chars: int = DAG_LABEL_CHARS) -> str:
+    """``name`` as text of at most ``chars`` characters: its end, after an ellipsis, when it is longer (a traced
+    operator's name ends with what tells it from its neighbours: blocks_2_conv1, layer_0_mlp_3), from the start
+    of a word of it where one starts in the end's first half."""
+    text = str(name)
+    if len(text) <= chars:
+        return text
+    tail = text[-(chars - 1):]
+    whole = text[-chars] in "_."  # the end starts with a word already
+    cut = -1 if whole else min((k for k in (tail.find("_"), tail.find(".")) if k >= 0), default=-1)
+    # from a word's start (…attention, not …elf_attention) unless that leaves too little to recognise it by
+    return "…" + (tail[cut + 1:] if 0 <= cut < len(tail) // 2 else tail)
+
+
+def dag_layout(tasks: Sequence[Any], edges: Sequence[tuple[Any, Any]], width_px: float = DAG_WIDTH_PX) -> dict[str, Any]:
+    """Where :func:`dag_figure` draws each operator: in layers by depth (one column per layer, an operator one
+    column right of its latest input), read left to right and wrapped into bands like lines of text, so that a
+    column is wide enough for the longest label at ``width_px``. Returns ``pos`` (task -> (column, row); rows count
+    down from 0), ``band`` (task -> band), ``columns`` per band, ``rows`` (the last row), ``gaps`` (the row under
+    each band, where wrapping edges run) and ``label`` (task -> the text drawn, not escaped)."""
     preds: dict[Any, list] = {t: [] for t in tasks}
     for u, v in edges:
         preds[v].append(u)
     depth: dict[Any, int] = {}
     for t in tasks:
         depth[t] = 1 + max((depth[p] for p in preds[t]), default=-1)
-    rows: dict[int, int] = {}
-    pos = {}
+    label = {t: short_label(t) for t in tasks}
+    layers = 1 + max(depth.values(), default=0)
+    slot = max(DAG_MARKER_PX, DAG_CHAR_PX * max((len(x) for x in label.values()), default=1)) + 14
+    plot_w = width_px - DAG_MARGIN["l"] - DAG_MARGIN["r"]
+    # a tenth of a column more on the right: the edges that skip a band run down there
+    columns = max(1, min(layers, int(plot_w / slot - 0.1)))
+    in_layer: dict[int, list] = {}
     for t in tasks:
-        k = depth[t]
-        pos[t] = (k, -rows.get(k, 0))
-        rows[k] = rows.get(k, 0) + 1
+        in_layer.setdefault(depth[t], []).append(t)
+    pos, band, gaps, top = {}, {}, [], 0.0
+    for b in range(-(-layers // columns)):
+        ks = range(b * columns, min(layers, (b + 1) * columns))
+        tall = max(len(in_layer.get(k, ())) for k in ks)
+        for k in ks:
+            here = in_layer.get(k, [])
+            for i, t in enumerate(here):  # a layer's operators centred on the band, so a chain runs straight
+                pos[t] = (k - b * columns, top + (tall - len(here)) / 2 + i)
+                band[t] = b
+        gaps.append(top + tall - 1 + 0.5)
+        top += tall + _BAND_GAP
+    return {"pos": pos, "band": band, "columns": columns, "rows": top - _BAND_GAP - 1, "gaps": gaps, "label": label}
+
+
+def _edge_path(u: Any, v: Any, lay: Mapping[str, Any]) -> tuple[list, list]:
+    """The points of edge u -> v: straight to the next column; under the band when it skips columns (a residual
+    connection), so it does not run through the operators between; through the gap under its band when it wraps."""
+    (xu, yu), (xv, yv) = lay["pos"][u], lay["pos"][v]
+    bu, bv = lay["band"][u], lay["band"][v]
+    if bu != bv:
+        below, above = lay["gaps"][bu], lay["gaps"][bv - 1]
+        edge = lay["columns"] - 0.45  # a band or more skipped: down the right-hand side, past the bands between
+        xs, ys = ([xu, xu + 0.3, xv - 0.3, xv], [yu, below, above, yv]) if bv == bu + 1 else (
+            [xu, xu + 0.3, edge, edge, xv - 0.3, xv], [yu, below, below, above, above, yv])
+    elif xv - xu > 1:
+        low = max(yu, yv) + 0.35
+        xs, ys = [xu, xu + 0.4, xv - 0.4, xv], [yu, low, low, yv]
+    else:
+        xs, ys = [xu, xv], [yu, yv]
+    return xs + [None], [-y if y is not None else None for y in ys + [None]]
+
+
+def dag_figure(tasks: Sequence[Any], edges: Sequence[tuple[Any, Any]], device_of: Mapping[Any, str],
+               devices: Sequence[str], labels: Mapping[Any, str] | None = None, title: str = "",
+               width_px: float = DAG_WIDTH_PX) -> go.Figure:
+    """The operator DAG in layers by depth (:func:`dag_layout`: left to right, wrapped into bands), nodes coloured
+    by device; transfers between two devices drawn as red dashed edges. Labels are names cut to
+    :data:`DAG_LABEL_CHARS` characters and never overlap at ``width_px`` or wider; the hover gives the whole name,
+    its device and ``labels`` (its class and cost). ``tasks`` in topological order. The height grows with the
+    bands."""
+    lay = dag_layout(tasks, edges, width_px)
     colours = device_colours(devices)
     fig = go.Figure()
     for cross, style in ((False, dict(color="#b0b0b0", width=1.5)), (True, dict(color="#cf222e", width=2, dash="dash"))):
         xs, ys = [], []
         for u, v in edges:
             if (device_of[u] != device_of[v]) == cross:
-                xs += [pos[u][0], pos[v][0], None]
-                ys += [pos[u][1], pos[v][1], None]
+                ex, ey = _edge_path(u, v, lay)
+                xs += ex
+                ys += ey
         fig.add_trace(go.Scatter(x=xs, y=ys, mode="lines", line=style, hoverinfo="skip",
                                  name="transfer between devices" if cross else "same device"))
     for d in devices:
@@ -151,14 +226,23 @@ def dag_figure(tasks: Sequence[Any], edges: Sequence[tuple[Any, Any]], device_of
         if not ts:
             continue
         fig.add_trace(go.Scatter(
-            x=[pos[t][0] for t in ts], y=[pos[t][1] for t in ts], mode="markers+text", name=esc(d),
-            marker=dict(size=18, color=colours[d], line=dict(color="white", width=1.5)),
-            text=[esc(t) for t in ts], textposition="top center", textfont=dict(size=10),
+            x=[lay["pos"][t][0] for t in ts], y=[-lay["pos"][t][1] for t in ts], mode="markers+text", name=esc(d),
+            marker=dict(size=DAG_MARKER_PX, color=colours[d], line=dict(color="white", width=1.5)),
+            text=[esc(lay["label"][t]) for t in ts], textposition="top center", textfont=dict(size=DAG_FONT_PX),
+            cliponaxis=False,
             hovertext=[f"<b>{esc(t)}</b> on {esc(d)}<br>{esc((labels or {}).get(t, ''))}" for t in ts],
             hoverinfo="text"))
-    fig.update_layout(title=esc(title), height=260 + 40 * max(rows.values(), default=1), plot_bgcolor="white",
-                      xaxis=dict(title="depth in the graph (operators)", showgrid=False, zeroline=False),
-                      yaxis=dict(visible=False), legend_title="device", margin=dict(l=10, r=10, t=50, b=40))
+    # The legend and the title above the plot, so the columns have the whole width; its lines as it wraps.
+    names = ["same device", "transfer between devices", *devices]
+    legend_lines = math.ceil(sum(40 + DAG_CHAR_PX * len(str(n)) for n in names) / (width_px - 20))
+    top = 40 + 24 * legend_lines
+    span = lay["rows"] + _LABEL_ROWS + 0.5
+    fig.update_layout(title=dict(text=esc(title), y=1, yanchor="top", yref="container", pad=dict(t=10)),
+                      height=round(top + DAG_MARGIN["b"] + DAG_ROW_PX * span), plot_bgcolor="white",
+                      xaxis=dict(visible=False, range=[-0.5, lay["columns"] - 0.4], fixedrange=True),
+                      yaxis=dict(visible=False, range=[-(lay["rows"] + 0.5), _LABEL_ROWS], fixedrange=True),
+                      legend=dict(title="device", orientation="h", x=0, xanchor="left", y=1, yanchor="bottom"),
+                      margin=dict(DAG_MARGIN, t=top))
     return fig
 
 
@@ -264,12 +348,13 @@ def balance_figure(series: Mapping[str, Mapping[str, Any]], nodes: Sequence[str]
 def assignment_table(rows: Sequence[Mapping[str, Any]], scale: float, unit: str,
                      reasons: Mapping[Any, str] | None = None) -> list[dict[str, Any]]:
     """The schedule table (:func:`lab.modelled.placement.schedule_table`) with units in the column names and
-    the reason each operator is on its device."""
+    the reason each operator is on its device, beside its device: what a reader looks for first stays on a narrow
+    screen, the numbers follow."""
     out = []
     for r in rows:
-        row = {"operator": str(r["task"]), "class": r["class"], "FLOPs": r["flops"], "device": r["device"],
-               f"start ({unit})": r["start"] * scale, f"finish ({unit})": r["finish"] * scale,
-               "why here": (reasons or {}).get(r["task"], "")}
+        row = {"operator": str(r["task"]), "device": r["device"], "why here": (reasons or {}).get(r["task"], ""),
+               "class": r["class"], "FLOPs": r["flops"], f"start ({unit})": r["start"] * scale,
+               f"finish ({unit})": r["finish"] * scale}
         row |= {f"on {d} ({unit})": (t * scale if math.isfinite(t) else None) for d, t in r["times"].items()}
         out.append(row)
     return out
@@ -328,6 +413,6 @@ def rounds_table(res: Any, nodes: Sequence[str], mode: str, scale: float, unit: 
 
 
 __all__ = ["time_unit", "bytes_unit", "device_colours", "gantt_figure", "why_figure", "receive_lane", "dag_figure",
-           "usage_figure", "memory_figure", "comparison_figure", "balance_figure", "CLASS_COLOURS",
+           "dag_layout", "short_label", "DAG_WIDTH_PX", "DAG_CHAR_PX", "DAG_FONT_PX", "DAG_MARKER_PX", "usage_figure", "memory_figure", "comparison_figure", "balance_figure", "CLASS_COLOURS",
            "assignment_table", "why_table", "baseline_table", "rounds_table", "comparison_table", "balance_series",
            "gantt_caption", "balance_time_unit"]

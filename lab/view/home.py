@@ -44,6 +44,20 @@ LESSONS_INTRO = ("Short lessons, one for every claim of the designs and every pa
 CLASS_STEPS_CAPTION = "Per step: how many students ticked it, tried its question and answered it right."
 CLASS_STUDENTS_CAPTION = ("Per student (numbered in the order they started; no ids): the steps ticked in each "
                           "lesson.")
+# The step table in about 650 pixels (a 1024-pixel window with the sidebar open): a step's text and its lesson's
+# title wrap onto three lines in narrow columns, so the counts beside them stay on screen, under short headings.
+CLASS_STEPS_COLUMNS = {
+    "lesson": {"kind": "text", "width": 140},
+    "step": {"kind": "number", "width": 45},
+    "what": {"kind": "text", "width": 270},
+    "ticked (students)": {"kind": "number", "label": "ticked", "width": 65, "help": "students who ticked the step"},
+    "tried the question": {"kind": "number", "label": "tried", "width": 65,
+                           "help": "students who tried the step's question (empty: the step asks none)"},
+    "answered right": {"kind": "number", "label": "right", "width": 65,
+                       "help": "students who answered the step's question right"},
+}
+CLASS_STEPS_ROW_PX = 72  # three lines of text: Streamlit wraps a cell's text only in rows taller than 64 pixels
+CLASS_STUDENTS_COLUMNS = {"student": {"kind": "text", "pinned": True}}  # stays in view as the lessons scroll by
 
 
 def page_links(pages) -> list[tuple[str, str, str]]:
@@ -67,9 +81,18 @@ def class_progress(folder: Path, store=None) -> tuple[list[dict], list[dict]]:
 def class_sections(folder: Path, store=None) -> list[Section]:
     """:func:`class_progress` as the page shows it (and a report keeps it): each table with its caption."""
     steps, students = class_progress(folder, store)
-    return [Section("home_class_steps", table=steps, caption=CLASS_STEPS_CAPTION),
-            Section("home_class_students", table=students, caption=CLASS_STUDENTS_CAPTION)]
+    return [Section("home_class_steps", table=steps, columns=CLASS_STEPS_COLUMNS, row_height=CLASS_STEPS_ROW_PX,
+                    missing="", caption=CLASS_STEPS_CAPTION),
+            Section("home_class_students", table=students, columns=CLASS_STUDENTS_COLUMNS,
+                    caption=CLASS_STUDENTS_CAPTION)]
 
 
-__all__ = ["INTRO", "DESCRIPTIONS", "LESSONS_INTRO", "CLASS_STEPS_CAPTION", "CLASS_STUDENTS_CAPTION", "page_links",
-           "lessons", "class_progress", "class_sections"]
+def parts(teacher: bool) -> tuple[str, ...]:
+    """The Home page's parts under its introduction, in order. A teacher's class progress comes first: below the
+    twenty lesson cards nobody finds it on a projector."""
+    return ("class", "pages", "lessons") if teacher else ("pages", "lessons")
+
+
+__all__ = ["INTRO", "DESCRIPTIONS", "LESSONS_INTRO", "CLASS_STEPS_CAPTION", "CLASS_STUDENTS_CAPTION",
+           "CLASS_STEPS_COLUMNS", "CLASS_STEPS_ROW_PX", "CLASS_STUDENTS_COLUMNS", "page_links", "lessons",
+           "class_progress", "class_sections", "parts"]

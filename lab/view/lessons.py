@@ -145,6 +145,9 @@ def unknown_lesson_notice(lesson_id: Any) -> str:
             "(the lessons are on the Home page).")
 
 
+WHAT_CHARS = 96  # of a step's text in the teacher's table: three lines of its narrow column on a projector
+
+
 def class_view(progress, lessons: list[Lesson]) -> tuple[list[dict], list[dict]]:
     """The teacher's view of the class, with no owner ids: per lesson and step, how many students ticked it, tried
     its question and answered it right; per student (numbered in the order they started), how far each lesson
@@ -156,7 +159,8 @@ def class_view(progress, lessons: list[Lesson]) -> tuple[list[dict], list[dict]]
         for i, step in enumerate(lesson.steps):
             at = mine[mine.step == i]
             q = lesson.questions.get(i)
-            steps_rows.append({"lesson": lesson.title, "step": i + 1, "what": step[:60] + ("…" if len(step) > 60 else ""),
+            steps_rows.append({"lesson": lesson.title, "step": i + 1,
+                               "what": step[:WHAT_CHARS] + ("…" if len(step) > WHAT_CHARS else ""),
                                "ticked (students)": int(at.ticked.sum()),
                                "tried the question": int((at.tries > 0).sum()) if q else None,
                                "answered right": int(at.correct.sum()) if q else None})

@@ -55,6 +55,8 @@ class Section:
     values: Mapping[str, Any] = field(default_factory=dict)
     side: str | None = None  # "left" or "right": beside the next or the previous section, in two columns
     missing: str | None = None  # what an empty cell of ``table`` shows (None: Streamlit's own "None")
+    # pixels per row of ``table``; taller than 64 wraps a long text cell onto more lines (None: one line a row)
+    row_height: int | None = None
 
     def __post_init__(self) -> None:
         if self.kind is not None and self.kind not in KINDS:

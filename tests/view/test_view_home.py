@@ -40,3 +40,20 @@ def test_the_class_progress_counts_a_students_tick(tmp_path):
     shown = home.class_sections(LESSONS, store)  # as the page shows them, and a report keeps them
     assert [s.table for s in shown] == [steps, students]
     assert [s.caption for s in shown] == [home.CLASS_STEPS_CAPTION, home.CLASS_STUDENTS_CAPTION]
+
+
+def test_a_teachers_class_progress_comes_before_the_pages_and_the_lesson_cards():
+    assert home.parts(teacher=True) == ("class", "pages", "lessons")
+    assert home.parts(teacher=False) == ("pages", "lessons")  # a student has no class progress to see
+
+
+def test_the_class_step_table_fits_a_projector_with_its_text_wrapped(tmp_path):
+    steps, students = home.class_sections(LESSONS, RunStore(tmp_path / "runs.db"))
+    columns = list(steps.table[0])
+    assert set(steps.columns) == set(columns)  # every column has its width, so none runs off the screen
+    # beside the sidebar a 1024-pixel window leaves about 670 pixels: every column is in view at once
+    assert sum(steps.columns[c]["width"] for c in columns) <= 670
+    assert steps.row_height > 64  # Streamlit wraps a cell's text only in rows taller than 64 pixels
+    longest = max(len(s) for x in load_lessons(LESSONS) for s in x.steps)
+    assert longest > 96 and max(len(r["what"]) for r in steps.table) == 97  # cut, with its "…", to three lines
+    assert students.columns["student"]["pinned"] is True

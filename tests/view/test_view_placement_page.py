@@ -285,3 +285,20 @@ def test_the_scenarios_model_width_is_the_network_placed_and_run_and_the_page_sa
         [op.flops for op in full.og.ops if op.name == "conv2"][0]  # half the channels in and out
     items = scaled.plan_items({"pl_micro": 2, "pl_steps": 5, "pl_emulate": False})
     assert items[0][0].training.model_width == 0.5 and items[0][0].training.model == "cnn"
+
+
+def test_the_resnet_presets_graph_and_assignment_read_at_1024_pixels():
+    from lab.view.placement import plans
+    from tests.figures.test_figures_placement import assert_labels_apart
+
+    s = by_key(page(pl_model="resnet").assignment())
+    dag = s["pl_dag"]
+    assert len(dag.chart_input["tasks"]) == 26
+    assert_labels_apart(getattr(figs, "dag_figure")(**dag.chart_input))
+    rows = s["pl_assign"].table
+    assert list(rows[0])[:3] == ["operator", "device", "why here"]  # the reason beside the device, numbers after
+    longest = max(len(r["why here"]) for r in rows)
+    assert s["pl_assign"].columns["why here"]["width"] >= plans.TABLE_CHAR_PX * longest  # the whole reason reads
+    long = [{"operator": "net_layer4_1_downsample_0", "device": "gpu", "why here": "x" * 500}]
+    width = plans.assignment_columns(long)["why here"]["width"]
+    assert width < plans.text_px(500) and width + plans.text_px(25) + plans.text_px(6) == plans.TABLE_PX

@@ -15,7 +15,7 @@ from lab.view.placement.page import (
 )
 from lab.view.placement.plans import (
     BASELINE_CAPTION, COMPARISON_COLUMNS, DAG_CAPTION, INTRO, MAX_SHOWN_RUNS, MEMORY_CAPTION, NO_BASELINE, NO_PINS,
-    PINS_LINE, WHY_CAPTION, against_baseline, assignment_caption, assignment_of, baseline_columns,
+    PINS_LINE, WHY_CAPTION, against_baseline, assignment_caption, assignment_columns, assignment_of, baseline_columns,
     baseline_from_json, baseline_json, changed_pins, comparison_caption, cost_model_line, explained, gantt_caption,
     gantt_title, kept_runs, measured_badge, other_plan_line, outcome_metrics, pins_line, placed, plan_scenario,
     ranking_line, run_exists, run_intro, shown_runs, strategy_ranking, strategy_scenarios, waiting_line, why_caption,
@@ -37,7 +37,8 @@ __all__ = [
     "cost_choice", "fitting_pins", "topology", "traced",
     # a plan and its runs
     "BASELINE_CAPTION", "COMPARISON_COLUMNS", "DAG_CAPTION", "INTRO", "MAX_SHOWN_RUNS", "MEMORY_CAPTION",
-    "NO_BASELINE", "NO_PINS", "PINS_LINE", "WHY_CAPTION", "against_baseline", "assignment_caption", "assignment_of",
+    "NO_BASELINE", "NO_PINS", "PINS_LINE", "WHY_CAPTION", "against_baseline", "assignment_caption",
+    "assignment_columns", "assignment_of",
     "baseline_columns", "baseline_from_json", "baseline_json", "changed_pins", "comparison_caption",
     "cost_model_line", "explained", "gantt_caption", "gantt_title", "kept_runs", "measured_badge", "other_plan_line",
     "outcome_metrics", "pins_line", "placed", "plan_scenario", "ranking_line", "run_exists", "run_intro",

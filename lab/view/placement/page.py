@@ -284,10 +284,10 @@ class PlacementView:
         scale, unit = self.figures.time_unit(s.makespan)
         usage = pl.device_usage(shown, s)
         over = pl.over_full(usage)
+        table = self.figures.assignment_table(pl.schedule_table(shown, s), scale, unit, reasons)
         return [
-            Section("pl_assign", header="Assignment", level="subheader", kind="modelled",
-                    table=self.figures.assignment_table(pl.schedule_table(shown, s), scale, unit, reasons),
-                    caption=P.assignment_caption(unit)),
+            Section("pl_assign", header="Assignment", level="subheader", kind="modelled", table=table,
+                    columns=P.assignment_columns(table), caption=P.assignment_caption(unit)),
             Section("pl_dag", chart="placement.dag_figure", kind="modelled", caption=P.DAG_CAPTION, chart_input=dict(
                 tasks=shown.topological_order(), edges=shown.edges, device_of=s.assignment, devices=shown.devices,
                 labels=pl.task_labels(shown), title="Operator graph coloured by device")),

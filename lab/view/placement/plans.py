@@ -312,13 +312,38 @@ NO_BASELINE = ("Keep a plan, then pin an operator, change the strategy or edit a
                "it costs.")
 
 
-DAG_CAPTION = "red dashed edges are activations sent between devices."
+DAG_CAPTION = ("operators in layers by depth, one column per layer, read left to right and on down the bands like "
+               "lines of text; an edge that wraps runs under its band. Red dashed edges are activations sent between "
+               "devices. A long name is cut to its end (…); the hover gives it whole, with its device and cost.")
 
 
 MEMORY_CAPTION = "memory = parameters + output activations (float32) of the operators placed there."
 
 
 COMPARISON_COLUMNS = {"above optimum (%)": {"kind": "number", "format": "%.1f"}}
+
+
+#: A character of a table's text, in pixels, with some room to spare (Streamlit's tables are 14-pixel Source Sans).
+TABLE_CHAR_PX = 7
+#: What a window 1024 pixels wide leaves a table beside the sidebar (a classroom projector).
+TABLE_PX = 650
+
+
+def text_px(chars: int) -> int:
+    """The width of a table column whose longest text has ``chars`` characters, with its cell's padding."""
+    return 16 + TABLE_CHAR_PX * chars
+
+
+def assignment_columns(table: Sequence[Mapping[str, Any]]) -> dict:
+    """The assignment table's "why here" as wide as its longest reason, up to what a 1024-pixel window leaves
+    beside the operator and its device, so the reason reads whole on a projector; a longer one shows whole when
+    its cell is clicked."""
+    def longest(col: str) -> int:
+        return max([len(col)] + [len(str(r.get(col, ""))) for r in table])
+
+    room = TABLE_PX - text_px(longest("operator")) - text_px(longest("device"))
+    return {"why here": {"kind": "text", "width": max(200, min(room, text_px(longest("why here")))),
+                         "help": "why the plan puts the operator on this device (click a cell to read it whole)"}}
 
 
 def assignment_caption(unit: str) -> str:
