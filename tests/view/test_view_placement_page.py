@@ -299,6 +299,8 @@ def test_the_resnet_presets_graph_and_assignment_read_at_1024_pixels():
     assert list(rows[0])[:3] == ["operator", "device", "why here"]  # the reason beside the device, numbers after
     longest = max(len(r["why here"]) for r in rows)
     assert s["pl_assign"].columns["why here"]["width"] >= plans.TABLE_CHAR_PX * longest  # the whole reason reads
-    long = [{"operator": "net_layer4_1_downsample_0", "device": "gpu", "why here": "x" * 500}]
-    width = plans.assignment_columns(long)["why here"]["width"]
-    assert width < plans.text_px(500) and width + plans.text_px(25) + plans.text_px(6) == plans.TABLE_PX
+    long = [{"operator": "net_encoder_layers_encoder_layer_0_ln_1", "device": "gpu", "why here": "x" * 500}]
+    columns = plans.assignment_columns(long)
+    width = columns["why here"]["width"]
+    assert width < plans.text_px(500) and width + columns["operator"]["width"] + plans.text_px(6) == plans.TABLE_PX
+    assert width >= 400  # a long operator name leaves the reason most of the row

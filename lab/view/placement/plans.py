@@ -336,13 +336,15 @@ def text_px(chars: int) -> int:
 
 def assignment_columns(table: Sequence[Mapping[str, Any]]) -> dict:
     """The assignment table's "why here" as wide as its longest reason, up to what a 1024-pixel window leaves
-    beside the operator and its device, so the reason reads whole on a projector; a longer one shows whole when
-    its cell is clicked."""
+    beside the operator (at most 180 pixels of it) and its device, so the reason reads whole on a projector; a
+    longer reason or name shows whole when its cell is clicked."""
     def longest(col: str) -> int:
         return max([len(col)] + [len(str(r.get(col, ""))) for r in table])
 
-    room = TABLE_PX - text_px(longest("operator")) - text_px(longest("device"))
-    return {"why here": {"kind": "text", "width": max(200, min(room, text_px(longest("why here")))),
+    operator = min(180, text_px(longest("operator")))  # a torchvision name of 40 characters would take it all
+    room = TABLE_PX - operator - text_px(longest("device"))
+    return {"operator": {"kind": "text", "width": operator},
+            "why here": {"kind": "text", "width": max(200, min(room, text_px(longest("why here")))),
                          "help": "why the plan puts the operator on this device (click a cell to read it whole)"}}
 
 
