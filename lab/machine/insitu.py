@@ -263,7 +263,7 @@ def _main_cpu(parts: PlanParts, ex: ExecutorFit, node_by_node: bool) -> list[flo
     costs = StepCosts(call=ex.call, node=ex.node, backward_call=ex.backward_call, loss=ex.loss,
                       send=Linear(ex.send_fixed, ex.send_per_byte), recv=Linear(ex.recv_fixed, ex.recv_per_byte))
     lists = executor_tasks(st, parts.devices, parts.micro_batches, costs, parts.optimizer, None,
-                           node_by_node=node_by_node)
+                           node_by_node=node_by_node, schedule=parts.schedule)
     return [sum(t.seconds if isinstance(t, Cpu) else t.cpu for t in lst if isinstance(t, (Cpu, Send, Recv)))
             for lst in lists]
 
@@ -278,7 +278,8 @@ def features(m: Measured) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         theta[j] = 1.0
         got = _main_cpu(m.parts, _fit_of(theta, (0, 0), (0, 0), 0.0), m.case.node_by_node)
         cols.append([g - z for g, z in zip(got, zero)])
-    lists = executor_tasks(m.parts.stages, m.parts.devices, m.parts.micro_batches, StepCosts(), m.parts.optimizer)
+    lists = executor_tasks(m.parts.stages, m.parts.devices, m.parts.micro_batches, StepCosts(), m.parts.optimizer,
+                           schedule=m.parts.schedule)
     bgf = np.zeros((len(lists), 2))
     for r, lst in enumerate(lists):
         for t in lst:

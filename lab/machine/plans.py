@@ -83,6 +83,7 @@ class PlanParts:
     optimizer: dict
     link: Any  # (src, dst, bytes) -> seconds, or None without emulation
     emulated: bool
+    schedule: str = "gpipe"  # the order of each process's actions (lab.modelled.placement.order.schedule)
 
 
 def plan_parts(sc: Scenario, profile: MachineProfile, *, emulate: bool | None = None) -> PlanParts:
@@ -124,7 +125,7 @@ def parts_of(sc: Scenario, model: torch.nn.Module, in_features: int, profile: Ma
         optimizer[dev] = opt.time(sum(q.numel() for q in params), len(params)) if params else 0.0
     topo = sc.topology
     link = (lambda a, b, n: float(topo.transfer_time(a, b, n))) if emulate else None
-    return PlanParts(parts, list(plan.devices), tr.micro_batches, optimizer, link, bool(emulate))
+    return PlanParts(parts, list(plan.devices), tr.micro_batches, optimizer, link, bool(emulate), tr.schedule)
 
 
 #: The terms of the core model a prediction can leave out (the bench's ablation).
@@ -158,7 +159,8 @@ def simulate_parts(parts: PlanParts, ex: ExecutorFit, *, cores: int, pinned: Seq
                       recv=Linear(ex.recv_fixed, ex.recv_per_byte) if msg_cpu else Linear(),
                       wire=Linear(ex.wire_fixed, ex.wire_per_byte))
     lists = executor_tasks(st, parts.devices, parts.micro_batches, costs, parts.optimizer, parts.link,
-                           node_by_node=parts.emulated if node_by_node is None else node_by_node)
+                           node_by_node=parts.emulated if node_by_node is None else node_by_node,
+                           schedule=parts.schedule)
     n = len(parts.devices)
     if "shared cores" in without:
         cores, pinned, external = n, list(range(n)), 0.0
@@ -190,7 +192,7 @@ def predict_plan(sc: Scenario, profile: MachineProfile, *, emulate: bool | None 
 
 def message_weights(parts: PlanParts) -> dict[tuple[int, int], int]:
     """Messages per step between each pair of ranks (the smaller rank first)."""
-    return executor_messages(parts.stages, parts.devices, parts.micro_batches)
+    return executor_messages(parts.stages, parts.devices, parts.micro_batches, parts.schedule)
 
 
 def measured_steps(metrics: Any, batch_size: int) -> list[float]:

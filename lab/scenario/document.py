@@ -27,6 +27,7 @@ from lab.scenario.names import (
     FAULT_POLICIES,
     OPTIMIZERS,
     PARALLEL_MODES,
+    PIPELINE_SCHEDULES,
     SHARING,
     SPLITS,
     STRATEGY_NAMES,
@@ -156,6 +157,11 @@ TRAINING_FIELDS: dict[str, Setting] = {
     "strategy": Setting(str, "type_rule", STRATEGY_NAMES, help="the placement strategy that makes the plan"),
     "micro_batches": Setting(int, 4, min=1, max=64, help="a placement run pipelines each batch in this many parts "
                                                           "(micro-batches)"),
+    "schedule": Setting(str, "gpipe", PIPELINE_SCHEDULES, family="schedule",
+                        help="the order each device of a placement run works through the micro-batches: GPipe (every "
+                             "forward, then every backward) or 1F1B (after a warm-up of forwards, one forward and "
+                             "one backward in turn: a device holds the activations of at most as many micro-batches "
+                             "as the pipeline has pieces after it, plus one)"),
     "balance": Setting(str, "off", BALANCE_CHOICES, help="a placement run re-plans every round from each device's "
                     "measured waiting (greedy earliest finish or HEFT with weights), by this rule"),
     "round_steps": Setting(int, 10, min=2, max=10_000, help="steps per balancing round (the first of each is warm-up)"),

@@ -68,6 +68,10 @@ CHOICES: dict[str, dict[str, tuple[str, str]]] = {
     },
     # A placement run's plan made once, or re-made every round from each device's measured waiting (the
     # load-balancing design's loop) by one of two rules for the next weights.
+    "schedule": {
+        "gpipe": ("GPipe: every micro-batch forward, then every backward", "GPipe"),
+        "1f1b": ("1F1B: one forward, one backward (fewer activations held)", "1F1B"),
+    },
     "balance": {
         "off": ("off (the plan is made once)", "off"),
         "wait": ("shift by waiting time", "wait"),
@@ -158,6 +162,7 @@ MODEL_WIDTH_MIN, MODEL_WIDTH_MAX = 0.25, 2.0
 COST_MODELS, COST_MODEL_LABELS = names("cost_model"), labels("cost_model")
 SYNC_MODES, SYNC_LABELS = names("sync"), labels("sync")
 BALANCE_CHOICES, BALANCE_LABELS = names("balance"), labels("balance")
+PIPELINE_SCHEDULES, PIPELINE_SCHEDULE_LABELS = names("schedule"), labels("schedule")
 #: The balancing loop's two update rules (every balance choice but "off").
 BALANCE_RULES: tuple[str, ...] = BALANCE_CHOICES[1:]
 PARALLEL_MODES, PARALLEL_LABELS = names("parallel"), labels("parallel")

@@ -33,7 +33,8 @@ from lab.modelled.placement import STRATEGIES
 from lab.optim.playground import FUNCTIONS, MAX_COUNTEREXAMPLE_STEPS, PERIOD, SCHEDULES
 from lab.scenario.catalogue import DEVICE_CATALOGUE, PRESET_LABELS, PRESETS
 from lab.scenario.document import UPLOAD_MB, Setting
-from lab.scenario.names import ANY_MODEL, ALGORITHMS, COST_MODELS, FAULT_KINDS, FAULT_POLICIES, MODELS, OPTIMIZERS, SPARSIFIERS
+from lab.scenario.names import (ANY_MODEL, ALGORITHMS, COST_MODELS, FAULT_KINDS, FAULT_POLICIES, MODELS, OPTIMIZERS,
+                                PIPELINE_SCHEDULES, SPARSIFIERS)
 from lab.scenario.text import check_name, loads, shown
 from lab.scenario.topology import LINK_KINDS
 
@@ -156,9 +157,15 @@ VIEW: dict[str, Control] = {
     "pl_patience": _c("placement", int, 3, "patience (rounds)", lo=1, hi=100, step=1, advanced=True),
     "pl_rounds": _c("placement", int, 40, "max rounds", lo=1, hi=500, step=1, advanced=True),
     "pl_micro": _c("placement", int, 4, "Micro-batches", lo=1, hi=64,
-                   help=("each batch is pipelined in this many parts (micro-batches, run as GPipe does: all forward, "
-                         "then all backward); more parts shrink the bubble, the time stages wait at the start and end"),
+                   help=("each batch is pipelined in this many parts (micro-batches, in the order the schedule says); "
+                         "more parts shrink the bubble, the time stages wait at the start and end"),
                    from_scenario=lambda sc: sc.training.micro_batches),
+    "pl_schedule": _c("placement", str, "gpipe", "Schedule", PIPELINE_SCHEDULES, family="schedule",
+                      help=("GPipe: every micro-batch forward, then every backward (a device holds all their "
+                            "activations); 1F1B: after a warm-up, one forward and one backward in turn (a device "
+                            "holds at most as many as there are pieces from it to the end), for plans that give "
+                            "each device one stretch of the model"),
+                      from_scenario=lambda sc: sc.training.schedule),
     "pl_steps": _c("placement", int, 40, "Steps", lo=5, hi=2000),
     "pl_emulate": _c("placement", bool, True, "Emulate the drawn cluster", widget="toggle",
                      help="off: every device is this machine, and only the calibrated costs are tested"),

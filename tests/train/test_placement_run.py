@@ -231,3 +231,17 @@ def test_a_reviewers_network_with_batch_norm_cut_anywhere_computes_what_one_proc
     outs = run(sc, tmp_path, steps=3)
     assert len(outs) == 2
     check_against_reference(sc, outs, 1e-9, steps=3)
+
+
+@pytest.mark.parametrize("model", ["mlp", "cnn"])
+def test_a_1f1b_run_computes_what_one_process_computes_in_its_own_order(model, tmp_path):
+    devices = ["edge0", "edge1", "edge2"]
+    sc = scenario(model, chain(model, devices), schedule="1f1b", micro_batches=4)
+    outs = run(sc, tmp_path)
+    check_against_reference(sc, outs, 1e-9)
+    for k, (d, o) in enumerate(zip(devices, outs)):  # each process ran 1F1B's list for its piece, every step
+        step = list(order.schedule("1f1b", [k], 3, 4))
+        assert order.actions_in(o["events"]) == step * STEPS, d
+    bad = scenario(model, interleaved(model, devices), schedule="1f1b")
+    with pytest.raises(LabError, match="1F1B runs one piece per device"):  # refused before any process starts
+        placement_run.check_placement(placement_run.resolved(bad))

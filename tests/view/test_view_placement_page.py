@@ -202,6 +202,9 @@ def test_a_pin_the_model_refuses_is_a_notice_and_the_page_stays_whole():
     run = {k: VIEW[k].spec.default for k in (*view.RUN_CONTROLS, "pl_round_steps")}
     for items in (pv.plan_items(run), pv.strategy_items(run), pv.balance_items(run | knobs(pv))):
         assert items and all(dict(one.training.pins) == {"net_0": "host"} for one, _ in items)  # runs take the plan's
+    one_f = run | {"pl_schedule": "1f1b"}  # the schedule picked runs; the balancing loop keeps GPipe (it re-plans)
+    assert {one.training.schedule for one, _ in pv.plan_items(one_f) + pv.strategy_items(one_f)} == {"1f1b"}
+    assert {one.training.schedule for one, _ in pv.balance_items(one_f | knobs(pv))} == {"gpipe"}
 
 
 def test_a_pin_on_a_device_without_a_kernel_is_a_notice_naming_the_class():

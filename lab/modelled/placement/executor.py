@@ -1,7 +1,7 @@
 """The lab's placement executor as task lists: what each process of a placement run does in one step, in
 the executor's own order, for the core model (:mod:`.cores`) to run on shared cores.
 
-The order is the one list of actions (:func:`.order.gpipe`) that
+The order is the one list of actions (:func:`.order.schedule`) that
 :class:`lab.train.placement_run.PlacementTrainer` runs and the ideal pipeline model (:mod:`.pipeline`) follows on
 a core per process:
 
@@ -28,7 +28,8 @@ from typing import Callable, Mapping, Sequence
 
 from lab.errors import LabError
 from lab.modelled.placement.cores import Cpu, Recv, Send, Sleep
-from lab.modelled.placement.order import BACKWARD, FORWARD, gpipe
+from lab.modelled.placement.order import BACKWARD, FORWARD
+from lab.modelled.placement.order import schedule as order_of
 
 WHERE = "executor model"
 
@@ -78,7 +79,8 @@ class StepCosts:
 
 def tasks(stages: Sequence[Stage], devices: Sequence[str], micro_batches: int, costs: StepCosts,
           optimizer: Mapping[str, float] | None = None,
-          link: Callable[[str, str, float], float] | None = None, node_by_node: bool = False) -> list[list]:
+          link: Callable[[str, str, float], float] | None = None, node_by_node: bool = False,
+          schedule: str = "gpipe") -> list[list]:
     """Each process's task list (process ``r`` holds ``devices[r]``) for one training step. ``link`` (emulation):
     the topology's seconds for a tensor between two devices; ``node_by_node``: the pieces run through the
     timing interpreter (the executor does when it emulates or records a timeline)."""
@@ -166,7 +168,7 @@ def tasks(stages: Sequence[Stage], devices: Sequence[str], micro_batches: int, c
             for src, o, _ in s.inputs:
                 if dev[src] != d:
                     last_reader[(src, o)] = min(last_reader.get((src, o), s.index), s.index)
-        for a in gpipe([s.index for s in mine], M):
+        for a in order_of(schedule, [s.index for s in mine], len(stages), M):
             if a.kind == FORWARD:
                 forward(r, d, stages[a.piece], a.micro, got)
             elif a.kind == BACKWARD:
@@ -177,10 +179,11 @@ def tasks(stages: Sequence[Stage], devices: Sequence[str], micro_batches: int, c
     return lists
 
 
-def messages(stages: Sequence[Stage], devices: Sequence[str], micro_batches: int) -> dict[tuple[int, int], int]:
+def messages(stages: Sequence[Stage], devices: Sequence[str], micro_batches: int,
+             schedule: str = "gpipe") -> dict[tuple[int, int], int]:
     """Messages per step between each pair of ranks (the smaller rank first)."""
     out: dict[tuple[int, int], int] = {}
-    for r, lst in enumerate(tasks(stages, devices, micro_batches, StepCosts())):
+    for r, lst in enumerate(tasks(stages, devices, micro_batches, StepCosts(), schedule=schedule)):
         for t in lst:
             if isinstance(t, Send):
                 key = (min(r, t.to), max(r, t.to))

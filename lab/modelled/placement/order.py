@@ -6,16 +6,26 @@ model of the executor on shared cores (:mod:`.executor`). So the modelled and th
 can differ in costs, never in order (torch's ``pipelining`` works the same way: a schedule is a list of
 actions per stage that its runtime executes).
 
-The order is GPipe's: the process's pieces forward by ascending index, each for micro-batches
-``0..M-1``; then backward by descending index, micro-batches ``0..M-1`` each; then the optimiser.
-Every dependency between pieces points from a smaller index forward and from a larger index backward,
-so a process never waits for work that comes later in its own list, and no set of lists built this way
-can deadlock.
+Two schedules, each a function of a process's pieces:
+
+* GPipe's: the process's pieces forward by ascending index, each for micro-batches ``0..M-1``; then backward
+  by descending index, micro-batches ``0..M-1`` each; then the optimiser. Every dependency between pieces
+  points from a smaller index forward and from a larger index backward, so a process never waits for work
+  that comes later in its own list, and no set of lists built this way can deadlock.
+* 1F1B's (one forward, one backward), for plans with one piece per process: piece ``k`` of ``S`` runs
+  ``min(S - 1 - k, M)`` forwards first, then one forward and one backward in turn, then the backwards left,
+  then the optimiser: it holds the activations of at most ``S - k`` micro-batches where GPipe holds ``M``.
+  The order is torch's ``Schedule1F1B`` (a test reads torch's own order and compares). The lists follow the
+  time slots of the textbook chain, in which a piece's forward of micro-batch ``m`` comes after the forward
+  of every smaller piece and its backward after the backward of every larger one: any plan whose messages go
+  from a smaller piece forward (every cut of a traced model) fits those slots, so it cannot deadlock either.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Iterable
+
+from lab.errors import LabError
 
 FORWARD, BACKWARD, OPTIMIZER = "forward", "backward", "optimizer"
 
@@ -39,6 +49,37 @@ def gpipe(pieces: Iterable[int], micro_batches: int, train: bool = True) -> tupl
         actions += [Action(BACKWARD, k, m) for k in reversed(ks) for m in micro]
         actions.append(Action(OPTIMIZER))
     return tuple(actions)
+
+
+def one_f_one_b(piece: int, pieces: int, micro_batches: int, train: bool = True) -> tuple[Action, ...]:
+    """The actions of the process holding piece ``piece`` of ``pieces`` (one piece per process) for a step of
+    ``micro_batches``; forward only when ``train`` is off (an evaluation has no backward to interleave)."""
+    M = int(micro_batches)
+    if not train:
+        return gpipe([piece], M, train=False)
+    warm = min(pieces - 1 - piece, M)
+    actions = [Action(FORWARD, piece, m) for m in range(warm)]
+    for m in range(M - warm):  # the steady state: the next forward, then the oldest backward
+        actions += [Action(FORWARD, piece, warm + m), Action(BACKWARD, piece, m)]
+    actions += [Action(BACKWARD, piece, m) for m in range(M - warm, M)]
+    actions.append(Action(OPTIMIZER))
+    return tuple(actions)
+
+
+def schedule(name: str, mine: Iterable[int], pieces: int, micro_batches: int,
+             train: bool = True) -> tuple[Action, ...]:
+    """One process's actions under schedule ``name`` (:data:`lab.scenario.names.PIPELINE_SCHEDULES`), given its pieces
+    ``mine`` among ``pieces``."""
+    mine = sorted(mine)
+    if name == "gpipe":
+        return gpipe(mine, micro_batches, train)
+    if name == "1f1b":
+        if len(mine) != 1:
+            raise LabError(f"1F1B runs one piece per device, and this plan gives a device {len(mine)} pieces (it "
+                           "returns to a device after leaving it): pin the operators so that each device holds one "
+                           "stretch of the model, or use GPipe", where="training.schedule")
+        return one_f_one_b(mine[0], pieces, micro_batches, train)
+    raise LabError(f"unknown schedule {name!r}", where="training.schedule")
 
 
 def actions_in(rows: Iterable[dict]) -> list[Action]:

@@ -39,7 +39,8 @@ from numbers import Integral, Real
 from typing import Any, Callable, Mapping, Sequence
 
 from lab.errors import LabError
-from lab.modelled.placement.order import BACKWARD, FORWARD, Action, gpipe
+from lab.modelled.placement.order import BACKWARD, FORWARD, Action
+from lab.modelled.placement.order import schedule as order_of
 
 WHERE = "pipeline model"
 
@@ -156,7 +157,8 @@ def _check(pieces: list[Piece], forward: Mapping[str, float], backward: Mapping[
 
 def simulate(pieces: Sequence[Piece], forward: Mapping[str, float], backward: Mapping[str, float],
              link: Callable[[str, str, float], float], micro_batches: int,
-             optimizer: Mapping[str, float] | None = None, loss_time: float = 0.0) -> PipelineSchedule:
+             optimizer: Mapping[str, float] | None = None, loss_time: float = 0.0,
+             schedule: str = "gpipe") -> PipelineSchedule:
     """The modelled schedule of one step (see the module doc for the order and the rules).
 
     ``forward[op]`` / ``backward[op]``: seconds of the operator for one micro-batch on its piece's
@@ -254,7 +256,8 @@ def simulate(pieces: Sequence[Piece], forward: Mapping[str, float], backward: Ma
     # Every device works through its own list of actions (the executor's); an action runs once what it
     # waits for on other devices has run. The lists cannot deadlock (see :mod:`.order`); the check
     # guards against a list that breaks that rule.
-    todo = {d: deque(gpipe([p.index for p in pieces if p.device == d], m_count)) for d in free}
+    todo = {d: deque(order_of(schedule, [p.index for p in pieces if p.device == d], len(pieces), m_count))
+            for d in free}
     while any(todo.values()):
         moved = False
         for d, actions in todo.items():

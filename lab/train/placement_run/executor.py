@@ -1,5 +1,5 @@
 """The pipeline executor of a placement run: one process per device, each running its own pieces for every
-micro-batch in the order of :func:`lab.modelled.placement.order.gpipe` (the list both models follow), sending
+micro-batch in the order of its schedule (:func:`lab.modelled.placement.order.schedule`, the list both models follow), sending
 each output another device reads as soon as it exists."""
 from __future__ import annotations
 
@@ -15,7 +15,8 @@ from lab.comm.peers import waiting_for_peers, waits_for_peers
 from lab.errors import LabError
 from lab.modelled.balance import MAX_ROUNDS, model_loop
 from lab.modelled.costmodel import DATASHEET
-from lab.modelled.placement.order import BACKWARD, FORWARD, gpipe
+from lab.modelled.placement.order import BACKWARD, FORWARD
+from lab.modelled.placement.order import schedule as order_of
 from lab.optim.optimizers import from_training as optim_from_training
 from lab.train import data as data_mod
 from lab.train import resilience as rz
@@ -249,13 +250,14 @@ class PlacementTrainer(Rebalancing, Recording, Trainer):
 
     def step_placement(self, x: torch.Tensor, y: torch.Tensor, *, train: bool = True) -> dict:
         """Forward (and with ``train``, backward and the optimiser) of one batch through the pipeline, in the
-        order of :func:`lab.modelled.placement.order.gpipe`, the list the models follow too."""
+        order of the run's schedule (:func:`lab.modelled.placement.order.schedule`), the list the models follow
+        too."""
         M = self.tr.micro_batches if train else 1
         st = _Step(x, y, M, train)
         self.handles, self.keep = [], []
         self.fwd_time = {}
         with torch.set_grad_enabled(train):
-            for a in gpipe([p.index for p in self.mine], M, train=train):
+            for a in order_of(self.tr.schedule, [p.index for p in self.mine], len(self.pieces), M, train=train):
                 if a.kind == FORWARD:
                     self.forward_task(st, self.pieces[a.piece], a.micro)
                 elif a.kind == BACKWARD:

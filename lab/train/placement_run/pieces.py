@@ -16,6 +16,7 @@ from lab.modelled.costmodel import catalogue_slowdown
 from lab.modelled.placement.cores import rank_cores
 from lab.modelled.placement.executor import Stage
 from lab.modelled.placement.executor import messages as executor_messages
+from lab.modelled.placement.order import schedule as order_of
 from lab.scenario.document import Scenario
 from lab.scenario.models import graph_of
 from lab.train.placement_run.plan import StagePlan, model_for, resolve
@@ -223,7 +224,9 @@ def check_placement(sc: Scenario) -> StagePlan:
                            "one round", where="training.round_steps")
     ds, model = model_for(sc)
     plan = resolve(sc, model, ds.in_features)
-    pieces(model, plan)
+    cut, _ = pieces(model, plan)
+    for d in plan.devices:  # a schedule the plan cannot follow says so before any process starts
+        order_of(tr.schedule, [p.index for p in cut if p.device == d], len(cut), tr.micro_batches)
     return plan
 
 
@@ -235,5 +238,5 @@ def placed_cpus(sc: Scenario, cpus: list[int]) -> list[int | None]:
     ds, model = model_for(sc)
     plan = resolve(sc, model, ds.in_features)
     cut, final = pieces(model, plan)
-    weights = executor_messages(step_stages(cut, final), plan.devices, sc.training.micro_batches)
+    weights = executor_messages(step_stages(cut, final), plan.devices, sc.training.micro_batches, sc.training.schedule)
     return [None if c is None else distinct[c] for c in rank_cores(len(plan.devices), len(distinct), weights)]

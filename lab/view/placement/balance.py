@@ -101,8 +101,10 @@ def balance_run_intro() -> str:
             "minus that; the next weights follow from them by the rule, the planner (greedy earliest finish, or HEFT "
             "when that is the strategy chosen) re-plans, and an operator that moves takes its parameters and its "
             "optimiser's state with it. The run ends when the plan has not changed for *patience* rounds. The first "
-            "step of each round is a warm-up (it pays one-off costs such as allocating memory) and is not measured. Beside each measured loop, dashed, the loop above "
-            "as the cost model simulates it for the same rule.")
+            "step of each round is a warm-up (it pays one-off costs such as allocating memory) and is not measured. "
+            "Beside each measured loop, dashed, the loop above as the cost model simulates it for the same rule. The "
+            "loop runs GPipe whatever the schedule chosen: a re-planned round may give a device two stretches of "
+            "the model, which 1F1B does not run.")
 
 
 def balance_planner(strategy: str) -> str:

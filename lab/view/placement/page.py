@@ -87,7 +87,7 @@ def pin_buttons(op: str, pins: Mapping[str, str]) -> list[tuple[str, str, str, b
     """(label, key, change, disabled) of the pin buttons beside the chosen operator and device."""
     return [("Pin", "pl_pin", "pin", False), ("Unpin", "pl_unpin", "unpin", op not in pins),
             ("Clear pins", "pl_pins_clear", "clear", not pins)]
-RUN_CONTROLS = ("pl_micro", "pl_steps", "pl_repeats", "pl_emulate")
+RUN_CONTROLS = ("pl_micro", "pl_schedule", "pl_steps", "pl_repeats", "pl_emulate")
 COMPARISON = "All strategies on this scenario"
 RUN = Section("pl_run_intro", header="Run the plan: measured beside modelled", level="subheader", intro=P.run_intro())
 BALANCE = Section("pl_bal_intro", header="Dynamic load balancing: weights from each node's waiting time",
@@ -311,26 +311,28 @@ class PlacementView:
                        caption=P.comparison_caption(self.cm.pass_))
 
     # ----- runs --------------------------------------------------------------------------------------------
-    @property
-    def _run_sc(self):
-        """The scenario a run starts from: the page's, with only the pins its plan honours."""
-        return self.sc.replace(training=self.sc.training.replace(pins=tuple(self.applied.items())))
+    def _run_sc(self, v: Mapping[str, Any]):
+        """The scenario a run starts from: the page's, with only the pins its plan honours, in the schedule of
+        the run controls ``v``."""
+        return self.sc.replace(training=self.sc.training.replace(pins=tuple(self.applied.items()),
+                                                                 schedule=v.get("pl_schedule", "gpipe")))
 
     def plan_items(self, v: Mapping[str, Any]) -> list[tuple]:
         """(scenario, run name) of "Run this plan": the plan shown, with the run controls ``v``."""
-        one = P.plan_scenario(self._run_sc, self.model, self.batch, self.strategy,
+        one = P.plan_scenario(self._run_sc(v), self.model, self.batch, self.strategy,
                               P.assignment_of(self.graph, self.strategy), int(v["pl_micro"]), int(v["pl_steps"]),
                               v["pl_emulate"])
         return [(one, f"{STRATEGY_SHORT[self.strategy]} · {self.model}")]
 
     def strategy_items(self, v: Mapping[str, Any]) -> list[tuple]:
         """(scenario, run name) of "Run every strategy", each strategy's plan ``v["pl_repeats"]`` times."""
-        return P.strategy_scenarios(self._run_sc, self.graph, self.model, self.batch, int(v["pl_micro"]),
+        return P.strategy_scenarios(self._run_sc(v), self.graph, self.model, self.batch, int(v["pl_micro"]),
                                     int(v["pl_steps"]), v["pl_emulate"], int(v["pl_repeats"]))
 
     def balance_items(self, v: Mapping[str, Any]) -> list[tuple]:
         """(scenario, run name) of "Run the balancing loop": the loop with each rule, then its baselines."""
-        return B.balance_items(self._run_sc, self.graph, self.model, self.batch, int(v["pl_micro"]),
+        # a re-planned round may give a device two stretches of the model, which 1F1B does not run
+        return B.balance_items(self._run_sc({**v, "pl_schedule": "gpipe"}), self.graph, self.model, self.batch, int(v["pl_micro"]),
                                int(v["pl_round_steps"]), int(v["pl_rounds"]), v["pl_tol"], int(v["pl_patience"]),
                                _slowdown(v, self.devices), self.strategy)
 

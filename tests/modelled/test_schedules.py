@@ -1,0 +1,150 @@
+"""Pipeline schedules as action lists (lab.modelled.placement.order): GPipe's and 1F1B's lists equal the orders
+in which torch's own ScheduleGPipe and Schedule1F1B run a stage's work (their ``_step_microbatches`` driven with a
+stage that records its calls, over 2-4 stages and 1-8 micro-batches), 1F1B holds at most the textbook number of micro-batches in flight, both models follow it, and
+its timeline on random chain plans equals an independent fixed-point reimplementation."""
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+from torch.distributed.pipelining import schedules as torch_schedules
+
+from lab.errors import LabError
+from lab.modelled.placement import order
+from lab.modelled.placement.pipeline import Piece, simulate
+from tests.modelled.test_pipeline_model import _tasks
+
+TORCH = {"gpipe": torch_schedules.ScheduleGPipe, "1f1b": torch_schedules.Schedule1F1B}
+
+
+class _Recorder:
+    """A pipeline stage that records what torch's schedule asks of it (no tensors, no messages)."""
+
+    def __init__(self, index: int, log: list):
+        self.stage_index, self.log = index, log
+
+    def forward_one_chunk(self, mb, *args, **kwargs):
+        self.log.append(order.Action(order.FORWARD, self.stage_index, mb))
+
+    def backward_one_chunk(self, mb, **kwargs):
+        self.log.append(order.Action(order.BACKWARD, self.stage_index, mb))
+
+    def __getattr__(self, name):  # the receive and send ops: none; everything else does nothing
+        if name.startswith("get_") and name.endswith("_ops"):
+            return lambda *a, **k: []
+        return lambda *a, **k: None
+
+
+def torch_order(name: str, stages: int, micro: int) -> dict[int, list[order.Action]]:
+    """Each stage's forwards and backwards, in the order torch's own schedule runs them: the class's
+    ``_step_microbatches`` driven with a stage that records its calls (torch's waits and sends left out: the lab's
+    processes wait on their receives)."""
+    out = {}
+    for k in range(stages):
+        log: list = []
+        me = SimpleNamespace(_stage=_Recorder(k, log), _n_microbatches=micro, _num_stages=stages, scale_grads=True,
+                             _check_inputs=lambda a, kw, t, l: ([None] * micro, [{}] * micro),
+                             **{f: (lambda *a, **kw: None) for f in ("_initialize_stage", "_maybe_compute_loss",
+                                                                  "_maybe_get_loss", "_update_losses")})
+        TORCH[name]._step_microbatches(me, [None] * micro, [{}] * micro, None, None)
+        out[k] = log
+    return out
+
+
+@pytest.mark.parametrize("name", ["gpipe", "1f1b"])
+@pytest.mark.parametrize("stages", [2, 3, 4])
+@pytest.mark.parametrize("micro", range(1, 9))
+def test_the_lab_orders_are_torchs_own(name, stages, micro):
+    if name == "1f1b" and micro < stages:  # torch's 1F1B asks for as many micro-batches as stages
+        mine = [order.schedule(name, [k], stages, micro) for k in range(stages)]
+        for k, actions in enumerate(mine):  # the lab's warm-up stops at the micro-batches there are
+            assert sorted(map(repr, (a for a in actions if a.kind != order.OPTIMIZER))) == sorted(map(repr,
+                [order.Action(order.FORWARD, k, m) for m in range(micro)]
+                + [order.Action(order.BACKWARD, k, m) for m in range(micro)]))
+        return
+    theirs = torch_order(name, stages, micro)
+    for k in range(stages):
+        mine = order.schedule(name, [k], stages, micro)
+        assert mine[-1] == order.Action(order.OPTIMIZER)
+        assert list(mine[:-1]) == theirs[k], (k, mine, theirs[k])
+
+
+def in_flight(actions) -> int:
+    """The most micro-batches whose activations a process holds at once (forwarded, not yet backward)."""
+    held = peak = 0
+    for a in actions:
+        held += (a.kind == order.FORWARD) - (a.kind == order.BACKWARD)
+        peak = max(peak, held)
+    return peak
+
+
+@pytest.mark.parametrize("stages,micro", [(2, 1), (2, 8), (3, 4), (4, 8), (4, 2)])
+def test_1f1b_holds_at_most_the_pieces_from_here_to_the_end_and_gpipe_every_micro_batch(stages, micro):
+    for k in range(stages):
+        assert in_flight(order.schedule("1f1b", [k], stages, micro)) == min(stages - k, micro)
+        assert in_flight(order.schedule("gpipe", [k], stages, micro)) == micro
+    assert order.schedule("1f1b", [1], 3, 4, train=False) == order.gpipe([1], 4, train=False)
+
+
+def test_a_plan_that_returns_to_a_device_is_refused_under_1f1b_with_what_to_change():
+    with pytest.raises(LabError, match="1F1B runs one piece per device, and this plan gives a device 2 pieces"):
+        order.schedule("1f1b", [0, 2], 3, 4)
+    with pytest.raises(LabError, match="unknown schedule 'zb'"):
+        order.schedule("zb", [0], 3, 4)
+
+
+def _reference(pieces, fwd, bwd, link, m_count, lists):
+    """Every task's (start, end) by fixed-point iteration over explicit dependencies, each device's tasks in the
+    order of its list."""
+    dev = [p.device for p in pieces]
+    dur, deps = {}, {}
+    for p in pieces:
+        for m in range(m_count):
+            dur[("F", p.index, m)] = sum(fwd[o] for o in p.ops)
+            dur[("B", p.index, m)] = sum(bwd[o] for o in p.ops)
+            deps[("F", p.index, m)] = [(("F", s, m), link(dev[s], p.device, n)) for s, n in p.inputs]
+            deps[("B", p.index, m)] = [(("F", p.index, m), 0.0)]
+    for p in pieces:
+        for s, n in p.inputs:
+            for m in range(m_count):
+                deps[("B", s, m)].append((("B", p.index, m), link(p.device, dev[s], n)))
+    for d, actions in lists.items():
+        seq = [("F" if a.kind == order.FORWARD else "B", a.piece, a.micro) for a in actions if a.piece is not None]
+        for prev, task in zip(seq, seq[1:]):
+            deps[task].append((prev, 0.0))
+    start = dict.fromkeys(dur, 0.0)
+    for _ in range(len(dur) + 2):
+        new = {t: max([0.0] + [start[u] + dur[u] + delay for u, delay in deps[t]]) for t in dur}
+        if new == start:
+            return {t: (start[t], start[t] + dur[t]) for t in dur}
+        start = new
+    raise AssertionError("the reference did not converge")
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_1f1b_on_random_chain_plans_runs_to_the_end_and_matches_the_reference(seed):
+    # one piece per device, each reading from one or more earlier pieces (skips included): the plans a cut of
+    # a traced model makes when no device is visited twice
+    rng = np.random.default_rng(seed)
+    n, m_count = int(rng.integers(2, 5)), int(rng.integers(1, 7))
+    pieces, fwd, bwd = [], {}, {}
+    for k in range(n):
+        srcs = sorted({k - 1, *rng.choice(k, size=int(rng.integers(0, k + 1)), replace=True)}) if k else []
+        fwd[f"o{k}"], bwd[f"o{k}"] = float(rng.uniform(0.1, 2.0)), float(rng.uniform(0.1, 3.0))
+        pieces.append(Piece(k, f"D{k}", (f"o{k}",), tuple((int(s), float(rng.uniform(0, 1e6))) for s in srcs),
+                            loss=k == n - 1))
+
+    def link(a, b, nbytes):
+        return 0.0 if a == b else 1e-3 + nbytes * 1e-7
+
+    s = simulate(pieces, fwd, bwd, link, m_count, schedule="1f1b")
+    lists = {p.device: order.schedule("1f1b", [p.index], n, m_count) for p in pieces}
+    ref = _reference(pieces, fwd, bwd, link, m_count, lists)
+    got = {("F", *k): v for k, v in _tasks(s, "forward").items()} | {("B", *k): v for k, v in _tasks(s, "backward").items()}
+    assert got.keys() == ref.keys()
+    for t in ref:
+        assert got[t] == pytest.approx(ref[t], abs=1e-9), t
+    for p in pieces:  # the model ran each device's list in its order
+        rows = [r for r in s.rows if r["device"] == p.device and r["kind"] not in ("activation", "gradient", "loss")]
+        assert order.actions_in(rows) == list(lists[p.device])
