@@ -3,14 +3,12 @@
 import streamlit as st
 
 import ui
-from app import PAGES
 from lab.view import about as view
 
 ui.scenario_sidebar()
 st.title("About the designs")
 st.markdown(view.INTRO.format(modelled=ui.badge("modelled"), measured=ui.badge("measured")))
 
-TITLES = {f: t for f, t, _ in PAGES}
 designs = [view.Design(t, s, tuple(view.Claim(c, p, h, None) for c, p, h, *_ in claims))
            for t, s, claims in view.DESIGNS]  # shown without the measured sentences if the runs cannot be read
 with ui.guarded("reading the runs"):
@@ -23,7 +21,7 @@ for design in designs:
             st.markdown(f"**Claim:** “{c.claim}”  \n*Where the lab tests it:* {c.how}.")
             if c.measured:
                 st.markdown(f"{ui.badge('measured')} {ui.plain(c.measured)}")
-            st.page_link(c.page, label=f"Open {TITLES[c.page]}", icon=":material/science:")
+            st.page_link(c.page, label=f"Open {view.TITLES[c.page]}", icon=":material/science:")
 
 st.header(view.GLOSSARY_HEAD)
 st.caption(view.GLOSSARY_INTRO)

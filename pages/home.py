@@ -3,7 +3,6 @@
 import streamlit as st
 
 import ui
-from app import available_pages
 from lab.view import home as view
 
 
@@ -20,7 +19,7 @@ def class_progress() -> None:
 
 def pages() -> None:
     st.subheader("Pages")
-    for file, label, icon in view.page_links(available_pages()):
+    for file, label, icon in view.page_links(view.available_pages()):
         st.page_link(file, label=label, icon=icon)
 
 
@@ -28,7 +27,7 @@ def lessons() -> None:
     st.subheader("Lessons")
     st.markdown(view.LESSONS_INTRO)
     with ui.guarded("the lessons"):
-        for lesson, text, steps, missing in view.lessons(ui.LESSONS, available_pages()):
+        for lesson, text, steps, missing in view.lessons(ui.LESSONS, view.available_pages()):
             with st.container(border=True):
                 st.markdown(f"**{lesson.title}**")
                 with st.expander("What this lesson shows"):

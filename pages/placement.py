@@ -3,8 +3,6 @@
 import streamlit as st
 
 import ui
-from lab.figures import placement as figs
-from lab.figures import plan_run as run_figs
 from lab.view import placement as view
 
 sc = ui.scenario_sidebar()
@@ -30,16 +28,13 @@ with st.expander("Bring your own network (an ONNX file)", icon=":material/upload
     if name := view.upload.take(st.session_state, ui.control(st, "pl_upload", type=["onnx"])):
         ui.set_view("pl_model", name)
     ui.show_all(view.upload.notes(st.session_state))
-costs, switch, cost_note = view.cost_choice(ui.view_value("pl_cost"))
-if switch:
-    ui.set_view("pl_cost", switch)
+costs, cost = view.cost_choice(ui.view_value("pl_cost"))
+ui.set_view("pl_cost", cost)
 v = controls((*st.columns([3, 1]), st), view.PLAN_CONTROLS) | {"pl_cost": ui.control(st, "pl_cost", options=costs)}
-if cost_note:
-    ui.show(cost_note)
 ui.show(view.topology(sc.topology))
 pv = None
 with ui.guarded("the placement"):
-    pv = view.PlacementView.build(sc, v, view.Builders(figs, run_figs))  # the tables' builders: see Builders
+    pv = view.PlacementView.build(sc, v, view.Builders(*ui.figure_modules("placement", "plan_run")))
 if pv is None:
     st.stop()
 ui.show(pv.cost_model())

@@ -13,6 +13,7 @@ from lab.errors import LabError
 from lab.scenario.names import BALANCE_LABELS, MODEL_LABELS, STRATEGY_SHORT
 from lab.store.runs import store as run_store
 from lab.view.placement import measured_plan_step, plan_key
+from lab.view.pages import TITLES  # noqa: F401 - the titles the page names its links by
 
 NEWEST = 200  # placement runs read, newest first
 
@@ -243,5 +244,5 @@ def page(store=None) -> list[Design]:
             for title, summary, claims in DESIGNS]
 
 
-__all__ = ["placement_evidence", "page", "Design", "Claim", "DESIGNS", "INTRO", "GLOSSARY", "GLOSSARY_HEAD",
+__all__ = ["TITLES", "placement_evidence", "page", "Design", "Claim", "DESIGNS", "INTRO", "GLOSSARY", "GLOSSARY_HEAD",
            "GLOSSARY_INTRO"]

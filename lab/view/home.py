@@ -7,6 +7,7 @@ from pathlib import Path
 from lab.store.runs import store as run_store
 from lab.view.lessons import Lesson, class_view, load_lessons
 from lab.view.section import Section
+from lab.view.pages import available_pages  # noqa: F401 - the pages Home links to
 
 INTRO = ("Draw a cluster of host CPUs, GPUs, FPGAs (chips whose circuits are configured for a task), ASICs (chips "
          "built for one task), DPUs (network cards with processors of their own) and NPUs (neural-network "
@@ -93,6 +94,6 @@ def parts(teacher: bool) -> tuple[str, ...]:
     return ("class", "pages", "lessons") if teacher else ("pages", "lessons")
 
 
-__all__ = ["INTRO", "DESCRIPTIONS", "LESSONS_INTRO", "CLASS_STEPS_CAPTION", "CLASS_STUDENTS_CAPTION",
+__all__ = ["available_pages", "INTRO", "DESCRIPTIONS", "LESSONS_INTRO", "CLASS_STEPS_CAPTION", "CLASS_STUDENTS_CAPTION",
            "CLASS_STEPS_COLUMNS", "CLASS_STEPS_ROW_PX", "CLASS_STUDENTS_COLUMNS", "page_links", "lessons",
            "class_progress", "class_sections", "parts"]

@@ -62,16 +62,15 @@ NOT_CALIBRATED = ("The calibrated cost model is offered once this machine is cal
                   "python -m lab.calibrate): until then the plan is priced from the topology's datasheet numbers.")
 
 
-def cost_choice(current: Any) -> tuple[list[str], str | None, Section | None]:
-    """The cost models the page offers (the calibrated one only with this machine's profile), the one to switch to
-    when ``current`` is not offered (a link's, or one chosen before the profile went), and a caption saying why one
-    is missing."""
+def cost_choice(current: Any) -> tuple[list[str], str]:
+    """The cost models the page offers (the calibrated one only with this machine's profile) and the one in force:
+    ``current``, or the first offered when ``current`` is not (a link's, or one chosen before the profile went).
+    The cost model's caption says why one is missing (:meth:`PlacementView.cost_model`)."""
     from lab.scenario.names import COST_MODELS
 
     profile = load_profile()
     offered = [m for m in COST_MODELS if m != "calibrated" or profile is not None]
-    note = None if len(offered) == len(COST_MODELS) else Section("pl_cost_missing", caption=NOT_CALIBRATED)
-    return offered, (None if current in offered else offered[0]), note
+    return offered, (current if current in offered else offered[0])
 
 
 def topology(topo) -> Section:
@@ -210,7 +209,8 @@ class PlacementView:
         scaled = () if width == 1 else (Notice(
             f"{self.model} is built at width {width:g}× (the Scenario's model width, set on the Training page): its "
             "channels or hidden sizes are scaled, here and in the runs started below.", "info", ":material/width:"),)
-        return Section("pl_cost_model", caption=P.cost_model_line(self.cm), notices=scaled)
+        missing = " " + NOT_CALIBRATED if load_profile() is None else ""
+        return Section("pl_cost_model", caption=P.cost_model_line(self.cm) + missing, notices=scaled)
 
     def pinned(self) -> Section:
         """The pins in the scenario, and a notice for each one the plan leaves out."""
