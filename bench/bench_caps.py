@@ -247,7 +247,7 @@ def main() -> None:
         return first_devices(topo, SMOKE_DEVICES) if a.smoke else topo
 
     rows = []
-    # The last line scores what the README's table quotes: the routes, the sessions at once and the comparison.
+    # The last line scores what the table of docs/measurements.md quotes: the routes, the sessions at once and the comparison.
     scored = []
 
     def row(what: str, before: float | None, after: float, note: str = "") -> None:

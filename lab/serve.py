@@ -43,7 +43,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--class", dest="for_class", action="store_true",
                    help=f"open the lab to a class: listen on {CLASS_ADDRESS} (every address of this machine)")
     p.add_argument("--behind-proxy", action="store_true",
-                   help="serve a class through a reverse proxy on this machine (README): listen on 127.0.0.1 only, "
+                   help="serve a class through a reverse proxy on this machine (docs/class-server.md): listen on 127.0.0.1 only, "
                         "with a teacher's token, and count each browser by the address the proxy sets in "
                         "X-Forwarded-For (LAB_PROXY=1)")
     p.add_argument("--address", default=None, help="the address to listen on (default localhost)")

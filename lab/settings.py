@@ -2,7 +2,7 @@
 
 Values are read when asked, never at import: a process forked from a warm parent, or a test that
 changes the environment, sees the value of the moment. Two kinds of variable live here: the ones a
-person sets (the table :data:`VARIABLES`, listed in the README) and the ones the lab sets for the
+person sets (the table :data:`VARIABLES`, listed in docs/settings.md) and the ones the lab sets for the
 processes it starts (the launcher-to-worker protocol, :data:`PROTOCOL`).
 """
 from __future__ import annotations
@@ -62,7 +62,7 @@ VARIABLES: dict[str, Variable] = {v.name: v for v in (
     Variable("LAB_NEW_PER_CLIENT", 6, "new identities, and seats joined, one client address may take at once; then "
              "one per LAB_NEW_EVERY_S (raise it when a whole class reaches the server through one address)"),
     Variable("LAB_PROXY", "", "1: the lab is behind a reverse proxy on this machine that sets X-Forwarded-For to "
-             "the client's address (README); each browser's address is read from it, and one the proxy sends "
+             "the client's address (docs/class-server.md); each browser's address is read from it, and one the proxy sends "
              "without it may not join a class"),
     Variable("LAB_NEW_EVERY_S", 10.0, "seconds in which one client address earns one more new identity or seat"),
     Variable("LAB_WARM_MAX_MB", 2048.0, "resident memory (MB) above which the warm starter is restarted"),

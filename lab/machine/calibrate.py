@@ -39,7 +39,7 @@ workers use):
 * **Ranks pinned as jobs are.** The lab's job manager pins rank k of a job to one core (the
   uniform placement on an idle machine: ranks take the cores in turn), so every calibration process
   is pinned the same way (:func:`pin_rank`; ``LAB_CALIBRATION_PIN=0`` turns it off), because pinned
-  and unpinned runs of one job differ by more than the model's error (the README's fidelity section
+  and unpinned runs of one job differ by more than the model's error (docs/calibrating.md
   has the measurements).
 
 The result is a :class:`MachineProfile`: saved as JSON (with the date and a machine description),

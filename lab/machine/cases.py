@@ -66,7 +66,7 @@ CYCLE_REPEAT = 150  # cycles (or job steps) per case: a steady state, as in a ru
 
 
 # 150 rather than 50: short calibrations disagree with each other more than with the runs they
-# predict (the README's fidelity section has the measurements)
+# predict (docs/calibrating.md has the measurements)
 CALIBRATION_REPEAT = 30
 
 

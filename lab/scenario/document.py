@@ -124,7 +124,7 @@ TRAINING_FIELDS: dict[str, Setting] = {
                   help="one pass over each parameter, compiled by torch.compile at the first step (seconds); "
                        "within float32 rounding of the multi-tensor path. It pays off on large layers; on the "
                        "lab's small models a job steps its flat buffers in one call, about as fast as the "
-                       "multi-tensor path (README: bench_optim). Local steps only: the optimiser-state all-reduce "
+                       "multi-tensor path (docs/measurements.md: bench_optim). Local steps only: the optimiser-state all-reduce "
                        "keeps the multi-tensor path", advanced=True),
     "lr_scaling": Setting(bool, False, help="the edge-compression design's linear scaling rule: lr × workers",
                        label="Scale lr by workers", advanced=True),

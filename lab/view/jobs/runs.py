@@ -102,8 +102,8 @@ IMPLEMENTATIONS = ("Which code runs: the optimisers are the lab's own Adam, AdaB
                    "results (tested), not bit for bit. Group-TopK, top-k, random-k and FP16 are the lab's own "
                    "compressors, their payloads sent by the lab's ring or all-gather; PowerSGD and the FP16 and BF16 "
                    "all-reduces are the arithmetic of torch's DDP hooks (`powerSGD_hook`, `fp16_compress_hook`, "
-                   "`bf16_compress_hook`) on the lab's ring, checked against DDP with those hooks. The README's "
-                   "`bench_optim` row gives the optimisers' time per step beside torch's Adam in its three forms.")
+                   "`bf16_compress_hook`) on the lab's ring, checked against DDP with those hooks. The "
+                   "`bench_optim` row of docs/measurements.md gives the optimisers' time per step beside torch's Adam in its three forms.")
 
 __all__ = ["IMPLEMENTATIONS", "bytes_note", "compression_conflict", "default_device", "progress_line", "run_label",
            "run_picker", "run_to_watch", "run_totals", "worker_labels"]
