@@ -68,7 +68,7 @@ with ui.guarded("the placement"):
 with ui.guarded("the comparison"):
     ui.show(pv.comparison())
 ui.show(view.RUN)
-run = controls(st.columns([1, 1, 1, 1, 2], vertical_alignment="bottom"), view.RUN_CONTROLS)
+run = controls((*st.columns([1, 2]), *st.columns([1, 1, 2], vertical_alignment="bottom")), view.RUN_CONTROLS)
 q1, q2 = st.columns(2)
 if pv.placeable and q1.button("Run this plan", type="primary", key="pl_run", icon=":material/play_arrow:"):
     submit("starting the placement run", lambda: pv.plan_items(run), "plan", "pl_runs", ui.view_value("pl_runs"))
