@@ -178,11 +178,19 @@ def ray_test_cluster(*nodes: dict):
     # the tests' own priority, as they would on nodes of their own.
     nice = os.environ.get("RAY_worker_niceness")
     os.environ["RAY_worker_niceness"] = "0"
-    cluster = Cluster(initialize_head=True, head_node_args=dict(
-        num_cpus=0, object_store_memory=RAY_NODE_MEMORY, include_dashboard=False))
+    cluster = Cluster()
     try:
-        cluster.nodes_added = [cluster.add_node(object_store_memory=RAY_NODE_MEMORY, **n) for n in nodes]
-        cluster.wait_for_nodes()
+        for attempt in (1, 2):
+            try:  # the first node added is the head
+                cluster.add_node(num_cpus=0, object_store_memory=RAY_NODE_MEMORY, include_dashboard=False)
+                cluster.nodes_added = [cluster.add_node(object_store_memory=RAY_NODE_MEMORY, **n) for n in nodes]
+                cluster.wait_for_nodes()
+                break
+            except Exception as exc:  # noqa: BLE001 - Ray's own: a node's raylet missed Ray's fixed 30 s to register
+                if attempt == 2 or "timed out during startup" not in str(exc):
+                    raise
+                cluster.shutdown()  # a busy machine: the whole cluster again, once
+                cluster = Cluster()
         yield cluster
     finally:
         cluster.shutdown()

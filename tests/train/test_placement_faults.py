@@ -23,7 +23,7 @@ PLAN = {"net_0": "edge0", "net_1": "edge0", "net_2": "edge1", "net_3": "edge1", 
 def env(lab_db, monkeypatch):
     monkeypatch.setenv("LAB_HEARTBEAT_TIMEOUT", "3")
     monkeypatch.setenv("LAB_HEARTBEAT_EVERY", "0.2")
-    monkeypatch.setenv("LAB_GLOO_TIMEOUT", "30")
+    monkeypatch.setenv("LAB_GLOO_TIMEOUT", "60")  # the heartbeat (10 s frozen) must win by far on a busy machine
     monkeypatch.setenv("LAB_FROZEN_TIMEOUT", "10")
     monkeypatch.setenv("LAB_FLUSH_EVERY", "1")
     return lab_db
