@@ -137,8 +137,9 @@ def test_in_a_diamond_the_first_piece_waits_for_both_gradients(b_back, start0):
     assert s.makespan == pytest.approx(start0 + 1)
 
 
-def _reference(pieces, fwd, bwd, link, m_count, opt, loss_time):
-    """Every task's (start, end) by fixed-point iteration over explicit dependency lists."""
+def _reference(pieces, fwd, bwd, link, m_count, opt, loss_time, lists=None):
+    """Every task's (start, end) by fixed-point iteration over explicit dependency lists; each device's tasks in
+    GPipe's order written out here, or in the order of its list of actions ``lists[device]``."""
     dev = [p.device for p in pieces]
     dur, deps, order = {}, {}, {d: [] for d in dev}
     for p in pieces:
@@ -157,6 +158,9 @@ def _reference(pieces, fwd, bwd, link, m_count, opt, loss_time):
         mine = [p.index for p in pieces if p.device == d]
         order[d] = ([("F", k, m) for k in mine for m in range(m_count)]
                     + [("B", k, m) for k in reversed(mine) for m in range(m_count)] + [("O", d)])
+        if lists is not None:
+            order[d] = [("F" if a.kind == "forward" else "B", a.piece, a.micro) if a.piece is not None else ("O", d)
+                        for a in lists[d]]
         dur[("O", d)] = opt.get(d, 0.0)
         deps[("O", d)] = []
         for prev, task in zip(order[d], order[d][1:]):
