@@ -12,6 +12,7 @@ from plotly.subplots import make_subplots
 
 from lab.figures.placement import TRANSFER_COLOUR, device_colours
 from lab.figures.style import esc, fmt_bytes, time_unit
+from lab.modelled.placement.pipeline import bubble_share
 
 # ----- a placement run: what ran on each device (measured) beside what the model predicted (modelled) -------
 #
@@ -92,7 +93,9 @@ def run_gantt_figure(measured: Sequence[Mapping[str, Any]], modelled: Sequence[M
         comp = [r for r in rows if not _is_transfer(r)]
         if comp:
             first, last = min(r["start"] for r in comp), max(r["end"] for r in comp)
-            subtitles.append(f"{esc(badge)}: {(last - first) * scale:.3g} {unit} from the first start to the last end")
+            bubble = bubble_share(comp, lanes_raw)
+            subtitles.append(f"{esc(badge)}: {(last - first) * scale:.3g} {unit} from the first start to the last end"
+                             + (f", bubble {bubble:.0%} of device time" if math.isfinite(bubble) else ""))
         else:
             subtitles.append(f"{esc(badge)}: no rows")
     n = len(panels)

@@ -41,15 +41,17 @@ from scipy.stats import kendalltau
 from lab import settings
 from lab.errors import LabError, first_line
 from lab.machine.profile import ExecutorFit, MachineProfile, op_features
+from lab.machine.plan_memory import memory_error, memory_rows, modelled_peaks
 from lab.machine.replay import replay_error
 from lab.modelled.opgraph import trace
 from lab.modelled.placement.cores import Machine, rank_cores
 from lab.modelled.placement.cores import simulate as simulate_cores
 from lab.modelled.placement.executor import Linear, Stage, StepCosts
+from lab.modelled.placement.pipeline import bubble_share
 from lab.modelled.placement.executor import messages as executor_messages
 from lab.modelled.placement.executor import tasks as executor_tasks
 from lab.scenario.document import Scenario
-from lab.scenario.names import STRATEGY_SHORT
+from lab.scenario.names import PIPELINE_SCHEDULES, STRATEGY_SHORT
 from lab.train import placement_run
 
 FORWARD_SHARE = 1.0 / 3.0
@@ -240,9 +242,21 @@ def plan_outcome(store: Any, run_id: str, profile: MachineProfile | None) -> dic
         except LabError as exc:
             note = (note + " " if note else "") + f"no replay: {exc}"
     failure = first_line(run.get("error") or "") if run["status"] in ("failed", "interrupted", "stopped") else ""
+    devices = info.get("devices") or sorted({d for _, d in tr.placement})
+    by_schedule: dict[str, dict | None] = {}
+    for name in PIPELINE_SCHEDULES:  # the same plan's memory under every schedule it can run
+        try:
+            by_schedule[name] = modelled_peaks(sc.replace(training=tr.replace(schedule=name)))
+        except LabError as exc:
+            by_schedule[name] = None
+            if name == tr.schedule:
+                note = (note + " " if note else "") + f"no memory model: {exc}"
+    memory = memory_rows(devices, by_schedule.get(tr.schedule), info.get("saved_peak"))
     return {"run_id": run_id, "status": run["status"], "failure": failure, "strategy": tr.strategy, "model": tr.model,
-            "emulated": bool(tr.emulate), "devices": info.get("devices") or sorted({d for _, d in tr.placement}),
-            "micro_batches": tr.micro_batches, "measured_step": median, "steps_measured": len(steps),
+            "emulated": bool(tr.emulate), "devices": devices, "schedule": tr.schedule,
+            "micro_batches": tr.micro_batches, "memory": memory, "memory_error": memory_error(memory),
+            "memory_by_schedule": by_schedule, "bubble_measured": bubble_share(rows, devices),
+            "bubble_modelled": bubble_share(predicted.rows, devices) if predicted else math.nan, "measured_step": median, "steps_measured": len(steps),
             "modelled_step": modelled, "error": (median / modelled - 1.0) if (modelled and math.isfinite(median)
                                                                             and math.isfinite(modelled)) else math.nan,
             "drawn_step": drawn, "measured_rows": rows, "modelled_rows": predicted.rows if predicted else [],

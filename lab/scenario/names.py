@@ -163,6 +163,7 @@ COST_MODELS, COST_MODEL_LABELS = names("cost_model"), labels("cost_model")
 SYNC_MODES, SYNC_LABELS = names("sync"), labels("sync")
 BALANCE_CHOICES, BALANCE_LABELS = names("balance"), labels("balance")
 PIPELINE_SCHEDULES, PIPELINE_SCHEDULE_LABELS = names("schedule"), labels("schedule")
+PIPELINE_SCHEDULE_SHORT = short_labels("schedule")
 #: The balancing loop's two update rules (every balance choice but "off").
 BALANCE_RULES: tuple[str, ...] = BALANCE_CHOICES[1:]
 PARALLEL_MODES, PARALLEL_LABELS = names("parallel"), labels("parallel")

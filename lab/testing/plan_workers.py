@@ -49,7 +49,7 @@ def plan_worker(rank: int, world: int, port: int, scenario_json: str, steps: int
         recs = [t.train_step(s) for s in range(1, steps + 1)]
         out = {"losses": [r[1] for r in recs], "device": t.device, "params": held_params(t),
                "events": [e for s in sorted(t.timelines) for e in t.timelines[s]],
-               "pieces": [p.index for p in t.mine]}
+               "pieces": [p.index for p in t.mine], "saved_peak": t.saved_peak}
         dist.barrier()
     finally:
         dist.destroy_process_group()

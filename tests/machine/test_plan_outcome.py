@@ -30,7 +30,8 @@ def _store_run(store: RunStore) -> tuple[str, list[dict], list[str]]:
     sc = placement_run.resolved(Scenario("plan", preset("cxl"), tr))
     devices = placement_run.stage_devices(sc)
     rid = store.create_run(sc, status="done")
-    store.merge_info(rid, {"devices": devices, "load": {"others_share": 0.0, "cpus": 2}})
+    store.merge_info(rid, {"devices": devices, "load": {"others_share": 0.0, "cpus": 2},
+                           "saved_peak": [1000.0 * (k + 1) for k in range(len(devices))]})
     rows = []
     for step in range(1, 7):  # 4 ms a step: 32 samples / 0.004 s
         rows.append((step, JOB_WORKER, *([math.nan] * (len(METRIC_COLUMNS) - 2)), 32 / 0.004, float(step)))
@@ -64,6 +65,14 @@ def test_a_stored_placement_run_has_its_prediction_replay_and_measurement(tmp_pa
     # The figure quoted is the one measured on plans the model was not fitted to, never the fit's own 18 %.
     assert "within 21 % (geometric mean; worst 55 %, Kendall tau 0.84) on the 11 plans drawn at random (seed 77)" \
         in out["caveat"] and "18 %" not in out["caveat"] and "outside" not in out["caveat"]
+    # The bubble: the recorded step's device time in which a device computes nothing (the transfer is no device's).
+    assert out["bubble_measured"] == pytest.approx((2.6e-3 - 1.2e-3 + 2.6e-3 - 1.0e-3) / (2 * 2.6e-3))
+    assert 0.0 <= out["bubble_modelled"] < 1.0
+    # Activation memory: the run's counted peaks beside the model's, per device, under the run's schedule (GPipe).
+    assert [r["measured"] for r in out["memory"]] == [1000.0 * (k + 1) for k in range(len(devices))]
+    assert out["memory"] and all(r["modelled"] > 0 for r in out["memory"])
+    assert out["memory_by_schedule"]["gpipe"] == {r["device"]: r["modelled"] for r in out["memory"]}
+    assert out["memory"][0]["error"] == pytest.approx(1000.0 / out["memory"][0]["modelled"] - 1)
     dp = store.create_run(Scenario("dp", preset("cxl"), Training()), status="done")
     rows = placement_rows(store, prof, [dp, rid])
     assert [r["run"] for r in rows] == [rid]

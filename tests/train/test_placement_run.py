@@ -10,6 +10,7 @@ import torch
 
 from lab.comm.spawn import run_local
 from lab.errors import LabError
+from lab.machine.plan_memory import modelled_peaks
 from lab.modelled.costmodel import catalogue_slowdown
 from lab.modelled.opgraph import trace
 from lab.modelled.placement import STRATEGIES, order
@@ -242,6 +243,14 @@ def test_a_1f1b_run_computes_what_one_process_computes_in_its_own_order(model, t
     for k, (d, o) in enumerate(zip(devices, outs)):  # each process ran 1F1B's list for its piece, every step
         step = list(order.schedule("1f1b", [k], 3, 4))
         assert order.actions_in(o["events"]) == step * STEPS, d
+    # The bytes each process saved for the backward at its peak are the memory model's, under 1F1B's order;
+    # GPipe's order on the same plan holds all 4 micro-batches on the first stage where 1F1B holds 3.
+    modelled = modelled_peaks(sc, torch.float64)
+    gpipe = modelled_peaks(sc.replace(training=sc.training.replace(schedule="gpipe")), torch.float64)
+    for d, o in zip(devices, outs):
+        assert o["saved_peak"] == pytest.approx(modelled[d], rel=1e-6), d
+    assert gpipe["edge0"] == pytest.approx(modelled["edge0"] * 4 / 3, rel=1e-6)
+    assert gpipe["edge2"] == pytest.approx(modelled["edge2"] * 4, rel=1e-6)
     bad = scenario(model, interleaved(model, devices), schedule="1f1b")
     with pytest.raises(LabError, match="1F1B runs one piece per device"):  # refused before any process starts
         placement_run.check_placement(placement_run.resolved(bad))

@@ -296,3 +296,20 @@ def test_a_failed_run_says_its_reason_in_one_line(tmp_path, monkeypatch):
         assert "\n" not in text and "tlparse" not in text and "While executing" not in text
     queued = store.create_run(sc, status="queued")
     assert pv.PlanRuns(store, (queued,), "me", None).drawn(queued)[-1].notices[0].text.endswith("when it ends.")
+
+
+def test_the_memory_table_sets_each_device_beside_its_model_and_the_other_schedules():
+    from lab.view.placement import plans as P
+
+    out = {"schedule": "1f1b", "memory": [
+        {"device": "fpga0", "measured": 3 * 2**20, "modelled": 2 * 2**20, "error": 0.5},
+        {"device": "<b>gpu</b>", "measured": None, "modelled": 2**20, "error": None}],
+        "memory_by_schedule": {"gpipe": {"fpga0": 4 * 2**20, "<b>gpu</b>": 4 * 2**20}, "1f1b": None}}
+    rows = P.memory_table(out)
+    assert rows[0] == {"device": "fpga0", "measured (MB)": "3.146", "modelled (MB)": "2.097", "measured / modelled − 1": "+50.0%",
+                       "modelled under GPipe (MB)": "4.194"}
+    assert rows[1]["device"] == "<b>gpu</b>" and rows[1]["measured (MB)"] == "—"  # a cell, shown as text
+    assert P.peak_pair(out["memory"]) == "3.15 MB / 2.1 MB"
+    assert P.peak_pair([]) == "—"
+    out["memory_by_schedule"]["gpipe"] = None  # a schedule the plan cannot run has no column value
+    assert P.memory_table(out)[0]["modelled under GPipe (MB)"] == "—"

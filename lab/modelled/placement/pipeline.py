@@ -97,6 +97,23 @@ class PipelineSchedule:
 _TRANSFERS = ("activation", "gradient")
 
 
+def bubble_share(rows: Sequence[Mapping[str, Any]], devices: Sequence[str]) -> float:
+    """The pipeline's bubble in a step's rows: the share of device time (the span from the first start to the last
+    end, times the devices) in which a device computes nothing (emulated waits count as computing: the emulated
+    device is busy). nan without rows."""
+    comp = [r for r in rows if r.get("kind") not in _TRANSFERS]
+    if not comp or not devices:
+        return math.nan
+    span = max(r["end"] for r in comp) - min(r["start"] for r in comp)
+    if span <= 0:
+        return math.nan
+    busy = {d: 0.0 for d in devices}
+    for r in comp:
+        if r.get("device") in busy:
+            busy[r["device"]] += r["end"] - r["start"]
+    return sum(max(0.0, span - b) for b in busy.values()) / (span * len(devices))
+
+
 def check_seconds(x: Any, what: str, where: str = WHERE) -> float:
     """``x`` as seconds: a finite number >= 0, else a :class:`LabError` naming ``what``."""
     if isinstance(x, bool) or not isinstance(x, Real):

@@ -15,6 +15,7 @@ from lab.comm.peers import waiting_for_peers, waits_for_peers
 from lab.errors import LabError
 from lab.modelled.balance import MAX_ROUNDS, model_loop
 from lab.modelled.costmodel import DATASHEET
+from lab.modelled.placement.memory import SavedCounter, model_state
 from lab.modelled.placement.order import BACKWARD, FORWARD
 from lab.modelled.placement.order import schedule as order_of
 from lab.optim.optimizers import from_training as optim_from_training
@@ -77,6 +78,8 @@ class _Step:
         self.grad: dict = {}  # (piece, output, micro) -> gradient summed over its readers on this device
         self.remote: dict = {}  # (piece, output, micro) -> gradient for a tensor received from another device
         self.loss_total, self.correct, self.compute = 0.0, 0, 0.0
+        self.saved: dict = {}  # (piece, micro) -> bytes its forward saved for the backward (when measured)
+        self.held = self.peak = 0.0
 
 
 class PlacementTrainer(Rebalancing, Recording, Trainer):
@@ -121,6 +124,7 @@ class PlacementTrainer(Rebalancing, Recording, Trainer):
                                        patience=tr.balance_patience, max_rounds=rounds)
         self.compressed = None
         self._overslept = 0.0
+        self.measuring, self.saved_peak = False, 0.0
 
     def build(self) -> tuple:
         """The data set and the model this process runs (the calibration runs its own networks here)."""
@@ -140,6 +144,7 @@ class PlacementTrainer(Rebalancing, Recording, Trainer):
         self.params = params
         self.opt = optim_from_training(self.tr, params, self.tr.lr) if params else None
         self.scales = op_scales(self.sc, plan) if self.tr.emulate else {}
+        self.state = model_state(self.model)
         self._shapes = {}
         # (piece, output) of another device -> the smallest local piece reading it: its gradient goes back
         # once that piece's backward is done.
@@ -265,7 +270,7 @@ class PlacementTrainer(Rebalancing, Recording, Trainer):
                 else:
                     self.optimizer_task(st)
         self._wait_sent()
-        return {"loss": st.loss_total, "correct": st.correct, "compute": st.compute}
+        return {"loss": st.loss_total, "correct": st.correct, "compute": st.compute, "saved_peak": st.peak}
 
     @waits_for_peers
     def _wait_sent(self) -> None:
@@ -298,7 +303,15 @@ class PlacementTrainer(Rebalancing, Recording, Trainer):
                 v.requires_grad_(True)
             ins.append(v)
         t0 = clock()
-        out = self.run_piece(p, m, [v.clone() for v in ins] if p.writes_in_place else ins)
+        if st.train and self.measuring:
+            counter = SavedCounter(self.state)
+            with counter.hooks():
+                out = self.run_piece(p, m, [v.clone() for v in ins] if p.writes_in_place else ins)
+            st.saved[(p.index, m)] = counter.bytes
+            st.held += counter.bytes
+            st.peak = max(st.peak, st.held)
+        else:
+            out = self.run_piece(p, m, [v.clone() for v in ins] if p.writes_in_place else ins)
         st.compute += clock() - t0
         st.acts[(p.index, m)], st.leaves[(p.index, m)] = out, ins
         for o, readers in p.readers.items():
@@ -340,6 +353,7 @@ class PlacementTrainer(Rebalancing, Recording, Trainer):
             torch.autograd.backward(outs, grads)
         t1 = clock()
         st.compute += t1 - t0
+        st.held -= st.saved.pop((p.index, m), 0)  # the backward frees what the forward saved
         self.event(kind="backward", op=None, piece=p.index, micro=m, start=t0, end=t1)
         s = self.backward_scale(p, m)
         if s > 1.0:
@@ -397,6 +411,7 @@ class PlacementTrainer(Rebalancing, Recording, Trainer):
         """One step; the record [step, loss, compute, comm, emulated compute, emulated comm, start, end, sent,
         received, main-thread CPU, CPU of the process's other threads] on the run's clock."""
         self.timing = step in self.timeline_steps or bool(self.scales)
+        self.measuring = step in self.timeline_steps  # the saved bytes: the same every step, counted on drawn ones
         self.events = []
         self.stats = {"sent": 0, "recv": 0, "comm": 0.0, "emul_comm": 0.0, "emul_compute": 0.0}
         self._overslept = 0.0
@@ -407,6 +422,8 @@ class PlacementTrainer(Rebalancing, Recording, Trainer):
         t0 = time.perf_counter()
         r = self.step_placement(x.to(self.dtype), y)
         t1 = time.perf_counter()
+        if self.measuring:
+            self.saved_peak = max(self.saved_peak, r["saved_peak"])
         c1, p1 = time.thread_time(), time.process_time()
         self.last_cpu = [c1 - c0, (p1 - p0) - (c1 - c0)]
         loss = r["loss"] if self.device == self.pieces[self.final[0]].device else math.nan
@@ -470,5 +487,8 @@ class PlacementTrainer(Rebalancing, Recording, Trainer):
             if settled:  # the balancing loop is done: the plan has settled (or its rounds are used up)
                 break
         self.store_timelines()
+        peak = self.gather([[self.saved_peak]])
+        if self.rank == 0 and self.store is not None:
+            self._write(self.store.merge_info, self.run_id, {"saved_peak": [float(r[0][0]) for r in peak]})
         self.drain()
         return {"steps": step, "diverged": diverged, "test_acc": last_acc}

@@ -14,9 +14,11 @@ from lab.machine import plans
 from lab.machine.calibrated_model import cost_model as named_cost_model
 from lab.modelled import placement as pl
 from lab.scenario.document import Setting, check_pins
-from lab.scenario.names import ANY_MODEL, COST_MODELS, STRATEGY_LABELS, STRATEGY_NAMES, STRATEGY_SHORT
+from lab.scenario.names import (ANY_MODEL, COST_MODELS, PIPELINE_SCHEDULE_SHORT, STRATEGY_LABELS, STRATEGY_NAMES,
+                                STRATEGY_SHORT)
 from lab.scenario.text import check_name, loads
 from lab.scenario.topology import Topology
+from lab.scenario.units import bytes_unit
 from lab.store.runs import ACTIVE
 
 Plain = Callable[[str], str]
@@ -178,8 +180,60 @@ def outcome_metrics(out: Mapping) -> list[tuple[str, str]]:
             ("Step, modelled", milliseconds(out["modelled_step"])),
             ("Error (measured / modelled − 1)", "—" if not math.isfinite(err) else f"{err:+.0%}"),
             ("Replay error (drawn step)", "—" if not math.isfinite(rerr) else f"{rerr:+.0%}"),
+            ("Bubble, measured / modelled", f"{share(out.get('bubble_measured'))} / {share(out.get('bubble_modelled'))}"),
+            ("Peak activations, measured / modelled", peak_pair(out.get("memory") or [])),
             ("Run", f"{out['status']}, {out['steps_measured']} steps measured (the first 2 are warm-up)"
                     + (f": {out['failure']}" if out.get("failure") else ""))]
+
+
+def share(x: float | None) -> str:
+    return "—" if x is None or not math.isfinite(x) else f"{x:.0%}"
+
+
+def peak_pair(memory: Sequence[Mapping[str, Any]]) -> str:
+    """The largest device peak measured and modelled, in one unit."""
+    mea = [r["measured"] for r in memory if r.get("measured") is not None]
+    mod = [r["modelled"] for r in memory if r.get("modelled") is not None]
+    if not mea and not mod:
+        return "—"
+    scale, unit = bytes_unit(max(mea + mod))
+    return " / ".join(f"{max(v) * scale:.3g} {unit}" if v else "—" for v in (mea, mod))
+
+
+def memory_table(out: Mapping) -> list[dict[str, Any]]:
+    """Per device: the bytes it held for the backward at its peak, measured and modelled under the run's schedule,
+    and modelled under every other schedule the plan can run (— where it cannot: 1F1B needs one piece per
+    device)."""
+    rows = out.get("memory") or []
+    every = [v for r in rows for v in (r["measured"], r["modelled"]) if v] + [
+        v for peaks in (out.get("memory_by_schedule") or {}).values() if peaks for v in peaks.values() if v]
+    scale, unit = bytes_unit(max(every) if every else 1.0)
+
+    def size(v: float | None) -> str:
+        return "—" if v is None else f"{v * scale:.4g}"
+
+    table = []
+    for r in rows:
+        row = {"device": r["device"], f"measured ({unit})": size(r["measured"]),
+               f"modelled ({unit})": size(r["modelled"]),
+               "measured / modelled − 1": "—" if r["error"] is None else f"{r['error']:+.1%}"}
+        for name, peaks in (out.get("memory_by_schedule") or {}).items():
+            if name != out.get("schedule"):
+                row[f"modelled under {PIPELINE_SCHEDULE_SHORT[name]} ({unit})"] = size((peaks or {}).get(r["device"]))
+        table.append(row)
+    return table
+
+
+def memory_caption(out: Mapping) -> str:
+    label = PIPELINE_SCHEDULE_SHORT.get(out.get("schedule"), out.get("schedule"))
+    return (f"Activation memory under {label}: the bytes each process held at once for a later backward (the "
+            "tensors autograd saves, each storage once, parameters and buffers left out). Measured: counted by "
+            "autograd's saved-tensor hook in the run's drawn steps. Modelled: each operator's saved bytes from one "
+            "forward of the traced model at two small batches, drawn out to the micro-batch, added up along the "
+            "process's list of actions (a forward adds its micro-batch, its backward frees it). GPipe holds every "
+            "micro-batch before the first backward; 1F1B holds at most S − k on stage k of S (counting from 0). Memory "
+            "outside these (parameters, optimiser state, gradients, messages in flight) is the same under every "
+            "schedule and not counted.")
 
 
 def measured_badge(out: Mapping) -> str:

@@ -62,7 +62,8 @@ class PlanRuns:
                     chart_input=dict(measured=out["measured_rows"], modelled=out["modelled_rows"],
                                      devices=out["devices"], measured_badge=P.measured_badge(out),
                                      title=P.gantt_title(out), replayed=out["replay_rows"])),
-            Section("pl_run_devices", table=self.figures.device_time_table(out["measured_rows"], out["devices"]))]
+            Section("pl_run_devices", table=self.figures.device_time_table(out["measured_rows"], out["devices"])),
+            Section("pl_run_memory", table=P.memory_table(out), caption=P.memory_caption(out), kind="measured")]
 
 
 class BalanceRuns:
