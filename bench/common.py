@@ -54,7 +54,8 @@ def score(name: str, values: Sequence[tuple], why_not: str | Mapping[str, str] |
 
     Each value is ``(label, number)``, ``(label, number, unit)`` or ``(label, number, unit, decimals)``: an int
     prints as an int, any other number with ``decimals`` places (2 unless given); a unit of ``x`` (a ratio) stands
-    against its number (``1.02x``), any other after a space (``23.1 %``). A number that is not finite (nan, inf,
+    against its number (``1.02x``), any other after a space (``23.1 %``); an empty label puts the number first
+(``2 schedules``). A number that is not finite (nan, inf,
     None) is no score: the line then reads ``<name>: no score: <reason>``, naming each such value and why where
     ``why_not`` says (one reason for them all, or one per label), and the bench exits 1, so that a reader or a
     script comparing runs never takes a missing measurement for a number."""
@@ -74,7 +75,7 @@ def score(name: str, values: Sequence[tuple], why_not: str | Mapping[str, str] |
             text = str(int(number))
         else:
             text = f"{float(number):.{2 if decimals is None else decimals}f}"
-        items.append(f"{label} {text}" + (unit if unit == "x" else f" {unit}" if unit else ""))
+        items.append((f"{label} " if label else "") + text + (unit if unit == "x" else f" {unit}" if unit else ""))
     if not values:
         missing.append("nothing was measured")
     if missing:

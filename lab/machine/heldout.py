@@ -108,8 +108,8 @@ def timing_worker(rank: int, world: int, port: int, scenario_json: str, steps: i
     unless the run emulates), each from the barrier that starts it to this process's end. ``cpus``: the core
     of each rank (None: not pinned); without it, as the job manager pins a job's ranks. Writes
     ``time<rank>.json``: [[start, end, main-thread CPU, other threads' CPU], ...] per step on this machine's
-    clock; with ``record_last`` the last step is recorded operator by operator as a job records its drawn steps
-    (``events<rank>.json``)."""
+    clock; with ``record_last`` the last step is recorded operator by operator as a job records its drawn steps,
+    with the bytes the process held for the backward at its peak (``events<rank>.json``)."""
     import torch.distributed as dist
 
     from lab.train.placement_run import PlacementTrainer
@@ -132,13 +132,14 @@ def timing_worker(rank: int, world: int, port: int, scenario_json: str, steps: i
         json.dump(spans, f)
     if record_last:
         with open(os.path.join(out_dir, f"events{rank}.json"), "w") as f:
-            json.dump(t.timelines.get(steps, []), f)
+            json.dump({"events": t.timelines.get(steps, []), "saved_peak": t.saved_peak}, f)
 
 
 def measure_plan(sc: Scenario, steps: int, record_last: bool = False) -> dict:
     """One run of a resolved placement plan, its ranks on the cores a job's get: its step (the median after
     :data:`WARMUP` steps; with ``record_last`` the last step is recorded operator by operator and left out), the
-    last step's events, and the share of the machine's CPU other work took meanwhile."""
+    last step's events and each rank's peak of bytes saved for the backward in it, and the share of the machine's
+    CPU other work took meanwhile."""
     world = stage_count(sc)
     jobs = settings.job_cpus()
     cpus = placed_cpus(sc, [jobs[r % len(jobs)] for r in range(world)])
@@ -149,12 +150,13 @@ def measure_plan(sc: Scenario, steps: int, record_last: bool = False) -> dict:
         except RuntimeError as exc:
             raise LabError(f"the plan {sc.name!r} failed: {exc}", where=WHERE) from None
         recs = [json.loads(Path(tmp, f"time{r}.json").read_text()) for r in range(world)]
-        events = [e for r in range(world) for e in json.loads(Path(tmp, f"events{r}.json").read_text())] \
-            if record_last else []
+        recorded = [json.loads(Path(tmp, f"events{r}.json").read_text()) for r in range(world)] if record_last else []
+        events = [e for r in recorded for e in r["events"]]
     load = meter.result()
     last = steps - 1 if record_last else steps
     spans = [max(r[i][1] for r in recs) - min(r[i][0] for r in recs) for i in range(WARMUP, last)]
-    return {"step": statistics.median(spans), "events": events, "others": float(load["others_share"])}
+    return {"step": statistics.median(spans), "events": events, "others": float(load["others_share"]),
+            "saved_peak": [r["saved_peak"] for r in recorded]}
 
 
 # ----- the check ------------------------------------------------------------------------------------------------

@@ -16,8 +16,9 @@ from tests.conftest import ROOT
 
 BENCHES = sorted((ROOT / "bench").glob("bench_*.py"))
 
-# One item of a score line: a label (it may hold spaces and digits), its number, and a unit (``x`` stands against it).
-SCORE_ITEM = re.compile(r"(?P<label>.+?) (?P<number>-?\d+(?:\.\d+)?)(?P<unit>x| .+)?")
+# One item of a score line: a label (it may hold spaces and digits; none when the number leads), its number, and a
+# unit (``x`` stands against it).
+SCORE_ITEM = re.compile(r"(?:(?P<label>.+?) )?(?P<number>-?\d+(?:\.\d+)?)(?P<unit>x| .+)?")
 
 
 def score_numbers(line: str, name: str) -> list[float]:
@@ -42,6 +43,10 @@ def test_a_score_prints_its_numbers_on_one_line(capsys):
     line = capsys.readouterr().out.splitlines()[-1]
     assert line == "plan: runs 12, held-out geomean error 23.1 %, worst 40 %, kendall tau 0.80, overhead 1.05x"
     assert score_numbers(line, "plan") == [12, 23.1, 40, 0.8, 1.05]
+    score("schedules", [("", 2, "schedules"), ("best step vs gpipe", 0.912, "x")])
+    line = capsys.readouterr().out.splitlines()[-1]
+    assert line == "schedules: 2 schedules, best step vs gpipe 0.91x"  # a count may lead its item
+    assert score_numbers(line, "schedules") == [2, 0.91]
 
 
 @pytest.mark.parametrize("bad", [math.nan, math.inf, -math.inf, None], ids=str)
