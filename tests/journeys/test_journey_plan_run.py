@@ -1,5 +1,6 @@
-"""Browser journey for a design review: on Placement, pin conv1 to the FPGA, run the plan for a few steps,
-see the measured step beside the modelled one and the replay of the recorded step (the run's Gantt has the three
+"""Browser journey for a design review: on Placement, pin conv1 to the FPGA, pick the 1F1B schedule, run the plan for
+a few steps, see the measured step beside the modelled one, the bubble on each panel and the activation memory
+measured beside its model and GPipe's and the replay of the recorded step (the run's Gantt has the three
 panels, the replay's error is a metric and the caption gives the prediction's expected error), and share the view
 as a link that shows a second student, in a fresh browser, the same run with the same measured step and pin."""
 
@@ -25,6 +26,9 @@ MODEL = "LeNet-style CNN"
 STRATEGY = "greedy earliest finish"
 STEPS = 8
 MEASURED = "Step, measured (median)"
+SCHEDULE = "1F1B: one forward, one backward (fewer activations held)"
+PEAK = "Peak activations, measured / modelled"
+SIZES = re.compile(r"^\d+(\.\d+)? [kMG]?B / \d+(\.\d+)? [kMG]?B$")
 MS = re.compile(r"^\d+(\.\d+)?(e[+-]?\d+)? ms$")  # milliseconds in lab.view.placement.plans: 3 significant digits
 
 # The text plotly drew in the chart of a widget key (its subplot titles are annotations).
@@ -121,6 +125,8 @@ def test_a_pinned_plan_run_is_shared_with_its_measured_and_modelled_step(
             choose(pg, "Model", MODEL)
             choose(pg, "Strategy", STRATEGY)
             pin_and_set_steps(pg, "conv1", "fpga", STEPS)
+            choose(pg, "Schedule", SCHEDULE)  # the plan holds one stretch of the model per device: 1F1B runs it
+            settle(pg)
 
             db = RunStore(data / "runs.db")  # the server's store (other journeys may share it)
             before = set(db.list_runs().id)
@@ -133,6 +139,11 @@ def test_a_pinned_plan_run_is_shared_with_its_measured_and_modelled_step(
             assert MS.match(metric_exact(pg, "Step, modelled") or ""), metric_exact(pg, "Step, modelled")
             text = gantt_text(pg)
             both_panels(text)
+            # The bubble's share of device time on the measured and the modelled panel alike.
+            assert len(re.findall(r"^(measured|modelled)[^\n]*, bubble \d+% of device time$", text, re.M)) == 2, text
+            peak = metric_exact(pg, PEAK)
+            assert SIZES.match(peak or ""), peak
+            pg.get_by_text("Activation memory under 1F1B").first.wait_for(timeout=WAIT_MS)
             assert re.fullmatch(r"[+-]\d+%", metric_exact(pg, "Replay error (drawn step)") or ""), \
                 metric_exact(pg, "Replay error (drawn step)")
             if not had_profile:  # the caption quotes how far this profile's model was off when last measured
@@ -143,6 +154,7 @@ def test_a_pinned_plan_run_is_shared_with_its_measured_and_modelled_step(
             assert len(new) == 1, new  # one click, one run
             tr = db.get_run(new.pop())["scenario"]["training"]
             assert tr["parallel"] == "placement" and tr["steps"] == STEPS and tr["strategy"] == "greedy_eft"
+            assert tr["schedule"] == "1f1b"
             assert tr["pins"] == {"conv1": "fpga"} and dict(tr["placement"])["conv1"] == "fpga"
 
             url = take_link(pg)
@@ -157,11 +169,13 @@ def test_a_pinned_plan_run_is_shared_with_its_measured_and_modelled_step(
             settle(fresh)
             fresh.get_by_role("heading", name="Placement").first.wait_for(timeout=WAIT_MS)
             assert selected(fresh, "Model") == MODEL and selected(fresh, "Strategy") == STRATEGY
+            assert selected(fresh, "Schedule") == SCHEDULE
             fresh.get_by_text("conv1 → fpga").first.wait_for(timeout=WAIT_MS)
             fresh.locator(".st-key-pl_run_gantt_fig").first.wait_for(timeout=WAIT_MS)
             settle(fresh)
             assert metric_exact(fresh, "Run") == status
             assert metric_exact(fresh, MEASURED) == step
+            assert metric_exact(fresh, PEAK) == peak  # the counted bytes, the same in the link
             both_panels(gantt_text(fresh))
             no_error_boxes(fresh)
             with fresh.expect_download(timeout=WAIT_MS) as got:

@@ -313,3 +313,30 @@ def test_the_memory_table_sets_each_device_beside_its_model_and_the_other_schedu
     assert P.peak_pair([]) == "—"
     out["memory_by_schedule"]["gpipe"] = None  # a schedule the plan cannot run has no column value
     assert P.memory_table(out)[0]["modelled under GPipe (MB)"] == "—"
+
+
+def test_every_strategy_under_1f1b_runs_the_plans_1f1b_can_run_and_no_other():
+    from lab.errors import LabError
+    from lab.modelled.opgraph import trace
+    from lab.scenario.document import Scenario, Training
+    from lab.scenario.models import build_model
+    from lab.train import placement_run
+    from lab.view.placement import plans as P
+
+    topo = preset("cxl")
+    g = TaskGraph.from_model(trace(build_model("cnn", 64, 10), 32, 64), topo).with_pins({"conv1": "fpga"})
+    base = Scenario("s", topo, Training(model="cnn", pins=(("conv1", "fpga"),), schedule="1f1b"))
+    got = P.strategy_scenarios(base, g, "cnn", 32, 4, 5, False, 1)
+    ran = {sc.training.strategy for sc, _ in got}
+    refused = set()
+    for name in P.STRATEGY_NAMES:  # the reference: what the run itself refuses before any process starts
+        sc = P.plan_scenario(base, "cnn", 32, name, P.assignment_of(g, name), 4, 5, False)
+        try:
+            placement_run.check_placement(sc)
+        except LabError:
+            refused.add(name)
+    assert refused and ran == set(P.STRATEGY_NAMES) - refused
+    assert all(sc.training.schedule == "1f1b" for sc, _ in got)
+    gpipe = P.strategy_scenarios(base.replace(training=base.training.replace(schedule="gpipe")), g, "cnn", 32, 4, 5,
+                                 False, 1)
+    assert {sc.training.strategy for sc, _ in gpipe} == set(P.STRATEGY_NAMES)  # GPipe runs every plan

@@ -134,15 +134,26 @@ def assignment_of(g, strategy: str) -> dict[str, str]:
     return pl.plan_assignment(g, strategy)[0]
 
 
+def one_stretch_each(g, assignment: Mapping[str, str]) -> bool:
+    """Whether ``assignment`` gives each device one stretch of the model (its operators in topological order never
+    return to a device they left): the plans 1F1B runs."""
+    seq = [assignment[t] for t in g.topological_order()]
+    runs = [d for i, d in enumerate(seq) if i == 0 or d != seq[i - 1]]
+    return len(runs) == len(set(runs))
+
+
 def strategy_scenarios(sc, g, model: str, batch: int, micro_batches: int, steps: int, emulate: bool,
                        repeats: int, plan=assignment_of) -> list[tuple]:
     """(scenario, run name) for every strategy's plan of ``g`` (``plan(g, strategy)`` gives the assignment),
-    ``repeats`` times each with seeds 0, 1, ...; a strategy that cannot place the graph is left out."""
+    ``repeats`` times each with seeds 0, 1, ..., in the schedule of ``sc``; a strategy that cannot place the graph,
+    or whose plan the schedule cannot run (1F1B: a device holding two stretches of the model), is left out."""
     out = []
     for name in STRATEGY_NAMES:
         try:
             assignment = plan(g, name)
         except LabError:
+            continue
+        if sc.training.schedule != "gpipe" and not one_stretch_each(g, assignment):
             continue
         for r in range(int(repeats)):
             one = plan_scenario(sc, model, batch, name, assignment, micro_batches, steps, emulate)
