@@ -493,11 +493,26 @@ def _plan_makespan(x):
     return s.makespan * scale, unit
 
 
+def _fpga_1f1b_share(x):
+    from lab.machine.plan_memory import modelled_peaks
+    from lab.view.placement import plans as P
+
+    v = view_of(x, pl_schedule="1f1b")  # the step's change
+    shown, _, _ = shown_plan(x)
+    sc = x.scenario(FOLDER)
+    sc = sc.replace(training=sc.training.replace(schedule=v["pl_schedule"]))
+    run = P.plan_scenario(sc, v["pl_model"], v["pl_batch"], v["pl_strategy"],
+                          P.assignment_of(shown, v["pl_strategy"]), v["pl_micro"], v["pl_steps"], v["pl_emulate"])
+    gpipe = run.replace(training=run.training.replace(schedule="gpipe"))
+    return modelled_peaks(run)["fpga"] / modelled_peaks(gpipe)["fpga"]
+
+
 ANSWERS: dict[tuple[str, int], Callable[[Lesson], Any]] = {
     ("ring-allreduce", 3): _ring_sent,
     ("slowest-link", 2): _lab_order_time,
     ("edge-compression", 3): _largest_part_edge,
     ("run-the-plan", 1): _plan_makespan,
+    ("pipeline-schedules", 3): _fpga_1f1b_share,
     ("cxl-vs-pcie", 2): _cxl_ratio_10mb,
     ("cxl-vs-pcie", 3): _cxl_ratio_1kb,
     ("cxl-vs-pcie", 5): _cxl_slow_gpu_link,
