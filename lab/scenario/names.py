@@ -71,6 +71,8 @@ CHOICES: dict[str, dict[str, tuple[str, str]]] = {
     "schedule": {
         "gpipe": ("GPipe: every micro-batch forward, then every backward", "GPipe"),
         "1f1b": ("1F1B: one forward, one backward (fewer activations held)", "1F1B"),
+        "interleaved_1f1b": ("Interleaved 1F1B: each device holds several stretches, taken in turn (a smaller "
+                             "bubble)", "interleaved 1F1B"),
     },
     "balance": {
         "off": ("off (the plan is made once)", "off"),

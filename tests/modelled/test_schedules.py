@@ -120,3 +120,75 @@ def test_1f1b_on_random_chain_plans_runs_to_the_end_and_matches_the_reference(se
     for p in pieces:  # the model ran each device's list in its order
         rows = [r for r in s.rows if r["device"] == p.device and r["kind"] not in ("activation", "gradient", "loss")]
         assert order.actions_in(rows) == list(lists[p.device])
+
+
+def torch_interleaved(devices: int, local: int, micro: int) -> dict[int, list[order.Action]]:
+    """Each rank's actions as torch's ScheduleInterleaved1F1B computes them (its ``_calculate_single_rank_operations``
+    on the fields its constructor sets), the empty slots that align ranks in time left out."""
+    rounds = max(1, micro // devices)
+    out = {}
+    for rank in range(devices):
+        me = SimpleNamespace(n_local_stages=local, pp_group_size=devices, _n_microbatches=micro,
+                             microbatches_per_round=micro // rounds)
+        kinds = {torch_schedules._ComputationType.FORWARD: order.FORWARD,
+                 torch_schedules._ComputationType.FULL_BACKWARD: order.BACKWARD}
+        out[rank] = [order.Action(kinds[a.computation_type], a.stage_index, a.microbatch_index)
+                     for a in torch_schedules.ScheduleInterleaved1F1B._calculate_single_rank_operations(me, rank)
+                     if a is not None]
+    return out
+
+
+@pytest.mark.parametrize("devices", [2, 3, 4])
+@pytest.mark.parametrize("local", [2, 3])
+@pytest.mark.parametrize("micro", range(1, 9))
+def test_interleaved_1f1b_is_torchs_own_order(devices, local, micro):
+    rounds = max(1, micro // devices)
+    pieces = devices * local
+    if micro % rounds:  # torch's constructor refuses these micro-batch counts; the lab says which counts it takes
+        with pytest.raises(LabError, match="must be a multiple of"):
+            order.schedule("interleaved_1f1b", list(range(0, pieces, devices)), pieces, micro)
+        return
+    theirs = torch_interleaved(devices, local, micro)
+    for rank in range(devices):
+        mine = order.schedule("interleaved_1f1b", list(range(rank, pieces, devices)), pieces, micro)
+        assert mine[-1] == order.Action(order.OPTIMIZER)
+        assert list(mine[:-1]) == theirs[rank], rank
+        # every micro-batch of every piece forward once and backward once
+        assert sorted(map(repr, mine[:-1])) == sorted(map(repr, [order.Action(kind, k, m) for kind in (
+            order.FORWARD, order.BACKWARD) for k in range(rank, pieces, devices) for m in range(micro)]))
+
+
+def test_a_plan_that_does_not_go_round_the_devices_is_refused_under_interleaved_1f1b():
+    with pytest.raises(LabError, match="go round the devices in turn"):
+        order.schedule("interleaved_1f1b", [0], 3, 4)  # one stretch per device: 1F1B's plan
+    with pytest.raises(LabError, match="go round the devices in turn"):
+        order.schedule("interleaved_1f1b", [0, 1], 4, 4)  # two stretches side by side
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_interleaved_1f1b_on_random_looped_plans_runs_to_the_end_and_matches_the_reference(seed):
+    # pieces go round P devices v times; each reads the piece before it and maybe earlier ones (skips)
+    rng = np.random.default_rng(seed)
+    P, v = int(rng.integers(2, 4)), int(rng.integers(2, 4))
+    n = P * v
+    m_count = int(rng.choice([m for m in range(1, 9) if m % max(1, m // P) == 0]))
+    pieces, fwd, bwd = [], {}, {}
+    for k in range(n):
+        srcs = sorted({k - 1, *rng.choice(k, size=int(rng.integers(0, 2)), replace=True)}) if k else []
+        fwd[f"o{k}"], bwd[f"o{k}"] = float(rng.uniform(0.1, 2.0)), float(rng.uniform(0.1, 3.0))
+        pieces.append(Piece(k, f"D{k % P}", (f"o{k}",), tuple((int(s), float(rng.uniform(0, 1e6))) for s in srcs),
+                            loss=k == n - 1))
+
+    def link(a, b, nbytes):
+        return 0.0 if a == b else 1e-3 + nbytes * 1e-7
+
+    s = simulate(pieces, fwd, bwd, link, m_count, schedule="interleaved_1f1b")
+    lists = {f"D{r}": order.schedule("interleaved_1f1b", list(range(r, n, P)), n, m_count) for r in range(P)}
+    ref = {t: x for t, x in _reference(pieces, fwd, bwd, link, m_count, {}, 0.0, lists).items() if t[0] != "O"}
+    got = {("F", *k): x for k, x in _tasks(s, "forward").items()} | {("B", *k): x for k, x in _tasks(s, "backward").items()}
+    assert got.keys() == ref.keys()
+    for t in ref:
+        assert got[t] == pytest.approx(ref[t], abs=1e-9), t
+    for d, acts in lists.items():  # the model ran each device's list in its order
+        rows = [r for r in s.rows if r["device"] == d and r["kind"] not in ("activation", "gradient", "loss")]
+        assert order.actions_in(rows) == list(acts)

@@ -254,3 +254,28 @@ def test_a_1f1b_run_computes_what_one_process_computes_in_its_own_order(model, t
     bad = scenario(model, interleaved(model, devices), schedule="1f1b")
     with pytest.raises(LabError, match="1F1B runs one piece per device"):  # refused before any process starts
         placement_run.check_placement(placement_run.resolved(bad))
+
+
+def looped(model: str, devices: list[str], rounds: int) -> dict:
+    """The operators cut into ``rounds * len(devices)`` stretches that go round the devices in turn."""
+    ops = ops_of(model)
+    n = rounds * len(devices)
+    return {op: devices[(i * n // len(ops)) % len(devices)] for i, op in enumerate(ops)}
+
+
+@pytest.mark.parametrize("model,micro", [("cnn", 4), ("transformer", 3)])
+def test_an_interleaved_1f1b_run_computes_what_one_process_computes_in_torchs_order(model, micro, tmp_path):
+    devices = ["edge0", "edge1"]
+    sc = scenario(model, looped(model, devices, 2), schedule="interleaved_1f1b", micro_batches=micro)
+    plan = placement_run.check_placement(placement_run.resolved(sc))  # refused here if it did not go round
+    outs = run(sc, tmp_path)
+    check_against_reference(sc, outs, 1e-9)
+    m = build_model(model, 64, 10)
+    cut = placement_run.pieces(m, placement_run.resolve(placement_run.resolved(sc), m, 64))[0]
+    assert [p.device for p in cut] == ["edge0", "edge1", "edge0", "edge1"] and plan.devices == devices
+    for r, (d, o) in enumerate(zip(devices, outs)):  # each process ran torch's interleaved order, every step
+        step = list(order.schedule("interleaved_1f1b", [r, r + 2], 4, micro))
+        assert order.actions_in(o["events"]) == step * STEPS, d
+    modelled = modelled_peaks(sc, torch.float64)
+    for d, o in zip(devices, outs):  # the counted bytes are the memory model's under the same lists
+        assert o["saved_peak"] == pytest.approx(modelled[d], rel=1e-6), d

@@ -19,6 +19,12 @@ Two schedules, each a function of a process's pieces:
   time slots of the textbook chain, in which a piece's forward of micro-batch ``m`` comes after the forward
   of every smaller piece and its backward after the backward of every larger one: any plan whose messages go
   from a smaller piece forward (every cut of a traced model) fits those slots, so it cannot deadlock either.
+* Interleaved 1F1B's (Narayanan et al. 2021), for plans whose stretches go round the devices in turn (piece ``k``
+  on the device of rank ``k mod P``, ``v`` pieces per device): a longer warm-up of forwards over the process's
+  pieces, ``per_round`` micro-batches of one piece before the next, then one forward and one backward in turn,
+  then the backwards left. The order is torch's ``ScheduleInterleaved1F1B`` (its ``_get_1f1b_rank_ops`` without
+  the empty slots that align its ranks in time: the lab's processes wait on their receives instead); a test
+  reads torch's own lists and compares, and the models check every plan's lists for a wait that never ends.
 """
 from __future__ import annotations
 
@@ -66,6 +72,48 @@ def one_f_one_b(piece: int, pieces: int, micro_batches: int, train: bool = True)
     return tuple(actions)
 
 
+def interleaved_1f1b(rank: int, devices: int, local: int, micro_batches: int,
+                     train: bool = True) -> tuple[Action, ...]:
+    """The actions of the process of rank ``rank`` of ``devices``, holding pieces ``rank, rank + devices, ...``
+    (``local`` of them), for a step of ``micro_batches``; forward only when ``train`` is off."""
+    P, v, M = int(devices), int(local), int(micro_batches)
+    mine = [rank + j * P for j in range(v)]
+    if not train:
+        return gpipe(mine, M, train=False)
+    rounds = max(1, M // P)
+    if M % rounds:
+        raise LabError(f"interleaved 1F1B takes the micro-batches in rounds of {M // rounds} per piece, so their "
+                       f"number must be a multiple of {rounds} (got {M}): choose {rounds * (M // rounds)} or "
+                       f"{rounds * (M // rounds + 1)}", where="training.micro_batches")
+    per_round = M // rounds
+    warmup = min((v - 1) * per_round + 2 * (P - 1 - rank), M * v)
+    steady = M * v - warmup
+
+    def fwd_piece(op: int) -> int:
+        return ((op // per_round) % v) * P + rank
+
+    def bwd_piece(op: int) -> int:
+        return (v - 1 - ((op - warmup) // per_round) % v) * P + rank
+
+    fwd_next: dict[int, int] = {}
+    bwd_next: dict[int, int] = {}
+
+    def take(counter: dict[int, int], k: int) -> int:
+        counter[k] = counter.get(k, 0) + 1
+        return counter[k] - 1
+
+    actions: list[Action] = []
+    for op in range(warmup + steady + warmup):
+        if op < warmup + steady:
+            k = fwd_piece(op)
+            actions.append(Action(FORWARD, k, take(fwd_next, k)))
+        if op >= warmup:
+            k = bwd_piece(op)
+            actions.append(Action(BACKWARD, k, take(bwd_next, k)))
+    actions.append(Action(OPTIMIZER))
+    return tuple(actions)
+
+
 def schedule(name: str, mine: Iterable[int], pieces: int, micro_batches: int,
              train: bool = True) -> tuple[Action, ...]:
     """One process's actions under schedule ``name`` (:data:`lab.scenario.names.PIPELINE_SCHEDULES`), given its pieces
@@ -79,6 +127,16 @@ def schedule(name: str, mine: Iterable[int], pieces: int, micro_batches: int,
                            "returns to a device after leaving it): pin the operators so that each device holds one "
                            "stretch of the model, or use GPipe", where="training.schedule")
         return one_f_one_b(mine[0], pieces, micro_batches, train)
+    if name == "interleaved_1f1b":
+        v = len(mine)
+        P = pieces // v if v else 0
+        if v < 2 or pieces % v or mine[0] >= P or mine != [mine[0] + j * P for j in range(v)]:
+            raise LabError(f"interleaved 1F1B runs plans whose stretches go round the devices in turn, each device "
+                           f"holding two or more (the k-th stretch on the (k mod devices)-th device), and this plan gives "
+                           f"a device {v} of its {pieces} pieces ({', '.join(map(str, mine[:6]))}): pin the operators "
+                           "so that the model goes round the devices at least twice, or use GPipe or 1F1B",
+                           where="training.schedule")
+        return interleaved_1f1b(mine[0], P, v, micro_batches, train)
     raise LabError(f"unknown schedule {name!r}", where="training.schedule")
 
 

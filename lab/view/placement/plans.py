@@ -13,6 +13,7 @@ from lab.jobs.comparison import Spread
 from lab.machine import plans
 from lab.machine.calibrated_model import cost_model as named_cost_model
 from lab.modelled import placement as pl
+from lab.modelled.placement import order
 from lab.scenario.document import Setting, check_pins
 from lab.scenario.names import (ANY_MODEL, COST_MODELS, PIPELINE_SCHEDULE_SHORT, STRATEGY_LABELS, STRATEGY_NAMES,
                                 STRATEGY_SHORT)
@@ -134,26 +135,33 @@ def assignment_of(g, strategy: str) -> dict[str, str]:
     return pl.plan_assignment(g, strategy)[0]
 
 
-def one_stretch_each(g, assignment: Mapping[str, str]) -> bool:
-    """Whether ``assignment`` gives each device one stretch of the model (its operators in topological order never
-    return to a device they left): the plans 1F1B runs."""
+def schedule_runs(g, assignment: Mapping[str, str], schedule: str, micro_batches: int) -> bool:
+    """Whether ``schedule`` runs the plan ``assignment`` of ``g``: its pieces are the runs of one device in the
+    operators' topological order, and every device's list of actions must be one the schedule makes (1F1B: one
+    stretch of the model per device; interleaved 1F1B: stretches that go round the devices in turn)."""
     seq = [assignment[t] for t in g.topological_order()]
-    runs = [d for i, d in enumerate(seq) if i == 0 or d != seq[i - 1]]
-    return len(runs) == len(set(runs))
+    piece_devices = [d for i, d in enumerate(seq) if i == 0 or d != seq[i - 1]]
+    try:
+        for d in dict.fromkeys(piece_devices):
+            order.schedule(schedule, [k for k, x in enumerate(piece_devices) if x == d], len(piece_devices),
+                           micro_batches)
+    except LabError:
+        return False
+    return True
 
 
 def strategy_scenarios(sc, g, model: str, batch: int, micro_batches: int, steps: int, emulate: bool,
                        repeats: int, plan=assignment_of) -> list[tuple]:
     """(scenario, run name) for every strategy's plan of ``g`` (``plan(g, strategy)`` gives the assignment),
     ``repeats`` times each with seeds 0, 1, ..., in the schedule of ``sc``; a strategy that cannot place the graph,
-    or whose plan the schedule cannot run (1F1B: a device holding two stretches of the model), is left out."""
+    or whose plan the schedule cannot run (:func:`schedule_runs`), is left out."""
     out = []
     for name in STRATEGY_NAMES:
         try:
             assignment = plan(g, name)
         except LabError:
             continue
-        if sc.training.schedule != "gpipe" and not one_stretch_each(g, assignment):
+        if not schedule_runs(g, assignment, sc.training.schedule, micro_batches):
             continue
         for r in range(int(repeats)):
             one = plan_scenario(sc, model, batch, name, assignment, micro_batches, steps, emulate)
