@@ -72,13 +72,15 @@ def bytes_note(info: dict) -> str:
 
 
 def run_label(r, owner: str | None = None) -> str:
-    """How a picker names a stored run: its name, its optimiser where the name does not say it, its
-    status, its id, and whose it is when it is not ``owner``'s."""
+    """How a picker names a stored run: its name, its optimiser where the name does not say it, its id, and whose
+    it is when it is not ``owner``'s. Not its status: Streamlit keeps a select box's choice as its label, so a label
+    that changed while the run went from queued to done would drop the choice (and a link taken meanwhile would
+    carry the old label); the page beside the picker says the status."""
     named = OPTIMIZER_SHORT.get(r.optimizer, "?") in str(r.name)  # names from a comparison say it
     opt = "" if named else f" · {OPTIMIZER_LABELS.get(r.optimizer, r.optimizer)}"
     whose = "" if owner is None or r.owner == owner else (
         " · command line" if r.owner is None else " · another session's (read-only)")
-    return f"{r.name}{opt} · {r.status} · {r.id}{whose}"
+    return f"{r.name}{opt} · {r.id}{whose}"
 
 
 def run_picker(store: RunStore, owner: str | None, everyone: bool = False, keep: Iterable[str] = (),
