@@ -126,11 +126,12 @@ class SavedBytes:
 
     def piece(self, ops: Iterable[str], rows: int) -> float:
         """Bytes a piece of ``ops`` saves for one micro-batch of ``rows`` samples (each storage once)."""
-        keys: dict[str, tuple[int, int]] = {}
-        for op in ops:
-            keys.update(self.by_op.get(op, {}))
         (b0, b1) = BATCHES
-        return float(sum(max(0.0, a + (rows - b0) * (b - a) / (b1 - b0)) for a, b in keys.values()))
+        keys: dict[str, float] = {}  # as the run counts: each storage at the largest tensor saved of it
+        for op in ops:
+            for key, (a, b) in self.by_op.get(op, {}).items():
+                keys[key] = max(keys.get(key, 0.0), a + (rows - b0) * (b - a) / (b1 - b0))
+        return float(sum(max(0.0, v) for v in keys.values()))
 
 
 def saved_by_op(model: nn.Module, in_features: int, owner: Mapping[str, str] | None = None,
