@@ -94,32 +94,45 @@ def test_a_plan_that_returns_to_a_device_is_refused_under_1f1b_with_what_to_chan
         order.schedule("zb", [0], 3, 4)
 
 
+def random_plan(rng, n: int, device_of, max_skips) -> tuple[list[Piece], dict, dict]:
+    """``n`` pieces, piece ``k`` on ``device_of(k)``, each reading the piece before it and up to ``max_skips(k)``
+    earlier ones drawn at random (skip inputs), with random forward and backward costs."""
+    pieces, fwd, bwd = [], {}, {}
+    for k in range(n):
+        srcs = sorted({k - 1, *rng.choice(k, size=int(rng.integers(0, max_skips(k) + 1)), replace=True)}) if k else []
+        fwd[f"o{k}"], bwd[f"o{k}"] = float(rng.uniform(0.1, 2.0)), float(rng.uniform(0.1, 3.0))
+        pieces.append(Piece(k, device_of(k), (f"o{k}",), tuple((int(s), float(rng.uniform(0, 1e6))) for s in srcs),
+                            loss=k == n - 1))
+    return pieces, fwd, bwd
+
+
+def check_against_reference(pieces, fwd, bwd, m_count: int, name: str, lists: dict) -> None:
+    """The model of ``name`` on the plan runs to the end, equals the fixed-point reference given each device's list
+    of actions ``lists``, and runs each device's list in its order."""
+
+    def link(a, b, nbytes):
+        return 0.0 if a == b else 1e-3 + nbytes * 1e-7
+
+    s = simulate(pieces, fwd, bwd, link, m_count, schedule=name)
+    ref = {t: x for t, x in _reference(pieces, fwd, bwd, link, m_count, {}, 0.0, lists).items() if t[0] != "O"}
+    got = {("F", *k): x for k, x in _tasks(s, "forward").items()} | {("B", *k): x for k, x in _tasks(s, "backward").items()}
+    assert got.keys() == ref.keys()
+    for t in ref:
+        assert got[t] == pytest.approx(ref[t], abs=1e-9), t
+    for d, acts in lists.items():
+        rows = [r for r in s.rows if r["device"] == d and r["kind"] not in ("activation", "gradient", "loss")]
+        assert order.actions_in(rows) == list(acts)
+
+
 @pytest.mark.parametrize("seed", range(12))
 def test_1f1b_on_random_chain_plans_runs_to_the_end_and_matches_the_reference(seed):
     # one piece per device, each reading from one or more earlier pieces (skips included): the plans a cut of
     # a traced model makes when no device is visited twice
     rng = np.random.default_rng(seed)
     n, m_count = int(rng.integers(2, 5)), int(rng.integers(1, 7))
-    pieces, fwd, bwd = [], {}, {}
-    for k in range(n):
-        srcs = sorted({k - 1, *rng.choice(k, size=int(rng.integers(0, k + 1)), replace=True)}) if k else []
-        fwd[f"o{k}"], bwd[f"o{k}"] = float(rng.uniform(0.1, 2.0)), float(rng.uniform(0.1, 3.0))
-        pieces.append(Piece(k, f"D{k}", (f"o{k}",), tuple((int(s), float(rng.uniform(0, 1e6))) for s in srcs),
-                            loss=k == n - 1))
-
-    def link(a, b, nbytes):
-        return 0.0 if a == b else 1e-3 + nbytes * 1e-7
-
-    s = simulate(pieces, fwd, bwd, link, m_count, schedule="1f1b")
-    lists = {p.device: order.schedule("1f1b", [p.index], n, m_count) for p in pieces}
-    ref = {t: v for t, v in _reference(pieces, fwd, bwd, link, m_count, {}, 0.0, lists).items() if t[0] != "O"}
-    got = {("F", *k): v for k, v in _tasks(s, "forward").items()} | {("B", *k): v for k, v in _tasks(s, "backward").items()}
-    assert got.keys() == ref.keys()
-    for t in ref:
-        assert got[t] == pytest.approx(ref[t], abs=1e-9), t
-    for p in pieces:  # the model ran each device's list in its order
-        rows = [r for r in s.rows if r["device"] == p.device and r["kind"] not in ("activation", "gradient", "loss")]
-        assert order.actions_in(rows) == list(lists[p.device])
+    pieces, fwd, bwd = random_plan(rng, n, lambda k: f"D{k}", lambda k: k)
+    check_against_reference(pieces, fwd, bwd, m_count, "1f1b",
+                            {p.device: order.schedule("1f1b", [p.index], n, m_count) for p in pieces})
 
 
 def torch_interleaved(devices: int, local: int, micro: int) -> dict[int, list[order.Action]]:
@@ -167,28 +180,11 @@ def test_a_plan_that_does_not_go_round_the_devices_is_refused_under_interleaved_
 
 @pytest.mark.parametrize("seed", range(12))
 def test_interleaved_1f1b_on_random_looped_plans_runs_to_the_end_and_matches_the_reference(seed):
-    # pieces go round P devices v times; each reads the piece before it and maybe earlier ones (skips)
+    # pieces go round P devices v times; each reads the piece before it and maybe an earlier one (a skip)
     rng = np.random.default_rng(seed)
     P, v = int(rng.integers(2, 4)), int(rng.integers(2, 4))
     n = P * v
     m_count = int(rng.choice([m for m in range(1, 9) if m % max(1, m // P) == 0]))
-    pieces, fwd, bwd = [], {}, {}
-    for k in range(n):
-        srcs = sorted({k - 1, *rng.choice(k, size=int(rng.integers(0, 2)), replace=True)}) if k else []
-        fwd[f"o{k}"], bwd[f"o{k}"] = float(rng.uniform(0.1, 2.0)), float(rng.uniform(0.1, 3.0))
-        pieces.append(Piece(k, f"D{k % P}", (f"o{k}",), tuple((int(s), float(rng.uniform(0, 1e6))) for s in srcs),
-                            loss=k == n - 1))
-
-    def link(a, b, nbytes):
-        return 0.0 if a == b else 1e-3 + nbytes * 1e-7
-
-    s = simulate(pieces, fwd, bwd, link, m_count, schedule="interleaved_1f1b")
-    lists = {f"D{r}": order.schedule("interleaved_1f1b", list(range(r, n, P)), n, m_count) for r in range(P)}
-    ref = {t: x for t, x in _reference(pieces, fwd, bwd, link, m_count, {}, 0.0, lists).items() if t[0] != "O"}
-    got = {("F", *k): x for k, x in _tasks(s, "forward").items()} | {("B", *k): x for k, x in _tasks(s, "backward").items()}
-    assert got.keys() == ref.keys()
-    for t in ref:
-        assert got[t] == pytest.approx(ref[t], abs=1e-9), t
-    for d, acts in lists.items():  # the model ran each device's list in its order
-        rows = [r for r in s.rows if r["device"] == d and r["kind"] not in ("activation", "gradient", "loss")]
-        assert order.actions_in(rows) == list(acts)
+    pieces, fwd, bwd = random_plan(rng, n, lambda k: f"D{k % P}", lambda k: 1)
+    check_against_reference(pieces, fwd, bwd, m_count, "interleaved_1f1b", {
+        f"D{r}": order.schedule("interleaved_1f1b", list(range(r, n, P)), n, m_count) for r in range(P)})
