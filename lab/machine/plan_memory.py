@@ -8,6 +8,7 @@ from typing import Any, Mapping, Sequence
 
 import torch
 
+from lab.errors import LabError
 from lab.memo import SharedCache
 from lab.modelled.placement.memory import micro_rows, peaks, saved_by_op
 from lab.scenario.document import Scenario
@@ -20,7 +21,17 @@ def modelled_peaks(sc: Scenario, dtype: torch.dtype = torch.float32) -> dict[str
     """Each device's modelled peak (bytes) of the scenario's placement run, under its schedule, its tensors in
     ``dtype`` (a run's own: float32)."""
     sc = placement_run.resolved(sc)
-    return _MODELLED.get((sc.to_json(indent=None), str(dtype)), lambda: _peaks(sc, dtype))
+    got = _MODELLED.get((sc.to_json(indent=None), str(dtype)), lambda: _refused_or(sc, dtype))
+    if isinstance(got, LabError):  # kept too: the run view asks again every second while a run is live
+        raise got.with_traceback(None)
+    return got
+
+
+def _refused_or(sc: Scenario, dtype: torch.dtype) -> dict[str, float] | LabError:
+    try:
+        return _peaks(sc, dtype)
+    except LabError as exc:
+        return exc
 
 
 def _peaks(sc: Scenario, dtype: torch.dtype) -> dict[str, float]:
