@@ -5,7 +5,8 @@ happen yet) means one run. Each session keeps a :class:`Token` of its last submi
 submitted (a fingerprint of the scenario and of the action), when, and the run ids it queued.
 :func:`decide` refuses a submit with the same fingerprint while the last one is still being queued
 (its first check can take seconds on a loaded server: it builds the model and the data), within
-``window_s`` seconds of the last one, or while one of that submit's runs is still queued or starting
+``window_s`` seconds of the moment the last one's runs were queued (a double click's second click
+arrives after the first click's page, however long its submit took), or while one of that submit's runs is still queued or starting
 (running but no step recorded yet). A different scenario, or the same one once its run has really
 started, goes ahead.
 
@@ -28,8 +29,9 @@ WAITING = ("queued", "starting")  # phases in which an identical submit is a rep
 
 @dataclass(frozen=True)
 class Token:
-    """A session's last submit: its fingerprint, its time (seconds, any monotonic clock) and the
-    runs it queued (empty while the submit is under way)."""
+    """A session's last submit: its fingerprint, its time (seconds, any monotonic clock: when it began
+    while it is under way, when its runs were queued after) and the runs it queued (empty while the
+    submit is under way)."""
 
     fingerprint: str
     at: float
@@ -95,14 +97,15 @@ class SubmitBook:
     is where Streamlit stops a script for a newer click, and a double click must still find the
     first click's token and the runs it queued."""
 
-    def __init__(self) -> None:
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
         self.tokens: dict[str, Token] = {}
+        self.clock = clock
 
-    def submit_once(self, owner: str, scenario: Scenario, action: str, store: Any, submit: Callable[[], list],
-                    now: float | None = None) -> tuple[list | None, str]:
+    def submit_once(self, owner: str, scenario: Scenario, action: str, store: Any,
+                    submit: Callable[[], list]) -> tuple[list | None, str]:
         """Run ``submit()`` (which queues jobs and returns them) unless ``owner`` has just queued the
         same thing: (the jobs, "") or (None, why not)."""
-        fp, now = fingerprint(scenario, action), time.monotonic() if now is None else now
+        fp, now = fingerprint(scenario, action), self.clock()
         last = self.tokens.get(owner)
         decision = decide(last, fp, now, phases(store, last.run_ids) if last else {})
         if not decision.go:
@@ -117,7 +120,9 @@ class SubmitBook:
             else:
                 self.tokens[owner] = last
             raise
-        self.tokens[owner] = Token(fp, now, tuple(j.run_id for j in jobs))
+        # the window counts from here: a loaded server can take longer than the window to queue, and the
+        # second click of a double click comes after that
+        self.tokens[owner] = Token(fp, self.clock(), tuple(j.run_id for j in jobs))
         return jobs, ""
 
     def pending(self, owner: str) -> bool:

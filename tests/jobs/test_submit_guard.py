@@ -23,6 +23,16 @@ def test_the_fingerprint_follows_every_setting_and_the_action():
     assert fingerprint(SC, "compare three optimisers") != FP
 
 
+class Clock:
+    """A clock the test sets by hand (seconds)."""
+
+    def __init__(self, t: float = 0.0):
+        self.t = t
+
+    def __call__(self) -> float:
+        return self.t
+
+
 def test_a_first_submit_and_a_different_one_go_ahead():
     assert decide(None, FP, 100.0).go
     other = fingerprint(SC.replace(training=SC.training.replace(steps=7)))
@@ -80,19 +90,22 @@ def test_a_submit_book_lets_one_of_two_quick_identical_submits_through(tmp_path)
         def __init__(self, rid):
             self.run_id = rid
 
-    store, book, sc, queued = RunStore(tmp_path / "runs.db"), SubmitBook(), default_scenario(), []
+    clock = Clock(100.0)
+    store, book, sc, queued = RunStore(tmp_path / "runs.db"), SubmitBook(clock), default_scenario(), []
 
     def submit():
         queued.append(store.create_run(sc))
         return [Job(queued[-1])]
 
-    jobs, why = book.submit_once("s1", sc, "run", store, submit, now=100.0)
+    jobs, why = book.submit_once("s1", sc, "run", store, submit)
     assert [j.run_id for j in jobs] == queued and why == ""
-    assert book.submit_once("s1", sc, "run", store, submit, now=100.5) == (None, f"Already queued: run {queued[0]} "
-                                                                             "has these settings and is still queued.")
-    assert book.submit_once("s2", sc, "run", store, submit, now=100.5)[0] is not None  # another session
+    clock.t = 100.5
+    assert book.submit_once("s1", sc, "run", store, submit) == (None, f"Already queued: run {queued[0]} "
+                                                                 "has these settings and is still queued.")
+    assert book.submit_once("s2", sc, "run", store, submit)[0] is not None  # another session
     store.set_status(queued[0], "done")
-    assert book.submit_once("s1", sc, "run", store, submit, now=100.0 + WINDOW_S + 1)[0] is not None
+    clock.t = 100.0 + WINDOW_S + 1
+    assert book.submit_once("s1", sc, "run", store, submit)[0] is not None
     assert len(queued) == 3 and not book.pending("s1")
 
 
@@ -108,7 +121,7 @@ def test_a_failed_submit_leaves_the_book_as_it_was(tmp_path):
         raise RuntimeError("no slot")
 
     with pytest.raises(RuntimeError):
-        book.submit_once("s1", sc, "run", RunStore(tmp_path / "runs.db"), fail, now=1.0)
+        book.submit_once("s1", sc, "run", RunStore(tmp_path / "runs.db"), fail)
     assert "s1" not in book.tokens
 
 
@@ -119,7 +132,8 @@ def test_a_submit_slower_than_the_window_stays_pending_and_a_second_click_meanwh
 
     from lab.jobs.guard import SubmitBook
 
-    store, book, queued = RunStore(tmp_path / "runs.db"), SubmitBook(), []
+    clock = Clock(100.0)
+    store, book, queued = RunStore(tmp_path / "runs.db"), SubmitBook(clock), []
     inside, release = threading.Event(), threading.Event()
 
     class Job:
@@ -132,12 +146,12 @@ def test_a_submit_slower_than_the_window_stays_pending_and_a_second_click_meanwh
         queued.append(store.create_run(SC))
         return [Job(queued[-1])]
 
-    first = threading.Thread(target=book.submit_once, args=("s1", SC, "run", store, slow), kwargs={"now": 100.0})
+    first = threading.Thread(target=book.submit_once, args=("s1", SC, "run", store, slow))
     first.start()
     try:
         assert inside.wait(30)
-        late = 100.0 + 3 * WINDOW_S
-        jobs, why = book.submit_once("s1", SC, "run", store, slow, now=late)
+        clock.t = 100.0 + 3 * WINDOW_S
+        jobs, why = book.submit_once("s1", SC, "run", store, slow)
         assert jobs is None and "is being queued" in why
         assert book.pending("s1") and not book.pending("s2")
     finally:
@@ -159,5 +173,34 @@ def test_a_script_run_stopped_inside_a_submit_leaves_the_book_as_it_was(tmp_path
 
     book = SubmitBook()
     with pytest.raises(Stopped):
-        book.submit_once("s1", SC, "run", RunStore(tmp_path / "runs.db"), stopped, now=1.0)
+        book.submit_once("s1", SC, "run", RunStore(tmp_path / "runs.db"), stopped)
     assert "s1" not in book.tokens and not book.pending("s1")
+
+
+def test_the_window_counts_from_when_a_slow_submit_queued_its_run(tmp_path):
+    """On a loaded server a submit can take longer than the window, and its run can be stepping before
+    the second click of a double click arrives: that click is still a repeat. Once the window has
+    passed after the run was queued, the same settings run again."""
+    from lab.jobs.guard import SubmitBook
+
+    clock = Clock(100.0)
+    store, book, queued = RunStore(tmp_path / "runs.db"), SubmitBook(clock), []
+
+    class Job:
+        def __init__(self, rid):
+            self.run_id = rid
+
+    def slow():
+        clock.t += 2 * WINDOW_S  # builds the model and the data on a busy server
+        queued.append(store.create_run(SC))
+        store.set_status(queued[-1], "running")
+        store.add_metrics(queued[-1], [{"step": 1, "worker": JOB_WORKER, "loss": 2.0}])
+        return [Job(queued[-1])]
+
+    assert book.submit_once("s1", SC, "run", store, slow)[0] is not None
+    assert phases(store, queued) == {queued[0]: "running"}  # the run has really started
+    clock.t += 1.5  # the first click's page drawn, then the second click
+    jobs, why = book.submit_once("s1", SC, "run", store, slow)
+    assert jobs is None and f"run {queued[0]}" in why and "1.5 s ago" in why
+    clock.t += WINDOW_S
+    assert book.submit_once("s1", SC, "run", store, slow)[0] is not None and len(queued) == 2
