@@ -124,7 +124,7 @@ def timing_worker(rank: int, world: int, port: int, scenario_json: str, steps: i
         t.setup()
         t.offset, t.losses, t.timelines = 0.0, [], {}
         t.timeline_steps = [steps] if record_last else []
-        spans = [t.train_step(s)[6:8] + t.last_cpu for s in range(1, steps + 1)]
+        spans = [[r.start, r.end, r.main_cpu, r.other_cpu] for r in (t.train_step(s) for s in range(1, steps + 1))]
         dist.barrier()
     finally:
         dist.destroy_process_group()

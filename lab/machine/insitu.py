@@ -158,7 +158,7 @@ def probe_worker(rank: int, world: int, port: int, plans_json: str, steps: int, 
             dist.barrier()
             for s in range(1, steps + 1):
                 r = t.train_step(s)
-                recs.append([r[6], r[7], r[10], r[11]])
+                recs.append([r.start, r.end, r.main_cpu, r.other_cpu])
                 t.timelines.clear()
             out.append(recs)
         dist.barrier()

@@ -47,7 +47,7 @@ def plan_worker(rank: int, world: int, port: int, scenario_json: str, steps: int
         t.offset, t.losses, t.timelines = 0.0, [], {}
         t.timeline_steps = list(range(1, steps + 1))
         recs = [t.train_step(s) for s in range(1, steps + 1)]
-        out = {"losses": [r[1] for r in recs], "device": t.device, "params": held_params(t),
+        out = {"losses": [r.loss for r in recs], "device": t.device, "params": held_params(t),
                "events": [e for s in sorted(t.timelines) for e in t.timelines[s]],
                "pieces": [p.index for p in t.mine], "saved_peak": t.saved_peak}
         dist.barrier()
@@ -79,7 +79,7 @@ def overhead_worker(rank: int, world: int, port: int, scenario_json: str, steps:
         got = {"executor": [], "plain": []}
         for s in range(1, steps + 1):
             rec = t.train_step(s)
-            got["executor"].append(rec[7] - rec[6])
+            got["executor"].append(rec.end - rec.start)
             x, y = t.sampler.next_batch()
             t0 = time.perf_counter()
             loss = F.cross_entropy(plain(x), y)
@@ -115,7 +115,7 @@ def replan_worker(rank: int, world: int, port: int, scenario_json: str, plans_js
             held.append([p.index for p in t.mine])
             for _ in range(steps_per_plan):
                 step += 1
-                losses.append(t.train_step(step)[1])
+                losses.append(t.train_step(step).loss)
         out = {"losses": losses, "held": held, "params": held_params(t)}
         dist.barrier()
     finally:

@@ -58,12 +58,10 @@ from lab.train import data as data_mod
 from lab.train import emulation as emu
 from lab.train import resilience as rz
 from lab.train.layout import IDLE_DEFINITION, job_layout
+from lab.train.step_record import FIELDS, INDEX, StepRecord
 from lab.train.sync_steps import SyncSteps
 from lab.comm.peers import waits_for_peers
 
-REC = ("step", "loss", "t_compute", "t_coll", "t_emul_compute", "t_emul_comm", "ready", "end", "bytes_sent",
-       "bytes_recv", "samples", "t_compress")
-R = {k: i for i, k in enumerate(REC)}
 
 
 class Trainer(SyncSteps):
@@ -119,7 +117,7 @@ class Trainer(SyncSteps):
         else:
             self.bytes_kind = "modelled"
         self.compressed = compressed.attach(self)  # the compressed gradient sync, or None
-        self.records: list[list[float]] = []
+        self.records: list[StepRecord] = []
         self._writer: ThreadPoolExecutor | None = None
         self._pending: list = []
         self.history: dict[int, dict] = {}  # rank 0: job-level values per step (loss, test_acc)
@@ -139,12 +137,12 @@ class Trainer(SyncSteps):
         """All ranks: gather the buffered records (and the checksum) to every rank; rank 0 stores them."""
         rows = self.records
         self.records = []
-        cap = self.flush_every * len(REC)
+        cap = self.flush_every * len(FIELDS)
         local = torch.full((2 + cap,), math.nan, dtype=torch.float64)
         local[0] = self.checksum() if check else 0.0
         local[1] = len(rows)
         if rows:
-            local[2:2 + len(rows) * len(REC)] = torch.tensor(rows, dtype=torch.float64).reshape(-1)
+            local[2:2 + len(rows) * len(FIELDS)] = torch.tensor(rows, dtype=torch.float64).reshape(-1)
         if self.world > 1:
             out = [torch.empty_like(local) for _ in range(self.world)]
             dist.all_gather(out, local)
@@ -157,25 +155,25 @@ class Trainer(SyncSteps):
                                f"min {min(sums)!r} (per rank: {sums}). Every worker must hold identical parameters.",
                                where="training")
         if self.rank == 0 and self.store is not None:
-            self.store_records([o[2:2 + int(o[1]) * len(REC)].reshape(-1, len(REC)) for o in out])
+            self.store_records([o[2:2 + int(o[1]) * len(FIELDS)].reshape(-1, len(FIELDS)) for o in out])
 
     def store_records(self, recs: list[torch.Tensor]) -> None:
-        """Rank 0: turn the gathered records (world x steps x REC) into metric rows and hand them to
+        """Rank 0: turn the gathered records (world x steps x record fields) into metric rows and hand them to
         the writer thread (SQLite work overlaps the next steps)."""
         a = torch.stack(recs).numpy()
         world, k, _ = a.shape
         if k == 0:
             return
-        col = lambda name: a[:, :, R[name]]  # noqa: E731 - (world, k)
-        steps = a[0, :, R["step"]].astype(np.int64)
-        ready, end, coll, samples = col("ready"), col("end"), col("t_coll"), col("samples")
+        col = lambda name: a[:, :, INDEX[name]]  # noqa: E731 - (world, k)
+        steps = a[0, :, INDEX["step"]].astype(np.int64)
+        ready, end, coll, samples = col("ready"), col("end"), col("comm"), col("samples")
         latest = ready[: self.n].max(0)  # the slowest worker's stamp, per step
         idle = np.minimum(np.clip(latest[None, :] - ready, 0.0, None), coll)
         prev = np.concatenate([self._prev_end[:, None], end[:, :-1]], axis=1)
         self._prev_end = end[:, -1].copy()
-        per = np.stack([col("loss"), np.full((world, k), np.nan), col("bytes_sent"), col("bytes_recv"),
-                        col("t_compute"), coll - idle, col("t_compress"), idle, col("t_emul_compute"),
-                        col("t_emul_comm"), samples / np.maximum(end - prev, 1e-9), end - self.t_start], axis=-1)
+        per = np.stack([col("loss"), np.full((world, k), np.nan), col("sent"), col("recv"),
+                        col("compute"), coll - idle, col("compress"), idle, col("emul_compute"),
+                        col("emul_comm"), samples / np.maximum(end - prev, 1e-9), end - self.t_start], axis=-1)
         rows = [(int(steps[j]), r, *per[r, j].tolist()) for r in range(world) for j in range(k)]
         job_end = end.max(0)
         job_prev = np.concatenate([[self._prev_job_end], job_end[:-1]])
@@ -188,7 +186,7 @@ class Trainer(SyncSteps):
             if job_loss is not None and math.isfinite(loss):  # compressed: the workers' losses, weighted
                 loss = float(job_loss[j])
             rows.append((int(steps[j]), JOB_WORKER, loss, h.get("test_acc", math.nan),
-                         float(col("bytes_sent")[:, j].sum()), float(col("bytes_recv")[:, j].sum()),
+                         float(col("sent")[:, j].sum()), float(col("recv")[:, j].sum()),
                          *([math.nan] * 6), float(tput[j]), float(job_end[j] - self.t_start)))
         self._write(self.store.add_metric_rows, self.run_id, rows)
 
@@ -351,8 +349,8 @@ class Trainer(SyncSteps):
             emul_cm += xd
             finite = math.isfinite(glob)
             samples = 0 if self.is_server else self.layout.batch_sizes[self.rank]
-            self.records.append([step, local, tcomp, tcoll, emul_cp, emul_cm, ready, time.time(), sent + xs, recv + xr,
-                                 samples, self.t_compress])
+            self.records.append(StepRecord(step, local, tcomp, tcoll, emul_cp, emul_cm, math.nan, ready, time.time(),
+                                           sent + xs, recv + xr, samples, self.t_compress))
             last = step == steps or not finite
             if self.rank == 0:
                 self.history.setdefault(step, {})["loss"] = glob

@@ -26,6 +26,7 @@ from lab.train.placement_run.pieces import INPUT, Piece, link_wait, op_scales, p
 from lab.train.placement_run.plan import StagePlan, model_for, resolve
 from lab.train.placement_run.recording import Recording
 from lab.train.placement_run.rounds import Rebalancing
+from lab.train.step_record import StepRecord
 from lab.train.trainer import Trainer
 
 FWD, BWD = 0, 1
@@ -110,7 +111,6 @@ class PlacementTrainer(Rebalancing, Recording, Trainer):
         self.cut(plan)
         self.sampler = data_mod.worker_data(self.ds, 0, 1, "even", tr.batch_size, seed=tr.seed)
         self.n = 1
-        self.records: list[list[float]] = []
         self.history = {}
         self._writer, self._pending = None, []
         self.timeline_steps = sorted({min(2, tr.steps), max(1, tr.steps // 2), tr.steps})
@@ -407,9 +407,9 @@ class PlacementTrainer(Rebalancing, Recording, Trainer):
         """A placement run does not checkpoint: each process holds different operators and a lost one cannot be
         replaced by the others (the run fails with its stage named)."""
 
-    def train_step(self, step: int) -> list[float]:
-        """One step; the record [step, loss, compute, comm, emulated compute, emulated comm, start, end, sent,
-        received, main-thread CPU, CPU of the process's other threads] on the run's clock."""
+    def train_step(self, step: int) -> StepRecord:
+        """One step and its record, on the run's clock (every process holds the whole batch's samples:
+        a micro-batch passes through each of them)."""
         self.timing = step in self.timeline_steps or bool(self.scales)
         self.measuring = step in self.timeline_steps  # the saved bytes: the same every step, counted on drawn ones
         self.events = []
@@ -425,16 +425,16 @@ class PlacementTrainer(Rebalancing, Recording, Trainer):
         if self.measuring:
             self.saved_peak = max(self.saved_peak, r["saved_peak"])
         c1, p1 = time.thread_time(), time.process_time()
-        self.last_cpu = [c1 - c0, (p1 - p0) - (c1 - c0)]
         loss = r["loss"] if self.device == self.pieces[self.final[0]].device else math.nan
         self.losses.append(loss)
         if step in self.timeline_steps:
             self.timelines[step] = [dict(e, start=e["start"] - self.offset, end=e["end"] - self.offset,
                                          **({"called": e["called"] - self.offset} if "called" in e else {}))
                                     for e in self.events]
-        return [step, loss, r["compute"] - self.stats["emul_compute"], self.stats["comm"], self.stats["emul_compute"],
-                self.stats["emul_comm"], t0 - self.offset, t1 - self.offset, self.stats["sent"], self.stats["recv"],
-                *self.last_cpu]
+        return StepRecord(step, loss, r["compute"] - self.stats["emul_compute"], self.stats["comm"],
+                          self.stats["emul_compute"], self.stats["emul_comm"], t0 - self.offset, math.nan,
+                          t1 - self.offset, self.stats["sent"], self.stats["recv"], self.tr.batch_size, 0.0,
+                          c1 - c0, (p1 - p0) - (c1 - c0))
 
     def run(self) -> dict:
         tr, plan = self.tr, self.plan
@@ -457,14 +457,14 @@ class PlacementTrainer(Rebalancing, Recording, Trainer):
         if self.world > 1:
             dist.barrier()
         self.wall0 = time.perf_counter() - self.offset
-        pending: list[list[float]] = []
+        pending: list[StepRecord] = []
         accs: dict = {}
         diverged, last_acc, step = None, math.nan, 0
         for step in range(1, tr.steps + 1):
             self.step_no = step
             self.fault(step)
             pending.append(self.train_step(step))
-            loss = self.gather([[pending[-1][1]]])
+            loss = self.gather([[pending[-1].loss]])
             glob = next((v[0][0] for v in loss if math.isfinite(v[0][0])), math.nan) if self.world > 1 else loss[0][0][0]
             finite = math.isfinite(glob)
             settled = False

@@ -11,6 +11,7 @@ import torch.distributed as dist
 from lab.store.runs import JOB_WORKER
 from lab.train import resilience as rz
 from lab.train.placement_run.pieces import Piece
+from lab.train.step_record import StepRecord
 
 
 class Recording:
@@ -43,22 +44,25 @@ class Recording:
         dist.all_gather(out, t)
         return [o.tolist() for o in out]
 
-    def store_step_rows(self, recs: list[list[list[float]]], accs: dict) -> None:
+    def store_step_rows(self, gathered: list[list[list[float]]], accs: dict) -> None:
+        """Rank 0: the gathered records (process x step) as metric rows, one per process and step and
+        one for the job."""
+        recs = [[StepRecord.of(row) for row in rows] for rows in gathered]
         rows = []
         for j in range(len(recs[0])):
-            step = int(recs[0][j][0])
-            start = min(r[j][6] for r in recs)
-            end = max(r[j][7] for r in recs)
+            step = int(recs[0][j].step)
+            start = min(r[j].start for r in recs)
+            end = max(r[j].end for r in recs)
             span = max(end - start, 1e-9)
-            loss = next((r[j][1] for r in recs if math.isfinite(r[j][1])), math.nan)
+            loss = next((r[j].loss for r in recs if math.isfinite(r[j].loss)), math.nan)
             for rank, r in enumerate(recs):
-                _, _, comp, comm, ecp, ecm, s0, s1, sent, recv = r[j][:10]
-                idle = max(0.0, span - comp - comm - ecp - ecm)
+                x = r[j]
+                idle = max(0.0, span - x.compute - x.comm - x.emul_compute - x.emul_comm)
                 rows.append((step, rank, loss if rank == self.rank_of[self.pieces[self.final[0]].device] else math.nan,
-                             math.nan, sent, recv, comp, comm, 0.0, idle, ecp, ecm, self.tr.batch_size / span,
-                             s1 - self.wall0))
-            rows.append((step, JOB_WORKER, loss, accs.get(step, math.nan), sum(r[j][8] for r in recs),
-                         sum(r[j][9] for r in recs), *([math.nan] * 6), self.tr.batch_size / span, end - self.wall0))
+                             math.nan, x.sent, x.recv, x.compute, x.comm, x.compress, idle, x.emul_compute,
+                             x.emul_comm, x.samples / span, x.end - self.wall0))
+            rows.append((step, JOB_WORKER, loss, accs.get(step, math.nan), sum(r[j].sent for r in recs),
+                         sum(r[j].recv for r in recs), *([math.nan] * 6), self.tr.batch_size / span, end - self.wall0))
         self._write(self.store.add_metric_rows, self.run_id, rows)
 
     def store_timelines(self) -> None:

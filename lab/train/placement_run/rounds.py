@@ -8,6 +8,7 @@ import torch.distributed as dist
 
 from lab.modelled.balance import device_work, weighted_plan
 from lab.train.placement_run.plan import replanned
+from lab.train.step_record import StepRecord
 
 
 class Rebalancing:
@@ -54,12 +55,12 @@ class Rebalancing:
         """A balancing round ends at ``step``: every device's busy time and the step time, measured over the
         round's steps after its first (the warm-up of a new plan), go into rank 0's loop, which re-plans with the
         new weights; every process takes that plan. True when the loop is done (the run ends)."""
-        recs = self.gather(self.round_recs)
+        recs = [[StepRecord.of(row) for row in rows] for rows in self.gather(self.round_recs)]
         self.round_recs = []
         n = len(recs[0])
         use = range(1, n) if n > 1 else range(n)
-        span = sum(max(r[j][7] for r in recs) - min(r[j][6] for r in recs) for j in use) / len(use)
-        busy = [sum(r[j][2] + r[j][4] for j in use) / len(use) for r in recs]  # compute + emulated compute
+        span = sum(max(r[j].end for r in recs) - min(r[j].start for r in recs) for j in use) / len(use)
+        busy = [sum(r[j].compute + r[j].emul_compute for j in use) / len(use) for r in recs]
         decision: list = [None]
         if self.rank == 0:
             g, loop = self.plan.tasks, self.loop
