@@ -26,14 +26,14 @@ import time
 
 from common import bench_parser, score, SMOKE_NOTE, table  # noqa: E402  (also puts the checkout on sys.path)
 
-from lab.comm import measure as M  # noqa: E402
-from lab.modelled import collectives as C  # noqa: E402
+from lab.comm import measure  # noqa: E402
+from lab.modelled import collectives  # noqa: E402
 from lab.scenario.topology import Device, Link, Switch, Topology  # noqa: E402
 
 
 
 def device_names(n: int) -> list[str]:
-    """gpu0, gpu1, ...: C.default_names runs A..Z, and the lab refuses L beside I (they look alike)."""
+    """gpu0, gpu1, ...: collectives.default_names runs A..Z, and the lab refuses L beside I (they look alike)."""
     return [f"gpu{i}" for i in range(n)]
 
 
@@ -62,8 +62,8 @@ def bench_real(procs: int, numel: int, iters: int, warmup: int, extra: list[int]
     """Prints the table; returns the score's values at the largest size (the target's, the loop's last)."""
     sizes = sorted(set(extra + [numel * 4]))
     print(f"## lab ring vs gloo all_reduce: {procs} processes, float32, {iters} iterations after {warmup} warm-up")
-    rows = M.measure(procs, sizes, iters, impls=("gloo", "ring"), warmup=warmup, timeout=1800,
-                     progress=lambda d, t, r: print(f"  ... {d}/{t} {r['impl']} {M.human_bytes(r['size'])}",
+    rows = measure.measure(procs, sizes, iters, impls=("gloo", "ring"), warmup=warmup, timeout=1800,
+                     progress=lambda d, t, r: print(f"  ... {d}/{t} {r['impl']} {measure.human_bytes(r['size'])}",
                                                     flush=True))
     out = []
     for size in sizes:
@@ -71,7 +71,7 @@ def bench_real(procs: int, numel: int, iters: int, warmup: int, extra: list[int]
         r = next(r for r in rows if r["impl"] == "ring" and r["size"] == size)
         paired = statistics.median(a / b for a, b in zip(r["times"], g["times"]))
         for x in (g, r):
-            out.append([M.human_bytes(size), x["impl"], f"{x['time'] * 1e3:.2f}", f"{x['time_min'] * 1e3:.2f}",
+            out.append([measure.human_bytes(size), x["impl"], f"{x['time'] * 1e3:.2f}", f"{x['time_min'] * 1e3:.2f}",
                         f"{x['busbw'] / 1e9:.3f}",
                         "" if x is g else f"{r['time'] / g['time']:.3f}",
                         "" if x is g else f"{paired:.3f}",
@@ -87,22 +87,22 @@ def bench_pure(repeat: int = 5) -> float:
     """Prints the table; returns the slowest of the pure functions' times as printed, in ms."""
     print(f"## pure functions (best of {repeat})")
     rows = []
-    for alg in C.ALGORITHMS:
-        t = best_of(lambda: C.check_schedule(C.build_schedule(alg, 16, 4 * 1_000_003)), repeat)
+    for alg in collectives.ALGORITHMS:
+        t = best_of(lambda: collectives.check_schedule(collectives.build_schedule(alg, 16, 4 * 1_000_003)), repeat)
         rows.append([f"step-through, N=16, {alg} (schedule + contribution sets + check)", f"{t * 1e3:.2f}"])
     star = identical_star(16, 25e9, 1e-6)
     names = device_names(16)
-    for alg in C.ALGORITHMS:
-        s = C.build_schedule(alg, names, 4 << 20, host="host")
-        t = best_of(lambda: C.schedule_time(s, star), repeat)
+    for alg in collectives.ALGORITHMS:
+        s = collectives.build_schedule(alg, names, 4 << 20, host="host")
+        t = best_of(lambda: collectives.schedule_time(s, star), repeat)
         rows.append([f"alpha-beta time on a 16-device topology, {alg}", f"{t * 1e3:.2f}"])
-    t = best_of(lambda: C.best_ring_order(star, names[:8]), repeat)
+    t = best_of(lambda: collectives.best_ring_order(star, names[:8]), repeat)
     rows.append(["ring order, 8 devices (brute force, 5040 rings)", f"{t * 1e3:.2f}"])
-    t = best_of(lambda: C.best_ring_order(star, names), repeat)
+    t = best_of(lambda: collectives.best_ring_order(star, names), repeat)
     rows.append(["ring order, 16 devices (greedy + 2-opt)", f"{t * 1e3:.2f}"])
-    t = best_of(lambda: [C.uniform_time(a, 1024, 4 << 24, 5e-6, 1e-10) for a in C.ALGORITHMS], repeat)
+    t = best_of(lambda: [collectives.uniform_time(a, 1024, 4 << 24, 5e-6, 1e-10) for a in collectives.ALGORITHMS], repeat)
     rows.append(["uniform model, N=1024, all four algorithms", f"{t * 1e3:.3f}"])
-    t = best_of(lambda: C.sweep_uniform([2 ** k for k in range(1, 11)], 4 << 20, 5e-6, 1e-10), repeat)
+    t = best_of(lambda: collectives.sweep_uniform([2 ** k for k in range(1, 11)], 4 << 20, 5e-6, 1e-10), repeat)
     rows.append(["uniform model, N = 2..1024 sweep (the page's chart)", f"{t * 1e3:.3f}"])
     print(table(["what", "time (ms)"], rows))
     print("target: each well under 1000 ms")
@@ -126,7 +126,7 @@ def main() -> None:
     print()
     real = []
     if not args.skip_real:
-        extra = [M.parse_size(x) for x in args.extra_sizes.split(",") if x.strip()]
+        extra = [measure.parse_size(x) for x in args.extra_sizes.split(",") if x.strip()]
         if args.smoke:
             real = bench_real(2, 1024, 2, 1, [])
         else:

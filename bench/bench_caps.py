@@ -36,7 +36,7 @@ from common import bench_parser, score, SMOKE_NOTE, table  # noqa: E402  (also p
 from lab.figures import allreduce as afigs  # noqa: E402
 from lab.figures import compare as cfigs  # noqa: E402
 from lab.figures import topology as tfigs  # noqa: E402
-from lab.jobs import comparison as C  # noqa: E402
+from lab.jobs import comparison  # noqa: E402
 from lab.jobs import variants  # noqa: E402
 from lab.modelled import collectives as AR  # noqa: E402
 from lab.modelled.datasheet import LinkCost  # noqa: E402
@@ -197,7 +197,7 @@ def clear_caches() -> None:
 
 # ---- the previous comparison (every metric row read) -------------------------------------------------
 
-def previous_compare(store: RunStore, ids: list[str], target: float) -> C.Comparison:
+def previous_compare(store: RunStore, ids: list[str], target: float) -> comparison.Comparison:
     runs = [store.get_run(r) for r in ids]
     m = store.metrics(ids)
     results, loss, acc = {}, [], []
@@ -205,13 +205,13 @@ def previous_compare(store: RunStore, ids: list[str], target: float) -> C.Compar
         s = variants.settings_of(run["scenario"])
         mm = m[m.run_id == run["id"]]
         job, per = mm[mm.worker == JOB_WORKER], mm[mm.worker != JOB_WORKER]
-        results[variants.short_label(s)] = [C.run_result(run["id"], job, per, target, int(s.get("workers") or 1))]
+        results[variants.short_label(s)] = [comparison.run_result(run["id"], job, per, target, int(s.get("workers") or 1))]
         common = dict(label=variants.short_label(s), hover=variants.full_label(s), optimizer=str(s.get("optimizer")),
                       compression=variants.compression_label(s), repeats=1)
-        loss.append(C.VariantCurve(band=C.band([job], "step", "loss"), **common))
-        acc.append(C.VariantCurve(band=C.band([job], "step", "test_acc"), **common))
-    rows = C.summary_rows(results, None, target)
-    return C.Comparison(runs, loss, acc, rows, C.verdicts(rows))
+        loss.append(comparison.VariantCurve(band=comparison.band([job], "step", "loss"), **common))
+        acc.append(comparison.VariantCurve(band=comparison.band([job], "step", "test_acc"), **common))
+    rows = comparison.summary_rows(results, None, target)
+    return comparison.Comparison(runs, loss, acc, rows, comparison.verdicts(rows))
 
 
 def long_run(store: RunStore, steps: int) -> str:
@@ -326,8 +326,8 @@ def main() -> None:
         written = time.perf_counter() - t0
         n_rows = len(store.metrics(rid, worker=JOB_WORKER)) * 3
         before = seconds(lambda: previous_compare(store, [rid], 0.9), a.repeat)
-        after = seconds(lambda: C.compare_runs(store, [rid], 0.9), a.repeat)
-        old, new = previous_compare(store, [rid], 0.9), C.compare_runs(store, [rid], 0.9)
+        after = seconds(lambda: comparison.compare_runs(store, [rid], 0.9), a.repeat)
+        old, new = previous_compare(store, [rid], 0.9), comparison.compare_runs(store, [rid], 0.9)
         same = all(old.rows[0][k] == new.rows[0][k] for k in old.rows[0]
                    if not k.startswith("_") and k != "bytes vs dense")  # the previous one here skips dense
         row(f"Compare: compare_runs, {a.steps:,}-step run ({n_rows:,} rows)", before, after,
@@ -341,7 +341,7 @@ def main() -> None:
         sb = seconds(lambda: summary_every_row(store, [rid]), a.repeat)
         sa = seconds(lambda: store.summary([rid]), a.repeat)
         row("Compare: per-run summary (expander)", sb, sa, "RunStore.summary → SQL aggregates")
-        eb = seconds(lambda: C.export_frame(new.runs, store.metrics([rid])).to_csv(index=False), 1)
+        eb = seconds(lambda: comparison.export_frame(new.runs, store.metrics([rid])).to_csv(index=False), 1)
         row("Compare: 'every step' CSV", eb, 0.0, "now built only when the button is clicked")
     print(f"seconds, median of {a.repeat} (the previous route algorithm and the CSV: once); "
           f"{a.steps:,}-step run written in {written:.1f} s")

@@ -19,7 +19,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from lab.jobs import comparison as C  # noqa: E402
+from lab.jobs import comparison  # noqa: E402
 from lab.jobs import variants  # noqa: E402
 from lab.scenario.names import COMPARED_OPTIMIZERS  # noqa: E402
 from lab.jobs.manager import JobManager  # noqa: E402
@@ -73,7 +73,7 @@ def run(a, db: Path, optimizers) -> None:
     store = RunStore(db)
     ids = [j.run_id for j in jobs]
     statuses = {store.status(r) for r in ids}
-    cmp = C.compare_runs(store, ids, target=a.target)
+    cmp = comparison.compare_runs(store, ids, target=a.target)
     table = cmp.table()
     print(f"{len(ids)} runs ({a.repeats} seeds x {len(items) // a.repeats} variants), {a.steps} steps, "
           f"{a.workers} workers, MLP on digits; statuses {sorted(statuses)}; wall {wall:.0f} s; store {db}")

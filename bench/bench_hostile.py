@@ -1048,35 +1048,35 @@ class Fuzz:
 
     # ----- what one student does to the class
     def upload_hostile(self) -> Case:
-        from lab.testing import hostile_onnx as h
+        from lab.testing import hostile_onnx
 
         r = self.rng
         kind = r.choice(["conv bomb", "constant bomb", "batch bomb", "shape bomb", "external data", "classes",
                          "harmless", "empty", "truncated"])
         if kind == "conv bomb":
             n = r.choice([2, 8, 64, 1996])
-            return Case(e_upload, h.conv_bomb(convs=n), f"upload: {n} convolutions sharing one weight", True)
+            return Case(e_upload, hostile_onnx.conv_bomb(convs=n), f"upload: {n} convolutions sharing one weight", True)
         if kind == "constant bomb":  # 1 GiB a sample is over the budget; 64 MiB is within it
             side = r.choice([4096, 16384])
-            return Case(e_upload, h.constant_bomb(side=side), f"upload: ConstantOfShape [{side}, {side}]",
+            return Case(e_upload, hostile_onnx.constant_bomb(side=side), f"upload: ConstantOfShape [{side}, {side}]",
                         side > 4096)
         if kind == "batch bomb":  # 256 kB a sample is within the budget: the server prices it at a batch of 65,536
-            return Case(e_upload, h.batch_bomb(), "upload: ConstantOfShape [batch, 65536]")  # and never runs it
+            return Case(e_upload, hostile_onnx.batch_bomb(), "upload: ConstantOfShape [batch, 65536]")  # and never runs it
         if kind == "shape bomb":
             d = r.choice([30, 40])
-            return Case(e_upload, h.shape_bomb(doublings=d), f"upload: a shape doubled {d} times", True)
+            return Case(e_upload, hostile_onnx.shape_bomb(doublings=d), f"upload: a shape doubled {d} times", True)
         if kind == "external data":
-            where = r.choice(h.EXTERNAL_PLACES)
+            where = r.choice(hostile_onnx.EXTERNAL_PLACES)
             path = r.choice(["app.py", "README.md", "/etc/passwd", "no-such-file.bin", "../identity.key"])
-            return Case(e_upload, h.external_data(path, where), f"upload: {where} naming {path}", True)
+            return Case(e_upload, hostile_onnx.external_data(path, where), f"upload: {where} naming {path}", True)
         if kind == "classes":
             n = r.choice([0, -3, "classes"])
-            return Case(e_upload, h.classes(n), f"upload: {n!r} classes", True)
+            return Case(e_upload, hostile_onnx.classes(n), f"upload: {n!r} classes", True)
         if kind == "harmless":
-            return Case(e_upload, h.linear(), "upload: a 64 -> 10 linear network")
+            return Case(e_upload, hostile_onnx.linear(), "upload: a 64 -> 10 linear network")
         if kind == "empty":
             return Case(e_upload, b"", "upload: an empty file", True)
-        data = h.linear()
+        data = hostile_onnx.linear()
         return Case(e_upload, data[: r.randrange(1, len(data))], "upload: a truncated file", True)
 
     def address_forged(self) -> Case:

@@ -15,7 +15,7 @@ import tempfile
 from pathlib import Path
 from typing import Sequence
 
-import lab.train.trainer as W
+from lab.train.trainer import Trainer
 from lab.comm.spawn import init_worker, run_local
 from lab.errors import LabError
 from lab.machine.cases import (
@@ -70,7 +70,7 @@ def _loop_worker(rank: int, world: int, port: int, cases: list, steps: int, db: 
             sc = case_scenario(label, world, steps)
             rid = [store.create_run(sc, name=f"{label} net{net}", status="running") if rank == 0 else None]
             dist.broadcast_object_list(rid, src=0)
-            trainer = W.Trainer(sc, rank, world, rid[0], store, launched=True,
+            trainer = Trainer(sc, rank, world, rid[0], store, launched=True,
                                 model_builder=lambda *a, _c=cls_name, _k=kwargs, seed=0, **kw:
                                 build_calibration_net(_c, _k, seed))
             trainer.setup()

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from typing import Any, Sequence
 
 from lab.jobs import comparison
-from lab.machine import fidelity as P
+from lab.machine import fidelity
 from lab.machine.profile import load_profile
 from lab.store.runs import ACTIVE, FINISHED, safe_filename, store
 from lab.view.fidelity import Predict, evaluate
@@ -168,11 +168,11 @@ def prediction(chosen: Sequence[str], predict: Predict = evaluate) -> list[Secti
     out = []
     if rows:
         out.append(Section(
-            "cmp_pred", chart="fidelity.step_scatter", table=P.fidelity_table(rows), kind="modelled",
-            chart_input=dict(rows=rows, band=P.TARGET_ERROR, title="Step time of the chosen runs"),
+            "cmp_pred", chart="fidelity.step_scatter", table=fidelity.fidelity_table(rows), kind="modelled",
+            chart_input=dict(rows=rows, band=fidelity.TARGET_ERROR, title="Step time of the chosen runs"),
             caption=f"Predicted from this machine's profile ({prof.created[:10]}) against the measured mean step (ms) "
                     "after the warm-up (the first steps, which pay one-off costs); dashed y = x, "
-                    f"band ±{P.TARGET_ERROR * 100:.0f} %; error = predicted / measured − 1."))
+                    f"band ±{fidelity.TARGET_ERROR * 100:.0f} %; error = predicted / measured − 1."))
     out += [Section(f"cmp_unpredicted_{i}", values={"id": s["id"], "why": s["why"]},
                     caption="Run {id} not predicted: {why}") for i, s in enumerate(skipped)]
     return out

@@ -9,9 +9,9 @@ from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
 from lab.machine import calibrate as cal
-from lab.machine import fidelity as P
+from lab.machine import fidelity
 from lab.machine import plans
-from lab.machine import trace_export as T
+from lab.machine import trace_export
 from lab.machine.profile import load_profile
 from lab.store.runs import default_db_path, store
 from lab.view.jobs import run_picker
@@ -23,7 +23,7 @@ INTRO = ("The lab does not only predict: it runs the same scenario on this machi
          "networks that are not the presets, the optimiser and compressor costs, short jobs with 2 to 4 processes at "
          "once, each pinned to a core as the job manager pins a job's ranks), then it predicts each run's step time "
          "and its parts; the run store holds what the workers measured.")
-BAND = P.TARGET_ERROR
+BAND = fidelity.TARGET_ERROR
 SIMULATORS = (
     "For scale, published claims of the simulators this lab stands beside (their numbers, on dedicated GPU "
     "clusters, not re-measured here): **SimAI** (NSDI '25) reports an average of 98.1 % alignment with real "
@@ -44,7 +44,7 @@ Predict = Callable[[str, str, Any, tuple], tuple]  # (db, profile's created, pro
 def evaluate(db: str, created: str, profile: Any, ids: tuple) -> tuple:
     """The machine model's predictions of the runs ``ids`` of the store at ``db``: (rows, skipped) (a page passes
     the same, cached per profile, whose ``created`` names it)."""
-    return P.evaluate_runs(store(db), profile, list(ids))
+    return fidelity.evaluate_runs(store(db), profile, list(ids))
 
 
 def profile():
@@ -72,7 +72,7 @@ def machine(prof: Any, jobs_running: int) -> Machine:
                                 f"calibration took {prof.settings.get('seconds', math.nan):.0f} s; compute fit error "
                                 f"{prof.compute.fit_error * 100:.1f} % of CPU time over {prof.compute.samples} "
                                 "calibration cases (networks and batch sizes the presets do not use)"))]
-        if words := P.profile_load_words(prof):
+        if words := fidelity.profile_load_words(prof):
             sections.append(Section("fid_profile_load", notices=(Notice(words, "warning", ":material/speed:"),)))
     else:
         sections = [Section("fid_no_profile", notices=(Notice(
@@ -81,7 +81,7 @@ def machine(prof: Any, jobs_running: int) -> Machine:
     sections.append(Section("fid_quiet", caption="Calibrate while no training runs: other work on the cores during the "
                                                  "minutes of measuring skews the profile, and every prediction made "
                                                  "from it."))
-    loaded = P.calibrate_now_words(jobs_running)
+    loaded = fidelity.calibrate_now_words(jobs_running)
     if loaded:
         sections.append(Section("fid_busy", notices=(Notice(loaded, "warning", ":material/speed:"),)))
     return Machine(sections, "Calibrate now" if loaded else "Calibrate this machine", bool(loaded),
@@ -126,7 +126,7 @@ def calibration_measured(prof: Any, lesson: bool) -> list[Section]:
     lesson mode, or without a profile)."""
     if prof is None or lesson:
         return []
-    t = P.profile_tables(prof)
+    t = fidelity.profile_tables(prof)
     return [
         Section("fid_classes", chart="fidelity.class_throughput", chart_input=dict(rows=t["classes"]),
                 kind="measured", caption="per operator class, fitted to the calibration networks' CPU time per step "
@@ -148,7 +148,7 @@ def db() -> str:
 
 def start_batch(manager: Any, prof: Any, steps: int, owner: str) -> Any:
     """Queue the preset batch of short real runs, ``owner``'s."""
-    return P.FidelityBatch(manager, prof, steps=int(steps), owner=owner).start()
+    return fidelity.FidelityBatch(manager, prof, steps=int(steps), owner=owner).start()
 
 
 def batch_progress(batch: Any) -> Progress:
@@ -174,11 +174,11 @@ def _metrics(summary: dict, quiet: Sequence[dict]) -> Section:
     """The model's error over the runs measured on a quiet machine (a run measured under load says as much about
     the other work: kept apart), beside the target, the measurement's own spread and the best any model does."""
     g = summary["quiet"]
-    spread, pairs = P.reproducibility(quiet[::-1])  # oldest first
-    floor, n_floor = P.oracle_error(quiet)
+    spread, pairs = fidelity.reproducibility(quiet[::-1])  # oldest first
+    floor, n_floor = fidelity.oracle_error(quiet)
     return Section("fid_metrics", metrics=(
         ("Model error, step time", f"{g * 100:.1f} %" if summary["n_quiet"] else "–",
-         P.GEOMEAN_ERROR_HELP + "; over the runs measured on a quiet machine"),
+         fidelity.GEOMEAN_ERROR_HELP + "; over the runs measured on a quiet machine"),
         ("Target on this machine", f"≤ {BAND * 100:.0f} %"),
         ("Runs compared", str(summary["n_quiet"]), "runs measured on a quiet machine; "
          f"{summary['n_loaded']} more measured under load are kept apart (below)"),
@@ -203,14 +203,14 @@ def stored_runs(prof: Any, owner: str, everyone: bool, lesson: bool, predict: Pr
     if not rows:
         return [Section("fid_no_runs", notices=(Notice(
             "No finished runs to compare yet: run the preset batch, or runs on the Training page."),))], aside
-    summary = P.load_summary(rows)
+    summary = fidelity.load_summary(rows)
     quiet = [r for r in rows if not r["under_load"]]
     out = [_metrics(summary, quiet)]
     if summary["n_quiet"]:
         out.append(Section("fid_verdict", text=f"**{'Within' if summary['quiet'] <= BAND else 'Outside'} the "
                                                "target.** " + SIMULATORS))
     if summary["n_loaded"]:
-        out.append(Section("fid_loaded", notices=(Notice(P.load_line(summary), "warning", ":material/speed:"),)))
+        out.append(Section("fid_loaded", notices=(Notice(fidelity.load_line(summary), "warning", ":material/speed:"),)))
     if quiet:  # the charts show the runs measured on a quiet machine; the table lists every run
         out += [
             Section("fid_scatter", chart="fidelity.step_scatter", chart_input=dict(rows=quiet, band=BAND),
@@ -225,10 +225,10 @@ def stored_runs(prof: Any, owner: str, everyone: bool, lesson: bool, predict: Pr
                                kind="measured", caption="each part: mean over workers of each worker's mean (measured) "
                                                         "against the model's per-worker mean (modelled); emulated "
                                                         "waits are inside compute and communication"))
-    out.append(Section("fid_table", table=P.fidelity_table(rows), kind="measured", caption=(
+    out.append(Section("fid_table", table=fidelity.fidelity_table(rows), kind="measured", caption=(
         "ms per step (measured: means after the warm-up; predicted: modelled); error = predicted / measured − 1, in "
         "percent; other work: the share of the machine's CPU time other processes took while the run ran (more than "
-        f"{P.LOADED_SHARE * 100:.0f} %: under load, and not in the charts or the error above)")))
+        f"{fidelity.LOADED_SHARE * 100:.0f} %: under load, and not in the charts or the error above)")))
     return out, aside
 
 
@@ -260,8 +260,8 @@ def trace_runs(owner: str, everyone: bool, keep: str | None) -> dict:
 
 def trace(run_id: str, prof: Any) -> tuple[dict, list[Section]]:
     """A run's step closest to its median as trace-event JSON: ``st.download_button``'s arguments, and its caption."""
-    doc = T.store_trace(store(), run_id, profile=prof)
-    download = dict(label="Download the trace (JSON)", data=T.to_json(doc), file_name=f"{run_id}-step.trace.json",
+    doc = trace_export.store_trace(store(), run_id, profile=prof)
+    download = dict(label="Download the trace (JSON)", data=trace_export.to_json(doc), file_name=f"{run_id}-step.trace.json",
                     mime="application/json", key="fid_trace_download", icon=":material/download:")
     return download, [Section("fid_trace", kind="measured", caption=(
         f"step {doc['otherData']['steps'][0]} (closest to the median step time); {len(doc['traceEvents'])} events; "

@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from lab.comm import BYTES, ByteCounter, ring_allreduce
-from lab.comm import measure as M
+from lab.comm import measure as comm_measure
 from lab.errors import LabError
 from tests.conftest import ROOT
 
@@ -27,7 +27,7 @@ def test_ring_equals_gloo_all_reduce(procs, piece, spawns):
     # small tensors run the multi-piece pipeline (uneven pieces, empty chunks); N=3 uses the
     # default pieces (one per chunk at these sizes, two per chunk for the 6.4 MB tensor)
     counts = COUNTS + ([1_600_003] if piece is None else [])
-    rows = M.check_ring(procs, counts, seed=procs, piece_bytes=piece)
+    rows = comm_measure.check_ring(procs, counts, seed=procs, piece_bytes=piece)
     cases = [r for r in rows if r["case"] != "link_delay"]
     assert len(cases) == len(counts) * 5
     for r in cases:
@@ -66,19 +66,19 @@ def test_byte_counter():
 
 
 def test_sizes_and_units():
-    assert M.parse_size("4K") == 4096
-    assert M.parse_size("32M") == 32 << 20
-    assert M.parse_size("1000") == 1000
-    assert M.parse_size("1.5k") == 1536
+    assert comm_measure.parse_size("4K") == 4096
+    assert comm_measure.parse_size("32M") == 32 << 20
+    assert comm_measure.parse_size("1000") == 1000
+    assert comm_measure.parse_size("1.5k") == 1536
     for bad in ("", "-4K", "4Q", "abc"):
         with pytest.raises(LabError):
-            M.parse_size(bad)
-    assert M.sizes_between(4096, 32768) == [4096, 8192, 16384, 32768]
-    assert M.sizes_between(6, 24) == [4, 12, 24]  # whole float32 elements
+            comm_measure.parse_size(bad)
+    assert comm_measure.sizes_between(4096, 32768) == [4096, 8192, 16384, 32768]
+    assert comm_measure.sizes_between(6, 24) == [4, 12, 24]  # whole float32 elements
     with pytest.raises(LabError):
-        M.sizes_between(4096, 1024)
+        comm_measure.sizes_between(4096, 1024)
     with pytest.raises(LabError, match="csv or .json"):
-        M.write_rows([], "out.txt")
+        comm_measure.write_rows([], "out.txt")
 
 
 @pytest.mark.timeout(180)
@@ -98,19 +98,19 @@ def test_measure_command_end_to_end(tmp_path, spawns):
         assert r["algbw"] == pytest.approx(r["size"] / r["time"])
         assert r["busbw"] == pytest.approx(r["algbw"] * 2 * (2 - 1) / 2)
     # the same rows as CSV
-    csv_path = M.write_rows(rows, tmp_path / "allreduce.csv")
+    csv_path = comm_measure.write_rows(rows, tmp_path / "allreduce.csv")
     with csv_path.open() as f:
         back = list(csv.DictReader(f))
     assert [int(r["size"]) for r in back] == [r["size"] for r in rows]
     # a model fit to these rows predicts every size
-    fit = M.fit_rows(rows, "ring")
+    fit = comm_measure.fit_rows(rows, "ring")
     assert len(fit.predicted) == 3 and fit.alpha >= 0 and fit.beta >= 0
 
 
 @pytest.mark.timeout(120)
 def test_measure_function_reports_progress(spawns):
     seen = []
-    rows = M.measure(2, [4096], iters=2, impls=("gloo", "ring"), warmup=0,
+    rows = comm_measure.measure(2, [4096], iters=2, impls=("gloo", "ring"), warmup=0,
                      progress=lambda done, total, row: seen.append((done, total, row["impl"])))
     assert seen == [(1, 2, "gloo"), (2, 2, "ring")]
     assert [r["impl"] for r in rows] == ["gloo", "ring"]
@@ -119,7 +119,7 @@ def test_measure_function_reports_progress(spawns):
 @pytest.mark.timeout(120)
 def test_a_dying_worker_gives_a_clear_error(spawns):
     with pytest.raises(LabError, match=r"worker rank 1 of 3 died \(exit code 3\).*reaped.*dying on purpose"):
-        M.measure(3, [4096], iters=1, warmup=0, die_rank=1, timeout=60)
+        comm_measure.measure(3, [4096], iters=1, warmup=0, die_rank=1, timeout=60)
     p = subprocess.run([sys.executable, "-m", "lab.comm.measure", "--procs", "2", "--min-bytes", "4K",
                         "--max-bytes", "4K", "--iters", "1", "--die-rank", "0"],
                        cwd=ROOT, capture_output=True, text=True, timeout=100)
@@ -129,8 +129,8 @@ def test_a_dying_worker_gives_a_clear_error(spawns):
 
 def test_measure_rejects_bad_arguments():
     with pytest.raises(LabError, match="procs"):
-        M.measure(0, [4096])
+        comm_measure.measure(0, [4096])
     with pytest.raises(LabError, match="implementation"):
-        M.measure(2, [4096], impls=("nccl",))
+        comm_measure.measure(2, [4096], impls=("nccl",))
     with pytest.raises(LabError, match="multiples of 4"):
-        M.measure(2, [4097])
+        comm_measure.measure(2, [4097])

@@ -5,15 +5,15 @@ import pytest
 
 from lab.figures.allreduce import (ALGO_COLOURS, KIND_COLOURS, measured_vs_model_figure, step_figure,
                                    time_vs_n_figure, time_vs_size_figure, trigger_figure)
-from lab.modelled import collectives as C
+from lab.modelled import collectives
 
-NAMES = C.default_names(4)
-TOPO = C.uniform_star(4, 10e9, 1e-6)
-SETUP = C.Setup(tuple(NAMES))
+NAMES = collectives.default_names(4)
+TOPO = collectives.uniform_star(4, 10e9, 1e-6)
+SETUP = collectives.Setup(tuple(NAMES))
 
 
 def test_step_figure_draws_the_chosen_step_and_has_no_control_of_its_own():
-    s = C.build_schedule("ring", 4, 4096)
+    s = collectives.build_schedule("ring", 4, 4096)
     fig = step_figure(s, 2, "Ring")
     assert not fig.frames and not fig.layout.sliders and not fig.layout.updatemenus  # the page's slider is the one
     assert f"step 2 of {len(s.steps)}" in fig.layout.title.text
@@ -28,19 +28,19 @@ def test_step_figure_draws_the_chosen_step_and_has_no_control_of_its_own():
 
 
 def test_step_figure_places_an_outside_host_in_the_middle_and_needs_states():
-    s = C.build_schedule("host", 3, 12)
+    s = collectives.build_schedule("host", 3, 12)
     nodes = step_figure(s).data[0]
     assert nodes.text[-1] == "host" and (nodes.x[-1], nodes.y[-1]) == (0.0, 0.0)
     assert nodes.text[0] == "A<br>(a)" and nodes.marker.color[0] != nodes.marker.color[-1]
-    tree = step_figure(C.build_schedule("tree", 5, 20)).data[0]
+    tree = step_figure(collectives.build_schedule("tree", 5, 20)).data[0]
     assert tree.y[0] == 1.0 and min(tree.y) == -1.0  # root on top, deepest level at the bottom
     with pytest.raises(ValueError, match="with_state"):
-        step_figure(C.build_schedule("ring", 3, 12, with_state=False))
+        step_figure(collectives.build_schedule("ring", 3, 12, with_state=False))
 
 
 def test_time_curves_one_line_per_algorithm_in_its_colour_with_units():
-    curves = {a: (a, SETUP) for a in C.ALGORITHMS} | {"ring (lab order)": ("ring", SETUP)}
-    series = C.sweep_sizes(TOPO, curves, [1024, 65536, 1 << 20])
+    curves = {a: (a, SETUP) for a in collectives.ALGORITHMS} | {"ring (lab order)": ("ring", SETUP)}
+    series = collectives.sweep_sizes(TOPO, curves, [1024, 65536, 1 << 20])
     fig = time_vs_size_figure(series, "t(S)")
     assert [t.name for t in fig.data] == list(series)
     for t in fig.data:
@@ -49,17 +49,17 @@ def test_time_curves_one_line_per_algorithm_in_its_colour_with_units():
     assert fig.data[-1].line.dash == "dot" and fig.data[0].line.dash is None
     assert "(bytes)" in fig.layout.xaxis.title.text and fig.layout.yaxis.title.text == "modelled time (s)"
     assert fig.layout.xaxis.type == fig.layout.yaxis.type == "log"
-    uniform = C.sweep_uniform([2, 4, 8], 1 << 20, 1e-6, 1e-10)
+    uniform = collectives.sweep_uniform([2, 4, 8], 1 << 20, 1e-6, 1e-10)
     assert time_vs_n_figure(uniform, "t(N)").layout.xaxis.type == "linear"
     logn = time_vs_n_figure(uniform, "t(N)", log_x=True)
     assert logn.layout.xaxis.type == "log" and logn.layout.xaxis.title.text == "devices N"
-    assert len(logn.data) == len(C.ALGORITHMS)
+    assert len(logn.data) == len(collectives.ALGORITHMS)
 
 
 @pytest.mark.parametrize("scale, unit", [(1e3, "ms"), (1e6, "µs")])
 def test_trigger_bars_are_durations_in_the_stated_unit(scale, unit):
     compute = {"A": 1e-3, "B": 2e-3, "C": 1e-3, "D": 3e-3}
-    tls = {m: C.trigger_timeline(SETUP.schedule("ring", 1 << 20), TOPO, compute, m) for m in ("sync", "async")}
+    tls = {m: collectives.trigger_timeline(SETUP.schedule("ring", 1 << 20), TOPO, compute, m) for m in ("sync", "async")}
     fig = trigger_figure(tls, scale, unit)
     titles = [a.text for a in fig.layout.annotations]
     assert titles == [f"{m}: iteration ends at {tls[m].makespan * scale:.3g} {unit}" for m in tls]
@@ -75,7 +75,7 @@ def test_measured_markers_and_fitted_lines_share_a_colour_per_implementation():
     sizes = [4096, 65536, 1 << 20]
     rows = [{"impl": impl, "size": s, "time": t, "time_min": 0.9 * t, "time_max": 1.2 * t}
             for impl, k in (("ring", 1.0), ("gloo", 2.0)) for s in sizes for t in [k * (6e-5 + 1.5e-9 * s)]]
-    fits = {impl: C.fit_alpha_beta(4, sizes, [r["time"] for r in rows if r["impl"] == impl])
+    fits = {impl: collectives.fit_alpha_beta(4, sizes, [r["time"] for r in rows if r["impl"] == impl])
             for impl in ("ring", "gloo")}
     fig = measured_vs_model_figure(rows, fits, "4 processes")
     assert len(fig.data) == 2 * len(fits)
@@ -89,7 +89,7 @@ def test_measured_markers_and_fitted_lines_share_a_colour_per_implementation():
 
 def test_trigger_hover_gives_start_end_and_length():
     compute = {"A": 1e-3, "B": 2e-3, "C": 1e-3, "D": 3e-3}
-    tls = {"sync": C.trigger_timeline(SETUP.schedule("ring", 1 << 20), TOPO, compute, "sync")}
+    tls = {"sync": collectives.trigger_timeline(SETUP.schedule("ring", 1 << 20), TOPO, compute, "sync")}
     fig = trigger_figure(tls, 1e3, "ms")
     for t in fig.data:
         for base, length, end in zip(t.base, t.x, t.customdata):

@@ -21,7 +21,7 @@ from lab.figures import plan_run as fpr
 from lab.figures import topology as ftopo
 from lab.figures import training as ftr
 from lab.figures.style import esc
-from lab.modelled import collectives as C
+from lab.modelled import collectives
 from lab.view import topology_tables as tables
 from lab.scenario.catalogue import preset
 from lab.scenario.topology import Topology
@@ -89,7 +89,7 @@ def test_topology_graph_heatmap_and_comparison():
 def test_allreduce_step_through_curves_and_trigger_timeline():
     topo = hostile_topology()
     names = [ANCHOR, IMG, BOLD]
-    setup = C.Setup(tuple(names))
+    setup = collectives.Setup(tuple(names))
     for alg in ("ring", "host", "tree"):
         s = setup.schedule(alg, 4096, with_state=True)
         fig = far.step_figure(s, 1, ANCHOR)
@@ -97,10 +97,10 @@ def test_allreduce_step_through_curves_and_trigger_timeline():
         grid = fig.data[3]
         assert esc(IMG) in list(grid.y)  # the heatmap's rows: device names are its tick labels
     curves = {ANCHOR: ("ring", setup)}
-    assert_shown_as_text(far.time_vs_size_figure(C.sweep_sizes(topo, curves, [4096, 65536]), IMG), ANCHOR, IMG)
+    assert_shown_as_text(far.time_vs_size_figure(collectives.sweep_sizes(topo, curves, [4096, 65536]), IMG), ANCHOR, IMG)
     plain = setup.schedule("ring", 4096)
-    comp = C.compute_times(topo, names, 1e9)
-    tls = {m: C.trigger_timeline(plain, topo, comp, m) for m in ("sync", "async")}
+    comp = collectives.compute_times(topo, names, 1e9)
+    tls = {m: collectives.trigger_timeline(plain, topo, comp, m) for m in ("sync", "async")}
     trig = far.trigger_figure(tls)
     assert_shown_as_text(trig, *names)
     assert all(not LIVE.search(y) for tr in trig.data for y in tr.y)

@@ -6,7 +6,7 @@ import math
 import pandas as pd
 import pytest
 
-from lab.jobs import comparison as C
+from lab.jobs import comparison
 from lab.jobs import variants
 from lab.scenario.document import Compression, default_scenario
 from lab.store.runs import JOB_WORKER, RunStore
@@ -36,36 +36,36 @@ def test_time_to_target_is_the_first_evaluation_at_or_above_it(lab_db):
     st = RunStore(lab_db)
     rid = store_run(st, scenario(), [0.5, 0.85, 0.91, 0.89], step_s=0.02)
     m = st.metrics(rid)
-    r = C.run_result(rid, m[m.worker == JOB_WORKER], m[m.worker != JOB_WORKER], 0.9, workers=2)
+    r = comparison.run_result(rid, m[m.worker == JOB_WORKER], m[m.worker != JOB_WORKER], 0.9, workers=2)
     assert r.steps_to_target == 30  # by hand: accuracies at steps 10, 20, 30 are 0.5, 0.85, 0.91
     assert r.seconds_to_target == pytest.approx(30 * 0.02)
     assert r.final_acc == 0.89 and r.best_acc == 0.91
     assert r.step_time == pytest.approx(0.02)
     assert r.bytes_per_step == pytest.approx(1000.0)  # per worker and step
-    never = C.run_result(rid, m[m.worker == JOB_WORKER], m[m.worker != JOB_WORKER], 0.95, workers=2)
+    never = comparison.run_result(rid, m[m.worker == JOB_WORKER], m[m.worker != JOB_WORKER], 0.95, workers=2)
     assert math.isnan(never.steps_to_target)
 
 
 def test_verdict_follows_the_overlap_of_the_intervals():
-    close_a, close_b = C.Spread.of([0.90, 0.92, 0.94]), C.Spread.of([0.91, 0.93, 0.95])
-    far_a, far_b = C.Spread.of([0.80, 0.801, 0.802]), C.Spread.of([0.95, 0.951, 0.952])
-    assert C.overlap(close_a, close_b) and not C.overlap(far_a, far_b)
-    said = C.verdict(close_a, close_b)
+    close_a, close_b = comparison.Spread.of([0.90, 0.92, 0.94]), comparison.Spread.of([0.91, 0.93, 0.95])
+    far_a, far_b = comparison.Spread.of([0.80, 0.801, 0.802]), comparison.Spread.of([0.95, 0.951, 0.952])
+    assert comparison.overlap(close_a, close_b) and not comparison.overlap(far_a, far_b)
+    said = comparison.verdict(close_a, close_b)
     assert said.startswith("not distinguishable: with 3 and 3 repeats the means are known only to ±5 and ±5 points "
                            "(95 %, Student's t with 2 and 2 degrees of freedom)"), said
     assert "the means differ by 1 points; about" in said
-    assert C.verdict(far_a, far_b).startswith("distinguishable")
-    assert "one run each" in C.verdict(C.Spread.of([0.9]), C.Spread.of([0.95]))
+    assert comparison.verdict(far_a, far_b).startswith("distinguishable")
+    assert "one run each" in comparison.verdict(comparison.Spread.of([0.9]), comparison.Spread.of([0.95]))
     # the repeats needed: brute force over n with the same t quantiles and the observed spreads
-    a, b = C.Spread.of([0.90, 0.91, 0.92]), C.Spread.of([0.93, 0.935, 0.94])
-    n = C.repeats_needed(a, b)
+    a, b = comparison.Spread.of([0.90, 0.91, 0.92]), comparison.Spread.of([0.93, 0.935, 0.94])
+    n = comparison.repeats_needed(a, b)
     assert n is not None and n > 3
-    assert C.t95(n - 1) * (a.sd + b.sd) / math.sqrt(n) < abs(a.mean - b.mean)
-    assert C.t95(n - 2) * (a.sd + b.sd) / math.sqrt(n - 1) >= abs(a.mean - b.mean)
+    assert comparison.t95(n - 1) * (a.sd + b.sd) / math.sqrt(n) < abs(a.mean - b.mean)
+    assert comparison.t95(n - 2) * (a.sd + b.sd) / math.sqrt(n - 1) >= abs(a.mean - b.mean)
 
 
 def test_spread_interval_matches_students_t():
-    s = C.Spread.of([1.0, 2.0, 3.0, 4.0])
+    s = comparison.Spread.of([1.0, 2.0, 3.0, 4.0])
     sd = pd.Series([1.0, 2.0, 3.0, 4.0]).std()
     assert s.half95 == pytest.approx(3.1824 * sd / 2, rel=1e-4)  # a t table: 3.182 for 3 degrees of freedom
     assert (s.lo, s.hi, s.n) == (1.0, 4.0, 4)
@@ -87,7 +87,7 @@ def test_compare_runs_groups_repeats_and_the_export_has_every_setting(lab_db):
            for seed in range(3)]
     ids += [store_run(st, scenario("adabelief", "group_topk", seed), [0.4, 0.8 + 0.01 * seed],
                       sent_per_step=400) for seed in range(3)]
-    cmp = C.compare_runs(st, ids, target=0.85)
+    cmp = comparison.compare_runs(st, ids, target=0.85)
     table = cmp.table()
     assert list(table.variant) == ["Adam · dense", "AdaBelief · Group-TopK 1 % + EF"]
     assert list(table.repeats) == [3, 3]
@@ -99,18 +99,18 @@ def test_compare_runs_groups_repeats_and_the_export_has_every_setting(lab_db):
     assert list(with_pred.columns).index(col) == list(with_pred.columns).index("mean step time (ms)") + 1
     assert with_pred[col].iloc[0].startswith("2 ± 0") and with_pred[col].iloc[1] == "—"
     assert len(cmp.accuracy[0].band) == 2 and cmp.accuracy[0].band["min"].iloc[-1] == pytest.approx(0.9)
-    frame = C.export_frame(cmp.runs, st.metrics(ids))
+    frame = comparison.export_frame(cmp.runs, st.metrics(ids))
     for col in ("optimizer", "compression", "ratio", "group_size", "error_feedback", "sharing", "model", "workers",
                 "steps", "batch", "lr", "seed", "sync", "emulation", "loss", "test_acc"):
         assert col in frame.columns, col
     assert set(frame.seed) == {0, 1, 2}
-    assert C.export_filename(cmp.runs) == "runs-6-runs-mlp-adabelief-adam"
+    assert comparison.export_filename(cmp.runs) == "runs-6-runs-mlp-adabelief-adam"
 
 
 def test_many_variants_get_small_multiples_by_compression():
     from lab.figures.compare import band_figure
 
-    curves = [C.VariantCurve(f"{o} · {k}", "", o, k, pd.DataFrame({"step": [1, 2], "mean": [0.1, 0.2],
+    curves = [comparison.VariantCurve(f"{o} · {k}", "", o, k, pd.DataFrame({"step": [1, 2], "mean": [0.1, 0.2],
                                                                    "min": [0.1, 0.1], "max": [0.2, 0.3],
                                                                    "n": [2, 2]}), 2)
               for o in ("adam", "adabelief", "maxadabelief") for k in ("dense", "Group-TopK 1 %", "Top-K 1 %")]
@@ -164,8 +164,8 @@ def test_stored_result_equals_run_result_over_every_row(lab_db, kw, target):
     st = RunStore(lab_db)
     rid = store_rows(st, scenario(), 500, **kw)
     m = st.metrics(rid)
-    want = C.run_result(rid, m[m.worker == JOB_WORKER], m[m.worker != JOB_WORKER], target, workers=2)
-    got = C.stored_result(st, rid, target, workers=2)
+    want = comparison.run_result(rid, m[m.worker == JOB_WORKER], m[m.worker != JOB_WORKER], target, workers=2)
+    got = comparison.stored_result(st, rid, target, workers=2)
     for field in ("final_acc", "best_acc", "steps_to_target", "seconds_to_target", "step_time", "bytes_per_step"):
         a, b = getattr(got, field), getattr(want, field)
         assert (math.isnan(a) and math.isnan(b)) or a == pytest.approx(b, rel=1e-12), field
@@ -191,30 +191,30 @@ def test_stored_curve_is_the_bucket_means_of_every_row(lab_db, column, stride):
     job = m[(m.worker == JOB_WORKER) & m[column].notna()]
     g = job.groupby((job.step - 1) // stride)
     want = pd.DataFrame({"step": g.step.max(), "wall": g.wall.mean(), column: g[column].mean()}).reset_index(drop=True)
-    got = C.stored_curve(st, rid, column, stride)
+    got = comparison.stored_curve(st, rid, column, stride)
     pd.testing.assert_frame_equal(got, want, check_exact=False, rtol=1e-12, check_dtype=False)
     if stride == 1:  # every recorded point as it is
         assert list(got[column]) == list(job[column])
 
 
 def test_a_long_comparison_draws_at_most_max_points_and_summarises_every_row(lab_db, monkeypatch):
-    monkeypatch.setattr(C, "MAX_CURVE_POINTS", 64)
+    monkeypatch.setattr(comparison, "MAX_CURVE_POINTS", 64)
     st = RunStore(lab_db)
     ids = [store_rows(st, scenario(seed=s), 1000, eval_every=5, seed=s) for s in range(2)]
     short = store_rows(st, scenario("adabelief"), 60, eval_every=5)
-    cmp = C.compare_runs(st, ids + [short], target=0.8)
+    cmp = comparison.compare_runs(st, ids + [short], target=0.8)
     long_loss, short_loss = cmp.loss
     assert long_loss.stride == 16 and short_loss.stride == 1  # ceil(1000 / 64); the short run drawn whole
     assert len(long_loss.band) <= 64 and len(cmp.accuracy[0].band) <= 64 and len(short_loss.band) == 60
     m = st.metrics(ids)
-    final = C.Spread.of(C.run_result(rid, m[(m.run_id == rid) & (m.worker == JOB_WORKER)],
+    final = comparison.Spread.of(comparison.run_result(rid, m[(m.run_id == rid) & (m.worker == JOB_WORKER)],
                                      m[(m.run_id == rid) & (m.worker != JOB_WORKER)], 0.8, 2).final_acc for rid in ids)
     assert cmp.rows[0]["_final"] == final  # the summary's numbers come from every row
     # the band: mean and spread of the repeats' bucket means
-    a, b = (C.stored_curve(st, rid, "loss", 16) for rid in ids)
+    a, b = (comparison.stored_curve(st, rid, "loss", 16) for rid in ids)
     assert list(long_loss.band["mean"]) == pytest.approx(list((a.loss + b.loss) / 2))
     assert "at most 64 points" in cmp.drawn_note and "up to 16" in cmp.drawn_note
-    assert C.compare_runs(st, [short]).drawn_note == ""
+    assert comparison.compare_runs(st, [short]).drawn_note == ""
 
 
 def test_same_seed_runs_count_once_and_the_summary_csv_has_settings_and_numbers(lab_db):
@@ -223,7 +223,7 @@ def test_same_seed_runs_count_once_and_the_summary_csv_has_settings_and_numbers(
     a0_again = store_run(st, scenario("adam", seed=0), [0.5, 0.88])  # the same settings and seed: the same run
     a1 = store_run(st, scenario("adam", seed=1), [0.5, 0.92])
     b0 = store_run(st, scenario("adabelief", seed=0), [0.5, 0.80])
-    cmp = C.compare_runs(st, [a0, a0_again, a1, b0], target=0.9)
+    cmp = comparison.compare_runs(st, [a0, a0_again, a1, b0], target=0.9)
     rows = {r["variant"]: r for r in cmp.rows}
     assert rows["Adam · dense"]["repeats"] == 2 and rows["AdaBelief · dense"]["repeats"] == 1
     assert list(cmp.same_seed) == ["Adam · dense"] and len(cmp.same_seed["Adam · dense"]) == 1
@@ -232,7 +232,7 @@ def test_same_seed_runs_count_once_and_the_summary_csv_has_settings_and_numbers(
     assert adam["optimizer"] == "adam" and adam["workers"] == 2 and "seed" not in csv.columns  # one column a setting
     assert adam["final test accuracy mean (%)"] == pytest.approx(90.0)
     assert adam["final test accuracy min (%)"] == pytest.approx(88.0) and adam["final test accuracy max (%)"] == 92.0
-    half = C.t95(1) * pd.Series([88.0, 92.0]).std() / math.sqrt(2)
+    half = comparison.t95(1) * pd.Series([88.0, 92.0]).std() / math.sqrt(2)
     assert adam["final test accuracy ± 95 % (%)"] == pytest.approx(half)
     assert csv.dtypes["final test accuracy mean (%)"].kind == "f"  # numbers, not "89.4 ± 4.7 (range 88-91.6)"
     one = csv[csv.variant == "AdaBelief · dense"].iloc[0]
@@ -243,7 +243,7 @@ def test_coinciding_curves_keep_both_visible_by_staggered_markers():
     from lab.figures.compare import band_figure
 
     b = pd.DataFrame({"step": range(1, 61), "mean": [0.5] * 60, "min": [0.4] * 60, "max": [0.6] * 60, "n": [2] * 60})
-    curves = [C.VariantCurve(label=lab, hover=lab, optimizer=opt, compression="dense", band=b, repeats=2)
+    curves = [comparison.VariantCurve(label=lab, hover=lab, optimizer=opt, compression="dense", band=b, repeats=2)
               for lab, opt in (("AdaBelief · dense", "adabelief"), ("Max-AdaBelief · dense", "maxadabelief"))]
     fig = band_figure(curves, "step", "accuracy", "Test accuracy")
     lines = [t for t in fig.data if t.mode == "lines+markers"]
@@ -261,19 +261,19 @@ def test_the_class_pools_its_repeats_with_different_seeds_per_student(lab_db):
     assert [s.training.seed for s, _ in mine] == [variants.student_seed(0, "alice"), variants.student_seed(0, "alice") + 1]
     ids = [store_run(st, scenario("adam", seed=s), [0.5, 0.8 + 0.01 * k]) for k, s in enumerate((0, 1, 7, 9))]
     other = store_run(st, scenario("adabelief", seed=0), [0.5, 0.8])
-    pooled = C.pooled_runs(st, ids[:1])
+    pooled = comparison.pooled_runs(st, ids[:1])
     assert pooled[0] == ids[0] and set(pooled) == set(ids) and other not in pooled  # the same variant, any seed
-    assert C.compare_runs(st, pooled).rows[0]["repeats"] == 4
+    assert comparison.compare_runs(st, pooled).rows[0]["repeats"] == 4
 
 
 def test_the_comparison_names_the_runs_measured_under_load(lab_db):
     st = RunStore(lab_db)
     ids = [store_run(st, scenario("adam", "none", seed), [0.5, 0.9], sent_per_step=4000) for seed in range(3)]
-    assert C.compare_runs(st, ids).loaded_words == ""  # runs from before load was recorded
+    assert comparison.compare_runs(st, ids).loaded_words == ""  # runs from before load was recorded
     st.merge_info(ids[0], {"load": {"others_share": 0.05, "cpus": 2}})
     st.merge_info(ids[2], {"load": {"others_share": 0.62, "cpus": 2}})
     st.update_run(ids[2], name="<b>busy</b> run")
-    words = C.compare_runs(st, ids).loaded_words
+    words = comparison.compare_runs(st, ids).loaded_words
     assert words.startswith("1 of the chosen runs") and "<b>busy</b> run (62 %)" in words
 
 
@@ -283,7 +283,7 @@ def test_an_unfinished_run_has_no_final_accuracy_on_screen_or_in_the_csv(lab_db)
     done = store_run(st, scenario(seed=0), [0.5, 0.84])
     running = store_run(st, scenario(seed=1), [0.1])
     st.set_status(running, "running")
-    cmp = C.compare_runs(st, [done, running], target=0.8)
+    cmp = comparison.compare_runs(st, [done, running], target=0.8)
     row = cmp.rows[0]
     assert row["repeats"] == 2 and row["final test accuracy (%)"].startswith("84") and "1 unfinished" in row[
         "final test accuracy (%)"]
@@ -291,6 +291,6 @@ def test_an_unfinished_run_has_no_final_accuracy_on_screen_or_in_the_csv(lab_db)
     assert csv["final test accuracy mean (%)"] == pytest.approx(84.0) and csv["finished (count)"] == 1
     assert csv["final test accuracy min (%)"] == pytest.approx(84.0)  # not the running one's 10 %
     st.set_status(done, "running")  # none finished: no final accuracy at all
-    row = C.compare_runs(st, [done, running], target=0.8).rows[0]
+    row = comparison.compare_runs(st, [done, running], target=0.8).rows[0]
     assert row["final test accuracy (%)"] == "none finished yet"
-    assert C.compare_runs(st, [done, running], target=0.8).summary_frame().iloc[0]["finished (count)"] == 0
+    assert comparison.compare_runs(st, [done, running], target=0.8).summary_frame().iloc[0]["finished (count)"] == 0

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from lab.errors import LabError
-from lab.machine import calibrate as C
+from lab.machine import calibrate
 from lab.machine import cases, probes
 from lab.machine import fit as fit_mod
 from lab.machine import profile as profile_mod
@@ -21,8 +21,8 @@ from tests.conftest import ROOT
 
 
 def feat(counts: dict, flops: dict, tensors: int) -> dict:
-    return {"counts": {c: counts.get(c, 0) for c in C.COMPUTE_CLASSES},
-            "flops": {c: float(flops.get(c, 0.0)) for c in C.COMPUTE_CLASSES}, "tensors": tensors}
+    return {"counts": {c: counts.get(c, 0) for c in calibrate.COMPUTE_CLASSES},
+            "flops": {c: float(flops.get(c, 0.0)) for c in calibrate.COMPUTE_CLASSES}, "tensors": tensors}
 
 
 def test_graph_features_of_the_mlp_by_hand():
@@ -44,7 +44,7 @@ def test_fit_compute_recovers_known_costs():
         tensors = int(rng.integers(2, 30))
         t = fixed + per_tensor * tensors + sum(counts[c] * ov + flops[c] / thr for c, (ov, thr) in truth.items())
         samples.append({"features": feat(counts, flops, tensors), "seconds": t})
-    fit = C.fit_compute(samples)
+    fit = calibrate.fit_compute(samples)
     assert fit.fixed == pytest.approx(fixed, rel=1e-3)
     assert fit.per_tensor == pytest.approx(per_tensor, rel=1e-3)
     for c, (ov, thr) in truth.items():
@@ -73,7 +73,7 @@ def test_geomean_error():
 
 
 def test_profile_json_round_trip_and_damage(tmp_path):
-    p = C.synthetic_profile()
+    p = calibrate.synthetic_profile()
     path = p.save(tmp_path / "prof.json")
     assert profile_mod.load_profile(path) == p
     assert profile_mod.load_profile(tmp_path / "missing.json") is None
@@ -93,19 +93,19 @@ def test_profile_json_round_trip_and_damage(tmp_path):
 
 
 def test_profile_lookups():
-    p = C.synthetic_profile(contention=2.0, procs=(1, 2, 4))
+    p = calibrate.synthetic_profile(contention=2.0, procs=(1, 2, 4))
     assert p.slowdown(1) == 1.0 and p.slowdown(2) == 2.0 and p.slowdown(3) == 2.0  # nearest: 2 and 4 tie -> 4
     assert p.compute_fit(2).classes["matmul"].throughput == pytest.approx(0.5e9)
     assert p.optimizer_cost("adam", 2).fixed == pytest.approx(100e-6)
     assert p.allreduce_fit("gloo", 3).alpha == pytest.approx(100e-6)
     with pytest.raises(LabError, match="no timing"):
-        C.MachineProfile.from_dict({**p.to_dict(), "sharing": {"2": {}}}).sharing_fit("sparse_ring", 2)
+        calibrate.MachineProfile.from_dict({**p.to_dict(), "sharing": {"2": {}}}).sharing_fit("sparse_ring", 2)
 
 
 def test_profile_path_follows_lab_data(tmp_path, monkeypatch):
     monkeypatch.setenv("LAB_DATA", str(tmp_path))
-    assert C.profile_path() == tmp_path / "machine_profile.json"
-    assert C.progress_path() == tmp_path / "machine_profile.progress.json"
+    assert calibrate.profile_path() == tmp_path / "machine_profile.json"
+    assert calibrate.progress_path() == tmp_path / "machine_profile.progress.json"
 
 
 def test_step_harness_is_the_workers_step():
@@ -128,10 +128,10 @@ def test_measurements_are_positive():
 _TINY = """
 import json, sys
 import multiprocessing.forkserver as fs
-from lab.machine import calibrate as C
+from lab.machine import calibrate
 from lab.machine.insitu import Case
 seen = []
-prof = C.calibrate(procs=(1, 2), nets=[0, 7], repeat=3, allreduce_iters=2, allreduce_sizes=(4096, 16384),
+prof = calibrate.calibrate(procs=(1, 2), nets=[0, 7], repeat=3, allreduce_iters=2, allreduce_sizes=(4096, 16384),
                    cycle_repeat=4, progress=lambda m, f: seen.append(f),
                    executor_cases=[Case(0, "one"), Case(7, "alt2")], heldout=1, heldout_seed=6)
 prof.save(sys.argv[1])
@@ -176,21 +176,21 @@ def test_tiny_calibration_end_to_end(tmp_path, spawns):
     if held["plans"]:  # scored only when it ran on a quiet machine
         hi, lo = max(row["measured"], row["modelled"]), min(row["measured"], row["modelled"])
         assert held["geomean_error"] == pytest.approx(hi / lo - 1, rel=1e-9)
-    assert "held-out: " in C.format_profile(prof)
+    assert "held-out: " in calibrate.format_profile(prof)
     assert prof.procs == [1, 2]
     c = prof.compute
     assert c.fixed >= 0 and c.per_tensor >= 0 and c.samples == 4
     for cc in c.classes.values():
         assert cc.overhead >= 0 and cc.throughput > 0
     assert math.isfinite(prof.slowdown(2)) and prof.slowdown(2) > 0  # its size is a timing: load can move it
-    for kind in C.OPTIMIZERS:
+    for kind in calibrate.OPTIMIZERS:
         o = prof.optimizer[kind]
         assert min(o.fixed, o.per_tensor, o.per_unit) >= 0 and o.time(1e4, 4) > 0
     assert prof.compressor["group_topk"].time(1e4) > 0
     ab = prof.allreduce["2"]["gloo"]
     assert ab.alpha >= 0 and ab.beta >= 0 and ab.time(2, 65536) > 0
     assert set(prof.measured_allreduce["2"]) == {"gloo", "ring"}
-    assert set(prof.sharing["2"]) == set(C.SHARING)
+    assert set(prof.sharing["2"]) == set(calibrate.SHARING)
     assert prof.jitter["2"].fixed >= 0 and prof.remainder["2"].fixed >= 0
     assert prof.machine["cores"] >= 1 and prof.created
     ex = prof.executor  # the placement executor measured in place, on the two plans asked for
@@ -203,25 +203,25 @@ def test_tiny_calibration_end_to_end(tmp_path, spawns):
     path = prof.save(tmp_path / "machine_profile.json")
     back = profile_mod.load_profile(path)
     assert back == prof
-    assert "process" in C.format_profile(back)
-    again = C.refit(back)  # the same rows through the same fit: the same N-process terms
+    assert "process" in calibrate.format_profile(back)
+    again = calibrate.refit(back)  # the same rows through the same fit: the same N-process terms
     assert (again.contention, again.step_extra, again.cycle_wait, again.allreduce, again.sharing) == \
         (prof.contention, prof.step_extra, prof.cycle_wait, prof.allreduce, prof.sharing)
     assert set(prof.step_extra) >= {"2"} and prof.cycle_wait["2"] >= 0
     with pytest.raises(LabError, match="calibrate again"):
-        C.refit(C.synthetic_profile())
+        calibrate.refit(calibrate.synthetic_profile())
 
 
 def test_fit_cycles_recovers_known_in_context_costs():
-    base = C.synthetic_profile().compute  # 100 us per step + 10 us per operator
-    opt = {"adam": C.LinearCost(50e-6, 0.0, 0.0)}
+    base = calibrate.synthetic_profile().compute  # 100 us per step + 10 us per operator
+    opt = {"adam": calibrate.LinearCost(50e-6, 0.0, 0.0)}
     procs, alpha, beta = 3, 400e-6, 2e-9
     k, d = 1.5, 200e-6  # compute with N processes: 1.5 x the one-process time + 200 us per step
     feats, rows, alone = {}, [], {}
     for i, net in enumerate((0, 3, 7, 12)):
-        counts = {c: 0 for c in C.COMPUTE_CLASSES}
+        counts = {c: 0 for c in calibrate.COMPUTE_CLASSES}
         counts["elementwise"] = 5 * (i + 1)
-        feats[(net, 16)] = {"counts": counts, "flops": {c: 0.0 for c in C.COMPUTE_CLASSES}, "tensors": 4}
+        feats[(net, 16)] = {"counts": counts, "flops": {c: 0.0 for c in calibrate.COMPUTE_CLASSES}, "tensors": 4}
         alone[net] = 100e-6 + 50e-6 * (i + 1) + 50e-6  # forward + backward + the optimiser step
     for i, (net, extra) in enumerate([(0, 0.0), (3, 0.0), (7, 0.0), (12, 9e-3)]):
         numel = 1000 * (i + 1)
@@ -248,18 +248,18 @@ def test_fit_cycles_recovers_known_in_context_costs():
 
 
 def test_compute_slowdown_with_one_case_or_equal_cases_is_a_plain_factor():
-    base = C.synthetic_profile().compute
-    opt = {"adam": C.LinearCost(50e-6, 0.0, 0.0)}
-    feat = {"counts": {c: 0 for c in C.COMPUTE_CLASSES}, "flops": {c: 0.0 for c in C.COMPUTE_CLASSES}, "tensors": 0}
+    base = calibrate.synthetic_profile().compute
+    opt = {"adam": calibrate.LinearCost(50e-6, 0.0, 0.0)}
+    feat = {"counts": {c: 0 for c in calibrate.COMPUTE_CLASSES}, "flops": {c: 0.0 for c in calibrate.COMPUTE_CLASSES}, "tensors": 0}
     row = {"net": 0, "batch": 16, "fb": 200e-6, "opt": 100e-6, "numel": 11}
     assert fit_mod.fit_compute_slowdown([row, dict(row)], base, opt, {(0, 16): feat}) == (pytest.approx(2.0), 0.0)
     assert fit_mod.fit_compute_slowdown([], base, opt, {}) == (1.0, 0.0)
 
 
 def test_profile_compute_with_n_processes_adds_the_fixed_extra_once():
-    p = dataclasses.replace(C.synthetic_profile(contention=2.0), step_extra={"2": 300e-6}, cycle_wait={"2": 0.001},
+    p = dataclasses.replace(calibrate.synthetic_profile(contention=2.0), step_extra={"2": 300e-6}, cycle_wait={"2": 0.001},
                             wait_slowdown=[[0.0, 1.0], [0.001, 1.5], [0.01, 3.0]])
-    feat = {"counts": {c: 0 for c in C.COMPUTE_CLASSES}, "flops": {c: 0.0 for c in C.COMPUTE_CLASSES}, "tensors": 0}
+    feat = {"counts": {c: 0 for c in calibrate.COMPUTE_CLASSES}, "flops": {c: 0.0 for c in calibrate.COMPUTE_CLASSES}, "tensors": 0}
     feat["counts"]["matmul"] = 3
     one = profile_mod.compute_seconds(p.compute_fit(1), feat)
     assert one == pytest.approx(100e-6 + 3 * 10e-6)
@@ -280,7 +280,7 @@ def test_loop_calibration_runs_the_job_loop_on_calibration_networks(tmp_path, mo
     monkeypatch.setenv("LAB_DATA", str(tmp_path))
     rows = measure_loop(2, [("ring", 0), ("sparse_allgather", 0)], steps=12)
     assert [r["kind"] for r in rows] == ["ring", "sparse_allgather"]
-    cls_name, kwargs = C.CALIBRATION_NETS[0]
+    cls_name, kwargs = calibrate.CALIBRATION_NETS[0]
     numel = sum(p.numel() for p in cases.build_calibration_net(cls_name, kwargs).parameters()) + 1  # + the loss slot
     ring, sparse = rows
     assert ring["numel"] == sparse["numel"] == numel
@@ -295,7 +295,7 @@ def test_loop_calibration_runs_the_job_loop_on_calibration_networks(tmp_path, mo
 
 def test_unknown_cycle_source_is_a_clear_error():
     with pytest.raises(LabError, match="cycle_source"):
-        C.calibrate(cycle_source="guess")
+        calibrate.calibrate(cycle_source="guess")
 
 
 @pytest.mark.timeout(300)
@@ -309,7 +309,7 @@ def test_loop_calibration_with_one_process_prices_the_job_loop(tmp_path, monkeyp
     monkeypatch.setenv("LAB_DATA", str(tmp_path))
     (row,) = measure_loop(1, [("gloo", 0)], steps=12)
     assert row["fb"] > 0 and row["hops"] == 0 and row["bytes_sent"] == 0
-    prof = C.synthetic_profile()
+    prof = calibrate.synthetic_profile()
     assert prof.slowdown(1) == 1.0
     loop = dataclasses.replace(prof, contention={**prof.contention, "1": 1.25})
     assert loop.slowdown(1) == 1.25 and loop.slowdown(2) == prof.slowdown(2)

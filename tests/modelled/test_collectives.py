@@ -10,7 +10,7 @@ from collections import Counter
 import pytest
 
 from lab.errors import LabError
-from lab.modelled import collectives as C
+from lab.modelled import collectives
 from lab.scenario.catalogue import preset
 from lab.scenario.topology import Device, Link, Switch, Topology
 
@@ -22,7 +22,7 @@ def _dev(name: str, pool: str = "pool0") -> Device:
 
 
 def star(k: int, bw: float = 10 * G, lat: float = 1e-6, host: bool = False, pools: int = 1) -> Topology:
-    names = C.default_names(k)
+    names = collectives.default_names(k)
     devs = [_dev(n, f"g{i * pools // k}") for i, n in enumerate(names)]
     if host:
         devs.append(_dev("host"))
@@ -30,7 +30,7 @@ def star(k: int, bw: float = 10 * G, lat: float = 1e-6, host: bool = False, pool
     return Topology("star", tuple(devs), tuple(links), (Switch("sw"),)).validate()
 
 
-def multiset_final(s: C.CollectiveSchedule) -> list[list[Counter]]:
+def multiset_final(s: collectives.CollectiveSchedule) -> list[list[Counter]]:
     """Reference: replay the transfers on multisets (Counter) of contributions, independent of
     the builder's bitmasks, so a contribution counted twice would show up as a count of 2."""
     nodes, chunks = len(s.nodes), len(s.chunk_bytes)
@@ -49,7 +49,7 @@ def multiset_final(s: C.CollectiveSchedule) -> list[list[Counter]]:
 # the CXL design's worked example
 # ---------------------------------------------------------------------------------------------
 def test_seed_example_four_devices_ring_a_b_c_d():
-    s = C.build_schedule("ring", ["A", "B", "C", "D"], 16)  # four chunks of one float each
+    s = collectives.build_schedule("ring", ["A", "B", "C", "D"], 16)  # four chunks of one float each
     assert [st.phase for st in s.steps] == ["reduce-scatter"] * 3 + ["all-gather"] * 3
     for st in s.steps:  # every step: A -> B, B -> C, C -> D, D -> A, one chunk each
         assert [(s.nodes[t.src], s.nodes[t.dst]) for t in st.transfers] == [
@@ -62,7 +62,7 @@ def test_seed_example_four_devices_ring_a_b_c_d():
     assert lab(1, "B", 0) == "a0+b0"
     assert lab(2, "C", 0) == "a0+b0+c0"
     assert lab(3, "D", 0) == "a0+b0+c0+d0"
-    assert s.steps[0].transfers[0] == C.Transfer(0, 1, 0, 4, "reduce")
+    assert s.steps[0].transfers[0] == collectives.Transfer(0, 1, 0, 4, "reduce")
     assert s.steps[3].transfers[3].op == "copy"
     for dev in "ABCD":
         assert [lab(6, dev, c) for c in range(4)] == [f"a{i}+b{i}+c{i}+d{i}" for i in range(4)]
@@ -71,12 +71,12 @@ def test_seed_example_four_devices_ring_a_b_c_d():
 # ---------------------------------------------------------------------------------------------
 # every schedule: every contribution exactly once, bytes sent and received
 # ---------------------------------------------------------------------------------------------
-@pytest.mark.parametrize("algorithm", C.ALGORITHMS)
+@pytest.mark.parametrize("algorithm", collectives.ALGORITHMS)
 @pytest.mark.parametrize("n", range(2, 17))
 def test_every_device_ends_with_every_contribution_exactly_once(algorithm, n):
     for count in (1, 7, n - 1, 1001):
-        s = C.build_schedule(algorithm, n, 4 * count)
-        C.check_schedule(s)
+        s = collectives.build_schedule(algorithm, n, 4 * count)
+        collectives.check_schedule(s)
         for row in multiset_final(s):
             for chunk in row:
                 assert chunk == Counter({i: 1 for i in range(n)})
@@ -85,7 +85,7 @@ def test_every_device_ends_with_every_contribution_exactly_once(algorithm, n):
 @pytest.mark.parametrize("n", range(2, 17))
 def test_ring_bytes_per_device(n):
     for count in (n * 5, n * 5 + 3, 1):
-        s = C.build_schedule("ring", n, 4 * count)
+        s = collectives.build_schedule("ring", n, 4 * count)
         nb = 4 * count
         sent, recv = s.sent_bytes(), s.received_bytes()
         cb = s.chunk_bytes
@@ -100,47 +100,47 @@ def test_ring_bytes_per_device(n):
 def test_host_tree_hierarchical_bytes():
     nb = 4 * 1000
     for n in range(2, 17):
-        h = C.build_schedule("host", n, nb)
+        h = collectives.build_schedule("host", n, nb)
         assert h.nodes[-1] == "host" and len(h.steps) == 2
         assert h.sent_bytes() == [nb] * n + [n * nb] and h.received_bytes() == [nb] * n + [n * nb]
-        hp = C.build_schedule("host", n, nb, host="A")  # the aggregator is a participant
+        hp = collectives.build_schedule("host", n, nb, host="A")  # the aggregator is a participant
         assert hp.sent_bytes()[0] == (n - 1) * nb and hp.sent_bytes()[1:] == [nb] * (n - 1)
-        t = C.build_schedule("tree", n, nb)
+        t = collectives.build_schedule("tree", n, nb)
         assert sum(t.sent_bytes()) == 2 * (n - 1) * nb  # every tree edge carries S up and S down
         assert len(t.steps) == 2 * int(math.log2(n))
-        groups = [C.default_names(n)[i:i + 3] for i in range(0, n, 3)]
+        groups = [collectives.default_names(n)[i:i + 3] for i in range(0, n, 3)]
         g = len(groups)
-        hi = C.build_schedule("hierarchical", n, nb, groups=groups)
+        hi = collectives.build_schedule("hierarchical", n, nb, groups=groups)
         ring = 2 * (g - 1) * nb // g * g if nb % g == 0 else sum(
-            C.build_schedule("ring", g, nb).sent_bytes())
+            collectives.build_schedule("ring", g, nb).sent_bytes())
         assert sum(hi.sent_bytes()) == 2 * (n - g) * nb + ring
-        C.check_schedule(hi)
+        collectives.check_schedule(hi)
 
 
 def test_hierarchical_uses_groups_and_leaders():
     names = ["g0", "g1", "n0", "n1", "n2"]
-    s = C.build_schedule("hierarchical", names, 40, groups=[["n0", "n1", "n2"], ["g0", "g1"]])
+    s = collectives.build_schedule("hierarchical", names, 40, groups=[["n0", "n1", "n2"], ["g0", "g1"]])
     assert s.groups == ((0, 1), (2, 3, 4))  # groups sorted by their leader's place in the order
     leaders = {0, 2}
     ring_steps = [st for st in s.steps if st.phase.startswith("leaders'")]
     assert len(ring_steps) == 2
     for st in ring_steps:
         assert {t.src for t in st.transfers} | {t.dst for t in st.transfers} == leaders
-    C.check_schedule(s)
+    collectives.check_schedule(s)
 
 
 def test_ring_order_changes_who_sends_to_whom():
-    s = C.build_schedule("ring", ["A", "B", "C", "D"], 16, order=[0, 2, 1, 3])
+    s = collectives.build_schedule("ring", ["A", "B", "C", "D"], 16, order=[0, 2, 1, 3])
     assert [(s.nodes[t.src], s.nodes[t.dst]) for t in s.steps[0].transfers] == [
         ("A", "C"), ("C", "B"), ("B", "D"), ("D", "A")]
-    C.check_schedule(s)
+    collectives.check_schedule(s)
 
 
 def test_builder_refuses_double_counting():
-    b = C._Builder("x", ["A", "B"], 2, [4], (0, 1))
-    b.step("up", [C.Transfer(0, 1, 0, 4, "reduce")])
+    b = collectives._Builder("x", ["A", "B"], 2, [4], (0, 1))
+    b.step("up", [collectives.Transfer(0, 1, 0, 4, "reduce")])
     with pytest.raises(RuntimeError, match="twice"):
-        b.step("again", [C.Transfer(0, 1, 0, 4, "reduce")])
+        b.step("again", [collectives.Transfer(0, 1, 0, 4, "reduce")])
 
 
 @pytest.mark.parametrize("bad, match", [
@@ -155,17 +155,17 @@ def test_bad_input_is_a_lab_error(bad, match):
     args = dict(algorithm="ring", participants=3, nbytes=12)
     args.update(bad)
     with pytest.raises(LabError, match=match):
-        C.build_schedule(args.pop("algorithm"), args.pop("participants"), args.pop("nbytes"), **args)
+        collectives.build_schedule(args.pop("algorithm"), args.pop("participants"), args.pop("nbytes"), **args)
 
 
 # ---------------------------------------------------------------------------------------------
 # nccl-tests bandwidths
 # ---------------------------------------------------------------------------------------------
 def test_nccl_tests_bandwidth_definitions():
-    assert C.algbw(1e9, 0.5) == 2e9
-    assert C.busbw(1e9, 0.5, 4) == pytest.approx(2e9 * 2 * 3 / 4)
-    assert C.busbw(1e9, 0.5, 2) == pytest.approx(2e9)
-    est = C.schedule_time(C.build_schedule("ring", 4, 4 << 20), star(4))
+    assert collectives.algbw(1e9, 0.5) == 2e9
+    assert collectives.busbw(1e9, 0.5, 4) == pytest.approx(2e9 * 2 * 3 / 4)
+    assert collectives.busbw(1e9, 0.5, 2) == pytest.approx(2e9)
+    est = collectives.schedule_time(collectives.build_schedule("ring", 4, 4 << 20), star(4))
     assert est.algbw == pytest.approx((4 << 20) / est.seconds)
     assert est.busbw == pytest.approx(est.algbw * 1.5)
 
@@ -183,72 +183,72 @@ def tiny() -> Topology:
 
 def test_alpha_beta_ring_hand_checked_and_slowest_link_named():
     topo = tiny()
-    s = C.build_schedule("ring", ["X", "Y", "Z"], 3_000_000)  # chunks of 1 MB
-    est = C.schedule_time(s, topo)
+    s = collectives.build_schedule("ring", ["X", "Y", "Z"], 3_000_000)  # chunks of 1 MB
+    est = collectives.schedule_time(s, topo)
     # per step: X->Y 6 us + 1e6/1e10; Y->Z 7 us + 1e6/1e9; Z->X 3 us + 1e6/1e9: Y->Z is slowest
     step = 7e-6 + 1e6 / 1e9
     assert [st.seconds for st in est.steps] == pytest.approx([step] * 4)
     assert est.seconds == pytest.approx(4 * step)
     assert all(st.slowest.src == "Y" and st.slowest.dst == "Z" for st in est.steps)
     assert est.bottleneck == "sw→Z"
-    assert "1 GB/s" in C.link_label(topo, est.bottleneck)
+    assert "1 GB/s" in collectives.link_label(topo, est.bottleneck)
     assert est.bottleneck_seconds == pytest.approx(est.seconds)
 
 
 def test_links_shared_in_one_direction_split_bandwidth():
     topo = tiny()
     # X and Y both send 1 MB to Z at once: sw->Z carries both, each gets 0.5 GB/s
-    m = C.messages_time(topo, [("X", "Z", 1_000_000), ("Y", "Z", 1_000_000)])
+    m = collectives.messages_time(topo, [("X", "Z", 1_000_000), ("Y", "Z", 1_000_000)])
     assert [x.bandwidth for x in m] == [0.5 * G, 0.5 * G]
     assert m[0].seconds == pytest.approx(3e-6 + 2e-3)
     assert m[1].seconds == pytest.approx(7e-6 + 2e-3)
     assert m[0].sharing == 2 and m[0].bottleneck == "sw→Z"
     # opposite directions do not share (full duplex)
-    m = C.messages_time(topo, [("X", "Z", 1_000_000), ("Z", "X", 1_000_000)])
+    m = collectives.messages_time(topo, [("X", "Z", 1_000_000), ("Z", "X", 1_000_000)])
     assert [x.bandwidth for x in m] == [1 * G, 1 * G]
 
 
 def test_host_aggregation_shares_the_hosts_port():
     topo = star(4, bw=10 * G, lat=1e-6, host=True)
-    s = C.build_schedule("host", C.default_names(4), 1_000_000, host="host")
-    est = C.schedule_time(s, topo)
+    s = collectives.build_schedule("host", collectives.default_names(4), 1_000_000, host="host")
+    est = collectives.schedule_time(s, topo)
     # 4 uploads share sw->host, 4 downloads share host->sw: each step 2 us + 4 x 1e6 / 1e10
     assert est.seconds == pytest.approx(2 * (2e-6 + 4e6 / 1e10))
     assert est.bottleneck in ("sw→host", "host→sw")
 
 
-@pytest.mark.parametrize("algorithm", C.ALGORITHMS)
+@pytest.mark.parametrize("algorithm", collectives.ALGORITHMS)
 def test_uniform_model_equals_topology_model_on_identical_links(algorithm):
     bw, lat = 8 * G, 1.5e-6
     for n in range(2, 10):
         topo = star(n, bw, lat, host=True, pools=max(1, n // 3))
-        names = C.default_names(n)
+        names = collectives.default_names(n)
         groups = [[d for d in g if d in names] for g in topo.pools.values()]
         groups = [g for g in groups if g]
         for count in (n * 1000, n * 1000 + 1):
             nb = 4 * count
-            s = C.build_schedule(algorithm, names, nb, host="host", groups=groups)
-            est = C.schedule_time(s, topo)
-            u = C.uniform_time(algorithm, n, nb, alpha=2 * lat, beta=1 / bw, group_sizes=[len(g) for g in groups])
+            s = collectives.build_schedule(algorithm, names, nb, host="host", groups=groups)
+            est = collectives.schedule_time(s, topo)
+            u = collectives.uniform_time(algorithm, n, nb, alpha=2 * lat, beta=1 / bw, group_sizes=[len(g) for g in groups])
             assert u.seconds == pytest.approx(est.seconds, rel=1e-9), (algorithm, n, count)
             assert u.steps == len(s.steps)
 
 
 def test_uniform_model_formulas_and_large_n():
     n, nb = 1024, 4 << 24
-    u = C.uniform_time("ring", n, nb, alpha=5e-6, beta=1e-10)
+    u = collectives.uniform_time("ring", n, nb, alpha=5e-6, beta=1e-10)
     assert u.steps == 2 * (n - 1)
     assert u.bytes_on_wire == 2 * (n - 1) * nb // n
     assert u.seconds == pytest.approx(2 * (n - 1) * 5e-6 + 2 * (n - 1) / n * nb * 1e-10)
-    h = C.uniform_time("host", n, nb, alpha=5e-6, beta=1e-10)
+    h = collectives.uniform_time("host", n, nb, alpha=5e-6, beta=1e-10)
     assert h.seconds == pytest.approx(2 * 5e-6 + 2 * n * nb * 1e-10)
-    t = C.uniform_time("tree", n, nb, alpha=5e-6, beta=1e-10)
+    t = collectives.uniform_time("tree", n, nb, alpha=5e-6, beta=1e-10)
     # 1024 = 1023 (nine full levels, a parent of two at each) + one node alone at depth 10
     assert t.steps == 2 * 10 and t.bytes_on_wire == 2 * (9 * 2 + 1) * nb
-    hi = C.uniform_time("hierarchical", n, nb, alpha=5e-6, beta=1e-10, group_sizes=[8] * 128)
+    hi = collectives.uniform_time("hierarchical", n, nb, alpha=5e-6, beta=1e-10, group_sizes=[8] * 128)
     assert hi.steps == 2 * 3 + 2 * 127
     with pytest.raises(LabError):
-        C.uniform_time("hierarchical", 10, 40, 1e-6, 1e-9, group_sizes=[3, 3])
+        collectives.uniform_time("hierarchical", 10, 40, 1e-6, 1e-9, group_sizes=[3, 3])
 
 
 # ---------------------------------------------------------------------------------------------
@@ -275,9 +275,9 @@ def test_brute_force_ring_order_matches_exhaustive_search():
         k = 4 + seed % 3
         topo = random_topology(seed, k)
         names = topo.device_names
-        best = C.brute_force_ring_order(topo, names)
+        best = collectives.brute_force_ring_order(topo, names)
         assert best.evaluated == math.factorial(k - 1)
-        exhaustive = max(min(h.bandwidth for h in C.ring_hops(topo, list(p)))
+        exhaustive = max(min(h.bandwidth for h in collectives.ring_hops(topo, list(p)))
                          for p in itertools.permutations(names))
         assert best.slowest_hop_bandwidth == exhaustive
         assert sorted(best.names) == sorted(names) and best.names[0] == names[0]
@@ -288,8 +288,8 @@ def test_heuristic_ring_order_matches_brute_force_on_small_cases():
         k = 5 + seed % 3
         topo = random_topology(100 + seed, k)
         names = topo.device_names
-        bf = C.brute_force_ring_order(topo, names)
-        h = C.heuristic_ring_order(topo, names)
+        bf = collectives.brute_force_ring_order(topo, names)
+        h = collectives.heuristic_ring_order(topo, names)
         assert sorted(h.names) == sorted(names)
         assert h.slowest_hop_bandwidth == bf.slowest_hop_bandwidth, seed
 
@@ -297,16 +297,16 @@ def test_heuristic_ring_order_matches_brute_force_on_small_cases():
 def test_lab_order_beats_an_interleaved_order_on_two_pools():
     topo = preset("two-pools")
     inter = ["p0-gpu", "p1-gpu", "p0-fpga", "p1-fpga", "p0-asic", "p1-asic", "p0-dpu", "p1-dpu"]
-    given = C.given_ring_order(topo, inter)
-    best = C.best_ring_order(topo, inter)
+    given = collectives.given_ring_order(topo, inter)
+    best = collectives.best_ring_order(topo, inter)
     assert given.slowest_hop_bandwidth == pytest.approx(32 * G / 4)  # 4 crossings each way share the fabric
     assert best.slowest_hop_bandwidth == pytest.approx(32 * G)
     assert "brute force" in best.method
-    s_given = C.schedule_time(C.build_schedule("ring", inter, 4 << 20), topo)
+    s_given = collectives.schedule_time(collectives.build_schedule("ring", inter, 4 << 20), topo)
     order = [inter.index(x) for x in best.names]
-    s_best = C.schedule_time(C.build_schedule("ring", inter, 4 << 20, order=order), topo)
+    s_best = collectives.schedule_time(collectives.build_schedule("ring", inter, 4 << 20, order=order), topo)
     assert s_best.seconds < s_given.seconds / 3
-    big = C.best_ring_order(random_topology(7, 10), [f"d{i}" for i in range(10)])
+    big = collectives.best_ring_order(random_topology(7, 10), [f"d{i}" for i in range(10)])
     assert "2-opt" in big.method
 
 
@@ -315,10 +315,10 @@ def test_lab_order_beats_an_interleaved_order_on_two_pools():
 # ---------------------------------------------------------------------------------------------
 def test_trigger_sync_waits_for_the_last_device_async_does_not():
     topo = tiny()
-    s = C.build_schedule("ring", ["X", "Y", "Z"], 3_000_000)
+    s = collectives.build_schedule("ring", ["X", "Y", "Z"], 3_000_000)
     comp = {"X": 1e-3, "Y": 2e-3, "Z": 5e-3}
-    sync = C.trigger_timeline(s, topo, comp, "sync")
-    asyn = C.trigger_timeline(s, topo, comp, "async")
+    sync = collectives.trigger_timeline(s, topo, comp, "sync")
+    asyn = collectives.trigger_timeline(s, topo, comp, "async")
     assert all(v == 5e-3 for v in sync.allreduce_start.values())
     assert asyn.allreduce_start == comp
     # synchronous: everyone idles until the slowest device is done
@@ -328,17 +328,17 @@ def test_trigger_sync_waits_for_the_last_device_async_does_not():
     assert asyn.idle["X"] < sync.idle["X"]
     # equal compute times: both triggers give the same timeline
     same = {"X": 1e-3, "Y": 1e-3, "Z": 1e-3}
-    a, b = C.trigger_timeline(s, topo, same, "sync"), C.trigger_timeline(s, topo, same, "async")
+    a, b = collectives.trigger_timeline(s, topo, same, "sync"), collectives.trigger_timeline(s, topo, same, "async")
     assert a.end == pytest.approx(b.end) and a.idle == pytest.approx(b.idle)
     # with all starting together, the ring takes exactly its lock-step time on this ring
-    est = C.schedule_time(s, topo)
+    est = collectives.schedule_time(s, topo)
     assert a.makespan == pytest.approx(1e-3 + est.seconds)
     for seg in sync.segments:
         assert seg.kind in ("compute", "idle", "communicate") and seg.end >= seg.start
     with pytest.raises(LabError):
-        C.trigger_timeline(s, topo, {"X": 1.0}, "sync")
+        collectives.trigger_timeline(s, topo, {"X": 1.0}, "sync")
     with pytest.raises(LabError):
-        C.trigger_timeline(s, topo, comp, "sometimes")
+        collectives.trigger_timeline(s, topo, comp, "sometimes")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -348,15 +348,15 @@ def test_fit_recovers_alpha_beta_and_defines_geomean_error():
     n, alpha, beta = 4, 50e-6, 2e-9
     sizes = [4096 * 2 ** k for k in range(10)]
     times = [2 * (n - 1) * alpha + 2 * (n - 1) / n * s * beta for s in sizes]
-    fit = C.fit_alpha_beta(n, sizes, times)
+    fit = collectives.fit_alpha_beta(n, sizes, times)
     assert fit.alpha == pytest.approx(alpha, rel=1e-6)
     assert fit.beta == pytest.approx(beta, rel=1e-6)
     assert fit.geomean_error == pytest.approx(0, abs=1e-9)
-    f = C.AlphaBetaFit(2, 1, 1, (1, 2), (1.0, 2.0), (1.1, 2.0 / 1.1))
+    f = collectives.AlphaBetaFit(2, 1, 1, (1, 2), (1.0, 2.0), (1.1, 2.0 / 1.1))
     assert f.geomean_error == pytest.approx(0.1)
     assert f.errors == pytest.approx((0.1, 1 / 1.1 - 1))
     with pytest.raises(LabError):
-        C.fit_alpha_beta(4, [4096], [1e-3])
+        collectives.fit_alpha_beta(4, [4096], [1e-3])
 
 
 def test_identical_devices_get_names_the_lab_accepts_at_every_size():
@@ -365,8 +365,8 @@ def test_identical_devices_get_names_the_lab_accepts_at_every_size():
     from lab.scenario.text import check_distinct, look_alike
 
     for n in range(2, 257):
-        names = C.default_names(n)
+        names = collectives.default_names(n)
         check_distinct(names, "test")
-        assert len(names) == n and (n > 255 or len(C.uniform_star(n, 1e9, 1e-6).devices) == n + 1)  # and the host
-    assert C.default_names(26)[11] == "L" and C.default_names(3) == ["A", "B", "C"]
-    assert not any(look_alike(a, b) for i, a in enumerate(C.default_names(40)) for b in C.default_names(40)[:i])
+        assert len(names) == n and (n > 255 or len(collectives.uniform_star(n, 1e9, 1e-6).devices) == n + 1)  # and the host
+    assert collectives.default_names(26)[11] == "L" and collectives.default_names(3) == ["A", "B", "C"]
+    assert not any(look_alike(a, b) for i, a in enumerate(collectives.default_names(40)) for b in collectives.default_names(40)[:i])

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from lab.modelled import collectives as C
+from lab.modelled import collectives
 from lab.modelled.collectives.ring import (
     allgather_steps,
     near_equal,
@@ -20,7 +20,7 @@ from lab.modelled.collectives.ring import (
 @pytest.mark.parametrize("n", [2, 3, 4, 5, 8])
 @pytest.mark.parametrize("count", [1, 7, 100, 1001])
 def test_the_one_formula_equals_the_step_by_step_schedule_and_a_walk_of_the_ring(n, count):
-    s = C.build_schedule("ring", n, count * 4, with_state=False)
+    s = collectives.build_schedule("ring", n, count * 4, with_state=False)
     assert len(s.steps) == ring_steps(n)
     assert s.sent_bytes()[:n] == ring_bytes_per_rank(count, n)
     sizes = near_equal(count, n)

@@ -6,7 +6,7 @@ import ast
 
 import pytest
 
-from lab.view import state as V
+from lab.view import state
 from tests.conftest import ROOT
 
 INPUTS = {"number_input", "slider", "select_slider", "selectbox", "multiselect", "radio", "checkbox", "toggle",
@@ -36,7 +36,7 @@ def problems(source: str, name: str) -> tuple[list[str], list[str]]:
             if len(node.args) > 1 and isinstance(node.args[1], (ast.Name, ast.Call)):
                 continue  # a key the page computes (its knobs, an editor's version): ui.control refuses one in no table
             key = _key(node.args[1]) if len(node.args) > 1 else None
-            c = V.control_for(key) if key else None
+            c = state.control_for(key) if key else None
             if c is None or (isinstance(node.args[1], ast.JoinedStr) and not c.prefix):
                 unknown.append(f"{name}:{node.lineno} {ast.unparse(node.args[1]) if len(node.args) > 1 else '?'}")
     return drawn, unknown
@@ -63,15 +63,15 @@ def test_the_table_holds_the_controls_once_drawn_by_pages_and_marks_the_transien
         for node in ast.walk(ast.parse(p.read_text())):
             if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "control" \
                     and len(node.args) > 1 and (k := _key(node.args[1])):
-                keys.add(V.control_for(k).prefix_key or k)
+                keys.add(state.control_for(k).prefix_key or k)
     # The Jobs page's fault form, its what-if and the choice of job, the Fidelity page's trace export, the
     # All-reduce page's step player and compute table, the Topology page's new device: all in the table now.
     for k in ("jobs_fault", "jobs_fault_worker", "jobs_fault_step", "jobs_fault_policy", "jobs_fault_ck",
               "jobs_max_steps", "jobs_teacher_token", "jobs_topo", "jobs_maxrun", "jobs_pick", "fid_trace_run",
               "ar_compute", "ar_play", "topo_new_name", "topo_upload", "pl_pin_op", "pl_run_drawn"):
         assert k in keys, k
-    assert {k for k in keys if V.VIEW[k].transient} >= {"jobs_teacher_token", "topo_upload", "cmp_confirm", "ar_play"}
-    assert not V.VIEW["jobs_fault"].transient and not V.VIEW["fid_trace_run"].transient
+    assert {k for k in keys if state.VIEW[k].transient} >= {"jobs_teacher_token", "topo_upload", "cmp_confirm", "ar_play"}
+    assert not state.VIEW["jobs_fault"].transient and not state.VIEW["fid_trace_run"].transient
 
 
 def test_a_value_a_control_would_refuse_is_brought_into_its_bounds_before_the_box_is_drawn(spawns):
@@ -95,7 +95,7 @@ def test_a_value_a_control_would_refuse_is_brought_into_its_bounds_before_the_bo
     at.session_state["pl_pin_op"], at.session_state["pl_pin_dev"] = "x", "gone"
     at.run()
     assert not at.exception, [e.value for e in at.exception]
-    assert at.session_state["shown"] == (V.VIEW["jobs_max_s"].spec.max, 1, V.VIEW["jobs_max_procs"].spec.min, "x", "a")
+    assert at.session_state["shown"] == (state.VIEW["jobs_max_s"].spec.max, 1, state.VIEW["jobs_max_procs"].spec.min, "x", "a")
 
 
 def test_a_chosen_run_that_is_not_among_the_options_is_dropped_and_every_label_is_text(spawns):

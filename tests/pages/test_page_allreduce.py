@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from lab.modelled import collectives as C
+from lab.modelled import collectives
 from lab.scenario.catalogue import preset
 from lab.scenario.units import fmt_rate, fmt_seconds
 from lab.view.state import VIEW
@@ -39,7 +39,7 @@ def test_the_page_draws_its_controls_from_the_table_and_its_model_whole(spawns):
         "Step by step", "How long on this cluster", "Synchronous or asynchronous trigger",
         "Measured on this machine"]
     topo = preset("cxl")
-    est = C.schedule_time(C.build_schedule("ring", C.default_participants(topo), 4 << 20), topo)
+    est = collectives.schedule_time(collectives.build_schedule("ring", collectives.default_participants(topo), 4 << 20), topo)
     assert metric(at, "Modelled time") == fmt_seconds(est.seconds)
     assert metric(at, "busbw") == fmt_rate(est.busbw)
     text = " ".join(m.value for m in at.markdown)

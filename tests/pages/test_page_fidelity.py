@@ -128,7 +128,7 @@ def test_beside_running_jobs_the_page_offers_to_wait_for_a_quiet_machine(data, m
 
 
 def test_preset_batch_button_queues_the_batch(data, lab_db, monkeypatch, spawns):
-    import lab.machine.fidelity as P
+    import lab.machine.fidelity as machine_fidelity
 
     synthetic_profile().save()
     started, owners = [], []
@@ -148,7 +148,7 @@ def test_preset_batch_button_queues_the_batch(data, lab_db, monkeypatch, spawns)
             return {"total": 13, "done": 4, "current": "fidelity: cnn 1w", "run_ids": [], "error": None,
                     "finished": False, "running": True}
 
-    monkeypatch.setattr(P, "FidelityBatch", FakeBatch)
+    monkeypatch.setattr(machine_fidelity, "FidelityBatch", FakeBatch)
     at = app_test(PAGE)
     at.number_input(key="fid_steps").set_value(30).run()
     at.button(key="fid_batch").click().run()

@@ -21,7 +21,7 @@ from lab.modelled.opgraph import reference_flops, trace
 from lab.scenario import onnx_models as om
 from lab.scenario.document import Training
 from lab.scenario.models import build_model
-from lab.testing import hostile_onnx as H
+from lab.testing import hostile_onnx
 
 PRESETS = ["mlp", "cnn", "resnet", "transformer"]
 
@@ -126,10 +126,10 @@ def hostile() -> dict[str, tuple[bytes, str]]:
                                          [io_("y", ["n", 10])]), "every other dimension fixed"),
         "no score per class": (graph([helper.make_node("Identity", ["x"], ["y"])], [io_("x", ["n", 64])],
                                      [io_("y", ["n", 4, 16])]), "one score per class"),
-        "no classes": (H.classes(0), r"output as \(batch, 0\): 0 classes; the lab needs a fixed number of classes"),
-        "negative classes": (H.classes(-3), r"\(batch, -3\): -3 classes; the lab needs a fixed number"),
-        "named classes": (H.classes("k"), r"\(batch, 'k'\): a name, not a number of classes"),
-        "classes that are not what it declares": (H.classes(7), r"declares \(batch, 7\) scores but its operators "
+        "no classes": (hostile_onnx.classes(0), r"output as \(batch, 0\): 0 classes; the lab needs a fixed number of classes"),
+        "negative classes": (hostile_onnx.classes(-3), r"\(batch, -3\): -3 classes; the lab needs a fixed number"),
+        "named classes": (hostile_onnx.classes("k"), r"\(batch, 'k'\): a name, not a number of classes"),
+        "classes that are not what it declares": (hostile_onnx.classes(7), r"declares \(batch, 7\) scores but its operators "
                                                                 r"give \(1, 10\) for a batch of 1"),
         "a shape read from values": (graph([helper.make_node("NonZero", ["x"], ["nz"]),
                                             helper.make_node("Cast", ["nz"], ["f"], to=TensorProto.FLOAT),
@@ -147,10 +147,10 @@ def hostile() -> dict[str, tuple[bytes, str]]:
                                             helper.make_tensor("w", TensorProto.FLOAT, [64, 10], [0.0] * 640)]),
                                      r"declares \(batch, 10\) scores but its operators give \(1, 10\) for a "
                                      r"batch of 2"),
-        "a compute bomb": (H.conv_bomb(1996), r"costs 7,384 GFLOPs a sample \(its Conv number 2 alone 3\.7\), "
+        "a compute bomb": (hostile_onnx.conv_bomb(1996), r"costs 7,384 GFLOPs a sample \(its Conv number 2 alone 3\.7\), "
                                               r"over this server's budget of 5 GFLOPs a sample; the teacher can "
                                               r"raise it with LAB_UPLOAD_FLOPS"),
-        "a memory bomb": (H.constant_bomb(), r"takes 1\.07 GB a sample .* over this server's budget of 300 MB a "
+        "a memory bomb": (hostile_onnx.constant_bomb(), r"takes 1\.07 GB a sample .* over this server's budget of 300 MB a "
                                              r"sample; the teacher can raise it with LAB_UPLOAD_BYTES"),
     }
 
@@ -219,9 +219,9 @@ def _no_conversion(monkeypatch):
     monkeypatch.setattr(onnx2torch, "convert", never)
 
 
-@pytest.mark.parametrize("bomb, budget", [(lambda: H.conv_bomb(1996), "LAB_UPLOAD_FLOPS"),
-                                          (lambda: H.conv_bomb(2), "LAB_UPLOAD_FLOPS"),
-                                          (lambda: H.constant_bomb(16384), "LAB_UPLOAD_BYTES")],
+@pytest.mark.parametrize("bomb, budget", [(lambda: hostile_onnx.conv_bomb(1996), "LAB_UPLOAD_FLOPS"),
+                                          (lambda: hostile_onnx.conv_bomb(2), "LAB_UPLOAD_FLOPS"),
+                                          (lambda: hostile_onnx.constant_bomb(16384), "LAB_UPLOAD_BYTES")],
                          ids=["1996 convolutions of one weight", "2 convolutions of one weight",
                               "a 16384x16384 constant"])
 def test_a_bomb_is_refused_from_its_graph_without_one_flop_of_torch(bomb, budget, monkeypatch):
@@ -243,22 +243,22 @@ def test_shape_inference_that_would_take_the_servers_memory_is_stopped_in_its_ow
 
     _no_conversion(monkeypatch)
     monkeypatch.setattr(onnx_cost, "CHILD_BYTES", 256 << 20)
-    blob = H.shape_bomb(40)  # 2^41 numbers worked out by ONNX's data propagation, in a file of 4 kB
+    blob = hostile_onnx.shape_bomb(40)  # 2^41 numbers worked out by ONNX's data propagation, in a file of 4 kB
     assert len(blob) < 5000
     with pytest.raises(LabError, match=r"'bomb\.onnx': cannot be priced before it runs: working out its shapes "
                                        r"takes more than 256 MB"):
         om.read(blob, "bomb.onnx")
-    _, info = om.read(H.shape_bomb(4), "small.onnx")  # the same chain, 32 numbers long, is priced
+    _, info = om.read(hostile_onnx.shape_bomb(4), "small.onnx")  # the same chain, 32 numbers long, is priced
     assert info.flops == 2 * 64 * 10 + 10 + 32 + (2 + 4 + 8 + 16 + 32) + 1  # product, add, sum, concats, cast
     monkeypatch.setattr(onnx_cost, "CHILD_SECONDS", 0.01)  # 2,000 operators take longer than that to price
     monkeypatch.setattr(om, "_PRICES", {})  # priced now, not remembered from another test
     with pytest.raises(LabError, match=r"'slow\.onnx': cannot be priced before it runs: working out its shapes "
                                        r"takes more than 0\.01 s$"):
-        om.read(H.conv_bomb(1996), "slow.onnx")
+        om.read(hostile_onnx.conv_bomb(1996), "slow.onnx")
 
 
 def test_the_budget_is_the_teachers_to_raise(monkeypatch):
-    blob = H.constant_bomb(16384)
+    blob = hostile_onnx.constant_bomb(16384)
     with pytest.raises(LabError, match="budget of 1 kB a sample"):
         monkeypatch.setenv("LAB_UPLOAD_BYTES", "1000")
         om.read(linear(), "linear.onnx")
@@ -268,13 +268,13 @@ def test_the_budget_is_the_teachers_to_raise(monkeypatch):
     assert 2**30 < info.bytes < 2**30 + 10_000 and info.flops == 2 * 2**28 + 2 * 64 * 10 + 10
     monkeypatch.setenv("LAB_UPLOAD_FLOPS", "7e9")
     with pytest.raises(LabError, match=r"costs 7\.58 GFLOPs a sample .* budget of 7 GFLOPs"):
-        om.read(H.conv_bomb(2), "two.onnx")
+        om.read(hostile_onnx.conv_bomb(2), "two.onnx")
 
 
 def test_the_price_of_convolutions_and_products_is_exact_and_the_rest_leans_high():
     from lab.scenario import onnx_cost
 
-    model = onnx.ModelProto.FromString(H.conv_bomb(2))
+    model = onnx.ModelProto.FromString(hostile_onnx.conv_bomb(2))
     at = {b: onnx_cost.cost(model, b) for b in (1, 3)}
     shared = 2 * 64 * 64 * 9 * 224 * 224  # out elements x in channels x kernel, twice
     first = 2 * 64 * 3 * 9 * 224 * 224
@@ -335,7 +335,7 @@ def test_the_price_of_matrix_operators_is_torchs_own_count():
         assert priced.flops >= convs + products
 
 
-@pytest.mark.parametrize("where", H.EXTERNAL_PLACES)
+@pytest.mark.parametrize("where", hostile_onnx.EXTERNAL_PLACES)
 def test_whether_a_named_file_exists_on_the_server_is_never_told(where, tmp_path, monkeypatch):
     from lab.settings import ROOT
 
@@ -346,7 +346,7 @@ def test_whether_a_named_file_exists_on_the_server_is_never_told(where, tmp_path
                          (tmp_path, "/etc/passwd")):
         monkeypatch.chdir(folder)  # a relative location is read from where the server runs
         with pytest.raises(LabError) as got:
-            om.keep(H.external_data(path, where), "probe.onnx")
+            om.keep(hostile_onnx.external_data(path, where), "probe.onnx")
         said.add(str(got.value))
     assert said == {"model file: 'probe.onnx': keeps weights in other files; the lab takes only a model whose "
                     "weights are inside it (save it with save_as_external_data=False)"}
@@ -365,7 +365,7 @@ def test_an_empty_upload_says_so_on_the_page():
 
 def test_the_server_runs_an_uploaded_network_on_two_samples_at_most_whatever_the_batch():
     # 256 kB a sample of ones made from the batch's shape: 16 GiB if anything ran it at a batch of 65,536
-    info = om.keep(H.batch_bomb(65536), "grows.onnx")
+    info = om.keep(hostile_onnx.batch_bomb(65536), "grows.onnx")
     assert 65536 * 4 < info.bytes < 65536 * 4 + 10_000
     net = build_model(info.name, 64, 10)
     seen: list[int] = []

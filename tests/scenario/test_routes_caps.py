@@ -98,51 +98,51 @@ def test_ring_keys_from_the_route_table_equal_routes_looked_up_one_by_one(star):
 def test_the_ring_search_limit_never_binds_up_to_16_devices(seed):
     from tests.modelled.test_collectives import random_topology
 
-    from lab.modelled import collectives as C
+    from lab.modelled import collectives
 
     topo = random_topology(300 + seed, 12 + seed % 5)
     names = topo.device_names
-    bounded, free = C.heuristic_ring_order(topo, names), C.heuristic_ring_order(topo, names, work=10 ** 12)
+    bounded, free = collectives.heuristic_ring_order(topo, names), collectives.heuristic_ring_order(topo, names, work=10 ** 12)
     assert (bounded.names, bounded.evaluated) == (free.names, free.evaluated)
     assert "work limit" not in bounded.method
 
 
 def test_the_ring_search_at_the_caps_stops_at_its_limit_with_a_valid_ring(star):
-    from lab.modelled import collectives as C
+    from lab.modelled import collectives
     from lab.modelled.collectives.explore import RING_SEARCH_WORK
 
-    names = C.default_participants(star)
+    names = collectives.default_participants(star)
     assert len(names) == 64
-    r = C.heuristic_ring_order(star, names)
+    r = collectives.heuristic_ring_order(star, names)
     assert "work limit" in r.method and r.evaluated * len(names) <= RING_SEARCH_WORK
     assert sorted(r.names) == sorted(names) and r.names[0] == names[0]
     assert -_reference_ring_key(star, list(r.names))[0] == r.slowest_hop_bandwidth
 
 
 def test_sweeps_with_shared_routes_equal_each_schedule_timed_alone(star):
-    from lab.modelled import collectives as C
+    from lab.modelled import collectives
 
-    names = C.default_participants(star)[:20]
-    setup = C.Setup(tuple(names), None, tuple(map(tuple, C.topology_groups(star, names))),
-                    C.default_host(star, names))
-    curves = {a: (a, setup) for a in C.ALGORITHMS}
+    names = collectives.default_participants(star)[:20]
+    setup = collectives.Setup(tuple(names), None, tuple(map(tuple, collectives.topology_groups(star, names))),
+                    collectives.default_host(star, names))
+    curves = {a: (a, setup) for a in collectives.ALGORITHMS}
     sizes = [4096, 1 << 20, 3 * (1 << 20) + 12]
-    swept = C.sweep_sizes(star, curves, sizes)
+    swept = collectives.sweep_sizes(star, curves, sizes)
     for label, (alg, s) in curves.items():
-        assert swept[label] == (sizes, [C.schedule_time(s.schedule(alg, n), star).seconds for n in sizes])
-    by_n = C.sweep_devices(star, curves, 1 << 20)
+        assert swept[label] == (sizes, [collectives.schedule_time(s.schedule(alg, n), star).seconds for n in sizes])
+    by_n = collectives.sweep_devices(star, curves, 1 << 20)
     from lab.modelled.collectives.explore import sweep_ns
 
     for label, (alg, s) in curves.items():
         assert by_n[label][0] == sweep_ns(20) == list(range(2, 21))
-        assert by_n[label][1] == [C.schedule_time(s.prefix(k).schedule(alg, 1 << 20), star).seconds
+        assert by_n[label][1] == [collectives.schedule_time(s.prefix(k).schedule(alg, 1 << 20), star).seconds
                                   for k in by_n[label][0]]
     # and the messages of one step, with and without the kept routes
     sched = setup.schedule("ring", 1 << 20)
     shares: dict = {}
     for st in sched.steps[:3]:
-        msgs = C.timing.step_messages(sched, st)
-        assert C.messages_time(star, msgs, shares) == C.messages_time(star, msgs)
+        msgs = collectives.timing.step_messages(sched, st)
+        assert collectives.messages_time(star, msgs, shares) == collectives.messages_time(star, msgs)
 
 
 def test_sweep_against_n_takes_a_bounded_spread_of_n():
@@ -156,23 +156,23 @@ def test_sweep_against_n_takes_a_bounded_spread_of_n():
 
 def test_the_allreduce_page_explores_at_most_64_devices(star):
     from lab.errors import LabError
-    from lab.modelled import collectives as C
+    from lab.modelled import collectives
 
-    C.check_explored(C.default_participants(star))
+    collectives.check_explored(collectives.default_participants(star))
     with pytest.raises(LabError, match="at least two"):
-        C.check_explored(["d001"])
+        collectives.check_explored(["d001"])
     with pytest.raises(LabError, match="at most 64 devices"):
-        C.check_explored(star.device_names[:65])
+        collectives.check_explored(star.device_names[:65])
 
 
 def test_the_step_through_draws_one_step_whatever_the_schedules_size():
     """The page's one step control picks the step: the figure holds that step only (no frames of every step),
     so a schedule of 64 devices costs what a small one does per step."""
     from lab.figures.allreduce import step_figure
-    from lab.modelled import collectives as C
+    from lab.modelled import collectives
 
     for n in (8, 64):
-        s = C.build_schedule("ring", n, 1 << 20, with_state=True)
+        s = collectives.build_schedule("ring", n, 1 << 20, with_state=True)
         fig = step_figure(s, 1, "ring")
         assert not fig.frames and not fig.layout.sliders and not fig.layout.updatemenus
         assert len(fig.data[3].y) == n  # the grid: one row per device

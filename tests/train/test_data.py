@@ -75,21 +75,21 @@ def test_digits_load_once_under_concurrent_sessions(tmp_path, monkeypatch):
     a single .npz load: concurrent np.load of the header raised SystemError in CPython 3.11."""
     import threading
 
-    import lab.train.data as D
+    import lab.train.data as data_mod
 
     monkeypatch.setenv("LAB_DATA", str(tmp_path))
-    x0, y0 = D._digits_arrays()  # writes the cache file of this LAB_DATA
-    D._DIGITS.clear()
+    x0, y0 = data_mod._digits_arrays()  # writes the cache file of this LAB_DATA
+    data_mod._DIGITS.clear()
     calls = []
     real = np.load
-    monkeypatch.setattr(D.np, "load", lambda *a, **k: calls.append(1) or real(*a, **k))
+    monkeypatch.setattr(data_mod.np, "load", lambda *a, **k: calls.append(1) or real(*a, **k))
     out, errors = [], []
     barrier = threading.Barrier(8)
 
     def go():
         barrier.wait()
         try:
-            out.append(D._digits_arrays())
+            out.append(data_mod._digits_arrays())
         except Exception as exc:  # noqa: BLE001 - collected for the assertion
             errors.append(exc)
 
@@ -102,4 +102,4 @@ def test_digits_load_once_under_concurrent_sessions(tmp_path, monkeypatch):
     for x, y in out:
         assert np.array_equal(x, x0) and np.array_equal(y, y0)
     out[0][0][0, 0] = 99.0  # callers get copies: the cache stays intact
-    assert D._digits_arrays()[0][0, 0] == x0[0, 0]
+    assert data_mod._digits_arrays()[0][0, 0] == x0[0, 0]

@@ -10,21 +10,21 @@ import pytest
 import torch
 
 from lab.scenario.document import Training
-from lab.train import resilience as R
+from lab.train import resilience
 
 
 def test_checkpoints_newest_pruned_and_loaded_as_weights_only(tmp_path):
     for step in (5, 10, 15):
-        R.save_atomic({"w": torch.full((3,), float(step)), "step": step}, tmp_path / R.main_name(step))
-        R.save_atomic({"rank": 1}, tmp_path / R.rank_name(step, 1))
+        resilience.save_atomic({"w": torch.full((3,), float(step)), "step": step}, tmp_path / resilience.main_name(step))
+        resilience.save_atomic({"rank": 1}, tmp_path / resilience.rank_name(step, 1))
     (tmp_path / "step000099.pt.tmp").write_bytes(b"half a file")  # a save cut off: not a checkpoint
-    assert R.latest_checkpoint(tmp_path) == 15
-    got = R.load(tmp_path / R.main_name(15))
+    assert resilience.latest_checkpoint(tmp_path) == 15
+    got = resilience.load(tmp_path / resilience.main_name(15))
     assert torch.equal(got["w"], torch.full((3,), 15.0)) and got["step"] == 15
-    R.prune(tmp_path, keep=2)
+    resilience.prune(tmp_path, keep=2)
     assert sorted(f.name for f in tmp_path.glob("step*.pt")) == [
-        R.main_name(10), R.rank_name(10, 1), R.main_name(15), R.rank_name(15, 1)]
-    assert R.latest_checkpoint(tmp_path / "nothing here") is None
+        resilience.main_name(10), resilience.rank_name(10, 1), resilience.main_name(15), resilience.rank_name(15, 1)]
+    assert resilience.latest_checkpoint(tmp_path / "nothing here") is None
 
 
 class Boom:
@@ -33,73 +33,73 @@ class Boom:
 
 
 def test_a_checkpoint_holding_code_is_refused(tmp_path):
-    path = tmp_path / R.main_name(1)
+    path = tmp_path / resilience.main_name(1)
     with open(path, "wb") as f:
         torch.save({"evil": Boom()}, f)
     with pytest.raises(pickle.UnpicklingError):
-        R.load(path)
+        resilience.load(path)
 
 
 def test_heartbeat_file_follows_the_step_and_says_goodbye(tmp_path):
     step = {"n": 3}
     path = tmp_path / "beat.json"
-    hb = R.Heartbeat(path, lambda: step["n"], every=30.0).start()  # a long period: the test beats by hand
+    hb = resilience.Heartbeat(path, lambda: step["n"], every=30.0).start()  # a long period: the test beats by hand
     try:
-        first = R.read_heartbeat(path)
+        first = resilience.read_heartbeat(path)
         assert first["step"] == 3 and first["pid"] == os.getpid() and first["phase"] in ("busy", "comm")
         time.sleep(0.01)
         hb.beat()
-        assert R.read_heartbeat(path)["progress_t"] == first["progress_t"]  # same step: no progress
+        assert resilience.read_heartbeat(path)["progress_t"] == first["progress_t"]  # same step: no progress
         step["n"] = 4
         hb.beat()
-        now = R.read_heartbeat(path)
+        now = resilience.read_heartbeat(path)
         assert now["step"] == 4 and now["progress_t"] > first["progress_t"]
     finally:
         hb.stop("exiting")
-    assert R.read_heartbeat(path)["phase"] == "exiting"
+    assert resilience.read_heartbeat(path)["phase"] == "exiting"
     path.write_text("{not json")
-    assert R.read_heartbeat(path) is None and R.read_heartbeat(tmp_path / "missing") is None
+    assert resilience.read_heartbeat(path) is None and resilience.read_heartbeat(tmp_path / "missing") is None
 
 
 def test_work_inside_a_step_a_planned_wait_and_the_end_of_a_wait_for_peers_move_the_heartbeat(tmp_path):
     from lab.comm.peers import waiting_for_peers
 
     path = tmp_path / "beat.json"
-    hb = R.Heartbeat(path, lambda: 7, every=30.0).start()  # the step never changes; the test beats by hand
+    hb = resilience.Heartbeat(path, lambda: 7, every=30.0).start()  # the step never changes; the test beats by hand
 
     def moved_since(before: dict) -> bool:
         time.sleep(0.01)
         hb.beat()
-        return R.read_heartbeat(path)["progress_t"] > before["progress_t"]
+        return resilience.read_heartbeat(path)["progress_t"] > before["progress_t"]
 
     try:
-        idle = R.read_heartbeat(path)
+        idle = resilience.read_heartbeat(path)
         assert not moved_since(idle)
-        R.progressed()  # an operator of a placement run done
+        resilience.progressed()  # an operator of a placement run done
         assert moved_since(idle)
-        before = R.read_heartbeat(path)
-        with R.planned_wait(3600.0):  # an emulated device's hour: every beat inside it moves
+        before = resilience.read_heartbeat(path)
+        with resilience.planned_wait(3600.0):  # an emulated device's hour: every beat inside it moves
             assert moved_since(before)
-            inside = R.read_heartbeat(path)
+            inside = resilience.read_heartbeat(path)
             assert moved_since(inside)
-        after = R.read_heartbeat(path)
+        after = resilience.read_heartbeat(path)
         assert moved_since(after)  # the wait's end is work done
-        done = R.read_heartbeat(path)
+        done = resilience.read_heartbeat(path)
         assert not moved_since(done)
-        with R.planned_wait(0.0):  # a planned wait past its end moves nothing until it ends
-            assert not moved_since(R.read_heartbeat(path))
-        assert moved_since(R.read_heartbeat(path))  # ... and its end is work done
-        before = R.read_heartbeat(path)
+        with resilience.planned_wait(0.0):  # a planned wait past its end moves nothing until it ends
+            assert not moved_since(resilience.read_heartbeat(path))
+        assert moved_since(resilience.read_heartbeat(path))  # ... and its end is work done
+        before = resilience.read_heartbeat(path)
         with waiting_for_peers():  # however long a wait for peers lasts, it moves nothing while it lasts
             assert not moved_since(before)
-            assert R.read_heartbeat(path)["phase"] == "comm"
+            assert resilience.read_heartbeat(path)["phase"] == "comm"
         assert moved_since(before)  # its end does: the worker is back at work
-        after = R.read_heartbeat(path)
+        after = resilience.read_heartbeat(path)
         assert not moved_since(after)
         with waiting_for_peers():  # a wait no beat saw (a heartbeat thread starved for as long as it lasted)
             pass
         assert moved_since(after)  # ... ended all the same
-        assert not moved_since(R.read_heartbeat(path))
+        assert not moved_since(resilience.read_heartbeat(path))
     finally:
         hb.stop("exiting")
 
@@ -107,13 +107,13 @@ def test_work_inside_a_step_a_planned_wait_and_the_end_of_a_wait_for_peers_move_
 def test_attempt_reads_the_restart_count(monkeypatch):
     monkeypatch.delenv("LAB_ATTEMPT", raising=False)
     monkeypatch.delenv("TORCHELASTIC_RESTART_COUNT", raising=False)
-    assert R.attempt() == 0
+    assert resilience.attempt() == 0
     monkeypatch.setenv("TORCHELASTIC_RESTART_COUNT", "2")
-    assert R.attempt() == 2
+    assert resilience.attempt() == 2
     monkeypatch.setenv("LAB_ATTEMPT", "1")
-    assert R.attempt() == 1  # the lab's own launcher's count comes first
+    assert resilience.attempt() == 1  # the lab's own launcher's count comes first
     monkeypatch.setenv("TORCHELASTIC_MAX_RESTARTS", "3")
-    assert R.torchrun_restarts_left()
+    assert resilience.torchrun_restarts_left()
 
 
 def test_a_fault_fires_once_where_the_scenario_puts_it(monkeypatch):
@@ -121,14 +121,14 @@ def test_a_fault_fires_once_where_the_scenario_puts_it(monkeypatch):
     monkeypatch.delenv("TORCHELASTIC_RESTART_COUNT", raising=False)
     tr = Training(fault="raise", fault_worker=1, fault_step=7)
     seen = []
-    R.inject(tr, rank=0, step=7, record=seen.append)
-    R.inject(tr, rank=1, step=6, record=seen.append)
+    resilience.inject(tr, rank=0, step=7, record=seen.append)
+    resilience.inject(tr, rank=1, step=6, record=seen.append)
     assert seen == []
     with pytest.raises(RuntimeError, match="worker 1 raised at step 7"):
-        R.inject(tr, rank=1, step=7, record=seen.append)
+        resilience.inject(tr, rank=1, step=7, record=seen.append)
     assert seen == [{"kind": "raise", "rank": 1, "pid": os.getpid()}]
     monkeypatch.setenv("LAB_ATTEMPT", "1")
-    R.inject(tr, rank=1, step=7, record=seen.append)  # a restarted job runs past it
+    resilience.inject(tr, rank=1, step=7, record=seen.append)  # a restarted job runs past it
     assert len(seen) == 1
 
 
@@ -145,7 +145,7 @@ def test_the_main_thread_says_when_it_waits_for_its_peers_whatever_its_functions
         done = threading.Event()
 
         def from_heartbeat_thread():  # the heartbeat reads the main thread from its own thread
-            seen[key] = R.main_thread_phase()[0]
+            seen[key] = resilience.main_thread_phase()[0]
             done.set()
 
         threading.Thread(target=from_heartbeat_thread).start()
@@ -178,7 +178,7 @@ def test_a_worker_inside_torch_compile_is_in_the_compile_phase():
     t.start()
     try:
         assert started.wait(10)
-        assert R.main_thread_phase(t.ident)[0] == "compile"
+        assert resilience.main_thread_phase(t.ident)[0] == "compile"
     finally:
         ev.set()
         t.join()
@@ -217,10 +217,10 @@ def test_a_placement_stage_waiting_for_its_messages_to_be_taken_waits_for_its_pe
 
     class Sent:  # a send handle: its wait() is what gloo's isend work blocks in
         def wait(self):
-            phases.append(R.main_thread_phase(threading.get_ident())[0])
+            phases.append(resilience.main_thread_phase(threading.get_ident())[0])
 
     stage = SimpleNamespace(handles=[Sent(), Sent()], keep=["buffer"])
     PlacementTrainer._wait_sent(stage)
     assert phases == ["comm", "comm"]
     assert stage.handles == [] and stage.keep == []
-    assert R.main_thread_phase(threading.get_ident())[0] == "busy"
+    assert resilience.main_thread_phase(threading.get_ident())[0] == "busy"

@@ -18,7 +18,7 @@ import pandas as pd
 import pytest
 
 from app import PAGES
-from lab.view import state as V
+from lab.view import state
 from lab.view.lessons import Lesson, load_lessons
 from tests.conftest import ROOT
 
@@ -39,7 +39,7 @@ def about_claims() -> list[str]:
 def view_of(lesson: Lesson, **step: Any) -> dict[str, Any]:
     """The controls as the lesson opens its page (the table's defaults, the lesson's view on top), with
     what a step sets on top of those."""
-    return {**V.defaults(lesson.scenario(FOLDER)), **lesson.view, **step}
+    return {**state.defaults(lesson.scenario(FOLDER)), **lesson.view, **step}
 
 
 # ---- the pages' calls, as each page makes them --------------------------------------------------------------
@@ -118,24 +118,24 @@ def balancing(lesson: Lesson, **step):
 
 def allreduce(lesson: Lesson, **step):
     """pages/allreduce.py's set-up: the cluster, the devices taking part and the Setup in the chosen ring order."""
-    from lab.modelled import collectives as C
+    from lab.modelled import collectives
 
     sc, v = lesson.scenario(FOLDER), view_of(lesson, **step)
     assert v["ar_source"] == "topology"
     cluster, names = sc.topology, list(v["ar_devices"])
-    given, best = C.given_ring_order(cluster, names), C.best_ring_order(cluster, names)
+    given, best = collectives.given_ring_order(cluster, names), collectives.best_ring_order(cluster, names)
     chosen = best if v["ar_order"] == "lab" else given
-    setup = C.Setup(tuple(names), tuple(names.index(x) for x in chosen.names),
-                    tuple(map(tuple, C.topology_groups(cluster, names))), C.default_host(cluster, names))
+    setup = collectives.Setup(tuple(names), tuple(names.index(x) for x in chosen.names),
+                    tuple(map(tuple, collectives.topology_groups(cluster, names))), collectives.default_host(cluster, names))
     return cluster, names, setup, v
 
 
 def allreduce_times(lesson: Lesson, **step) -> dict[str, float]:
     """The page's table of the four algorithms: algorithm -> modelled seconds."""
-    from lab.modelled import collectives as C
+    from lab.modelled import collectives
 
     cluster, _, setup, v = allreduce(lesson, **step)
-    return {r["algorithm"]: r["seconds"] for r in C.compare_algorithms(cluster, setup, v["ar_size"])}
+    return {r["algorithm"]: r["seconds"] for r in collectives.compare_algorithms(cluster, setup, v["ar_size"])}
 
 
 def sent_over_s(lesson: Lesson, **step) -> dict[str, float]:
@@ -147,12 +147,12 @@ def sent_over_s(lesson: Lesson, **step) -> dict[str, float]:
 
 def triggers(lesson: Lesson, **step):
     """The trigger section: both timelines, from the compute times of the view's work per device."""
-    from lab.modelled import collectives as C
+    from lab.modelled import collectives
 
     cluster, names, setup, v = allreduce(lesson, **step)
-    comp = C.compute_times(cluster, names, v["ar_work"] * 1e9)
+    comp = collectives.compute_times(cluster, names, v["ar_work"] * 1e9)
     plain = setup.schedule(v["ar_alg"], v["ar_size"])
-    return {m: C.trigger_timeline(plain, cluster, comp, m) for m in ("sync", "async")}
+    return {m: collectives.trigger_timeline(plain, cluster, comp, m) for m in ("sync", "async")}
 
 
 def counterexample(lesson: Lesson, **step):
@@ -210,7 +210,7 @@ def cholesky(lesson: Lesson, **step) -> dict:
     from lab.compression import cholesky as chol
 
     v, _, seed = compression_inputs(lesson, **step)
-    return chol.study(chol.example_matrices(seed, int(v["ch_batch"]), V.VIEW["ch_damping"].spec.default,
+    return chol.study(chol.example_matrices(seed, int(v["ch_batch"]), state.VIEW["ch_damping"].spec.default,
                                             int(v["ch_workers"]), bool(v["ch_by_class"]))[v["ch_matrix"]])
 
 
@@ -303,10 +303,10 @@ def _host_over_ring(x):
 
 
 def _fastest_at_4k(x):
-    from lab.modelled import collectives as C
+    from lab.modelled import collectives
 
     t = allreduce_times(x, ar_size=4 << 10)
-    return C.ALGORITHM_LABELS[min(t, key=t.get)]
+    return collectives.ALGORITHM_LABELS[min(t, key=t.get)]
 
 
 def _ring_sent(x):
@@ -317,10 +317,10 @@ def _ring_sent(x):
 
 def _lab_order_time(x):
     from lab.figures.style import time_unit
-    from lab.modelled import collectives as C
+    from lab.modelled import collectives
 
     cluster, _, setup, v = allreduce(x, ar_order="lab")
-    seconds = C.schedule_time(setup.schedule(v["ar_alg"], v["ar_size"]), cluster).seconds
+    seconds = collectives.schedule_time(setup.schedule(v["ar_alg"], v["ar_size"]), cluster).seconds
     scale, unit = time_unit(seconds)
     return seconds * scale, unit
 
@@ -429,11 +429,11 @@ def _never_start(x):
 
 
 def _worker0_shard(x):
-    from lab.train import data as D
+    from lab.train import data as data_mod
 
     tr = x.scenario(FOLDER).training
-    ds = D.load_dataset(tr.dataset, tr.dataset_size, tr.seed)
-    return len(D.make_shards(ds.y_train, tr.workers, tr.split, alpha=tr.dirichlet_alpha, seed=tr.seed)[0])
+    ds = data_mod.load_dataset(tr.dataset, tr.dataset_size, tr.seed)
+    return len(data_mod.make_shards(ds.y_train, tr.workers, tr.split, alpha=tr.dirichlet_alpha, seed=tr.seed)[0])
 
 
 def _comparison_items(x):
@@ -441,7 +441,7 @@ def _comparison_items(x):
 
     sc = x.scenario(FOLDER)
     return comparison_scenarios(sc, comparison_compressions(sc.training.compression),
-                                V.VIEW["tr_repeats"].spec.default)  # lesson mode: the default repeats
+                                state.VIEW["tr_repeats"].spec.default)  # lesson mode: the default repeats
 
 
 def _runs_queued(x):
@@ -457,7 +457,7 @@ def _variants(x):
 def _preset_batch_runs(x):
     from lab.machine.fidelity import preset_batch
 
-    return len(preset_batch(steps=V.VIEW["fid_steps"].spec.default))
+    return len(preset_batch(steps=state.VIEW["fid_steps"].spec.default))
 
 
 def _claims(x):
@@ -495,14 +495,14 @@ def _plan_makespan(x):
 
 def _fpga_1f1b_share(x):
     from lab.machine.plan_memory import modelled_peaks
-    from lab.view.placement import plans as P
+    from lab.view.placement import plans
 
     v = view_of(x, pl_schedule="1f1b")  # the step's change
     shown, _, _ = shown_plan(x)
     sc = x.scenario(FOLDER)
     sc = sc.replace(training=sc.training.replace(schedule=v["pl_schedule"]))
-    run = P.plan_scenario(sc, v["pl_model"], v["pl_batch"], v["pl_strategy"],
-                          P.assignment_of(shown, v["pl_strategy"]), v["pl_micro"], v["pl_steps"], v["pl_emulate"])
+    run = plans.plan_scenario(sc, v["pl_model"], v["pl_batch"], v["pl_strategy"],
+                          plans.assignment_of(shown, v["pl_strategy"]), v["pl_micro"], v["pl_steps"], v["pl_emulate"])
     gpipe = run.replace(training=run.training.replace(schedule="gpipe"))
     return modelled_peaks(run)["fpga"] / modelled_peaks(gpipe)["fpga"]
 
@@ -599,14 +599,14 @@ def test_hidden_controls_are_ones_their_page_can_hide():
     for lesson in LESSONS:
         page = Path(lesson.page).stem
         for key in lesson.hide:
-            assert key in HIDEABLE and V.VIEW[key].page == page, (lesson.id, key)
+            assert key in HIDEABLE and state.VIEW[key].page == page, (lesson.id, key)
 
 
 def test_every_lesson_text_is_there_and_its_view_belongs_to_its_page():
     for lesson in LESSONS:
         assert lesson.text(FOLDER).strip(), lesson.id
         page = Path(lesson.page).stem
-        assert all(V.control_for(k).page == page for k in lesson.view), lesson.id
+        assert all(state.control_for(k).page == page for k in lesson.view), lesson.id
         sc = lesson.scenario(FOLDER)
         for name in [*lesson.view.get("ar_devices", ()), lesson.view.get("topo_from"), lesson.view.get("topo_to")]:
             assert name is None or name in sc.topology.device_names, (lesson.id, name)

@@ -7,7 +7,7 @@ import pytest
 
 from lab.comm.measure import fit_rows
 from lab.errors import LabError
-from lab.modelled import collectives as C
+from lab.modelled import collectives
 from lab.processes import LOADED_SHARE
 from lab.scenario.catalogue import preset
 from lab.scenario.units import fmt_rate, fmt_seconds
@@ -17,7 +17,7 @@ from tests.view.sections import by_key, spec
 
 KEYS = ("ar_source", "ar_devices", "ar_n", "ar_bw", "ar_lat", "ar_alg", "ar_size", "ar_order")
 CXL = preset("cxl")
-DEFAULTS = {k: VIEW[k].spec.default for k in KEYS} | {"ar_devices": tuple(C.default_participants(CXL))}
+DEFAULTS = {k: VIEW[k].spec.default for k in KEYS} | {"ar_devices": tuple(collectives.default_participants(CXL))}
 
 
 def model(topo=CXL, **v):
@@ -31,7 +31,7 @@ def frame(section) -> pd.DataFrame:
 def test_the_default_is_the_cxl_ring_with_modelled_numbers():
     m = model()
     assert m.names == ("gpu", "fpga", "asic", "dpu")
-    est = C.schedule_time(C.build_schedule("ring", list(m.names), 4 << 20), CXL)
+    est = collectives.schedule_time(collectives.build_schedule("ring", list(m.names), 4 << 20), CXL)
     s = by_key(view.timing(m))
     assert list(s) == ["ar_time", "ar_slowest", "ar_formula", "ar_step_times", "ar_compare", "ar_vs_size", "ar_vs_n",
                        "ar_sweeps", "ar_uniform"]
@@ -102,8 +102,8 @@ def test_every_algorithm_and_the_lab_ring_order(algorithm):
 
 def test_identical_devices():
     m = model(ar_source="identical", ar_n=7)
-    star = C.uniform_star(7, 25e9, 1e-6)
-    est = C.schedule_time(C.build_schedule("ring", C.default_names(7), 4 << 20), star)
+    star = collectives.uniform_star(7, 25e9, 1e-6)
+    est = collectives.schedule_time(collectives.build_schedule("ring", collectives.default_names(7), 4 << 20), star)
     assert by_key(view.timing(m))["ar_time"].metrics[0] == ("Modelled time", fmt_seconds(est.seconds))
     assert len(view.bytes_moved(m).table) == 7
     table = view.compute(m, 1.0)
@@ -119,14 +119,14 @@ def test_too_few_devices_is_a_clear_message():
 def test_a_changed_topology_keeps_the_devices_that_still_exist_with_a_notice():
     edge = preset("edge")
     assert view.participant_fixes(CXL, ("gpu", "fpga")) == []
-    assert view.participant_fixes(edge, None) == [("ar_devices", tuple(C.default_participants(edge)), None)]
+    assert view.participant_fixes(edge, None) == [("ar_devices", tuple(collectives.default_participants(edge)), None)]
     (key, value, notice), = view.participant_fixes(edge, ("gpu", "fpga"))
-    assert value == tuple(C.default_participants(edge)) and notice.startswith("The topology changed")
+    assert value == tuple(collectives.default_participants(edge)) and notice.startswith("The topology changed")
 
 
 def test_two_pools_scenario_names_the_fabric_and_the_groups():
     topo = preset("two-pools")
-    m = model(topo, ar_alg="hierarchical", ar_devices=tuple(C.default_participants(topo)))
+    m = model(topo, ar_alg="hierarchical", ar_devices=tuple(collectives.default_participants(topo)))
     ring = view.ring(m, "B")
     assert "brute force over all 5040 rings" in ring.intro
     assert "p0-gpu, p0-fpga, p0-asic, p0-dpu; p1-gpu" in ring.values["groups"]
@@ -141,7 +141,7 @@ def test_two_pools_scenario_names_the_fabric_and_the_groups():
 def test_bytes_table_sums_what_the_schedule_sends_and_a_ring_sends_its_share():
     names = CXL.device_names[:4]
     nbytes = 4 << 20
-    sched = C.build_schedule("ring", len(names), nbytes)
+    sched = collectives.build_schedule("ring", len(names), nbytes)
     t = pd.DataFrame(view.bytes_table(sched, nbytes))
     assert list(t["sent (B)"]) == list(sched.sent_bytes()) and list(t["received (B)"]) == list(sched.received_bytes())
     assert t["sent / S"].tolist() == pytest.approx([2 * (len(names) - 1) / len(names)] * len(names), rel=1e-6)
@@ -149,7 +149,7 @@ def test_bytes_table_sums_what_the_schedule_sends_and_a_ring_sends_its_share():
 
 
 def test_each_steps_messages_and_what_the_receiver_does():
-    sched = C.build_schedule("ring", 4, 1 << 20)
+    sched = collectives.build_schedule("ring", 4, 1 << 20)
     for step in (1, len(sched.steps)):
         t = pd.DataFrame(view.transfers_table(sched, step))
         assert len(t) == len(sched.steps[step - 1].transfers)
@@ -249,10 +249,10 @@ def test_sessions_on_one_cluster_share_its_orders_and_sweeps_computed_once(monke
     from lab.memo import SharedCache
     from lab.scenario.topology import Topology
     from lab.testing.caps import cap_topology
-    from lab.view.allreduce import model as M
+    from lab.view.allreduce import model as allreduce_model
 
-    monkeypatch.setattr(M, "_ORDERS", SharedCache(32))
-    monkeypatch.setattr(M, "_SWEEPS", SharedCache(64))
+    monkeypatch.setattr(allreduce_model, "_ORDERS", SharedCache(32))
+    monkeypatch.setattr(allreduce_model, "_SWEEPS", SharedCache(64))
     calls = {"best": 0, "sizes": 0, "n": 0}
 
     def counted(name, fn):
@@ -261,11 +261,11 @@ def test_sessions_on_one_cluster_share_its_orders_and_sweeps_computed_once(monke
             return fn(*a, **kw)
         return wrapped
 
-    monkeypatch.setattr(C, "best_ring_order", counted("best", C.best_ring_order))
-    monkeypatch.setattr(C, "sweep_sizes", counted("sizes", C.sweep_sizes))
-    monkeypatch.setattr(C, "sweep_devices", counted("n", C.sweep_devices))
+    monkeypatch.setattr(collectives, "best_ring_order", counted("best", collectives.best_ring_order))
+    monkeypatch.setattr(collectives, "sweep_sizes", counted("sizes", collectives.sweep_sizes))
+    monkeypatch.setattr(collectives, "sweep_devices", counted("n", collectives.sweep_devices))
     big = cap_topology("star")
-    names = tuple(C.default_participants(big))
+    names = tuple(collectives.default_participants(big))
     v = {k: VIEW[k].spec.default for k in VIEW if k.startswith("ar_")} | {"ar_devices": names}
     seen = []
 
@@ -281,7 +281,7 @@ def test_sessions_on_one_cluster_share_its_orders_and_sweeps_computed_once(monke
     assert calls == {"best": 1, "sizes": 1, "n": 1}  # four sessions at once: one computation
     assert len(seen) == 4 and all(s["ar_vs_size"].chart_input == seen[0]["ar_vs_size"].chart_input for s in seen)
     # the same sweeps as computed afresh
-    fresh = C.sweep_sizes(big, {"ring": ("ring", view.prepare(v, big).setup)}, list(ALLREDUCE_SIZES))
+    fresh = collectives.sweep_sizes(big, {"ring": ("ring", view.prepare(v, big).setup)}, list(ALLREDUCE_SIZES))
     assert seen[0]["ar_vs_size"].chart_input["series"]["ring"] == fresh["ring"]
     other = view.prepare(v | {"ar_size": 4 << 10}, big)  # another buffer size: its own sweep against N
     view.timing(other)

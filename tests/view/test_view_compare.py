@@ -9,7 +9,7 @@ import json
 import pandas as pd
 import pytest
 
-from lab.jobs import comparison as C
+from lab.jobs import comparison as jobs_comparison
 from lab.machine.calibrate import synthetic_profile
 from lab.machine.predict import predict_step
 from lab.store.runs import JOB_WORKER, RunStore
@@ -99,7 +99,7 @@ def test_variants_are_drawn_by_colour_and_line_style_with_their_downloads(data):
 
 
 def test_a_long_run_is_drawn_thinned_and_says_so(data, monkeypatch):
-    monkeypatch.setattr(C, "MAX_CURVE_POINTS", 100)
+    monkeypatch.setattr(jobs_comparison, "MAX_CURVE_POINTS", 100)
     rid = store_rows(data, scenario(), 3000, eval_every=2)
     model = view.comparison_model([rid], 90.0, "step")
     s = by_key(model.sections)
@@ -107,8 +107,8 @@ def test_a_long_run_is_drawn_thinned_and_says_so(data, monkeypatch):
         assert all(len(t.get("x", [])) <= 100 for t in spec(s[key])["data"])
     assert "at most 100 points" in s["cmp_acc"].caption
     m = data.metrics(rid)
-    r = C.run_result(rid, m[m.worker == JOB_WORKER], m[m.worker != JOB_WORKER], 0.9, workers=2)
-    assert s["cmp_summary"].table[0]["final test accuracy (%)"] == C.Spread.of([r.final_acc]).text(100)
+    r = jobs_comparison.run_result(rid, m[m.worker == JOB_WORKER], m[m.worker != JOB_WORKER], 0.9, workers=2)
+    assert s["cmp_summary"].table[0]["final test accuracy (%)"] == jobs_comparison.Spread.of([r.final_acc]).text(100)
     assert len(pd.read_csv(io.StringIO(model.downloads[1]["data"]()))) == len(m)  # every step
 
 

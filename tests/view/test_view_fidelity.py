@@ -77,7 +77,7 @@ def test_calibrate_starts_the_background_calibration_and_its_progress_is_read(da
 
 
 def test_the_preset_batch_is_the_starters_and_says_how_far_it_is(monkeypatch):
-    import lab.machine.fidelity as P
+    import lab.machine.fidelity as machine_fidelity
 
     started = []
 
@@ -93,7 +93,7 @@ def test_the_preset_batch_is_the_starters_and_says_how_far_it_is(monkeypatch):
         def status(self):
             return self.state
 
-    monkeypatch.setattr(P, "FidelityBatch", FakeBatch)
+    monkeypatch.setattr(machine_fidelity, "FidelityBatch", FakeBatch)
     batch = view.start_batch(None, synthetic_profile(), 30, "me")
     assert started == [(30, "me")]
     p = view.batch_progress(batch)

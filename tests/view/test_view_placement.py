@@ -299,20 +299,20 @@ def test_a_failed_run_says_its_reason_in_one_line(tmp_path, monkeypatch):
 
 
 def test_the_memory_table_sets_each_device_beside_its_model_and_the_other_schedules():
-    from lab.view.placement import plans as P
+    from lab.view.placement import plans
 
     out = {"schedule": "1f1b", "memory": [
         {"device": "fpga0", "measured": 3 * 2**20, "modelled": 2 * 2**20, "error": 0.5},
         {"device": "<b>gpu</b>", "measured": None, "modelled": 2**20, "error": None}],
         "memory_by_schedule": {"gpipe": {"fpga0": 4 * 2**20, "<b>gpu</b>": 4 * 2**20}, "1f1b": None}}
-    rows = P.memory_table(out)
+    rows = plans.memory_table(out)
     assert rows[0] == {"device": "fpga0", "measured (MB)": "3.146", "modelled (MB)": "2.097", "measured / modelled − 1": "+50.0%",
                        "modelled under GPipe (MB)": "4.194"}
     assert rows[1]["device"] == "<b>gpu</b>" and rows[1]["measured (MB)"] == "—"  # a cell, shown as text
-    assert P.peak_pair(out["memory"]) == "3.15 MB / 2.1 MB"
-    assert P.peak_pair([]) == "—"
+    assert plans.peak_pair(out["memory"]) == "3.15 MB / 2.1 MB"
+    assert plans.peak_pair([]) == "—"
     out["memory_by_schedule"]["gpipe"] = None  # a schedule the plan cannot run has no column value
-    assert P.memory_table(out)[0]["modelled under GPipe (MB)"] == "—"
+    assert plans.memory_table(out)[0]["modelled under GPipe (MB)"] == "—"
 
 
 def test_every_strategy_under_1f1b_runs_the_plans_1f1b_can_run_and_no_other():
@@ -321,22 +321,22 @@ def test_every_strategy_under_1f1b_runs_the_plans_1f1b_can_run_and_no_other():
     from lab.scenario.document import Scenario, Training
     from lab.scenario.models import build_model
     from lab.train import placement_run
-    from lab.view.placement import plans as P
+    from lab.view.placement import plans
 
     topo = preset("cxl")
     g = TaskGraph.from_model(trace(build_model("cnn", 64, 10), 32, 64), topo).with_pins({"conv1": "fpga"})
     base = Scenario("s", topo, Training(model="cnn", pins=(("conv1", "fpga"),), schedule="1f1b"))
-    got = P.strategy_scenarios(base, g, "cnn", 32, 4, 5, False, 1)
+    got = plans.strategy_scenarios(base, g, "cnn", 32, 4, 5, False, 1)
     ran = {sc.training.strategy for sc, _ in got}
     refused = set()
-    for name in P.STRATEGY_NAMES:  # the reference: what the run itself refuses before any process starts
-        sc = P.plan_scenario(base, "cnn", 32, name, P.assignment_of(g, name), 4, 5, False)
+    for name in plans.STRATEGY_NAMES:  # the reference: what the run itself refuses before any process starts
+        sc = plans.plan_scenario(base, "cnn", 32, name, plans.assignment_of(g, name), 4, 5, False)
         try:
             placement_run.check_placement(sc)
         except LabError:
             refused.add(name)
-    assert refused and ran == set(P.STRATEGY_NAMES) - refused
+    assert refused and ran == set(plans.STRATEGY_NAMES) - refused
     assert all(sc.training.schedule == "1f1b" for sc, _ in got)
-    gpipe = P.strategy_scenarios(base.replace(training=base.training.replace(schedule="gpipe")), g, "cnn", 32, 4, 5,
+    gpipe = plans.strategy_scenarios(base.replace(training=base.training.replace(schedule="gpipe")), g, "cnn", 32, 4, 5,
                                  False, 1)
-    assert {sc.training.strategy for sc, _ in gpipe} == set(P.STRATEGY_NAMES)  # GPipe runs every plan
+    assert {sc.training.strategy for sc, _ in gpipe} == set(plans.STRATEGY_NAMES)  # GPipe runs every plan

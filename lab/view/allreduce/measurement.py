@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 from typing import Callable, Sequence
 
-from lab.comm import measure as M
+from lab.comm import measure as comm_measure
 from lab.machine.fit import profile_errors
 from lab.machine.profile import load_profile
 from lab.modelled.collectives import GEOMEAN_ERROR_DEFINITION
@@ -34,9 +34,9 @@ def measure(procs: int, top: int, iters: int, progress: Callable[[float, str], N
     size; every row carries how busy the machine was with other work meanwhile (``load``,
     :class:`lab.processes.LoadMeter`). ``progress(fraction, text)`` hears of every row."""
     tell = None if progress is None else (
-        lambda d, t, r: progress(d / t, f"{d} of {t}: {r['impl']} at {M.human_bytes(r['size'])}"))
+        lambda d, t, r: progress(d / t, f"{d} of {t}: {r['impl']} at {comm_measure.human_bytes(r['size'])}"))
     meter = LoadMeter()
-    rows = M.measure(int(procs), M.sizes_between(SMALLEST, int(top), 4), int(iters), warmup=1, timeout=90,
+    rows = comm_measure.measure(int(procs), comm_measure.sizes_between(SMALLEST, int(top), 4), int(iters), warmup=1, timeout=90,
                      op_timeout=30, progress=tell)
     load = meter.result()  # after the workers are reaped: their time is the measurement's own
     return [{**r, "load": load} for r in rows]
@@ -84,7 +84,7 @@ def _profile_note(rows: Sequence[dict]) -> tuple[dict, str, str]:
 def measured(rows: Sequence[dict]) -> list[Section]:
     """The measured times beside the fitted α-β model (and the machine profile's), the table, and each fit in
     numbers: a fit that cannot be right as a notice saying why, and a measurement under load with its warning."""
-    fits = {impl: M.fit_rows(rows, impl) for impl in M.IMPLS}
+    fits = {impl: comm_measure.fit_rows(rows, impl) for impl in comm_measure.IMPLS}
     problems = {impl: p for impl, f in fits.items() if (p := fit_problem(f)) is not None}
     shown = {impl: (None if impl in problems else f) for impl, f in fits.items()}
     profile, created, note = _profile_note(rows)
@@ -98,7 +98,7 @@ def measured(rows: Sequence[dict]) -> list[Section]:
                                 ":material/speed:"),) if load else (),
                 caption="markers: median time (bars: fastest and slowest iteration); dashed lines: the fitted α-β "
                         "model (modelled)" + note + "."),
-        Section("ar_measured_times", table=measured_table(rows, shown, M.IMPL_LABELS), kind="measured"),
+        Section("ar_measured_times", table=measured_table(rows, shown, comm_measure.IMPL_LABELS), kind="measured"),
         Section("ar_fits", intro=words or None, kind="measured",
                 notices=tuple(Notice(f"{impl}: no α-β model is shown, because {p}. Measure larger sizes, or on a "
                                      "quiet machine.", "warning", ":material/warning:") for impl, p in problems.items()),

@@ -10,7 +10,7 @@ from typing import Any, Mapping, Sequence
 
 from lab.comm.measure import human_bytes
 from lab.memo import SharedCache
-from lab.modelled import collectives as C
+from lab.modelled import collectives
 from lab.scenario.names import ALGORITHM_LABELS
 from lab.scenario.topology import Topology
 from lab.scenario.units import fmt_rate, fmt_seconds, time_unit
@@ -69,10 +69,10 @@ class AllReduce:
     given: Any  # lab.modelled.collectives.RingOrder: the ring as listed
     best: Any  # ... and in the lab's order
     chosen: Any
-    setup: C.Setup
+    setup: collectives.Setup
 
     @cached_property
-    def schedule(self) -> C.CollectiveSchedule:
+    def schedule(self) -> collectives.CollectiveSchedule:
         """The chosen algorithm's schedule with every device's chunks after each step (the step-through)."""
         return self.setup.schedule(self.algorithm, self.nbytes, with_state=True)
 
@@ -85,7 +85,7 @@ def participant_fixes(topo: Topology, chosen: Sequence[str] | None) -> list[tupl
     """The devices taking part after the topology changed (a new topology, or a link's default): those that still
     exist, else its defaults, as (key, value, notice) for the page to set before the picker is drawn."""
     before = tuple(chosen or ())
-    fitted, changed = fit_subset(before, topo.device_names, C.default_participants(topo))
+    fitted, changed = fit_subset(before, topo.device_names, collectives.default_participants(topo))
     if not changed:
         return []
     return [("ar_devices", fitted, None if not before else
@@ -98,14 +98,14 @@ def prepare(v: Mapping[str, Any], topo: Topology) -> AllReduce:
         cluster, names = topo, list(v["ar_devices"])
     else:
         n = int(v["ar_n"])
-        cluster, names = C.uniform_star(n, float(v["ar_bw"]) * 1e9, float(v["ar_lat"]) * 1e-6), C.default_names(n)
-    C.check_explored(names)
+        cluster, names = collectives.uniform_star(n, float(v["ar_bw"]) * 1e9, float(v["ar_lat"]) * 1e-6), collectives.default_names(n)
+    collectives.check_explored(names)
     key = cluster.to_json(indent=None)
-    given, best = _ORDERS.get((key, tuple(names)), lambda: (C.given_ring_order(cluster, names),
-                                                            C.best_ring_order(cluster, names)))
+    given, best = _ORDERS.get((key, tuple(names)), lambda: (collectives.given_ring_order(cluster, names),
+                                                            collectives.best_ring_order(cluster, names)))
     chosen = best if v["ar_order"] == "lab" else given
-    setup = C.Setup(tuple(names), tuple(names.index(x) for x in chosen.names),
-                    tuple(map(tuple, C.topology_groups(cluster, names))), C.default_host(cluster, names))
+    setup = collectives.Setup(tuple(names), tuple(names.index(x) for x in chosen.names),
+                    tuple(map(tuple, collectives.topology_groups(cluster, names))), collectives.default_host(cluster, names))
     return AllReduce(cluster, key, tuple(names), v["ar_alg"], int(v["ar_size"]), given, best, chosen, setup)
 
 
@@ -113,13 +113,13 @@ def sweeps(m: AllReduce) -> tuple[list[dict], dict, dict]:
     """The four algorithms at the chosen size, and every algorithm's time against size and against N (with the
     ring in the lab's order too), as kept for the cluster's value."""
     cluster, setup, nbytes = m.cluster, m.setup, m.nbytes
-    curves = {a: (a, setup) for a in C.ALGORITHMS}
-    curves["ring (lab order)"] = ("ring", C.Setup(setup.participants, tuple(m.names.index(x) for x in m.best.names),
+    curves = {a: (a, setup) for a in collectives.ALGORITHMS}
+    curves["ring (lab order)"] = ("ring", collectives.Setup(setup.participants, tuple(m.names.index(x) for x in m.best.names),
                                                   setup.groups, setup.host))
     return _SWEEPS.get((m.cluster_key, setup, curves["ring (lab order)"][1], nbytes),
-                       lambda: (C.compare_algorithms(cluster, setup, nbytes),
-                                C.sweep_sizes(cluster, curves, list(ALLREDUCE_SIZES)),
-                                C.sweep_devices(cluster, curves, nbytes)))
+                       lambda: (collectives.compare_algorithms(cluster, setup, nbytes),
+                                collectives.sweep_sizes(cluster, curves, list(ALLREDUCE_SIZES)),
+                                collectives.sweep_devices(cluster, curves, nbytes)))
 
 
 def ring(m: AllReduce, badge: str) -> Section:
@@ -187,18 +187,18 @@ def timing(m: AllReduce, lesson: bool = False) -> list[Section]:
     size and N; outside lesson mode also every step's time and the uniform model up to N = 1024."""
     cluster, setup, nbytes = m.cluster, m.setup, m.nbytes
     est = _SWEEPS.get((m.cluster_key, setup, m.algorithm, nbytes, "time"),
-                      lambda: C.schedule_time(setup.schedule(m.algorithm, nbytes), cluster))
+                      lambda: collectives.schedule_time(setup.schedule(m.algorithm, nbytes), cluster))
     rates = {x.bandwidth for s in est.steps for x in s.messages if x.nbytes > 0}
     scale, unit = time_unit(max(s.seconds for s in est.steps))
     out = [Section("ar_time", metrics=(("Modelled time", fmt_seconds(est.seconds)),
                                        ("algbw", fmt_rate(est.algbw), ALGBW_HELP),
                                        ("busbw", fmt_rate(est.busbw), BUSBW_HELP))),
-           Section("ar_slowest", values={"link": C.link_label(cluster, est.bottleneck)},
+           Section("ar_slowest", values={"link": collectives.link_label(cluster, est.bottleneck)},
                    intro="**Slowest link: {link}**, the narrowest hop of the slowest message in steps taking "
                          f"{100 * est.bottleneck_seconds / max(est.seconds, 1e-30):.0f}% of the time"
                          + (" (every message gets the same bandwidth here, so this is the first of equals)."
                             if len(rates) == 1 else ".")),
-           Section("ar_formula", kind="modelled", text=f"$$\n{C.BANDWIDTH_FORMULA}\n$$",
+           Section("ar_formula", kind="modelled", text=f"$$\n{collectives.BANDWIDTH_FORMULA}\n$$",
                    caption="algbw and busbw as nccl-tests defines them for all-reduce (S = buffer per device, "
                            "t = time, N = devices):")]
     if not lesson:
@@ -223,7 +223,7 @@ def uniform(m: AllReduce) -> Section:
     alpha = max(m.cluster.path(a, b).latency for a, b in hops)
     beta = 1 / m.chosen.slowest_hop_bandwidth
     return Section("ar_uniform", chart="allreduce.time_vs_n_figure", kind="modelled", caption=UNIFORM_CAPTION,
-                   chart_input=dict(series=C.sweep_uniform([2 ** k for k in range(1, 11)], m.nbytes, alpha, beta),
+                   chart_input=dict(series=collectives.sweep_uniform([2 ** k for k in range(1, 11)], m.nbytes, alpha, beta),
                                     title=f"uniform model up to N = 1024: t = steps·α + bytes·β, α = "
                                           f"{fmt_seconds(alpha)}, β = 1/({fmt_rate(1 / beta)})", log_x=True))
 
@@ -237,7 +237,7 @@ def trigger_head(lesson: bool = False) -> list[Section]:
 
 def compute(m: AllReduce, gflop: float):
     """Each device's compute time for ``gflop`` GFLOP of matrix multiplies, as the table the page edits."""
-    return compute_table(m.names, C.compute_times(m.cluster, m.names, float(gflop) * 1e9))
+    return compute_table(m.names, collectives.compute_times(m.cluster, m.names, float(gflop) * 1e9))
 
 
 def trigger(m: AllReduce, edited, lesson: bool = False) -> list[Section]:
@@ -248,7 +248,7 @@ def trigger(m: AllReduce, edited, lesson: bool = False) -> list[Section]:
     comp = compute_from_table(edited)
     plain = m.setup.schedule(m.algorithm, m.nbytes)
     tls = _SWEEPS.get((m.cluster_key, m.setup, m.algorithm, m.nbytes, "trigger", tuple(sorted(comp.items()))),
-                      lambda: {mode: C.trigger_timeline(plain, m.cluster, comp, mode) for mode in ("sync", "async")})
+                      lambda: {mode: collectives.trigger_timeline(plain, m.cluster, comp, mode) for mode in ("sync", "async")})
     scale, unit = time_unit(max(t.makespan for t in tls.values()))
     return [Section("ar_trigger", chart="allreduce.trigger_figure", kind="modelled", caption=TRIGGER_CAPTION,
                     chart_input=dict(timelines=tls, scale=scale, unit=unit),

@@ -17,8 +17,8 @@ from lab.machine.profile import load_profile
 from lab.modelled import placement as pl
 from lab.modelled.opgraph import trace
 from lab.scenario.names import STRATEGY_SHORT
-from lab.view.placement import balance as B
-from lab.view.placement import plans as P
+from lab.view.placement import balance as balance_view
+from lab.view.placement import plans as plans_view
 from lab.view.section import Notice, Section
 
 
@@ -88,11 +88,11 @@ def pin_buttons(op: str, pins: Mapping[str, str]) -> list[tuple[str, str, str, b
             ("Clear pins", "pl_pins_clear", "clear", not pins)]
 RUN_CONTROLS = ("pl_micro", "pl_schedule", "pl_steps", "pl_repeats", "pl_emulate")
 COMPARISON = "All strategies on this scenario"
-RUN = Section("pl_run_intro", header="Run the plan: measured beside modelled", level="subheader", intro=P.run_intro())
+RUN = Section("pl_run_intro", header="Run the plan: measured beside modelled", level="subheader", intro=plans_view.run_intro())
 BALANCE = Section("pl_bal_intro", header="Dynamic load balancing: weights from each node's waiting time",
-                  level="subheader", intro=B.balance_intro())
+                  level="subheader", intro=balance_view.balance_intro())
 BALANCE_RUN = Section("pl_bal_run_intro", header="The balancing loop, run: measured beside modelled",
-                      level="subheader", intro=B.balance_run_intro())
+                      level="subheader", intro=balance_view.balance_run_intro())
 
 
 @dataclass
@@ -115,7 +115,7 @@ class Balancing:
 
     def lines(self, plain=str) -> list[str]:
         """How each rule's loop ended, its user text through ``plain``."""
-        return [B.balance_summary(r, res, self.mode, self.reference, self.scale, self.unit, plain)
+        return [balance_view.balance_summary(r, res, self.mode, self.reference, self.scale, self.unit, plain)
                 for r, res in self.results.items()]
 
     def sections(self, plain=str, badge=str) -> list[Section]:
@@ -182,7 +182,7 @@ class PlacementView:
     @property
     def slowdowns(self) -> dict[str, float]:
         """Each device's slowdown control and its default (the catalogue's fastest matmul device 20x)."""
-        return {f"pl_slow_{n}": x for n, x in B.default_slowdowns(self.sc.topology)[1].items()}
+        return {f"pl_slow_{n}": x for n, x in balance_view.default_slowdowns(self.sc.topology)[1].items()}
 
     @property
     def slowdown_picker(self) -> bool:
@@ -201,7 +201,7 @@ class PlacementView:
     def _placed(self) -> tuple:
         if self.graph is None:
             raise self.failure
-        return P.placed(self.strategy, self.graph)
+        return plans_view.placed(self.strategy, self.graph)
 
     def cost_model(self) -> Section:
         """The cost model that prices the plan, and the model's width when the Scenario scales it."""
@@ -210,11 +210,11 @@ class PlacementView:
             f"{self.model} is built at width {width:g}× (the Scenario's model width, set on the Training page): its "
             "channels or hidden sizes are scaled, here and in the runs started below.", "info", ":material/width:"),)
         missing = " " + NOT_CALIBRATED if load_profile() is None else ""
-        return Section("pl_cost_model", caption=P.cost_model_line(self.cm) + missing, notices=scaled)
+        return Section("pl_cost_model", caption=plans_view.cost_model_line(self.cm) + missing, notices=scaled)
 
     def pinned(self) -> Section:
         """The pins in the scenario, and a notice for each one the plan leaves out."""
-        text = P.PINS_LINE if self.pins else P.PINS_LINE.format(pins=P.NO_PINS)
+        text = plans_view.PINS_LINE if self.pins else plans_view.PINS_LINE.format(pins=plans_view.NO_PINS)
         return Section("pl_pins", intro=text, notices=self.pin_notices,
                        values={"pins": ", ".join(f"{t} → {d}" for t, d in self.pins.items())} if self.pins else {})
 
@@ -228,7 +228,7 @@ class PlacementView:
                        metrics=metrics)]
         if s.note:
             out.append(Section("pl_plan_note", caption=s.note))
-        differs = P.other_plan_line(self.strategy, self.og, self.sc.topology, self.applied, s.assignment,
+        differs = plans_view.other_plan_line(self.strategy, self.og, self.sc.topology, self.applied, s.assignment,
                                     self.cm_name, load_profile())
         if differs:
             out.append(Section("pl_plan_other", caption="{line}", values={"line": differs}))
@@ -240,7 +240,7 @@ class PlacementView:
     def explained(self, current: str | None) -> tuple[str, str | None] | None:
         """What the "why" panel's control becomes when ``current`` is not an operator of the graph (the first
         one, and a notice naming the one that went; None while it is)."""
-        why, notice = P.explained(self.tasks, current)
+        why, notice = plans_view.explained(self.tasks, current)
         return None if why == current else (why, notice)
 
     def why(self, task: str) -> tuple[Section, Section, Section]:
@@ -253,7 +253,7 @@ class PlacementView:
                         values={"task": task, "cls": str(shown.task_class(task)), "reason": reasons[task]}),
                 Section("pl_why_plot", chart="placement.why_figure", chart_input={"rows": rows, "task": task},
                         kind="modelled"),
-                Section("pl_why_caption", caption=P.why_caption(self.cm), kind="modelled"))
+                Section("pl_why_caption", caption=plans_view.why_caption(self.cm), kind="modelled"))
 
     @property
     def record(self) -> dict:
@@ -264,18 +264,18 @@ class PlacementView:
     @property
     def baseline(self) -> str:
         """The plan as the text the link keeps for "Keep this plan as the baseline"."""
-        return P.baseline_json(self.record)
+        return plans_view.baseline_json(self.record)
 
     def against_baseline(self, text: str, badge=str) -> tuple[list[Section], str | None]:
         """The plan beside the baseline the link keeps as ``text``: (its sections, the summary's ending with
         ``badge("modelled")``; a notice when the link's baseline could not be read and is dropped)."""
-        summary, rows, dropped = P.against_baseline(text, self.record)
+        summary, rows, dropped = plans_view.against_baseline(text, self.record)
         if rows is None:
-            return [Section("pl_base_none", caption=P.NO_BASELINE)], dropped
+            return [Section("pl_base_none", caption=plans_view.NO_BASELINE)], dropped
         table = self.figures.baseline_table(rows)
         return [Section("pl_base_summary", text="**{summary}** " + badge("modelled"), values={"summary": summary}),
-                Section("pl_base", table=table, columns=P.baseline_columns(table[0]), kind="modelled",
-                        caption=P.BASELINE_CAPTION)], dropped
+                Section("pl_base", table=table, columns=plans_view.baseline_columns(table[0]), kind="modelled",
+                        caption=plans_view.BASELINE_CAPTION)], dropped
 
     def assignment(self) -> list[Section]:
         """Every operator's device and times, the operator graph coloured by device, each device's use and
@@ -287,15 +287,15 @@ class PlacementView:
         table = self.figures.assignment_table(pl.schedule_table(shown, s), scale, unit, reasons)
         return [
             Section("pl_assign", header="Assignment", level="subheader", kind="modelled", table=table,
-                    columns=P.assignment_columns(table), caption=P.assignment_caption(unit)),
-            Section("pl_dag", chart="placement.dag_figure", kind="modelled", caption=P.DAG_CAPTION, chart_input=dict(
+                    columns=plans_view.assignment_columns(table), caption=plans_view.assignment_caption(unit)),
+            Section("pl_dag", chart="placement.dag_figure", kind="modelled", caption=plans_view.DAG_CAPTION, chart_input=dict(
                 tasks=shown.topological_order(), edges=shown.edges, device_of=s.assignment, devices=shown.devices,
                 labels=pl.task_labels(shown), title="Operator graph coloured by device")),
             Section("pl_usage", side="left", chart="placement.usage_figure", kind="modelled",
                     chart_input={"rows": usage, "makespan": s.makespan}),
             Section("pl_memory", side="right", chart="placement.memory_figure", kind="modelled",
                     chart_input={"rows": usage}),
-            Section("pl_memory_caption", caption=P.MEMORY_CAPTION, kind="modelled"),
+            Section("pl_memory_caption", caption=plans_view.MEMORY_CAPTION, kind="modelled"),
             *([Section("pl_over", notices=(Notice(f"Over-full: {', '.join(over)} hold more than their memory.",
                                                   "warning", ":material/warning:"),))] if over else []),
         ]
@@ -307,8 +307,8 @@ class PlacementView:
         rows, note = pl.strategy_comparison(self.graph)
         return Section("pl_compare", header=COMPARISON, level="subheader", intro=note,
                        chart="placement.comparison_figure", chart_input={"rows": rows},
-                       table=self.figures.comparison_table(rows), columns=P.COMPARISON_COLUMNS, kind="modelled",
-                       caption=P.comparison_caption(self.cm.pass_))
+                       table=self.figures.comparison_table(rows), columns=plans_view.COMPARISON_COLUMNS, kind="modelled",
+                       caption=plans_view.comparison_caption(self.cm.pass_))
 
     # ----- runs --------------------------------------------------------------------------------------------
     def _run_sc(self, v: Mapping[str, Any]):
@@ -319,27 +319,27 @@ class PlacementView:
 
     def plan_items(self, v: Mapping[str, Any]) -> list[tuple]:
         """(scenario, run name) of "Run this plan": the plan shown, with the run controls ``v``."""
-        one = P.plan_scenario(self._run_sc(v), self.model, self.batch, self.strategy,
-                              P.assignment_of(self.graph, self.strategy), int(v["pl_micro"]), int(v["pl_steps"]),
+        one = plans_view.plan_scenario(self._run_sc(v), self.model, self.batch, self.strategy,
+                              plans_view.assignment_of(self.graph, self.strategy), int(v["pl_micro"]), int(v["pl_steps"]),
                               v["pl_emulate"])
         return [(one, f"{STRATEGY_SHORT[self.strategy]} · {self.model}")]
 
     def strategy_items(self, v: Mapping[str, Any]) -> list[tuple]:
         """(scenario, run name) of "Run every strategy", each strategy's plan ``v["pl_repeats"]`` times."""
-        return P.strategy_scenarios(self._run_sc(v), self.graph, self.model, self.batch, int(v["pl_micro"]),
+        return plans_view.strategy_scenarios(self._run_sc(v), self.graph, self.model, self.batch, int(v["pl_micro"]),
                                     int(v["pl_steps"]), v["pl_emulate"], int(v["pl_repeats"]))
 
     def balance_items(self, v: Mapping[str, Any]) -> list[tuple]:
         """(scenario, run name) of "Run the balancing loop": the loop with each rule, then its baselines."""
         # a re-planned round may give a device two stretches of the model, which 1F1B does not run
-        return B.balance_items(self._run_sc({**v, "pl_schedule": "gpipe"}), self.graph, self.model, self.batch, int(v["pl_micro"]),
+        return balance_view.balance_items(self._run_sc({**v, "pl_schedule": "gpipe"}), self.graph, self.model, self.batch, int(v["pl_micro"]),
                                int(v["pl_round_steps"]), int(v["pl_rounds"]), v["pl_tol"], int(v["pl_patience"]),
                                _slowdown(v, self.devices), self.strategy)
 
     # ----- the balancing loop, simulated -------------------------------------------------------------------
     def slowdown_note(self) -> Section:
-        fastest, _ = B.default_slowdowns(self.sc.topology)
-        return Section("pl_slow_note", caption=B.SLOWDOWN_NOTE, values={"fastest": fastest})
+        fastest, _ = balance_view.default_slowdowns(self.sc.topology)
+        return Section("pl_slow_note", caption=balance_view.SLOWDOWN_NOTE, values={"fastest": fastest})
 
     def balancing(self, v: Mapping[str, Any]) -> Balancing:
         """Both rules' loops for the balancing controls ``v`` (mode, slowdowns, knobs), simulated by the cost
@@ -347,13 +347,13 @@ class PlacementView:
         if self.graph is None:
             raise self.failure
         mode = v["pl_bal_mode"]
-        results, per_sample, nodes, ref = B.balancing(
+        results, per_sample, nodes, ref = balance_view.balancing(
             self.graph, self.og, self.sc.topology, self.cm, mode, self.batch, _slowdown(v, self.devices),
             v["pl_noise"], v["pl_seed"], v["pl_tol"], v["pl_patience"], v["pl_rounds"])
         if mode == "model":
             self.balance_results = results
         scale, unit = self.figures.balance_time_unit(results)
-        head = [Section("pl_bal_nodes", caption=B.DATA_NODES_LINE,
+        head = [Section("pl_bal_nodes", caption=balance_view.DATA_NODES_LINE,
                         values={"nodes": ", ".join(per_sample), "batch": self.batch})] if per_sample is not None else []
         head.append(Section("pl_balance", chart="placement.balance_figure", kind="modelled",
                             chart_input={"series": self.figures.balance_series(results), "nodes": nodes,
@@ -362,7 +362,7 @@ class PlacementView:
         rounds = [Section(f"pl_rounds_{r}", table=self.figures.rounds_table(res, nodes, mode, scale, unit))
                   for r, res in results.items()]
         return Balancing(head, results, mode, ref, scale, unit, rounds,
-                         Section("pl_rounds_caption", caption=B.rounds_caption(mode), kind="modelled"))
+                         Section("pl_rounds_caption", caption=balance_view.rounds_caption(mode), kind="modelled"))
 
 
 #: The most devices that get a slowdown box each; a larger topology picks one device at a time.
