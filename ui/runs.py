@@ -7,6 +7,7 @@ import streamlit as st
 
 from lab.processes import load_words
 from lab.scenario.document import Scenario
+from ui.live import KEEP_ANSWER
 from ui.show import caption
 
 @st.cache_resource(show_spinner=False)
@@ -23,6 +24,7 @@ def submit_once(owner: str, scenario: Scenario, action: str, store, submit) -> l
     jobs, why = submit_book().submit_once(owner, scenario, action, store, submit)
     if why:
         st.info(why, icon=":material/hourglass_top:")
+        st.session_state[KEEP_ANSWER] = True
     return jobs
 
 

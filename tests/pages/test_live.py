@@ -54,3 +54,26 @@ def test_a_slow_store_makes_a_live_page_refresh_less_often(page, key, lab_db, mo
     # the interval the page declared leaves it idle at least two thirds of the time after that render
     assert every >= min(MAX_INTERVAL_S, render / (1 - IDLE_SHARE)) - 1e-9
     assert every > (1.0 if key == "jobs" else 3.0) or render <= 0.34 * every
+
+
+def test_a_slow_render_keeps_the_answer_to_a_second_click_on_screen(lab_db, monkeypatch):
+    """On a loaded server the live part's render is slow; the rerun that sets its longer interval would wipe
+    the "Already queued" answer to a double click's second click before anyone read it."""
+    slow, reads = RunStore.list_runs, []
+
+    def list_runs(self, *a, **kw):  # a server getting busier: each read of the run list slower than the last
+        reads.append(1)
+        time.sleep(0.1 * len(reads))
+        return slow(self, *a, **kw)
+
+    monkeypatch.setattr(RunStore, "list_runs", list_runs)
+    monkeypatch.setattr(JobManager, "_start", lambda self, spec: None)  # the job stays queued: no process
+    at = app_test("pages/training.py")
+    at.button(key="train_run").click().run(timeout=120)
+    at.button(key="train_run").click().run(timeout=120)
+    assert_no_exception(at)
+    assert len(RunStore(lab_db).list_runs()) == 1
+    assert any("Already queued" in str(i.value) for i in at.info), [str(i.value) for i in at.info]
+    assert at.session_state["_live_render_training"] >= 0.3  # slow: without the answer kept, a rerun wipes it
+    at.run(timeout=120)  # the next run, answering no click, sets the longer interval again
+    assert not any("Already queued" in str(i.value) for i in at.info)
