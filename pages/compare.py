@@ -10,7 +10,8 @@ ui.scenario_sidebar()
 st.title("Compare runs")
 st.markdown(view.INTRO.format(measured=ui.badge("measured"), emulated=ui.badge("emulated")))
 
-jm, owner = ui.job_manager()
+desk = view.Desk(*ui.job_manager())
+owner = desk.owner
 everyone = ui.control(st, "cmp_class")
 before = list(ui.view_value("cmp_runs") or [])
 pick = view.picker(owner, everyone, before)
@@ -66,6 +67,6 @@ with st.expander("Delete runs"):
     sure = ui.control(st, "cmp_confirm", label=f"Yes, delete {len(chosen)} run(s)")
     if st.button("Delete the chosen runs", key="cmp_delete", disabled=not sure, icon=":material/delete:"):
         with ui.guarded("deleting runs"):
-            jm.delete(chosen, owner)
+            desk.delete(chosen)
             st.session_state.pop("cmp_runs", None)
             st.rerun()

@@ -43,9 +43,9 @@ c2, c3 = st.columns([1, 3], vertical_alignment="bottom")
 if c2.button(view.queue_label(variants), type="primary", key="cp_grid_run", icon=":material/grid_view:",
              disabled=not variants):
     with ui.guarded("queueing the grid"):
-        jm, owner = ui.job_manager()  # the Training page's manager and fair queue
+        desk = view.Desk(*ui.job_manager())  # the Training page's manager and fair queue
         items = view.grid_runs(sc, variants)
-        if jobs := ui.submit_once(owner, items[0][0], "grid", view.store(), lambda: jm.submit_many(items, owner=owner)):
+        if jobs := ui.submit_once(desk.owner, items[0][0], "grid", view.store(), lambda: desk.submit_many(items)):
             st.session_state["cp_grid_runs"] = st.session_state["cmp_runs"] = [j.run_id for j in jobs]
 c3.page_link("pages/compare.py", label="Compare them: loss, accuracy, bytes, time", icon=":material/compare_arrows:")
 grid_ids = st.session_state.get("cp_grid_runs", [])

@@ -24,8 +24,8 @@ prof = None
 with ui.guarded("the machine profile"):
     prof = view.profile()
 busy = view.calibrating()
-jm, owner = ui.job_manager()
-here = view.machine(prof, len(jm.running()))
+desk = view.FidelityDesk(*ui.job_manager())
+here = view.machine(prof, desk.running())
 ui.show_all(here.sections)
 c1, c2 = st.columns([1, 2])
 quick = ui.control(c2, "fid_quick")
@@ -69,7 +69,7 @@ steps = ui.control(b2, "fid_steps")
 if b1.button("Run the preset batch", key="fid_batch", icon=":material/play_arrow:", help=view.BATCH_HELP,
              disabled=prof is None or (batch is not None and batch.running())):
     with ui.guarded("starting the preset batch"):
-        holder["batch"] = batch = view.start_batch(jm, prof, steps, owner)
+        holder["batch"] = batch = desk.start_batch(prof, steps)
 
 
 @ui.live("fidelity_batch", 3.0, batch is not None and batch.running())
@@ -80,7 +80,7 @@ def batch_progress() -> None:
 batch_progress()
 
 with ui.guarded("the comparison"):
-    runs, aside = view.stored_runs(prof, owner, everyone, lesson, ui.predicted_runs)
+    runs, aside = view.stored_runs(prof, desk.owner, everyone, lesson, ui.predicted_runs)
     ui.show_all(runs)
     if aside:
         with st.expander(aside[0]):
@@ -89,13 +89,13 @@ with ui.guarded("the comparison"):
 # ----- placement runs ------------------------------------------------------------------------------
 st.subheader("Placement runs: prediction, replay and measurement")
 with ui.guarded("the placement runs"):
-    ui.show_all(view.placement_runs(prof, owner, everyone, ui.placement_rows))
+    ui.show_all(view.placement_runs(prof, desk.owner, everyone, ui.placement_rows))
 
 # ----- trace export --------------------------------------------------------------------------------
 st.subheader("One step as a trace")
 st.markdown(view.TRACE)
 with ui.guarded("the trace export"):
-    labels = view.trace_runs(owner, everyone, ui.view_value("fid_trace_run"))
+    labels = view.trace_runs(desk.owner, everyone, ui.view_value("fid_trace_run"))
     if not labels:
         st.caption("No stored runs of yours yet (the switch above adds the whole class's).")
     else:

@@ -8,7 +8,7 @@ from lab.view import placement as view
 sc = ui.scenario_sidebar()
 st.title("Placement")
 st.markdown(view.INTRO)
-jm, owner = ui.job_manager()
+desk = view.Desk(*ui.job_manager())
 
 
 def controls(where, keys) -> dict:
@@ -19,7 +19,7 @@ def submit(what: str, make, action: str, shown: str, keep=()) -> None:
     """Queue the runs ``make()`` gives once, and show them (after the runs ``keep``) under control ``shown``."""
     with ui.guarded(what):
         items = make()
-        if jobs := ui.submit_once(owner, items[0][0], action, view.run_store(), lambda: jm.submit_many(items, owner)):
+        if jobs := ui.submit_once(desk.owner, items[0][0], action, view.run_store(), lambda: desk.submit_many(items)):
             ui.set_view(shown, view.shown_runs(keep, [j.run_id for j in jobs]))
             st.rerun()
 
@@ -74,7 +74,7 @@ if pv.placeable and q1.button("Run this plan", type="primary", key="pl_run", ico
     submit("starting the placement run", lambda: pv.plan_items(run), "plan", "pl_runs", ui.view_value("pl_runs"))
 if pv.placeable and q2.button("Run every strategy", key="pl_run_all", icon=":material/format_list_numbered:"):
     submit("queueing every strategy", lambda: pv.strategy_items(run), f"plans x{run['pl_repeats']}", "pl_runs")
-plan_runs = view.PlanRuns(view.run_store(), ui.view_value("pl_runs"), owner, pv.figures)
+plan_runs = view.PlanRuns(view.run_store(), ui.view_value("pl_runs"), desk.owner, pv.figures)
 
 
 @ui.live("plan_runs", 1.0, plan_runs.active)

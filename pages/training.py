@@ -6,7 +6,8 @@ import ui
 from lab.view import training as view
 
 sc = ui.scenario_sidebar()
-jm, owner = ui.job_manager()  # shared with the Jobs page; owner: this session, for the fair queue
+desk = view.TrainingDesk(*ui.job_manager())  # the manager shared with the Jobs page; this session's owner id
+owner = desk.owner
 runs_store = view.store()
 st.title("Training")
 st.markdown(view.INTRO.format(measured=ui.badge("measured"), emulated=ui.badge("emulated")))
@@ -32,7 +33,7 @@ b1, b2, b3 = st.columns([1, 3, 2], vertical_alignment="bottom")
 if b1.button("Run", type="primary", key="train_run", icon=":material/play_arrow:"):
     with ui.guarded("starting the run"):
         if jobs := ui.submit_once(owner, sc, "run", runs_store,
-                                  lambda: [jm.submit(sc, name=view.name_of(sc), owner=owner)]):
+                                  lambda: desk.submit(sc, view.name_of(sc))):
             st.session_state["train_watch"] = jobs[0].run_id
             st.rerun()
 repeats = ui.control(b3, "tr_repeats")
@@ -41,7 +42,7 @@ if b2.button("Compare optimisers × compression", key="train_compare", icon=":ma
     with ui.guarded("queueing the comparison"):
         items = view.comparison(sc, repeats, owner)
         if jobs := ui.submit_once(owner, sc, f"compare x{repeats}", runs_store,
-                                  lambda: jm.submit_many(items, owner=owner)):
+                                  lambda: desk.submit_many(items)):
             st.session_state["train_watch"] = jobs[0].run_id
             ui.set_view("cmp_runs", [j.run_id for j in jobs])
             st.switch_page("pages/compare.py")
@@ -60,7 +61,7 @@ def live() -> None:
 
 
 def live_view() -> None:
-    w = view.watch(runs_store, jm, owner, st.session_state.get("train_watch"), polling,
+    w = desk.watch(runs_store, st.session_state.get("train_watch"), polling,
                    ui.submit_book().pending(owner))
     if w.rerun:
         st.rerun()
@@ -75,7 +76,7 @@ def live_view() -> None:
     st.progress(w.progress, text=w.progress_text)
     if w.can_stop and st.button("Stop", key=f"train_stop_{w.run_id}", icon=":material/stop:"):
         with ui.guarded("stopping the run"):
-            jm.stop(w.run_id, owner)
+            desk.stop(w.run_id)
             st.rerun()
     ui.show_all(w.body)
     if w.predict:

@@ -1,5 +1,6 @@
 """The page seam: a page is layout over its own page model. Every file in pages/ stays within 120 lines and
-imports only streamlit, ``ui`` and its own module of ``lab.view``; nothing imports the router (app.py), and the
+imports only streamlit, ``ui`` and its own module of ``lab.view``, and reaches the job manager only through its
+page model's desk; nothing imports the router (app.py), and the
 modules of ``ui`` import each other in no circle (imports inside functions count). Static reading of the source
 (ast): a page is checked without running it."""
 from __future__ import annotations
@@ -26,9 +27,24 @@ def imports(path: Path) -> set[str]:
     return out
 
 
+def manager_breaches(path: Path) -> list[str]:
+    """Where a page holds the job manager itself: ``ui.job_manager()`` anywhere but straight into its page
+    model's desk (``view.<Name>Desk(*ui.job_manager(), ...)``)."""
+    tree = ast.parse(path.read_text())
+    handed = set()
+    for node in ast.walk(tree):
+        if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr.endswith("Desk")
+                and isinstance(node.func.value, ast.Name) and node.func.value.id == "view"):
+            handed |= {id(a.value) for a in node.args if isinstance(a, ast.Starred)}
+    return [f"{path.name}:{node.lineno} holds the job manager (hand ui.job_manager() to its page model's desk)"
+            for node in ast.walk(tree)
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "job_manager"
+            and id(node) not in handed]
+
+
 def page_breaches(path: Path) -> list[str]:
     own = f"lab.view.{path.stem}"
-    out = []
+    out = manager_breaches(path)
     lines = len(path.read_text().splitlines())
     if lines > MAX_PAGE_LINES:
         out.append(f"{path.name}: {lines} lines (at most {MAX_PAGE_LINES})")
@@ -51,9 +67,12 @@ def test_the_seam_check_refuses_a_long_page_and_a_page_reaching_past_its_model(t
     bad = tmp_path / "training.py"
     bad.write_text("import streamlit as st\nimport ui\nfrom lab.view import training as view\n"
                    "from lab.jobs.manager import JobManager\n\ndef f():\n    from app import PAGES\n"
+                   "jm, owner = ui.job_manager()\ndesk = view.TrainingDesk(*ui.job_manager())\n"
                    + "st.write(1)\n" * MAX_PAGE_LINES)
     found = page_breaches(bad)
-    assert f"training.py: {MAX_PAGE_LINES + 7} lines (at most {MAX_PAGE_LINES})" in found
+    assert f"training.py: {MAX_PAGE_LINES + 9} lines (at most {MAX_PAGE_LINES})" in found
+    assert [b for b in found if "job manager" in b] == [
+        "training.py:8 holds the job manager (hand ui.job_manager() to its page model's desk)"]
     assert "training.py imports lab.jobs.manager" in found and "training.py imports app" in found
     assert "training.py imports lab.view.training" not in found
 

@@ -10,6 +10,7 @@ from pathlib import Path
 from lab.scenario.text import Withheld
 from lab.store.runs import ACTIVE
 from lab.store.runs import store as run_store
+from lab.view.desk import Desk
 from lab.view.lessons import Lesson, find_lesson, load_lessons
 from lab.view.section import Notice, Section
 
@@ -127,5 +128,44 @@ def owner_names(store=None) -> dict[str, str]:
     return (store if store is not None else run_store()).seats()
 
 
-__all__ = ["CLOSE_WARNING", "INTRO", "JOIN_FORM", "NEW_CLASS_WARNING", "NO_CLASS", "lessons", "student", "teacher", "roster", "steps", "owner_names",
+
+class ClassDesk(Desk):
+    """The Class page's calls for one person: the teacher's on the class (the manager refuses them to anyone
+    else), a student's to join it."""
+
+    def state(self):
+        """The open class (None when none is)."""
+        return self.jm.store.class_state()
+
+    def open(self) -> None:
+        self.jm.open_class(self.owner)
+
+    def close(self) -> None:
+        self.jm.close_class(self.owner)
+
+    def new_code(self) -> None:
+        self.jm.new_class_code(self.owner)
+
+    def hand_out(self, lesson: str | None) -> None:
+        """Hand ``lesson`` out to the class (None: release the class from its lesson)."""
+        self.jm.hand_out(self.owner, lesson)
+
+    def seats(self) -> dict[str, str]:
+        return self.jm.store.seats()
+
+    def removed(self) -> dict[str, str]:
+        return self.jm.store.removed()
+
+    def remove(self, student: str) -> list[str]:
+        """Take ``student``'s seat: the runs of theirs that were stopped."""
+        return self.jm.remove_student(self.owner, student)
+
+    def let_back(self, student: str) -> None:
+        self.jm.let_back(self.owner, student)
+
+    def join(self, code: str, name: str, client: str | None) -> str:
+        return self.jm.join_class(self.owner, code, name, client)
+
+
+__all__ = ["ClassDesk", "CLOSE_WARNING", "INTRO", "JOIN_FORM", "NEW_CLASS_WARNING", "NO_CLASS", "lessons", "student", "teacher", "roster", "steps", "owner_names",
            "names_of", "removed_line", "NAMES_SHOWN"]

@@ -10,6 +10,7 @@ from lab.jobs import comparison
 from lab.machine import fidelity
 from lab.machine.profile import load_profile
 from lab.store.runs import ACTIVE, FINISHED, safe_filename, store
+from lab.view.desk import Desk
 from lab.view.fidelity import Predict, evaluate
 from lab.view.jobs import run_picker
 from lab.view.section import Notice, Section
@@ -178,5 +179,5 @@ def prediction(chosen: Sequence[str], predict: Predict = evaluate) -> list[Secti
     return out
 
 
-__all__ = ["INTRO", "NO_RUNS", "PICK", "POOL_HELP", "DELETE", "Picker", "Model", "picker", "pooled", "waiting",
+__all__ = ["Desk", "INTRO", "NO_RUNS", "PICK", "POOL_HELP", "DELETE", "Picker", "Model", "picker", "pooled", "waiting",
            "comparison_model", "per_run", "prediction"]

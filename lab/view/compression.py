@@ -12,6 +12,7 @@ from lab.jobs.grid import grid_results, grid_scenarios, grid_table, variant_labe
 from lab.scenario.document import Compression, Scenario
 from lab.scenario.names import COMPRESSOR_LABELS, SHARING_LABELS, Sharing
 from lab.store.runs import ACTIVE, store
+from lab.view.desk import Desk
 from lab.view.section import Notice, Section
 from lab.view.sharing import sharing_report
 from lab.scenario.units import fmt_seconds
@@ -219,7 +220,7 @@ def grid(ids, emulate: bool) -> tuple[list[Section], bool]:
     return out, any(r["status"] in ACTIVE for r in rows)
 
 
-__all__ = ["INTRO", "COMPRESSORS_FORM", "RING_INTRO", "RING_FORM", "CHOLESKY_INTRO", "CHOLESKY_FORM",
+__all__ = ["Desk", "INTRO", "COMPRESSORS_FORM", "RING_INTRO", "RING_FORM", "CHOLESKY_INTRO", "CHOLESKY_FORM",
            "compressor_table", "cholesky_applicability_table", "cholesky_table", "gradients", "compressors", "ring",
            "apply_ring", "cholesky", "grid_intro", "queue_label", "grid_runs", "grid_active", "grid", "variant_label",
            "store"]

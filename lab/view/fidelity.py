@@ -14,6 +14,7 @@ from lab.machine import plans
 from lab.machine import trace_export
 from lab.machine.profile import load_profile
 from lab.store.runs import default_db_path, store
+from lab.view.desk import Desk
 from lab.view.jobs import run_picker
 from lab.view.section import Notice, Section
 
@@ -268,6 +269,14 @@ def trace(run_id: str, prof: Any) -> tuple[dict, list[Section]]:
         "timestamps in µs"))]
 
 
-__all__ = ["TITLE", "INTRO", "SIMULATORS", "BATCH_HELP", "TRACE", "Machine", "Progress", "evaluate", "profile",
+
+class FidelityDesk(Desk):
+    """The Fidelity page's calls: how busy the server is, and this session's preset batch."""
+
+    def start_batch(self, prof: Any, steps: int) -> Any:
+        return start_batch(self.jm, prof, steps, self.owner)
+
+
+__all__ = ["FidelityDesk", "TITLE", "INTRO", "SIMULATORS", "BATCH_HELP", "TRACE", "Machine", "Progress", "evaluate", "profile",
            "machine", "calibrating", "calibrate", "calibration_progress", "calibration_measured", "db", "start_batch",
            "batch_progress", "stored_runs", "placement_runs", "trace_runs", "trace"]

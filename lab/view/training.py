@@ -11,6 +11,7 @@ from lab.jobs.variants import comparison_compressions, comparison_scenarios, run
 from lab.scenario.document import COMPRESSION_FIELDS, TRAINING_FIELDS, Scenario
 from lab.scenario.names import PAYLOAD_COMPRESSORS, SHARING_SHORT, SPARSIFIERS, is_uploaded_model
 from lab.store.runs import ACTIVE, JOB_WORKER, store
+from lab.view.desk import Desk
 from lab.view.fields import Field, Row, SettingsForm
 from lab.view.jobs import (IMPLEMENTATIONS, bytes_note, compression_conflict, default_device, progress_line, queue_line,
                            run_to_watch, run_totals, worker_labels)
@@ -185,6 +186,14 @@ def measured(m, run: dict) -> list[Section]:
     return out
 
 
-__all__ = ["INTRO", "COMPARE_HELP", "NO_RUNS", "COMPRESSOR_NAMES", "compression_summary", "optimiser_summary", "TRAINING_FORM", "COMPRESSION_FORM",
+
+class TrainingDesk(Desk):
+    """The Training page's calls: queue a run or a comparison, stop a run, watch this session's runs."""
+
+    def watch(self, runs_store, wanted: str | None, polled: bool, pending: bool) -> Watch:
+        return watch(runs_store, self.jm, self.owner, wanted, polled, pending)
+
+
+__all__ = ["TrainingDesk", "INTRO", "COMPARE_HELP", "NO_RUNS", "COMPRESSOR_NAMES", "compression_summary", "optimiser_summary", "TRAINING_FORM", "COMPRESSION_FORM",
            "IMPLEMENTATIONS", "compression_conflict", "device_boxes", "edited", "name_of", "comparison", "polling",
            "store", "Watch", "watch", "measured"]

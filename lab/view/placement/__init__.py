@@ -2,6 +2,7 @@
 (:mod:`.page`), the runs it shows (:mod:`.runs`), and below them what it says of a plan and its runs
 (:mod:`.plans`) and of the balancing loop (:mod:`.balance`)."""
 
+from lab.view.desk import Desk
 from lab.view.placement.balance import (
     BALANCE_BASELINES, BALANCE_KNOBS, BALANCE_MODES, BALANCE_OUTCOME_CAPTION, BALANCE_ROUNDS_CAPTION, DATA_NODES_LINE,
     MAX_BALANCE_RUN_STEPS, SLOWDOWN_NOTE, balance_intro, balance_items, balance_outcome, balance_planner,
@@ -25,7 +26,7 @@ from lab.view.placement.runs import NO_BALANCE_RUNS, NO_PLAN_RUNS, BalanceRuns, 
 from lab.view.placement import upload
 
 __all__ = [
-    "upload", "pin_buttons",
+    "upload", "pin_buttons", "Desk",
     # the balancing loop
     "BALANCE_BASELINES", "BALANCE_KNOBS", "BALANCE_MODES", "BALANCE_OUTCOME_CAPTION", "BALANCE_ROUNDS_CAPTION",
     "DATA_NODES_LINE", "MAX_BALANCE_RUN_STEPS", "SLOWDOWN_NOTE", "balance_intro", "balance_items", "balance_outcome",
