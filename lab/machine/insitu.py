@@ -254,12 +254,12 @@ def _fit_of(theta: Sequence[float], bg: Sequence[float], wire: Sequence[float], 
 
 
 def _main_cpu(parts: PlanParts, ex: ExecutorFit, node_by_node: bool) -> list[float]:
-    from lab.modelled.placement.executor import Stage
+    from lab.modelled.placement.executor import PieceCost
     from lab.modelled.placement.cores import Cpu, Recv
 
     k = ex.compute
-    st = [Stage(s.index, s.device, tuple((op, t * k, sc) for op, t, sc in s.forward), s.backward * k, s.inputs,
-                s.loss, s.backward_scale) for s in parts.stages]
+    st = [PieceCost(s.index, s.device, tuple((op, t * k, sc) for op, t, sc in s.forward), s.backward * k, s.inputs,
+                s.loss, s.backward_scale) for s in parts.pieces]
     costs = StepCosts(call=ex.call, node=ex.node, backward_call=ex.backward_call, loss=ex.loss,
                       send=Linear(ex.send_fixed, ex.send_per_byte), recv=Linear(ex.recv_fixed, ex.recv_per_byte))
     lists = executor_tasks(st, parts.devices, parts.micro_batches, costs, parts.optimizer, None,
@@ -278,7 +278,7 @@ def features(m: Measured) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         theta[j] = 1.0
         got = _main_cpu(m.parts, _fit_of(theta, (0, 0), (0, 0), 0.0), m.case.node_by_node)
         cols.append([g - z for g, z in zip(got, zero)])
-    lists = executor_tasks(m.parts.stages, m.parts.devices, m.parts.micro_batches, StepCosts(), m.parts.optimizer,
+    lists = executor_tasks(m.parts.pieces, m.parts.devices, m.parts.micro_batches, StepCosts(), m.parts.optimizer,
                            schedule=m.parts.schedule)
     bgf = np.zeros((len(lists), 2))
     for r, lst in enumerate(lists):
@@ -338,7 +338,7 @@ def fit_executor(measured: Sequence[Measured], cores: int, wire_per_byte: float)
             flags.append("background CPU with both processes on one core: not measured")
     base = _fit_of(theta, bg, (0.0, 0.0), 0.0)
     multi = [m for m in measured if len(m.parts.devices) > 1]
-    sizes = {n for m in multi for s in m.parts.stages for _, _, n in s.inputs}
+    sizes = {n for m in multi for s in m.parts.pieces for _, _, n in s.inputs}
     # The wire's cost per byte is fitted where the plans' messages differ enough in size to tell it from the
     # cost per message; else it is the point-to-point probe's.
     fit_bytes = len(sizes) > 1 and max(sizes) >= 4 * min(sizes)

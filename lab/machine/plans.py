@@ -46,7 +46,7 @@ from lab.machine.replay import replay_error
 from lab.modelled.opgraph import trace
 from lab.modelled.placement.cores import Machine, rank_cores
 from lab.modelled.placement.cores import simulate as simulate_cores
-from lab.modelled.placement.executor import Linear, Stage, StepCosts
+from lab.modelled.placement.executor import Linear, PieceCost, StepCosts
 from lab.modelled.placement.pipeline import bubble_share
 from lab.modelled.placement.executor import messages as executor_messages
 from lab.modelled.placement.executor import tasks as executor_tasks
@@ -79,7 +79,7 @@ class PlanParts:
     operators' one-process costs (seconds, forward and backward, before the executor's factor), the devices by
     rank, the optimiser per device, the emulated factors and links, and the messages' bytes."""
 
-    stages: list  # [Stage] with one-process costs
+    pieces: list  # [PieceCost] with one-process costs
     devices: list[str]
     micro_batches: int
     optimizer: dict
@@ -111,7 +111,7 @@ def parts_of(sc: Scenario, model: torch.nn.Module, in_features: int, profile: Ma
     scales = placement_run.op_scales(sc, plan) if emulate else {}
     cost = {op.name: fit.cost(op_features(op)[0]).time(op.flops) for op in og.ops}
     parts = []
-    for p, bare in zip(cut, placement_run.step_stages(cut, final, nbytes)):
+    for p, bare in zip(cut, placement_run.piece_costs(cut, final, nbytes)):
         fwd = tuple((op, cost[op] * FORWARD_SHARE, scales.get(op, 1.0)) for op in p.ops)
         if any(not math.isfinite(s) for _, _, s in fwd):
             raise LabError(f"the plan puts an operator of piece {p.index} on {p.device!r}, which has no kernel for it",
@@ -151,8 +151,8 @@ def simulate_parts(parts: PlanParts, ex: ExecutorFit, *, cores: int, pinned: Seq
     if unknown:
         raise LabError(f"unknown model terms {sorted(unknown)}; the terms are {list(TERMS)}", where="prediction")
     k = ex.compute
-    st = [Stage(s.index, s.device, tuple((op, t * k, sc) for op, t, sc in s.forward), s.backward * k, s.inputs, s.loss,
-                s.backward_scale) for s in parts.stages]
+    st = [PieceCost(s.index, s.device, tuple((op, t * k, sc) for op, t, sc in s.forward), s.backward * k, s.inputs, s.loss,
+                s.backward_scale) for s in parts.pieces]
     calls = "per-call costs" not in without
     msg_cpu = "message CPU" not in without
     costs = StepCosts(call=ex.call if calls else 0.0, node=ex.node if calls else 0.0,
@@ -194,7 +194,7 @@ def predict_plan(sc: Scenario, profile: MachineProfile, *, emulate: bool | None 
 
 def message_weights(parts: PlanParts) -> dict[tuple[int, int], int]:
     """Messages per step between each pair of ranks (the smaller rank first)."""
-    return executor_messages(parts.stages, parts.devices, parts.micro_batches, parts.schedule)
+    return executor_messages(parts.pieces, parts.devices, parts.micro_batches, parts.schedule)
 
 
 def measured_steps(metrics: Any, batch_size: int) -> list[float]:

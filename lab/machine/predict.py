@@ -129,10 +129,6 @@ def _payload_bytes(kind: str, ratio: float, group_size: int, n: int, seed: int) 
     return int(p.nbytes), int(p.count)
 
 
-def _plan(sc: Scenario):
-    return check_scenario(sc)
-
-
 def _ring_message_delays(sc: Scenario, devices: Sequence[str], nbytes_per_message: float) -> list[float]:
     """Emulated seconds of one message from each rank to its right neighbour (0 on the same device)."""
     n = len(devices)
@@ -164,17 +160,17 @@ def _dense_ring_bytes(n: int, world: int) -> float:
 # ---------------------------------------------------------------------------------------------
 # The prediction
 # ---------------------------------------------------------------------------------------------
-def predict_step(scenario: Scenario, profile: MachineProfile, *, plan: Any = None) -> Prediction:
+def predict_step(scenario: Scenario, profile: MachineProfile, *, layout: Any = None) -> Prediction:
     """Predicted seconds per step of ``scenario`` on the machine described by ``profile``.
 
-    ``plan``: the worker's plan (:func:`lab.train.layout.check_scenario`), when already made."""
+    ``layout``: the job's layout (:func:`lab.train.layout.check_scenario`), when already made."""
     if not isinstance(profile, MachineProfile):
         raise LabError("predicting needs a machine profile: calibrate this machine first", where="prediction")
     sc = scenario
-    plan = plan if plan is not None else _plan(sc)
-    tr = plan.training
-    n_workers = plan.workers
-    procs = plan.world
+    layout = layout if layout is not None else check_scenario(sc)
+    tr = layout.training
+    n_workers = layout.workers
+    procs = layout.world
     in_features, classes = 64, 10
     notes: list[str] = []
     approximate = tr.sync != "allreduce"
@@ -189,27 +185,27 @@ def predict_step(scenario: Scenario, profile: MachineProfile, *, plan: Any = Non
     numel = _model_facts(tr.model, 1, in_features, classes, tr.seed, tr.model_width)[1]
     tensors = _model_facts(tr.model, 1, in_features, classes, tr.seed, tr.model_width)[2]
     flat_bytes = (numel + 1) * ITEM  # the flat gradient buffer carries the loss in one extra slot
-    scales = list(plan.emulation.scales) if plan.emulation is not None else [1.0] * n_workers
-    devices = list(plan.emulation.devices) if plan.emulation is not None else [None] * n_workers
+    scales = list(layout.emulation.scales) if layout.emulation is not None else [1.0] * n_workers
+    devices = list(layout.emulation.devices) if layout.emulation is not None else [None] * n_workers
 
     fb, opt = [], []
     for w in range(n_workers):
-        feat = _model_facts(tr.model, int(plan.batch_sizes[w]), in_features, classes, tr.seed,
+        feat = _model_facts(tr.model, int(layout.batch_sizes[w]), in_features, classes, tr.seed,
                             tr.model_width)[0]
         fb.append(compute_seconds(fit, feat))
-        opt.append(opt_cost.time(numel, tensors) if plan.server is None else 0.0)
+        opt.append(opt_cost.time(numel, tensors) if layout.server is None else 0.0)
     emul_c = [(s - 1.0) * (f + o) if s > 1.0 else 0.0 for s, f, o in zip(scales, fb, opt)]
 
     comp = tr.compression
     compressed = comp.kind != "none" and tr.sync == "allreduce" and n_workers > 1
     compress = [0.0] * n_workers
     comm_base, emul_comm, sent = 0.0, [0.0] * n_workers, [0.0] * n_workers
-    if n_workers > 1 or plan.server is not None:
+    if n_workers > 1 or layout.server is not None:
         if tr.sync == "allreduce" and not compressed:
             impl = tr.allreduce_impl
             comm_base = profile.allreduce_fit(impl, procs).time(procs, flat_bytes)
             sent = [_dense_ring_bytes(numel + 1, procs)] * n_workers
-            if plan.emulation is not None:
+            if layout.emulation is not None:
                 if impl == "gloo":
 
                     e = ring_allreduce_time(sc.topology, tuple(devices), flat_bytes)
@@ -218,13 +214,13 @@ def predict_step(scenario: Scenario, profile: MachineProfile, *, plan: Any = Non
                     emul_comm = _ring_emulation(sc, devices, flat_bytes)
         elif compressed:  # the gradient without the loss slot is compressed (lab.train.compressed)
             comm_base, emul_comm, sent, compress = _compressed(sc, profile, tr, devices, numel, procs,
-                                                               plan.emulation is not None, notes)
+                                                               layout.emulation is not None, notes)
         elif tr.sync == "state_allreduce":
             ab = profile.allreduce_fit(tr.allreduce_impl, procs)
             calls = [(ITEM, 1), (8, 1), (numel * ITEM, 2)]  # loss, non-finite flag, two state tensors
             comm_base = sum(k * ab.time(procs, b) for b, k in calls)
             sent = [sum(k * _dense_ring_bytes(max(1, b // ITEM), procs) for b, k in calls)] * n_workers
-            if plan.emulation is not None:
+            if layout.emulation is not None:
 
                 emul_comm = [sum(k * ring_allreduce_time(sc.topology, tuple(devices), b) for b, k in calls)] * n_workers
             notes.append("state all-reduce: four all-reduces per step (loss, flag, two optimiser states)")
@@ -234,10 +230,10 @@ def predict_step(scenario: Scenario, profile: MachineProfile, *, plan: Any = Non
             server_opt = opt_cost.time(numel, tensors)
             comm_base = 2 * one + n_workers * flat_bytes * hop.per_byte + server_opt
             sent = [float(flat_bytes)] * n_workers
-            if plan.emulation is not None and plan.server_device is not None:
-                up = [0.0 if d == plan.server_device else sc.topology.transfer_time(d, plan.server_device, flat_bytes)
+            if layout.emulation is not None and layout.server_device is not None:
+                up = [0.0 if d == layout.server_device else sc.topology.transfer_time(d, layout.server_device, flat_bytes)
                       for d in devices]
-                down = max(0.0 if d == plan.server_device else sc.topology.transfer_time(plan.server_device, d, flat_bytes)
+                down = max(0.0 if d == layout.server_device else sc.topology.transfer_time(layout.server_device, d, flat_bytes)
                            for d in devices)
                 emul_comm = [u + down for u in up]
             notes.append("parameter server: gradients up, parameters down, the server's optimiser step in between")
@@ -271,7 +267,7 @@ def predict_step(scenario: Scenario, profile: MachineProfile, *, plan: Any = Non
     if max(slow) > 1.0:
         notes.append(f"compute after waiting: x{min(slow):.2f} to x{max(slow):.2f} (the profile's wait sweep)")
     idle = [last - a + jitter for a in arrival]
-    per = tuple(WorkerPrediction(w, devices[w], int(plan.batch_sizes[w]), fb[w], opt[w], emul_c[w], compute[w],
+    per = tuple(WorkerPrediction(w, devices[w], int(layout.batch_sizes[w]), fb[w], opt[w], emul_c[w], compute[w],
                                  compress[w], comm, emul_comm[w], idle[w], step, sent[w]) for w in range(n_workers))
 
     def mean(xs):

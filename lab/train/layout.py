@@ -62,13 +62,13 @@ def job_layout(sc: Scenario, world: int, model: torch.nn.Module, in_features: in
 def check_scenario(sc: Scenario) -> JobLayout:
     """Everything a job would refuse, checked in this process before any worker starts, with the
     very steps a worker's setup takes (:meth:`lab.train.trainer.Trainer.setup`): the data set and the
-    model, the plan (devices and their kernels for emulation, compute shares, batch sizes, the
+    model, the layout (devices and their kernels for emulation, compute shares, batch sizes, the
     compression), the optimiser, and that every worker gets data."""
     tr = sc.training
     ds = data_mod.load_dataset(tr.dataset, tr.dataset_size, tr.seed)
     model = model_of(tr, ds.in_features, ds.classes)
-    plan = job_layout(sc, tr.workers + (1 if tr.sync == "param_server" else 0), model, ds.in_features)
-    optim_from_training(plan.training, [p for p in model.parameters() if p.requires_grad], plan.lr)
-    data_mod.make_shards(ds.y_train, plan.workers, tr.split, weights=plan.info["weights"], alpha=tr.dirichlet_alpha,
+    layout = job_layout(sc, tr.workers + (1 if tr.sync == "param_server" else 0), model, ds.in_features)
+    optim_from_training(layout.training, [p for p in model.parameters() if p.requires_grad], layout.lr)
+    data_mod.make_shards(ds.y_train, layout.workers, tr.split, weights=layout.info["weights"], alpha=tr.dirichlet_alpha,
                          seed=tr.seed)
-    return plan
+    return layout

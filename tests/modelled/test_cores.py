@@ -13,7 +13,7 @@ from hypothesis import strategies as hst
 from lab.errors import LabError
 from lab.modelled.placement import cores
 from lab.modelled.placement.cores import Cpu, Machine, Recv, Send, Sleep, share, simulate
-from lab.modelled.placement.executor import Linear, Stage, StepCosts, tasks
+from lab.modelled.placement.executor import Linear, PieceCost, StepCosts, tasks
 from lab.modelled.placement.pipeline import Piece, simulate as ideal
 
 
@@ -130,8 +130,8 @@ def test_bad_task_lists_get_a_clear_message():
 
 # ----- the executor's task lists ------------------------------------------------------------------
 
-def _chain(S: int, t_fwd: float, t_bwd: float) -> list[Stage]:
-    return [Stage(i, f"d{i}", ((f"op{i}", t_fwd, 1.0),), t_bwd, ((i - 1, 0, 100.0),) if i else (), loss=i == S - 1)
+def _chain(S: int, t_fwd: float, t_bwd: float) -> list[PieceCost]:
+    return [PieceCost(i, f"d{i}", ((f"op{i}", t_fwd, 1.0),), t_bwd, ((i - 1, 0, 100.0),) if i else (), loss=i == S - 1)
             for i in range(S)]
 
 
@@ -146,10 +146,10 @@ def test_a_chain_of_equal_stages_has_the_textbook_bubble(S, M):
 
 def test_the_executor_sends_each_tensor_once_per_process_and_micro_batch():
     # Piece 0 on A feeds pieces 1 (B) and 2 (B) with one tensor, and piece 2 reads piece 1 too.
-    st = [Stage(0, "A", (("a", 1.0, 1.0),), 1.0),
-          Stage(1, "B", (("b", 1.0, 1.0),), 1.0, ((0, 0, 8.0),)),
-          Stage(2, "A", (("c", 1.0, 1.0),), 1.0, ((1, 0, 8.0),)),
-          Stage(3, "B", (("d", 1.0, 1.0),), 1.0, ((0, 0, 8.0), (2, 0, 8.0)), loss=True)]
+    st = [PieceCost(0, "A", (("a", 1.0, 1.0),), 1.0),
+          PieceCost(1, "B", (("b", 1.0, 1.0),), 1.0, ((0, 0, 8.0),)),
+          PieceCost(2, "A", (("c", 1.0, 1.0),), 1.0, ((1, 0, 8.0),)),
+          PieceCost(3, "B", (("d", 1.0, 1.0),), 1.0, ((0, 0, 8.0), (2, 0, 8.0)), loss=True)]
     lists = tasks(st, ["A", "B"], 2, StepCosts())
     sends = [t for lst in lists for t in lst if isinstance(t, Send)]
     recvs = [t for lst in lists for t in lst if isinstance(t, Recv)]
@@ -158,7 +158,7 @@ def test_the_executor_sends_each_tensor_once_per_process_and_micro_batch():
     assert simulate(lists, [0, 1], Machine(cores=2)).makespan > 0
 
 
-def _random_plan(rng: random.Random, n_pieces: int, n_dev: int) -> tuple[list[Stage], list[str]]:
+def _random_plan(rng: random.Random, n_pieces: int, n_dev: int) -> tuple[list[PieceCost], list[str]]:
     devs = [f"d{k}" for k in range(n_dev)]
     st = []
     for i in range(n_pieces):
@@ -166,10 +166,10 @@ def _random_plan(rng: random.Random, n_pieces: int, n_dev: int) -> tuple[list[St
         ins = tuple(sorted({(j, 0, float(rng.randint(1, 9) * 100)) for j in rng.sample(range(i), min(i, 2))},
                            key=lambda x: x[0]))
         # One byte count per output: a piece's output has one size.
-        st.append(Stage(i, dev, tuple((f"o{i}_{k}", rng.uniform(1e-4, 2e-3), 1.0) for k in range(rng.randint(1, 3))),
+        st.append(PieceCost(i, dev, tuple((f"o{i}_{k}", rng.uniform(1e-4, 2e-3), 1.0) for k in range(rng.randint(1, 3))),
                         rng.uniform(1e-4, 4e-3), ins, loss=i == n_pieces - 1))
     sizes = {}
-    st = [Stage(s.index, s.device, s.forward, s.backward, tuple((a, b, sizes.setdefault(a, c)) for a, b, c in s.inputs),
+    st = [PieceCost(s.index, s.device, s.forward, s.backward, tuple((a, b, sizes.setdefault(a, c)) for a, b, c in s.inputs),
                 s.loss) for s in st]
     return st, devs
 

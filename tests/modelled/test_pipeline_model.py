@@ -275,14 +275,14 @@ def test_both_models_follow_the_one_order_of_actions_on_every_device():
     # ideal model and the executor model, are its list of actions.
     from lab.modelled.placement import order
     from lab.modelled.placement.cores import Cpu
-    from lab.modelled.placement.executor import Stage, StepCosts, tasks
+    from lab.modelled.placement.executor import PieceCost, StepCosts, tasks
 
     devs = ["A", "B", "A", "C", "B"]
     pieces = [Piece(k, d, (f"o{k}",), inputs=((k - 1, 100.0),) * (k > 0) + ((0, 50.0),) * (k == 3), loss=k == 4)
               for k, d in enumerate(devs)]
     fwd = {f"o{k}": 0.1 * (k + 1) for k in range(5)}
     s = simulate(pieces, fwd, {o: 2 * t for o, t in fwd.items()}, lambda a, b, n: n * 1e-3, 3)
-    stages = [Stage(p.index, p.device, ((f"o{p.index}", 0.1, 1.0),), 0.2,
+    stages = [PieceCost(p.index, p.device, ((f"o{p.index}", 0.1, 1.0),), 0.2,
                     inputs=tuple((src, 0, n) for src, n in p.inputs), loss=p.loss) for p in pieces]
     lists = tasks(stages, ["A", "B", "C"], 3, StepCosts())
     for r, d in enumerate(["A", "B", "C"]):

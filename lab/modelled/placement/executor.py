@@ -35,7 +35,7 @@ WHERE = "executor model"
 
 
 @dataclass(frozen=True)
-class Stage:
+class PieceCost:
     """A piece as the executor runs it.
 
     ``forward``: ``(operator, seconds, emulated factor s)`` per operator for one micro-batch, in order;
@@ -77,21 +77,21 @@ class StepCosts:
     wire: Linear = field(default_factory=Linear)  # from departure to arrival, no CPU
 
 
-def tasks(stages: Sequence[Stage], devices: Sequence[str], micro_batches: int, costs: StepCosts,
+def tasks(pieces: Sequence[PieceCost], devices: Sequence[str], micro_batches: int, costs: StepCosts,
           optimizer: Mapping[str, float] | None = None,
           link: Callable[[str, str, float], float] | None = None, node_by_node: bool = False,
           schedule: str = "gpipe") -> list[list]:
     """Each process's task list (process ``r`` holds ``devices[r]``) for one training step. ``link`` (emulation):
     the topology's seconds for a tensor between two devices; ``node_by_node``: the pieces run through the
     timing interpreter (the executor does when it emulates or records a timeline)."""
-    stages = list(stages)
+    pieces = list(pieces)
     rank = {d: r for r, d in enumerate(devices)}
-    for s in stages:
+    for s in pieces:
         if s.device not in rank:
             raise LabError(f"piece {s.index} is on {s.device!r}, which no process holds", where=WHERE)
     if len(set(devices)) != len(devices):
         raise LabError("two processes hold the same device", where=WHERE)
-    if [s.index for s in stages] != list(range(len(stages))):
+    if [s.index for s in pieces] != list(range(len(pieces))):
         raise LabError("pieces must be indexed 0..n-1 in list order", where=WHERE)
     M = int(micro_batches)
     if M < 1:
@@ -99,16 +99,16 @@ def tasks(stages: Sequence[Stage], devices: Sequence[str], micro_batches: int, c
     # readers[(piece, out)] -> the reading pieces in ascending order; bytes of each output.
     readers: dict[tuple[int, int], list[int]] = {}
     size: dict[tuple[int, int], float] = {}
-    for s in stages:
+    for s in pieces:
         for src, out, nbytes in s.inputs:
             if not 0 <= src < s.index:
                 raise LabError(f"piece {s.index} reads piece {src}; pieces read only earlier pieces", where=WHERE)
             readers.setdefault((src, out), []).append(s.index)
             size[(src, out)] = float(nbytes)
-    outputs = {s.index: sorted({o for (k, o) in readers if k == s.index}) for s in stages}
+    outputs = {s.index: sorted({o for (k, o) in readers if k == s.index}) for s in pieces}
     # The executor sends an output in the order its readers first appear.
-    order = {k: [key for key in readers if key[0] == k] for k in range(len(stages))}
-    dev = [s.device for s in stages]
+    order = {k: [key for key in readers if key[0] == k] for k in range(len(pieces))}
+    dev = [s.device for s in pieces]
     lists: list[list] = [[] for _ in devices]
 
     def hold(a: str, b: str, nbytes: float) -> float:
@@ -118,7 +118,7 @@ def tasks(stages: Sequence[Stage], devices: Sequence[str], micro_batches: int, c
         lists[r].append(Send(key, rank[to_dev], cpu=costs.send(nbytes), wire=costs.wire(nbytes),
                              hold=hold(devices[r], to_dev, nbytes), row=row))
 
-    def forward(r: int, d: str, s: Stage, m: int, got: set) -> None:
+    def forward(r: int, d: str, s: PieceCost, m: int, got: set) -> None:
         out = lists[r]
         for src, o, _ in s.inputs:
             if dev[src] != d and (src, o, m) not in got:
@@ -140,7 +140,7 @@ def tasks(stages: Sequence[Stage], devices: Sequence[str], micro_batches: int, c
         if s.loss:
             out.append(Cpu(costs.loss, {"device": d, "piece": s.index, "micro": m, "kind": "loss", "op": None}))
 
-    def backward(r: int, d: str, s: Stage, m: int, last_reader: dict) -> None:
+    def backward(r: int, d: str, s: PieceCost, m: int, last_reader: dict) -> None:
         out = lists[r]
         for o in outputs[s.index]:
             for rd in dict.fromkeys(dev[k] for k in readers[(s.index, o)]):
@@ -160,7 +160,7 @@ def tasks(stages: Sequence[Stage], devices: Sequence[str], micro_batches: int, c
                       "micro": m, "bytes": size[(src, o)], "device": dev[src], "op": None})
 
     for r, d in enumerate(devices):
-        mine = [s for s in stages if s.device == d]
+        mine = [s for s in pieces if s.device == d]
         got: set = set()  # a tensor is received once per process and micro-batch, whichever piece reads it
         # A gradient goes back once the last local piece reading the tensor (the smallest index) is done.
         last_reader: dict[tuple[int, int], int] = {}
@@ -168,22 +168,22 @@ def tasks(stages: Sequence[Stage], devices: Sequence[str], micro_batches: int, c
             for src, o, _ in s.inputs:
                 if dev[src] != d:
                     last_reader[(src, o)] = min(last_reader.get((src, o), s.index), s.index)
-        for a in order_of(schedule, [s.index for s in mine], len(stages), M):
+        for a in order_of(schedule, [s.index for s in mine], len(pieces), M):
             if a.kind == FORWARD:
-                forward(r, d, stages[a.piece], a.micro, got)
+                forward(r, d, pieces[a.piece], a.micro, got)
             elif a.kind == BACKWARD:
-                backward(r, d, stages[a.piece], a.micro, last_reader)
+                backward(r, d, pieces[a.piece], a.micro, last_reader)
             else:
                 lists[r].append(Cpu((optimizer or {}).get(d, 0.0), {"device": d, "piece": None, "micro": None,
                                                                     "kind": "optimizer", "op": None}))
     return lists
 
 
-def messages(stages: Sequence[Stage], devices: Sequence[str], micro_batches: int,
+def messages(pieces: Sequence[PieceCost], devices: Sequence[str], micro_batches: int,
              schedule: str = "gpipe") -> dict[tuple[int, int], int]:
     """Messages per step between each pair of ranks (the smaller rank first)."""
     out: dict[tuple[int, int], int] = {}
-    for r, lst in enumerate(tasks(stages, devices, micro_batches, StepCosts(), schedule=schedule)):
+    for r, lst in enumerate(tasks(pieces, devices, micro_batches, StepCosts(), schedule=schedule)):
         for t in lst:
             if isinstance(t, Send):
                 key = (min(r, t.to), max(r, t.to))
@@ -191,4 +191,4 @@ def messages(stages: Sequence[Stage], devices: Sequence[str], micro_batches: int
     return out
 
 
-__all__ = ["Stage", "Linear", "StepCosts", "tasks", "messages"]
+__all__ = ["PieceCost", "Linear", "StepCosts", "tasks", "messages"]

@@ -14,7 +14,7 @@ from lab.errors import LabError
 from lab.modelled.balance import PLANNERS
 from lab.modelled.costmodel import catalogue_slowdown
 from lab.modelled.placement.cores import rank_cores
-from lab.modelled.placement.executor import Stage
+from lab.modelled.placement.executor import PieceCost
 from lab.modelled.placement.executor import messages as executor_messages
 from lab.modelled.placement.order import schedule as order_of
 from lab.scenario.document import Scenario
@@ -177,11 +177,11 @@ def pieces(model: torch.nn.Module, plan: StagePlan) -> tuple[list[Piece], tuple[
     return out, (final[0], final[1] or 0)
 
 
-def step_stages(cut: list[Piece], final: tuple[int, int], nbytes: dict | None = None) -> list[Stage]:
-    """The pieces as the executor model takes them (:class:`lab.modelled.placement.executor.Stage`), with no
+def piece_costs(cut: list[Piece], final: tuple[int, int], nbytes: dict | None = None) -> list[PieceCost]:
+    """The pieces as the executor model takes them (:class:`lab.modelled.placement.executor.PieceCost`), with no
     costs yet: their operators, what each reads (with ``nbytes[(piece, output)]`` bytes, 0 without) and the
     loss piece."""
-    return [Stage(p.index, p.device, tuple((op, 0.0, 1.0) for op in p.ops), 0.0,
+    return [PieceCost(p.index, p.device, tuple((op, 0.0, 1.0) for op in p.ops), 0.0,
                   tuple((r[0], r[1], float((nbytes or {}).get((r[0], r[1]), 0.0))) for r in p.inputs if r is not INPUT),
                   loss=p.index == final[0]) for p in cut]
 
@@ -238,5 +238,5 @@ def placed_cpus(sc: Scenario, cpus: list[int]) -> list[int | None]:
     ds, model = model_for(sc)
     plan = resolve(sc, model, ds.in_features)
     cut, final = pieces(model, plan)
-    weights = executor_messages(step_stages(cut, final), plan.devices, sc.training.micro_batches, sc.training.schedule)
+    weights = executor_messages(piece_costs(cut, final), plan.devices, sc.training.micro_batches, sc.training.schedule)
     return [None if c is None else distinct[c] for c in rank_cores(len(plan.devices), len(distinct), weights)]
