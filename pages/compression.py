@@ -45,7 +45,7 @@ if c2.button(view.queue_label(variants), type="primary", key="cp_grid_run", icon
     with ui.guarded("queueing the grid"):
         desk = view.Desk(*ui.job_manager())  # the Training page's manager and fair queue
         items = view.grid_runs(sc, variants)
-        if jobs := ui.submit_once(desk.owner, items[0][0], "grid", view.store(), lambda: desk.submit_many(items)):
+        if jobs := ui.submit_once(desk.owner, items[0][0], "grid", view.run_store(), lambda: desk.submit_many(items)):
             st.session_state["cp_grid_runs"] = st.session_state["cmp_runs"] = [j.run_id for j in jobs]
 c3.page_link("pages/compare.py", label="Compare them: loss, accuracy, bytes, time", icon=":material/compare_arrows:")
 grid_ids = st.session_state.get("cp_grid_runs", [])

@@ -8,7 +8,7 @@ from lab.view import training as view
 sc = ui.scenario_sidebar()
 desk = view.TrainingDesk(*ui.job_manager())  # the manager shared with the Jobs page; this session's owner id
 owner = desk.owner
-runs_store = view.store()
+runs_store = view.run_store()
 st.title("Training")
 st.markdown(view.INTRO.format(measured=ui.badge("measured"), emulated=ui.badge("emulated")))
 

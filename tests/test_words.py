@@ -1,6 +1,6 @@
 """One word, one meaning (the README's "Words the lab uses"): senses the code has retired stay out of it. A plan
 is a placement plan, never a data-parallel job's layout; a stage is a process of a placement run, never one
-piece's costs. Static reading of the source; each rule is also shown to catch the retired sense it names."""
+piece's costs; the run store's shared object is ``run_store()`` wherever it is imported. Static reading of the source; each rule is also shown to catch the retired sense it names."""
 from __future__ import annotations
 
 import re
@@ -9,13 +9,24 @@ import pytest
 
 from tests.conftest import ROOT
 
+EVERY = "every Python file"  # every file of the checkout but this one, which names the retired senses
+
 #: (files, pattern of the retired sense, what the word means instead)
 RETIRED = (
     (("lab/train/layout.py", "lab/machine/predict.py"), r"\bplans?\b",
      "a data-parallel job's layout is its layout (JobLayout); a plan is a placement plan"),
     (("lab/modelled/placement/executor.py", "lab/machine/plans.py"), r"\bStages?\b|\bstages\b",
      "one piece with its costs is a PieceCost; a stage is one process of a placement run"),
+    (EVERY, r"from lab\.store\.runs import .*\b(store|run_store as \w+)\b",
+     "the run store's shared object is imported as run_store, under no other name"),
 )
+
+
+def files_of(files) -> list[str]:
+    if files != EVERY:
+        return list(files)
+    found = [ROOT / "app.py"] + [p for d in ("lab", "ui", "pages", "bench", "tests") for p in (ROOT / d).rglob("*.py")]
+    return sorted(str(p.relative_to(ROOT)) for p in found if p.name != "test_words.py")
 
 
 def breaches(text: str, pattern: str) -> list[int]:
@@ -23,9 +34,9 @@ def breaches(text: str, pattern: str) -> list[int]:
     return [i for i, line in enumerate(text.splitlines(), 1) if re.search(pattern, line)]
 
 
-@pytest.mark.parametrize("files,pattern,meaning", RETIRED)
+@pytest.mark.parametrize("files,pattern,meaning", RETIRED, ids=["layout", "piece cost", "run store"])
 def test_a_retired_sense_stays_out(files, pattern, meaning):
-    found = [f"{f}:{n}" for f in files for n in breaches((ROOT / f).read_text(), pattern)]
+    found = [f"{f}:{n}" for f in files_of(files) for n in breaches((ROOT / f).read_text(), pattern)]
     assert found == [], f"{meaning}: {found}"
 
 
@@ -35,3 +46,6 @@ def test_each_rule_catches_its_retired_sense():
     assert breaches("st = [Stage(0, 'a')]\n", RETIRED[1][1]) == [1]
     assert breaches("def tasks(stages):\n", RETIRED[1][1]) == [1]
     assert breaches("st = [PieceCost(0, 'a')]  # one process: a stage\n", RETIRED[1][1]) == []
+    assert breaches("from lab.store.runs import ACTIVE, store\n", RETIRED[2][1]) == [1]
+    assert breaches("    from lab.store.runs import run_store as default_store\n", RETIRED[2][1]) == [1]
+    assert breaches("from lab.store.runs import ACTIVE, run_store\n", RETIRED[2][1]) == []

@@ -49,15 +49,15 @@ def student_ticks(lesson: Lesson) -> set[int]:
     ss = st.session_state
     book = ss.setdefault(LESSON_TICKS, {})
     if lesson.id not in book:
-        from lab.store.runs import store
+        from lab.store.runs import run_store
 
-        got = store().lesson_ticks(owner(), lesson.id)
+        got = run_store().lesson_ticks(owner(), lesson.id)
         if st.query_params.get(LESSON_ID_PARAM) == lesson.id:
             linked, notice = ticks_from_param(st.query_params.get(LESSON_TICKS_PARAM), len(lesson.steps))
             if notice:
                 st.info(plain(notice[0].upper() + notice[1:] + "."), icon=":material/info:")
             for i in sorted(linked - got):
-                store().record_lesson(owner(), lesson.id, i, ticked=True)
+                run_store().record_lesson(owner(), lesson.id, i, ticked=True)
             got |= linked
         book[lesson.id] = got
     return book[lesson.id]
@@ -65,24 +65,24 @@ def student_ticks(lesson: Lesson) -> set[int]:
 
 def tick(lesson: Lesson, i: int) -> None:
     """A step's box changed: keep it for this student (across pages and reloads) and for the teacher's view."""
-    from lab.store.runs import store
+    from lab.store.runs import run_store
 
     on = bool(st.session_state.get(f"lesson_tick_{lesson.id}_{i}"))
     ticks = student_ticks(lesson)
     (ticks.add if on else ticks.discard)(i)
-    store().record_lesson(owner(), lesson.id, i, ticked=on)
+    run_store().record_lesson(owner(), lesson.id, i, ticked=on)
 
 
 def answer(lesson: Lesson, i: int) -> None:
     """The student checks their answer to step ``i``'s question: the lab says whether it is right and keeps it; a
     right answer ticks the step."""
-    from lab.store.runs import store
+    from lab.store.runs import run_store
 
     q = lesson.questions[i]
     value = st.session_state.get(f"lesson_q_{lesson.id}_{i}")
     ok = q.check(value)
     st.session_state[f"lesson_fb_{lesson.id}_{i}"] = (ok, q.feedback(value))
-    store().record_lesson(owner(), lesson.id, i, answered=ok)
+    run_store().record_lesson(owner(), lesson.id, i, answered=ok)
     if ok:
         student_ticks(lesson).add(i)
 
@@ -153,10 +153,10 @@ def lesson_panel(page: str) -> None:
 def class_lesson() -> Lesson | None:
     """The lesson the teacher handed out, for a student with a seat in the open class (None otherwise: no
     class, no lesson handed out, no seat, or the teacher)."""
-    from lab.store.runs import store
+    from lab.store.runs import run_store
 
-    state = store().class_state()
-    if state is None or not state.lesson or store().seat(owner()) is None:
+    state = run_store().class_state()
+    if state is None or not state.lesson or run_store().seat(owner()) is None:
         return None
     return find_lesson(LESSONS, state.lesson)
 

@@ -35,9 +35,9 @@ def _restore_saved_view() -> None:
     ss[_SESSION_OPENED] = True
     if URL_PARAM in st.query_params or VIEW_PARAM in st.query_params:
         return
-    from lab.store.runs import store
+    from lab.store.runs import run_store
 
-    saved = store().saved_view(owner(), "*")
+    saved = run_store().saved_view(owner(), "*")
     if saved:
         for k, v in saved.items():
             if isinstance(k, str) and isinstance(v, str) and k not in st.query_params:
@@ -48,9 +48,9 @@ def _save_view(sc: Scenario) -> None:
     """Keep this student's view in the run store when it changed (the last run's widgets and scenario)."""
     params = view_link_params(sc)
     if st.session_state.get(_SAVED) != params:
-        from lab.store.runs import store
+        from lab.store.runs import run_store
 
-        store().save_view(owner(), "*", params)
+        run_store().save_view(owner(), "*", params)
         st.session_state[_SAVED] = params
 
 
@@ -60,22 +60,22 @@ def _open_class_lesson() -> None:
     lesson = class_lesson()
     if lesson is None:
         return
-    from lab.store.runs import store
+    from lab.store.runs import run_store
 
-    if store().open_hand_out(owner()):
+    if run_store().open_hand_out(owner()):
         st.switch_page(lesson.page, query_params=open_lesson(lesson))
 
 
 def _watch_hand_outs() -> None:
     """A seated student's open page takes a lesson handed out or released without a click: a check of the class
     every few seconds, which reruns the page when the hand-out changed."""
-    from lab.store.runs import store
+    from lab.store.runs import run_store
 
-    if store().seat(owner()) is None:
+    if run_store().seat(owner()) is None:
         return
 
     def handed() -> tuple | None:
-        state = store().class_state()
+        state = run_store().class_state()
         return None if state is None else (state.lesson, state.handed)
 
     st.session_state[_HAND_OUT_SEEN] = handed()  # what this run of the page shows

@@ -54,24 +54,24 @@ def predicted_runs(db: str, created: str, _profile, ids: tuple) -> tuple:
     """:func:`lab.machine.fidelity.evaluate_runs` for the runs ``ids`` of the store at ``db``, cached per profile
     (``created`` names it): (rows, skipped)."""
     from lab.machine.fidelity import evaluate_runs
-    from lab.store.runs import store
+    from lab.store.runs import run_store
 
-    return evaluate_runs(store(db), _profile, list(ids))
+    return evaluate_runs(run_store(db), _profile, list(ids))
 
 
 @st.cache_data(ttl=60, show_spinner=False)
 def placement_rows(db: str, created: str, _profile, ids: tuple) -> list:
     """:func:`lab.machine.plans.placement_rows` of the runs ``ids`` of the store at ``db``, cached per profile."""
     from lab.machine.plans import placement_rows as rows
-    from lab.store.runs import store
+    from lab.store.runs import run_store
 
-    return rows(store(db), _profile, list(ids))
+    return rows(run_store(db), _profile, list(ids))
 
 
 @st.cache_data(ttl=60, show_spinner=False)
 def prediction_table(db: str, created: str, _profile, run_id: str):
     """:func:`lab.machine.fidelity.prediction_table` of one stored run, cached per profile."""
     from lab.machine.fidelity import prediction_table as table
-    from lab.store.runs import store
+    from lab.store.runs import run_store
 
-    return table(run_id, _profile, store=store(db))
+    return table(run_id, _profile, store=run_store(db))

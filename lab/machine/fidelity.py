@@ -20,7 +20,7 @@ from lab.scenario.catalogue import preset
 from lab.scenario.document import Compression, Scenario, Training
 from lab.processes import LOADED_SHARE, under_load
 from lab.store.runs import ACTIVE
-from lab.store.runs import store as default_store
+from lab.store.runs import run_store
 from lab.scenario.names import Sharing
 
 # ---------------------------------------------------------------------------------------------
@@ -98,7 +98,7 @@ def prediction_table(run: Any = None, profile: MachineProfile | None = None, *, 
     """Predicted against measured step time and its parts, with the relative error, as a DataFrame.
 
     Either ``run`` (a run id; the scenario and metrics come from the run store ``store``, default
-    :func:`lab.store.runs.store`) or ``scenario`` + ``metrics``. ``profile`` defaults to the saved
+    :func:`lab.store.runs.run_store`) or ``scenario`` + ``metrics``. ``profile`` defaults to the saved
     machine profile. Columns: part, predicted_ms, measured_ms, error_pct (predicted / measured - 1,
     in percent). Raises LabError when there is no profile or no measurement yet.
     """
@@ -110,7 +110,7 @@ def prediction_table(run: Any = None, profile: MachineProfile | None = None, *, 
                        "python -m lab.machine.calibrate)", where="prediction")
     if run is not None:
 
-        st = store or default_store()
+        st = store or run_store()
         info = st.get_run(run)
         scenario = Scenario.from_dict(info["scenario"])
         metrics = st.metrics(run)

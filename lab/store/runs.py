@@ -429,7 +429,7 @@ class RunStore(JobRecords, LessonBook, ClassBook, Exports):
 _DEFAULT: dict[str, RunStore] = {}
 
 
-def store(path: str | os.PathLike | None = None) -> RunStore:
+def run_store(path: str | os.PathLike | None = None) -> RunStore:
     """The RunStore for ``path`` (default: env LAB_DB or ./data/runs.db), one object per path."""
     p = str(Path(path) if path is not None else default_db_path())
     if p not in _DEFAULT:
@@ -437,5 +437,5 @@ def store(path: str | os.PathLike | None = None) -> RunStore:
     return _DEFAULT[p]
 
 
-__all__ = ["RunStore", "store", "STATUSES", "ACTIVE", "FINISHED", "EVENTS", "METRIC_COLUMNS", "JOB_WORKER", "safe_filename",
+__all__ = ["RunStore", "run_store", "STATUSES", "ACTIVE", "FINISHED", "EVENTS", "METRIC_COLUMNS", "JOB_WORKER", "safe_filename",
            "new_run_id", "check_run_id", "default_db_path"]

@@ -11,7 +11,7 @@ from typing import Mapping
 
 from lab.errors import LabError
 from lab.scenario.names import BALANCE_LABELS, MODEL_LABELS, STRATEGY_SHORT
-from lab.store.runs import store as run_store
+from lab.store.runs import run_store
 from lab.view.placement import measured_plan_step, plan_key
 from lab.view.pages import TITLES  # noqa: F401 - the titles the page names its links by
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from lab.scenario.text import Withheld
 from lab.store.runs import ACTIVE
-from lab.store.runs import store as run_store
+from lab.store.runs import run_store
 from lab.view.desk import Desk
 from lab.view.lessons import Lesson, find_lesson, load_lessons
 from lab.view.section import Notice, Section

@@ -9,7 +9,7 @@ from typing import Any, Sequence
 from lab.jobs import comparison
 from lab.machine import fidelity
 from lab.machine.profile import load_profile
-from lab.store.runs import ACTIVE, FINISHED, safe_filename, store
+from lab.store.runs import ACTIVE, FINISHED, safe_filename, run_store
 from lab.view.desk import Desk
 from lab.view.fidelity import Predict, evaluate
 from lab.view.jobs import run_picker
@@ -63,19 +63,19 @@ class Picker:
 def picker(owner: str, everyone: bool, before: Sequence[str]) -> Picker:
     """The Runs box's runs: ``owner``'s own (the class's with ``everyone``) and the chosen ones ``before``; of those
     the ones still stored, or with none, the owner's six newest finished runs."""
-    runs, labels = run_picker(store(), owner, everyone, keep=before)
+    runs, labels = run_picker(run_store(), owner, everyone, keep=before)
     kept = [r for r in before if r in labels] or list(runs[runs.status.isin(FINISHED) & (runs.owner == owner)].id[:6])
     return Picker(labels, kept)
 
 
 def pooled(chosen: Sequence[str]) -> list[str]:
     """The chosen runs and the class's finished runs of their variants (any seed)."""
-    return comparison.pooled_runs(store(), list(chosen))
+    return comparison.pooled_runs(run_store(), list(chosen))
 
 
 def waiting(chosen: Sequence[str]) -> tuple[int, list[Section]]:
     """How many chosen runs are queued or running, and a notice that says so (none when none is)."""
-    live = int(store().list_runs(statuses=ACTIVE).id.isin(list(chosen)).sum())
+    live = int(run_store().list_runs(statuses=ACTIVE).id.isin(list(chosen)).sum())
     if not live:
         return 0, []
     return live, [Section("cmp_waiting", notices=(Notice(
@@ -97,14 +97,14 @@ def _predicted(chosen: Sequence[str], predict: Predict) -> tuple[Any, list, list
     prof = load_profile()
     if prof is None:
         return None, [], []
-    rows, skipped = predict(str(store().path), prof.created, prof, tuple(chosen))
+    rows, skipped = predict(str(run_store().path), prof.created, prof, tuple(chosen))
     return prof, rows, skipped
 
 
 def comparison_model(chosen: Sequence[str], target: float, x: str, predict: Predict = evaluate) -> Model:
     """The chosen runs compared against ``x`` ("step" or "wall"), with the time to a test accuracy of ``target``
     percent."""
-    runs_store = store()
+    runs_store = run_store()
     cmp = comparison.compare_runs(runs_store, list(chosen), target / 100, x)
     sections = [
         Section("cmp_loss", chart="compare.band_figure",
@@ -151,7 +151,7 @@ def comparison_model(chosen: Sequence[str], target: float, x: str, predict: Pred
 
 def per_run(chosen: Sequence[str]) -> list[Section]:
     """Every chosen run's settings, accuracy, time split and bytes."""
-    s = store().summary(list(chosen))
+    s = run_store().summary(list(chosen))
     table = [{**{k: getattr(r, k) for k in SETTINGS},
               **{col: getattr(r, name) * scale for col, (name, scale) in PER_RUN_COLUMNS.items()}}
              for r in s.itertuples()]

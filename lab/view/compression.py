@@ -11,7 +11,7 @@ from lab.compression.study import evaluate, generated_gradients, real_gradients
 from lab.jobs.grid import grid_results, grid_scenarios, grid_table, variant_label, where_each_wins
 from lab.scenario.document import Compression, Scenario
 from lab.scenario.names import COMPRESSOR_LABELS, SHARING_LABELS, Sharing
-from lab.store.runs import ACTIVE, store
+from lab.store.runs import ACTIVE, run_store
 from lab.view.desk import Desk
 from lab.view.section import Notice, Section
 from lab.view.sharing import sharing_report
@@ -197,13 +197,13 @@ def grid_runs(sc: Scenario, variants) -> list[tuple[Scenario, str]]:
 
 def grid_active(ids) -> bool:
     """Whether a run of the grid ``ids`` is still queued or running (then its results are polled)."""
-    return bool(ids) and bool(store().list_runs(statuses=ACTIVE).id.isin(ids).any())
+    return bool(ids) and bool(run_store().list_runs(statuses=ACTIVE).id.isin(ids).any())
 
 
 def grid(ids, emulate: bool) -> tuple[list[Section], bool]:
     """The grid's results as the store has them (its finished runs' figure, where each variant wins, every run's
     row), and whether any of them is still queued or running."""
-    rows = grid_results(store(), ids)
+    rows = grid_results(run_store(), ids)
     done = [r for r in rows if r["status"] == "done"]
     out = []
     if done:
@@ -223,4 +223,4 @@ def grid(ids, emulate: bool) -> tuple[list[Section], bool]:
 __all__ = ["Desk", "INTRO", "COMPRESSORS_FORM", "RING_INTRO", "RING_FORM", "CHOLESKY_INTRO", "CHOLESKY_FORM",
            "compressor_table", "cholesky_applicability_table", "cholesky_table", "gradients", "compressors", "ring",
            "apply_ring", "cholesky", "grid_intro", "queue_label", "grid_runs", "grid_active", "grid", "variant_label",
-           "store"]
+           "run_store"]

@@ -13,7 +13,7 @@ from lab.machine import fidelity
 from lab.machine import plans
 from lab.machine import trace_export
 from lab.machine.profile import load_profile
-from lab.store.runs import default_db_path, store
+from lab.store.runs import default_db_path, run_store
 from lab.view.desk import Desk
 from lab.view.jobs import run_picker
 from lab.view.section import Notice, Section
@@ -45,7 +45,7 @@ Predict = Callable[[str, str, Any, tuple], tuple]  # (db, profile's created, pro
 def evaluate(db: str, created: str, profile: Any, ids: tuple) -> tuple:
     """The machine model's predictions of the runs ``ids`` of the store at ``db``: (rows, skipped) (a page passes
     the same, cached per profile, whose ``created`` names it)."""
-    return fidelity.evaluate_runs(store(db), profile, list(ids))
+    return fidelity.evaluate_runs(run_store(db), profile, list(ids))
 
 
 def profile():
@@ -168,7 +168,7 @@ def batch_progress(batch: Any) -> Progress:
 
 # ----- stored runs: predicted against measured -----------------------------------------------------------------------
 def _done(owner: str, everyone: bool) -> tuple:
-    return tuple(run_picker(store(), owner, everyone, statuses=("done",))[0].id)
+    return tuple(run_picker(run_store(), owner, everyone, statuses=("done",))[0].id)
 
 
 def _metrics(summary: dict, quiet: Sequence[dict]) -> Section:
@@ -198,7 +198,7 @@ def stored_runs(prof: Any, owner: str, everyone: bool, lesson: bool, predict: Pr
     the runs that could not be compared; nothing without a profile."""
     if prof is None:
         return [], None
-    rows, skipped = predict(str(store().path), prof.created, prof, _done(owner, everyone))
+    rows, skipped = predict(str(run_store().path), prof.created, prof, _done(owner, everyone))
     aside = (f"{len(skipped)} run(s) not compared", [Section("fid_skipped", table=list(skipped))]) \
         if skipped and not lesson else None
     if not rows:
@@ -239,9 +239,9 @@ def placement_runs(prof: Any, owner: str, everyone: bool, rows: Callable = None)
     :func:`lab.machine.plans.placement_rows`'s (db, profile's created, profile, ids) form (a page caches it)."""
     done = _done(owner, everyone)
     if rows is None:
-        prow = plans.placement_rows(store(), prof, list(done))
+        prow = plans.placement_rows(run_store(), prof, list(done))
     else:
-        prow = rows(str(store().path), prof.created if prof else "", prof, done)
+        prow = rows(str(run_store().path), prof.created if prof else "", prof, done)
     if not prow:
         return [Section("fid_no_plans", caption="No finished placement runs yet (the Placement page runs plans).")]
     return [Section("fid_plan_table", table=prow, kind="measured", caption=(
@@ -256,12 +256,12 @@ def placement_runs(prof: Any, owner: str, everyone: bool, rows: Callable = None)
 def trace_runs(owner: str, everyone: bool, keep: str | None) -> dict:
     """The runs a trace can be taken of (id -> label, newest first): ``owner``'s (the class's with ``everyone``) and
     the one in ``keep``."""
-    return run_picker(store(), owner, everyone, keep=[keep], statuses=TRACE_STATUSES)[1]
+    return run_picker(run_store(), owner, everyone, keep=[keep], statuses=TRACE_STATUSES)[1]
 
 
 def trace(run_id: str, prof: Any) -> tuple[dict, list[Section]]:
     """A run's step closest to its median as trace-event JSON: ``st.download_button``'s arguments, and its caption."""
-    doc = trace_export.store_trace(store(), run_id, profile=prof)
+    doc = trace_export.store_trace(run_store(), run_id, profile=prof)
     download = dict(label="Download the trace (JSON)", data=trace_export.to_json(doc), file_name=f"{run_id}-step.trace.json",
                     mime="application/json", key="fid_trace_download", icon=":material/download:")
     return download, [Section("fid_trace", kind="measured", caption=(

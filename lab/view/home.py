@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from lab.store.runs import store as run_store
+from lab.store.runs import run_store
 from lab.view.lessons import Lesson, class_view, load_lessons
 from lab.view.section import Section
 from lab.view.pages import available_pages  # noqa: F401 - the pages Home links to

@@ -10,7 +10,7 @@ from typing import Any, Mapping, Sequence
 from lab.jobs.variants import comparison_compressions, comparison_scenarios, run_name, settings_of, student_seed
 from lab.scenario.document import COMPRESSION_FIELDS, TRAINING_FIELDS, Scenario
 from lab.scenario.names import PAYLOAD_COMPRESSORS, SHARING_SHORT, SPARSIFIERS, is_uploaded_model
-from lab.store.runs import ACTIVE, JOB_WORKER, store
+from lab.store.runs import ACTIVE, JOB_WORKER, run_store
 from lab.view.desk import Desk
 from lab.view.fields import Field, Row, SettingsForm
 from lab.view.jobs import (IMPLEMENTATIONS, bytes_note, compression_conflict, default_device, progress_line, queue_line,
@@ -196,4 +196,4 @@ class TrainingDesk(Desk):
 
 __all__ = ["TrainingDesk", "INTRO", "COMPARE_HELP", "NO_RUNS", "COMPRESSOR_NAMES", "compression_summary", "optimiser_summary", "TRAINING_FORM", "COMPRESSION_FORM",
            "IMPLEMENTATIONS", "compression_conflict", "device_boxes", "edited", "name_of", "comparison", "polling",
-           "store", "Watch", "watch", "measured"]
+           "run_store", "Watch", "watch", "measured"]

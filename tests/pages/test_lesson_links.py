@@ -22,10 +22,10 @@ def test_a_link_with_ticks_that_are_not_step_numbers_gets_a_notice(ticks, lab_db
 
 
 def test_ticks_a_link_brings_are_stored_for_the_student_who_opened_it(lab_db, spawns):
-    from lab.store.runs import store
+    from lab.store.runs import run_store
 
     at = app_test(LESSON.page, query={"l": LESSON.id, "lt": "0.1", "lesson": "1"})
     assert_no_exception(at)
-    rows = store().lesson_progress()
+    rows = run_store().lesson_progress()
     assert rows.owner.nunique() == 1
-    assert store().lesson_ticks(rows.owner.iloc[0], LESSON.id) == {0, 1}
+    assert run_store().lesson_ticks(rows.owner.iloc[0], LESSON.id) == {0, 1}

@@ -22,7 +22,7 @@ from lab.store.runs import (
     RunStore,
     default_db_path,
     safe_filename,
-    store,
+    run_store,
 )
 from tests.conftest import ROOT
 
@@ -41,7 +41,7 @@ def _rows(steps, workers=2):
 
 def test_default_location_follows_lab_db(lab_db, tmp_path, monkeypatch):
     assert default_db_path() == lab_db
-    s = store()
+    s = run_store()
     s.create_run(default_scenario())
     assert lab_db.exists()
     assert sqlite3.connect(lab_db).execute("PRAGMA journal_mode").fetchone()[0] == "wal"

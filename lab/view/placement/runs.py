@@ -7,7 +7,7 @@ from typing import Any, Callable, Iterable, Mapping
 
 from lab.machine import plans
 from lab.machine.profile import load_profile
-from lab.store.runs import store as run_store
+from lab.store.runs import run_store
 from lab.view.jobs import run_picker
 from lab.view.placement import balance as balance_view
 from lab.view.placement import plans as plans_view
