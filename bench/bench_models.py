@@ -107,8 +107,6 @@ def first_step(name: str, out: Path) -> tuple[float, float]:
 def report(name: str) -> tuple[float, float, float]:
     """(seconds to build the Placement view's report of the model, its MB, seconds for plotly's own files)."""
     from lab.figures import build
-    from lab.figures import placement as figs
-    from lab.figures import plan_run as run_figs
     from lab.report import render
     from lab.report.about import about
     from lab.view import placement as view
@@ -117,7 +115,7 @@ def report(name: str) -> tuple[float, float, float]:
     v = {k: VIEW[k].spec.default for k in (*view.PLAN_CONTROLS, "pl_cost")} | {"pl_model": name}
     t0 = time.perf_counter()
     sc = default_scenario()
-    pv = view.PlacementView.build(sc, v, view.Builders(figs, run_figs))
+    pv = view.PlacementView.build(sc, v)
     sections = [*pv.plan(), *pv.assignment(), pv.comparison()]
     page = render(about("Placement", "placement", "http://localhost:8501/placement", v, sc), sections)
     t_report = time.perf_counter() - t0

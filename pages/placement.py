@@ -34,7 +34,7 @@ v = controls((*st.columns([3, 1]), st), view.PLAN_CONTROLS) | {"pl_cost": ui.con
 ui.show(view.topology(sc.topology))
 pv = None
 with ui.guarded("the placement"):
-    pv = view.PlacementView.build(sc, v, view.Builders(*ui.figure_modules("placement", "plan_run")))
+    pv = view.PlacementView.build(sc, v)
 if pv is None:
     st.stop()
 ui.show(pv.cost_model())
@@ -74,7 +74,7 @@ if pv.placeable and q1.button("Run this plan", type="primary", key="pl_run", ico
     submit("starting the placement run", lambda: pv.plan_items(run), "plan", "pl_runs", ui.view_value("pl_runs"))
 if pv.placeable and q2.button("Run every strategy", key="pl_run_all", icon=":material/format_list_numbered:"):
     submit("queueing every strategy", lambda: pv.strategy_items(run), f"plans x{run['pl_repeats']}", "pl_runs")
-plan_runs = view.PlanRuns(view.run_store(), ui.view_value("pl_runs"), desk.owner, pv.figures)
+plan_runs = view.PlanRuns(view.run_store(), ui.view_value("pl_runs"), desk.owner)
 
 
 @ui.live("plan_runs", 1.0, plan_runs.active)

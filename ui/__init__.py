@@ -21,12 +21,12 @@ from ui.link import view_link_params
 from ui.page import scenario_sidebar
 from ui.runs import placement_rows, predicted_runs, prediction_beside_measured, submit_book, submit_once
 from ui.session import remember, scenario, set_scenario, set_view, view_value
-from ui.show import badge, caption, column_config, figure_modules, guarded, show, show_all
+from ui.show import badge, caption, column_config, guarded, show, show_all
 from ui.text import plain
 from ui.widgets import control, form, per_device, setting, settings_form
 
 __all__ = ["client", "job_manager", "owner", "teacher", "LESSONS", "hidden", "lesson_mode", "open_lesson", "set_lesson_mode",
            "live", "scenario_sidebar", "view_link_params", "placement_rows", "predicted_runs", "prediction_beside_measured",
            "submit_book", "submit_once", "remember", "scenario", "set_scenario", "set_view", "view_value", "badge",
-           "caption", "column_config", "figure_modules", "guarded", "show", "show_all", "plain", "control", "form", "per_device", "setting",
+           "caption", "column_config", "guarded", "show", "show_all", "plain", "control", "form", "per_device", "setting",
            "settings_form"]

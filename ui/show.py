@@ -13,7 +13,6 @@ import streamlit as st
 
 from lab.errors import LabError
 from lab.figures import build
-from lab.figures import modules as figure_modules  # noqa: F401 - ui.figure_modules, for a page to hand over
 from lab.view.section import Section, filled
 from ui import report
 from ui.text import plain

@@ -20,10 +20,4 @@ def build(chart: str | None, chart_input: Mapping[str, Any]):
     return found(**chart_input)
 
 
-def modules(*names: str) -> tuple:
-    """The modules of this package called ``names``, for a page model that calls their table builders (lab.view
-    does not import lab.figures: the page hands them over through ``ui``)."""
-    return tuple(import_module(f"lab.figures.{n}") for n in names)
-
-
-__all__ = ["build", "modules"]
+__all__ = ["build"]

@@ -11,6 +11,7 @@ from plotly.colors import qualitative
 from plotly.subplots import make_subplots
 
 from lab.figures.style import bytes_unit, esc, fmt_bytes, time_unit
+from lab.scenario.units import MIN_VISIBLE
 
 CLASS_COLOURS = {"matmul": "#2e7d32", "conv": "#1565c0", "elementwise": "#8e24aa", "norm": "#ef6c00",
                  "pool": "#00838f", "other": "#6e7781", None: "#9e9e9e"}
@@ -22,7 +23,6 @@ def device_colours(devices: Sequence[str]) -> dict[str, str]:
 
 
 TRANSFER_COLOUR = "#cf222e"
-MIN_VISIBLE = 0.006  # bars shorter than this share of the time axis also get a marker
 
 
 def receive_lane(device: str) -> str:
@@ -84,13 +84,6 @@ def gantt_figure(rows: Sequence[Mapping[str, Any]], devices: Sequence[str], titl
 WHY_PARTS = (("inputs_at", "until its inputs exist", "#d0d7de"), ("transfer", "input transfer", TRANSFER_COLOUR),
              ("wait", "waiting for the device", "#d29922"), ("compute", "compute", "#2e7d32"))
 
-
-def gantt_caption() -> str:
-    """What :func:`gantt_figure` draws, for the caption under it."""
-    return ("each bar is an operator on a device, from its start to its finish (hover: its class and why it is "
-            "there); the red lane under a device holds the transfers arriving there. Bars shorter than "
-            f"{100 * MIN_VISIBLE:.1f} % of the time axis carry a diamond so they stay visible. Gaps are waiting "
-            "(for inputs or for the device).")
 
 
 def why_figure(rows: Sequence[Mapping[str, Any]], task: Any) -> go.Figure:
@@ -343,76 +336,6 @@ def balance_figure(series: Mapping[str, Mapping[str, Any]], nodes: Sequence[str]
     return fig
 
 
-# ----- tables for st.dataframe: plain rows, times in the unit the page shows ------------------------------
-
-def assignment_table(rows: Sequence[Mapping[str, Any]], scale: float, unit: str,
-                     reasons: Mapping[Any, str] | None = None) -> list[dict[str, Any]]:
-    """The schedule table (:func:`lab.modelled.placement.schedule_table`) with units in the column names and
-    the reason each operator is on its device, beside its device: what a reader looks for first stays on a narrow
-    screen, the numbers follow."""
-    out = []
-    for r in rows:
-        row = {"operator": str(r["task"]), "device": r["device"], "why here": (reasons or {}).get(r["task"], ""),
-               "class": r["class"], "FLOPs": r["flops"], f"start ({unit})": r["start"] * scale,
-               f"finish ({unit})": r["finish"] * scale}
-        row |= {f"on {d} ({unit})": (t * scale if math.isfinite(t) else None) for d, t in r["times"].items()}
-        out.append(row)
-    return out
-
-
-def why_table(rows: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
-    """:func:`lab.modelled.placement.why` rows with units named (one unit for the whole table)."""
-    scale, unit = time_unit(max((r["finish"] for r in rows if r["kernel"]), default=0.0))
-
-    def t(x: float | None) -> float | None:
-        return None if x is None else x * scale
-
-    return [{"device": r["device"], "type": r["type"], "plan's choice": r["chosen"],
-             "allowed": "no kernel" if not r["kernel"] else ("yes" if r["allowed"] else "no: pinned elsewhere"),
-             f"inputs exist at ({unit})": t(r["inputs_at"]) if r["kernel"] else None,
-             f"transfer ({unit})": t(r["transfer"]), f"wait for device ({unit})": t(r["wait"]),
-             f"compute ({unit})": t(r["compute"]), f"finish ({unit})": t(r["finish"])} for r in rows]
-
-
-def baseline_table(rows: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
-    """:func:`lab.modelled.placement.compare_plans` rows (busy time per device, then the makespan) with units."""
-    scale, unit = time_unit(max([abs(r["baseline"]) for r in rows] + [abs(r["now"]) for r in rows] + [0.0]))
-    return [{"device": r["device"], f"baseline ({unit})": r["baseline"] * scale, f"now ({unit})": r["now"] * scale,
-             f"change ({unit})": r["change"] * scale,
-             "change (%)": 100 * r["change"] / r["baseline"] if r["baseline"] else None} for r in rows]
-
-
-def comparison_table(rows: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
-    """:func:`lab.modelled.placement.compare_strategies` rows (with their graph) in one time unit."""
-    scale, unit = time_unit(max([r["makespan"] for r in rows if r["makespan"] is not None] + [0.0]))
-    return [{"graph": r["graph"], "strategy": r.get("label", r["strategy"]),
-             f"makespan ({unit})": r["makespan"] * scale if r["makespan"] is not None else None,
-             "above optimum (%)": 100 * r["gap"] if r["gap"] is not None else None, "note": r["note"]} for r in rows]
-
-
-def balance_series(results: Mapping[str, Any]) -> dict[str, dict[str, list]]:
-    """Per rule, the round-by-round lists :func:`balance_figure` draws (from each BalanceResult)."""
-    return {r: {"round": [x.round for x in res.rounds], "round_time": [x.round_time for x in res.rounds],
-                "max_wait": [x.max_wait for x in res.rounds], "mean_wait": [x.mean_wait for x in res.rounds],
-                "weights": [x.weights for x in res.rounds]} for r, res in results.items()}
-
-
-def balance_time_unit(results: Mapping[str, Any]) -> tuple[float, str]:
-    """The (scale, unit) that reads well for the longest round of any BalanceResult in ``results``."""
-    return time_unit(max(x.round_time for res in results.values() for x in res.rounds))
-
-
-def rounds_table(res: Any, nodes: Sequence[str], mode: str, scale: float, unit: str) -> list[dict[str, Any]]:
-    """One row per balancing round (:class:`lab.modelled.balance.BalanceResult`): weights, times, the plan."""
-    return [{"round": x.round, **{f"w {n}": w for n, w in zip(nodes, x.weights)},
-             f"round time ({unit})": x.round_time * scale, f"max wait ({unit})": x.max_wait * scale,
-             f"mean wait ({unit})": x.mean_wait * scale, "imbalance": x.imbalance, "good enough": x.good_enough,
-             ("operators moved" if mode == "model" else "samples moved"): x.changes,
-             "plan": ", ".join(map(str, x.plan)) if mode == "data" else ", ".join(
-                 f"{n}:{sum(1 for p in x.plan if p == n)}" for n in nodes if n in x.plan)} for x in res.rounds]
-
-
 __all__ = ["time_unit", "bytes_unit", "device_colours", "gantt_figure", "why_figure", "receive_lane", "dag_figure",
            "dag_layout", "short_label", "DAG_WIDTH_PX", "DAG_CHAR_PX", "DAG_FONT_PX", "DAG_MARKER_PX", "usage_figure", "memory_figure", "comparison_figure", "balance_figure", "CLASS_COLOURS",
-           "assignment_table", "why_table", "baseline_table", "rounds_table", "comparison_table", "balance_series",
-           "gantt_caption", "balance_time_unit"]
+           "MIN_VISIBLE"]

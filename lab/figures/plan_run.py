@@ -12,7 +12,9 @@ from plotly.subplots import make_subplots
 
 from lab.figures.placement import TRANSFER_COLOUR, device_colours
 from lab.figures.style import esc, fmt_bytes, time_unit
-from lab.modelled.placement.pipeline import bubble_share
+from lab.modelled.placement.pipeline import bubble_share, is_transfer
+from lab.modelled.placement.pipeline import lanes as lanes_of
+from lab.scenario.units import error_pct
 
 # ----- a placement run: what ran on each device (measured) beside what the model predicted (modelled) -------
 #
@@ -33,24 +35,12 @@ _OTHER_KIND = "#9e9e9e"
 RUN_MIN_VISIBLE = 0.002
 
 
-def _is_transfer(r: Mapping[str, Any]) -> bool:
-    return r.get("kind") in TRANSFER_KINDS
-
-
 def _note(fig: go.Figure, text: str, xref: str = "paper", yref: str = "paper", x: float = 0.5,
           y: float = 0.5) -> None:
     fig.add_annotation(text=text, showarrow=False, x=x, y=y, xref=xref, yref=yref, font=dict(size=15, color="#57606a"))
 
 
-def _lanes(devices: Sequence[str], *row_sets: Sequence[Mapping[str, Any]]) -> list[str]:
-    """``devices`` in their order, then any device a row names that ``devices`` lacks (its time is not lost)."""
-    seen = dict.fromkeys(devices)
-    for rows in row_sets:
-        for r in rows:
-            for key in ("device", "src", "dst"):
-                if r.get(key) is not None:
-                    seen.setdefault(r[key])
-    return list(seen)
+
 
 
 def run_gantt_figure(measured: Sequence[Mapping[str, Any]], modelled: Sequence[Mapping[str, Any]] | None,
@@ -81,7 +71,7 @@ def run_gantt_figure(measured: Sequence[Mapping[str, Any]], modelled: Sequence[M
     span = max([r["end"] for r in every] + [0.0])
     scale, unit = time_unit(span)
     tiny = RUN_MIN_VISIBLE * span
-    lanes_raw = _lanes(devices, *(rows for _, rows in panels))
+    lanes_raw = lanes_of(devices, *(rows for _, rows in panels))
     lanes = [esc(d) for d in lanes_raw]
 
     def dur(r: Mapping[str, Any]) -> str:
@@ -90,7 +80,7 @@ def run_gantt_figure(measured: Sequence[Mapping[str, Any]], modelled: Sequence[M
 
     subtitles = []
     for badge, rows in panels:
-        comp = [r for r in rows if not _is_transfer(r)]
+        comp = [r for r in rows if not is_transfer(r)]
         if comp:
             first, last = min(r["start"] for r in comp), max(r["end"] for r in comp)
             bubble = bubble_share(comp, lanes_raw)
@@ -107,7 +97,7 @@ def run_gantt_figure(measured: Sequence[Mapping[str, Any]], modelled: Sequence[M
                         subplot_titles=subtitles)
     shown: set[str] = set()
     for p, (badge, rows) in enumerate(panels, start=1):
-        comp = [r for r in rows if not _is_transfer(r)]
+        comp = [r for r in rows if not is_transfer(r)]
         if not rows:
             _note(fig, f"no {esc(badge)} rows", xref=f"x{p if p > 1 else ''} domain",
                   yref=f"y{p if p > 1 else ''} domain")
@@ -168,26 +158,6 @@ def run_gantt_figure(measured: Sequence[Mapping[str, Any]], modelled: Sequence[M
     return fig
 
 
-def device_time_table(rows: Sequence[Mapping[str, Any]], devices: Sequence[str]) -> list[dict[str, Any]]:
-    """Per device, in seconds: busy (its compute rows but emulated waits), emulated wait, idle (the step's
-    span, from the first start to the last end over every compute row, less busy and emulated; never
-    below 0), and idle as a share of the span (None for an empty step). Transfer rows are not device time."""
-    comp = [r for r in rows if not _is_transfer(r)]
-    span = (max(r["end"] for r in comp) - min(r["start"] for r in comp)) if comp else 0.0
-    out = []
-    for d in _lanes(devices, comp):
-        mine = [r for r in comp if r.get("device") == d]
-        busy = sum(r["end"] - r["start"] for r in mine if r.get("kind") != "emulated")
-        emulated = sum(r["end"] - r["start"] for r in mine if r.get("kind") == "emulated")
-        idle = max(0.0, span - busy - emulated)
-        out.append({"device": d, "busy (s)": busy, "emulated wait (s)": emulated, "idle (s)": idle,
-                    "idle share (%)": 100 * idle / span if span > 0 else None})
-    return out
-
-
-def _error_pct(r: Mapping[str, Any]) -> float | None:
-    m, p = r.get("measured"), r.get("modelled")
-    return 100 * (m / p - 1) if m is not None and p else None
 
 
 def strategy_ranking_figure(rows: Sequence[Mapping[str, Any]], *, title: str = "") -> go.Figure:
@@ -211,7 +181,7 @@ def strategy_ranking_figure(rows: Sequence[Mapping[str, Any]], *, title: str = "
 
     hovers = []
     for r in rs:
-        e = _error_pct(r)
+        e = error_pct(r.get("measured"), r.get("modelled"))
         interval = (f" (interval {t(r.get('low'))}–{t(r.get('high'))})"
                     if r.get("low") is not None or r.get("high") is not None else "")
         hovers.append(f"<b>{esc(r['strategy'])}</b><br>modelled: {t(r.get('modelled'))}<br>measured: "
@@ -227,7 +197,7 @@ def strategy_ranking_figure(rows: Sequence[Mapping[str, Any]], *, title: str = "
             for r in rs]
     minus = [None if r.get("low") is None or r.get("measured") is None else (r["measured"] - r["low"]) * scale
              for r in rs]
-    errs = [_error_pct(r) for r in rs]
+    errs = [error_pct(r.get("measured"), r.get("modelled")) for r in rs]
     fig.add_trace(go.Bar(
         y=ys, x=[val(r.get("measured")) for r in rs], orientation="h", name="measured", marker_color="#08519c",
         error_x=dict(type="data", symmetric=False, array=[p or 0.0 for p in plus],
@@ -241,23 +211,6 @@ def strategy_ranking_figure(rows: Sequence[Mapping[str, Any]], *, title: str = "
     fig.update_yaxes(categoryorder="array", categoryarray=ys[::-1], automargin=True)
     return fig
 
-
-def _ranks(values: Sequence[float | None]) -> list[int | None]:
-    """1 for the shortest; ties share the better rank (1, 1, 3); None for a missing value."""
-    known = sorted(v for v in values if v is not None)
-    return [None if v is None else 1 + known.index(v) for v in values]
-
-
-def ranking_table(rows: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
-    """The strategies ranked by the model and by the measurement (1 = fastest), times in ms, the error
-    (measured / modelled − 1, in %), sorted by measured time (missing ones last)."""
-    mod = _ranks([r.get("modelled") for r in rows])
-    mea = _ranks([r.get("measured") for r in rows])
-    out = [{"strategy": r["strategy"], "modelled rank": a, "measured rank": b,
-            "modelled (ms)": None if r.get("modelled") is None else r["modelled"] * 1e3,
-            "measured (ms)": None if r.get("measured") is None else r["measured"] * 1e3,
-            "error (%)": _error_pct(r)} for r, a, b in zip(rows, mod, mea)]
-    return sorted(out, key=lambda x: (x["measured (ms)"] is None, x["measured (ms)"] or 0.0))
 
 
 def balance_rounds_figure(measured: Sequence[Mapping[str, Any]],
@@ -277,7 +230,7 @@ def balance_rounds_figure(measured: Sequence[Mapping[str, Any]],
         fig.update_layout(title=title, height=300, xaxis=dict(visible=False), yaxis=dict(visible=False),
                           margin=dict(l=10, r=10, t=50, b=10))
         return fig
-    devices = _lanes([], every)
+    devices = lanes_of([], every)
     colours = device_colours(devices)
     fig = make_subplots(rows=3, cols=1, shared_xaxes=True, vertical_spacing=0.08, subplot_titles=(
         "Weight per device (relative to the round's mean)", "Waiting per device (share of the step time)",
@@ -339,5 +292,5 @@ def balance_outcome_figure(rows: Sequence[Mapping[str, Any]]) -> go.Figure:
     return fig
 
 
-__all__ = ["balance_outcome_figure", "RUN_KINDS", "TRANSFER_KINDS", "run_gantt_figure", "device_time_table", "strategy_ranking_figure",
-            "ranking_table", "balance_rounds_figure"]
+__all__ = ["balance_outcome_figure", "RUN_KINDS", "TRANSFER_KINDS", "run_gantt_figure", "strategy_ranking_figure",
+            "balance_rounds_figure"]

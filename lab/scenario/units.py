@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import math
 
+MIN_VISIBLE = 0.006  # bars shorter than this share of a drawn time axis also get a marker (and the caption says so)
+
 
 def time_unit(seconds: float) -> tuple[float, str]:
     """(scale, unit) so that ``seconds * scale`` reads well: s, ms, µs or ns."""
@@ -57,4 +59,11 @@ def counted(n: int, noun: str, plural: str | None = None) -> str:
     return f"{n} {noun if n == 1 else plural or noun + 's'}"
 
 
-__all__ = ["time_unit", "bytes_unit", "fmt_seconds", "fmt_rate", "fmt_bytes", "counted"]
+
+
+def error_pct(measured: float | None, modelled: float | None) -> float | None:
+    """How far a model was off, in percent: measured / modelled - 1 (None without both, or with no model)."""
+    return 100 * (measured / modelled - 1) if measured is not None and modelled else None
+
+
+__all__ = ["time_unit", "bytes_unit", "fmt_seconds", "fmt_rate", "fmt_bytes", "counted", "error_pct", "MIN_VISIBLE"]

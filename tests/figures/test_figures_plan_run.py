@@ -11,6 +11,7 @@ import pytest
 
 from lab.figures import plan_run as figs
 from lab.figures.style import esc
+from lab.view.placement import tables
 
 IMG = "<img src=x onerror=alert(1)>"
 MD = "[a](http://x)"
@@ -192,7 +193,7 @@ def test_device_time_by_hand():
     rows = [compute("a", "forward", 1.0, 3.0), compute("a", "emulated", 3.0, 4.0), compute("a", "optimizer", 6.0, 7.0),
             compute("b", "backward", 2.0, 5.0), transfer("activation", "a", "b", 3.0, 3.5),
             compute("z", "loss", 1.5, 2.0)]
-    tab = figs.device_time_table(rows, ["a", "b", "c"])
+    tab = tables.device_time_table(rows, ["a", "b", "c"])
     # span = 7 - 1 = 6 s; a: busy 2 + 1 = 3, emulated 1, idle 2; b: busy 3, idle 3; c: nothing, all idle;
     # z is not in the list but its time is shown.
     assert [r["device"] for r in tab] == ["a", "b", "c", "z"]
@@ -205,9 +206,9 @@ def test_device_time_by_hand():
 
 
 def test_device_time_of_an_empty_step():
-    assert figs.device_time_table([], ["a"]) == [
+    assert tables.device_time_table([], ["a"]) == [
         {"device": "a", "busy (s)": 0, "emulated wait (s)": 0, "idle (s)": 0.0, "idle share (%)": None}]
-    only_transfers = figs.device_time_table([transfer("gradient", "a", "b", 0.0, 1.0)], ["a"])
+    only_transfers = tables.device_time_table([transfer("gradient", "a", "b", 0.0, 1.0)], ["a"])
     assert only_transfers[0]["idle share (%)"] is None
 
 
@@ -245,7 +246,7 @@ def test_ranking_figure_with_no_strategies_says_so():
 
 
 def test_ranking_table_by_hand():
-    tab = figs.ranking_table(STRATS + [{"strategy": "tied", "modelled": 0.040, "measured": None, "low": None,
+    tab = tables.ranking_table(STRATS + [{"strategy": "tied", "modelled": 0.040, "measured": None, "low": None,
                                         "high": None}])
     assert [r["strategy"] for r in tab] == ["data parallel", "pipeline " + IMG, MD, "tied"]
     assert [(r["modelled rank"], r["measured rank"]) for r in tab] == [(1, 1), (3, 2), (4, 3), (1, None)]
@@ -254,7 +255,7 @@ def test_ranking_table_by_hand():
     assert tab[3]["measured (ms)"] is None
     assert [r["error (%)"] for r in tab[:3]] == pytest.approx([-12.5, 20.0, 20.0]) and tab[3]["error (%)"] is None
     assert set(tab[0]) == {"strategy", "modelled rank", "measured rank", "modelled (ms)", "measured (ms)", "error (%)"}
-    assert figs.ranking_table([]) == []
+    assert tables.ranking_table([]) == []
 
 
 # ----- balance_rounds_figure ----------------------------------------------------------------------------------

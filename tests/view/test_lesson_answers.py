@@ -78,7 +78,7 @@ def placement_graph(lesson: Lesson, **step):
 def gap_percent(lesson: Lesson, strategy: str, **step) -> float:
     """The "above optimum (%)" cell of ``strategy`` in the page's "All strategies on this scenario" table (the
     coarsened graph's row when the model is too big for the exact search, as the page's note says)."""
-    from lab.figures.placement import comparison_table
+    from lab.view.placement.tables import comparison_table
     from lab.modelled import placement as pl
     from lab.scenario.names import STRATEGY_LABELS
 

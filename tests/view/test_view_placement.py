@@ -237,13 +237,13 @@ def test_the_runs_shown_without_runs_say_how_to_get_them(tmp_path):
     from lab.store.runs import RunStore
 
     store = RunStore(tmp_path / "runs.db")
-    none = pv.PlanRuns(store, ("20990101-000000-abcdef",), "me", None)  # a run deleted since the link was made
+    none = pv.PlanRuns(store, ("20990101-000000-abcdef",), "me")  # a run deleted since the link was made
     assert (none.ids, none.active) == ([], False)
     assert [(s.key, s.caption) for s in none.ranking()] == [("pl_runs_none", pv.NO_PLAN_RUNS)]
     assert [(s.key, s.caption) for s in pv.BalanceRuns(store, None, None).sections()] == [
         ("pl_bal_none", pv.NO_BALANCE_RUNS)]
     queued = store.create_run(default_scenario(), status="queued", name="mine")
-    one = pv.PlanRuns(store, (queued,), "me", None)
+    one = pv.PlanRuns(store, (queued,), "me")
     assert (one.ids, one.active, one.ranking()) == ([queued], True, [])  # one run: nothing to rank
     assert one.labeller()(queued).startswith("mine · ")
     bal = pv.BalanceRuns(store, (queued,), {})
@@ -288,14 +288,14 @@ def test_a_failed_run_says_its_reason_in_one_line(tmp_path, monkeypatch):
     # what a rank records of a library's error: its first line (torch.fx's trace and links follow it)
     store.set_status(rid, "failed", error="worker 1 failed at step 1: RuntimeError: The function 'native_batch_norm' "
                                           "is not differentiable\n\nWhile executing %bn\nUse tlparse to see")
-    sections = pv.PlanRuns(store, (rid,), "me", None).drawn(rid)
+    sections = pv.PlanRuns(store, (rid,), "me").drawn(rid)
     run = dict(sections[0].metrics)["Run"]
     notice = sections[-1].notices[0].text
     for text in (run, notice):
         assert "failed" in text and "native_batch_norm' is not differentiable" in text, text
         assert "\n" not in text and "tlparse" not in text and "While executing" not in text
     queued = store.create_run(sc, status="queued")
-    assert pv.PlanRuns(store, (queued,), "me", None).drawn(queued)[-1].notices[0].text.endswith("when it ends.")
+    assert pv.PlanRuns(store, (queued,), "me").drawn(queued)[-1].notices[0].text.endswith("when it ends.")
 
 
 def test_the_memory_table_sets_each_device_beside_its_model_and_the_other_schedules():

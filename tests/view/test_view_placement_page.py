@@ -7,7 +7,6 @@ import pytest
 
 from lab.errors import LabError
 from lab.figures import placement as figs
-from lab.figures import plan_run as run_figs
 from lab.machine.calibrate import synthetic_profile
 from lab.scenario.catalogue import preset
 from lab.scenario.document import Scenario, default_scenario
@@ -17,7 +16,6 @@ from lab.view import placement as view
 from lab.view.state import VIEW
 from tests.view.sections import by_key, spec
 
-FIGURES = view.Builders(figs, run_figs)
 
 
 @pytest.fixture(autouse=True)
@@ -28,7 +26,7 @@ def no_profile(tmp_path, monkeypatch):
 
 def page(sc: Scenario | None = None, **values) -> view.PlacementView:
     v = {k: VIEW[k].spec.default for k in (*view.PLAN_CONTROLS, "pl_cost")} | values
-    return view.PlacementView.build(sc or default_scenario(), v, FIGURES)
+    return view.PlacementView.build(sc or default_scenario(), v)
 
 
 def knobs(pv: view.PlacementView, **values) -> dict:
@@ -78,7 +76,7 @@ def test_the_default_plan_its_assignment_comparison_and_balancing():
                                                                  "Transfers between devices"]
     gantt = spec(s["pl_gantt"])
     assert gantt["layout"]["title"]["text"] == f"{STRATEGY_LABELS['greedy_eft']}: one forward pass"
-    assert s["pl_gantt"].caption == figs.gantt_caption()
+    assert s["pl_gantt"].caption == view.tables.gantt_caption()
 
 
 def test_type_rule_on_the_cnn_uses_fpga_and_asic():

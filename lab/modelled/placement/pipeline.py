@@ -97,11 +97,27 @@ class PipelineSchedule:
 _TRANSFERS = ("activation", "gradient")
 
 
+def is_transfer(row: Mapping[str, Any]) -> bool:
+    """Whether a recorded row is a message in flight (an activation or a gradient), not device time."""
+    return row.get("kind") in _TRANSFERS
+
+
+def lanes(devices: Sequence[str], *row_sets: Sequence[Mapping[str, Any]]) -> list[str]:
+    """``devices`` in their order, then any device a row names that ``devices`` lacks (its time is not lost)."""
+    seen = dict.fromkeys(devices)
+    for rows in row_sets:
+        for r in rows:
+            for key in ("device", "src", "dst"):
+                if r.get(key) is not None:
+                    seen.setdefault(r[key])
+    return list(seen)
+
+
 def bubble_share(rows: Sequence[Mapping[str, Any]], devices: Sequence[str]) -> float:
     """The pipeline's bubble in a step's rows: the share of device time (the span from the first start to the last
     end, times the devices) in which a device computes nothing (emulated waits count as computing: the emulated
     device is busy). nan without rows."""
-    comp = [r for r in rows if r.get("kind") not in _TRANSFERS]
+    comp = [r for r in rows if not is_transfer(r)]
     if not comp or not devices:
         return math.nan
     span = max(r["end"] for r in comp) - min(r["start"] for r in comp)

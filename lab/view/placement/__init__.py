@@ -11,7 +11,7 @@ from lab.view.placement.balance import (
     rounds_caption, run_balancing, slowdown_note
 )
 from lab.view.placement.page import (
-    BALANCE, BALANCE_RUN, NOT_CALIBRATED, PLAN_CONTROLS, RUN, RUN_CONTROLS, Balancing, Builders, PlacementView,
+    BALANCE, BALANCE_RUN, NOT_CALIBRATED, PLAN_CONTROLS, RUN, RUN_CONTROLS, Balancing, PlacementView,
     cost_choice, fitting_pins, pin_buttons, topology, traced
 )
 from lab.view.placement.plans import (
@@ -23,10 +23,10 @@ from lab.view.placement.plans import (
     with_pins
 )
 from lab.view.placement.runs import NO_BALANCE_RUNS, NO_PLAN_RUNS, BalanceRuns, PlanRuns, run_store
-from lab.view.placement import upload
+from lab.view.placement import tables, upload
 
 __all__ = [
-    "upload", "pin_buttons", "Desk",
+    "upload", "tables", "pin_buttons", "Desk",
     # the balancing loop
     "BALANCE_BASELINES", "BALANCE_KNOBS", "BALANCE_MODES", "BALANCE_OUTCOME_CAPTION", "BALANCE_ROUNDS_CAPTION",
     "DATA_NODES_LINE", "MAX_BALANCE_RUN_STEPS", "SLOWDOWN_NOTE", "balance_intro", "balance_items", "balance_outcome",
@@ -34,7 +34,7 @@ __all__ = [
     "balance_scenario", "balance_summary", "balancing", "data_nodes_line", "default_slowdowns", "measured_plan_step",
     "modelled_rounds_rows", "plan_key", "rounds_caption", "run_balancing", "slowdown_note",
     # the page
-    "BALANCE", "BALANCE_RUN", "NOT_CALIBRATED", "PLAN_CONTROLS", "RUN", "RUN_CONTROLS", "Balancing", "Builders", "PlacementView",
+    "BALANCE", "BALANCE_RUN", "NOT_CALIBRATED", "PLAN_CONTROLS", "RUN", "RUN_CONTROLS", "Balancing", "PlacementView",
     "cost_choice", "fitting_pins", "topology", "traced",
     # a plan and its runs
     "BASELINE_CAPTION", "COMPARISON_COLUMNS", "DAG_CAPTION", "INTRO", "MAX_SHOWN_RUNS", "MEMORY_CAPTION",

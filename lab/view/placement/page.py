@@ -17,24 +17,11 @@ from lab.machine.profile import load_profile
 from lab.modelled import placement as pl
 from lab.modelled.opgraph import trace
 from lab.scenario.names import STRATEGY_SHORT
+from lab.scenario.units import time_unit
 from lab.view.placement import balance as balance_view
 from lab.view.placement import plans as plans_view
+from lab.view.placement import tables
 from lab.view.section import Notice, Section
-
-
-class Builders:
-    """The functions of ``lab.figures`` the page model calls besides its charts (those it names by string): the
-    time unit, the tables in that unit, the Gantt chart's caption. lab.view does not import lab.figures (one
-    layer), so the page hands them over: ``Builders(lab.figures.placement, lab.figures.plan_run)``."""
-
-    def __init__(self, *modules: Any) -> None:
-        self._modules = modules
-
-    def __getattr__(self, name: str) -> Any:
-        for m in self.__dict__.get("_modules", ()):
-            if hasattr(m, name):
-                return getattr(m, name)
-        raise AttributeError(f"no figure module given to the page model has {name!r}")
 
 
 @lru_cache(maxsize=32)
@@ -136,7 +123,6 @@ class PlacementView:
     cm_name: str
     og: Any
     cm: Any
-    figures: Any
     pins: dict
     applied: dict
     pin_notices: tuple
@@ -145,13 +131,13 @@ class PlacementView:
     balance_results: Mapping[str, Any] | None = None  # the simulated loop by rule, once drawn in model mode
 
     @classmethod
-    def build(cls, sc, values: Mapping[str, Any], figures: Any) -> "PlacementView":
+    def build(cls, sc, values: Mapping[str, Any]) -> "PlacementView":
         """Trace the model and price it (a LabError says what is missing, e.g. a machine profile); a failure to
         build the task graph is kept and raised by the parts that need it."""
         model, batch = values["pl_model"], int(values["pl_batch"])
         og, cm = traced(model, batch, sc.training.model_width), cost_model(values["pl_cost"], load_profile())
         pins = dict(sc.training.pins)
-        view = cls(sc, model, batch, values["pl_strategy"], values["pl_cost"], og, cm, figures, pins, {}, ())
+        view = cls(sc, model, batch, values["pl_strategy"], values["pl_cost"], og, cm, pins, {}, ())
         try:
             free = pl.TaskGraph.from_model(og, sc.topology, model=cm)
         except Exception as exc:  # noqa: BLE001 - shown once, where the plan is drawn (the page guards it)
@@ -221,7 +207,7 @@ class PlacementView:
     def plan(self) -> list[Section]:
         """The plan's headline numbers, what the other cost model would do, and its Gantt chart."""
         shown, note, s, transfers, reasons = self._placed
-        scale, unit = self.figures.time_unit(s.makespan)
+        scale, unit = time_unit(s.makespan)
         metrics = tuple((label, str(value)) for label, value in pl.plan_metrics(s, len(self.og), transfers, scale,
                                                                                   unit))
         out = [Section("pl_plan", notices=(Notice(note, "info", ":material/info:"),) if note else (),
@@ -234,7 +220,7 @@ class PlacementView:
             out.append(Section("pl_plan_other", caption="{line}", values={"line": differs}))
         out.append(Section("pl_gantt", chart="placement.gantt_figure", kind="modelled", chart_input=dict(
             rows=pl.schedule_table(shown, s), devices=shown.devices, transfers=transfers, reasons=reasons,
-            title=f"{pl.STRATEGY_LABELS[self.strategy]}: one {self.cm.pass_}"), caption=self.figures.gantt_caption()))
+            title=f"{pl.STRATEGY_LABELS[self.strategy]}: one {self.cm.pass_}"), caption=tables.gantt_caption()))
         return out
 
     def explained(self, current: str | None) -> tuple[str, str | None] | None:
@@ -248,7 +234,7 @@ class PlacementView:
         the caption under both."""
         shown, _, s, _, reasons = self._placed
         rows = pl.why(shown, s, task)
-        return (Section("pl_why", table=self.figures.why_table(rows), kind="modelled",
+        return (Section("pl_why", table=tables.why_table(rows), kind="modelled",
                         text="**{task}** ({cls}): {reason}.",
                         values={"task": task, "cls": str(shown.task_class(task)), "reason": reasons[task]}),
                 Section("pl_why_plot", chart="placement.why_figure", chart_input={"rows": rows, "task": task},
@@ -272,7 +258,7 @@ class PlacementView:
         summary, rows, dropped = plans_view.against_baseline(text, self.record)
         if rows is None:
             return [Section("pl_base_none", caption=plans_view.NO_BASELINE)], dropped
-        table = self.figures.baseline_table(rows)
+        table = tables.baseline_table(rows)
         return [Section("pl_base_summary", text="**{summary}** " + badge("modelled"), values={"summary": summary}),
                 Section("pl_base", table=table, columns=plans_view.baseline_columns(table[0]), kind="modelled",
                         caption=plans_view.BASELINE_CAPTION)], dropped
@@ -281,10 +267,10 @@ class PlacementView:
         """Every operator's device and times, the operator graph coloured by device, each device's use and
         memory, and a warning for a device that holds more than its memory."""
         shown, _, s, _, reasons = self._placed
-        scale, unit = self.figures.time_unit(s.makespan)
+        scale, unit = time_unit(s.makespan)
         usage = pl.device_usage(shown, s)
         over = pl.over_full(usage)
-        table = self.figures.assignment_table(pl.schedule_table(shown, s), scale, unit, reasons)
+        table = tables.assignment_table(pl.schedule_table(shown, s), scale, unit, reasons)
         return [
             Section("pl_assign", header="Assignment", level="subheader", kind="modelled", table=table,
                     columns=plans_view.assignment_columns(table), caption=plans_view.assignment_caption(unit)),
@@ -307,7 +293,7 @@ class PlacementView:
         rows, note = pl.strategy_comparison(self.graph)
         return Section("pl_compare", header=COMPARISON, level="subheader", intro=note,
                        chart="placement.comparison_figure", chart_input={"rows": rows},
-                       table=self.figures.comparison_table(rows), columns=plans_view.COMPARISON_COLUMNS, kind="modelled",
+                       table=tables.comparison_table(rows), columns=plans_view.COMPARISON_COLUMNS, kind="modelled",
                        caption=plans_view.comparison_caption(self.cm.pass_))
 
     # ----- runs --------------------------------------------------------------------------------------------
@@ -352,14 +338,14 @@ class PlacementView:
             v["pl_noise"], v["pl_seed"], v["pl_tol"], v["pl_patience"], v["pl_rounds"])
         if mode == "model":
             self.balance_results = results
-        scale, unit = self.figures.balance_time_unit(results)
+        scale, unit = tables.balance_time_unit(results)
         head = [Section("pl_bal_nodes", caption=balance_view.DATA_NODES_LINE,
                         values={"nodes": ", ".join(per_sample), "batch": self.batch})] if per_sample is not None else []
         head.append(Section("pl_balance", chart="placement.balance_figure", kind="modelled",
-                            chart_input={"series": self.figures.balance_series(results), "nodes": nodes,
+                            chart_input={"series": tables.balance_series(results), "nodes": nodes,
                                          "reference_time": ref},
                             caption="each round is simulated with the cost model at the true speeds, not run."))
-        rounds = [Section(f"pl_rounds_{r}", table=self.figures.rounds_table(res, nodes, mode, scale, unit))
+        rounds = [Section(f"pl_rounds_{r}", table=tables.rounds_table(res, nodes, mode, scale, unit))
                   for r, res in results.items()]
         return Balancing(head, results, mode, ref, scale, unit, rounds,
                          Section("pl_rounds_caption", caption=balance_view.rounds_caption(mode), kind="modelled"))
@@ -375,5 +361,5 @@ def _slowdown(v: Mapping[str, Any], devices) -> dict[str, float]:
     return {n: v[f"pl_slow_{n}"] for n in devices}
 
 
-__all__ = ["BALANCE", "BALANCE_RUN", "Balancing", "Builders", "COMPARISON", "PLAN_CONTROLS", "PlacementView", "RUN",
+__all__ = ["BALANCE", "BALANCE_RUN", "Balancing", "COMPARISON", "PLAN_CONTROLS", "PlacementView", "RUN",
            "RUN_CONTROLS", "fitting_pins", "topology", "traced"]

@@ -11,6 +11,7 @@ from lab.store.runs import run_store
 from lab.view.jobs import run_picker
 from lab.view.placement import balance as balance_view
 from lab.view.placement import plans as plans_view
+from lab.view.placement import tables
 from lab.view.section import Notice, Section
 
 NO_PLAN_RUNS = "Run this plan (or every strategy) to see it measured here beside the model."
@@ -18,11 +19,10 @@ NO_BALANCE_RUNS = "Run the balancing loop to see it measured here beside the mod
 
 
 class PlanRuns:
-    """The placement runs the page shows (the link names them; a run deleted since is left out). ``figures``
-    gives the tables (:class:`lab.view.placement.page.Builders`)."""
+    """The placement runs the page shows (the link names them; a run deleted since is left out)."""
 
-    def __init__(self, store: Any, run_ids: Iterable[str] | None, owner: str | None, figures: Any) -> None:
-        self.store, self.owner, self.figures = store, owner, figures
+    def __init__(self, store: Any, run_ids: Iterable[str] | None, owner: str | None) -> None:
+        self.store, self.owner = store, owner
         self.ids, self.active = plans_view.kept_runs(store, run_ids)
 
     def labeller(self) -> Callable[[str], str]:
@@ -43,7 +43,7 @@ class PlanRuns:
             return []
         return [Section("pl_rank", chart="plan_run.strategy_ranking_figure", kind="measured",
                         chart_input={"rows": rows, "title": "Strategies: modelled and measured step time"},
-                        table=self.figures.ranking_table(rows),
+                        table=tables.ranking_table(rows),
                         caption=plans_view.ranking_line(tau, len(rows)) + " Modelled: " + plans.prediction_caveat(prof, 1)
                         + ".")]
 
@@ -62,7 +62,7 @@ class PlanRuns:
                     chart_input=dict(measured=out["measured_rows"], modelled=out["modelled_rows"],
                                      devices=out["devices"], measured_badge=plans_view.measured_badge(out),
                                      title=plans_view.gantt_title(out), replayed=out["replay_rows"])),
-            Section("pl_run_devices", table=self.figures.device_time_table(out["measured_rows"], out["devices"])),
+            Section("pl_run_devices", table=tables.device_time_table(out["measured_rows"], out["devices"])),
             Section("pl_run_memory", table=plans_view.memory_table(out), caption=plans_view.memory_caption(out), kind="measured")]
 
 
