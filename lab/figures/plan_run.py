@@ -12,8 +12,7 @@ from plotly.subplots import make_subplots
 
 from lab.figures.placement import TRANSFER_COLOUR, device_colours
 from lab.figures.style import esc, fmt_bytes, time_unit
-from lab.modelled.placement.pipeline import bubble_share, is_transfer
-from lab.modelled.placement.pipeline import lanes as lanes_of
+from lab.modelled.placement.pipeline import bubble_share, is_transfer, lanes as lanes_of
 from lab.scenario.units import error_pct
 
 # ----- a placement run: what ran on each device (measured) beside what the model predicted (modelled) -------
@@ -38,9 +37,6 @@ RUN_MIN_VISIBLE = 0.002
 def _note(fig: go.Figure, text: str, xref: str = "paper", yref: str = "paper", x: float = 0.5,
           y: float = 0.5) -> None:
     fig.add_annotation(text=text, showarrow=False, x=x, y=y, xref=xref, yref=yref, font=dict(size=15, color="#57606a"))
-
-
-
 
 
 def run_gantt_figure(measured: Sequence[Mapping[str, Any]], modelled: Sequence[Mapping[str, Any]] | None,
@@ -158,8 +154,6 @@ def run_gantt_figure(measured: Sequence[Mapping[str, Any]], modelled: Sequence[M
     return fig
 
 
-
-
 def strategy_ranking_figure(rows: Sequence[Mapping[str, Any]], *, title: str = "") -> go.Figure:
     """Time per step per strategy: the modelled bar beside the measured one, the measured interval
     (``low``–``high``) as its whiskers, fastest measured on top; each hover says the error
@@ -210,7 +204,6 @@ def strategy_ranking_figure(rows: Sequence[Mapping[str, Any]], *, title: str = "
                       legend=dict(traceorder="reversed"))  # as the bars stack: measured above modelled
     fig.update_yaxes(categoryorder="array", categoryarray=ys[::-1], automargin=True)
     return fig
-
 
 
 def balance_rounds_figure(measured: Sequence[Mapping[str, Any]],

@@ -6,9 +6,9 @@ submitted (a fingerprint of the scenario and of the action), when, and the run i
 :func:`decide` refuses a submit with the same fingerprint while the last one is still being queued
 (its first check can take seconds on a loaded server: it builds the model and the data), within
 ``window_s`` seconds of the moment the last one's runs were queued (a double click's second click
-arrives after the first click's page, however long its submit took), or while one of that submit's runs is still queued or starting
-(running but no step recorded yet). A different scenario, or the same one once its run has really
-started, goes ahead.
+arrives after the first click's page, however long its submit took), or while one of that submit's
+runs is still queued or starting (running but no step recorded yet). A different scenario, or the
+same one once its run has really started, goes ahead.
 
 Pure functions over plain values, apart from :func:`phases`, which reads the run store.
 """

@@ -128,7 +128,6 @@ def owner_names(store=None) -> dict[str, str]:
     return (store if store is not None else run_store()).seats()
 
 
-
 class ClassDesk(Desk):
     """The Class page's calls for one person: the teacher's on the class (the manager refuses them to anyone
     else), a student's to join it."""
