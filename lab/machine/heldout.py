@@ -122,8 +122,7 @@ def timing_worker(rank: int, world: int, port: int, scenario_json: str, steps: i
     try:
         t = PlacementTrainer(Scenario.from_json(scenario_json), rank, world, None, None, launched=False)
         t.setup()
-        t.offset, t.losses, t.timelines = 0.0, [], {}
-        t.timeline_steps = [steps] if record_last else []
+        t.rec.timeline_steps = [steps] if record_last else []
         spans = [[r.start, r.end, r.main_cpu, r.other_cpu] for r in (t.train_step(s) for s in range(1, steps + 1))]
         dist.barrier()
     finally:
@@ -132,7 +131,7 @@ def timing_worker(rank: int, world: int, port: int, scenario_json: str, steps: i
         json.dump(spans, f)
     if record_last:
         with open(os.path.join(out_dir, f"events{rank}.json"), "w") as f:
-            json.dump({"events": t.timelines.get(steps, []), "saved_peak": t.saved_peak}, f)
+            json.dump({"events": t.rec.timelines.get(steps, []), "saved_peak": t.rec.saved_peak}, f)
 
 
 def measure_plan(sc: Scenario, steps: int, record_last: bool = False) -> dict:

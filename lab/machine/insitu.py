@@ -152,14 +152,13 @@ def probe_worker(rank: int, world: int, port: int, plans_json: str, steps: int, 
             t = _ProbeTrainer(Scenario.from_json(plan["scenario"]), rank, world, None, None, launched=False)
             t.net_index = plan["net"]
             t.setup()
-            t.offset, t.losses, t.timelines = 0.0, [], {}
-            t.timeline_steps = list(range(1, steps + 1)) if plan["node_by_node"] else []
+            t.rec.timeline_steps = list(range(1, steps + 1)) if plan["node_by_node"] else []
             recs = []
             dist.barrier()
             for s in range(1, steps + 1):
                 r = t.train_step(s)
                 recs.append([r.start, r.end, r.main_cpu, r.other_cpu])
-                t.timelines.clear()
+                t.rec.timelines.clear()
             out.append(recs)
         dist.barrier()
     finally:

@@ -9,6 +9,7 @@ import torch
 from lab.comm.spawn import init_worker
 from lab.scenario.document import Scenario
 from lab.train.placement_run import PlacementTrainer
+from lab.train.placement_run.rounds import replan
 
 
 def held_params(t) -> dict[str, torch.Tensor]:
@@ -44,12 +45,11 @@ def plan_worker(rank: int, world: int, port: int, scenario_json: str, steps: int
         t = PlacementTrainer(Scenario.from_json(scenario_json), rank, world, None, None, launched=False)
         t.dtype = getattr(torch, dtype)
         t.setup()
-        t.offset, t.losses, t.timelines = 0.0, [], {}
-        t.timeline_steps = list(range(1, steps + 1))
+        t.rec.timeline_steps = list(range(1, steps + 1))
         recs = [t.train_step(s) for s in range(1, steps + 1)]
         out = {"losses": [r.loss for r in recs], "device": t.device, "params": held_params(t),
-               "events": [e for s in sorted(t.timelines) for e in t.timelines[s]],
-               "pieces": [p.index for p in t.mine], "saved_peak": t.saved_peak}
+               "events": [e for s in sorted(t.rec.timelines) for e in t.rec.timelines[s]],
+               "pieces": [p.index for p in t.mine], "saved_peak": t.rec.saved_peak}
         dist.barrier()
     finally:
         dist.destroy_process_group()
@@ -73,7 +73,7 @@ def overhead_worker(rank: int, world: int, port: int, scenario_json: str, steps:
         tr = sc.training
         t = PlacementTrainer(sc, rank, world, None, None, launched=False)
         t.setup()
-        t.offset, t.losses, t.timelines, t.timeline_steps = 0.0, [], {}, []
+        t.rec.timeline_steps = []
         plain = model_of(tr, t.ds.in_features, t.ds.classes)
         opt = optim_from_training(tr, list(plain.parameters()), tr.lr)
         got = {"executor": [], "plain": []}
@@ -107,11 +107,11 @@ def replan_worker(rank: int, world: int, port: int, scenario_json: str, plans_js
         t = PlacementTrainer(Scenario.from_json(scenario_json), rank, world, None, None, launched=False)
         t.dtype = torch.float64
         t.setup()
-        t.offset, t.losses, t.timelines, t.timeline_steps = 0.0, [], {}, []
+        t.rec.timeline_steps = []
         losses, held, step = [], [], 0
         for k, plan in enumerate(json.loads(plans_json)):
             if k:
-                t.replan(plan, None)
+                replan(t, plan, None)
             held.append([p.index for p in t.mine])
             for _ in range(steps_per_plan):
                 step += 1
@@ -134,7 +134,7 @@ def first_step_worker(rank: int, world: int, port: int, scenario_json: str, out_
     try:
         t = PlacementTrainer(Scenario.from_json(scenario_json), rank, world, None, None, launched=False)
         t.setup()
-        t.offset, t.losses, t.timelines, t.timeline_steps = 0.0, [], {}, []
+        t.rec.timeline_steps = []
         t.train_step(1)
         end = time.time()
         dist.barrier()

@@ -37,15 +37,12 @@ from __future__ import annotations
 import json
 import math
 import os
-import sys
 import time
-from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import torch
 import torch.distributed as dist
 
-from lab import settings
 from lab.errors import LabError
 from lab.optim.flat import flatten_parameters
 from lab.optim.optimizers import from_training as optim_from_training
@@ -58,6 +55,7 @@ from lab.train import data as data_mod
 from lab.train import emulation as emu
 from lab.train import resilience as rz
 from lab.train.layout import IDLE_DEFINITION, job_layout
+from lab.train.services import RankServices
 from lab.train.step_record import FIELDS, INDEX, StepRecord
 from lab.train.sync_steps import SyncSteps
 from lab.comm.peers import waits_for_peers
@@ -65,8 +63,9 @@ from lab.comm.peers import waits_for_peers
 
 
 class Trainer(SyncSteps):
-    """One rank of a training job: its setup, the step loop, recording, checkpoints and injected faults; the sync
-    modes are :class:`lab.train.sync_steps.SyncSteps`."""
+    """One rank of a data-parallel job: its setup, the step loop, its measurements and checkpoints; the sync modes
+    are :class:`lab.train.sync_steps.SyncSteps`, the log, faults and store writer its
+    :class:`lab.train.services.RankServices`."""
 
     def __init__(self, sc: Scenario, rank: int, world: int, run_id: str | None, store: RunStore | None,
                  *, launched: bool, model_builder=None):
@@ -74,7 +73,7 @@ class Trainer(SyncSteps):
         # The calibration passes its own networks; a job builds the Scenario's model.
         self.build_model = model_builder or build_model
         self.launched = launched
-        self.flush_every = max(1, settings.integer("LAB_FLUSH_EVERY"))  # steps between measurement gathers
+        self.services = RankServices(run_id, store, rank, launched=launched)
         self.step_no = 0
         self.start_step, self._resumed_t_start = 0, None
 
@@ -118,8 +117,6 @@ class Trainer(SyncSteps):
             self.bytes_kind = "modelled"
         self.compressed = compressed.attach(self)  # the compressed gradient sync, or None
         self.records: list[StepRecord] = []
-        self._writer: ThreadPoolExecutor | None = None
-        self._pending: list = []
         self.history: dict[int, dict] = {}  # rank 0: job-level values per step (loss, test_acc)
 
     def evaluate(self) -> float:
@@ -137,7 +134,7 @@ class Trainer(SyncSteps):
         """All ranks: gather the buffered records (and the checksum) to every rank; rank 0 stores them."""
         rows = self.records
         self.records = []
-        cap = self.flush_every * len(FIELDS)
+        cap = self.services.flush_every * len(FIELDS)
         local = torch.full((2 + cap,), math.nan, dtype=torch.float64)
         local[0] = self.checksum() if check else 0.0
         local[1] = len(rows)
@@ -188,25 +185,7 @@ class Trainer(SyncSteps):
             rows.append((int(steps[j]), JOB_WORKER, loss, h.get("test_acc", math.nan),
                          float(col("sent")[:, j].sum()), float(col("recv")[:, j].sum()),
                          *([math.nan] * 6), float(tput[j]), float(job_end[j] - self.t_start)))
-        self._write(self.store.add_metric_rows, self.run_id, rows)
-
-    def _write(self, fn, *args) -> None:
-        """Run a store write on rank 0's writer thread; a failed earlier write is raised here."""
-        if self._writer is None:
-            self._writer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="lab-store")
-        for f in [f for f in self._pending if f.done()]:
-            self._pending.remove(f)
-            f.result()
-        self._pending.append(self._writer.submit(fn, *args))
-
-    def drain(self) -> None:
-        """Wait for every queued store write (and raise the first error)."""
-        for f in self._pending:
-            f.result()
-        self._pending.clear()
-        if self._writer is not None:
-            self._writer.shutdown(wait=True)
-            self._writer = None
+        self.services.write(self.store.add_metric_rows, self.run_id, rows)
 
     def checkpoint(self, step: int, final: bool) -> None:
         """Intermediate: every worker saves its own state, all meet, then the owner saves the model
@@ -217,9 +196,7 @@ class Trainer(SyncSteps):
         owner = self.layout.server if self.layout.server is not None else 0
         folder = self.store.checkpoint_dir(self.run_id)
         if not final:
-            for f in self._pending:  # rank 0: every measurement up to this step is committed first
-                f.result()
-            self._pending.clear()
+            self.services.commit()  # rank 0: every measurement up to this step is committed first
             if not self.is_server:
                 rz.save_atomic(rz.rank_state(self), folder / rz.rank_name(step, self.rank))
             if self.world > 1:
@@ -234,7 +211,7 @@ class Trainer(SyncSteps):
         rz.save_atomic(state, folder / ("final.pt" if final else rz.main_name(step)))
         if not final:
             rz.prune(folder)
-            self.log(f"checkpoint at step {step}")
+            self.services.log(f"checkpoint at step {step}")
 
     def resume(self) -> None:
         """A restarted attempt continues from the newest checkpoint (lab.train.resilience)."""
@@ -259,35 +236,11 @@ class Trainer(SyncSteps):
                 self.sampler.gen.manual_seed(30_000 + 7919 * self.rank + self.tr.seed + 1_000_003 * step)
             self._resumed_t_start = ck.get("t_start")
         self.start_step = step or 0
-        self.log(f"attempt {rz.attempt()}: resuming from step {self.start_step} "
+        self.services.log(f"attempt {rz.attempt()}: resuming from step {self.start_step} "
                  f"({'exact state of every rank' if exact else 'data re-split over ' + str(self.n) + ' worker(s)'})")
-        if self.rank == 0:
-            gone = self.store.discard_after(self.run_id, self.start_step)
-            self.store.add_event(self.run_id, "restart", attempt=rz.attempt(), step=self.start_step,
-                                 detail={"from_checkpoint": step is not None, "world": self.world,
-                                         "workers": self.n, "exact": exact, "discarded_rows": gone,
-                                         "launcher": "lab" if self.launched else "torchrun",
-                                         "compression_state_reset": getattr(self, "compressed", None) is not None and not exact})
-
-    def log(self, text: str) -> None:
-        """One line of this worker's log (the launcher keeps it per rank; silent under torchrun)."""
-        if self.launched:
-            sys.stderr.write(f"{time.strftime('%H:%M:%S')} rank {self.rank}: {text}\n")
-            sys.stderr.flush()
-
-    def fault(self, step: int) -> None:
-        """The scenario's injected fault (first attempt only; lab.train.resilience.inject)."""
-
-        if step == self.start_step + 1:
-            rz.poke()  # past start-up: from now on the (shorter) heartbeat timeouts apply
-
-        def record(detail: dict) -> None:
-            if self.store is not None and self.run_id:
-                self.store.add_event(self.run_id, "fault", attempt=rz.attempt(), step=step, worker=self.rank,
-                                     detail=detail)
-            self.log(f"injecting fault {detail['kind']!r} at step {step}")
-
-        rz.inject(self.tr, self.rank, step, record)
+        self.services.restarted(self.start_step, {
+            "from_checkpoint": step is not None, "world": self.world, "workers": self.n, "exact": exact,
+            "compression_state_reset": self.compressed is not None and not exact})
 
     # ----- the loop ----------------------------------------------------------------------------
     def run(self) -> dict:
@@ -314,7 +267,7 @@ class Trainer(SyncSteps):
                 "split": tr.split, "workers": self.n, "shard_sizes": info["shard_sizes"],
                 "batch_sizes": layout.batch_sizes, "dataset": tr.dataset, "exchange_share": tr.exchange_share})
         if self.sampler is not None:
-            self.log(f"pid {os.getpid()}, {len(self.sampler)} local samples, batch {layout.batch_sizes[self.rank]}")
+            self.services.log(f"pid {os.getpid()}, {len(self.sampler)} local samples, batch {layout.batch_sizes[self.rank]}")
         step_fn = {"allreduce": self.step_allreduce, "state_allreduce": self.step_state}.get(tr.sync)
         if tr.sync == "param_server":
             step_fn = self.step_ps_server if self.is_server else self.step_ps_worker
@@ -336,7 +289,7 @@ class Trainer(SyncSteps):
         step = self.start_step
         for step in range(self.start_step + 1, steps + 1):
             self.step_no = step
-            self.fault(step)
+            self.services.fault(tr, step, self.start_step)
             r = step_fn()
             local, glob, tcomp, tcoll, emul_cp, emul_cm = (r.local_loss, r.loss, r.t_compute, r.t_coll,
                                                            r.t_emul_compute, r.t_emul_comm)
@@ -361,9 +314,10 @@ class Trainer(SyncSteps):
                     last_acc = self.history[step]["test_acc"] = self.evaluate()
             check = finite and (step % tr.check_every == 0 or last)
             ck_step = bool(tr.checkpoint_every) and step % tr.checkpoint_every == 0  # rows stored before the checkpoint
-            if last or check or ck_step or step % self.flush_every == 0 or len(self.records) >= self.flush_every:
+            every = self.services.flush_every
+            if last or check or ck_step or step % every == 0 or len(self.records) >= every:
                 self.flush(step, check)
-                self.log(f"step {step}: local loss {local:.4f}")
+                self.services.log(f"step {step}: local loss {local:.4f}")
             if tr.checkpoint_every and step % tr.checkpoint_every == 0 and finite and not last:
                 self.checkpoint(step, final=False)
             if not finite:
@@ -371,7 +325,7 @@ class Trainer(SyncSteps):
                 break
         if diverged_at is None:
             self.checkpoint(step, final=True)
-        self.drain()
+        self.services.drain()
         return {"steps": step, "diverged": diverged_at, "test_acc": last_acc}
 
     def _check_grad_views(self) -> None:

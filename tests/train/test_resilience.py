@@ -219,8 +219,8 @@ def test_a_placement_stage_waiting_for_its_messages_to_be_taken_waits_for_its_pe
         def wait(self):
             phases.append(resilience.main_thread_phase(threading.get_ident())[0])
 
-    stage = SimpleNamespace(handles=[Sent(), Sent()], keep=["buffer"])
+    stage = SimpleNamespace(outbox=[(Sent(), "buffer"), (Sent(), "buffer")])
     PlacementTrainer._wait_sent(stage)
     assert phases == ["comm", "comm"]
-    assert stage.handles == [] and stage.keep == []
+    assert stage.outbox == []
     assert resilience.main_thread_phase(threading.get_ident())[0] == "busy"

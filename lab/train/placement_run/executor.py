@@ -13,7 +13,6 @@ import torch.nn.functional as F
 
 from lab.comm.peers import waiting_for_peers, waits_for_peers
 from lab.errors import LabError
-from lab.modelled.balance import MAX_ROUNDS, model_loop
 from lab.modelled.costmodel import DATASHEET
 from lab.modelled.placement.memory import SavedCounter, model_state
 from lab.modelled.placement.order import BACKWARD, FORWARD
@@ -24,10 +23,10 @@ from lab.train import resilience as rz
 from lab.train.placement_run.clock import clock_offsets
 from lab.train.placement_run.pieces import INPUT, Piece, link_wait, op_scales, pieces
 from lab.train.placement_run.plan import StagePlan, model_for, resolve
-from lab.train.placement_run.recording import Recording
-from lab.train.placement_run.rounds import Rebalancing
+from lab.train.placement_run.recording import Recorder, all_timelines, gather, step_rows
+from lab.train.placement_run.rounds import Rounds, replan
+from lab.train.services import RankServices
 from lab.train.step_record import StepRecord
-from lab.train.trainer import Trainer
 
 FWD, BWD = 0, 1
 
@@ -83,11 +82,18 @@ class _Step:
         self.held = self.peak = 0.0
 
 
-class PlacementTrainer(Rebalancing, Recording, Trainer):
-    """One process of a placement run; the rank entry (:func:`lab.train.rank.run_rank`), the heartbeat,
-    the injected faults and the store are the data-parallel job's."""
+class PlacementTrainer:
+    """One process of a placement run: it holds its device's pieces and runs them in the order of the run's
+    schedule. Its log, injected faults and store writer are the job's :class:`lab.train.services.RankServices`;
+    what it records is its :class:`Recorder`; the balancing loop's book, with ``training.balance`` on, its
+    :class:`lab.train.placement_run.rounds.Rounds`."""
 
     dtype = torch.float32
+
+    def __init__(self, sc, rank: int, world: int, run_id: str | None, store, *, launched: bool):
+        self.sc, self.rank, self.world, self.run_id, self.store = sc, rank, world, run_id, store
+        self.services = RankServices(run_id, store, rank, launched=launched)
+        self.step_no = 0
 
     def setup(self) -> None:
         sc = self.sc
@@ -103,28 +109,14 @@ class PlacementTrainer(Rebalancing, Recording, Trainer):
                            f"{self.world} processes were started; start one per device", where="placement")
         self.device = plan.devices[self.rank]
         self.rank_of = {d: r for r, d in enumerate(plan.devices)}
-        self.owner = {}
-        for op in plan.graph.ops:
-            self.owner[op.name] = op.name
-            for a in op.absorbed:
-                self.owner[a] = op.name
+        self.owner = {name: op.name for op in plan.graph.ops for name in (op.name, *op.absorbed)}
         self.cut(plan)
         self.sampler = data_mod.worker_data(self.ds, 0, 1, "even", tr.batch_size, seed=tr.seed)
-        self.n = 1
-        self.history = {}
-        self._writer, self._pending = None, []
-        self.timeline_steps = sorted({min(2, tr.steps), max(1, tr.steps // 2), tr.steps})
-        self.balancing = tr.balance != "off"
-        self.loop, self.round_recs = None, []
-        if self.balancing:  # each round's last step is drawn; rank 0 keeps the loop's book
-            rounds = max(1, min(MAX_ROUNDS, tr.steps // tr.round_steps))
-            self.timeline_steps = sorted({tr.round_steps * k for k in range(1, rounds + 1)} | {tr.steps})
-            if self.rank == 0:
-                self.loop = model_loop(plan.tasks, tr.balance, tolerance=tr.balance_tolerance,
-                                       patience=tr.balance_patience, max_rounds=rounds)
-        self.compressed = None
+        self.rounds = Rounds(tr, plan, self.rank, self.world) if tr.balance != "off" else None
+        # Each balancing round's last step is drawn; without the loop, the start, the middle and the end.
+        drawn = self.rounds.drawn_steps() if self.rounds else {min(2, tr.steps), max(1, tr.steps // 2)}
+        self.rec = Recorder(self.rank, self.device, sorted(drawn | {tr.steps}))
         self._overslept = 0.0
-        self.measuring, self.saved_peak = False, 0.0
 
     def build(self) -> tuple:
         """The data set and the model this process runs (the calibration runs its own networks here)."""
@@ -169,9 +161,8 @@ class PlacementTrainer(Rebalancing, Recording, Trainer):
     def _send(self, t: torch.Tensor, dst_rank: int, tag: int) -> None:
         """One message: the tensor, then its send time (the receiver knows the shape)."""
         flat = torch.cat([t.detach().reshape(-1).to(self.dtype), self._stamp()])
-        self.handles.append(dist.isend(flat, dst_rank, tag=tag))
-        self.keep.append(flat)
-        self.stats["sent"] += t.numel() * t.element_size()
+        self.outbox.append((dist.isend(flat, dst_rank, tag=tag), flat))  # the tensor lives until it is taken
+        self.rec.stats["sent"] += t.numel() * t.element_size()
 
     def shape_of(self, piece: int, out: int, rows: int) -> torch.Size:
         """Shape of a piece's output for a micro-batch of ``rows`` samples: the pieces run once on zeros."""
@@ -213,13 +204,25 @@ class PlacementTrainer(Rebalancing, Recording, Trainer):
             if wait > 0:
                 self.emulated_wait(wait)
         t2 = time.perf_counter()
-        self.stats["comm"] += t1 - t0
-        self.stats["emul_comm"] += t2 - t1
-        self.stats["recv"] += nbytes
-        self.event(kind="activation" if way == FWD else "gradient", src=src_dev, dst=self.device,
+        self.rec.stats["comm"] += t1 - t0
+        self.rec.stats["emul_comm"] += t2 - t1
+        self.rec.stats["recv"] += nbytes
+        self.rec.event(kind="activation" if way == FWD else "gradient", src=src_dev, dst=self.device,
                    piece=(dst_piece if way == FWD else src_piece.index), micro=micro, start=sent, end=t2,
                    bytes=nbytes, wait=wait, link=link, op=None, called=t0)
         return t
+
+    def op_done(self, piece: Piece, micro: int, op: str | None, t0: float, t1: float) -> None:
+        """An operator (or a node it absorbs) ran from t0 to t1: record it and wait its emulated extra time."""
+        self.fwd_time[(piece.index, micro)][op] = self.fwd_time[(piece.index, micro)].get(op, 0.0) + (t1 - t0)
+        self.rec.event(kind="forward", op=op, piece=piece.index, micro=micro, start=t0, end=t1)
+        s = self.scales.get(op, 1.0)
+        if s > 1.0:
+            wait = (s - 1.0) * (t1 - t0)
+            self.rec.stats["emul_compute"] += wait
+            self.emulated_wait(wait)
+            self.rec.event(kind="emulated", op=op, piece=piece.index, micro=micro, start=t1, end=time.perf_counter(),
+                           wait=wait)
 
     def emulated_wait(self, wait: float) -> None:
         """Wait ``wait`` seconds of emulated time. A sleep overshoots by tens of microseconds, many times the
@@ -245,7 +248,7 @@ class PlacementTrainer(Rebalancing, Recording, Trainer):
     # ----- one step ---------------------------------------------------------------------------------
     def run_piece(self, piece: Piece, micro: int, ins: list) -> tuple:
         self.fwd_time[(piece.index, micro)] = {}
-        if self.timing or self.scales:
+        if self.rec.timing or self.scales:
             out = _Timed(self, piece, micro).run(*ins)
         else:
             t0 = time.perf_counter()
@@ -259,7 +262,7 @@ class PlacementTrainer(Rebalancing, Recording, Trainer):
         too."""
         M = self.tr.micro_batches if train else 1
         st = _Step(x, y, M, train)
-        self.handles, self.keep = [], []
+        self.outbox = []
         self.fwd_time = {}
         with torch.set_grad_enabled(train):
             for a in order_of(self.tr.schedule, [p.index for p in self.mine], len(self.pieces), M, train=train):
@@ -276,9 +279,9 @@ class PlacementTrainer(Rebalancing, Recording, Trainer):
     def _wait_sent(self) -> None:
         """Wait until every message of the step is taken by its receiver: a wait for peers, which may be in an
         emulated link's planned wait for as long as the link says."""
-        for h in self.handles:
-            h.wait()
-        self.handles, self.keep = [], []
+        for handle, _ in self.outbox:
+            handle.wait()
+        self.outbox = []
 
     def forward_task(self, st: "_Step", p: Piece, m: int) -> None:
         """Piece ``p`` on micro-batch ``m``: receive its inputs from other devices, run it, send what other
@@ -303,7 +306,7 @@ class PlacementTrainer(Rebalancing, Recording, Trainer):
                 v.requires_grad_(True)
             ins.append(v)
         t0 = clock()
-        if st.train and self.measuring:
+        if st.train and self.rec.measuring:
             counter = SavedCounter(self.state)
             with counter.hooks():
                 out = self.run_piece(p, m, [v.clone() for v in ins] if p.writes_in_place else ins)
@@ -327,7 +330,7 @@ class PlacementTrainer(Rebalancing, Recording, Trainer):
             st.correct += int((logits.argmax(1) == st.ys[m]).sum())
             t1 = clock()
             st.compute += t1 - t0
-            self.event(kind="loss", op=None, piece=p.index, micro=m, start=t0, end=t1)
+            self.rec.event(kind="loss", op=None, piece=p.index, micro=m, start=t0, end=t1)
 
     def backward_task(self, st: "_Step", p: Piece, m: int) -> None:
         """Piece ``p``'s backward on micro-batch ``m``: the gradients of its outputs (summed over local
@@ -354,13 +357,13 @@ class PlacementTrainer(Rebalancing, Recording, Trainer):
         t1 = clock()
         st.compute += t1 - t0
         st.held -= st.saved.pop((p.index, m), 0)  # the backward frees what the forward saved
-        self.event(kind="backward", op=None, piece=p.index, micro=m, start=t0, end=t1)
+        self.rec.event(kind="backward", op=None, piece=p.index, micro=m, start=t0, end=t1)
         s = self.backward_scale(p, m)
         if s > 1.0:
             wait = (s - 1.0) * (t1 - t0)
-            self.stats["emul_compute"] += wait
+            self.rec.stats["emul_compute"] += wait
             self.emulated_wait(wait)
-            self.event(kind="emulated", op=None, piece=p.index, micro=m, start=t1, end=clock(), wait=wait)
+            self.rec.event(kind="emulated", op=None, piece=p.index, micro=m, start=t1, end=clock(), wait=wait)
         for r, leaf in zip(p.inputs, st.leaves[(p.index, m)]):
             if r is INPUT:
                 continue
@@ -382,38 +385,41 @@ class PlacementTrainer(Rebalancing, Recording, Trainer):
             self.opt.zero_grad(set_to_none=False)
         t1 = clock()
         st.compute += t1 - t0
-        self.event(kind="optimizer", op=None, piece=-1, micro=-1, start=t0, end=t1)
+        self.rec.event(kind="optimizer", op=None, piece=-1, micro=-1, start=t0, end=t1)
 
     # ----- the loop -------------------------------------------------------------------------------
     def evaluate(self) -> float:
         """Test accuracy through the pipeline (every process takes part; the loss process knows it)."""
         self.model.eval()
-        self.timing = False
+        self.rec.timing = False
         try:
             r = self.step_placement(self.ds.x_test.to(self.dtype), self.ds.y_test, train=False)
         finally:
             self.model.train()
-        acc = torch.tensor([r["correct"] / len(self.ds.y_test) if self.device == self.pieces[self.final[0]].device
-                            else -1.0], dtype=torch.float64)
+        acc = torch.tensor([r["correct"] / len(self.ds.y_test) if self.holds_loss() else -1.0], dtype=torch.float64)
         if self.world > 1:
             with waiting_for_peers():  # the last stage may still be in an emulated link's wait for the test batch
                 dist.all_reduce(acc, op=dist.ReduceOp.MAX)
         return float(acc)
 
-    def checksum(self) -> float:
-        return float(sum(float(p.detach().double().sum()) for p in self.params))
+    def holds_loss(self) -> bool:
+        """This process runs the piece whose output is the loss."""
+        return self.device == self.pieces[self.final[0]].device
 
-    def checkpoint(self, step: int, final: bool) -> None:
-        """A placement run does not checkpoint: each process holds different operators and a lost one cannot be
-        replaced by the others (the run fails with its stage named)."""
+    def resume(self) -> None:
+        """A restarted attempt starts again from step 0: each process holds different operators, so a placement run
+        keeps no checkpoint (a lost process cannot be replaced by the others)."""
+        if rz.attempt() > 0:
+            self.services.restarted(0, {"from_checkpoint": False, "world": self.world, "workers": self.world,
+                                        "exact": False})
+            self.services.log(f"attempt {rz.attempt()}: starting again from step 0 (a placement run keeps no "
+                              "checkpoint)")
 
     def train_step(self, step: int) -> StepRecord:
         """One step and its record, on the run's clock (every process holds the whole batch's samples:
         a micro-batch passes through each of them)."""
-        self.timing = step in self.timeline_steps or bool(self.scales)
-        self.measuring = step in self.timeline_steps  # the saved bytes: the same every step, counted on drawn ones
-        self.events = []
-        self.stats = {"sent": 0, "recv": 0, "comm": 0.0, "emul_comm": 0.0, "emul_compute": 0.0}
+        rec = self.rec
+        rec.begin(step, timed=bool(self.scales))
         self._overslept = 0.0
         x, y = self.sampler.next_batch()
         if self.world > 1:
@@ -422,25 +428,18 @@ class PlacementTrainer(Rebalancing, Recording, Trainer):
         t0 = time.perf_counter()
         r = self.step_placement(x.to(self.dtype), y)
         t1 = time.perf_counter()
-        if self.measuring:
-            self.saved_peak = max(self.saved_peak, r["saved_peak"])
         c1, p1 = time.thread_time(), time.process_time()
-        loss = r["loss"] if self.device == self.pieces[self.final[0]].device else math.nan
-        self.losses.append(loss)
-        if step in self.timeline_steps:
-            self.timelines[step] = [dict(e, start=e["start"] - self.offset, end=e["end"] - self.offset,
-                                         **({"called": e["called"] - self.offset} if "called" in e else {}))
-                                    for e in self.events]
-        return StepRecord(step, loss, r["compute"] - self.stats["emul_compute"], self.stats["comm"],
-                          self.stats["emul_compute"], self.stats["emul_comm"], t0 - self.offset, math.nan,
-                          t1 - self.offset, self.stats["sent"], self.stats["recv"], self.tr.batch_size, 0.0,
-                          c1 - c0, (p1 - p0) - (c1 - c0))
+        rec.end(r["saved_peak"])
+        st, off = rec.stats, rec.offset
+        return StepRecord(step, r["loss"] if self.holds_loss() else math.nan, r["compute"] - st["emul_compute"],
+                          st["comm"], st["emul_compute"], st["emul_comm"], t0 - off, math.nan, t1 - off, st["sent"],
+                          st["recv"], self.tr.batch_size, 0.0, c1 - c0, (p1 - p0) - (c1 - c0))
 
     def run(self) -> dict:
-        tr, plan = self.tr, self.plan
-        self.offset, self.offset_err = clock_offsets(self.rank, self.world)
-        offsets = self.gather([[self.offset, self.offset_err]])
-        if self.rank == 0 and self.store is not None:
+        tr, plan, rec, services = self.tr, self.plan, self.rec, self.services
+        rec.offset, offset_err = clock_offsets(self.rank, self.world)
+        offsets = gather([[rec.offset, offset_err]], self.world)
+        if self.rank == 0 and services.recording:
             self.store.merge_info(self.run_id, {
                 "world": self.world, "parallel": "placement", "strategy": tr.strategy, "devices": plan.devices,
                 "placement": plan.assignment, "pieces": [{"index": p.index, "device": p.device, "ops": p.ops}
@@ -448,47 +447,49 @@ class PlacementTrainer(Rebalancing, Recording, Trainer):
                 "micro_batches": tr.micro_batches, "emulated": bool(tr.emulate), "plan_note": plan.note,
                 "modelled_makespan": plan.schedule.makespan, "modelled_pass": DATASHEET.pass_,
                 "clock_offsets": [o[0][0] for o in offsets], "clock_uncertainty": [o[0][1] for o in offsets],
-                "timeline_steps": self.timeline_steps, "launcher": "lab" if self.launched else "torchrun",
+                "timeline_steps": rec.timeline_steps, "launcher": "lab" if services.launched else "torchrun",
                 "attempt": rz.attempt(), "torch_threads": torch.get_num_threads()})
             self.store.add_event(self.run_id, "running", attempt=rz.attempt(), step=0,
                                  detail={"world": self.world, "devices": plan.devices})
-        self.losses, self.timelines = [], {}
-        self.rounds_info: list[dict] = []
         if self.world > 1:
             dist.barrier()
-        self.wall0 = time.perf_counter() - self.offset
+        wall0 = time.perf_counter() - rec.offset
+        write_info = lambda info: services.write(self.store.merge_info, self.run_id, info)  # noqa: E731
         pending: list[StepRecord] = []
         accs: dict = {}
         diverged, last_acc, step = None, math.nan, 0
         for step in range(1, tr.steps + 1):
             self.step_no = step
-            self.fault(step)
+            services.fault(tr, step, 0)
             pending.append(self.train_step(step))
-            loss = self.gather([[pending[-1].loss]])
+            loss = gather([[pending[-1].loss]], self.world)
             glob = next((v[0][0] for v in loss if math.isfinite(v[0][0])), math.nan) if self.world > 1 else loss[0][0][0]
             finite = math.isfinite(glob)
             settled = False
-            if self.balancing and finite:
-                self.round_recs.append(pending[-1])
-                if step % tr.round_steps == 0:
-                    settled = self.end_round(step)
+            if self.rounds is not None and finite and self.rounds.add(pending[-1]):
+                settled, new = self.rounds.end(step, self.plan, write_info if services.recording else lambda _: None)
+                if new is not None and new[0] != self.plan.assignment:
+                    replan(self, *new)
             last = step == tr.steps or not finite or settled
             if finite and (step % tr.eval_every == 0 or last):
                 last_acc = accs[step] = self.evaluate()
-            if last or len(pending) >= self.flush_every:
-                recs = self.gather(pending)
+            if last or len(pending) >= services.flush_every:
+                recs = gather(pending, self.world)
                 pending = []
-                if self.rank == 0 and self.store is not None:
-                    self.store_step_rows(recs, accs)
-                self.log(f"step {step}: loss {glob:.4f}")
+                if self.rank == 0 and services.recording:
+                    services.write(self.store.add_metric_rows, self.run_id, step_rows(
+                        recs, accs, self.rank_of[self.pieces[self.final[0]].device], tr.batch_size, wall0))
+                services.log(f"step {step}: loss {glob:.4f}")
             if not finite:
                 diverged = (step, glob)
                 break
             if settled:  # the balancing loop is done: the plan has settled (or its rounds are used up)
                 break
-        self.store_timelines()
-        peak = self.gather([[self.saved_peak]])
-        if self.rank == 0 and self.store is not None:
-            self._write(self.store.merge_info, self.run_id, {"saved_peak": [float(r[0][0]) for r in peak]})
-        self.drain()
+        timelines = all_timelines(rec, self.world)
+        peak = gather([[rec.saved_peak]], self.world)
+        if self.rank == 0 and services.recording:
+            for s, rows in timelines.items():
+                services.write(self.store.add_plan_events, self.run_id, s, rows)
+            write_info({"saved_peak": [float(r[0][0]) for r in peak]})
+        services.drain()
         return {"steps": step, "diverged": diverged, "test_acc": last_acc}

@@ -3,19 +3,36 @@ run store, and the drawn steps' timelines."""
 from __future__ import annotations
 
 import math
-import time
 
 import torch
 import torch.distributed as dist
 
 from lab.store.runs import JOB_WORKER
 from lab.train import resilience as rz
-from lab.train.placement_run.pieces import Piece
 from lab.train.step_record import StepRecord
 
 
-class Recording:
-    """The recording of :class:`lab.train.placement_run.executor.PlacementTrainer`."""
+class Recorder:
+    """What one process of a placement run records while it runs: the events of a timed step (each operator's and
+    tensor's span), the step's sums (bytes, communication, emulated waits), the drawn steps' timelines on the run's
+    clock, and the largest activation memory saved for a backward on a drawn step."""
+
+    def __init__(self, rank: int, device: str, timeline_steps: list[int]):
+        self.rank, self.device = rank, device
+        self.timeline_steps = timeline_steps  # the steps whose timelines are kept (and whose saved bytes counted)
+        self.offset = 0.0  # this process's clock minus the run's (lab.train.placement_run.clock)
+        self.timelines: dict[int, list[dict]] = {}
+        self.saved_peak = 0.0
+        self.begin(0, timed=False)
+
+    def begin(self, step: int, *, timed: bool) -> None:
+        """A step starts: ``timed`` records its events (a drawn step, or every step of an emulated run, whose
+        waits follow each operator's time)."""
+        self.step = step
+        self.timing = timed or step in self.timeline_steps
+        self.measuring = step in self.timeline_steps  # the saved bytes: the same every step, counted on drawn ones
+        self.events: list[dict] = []
+        self.stats = {"sent": 0, "recv": 0, "comm": 0.0, "emul_comm": 0.0, "emul_compute": 0.0}
 
     def event(self, **row) -> None:
         rz.progressed()  # every event is work done inside the step: the heartbeat sees the step move
@@ -24,60 +41,61 @@ class Recording:
             row["rank"] = self.rank
             self.events.append(row)
 
-    def op_done(self, piece: Piece, micro: int, op: str | None, t0: float, t1: float) -> None:
-        """An operator (or a node it absorbs) ran from t0 to t1: record it and wait its emulated extra time."""
-        self.fwd_time[(piece.index, micro)][op] = self.fwd_time[(piece.index, micro)].get(op, 0.0) + (t1 - t0)
-        self.event(kind="forward", op=op, piece=piece.index, micro=micro, start=t0, end=t1)
-        s = self.scales.get(op, 1.0)
-        if s > 1.0:
-            wait = (s - 1.0) * (t1 - t0)
-            self.stats["emul_compute"] += wait
-            self.emulated_wait(wait)
-            self.event(kind="emulated", op=op, piece=piece.index, micro=micro, start=t1, end=time.perf_counter(),
-                       wait=wait)
-
-    def gather(self, rows: list[list[float]]) -> list[list[list[float]]]:
-        t = torch.tensor(rows, dtype=torch.float64)
-        if self.world == 1:
-            return [t.tolist()]
-        out = [torch.empty_like(t) for _ in range(self.world)]
-        dist.all_gather(out, t)
-        return [o.tolist() for o in out]
-
-    def store_step_rows(self, gathered: list[list[list[float]]], accs: dict) -> None:
-        """Rank 0: the gathered records (process x step) as metric rows, one per process and step and
-        one for the job."""
-        recs = [[StepRecord.of(row) for row in rows] for rows in gathered]
-        rows = []
-        for j in range(len(recs[0])):
-            step = int(recs[0][j].step)
-            start = min(r[j].start for r in recs)
-            end = max(r[j].end for r in recs)
-            span = max(end - start, 1e-9)
-            loss = next((r[j].loss for r in recs if math.isfinite(r[j].loss)), math.nan)
-            for rank, r in enumerate(recs):
-                x = r[j]
-                idle = max(0.0, span - x.compute - x.comm - x.emul_compute - x.emul_comm)
-                rows.append((step, rank, loss if rank == self.rank_of[self.pieces[self.final[0]].device] else math.nan,
-                             math.nan, x.sent, x.recv, x.compute, x.comm, x.compress, idle, x.emul_compute,
-                             x.emul_comm, x.samples / span, x.end - self.wall0))
-            rows.append((step, JOB_WORKER, loss, accs.get(step, math.nan), sum(r[j].sent for r in recs),
-                         sum(r[j].recv for r in recs), *([math.nan] * 6), self.tr.batch_size / span, end - self.wall0))
-        self._write(self.store.add_metric_rows, self.run_id, rows)
-
-    def store_timelines(self) -> None:
-        """Rank 0 stores every process's recorded steps, one clock."""
-        if self.world > 1:
-            everyone: list = [None] * self.world
-            dist.all_gather_object(everyone, self.timelines)
-        else:
-            everyone = [self.timelines]
-        if self.rank != 0 or self.store is None:
+    def end(self, saved_peak: float) -> None:
+        """The step is done: a drawn step keeps its events on the run's clock and its saved bytes."""
+        if not self.measuring:
             return
-        for step in self.timeline_steps:
-            rows = [e for t in everyone for e in t.get(step, [])]
-            if rows:
-                t0 = min(e["start"] for e in rows if e["kind"] not in ("activation", "gradient"))
-                self._write(self.store.add_plan_events, self.run_id, step,
-                            [dict(e, start=e["start"] - t0, end=e["end"] - t0,
-                                  **({"called": e["called"] - t0} if "called" in e else {})) for e in rows])
+        self.saved_peak = max(self.saved_peak, saved_peak)
+        off = self.offset
+        self.timelines[self.step] = [dict(e, start=e["start"] - off, end=e["end"] - off,
+                                          **({"called": e["called"] - off} if "called" in e else {}))
+                                     for e in self.events]
+
+
+def gather(rows: list[list[float]], world: int) -> list[list[list[float]]]:
+    """Every process's ``rows`` (floats), on every process, in rank order."""
+    t = torch.tensor(rows, dtype=torch.float64)
+    if world == 1:
+        return [t.tolist()]
+    out = [torch.empty_like(t) for _ in range(world)]
+    dist.all_gather(out, t)
+    return [o.tolist() for o in out]
+
+
+def step_rows(gathered: list[list[list[float]]], accs: dict, loss_rank: int, batch: int, wall0: float) -> list[tuple]:
+    """The gathered records (process x step) as metric rows: one per process and step, and one for the job.
+    ``loss_rank`` holds the loss; ``wall0``: the run's start on its clock."""
+    recs = [[StepRecord.of(row) for row in rows] for rows in gathered]
+    rows = []
+    for j in range(len(recs[0])):
+        step = int(recs[0][j].step)
+        start = min(r[j].start for r in recs)
+        end = max(r[j].end for r in recs)
+        span = max(end - start, 1e-9)
+        loss = next((r[j].loss for r in recs if math.isfinite(r[j].loss)), math.nan)
+        for rank, r in enumerate(recs):
+            x = r[j]
+            idle = max(0.0, span - x.compute - x.comm - x.emul_compute - x.emul_comm)
+            rows.append((step, rank, loss if rank == loss_rank else math.nan, math.nan, x.sent, x.recv, x.compute,
+                         x.comm, x.compress, idle, x.emul_compute, x.emul_comm, x.samples / span, x.end - wall0))
+        rows.append((step, JOB_WORKER, loss, accs.get(step, math.nan), sum(r[j].sent for r in recs),
+                     sum(r[j].recv for r in recs), *([math.nan] * 6), batch / span, end - wall0))
+    return rows
+
+
+def all_timelines(recorder: Recorder, world: int) -> dict[int, list[dict]]:
+    """Every process's drawn steps, one clock whose zero is each step's first task (on every process: a
+    collective)."""
+    if world > 1:
+        everyone: list = [None] * world
+        dist.all_gather_object(everyone, recorder.timelines)
+    else:
+        everyone = [recorder.timelines]
+    out = {}
+    for step in recorder.timeline_steps:
+        rows = [e for t in everyone for e in t.get(step, [])]
+        if rows:
+            t0 = min(e["start"] for e in rows if e["kind"] not in ("activation", "gradient"))
+            out[step] = [dict(e, start=e["start"] - t0, end=e["end"] - t0,
+                              **({"called": e["called"] - t0} if "called" in e else {})) for e in rows]
+    return out
