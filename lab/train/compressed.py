@@ -131,7 +131,6 @@ def attach(trainer: Any) -> CompressedAllReduce | None:
     tr = trainer.tr
     if not enabled(tr) or trainer.layout.server is not None:
         return None
-    trainer.bytes_kind = "measured"
     shapes = order = None
     if tr.compression.kind == "powersgd":
         shapes = [p.shape for p in trainer.params]

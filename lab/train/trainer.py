@@ -39,7 +39,6 @@ import math
 import os
 import time
 
-import numpy as np
 import torch
 import torch.distributed as dist
 
@@ -55,8 +54,9 @@ from lab.train import data as data_mod
 from lab.train import emulation as emu
 from lab.train import resilience as rz
 from lab.train.layout import IDLE_DEFINITION, job_layout
+from lab.train.metric_book import MetricBook
 from lab.train.services import RankServices
-from lab.train.step_record import FIELDS, INDEX, StepRecord
+from lab.train.step_record import FIELDS, StepRecord
 from lab.train.sync_steps import SyncSteps
 from lab.comm.peers import waits_for_peers
 
@@ -72,10 +72,9 @@ class Trainer(SyncSteps):
         self.sc, self.rank, self.world, self.run_id, self.store = sc, rank, world, run_id, store
         # The calibration passes its own networks; a job builds the Scenario's model.
         self.build_model = model_builder or build_model
-        self.launched = launched
         self.services = RankServices(run_id, store, rank, launched=launched)
         self.step_no = 0
-        self.start_step, self._resumed_t_start = 0, None
+        self.start_step = 0
 
     # ------------------------------------------------------------------------------------------
     def setup(self) -> None:
@@ -91,7 +90,6 @@ class Trainer(SyncSteps):
         # Parameters and gradients live in flat buffers with one extra slot (the loss): the
         # collective then moves one contiguous tensor and no copies are made.
         self.params, self.pflat, self.gflat = flatten_parameters(self.model)
-        self.numel = self.pflat.numel() - 1
         self.buffers = [b for b in self.model.buffers() if b.is_floating_point()]
         self.opt = optim_from_training(tr, self.params, layout.lr) if (layout.server is None or self.is_server) else None
         self.sampler = None
@@ -109,15 +107,17 @@ class Trainer(SyncSteps):
         self.link_delay = None
         if layout.emulation is not None and layout.server is None:
             self.link_delay = emu.ring_link_delay(sc.topology, layout.emulation.devices)
-        if layout.server is not None or (self.ring and tr.sync == "allreduce"):
-            self.bytes_kind = "measured"
-        elif self.ring:  # the optimiser's max all-reduces go through gloo
-            self.bytes_kind = "measured (ring) + modelled (gloo max)"
-        else:
-            self.bytes_kind = "modelled"
         self.compressed = compressed.attach(self)  # the compressed gradient sync, or None
         self.records: list[StepRecord] = []
-        self.history: dict[int, dict] = {}  # rank 0: job-level values per step (loss, test_acc)
+        self.book = MetricBook(self.n, self.compressed.job_loss if self.compressed is not None else None)
+
+    def bytes_kind(self) -> str:
+        """Whether the bytes a step records were counted on the wire or from the collective's model."""
+        if self.layout.server is not None or (self.ring and self.tr.sync == "allreduce") or self.compressed is not None:
+            return "measured"
+        if self.ring:  # the optimiser's max all-reduces go through gloo
+            return "measured (ring) + modelled (gloo max)"
+        return "modelled"
 
     def evaluate(self) -> float:
         self.model.eval()
@@ -152,40 +152,9 @@ class Trainer(SyncSteps):
                                f"min {min(sums)!r} (per rank: {sums}). Every worker must hold identical parameters.",
                                where="training")
         if self.rank == 0 and self.store is not None:
-            self.store_records([o[2:2 + int(o[1]) * len(FIELDS)].reshape(-1, len(FIELDS)) for o in out])
-
-    def store_records(self, recs: list[torch.Tensor]) -> None:
-        """Rank 0: turn the gathered records (world x steps x record fields) into metric rows and hand them to
-        the writer thread (SQLite work overlaps the next steps)."""
-        a = torch.stack(recs).numpy()
-        world, k, _ = a.shape
-        if k == 0:
-            return
-        col = lambda name: a[:, :, INDEX[name]]  # noqa: E731 - (world, k)
-        steps = a[0, :, INDEX["step"]].astype(np.int64)
-        ready, end, coll, samples = col("ready"), col("end"), col("comm"), col("samples")
-        latest = ready[: self.n].max(0)  # the slowest worker's stamp, per step
-        idle = np.minimum(np.clip(latest[None, :] - ready, 0.0, None), coll)
-        prev = np.concatenate([self._prev_end[:, None], end[:, :-1]], axis=1)
-        self._prev_end = end[:, -1].copy()
-        per = np.stack([col("loss"), np.full((world, k), np.nan), col("sent"), col("recv"),
-                        col("compute"), coll - idle, col("compress"), idle, col("emul_compute"),
-                        col("emul_comm"), samples / np.maximum(end - prev, 1e-9), end - self.t_start], axis=-1)
-        rows = [(int(steps[j]), r, *per[r, j].tolist()) for r in range(world) for j in range(k)]
-        job_end = end.max(0)
-        job_prev = np.concatenate([[self._prev_job_end], job_end[:-1]])
-        self._prev_job_end = float(job_end[-1])
-        tput = samples.sum(0) / np.maximum(job_end - job_prev, 1e-9)
-        job_loss = self.compressed.job_loss(col("loss")[: self.n]) if self.compressed is not None else None
-        for j in range(k):
-            h = self.history.pop(int(steps[j]), {})
-            loss = h.get("loss", math.nan)
-            if job_loss is not None and math.isfinite(loss):  # compressed: the workers' losses, weighted
-                loss = float(job_loss[j])
-            rows.append((int(steps[j]), JOB_WORKER, loss, h.get("test_acc", math.nan),
-                         float(col("sent")[:, j].sum()), float(col("recv")[:, j].sum()),
-                         *([math.nan] * 6), float(tput[j]), float(job_end[j] - self.t_start)))
-        self.services.write(self.store.add_metric_rows, self.run_id, rows)
+            rows = self.book.rows([o[2:2 + int(o[1]) * len(FIELDS)].reshape(-1, len(FIELDS)).numpy() for o in out])
+            if rows:
+                self.services.write(self.store.add_metric_rows, self.run_id, rows)
 
     def checkpoint(self, step: int, final: bool) -> None:
         """Intermediate: every worker saves its own state, all meet, then the owner saves the model
@@ -205,7 +174,7 @@ class Trainer(SyncSteps):
             return
         state = {"model": self.model.state_dict(), "optimizer": self.opt.state_dict(), "step": step,
                  "rng": torch.get_rng_state(), "run_id": self.run_id,
-                 "training": json.dumps(self.tr.to_dict()), "world": self.world, "t_start": self.t_start}
+                 "training": json.dumps(self.tr.to_dict()), "world": self.world, "t_start": self.book.t_start}
         if self.sampler is not None:
             state["sampler_rng"] = self.sampler.gen.get_state()
         rz.save_atomic(state, folder / ("final.pt" if final else rz.main_name(step)))
@@ -216,7 +185,7 @@ class Trainer(SyncSteps):
     def resume(self) -> None:
         """A restarted attempt continues from the newest checkpoint (lab.train.resilience)."""
 
-        self.start_step, self._resumed_t_start = 0, None
+        self.start_step = 0
         if rz.attempt() == 0 or self.store is None or self.run_id is None:
             return
         folder = self.store.checkpoint_dir(self.run_id, create=False)
@@ -234,7 +203,7 @@ class Trainer(SyncSteps):
                 rz.restore_rank_state(self, rz.load(files[self.rank]))
             elif self.sampler is not None:  # new shards: a fresh stream, not a replay of the first batches
                 self.sampler.gen.manual_seed(30_000 + 7919 * self.rank + self.tr.seed + 1_000_003 * step)
-            self._resumed_t_start = ck.get("t_start")
+            self.book.resumed_from = ck.get("t_start")
         self.start_step = step or 0
         self.services.log(f"attempt {rz.attempt()}: resuming from step {self.start_step} "
                  f"({'exact state of every rank' if exact else 'data re-split over ' + str(self.n) + ' worker(s)'})")
@@ -247,15 +216,15 @@ class Trainer(SyncSteps):
         tr, layout = self.tr, self.layout
         steps = tr.steps
         if self.rank == 0 and self.store is not None:
-            info = {"world": self.world, "workers": self.n, "server_rank": layout.server, "params": self.numel,
+            info = {"world": self.world, "workers": self.n, "server_rank": layout.server, "params": self.pflat.numel() - 1,
                     "lr_effective": layout.lr, "batch_sizes": layout.batch_sizes,
-                    "shard_sizes": None, "bytes_kind": self.bytes_kind, "dominant_op": layout.op_class,
+                    "shard_sizes": None, "bytes_kind": self.bytes_kind(), "dominant_op": layout.op_class,
                     "emulated": layout.emulation is not None, "idle_definition": IDLE_DEFINITION,
                     "devices": list(layout.emulation.devices) if layout.emulation else None,
                     "scales": list(layout.emulation.scales) if layout.emulation else None,
                     "server_device": layout.server_device, "torch_threads": torch.get_num_threads(),
                     "optimiser_implementation": optimiser_implementation(tr.fused, tr.sync),
-                    "launcher": "lab" if self.launched else "torchrun", "checkpoint_dir":
+                    "launcher": "lab" if self.services.launched else "torchrun", "checkpoint_dir":
                         str(self.store.checkpoint_dir(self.run_id, create=False)),
                     "attempt": rz.attempt()}
             if self.sampler is not None:
@@ -273,11 +242,7 @@ class Trainer(SyncSteps):
             step_fn = self.step_ps_server if self.is_server else self.step_ps_worker
         if self.world > 1:
             dist.barrier()
-        self.t_start = time.time()
-        self._prev_end = np.full(self.world, self.t_start)
-        self._prev_job_end = self.t_start
-        if self._resumed_t_start is not None:  # wall time counts from the first attempt's start
-            self.t_start = float(self._resumed_t_start)
+        self.book.start(time.time(), self.world)
         if self.rank == 0 and self.store is not None:
             self.store.add_event(self.run_id, "running", attempt=rz.attempt(), step=self.start_step,
                                  detail={"world": self.world, "workers": self.n})
@@ -306,12 +271,13 @@ class Trainer(SyncSteps):
                                            sent + xs, recv + xr, samples, self.t_compress))
             last = step == steps or not finite
             if self.rank == 0:
-                self.history.setdefault(step, {})["loss"] = glob
+                self.book.note(step, loss=glob)
             do_eval = finite and (step % tr.eval_every == 0 or last)
             if do_eval:
                 self.sync_buffers()
                 if self.rank == 0:
-                    last_acc = self.history[step]["test_acc"] = self.evaluate()
+                    last_acc = self.evaluate()
+                    self.book.note(step, test_acc=last_acc)
             check = finite and (step % tr.check_every == 0 or last)
             ck_step = bool(tr.checkpoint_every) and step % tr.checkpoint_every == 0  # rows stored before the checkpoint
             every = self.services.flush_every
