@@ -32,7 +32,7 @@ def owner() -> str:
         if fresh:  # how fast one address makes students is bounded (lab.jobs.classroom)
             from lab.jobs.manager import shared
 
-            shared().new_identity(ss[OWNER_KEY], client())
+            shared().classroom.new_identity(ss[OWNER_KEY], client())
     return ss[OWNER_KEY]
 
 

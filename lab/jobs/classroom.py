@@ -6,10 +6,11 @@ class nothing here applies: a person alone or a design review queues as before."
 from __future__ import annotations
 
 import math
+import threading
 import time
 
 from lab.errors import LabError
-from lab.jobs.access import ANONYMOUS, NO_ADDRESS, PROXY_LINES
+from lab.jobs.access import ANONYMOUS, NO_ADDRESS, PROXY_LINES, Roster, client_bound
 from lab.store.classroom import ClassState
 from lab.store.runs import ACTIVE
 
@@ -17,10 +18,19 @@ MAX_FRESH = 10_000  # new identities remembered until they act; a flood of page 
 
 
 class Classroom:
-    """The class, part of :class:`lab.jobs.manager.JobManager`."""
+    """The class of the job manager's server: its store, who the teacher is (``roster``), and how a removed
+    student's jobs stop (``stop(run_id, owner, teacher=True, via=...)``, the manager's own Stop)."""
+
+    def __init__(self, store, roster: Roster, stop):
+        self.store, self.roster, self._stop = store, roster, stop
+        # How fast one client address makes new students and takes seats
+        self.new_identities, self.new_seats = client_bound(), client_bound()
+        self._held: dict[str, float] = {}  # a new identity made faster than its address may -> may act from
+        self._fresh: dict[str, str] = {}  # a new identity that has not acted yet -> its address
+        self._lock = threading.Lock()
 
     def _teacher_only(self, owner: str | None, what: str) -> None:
-        if not self.is_teacher(owner):
+        if not self.roster.is_teacher(owner):
             raise LabError(f"only the teacher may {what} (sign in on the Jobs page)", where="class")
 
     def open_class(self, owner: str | None) -> ClassState:
@@ -54,7 +64,7 @@ class Classroom:
         self._teacher_only(owner, "remove a student")
         stopped = []
         for rid in self.store.list_runs(statuses=ACTIVE, owner=student).id:
-            if self.stop(rid, owner, teacher=True, via="the teacher removed the student"):
+            if self._stop(rid, owner, teacher=True, via="the teacher removed the student"):
                 stopped.append(rid)
         self.store.remove_seat(student)
         return stopped
@@ -122,7 +132,7 @@ class Classroom:
         open and they have no seat), or None."""
         if (held := self._held_message(owner, "queue jobs")) is not None:
             return held
-        if owner == ANONYMOUS or self.store.class_state() is None or self.is_teacher(owner):
+        if owner == ANONYMOUS or self.store.class_state() is None or self.roster.is_teacher(owner):
             return None
         if self.store.seat(owner) is None:
             return ("a class is open on this server: join it on the Class page (the teacher gives the code) to run "

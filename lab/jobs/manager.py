@@ -59,7 +59,6 @@ from lab.errors import LabError
 from lab.jobs.access import (
     TEACHER,
     Roster,
-    client_bound,
     can_manage,
     is_teacher,
     teacher_token,
@@ -78,9 +77,10 @@ from lab.train.warm import shared_starter
 log = logging.getLogger("lab.jobs")
 
 
-class JobManager(FairQueue, Lifecycle, Actions, Classroom):
+class JobManager(FairQueue, Lifecycle, Actions):
     """The class server's jobs: the queue (:class:`lab.jobs.queue.FairQueue`), their lifecycle and recovery
-    (:class:`lab.jobs.lifecycle.Lifecycle`) and who may act on them (:class:`lab.jobs.actions.Actions`)."""
+    (:class:`lab.jobs.lifecycle.Lifecycle`) and who may act on them (:class:`lab.jobs.actions.Actions`); the class
+    the teacher opens is its :attr:`classroom` (:class:`lab.jobs.classroom.Classroom`)."""
 
     def __init__(self, store_path: str | os.PathLike | None = None, capacity: int = 1, poll_s: float = 0.2,
                  policy: str = "uniform", cpus: Iterable[int] | None = None, slots_per_cpu: int | None = None,
@@ -119,10 +119,7 @@ class JobManager(FairQueue, Lifecycle, Actions, Classroom):
         self._last_sweep = 0.0
         self._sweeper: threading.Thread | None = None
         self.roster = Roster()  # the owners that signed in as the teacher
-        # How fast one client address makes new students and takes seats (lab.jobs.classroom)
-        self.new_identities, self.new_seats = client_bound(), client_bound()
-        self._held: dict[str, float] = {}  # a new identity made faster than its address may -> may act from
-        self._fresh: dict[str, str] = {}  # a new identity that has not acted yet -> its address
+        self.classroom = Classroom(self.store, self.roster, self.stop)
         self._adopted: list[str] = []  # queued runs taken over at the start from a process that ended
         # Runs a dead manager left running, whose launcher lives on: they hold cores until they end, so they
         # count against the capacity as this manager's own do.

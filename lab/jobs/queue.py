@@ -61,7 +61,7 @@ class FairQueue:
         pass it together."""
         owner = str(owner or ANONYMOUS)[:64]
         items = list(items)
-        refused = self.queue_refusal(owner)
+        refused = self.classroom.queue_refusal(owner)
         if refused:
             raise LabError(refused, where="jobs")
         cap = settings.integer("LAB_MAX_ACTIVE_PER_OWNER") if owner != ANONYMOUS else 0

@@ -137,17 +137,17 @@ class ClassDesk(Desk):
         return self.jm.store.class_state()
 
     def open(self) -> None:
-        self.jm.open_class(self.owner)
+        self.jm.classroom.open_class(self.owner)
 
     def close(self) -> None:
-        self.jm.close_class(self.owner)
+        self.jm.classroom.close_class(self.owner)
 
     def new_code(self) -> None:
-        self.jm.new_class_code(self.owner)
+        self.jm.classroom.new_class_code(self.owner)
 
     def hand_out(self, lesson: str | None) -> None:
         """Hand ``lesson`` out to the class (None: release the class from its lesson)."""
-        self.jm.hand_out(self.owner, lesson)
+        self.jm.classroom.hand_out(self.owner, lesson)
 
     def seats(self) -> dict[str, str]:
         return self.jm.store.seats()
@@ -157,13 +157,13 @@ class ClassDesk(Desk):
 
     def remove(self, student: str) -> list[str]:
         """Take ``student``'s seat: the runs of theirs that were stopped."""
-        return self.jm.remove_student(self.owner, student)
+        return self.jm.classroom.remove_student(self.owner, student)
 
     def let_back(self, student: str) -> None:
-        self.jm.let_back(self.owner, student)
+        self.jm.classroom.let_back(self.owner, student)
 
     def join(self, code: str, name: str, client: str | None) -> str:
-        return self.jm.join_class(self.owner, code, name, client)
+        return self.jm.classroom.join_class(self.owner, code, name, client)
 
 
 __all__ = ["ClassDesk", "CLOSE_WARNING", "INTRO", "JOIN_FORM", "NEW_CLASS_WARNING", "NO_CLASS", "lessons", "student", "teacher", "roster", "steps", "owner_names",

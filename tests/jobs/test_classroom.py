@@ -24,15 +24,15 @@ def jm(lab_db, monkeypatch):
 
 
 def test_only_the_teacher_opens_hands_out_removes_and_closes(jm):
-    for act in (lambda: jm.open_class("student"), lambda: jm.hand_out("student", "x"),
-                lambda: jm.remove_student("student", "other"), lambda: jm.close_class("student")):
+    for act in (lambda: jm.classroom.open_class("student"), lambda: jm.classroom.hand_out("student", "x"),
+                lambda: jm.classroom.remove_student("student", "other"), lambda: jm.classroom.close_class("student")):
         with pytest.raises(LabError, match="only the teacher"):
             act()
-    state = jm.open_class("teacher")
+    state = jm.classroom.open_class("teacher")
     assert len(state.code) == 6 and set(state.code) <= set(CODE_ALPHABET) and state.lesson is None
-    jm.hand_out("teacher", "ring-allreduce")
+    jm.classroom.hand_out("teacher", "ring-allreduce")
     assert jm.store.class_state().lesson == "ring-allreduce"
-    jm.hand_out("teacher", None)
+    jm.classroom.hand_out("teacher", None)
     assert jm.store.class_state().lesson is None
 
 
@@ -40,7 +40,7 @@ def test_joining_needs_the_code_and_a_name_no_other_student_seems_to_have(jm):
     store: RunStore = jm.store
     with pytest.raises(LabError, match="no class is open"):
         store.join_class("a", "ABCDEF", "Ada")
-    code = jm.open_class("teacher").code
+    code = jm.classroom.open_class("teacher").code
     with pytest.raises(LabError, match="not the class's join code"):
         store.join_class("a", "WRONG1", "Ada")
     assert store.join_class("a", code.lower(), "  Ada  ") == "Ada"  # read aloud: any case, spaces trimmed
@@ -59,23 +59,23 @@ def test_joining_needs_the_code_and_a_name_no_other_student_seems_to_have(jm):
 def test_in_class_mode_only_seated_students_and_the_teacher_queue(jm):
     sc = default_scenario()
     jm.submit(sc, owner="visitor")  # no class: everyone queues
-    code = jm.open_class("teacher").code
+    code = jm.classroom.open_class("teacher").code
     with pytest.raises(LabError, match="join it on the Class page"):
         jm.submit(sc, owner="visitor")
     jm.store.join_class("seated", code, "Grace")
     assert jm.submit(sc, owner="seated").run_id
     assert jm.submit(sc, owner="teacher").run_id
-    jm.close_class("teacher")
+    jm.classroom.close_class("teacher")
     assert jm.submit(sc, owner="visitor").run_id  # the class closed: as before
 
 
 def test_a_removed_student_loses_the_seat_and_their_jobs_stop(jm):
-    code = jm.open_class("teacher").code
+    code = jm.classroom.open_class("teacher").code
     jm.store.join_class("s1", code, "Ada")
     jm.store.join_class("s2", code, "Bob")
     mine = [jm.submit(default_scenario(), owner="s1").run_id for _ in range(2)]
     other = jm.submit(default_scenario(), owner="s2").run_id
-    stopped = jm.remove_student("teacher", "s1")
+    stopped = jm.classroom.remove_student("teacher", "s1")
     assert sorted(stopped) == sorted(mine) and all(jm.store.status(r) == "stopped" for r in mine)
     assert jm.store.status(other) == "queued" and jm.store.seats() == {"s2": "Bob"}
     with pytest.raises(LabError, match="join it"):
@@ -83,9 +83,9 @@ def test_a_removed_student_loses_the_seat_and_their_jobs_stop(jm):
 
 
 def test_a_new_class_starts_with_no_seats_and_a_new_code(jm):
-    first = jm.open_class("teacher").code
+    first = jm.classroom.open_class("teacher").code
     jm.store.join_class("s1", first, "Ada")
-    second = jm.open_class("teacher").code
+    second = jm.classroom.open_class("teacher").code
     assert jm.store.seats() == {}
     if second != first:
         with pytest.raises(LabError, match="join code"):
@@ -106,12 +106,12 @@ def test_a_students_view_is_kept_per_page_and_a_huge_one_is_not(lab_db):
 def test_the_teachers_job_list_names_joined_students_as_the_class_page_does(jm):
     from lab.view import jobs as job_views
 
-    code = jm.open_class("teacher").code
+    code = jm.classroom.open_class("teacher").code
     jm.store.join_class("s1", code, "Ada <i>L</i>")
     a = jm.submit(default_scenario(), owner="s1").run_id
-    jm.close_class("teacher")
+    jm.classroom.close_class("teacher")
     b = jm.submit(default_scenario(), owner="s2").run_id  # no seat: the teacher reads the session's id
-    jm.open_class("teacher")
+    jm.classroom.open_class("teacher")
     jm.store.join_class("s1", jm.store.class_state().code, "Ada <i>L</i>")
     seen = job_views.overview(jm.store, owner="teacher", everyone=True, show_ids=True).set_index("id").owner
     assert seen[a] == "Ada <i>L</i>" and seen[b] == "session s2"
@@ -146,27 +146,27 @@ def test_new_students_from_one_address_past_its_burst_wait_to_queue_and_join(jm,
     # one person's private windows: a page load makes an identity and costs nothing; the first two to act take
     # the address's burst, the third may act in 10 minutes
     for o in ("w1", "w2", "w3"):
-        m.new_identity(o, "10.0.0.5")
-    assert m.held_for("w3") == 0.0  # not counted yet
-    assert m.submit(sc, owner="w1").run_id and m.held_for("w1") == 0.0
+        m.classroom.new_identity(o, "10.0.0.5")
+    assert m.classroom.held_for("w3") == 0.0  # not counted yet
+    assert m.submit(sc, owner="w1").run_id and m.classroom.held_for("w1") == 0.0
     assert m.submit(sc, owner="w3").run_id  # the second to act, whenever its page was loaded
     with pytest.raises(LabError, match="may queue jobs in 6\\d\\d s"):
         m.submit(sc, owner="w2")
     # a student beside them, from another address or from this machine, is not held by it
-    m.new_identity("other", "10.0.0.9")
-    m.new_identity("local", None)
+    m.classroom.new_identity("other", "10.0.0.9")
+    m.classroom.new_identity("local", None)
     assert m.submit(sc, owner="other").run_id and m.submit(sc, owner="local").run_id
     # seats and guesses of the code: two tries at once from one address, then one per period
-    code = m.open_class("teacher").code
+    code = m.classroom.open_class("teacher").code
     with pytest.raises(LabError, match="may join the class in"):
-        m.join_class("w2", code, "Second", "10.0.0.5")
+        m.classroom.join_class("w2", code, "Second", "10.0.0.5")
     with pytest.raises(LabError, match="not the class's join code"):
-        m.join_class("w1", "WRONG1", "One", "10.0.0.5")
-    assert m.join_class("w1", code, "One", "10.0.0.5") == "One"
-    m.new_identity("w4", "10.0.0.5")
+        m.classroom.join_class("w1", "WRONG1", "One", "10.0.0.5")
+    assert m.classroom.join_class("w1", code, "One", "10.0.0.5") == "One"
+    m.classroom.new_identity("w4", "10.0.0.5")
     with pytest.raises(LabError, match="try again in 600 s|may join the class in"):
-        m.join_class("w4", code, "Four", "10.0.0.5")
-    assert m.join_class("other", code, "Other", "10.0.0.9") == "Other"
+        m.classroom.join_class("w4", code, "Four", "10.0.0.5")
+    assert m.classroom.join_class("other", code, "Other", "10.0.0.9") == "Other"
     assert m.store.seats() == {"w1": "One", "other": "Other"}
     m._closed = True
 
@@ -190,61 +190,61 @@ def test_a_thousand_page_loads_without_a_cookie_cost_the_next_student_from_the_a
     m = JobManager(lab_db, warm=False)
     m._start = lambda spec: None
     for k in range(1000):
-        m.new_identity(f"load{k}", "10.0.0.5")
-    m.new_identity("honest", "10.0.0.5")
-    assert m.submit(default_scenario(), owner="honest").run_id and m.held_for("honest") == 0.0
+        m.classroom.new_identity(f"load{k}", "10.0.0.5")
+    m.classroom.new_identity("honest", "10.0.0.5")
+    assert m.submit(default_scenario(), owner="honest").run_id and m.classroom.held_for("honest") == 0.0
     # and a script whose thousand identities each try to queue holds the next one at most (burst + 1) periods
     for k in range(1000):
         try:
             m.submit(default_scenario(), owner=f"load{k}")
         except LabError:
             pass
-    m.new_identity("next", "10.0.0.5")
+    m.classroom.new_identity("next", "10.0.0.5")
     with pytest.raises(LabError, match="may queue jobs in"):
         m.submit(default_scenario(), owner="next")
-    assert 0 < m.held_for("next") <= m.new_identities.longest_wait_s == 1800.0
+    assert 0 < m.classroom.held_for("next") <= m.classroom.new_identities.longest_wait_s == 1800.0
     m._closed = True
 
 
 def test_a_removed_student_stays_out_until_let_back_and_a_new_code_keeps_the_seats(jm):
-    code = jm.open_class("teacher").code
-    assert jm.join_class("ada", code, "Ada") == "Ada" and jm.join_class("bob", code, "Bob") == "Bob"
-    jm.remove_student("teacher", "bob")
+    code = jm.classroom.open_class("teacher").code
+    assert jm.classroom.join_class("ada", code, "Ada") == "Ada" and jm.classroom.join_class("bob", code, "Bob") == "Bob"
+    jm.classroom.remove_student("teacher", "bob")
     assert jm.store.seats() == {"ada": "Ada"} and jm.store.removed() == {"bob": "Bob"}
     for name in ("Bob", "Robert"):  # with the same code, under any name
         with pytest.raises(LabError, match="the teacher removed you"):
-            jm.join_class("bob", code, name)
-    for act in (lambda: jm.let_back("bob", "bob"), lambda: jm.new_class_code("ada")):
+            jm.classroom.join_class("bob", code, name)
+    for act in (lambda: jm.classroom.let_back("bob", "bob"), lambda: jm.classroom.new_class_code("ada")):
         with pytest.raises(LabError, match="only the teacher"):
             act()
-    new = jm.new_class_code("teacher").code
+    new = jm.classroom.new_class_code("teacher").code
     assert new != code and jm.store.seats() == {"ada": "Ada"}  # the seats stay
     with pytest.raises(LabError, match="not the class's join code"):
-        jm.join_class("carol", code, "Carol")  # whoever had the old code only
-    assert jm.let_back("teacher", "bob") and jm.store.removed() == {}
-    assert jm.join_class("bob", new, "Bob") == "Bob"
-    jm.remove_student("teacher", "bob")
-    jm.open_class("teacher")  # a new class: removals are the old class's
-    assert jm.store.removed() == {} and jm.join_class("bob", jm.store.class_state().code, "Bob") == "Bob"
+        jm.classroom.join_class("carol", code, "Carol")  # whoever had the old code only
+    assert jm.classroom.let_back("teacher", "bob") and jm.store.removed() == {}
+    assert jm.classroom.join_class("bob", new, "Bob") == "Bob"
+    jm.classroom.remove_student("teacher", "bob")
+    jm.classroom.open_class("teacher")  # a new class: removals are the old class's
+    assert jm.store.removed() == {} and jm.classroom.join_class("bob", jm.store.class_state().code, "Bob") == "Bob"
 
 
 def test_a_hand_out_opens_once_for_each_student_whatever_their_reloads(jm):
     store: RunStore = jm.store
-    code = jm.open_class("teacher").code
+    code = jm.classroom.open_class("teacher").code
     store.join_class("ada", code, "Ada")
     store.join_class("bob", code, "Bob")
     assert not store.open_hand_out("ada")  # nothing handed out
-    jm.hand_out("teacher", "ring-allreduce")
+    jm.classroom.hand_out("teacher", "ring-allreduce")
     first = store.class_state().handed
     assert store.open_hand_out("ada") and not store.open_hand_out("ada")  # a reload keeps Ada's own view
     store.join_class("ada", code, "Ada L.")  # renaming the seat is not a new hand-out
     assert not store.open_hand_out("ada")
     assert store.open_hand_out("bob")  # Bob's first page since is taken to the lesson: his own once
     assert not store.open_hand_out("cy") and not store.open_hand_out(None)  # no seat: nothing to open
-    jm.hand_out("teacher", "ring-allreduce")  # handed out again: a new hand-out, opened again by each
+    jm.classroom.hand_out("teacher", "ring-allreduce")  # handed out again: a new hand-out, opened again by each
     assert store.class_state().handed != first
     assert store.open_hand_out("ada") and store.open_hand_out("bob")
-    jm.hand_out("teacher", None)
+    jm.classroom.hand_out("teacher", None)
     assert store.class_state().handed is None and not store.open_hand_out("ada")
 
 

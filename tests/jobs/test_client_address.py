@@ -38,17 +38,17 @@ def test_nine_browsers_through_an_undeclared_proxy_count_as_one_address(lab_db, 
     m = JobManager(lab_db, warm=False)
     m._start = lambda spec: None
     assert m.sign_in_teacher("teacher", "Zq3-uV8_kP1wYt6Rb0sLm4")
-    code = m.open_class("teacher").code
+    code = m.classroom.open_class("teacher").code
     joined = 0
     for k in range(9):
         client = client_address(None, {"X-Forwarded-For": f"10.1.{k}.{k}"}, False)
-        m.new_identity(f"b{k}", client)
+        m.classroom.new_identity(f"b{k}", client)
         try:
-            m.join_class(f"b{k}", code, f"Browser {k}", client)
+            m.classroom.join_class(f"b{k}", code, f"Browser {k}", client)
             joined += 1
         except LabError as exc:
             assert "several" in str(exc)
     assert joined == 6
     with pytest.raises(LabError, match="sends no client address"):
-        m.join_class("x", code, "Xavier", client_address(None, {}, True))
+        m.classroom.join_class("x", code, "Xavier", client_address(None, {}, True))
     m._closed = True
