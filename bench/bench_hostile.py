@@ -179,9 +179,9 @@ def _class_store():
         from lab.store.runs import RunStore
 
         store = RunStore(os.path.join(os.environ["LAB_DATA"], "class.db"))
-        code = store.open_class().code
-        store.join_class("removed-student", code, "Mallory")
-        store.remove_seat("removed-student")
+        code = store.class_book.open_class().code
+        store.class_book.join_class("removed-student", code, "Mallory")
+        store.class_book.remove_seat("removed-student")
         _CLASS.update(store=store, code=code)
     return _CLASS["store"], _CLASS["code"]
 
@@ -190,7 +190,7 @@ def e_rejoin(arg):
     """The removed student joins again with the code (as they type it) and a name: a seat is a breach."""
     code_of, name = arg
     store, code = _class_store()
-    return store.join_class("removed-student", code_of(code), name)
+    return store.class_book.join_class("removed-student", code_of(code), name)
 
 
 def e_report_link(link):

@@ -155,8 +155,8 @@ def class_lesson() -> Lesson | None:
     class, no lesson handed out, no seat, or the teacher)."""
     from lab.store.runs import run_store
 
-    state = run_store().class_state()
-    if state is None or not state.lesson or run_store().seat(owner()) is None:
+    state = run_store().class_book.class_state()
+    if state is None or not state.lesson or run_store().class_book.seat(owner()) is None:
         return None
     return find_lesson(LESSONS, state.lesson)
 

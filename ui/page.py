@@ -37,7 +37,7 @@ def _restore_saved_view() -> None:
         return
     from lab.store.runs import run_store
 
-    saved = run_store().saved_view(owner(), "*")
+    saved = run_store().class_book.saved_view(owner(), "*")
     if saved:
         for k, v in saved.items():
             if isinstance(k, str) and isinstance(v, str) and k not in st.query_params:
@@ -50,7 +50,7 @@ def _save_view(sc: Scenario) -> None:
     if st.session_state.get(_SAVED) != params:
         from lab.store.runs import run_store
 
-        run_store().save_view(owner(), "*", params)
+        run_store().class_book.save_view(owner(), "*", params)
         st.session_state[_SAVED] = params
 
 
@@ -62,7 +62,7 @@ def _open_class_lesson() -> None:
         return
     from lab.store.runs import run_store
 
-    if run_store().open_hand_out(owner()):
+    if run_store().class_book.open_hand_out(owner()):
         st.switch_page(lesson.page, query_params=open_lesson(lesson))
 
 
@@ -71,11 +71,11 @@ def _watch_hand_outs() -> None:
     every few seconds, which reruns the page when the hand-out changed."""
     from lab.store.runs import run_store
 
-    if run_store().seat(owner()) is None:
+    if run_store().class_book.seat(owner()) is None:
         return
 
     def handed() -> tuple | None:
-        state = run_store().class_state()
+        state = run_store().class_book.class_state()
         return None if state is None else (state.lesson, state.handed)
 
     st.session_state[_HAND_OUT_SEEN] = handed()  # what this run of the page shows

@@ -35,28 +35,28 @@ class Classroom:
 
     def open_class(self, owner: str | None) -> ClassState:
         self._teacher_only(owner, "open a class")
-        return self.store.open_class()
+        return self.store.class_book.open_class()
 
     def close_class(self, owner: str | None) -> list[str]:
         """Close the class; the students' jobs run on, read-only to them as a visitor's."""
         self._teacher_only(owner, "close the class")
-        return self.store.close_class()
+        return self.store.class_book.close_class()
 
     def new_class_code(self, owner: str | None) -> ClassState:
         """A new join code for the open class, its seats kept (after a removal, so that the code a removed
         student may have passed on no longer opens the class)."""
         self._teacher_only(owner, "change the join code")
-        return self.store.new_class_code()
+        return self.store.class_book.new_class_code()
 
     def let_back(self, owner: str | None, student: str) -> bool:
         """The teacher lets a removed ``student`` join again."""
         self._teacher_only(owner, "let a student back in")
-        return self.store.let_back(student)
+        return self.store.class_book.let_back(student)
 
     def hand_out(self, owner: str | None, lesson: str | None) -> None:
         """Hand ``lesson`` out to every joined student (None: release them from it)."""
         self._teacher_only(owner, "hand out a lesson")
-        self.store.set_class_lesson(lesson)
+        self.store.class_book.set_class_lesson(lesson)
 
     def remove_student(self, owner: str | None, student: str) -> list[str]:
         """The teacher removes ``student`` from the class: their queued and running jobs stop (returned), their seat
@@ -66,7 +66,7 @@ class Classroom:
         for rid in self.store.list_runs(statuses=ACTIVE, owner=student).id:
             if self._stop(rid, owner, teacher=True, via="the teacher removed the student"):
                 stopped.append(rid)
-        self.store.remove_seat(student)
+        self.store.class_book.remove_seat(student)
         return stopped
 
     # ----- how fast one client address makes students and takes seats ----------------------------
@@ -125,16 +125,16 @@ class Classroom:
         if wait > 0:
             raise LabError(f"this address joined the class several times just now: try again in {math.ceil(wait)} s",
                            where="class")
-        return self.store.join_class(owner, code, name)
+        return self.store.class_book.join_class(owner, code, name)
 
     def queue_refusal(self, owner: str) -> str | None:
         """Why ``owner`` may not queue a job now (a new identity made faster than its address may, or a class is
         open and they have no seat), or None."""
         if (held := self._held_message(owner, "queue jobs")) is not None:
             return held
-        if owner == ANONYMOUS or self.store.class_state() is None or self.roster.is_teacher(owner):
+        if owner == ANONYMOUS or self.store.class_book.class_state() is None or self.roster.is_teacher(owner):
             return None
-        if self.store.seat(owner) is None:
+        if self.store.class_book.seat(owner) is None:
             return ("a class is open on this server: join it on the Class page (the teacher gives the code) to run "
                     "jobs; without a seat you may look at everything and learn, not queue")
         return None

@@ -36,7 +36,11 @@ def new_code() -> str:
 
 
 class ClassBook:
-    """The class, its seats and the students' views, part of :class:`lab.store.runs.RunStore`."""
+    """The class, its seats and the students' views: the run store's ``class_book``, on its connection (``db``: the
+    :class:`lab.store.runs.RunStore` it belongs to)."""
+
+    def __init__(self, db):
+        self._conn, self._write = db._conn, db._write
 
     # ----- the class ---------------------------------------------------------------------------
     def open_class(self) -> ClassState:

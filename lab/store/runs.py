@@ -77,8 +77,9 @@ def _clean(v: Any) -> Any:
     return v
 
 
-class RunStore(JobRecords, LessonBook, ClassBook, Exports):
-    """The SQLite run store at ``path`` (default: env LAB_DB or ./data/runs.db)."""
+class RunStore(JobRecords, LessonBook, Exports):
+    """The SQLite run store at ``path`` (default: env LAB_DB or ./data/runs.db); the class, its seats and the students'
+    views are its :attr:`class_book` (:class:`lab.store.classroom.ClassBook`), on the same connection."""
 
     def __init__(self, path: str | os.PathLike | None = None, data: str | os.PathLike | None = None):
         self.path = Path(path) if path is not None else default_db_path()
@@ -86,6 +87,7 @@ class RunStore(JobRecords, LessonBook, ClassBook, Exports):
         self._local = threading.local()
         self._init_lock = threading.Lock()
         self._ready = False
+        self.class_book = ClassBook(self)
 
     # ----- connections -------------------------------------------------------------------------
     def _connect(self) -> sqlite3.Connection:

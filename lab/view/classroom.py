@@ -34,10 +34,10 @@ def lessons(folder: Path) -> dict[str, str]:
 def student(owner: str, store=None) -> list[Section]:
     """A student's view: nothing open, the join form's notice, or their seat and the lesson handed out."""
     store = store if store is not None else run_store()
-    state = store.class_state()
+    state = store.class_book.class_state()
     if state is None:
         return [Section("cls_none", notices=(Notice(NO_CLASS),))]
-    name = store.seat(owner)
+    name = store.class_book.seat(owner)
     if name is None:
         return [Section("cls_join", header="Join the class", level="subheader",
                         intro="Type the join code the teacher gives and your name (the teacher sees it).")]
@@ -47,11 +47,11 @@ def student(owner: str, store=None) -> list[Section]:
 def teacher(folder: Path, store=None) -> list[Section]:
     """The teacher's view of the open class (or of none)."""
     store = store if store is not None else run_store()
-    state = store.class_state()
+    state = store.class_book.class_state()
     if state is None:
         return [Section("cls_closed", notices=(Notice("No class is open. Opening one makes a join code; while it is "
                                                      "open only joined students queue jobs."),))]
-    seats = store.seats()
+    seats = store.class_book.seats()
     lesson = find_lesson(folder, state.lesson) if state.lesson else None
     code = Withheld(" ".join(state.code))  # anyone who reads it could take a seat
     out = [Section("cls_code_shown", metrics=(("Join code", code), ("Students joined", str(len(seats))),
@@ -60,7 +60,7 @@ def teacher(folder: Path, store=None) -> list[Section]:
                        caption="Each joined student by the name they typed, with their jobs and, when a lesson is "
                                "handed out, the steps they ticked.",
                        notices=() if seats else (Notice("Nobody has joined yet."),)))
-    removed = store.removed()
+    removed = store.class_book.removed()
     if removed:
         out.append(Section("cls_removed", header="Removed", level="subheader",
                            table=[{"student": name} for name in removed.values()],
@@ -125,7 +125,7 @@ def removed_line(name: str, stopped: int) -> str:
 
 def owner_names(store=None) -> dict[str, str]:
     """owner id -> display name of every joined student (the Jobs page names the same students the same way)."""
-    return (store if store is not None else run_store()).seats()
+    return (store if store is not None else run_store()).class_book.seats()
 
 
 class ClassDesk(Desk):
@@ -134,7 +134,7 @@ class ClassDesk(Desk):
 
     def state(self):
         """The open class (None when none is)."""
-        return self.jm.store.class_state()
+        return self.jm.store.class_book.class_state()
 
     def open(self) -> None:
         self.jm.classroom.open_class(self.owner)
@@ -150,10 +150,10 @@ class ClassDesk(Desk):
         self.jm.classroom.hand_out(self.owner, lesson)
 
     def seats(self) -> dict[str, str]:
-        return self.jm.store.seats()
+        return self.jm.store.class_book.seats()
 
     def removed(self) -> dict[str, str]:
-        return self.jm.store.removed()
+        return self.jm.store.class_book.removed()
 
     def remove(self, student: str) -> list[str]:
         """Take ``student``'s seat: the runs of theirs that were stopped."""

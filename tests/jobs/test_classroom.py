@@ -31,29 +31,29 @@ def test_only_the_teacher_opens_hands_out_removes_and_closes(jm):
     state = jm.classroom.open_class("teacher")
     assert len(state.code) == 6 and set(state.code) <= set(CODE_ALPHABET) and state.lesson is None
     jm.classroom.hand_out("teacher", "ring-allreduce")
-    assert jm.store.class_state().lesson == "ring-allreduce"
+    assert jm.store.class_book.class_state().lesson == "ring-allreduce"
     jm.classroom.hand_out("teacher", None)
-    assert jm.store.class_state().lesson is None
+    assert jm.store.class_book.class_state().lesson is None
 
 
 def test_joining_needs_the_code_and_a_name_no_other_student_seems_to_have(jm):
     store: RunStore = jm.store
     with pytest.raises(LabError, match="no class is open"):
-        store.join_class("a", "ABCDEF", "Ada")
+        store.class_book.join_class("a", "ABCDEF", "Ada")
     code = jm.classroom.open_class("teacher").code
     with pytest.raises(LabError, match="not the class's join code"):
-        store.join_class("a", "WRONG1", "Ada")
-    assert store.join_class("a", code.lower(), "  Ada  ") == "Ada"  # read aloud: any case, spaces trimmed
+        store.class_book.join_class("a", "WRONG1", "Ada")
+    assert store.class_book.join_class("a", code.lower(), "  Ada  ") == "Ada"  # read aloud: any case, spaces trimmed
     with pytest.raises(LabError, match="looks like the name"):
-        store.join_class("b", code, "ADA")
+        store.class_book.join_class("b", code, "ADA")
     with pytest.raises(LabError, match="looks like the name"):
-        store.join_class("b", code, "Аda")  # a Cyrillic А
+        store.class_book.join_class("b", code, "Аda")  # a Cyrillic А
     for bad in ("", "a\u202eb", 42, None):
         with pytest.raises(LabError):
-            store.join_class("b", code, bad)
-    assert store.join_class("b", code, "<b>Bob</b>") == "<b>Bob</b>"  # any text, shown as text
-    assert store.seats() == {"a": "Ada", "b": "<b>Bob</b>"}
-    assert store.join_class("a", code, "Ada L.") == "Ada L." and store.seat("a") == "Ada L."  # renamed, one seat
+            store.class_book.join_class("b", code, bad)
+    assert store.class_book.join_class("b", code, "<b>Bob</b>") == "<b>Bob</b>"  # any text, shown as text
+    assert store.class_book.seats() == {"a": "Ada", "b": "<b>Bob</b>"}
+    assert store.class_book.join_class("a", code, "Ada L.") == "Ada L." and store.class_book.seat("a") == "Ada L."  # renamed, one seat
 
 
 def test_in_class_mode_only_seated_students_and_the_teacher_queue(jm):
@@ -62,7 +62,7 @@ def test_in_class_mode_only_seated_students_and_the_teacher_queue(jm):
     code = jm.classroom.open_class("teacher").code
     with pytest.raises(LabError, match="join it on the Class page"):
         jm.submit(sc, owner="visitor")
-    jm.store.join_class("seated", code, "Grace")
+    jm.store.class_book.join_class("seated", code, "Grace")
     assert jm.submit(sc, owner="seated").run_id
     assert jm.submit(sc, owner="teacher").run_id
     jm.classroom.close_class("teacher")
@@ -71,48 +71,48 @@ def test_in_class_mode_only_seated_students_and_the_teacher_queue(jm):
 
 def test_a_removed_student_loses_the_seat_and_their_jobs_stop(jm):
     code = jm.classroom.open_class("teacher").code
-    jm.store.join_class("s1", code, "Ada")
-    jm.store.join_class("s2", code, "Bob")
+    jm.store.class_book.join_class("s1", code, "Ada")
+    jm.store.class_book.join_class("s2", code, "Bob")
     mine = [jm.submit(default_scenario(), owner="s1").run_id for _ in range(2)]
     other = jm.submit(default_scenario(), owner="s2").run_id
     stopped = jm.classroom.remove_student("teacher", "s1")
     assert sorted(stopped) == sorted(mine) and all(jm.store.status(r) == "stopped" for r in mine)
-    assert jm.store.status(other) == "queued" and jm.store.seats() == {"s2": "Bob"}
+    assert jm.store.status(other) == "queued" and jm.store.class_book.seats() == {"s2": "Bob"}
     with pytest.raises(LabError, match="join it"):
         jm.submit(default_scenario(), owner="s1")
 
 
 def test_a_new_class_starts_with_no_seats_and_a_new_code(jm):
     first = jm.classroom.open_class("teacher").code
-    jm.store.join_class("s1", first, "Ada")
+    jm.store.class_book.join_class("s1", first, "Ada")
     second = jm.classroom.open_class("teacher").code
-    assert jm.store.seats() == {}
+    assert jm.store.class_book.seats() == {}
     if second != first:
         with pytest.raises(LabError, match="join code"):
-            jm.store.join_class("s1", first, "Ada")
+            jm.store.class_book.join_class("s1", first, "Ada")
 
 
 def test_a_students_view_is_kept_per_page_and_a_huge_one_is_not(lab_db):
     store = RunStore(lab_db)
-    store.save_view("s1", "compare", {"sc": "x", "v": "y"})
-    store.save_view("s1", "compare", {"sc": "x2"})
-    store.save_view("s2", "compare", {"sc": "z"})
-    assert store.saved_view("s1", "compare") == {"sc": "x2"} and store.saved_view("s2", "compare") == {"sc": "z"}
-    assert store.saved_view("s1", "training") is None
-    store.save_view("s1", "training", {"v": "x" * 50_000})
-    assert store.saved_view("s1", "training") is None
+    store.class_book.save_view("s1", "compare", {"sc": "x", "v": "y"})
+    store.class_book.save_view("s1", "compare", {"sc": "x2"})
+    store.class_book.save_view("s2", "compare", {"sc": "z"})
+    assert store.class_book.saved_view("s1", "compare") == {"sc": "x2"} and store.class_book.saved_view("s2", "compare") == {"sc": "z"}
+    assert store.class_book.saved_view("s1", "training") is None
+    store.class_book.save_view("s1", "training", {"v": "x" * 50_000})
+    assert store.class_book.saved_view("s1", "training") is None
 
 
 def test_the_teachers_job_list_names_joined_students_as_the_class_page_does(jm):
     from lab.view import jobs as job_views
 
     code = jm.classroom.open_class("teacher").code
-    jm.store.join_class("s1", code, "Ada <i>L</i>")
+    jm.store.class_book.join_class("s1", code, "Ada <i>L</i>")
     a = jm.submit(default_scenario(), owner="s1").run_id
     jm.classroom.close_class("teacher")
     b = jm.submit(default_scenario(), owner="s2").run_id  # no seat: the teacher reads the session's id
     jm.classroom.open_class("teacher")
-    jm.store.join_class("s1", jm.store.class_state().code, "Ada <i>L</i>")
+    jm.store.class_book.join_class("s1", jm.store.class_book.class_state().code, "Ada <i>L</i>")
     seen = job_views.overview(jm.store, owner="teacher", everyone=True, show_ids=True).set_index("id").owner
     assert seen[a] == "Ada <i>L</i>" and seen[b] == "session s2"
     student = job_views.overview(jm.store, owner="s2", everyone=True).set_index("id").owner
@@ -167,7 +167,7 @@ def test_new_students_from_one_address_past_its_burst_wait_to_queue_and_join(jm,
     with pytest.raises(LabError, match="try again in 600 s|may join the class in"):
         m.classroom.join_class("w4", code, "Four", "10.0.0.5")
     assert m.classroom.join_class("other", code, "Other", "10.0.0.9") == "Other"
-    assert m.store.seats() == {"w1": "One", "other": "Other"}
+    assert m.store.class_book.seats() == {"w1": "One", "other": "Other"}
     m._closed = True
 
 
@@ -210,7 +210,7 @@ def test_a_removed_student_stays_out_until_let_back_and_a_new_code_keeps_the_sea
     code = jm.classroom.open_class("teacher").code
     assert jm.classroom.join_class("ada", code, "Ada") == "Ada" and jm.classroom.join_class("bob", code, "Bob") == "Bob"
     jm.classroom.remove_student("teacher", "bob")
-    assert jm.store.seats() == {"ada": "Ada"} and jm.store.removed() == {"bob": "Bob"}
+    assert jm.store.class_book.seats() == {"ada": "Ada"} and jm.store.class_book.removed() == {"bob": "Bob"}
     for name in ("Bob", "Robert"):  # with the same code, under any name
         with pytest.raises(LabError, match="the teacher removed you"):
             jm.classroom.join_class("bob", code, name)
@@ -218,34 +218,34 @@ def test_a_removed_student_stays_out_until_let_back_and_a_new_code_keeps_the_sea
         with pytest.raises(LabError, match="only the teacher"):
             act()
     new = jm.classroom.new_class_code("teacher").code
-    assert new != code and jm.store.seats() == {"ada": "Ada"}  # the seats stay
+    assert new != code and jm.store.class_book.seats() == {"ada": "Ada"}  # the seats stay
     with pytest.raises(LabError, match="not the class's join code"):
         jm.classroom.join_class("carol", code, "Carol")  # whoever had the old code only
-    assert jm.classroom.let_back("teacher", "bob") and jm.store.removed() == {}
+    assert jm.classroom.let_back("teacher", "bob") and jm.store.class_book.removed() == {}
     assert jm.classroom.join_class("bob", new, "Bob") == "Bob"
     jm.classroom.remove_student("teacher", "bob")
     jm.classroom.open_class("teacher")  # a new class: removals are the old class's
-    assert jm.store.removed() == {} and jm.classroom.join_class("bob", jm.store.class_state().code, "Bob") == "Bob"
+    assert jm.store.class_book.removed() == {} and jm.classroom.join_class("bob", jm.store.class_book.class_state().code, "Bob") == "Bob"
 
 
 def test_a_hand_out_opens_once_for_each_student_whatever_their_reloads(jm):
     store: RunStore = jm.store
     code = jm.classroom.open_class("teacher").code
-    store.join_class("ada", code, "Ada")
-    store.join_class("bob", code, "Bob")
-    assert not store.open_hand_out("ada")  # nothing handed out
+    store.class_book.join_class("ada", code, "Ada")
+    store.class_book.join_class("bob", code, "Bob")
+    assert not store.class_book.open_hand_out("ada")  # nothing handed out
     jm.classroom.hand_out("teacher", "ring-allreduce")
-    first = store.class_state().handed
-    assert store.open_hand_out("ada") and not store.open_hand_out("ada")  # a reload keeps Ada's own view
-    store.join_class("ada", code, "Ada L.")  # renaming the seat is not a new hand-out
-    assert not store.open_hand_out("ada")
-    assert store.open_hand_out("bob")  # Bob's first page since is taken to the lesson: his own once
-    assert not store.open_hand_out("cy") and not store.open_hand_out(None)  # no seat: nothing to open
+    first = store.class_book.class_state().handed
+    assert store.class_book.open_hand_out("ada") and not store.class_book.open_hand_out("ada")  # a reload keeps Ada's own view
+    store.class_book.join_class("ada", code, "Ada L.")  # renaming the seat is not a new hand-out
+    assert not store.class_book.open_hand_out("ada")
+    assert store.class_book.open_hand_out("bob")  # Bob's first page since is taken to the lesson: his own once
+    assert not store.class_book.open_hand_out("cy") and not store.class_book.open_hand_out(None)  # no seat: nothing to open
     jm.classroom.hand_out("teacher", "ring-allreduce")  # handed out again: a new hand-out, opened again by each
-    assert store.class_state().handed != first
-    assert store.open_hand_out("ada") and store.open_hand_out("bob")
+    assert store.class_book.class_state().handed != first
+    assert store.class_book.open_hand_out("ada") and store.class_book.open_hand_out("bob")
     jm.classroom.hand_out("teacher", None)
-    assert store.class_state().handed is None and not store.open_hand_out("ada")
+    assert store.class_book.class_state().handed is None and not store.class_book.open_hand_out("ada")
 
 
 def test_an_older_store_takes_the_hand_out_columns(tmp_path):
@@ -259,5 +259,5 @@ def test_an_older_store_takes_the_hand_out_columns(tmp_path):
                         "INSERT INTO classroom VALUES (1, 'ABCDEF', 'ring-allreduce', 1.0); "
                         "INSERT INTO seats VALUES ('ada', 'Ada', 2.0);")
     store = RunStore(db)
-    assert store.class_state().lesson == "ring-allreduce" and store.class_state().handed is None
-    assert store.open_hand_out("ada") and not store.open_hand_out("ada")
+    assert store.class_book.class_state().lesson == "ring-allreduce" and store.class_book.class_state().handed is None
+    assert store.class_book.open_hand_out("ada") and not store.class_book.open_hand_out("ada")

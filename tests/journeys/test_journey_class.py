@@ -47,7 +47,7 @@ def test_a_teacher_hands_a_lesson_to_two_students_who_joined_by_code_and_name(br
             teacher.get_by_role("button", name="Open a class").click()
             settle(teacher)
             store = RunStore(tmp_path / "runs.db")
-            code = store.class_state().code
+            code = store.class_book.class_state().code
             assert " ".join(code) in teacher.locator("[data-testid='stMetric']").first.inner_text()
 
             join(ada, base, code.lower(), "Ada <b>L</b>")
@@ -57,11 +57,11 @@ def test_a_teacher_hands_a_lesson_to_two_students_who_joined_by_code_and_name(br
             table = teacher.locator("[data-testid='stDataFrame']").first
             table.wait_for(timeout=WAIT_MS)
             assert teacher.locator("b", has_text="L").count() == 0  # a name is text, never markup
-            assert set(store.seats().values()) == {"Ada <b>L</b>", "Bob"}
+            assert set(store.class_book.seats().values()) == {"Ada <b>L</b>", "Bob"}
 
             teacher.get_by_role("button", name="Hand this lesson out").click()
             settle(teacher)
-            lesson = store.class_state().lesson
+            lesson = store.class_book.class_state().lesson
             assert lesson
             for pg in (ada, bob):  # the hand-out reaches the students' open pages without a click
                 pg.locator(".st-key-lesson_panel").wait_for(timeout=WAIT_MS)
@@ -111,12 +111,12 @@ def test_a_teacher_hands_a_lesson_to_two_students_who_joined_by_code_and_name(br
             settle(third)
             third.get_by_text("this address made several new students just now").wait_for(timeout=WAIT_MS)
             no_error_boxes(third)
-            assert {"First window", "Second window"} <= set(store.seats().values())
-            assert "Third window" not in store.seats().values()
+            assert {"First window", "Second window"} <= set(store.class_book.seats().values())
+            assert "Third window" not in store.class_book.seats().values()
 
             teacher.get_by_role("button", name="Release the class from the lesson").click()
             settle(teacher)
-            assert store.class_state().lesson is None
+            assert store.class_book.class_state().lesson is None
             ada.reload()
             settle(ada)
             assert ada.locator("[data-testid='stSidebar'] input[type='checkbox']").first.is_enabled()

@@ -43,7 +43,7 @@ def test_a_teacher_and_two_students(server, spawns):
     teacher.run()
     teacher.button(key="cls_open").click().run()
     assert_no_exception(teacher)
-    code = server.store.class_state().code
+    code = server.store.class_book.class_state().code
     assert any(m.value == " ".join(code) for m in teacher.metric)
 
     ada = _join(code.lower(), "Ada <b>L</b>")
@@ -52,7 +52,7 @@ def test_a_teacher_and_two_students(server, spawns):
         bob.text_input(key="cls_code")  # seated: the form is gone
     assert any("You are in the class as Bob" in s.value for s in bob.success)
     wrong = _join("ZZZZZZ", "Eve", ok=False)
-    assert any("not the class's join code" in e.value for e in wrong.error) and "Eve" not in server.store.seats().values()
+    assert any("not the class's join code" in e.value for e in wrong.error) and "Eve" not in server.store.class_book.seats().values()
 
     teacher.run()
     names = list(teacher.dataframe[0].value["student"])
@@ -61,7 +61,7 @@ def test_a_teacher_and_two_students(server, spawns):
     teacher.selectbox(key="cls_lesson").set_value(lesson)
     teacher.button(key="cls_hand").click().run()
     assert_no_exception(teacher)
-    assert server.store.class_state().lesson == lesson
+    assert server.store.class_book.class_state().lesson == lesson
     steps = next(d.value for d in teacher.dataframe if "not ticked yet" in d.value.columns)
     assert set(steps["not ticked yet"]) == {"Ada <b>L</b>, Bob"} and "None" not in set(steps["answered right"])
     other = app_test(PAGE)  # the teacher in another tab: the lesson box shows the lesson handed out, not the first
@@ -76,16 +76,16 @@ def test_a_teacher_and_two_students(server, spawns):
     toggle = ada.toggle(key="lesson_widget") if "lesson_widget" in ada.session_state else None
     assert toggle is None or (toggle.value and toggle.disabled)
 
-    owners = {v: k for k, v in server.store.seats().items()}
+    owners = {v: k for k, v in server.store.class_book.seats().items()}
     teacher.selectbox(key="cls_remove").set_value(owners["Bob"])
     teacher.button(key="cls_remove_go").click().run()
     assert_no_exception(teacher)
-    assert list(server.store.seats().values()) == ["Ada <b>L</b>"]
+    assert list(server.store.class_book.seats().values()) == ["Ada <b>L</b>"]
     assert list(teacher.dataframe[0].value["student"]) == ["Ada <b>L</b>"]  # the roster says so at once
     assert [s.value.replace("\\", "") for s in teacher.success] == [
         "Removed Bob; 0 job(s) stopped. They may not join again until you let them back in."]
     teacher.button(key="cls_release").click().run()
-    assert server.store.class_state().lesson is None
+    assert server.store.class_book.class_state().lesson is None
 
     # Bob, removed, tries again in the same browser: refused with why, until the teacher lets him back
     bob.run()
@@ -93,25 +93,25 @@ def test_a_teacher_and_two_students(server, spawns):
     bob.text_input(key="cls_name").input("Robert")
     bob.button(key="cls_join_form_run").click().run()
     assert any("the teacher removed you" in e.value for e in bob.error) and not bob.exception
-    assert "Robert" not in server.store.seats().values()
+    assert "Robert" not in server.store.class_book.seats().values()
     teacher.run()
     assert any(list(df.value.get("student", [])) == ["Bob"] for df in teacher.dataframe[1:])  # the Removed table
     teacher.selectbox(key="cls_back").set_value(owners["Bob"])
     teacher.button(key="cls_back_go").click().run()
     assert_no_exception(teacher)
-    assert server.store.removed() == {}
+    assert server.store.class_book.removed() == {}
     bob.button(key="cls_join_form_run").click().run()
     assert_no_exception(bob)
-    assert "Robert" in server.store.seats().values()
+    assert "Robert" in server.store.class_book.seats().values()
 
     # a new join code keeps the seats; the old code no longer opens the class
     teacher.button(key="cls_new_code").click().run()
     assert_no_exception(teacher)
-    assert server.store.class_state().code != code and len(server.store.seats()) == 2
+    assert server.store.class_book.class_state().code != code and len(server.store.class_book.seats()) == 2
     late = _join(code, "Late", ok=False)
     assert any("not the class's join code" in e.value for e in late.error)
 
     # closing asks once more: the confirming button sits in its popover
     teacher.button(key="cls_close").click().run()
     assert_no_exception(teacher)
-    assert server.store.class_state() is None
+    assert server.store.class_book.class_state() is None

@@ -211,8 +211,8 @@ def test_a_teachers_report_of_the_class_page_has_no_join_code(lab_db):
     from ui.lessons import LESSONS
 
     store = RunStore(lab_db)
-    code = store.open_class().code
-    store.join_class("a", code, "Ada")
+    code = store.class_book.open_class().code
+    store.class_book.join_class("a", code, "Ada")
     shown_on_page = classroom.teacher(LESSONS, store)
     metrics = dict(m[:2] for m in shown_on_page[0].metrics)
     assert metrics["Join code"] == " ".join(code) and metrics["Students joined"] == "1"  # the page shows it

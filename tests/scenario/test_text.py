@@ -373,12 +373,12 @@ def test_a_seat_name_that_only_looks_like_a_joined_students_is_refused(lab_db):
     from lab.store.runs import RunStore
 
     store = RunStore(lab_db)
-    code = store.open_class().code
-    assert store.join_class("a", code, "Alice") == "Alice"
+    code = store.class_book.open_class().code
+    assert store.class_book.join_class("a", code, "Alice") == "Alice"
     for i, twin in enumerate(n for n in ALICE_NEAR_COPIES if "\t" not in n and "\n" not in n):
         with pytest.raises(LabError, match="looks like the name of a student"):
-            store.join_class(f"b{i}", code, twin)
+            store.class_book.join_class(f"b{i}", code, twin)
     with pytest.raises(LabError, match="visible character"):
-        store.join_class("c", code, "\u17b4\u200a\u0307")
-    assert store.join_class("d", code, "Alicia") == "Alicia"
-    assert store.seats() == {"a": "Alice", "d": "Alicia"}
+        store.class_book.join_class("c", code, "\u17b4\u200a\u0307")
+    assert store.class_book.join_class("d", code, "Alicia") == "Alicia"
+    assert store.class_book.seats() == {"a": "Alice", "d": "Alicia"}

@@ -28,7 +28,7 @@ def overview(store: RunStore, jm: JobManager | None = None, owner: str | None = 
     events = store.events(list(runs.id))
     by_run = {rid: g for rid, g in events.groupby("run_id")} if len(events) else {}
     rows = []
-    names = store.seats() if show_ids else {}
+    names = store.class_book.seats() if show_ids else {}
     for r in runs.itertuples():
         ev = by_run.get(r.id)
         info_owner = r.owner
