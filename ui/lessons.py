@@ -51,13 +51,13 @@ def student_ticks(lesson: Lesson) -> set[int]:
     if lesson.id not in book:
         from lab.store.runs import run_store
 
-        got = run_store().lesson_ticks(owner(), lesson.id)
+        got = run_store().lessons.lesson_ticks(owner(), lesson.id)
         if st.query_params.get(LESSON_ID_PARAM) == lesson.id:
             linked, notice = ticks_from_param(st.query_params.get(LESSON_TICKS_PARAM), len(lesson.steps))
             if notice:
                 st.info(plain(notice[0].upper() + notice[1:] + "."), icon=":material/info:")
             for i in sorted(linked - got):
-                run_store().record_lesson(owner(), lesson.id, i, ticked=True)
+                run_store().lessons.record_lesson(owner(), lesson.id, i, ticked=True)
             got |= linked
         book[lesson.id] = got
     return book[lesson.id]
@@ -70,7 +70,7 @@ def tick(lesson: Lesson, i: int) -> None:
     on = bool(st.session_state.get(f"lesson_tick_{lesson.id}_{i}"))
     ticks = student_ticks(lesson)
     (ticks.add if on else ticks.discard)(i)
-    run_store().record_lesson(owner(), lesson.id, i, ticked=on)
+    run_store().lessons.record_lesson(owner(), lesson.id, i, ticked=on)
 
 
 def answer(lesson: Lesson, i: int) -> None:
@@ -82,7 +82,7 @@ def answer(lesson: Lesson, i: int) -> None:
     value = st.session_state.get(f"lesson_q_{lesson.id}_{i}")
     ok = q.check(value)
     st.session_state[f"lesson_fb_{lesson.id}_{i}"] = (ok, q.feedback(value))
-    run_store().record_lesson(owner(), lesson.id, i, answered=ok)
+    run_store().lessons.record_lesson(owner(), lesson.id, i, answered=ok)
     if ok:
         student_ticks(lesson).add(i)
 

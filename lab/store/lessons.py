@@ -9,9 +9,12 @@ if TYPE_CHECKING:
     import pandas as pd
 
 
-
 class LessonBook:
-    """The lessons' progress, part of :class:`lab.store.runs.RunStore`."""
+    """The lessons' progress: the run store's ``lessons``, on its connection (``db``: the
+    :class:`lab.store.runs.RunStore` it belongs to)."""
+
+    def __init__(self, db):
+        self._conn, self._write = db._conn, db._write
 
     def record_lesson(self, owner: str, lesson: str, step: int, *, ticked: bool | None = None,
                       answered: bool | None = None) -> None:

@@ -50,7 +50,7 @@ if TYPE_CHECKING:
 from lab import settings
 from lab.errors import LabError
 from lab.store.classroom import ClassBook
-from lab.store.export import Exports, safe_filename
+from lab.store.export import safe_filename
 from lab.store.job_records import JobRecords
 from lab.store.lessons import LessonBook
 from lab.store.schema import (_SCHEMA, ACTIVE, BUSY_TIMEOUT_S, FINISHED, JOB_WORKER, METRIC_COLUMNS,
@@ -77,9 +77,10 @@ def _clean(v: Any) -> Any:
     return v
 
 
-class RunStore(JobRecords, LessonBook, Exports):
+class RunStore(JobRecords):
     """The SQLite run store at ``path`` (default: env LAB_DB or ./data/runs.db); the class, its seats and the students'
-    views are its :attr:`class_book` (:class:`lab.store.classroom.ClassBook`), on the same connection."""
+    views are its :attr:`class_book` (:class:`lab.store.classroom.ClassBook`), the lessons' progress its :attr:`lessons`
+    (:class:`lab.store.lessons.LessonBook`), both on the same connection."""
 
     def __init__(self, path: str | os.PathLike | None = None, data: str | os.PathLike | None = None):
         self.path = Path(path) if path is not None else default_db_path()
@@ -88,6 +89,7 @@ class RunStore(JobRecords, LessonBook, Exports):
         self._init_lock = threading.Lock()
         self._ready = False
         self.class_book = ClassBook(self)
+        self.lessons = LessonBook(self)
 
     # ----- connections -------------------------------------------------------------------------
     def _connect(self) -> sqlite3.Connection:

@@ -78,7 +78,7 @@ def teacher(folder: Path, store=None) -> list[Section]:
 def roster(store, seats: dict[str, str], lesson: Lesson | None) -> list[dict]:
     """One row per joined student: name, jobs queued or running, jobs in all, and the lesson's steps ticked."""
     runs = store.list_runs()
-    progress = store.lesson_progress() if lesson is not None else None
+    progress = store.lessons.lesson_progress() if lesson is not None else None
     rows = []
     for owner, name in seats.items():
         mine = runs[runs.owner == owner]
@@ -106,7 +106,7 @@ def names_of(owners, seats: dict[str, str]) -> str:
 def steps(store, seats: dict[str, str], lesson: Lesson) -> list[dict]:
     """Per step of ``lesson``: how many joined students ticked it, who has not yet, and (a step with a question)
     how many answered right."""
-    progress = store.lesson_progress()
+    progress = store.lessons.lesson_progress()
     mine = progress[(progress.lesson == lesson.id) & progress.owner.isin(list(seats))]
     rows = []
     for i, step in enumerate(lesson.steps):

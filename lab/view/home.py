@@ -76,7 +76,7 @@ def lessons(folder: Path, pages) -> list[tuple[Lesson, str, list[str], str | Non
 
 def class_progress(folder: Path, store=None) -> tuple[list[dict], list[dict]]:
     """The teacher's view of the class: per step of every lesson, and per student (numbered, no ids)."""
-    return class_view((store if store is not None else run_store()).lesson_progress(), load_lessons(folder))
+    return class_view((store if store is not None else run_store()).lessons.lesson_progress(), load_lessons(folder))
 
 
 def class_sections(folder: Path, store=None) -> list[Section]:

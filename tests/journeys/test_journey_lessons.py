@@ -99,7 +99,7 @@ def test_a_lessons_ticks_and_answers_stay_with_the_student_and_the_teacher_count
             assert report.count("<table") == 2 and "Per step: how many students ticked it" in report
         finally:
             teacher.context.close()
-    rows = RunStore(tmp_path / "runs.db").lesson_progress()
+    rows = RunStore(tmp_path / "runs.db").lessons.lesson_progress()
     mine = rows[rows.lesson == "ring-allreduce"]
     assert mine.owner.nunique() == 2  # the student who opened the shared link holds its ticks as their own
     for _, theirs in mine.groupby("owner"):

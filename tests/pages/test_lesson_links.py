@@ -26,6 +26,6 @@ def test_ticks_a_link_brings_are_stored_for_the_student_who_opened_it(lab_db, sp
 
     at = app_test(LESSON.page, query={"l": LESSON.id, "lt": "0.1", "lesson": "1"})
     assert_no_exception(at)
-    rows = run_store().lesson_progress()
+    rows = run_store().lessons.lesson_progress()
     assert rows.owner.nunique() == 1
-    assert run_store().lesson_ticks(rows.owner.iloc[0], LESSON.id) == {0, 1}
+    assert run_store().lessons.lesson_ticks(rows.owner.iloc[0], LESSON.id) == {0, 1}

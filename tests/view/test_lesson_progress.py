@@ -43,14 +43,14 @@ def test_progress_is_kept_per_student_and_the_teacher_sees_the_class_without_ids
     st = RunStore(tmp_path / "runs.db")
     lesson = Lesson("ring", "Ring", "pages/allreduce.py", "s.json", "t.md", ("a", "b", "c"),
                     questions={2: Question("N?", "number", 4.0)})
-    st.record_lesson("alice", "ring", 0, ticked=True)
-    st.record_lesson("alice", "ring", 2, answered=False)
-    st.record_lesson("alice", "ring", 2, answered=True)  # a right answer ticks the step
-    st.record_lesson("bob", "ring", 0, ticked=True)
-    st.record_lesson("bob", "ring", 0, ticked=False)
-    st.record_lesson("bob", "ring", 2, answered=False)
-    assert st.lesson_ticks("alice", "ring") == {0, 2} and st.lesson_ticks("bob", "ring") == set()
-    steps, students = class_view(st.lesson_progress(), [lesson])
+    st.lessons.record_lesson("alice", "ring", 0, ticked=True)
+    st.lessons.record_lesson("alice", "ring", 2, answered=False)
+    st.lessons.record_lesson("alice", "ring", 2, answered=True)  # a right answer ticks the step
+    st.lessons.record_lesson("bob", "ring", 0, ticked=True)
+    st.lessons.record_lesson("bob", "ring", 0, ticked=False)
+    st.lessons.record_lesson("bob", "ring", 2, answered=False)
+    assert st.lessons.lesson_ticks("alice", "ring") == {0, 2} and st.lessons.lesson_ticks("bob", "ring") == set()
+    steps, students = class_view(st.lessons.lesson_progress(), [lesson])
     assert [(r["step"], r["ticked (students)"], r["tried the question"], r["answered right"]) for r in steps] == [
         (1, 1, None, None), (2, 0, None, None), (3, 1, 2, 1)]
     assert students == [{"student": "student 1", "Ring": "2 of 3, up to step 3"}, {"student": "student 2",

@@ -31,7 +31,7 @@ def test_every_lesson_is_listed_with_its_steps_and_one_whose_page_is_missing_say
 def test_the_class_progress_counts_a_students_tick(tmp_path):
     store = RunStore(tmp_path / "runs.db")
     lesson = load_lessons(LESSONS)[0]
-    store.record_lesson("a" * 12, lesson.id, 0, ticked=True)
+    store.lessons.record_lesson("a" * 12, lesson.id, 0, ticked=True)
     steps, students = home.class_progress(LESSONS, store)
     first = next(r for r in steps if r["lesson"] == lesson.title and r["step"] == 1)
     assert first["ticked (students)"] == 1
