@@ -266,8 +266,8 @@ def main() -> None:
         finally:
             if jm is not None:
                 jm.shutdown()
-                if jm.starter is not None:  # the warm starter is this process's: it ends with the bench, reaped here
-                    jm.starter.stop()
+                if jm.launcher.starter is not None:  # the warm starter is this process's: it ends with the bench, reaped here
+                    jm.launcher.starter.stop()
             os.killpg(server.pid, signal.SIGTERM)
             try:
                 server.wait(timeout=20)

@@ -80,8 +80,8 @@ def run_queue(jobs: int, steps: int, workers: int, data: Path, cluster: str) -> 
     jm = JobManager(data / "runs.db", cluster=cluster)
     peak = PeakMemory()
     try:  # the job manager ends its starter and any job still running, also when a job fails
-        jm.warm_up()
-        if jm.starter is not None and not jm.starter.wait_ready(180):
+        jm.launcher.warm_up()
+        if jm.launcher.starter is not None and not jm.launcher.starter.wait_ready(180):
             raise SystemExit("the warm starter did not start")
         peak.start()
         t0 = time.monotonic()

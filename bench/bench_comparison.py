@@ -68,8 +68,8 @@ def run(a, db: Path, optimizers) -> None:
         wall = time.perf_counter() - t0
     finally:
         jm.shutdown()
-        if jm.starter is not None:  # the warm starter is this process's: it ends with the bench, reaped here
-            jm.starter.stop()
+        if jm.launcher.starter is not None:  # the warm starter is this process's: it ends with the bench, reaped here
+            jm.launcher.starter.stop()
     store = RunStore(db)
     ids = [j.run_id for j in jobs]
     statuses = {store.status(r) for r in ids}

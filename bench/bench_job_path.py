@@ -67,8 +67,8 @@ def trace(args, tmp: Path) -> list[tuple]:
     jm = JobManager(tmp / "runs.db", warm=not args.cold)
     try:  # the job manager ends its starter's job, also when the starter or the job fails here
         if not args.cold:
-            jm.warm_up()
-            if not jm.starter.wait_ready(180):
+            jm.launcher.warm_up()
+            if not jm.launcher.starter.wait_ready(180):
                 raise SystemExit("the warm starter did not start")
         time.sleep(0.5)
         t0 = time.time()
@@ -77,8 +77,8 @@ def trace(args, tmp: Path) -> list[tuple]:
     finally:
         sys.setprofile(None)
         jm.shutdown()
-        if jm.starter is not None:  # the warm starter is this process's: it ends with the bench, reaped here
-            jm.starter.stop()
+        if jm.launcher.starter is not None:  # the warm starter is this process's: it ends with the bench, reaped here
+            jm.launcher.starter.stop()
     if status != "done":
         raise SystemExit(f"run {job.run_id} {status}: {RunStore(tmp / 'runs.db').get_run(job.run_id)['error']}")
     rows = [line.split("\t") for line in out.read_text().splitlines()]

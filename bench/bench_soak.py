@@ -90,8 +90,8 @@ def main() -> None:
                              "children": children(), "left": sum(len(processes_of(r)) for r in ids)})
         finally:
             jm.shutdown()
-            if jm.starter is not None:  # the warm starter is the process's: it outlives the manager
-                jm.starter.stop()
+            if jm.launcher.starter is not None:  # the warm starter is the process's: it outlives the manager
+                jm.launcher.starter.stop()
     tmp_left = {d for d in set(glob.glob(os.path.join(tempfile.gettempdir(), "lab-job-*"))) - tmp_before
                 if any(f"lab-job-{r}-" in d for r in ids)}  # only this run's launchers
 

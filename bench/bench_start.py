@@ -192,8 +192,8 @@ def main() -> None:
     jm = JobManager(str(db), capacity=1, warm=True)
     try:
         t0 = time.time()
-        jm.warm_up()
-        if not jm.starter.wait_ready(300):
+        jm.launcher.warm_up()
+        if not jm.launcher.starter.wait_ready(300):
             raise SystemExit("the warm starter did not get ready")
         ready_s = time.time() - t0
         base = default_scenario()
@@ -231,7 +231,7 @@ def main() -> None:
               f"{a.grid_steps} steps, 2 workers, MLP on digits) through the warm job manager: {grid_s:.1f} s, "
               f"statuses {sorted(set(statuses))}")
 
-        mem = rss_mb(jm.starter.pid)
+        mem = rss_mb(jm.launcher.starter.pid)
         jm.shutdown()
         print("\nmedian seconds of a gloo group started by run_local (start, join, barrier, end)")
         groups = group_times(1, warm_up=False) if a.smoke else group_times(max(3, a.repeats))
@@ -242,13 +242,13 @@ def main() -> None:
             print(table(["job", "started by", "first step (s)", "page shows a step (s)", "done (s)", "runs"], rows))
             print(f"6-run comparison from one click on 'Compare optimisers × compression' (1 repeat, {a.grid_steps} "
                   f"steps): all done {bgrid:.1f} s after the click")
-        print(f"warm starter: pid {jm.starter.pid}, resident {mem:.0f} MB (bound {jm.starter.max_mb:.0f} MB), "
-              f"restarts {jm.starter.restarts}")
+        print(f"warm starter: pid {jm.launcher.starter.pid}, resident {mem:.0f} MB (bound {jm.launcher.starter.max_mb:.0f} MB), "
+              f"restarts {jm.launcher.starter.restarts}")
         score("start", [("warm first step", med[("warm", 1)][0], "s"), ("cold first step", med[("cold", 1)][0], "s"),
                         ("grid runs", len(jobs)), ("grid all done", grid_s, "s", 1), ("starter", mem, "MB", 0)])
     finally:
         jm.shutdown()
-        jm.starter.stop()  # the warm starter is the process's: it outlives the manager
+        jm.launcher.starter.stop()  # the warm starter is the process's: it outlives the manager
 
 
 if __name__ == "__main__":

@@ -73,4 +73,4 @@ def job_manager():
 def teacher() -> bool:
     """Whether this student signed in as the teacher (on the Jobs page) on this server."""
     jm, me = job_manager()
-    return jm.is_teacher(me)
+    return jm.access.is_teacher(me)

@@ -1,19 +1,20 @@
-"""A job's lifecycle after its start: its launcher's end, draining its last workers, freeing its slots and its
-scratch folder, and finding launchers that vanished (killed, or a server that restarted)."""
+"""A job's lifecycle after its start, in two parts of the job manager with their own state: :class:`Drains`
+(a job whose launcher ended waits for its last workers, then its slots are freed and its scratch folder goes;
+the Release button does the same at once) and :class:`Sweeper` (launchers that vanished: killed, or a server
+that restarted)."""
 
 from __future__ import annotations
 
 import logging
 import os
 import signal
-import subprocess
 import threading
 import time
 
 from lab import processes, settings
 from lab.errors import LabError
 from lab.jobs.access import ANONYMOUS
-from lab.processes import as_pid, signal_name
+from lab.processes import as_pid
 from lab.store.runs import ACTIVE
 from lab.train.fork import PopenLike
 from lab.train.launcher_record import launcher_gone, processes_of, remove_scratch, stale_after
@@ -44,18 +45,31 @@ def alive_since(pid, t: float) -> bool:
             and "lab.train" in processes.command_line(pid))
 
 
-class Starting(PopenLike):
-    """A job whose slots are taken and whose launcher is being started (outside the manager's lock)."""
+def status_or(store, run_id: str, default: str | None = None) -> str | None:
+    """The run's status, or ``default`` when it was deleted."""
+    try:
+        return store.status(run_id)
+    except LabError:
+        return default
 
-    pid = None
-    args: list = []
-    returncode = None
 
-    def poll(self) -> None:
-        return None
+def launcher_alive(store, run_id: str, run: dict) -> bool:
+    """Whether the launcher of ``run`` (started by any process: this manager, another, the command line) runs."""
+    rec = store.launcher(run_id)
+    if rec is not None:
+        return launcher_gone(rec) is None
+    return alive_since(run["pid"], run["created"])
 
-    def send_signal(self, sig: int) -> None:  # nothing to signal yet: its claim finds it stopped
-        pass
+
+def mark_gone(store, run_id: str, why: str, by: str) -> bool:
+    """A running run whose launcher is gone without a word becomes interrupted, with why and by whom; whether
+    it was running."""
+    changed = store.set_status(run_id, "interrupted", only_from=("running",),
+                               error=f"the job ended without reporting: {why}")
+    if changed:
+        store.set_heartbeats(run_id, [])
+        store.add_event(run_id, "ended", detail={"status": "interrupted", "by": by, "why": why})
+    return changed
 
 
 class Adopted(PopenLike):
@@ -74,190 +88,144 @@ class Adopted(PopenLike):
         return self.returncode
 
 
-class Lifecycle:
-    """Ends, draining and recovery, part of :class:`lab.jobs.manager.JobManager`."""
+class Drains:
+    """Jobs whose launcher is gone, each waiting for its last worker to exit before its slots (in ``book``) and
+    its scratch folder are freed. ``lock`` is the manager's, which also guards the book."""
 
-    def _reap(self) -> None:
-        """Finish the jobs whose launcher ended; clean up after those whose workers have now exited."""
-        with self._lock:
-            for rid, p in list(self._running.items()):
-                if p.poll() is not None:
-                    self._finish(rid, p)
-            for rid in list(self._draining):
-                self._drain(rid)
+    def __init__(self, store, book, lock):
+        self.store, self.book, self.lock = store, book, lock
+        self.waiting: dict[str, dict] = {}  # run id -> its scratch folder, since when, by whom, what was killed
 
-    def _finish(self, rid: str, p: subprocess.Popen) -> None:
-        """A job process ended: make sure its run does not stay 'running', then free its slots and
-        remove its scratch once its last worker is gone (:meth:`_drain`)."""
-        log_file = self._logs.pop(rid, None)
-        if log_file is not None:
-            log_file.close()
-        code = p.returncode
+    def ids(self) -> list[str]:
+        with self.lock:
+            return list(self.waiting)
+
+    def __bool__(self) -> bool:
+        return bool(self.waiting)
+
+    def __contains__(self, run_id: str) -> bool:
+        return run_id in self.waiting
+
+    def begin(self, run_id: str, by: str) -> None:
+        with self.lock:
+            rec = self.store.launcher(run_id) or {}
+            self.waiting.setdefault(run_id, {"since": time.monotonic(), "scratch": rec.get("scratch"), "by": by,
+                                             "killed": []})
+            self.step(run_id)
+
+    def step_all(self) -> None:
+        with self.lock:
+            for rid in list(self.waiting):
+                self.step(rid)
+
+    def step(self, run_id: str) -> bool:
+        """Release the job once its last process is gone (SIGKILL for those left after DRAIN_S): its slots are
+        freed and its scratch folder goes. Returns whether it is released."""
+        with self.lock:
+            d = self.waiting.get(run_id)
+            if d is None:
+                return True
+            left = processes_of(run_id, self.store, exclude=(os.getpid(),))
+            if left and time.monotonic() - d["since"] > DRAIN_S:
+                d["killed"] += processes.kill_pids(left)
+                return False
+            if left:
+                return False
+            del self.waiting[run_id]
+            slots = self.book.release(run_id)
+        scratch = remove_scratch(run_id, d["scratch"])
         try:
-            status = self.store.status(rid)
-        except LabError:
-            status = None
-        rec = (self.store.launcher(rid) or {}) if status in ACTIVE else {}
-        if rec.get("pid") not in (None, p.pid) and launcher_gone(rec) is None:
-            # another launcher claimed the run first (forked by a starter that died before it could
-            # answer): that one runs the job, and this manager follows it
-            self._running[rid] = Adopted(rec)
-            return
-        self._running.pop(rid, None)
-        self._started.pop(rid, None)
-        self._yielded.discard(rid)
-        self._owners.pop(rid, None)
-        if status is None:
-            self.book.release(rid)
-            return
-        if status in ACTIVE:
-            if code is not None and code < 0:  # killed from outside: it could not report
-                why = f"killed by signal {signal_name(-code)}"
-                self.store.set_status(rid, "interrupted", only_from=ACTIVE, error=(
-                    f"the job's launcher (pid {p.pid}) was {why} and could not finish the run; "
-                    f"see {self.log_path(rid)}"))
-                new = "interrupted"
-            else:
-                why = f"exit code {code}"
-                self.store.set_status(rid, "failed", error=f"the job process ended ({why}) without finishing the run; "
-                                      f"see {self.log_path(rid)}", only_from=ACTIVE)
-                new = "failed"
-            self.store.set_heartbeats(rid, [])
-            self.store.add_event(rid, "ended", detail={"status": new, "by": "job manager", "why": why})
-        self._begin_drain(rid, by="job manager")
-
-    def _begin_drain(self, rid: str, by: str) -> None:
-        rec = self.store.launcher(rid) or {}
-        self._draining.setdefault(rid, {"since": time.monotonic(), "scratch": rec.get("scratch"), "by": by,
-                                        "killed": []})
-        self._drain(rid)
-
-    def _drain(self, rid: str) -> bool:
-        """Release a job whose launcher is gone once its last process is: workers still exiting
-        are waited for (SIGKILL after DRAIN_S), then its slots are freed and its scratch folder goes.
-        Returns whether it is released."""
-        d = self._draining.get(rid)
-        if d is None:
-            return True
-        left = processes_of(rid, self.store, exclude=(os.getpid(),))
-        if left and time.monotonic() - d["since"] > DRAIN_S:
-            d["killed"] += processes.kill_pids(left)
-            return False
-        if left:
-            return False
-
-        del self._draining[rid]
-        slots = self.book.release(rid)
-        scratch = remove_scratch(rid, d["scratch"])
-        try:
-            self.store.set_heartbeats(rid, [])
-            self.store.add_event(rid, "released", detail={
+            self.store.set_heartbeats(run_id, [])
+            self.store.add_event(run_id, "released", detail={
                 "by": d["by"], "slots": slots, "worker_processes_left": 0, "killed": d["killed"],
                 "waited_s": round(time.monotonic() - d["since"], 3), "scratch_folders_removed": scratch})
         except LabError:
             pass
         return True
 
-    def draining(self) -> list[str]:
-        """Jobs whose launcher is gone, waiting for their workers to exit before they are released."""
-        with self._lock:
-            return list(self._draining)
+    def release(self, run_id: str, run: dict, by: str) -> dict:
+        """What the Release button does for a job that no longer runs: processes still carrying its run id are
+        killed and waited for, a run left 'running' by a vanished process becomes interrupted, its intermediate
+        checkpoints, heartbeats and scratch go (final.pt and the logs stay). Returns what was released."""
+        killed = processes.kill_pids(processes_of(run_id, self.store, exclude=(os.getpid(),)))
+        deadline = time.monotonic() + DRAIN_S  # the scratch folder goes once they are gone
+        while killed and processes_of(run_id, self.store, exclude=(os.getpid(),)) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        if run["status"] in ACTIVE:
+            self.store.set_status(run_id, "interrupted", only_from=ACTIVE,
+                                  error="released: its process had ended without reporting")
+        removed = 0
+        ck = self.store.checkpoint_dir(run_id, create=False)
+        if ck.exists():
+            for f in ck.glob("step*.pt*"):
+                f.unlink(missing_ok=True)
+                removed += 1
+        scratch = remove_scratch(run_id, (self.store.launcher(run_id) or {}).get("scratch"))
+        self.store.set_heartbeats(run_id, [])
+        with self.lock:
+            self.waiting.pop(run_id, None)
+            slots = self.book.release(run_id)
+        detail = {"by": "release button", "released_by": by, "killed": killed, "checkpoint_files_removed": removed,
+                  "slots": slots, "scratch_folders_removed": scratch, "kept": "final.pt and the logs"}
+        self.store.add_event(run_id, "released", detail=detail)
+        return detail
 
-    # ----- finding dead launchers ---------------------------------------------------------------
-    def sweep(self, min_interval: float = 1.0) -> list[str]:
-        """Find jobs whose launcher died without a word (SIGKILL, a crash of the machine) while the
-        app runs: this manager's own launchers that ended, and runs marked running elsewhere (the
-        command line, another app) whose launcher is gone (:func:`lab.train.launcher_record.launcher_gone`;
-        a run without a launcher record, e.g. under torchrun, once its process has been gone for
-        LAB_LAUNCHER_STALE seconds). Their runs become interrupted; their scratch folders go once
-        their last worker has exited. Cheap, and skipped when the last sweep was less than
-        ``min_interval`` seconds ago (every polling page calls it). Returns the runs marked now."""
 
+class Sweeper:
+    """Finds the runs whose launcher died without a word while the app runs, and at a manager's start those
+    another process left: runs it left running (their launcher gone, or still running: orphans that hold cores
+    until they end) and runs it left queued (adopted, queued here again in their order)."""
+
+    def __init__(self, store):
+        self.store = store
+        self.suspects: dict[str, float] = {}  # run id -> first sweep that found its process gone
+        self.last = 0.0
+        self.orphan_ids: set[str] = set()
+        self.adopted: list[str] = []  # the queued runs taken over at the start from a process that ended
+        self.thread: threading.Thread | None = None
+        self.lock = threading.Lock()
+
+    def due(self, min_interval: float) -> bool:
+        """Whether a sweep is due (none in the last ``min_interval`` seconds); if so it starts now."""
         now = time.monotonic()
-        with self._lock:
-            if now - self._last_sweep < min_interval:
-                return []
-            self._last_sweep = now
-            before = set(self._running)
-            self._reap()
-            out = [rid for rid in before - set(self._running) if self._status_or(rid) == "interrupted"]
-            ours = {q[0] for q in self._queue} | set(self._running) | set(self._draining)
-        runs = self.store.list_runs(statuses=("running",))
-        seen = set()
-        for r in runs.itertuples():
-            rid = r.id
-            seen.add(rid)
-            if rid in ours:
+        with self.lock:
+            if now - self.last < min_interval:
+                return False
+            self.last = now
+            return True
+
+    def gone_elsewhere(self, ours: set[str]) -> list[tuple[str, str]]:
+        """(run id, why) of runs marked running, not this manager's (``ours``), whose launcher is gone
+        (:func:`lab.train.launcher_record.launcher_gone`); a run without a launcher record (e.g. under torchrun)
+        once its process has been gone for LAB_LAUNCHER_STALE seconds."""
+        now = time.monotonic()
+        out, seen = [], set()
+        for r in self.store.list_runs(statuses=("running",)).itertuples():
+            seen.add(r.id)
+            if r.id in ours:
                 continue
-            rec = self.store.launcher(rid)
+            rec = self.store.launcher(r.id)
             if rec is not None:
                 why = launcher_gone(rec)
             elif alive_since(r.pid, r.created):
                 why = None
             else:  # no launcher record (torchrun restarts its rank 0): only when gone for a while
-                first = self._suspects.setdefault(rid, now)
+                with self.lock:
+                    first = self.suspects.setdefault(r.id, now)
                 why = (f"its process (pid {as_pid(r.pid)}) has been gone for {now - first:.0f} s"
                        if now - first >= stale_after() else None)
-            if why is None:
-                continue
-            if self._interrupt(rid, why, "job manager sweep"):
-                out.append(rid)
-        with self._lock:
-            for rid in set(self._suspects) - seen:
-                del self._suspects[rid]
-            for rid in out:
-                self._suspects.pop(rid, None)
+            if why is not None:
+                out.append((r.id, why))
+        with self.lock:
+            for rid in (set(self.suspects) - seen) | {rid for rid, _ in out}:
+                self.suspects.pop(rid, None)
         return out
 
-    def _status_or(self, rid: str, default: str | None = None) -> str | None:
-        try:
-            return self.store.status(rid)
-        except LabError:
-            return default
-
-    def _interrupt(self, rid: str, why: str, by: str) -> bool:
-        changed = self.store.set_status(rid, "interrupted", only_from=("running",),
-                                        error=f"the job ended without reporting: {why}")
-        if changed:
-            self.store.set_heartbeats(rid, [])
-            self.store.add_event(rid, "ended", detail={"status": "interrupted", "by": by, "why": why})
-            with self._lock:
-                self._begin_drain(rid, by=by)
-                if rid in self._draining:  # its workers are still exiting: the loop finishes the release
-                    self._ensure_thread()
-        return changed
-
-    def start_sweeper(self, every_s: float | None = None) -> None:
-        """Sweep every ``every_s`` seconds (LAB_SWEEP_S, default 5) on a daemon thread, so dead
-        launchers are found while no page polls."""
-        every = every_s if every_s is not None else settings.number("LAB_SWEEP_S")
-        with self._lock:
-            if self._sweeper is not None and self._sweeper.is_alive():
-                return
-
-            def loop():
-                while not self._closed:
-                    time.sleep(every)
-                    try:
-                        self.sweep(min_interval=0.0)
-                        with self._lock:
-                            if self._draining:
-                                self._ensure_thread()
-                    except Exception as exc:  # noqa: BLE001 - the sweeper must keep running, and says what it caught
-                        self._failed("the sweep", exc)
-
-            self._sweeper = threading.Thread(target=loop, name="lab-jobs-sweep", daemon=True)
-            self._sweeper.start()
-
-    def mark_interrupted(self) -> list[str]:
-        """At the start of a manager: runs marked running whose launcher is gone become
-        'interrupted' (returned); queued runs whose queuing process has ended (a server restart) are
-        queued here again, oldest first (:meth:`adopted`)."""
-
-        out = []
+    def at_start(self, ours: set[str]) -> tuple[list[tuple[str, str]], list[tuple[str, str]]]:
+        """What a manager starting now takes over: (run id, student) of queued runs whose queuing process has
+        ended, oldest first (recorded as requeued by this process); and (run id, why) of running runs whose
+        launcher is gone. Runs left running whose launcher lives on become :meth:`orphans`."""
         runs = self.store.list_runs(statuses=ACTIVE)
-        with self._lock:
-            ours = {q[0] for q in self._queue} | set(self._running)
         adopted = []
         for r in runs.iloc[::-1].itertuples():  # oldest first: the queue keeps their order
             if r.status != "queued" or r.id in ours:
@@ -272,35 +240,46 @@ class Lifecycle:
             self.store.merge_info(rid, {"queued_by": this_process()})
             self.store.add_event(rid, "requeued", detail={"owner": owner, "by": "job manager at start",
                                                           "why": "the process that queued it has ended"})
-            with self._lock:
-                self._queue.append((rid, owner))
-                if owner not in self._ring:
-                    self._ring.append(owner)
-                ours.add(rid)
-        self._adopted = [rid for rid, _ in adopted]
+        self.adopted = [rid for rid, _ in adopted]
+        ours = ours | set(self.adopted)
+        gone = []
         for r in runs.itertuples():
-            rid = r.id
-            if rid in ours:
+            if r.id in ours or r.status != "running":
                 continue
-            pid = as_pid(r.pid)
-            if r.status == "running":
-                rec = self.store.launcher(rid)
-                gone = launcher_gone(rec) if rec is not None else (
-                    None if alive_since(pid, r.created) else "its process is gone (killed, or the machine restarted)")
-                if gone is None:
-                    with self._lock:
-                        self._orphans.add(rid)
-                elif self._interrupt(rid, gone, "job manager at start"):
-                    out.append(rid)
-        if adopted:  # once the orphans are known: they count against the capacity from the first turn
-            self._ensure_thread()
-        return out
+            rec = self.store.launcher(r.id)
+            why = launcher_gone(rec) if rec is not None else (
+                None if alive_since(as_pid(r.pid), r.created) else "its process is gone (killed, or the machine restarted)")
+            if why is None:
+                with self.lock:
+                    self.orphan_ids.add(r.id)
+            else:
+                gone.append((r.id, why))
+        return adopted, gone
 
     def orphans(self) -> list[str]:
         """The runs a dead manager left running that still run (counted against the capacity until they end)."""
-        with self._lock:
-            candidates = list(self._orphans)
-        alive = {rid for rid in candidates if self._status_or(rid) == "running"}
-        with self._lock:
-            self._orphans &= alive | (self._orphans - set(candidates))
-            return sorted(self._orphans)
+        with self.lock:
+            candidates = list(self.orphan_ids)
+        alive = {rid for rid in candidates if status_or(self.store, rid) == "running"}
+        with self.lock:
+            self.orphan_ids &= alive | (self.orphan_ids - set(candidates))
+            return sorted(self.orphan_ids)
+
+    def start(self, sweep, closed, failed, every_s: float | None = None) -> None:
+        """Call ``sweep()`` every ``every_s`` seconds (LAB_SWEEP_S, default 5) on a daemon thread until
+        ``closed()``, so dead launchers are found while no page polls; ``failed(where, exc)`` hears what it caught."""
+        every = every_s if every_s is not None else settings.number("LAB_SWEEP_S")
+        with self.lock:
+            if self.thread is not None and self.thread.is_alive():
+                return
+
+            def loop():
+                while not closed():
+                    time.sleep(every)
+                    try:
+                        sweep()
+                    except Exception as exc:  # noqa: BLE001 - the sweeper must keep running, and says what it caught
+                        failed("the sweep", exc)
+
+            self.thread = threading.Thread(target=loop, name="lab-jobs-sweep", daemon=True)
+            self.thread.start()

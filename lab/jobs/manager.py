@@ -2,9 +2,9 @@
 release, and notice the ones that vanished -- the task-level design's job lifecycle, for real.
 
 A job is a launcher (:mod:`lab.train.launcher`) started in a new session with the job's
-:class:`lab.train.launcher.JobSpec` (forked by the warm starter, or ``python -m lab.train --spec -``
-when the starter is not ready), so the launcher leads a process group holding every worker: one
-``killpg`` ends all of it, and the group recorded in the run store names the job's processes. Its lifecycle goes to the run store's ``job_events`` table:
+:class:`lab.train.launcher.JobSpec`, so it leads a process group holding every worker: one ``killpg``
+ends all of it, and the group recorded in the run store names the job's processes. Its lifecycle goes
+to the run store's ``job_events`` table:
 
 ``submitted`` (queued, with its owner) -> ``parsed`` (task manager, parameter server, compute workers,
 the topology's resource groups; :func:`lab.train.launcher.parse_job`) -> ``scheduled`` (which local
@@ -12,34 +12,29 @@ cores hold which rank, after how long in the queue) -> ``started`` (the launcher
 processes) -> ``data`` (split and shipped) -> ``running`` -> [``fault`` / ``alarm`` / ``restart``]
 -> ``ended`` -> ``released`` (processes reaped, slots freed).
 
-Job processes (launcher and workers) run as background work (LAB_JOB_NICE, LAB_JOB_IDLE), so the
+A :class:`JobManager` keeps one queue for every session of the app (pages share one manager per run
+store through :func:`shared`) and holds parts that own their state: the fair queue
+(:class:`lab.jobs.queue.FairQueue`), the jobs it follows (:class:`lab.jobs.running.RunningJobs`), the
+launcher seam (:class:`lab.jobs.launch.Launcher`: a job spec in, a :class:`lab.jobs.launch.Launched`
+handle out), the drains and the sweeper (:mod:`lab.jobs.lifecycle`), who may act
+(:class:`lab.jobs.actions.Access`) and the class (:class:`lab.jobs.classroom.Classroom`). It starts at
+most ``capacity`` jobs at a time (default 1, for a 2-core server), and only where their ranks fit on the
+local resource groups (one per core, :func:`lab.jobs.slots.local_groups`) under the placement policy
+(uniform or resource-state). Job processes run as background work (LAB_JOB_NICE, LAB_JOB_IDLE), so the
 app's pages stay responsive while the cores train.
 
-A :class:`JobManager` keeps one queue for every session of the app (pages share one manager per
-run store through :func:`shared`). It starts at most ``capacity`` jobs at a time (default 1, for a
-2-core server), and only where its ranks fit on the local resource groups (one per core,
-:func:`lab.jobs.slots.local_groups`) under the placement policy (uniform or resource-state). The
-queue is fair across owners (one browser session = one owner): round-robin over owners, first
-come first served within one, so a session that queues ten jobs cannot starve the others.
+Thirty students share one server, so a job belongs to the student who submitted it (its owner id, kept
+in the run's info; :mod:`lab.jobs.access` says how a browser keeps it across reloads): :meth:`JobManager.stop`,
+:meth:`JobManager.release` and :meth:`JobManager.delete` take the acting owner and refuse another's run
+with a LabError, unless the actor is the teacher. One student has at most LAB_MAX_ACTIVE_PER_OWNER jobs
+queued or running. The store records who stopped what: the owner id, or "teacher".
 
-Thirty students share one server, so a job belongs to the student who submitted it (its owner id,
-kept in the run's info; :mod:`lab.jobs.access` says how a browser keeps it across reloads):
-:meth:`JobManager.stop`, :meth:`JobManager.release` and :meth:`JobManager.delete` take the acting
-owner and refuse another's run with a LabError, unless the actor is the teacher (an owner that signed
-in with LAB_TEACHER_TOKEN, :meth:`JobManager.sign_in_teacher`). One student has at most
-LAB_MAX_ACTIVE_PER_OWNER jobs queued or running. The store records who stopped what: the owner id,
-or "teacher".
-
-A job's end is known from its launcher's process (its pid and start time), whoever started it: the
-warm starter reports the exit code of a launcher it forked, and when that starter died before it
-could, the launcher's process being gone is enough. Queued jobs are in the store with the process
-that queued them; a manager that starts after that process ended (a server restart) queues them
-again, in their order.
-
-A launcher killed with SIGKILL can record nothing, so :meth:`JobManager.sweep` (run from the pages'
-polling and every LAB_SWEEP_S seconds on a timer) finds runs marked running whose launcher is gone
-(its pid, creation time, host and boot in the store; :func:`lab.train.launcher_record.launcher_gone`), marks
-them interrupted, waits for the rest of its process group to exit, then removes their scratch folder.
+A job's end is known from its launcher's process, whoever started it; queued jobs are in the store with
+the process that queued them, and a manager that starts after that process ended (a server restart)
+queues them again, in their order. A launcher killed with SIGKILL can record nothing, so
+:meth:`JobManager.sweep` (run from the pages' polling and every LAB_SWEEP_S seconds on a timer) marks
+runs interrupted whose launcher is gone, waits for the rest of its process group to exit, then removes
+their scratch folder.
 
 Nothing here waits for a child while holding the manager's lock: a job's slots are taken under it,
 and its launcher is started after it is let go.
@@ -48,7 +43,6 @@ from __future__ import annotations
 
 import logging
 import os
-import subprocess
 import threading
 import time
 from pathlib import Path
@@ -56,31 +50,30 @@ from typing import Iterable
 
 from lab import settings
 from lab.errors import LabError
-from lab.jobs.access import (
-    TEACHER,
-    Roster,
-    can_manage,
-    is_teacher,
-    teacher_token,
-)
-from lab.jobs.actions import Actions
+from lab.jobs.access import ANONYMOUS, TEACHER, can_manage, delete_runs, is_teacher, teacher_token
+from lab.jobs.actions import LIMIT, Access, who
 from lab.jobs.classroom import Classroom
-from lab.jobs.lifecycle import Lifecycle
-from lab.jobs.limits import Limits
+from lab.jobs.launch import Launched, Launcher
+from lab.jobs.lifecycle import Adopted, Drains, Sweeper, launcher_alive, mark_gone, status_or, this_process
 from lab.jobs.queue import FairQueue, Job
-from lab.jobs.slots import SlotBook, cluster_group, local_groups
-from lab.modelled.scheduling import POLICIES, fair_order
-from lab.processes import as_pid
-from lab.store.runs import FINISHED, RunStore
+from lab.jobs.running import RunningJobs
+from lab.jobs.slots import SlotBook, cluster_group, local_groups, rank_cpus
+from lab.modelled.scheduling import POLICIES, place
+from lab.processes import as_pid, end_group, signal_name
+from lab.scenario.document import Scenario
+from lab.scenario.text import RUN_NAME_MAX, check_name
+from lab.settings import job_nice
+from lab.store.runs import ACTIVE, FINISHED, RunStore
+from lab.train.launcher import JobSpec, parse_job, preflight, world_size
+from lab.train.launcher_record import launcher_gone
 from lab.train.warm import shared_starter
 
 log = logging.getLogger("lab.jobs")
 
 
-class JobManager(FairQueue, Lifecycle, Actions):
-    """The class server's jobs: the queue (:class:`lab.jobs.queue.FairQueue`), their lifecycle and recovery
-    (:class:`lab.jobs.lifecycle.Lifecycle`) and who may act on them (:class:`lab.jobs.actions.Actions`); the class
-    the teacher opens is its :attr:`classroom` (:class:`lab.jobs.classroom.Classroom`)."""
+class JobManager:
+    """The class server's jobs: submitting and the scheduler's turns, each job's end, stopping and releasing; what
+    each part keeps is the part's."""
 
     def __init__(self, store_path: str | os.PathLike | None = None, capacity: int = 1, poll_s: float = 0.2,
                  policy: str = "uniform", cpus: Iterable[int] | None = None, slots_per_cpu: int | None = None,
@@ -94,68 +87,40 @@ class JobManager(FairQueue, Lifecycle, Actions):
         # where and hold a job until all of it fits, so the book only bounds how many jobs are handed over.
         self.cluster = settings.ray_address() if cluster is None else cluster
         self.capacity = max(1, settings.integer("LAB_RAY_JOBS")) if self.cluster else capacity
-        self._placed: set[str] = set()  # cluster jobs whose ranks have started
         self.poll_s = poll_s
         self.policy = policy
         self.book = SlotBook([cluster_group(self.capacity, settings.integer("LAB_JOB_MAX_PROCS"))] if self.cluster
                              else local_groups(cpus, slots_per_cpu))
         self.started_at = time.time()
-        self._queue: list[tuple[str, str]] = []  # (run id, owner), in submission order
-        self._last_owner: str | None = None
-        self._ring: list[str] = []  # every owner seen, in order of first submission: whose turn is next
-        self._running: dict[str, subprocess.Popen] = {}
-        self._started: dict[str, float] = {}  # run id -> when it started (time.monotonic)
-        self._yielded: set[str] = set()  # running jobs past their slice that yield to another student's job
-        self._owners: dict[str, str] = {}  # running run id -> its owner
-        self.limits = Limits.from_settings()
-        self._tasks: dict[str, int] = {}  # processes of each queued job, known since its submit
-        self._logs: dict[str, object] = {}  # a cold launcher's log file, closed when it ends
-        self._lock = threading.RLock()
-        self._thread: threading.Thread | None = None
-        self._closed = False
-        # run id -> what waits until its last process is gone (slots, scratch folder, since when)
-        self._draining: dict[str, dict] = {}
-        self._suspects: dict[str, float] = {}  # run id -> first sweep that found its process gone
-        self._last_sweep = 0.0
-        self._sweeper: threading.Thread | None = None
-        self.roster = Roster()  # the owners that signed in as the teacher
-        self.classroom = Classroom(self.store, self.roster, self.stop)
-        self._adopted: list[str] = []  # queued runs taken over at the start from a process that ended
-        # Runs a dead manager left running, whose launcher lives on: they hold cores until they end, so they
-        # count against the capacity as this manager's own do.
-        self._orphans: set[str] = set()
-        self.failures: list[tuple[float, str]] = []  # the scheduler's and the sweeper's last errors
+        self._lock = threading.RLock()  # guards the queue, the running jobs and the slot book
+        self.queue = FairQueue()
+        self.jobs = RunningJobs()
+        self.drains = Drains(self.store, self.book, self._lock)
+        self.sweeper = Sweeper(self.store)
+        self.access = Access(self.store, self._owner_of)
+        self.classroom = Classroom(self.store, self.access.roster, self.stop)
         # The warm starter (lab.train.warm), one per process: the app starts it when it starts, and the
         # first submit or warm_up() otherwise; jobs fork from it once it has loaded torch and the data.
-        self.starter = shared_starter() if (settings.warm_starts() if warm is None else warm) else None
-
-    # ----- folders -----------------------------------------------------------------------------
-    def _dir(self, name: str) -> Path:
-        d = self.store.data_dir() / name
-        d.mkdir(parents=True, exist_ok=True)
-        return d
-
-    def log_path(self, run_id: str) -> Path:
-        """The launcher's log (the workers' logs are in :meth:`worker_logs`)."""
-        return self.store.data_dir() / "logs" / f"{run_id}.log"
-
-    def worker_logs(self, run_id: str) -> dict[int, Path]:
-        """rank -> its log file (every attempt appended)."""
-        folder = self.store.data_dir() / "logs" / run_id
-        out = {}
-        for f in folder.glob("rank*.log") if folder.exists() else []:
-            k = f.stem[4:]
-            if k.isdigit():
-                out[int(k)] = f
-        return dict(sorted(out.items()))
+        self.launcher = Launcher(self.store, shared_starter() if (settings.warm_starts() if warm is None else warm)
+                                 else None)
+        self._thread: threading.Thread | None = None
+        self._closed = False
+        self.failures: list[tuple[float, str]] = []  # the scheduler's and the sweeper's last errors
 
     # ----- watching ----------------------------------------------------------------------------
-    def status(self, run_id: str) -> str:
-        return self.store.status(run_id)
+    def _owner_of(self, run_id: str) -> str | None:
+        with self._lock:
+            owner = self.queue.owner(run_id)
+        if owner is not None:
+            return owner
+        try:
+            return self.store.get_run(run_id)["info"].get("owner")
+        except LabError:
+            return None
 
     def pid(self, run_id: str) -> int | None:
         with self._lock:
-            p = self._running.get(run_id)
+            p = self.jobs.get(run_id)
         if p is not None:
             return p.pid
         try:
@@ -166,13 +131,7 @@ class JobManager(FairQueue, Lifecycle, Actions):
     def queued(self) -> list[str]:
         """Queued run ids in the order they will be considered (fair across owners)."""
         with self._lock:
-            return [rid for rid, _ in fair_order(self._queue, owner_of=lambda q: q[1], after=self._last_owner,
-                                                 ring=self._ring)]
-
-    def queue_position(self, run_id: str) -> int | None:
-        """1 = next to start; None when the run is not waiting in this manager's queue."""
-        order = self.queued()
-        return order.index(run_id) + 1 if run_id in order else None
+            return [rid for rid, _ in self.queue.order()]
 
     def queue_info(self, run_id: str) -> dict | None:
         """Where a queued run stands, for its page: its place (1 = next), the queued jobs ahead and the running
@@ -180,36 +139,15 @@ class JobManager(FairQueue, Lifecycle, Actions):
         has run and whether it yields; the slice after which a job yields, and whether this run's student has
         a job running (then this one waits its turn rather than start beside). None when it is not queued here."""
         with self._lock:
-            order = fair_order(self._queue, owner_of=lambda q: q[1], after=self._last_owner, ring=self._ring)
+            order = self.queue.order()
             mine = next((o for r, o in order if r == run_id), None)
             if mine is None:
                 return None
             pos = [r for r, _ in order].index(run_id) + 1
-            now = time.monotonic()
-            running = [{"run_id": r, "yours": self._owners.get(r) == mine, "elapsed": now - self._started.get(r, now),
-                        "yielded": r in self._yielded} for r in self._running]
+            running = self.jobs.seen_by(mine, time.monotonic())
             return {"position": pos, "ahead": [{"run_id": r, "yours": o == mine} for r, o in order[:pos - 1]],
                     "running": running, "capacity": self.capacity, "slice_s": settings.number("LAB_SLICE_S"),
                     "student_running": any(x["yours"] for x in running)}
-
-    def owner_of(self, run_id: str) -> str | None:
-        with self._lock:
-            for rid, owner in self._queue:
-                if rid == run_id:
-                    return owner
-        try:
-            return self.store.get_run(run_id)["info"].get("owner")
-        except LabError:
-            return None
-
-    def running(self) -> list[str]:
-        with self._lock:
-            return list(self._running)
-
-    def slots(self) -> dict[str, dict[str, list[str]]]:
-        """run id -> local group -> slots it holds."""
-        with self._lock:
-            return {k: dict(v) for k, v in self.book.held.items()}
 
     def wait(self, run_id: str, timeout: float = 300.0) -> str:
         """Block until the run is finished (or ``timeout`` seconds pass); returns its status."""
@@ -218,27 +156,305 @@ class JobManager(FairQueue, Lifecycle, Actions):
             self._schedule()
             st = self.store.status(run_id)
             with self._lock:
-                ours = run_id in self._running
+                ours = run_id in self.jobs
             if st in FINISHED and not ours:
                 return st
             if time.monotonic() > deadline:
                 return st
             time.sleep(0.1)
 
-    def adopted(self) -> list[str]:
-        """The queued runs this manager took over at its start from a process that had ended."""
-        return list(self._adopted)
-
     def shutdown(self, stop_running: bool = True) -> None:
         with self._lock:
-            queued = [q[0] for q in self._queue]
-            running = list(self._running)
+            queued = [q[0] for q in self.queue.items]
+            running = self.jobs.ids()
         for rid in queued:
             self._stop(rid, "shutdown", {"by": "shutdown"})
         if stop_running:
             for rid in running:
                 self._stop(rid, "shutdown", {"by": "shutdown"})
         self._closed = True  # the warm starter is the process's, not this manager's: it stays
+
+    # ----- submitting and the scheduler's turns ------------------------------------------------
+    def submit(self, scenario: Scenario, name: str | None = None, owner: str = ANONYMOUS) -> Job:
+        """Queue a run of ``scenario`` for ``owner`` (a session id); it starts when its turn comes
+        and its ranks fit on the free local slots."""
+        return self.submit_many([(scenario, name)], owner=owner)[0]
+
+    def submit_many(self, items: Iterable[tuple[Scenario, str | None]], owner: str = ANONYMOUS) -> list[Job]:
+        """Queue several runs of one owner, all or none; they run in order (``capacity`` jobs at a time overall).
+        The per-student cap is counted and the runs written in one store transaction, so tabs racing Run cannot
+        pass it together."""
+        owner = str(owner or ANONYMOUS)[:64]
+        items = list(items)
+        refused = self.classroom.queue_refusal(owner)
+        if refused:
+            raise LabError(refused, where="jobs")
+        cap = settings.integer("LAB_MAX_ACTIVE_PER_OWNER") if owner != ANONYMOUS else 0
+        checked = []
+        for sc, name in items:
+            if not isinstance(sc, Scenario):
+                raise LabError("a job needs a Scenario", where="jobs")
+            if name is not None:  # the same rule as every name, and as --name on the command line
+                name = check_name(name, "run name", max_len=RUN_NAME_MAX)
+            sc = preflight(sc)  # every check a worker would fail, before anything is queued
+            self.access.limits.check(sc.training.steps, world_size(sc))
+            if world_size(sc) > self.book.total:
+                raise LabError(f"the job needs {world_size(sc)} processes but this machine offers "
+                               f"{self.book.total} worker slots", where="training.workers")
+            checked.append((sc, name))
+        ids = self.store.create_runs(checked, status="queued", info={"owner": owner, "queued_by": this_process()},
+                                     cap=cap)
+        for rid, (sc, name) in zip(ids, checked):
+            self.store.add_event(rid, "submitted", detail={"owner": owner, "by": "job manager"})
+            self.store.add_event(rid, "parsed", detail=parse_job(sc))
+            with self._lock:
+                self.queue.add(rid, owner, world_size(sc))
+        self.launcher.warm_up()
+        self._ensure_thread()
+        self._schedule()
+        return [Job(rid, self.pid(rid)) for rid in ids]
+
+    def _ensure_thread(self) -> None:
+        with self._lock:
+            if self._thread is None or not self._thread.is_alive():
+                self._closed = False
+                self._thread = threading.Thread(target=self._loop, name="lab-jobs", daemon=True)
+                self._thread.start()
+
+    def _loop(self) -> None:
+        while not self._closed:
+            try:
+                self.launcher.keep_warm(jobs_waiting=bool(self.queue))
+                self._schedule()
+            except Exception as exc:  # noqa: BLE001 - the scheduler must keep running, and says what it caught
+                self._failed("the scheduler", exc)
+            with self._lock:
+                if not self.queue and not self.jobs and not self.drains:
+                    # nothing to do: the thread ends and is started again by the next submit
+                    self._thread = None
+                    return
+            time.sleep(self.poll_s)
+
+    def _schedule(self) -> None:
+        overtime, starts = [], []
+        with self._lock:
+            self._reap()
+            if self.launcher.warming():
+                return  # the scheduler thread starts the queue once the starter is ready
+            now = time.monotonic()
+            overtime = self.jobs.overtime(self.access.limits.over_time, now)
+            if not self.cluster:  # on a cluster lowering the launcher's priority would change nothing
+                self.jobs.yield_long(self.store, self.queue.owners(), now, settings.number("LAB_SLICE_S"))
+            orphans = len(self.sweeper.orphans()) if self.sweeper.orphan_ids else 0
+            while self.queue:
+                if len(self.jobs.fresh()) + orphans >= self.capacity or len(self.jobs) + orphans >= 2 * self.capacity:
+                    break
+                if self.cluster and self.jobs.cluster_is_behind(self.store, now, settings.integer("LAB_RAY_WAITING")):
+                    break  # the next job goes once those handed over started: the fair queue's order holds
+                # Beside a job that yields, only a student with no job running may start one.
+                busy = self.jobs.students() if len(self.jobs) >= self.capacity else set()
+                spec = self._take(busy)
+                if spec is None:
+                    break
+                if isinstance(spec, JobSpec):
+                    starts.append(spec)
+        for spec in starts:  # outside the lock: a start may wait for the warm starter's answer
+            self._start(spec)
+        for rid in overtime:  # outside the lock: a stop waits for the job's processes
+            threading.Thread(target=self._stop, name="lab-jobs-limit", daemon=True, args=(rid, LIMIT, {
+                "by": LIMIT, "limit_s": self.access.limits.max_seconds})).start()
+
+    def _take(self, busy: set) -> JobSpec | bool | None:
+        """Under the lock, the first queued job in the fair order that fits: its slots and cores, its ``scheduled``
+        event, its spec. True when a job left the queue without starting (deleted or stopped while it waited),
+        None when none can start now."""
+        for rid, owner in self.queue.order():
+            if owner in busy:
+                continue
+            try:
+                run = self.store.get_run(rid)
+            except LabError:  # deleted while it waited
+                run = None
+            if run is None or run["status"] != "queued":  # deleted or stopped while it waited
+                self.queue.remove(rid)
+                return True
+            tasks = self.queue.tasks.get(rid) or world_size(Scenario.from_dict(run["scenario"]))
+            where = place(tasks, self.book.free(self.jobs.yielded), self.policy)
+            if where is None:
+                continue  # first fit: a later job may fit
+            self.queue.take(rid, owner)
+            held = self.book.take(rid, where, self.jobs.yielded)
+            cpus = rank_cpus(held, tasks)
+            self.store.add_event(rid, "scheduled", detail={
+                "policy": self.policy, "groups": {g: len(ds) for g, ds in held.items()}, "slots": held,
+                "rank_cpus": cpus, "queued_s": time.time() - run["created"], "nice": job_nice()})
+            self.jobs.begin(rid, owner, Launched(rid, self.store))
+            return JobSpec(rid, run["scenario"], str(self.store.path.resolve()), tuple(cpus), job_nice(),
+                           settings.job_idle(), self.cluster)
+        return None
+
+    def _start(self, spec: JobSpec) -> None:
+        """Start the job's launcher (:meth:`lab.jobs.launch.Launcher.start`); a job that cannot start fails with why."""
+        rid = spec.run_id
+        try:
+            handle = self.launcher.start(spec)
+        except OSError as exc:
+            with self._lock:
+                self.jobs.forget(rid)
+                self.book.release(rid)
+            self.store.set_status(rid, "failed", error=f"could not start the job process: {exc}", only_from=ACTIVE)
+            return
+        self.store.update_run(rid, pid=handle.pid)
+        with self._lock:
+            self.jobs.handles[rid] = handle
+
+    # ----- ends --------------------------------------------------------------------------------
+    def _reap(self) -> None:
+        """Finish the jobs whose launcher ended; clean up after those whose workers have now exited."""
+        with self._lock:
+            for rid in self.jobs.ids():
+                if self.jobs.get(rid).gone():
+                    self._finish(rid, self.jobs.get(rid))
+            self.drains.step_all()
+
+    def _finish(self, rid: str, p: Launched) -> None:
+        """A job's launcher ended: make sure its run does not stay 'running', then free its slots and remove its
+        scratch once its last worker is gone (:class:`lab.jobs.lifecycle.Drains`)."""
+        p.close()
+        code = p.returncode
+        status = status_or(self.store, rid)
+        rec = (self.store.launcher(rid) or {}) if status in ACTIVE else {}
+        if rec.get("pid") not in (None, p.pid) and launcher_gone(rec) is None:
+            # another launcher claimed the run first (forked by a starter that died before it could
+            # answer): that one runs the job, and this manager follows it
+            self.jobs.handles[rid] = Launched(rid, self.store, Adopted(rec))
+            return
+        self.jobs.forget(rid)
+        if status is None:
+            self.book.release(rid)
+            return
+        if status in ACTIVE:
+            see = f"see {self.launcher.log_path(rid)}"
+            if code is not None and code < 0:  # killed from outside: it could not report
+                why, new = f"killed by signal {signal_name(-code)}", "interrupted"
+                error = f"the job's launcher (pid {p.pid}) was {why} and could not finish the run; {see}"
+            else:
+                why, new = f"exit code {code}", "failed"
+                error = f"the job process ended ({why}) without finishing the run; {see}"
+            self.store.set_status(rid, new, only_from=ACTIVE, error=error)
+            self.store.set_heartbeats(rid, [])
+            self.store.add_event(rid, "ended", detail={"status": new, "by": "job manager", "why": why})
+        self.drains.begin(rid, by="job manager")
+
+    def _interrupt(self, rid: str, why: str, by: str) -> bool:
+        changed = mark_gone(self.store, rid, why, by)
+        if changed:
+            self.drains.begin(rid, by=by)
+            if rid in self.drains:  # its workers are still exiting: the loop finishes the release
+                self._ensure_thread()
+        return changed
+
+    def sweep(self, min_interval: float = 1.0) -> list[str]:
+        """Find jobs whose launcher died without a word (SIGKILL, a crash of the machine) while the app runs: this
+        manager's own launchers that ended, and runs marked running elsewhere (the command line, another app) whose
+        launcher is gone (:meth:`lab.jobs.lifecycle.Sweeper.gone_elsewhere`). Their runs become interrupted; their
+        scratch folders go once their last worker has exited. Cheap, and skipped when the last sweep was less than
+        ``min_interval`` seconds ago (every polling page calls it). Returns the runs marked now."""
+        if not self.sweeper.due(min_interval):
+            return []
+        with self._lock:
+            before = set(self.jobs.ids())
+            self._reap()
+            out = [rid for rid in before - set(self.jobs.ids()) if status_or(self.store, rid) == "interrupted"]
+            ours = {q[0] for q in self.queue.items} | set(self.jobs.ids()) | set(self.drains.waiting)
+        out += [rid for rid, why in self.sweeper.gone_elsewhere(ours) if self._interrupt(rid, why, "job manager sweep")]
+        if self.drains:
+            self._ensure_thread()
+        return out
+
+    def mark_interrupted(self) -> list[str]:
+        """At the start of a manager: runs marked running whose launcher is gone become 'interrupted' (returned);
+        queued runs whose queuing process has ended (a server restart) are queued here again, oldest first
+        (``sweeper.adopted``); runs left running whose launcher lives on count against the capacity until they
+        end (``sweeper.orphans()``)."""
+        with self._lock:
+            ours = {q[0] for q in self.queue.items} | set(self.jobs.ids())
+        adopted, gone = self.sweeper.at_start(ours)
+        with self._lock:
+            for rid, owner in adopted:
+                self.queue.add(rid, owner)
+        out = [rid for rid, why in gone if self._interrupt(rid, why, "job manager at start")]
+        if adopted:  # once the orphans are known: they count against the capacity from the first turn
+            self._ensure_thread()
+        return out
+
+    # ----- acting on a job -----------------------------------------------------------------------
+    def delete(self, run_ids: Iterable[str], owner: str | None, *, teacher: bool = False) -> list[str]:
+        """Delete finished runs of ``owner`` (the teacher: anyone's) with their measurements and
+        checkpoints; any run that is another's, or still queued or running, refuses the whole call."""
+        with self._lock:
+            busy = {q[0] for q in self.queue.items} | set(self.jobs.ids())
+        return delete_runs(self.store, run_ids, owner, teacher=teacher or self.access.is_teacher(owner), active=busy)
+
+    def stop(self, run_id: str, owner: str | None, *, teacher: bool = False, via: str = "the Stop button") -> bool:
+        """Stop a queued or running job for ``owner`` (the acting session's id; ``teacher``: the teacher acts and
+        may stop any job). Another session's job is refused with a LabError. A queued one never starts; a running
+        one's whole process group is ended (SIGTERM, then SIGKILL after a grace period). The stop event and the
+        run's info record who stopped it. Returns whether it was active."""
+        self.access.check(run_id, owner, teacher, "stop")
+        by = self.access.actor(owner, teacher)
+        return self._stop(run_id, by, {"by": by, "session": str(owner), "via": via})
+
+    def _stop(self, run_id: str, by: str, detail: dict) -> bool:
+        with self._lock:
+            queued = self.queue.remove(run_id)
+            p = self.jobs.get(run_id)
+        if queued:
+            ok = self.store.set_status(run_id, "stopped", error=f"stopped by {who(by)} before it started",
+                                       only_from=("queued",))
+            if ok:
+                self.store.merge_info(run_id, {"stopped_by": by})
+                self.store.add_event(run_id, "stop", detail={**detail, "while": "queued"})
+                self.store.add_event(run_id, "ended", detail={"status": "stopped"})
+            return ok
+        try:
+            run = self.store.get_run(run_id)
+        except LabError:
+            return False
+        # marked first, so the launcher's own "stopped by SIGTERM" or a last "done" cannot overwrite it
+        was_active = self.store.set_status(run_id, "stopped", error=f"stopped by {who(by)}", only_from=ACTIVE)
+        if was_active:
+            self.store.merge_info(run_id, {"stopped_by": by})
+            self.store.add_event(run_id, "stop", detail={**detail, "while": run["status"]})
+        if p is not None:  # a job still starting finds itself stopped when it claims the run
+            p.end()
+            with self._lock:
+                if p.gone() and self.jobs.get(run_id) is p:
+                    self._finish(run_id, p)
+        elif run["status"] == "running" and launcher_alive(self.store, run_id, run):  # started elsewhere
+            rec = self.store.launcher(run_id) or {}
+            # a launcher that leads its group takes the job with it; one in a shell's group is signalled alone
+            lead = rec.get("pgid") and rec.get("pgid") == rec.get("pid")
+            end_group(as_pid(rec["pgid"] if lead else run["pid"]), lambda: not launcher_alive(self.store, run_id, run),
+                      whole_group=bool(lead))
+        return was_active
+
+    def release(self, run_id: str, owner: str | None, *, teacher: bool = False) -> dict:
+        """Release what a finished (or abandoned) job still holds, for ``owner`` (or the teacher; another session's
+        job is refused with a LabError): :meth:`lab.jobs.lifecycle.Drains.release`. A job that is queued or running
+        must be stopped first. Returns what was released."""
+        run = self.access.check(run_id, owner, teacher, "release")
+        by = self.access.actor(owner, teacher)
+        with self._lock:
+            ours = run_id in self.jobs or run_id in self.queue
+        if ours or (run["status"] in ACTIVE and launcher_alive(self.store, run_id, run)):
+            raise LabError(f"run {run_id} is {run['status']}: stop it before releasing its resources", where="jobs")
+        return self.drains.release(run_id, run, by)
+
+    def _failed(self, where: str, exc: BaseException) -> None:
+        log.exception("%s failed", where)
+        with self._lock:
+            self.failures = (self.failures + [(time.time(), f"{where}: {type(exc).__name__}: {exc}")])[-20:]
 
 
 # ----- the one manager of this process ----------------------------------------------------------
@@ -260,8 +476,8 @@ def shared(store_path: str | os.PathLike | None = None, **kw) -> JobManager:
             kw.setdefault("capacity", max(1, settings.integer("LAB_JOB_CAPACITY")))
             jm = _SHARED[key] = JobManager(key, **kw)
             jm.mark_interrupted()
-            jm.start_sweeper()
-            jm.warm_up()
+            jm.sweeper.start(lambda: jm.sweep(min_interval=0.0), lambda: jm._closed, jm._failed)
+            jm.launcher.warm_up()
         return jm
 
 

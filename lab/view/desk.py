@@ -33,7 +33,7 @@ class Desk:
 
     def running(self) -> int:
         """How many jobs run on the server now (anyone's)."""
-        return len(self.jm.running())
+        return len(self.jm.jobs.ids())
 
 
 __all__ = ["Desk"]

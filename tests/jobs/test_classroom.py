@@ -18,7 +18,7 @@ def jm(lab_db, monkeypatch):
     monkeypatch.setenv("LAB_TEACHER_TOKEN", TOKEN)
     m = JobManager(lab_db, warm=False)
     m._start = lambda spec: None  # what is queued is under test, not a launch
-    assert m.sign_in_teacher("teacher", TOKEN)
+    assert m.access.sign_in_teacher("teacher", TOKEN)
     yield m
     m._closed = True
 
@@ -141,7 +141,7 @@ def test_new_students_from_one_address_past_its_burst_wait_to_queue_and_join(jm,
     monkeypatch.setenv("LAB_NEW_EVERY_S", "600")
     m = JobManager(jm.store.path, warm=False)
     m._start = lambda spec: None
-    assert m.sign_in_teacher("teacher", TOKEN)
+    assert m.access.sign_in_teacher("teacher", TOKEN)
     sc = default_scenario()
     # one person's private windows: a page load makes an identity and costs nothing; the first two to act take
     # the address's burst, the third may act in 10 minutes

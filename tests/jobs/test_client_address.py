@@ -37,7 +37,7 @@ def test_nine_browsers_through_an_undeclared_proxy_count_as_one_address(lab_db, 
     monkeypatch.setenv("LAB_TEACHER_TOKEN", "Zq3-uV8_kP1wYt6Rb0sLm4")
     m = JobManager(lab_db, warm=False)
     m._start = lambda spec: None
-    assert m.sign_in_teacher("teacher", "Zq3-uV8_kP1wYt6Rb0sLm4")
+    assert m.access.sign_in_teacher("teacher", "Zq3-uV8_kP1wYt6Rb0sLm4")
     code = m.classroom.open_class("teacher").code
     joined = 0
     for k in range(9):

@@ -63,17 +63,17 @@ def test_the_teachers_limits_refuse_a_job_too_large_and_stop_one_that_runs_too_l
     monkeypatch.setenv("LAB_TEACHER_TOKEN", "s3cret-token-for-the-test")
     jm = JobManager(lab_db, capacity=1, warm=False)
     with pytest.raises(LabError, match="only the teacher"):
-        jm.set_limits("bob", Limits(100, 2.0, 2))
-    assert jm.sign_in_teacher("teach", "s3cret-token-for-the-test")
-    jm.set_limits("teach", Limits(100, 2.0, 2))
+        jm.access.set_limits("bob", Limits(100, 2.0, 2))
+    assert jm.access.sign_in_teacher("teach", "s3cret-token-for-the-test")
+    jm.access.set_limits("teach", Limits(100, 2.0, 2))
     with pytest.raises(LabError, match="at most 100"):
         jm.submit(scenario(steps=101), owner="bob")
     with pytest.raises(LabError, match="at most 2"):
         jm.submit(scenario(workers=3, steps=10), owner="bob")
     with pytest.raises(LabError, match="whole number"):
-        jm.set_limits("teach", Limits(0, 1.0, 1))
+        jm.access.set_limits("teach", Limits(0, 1.0, 1))
     store = RunStore(lab_db)
-    jm.set_limits("teach", Limits(20000, 2.0, 4))
+    jm.access.set_limits("teach", Limits(20000, 2.0, 4))
     rid = jm.submit(scenario(steps=20000, eval_every=20000), owner="bob").run_id
     # the status is marked before the stop event is written, so the event is what is waited for
     wait_for(lambda: (store.events(rid).event == "stop").any(), what="the time limit to stop the job")

@@ -141,7 +141,7 @@ def test_only_a_runs_owner_or_the_teacher_deletes_it_and_a_refusal_deletes_nothi
     assert set(store.list_runs().id) == {b1, cli, busy} and len(store.metrics(a1)) == 0
     with pytest.raises(LabError, match="another session's job"):
         jm.delete([b1], "T")  # not yet the teacher
-    assert jm.sign_in_teacher("T", "s3cret-Token")
+    assert jm.access.sign_in_teacher("T", "s3cret-Token")
     assert jm.delete([b1, cli], "T") == [b1, cli]  # the teacher deletes anyone's finished run
     assert list(store.list_runs().id) == [busy]
 
@@ -208,7 +208,7 @@ def check_swept(jm: JobManager, store: RunStore, rid: str, scratch: Path) -> Non
              what="a sweep to mark the run interrupted")
     run = store.get_run(rid)
     assert "without reporting" in run["error"] or "SIGKILL" in run["error"], run["error"]
-    wait_for(lambda: (jm.sweep(min_interval=0.0), rid not in jm.draining())[1], timeout=60,
+    wait_for(lambda: (jm.sweep(min_interval=0.0), rid not in jm.drains.ids())[1], timeout=60,
              what="the workers to exit and the job to be released")
     assert processes_of(rid) == []
     assert not scratch.exists()
@@ -217,7 +217,7 @@ def check_swept(jm: JobManager, store: RunStore, rid: str, scratch: Path) -> Non
     assert released["worker_processes_left"] == 0 and released["scratch_folders_removed"] == 1
     ended = store.events(rid)
     assert ended[ended.event == "ended"].detail.iloc[-1]["status"] == "interrupted"
-    assert store.heartbeats(rid).empty and jm.slots() == {}
+    assert store.heartbeats(rid).empty and jm.book.held == {}
     assert not job_views.has_active(store, everyone=True)  # the Jobs page stops polling
 
 
@@ -262,11 +262,11 @@ def test_an_app_launcher_killed_with_sigkill_is_released_after_its_workers(lab_d
         rec = store.launcher(rid)
         scratch = Path(rec["scratch"])
         assert scratch.is_dir() and len(processes_of(rid)) == 3
-        assert jm.slots()  # it holds its local slots
+        assert jm.book.held  # it holds its local slots
         os.kill(rec["pid"], signal.SIGKILL)  # only the launcher; the manager is its parent and reaps it
         check_swept(jm, store, rid, scratch)
         run = store.get_run(rid)
-        assert "SIGKILL" in run["error"] and jm.running() == []
+        assert "SIGKILL" in run["error"] and jm.jobs.ids() == []
     finally:
         reap(rid)
         jm.shutdown()

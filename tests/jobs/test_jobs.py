@@ -36,8 +36,8 @@ def test_queue_runs_jobs_one_after_another(lab_db):
     while True:
         assert time.monotonic() < deadline, f"the three jobs did not end within 600 s: {st}"
         st = [store.status(r) for r in ids]
-        most = max(most, st.count("running"), len(jm.running()))
-        if all(s not in ("queued", "running") for s in st) and not jm.running():
+        most = max(most, st.count("running"), len(jm.jobs.ids()))
+        if all(s not in ("queued", "running") for s in st) and not jm.jobs.ids():
             break
         time.sleep(0.05)
     assert most == 1
@@ -48,7 +48,7 @@ def test_queue_runs_jobs_one_after_another(lab_db):
     for prev, nxt in zip(ids, ids[1:]):  # one at a time, in order: each starts after the one before ended
         assert seq[(nxt, "scheduled")] > seq[(prev, "ended")]
     assert [r["scenario"]["training"]["optimizer"] for r in runs] == ["adam", "adabelief", "maxadabelief"]
-    assert all(jm.log_path(r).exists() for r in ids)
+    assert all(jm.launcher.log_path(r).exists() for r in ids)
     assert not list((store.data_dir() / "jobs").glob("*.json"))  # scenario files cleaned up
     for r in ids:
         assert processes_of(r) == []
@@ -69,7 +69,7 @@ def test_stop_ends_the_whole_process_group_and_a_queued_job_never_starts(lab_db)
     run2 = store.get_run(second.run_id)
     assert run2["status"] == "stopped" and run2["start"] is None
     jm._schedule()  # the scheduler's next pass: a stopped job is not started
-    assert jm.running() == [] and store.status(second.run_id) == "stopped"
+    assert jm.jobs.ids() == [] and store.status(second.run_id) == "stopped"
 
 
 def test_a_worker_killed_from_outside_fails_the_job_with_no_process_left(lab_db):
@@ -112,7 +112,7 @@ def test_running_runs_whose_process_is_gone_become_interrupted(lab_db):
     try:
         assert sorted(jm.mark_interrupted()) == sorted([a, b])
         assert {store.status(r) for r in (a, b)} == {"interrupted"} and store.status(d) == "done"
-        assert jm.adopted() == [c] and c in jm.queued() + jm.running()
+        assert jm.sweeper.adopted == [c] and c in jm.queued() + jm.jobs.ids()
     finally:
         jm.shutdown()
     assert store.status(c) in ("stopped", "done")

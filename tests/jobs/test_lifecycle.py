@@ -61,8 +61,8 @@ def test_a_job_goes_through_every_stage_then_is_released(lab_db):
     assert all(r["worker_processes_left"] == 0 for r in released)
     assert ev[ev.event == "ended"].detail.iloc[0]["status"] == "done"
     assert store.heartbeats(job.run_id).empty  # the launcher cleared them at the end
-    assert jm.slots() == {}
-    logs = jm.worker_logs(job.run_id)
+    assert jm.book.held == {}
+    logs = jm.launcher.worker_logs(job.run_id)
     assert sorted(logs) == [0, 1] and "step 6" in logs[0].read_text()
     table = job_views.overview(store, jm, owner="alice")
     row = table.set_index("id").loc[job.run_id]
@@ -115,8 +115,8 @@ def test_the_queue_is_fair_across_sessions(lab_db):
         c1 = jm.submit(scenario(), "C1", owner="C")
         # A has just been served: B, then C, then A's next two
         assert jm.queued() == [b1.run_id, c1.run_id, a2.run_id, a3.run_id]
-        assert [jm.queue_position(j.run_id) for j in (b1, c1, a2, a3)] == [1, 2, 3, 4]
-        assert jm.queue_position(blocker.run_id) is None
+        assert [jm.queue_info(j.run_id)["position"] for j in (b1, c1, a2, a3)] == [1, 2, 3, 4]
+        assert jm.queue_info(blocker.run_id) is None
         table = job_views.overview(store, jm, owner="B", everyone=True).set_index("id")
         assert table.queue[b1.run_id] == 1 and table.owner[b1.run_id] == "you"
         assert table.owner[a2.run_id] == "another session"
@@ -234,8 +234,8 @@ def test_a_dead_controller_is_noticed_at_the_next_start(lab_db):
     jm = JobManager(lab_db, capacity=2)  # room for the queued job beside the one the dead app left running
     # the queued job is taken over by the next manager and runs; the running one still has its launcher and
     # counts against the capacity until it ends
-    assert jm.mark_interrupted() == [] and jm.orphans() == [running]
-    assert jm.adopted() == [queued] and "requeued" in stages(store, queued)
+    assert jm.mark_interrupted() == [] and jm.sweeper.orphans() == [running]
+    assert jm.sweeper.adopted == [queued] and "requeued" in stages(store, queued)
     assert jm.wait(queued, timeout=180) == "done"
     assert store.get_run(queued)["info"]["owner"] == "app"  # still its owner's
     assert store.status(running) == "running"
@@ -274,23 +274,23 @@ def test_killing_the_warm_starter_while_a_job_runs_wedges_no_queue(lab_db):
     from lab.train.warm import StartedLauncher, StarterHandle
 
     jm = JobManager(lab_db, capacity=1, warm=False)
-    jm.starter = StarterHandle()  # its own starter, so that killing it touches no other test
+    jm.launcher.starter = StarterHandle()  # its own starter, so that killing it touches no other test
     store = RunStore(lab_db)
     try:
-        assert jm.starter.wait_ready(240)
+        assert jm.launcher.starter.wait_ready(240)
         first = jm.submit(scenario(steps=1500), "long", owner="A").run_id
         wait_for(lambda: store.status(first) == "running", what="the first job to run")
-        assert isinstance(jm._running[first], StartedLauncher)  # forked warm
-        dead = jm.starter.pid
+        assert isinstance(jm.jobs.get(first).process, StartedLauncher)  # forked warm
+        dead = jm.launcher.starter.pid
         os.kill(dead, signal.SIGKILL)
         rest = [jm.submit(scenario(steps=3), f"short {o}", owner=o).run_id for o in ("A", "B", "C")]
         for rid in [first] + rest:
             assert jm.wait(rid, timeout=240) == "done", (rid, store.get_run(rid)["error"])
-        assert jm.starter.restarts >= 1 and jm.starter.pid != dead
-        wait_for(lambda: not jm.running() and not jm.draining(), timeout=30, what="every job released")
+        assert jm.launcher.starter.restarts >= 1 and jm.launcher.starter.pid != dead
+        wait_for(lambda: not jm.jobs.ids() and not jm.drains.ids(), timeout=30, what="every job released")
         assert not jm.queued()
     finally:
         jm.shutdown()
-        jm.starter.stop()
+        jm.launcher.starter.stop()
     for rid in [first] + rest:
         assert processes_of(rid) == []

@@ -38,16 +38,16 @@ def test_orphans_hold_the_capacity_until_they_end_then_the_queue_runs(lab_db, or
     started = []
     jm._start = lambda spec: started.append(spec)  # the decision is under test, not a launch
     try:
-        assert jm.mark_interrupted() == [] and jm.adopted() == queued
-        assert jm.orphans() == sorted(orphans)
+        assert jm.mark_interrupted() == [] and jm.sweeper.adopted == queued
+        assert jm.sweeper.orphans() == sorted(orphans)
         jm._schedule()
         assert started == []  # two orphans run: a capacity of one is full
         store.set_status(orphans[0], "done")
         jm._schedule()
-        assert jm.orphans() == [orphans[1]] and started == []
+        assert jm.sweeper.orphans() == [orphans[1]] and started == []
         store.set_status(orphans[1], "interrupted")
         jm._schedule()
-        assert jm.orphans() == [] and len(started) == 1  # one at a time: the capacity
+        assert jm.sweeper.orphans() == [] and len(started) == 1  # one at a time: the capacity
         assert started[0].run_id == queued[0]
     finally:
         jm._closed = True

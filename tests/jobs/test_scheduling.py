@@ -218,8 +218,8 @@ def test_parse_job_defines_the_roles():
 
 
 def test_the_cluster_gets_jobs_in_the_queues_order_and_no_job_waits_there_behind_later_ones(tmp_path, monkeypatch):
-    from lab.jobs.queue import CLUSTER_PATIENCE_S
     from lab.jobs.manager import JobManager
+    from lab.jobs.running import CLUSTER_PATIENCE_S
 
     monkeypatch.setenv("LAB_RAY_WAITING", "2")
     monkeypatch.setenv("LAB_RAY_JOBS", "5")
@@ -227,14 +227,18 @@ def test_the_cluster_gets_jobs_in_the_queues_order_and_no_job_waits_there_behind
     assert jm.capacity == 5 and jm.book.total >= 5
     sc = default_scenario()
     a, b = (jm.store.create_run(sc, status="running") for _ in range(2))
-    jm._running = {a: object(), b: object()}
-    jm._started = {a: 100.0, b: 101.0}
-    assert jm._cluster_is_behind(102.0)  # two handed over, neither started: the window is full
+    jm.jobs.handles = {a: object(), b: object()}
+    jm.jobs.since = {a: 100.0, b: 101.0}
+
+    def behind(now):
+        return jm.jobs.cluster_is_behind(jm.store, now, 2)
+
+    assert behind(102.0)  # two handed over, neither started: the window is full
     jm.store.add_event(a, "started")
-    assert not jm._cluster_is_behind(102.0)  # one of them started: one more may go
-    assert not jm._cluster_is_behind(101.0 + CLUSTER_PATIENCE_S - 0.5)
-    assert jm._cluster_is_behind(101.0 + CLUSTER_PATIENCE_S + 0.5)  # b waited too long: the rest wait for it
+    assert not behind(102.0)  # one of them started: one more may go
+    assert not behind(101.0 + CLUSTER_PATIENCE_S - 0.5)
+    assert behind(101.0 + CLUSTER_PATIENCE_S + 0.5)  # b waited too long: the rest wait for it
     jm.store.add_event(b, "started")
-    assert not jm._cluster_is_behind(1000.0)
+    assert not behind(1000.0)
     here = JobManager(tmp_path / "runs.db", warm=False, cluster="")
     assert here.book.free() == {g.name: g.size for g in local_groups()}  # this machine's cores, as before

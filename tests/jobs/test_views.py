@@ -163,7 +163,7 @@ def test_the_scheduler_logs_what_it_catches_and_keeps_it_for_the_page(tmp_path, 
 
     monkeypatch.setattr(jm, "_reap", broken)
     jm._closed = False
-    jm._queue.append(("x", "o"))  # something to do, so the loop runs
+    jm.queue.add("x", "o")  # something to do, so the loop runs
     with caplog.at_level("ERROR", logger="lab.jobs"):
         try:
             jm._schedule()

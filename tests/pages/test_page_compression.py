@@ -115,7 +115,7 @@ def test_grid_button_queues_nine_runs_then_they_are_stopped(lab_db, spawns):
     # the page queued them on the shared manager of this run store (the Training page's): stop them
     # all there, the queued ones first (so none starts), then whatever runs; no process is left
     jm = shared(lab_db)
-    assert set(ids) <= set(jm.queued()) | set(jm.running())
+    assert set(ids) <= set(jm.queued()) | set(jm.jobs.ids())
     jm.shutdown()
     deadline = time.monotonic() + 30
     while any(processes_of(r) for r in ids) and time.monotonic() < deadline:

@@ -145,12 +145,12 @@ def test_the_teacher_signs_in_with_the_form_sets_the_limits_and_signs_out(lab_db
         at.button(key="FormSubmitter:jobs_teacher_form-Sign in as the teacher").click().run()
         assert not at.exception and view.TEACHER_LINE in [i.value for i in at.info]
         assert not [t for t in at.toggle if t.key == "jobs_class"]  # the teacher sees every job
-        assert at.number_input(key="jobs_max_steps").value == jm.limits.max_steps
+        assert at.number_input(key="jobs_max_steps").value == jm.access.limits.max_steps
         at.number_input(key="jobs_max_steps").set_value(50)
         at.button(key="FormSubmitter:jobs_limits_form-Set the limits").click().run()
-        assert not at.exception and jm.limits.max_steps == 50
+        assert not at.exception and jm.access.limits.max_steps == 50
         at.button(key="jobs_teacher_out").click().run()
-        assert not at.exception and not jm.is_teacher("t-owner") and view.TEACHER_LINE not in [i.value for i in at.info]
+        assert not at.exception and not jm.access.is_teacher("t-owner") and view.TEACHER_LINE not in [i.value for i in at.info]
     finally:
         jm.shutdown()
 

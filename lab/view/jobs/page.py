@@ -106,7 +106,7 @@ class Desk:
 
     @property
     def teacher(self) -> bool:
-        return self.jm.is_teacher(self.owner)
+        return self.jm.access.is_teacher(self.owner)
 
     def opening(self) -> list[Section]:
         """The queue's rules, and the job manager's failures when they keep coming back. Runs whose launcher
@@ -124,18 +124,18 @@ class Desk:
         return self.jm.submit(drill, name=name, owner=self.owner).run_id
 
     def sign_in(self, claim: str) -> bool:
-        return self.jm.sign_in_teacher(self.owner, claim, self.client)
+        return self.jm.access.sign_in_teacher(self.owner, claim, self.client)
 
     def sign_out(self) -> None:
-        self.jm.roster.sign_out(self.owner)
+        self.jm.access.roster.sign_out(self.owner)
 
     def limits(self) -> dict[str, Any]:
         """The server's limits as the teacher's form shows them (by control key)."""
-        lim = self.jm.limits
+        lim = self.jm.access.limits
         return {"jobs_max_steps": lim.max_steps, "jobs_max_s": float(lim.max_seconds), "jobs_max_procs": lim.max_procs}
 
     def set_limits(self, steps: int, seconds: float, procs: int) -> None:
-        self.jm.set_limits(self.owner, Limits(int(steps), float(seconds), int(procs)))
+        self.jm.access.set_limits(self.owner, Limits(int(steps), float(seconds), int(procs)))
 
     def stop(self, run_id: str) -> None:
         self.jm.stop(run_id, self.owner)
@@ -206,7 +206,7 @@ class Desk:
         tails = {who: text or "(empty)" for who, text in log_tails(self.jm, run_id).items()}
         if tails:
             sections.append(Section("jobs_logs", text="**Log tail per worker**"))
-        return Job(f"Job {run_id}", f"Name: {run['name']}", self.jm.may_manage(info.get("owner"), self.owner),
+        return Job(f"Job {run_id}", f"Name: {run['name']}", self.jm.access.may_manage(info.get("owner"), self.owner),
                    run["status"] in ACTIVE, run["status"] in FINISHED, read_only_line(info.get("owner")),
                    "Stopped by: " + stopped_by(info["stopped_by"], self.owner, teacher) if info.get("stopped_by")
                    else "", sections, tails)

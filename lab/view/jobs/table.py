@@ -29,6 +29,7 @@ def overview(store: RunStore, jm: JobManager | None = None, owner: str | None = 
     by_run = {rid: g for rid, g in events.groupby("run_id")} if len(events) else {}
     rows = []
     names = store.class_book.seats() if show_ids else {}
+    order = jm.queued() if jm is not None else []  # a queued job's place: 1 = next
     for r in runs.itertuples():
         ev = by_run.get(r.id)
         info_owner = r.owner
@@ -43,7 +44,7 @@ def overview(store: RunStore, jm: JobManager | None = None, owner: str | None = 
             res = ", ".join(f"{g}: {n} slot{'s' if n != 1 else ''}" for g, n in d.get("groups", {}).items())
         elif started is not None and len(started):
             res = f"{started.detail.iloc[-1].get('world', '?')} process(es), not pinned"
-        pos = jm.queue_position(r.id) if jm is not None and r.status == "queued" else None
+        pos = order.index(r.id) + 1 if r.id in order and r.status == "queued" else None
         start, end = r.start, r.end
         rows.append({
             "id": r.id, "name": r.name, "owner": who, "status": r.status,
@@ -111,8 +112,8 @@ def slot_timeline(store: RunStore, run_ids: Iterable[str], now: float | None = N
 def log_tails(jm: JobManager, run_id: str, max_bytes: int = 3000) -> dict[str, str]:
     """The end of each worker's log and of the launcher's log."""
 
-    out = {f"rank {k}": tail_text(p, max_bytes) for k, p in jm.worker_logs(run_id).items()}
-    launcher = tail_text(jm.log_path(run_id), max_bytes)
+    out = {f"rank {k}": tail_text(p, max_bytes) for k, p in jm.launcher.worker_logs(run_id).items()}
+    launcher = tail_text(jm.launcher.log_path(run_id), max_bytes)
     if launcher:
         out["launcher"] = launcher
     return out
