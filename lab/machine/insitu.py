@@ -44,7 +44,8 @@ from lab.machine.cases import CALIBRATION_NETS, build_calibration_net
 from lab.machine.plans import PlanParts, message_weights, parts_of, simulate_parts
 from lab.machine.profile import ExecutorFit, MachineProfile
 from lab.modelled.opgraph import trace
-from lab.modelled.placement.cores import Send, rank_cores
+from lab.modelled.placement.core_tasks import Send
+from lab.modelled.placement.cores import rank_cores
 from lab.modelled.placement.executor import Linear, StepCosts
 from lab.modelled.placement.executor import tasks as executor_tasks
 from lab.processes import LoadMeter
@@ -254,7 +255,7 @@ def _fit_of(theta: Sequence[float], bg: Sequence[float], wire: Sequence[float], 
 
 def _main_cpu(parts: PlanParts, ex: ExecutorFit, node_by_node: bool) -> list[float]:
     from lab.modelled.placement.executor import PieceCost
-    from lab.modelled.placement.cores import Cpu, Recv
+    from lab.modelled.placement.core_tasks import Cpu, Recv
 
     k = ex.compute
     st = [PieceCost(s.index, s.device, tuple((op, t * k, sc) for op, t, sc in s.forward), s.backward * k, s.inputs,

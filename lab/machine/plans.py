@@ -44,7 +44,8 @@ from lab.machine.profile import ExecutorFit, MachineProfile, op_features
 from lab.machine.plan_memory import memory_error, memory_rows, modelled_peaks
 from lab.machine.replay import replay_error
 from lab.modelled.opgraph import trace
-from lab.modelled.placement.cores import Machine, rank_cores
+from lab.modelled.placement.core_tasks import Machine
+from lab.modelled.placement.cores import rank_cores
 from lab.modelled.placement.cores import simulate as simulate_cores
 from lab.modelled.placement.executor import Linear, PieceCost, StepCosts
 from lab.modelled.placement.pipeline import bubble_share
@@ -214,7 +215,7 @@ def plan_outcome(store: Any, run_id: str, profile: MachineProfile | None) -> dic
     info = run.get("info") or {}
     steps = measured_steps(store.metrics(run_id), tr.batch_size)
     median = float(sorted(steps)[len(steps) // 2]) if steps else math.nan
-    events = store.plan_events(run_id)
+    events = store.job_records.plan_events(run_id)
     drawn, rows = None, []
     if len(events):
         spans = {s: float(g.end.max() - g.start.min()) for s, g in events.groupby("step")}

@@ -12,7 +12,8 @@ from hypothesis import strategies as hst
 
 from lab.errors import LabError
 from lab.modelled.placement import cores
-from lab.modelled.placement.cores import Cpu, Machine, Recv, Send, Sleep, share, simulate
+from lab.modelled.placement.core_tasks import Cpu, Machine, Recv, Send, Sleep
+from lab.modelled.placement.cores import share, simulate
 from lab.modelled.placement.executor import Linear, PieceCost, StepCosts, tasks
 from lab.modelled.placement.pipeline import Piece, simulate as ideal
 
@@ -246,3 +247,19 @@ def test_ranks_take_the_cores_by_policy():
     assert DEFAULT_RANK_POLICY == "free"
     with pytest.raises(LabError, match="unknown rank policy"):
         rank_cores(3, 2, w, "random")
+
+
+def test_each_process_of_the_simulation_says_what_it_does_by_name():
+    """The simulation's state per process is named: a process computing is ``run``/``cpu``, one waiting for a
+    message is ``recv`` on that message, one whose tasks are done waits in ``drain`` for its send to be taken."""
+    from lab.modelled.placement.cores import CoreSimulation
+
+    tasks = [[Cpu(0.5), Send("m", 1, cpu=0.0, wire=0.25)], [Recv("m", cpu=0.125), Cpu(1.0)]]
+    sim = CoreSimulation(tasks, [None, None], Machine(cores=2))
+    sim.start()
+    a, b = sim.procs
+    assert (a.state, a.what, a.left) == ("run", "cpu", 0.5) and (b.state, b.task.key) == ("recv", "m")
+    out = sim.run()
+    # the message leaves at 0.5 and is in at 0.75 (the sender ends then), is unpacked by 0.875, then 1 s of work
+    assert [p.state for p in sim.procs] == ["done", "done"] and out.ends == [0.75, 1.875]
+    assert out.blocked == [0.25, 0.75] and out.cpu == [0.5, 1.125]

@@ -274,7 +274,7 @@ def test_both_models_follow_the_one_order_of_actions_on_every_device():
     # A plan that returns to a device (A, B, A, C, B) with a skip input: every device's rows, in both the
     # ideal model and the executor model, are its list of actions.
     from lab.modelled.placement import order
-    from lab.modelled.placement.cores import Cpu
+    from lab.modelled.placement.core_tasks import Cpu
     from lab.modelled.placement.executor import PieceCost, StepCosts, tasks
 
     devs = ["A", "B", "A", "C", "B"]

@@ -35,85 +35,12 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from numbers import Integral
 from typing import Any, Hashable, Mapping, Sequence
 
 from lab.errors import LabError
-from lab.modelled.placement.pipeline import check_seconds
+from lab.modelled.placement.core_tasks import WHERE, CoreSchedule, Cpu, Machine, Recv, Send, Sleep, check_tasks
 
-WHERE = "core model"
 _EPS = 1e-12
-
-
-@dataclass(frozen=True)
-class Cpu:
-    """``seconds`` of work on a dedicated core; ``row``: what to record of it (None: nothing)."""
-
-    seconds: float
-    row: Mapping[str, Any] | None = None
-
-
-@dataclass(frozen=True)
-class Sleep:
-    """A wait that takes no core: ``seconds``, plus ``after`` times the wall time of the process's previous
-    :class:`Cpu` task (the executor's emulated slowdown waits ``(s - 1)`` times what the operator just took)."""
-
-    seconds: float = 0.0
-    after: float = 0.0
-    row: Mapping[str, Any] | None = None
-
-
-@dataclass(frozen=True)
-class Send:
-    """Message ``key`` to process ``to``: ``cpu`` seconds of the sender's work, then it leaves; it arrives
-    ``wire`` seconds later, and the receive returns no sooner than ``hold`` seconds after it left."""
-
-    key: Hashable
-    to: int
-    cpu: float = 0.0
-    wire: float = 0.0
-    hold: float = 0.0
-    row: Mapping[str, Any] | None = None
-
-
-@dataclass(frozen=True)
-class Recv:
-    """Wait for message ``key``, then ``cpu`` seconds of the receiver's work (unpacking)."""
-
-    key: Hashable
-    cpu: float = 0.0
-    row: Mapping[str, Any] | None = None
-
-
-@dataclass(frozen=True)
-class Machine:
-    """The cores and what the processes pay for sharing them (seconds)."""
-
-    cores: int = 2
-    wake: float = 0.0
-    background_same: float = 0.0
-    background_other: float = 0.0
-    external: float = 0.0
-
-
-@dataclass
-class CoreSchedule:
-    """What :func:`simulate` found: ``rows`` (every recorded task: its row fields plus ``start``, ``end`` and
-    ``rank``; messages as ``kind`` from the Send's row with ``start`` the departure and ``end`` when the
-    receive returned), the step's length, and per process its CPU seconds (main thread and background) and the
-    seconds it was blocked or asleep. A process ends when its last task is done, every message it sent was
-    received and its background work is done (what is left of it would delay the next step)."""
-
-    rows: list[dict]
-    makespan: float
-    cpu: list[float]
-    background: list[float]
-    blocked: list[float]
-    ends: list[float] = field(default_factory=list)
-
-
-def _sec(x: Any, what: str) -> float:
-    return check_seconds(x, what, where=WHERE)
 
 
 def share(entities: Sequence[tuple[float, float, int | None]], cores: int) -> list[float]:
@@ -161,284 +88,300 @@ def share(entities: Sequence[tuple[float, float, int | None]], cores: int) -> li
     return rate
 
 
-def _check(tasks: Sequence[Sequence[Any]], pinned: Sequence[int | None], machine: Machine) -> None:
-    if not isinstance(machine, Machine):
-        raise LabError("machine must be a Machine", where=WHERE)
-    if isinstance(machine.cores, bool) or not isinstance(machine.cores, Integral) or machine.cores < 1:
-        raise LabError(f"the machine needs at least one core (got {machine.cores!r})", where=WHERE)
-    for name in ("wake", "background_same", "background_other", "external"):
-        _sec(getattr(machine, name), name)
-    if len(pinned) != len(tasks):
-        raise LabError(f"{len(tasks)} processes but {len(pinned)} core choices", where=WHERE)
-    for r, c in enumerate(pinned):
-        if c is not None and (isinstance(c, bool) or not isinstance(c, Integral) or not 0 <= c < machine.cores):
-            raise LabError(f"process {r} is pinned to core {c!r}; the machine has cores 0..{machine.cores - 1}",
-                           where=WHERE)
-    sends: dict[Hashable, int] = {}
-    recvs: dict[Hashable, int] = {}
-    for r, lst in enumerate(tasks):
-        for t in lst:
+@dataclass
+class Proc:
+    """One process of the simulation: where it is in its task list, what it does now, its communication thread's
+    queue, and what it used.
+
+    ``state`` is one of: ``run`` (needs a core; ``what`` is ``cpu``, ``send`` or ``unpack``), ``sleep`` (takes
+    none until ``until``; ``what`` is ``sleep``, an emulated wait, or ``hold``, an emulated link), ``recv``
+    (waits for its task's message), ``wake`` (runnable at ``until``, then resumes by ``what``: ``advance`` or
+    ``unpack``), ``drain`` (its tasks are done; it waits for its sends to be received), ``done``."""
+
+    tasks: Sequence[Any]
+    core: int | None
+    idx: int = 0
+    state: str = "start"
+    what: str = ""
+    task: Any = None
+    until: float = 0.0
+    left: float = 0.0  # run: seconds of work left
+    began: float = 0.0
+    last_cpu_wall: float = 0.0  # the wall time of its last Cpu task (a Sleep's ``after`` scales it)
+    comm: list = field(default_factory=list)  # its communication thread's queue: (seconds, "out" | "in", key)
+    comm_left: float = 0.0  # seconds left of the head of that queue
+    comm_from: float = 0.0  # the thread runs from this time (a wake-up on a busy core); nan: not decided yet
+    outstanding: int = 0  # its sends not yet received
+    cpu: float = 0.0
+    background: float = 0.0
+    blocked: float = 0.0
+    end: float = 0.0
+
+    def to(self, state: str, what: str = "", task: Any = None, until: float = 0.0) -> None:
+        self.state, self.what, self.task, self.until = state, what, task, until
+
+
+class CoreSimulation:
+    """One step of processes on shared cores (:func:`simulate`): the processes' state, the messages on their way,
+    and the clock. :meth:`run` goes from event to event until every process has ended."""
+
+    def __init__(self, tasks: Sequence[Sequence[Any]], pinned: Sequence[int | None], machine: Machine):
+        check_tasks(tasks, pinned, machine)
+        self.machine = machine
+        self.procs = [Proc(lst, core) for lst, core in zip(tasks, pinned)]
+        self.send_of = {t.key: (r, t) for r, lst in enumerate(tasks) for t in lst if isinstance(t, Send)}
+        self.departed: dict[Hashable, float] = {}
+        self.arrived: set = set()
+        self.in_flight: dict[Hashable, float] = {}  # key -> arrival
+        self.rows: list[dict] = []
+        self.now = 0.0
+
+    def record(self, row: Mapping | None, r: int, start: float, end: float, **extra) -> None:
+        if row is not None:
+            self.rows.append({**row, "rank": r, "start": start, "end": end, **extra})
+
+    def busy_core(self, r: int, own_comm: bool = True) -> bool:
+        """Whether other runnable work holds ``r``'s cores right now (so ``r`` waits to be scheduled)."""
+        me = self.procs[r]
+        others = self.machine.external
+        for q, p in enumerate(self.procs):
+            if me.core is not None and p.core is not None and p.core != me.core:
+                continue
+            others += (p.state == "run" and q != r) + bool(p.comm and not p.comm_from > self.now
+                                                           and (own_comm or q != r))
+        return others >= (1 if me.core is not None else self.machine.cores)
+
+    def finish(self, r: int) -> None:
+        """A process whose tasks are done ends once its sends are received and its background work is done."""
+        p = self.procs[r]
+        if p.state == "drain" and p.outstanding == 0 and not p.comm:
+            p.to("done")
+            p.end = self.now
+
+    def depart(self, r: int, t: Send) -> None:
+        self.departed[t.key] = self.now
+        self.procs[r].outstanding += 1
+        self.queue(r, "out", t.key)
+
+    def queue(self, r: int, way: str, key: Hashable) -> None:
+        """Work for ``r``'s communication thread: the message leaves (``out``) or is taken in (``in``) once it
+        has run; a thread with nothing to do that gets work on a busy core first waits to be scheduled."""
+        s_, st = self.send_of[key]
+        same = self.procs[s_].core is not None and self.procs[s_].core == self.procs[st.to].core
+        bg = self.machine.background_same if same else self.machine.background_other
+        p = self.procs[r]
+        if not p.comm:
+            p.comm_from = math.nan  # decided once everything due now has happened (see run)
+            p.comm_left = bg
+        p.comm.append((bg, way, key))
+
+    def comm_done(self, r: int) -> None:
+        """The head of ``r``'s communication queue has run."""
+        p = self.procs[r]
+        _, way, key = p.comm.pop(0)
+        if way == "out":
+            self.in_flight[key] = self.now + self.send_of[key][1].wire
+        else:
+            self.arrived.add(key)
+            to = self.procs[self.send_of[key][1].to]
+            if to.state == "recv" and to.task.key == key and self.matched(self.send_of[key][1].to, to.task):
+                self.wake(self.send_of[key][1].to, "unpack", to.task)
+        p.comm_left = p.comm[0][0] if p.comm else 0.0
+
+    def matched(self, r: int, t: Recv) -> bool:
+        """Message ``t`` is in and ``r`` asked for it: the sender's handle completes. True when ``r`` goes
+        straight on (False: it holds for the emulated link first)."""
+        s, st = self.send_of[t.key]
+        self.procs[s].outstanding -= 1
+        self.finish(s)
+        due = self.departed[t.key] + st.hold
+        if due > self.now + _EPS:
+            self.procs[r].to("sleep", "hold", t, due)
+            self.procs[r].began = self.now
+            return False
+        return True
+
+    def unpack(self, r: int, t: Recv) -> bool:
+        """The receive of ``t`` returns: record the message, start unpacking. True when that needs a core."""
+        p = self.procs[r]
+        s, st = self.send_of[t.key]
+        self.record(st.row, r, self.departed[t.key], self.now, src_rank=s)
+        if t.cpu > 0:
+            p.to("run", "unpack", t)
+            p.left, p.began = float(t.cpu), self.now
+            return True
+        p.idx += 1
+        return False
+
+    def advance(self, r: int) -> None:
+        """Start process ``r``'s next tasks until it needs a core, waits, or ends."""
+        p, now = self.procs[r], self.now
+        while True:
+            if p.idx >= len(p.tasks):
+                p.to("drain")
+                self.finish(r)
+                return
+            t = p.tasks[p.idx]
             if isinstance(t, Cpu):
-                _sec(t.seconds, f"process {r}: a task's seconds")
+                if t.seconds > 0:
+                    p.to("run", "cpu", t)
+                    p.left, p.began = float(t.seconds), now
+                    return
+                self.record(t.row, r, now, now)
+                p.last_cpu_wall = 0.0
             elif isinstance(t, Sleep):
-                _sec(t.seconds, f"process {r}: a sleep's seconds")
-                _sec(t.after, f"process {r}: a sleep's factor")
+                wait = t.seconds + t.after * p.last_cpu_wall
+                if wait > 0:
+                    p.to("sleep", "sleep", t, now + wait)
+                    p.began = now
+                    return
+                self.record(t.row, r, now, now)
             elif isinstance(t, Send):
-                for name in ("cpu", "wire", "hold"):
-                    _sec(getattr(t, name), f"process {r}: message {t.key!r}'s {name}")
-                if isinstance(t.to, bool) or not isinstance(t.to, Integral) or not 0 <= t.to < len(tasks) or t.to == r:
-                    raise LabError(f"process {r} sends message {t.key!r} to process {t.to!r}, which is not another "
-                                   "process", where=WHERE)
-                if t.key in sends:
-                    raise LabError(f"message {t.key!r} is sent twice", where=WHERE)
-                sends[t.key] = r
-            elif isinstance(t, Recv):
-                _sec(t.cpu, f"process {r}: message {t.key!r}'s cpu")
-                if t.key in recvs:
-                    raise LabError(f"message {t.key!r} is received twice", where=WHERE)
-                recvs[t.key] = r
-            else:
-                raise LabError(f"process {r} has a task of unknown kind {type(t).__name__}", where=WHERE)
-    for key, r in recvs.items():
-        if key not in sends:
-            raise LabError(f"process {r} waits for message {key!r}, which nobody sends", where=WHERE)
-    for key, r in sends.items():
-        if key not in recvs:
-            raise LabError(f"process {r} sends message {key!r}, which nobody receives", where=WHERE)
-    for t_list in tasks:
-        for t in t_list:
-            if isinstance(t, Send) and recvs[t.key] != t.to:
-                raise LabError(f"message {t.key!r} goes to process {t.to} but process {recvs[t.key]} receives it",
-                               where=WHERE)
+                if t.cpu > 0:
+                    p.to("run", "send", t)
+                    p.left, p.began = float(t.cpu), now
+                    return
+                self.depart(r, t)
+            else:  # Recv
+                if t.key not in self.arrived:
+                    p.to("recv", task=t)
+                    p.began = now
+                    return
+                if not self.matched(r, t) or self.unpack(r, t):
+                    return
+                continue
+            p.idx += 1
+
+    def wake(self, r: int, resume: str, t: Any) -> None:
+        """``r`` becomes runnable; on a busy core it first waits to be scheduled."""
+        if self.machine.wake > 0 and self.busy_core(r):
+            self.procs[r].to("wake", resume, t, self.now + self.machine.wake)
+        else:
+            self.resume_now(r, resume, t)
+
+    def resume_now(self, r: int, resume: str, t: Any) -> None:
+        if resume == "unpack" and self.unpack(r, t):
+            return
+        self.advance(r)
+
+    def rates(self) -> tuple[list[tuple[str, int]], list[float]]:
+        """Who runs now (a process's main thread, its communication thread, the machine's other work) and at
+        what share of the cores."""
+        for r, p in enumerate(self.procs):
+            if p.comm and math.isnan(p.comm_from):
+                # Its own main thread competes too, when it computes.
+                busy = self.busy_core(r, own_comm=False) or p.state == "run"
+                p.comm_from = self.now + (self.machine.wake if self.machine.wake > 0 and p.comm_left > 0 and busy
+                                          else 0.0)
+        ents: list[tuple[float, float, int | None]] = []
+        who: list[tuple[str, int]] = []
+        for r, p in enumerate(self.procs):
+            if p.state == "run":
+                ents.append((1.0, 1.0, p.core))
+                who.append(("main", r))
+            if p.comm and p.comm_from <= self.now:
+                ents.append((1.0, 1.0, p.core))
+                who.append(("bg", r))
+        if self.machine.external > 0:
+            ents.append((self.machine.external, self.machine.external, None))
+            who.append(("ext", -1))
+        return who, share(ents, self.machine.cores)
+
+    def next_event(self, who: list[tuple[str, int]], rates: list[float]) -> float:
+        """When the next task ends, sleep or wake-up is due, message arrives or communication thread runs."""
+        nxt = math.inf
+        for (kind, r), rate in zip(who, rates):
+            if kind != "ext" and rate > 0:
+                p = self.procs[r]
+                nxt = min(nxt, self.now + (p.left if kind == "main" else p.comm_left) / rate)
+        for p in self.procs:
+            if p.state in ("sleep", "wake"):
+                nxt = min(nxt, p.until)
+        for when in self.in_flight.values():
+            nxt = min(nxt, when)
+        for p in self.procs:
+            if p.comm and p.comm_from > self.now:
+                nxt = min(nxt, p.comm_from)
+        if not math.isfinite(nxt):
+            stuck = [f"process {r} waits for message {p.task.key!r}" for r, p in enumerate(self.procs)
+                     if p.state == "recv"]
+            raise LabError("the processes wait for each other: " + "; ".join(stuck or ["no process can go on"]),
+                           where=WHERE)
+        return nxt
+
+    def progress(self, who: list[tuple[str, int]], rates: list[float], dt: float) -> None:
+        """Every runnable entity works ``dt`` seconds at its rate; blocked processes wait as long."""
+        for (kind, r), rate in zip(who, rates):
+            p = self.procs[r] if kind != "ext" else None
+            if kind == "main":
+                p.left -= rate * dt
+                p.cpu += rate * dt
+            elif kind == "bg":
+                p.comm_left -= rate * dt
+                p.background += rate * dt
+        for p in self.procs:
+            if p.state in ("recv", "sleep", "drain"):
+                p.blocked += dt
+
+    def happen(self) -> None:
+        """Everything due now: communication done, messages arrived, tasks, sleeps and wake-ups ended."""
+        now = self.now
+        tol = _EPS * max(1.0, now)
+        for r, p in enumerate(self.procs):
+            while p.comm and p.comm_from <= now + tol and p.comm_left <= tol:
+                self.comm_done(r)
+        for key in [k for k, w in self.in_flight.items() if w <= now + tol]:
+            del self.in_flight[key]
+            self.queue(self.send_of[key][1].to, "in", key)
+        for r, p in enumerate(self.procs):
+            if p.state == "run" and p.left <= tol:
+                if p.what == "cpu":
+                    self.record(p.task.row, r, p.began, now)
+                    p.last_cpu_wall = now - p.began
+                elif p.what == "send":
+                    self.depart(r, p.task)
+                p.idx += 1
+                self.advance(r)
+            elif p.state == "sleep" and p.until <= now + tol:
+                if p.what == "sleep":
+                    self.record(p.task.row, r, p.began, now)
+                    p.idx += 1
+                    self.wake(r, "advance", None)
+                else:
+                    self.wake(r, "unpack", p.task)
+            elif p.state == "wake" and p.until <= now + tol:
+                self.resume_now(r, p.what, p.task)
+        for r in range(len(self.procs)):
+            self.finish(r)
+
+    def start(self) -> None:
+        """Time 0, the step's barrier: every process starts its first tasks (once)."""
+        for r, p in enumerate(self.procs):
+            if p.state == "start":
+                self.advance(r)
+
+    def run(self) -> CoreSchedule:
+        self.start()
+        guard = 0
+        while any(p.state != "done" for p in self.procs):
+            guard += 1
+            if guard > 10_000_000:  # pragma: no cover - a bound, not a behaviour
+                raise LabError("the simulation does not end", where=WHERE)
+            who, rates = self.rates()
+            nxt = self.next_event(who, rates)
+            self.progress(who, rates, max(0.0, nxt - self.now))
+            self.now = nxt
+            self.happen()
+        ends = [p.end for p in self.procs]
+        return CoreSchedule(rows=self.rows, makespan=max(ends) if ends else 0.0, cpu=[p.cpu for p in self.procs],
+                            background=[p.background for p in self.procs], blocked=[p.blocked for p in self.procs],
+                            ends=ends)
 
 
 def simulate(tasks: Sequence[Sequence[Any]], pinned: Sequence[int | None], machine: Machine) -> CoreSchedule:
     """One step of ``len(tasks)`` processes (process ``r`` runs ``tasks[r]`` in order, pinned to core
     ``pinned[r]`` or to none), from time 0 (the step's barrier) until every process has ended."""
-    _check(tasks, pinned, machine)
-    n = len(tasks)
-    idx = [0] * n
-    # phase[r]: ("run", kind, task) needs a core (kind cpu, send or unpack); ("sleep", until, task, why) takes
-    # none (why: "sleep" an emulated wait, "hold" an emulated link); ("recv", task) waits for a message;
-    # ("wake", until, resume, task) is runnable but not yet running; ("drain",) waits for its sends to be
-    # received; ("done",).
-    phase: list[tuple] = [("start",)] * n
-    left = [0.0] * n
-    began = [0.0] * n
-    last_cpu_wall = [0.0] * n
-    bg_left = [0.0] * n  # seconds left of the head of each process's communication queue
-    comm: list[list[tuple[float, str, Hashable]]] = [[] for _ in range(n)]  # (seconds, "out" | "in", message)
-    comm_from = [0.0] * n  # the communication thread runs from this time (a wake-up on a busy core)
-    cpu_used, bg_used, blocked, ends = [0.0] * n, [0.0] * n, [0.0] * n, [0.0] * n
-    send_of = {t.key: (r, t) for r, lst in enumerate(tasks) for t in lst if isinstance(t, Send)}
-    departed: dict[Hashable, float] = {}
-    arrived: set = set()
-    in_flight: dict[Hashable, float] = {}  # key -> arrival
-    outstanding = [0] * n
-    rows: list[dict] = []
-    now = 0.0
-
-    def record(row: Mapping | None, r: int, start: float, end: float, **extra) -> None:
-        if row is not None:
-            rows.append({**row, "rank": r, "start": start, "end": end, **extra})
-
-    def busy_core(r: int, own_comm: bool = True) -> bool:
-        """Whether other runnable work holds ``r``'s cores right now (so ``r`` waits to be scheduled)."""
-        others = machine.external
-        for q in range(n):
-            if pinned[r] is not None and pinned[q] is not None and pinned[q] != pinned[r]:
-                continue
-            others += (phase[q][0] == "run" and q != r) + bool(comm[q] and not comm_from[q] > now
-                                                               and (own_comm or q != r))
-        return others >= (1 if pinned[r] is not None else machine.cores)
-
-    def finish(r: int) -> None:
-        """A process whose tasks are done ends once its sends are received and its background work is done."""
-        if phase[r][0] == "drain" and outstanding[r] == 0 and not comm[r]:
-            phase[r], ends[r] = ("done",), now
-
-    def depart(r: int, t: Send) -> None:
-        departed[t.key] = now
-        outstanding[r] += 1
-        queue(r, "out", t.key)
-
-    def queue(r: int, way: str, key: Hashable) -> None:
-        """Work for ``r``'s communication thread: the message leaves (``out``) or is taken in (``in``) once it
-        has run; a thread with nothing to do that gets work on a busy core first waits to be scheduled."""
-        s_, st = send_of[key]
-        same = pinned[s_] is not None and pinned[s_] == pinned[st.to]
-        bg = machine.background_same if same else machine.background_other
-        if not comm[r]:
-            comm_from[r] = math.nan  # decided once everything due now has happened (see the loop)
-            bg_left[r] = bg
-        comm[r].append((bg, way, key))
-
-    def comm_done(r: int) -> None:
-        """The head of ``r``'s communication queue has run."""
-        _, way, key = comm[r].pop(0)
-        if way == "out":
-            in_flight[key] = now + send_of[key][1].wire
-        else:
-            arrived.add(key)
-            to = send_of[key][1].to
-            if phase[to][0] == "recv" and phase[to][1].key == key and matched(to, phase[to][1]):
-                wake(to, "unpack", phase[to][1])
-        bg_left[r] = comm[r][0][0] if comm[r] else 0.0
-
-    def matched(r: int, t: Recv) -> bool:
-        """Message ``t`` is in and ``r`` asked for it: the sender's handle completes. True when ``r`` goes
-        straight on (False: it holds for the emulated link first)."""
-        s, st = send_of[t.key]
-        outstanding[s] -= 1
-        finish(s)
-        due = departed[t.key] + st.hold
-        if due > now + _EPS:
-            phase[r], began[r] = ("sleep", due, t, "hold"), now
-            return False
-        return True
-
-    def unpack(r: int, t: Recv) -> bool:
-        """The receive of ``t`` returns: record the message, start unpacking. True when that needs a core."""
-        s, st = send_of[t.key]
-        record(st.row, r, departed[t.key], now, src_rank=s)
-        if t.cpu > 0:
-            phase[r], left[r], began[r] = ("run", "unpack", t), float(t.cpu), now
-            return True
-        idx[r] += 1
-        return False
-
-    def advance(r: int) -> None:
-        """Start process ``r``'s next tasks until it needs a core, waits, or ends."""
-        while True:
-            if idx[r] >= len(tasks[r]):
-                phase[r] = ("drain",)
-                finish(r)
-                return
-            t = tasks[r][idx[r]]
-            if isinstance(t, Cpu):
-                if t.seconds > 0:
-                    phase[r], left[r], began[r] = ("run", "cpu", t), float(t.seconds), now
-                    return
-                record(t.row, r, now, now)
-                last_cpu_wall[r] = 0.0
-            elif isinstance(t, Sleep):
-                wait = t.seconds + t.after * last_cpu_wall[r]
-                if wait > 0:
-                    phase[r], began[r] = ("sleep", now + wait, t, "sleep"), now
-                    return
-                record(t.row, r, now, now)
-            elif isinstance(t, Send):
-                if t.cpu > 0:
-                    phase[r], left[r], began[r] = ("run", "send", t), float(t.cpu), now
-                    return
-                depart(r, t)
-            else:  # Recv
-                if t.key not in arrived:
-                    phase[r], began[r] = ("recv", t), now
-                    return
-                if not matched(r, t) or unpack(r, t):
-                    return
-                continue
-            idx[r] += 1
-
-    def wake(r: int, resume: str, t: Any) -> None:
-        """``r`` becomes runnable; on a busy core it first waits to be scheduled."""
-        if machine.wake > 0 and busy_core(r):
-            phase[r] = ("wake", now + machine.wake, resume, t)
-        else:
-            resume_now(r, resume, t)
-
-    def resume_now(r: int, resume: str, t: Any) -> None:
-        if resume == "unpack":
-            if unpack(r, t):
-                return
-        advance(r)
-
-    for r in range(n):
-        advance(r)
-
-    guard = 0
-    while any(p[0] != "done" for p in phase):
-        guard += 1
-        if guard > 10_000_000:  # pragma: no cover - a bound, not a behaviour
-            raise LabError("the simulation does not end", where=WHERE)
-        for r in range(n):
-            if comm[r] and math.isnan(comm_from[r]):
-                # Its own main thread competes too, when it computes.
-                busy = busy_core(r, own_comm=False) or phase[r][0] == "run"
-                comm_from[r] = now + (machine.wake if machine.wake > 0 and bg_left[r] > 0 and busy else 0.0)
-        ents: list[tuple[float, float, int | None]] = []
-        who: list[tuple[str, int]] = []
-        for r in range(n):
-            if phase[r][0] == "run":
-                ents.append((1.0, 1.0, pinned[r]))
-                who.append(("main", r))
-            if comm[r] and comm_from[r] <= now:
-                ents.append((1.0, 1.0, pinned[r]))
-                who.append(("bg", r))
-        if machine.external > 0:
-            ents.append((machine.external, machine.external, None))
-            who.append(("ext", -1))
-        rates = share(ents, machine.cores)
-        nxt = math.inf
-        for (kind, r), rate in zip(who, rates):
-            if kind != "ext" and rate > 0:
-                nxt = min(nxt, now + (left[r] if kind == "main" else bg_left[r]) / rate)
-        for r in range(n):
-            if phase[r][0] in ("sleep", "wake"):
-                nxt = min(nxt, phase[r][1])
-        for when in in_flight.values():
-            nxt = min(nxt, when)
-        for r in range(n):
-            if comm[r] and comm_from[r] > now:
-                nxt = min(nxt, comm_from[r])
-        if not math.isfinite(nxt):
-            stuck = [f"process {r} waits for message {phase[r][1].key!r}" for r in range(n) if phase[r][0] == "recv"]
-            raise LabError("the processes wait for each other: " + "; ".join(stuck or ["no process can go on"]),
-                           where=WHERE)
-        dt = max(0.0, nxt - now)
-        for (kind, r), rate in zip(who, rates):
-            if kind == "main":
-                left[r] -= rate * dt
-                cpu_used[r] += rate * dt
-            elif kind == "bg":
-                bg_left[r] -= rate * dt
-                bg_used[r] += rate * dt
-        for r in range(n):
-            if phase[r][0] in ("recv", "sleep", "drain"):
-                blocked[r] += dt
-        now = nxt
-        tol = _EPS * max(1.0, now)
-        for r in range(n):
-            while comm[r] and comm_from[r] <= now + tol and bg_left[r] <= tol:
-                comm_done(r)
-        for key in [k for k, w in in_flight.items() if w <= now + tol]:
-            del in_flight[key]
-            queue(send_of[key][1].to, "in", key)
-        for r in range(n):
-            ph = phase[r]
-            if ph[0] == "run" and left[r] <= tol:
-                kind, t = ph[1], ph[2]
-                if kind == "cpu":
-                    record(t.row, r, began[r], now)
-                    last_cpu_wall[r] = now - began[r]
-                elif kind == "send":
-                    depart(r, t)
-                idx[r] += 1
-                advance(r)
-            elif ph[0] == "sleep" and ph[1] <= now + tol:
-                if ph[3] == "sleep":
-                    record(ph[2].row, r, began[r], now)
-                    idx[r] += 1
-                    wake(r, "advance", None)
-                else:
-                    wake(r, "unpack", ph[2])
-            elif ph[0] == "wake" and ph[1] <= now + tol:
-                resume_now(r, ph[2], ph[3])
-        for r in range(n):
-            finish(r)
-    return CoreSchedule(rows=rows, makespan=max(ends) if ends else 0.0, cpu=cpu_used, background=bg_used,
-                        blocked=blocked, ends=ends)
+    return CoreSimulation(tasks, pinned, machine).run()
 
 
 #: How a job's ranks take the cores: free (no pinning: the kernel moves every thread of every rank, a
@@ -489,5 +432,4 @@ def rank_cores(n: int, cores: int, weights: Mapping[tuple[int, int], float] | No
     return best
 
 
-__all__ = ["Cpu", "Sleep", "Send", "Recv", "Machine", "CoreSchedule", "share", "simulate", "RANK_POLICIES",
-           "DEFAULT_RANK_POLICY", "rank_cores"]
+__all__ = ["CoreSimulation", "share", "simulate", "RANK_POLICIES", "DEFAULT_RANK_POLICY", "rank_cores"]

@@ -19,7 +19,7 @@ a core per process:
 
 A message costs the sender ``send`` (packing, the time stamp, ``isend``), the receiver ``recv`` (unpacking),
 and ``wire`` on the way; with emulation the receive returns no sooner than the topology's link time after the
-message left. The background CPU of communication threads is the machine's (:class:`.cores.Machine`).
+message left. The background CPU of communication threads is the machine's (:class:`.core_tasks.Machine`).
 """
 from __future__ import annotations
 
@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from typing import Callable, Mapping, Sequence
 
 from lab.errors import LabError
-from lab.modelled.placement.cores import Cpu, Recv, Send, Sleep
+from lab.modelled.placement.core_tasks import Cpu, Recv, Send, Sleep
 from lab.modelled.placement.order import BACKWARD, FORWARD
 from lab.modelled.placement.order import schedule as order_of
 
