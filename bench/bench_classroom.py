@@ -257,12 +257,12 @@ def main() -> None:
             waits = []
             for rid, _ in shorts:
                 run = jm.store.get_run(rid)
-                ev = jm.store.events(rid)
+                ev = jm.store.job_records.events(rid)
                 sched = ev[ev.event == "scheduled"]
                 waits.append((run["name"], run["status"], float(sched.detail.iloc[0]["queued_s"]) if len(sched)
                               else float("nan"), (run["end"] or float("nan")) - (run["start"] or float("nan"))))
             long_status = jm.store.status(long_id)
-            yielded = bool(len((ev := jm.store.events(long_id))[ev.event == "yielded"]))
+            yielded = bool(len((ev := jm.store.job_records.events(long_id))[ev.event == "yielded"]))
         finally:
             if jm is not None:
                 jm.shutdown()

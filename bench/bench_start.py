@@ -42,7 +42,7 @@ from lab.train.warm import rss_mb  # noqa: E402
 
 
 def first_step_at(store: RunStore, rid: str) -> float:
-    ev = store.events(rid)
+    ev = store.job_records.events(rid)
     return float(ev[ev.event == "running"].t.iloc[0])
 
 

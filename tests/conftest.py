@@ -117,7 +117,7 @@ def run_command(sc, store_path=None, timeout: float = 240.0):
                               cwd=ROOT, env=settings.child_env(LAB_DB=str(store.path.resolve())), capture_output=True,
                               text=True, timeout=timeout)
     assert rid in set(store.list_runs().id), proc.stderr[-2000:]  # refused before the run was stored
-    run, ev = store.get_run(rid), store.events(rid)
+    run, ev = store.get_run(rid), store.job_records.events(rid)
     return LaunchResult(rid, run["status"], final_accuracy(store, rid), run["error"],
                         int((ev.event == "restart").sum()))
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 MAX_METHODS, MAX_ATTRIBUTES = 25, 30
-NOT_YET_COMPOSED = {"RunStore": (37, 7)}
+NOT_YET_COMPOSED: dict[str, tuple[int, int]] = {}  # every class of lab/ is within the aim
 
 
 def _classes() -> dict[str, list[dict]]:

@@ -84,7 +84,7 @@ class Launched:
 
     def scratch(self) -> str | None:
         """The scratch folder its launcher recorded."""
-        return (self.store.launcher(self.run_id) or {}).get("scratch")
+        return (self.store.job_records.launcher(self.run_id) or {}).get("scratch")
 
 
 class Launcher:

@@ -55,7 +55,7 @@ def status_or(store, run_id: str, default: str | None = None) -> str | None:
 
 def launcher_alive(store, run_id: str, run: dict) -> bool:
     """Whether the launcher of ``run`` (started by any process: this manager, another, the command line) runs."""
-    rec = store.launcher(run_id)
+    rec = store.job_records.launcher(run_id)
     if rec is not None:
         return launcher_gone(rec) is None
     return alive_since(run["pid"], run["created"])
@@ -67,8 +67,8 @@ def mark_gone(store, run_id: str, why: str, by: str) -> bool:
     changed = store.set_status(run_id, "interrupted", only_from=("running",),
                                error=f"the job ended without reporting: {why}")
     if changed:
-        store.set_heartbeats(run_id, [])
-        store.add_event(run_id, "ended", detail={"status": "interrupted", "by": by, "why": why})
+        store.job_records.set_heartbeats(run_id, [])
+        store.job_records.add_event(run_id, "ended", detail={"status": "interrupted", "by": by, "why": why})
     return changed
 
 
@@ -108,7 +108,7 @@ class Drains:
 
     def begin(self, run_id: str, by: str) -> None:
         with self.lock:
-            rec = self.store.launcher(run_id) or {}
+            rec = self.store.job_records.launcher(run_id) or {}
             self.waiting.setdefault(run_id, {"since": time.monotonic(), "scratch": rec.get("scratch"), "by": by,
                                              "killed": []})
             self.step(run_id)
@@ -135,8 +135,8 @@ class Drains:
             slots = self.book.release(run_id)
         scratch = remove_scratch(run_id, d["scratch"])
         try:
-            self.store.set_heartbeats(run_id, [])
-            self.store.add_event(run_id, "released", detail={
+            self.store.job_records.set_heartbeats(run_id, [])
+            self.store.job_records.add_event(run_id, "released", detail={
                 "by": d["by"], "slots": slots, "worker_processes_left": 0, "killed": d["killed"],
                 "waited_s": round(time.monotonic() - d["since"], 3), "scratch_folders_removed": scratch})
         except LabError:
@@ -160,14 +160,14 @@ class Drains:
             for f in ck.glob("step*.pt*"):
                 f.unlink(missing_ok=True)
                 removed += 1
-        scratch = remove_scratch(run_id, (self.store.launcher(run_id) or {}).get("scratch"))
-        self.store.set_heartbeats(run_id, [])
+        scratch = remove_scratch(run_id, (self.store.job_records.launcher(run_id) or {}).get("scratch"))
+        self.store.job_records.set_heartbeats(run_id, [])
         with self.lock:
             self.waiting.pop(run_id, None)
             slots = self.book.release(run_id)
         detail = {"by": "release button", "released_by": by, "killed": killed, "checkpoint_files_removed": removed,
                   "slots": slots, "scratch_folders_removed": scratch, "kept": "final.pt and the logs"}
-        self.store.add_event(run_id, "released", detail=detail)
+        self.store.job_records.add_event(run_id, "released", detail=detail)
         return detail
 
 
@@ -204,7 +204,7 @@ class Sweeper:
             seen.add(r.id)
             if r.id in ours:
                 continue
-            rec = self.store.launcher(r.id)
+            rec = self.store.job_records.launcher(r.id)
             if rec is not None:
                 why = launcher_gone(rec)
             elif alive_since(r.pid, r.created):
@@ -238,7 +238,7 @@ class Sweeper:
                 adopted.append((r.id, str(info.get("owner") or ANONYMOUS)))
         for rid, owner in adopted:
             self.store.merge_info(rid, {"queued_by": this_process()})
-            self.store.add_event(rid, "requeued", detail={"owner": owner, "by": "job manager at start",
+            self.store.job_records.add_event(rid, "requeued", detail={"owner": owner, "by": "job manager at start",
                                                           "why": "the process that queued it has ended"})
         self.adopted = [rid for rid, _ in adopted]
         ours = ours | set(self.adopted)
@@ -246,7 +246,7 @@ class Sweeper:
         for r in runs.itertuples():
             if r.id in ours or r.status != "running":
                 continue
-            rec = self.store.launcher(r.id)
+            rec = self.store.job_records.launcher(r.id)
             why = launcher_gone(rec) if rec is not None else (
                 None if alive_since(as_pid(r.pid), r.created) else "its process is gone (killed, or the machine restarted)")
             if why is None:

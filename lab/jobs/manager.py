@@ -205,8 +205,8 @@ class JobManager:
         ids = self.store.create_runs(checked, status="queued", info={"owner": owner, "queued_by": this_process()},
                                      cap=cap)
         for rid, (sc, name) in zip(ids, checked):
-            self.store.add_event(rid, "submitted", detail={"owner": owner, "by": "job manager"})
-            self.store.add_event(rid, "parsed", detail=parse_job(sc))
+            self.store.job_records.add_event(rid, "submitted", detail={"owner": owner, "by": "job manager"})
+            self.store.job_records.add_event(rid, "parsed", detail=parse_job(sc))
             with self._lock:
                 self.queue.add(rid, owner, world_size(sc))
         self.launcher.warm_up()
@@ -285,7 +285,7 @@ class JobManager:
             self.queue.take(rid, owner)
             held = self.book.take(rid, where, self.jobs.yielded)
             cpus = rank_cpus(held, tasks)
-            self.store.add_event(rid, "scheduled", detail={
+            self.store.job_records.add_event(rid, "scheduled", detail={
                 "policy": self.policy, "groups": {g: len(ds) for g, ds in held.items()}, "slots": held,
                 "rank_cpus": cpus, "queued_s": time.time() - run["created"], "nice": job_nice()})
             self.jobs.begin(rid, owner, Launched(rid, self.store))
@@ -323,7 +323,7 @@ class JobManager:
         p.close()
         code = p.returncode
         status = status_or(self.store, rid)
-        rec = (self.store.launcher(rid) or {}) if status in ACTIVE else {}
+        rec = (self.store.job_records.launcher(rid) or {}) if status in ACTIVE else {}
         if rec.get("pid") not in (None, p.pid) and launcher_gone(rec) is None:
             # another launcher claimed the run first (forked by a starter that died before it could
             # answer): that one runs the job, and this manager follows it
@@ -342,8 +342,8 @@ class JobManager:
                 why, new = f"exit code {code}", "failed"
                 error = f"the job process ended ({why}) without finishing the run; {see}"
             self.store.set_status(rid, new, only_from=ACTIVE, error=error)
-            self.store.set_heartbeats(rid, [])
-            self.store.add_event(rid, "ended", detail={"status": new, "by": "job manager", "why": why})
+            self.store.job_records.set_heartbeats(rid, [])
+            self.store.job_records.add_event(rid, "ended", detail={"status": new, "by": "job manager", "why": why})
         self.drains.begin(rid, by="job manager")
 
     def _interrupt(self, rid: str, why: str, by: str) -> bool:
@@ -414,8 +414,8 @@ class JobManager:
                                        only_from=("queued",))
             if ok:
                 self.store.merge_info(run_id, {"stopped_by": by})
-                self.store.add_event(run_id, "stop", detail={**detail, "while": "queued"})
-                self.store.add_event(run_id, "ended", detail={"status": "stopped"})
+                self.store.job_records.add_event(run_id, "stop", detail={**detail, "while": "queued"})
+                self.store.job_records.add_event(run_id, "ended", detail={"status": "stopped"})
             return ok
         try:
             run = self.store.get_run(run_id)
@@ -425,14 +425,14 @@ class JobManager:
         was_active = self.store.set_status(run_id, "stopped", error=f"stopped by {who(by)}", only_from=ACTIVE)
         if was_active:
             self.store.merge_info(run_id, {"stopped_by": by})
-            self.store.add_event(run_id, "stop", detail={**detail, "while": run["status"]})
+            self.store.job_records.add_event(run_id, "stop", detail={**detail, "while": run["status"]})
         if p is not None:  # a job still starting finds itself stopped when it claims the run
             p.end()
             with self._lock:
                 if p.gone() and self.jobs.get(run_id) is p:
                     self._finish(run_id, p)
         elif run["status"] == "running" and launcher_alive(self.store, run_id, run):  # started elsewhere
-            rec = self.store.launcher(run_id) or {}
+            rec = self.store.job_records.launcher(run_id) or {}
             # a launcher that leads its group takes the job with it; one in a shell's group is signalled alone
             lead = rec.get("pgid") and rec.get("pgid") == rec.get("pid")
             end_group(as_pid(rec["pgid"] if lead else run["pid"]), lambda: not launcher_alive(self.store, run_id, run),

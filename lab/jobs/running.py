@@ -77,7 +77,7 @@ class RunningJobs:
                 os.setpriority(os.PRIO_PGRP, p.pid, 19)
             except OSError as exc:  # gone meanwhile, or not ours to renice: it still shares the cores
                 log.info("could not lower the priority of job %s: %s", rid, exc)
-            store.add_event(rid, "yielded", detail={"after_s": round(now - self.since[rid], 1),
+            store.job_records.add_event(rid, "yielded", detail={"after_s": round(now - self.since[rid], 1),
                                                      "slice_s": slice_s, "nice": 19})
 
     def cluster_is_behind(self, store, now: float, waiting_max: int) -> bool:
@@ -88,7 +88,7 @@ class RunningJobs:
         waiting = []
         for rid in self.handles:
             if rid not in self.placed:
-                if store.last_event(rid, "started") is None:
+                if store.job_records.last_event(rid, "started") is None:
                     waiting.append(now - self.since.get(rid, now))
                 else:
                     self.placed.add(rid)

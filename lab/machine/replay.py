@@ -2,7 +2,7 @@
 
 A prediction can miss for two reasons: its schedule is wrong (who waits for whom, in which order), or its costs
 are. A replay separates them, as trace-replay simulators do (Lumos, dPRO): it takes one recorded step of a run
-(:meth:`lab.store.runs.RunStore.plan_events`), gives every process its tasks in the order they ran, each with the
+(:meth:`lab.store.job_records.JobRecords.plan_events`), gives every process its tasks in the order they ran, each with the
 time it measured (forward operators, the loss, backward passes, the optimiser; emulated waits as waits), and
 every message the delivery time it measured (from when it was sent, or when its receiver asked for it if that was
 later, to when the receive returned, less its emulated wait), on a core per process. What the replay leaves out
@@ -16,7 +16,8 @@ import math
 from typing import Any, Mapping, Sequence
 
 from lab.errors import LabError
-from lab.modelled.placement.cores import CoreSchedule, Cpu, Machine, Recv, Send, Sleep, simulate
+from lab.modelled.placement.core_tasks import CoreSchedule, Cpu, Machine, Recv, Send, Sleep
+from lab.modelled.placement.cores import simulate
 
 COMPUTE = ("forward", "backward", "loss", "optimizer")
 TRANSFERS = ("activation", "gradient")

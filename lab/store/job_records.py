@@ -1,5 +1,5 @@
-"""What the run store keeps of a job's life beside its measurements: its lifecycle events, its workers' latest
-heartbeats and who runs it (its launcher)."""
+"""What the run store keeps of a job's life beside its metrics: its lifecycle events, its workers' latest
+heartbeats, who runs it (its launcher) and a placement run's recorded steps."""
 
 from __future__ import annotations
 
@@ -12,11 +12,16 @@ if TYPE_CHECKING:
 
 from lab.errors import LabError
 
-from lab.store.schema import EVENTS, LAUNCHER_FIELDS
+from lab.store.schema import EVENTS, LAUNCHER_FIELDS, PLAN_EVENT_COLUMNS, check_run_id, finite_or_null
 
 
 class JobRecords:
-    """The lifecycle, heartbeats and launcher of a run, part of :class:`lab.store.runs.RunStore`."""
+    """The lifecycle, heartbeats, launcher and recorded steps of a run: the run store's ``job_events``,
+    ``heartbeats``, ``launchers`` and ``plan_events``, on its connection (``db``: the
+    :class:`lab.store.runs.RunStore` it belongs to)."""
+
+    def __init__(self, db):
+        self._conn, self._write = db._conn, db._write
 
     def add_event(self, run_id: str, event: str, *, attempt: int = 0, step: int | None = None,
                   worker: int | None = None, detail: Mapping | None = None, t: float | None = None) -> None:
@@ -124,3 +129,24 @@ class JobRecords:
         return dict(row) if row else None
 
     # ----- lessons -----------------------------------------------------------------------------
+
+    # ----- a placement run's timeline ----------------------------------------------------------
+    def add_plan_events(self, run_id: str, step: int, rows: Iterable[Mapping[str, Any]]) -> int:
+        """A placement run's recorded step: one row per operator, backward pass, optimiser step, emulated
+        wait and transfer (:data:`PLAN_EVENT_COLUMNS`), on the run's one clock (seconds from the step's start)."""
+        data = [(run_id, int(step), int(r.get("rank", -1)), *(finite_or_null(r.get(k)) if k in ("start", "end", "bytes", "wait", "called")
+                                                              else r.get(k) for k in PLAN_EVENT_COLUMNS))
+                for r in rows]
+        with self._write() as c:
+            c.executemany(f"INSERT INTO plan_events VALUES ({','.join('?' * (3 + len(PLAN_EVENT_COLUMNS)))})", data)
+        return len(data)
+
+    def plan_events(self, run_id: str, step: int | None = None) -> pd.DataFrame:
+        """The recorded steps of a placement run (all, or one ``step``), in time order."""
+        import pandas as pd
+
+        check_run_id(run_id)
+        sql = "SELECT step, rank, " + ", ".join(f'"{k}"' for k in PLAN_EVENT_COLUMNS) + \
+              " FROM plan_events WHERE run_id=?" + (" AND step=?" if step is not None else "") + " ORDER BY step, start"
+        rows = self._conn().execute(sql, (run_id,) if step is None else (run_id, int(step))).fetchall()
+        return pd.DataFrame([tuple(r) for r in rows], columns=["step", "rank", *PLAN_EVENT_COLUMNS])

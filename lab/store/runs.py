@@ -24,7 +24,7 @@ attempt, pid, step, phase, t, progress_t), written by the launcher that watches 
 ``launchers``: who runs each job (run_id, pid, pgid (its process group, which holds every process of
 the job), created (the process's creation time, so a reused pid is not mistaken for it), host, boot,
 scratch (its temporary folder), started, beat (Unix seconds of its last heartbeat)), written by the
-launcher when it claims the run (:meth:`RunStore.claim`); the job manager's sweep reads it to find
+launcher when it claims the run (:meth:`lab.store.job_records.JobRecords.claim`); the job manager's sweep reads it to find
 launchers that died without a word, and Stop, release and the sweep act on its process group.
 
 Both tables were added after the first release: ``CREATE TABLE IF NOT EXISTS`` on every open adds
@@ -54,7 +54,7 @@ from lab.store.export import safe_filename
 from lab.store.job_records import JobRecords
 from lab.store.lessons import LessonBook
 from lab.store.schema import (_SCHEMA, ACTIVE, BUSY_TIMEOUT_S, FINISHED, JOB_WORKER, METRIC_COLUMNS,
-                              PLAN_EVENT_COLUMNS, RUN_COLUMNS, EVENTS, STATUSES, _add_columns, _rename_tables, check_run_id,
+                              RUN_COLUMNS, EVENTS, STATUSES, _add_columns, _rename_tables, check_run_id, finite_or_null,
                               new_run_id)
 
 default_db_path = settings.db_path
@@ -70,14 +70,7 @@ class OverCap(LabError):
                          "Jobs page", where="jobs")
 
 
-def _clean(v: Any) -> Any:
-    """NaN/inf are stored as NULL so JSON and SQL stay plain."""
-    if isinstance(v, float) and not math.isfinite(v):
-        return None
-    return v
-
-
-class RunStore(JobRecords):
+class RunStore:
     """The SQLite run store at ``path`` (default: env LAB_DB or ./data/runs.db); the class, its seats and the students'
     views are its :attr:`class_book` (:class:`lab.store.classroom.ClassBook`), the lessons' progress its :attr:`lessons`
     (:class:`lab.store.lessons.LessonBook`), both on the same connection."""
@@ -90,6 +83,7 @@ class RunStore(JobRecords):
         self._ready = False
         self.class_book = ClassBook(self)
         self.lessons = LessonBook(self)
+        self.job_records = JobRecords(self)
 
     # ----- connections -------------------------------------------------------------------------
     def _connect(self) -> sqlite3.Connection:
@@ -295,27 +289,6 @@ class RunStore(JobRecords):
             c.execute("DELETE FROM runs WHERE id=?", (run_id,))
         shutil.rmtree(self.checkpoint_dir(run_id, create=False), ignore_errors=True)
 
-    # ----- a placement run's timeline ----------------------------------------------------------
-    def add_plan_events(self, run_id: str, step: int, rows: Iterable[Mapping[str, Any]]) -> int:
-        """A placement run's recorded step: one row per operator, backward pass, optimiser step, emulated
-        wait and transfer (:data:`PLAN_EVENT_COLUMNS`), on the run's one clock (seconds from the step's start)."""
-        data = [(run_id, int(step), int(r.get("rank", -1)), *(_clean(r.get(k)) if k in ("start", "end", "bytes", "wait", "called")
-                                                              else r.get(k) for k in PLAN_EVENT_COLUMNS))
-                for r in rows]
-        with self._write() as c:
-            c.executemany(f"INSERT INTO plan_events VALUES ({','.join('?' * (3 + len(PLAN_EVENT_COLUMNS)))})", data)
-        return len(data)
-
-    def plan_events(self, run_id: str, step: int | None = None) -> pd.DataFrame:
-        """The recorded steps of a placement run (all, or one ``step``), in time order."""
-        import pandas as pd
-
-        check_run_id(run_id)
-        sql = "SELECT step, rank, " + ", ".join(f'"{k}"' for k in PLAN_EVENT_COLUMNS) + \
-              " FROM plan_events WHERE run_id=?" + (" AND step=?" if step is not None else "") + " ORDER BY step, start"
-        rows = self._conn().execute(sql, (run_id,) if step is None else (run_id, int(step))).fetchall()
-        return pd.DataFrame([tuple(r) for r in rows], columns=["step", "rank", *PLAN_EVENT_COLUMNS])
-
     # ----- metrics -----------------------------------------------------------------------------
     def add_metrics(self, run_id: str, rows: Iterable[Mapping[str, Any]]) -> int:
         """Insert (or replace) metric rows: dicts with step, worker and any of METRIC_COLUMNS."""
@@ -325,7 +298,7 @@ class RunStore(JobRecords):
     def add_metric_rows(self, run_id: str, rows: Iterable[tuple]) -> int:
         """Fast path: tuples (step, worker, *METRIC_COLUMNS) in that order; NaN/inf become NULL."""
         cols = ("run_id", "step", "worker", *METRIC_COLUMNS)
-        data = [(run_id, int(r[0]), int(r[1]), *(_clean(v) for v in r[2:])) for r in rows]
+        data = [(run_id, int(r[0]), int(r[1]), *(finite_or_null(v) for v in r[2:])) for r in rows]
         if not data:
             return 0
         with self._write() as c:

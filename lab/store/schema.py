@@ -3,6 +3,7 @@ opened."""
 
 from __future__ import annotations
 
+import math
 import re
 import secrets
 import sqlite3
@@ -173,3 +174,10 @@ def check_run_id(run_id: Any) -> str:
         raise LabError(f"{run_id!r} is not a valid run id: use 1-64 letters, digits, '.', '_' or '-', "
                        "starting with a letter or digit", where="run id")
     return run_id
+
+
+def finite_or_null(v: Any) -> Any:
+    """NaN and infinities are stored as NULL, so JSON and SQL stay plain."""
+    if isinstance(v, float) and not math.isfinite(v):
+        return None
+    return v

@@ -32,7 +32,7 @@ the same way (:func:`run_job`). The launcher also
 * kills and reaps every worker on failure, on SIGTERM/SIGINT/SIGHUP (marking the run stopped), and
   -- through PR_SET_PDEATHSIG in the workers -- when the launcher itself is killed; then records
   ``ended`` and ``released`` (with the count of processes left behind: 0),
-* claims the run in the run store (:meth:`lab.store.runs.RunStore.claim`): who it is (pid, process
+* claims the run in the run store (:meth:`lab.store.job_records.JobRecords.claim`): who it is (pid, process
   group, creation time, host, boot, and its scratch folder), and beats there every second, so that a
   job manager finds a launcher killed with SIGKILL (which can record nothing) while the app runs
   (:meth:`lab.jobs.manager.JobManager.sweep`) and finds the job's processes by their group
@@ -284,15 +284,15 @@ def launch(sc: Scenario, run_id: str | None = None, *, name: str | None = None,
             run_id = store.create_run(sc, name=name, status="queued", run_id=run_id)
     else:
         run_id = store.create_run(sc, name=name, status="queued")
-    if store.last_event(run_id, "submitted") is None:  # started by hand, not through lab.jobs.manager
-        store.add_event(run_id, "submitted", detail={"by": "command line", "pid": os.getpid()})
-        store.add_event(run_id, "parsed", detail=parse_job(sc))
+    if store.job_records.last_event(run_id, "submitted") is None:  # started by hand, not through lab.jobs.manager
+        store.job_records.add_event(run_id, "submitted", detail={"by": "command line", "pid": os.getpid()})
+        store.job_records.add_event(run_id, "parsed", detail=parse_job(sc))
     if not checked:  # the scenario as it runs (a placement run's plan written out)
         store.update_run(run_id, scenario=sc.to_dict())
     # The run becomes running together with who runs it: a sweep never sees a running run without
     # its launcher, and a second launcher of the same run (a warm starter that died before it could
     # answer, and the cold start that replaced it) finds it taken.
-    if not store.claim(run_id, **identity()):
+    if not store.job_records.claim(run_id, **identity()):
         return LaunchResult(run_id, store.status(run_id), math.nan, "stopped, or started elsewhere, before it started")
     cpus = cpus if cpus is not None else parse_cpus(settings.raw("LAB_RANK_CPUS"))
     if cpus and not ranks.remote and sc.training.parallel == "placement":
@@ -305,7 +305,7 @@ def launch(sc: Scenario, run_id: str | None = None, *, name: str | None = None,
     meter: processes.LoadMeter | None = processes.LoadMeter()
     old = {s: signal.signal(s, _on_signal) for s in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)}
     tmp = Path(tempfile.mkdtemp(prefix=scratch_prefix(run_id)))
-    store.set_launcher(run_id, scratch=str(tmp))
+    store.job_records.set_launcher(run_id, scratch=str(tmp))
     logs = logs_dir(store, run_id)
     logs.mkdir(parents=True, exist_ok=True)
     procs: list[subprocess.Popen] = []
@@ -316,7 +316,7 @@ def launch(sc: Scenario, run_id: str | None = None, *, name: str | None = None,
             try:
                 ranks.prepare(store)
                 procs = _spawn(current, run_id, tmp, store, attempt, sock, logs, cpus, ranks)
-                store.add_event(run_id, "started", attempt=attempt, detail={
+                store.job_records.add_event(run_id, "started", attempt=attempt, detail={
                     "launcher": "lab", "start": ranks.name,
                     "launcher_pid": os.getpid(), "world": len(procs),
                     "workers": current.training.workers, "pids": [p.pid for p in procs],
@@ -347,7 +347,7 @@ def launch(sc: Scenario, run_id: str | None = None, *, name: str | None = None,
             else:
                 action = "fail the job" + ("" if policy == "fail" or failure.retryable else
                                            " (a setting is wrong: restarting cannot help)")
-            store.add_event(run_id, "alarm", attempt=attempt, step=failure.step, worker=failure.rank, detail={
+            store.job_records.add_event(run_id, "alarm", attempt=attempt, step=failure.step, worker=failure.rank, detail={
                 "kind": failure.kind, "summary": failure.error, "last_heartbeat": failure.last_beat,
                 "policy": policy, "action": action})
             print(f"lab.train: attempt {attempt}: {failure.error}; {action}", file=log)
@@ -404,10 +404,10 @@ def _record_end(store: RunStore, run_id: str, attempt: int, meter: processes.Loa
         if status in ACTIVE:  # cannot happen through launch(); belt and braces
             store.set_status(run_id, "failed", error="the launcher ended without a result", only_from=ACTIVE)
             status = "failed"
-        store.set_heartbeats(run_id, [])
-        store.add_event(run_id, "ended", attempt=attempt, detail={"status": status})
+        store.job_records.set_heartbeats(run_id, [])
+        store.job_records.add_event(run_id, "ended", attempt=attempt, detail={"status": status})
         left = processes_of(run_id, exclude=(os.getpid(),))
-        store.add_event(run_id, "released", attempt=attempt, detail={
+        store.job_records.add_event(run_id, "released", attempt=attempt, detail={
             "by": "launcher", "worker_processes_left": len(left), "pids_left": left})
     except Exception as exc:  # noqa: BLE001 - the store may be gone; the processes are already reaped
         log.warning("the end of run %s could not be recorded: %s: %s", run_id, type(exc).__name__, exc)
@@ -431,7 +431,7 @@ def _spawn(sc: Scenario, run_id: str, tmp: Path, store: RunStore, attempt: int, 
     def waiting(seconds: float) -> None:  # said once: the ranks wait until all of them fit
         if not said:
             said.append(seconds)
-            store.add_event(run_id, "waiting", attempt=attempt, detail={
+            store.job_records.add_event(run_id, "waiting", attempt=attempt, detail={
                 "for": f"room on the Ray cluster for {world} ranks at once"})
 
     return ranks.spawn(sc, run_id, world, base, tmp, logs, sock, cpus, waiting)

@@ -28,7 +28,7 @@ def processes_of(run_id: str, store: RunStore | str | os.PathLike | None = None,
     die with it)."""
     store = store if isinstance(store, RunStore) else RunStore(store)
     try:
-        rec = store.launcher(run_id)
+        rec = store.job_records.launcher(run_id)
     except LabError:
         return []
     if not rec or rec.get("host") != host_name() or not rec.get("pid"):

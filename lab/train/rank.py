@@ -62,7 +62,7 @@ def _report_error(exc: BaseException, rank: int, step: int, run_id: str | None, 
 
         try:
             if rz.under_torchrun() and rz.torchrun_restarts_left():  # torchrun starts the job again
-                store.add_event(run_id, "alarm", attempt=rz.attempt(), step=step, worker=rank,
+                store.job_records.add_event(run_id, "alarm", attempt=rz.attempt(), step=step, worker=rank,
                                 detail={"summary": summary, "secondary": _is_secondary(exc),
                                         "action": "torchrun restarts the job (--max-restarts)"})
             else:
@@ -157,7 +157,7 @@ def _agree_run_id(sc: Scenario, run_id: str | None, rank: int, world: int, store
             store.set_status(run_id, "running", only_from=("queued",))
             store.update_run(run_id, pid=os.getpid())
         if elastic:
-            store.add_event(run_id, "started", attempt=rz.attempt(), detail={
+            store.job_records.add_event(run_id, "started", attempt=rz.attempt(), detail={
                 "launcher": "torchrun", "world": world, "elastic_run_id": elastic, "rank0_pid": os.getpid(),
                 "max_restarts": os.environ.get("TORCHELASTIC_MAX_RESTARTS")})
     if given or world == 1:

@@ -43,9 +43,11 @@ from lab.train.resilience import write_heartbeat
 
 #: What a rank may do to the run store through its writer: the calls the rank code makes, nothing that
 #: deletes a run or changes who owns it.
-RANK_CALLS = frozenset({"add_metric_rows", "add_metrics", "add_plan_events", "add_event", "checkpoint_dir",
-                        "discard_after", "merge_info", "set_status", "update_run", "get_run", "find_run",
-                        "create_run", "status", "last_event"})
+RANK_CALLS = frozenset({"add_metric_rows", "add_metrics", "job_records.add_plan_events", "job_records.add_event",
+                        "checkpoint_dir", "discard_after", "merge_info", "set_status", "update_run", "get_run",
+                        "find_run", "create_run", "status", "job_records.last_event"})
+#: The run store's small stores a rank reaches through its writer (``store.job_records.add_event``).
+_PARTS = frozenset(name.split(".")[0] for name in RANK_CALLS if "." in name)
 #: The share of a declared device resource one rank's bundle asks for: any node that has the resource has enough.
 DEVICE_SHARE = 0.001
 BEAT_COPY_S = 0.25
@@ -108,7 +110,10 @@ class StoreWriter:
     def call(self, name: str, args: tuple, kwargs: dict):
         if name not in RANK_CALLS:
             raise LabError(f"a rank may not call {name} on the run store", where="ray")
-        return getattr(self.store, name)(*args, **kwargs)
+        target = self.store
+        for part in name.split("."):
+            target = getattr(target, part)
+        return target(*args, **kwargs)
 
     def beat(self, rank: int, doc: dict) -> None:
         self.beats[rank] = doc
@@ -121,10 +126,13 @@ class RemoteStore:
     """What a rank holds instead of a :class:`RunStore`: every call goes to the job's writer and waits
     for its answer (the order of a rank's writes is kept)."""
 
-    def __init__(self, writer):
-        self._writer = writer
+    def __init__(self, writer, part: str = ""):
+        self._writer, self._part = writer, part
 
     def __getattr__(self, name: str):
+        if not self._part and name in _PARTS:
+            return RemoteStore(self._writer, name + ".")
+        name = self._part + name
         if name not in RANK_CALLS:
             raise AttributeError(name)
         return lambda *args, **kwargs: ray.get(self._writer.call.remote(name, args, kwargs))

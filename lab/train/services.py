@@ -41,7 +41,7 @@ class RankServices:
 
         def record(detail: dict) -> None:
             if self.recording:
-                self.store.add_event(self.run_id, "fault", attempt=rz.attempt(), step=step, worker=self.rank,
+                self.store.job_records.add_event(self.run_id, "fault", attempt=rz.attempt(), step=step, worker=self.rank,
                                      detail=detail)
             self.log(f"injecting fault {detail['kind']!r} at step {step}")
 
@@ -52,7 +52,7 @@ class RankServices:
         an event of the run."""
         if self.rank == 0 and self.recording:
             gone = self.store.discard_after(self.run_id, step)
-            self.store.add_event(self.run_id, "restart", attempt=rz.attempt(), step=step,
+            self.store.job_records.add_event(self.run_id, "restart", attempt=rz.attempt(), step=step,
                                  detail=dict(detail, discarded_rows=gone,
                                              launcher="lab" if self.launched else "torchrun"))
 

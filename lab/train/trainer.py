@@ -232,7 +232,7 @@ class Trainer(SyncSteps):
                     self.ds.y_train, self.n, tr.split, weights=layout.info["weights"], alpha=tr.dirichlet_alpha,
                     seed=tr.seed)]
             self.store.merge_info(self.run_id, info)
-            self.store.add_event(self.run_id, "data", attempt=rz.attempt(), step=self.start_step, detail={
+            self.store.job_records.add_event(self.run_id, "data", attempt=rz.attempt(), step=self.start_step, detail={
                 "split": tr.split, "workers": self.n, "shard_sizes": info["shard_sizes"],
                 "batch_sizes": layout.batch_sizes, "dataset": tr.dataset, "exchange_share": tr.exchange_share})
         if self.sampler is not None:
@@ -244,7 +244,7 @@ class Trainer(SyncSteps):
             dist.barrier()
         self.book.start(time.time(), self.world)
         if self.rank == 0 and self.store is not None:
-            self.store.add_event(self.run_id, "running", attempt=rz.attempt(), step=self.start_step,
+            self.store.job_records.add_event(self.run_id, "running", attempt=rz.attempt(), step=self.start_step,
                                  detail={"world": self.world, "workers": self.n})
         if self.rank == 0 and self.store is not None and self.start_step == 0:
             self.store.add_metrics(self.run_id, [{"step": 0, "worker": JOB_WORKER, "test_acc": self.evaluate(),

@@ -81,11 +81,11 @@ def watch_ranks(procs: list[subprocess.Popen], tmp: Path, store: RunStore | None
         if store is not None and now - stored >= BEATS_TO_STORE_S:
             stored = now
             try:
-                store.set_heartbeats(run_id, [dict(worker=r, attempt=attempt, pid=(b or {}).get("pid", p.pid),
+                store.job_records.set_heartbeats(run_id, [dict(worker=r, attempt=attempt, pid=(b or {}).get("pid", p.pid),
                                                    step=(b or {}).get("step"), phase=(b or {}).get("phase"),
                                                    t=(b or {}).get("t"), progress_t=(b or {}).get("progress_t"))
                                               for r, (p, b) in enumerate(zip(procs, beats))])
-                store.beat_launcher(run_id, now)
+                store.job_records.beat_launcher(run_id, now)
             except Exception as exc:  # noqa: BLE001 - monitoring must not end the job
                 why = f"{type(exc).__name__}: {exc}"
                 if why != unrecorded:  # said once while the same failure repeats, not every poll

@@ -24,7 +24,7 @@ def scenario(**training):
 
 
 def stage_seq(store, rid, stage):
-    ev = store.events(rid)
+    ev = store.job_records.events(rid)
     hit = ev[ev.event == stage]
     return int(hit.seq.iloc[0]) if len(hit) else None
 
@@ -76,10 +76,10 @@ def test_the_teachers_limits_refuse_a_job_too_large_and_stop_one_that_runs_too_l
     jm.access.set_limits("teach", Limits(20000, 2.0, 4))
     rid = jm.submit(scenario(steps=20000, eval_every=20000), owner="bob").run_id
     # the status is marked before the stop event is written, so the event is what is waited for
-    wait_for(lambda: (store.events(rid).event == "stop").any(), what="the time limit to stop the job")
+    wait_for(lambda: (store.job_records.events(rid).event == "stop").any(), what="the time limit to stop the job")
     run = store.get_run(rid)
     assert run["status"] == "stopped" and "time limit" in run["error"], run["error"]
-    ev = store.events(rid)
+    ev = store.job_records.events(rid)
     assert ev[ev.event == "stop"].detail.iloc[0]["limit_s"] == 2.0
     wait_for(lambda: processes_of(rid) == [], what="its processes to end")
     jm.shutdown()

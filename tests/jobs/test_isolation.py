@@ -82,7 +82,7 @@ def test_a_session_cannot_stop_or_release_another_sessions_job_the_teacher_can(l
                 jm.release(rid, "B")
         assert store.status(running.run_id) == "running" and store.status(queued.run_id) == "queued"
         assert jm.queued() == [queued.run_id]
-        assert "stop" not in list(store.events(running.run_id).event)
+        assert "stop" not in list(store.job_records.events(running.run_id).event)
         # A stops its own queued job; the teacher stops A's running one
         assert jm.stop(queued.run_id, "A")
         assert jm.stop(running.run_id, "T-session", teacher=True)
@@ -92,14 +92,14 @@ def test_a_session_cannot_stop_or_release_another_sessions_job_the_teacher_can(l
     for rid, who, error in ((queued.run_id, "A", "stopped by session A before it started"),
                             (running.run_id, TEACHER, "stopped by the teacher")):
         run = store.get_run(rid)
-        stop = store.events(rid).set_index("event").detail["stop"]
+        stop = store.job_records.events(rid).set_index("event").detail["stop"]
         assert run["status"] == "stopped" and run["error"] == error
         assert stop["by"] == who and run["info"]["stopped_by"] == who
-    assert store.events(running.run_id).set_index("event").detail["stop"]["session"] == "T-session"
+    assert store.job_records.events(running.run_id).set_index("event").detail["stop"]["session"] == "T-session"
     # releasing a finished job: not B, but its owner and the teacher
     with pytest.raises(LabError, match="another session's job"):
         jm.release(running.run_id, "B")
-    assert store.last_event(running.run_id)["detail"].get("released_by") is None
+    assert store.job_records.last_event(running.run_id)["detail"].get("released_by") is None
     assert jm.release(running.run_id, "A")["released_by"] == "A"
     assert jm.release(queued.run_id, "someone", teacher=True)["released_by"] == TEACHER
 
@@ -212,12 +212,12 @@ def check_swept(jm: JobManager, store: RunStore, rid: str, scratch: Path) -> Non
              what="the workers to exit and the job to be released")
     assert processes_of(rid) == []
     assert not scratch.exists()
-    released = store.events(rid)
+    released = store.job_records.events(rid)
     released = released[released.event == "released"].detail.iloc[-1]
     assert released["worker_processes_left"] == 0 and released["scratch_folders_removed"] == 1
-    ended = store.events(rid)
+    ended = store.job_records.events(rid)
     assert ended[ended.event == "ended"].detail.iloc[-1]["status"] == "interrupted"
-    assert store.heartbeats(rid).empty and jm.book.held == {}
+    assert store.job_records.heartbeats(rid).empty and jm.book.held == {}
     assert not job_views.has_active(store, everyone=True)  # the Jobs page stops polling
 
 
@@ -234,7 +234,7 @@ def test_a_command_line_launcher_killed_with_sigkill_is_found_while_the_app_runs
     try:
         wait_for(lambda: launcher.poll() is None and store.progress(rid) >= 3 if _exists(store, rid) else False,
                  what="the command-line run to make progress")
-        rec = store.launcher(rid)
+        rec = store.job_records.launcher(rid)
         assert rec["pid"] == launcher.pid and rec["host"] == socket.gethostname()
         scratch = Path(rec["scratch"])
         assert scratch.parent == tmp and scratch.is_dir()
@@ -259,7 +259,7 @@ def test_an_app_launcher_killed_with_sigkill_is_released_after_its_workers(lab_d
     rid = job.run_id
     try:
         wait_for(lambda: store.progress(rid) >= 3, what="the job to make progress")
-        rec = store.launcher(rid)
+        rec = store.job_records.launcher(rid)
         scratch = Path(rec["scratch"])
         assert scratch.is_dir() and len(processes_of(rid)) == 3
         assert jm.book.held  # it holds its local slots
@@ -295,7 +295,7 @@ def test_a_run_without_a_launcher_record_is_given_time_before_it_is_interrupted(
     assert jm.sweep(min_interval=0.0) == [rid]
     run = store.get_run(rid)
     assert run["status"] == "interrupted" and "has been gone" in run["error"]
-    assert store.events(rid).event.iloc[-1] == "released"  # nothing of it was left to wait for
+    assert store.job_records.events(rid).event.iloc[-1] == "released"  # nothing of it was left to wait for
 
 
 def test_a_run_name_is_checked_like_every_name_before_anything_is_queued(lab_db):

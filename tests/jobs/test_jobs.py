@@ -43,7 +43,7 @@ def test_queue_runs_jobs_one_after_another(lab_db):
     assert most == 1
     runs = [store.get_run(r) for r in ids]
     assert [r["status"] for r in runs] == ["done"] * 3, [r["error"] for r in runs]
-    ev = store.events(ids)
+    ev = store.job_records.events(ids)
     seq = {(r.run_id, r.event): r.seq for r in ev.itertuples()}
     for prev, nxt in zip(ids, ids[1:]):  # one at a time, in order: each starts after the one before ended
         assert seq[(nxt, "scheduled")] > seq[(prev, "ended")]

@@ -36,7 +36,7 @@ def scenario(**training):
 
 
 def stages(store, rid):
-    return list(store.events(rid).event)
+    return list(store.job_records.events(rid).event)
 
 
 def test_a_job_goes_through_every_stage_then_is_released(lab_db):
@@ -44,7 +44,7 @@ def test_a_job_goes_through_every_stage_then_is_released(lab_db):
     job = jm.submit(scenario(workers=2, steps=6, checkpoint_every=2), name="<b>bold</b> job", owner="alice")
     assert jm.wait(job.run_id, timeout=240) == "done"
     store = RunStore(lab_db)
-    ev = store.events(job.run_id)
+    ev = store.job_records.events(job.run_id)
     assert list(ev.event) == ["submitted", "parsed", "scheduled", "started", "data", "running", "ended",
                               "released", "released"]
     assert list(ev.t) == sorted(ev.t)
@@ -60,7 +60,7 @@ def test_a_job_goes_through_every_stage_then_is_released(lab_db):
     assert {r["by"] for r in released} == {"launcher", "job manager"}
     assert all(r["worker_processes_left"] == 0 for r in released)
     assert ev[ev.event == "ended"].detail.iloc[0]["status"] == "done"
-    assert store.heartbeats(job.run_id).empty  # the launcher cleared them at the end
+    assert store.job_records.heartbeats(job.run_id).empty  # the launcher cleared them at the end
     assert jm.book.held == {}
     logs = jm.launcher.worker_logs(job.run_id)
     assert sorted(logs) == [0, 1] and "step 6" in logs[0].read_text()
@@ -91,7 +91,7 @@ def test_resource_state_pins_a_whole_job_to_one_core(lab_db):
     store = RunStore(lab_db)
     try:
         wait_for(lambda: store.progress(job.run_id) >= 2, what="progress")
-        sched = store.events(job.run_id).set_index("event").detail
+        sched = store.job_records.events(job.run_id).set_index("event").detail
         assert len(sched["scheduled"]["groups"]) == 1 and len(set(sched["scheduled"]["rank_cpus"])) == 1
         cpu = sched["scheduled"]["rank_cpus"][0]
         base = os.getpriority(os.PRIO_PROCESS, 0)
@@ -152,7 +152,7 @@ def test_two_sessions_start_jobs_at_the_same_moment(lab_db):
     store = RunStore(lab_db)
     for k, rid in jobs.items():
         assert managers[k].wait(rid, timeout=240) == "done", store.get_run(rid)["error"]
-    started = [store.events(rid).set_index("event").detail["started"] for rid in jobs.values()]
+    started = [store.job_records.events(rid).set_index("event").detail["started"] for rid in jobs.values()]
     assert started[0]["port"] != started[1]["port"]
     assert not set(started[0]["pids"]) & set(started[1]["pids"])
     for rid in jobs.values():

@@ -97,7 +97,7 @@ def test_drains_free_the_slots_once_no_process_of_the_job_is_left(tmp_path):
     assert mark_gone(store, rid, "its launcher was killed", "a test") and not mark_gone(store, rid, "again", "a test")
     drains.begin(rid, by="a test")
     assert rid not in drains and drains.ids() == [] and book.held == {}  # no process left: released at once
-    ev = store.events(rid)
+    ev = store.job_records.events(rid)
     released = ev[ev.event == "released"].detail.iloc[-1]
     assert released["slots"] == held and released["by"] == "a test"
     assert store.status(rid) == "interrupted"

@@ -43,3 +43,23 @@ def test_a_job_handed_to_an_unreachable_cluster_fails_with_the_address(tmp_path,
         assert address in error and "answers no connection" in error
     finally:
         jm.shutdown()
+
+
+def test_every_call_a_rank_may_make_through_its_writer_names_a_method_of_the_run_store(tmp_path):
+    """A rank on another node reaches the run store through its writer by name (``job_records.add_event``): a name
+    that no longer resolves would fail only on a cluster."""
+    from lab.store.runs import RunStore
+    from lab.train.ray_ranks import RANK_CALLS, RemoteStore
+
+    store = RunStore(tmp_path / "runs.db")
+    for name in RANK_CALLS:
+        target = store
+        for part in name.split("."):
+            target = getattr(target, part)
+        assert callable(target), name
+    remote = RemoteStore(writer=None)
+    assert callable(remote.job_records.add_event) and callable(remote.set_status)
+    with pytest.raises(AttributeError):
+        remote.delete_run  # noqa: B018 - a rank may not delete a run
+    with pytest.raises(AttributeError):
+        remote.job_records.claim  # noqa: B018 - nor claim one

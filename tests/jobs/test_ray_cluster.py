@@ -52,7 +52,7 @@ def rank_processes() -> list[psutil.Process]:
 
 
 def started(store: RunStore, run_id: str) -> dict:
-    st = store.events(run_id)
+    st = store.job_records.events(run_id)
     rows = st[st.event == "started"]
     return rows.iloc[-1].detail if len(rows) else {}
 
@@ -139,7 +139,7 @@ def test_a_lost_node_interrupts_its_run_and_leaves_no_process(jm, cluster):
         assert jm.wait(job.run_id, 180) == "interrupted"
         run = jm.store.get_run(job.run_id)
         assert "left the cluster" in run["error"]
-        st = jm.store.events(job.run_id)
+        st = jm.store.job_records.events(job.run_id)
         assert st[st.event == "alarm"].iloc[-1].detail["kind"] == "lost"
         assert run["end"] - t0 < 180
         wait_for(lambda: not rank_processes(), 60, "the job's rank processes to end")
@@ -156,7 +156,7 @@ def test_a_job_that_recovers_restarts_on_the_nodes_left_when_one_is_lost(jm, clu
     job = jm.submit(default_with(workers=3, steps=1500, fault_policy="recover"), "recovers")
     with a_node_of(job.run_id, jm, cluster) as victim:
         assert jm.wait(job.run_id, 300) == "done", jm.store.get_run(job.run_id)["error"]
-        st = jm.store.events(job.run_id)
+        st = jm.store.job_records.events(job.run_id)
         alarm = st[st.event == "alarm"].iloc[-1].detail
         assert alarm["kind"] == "lost" and "restart" in alarm["action"]
         again = started(jm.store, job.run_id)
@@ -169,7 +169,7 @@ def test_jobs_reach_the_cluster_in_the_fair_queues_order(jm, monkeypatch):
     assert [jm.wait(j.run_id, 300) for j in jobs] == ["done"] * 3
     starts = [started(jm.store, j.run_id) for j in jobs]
     assert all(s["start"] == "ray" for s in starts)
-    first_started = [jm.store.last_event(j.run_id, "started")["t"] for j in jobs]
+    first_started = [jm.store.job_records.last_event(j.run_id, "started")["t"] for j in jobs]
     assert first_started == sorted(first_started)
 
 
@@ -207,7 +207,7 @@ def test_a_rank_that_fails_on_the_cluster_is_found_and_named_as_on_this_machine(
     job = jm.submit(default_with(workers=2, steps=100000, fault=fault, fault_worker=1, fault_step=5), fault)
     assert jm.wait(job.run_id, 180) == "failed"
     run = jm.store.get_run(job.run_id)
-    st = jm.store.events(job.run_id)
+    st = jm.store.job_records.events(job.run_id)
     alarm = st[st.event == "alarm"].iloc[-1]
     assert alarm.detail["kind"] == kind and alarm.worker == 1
     assert run["error"].startswith("worker 1")

@@ -234,11 +234,11 @@ def test_the_cluster_gets_jobs_in_the_queues_order_and_no_job_waits_there_behind
         return jm.jobs.cluster_is_behind(jm.store, now, 2)
 
     assert behind(102.0)  # two handed over, neither started: the window is full
-    jm.store.add_event(a, "started")
+    jm.store.job_records.add_event(a, "started")
     assert not behind(102.0)  # one of them started: one more may go
     assert not behind(101.0 + CLUSTER_PATIENCE_S - 0.5)
     assert behind(101.0 + CLUSTER_PATIENCE_S + 0.5)  # b waited too long: the rest wait for it
-    jm.store.add_event(b, "started")
+    jm.store.job_records.add_event(b, "started")
     assert not behind(1000.0)
     here = JobManager(tmp_path / "runs.db", warm=False, cluster="")
     assert here.book.free() == {g.name: g.size for g in local_groups()}  # this machine's cores, as before

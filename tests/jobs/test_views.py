@@ -15,13 +15,13 @@ def test_start_phase_says_where_a_job_is_on_its_way(tmp_path):
     assert start_phase(s, rid, 1) == "queued, number 1 in the queue"
     s.set_status(rid, "running")
     assert start_phase(s, rid) == "starting the launcher"
-    s.add_event(rid, "started")
+    s.job_records.add_event(rid, "started")
     assert start_phase(s, rid) == "starting workers (0 of 2 ready)"
-    s.set_heartbeats(rid, [{"worker": 0, "attempt": 0, "pid": 1, "step": 0, "phase": "busy", "t": 0.0}])
+    s.job_records.set_heartbeats(rid, [{"worker": 0, "attempt": 0, "pid": 1, "step": 0, "phase": "busy", "t": 0.0}])
     assert start_phase(s, rid) == "starting workers (1 of 2 ready)"
-    s.set_heartbeats(rid, [{"worker": w, "attempt": 0, "pid": 1, "step": 0, "phase": "busy", "t": 0.0} for w in (0, 1)])
+    s.job_records.set_heartbeats(rid, [{"worker": w, "attempt": 0, "pid": 1, "step": 0, "phase": "busy", "t": 0.0} for w in (0, 1)])
     assert start_phase(s, rid) == "joining the group"
-    s.add_event(rid, "data")
+    s.job_records.add_event(rid, "data")
     assert start_phase(s, rid) == "first step"
     s.add_metrics(rid, [{"step": 7, "worker": -1, "loss": 1.0}])
     assert start_phase(s, rid) == "step 7 of 50"

@@ -52,7 +52,7 @@ def test_a_run_from_the_training_page_runs_on_the_cluster_and_the_jobs_page_says
                 settle(alice)
                 alice.get_by_role("heading", name=f"Job {rid}").wait_for(timeout=WAIT_MS)
                 alice.get_by_text("Which node of the Ray cluster ran which rank").wait_for(timeout=WAIT_MS)
-                ran_on = {n["node"] for n in store.last_event(rid, "started")["detail"]["nodes"]}
+                ran_on = {n["node"] for n in store.job_records.last_event(rid, "started")["detail"]["nodes"]}
                 assert ran_on <= {n.node_id for n in nodes} and len(ran_on) == 2  # one CPU a node: two nodes
                 alice.get_by_role("button", name="Stop", exact=True).click()
                 alice.locator("text=stopped >> visible=true").first.wait_for(timeout=WAIT_MS)  # not the table's hidden cell

@@ -90,7 +90,7 @@ def test_a_busy_servers_jobs_and_comparison_fit_a_1024x768_projector(browser, tm
             kind=kind, ratio=0.01, error_feedback=kind != "none")))
         rid = st.create_run(sc, name=f"run {k} · {opt} · {kind}", status="done")
         for stage in ("submitted", "parsed", "scheduled", "started", "running", "ended", "released"):
-            st.add_event(rid, stage)
+            st.job_records.add_event(rid, stage)
         st.add_metrics(rid, [{"step": s, "worker": JOB_WORKER, "loss": 2.0 / s, "wall": 0.01 * s,
                               "test_acc": (0.5 + 0.01 * k + 0.005 * s) if s % 10 == 0 else None}
                              for s in range(1, 41)])

@@ -39,7 +39,7 @@ def test_a_short_run_starts_beside_another_students_long_one(browser, tmp_path, 
             # the short run is done (it did not wait for the long one) while the long one still runs
             b.get_by_text("done: step 200 of 200").first.wait_for(timeout=180_000)
             assert store.status(long_id) == "running"
-            ev = store.events(long_id)
+            ev = store.job_records.events(long_id)
             assert "yielded" in set(ev.event)
             assert a.get_by_role("heading", name=f"Run {short_id}").count() == 0  # not A's to see as A's
             no_error_boxes(a)

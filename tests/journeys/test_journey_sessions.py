@@ -152,7 +152,7 @@ def test_students_see_their_own_jobs_and_the_teacher_manages_all(browser, tmp_pa
             t.get_by_text("Stopped by: the teacher").wait_for(timeout=WAIT_MS)
             run = store.get_run(rid)
             assert run["status"] == "stopped" and run["info"]["stopped_by"] == TEACHER
-            assert store.events(rid).set_index("event").detail["stop"]["by"] == TEACHER
+            assert store.job_records.events(rid).set_index("event").detail["stop"]["by"] == TEACHER
 
             # B on Compare: none of A's runs by default; with the class's, A's run to read, not to delete
             b.goto(base + "/compare")

@@ -45,7 +45,7 @@ def _store_run(store: RunStore) -> tuple[str, list[dict], list[str]]:
         {"rank": 0, "kind": "optimizer", "op": None, "piece": -1, "micro": -1, "device": a, "start": 1.2e-3,
          "end": 1.4e-3},
     ]
-    store.add_plan_events(rid, 4, events)
+    store.job_records.add_plan_events(rid, 4, events)
     return rid, events, devices
 
 

@@ -100,10 +100,10 @@ def test_jobs_with_stages_logs_alarms_and_hostile_names(lab_db, spawns):
     # another session's running job, with an alarm and heartbeats: read-only, under the class switch
     live = store.create_run(default_scenario(), name="live one", status="running", info={"owner": "other"})
     store.update_run(live, pid=os.getpid())
-    store.add_event(live, "alarm", attempt=0, step=7, worker=1,
+    store.job_records.add_event(live, "alarm", attempt=0, step=7, worker=1,
                     detail={"summary": "worker 1 hangs at step 7 in inject()", "action": "restart from step 5"})
     now = time.time()
-    store.set_heartbeats(live, [{"worker": 0, "step": 7, "phase": "comm", "t": now, "progress_t": now - 4},
+    store.job_records.set_heartbeats(live, [{"worker": 0, "step": 7, "phase": "comm", "t": now, "progress_t": now - 4},
                                 {"worker": 1, "step": 7, "phase": "busy", "t": now, "progress_t": now - 4}])
     at.run()
     assert not at.exception and live not in set(frame(at, "owner").value.id)
@@ -192,8 +192,8 @@ def test_queue_place_and_stop_from_the_pages(lab_db, spawns):
         at.selectbox(key="jobs_pick").set_value(mine.run_id).run()
         at.button(key="jobs_stop").click().run()
         assert not at.exception
-        assert store.status(mine.run_id) == "stopped" and store.last_event(mine.run_id)["event"] == "ended"
-        stop = store.events(mine.run_id).set_index("event").detail["stop"]
+        assert store.status(mine.run_id) == "stopped" and store.job_records.last_event(mine.run_id)["event"] == "ended"
+        stop = store.job_records.events(mine.run_id).set_index("event").detail["stop"]
         assert stop["by"] == "me" and store.get_run(mine.run_id)["info"]["stopped_by"] == "me"
         assert blocker.run_id not in set(frame(at, "owner").value.id)  # not mine: not in my list
         at.toggle(key="jobs_class").set_value(True).run()

@@ -191,12 +191,12 @@ def test_an_older_store_gains_the_lifecycle_tables_and_keeps_its_rows(tmp_path):
     s = RunStore(db)
     assert s.get_run("old-run")["name"] == "from last year"
     assert s.metrics("old-run").loss.tolist() == [2.5]
-    assert s.events("old-run").empty and s.heartbeats("old-run").empty
-    s.add_event("old-run", "released", detail={"by": "test"})
-    s.set_heartbeats("old-run", [{"worker": 0, "step": 3, "phase": "busy", "t": 5.0, "progress_t": 4.0}])
+    assert s.job_records.events("old-run").empty and s.job_records.heartbeats("old-run").empty
+    s.job_records.add_event("old-run", "released", detail={"by": "test"})
+    s.job_records.set_heartbeats("old-run", [{"worker": 0, "step": 3, "phase": "busy", "t": 5.0, "progress_t": 4.0}])
     again = RunStore(db)  # a second opening runs the schema again: nothing changes
-    assert list(again.events("old-run").event) == ["released"]
-    assert again.heartbeats("old-run").step.tolist() == [3]
+    assert list(again.job_records.events("old-run").event) == ["released"]
+    assert again.job_records.heartbeats("old-run").step.tolist() == [3]
     assert again.metrics("old-run").loss.tolist() == [2.5]
 
 
@@ -206,25 +206,25 @@ def test_stages_heartbeats_discard_and_find(tmp_path):
     other = s.create_run(default_scenario(), info={"elastic_run_id": "xyz"})
     assert s.find_run(elastic_run_id="abc") == rid and s.find_run(elastic_run_id="nope") is None
     with pytest.raises(LabError, match="unknown job event"):
-        s.add_event(rid, "teleported")
+        s.job_records.add_event(rid, "teleported")
     with pytest.raises(LabError):
         s.find_run(**{"a') OR 1=1 --": 1})
     for k, st in enumerate(["submitted", "parsed", "scheduled"]):
-        s.add_event(rid, st, attempt=0, step=None if k < 2 else 0, detail={"k": k})
-    s.add_event(other, "submitted")
-    ev = s.events(rid)
+        s.job_records.add_event(rid, st, attempt=0, step=None if k < 2 else 0, detail={"k": k})
+    s.job_records.add_event(other, "submitted")
+    ev = s.job_records.events(rid)
     assert list(ev.event) == ["submitted", "parsed", "scheduled"] and ev.detail.iloc[2] == {"k": 2}
-    assert s.last_event(rid)["event"] == "scheduled" and s.last_event(rid, "parsed")["detail"] == {"k": 1}
-    assert len(s.events()) == 4 and s.events([]).empty
+    assert s.job_records.last_event(rid)["event"] == "scheduled" and s.job_records.last_event(rid, "parsed")["detail"] == {"k": 1}
+    assert len(s.job_records.events()) == 4 and s.job_records.events([]).empty
     s.add_metrics(rid, _rows(8))
     assert s.discard_after(rid, 5) == 9  # 3 rows per step (2 workers and the job) for steps 6-8
     assert s.metrics(rid).step.max() == 5 and len(s.metrics(rid)) == 15
-    s.set_heartbeats(rid, [{"worker": w, "step": 5, "phase": "comm", "t": 1.0, "progress_t": 1.0} for w in (1, 0)])
-    assert s.heartbeats(rid).worker.tolist() == [0, 1]
-    s.set_heartbeats(rid, [])
-    assert s.heartbeats(rid).empty
+    s.job_records.set_heartbeats(rid, [{"worker": w, "step": 5, "phase": "comm", "t": 1.0, "progress_t": 1.0} for w in (1, 0)])
+    assert s.job_records.heartbeats(rid).worker.tolist() == [0, 1]
+    s.job_records.set_heartbeats(rid, [])
+    assert s.job_records.heartbeats(rid).empty
     s.delete_run(rid)
-    assert s.events(rid).empty and len(s.events()) == 1
+    assert s.job_records.events(rid).empty and len(s.job_records.events()) == 1
 
 
 KILLED_WRITER = """
@@ -275,9 +275,9 @@ def test_the_store_survives_a_kill_9_of_its_writer_mid_run(tmp_path, spawns):
     assert (per_step == 3).all()  # and no step is half there
     assert sorted(per_step.index) == list(range(1, len(per_step) + 1))
     assert len(per_step) >= len(committed)  # (it went on writing between our reading and the kill)
-    assert fresh.events(rid).step.tolist() == sorted(per_step.index)
-    fresh.add_event(rid, "ended", detail={"status": "interrupted"})  # and it still takes writes
-    assert fresh.last_event(rid)["event"] == "ended"
+    assert fresh.job_records.events(rid).step.tolist() == sorted(per_step.index)
+    fresh.job_records.add_event(rid, "ended", detail={"status": "interrupted"})  # and it still takes writes
+    assert fresh.job_records.last_event(rid)["event"] == "ended"
 
 
 @settings(max_examples=200, deadline=None)
@@ -297,7 +297,7 @@ def test_one_launcher_claims_a_queued_run_and_a_second_claim_writes_nothing(tmp_
 
     def claim(k):
         barrier.wait()
-        results.append((k, store.claim(rid, **{**first, "pid": 101 + k})))
+        results.append((k, store.job_records.claim(rid, **{**first, "pid": 101 + k})))
 
     threads = [threading.Thread(target=claim, args=(k,)) for k in range(4)]
     for t in threads:
@@ -306,15 +306,15 @@ def test_one_launcher_claims_a_queued_run_and_a_second_claim_writes_nothing(tmp_
         t.join()
     winners = [k for k, ok in results if ok]
     assert len(winners) == 1  # a job never runs twice
-    run, rec = store.get_run(rid), store.launcher(rid)
+    run, rec = store.get_run(rid), store.job_records.launcher(rid)
     assert run["status"] == "running" and run["pid"] == rec["pid"] == 101 + winners[0] and run["start"]
     assert {k: rec[k] for k in ("pgid", "created", "host", "boot")} == {"pgid": 101, "created": 1.5, "host": "h",
                                                                          "boot": "b"}
     stopped = store.create_run(default_scenario(), status="queued")
     store.set_status(stopped, "stopped")
-    assert not store.claim(stopped, **first) and store.launcher(stopped) is None
+    assert not store.job_records.claim(stopped, **first) and store.job_records.launcher(stopped) is None
     with pytest.raises(LabError, match="unknown launcher field"):
-        store.claim(rid, pid_start=3)
+        store.job_records.claim(rid, pid_start=3)
 
 
 def test_an_older_store_gains_the_launchers_new_columns(tmp_path):
@@ -324,10 +324,10 @@ def test_an_older_store_gains_the_launchers_new_columns(tmp_path):
                   "pid_start INTEGER, scratch TEXT, started REAL, beat REAL)")
         c.execute("INSERT INTO launchers (run_id, pid, pid_start) VALUES ('old-run', 7, 123)")
     store = RunStore(path)
-    assert store.launcher("old-run")["pgid"] is None  # kept, with the new columns empty
+    assert store.job_records.launcher("old-run")["pgid"] is None  # kept, with the new columns empty
     rid = store.create_run(default_scenario(), status="queued")
-    assert store.claim(rid, pid=9, pgid=9, created=2.0)
-    assert store.launcher(rid)["created"] == 2.0
+    assert store.job_records.claim(rid, pid=9, pgid=9, created=2.0)
+    assert store.job_records.launcher(rid)["created"] == 2.0
 
 
 def test_an_older_stores_lifecycle_table_becomes_the_job_events_with_its_rows(tmp_path):
@@ -342,10 +342,10 @@ CREATE INDEX stages_by_run ON stages (run_id, seq);
 INSERT INTO stages (run_id, t, stage, detail) VALUES ('r1', 1.0, 'submitted', '{}'), ('r1', 2.0, 'started', '{"w": 2}');
 """)
     s = RunStore(path)
-    ev = s.events("r1")
+    ev = s.job_records.events("r1")
     assert list(ev.event) == ["submitted", "started"] and ev.detail.iloc[1] == {"w": 2}
-    s.add_event("r1", "ended")
-    assert s.last_event("r1")["event"] == "ended"
+    s.job_records.add_event("r1", "ended")
+    assert s.job_records.last_event("r1")["event"] == "ended"
     tables = {r[0] for r in sqlite3.connect(path).execute("SELECT name FROM sqlite_master WHERE type='table'")}
     assert "stages" not in tables and "job_events" in tables
-    assert RunStore(path).events("r1").event.tolist() == ["submitted", "started", "ended"]  # opened again
+    assert RunStore(path).job_records.events("r1").event.tolist() == ["submitted", "started", "ended"]  # opened again

@@ -84,13 +84,13 @@ def scenario(**training):
 
 
 def stage(store, rid, name):
-    ev = store.events(rid)
+    ev = store.job_records.events(rid)
     return ev[ev.event == name]
 
 
 def detection_seconds(store, rid) -> float:
     fault, alarm = stage(store, rid, "fault"), stage(store, rid, "alarm")
-    assert len(alarm) == 1, store.events(rid)[["stage", "detail"]].to_string()
+    assert len(alarm) == 1, store.job_records.events(rid)[["stage", "detail"]].to_string()
     return float(alarm.t.iloc[0] - (fault.t.iloc[0] if len(fault) else alarm.t.iloc[0]))
 
 
@@ -216,7 +216,7 @@ def _freeze_worker_when_running(store, rid, out):
         except Exception:  # noqa: BLE001 - the run may not exist yet
             pass
         time.sleep(0.1)
-    pids = store.events(rid)
+    pids = store.job_records.events(rid)
     started = pids[pids.event == "started"].detail.iloc[0]["pids"]
     out["stopped_at"] = time.time()
     os.kill(started[1], signal.SIGSTOP)
@@ -356,7 +356,7 @@ def test_a_launcher_leaves_who_it_is_and_its_heartbeat_in_the_store(env):
 
     res = launch(scenario(fault="none", steps=STEPS))
     store = RunStore(env)
-    rec = store.launcher(res.run_id)
+    rec = store.job_records.launcher(res.run_id)
     assert res.status == "done"
     assert {k: rec[k] for k in ("pid", "pgid", "created", "host", "boot")} == identity()  # this process ran it
     assert launcher_gone(rec) is None  # and it still runs

@@ -36,13 +36,13 @@ def scenario(**training) -> Scenario:
 
 
 def alarm(store, rid):
-    ev = store.events(rid)
+    ev = store.job_records.events(rid)
     return ev[ev.event == "alarm"].iloc[0]
 
 
 def check_no_process_left(store, rid):
     assert processes_of(rid, exclude=(os.getpid(),)) == []
-    ev = store.events(rid)
+    ev = store.job_records.events(rid)
     rel = ev[ev.event == "released"]
     assert len(rel) and rel.detail.iloc[-1]["worker_processes_left"] == 0
 
@@ -55,7 +55,7 @@ def test_a_killed_stage_process_fails_the_run_with_its_device_named(env):
     assert "the stage process of device edge1 (rank 1: net_2, net_3, net_4)" in run["error"]
     assert "was killed by signal SIGKILL" in run["error"]
     a = alarm(store, res.run_id)
-    ev = store.events(res.run_id)
+    ev = store.job_records.events(res.run_id)
     fault = ev[ev.event == "fault"]
     assert a.worker == 1 and a.detail["action"] == "fail the job"
     assert a.t >= fault.t.iloc[0]  # the alarm follows the fault (how soon depends on the load)
@@ -87,7 +87,7 @@ def _freeze_when_running(store, rid, out):
         except Exception:  # noqa: BLE001 - the run may not exist yet
             pass
         time.sleep(0.1)
-    ev = store.events(rid)
+    ev = store.job_records.events(rid)
     pids = ev[ev.event == "started"].detail.iloc[0]["pids"]
     out["stopped_at"] = time.time()
     os.kill(pids[1], signal.SIGSTOP)
@@ -111,6 +111,6 @@ def test_an_emulated_link_slower_than_the_heartbeat_timeout_is_waited_for_not_ta
     store = RunStore(env)
     run = store.get_run(res.run_id)
     assert res.status == run["status"] == "done", run["error"]
-    ev = store.events(res.run_id)
+    ev = store.job_records.events(res.run_id)
     assert not (ev.event == "alarm").any()
     check_no_process_left(store, res.run_id)

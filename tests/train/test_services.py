@@ -51,10 +51,10 @@ def test_a_restart_discards_later_rows_and_is_an_event_of_rank_0_only(tmp_path, 
     store.add_metrics(rid, [{"step": s, "worker": 0, "loss": 1.0 / s} for s in range(1, 7)])
     monkeypatch.setenv("LAB_ATTEMPT", "1")
     RankServices(rid, store, 1, launched=True).restarted(3, {"world": 2})
-    assert len(store.metrics(rid)) == 6 and store.last_event(rid, "restart") is None
+    assert len(store.metrics(rid)) == 6 and store.job_records.last_event(rid, "restart") is None
     RankServices(rid, store, 0, launched=True).restarted(3, {"world": 2})
     assert sorted(store.metrics(rid)["step"]) == [1, 2, 3]
-    ev = store.last_event(rid, "restart")
+    ev = store.job_records.last_event(rid, "restart")
     assert ev["attempt"] == 1 and ev["step"] == 3
     assert ev["detail"] == {"world": 2, "discarded_rows": 3, "launcher": "lab"}
 

@@ -62,7 +62,7 @@ def test_gradient_allreduce_equals_one_process_on_combined_batch(lab_db, optimiz
     assert proc.returncode == 0, proc.stderr[-2000:]
     store = RunStore(lab_db)
     assert store.status(rid) == "done"
-    ev = store.events(rid)  # the command line's launcher forks its ranks, which compute what one process does
+    ev = store.job_records.events(rid)  # the command line's launcher forks its ranks, which compute what one process does
     assert ev[ev.event == "started"].detail.iloc[0]["start"] == "forked"
     tr = Training(workers=workers, steps=steps, optimizer=optimizer, lr=0.01, model=model)
     ref = single_process(tr)

@@ -62,7 +62,7 @@ def test_a_warm_job_trains_to_the_same_bits_as_a_cold_one(starter, lab_db, tmp_p
     rid = run_warm(starter, sc, tmp_path)
     assert store.status(rid) == "done"
     for r, how in ((rid, "forked"), (cold.run_id, "cold")):  # the warm launcher forked its ranks
-        ev = store.events(r)
+        ev = store.job_records.events(r)
         assert ev[ev.event == "started"].detail.iloc[0]["start"] == how
     a, b = final_weights(store, cold.run_id), final_weights(store, rid)
     assert a.keys() == b.keys()

@@ -39,7 +39,7 @@ def fake_finished_run(store: RunStore, name: str, owner: str = "me") -> str:
                                       "slots": {"cpu0": ["cpu0/slot0"], "cpu1": ["cpu1/slot0"]}, "rank_cpus": [0, 1]}),
                        ("started", {"world": 2, "pids": [1, 2]}), ("data", {"shard_sizes": [674, 673]}),
                        ("running", {}), ("ended", {"status": "done"}), ("released", {"by": "launcher"})]:
-        store.add_event(rid, st, detail=detail)
+        store.job_records.add_event(rid, st, detail=detail)
         time.sleep(0.01)
     store.set_status(rid, "done")
     logs = store.data_dir() / "logs" / rid
@@ -128,10 +128,10 @@ def test_an_alarm_and_the_heartbeats_of_a_running_job_and_another_sessions_job(j
     fake_finished_run(jm.store, "mine")
     live = jm.store.create_run(default_scenario(), name="live one", status="running", info={"owner": "other"})
     jm.store.update_run(live, pid=os.getpid())  # alive: the sweep leaves it running
-    jm.store.add_event(live, "alarm", attempt=0, step=7, worker=1,
+    jm.store.job_records.add_event(live, "alarm", attempt=0, step=7, worker=1,
                        detail={"summary": "worker 1 hangs at step 7 in inject()", "action": "restart from step 5"})
     now = time.time()
-    jm.store.set_heartbeats(live, [{"worker": 0, "step": 7, "phase": "comm", "t": now, "progress_t": now - 4},
+    jm.store.job_records.set_heartbeats(live, [{"worker": 0, "step": 7, "phase": "comm", "t": now, "progress_t": now - 4},
                                    {"worker": 1, "step": 7, "phase": "busy", "t": now, "progress_t": now - 4}])
     assert live not in desk(jm).board(everyone=False).labels  # another session's job: not in this session's view
     assert desk(jm).polling(everyone=True) and not desk(jm).polling(everyone=False)
@@ -168,7 +168,7 @@ def test_an_owner_id_reads_as_you_to_its_owner_as_another_student_to_others_and_
         jm, monkeypatch):
     monkeypatch.setenv("LAB_TEACHER_TOKEN", TOKEN)
     rid = fake_finished_run(jm.store, "theirs", owner="abc123")
-    jm.store.add_event(rid, "stop", detail={"by": "abc123", "session": "abc123", "via": "the Stop button"})
+    jm.store.job_records.add_event(rid, "stop", detail={"by": "abc123", "session": "abc123", "via": "the Stop button"})
     jm.store.merge_info(rid, {"stopped_by": "abc123"})
     jm.store.set_status(rid, "stopped", error="stopped by session abc123")
 
@@ -206,7 +206,7 @@ def test_release_removes_the_intermediate_checkpoints_of_ones_own_job_only(jm):
     assert desk(jm).release(mine).startswith("Released: 0 process(es) ended, 1 checkpoint file(s) removed")
     ck = jm.store.checkpoint_dir(mine)
     assert not (ck / "step000005.pt").exists() and (ck / "final.pt").exists()
-    assert jm.store.last_event(mine)["detail"]["by"] == "release button"
+    assert jm.store.job_records.last_event(mine)["detail"]["by"] == "release button"
     assert (jm.store.checkpoint_dir(theirs) / "step000005.pt").exists()
 
 

@@ -449,7 +449,7 @@ class PlacementTrainer:
                 "clock_offsets": [o[0][0] for o in offsets], "clock_uncertainty": [o[0][1] for o in offsets],
                 "timeline_steps": rec.timeline_steps, "launcher": "lab" if services.launched else "torchrun",
                 "attempt": rz.attempt(), "torch_threads": torch.get_num_threads()})
-            self.store.add_event(self.run_id, "running", attempt=rz.attempt(), step=0,
+            self.store.job_records.add_event(self.run_id, "running", attempt=rz.attempt(), step=0,
                                  detail={"world": self.world, "devices": plan.devices})
         if self.world > 1:
             dist.barrier()
@@ -489,7 +489,7 @@ class PlacementTrainer:
         peak = gather([[rec.saved_peak]], self.world)
         if self.rank == 0 and services.recording:
             for s, rows in timelines.items():
-                services.write(self.store.add_plan_events, self.run_id, s, rows)
+                services.write(self.store.job_records.add_plan_events, self.run_id, s, rows)
             write_info({"saved_peak": [float(r[0][0]) for r in peak]})
         services.drain()
         return {"steps": step, "diverged": diverged, "test_acc": last_acc}

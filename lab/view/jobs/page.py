@@ -163,7 +163,7 @@ class Desk:
                    for r in table[(table.owner == "you") & table.queue.notna()].itertuples()]
         notices += [Notice(f"Alarm, job {rid}, attempt {attempt}: {summary} → {action}", "error",
                            ":material/notifications_active:")
-                    for rid, attempt, summary, action in alarm_lines(store.events(list(table.id[active])))]
+                    for rid, attempt, summary, action in alarm_lines(store.job_records.events(list(table.id[active])))]
         slots = slot_words(self.jm)
         sections = [Section("jobs", notices=tuple(notices), table=shown_times(table).to_dict("records"),
                             columns=JOB_COLUMNS, missing=MISSING, kind="measured",
@@ -185,7 +185,7 @@ class Desk:
         if run["error"]:
             sections.append(Section("jobs_error", notices=(Notice(
                 error_line(run, self.owner, teacher), "warning" if run["status"] == "stopped" else "error"),)))
-        ev = store.events(run_id)
+        ev = store.job_records.events(run_id)
         if len(ev):
             sections.append(Section(
                 "jobs_stage", chart="jobs.events_figure", chart_input=dict(events=ev.to_dict("records"),
@@ -197,7 +197,7 @@ class Desk:
             if len(where):
                 sections.append(Section("jobs_rank_nodes", table=where.to_dict("records"), kind="measured",
                                         caption="Which node of the Ray cluster ran which rank (node: Ray's node id)."))
-        beats = store.heartbeats(run_id)
+        beats = store.job_records.heartbeats(run_id)
         if run["status"] == "running" and len(beats):
             workers, ages, phases = heartbeat_ages(beats)
             sections.append(Section("jobs_beats", chart="jobs.heartbeat_figure", kind="measured", caption=BEATS_CAPTION,

@@ -69,7 +69,7 @@ def start_phase(st: RunStore, run_id: str, queue_position: int | None = None) ->
     done = st.progress(run_id)
     if status != "running" or done > 0:
         return f"step {done} of {steps}"
-    events = st.events(run_id)
+    events = st.job_records.events(run_id)
     attempt = int(events.attempt.max()) if len(events) and events.attempt.notna().any() else 0
     seen = set(events[events.attempt.fillna(0) >= attempt].event) if len(events) else set()
     if "running" in seen or "data" in seen:  # the group is formed and the data split
@@ -77,7 +77,7 @@ def start_phase(st: RunStore, run_id: str, queue_position: int | None = None) ->
     if "started" not in seen:
         return "starting the launcher"
     world = int(tr.get("workers") or 1) + (1 if tr.get("sync") == "param_server" else 0)
-    beats = st.heartbeats(run_id)
+    beats = st.job_records.heartbeats(run_id)
     ready = int((beats.attempt.fillna(0) >= attempt).sum()) if len(beats) else 0
     if ready < world:
         return f"starting workers ({ready} of {world} ready)"

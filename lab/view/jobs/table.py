@@ -25,7 +25,7 @@ def overview(store: RunStore, jm: JobManager | None = None, owner: str | None = 
             "submitted", "start", "end", "queued_s", "ran_s"]
     if runs.empty:
         return pd.DataFrame(columns=cols)
-    events = store.events(list(runs.id))
+    events = store.job_records.events(list(runs.id))
     by_run = {rid: g for rid, g in events.groupby("run_id")} if len(events) else {}
     rows = []
     names = store.class_book.seats() if show_ids else {}
@@ -81,7 +81,7 @@ def slot_timeline(store: RunStore, run_ids: Iterable[str], now: float | None = N
     the earliest 'scheduled' event) from each run's scheduled and released events; a job still
     holding its slots ends at ``now``. Returns (rows, t0)."""
     now = time.time() if now is None else now
-    st = store.events(list(run_ids))
+    st = store.job_records.events(list(run_ids))
     if st.empty:
         return [], now
     names = {}
