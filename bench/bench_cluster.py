@@ -71,13 +71,13 @@ def ray_memory() -> float:
     return total
 
 
-def run_queue(jobs: int, steps: int, workers: int, data: Path, cluster: str) -> dict:
+def run_queue(jobs: int, steps: int, workers: int, data: Path, ray_address: str) -> dict:
     from lab.jobs.manager import JobManager
     from lab.scenario.document import default_scenario
 
     sc = default_scenario()
     sc = sc.replace(training=sc.training.replace(workers=workers, steps=steps))
-    jm = JobManager(data / "runs.db", cluster=cluster)
+    jm = JobManager(data / "runs.db", ray_address=ray_address)
     peak = PeakMemory()
     try:  # the job manager ends its starter and any job still running, also when a job fails
         jm.launcher.warm_up()

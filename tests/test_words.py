@@ -1,6 +1,7 @@
 """One word, one meaning (the README's "Words the lab uses"): senses the code has retired stay out of it. A plan
 is a placement plan, never a data-parallel job's layout; a stage is a process of a placement run, never one
-piece's costs; the run store's shared object is ``run_store()`` wherever it is imported. Static reading of the source; each rule is also shown to catch the retired sense it names."""
+piece's costs; the run store's shared object is ``run_store()`` wherever it is imported; a Ray cluster's address is
+``ray_address``, never ``cluster`` (a cluster is the drawn topology). Static reading of the source; each rule is also shown to catch the retired sense it names."""
 from __future__ import annotations
 
 import re
@@ -19,6 +20,9 @@ RETIRED = (
      "one piece with its costs is a PieceCost; a stage is one process of a placement run"),
     (EVERY, r"from lab\.store\.runs import .*\b(store|run_store as \w+)\b",
      "the run store's shared object is imported as run_store, under no other name"),
+    (("lab/jobs/manager.py", "lab/jobs/running.py", "lab/train/launcher.py", "lab/train/ranks.py", "lab/train/ray_ranks.py",
+      "lab/view/jobs/page.py", "bench/bench_cluster.py"), r"\b(self|jm|spec)\.cluster\b|\bcluster: str\b|\bcluster=",
+     "a Ray cluster's address is ray_address; a cluster is the drawn topology"),
 )
 
 
@@ -34,7 +38,7 @@ def breaches(text: str, pattern: str) -> list[int]:
     return [i for i, line in enumerate(text.splitlines(), 1) if re.search(pattern, line)]
 
 
-@pytest.mark.parametrize("files,pattern,meaning", RETIRED, ids=["layout", "piece cost", "run store"])
+@pytest.mark.parametrize("files,pattern,meaning", RETIRED, ids=["layout", "piece cost", "run store", "ray address"])
 def test_a_retired_sense_stays_out(files, pattern, meaning):
     found = [f"{f}:{n}" for f in files_of(files) for n in breaches((ROOT / f).read_text(), pattern)]
     assert found == [], f"{meaning}: {found}"
@@ -49,3 +53,7 @@ def test_each_rule_catches_its_retired_sense():
     assert breaches("from lab.store.runs import ACTIVE, store\n", RETIRED[2][1]) == [1]
     assert breaches("    from lab.store.runs import run_store as default_store\n", RETIRED[2][1]) == [1]
     assert breaches("from lab.store.runs import ACTIVE, run_store\n", RETIRED[2][1]) == []
+    assert breaches("jm = JobManager(db, cluster=address)\n", RETIRED[3][1]) == [1]
+    assert breaches("if self.cluster:\n", RETIRED[3][1]) == [1]
+    assert breaches("    cluster: str = ''\n", RETIRED[3][1]) == [1]
+    assert breaches("jm = JobManager(db, ray_address=address)  # the Ray cluster\n", RETIRED[3][1]) == []

@@ -77,7 +77,7 @@ class JobManager:
 
     def __init__(self, store_path: str | os.PathLike | None = None, capacity: int = 1, poll_s: float = 0.2,
                  policy: str = "uniform", cpus: Iterable[int] | None = None, slots_per_cpu: int | None = None,
-                 warm: bool | None = None, cluster: str | None = None):
+                 warm: bool | None = None, ray_address: str | None = None):
         if capacity < 1:
             raise LabError(f"capacity must be at least 1 (got {capacity})", where="jobs")
         if policy not in POLICIES:
@@ -85,11 +85,11 @@ class JobManager:
         self.store = RunStore(store_path)
         # With a Ray cluster (LAB_RAY_ADDRESS) the jobs' ranks run there: Ray's placement groups decide
         # where and hold a job until all of it fits, so the book only bounds how many jobs are handed over.
-        self.cluster = settings.ray_address() if cluster is None else cluster
-        self.capacity = max(1, settings.integer("LAB_RAY_JOBS")) if self.cluster else capacity
+        self.ray_address = settings.ray_address() if ray_address is None else ray_address
+        self.capacity = max(1, settings.integer("LAB_RAY_JOBS")) if self.ray_address else capacity
         self.poll_s = poll_s
         self.policy = policy
-        self.book = SlotBook([cluster_group(self.capacity, settings.integer("LAB_JOB_MAX_PROCS"))] if self.cluster
+        self.book = SlotBook([cluster_group(self.capacity, settings.integer("LAB_JOB_MAX_PROCS"))] if self.ray_address
                              else local_groups(cpus, slots_per_cpu))
         self.started_at = time.time()
         self._lock = threading.RLock()  # guards the queue, the running jobs and the slot book
@@ -243,13 +243,13 @@ class JobManager:
                 return  # the scheduler thread starts the queue once the starter is ready
             now = time.monotonic()
             overtime = self.jobs.overtime(self.access.limits.over_time, now)
-            if not self.cluster:  # on a cluster lowering the launcher's priority would change nothing
+            if not self.ray_address:  # on a Ray cluster lowering the launcher's priority would change nothing
                 self.jobs.yield_long(self.store, self.queue.owners(), now, settings.number("LAB_SLICE_S"))
             orphans = len(self.sweeper.orphans()) if self.sweeper.orphan_ids else 0
             while self.queue:
                 if len(self.jobs.fresh()) + orphans >= self.capacity or len(self.jobs) + orphans >= 2 * self.capacity:
                     break
-                if self.cluster and self.jobs.cluster_is_behind(self.store, now, settings.integer("LAB_RAY_WAITING")):
+                if self.ray_address and self.jobs.cluster_is_behind(self.store, now, settings.integer("LAB_RAY_WAITING")):
                     break  # the next job goes once those handed over started: the fair queue's order holds
                 # Beside a job that yields, only a student with no job running may start one.
                 busy = self.jobs.students() if len(self.jobs) >= self.capacity else set()
@@ -290,7 +290,7 @@ class JobManager:
                 "rank_cpus": cpus, "queued_s": time.time() - run["created"], "nice": job_nice()})
             self.jobs.begin(rid, owner, Launched(rid, self.store))
             return JobSpec(rid, run["scenario"], str(self.store.path.resolve()), tuple(cpus), job_nice(),
-                           settings.job_idle(), self.cluster)
+                           settings.job_idle(), self.ray_address)
         return None
 
     def _start(self, spec: JobSpec) -> None:

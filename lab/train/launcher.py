@@ -110,7 +110,7 @@ class JobSpec:
     cpus: tuple[int, ...] = ()
     nice: int = 0
     idle: bool = False
-    cluster: str = ""  # a Ray cluster's address: the ranks run there (lab.train.ray_ranks)
+    ray_address: str = ""  # a Ray cluster's address: the ranks run there (lab.train.ray_ranks)
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
@@ -122,7 +122,7 @@ class JobSpec:
         try:
             cpus = tuple(int(c) for c in d.get("cpus") or ())
             return cls(check_run_id(d.get("run_id")), d["scenario"], d["db"], cpus, int(d.get("nice") or 0),
-                       bool(d.get("idle")), str(d.get("cluster") or ""))
+                       bool(d.get("idle")), str(d.get("ray_address") or ""))
         except (TypeError, ValueError) as exc:
             raise LabError(f"a malformed job spec: {exc}", where="job spec") from None
 
@@ -134,7 +134,7 @@ def run_job(spec: JobSpec, log=sys.stderr) -> int:
     processes.as_background_work(spec.nice, spec.idle)
     try:
         res = launch(Scenario.from_dict(spec.scenario), spec.run_id, store_path=spec.db,
-                     cpus=list(spec.cpus) or None, checked=True, ranks=rank_backend(spec.cluster, own_process=True))
+                     cpus=list(spec.cpus) or None, checked=True, ranks=rank_backend(spec.ray_address, own_process=True))
     except LabError as exc:
         print("lab.train: " + " ".join(str(exc).split()), file=log)
         return 2

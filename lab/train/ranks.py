@@ -153,12 +153,12 @@ class ClusterRanks(RankBackend):
         return sum(r.cpu_s for r in procs)  # what each actor's process took while it ran its rank
 
 
-def rank_backend(cluster: str = "", own_process: bool = False) -> RankBackend:
-    """The way a job's ranks start: on the Ray cluster at ``cluster`` when one is given, else forked when the
+def rank_backend(ray_address: str = "", own_process: bool = False) -> RankBackend:
+    """The way a job's ranks start: on the Ray cluster at ``ray_address`` when one is given, else forked when the
     launcher is a process of the job's own (started for it from the command line or by the job manager, or
     forked for it by the warm starter), else as cold processes."""
-    if cluster:
-        return ClusterRanks(cluster)
+    if ray_address:
+        return ClusterRanks(ray_address)
     return ForkedRanks() if own_process else ProcessRanks()
 
 

@@ -35,7 +35,7 @@ def test_a_job_handed_to_an_unreachable_cluster_fails_with_the_address(tmp_path,
     monkeypatch.setenv("LAB_DB", str(tmp_path / "runs.db"))
     monkeypatch.setenv("LAB_DATA", str(tmp_path))
     address = f"127.0.0.1:{free_port()}"
-    jm = JobManager(tmp_path / "runs.db", cluster=address)
+    jm = JobManager(tmp_path / "runs.db", ray_address=address)
     try:
         job = jm.submit(default_with(steps=3))
         assert jm.wait(job.run_id, timeout=90) == "failed"

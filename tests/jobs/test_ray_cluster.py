@@ -34,7 +34,7 @@ def cluster():
 def jm(cluster, tmp_path, monkeypatch):
     monkeypatch.setenv("LAB_DB", str(tmp_path / "runs.db"))
     monkeypatch.setenv("LAB_DATA", str(tmp_path))
-    m = JobManager(tmp_path / "runs.db", cluster=cluster.address)
+    m = JobManager(tmp_path / "runs.db", ray_address=cluster.address)
     yield m
     m.shutdown()
 
@@ -66,7 +66,7 @@ def on_ray_and_here(jm: JobManager, sc, tmp_path) -> tuple[str, str]:
     """The run ids of ``sc`` run to its end on the cluster and then on this machine (the same store)."""
     on_ray = jm.submit(sc, "on ray")
     assert jm.wait(on_ray.run_id, 300) == "done", jm.store.get_run(on_ray.run_id)["error"]
-    here = JobManager(tmp_path / "runs.db", cluster="")
+    here = JobManager(tmp_path / "runs.db", ray_address="")
     try:
         local = here.submit(sc, "here")
         assert here.wait(local.run_id, 300) == "done", here.store.get_run(local.run_id)["error"]
@@ -191,7 +191,7 @@ def test_a_placement_run_places_its_stages_on_the_cluster_and_computes_what_it_c
 
 def test_a_client_address_is_refused_with_a_message_and_the_run_fails_cleanly(tmp_path, monkeypatch):
     monkeypatch.setenv("LAB_DB", str(tmp_path / "runs.db"))
-    jm = JobManager(tmp_path / "runs.db", cluster="ray://head:10001")
+    jm = JobManager(tmp_path / "runs.db", ray_address="ray://head:10001")
     try:
         job = jm.submit(default_with(workers=2, steps=10), "client")
         assert jm.wait(job.run_id, 120) == "failed"

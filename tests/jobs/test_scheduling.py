@@ -223,7 +223,7 @@ def test_the_cluster_gets_jobs_in_the_queues_order_and_no_job_waits_there_behind
 
     monkeypatch.setenv("LAB_RAY_WAITING", "2")
     monkeypatch.setenv("LAB_RAY_JOBS", "5")
-    jm = JobManager(tmp_path / "runs.db", warm=False, cluster="auto")
+    jm = JobManager(tmp_path / "runs.db", warm=False, ray_address="auto")
     assert jm.capacity == 5 and jm.book.total >= 5
     sc = default_scenario()
     a, b = (jm.store.create_run(sc, status="running") for _ in range(2))
@@ -240,5 +240,5 @@ def test_the_cluster_gets_jobs_in_the_queues_order_and_no_job_waits_there_behind
     assert behind(101.0 + CLUSTER_PATIENCE_S + 0.5)  # b waited too long: the rest wait for it
     jm.store.job_records.add_event(b, "started")
     assert not behind(1000.0)
-    here = JobManager(tmp_path / "runs.db", warm=False, cluster="")
+    here = JobManager(tmp_path / "runs.db", warm=False, ray_address="")
     assert here.book.free() == {g.name: g.size for g in local_groups()}  # this machine's cores, as before

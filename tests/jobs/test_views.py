@@ -210,11 +210,11 @@ def test_the_queue_rules_say_where_jobs_run_and_the_what_if_reads_in_three_numbe
 
     from lab.jobs.manager import JobManager
 
-    here = JobManager(tmp_path / "runs.db", warm=False, cluster="", capacity=2)
+    here = JobManager(tmp_path / "runs.db", warm=False, ray_address="", capacity=2)
     line = job_views.queue_rules(here)
     assert "at most 2 job(s) at a time" in line and f"{here.book.total} worker slots" in line
     assert job_views.slot_words(here) == "local worker slots"
-    there = JobManager(tmp_path / "runs.db", warm=False, cluster="auto")
+    there = JobManager(tmp_path / "runs.db", warm=False, ray_address="auto")
     assert "placed by the Ray cluster" in job_views.queue_rules(there) and "worker slots" not in \
         job_views.queue_rules(there)
     assert job_views.slot_words(there) == "slots on the Ray cluster"

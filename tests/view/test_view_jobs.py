@@ -54,7 +54,7 @@ def fake_finished_run(store: RunStore, name: str, owner: str = "me") -> str:
 
 @pytest.fixture
 def jm(lab_db):
-    return JobManager(lab_db, warm=False, cluster="")
+    return JobManager(lab_db, warm=False, ray_address="")
 
 
 def desk(jm, owner: str = "me") -> view.Desk:

@@ -40,7 +40,7 @@ def intro(measured: str) -> str:
 
 def queue_rules(jm: JobManager) -> str:
     """How the job manager queues and where it places: this machine's slots, or a Ray cluster."""
-    where = ("ranks placed by the Ray cluster, which starts a job once all its ranks fit" if jm.cluster else
+    where = ("ranks placed by the Ray cluster, which starts a job once all its ranks fit" if jm.ray_address else
              f"placement policy {POLICY_LABELS[jm.policy]}; {jm.book.total} worker slots on "
              f"{len(jm.book.groups)} core(s)")
     return (f"Queue: fair across sessions (round-robin by session, in order within one); at most {jm.capacity} "
@@ -49,7 +49,7 @@ def queue_rules(jm: JobManager) -> str:
 
 def slot_words(jm: JobManager) -> str:
     """What a job's slots are: this machine's, or the Ray cluster's."""
-    return "slots on the Ray cluster" if jm.cluster else "local worker slots"
+    return "slots on the Ray cluster" if jm.ray_address else "local worker slots"
 
 
 def fault_drill(sc: Any, kind: str, worker: int, at_step: int, policy: str, checkpoint_every: int) -> tuple:
