@@ -39,7 +39,7 @@ def test_a_teacher_and_two_students(server, spawns):
     teacher = app_test(PAGE)
     assert_no_exception(teacher)
     assert any("No class is open" in i.value for i in teacher.info)  # a student's view until signed in
-    assert server.sign_in_teacher(teacher.session_state["job_owner"], TOKEN)
+    assert server.access.sign_in_teacher(teacher.session_state["job_owner"], TOKEN)
     teacher.run()
     teacher.button(key="cls_open").click().run()
     assert_no_exception(teacher)
@@ -65,7 +65,7 @@ def test_a_teacher_and_two_students(server, spawns):
     steps = next(d.value for d in teacher.dataframe if "not ticked yet" in d.value.columns)
     assert set(steps["not ticked yet"]) == {"Ada <b>L</b>, Bob"} and "None" not in set(steps["answered right"])
     other = app_test(PAGE)  # the teacher in another tab: the lesson box shows the lesson handed out, not the first
-    assert server.sign_in_teacher(other.session_state["job_owner"], TOKEN)
+    assert server.access.sign_in_teacher(other.session_state["job_owner"], TOKEN)
     other.run()
     assert_no_exception(other)
     assert other.selectbox(key="cls_lesson").value == lesson

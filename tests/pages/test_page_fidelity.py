@@ -113,12 +113,12 @@ def test_calibrate_button_starts_the_background_calibration(data, monkeypatch, s
 
 def test_beside_running_jobs_the_page_offers_to_wait_for_a_quiet_machine(data, monkeypatch, spawns):
     import lab.machine.calibrate as cal
-    from lab.jobs.manager import JobManager
+    from lab.jobs.running import RunningJobs
 
     calls = []
     monkeypatch.setattr(cal, "start_background", lambda path=None, quick=False, wait_quiet_s=0.0:
                         calls.append(wait_quiet_s))
-    monkeypatch.setattr(JobManager, "running", lambda self: ["r1", "r2"])
+    monkeypatch.setattr(RunningJobs, "ids", lambda self: ["r1", "r2"])
     at = app_test(PAGE)
     assert any(ui.plain("2 job(s) are running") in w.value for w in at.warning)  # its words: the model's test
     assert at.button(key="fid_calibrate").label == "Calibrate now"
