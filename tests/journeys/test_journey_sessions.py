@@ -13,6 +13,7 @@ import signal
 import pytest
 
 from lab.view import jobs as job_views
+from lab.view.live import MAX_INTERVAL_S
 from lab.jobs.access import TEACHER
 from lab.store.runs import RunStore
 from lab.train.launcher_record import processes_of
@@ -52,10 +53,15 @@ def count_frames(pg) -> None:
     pg.on("websocket", on_ws)
 
 
-def frames_within(pg, ms: int) -> int:
+def polls(pg) -> bool:
+    """Whether the server pushes this page a message within the longest interval a live part backs off to
+    (a busy server renders slowly, so the page refreshes less often than once a second, never less than this)."""
     before = pg.frames_in
-    pg.wait_for_timeout(ms)
-    return pg.frames_in - before
+    for _ in range(int((MAX_INTERVAL_S + 5) * 2)):
+        pg.wait_for_timeout(500)
+        if pg.frames_in > before:
+            return True
+    return False
 
 
 def test_students_see_their_own_jobs_and_the_teacher_manages_all(browser, tmp_path, monkeypatch):
@@ -121,7 +127,7 @@ def test_students_see_their_own_jobs_and_the_teacher_manages_all(browser, tmp_pa
             a.get_by_role("heading", name=f"Job {rid}").wait_for(timeout=WAIT_MS)
             assert "· you ·" in job_choice(a)
             assert buttons(a, "Stop") == 1 and buttons(a, "Release") == 1
-            assert frames_within(a, 3000) > 0  # its job is active: the page polls the store
+            assert polls(a)  # its job is active: the page polls the store
 
             # a token in a link is not taken (it would stay in the history), and leaves the address
             t.goto(base + f"/jobs?teacher={TOKEN}")
