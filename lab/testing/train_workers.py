@@ -37,12 +37,12 @@ def paired_bench_worker(rank: int, world: int, port: int, out_dir: str, config: 
             for step in range(config["steps"]):
                 for n in (names if step % 2 == 0 else names[::-1]):
                     t0 = time.perf_counter()
-                    res = trainers[n].step_allreduce()
+                    res = trainers[n].sync.step_allreduce()
                     rec[n]["dt"].append(time.perf_counter() - t0)
                     rec[n]["sent"].append(res.bytes_sent)
                     rec[n]["recv"].append(res.bytes_recv)
                     rec[n]["emul_comm"].append(res.t_emul_comm)
-                    rec[n]["t_compress"].append(trainers[n].t_compress)
+                    rec[n]["t_compress"].append(trainers[n].sync.t_compress)
             for n, t in trainers.items():
                 rec[n]["test_acc"] = t.evaluate()
                 rec[n]["checksum"] = t.checksum()

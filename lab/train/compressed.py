@@ -125,9 +125,9 @@ class CompressedAllReduce:
         return (losses * w).sum(0) / w.sum()
 
 
-def attach(trainer: Any) -> CompressedAllReduce | None:
-    """Called by the Trainer's setup: the compressed sync when the scenario asks for it, else None."""
-    trainer.t_compress = 0.0
+def attach(trainer: Any, link_delay: Any = None) -> CompressedAllReduce | None:
+    """Called by the Trainer's setup: the compressed sync when the scenario asks for it, else None (``link_delay``:
+    the emulated links' delay for the lab's ring, :func:`lab.train.emulation.ring_link_delay`)."""
     tr = trainer.tr
     if not enabled(tr) or trainer.layout.server is not None:
         return None
@@ -136,7 +136,7 @@ def attach(trainer: Any) -> CompressedAllReduce | None:
         shapes = [p.shape for p in trainer.params]
         probe = trainer.ds.x_test[:2]  # any input: the order depends on the graph, not on the values
         order = ready_order(trainer.model, lambda m: m(probe).sum())
-    return CompressedAllReduce(tr, trainer.world, trainer.layout.batch_sizes, trainer.link_delay, shapes, order)
+    return CompressedAllReduce(tr, trainer.world, trainer.layout.batch_sizes, link_delay, shapes, order)
 
 
 __all__ = ["enabled", "check", "attach", "CompressedAllReduce"]

@@ -7,6 +7,7 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import dataclass
+from typing import Callable
 
 import torch
 import torch.distributed as dist
@@ -18,6 +19,10 @@ from lab.train import emulation as emu
 from lab.train import resilience as rz
 from lab.comm.peers import waits_for_peers
 from lab.modelled.collectives.ring import ring_bytes
+from lab.scenario.topology import Topology
+from lab.train.compressed import CompressedAllReduce
+from lab.train.layout import JobLayout
+
 
 @dataclass(frozen=True)
 class StepResult:
@@ -34,8 +39,37 @@ class StepResult:
     bytes_recv: int
 
 
-class SyncSteps:
-    """The sync modes of :class:`lab.train.trainer.Trainer`."""
+class DataParallelStep:
+    """One data-parallel rank's training step in its sync mode, with its collectives and the emulated device and link
+    waits. It is handed what it works on (the model, the flat parameter and gradient buffers, the optimiser, the
+    sampler: the same objects the rank checkpoints) and owns what only the step uses (the ring, the link delays,
+    the last optimiser step's and compression's seconds)."""
+
+    def __init__(self, rank: int, world: int, layout: JobLayout, topology: Topology, *, model: torch.nn.Module,
+                 flat: tuple[torch.Tensor, torch.Tensor], opt, sampler, buffers: list[torch.Tensor],
+                 compressed: CompressedAllReduce | None, link_delay: Callable[[int, int, int], float] | None):
+        self.rank, self.world, self.layout, self.topology = rank, world, layout, topology
+        self.tr = layout.training
+        self.is_server = layout.server is not None and rank == layout.server
+        self.n = layout.workers
+        self.model, self.opt, self.sampler, self.buffers = model, opt, sampler, buffers
+        self.pflat, self.gflat = flat
+        self.weight = 1.0
+        if not self.is_server:
+            # mean over workers of (weight x local gradient) = gradient of the combined batch's mean loss
+            self.weight = layout.batch_sizes[rank] * self.n / sum(layout.batch_sizes)
+        self.scale = layout.emulation.scales[rank] if (layout.emulation and not self.is_server) else 1.0
+        self.ring = self.tr.allreduce_impl == "ring" and world > 1
+        self.link_delay = link_delay
+        self.compressed = compressed
+        self.t_compress = 0.0  # the last step's compression seconds
+        self.last_opt_s = 0.0  # the last optimiser step's seconds: the emulated device waits for them too
+
+    def step(self) -> StepResult:
+        """One step in the job's sync mode."""
+        if self.tr.sync == "param_server":
+            return self.step_ps_server() if self.is_server else self.step_ps_worker()
+        return self.step_state() if self.tr.sync == "state_allreduce" else self.step_allreduce()
 
     # ----- collectives -------------------------------------------------------------------------
     @waits_for_peers
@@ -53,7 +87,7 @@ class SyncSteps:
             t.div_(self.world)
         emulated = 0.0
         if self.layout.emulation is not None:
-            emulated = emu.ring_allreduce_time(self.sc.topology, self.layout.emulation.devices, nbytes)
+            emulated = emu.ring_allreduce_time(self.topology, self.layout.emulation.devices, nbytes)
             if emulated > 0:
                 time.sleep(emulated)
         # gloo does not count bytes: record what a ring all-reduce sends (modelled)
@@ -67,7 +101,7 @@ class SyncSteps:
         src = self.layout.server_device if self.is_server else self.layout.emulation.devices[self.rank]
         if src == dst_dev:
             return 0.0
-        d = self.sc.topology.transfer_time(src, dst_dev, nbytes)
+        d = self.topology.transfer_time(src, dst_dev, nbytes)
         time.sleep(d)
         return d
 
@@ -126,7 +160,7 @@ class SyncSteps:
         t0 = time.perf_counter()
         local = self.forward_backward()
         tc = time.perf_counter() - t0
-        emul = self.compute_wait(tc + getattr(self, "_last_opt_s", 0.0))
+        emul = self.compute_wait(tc + self.last_opt_s)
         return local, tc, emul, time.time()
 
     def step_allreduce(self) -> StepResult:
@@ -142,8 +176,8 @@ class SyncSteps:
         t2 = time.perf_counter()
         if math.isfinite(glob):
             glob = self._opt_step(glob)
-        self._last_opt_s = time.perf_counter() - t2
-        return StepResult(local, glob, tc + self._last_opt_s + emul, tcoll, emul, emul_c, ready, sent, recv)
+        self.last_opt_s = time.perf_counter() - t2
+        return StepResult(local, glob, tc + self.last_opt_s + emul, tcoll, emul, emul_c, ready, sent, recv)
 
     def step_state(self) -> StepResult:
         local, tc, emul, ready = self._compute()
@@ -164,8 +198,8 @@ class SyncSteps:
         before = coll["t"]
         if math.isfinite(glob):
             glob = self._opt_step(glob, fn)
-        self._last_opt_s = max(0.0, time.perf_counter() - t2 - (coll["t"] - before))
-        return StepResult(local, glob, tc + self._last_opt_s + emul, coll["t"], emul, coll["emul"], ready,
+        self.last_opt_s = max(0.0, time.perf_counter() - t2 - (coll["t"] - before))
+        return StepResult(local, glob, tc + self.last_opt_s + emul, coll["t"], emul, coll["emul"], ready,
                           coll["sent"], coll["recv"])
 
     def _opt_step(self, glob: float, allreduce_fn=None) -> float:
@@ -219,7 +253,7 @@ class SyncSteps:
         nbytes = self.pflat.numel() * 4
         delay = 0.0
         if self.layout.emulation is not None:  # the sends to the workers overlap: wait for the slowest
-            d = max(self.sc.topology.transfer_time(self.layout.server_device, dev, nbytes)
+            d = max(self.topology.transfer_time(self.layout.server_device, dev, nbytes)
                     if dev != self.layout.server_device else 0.0 for dev in self.layout.emulation.devices)
             time.sleep(d)
             delay = d

@@ -57,14 +57,14 @@ from lab.train.layout import IDLE_DEFINITION, job_layout
 from lab.train.metric_book import MetricBook
 from lab.train.services import RankServices
 from lab.train.step_record import FIELDS, StepRecord
-from lab.train.sync_steps import SyncSteps
+from lab.train.sync_steps import DataParallelStep
 from lab.comm.peers import waits_for_peers
 
 
 
-class Trainer(SyncSteps):
-    """One rank of a data-parallel job: its setup, the step loop, its measurements and checkpoints; the sync modes
-    are :class:`lab.train.sync_steps.SyncSteps`, the log, faults and store writer its
+class Trainer:
+    """One rank of a data-parallel job: its setup, the step loop, its measurements and checkpoints; the step in its
+    sync mode is its :class:`lab.train.sync_steps.DataParallelStep`, the log, faults and store writer its
     :class:`lab.train.services.RankServices`."""
 
     def __init__(self, sc: Scenario, rank: int, world: int, run_id: str | None, store: RunStore | None,
@@ -93,29 +93,25 @@ class Trainer(SyncSteps):
         self.buffers = [b for b in self.model.buffers() if b.is_floating_point()]
         self.opt = optim_from_training(tr, self.params, layout.lr) if (layout.server is None or self.is_server) else None
         self.sampler = None
-        self.weight = 1.0
         if not self.is_server:
-            weights = layout.info["weights"]
-            self.sampler = data_mod.worker_data(self.ds, self.rank, self.n, tr.split, tr.batch_size, weights=weights,
-                                                alpha=tr.dirichlet_alpha, seed=tr.seed)
-            total = sum(layout.batch_sizes)
-            # mean over workers of (weight x local gradient) = gradient of the combined batch's mean loss
-            self.weight = layout.batch_sizes[self.rank] * self.n / total
-        self.scale = layout.emulation.scales[self.rank] if (layout.emulation and not self.is_server) else 1.0
-        impl = tr.allreduce_impl
-        self.ring = impl == "ring" and self.world > 1
-        self.link_delay = None
+            self.sampler = data_mod.worker_data(self.ds, self.rank, self.n, tr.split, tr.batch_size,
+                                                weights=layout.info["weights"], alpha=tr.dirichlet_alpha, seed=tr.seed)
+        link_delay = None
         if layout.emulation is not None and layout.server is None:
-            self.link_delay = emu.ring_link_delay(sc.topology, layout.emulation.devices)
-        self.compressed = compressed.attach(self)  # the compressed gradient sync, or None
+            link_delay = emu.ring_link_delay(sc.topology, layout.emulation.devices)
+        self.compressed = compressed.attach(self, link_delay)  # the compressed gradient sync, or None
+        self.sync = DataParallelStep(self.rank, self.world, layout, sc.topology, model=self.model,
+                                     flat=(self.pflat, self.gflat), opt=self.opt, sampler=self.sampler,
+                                     buffers=self.buffers, compressed=self.compressed, link_delay=link_delay)
         self.records: list[StepRecord] = []
         self.book = MetricBook(self.n, self.compressed.job_loss if self.compressed is not None else None)
 
     def bytes_kind(self) -> str:
         """Whether the bytes a step records were counted on the wire or from the collective's model."""
-        if self.layout.server is not None or (self.ring and self.tr.sync == "allreduce") or self.compressed is not None:
+        ring = self.sync.ring
+        if self.layout.server is not None or (ring and self.tr.sync == "allreduce") or self.compressed is not None:
             return "measured"
-        if self.ring:  # the optimiser's max all-reduces go through gloo
+        if ring:  # the optimiser's max all-reduces go through gloo
             return "measured (ring) + modelled (gloo max)"
         return "modelled"
 
@@ -237,9 +233,6 @@ class Trainer(SyncSteps):
                 "batch_sizes": layout.batch_sizes, "dataset": tr.dataset, "exchange_share": tr.exchange_share})
         if self.sampler is not None:
             self.services.log(f"pid {os.getpid()}, {len(self.sampler)} local samples, batch {layout.batch_sizes[self.rank]}")
-        step_fn = {"allreduce": self.step_allreduce, "state_allreduce": self.step_state}.get(tr.sync)
-        if tr.sync == "param_server":
-            step_fn = self.step_ps_server if self.is_server else self.step_ps_worker
         if self.world > 1:
             dist.barrier()
         self.book.start(time.time(), self.world)
@@ -255,26 +248,26 @@ class Trainer(SyncSteps):
         for step in range(self.start_step + 1, steps + 1):
             self.step_no = step
             self.services.fault(tr, step, self.start_step)
-            r = step_fn()
+            r = self.sync.step()
             local, glob, tcomp, tcoll, emul_cp, emul_cm = (r.local_loss, r.loss, r.t_compute, r.t_coll,
                                                            r.t_emul_compute, r.t_emul_comm)
             ready, sent, recv = r.ready, r.bytes_sent, r.bytes_recv
             if step == 1 and not self.is_server:
                 self._check_grad_views()
             t_x = time.perf_counter()
-            xs, xr, xd = self.exchange()
+            xs, xr, xd = self.sync.exchange()
             tcoll += time.perf_counter() - t_x
             emul_cm += xd
             finite = math.isfinite(glob)
             samples = 0 if self.is_server else self.layout.batch_sizes[self.rank]
             self.records.append(StepRecord(step, local, tcomp, tcoll, emul_cp, emul_cm, math.nan, ready, time.time(),
-                                           sent + xs, recv + xr, samples, self.t_compress))
+                                           sent + xs, recv + xr, samples, self.sync.t_compress))
             last = step == steps or not finite
             if self.rank == 0:
                 self.book.note(step, loss=glob)
             do_eval = finite and (step % tr.eval_every == 0 or last)
             if do_eval:
-                self.sync_buffers()
+                self.sync.sync_buffers()
                 if self.rank == 0:
                     last_acc = self.evaluate()
                     self.book.note(step, test_acc=last_acc)
