@@ -28,7 +28,7 @@ from typing import Callable, Mapping, Sequence
 
 from lab.errors import LabError
 from lab.modelled.placement.core_tasks import Cpu, Recv, Send, Sleep
-from lab.modelled.placement.order import BACKWARD, FORWARD
+from lab.modelled.placement.order import BACKWARD, FORWARD, Message
 from lab.modelled.placement.order import schedule as order_of
 
 WHERE = "executor model"
@@ -114,7 +114,7 @@ def tasks(pieces: Sequence[PieceCost], devices: Sequence[str], micro_batches: in
     def hold(a: str, b: str, nbytes: float) -> float:
         return float(link(a, b, nbytes)) if link is not None else 0.0
 
-    def send(r: int, key: tuple, to_dev: str, nbytes: float, row: dict) -> None:
+    def send(r: int, key: Message, to_dev: str, nbytes: float, row: dict) -> None:
         lists[r].append(Send(key, rank[to_dev], cpu=costs.send(nbytes), wire=costs.wire(nbytes),
                              hold=hold(devices[r], to_dev, nbytes), row=row))
 
@@ -123,7 +123,7 @@ def tasks(pieces: Sequence[PieceCost], devices: Sequence[str], micro_batches: in
         for src, o, _ in s.inputs:
             if dev[src] != d and (src, o, m) not in got:
                 got.add((src, o, m))
-                out.append(Recv(("F", src, o, m, r), cpu=costs.recv(size[(src, o)])))
+                out.append(Recv(Message(FORWARD, src, o, m, r), cpu=costs.recv(size[(src, o)])))
         for j, (op, sec, scale) in enumerate(s.forward):
             extra = (costs.call if j == 0 else 0.0) + (costs.node if node_by_node else 0.0)
             out.append(Cpu(sec + extra, {"device": d, "piece": s.index, "micro": m, "kind": "forward", "op": op}))
@@ -134,7 +134,7 @@ def tasks(pieces: Sequence[PieceCost], devices: Sequence[str], micro_batches: in
             for rd in dict.fromkeys(dev[k] for k in readers[key]):
                 if rd != d:
                     first = min(k for k in readers[key] if dev[k] == rd)
-                    send(r, ("F", key[0], key[1], m, rank[rd]), rd, size[key],
+                    send(r, Message(FORWARD, key[0], key[1], m, rank[rd]), rd, size[key],
                          {"kind": "activation", "src": d, "dst": rd, "piece": first, "from_piece": s.index,
                           "micro": m, "bytes": size[key], "device": rd, "op": None})
         if s.loss:
@@ -145,7 +145,7 @@ def tasks(pieces: Sequence[PieceCost], devices: Sequence[str], micro_batches: in
         for o in outputs[s.index]:
             for rd in dict.fromkeys(dev[k] for k in readers[(s.index, o)]):
                 if rd != d:
-                    out.append(Recv(("B", s.index, o, m, rank[rd]), cpu=costs.recv(size[(s.index, o)])))
+                    out.append(Recv(Message(BACKWARD, s.index, o, m, rank[rd]), cpu=costs.recv(size[(s.index, o)])))
         out.append(Cpu(s.backward + costs.backward_call, {"device": d, "piece": s.index, "micro": m,
                                                           "kind": "backward", "op": None}))
         if s.backward_scale > 1.0:
@@ -155,7 +155,7 @@ def tasks(pieces: Sequence[PieceCost], devices: Sequence[str], micro_batches: in
         for src, o, _ in s.inputs:
             if dev[src] != d and last_reader[(src, o)] == s.index and (src, o) not in sent:
                 sent.add((src, o))
-                send(r, ("B", src, o, m, r), dev[src], size[(src, o)],
+                send(r, Message(BACKWARD, src, o, m, r), dev[src], size[(src, o)],
                      {"kind": "gradient", "src": d, "dst": dev[src], "piece": src, "from_piece": s.index,
                       "micro": m, "bytes": size[(src, o)], "device": dev[src], "op": None})
 

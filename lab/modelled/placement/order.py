@@ -29,11 +29,29 @@ Two schedules, each a function of a process's pieces:
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Iterable
+from typing import Iterable, NamedTuple
 
 from lab.errors import LabError
 
 FORWARD, BACKWARD, OPTIMIZER = "forward", "backward", "optimizer"
+
+
+class Message(NamedTuple):
+    """A tensor one process sends another in a step, named alike by the executor that sends it for real (its gloo
+    tag), the model of the executor on shared cores and the deadlock check: a piece's output going forward to a
+    reader on another process, or the gradient of it coming back."""
+
+    way: str  # FORWARD (the activation) or BACKWARD (its gradient)
+    piece: int  # the piece whose output it is
+    output: int  # which of that piece's outputs
+    micro: int
+    reader: int  # the process of the reading piece: it receives the activation and sends its gradient back
+
+    @property
+    def tag(self) -> int:
+        """gloo's tag for the message between its two processes: unique per piece (16 outputs each), way and
+        micro-batch (at most 256)."""
+        return ((self.piece * 16 + self.output) * 2 + (self.way == BACKWARD)) * 256 + self.micro
 
 
 @dataclass(frozen=True)

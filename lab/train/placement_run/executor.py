@@ -15,7 +15,7 @@ from lab.comm.peers import waiting_for_peers, waits_for_peers
 from lab.errors import LabError
 from lab.modelled.costmodel import DATASHEET
 from lab.modelled.placement.memory import SavedCounter, model_state
-from lab.modelled.placement.order import BACKWARD, FORWARD
+from lab.modelled.placement.order import BACKWARD, FORWARD, Message
 from lab.modelled.placement.order import schedule as order_of
 from lab.optim.optimizers import from_training as optim_from_training
 from lab.train import data as data_mod
@@ -28,7 +28,6 @@ from lab.train.placement_run.rounds import Rounds, replan
 from lab.train.services import RankServices
 from lab.train.step_record import StepRecord
 
-FWD, BWD = 0, 1
 
 
 class _Timed(fx.Interpreter):
@@ -73,7 +72,7 @@ class _Step:
         self.batch, self.train = x.shape[0], train
         self.acts: dict = {}  # (piece, micro) -> the piece's outputs
         self.leaves: dict = {}  # (piece, micro) -> the inputs it ran on (their gradients go back)
-        self.received: dict = {}  # (piece, output, micro) from another device, received once
+        self.received: dict = {}  # Message -> a tensor from another device, received once per micro-batch
         self.losses: dict = {}
         self.grad: dict = {}  # (piece, output, micro) -> gradient summed over its readers on this device
         self.remote: dict = {}  # (piece, output, micro) -> gradient for a tensor received from another device
@@ -147,9 +146,6 @@ class PlacementTrainer:
                     self.last_reader[tuple(r)] = min(self.last_reader.get(tuple(r), p.index), p.index)
 
     # ----- sending and receiving ------------------------------------------------------------------
-    def _tag(self, piece: int, out: int, micro: int, way: int) -> int:
-        return ((piece * 16 + out) * 2 + way) * 256 + micro
-
     def _stamp(self) -> torch.Tensor:
         """The send time, in the payload's own dtype: float32 holds it as two parts (high and the rest)."""
         now = time.perf_counter()
@@ -184,19 +180,21 @@ class PlacementTrainer:
         return self._shapes[key]
 
     @waits_for_peers
-    def _recv(self, src_piece: Piece, out: int, micro: int, way: int, dst_piece: int, shape) -> torch.Tensor:
-        src_rank = self.rank_of[src_piece.device] if way == FWD else self.rank_of[self.pieces[dst_piece].device]
-        tag = self._tag(src_piece.index, out, micro, way)
+    def _recv(self, msg: Message, dst_piece: int, shape) -> torch.Tensor:
+        """Message ``msg``, for piece ``dst_piece`` (the reader forward, the piece whose output it is backward)."""
+        fwd = msg.way == FORWARD
+        src_piece = self.pieces[msg.piece]
+        src_dev = src_piece.device if fwd else self.pieces[dst_piece].device
+        src_rank = self.rank_of[src_dev]
         t0 = time.perf_counter()
         extra = 1 if self.dtype == torch.float64 else 2
         flat = torch.empty(math.prod(shape) + extra, dtype=self.dtype)
-        dist.recv(flat, src_rank, tag=tag)
+        dist.recv(flat, src_rank, tag=msg.tag)
         t1 = time.perf_counter()
         t = flat[:-extra].view(shape)
         sent = float(flat[-1]) if extra == 1 else float(flat[-2]) + float(flat[-1])
         nbytes = t.numel() * t.element_size()
         wait = link = 0.0
-        src_dev = src_piece.device if way == FWD else self.pieces[dst_piece].device
         if self.tr.emulate:
             link = link_wait(self.sc, src_dev, self.device, nbytes)
             due = sent + link
@@ -207,8 +205,8 @@ class PlacementTrainer:
         self.rec.stats["comm"] += t1 - t0
         self.rec.stats["emul_comm"] += t2 - t1
         self.rec.stats["recv"] += nbytes
-        self.rec.event(kind="activation" if way == FWD else "gradient", src=src_dev, dst=self.device,
-                   piece=(dst_piece if way == FWD else src_piece.index), micro=micro, start=sent, end=t2,
+        self.rec.event(kind="activation" if fwd else "gradient", src=src_dev, dst=self.device,
+                   piece=(dst_piece if fwd else src_piece.index), micro=msg.micro, start=sent, end=t2,
                    bytes=nbytes, wait=wait, link=link, op=None, called=t0)
         return t
 
@@ -296,10 +294,9 @@ class PlacementTrainer:
             if src.device == self.device:
                 v = st.acts[(src.index, m)][r[1]]
             else:
-                key = (src.index, r[1], m)
+                key = Message(FORWARD, src.index, r[1], m, self.rank)
                 if key not in st.received:
-                    st.received[key] = self._recv(src, r[1], m, FWD, p.index,
-                                                  self.shape_of(src.index, r[1], st.xs[m].shape[0]))
+                    st.received[key] = self._recv(key, p.index, self.shape_of(src.index, r[1], st.xs[m].shape[0]))
                 v = st.received[key]
             v = v.detach()
             if st.train and v.is_floating_point():
@@ -320,7 +317,7 @@ class PlacementTrainer:
         for o, readers in p.readers.items():
             for dev in dict.fromkeys(self.pieces[k].device for k, _ in readers):
                 if dev != self.device:
-                    self._send(out[o], self.rank_of[dev], self._tag(p.index, o, m, FWD))
+                    self._send(out[o], self.rank_of[dev], Message(FORWARD, p.index, o, m, self.rank_of[dev]).tag)
         if p.index == self.final[0]:
             t0 = clock()
             logits = out[self.final[1]]
@@ -343,7 +340,8 @@ class PlacementTrainer:
             for dev in dict.fromkeys(self.pieces[k].device for k, _ in p.readers.get(o, [])):
                 if dev != self.device:
                     k0 = min(k for k, _ in p.readers[o] if self.pieces[k].device == dev)
-                    got = self._recv(p, o, m, BWD, k0, st.acts[(p.index, m)][o].shape)
+                    got = self._recv(Message(BACKWARD, p.index, o, m, self.rank_of[dev]), k0,
+                                     st.acts[(p.index, m)][o].shape)
                     g = got if g is None else g + got
             if g is not None and st.acts[(p.index, m)][o].requires_grad:
                 outs.append(st.acts[(p.index, m)][o])
@@ -375,7 +373,8 @@ class PlacementTrainer:
                 st.remote[key] = g if key not in st.remote else st.remote[key] + g
                 if self.last_reader[tuple(r)] == p.index:
                     src = self.pieces[r[0]]
-                    self._send(st.remote.pop(key), self.rank_of[src.device], self._tag(src.index, r[1], m, BWD))
+                    self._send(st.remote.pop(key), self.rank_of[src.device],
+                               Message(BACKWARD, src.index, r[1], m, self.rank).tag)
 
     def optimizer_task(self, st: "_Step") -> None:
         clock = time.perf_counter
