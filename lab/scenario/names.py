@@ -64,6 +64,7 @@ CHOICES: dict[str, dict[str, tuple[str, str]]] = {
         "single_fastest": ("single fastest device", "fastest device"),
         "round_robin": ("round robin", "round robin"),
         "even_split": ("even contiguous layer split", "even split"),
+        "even_rounds": ("even split twice round the devices (two stretches each, for interleaved 1F1B)", "even rounds"),
         "chain_dp": ("optimal contiguous pipeline split (DP)", "chain split"),
     },
     # A placement run's plan made once, or re-made every round from each device's measured waiting (the

@@ -165,8 +165,8 @@ VIEW: dict[str, Control] = {
                             "activations); 1F1B: after a warm-up, one forward and one backward in turn (a device "
                             "holds at most as many as there are pieces from it to the end), for plans that give "
                             "each device one stretch of the model; interleaved 1F1B: the same over several "
-                            "stretches per device, for plans that go round the devices in turn (pin operators to "
-                            "make one)"),
+                            "stretches per device, for plans that go round the devices in turn (the even rounds "
+                            "strategy makes one)"),
                       from_scenario=lambda sc: sc.training.schedule),
     "pl_steps": _c("placement", int, 40, "Steps", lo=5, hi=2000),
     "pl_emulate": _c("placement", bool, True, "Emulate the drawn cluster", widget="toggle",

@@ -11,6 +11,7 @@ import pytest
 
 from lab.errors import LabError
 from lab.modelled.opgraph import trace
+from lab.view.placement.plans import schedule_runs
 from lab.modelled.placement import (
     STRATEGIES,
     PlacementSchedule,
@@ -21,6 +22,7 @@ from lab.modelled.placement import (
     compare_plans,
     compare_strategies,
     device_usage,
+    even_rounds,
     even_split,
     greedy_eft,
     heft,
@@ -213,6 +215,24 @@ def test_baselines_on_a_model():
     ev = even_split(g).validate(g)
     devs = [ev.assignment[t] for t in topo_order]
     assert devs == ["host"] * 5 + ["gpu"] * 4  # host and gpu have every kernel: 9 layers -> 5 + 4
+    er = even_rounds(g).validate(g)
+    devs = [er.assignment[t] for t in topo_order]
+    assert devs == ["host"] * 3 + ["gpu"] * 2 + ["host"] * 2 + ["gpu"] * 2  # 9 layers in 4 blocks, round twice
+
+
+def test_even_rounds_is_the_plan_interleaved_1f1b_runs_and_1f1b_does_not():
+    g = TaskGraph({f"l{i}": {"p": 1.0, "q": 1.0, "r": 1.0} for i in range(13)},
+                  {(f"l{i}", f"l{i + 1}"): 4.0 for i in range(12)})
+    devs = [even_rounds(g).assignment[t] for t in g.topological_order()]
+    pieces = [d for i, d in enumerate(devs) if i == 0 or d != devs[i - 1]]
+    assert pieces == ["p", "q", "r"] * 2  # six stretches, piece k on device k mod 3
+    assert [len(list(run)) for _, run in itertools.groupby(devs)] == [3, 2, 2, 2, 2, 2]  # 13 tasks, even blocks
+    assert schedule_runs(g, even_rounds(g).assignment, "interleaved_1f1b", 4)
+    assert not schedule_runs(g, even_rounds(g).assignment, "1f1b", 4)
+    assert schedule_runs(g, even_split(g).assignment, "1f1b", 4)
+    # Fewer tasks than twice the devices: one block per task, still round the devices.
+    small = TaskGraph({f"l{i}": {"p": 1.0, "q": 1.0} for i in range(3)}, {("l0", "l1"): 1.0, ("l1", "l2"): 1.0})
+    assert [even_rounds(small).assignment[t] for t in ("l0", "l1", "l2")] == ["p", "q", "p"]
 
 
 def test_round_robin_skips_devices_without_a_kernel():

@@ -10,7 +10,7 @@ from lab.figures import placement as figs
 from lab.machine.calibrate import synthetic_profile
 from lab.scenario.catalogue import preset
 from lab.scenario.document import Scenario, default_scenario
-from lab.scenario.names import STRATEGY_LABELS
+from lab.scenario.names import STRATEGY_LABELS, STRATEGY_NAMES
 from lab.scenario.topology import Device, Link, Switch, Topology
 from lab.view import placement as view
 from lab.view.state import VIEW
@@ -62,7 +62,7 @@ def test_the_default_plan_its_assignment_comparison_and_balancing():
     assert assignment["FLOPs"].iloc[0] == 2 * 32 * 64 * 128
     assert s["pl_assign"].header == "Assignment" and s["pl_assign"].kind == "modelled"
     compare = table(s["pl_compare"])
-    assert len(compare) == 8 and s["pl_compare"].header == "All strategies on this scenario"
+    assert len(compare) == len(STRATEGY_NAMES) and s["pl_compare"].header == "All strategies on this scenario"
     opt = compare[compare.strategy == STRATEGY_LABELS["optimal"]].iloc[0]  # named as the Strategy menu names it
     assert opt["above optimum (%)"] == 0
     assert (compare["above optimum (%)"].dropna() >= -1e-9).all()
@@ -148,7 +148,7 @@ def test_data_mode_without_a_whole_model_device_is_a_clear_message():
 @pytest.mark.parametrize("name", ["pcie", "two-pools", "gpu-npu", "edge"])
 def test_every_preset_draws_every_section(name):
     s = every_section(page(on(preset(name))))
-    assert len(s["pl_compare"].table) == 8
+    assert len(s["pl_compare"].table) == len(STRATEGY_NAMES)
 
 
 def test_a_pin_moves_its_operator_and_the_baseline_says_what_it_costs():
@@ -196,7 +196,7 @@ def test_a_pin_the_model_refuses_is_a_notice_and_the_page_stays_whole():
     s = every_section(pv)
     assignment = table(s["pl_assign"])
     assert assignment[assignment.operator == "net_0"].iloc[0]["device"] == "host"
-    assert len(s["pl_compare"].table) == 8 and "pl_balance" in s  # the strategy table and the balancing loop
+    assert len(s["pl_compare"].table) == len(STRATEGY_NAMES) and "pl_balance" in s  # the strategy table and the balancing loop
     run = {k: VIEW[k].spec.default for k in (*view.RUN_CONTROLS, "pl_round_steps")}
     for items in (pv.plan_items(run), pv.strategy_items(run), pv.balance_items(run | knobs(pv))):
         assert items and all(dict(one.training.pins) == {"net_0": "host"} for one, _ in items)  # runs take the plan's

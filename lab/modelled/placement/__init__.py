@@ -34,6 +34,7 @@ from lab.modelled.placement.graph import (  # noqa: F401
     TaskGraph,
 )
 from lab.modelled.placement.heuristics import (  # noqa: F401
+    even_rounds,
     even_split,
     greedy_eft,
     heft,
@@ -53,5 +54,5 @@ from lab.modelled.placement.search import (  # noqa: F401
     partition_chain,
 )
 
-__all__ = ["TaskGraph", "PlacementSchedule", "greedy_eft", "heft", "optimal", "type_rule", "single_fastest", "round_robin", "even_split", "chain_dp", "chain_partition", "partition_chain", "ChainPlan", "schedule_assignment", "replay", "coarsen", "compare_strategies", "schedule_table", "device_usage", "upward_ranks", "STRATEGIES", "STRATEGY_LABELS", "run_strategy", "model_task_graph", "OPTIMAL_MAX_TASKS", "why", "reasons", "decision_order", "transfer_rows", "plan_record", "compare_plans", "graph_for", "strategy_comparison",
+__all__ = ["TaskGraph", "PlacementSchedule", "greedy_eft", "heft", "optimal", "type_rule", "single_fastest", "round_robin", "even_split", "even_rounds", "chain_dp", "chain_partition", "partition_chain", "ChainPlan", "schedule_assignment", "replay", "coarsen", "compare_strategies", "schedule_table", "device_usage", "upward_ranks", "STRATEGIES", "STRATEGY_LABELS", "run_strategy", "model_task_graph", "OPTIMAL_MAX_TASKS", "why", "reasons", "decision_order", "transfer_rows", "plan_record", "compare_plans", "graph_for", "strategy_comparison",
            "plan_metrics", "task_labels", "over_full", "plan_assignment"]

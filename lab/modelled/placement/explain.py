@@ -18,6 +18,7 @@ from lab.modelled.placement.graph import (
 )
 from lab.modelled.placement.heuristics import (
     _ready_row,
+    even_rounds,
     even_split,
     greedy_eft,
     heft,
@@ -36,6 +37,7 @@ STRATEGIES: dict[str, Callable[[TaskGraph], PlacementSchedule]] = {
     "single_fastest": single_fastest,
     "round_robin": round_robin,
     "even_split": even_split,
+    "even_rounds": even_rounds,
     "chain_dp": chain_dp,
 }
 

@@ -22,7 +22,8 @@ message; links have no contention (HEFT's model).
 * :func:`optimal` - the exact minimum makespan by branch and bound, up to ``max_tasks`` (12).
 * baselines: :func:`type_rule` (the CXL design's rule by device type: linear -> GPU, convolution ->
   FPGA, activation -> ASIC or DPU, the rest -> host, else the fastest device with a kernel), :func:`single_fastest`,
-  :func:`round_robin`, :func:`even_split` (contiguous equal layer counts), and :func:`chain_dp`
+  :func:`round_robin`, :func:`even_split` (contiguous equal layer counts, or with ``rounds`` several stretches per
+  device going round the devices: :func:`even_rounds`, the plan interleaved 1F1B runs), and :func:`chain_dp`
   (the optimal contiguous pipeline partition, :func:`chain_partition`).
 
 Assignment-only strategies are turned into times by :func:`schedule_assignment` (tasks in stable

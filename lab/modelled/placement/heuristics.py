@@ -174,21 +174,29 @@ def round_robin(g: TaskGraph) -> PlacementSchedule:
     return schedule_assignment(g, assignment, "round_robin")
 
 
-def even_split(g: TaskGraph) -> PlacementSchedule:
+def even_split(g: TaskGraph, rounds: int = 1) -> PlacementSchedule:
     """The coarse layer-by-layer baseline: the topological order cut into contiguous blocks of equal
-    task count, one per device that has a kernel for every task (in device order). Pinned tasks
-    stay on their pins; the blocks cut the other tasks."""
+    task count, one per device that has a kernel for every task (in device order), or ``rounds`` per device going
+    round the devices in turn (the plan an interleaved schedule runs: device ``k mod P`` holds block ``k``). Pinned
+    tasks stay on their pins; the blocks cut the other tasks."""
     free = [i for i in g.topo if g.tasks[i] not in g.pins]
     general = [j for j in range(len(g.devices)) if np.isfinite(g.C[free, j]).all()]
     if not general:
         raise LabError("no device has a kernel for every task" + (" that is not pinned" if g.pins else "")
                        + ", so an even layer split is impossible", where="even_split")
     assignment = dict(g.pins)
-    n, k = len(free), min(len(general), len(free))
+    n, k = len(free), min(len(general) * max(1, int(rounds)), len(free))
     sizes = [n // k + (1 if b < n % k else 0) for b in range(k)] if k else []
     pos = 0
     for b, size in enumerate(sizes):
         for i in free[pos:pos + size]:
-            assignment[g.tasks[i]] = g.devices[general[b]]
+            assignment[g.tasks[i]] = g.devices[general[b % len(general)]]
         pos += size
-    return schedule_assignment(g, assignment, "even_split")
+    return schedule_assignment(g, assignment, "even_split" if rounds == 1 else "even_rounds")
+
+
+def even_rounds(g: TaskGraph) -> PlacementSchedule:
+    """:func:`even_split` twice round the devices: two stretches per device, taken in turn (for interleaved 1F1B,
+    which runs no plan of one stretch per device; a model with fewer free tasks than twice the devices gets one
+    block per task)."""
+    return even_split(g, rounds=2)
