@@ -90,7 +90,9 @@ def test_a_two_rank_job_on_ray_trains_to_the_same_bits_as_on_this_machine(jm, tm
     # process of the launcher's tree does, is the job's own as the forked ranks' is (two ranks of 40 steps).
     ray_load, local_load = (jm.store.get_run(r)["info"]["load"] for r in (ray_id, local_id))
     assert ray_load["outside_cpu_s"] > 0.2 and ray_load["own_cpu_s"] >= ray_load["outside_cpu_s"], ray_load
-    assert local_load["outside_cpu_s"] == 0.0 and local_load["own_cpu_s"] > 0.2, local_load
+    # Ranks forked from the warm starter have torch loaded already: 40 small steps of two ranks cost about 0.15
+    # CPU-seconds on a quick machine, far above what a meter that booked none of it would show.
+    assert local_load["outside_cpu_s"] == 0.0 and local_load["own_cpu_s"] > 0.05, local_load
 
 
 def test_a_job_larger_than_a_node_spans_two_and_an_fpga_rank_lands_on_the_fpga_node(jm, cluster):
