@@ -91,9 +91,9 @@ def start_warm(starter, sc, log: Path, store_path=None, run_id: str | None = Non
     from lab.train.launcher import JobSpec, preflight
 
     store = RunStore(store_path)
-    sc = preflight(sc)
+    sc, placed = preflight(sc)
     rid = store.create_run(sc, status="queued", run_id=run_id)
-    spec = JobSpec(rid, sc.to_dict(), str(store.path.resolve()))
+    spec = JobSpec(rid, sc.to_dict(), str(store.path.resolve()), placed=placed.to_dict() if placed else None)
     return rid, starter.launch(spec, settings.child_env(LAB_DB=str(store.path.resolve())), str(log))
 
 

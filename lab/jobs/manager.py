@@ -196,15 +196,17 @@ class JobManager:
                 raise LabError("a job needs a Scenario", where="jobs")
             if name is not None:  # the same rule as every name, and as --name on the command line
                 name = check_name(name, "run name", max_len=RUN_NAME_MAX)
-            sc = preflight(sc)  # every check a worker would fail, before anything is queued
+            sc, placed = preflight(sc)  # every check a worker would fail, before anything is queued
             self.access.limits.check(sc.training.steps, world_size(sc))
             if world_size(sc) > self.book.total:
                 raise LabError(f"the job needs {world_size(sc)} processes but this machine offers "
                                f"{self.book.total} worker slots", where="training.workers")
-            checked.append((sc, name))
-        ids = self.store.create_runs(checked, status="queued", info={"owner": owner, "queued_by": this_process()},
-                                     cap=cap)
-        for rid, (sc, name) in zip(ids, checked):
+            checked.append((sc, name, placed))
+        ids = self.store.create_runs([(sc, name) for sc, name, _ in checked], status="queued",
+                                     info={"owner": owner, "queued_by": this_process()}, cap=cap)
+        for rid, (sc, name, placed) in zip(ids, checked):
+            if placed is not None:  # decided once, here: the launcher pins the ranks from it
+                self.store.merge_info(rid, {"placed": placed.to_dict()})
             self.store.job_records.add_event(rid, "submitted", detail={"owner": owner, "by": "job manager"})
             self.store.job_records.add_event(rid, "parsed", detail=parse_job(sc))
             with self._lock:
@@ -290,7 +292,7 @@ class JobManager:
                 "rank_cpus": cpus, "queued_s": time.time() - run["created"], "nice": job_nice()})
             self.jobs.begin(rid, owner, Launched(rid, self.store))
             return JobSpec(rid, run["scenario"], str(self.store.path.resolve()), tuple(cpus), job_nice(),
-                           settings.job_idle(), self.ray_address)
+                           settings.job_idle(), self.ray_address, run["info"].get("placed"))
         return None
 
     def _start(self, spec: JobSpec) -> None:

@@ -35,7 +35,7 @@ from lab.scenario.document import Scenario, Training
 from lab.scenario.names import STRATEGY_NAMES
 from lab.scenario.topology import Topology
 from lab.scenario.zoo import BUILDERS as ZOO
-from lab.train.placement_run import placed_cpus, resolved, stage_count
+from lab.train.placement_run import placed_ranks, resolved, stage_count
 
 WHERE = "held-out plans"
 #: The lab's own networks and torchvision's, as the Model picker offers them.
@@ -141,7 +141,7 @@ def measure_plan(sc: Scenario, steps: int, record_last: bool = False) -> dict:
     CPU other work took meanwhile."""
     world = stage_count(sc)
     jobs = settings.job_cpus()
-    cpus = placed_cpus(sc, [jobs[r % len(jobs)] for r in range(world)])
+    cpus = placed_ranks(sc).cores([jobs[r % len(jobs)] for r in range(world)])
     meter = LoadMeter()
     with tempfile.TemporaryDirectory(prefix="lab-heldout-") as tmp:
         try:

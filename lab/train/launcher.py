@@ -58,6 +58,7 @@ import sys
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
 
 from lab import processes, settings
 from lab.errors import LabError
@@ -65,6 +66,7 @@ from lab.scenario.document import Scenario
 from lab.scenario.groups import resource_groups
 from lab.store.runs import ACTIVE, JOB_WORKER, RunStore, check_run_id
 from lab.train.launcher_record import identity, logs_dir, processes_of, scratch_prefix
+from lab.train.placed import PlacedRanks
 from lab.train.ranks import RankBackend, rank_backend
 from lab.train.resilience import latest_checkpoint
 from lab.train.watch import Failure, copy_logs, watch_ranks
@@ -111,6 +113,7 @@ class JobSpec:
     nice: int = 0
     idle: bool = False
     ray_address: str = ""  # a Ray cluster's address: the ranks run there (lab.train.ray_ranks)
+    placed: dict | None = None  # a placement run's ranks as decided at submit (PlacedRanks.to_dict)
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
@@ -121,8 +124,11 @@ class JobSpec:
             raise LabError("a job spec needs a run id, a scenario and a run store", where="job spec")
         try:
             cpus = tuple(int(c) for c in d.get("cpus") or ())
+            placed = d.get("placed")
+            if placed is not None and not isinstance(placed, dict):
+                raise ValueError("its placement must be a record")
             return cls(check_run_id(d.get("run_id")), d["scenario"], d["db"], cpus, int(d.get("nice") or 0),
-                       bool(d.get("idle")), str(d.get("ray_address") or ""))
+                       bool(d.get("idle")), str(d.get("ray_address") or ""), placed)
         except (TypeError, ValueError) as exc:
             raise LabError(f"a malformed job spec: {exc}", where="job spec") from None
 
@@ -133,8 +139,10 @@ def run_job(spec: JobSpec, log=sys.stderr) -> int:
     exit code. The process is the job's own, so its ranks fork from it."""
     processes.as_background_work(spec.nice, spec.idle)
     try:
+        placed = PlacedRanks.from_dict(spec.placed) if spec.placed is not None else None
         res = launch(Scenario.from_dict(spec.scenario), spec.run_id, store_path=spec.db,
-                     cpus=list(spec.cpus) or None, checked=True, ranks=rank_backend(spec.ray_address, own_process=True))
+                     cpus=list(spec.cpus) or None, checked=True, placed=placed,
+                     ranks=rank_backend(spec.ray_address, own_process=True))
     except LabError as exc:
         print("lab.train: " + " ".join(str(exc).split()), file=log)
         return 2
@@ -210,21 +218,29 @@ def final_accuracy(store: RunStore, run_id: str) -> float:
     return float(acc.iloc[-1]) if len(acc) else math.nan
 
 
-def preflight(sc: Scenario) -> Scenario:
+class Checked(NamedTuple):
+    """A scenario as its job runs it (a placement run's plan written out) and, for a placement run, its ranks as the
+    plan decides them (None for data parallel)."""
+
+    scenario: Scenario
+    placed: PlacedRanks | None = None
+
+
+def preflight(sc: Scenario) -> Checked:
     """Every check a worker would fail, run before any process starts, so that a wrong setting is one
     LabError here (exit 2 and one line on the command line) and never a failed job with a traceback
     per worker: the devices of the scenario, then what every worker's setup does
     (:func:`lab.train.layout.check_scenario`: the data, the model, the plan with each worker's device
     and its kernels, the optimiser, the shards). Returns the scenario as the job runs it: a placement run's
-    with its plan written out (:func:`lab.train.placement_run.resolved`)."""
+    with its plan written out (:func:`lab.train.placement_run.resolved`), and its ranks
+    (:func:`lab.train.placement_run.placed_ranks`): the model is traced and cut here, once, at submit."""
     tr = sc.training
     sc.check_devices()
     if tr.parallel == "placement":  # the plan written out, so every process and the store see the same one
-        from lab.train.placement_run import check_placement, resolved
+        from lab.train.placement_run import placed_ranks, resolved
 
         sc = resolved(sc)
-        check_placement(sc)
-        return sc
+        return Checked(sc, placed_ranks(sc))
     if (tr.emulate or tr.split == "weighted") and len(tr.worker_devices) < tr.workers:
         need = "emulation" if tr.emulate else "a weighted split"
         raise LabError(f"{need} needs the device of every worker: {tr.workers} workers but "
@@ -235,7 +251,7 @@ def preflight(sc: Scenario) -> Scenario:
     from lab.train.layout import check_scenario
 
     check_scenario(sc)
-    return sc
+    return Checked(sc)
 
 
 def without_worker(sc: Scenario, rank: int | None) -> Scenario:
@@ -262,16 +278,18 @@ def parse_cpus(text: str | None) -> list[int] | None:
 
 def launch(sc: Scenario, run_id: str | None = None, *, name: str | None = None,
            store_path: str | os.PathLike | None = None, log=sys.stderr,
-           cpus: list[int] | None = None, checked: bool = False, ranks: RankBackend | None = None) -> LaunchResult:
+           cpus: list[int] | None = None, checked: bool = False, placed: PlacedRanks | None = None,
+           ranks: RankBackend | None = None) -> LaunchResult:
     """Run the scenario's training job to its end (restarting it after faults when its policy is
     ``recover``); returns the run id, status and final accuracy. ``checked``: the scenario passed
-    :func:`preflight` already (the job manager's, at submit). ``ranks``: how the ranks start
+    :func:`preflight` already (the job manager's, at submit), which decided a placement run's ranks ``placed``
+    (a placement run checked without them is checked again). ``ranks``: how the ranks start
     (:mod:`lab.train.ranks`; default cold processes on this machine, as a fork from inside another
     program is not safe)."""
     ranks = ranks or rank_backend()
     store = RunStore(store_path)
-    if not checked:
-        sc = preflight(sc)
+    if not checked or (placed is None and sc.training.parallel == "placement"):
+        sc, placed = preflight(sc)
     if run_id is not None:
         try:
             run = store.get_run(run_id)
@@ -295,11 +313,8 @@ def launch(sc: Scenario, run_id: str | None = None, *, name: str | None = None,
     if not store.job_records.claim(run_id, **identity()):
         return LaunchResult(run_id, store.status(run_id), math.nan, "stopped, or started elsewhere, before it started")
     cpus = cpus if cpus is not None else parse_cpus(settings.raw("LAB_RANK_CPUS"))
-    if cpus and not ranks.remote and sc.training.parallel == "placement":
-        # Imported here: the plan needs torch, which a launcher of any other job never loads.
-        from lab.train.placement_run.pieces import placed_cpus
-
-        cpus = placed_cpus(sc, cpus)
+    if cpus and not ranks.remote and placed is not None:
+        cpus = placed.cores(cpus)
     # Other work on this machine slows a run the model does not know about: measure how much there was. A
     # cluster's ranks on other machines make it moot (:meth:`RankBackend.outside_cpu` says so after they ran).
     meter: processes.LoadMeter | None = processes.LoadMeter()
@@ -315,14 +330,15 @@ def launch(sc: Scenario, run_id: str | None = None, *, name: str | None = None,
             sock = listening_socket()
             try:
                 ranks.prepare(store)
-                procs = _spawn(current, run_id, tmp, store, attempt, sock, logs, cpus, ranks)
+                procs = _spawn(current, run_id, tmp, store, attempt, sock, logs, cpus, ranks,
+                               placed.devices if placed is not None else None)
                 store.job_records.add_event(run_id, "started", attempt=attempt, detail={
                     "launcher": "lab", "start": ranks.name,
                     "launcher_pid": os.getpid(), "world": len(procs),
                     "workers": current.training.workers, "pids": [p.pid for p in procs],
                     "port": None if ranks.remote else sock.getsockname()[1],
                     "cpus": (cpus or [])[:len(procs)] or None, **ranks.where(procs)})
-                failure = named(watch_ranks(procs, tmp, store, run_id, attempt, logs), current)
+                failure = named(watch_ranks(procs, tmp, store, run_id, attempt, logs), current, placed)
                 outside = ranks.outside_cpu(procs)
                 if outside is None:
                     meter = None
@@ -377,13 +393,11 @@ def launch(sc: Scenario, run_id: str | None = None, *, name: str | None = None,
     return LaunchResult(run_id, run["status"], final_accuracy(store, run_id), run["error"], restarts)
 
 
-def named(failure: Failure | None, sc: Scenario) -> Failure | None:
+def named(failure: Failure | None, sc: Scenario, placed: PlacedRanks | None) -> Failure | None:
     """A placement run's failure names the stage: which device's process failed, and the operators it held."""
-    if failure is None or failure.rank is None or sc.training.parallel != "placement":
+    if failure is None or failure.rank is None or placed is None:
         return failure
-    from lab.train.placement_run import stage_devices
-
-    devices = stage_devices(sc)
+    devices = placed.devices
     if not 0 <= failure.rank < len(devices):
         return failure
     dev = devices[failure.rank]
@@ -414,7 +428,7 @@ def _record_end(store: RunStore, run_id: str, attempt: int, meter: processes.Loa
 
 
 def _spawn(sc: Scenario, run_id: str, tmp: Path, store: RunStore, attempt: int, sock: socket.socket, logs: Path,
-           cpus: list[int] | None, ranks: RankBackend) -> list[subprocess.Popen]:
+           cpus: list[int] | None, ranks: RankBackend, devices: tuple[str, ...] | None) -> list[subprocess.Popen]:
     """Start one attempt's ranks through ``ranks``, with the environment every rank shares."""
     world = world_size(sc)
     base = settings.child_env()
@@ -434,4 +448,4 @@ def _spawn(sc: Scenario, run_id: str, tmp: Path, store: RunStore, attempt: int, 
             store.job_records.add_event(run_id, "waiting", attempt=attempt, detail={
                 "for": f"room on the Ray cluster for {world} ranks at once"})
 
-    return ranks.spawn(sc, run_id, world, base, tmp, logs, sock, cpus, waiting)
+    return ranks.spawn(sc, run_id, world, base, tmp, logs, sock, cpus, waiting, devices)

@@ -39,9 +39,10 @@ class RankBackend:
         """Before the ranks start (once per attempt)."""
 
     def spawn(self, sc: Scenario, run_id: str, world: int, env: dict, tmp: Path, logs: Path, sock: socket.socket,
-              cpus: list[int] | None, on_wait) -> list:
+              cpus: list[int] | None, on_wait, devices: tuple[str, ...] | None = None) -> list:
         """Start ``world`` ranks of run ``run_id`` with the environment ``env``; their handles, by rank.
-        ``on_wait(seconds)`` is called while the ranks wait for room to start."""
+        ``on_wait(seconds)`` is called while the ranks wait for room to start; ``devices``: a placement run's device
+        of each rank, as decided at submit (:class:`lab.train.placed.PlacedRanks`)."""
         raise NotImplementedError
 
     def where(self, procs) -> dict:
@@ -61,7 +62,7 @@ class RankBackend:
 class _LocalRanks(RankBackend):
     """Ranks as processes of this machine: each with its error and heartbeat files, its log, and its core."""
 
-    def spawn(self, sc, run_id, world, env, tmp, logs, sock, cpus, on_wait) -> list:
+    def spawn(self, sc, run_id, world, env, tmp, logs, sock, cpus, on_wait, devices=None) -> list:
         procs = []
         for rank in range(world):
             renv = dict(env, RANK=str(rank), LOCAL_RANK=str(rank), LAB_ERROR_FILE=str(tmp / f"rank{rank}.err"),
@@ -126,7 +127,7 @@ class ClusterRanks(RankBackend):
     def __init__(self, address: str):
         self.address = address
 
-    def spawn(self, sc, run_id, world, env, tmp, logs, sock, cpus, on_wait) -> list:
+    def spawn(self, sc, run_id, world, env, tmp, logs, sock, cpus, on_wait, devices=None) -> list:
         try:
             from lab.train import ray_ranks  # Ray is loaded by the launchers of cluster jobs only
         except ImportError as exc:
@@ -137,7 +138,8 @@ class ClusterRanks(RankBackend):
             if seconds >= 2 * ray_ranks.READY_POLL_S:
                 on_wait(seconds)
 
-        return ray_ranks.spawn(sc, run_id, world, env, tmp, env["LAB_DB"], self.address, on_wait=waiting)
+        return ray_ranks.spawn(sc, run_id, world, env, tmp, env["LAB_DB"], self.address, on_wait=waiting,
+                               devices=devices)
 
     def where(self, procs) -> dict:
         return {"nodes": procs.nodes()}

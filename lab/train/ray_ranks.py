@@ -246,16 +246,12 @@ def _node_alive(node_id: str) -> bool:
     return any(n["NodeID"] == node_id and n["Alive"] for n in ray.nodes())
 
 
-def bundles(sc: Scenario, world: int) -> list[dict]:
-    """One bundle per rank: a CPU, and a sliver of its device's type where a node declares that type."""
+def bundles(sc: Scenario, world: int, devices: tuple[str, ...] | None = None) -> list[dict]:
+    """One bundle per rank: a CPU, and a sliver of its device's type where a node declares that type. ``devices``:
+    a placement run's device of each rank (decided at submit); a data-parallel job's are its worker devices."""
     offered = ray.cluster_resources()
     kinds = {d.name: d.type for d in sc.topology.devices}
-    if sc.training.parallel == "placement":  # rank k runs the stage of the plan's k-th device
-        from lab.train.placement_run import stage_devices
-
-        devices = stage_devices(sc)
-    else:
-        devices = list(sc.training.worker_devices)
+    devices = list(devices) if devices is not None else list(sc.training.worker_devices)
     out = []
     for r in range(world):
         kind = kinds.get(devices[r]) if r < len(devices) else None
@@ -292,11 +288,11 @@ class RayRanks(list):
 
 
 def spawn(sc: Scenario, run_id: str, world: int, env: dict, tmp: Path, db: str | os.PathLike, address: str,
-          on_wait=None) -> RayRanks:
+          on_wait=None, devices: tuple[str, ...] | None = None) -> RayRanks:
     """Start the job's ``world`` ranks on the cluster once all of them fit, and return their handles.
     ``on_wait(seconds)`` is called while Ray waits for room (the launcher says so in the run's events)."""
     connect(address)
-    shape = bundles(sc, world)
+    shape = bundles(sc, world, devices)
     cpus = ray.cluster_resources().get("CPU", 0)
     if world > cpus:
         raise LabError(f"the job needs {world} ranks but the Ray cluster has {cpus:g} CPUs", where="ray")

@@ -64,7 +64,7 @@ def test_the_balancing_loop_runs_its_rounds_and_each_rounds_weights_follow_from_
     assert sorted(steps) == list(range(1, int(steps.max()) + 1))  # every step stored
     # Replaying the stored measurements through the same loop gives the stored weights and plans of every round.
     ds_model = build_model("cnn", 64, 10)
-    plan = placement_run.resolve(preflight(sc), ds_model, 64)
+    plan = placement_run.resolve(preflight(sc).scenario, ds_model, 64)
     g = plan.tasks
     loop = model_loop(g, rule, tolerance=sc.training.balance_tolerance, patience=2, max_rounds=8)
     assert rounds[0]["plan"] == [plan.assignment[t] for t in g.tasks]

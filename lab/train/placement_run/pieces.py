@@ -13,12 +13,12 @@ from torch.fx.passes.split_module import split_module
 from lab.errors import LabError
 from lab.modelled.balance import PLANNERS
 from lab.modelled.costmodel import catalogue_slowdown
-from lab.modelled.placement.cores import rank_cores
 from lab.modelled.placement.executor import PieceCost
 from lab.modelled.placement.executor import messages as executor_messages
 from lab.modelled.placement.order import schedule as order_of
 from lab.scenario.document import Scenario
 from lab.scenario.models import graph_of
+from lab.train.placed import PlacedRanks
 from lab.train.placement_run.plan import StagePlan, model_for, resolve
 
 INPUT = ("input",)  # a piece input that is the model input
@@ -200,7 +200,20 @@ def link_wait(sc: Scenario, src: str, dst: str, nbytes: float) -> float:
 
 
 def check_placement(sc: Scenario) -> StagePlan:
-    """Everything a placement run would refuse, checked before any process starts."""
+    """Everything a placement run would refuse, checked before any process starts; the plan."""
+    return _checked(sc)[0]
+
+
+def placed_ranks(sc: Scenario) -> PlacedRanks:
+    """Everything :func:`check_placement` checks, and the run's ranks as its plan decides them (the scenario with its
+    plan written out, :func:`lab.train.placement_run.resolved`): each rank's device and the messages between them."""
+    plan, cut, final = _checked(sc)
+    tr = sc.training
+    weights = executor_messages(piece_costs(cut, final), plan.devices, tr.micro_batches, tr.schedule)
+    return PlacedRanks(tuple(plan.devices), tuple((a, b, n) for (a, b), n in sorted(weights.items())))
+
+
+def _checked(sc: Scenario) -> tuple:
     tr = sc.training
     if tr.compression.kind != "none":
         raise LabError("a placement run sends activations and gradients between its devices, not a gradient "
@@ -224,19 +237,7 @@ def check_placement(sc: Scenario) -> StagePlan:
                            "one round", where="training.round_steps")
     ds, model = model_for(sc)
     plan = resolve(sc, model, ds.in_features)
-    cut, _ = pieces(model, plan)
+    cut, final = pieces(model, plan)
     for d in plan.devices:  # a schedule the plan cannot follow says so before any process starts
         order_of(tr.schedule, [p.index for p in cut if p.device == d], len(cut), tr.micro_batches)
-    return plan
-
-
-def placed_cpus(sc: Scenario, cpus: list[int]) -> list[int | None]:
-    """The core of each rank of a placement run given the job's cores ``cpus`` (the job manager's turns), or None
-    for a rank left to the kernel, by :data:`lab.modelled.placement.cores.DEFAULT_RANK_POLICY`
-    (:func:`lab.modelled.placement.cores.rank_cores`; bench_pinning.py measured the policies side by side)."""
-    distinct = list(dict.fromkeys(cpus))
-    ds, model = model_for(sc)
-    plan = resolve(sc, model, ds.in_features)
-    cut, final = pieces(model, plan)
-    weights = executor_messages(piece_costs(cut, final), plan.devices, sc.training.micro_batches, sc.training.schedule)
-    return [None if c is None else distinct[c] for c in rank_cores(len(plan.devices), len(distinct), weights)]
+    return plan, cut, final
