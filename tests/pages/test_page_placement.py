@@ -3,6 +3,7 @@ buttons' callbacks, values kept across pages, a choice that stays when it cannot
 fast on its model (tests/view/test_view_placement*.py)."""
 
 from lab.machine.calibrate import synthetic_profile
+from lab.scenario.names import STRATEGY_NAMES
 from lab.view.state import encode
 from tests.conftest import app_test, assert_no_exception
 
@@ -24,7 +25,7 @@ def _table(at, column: str):
 def _whole(at) -> None:
     """Every part of the page is drawn: the plan, the strategy table, the run buttons and the balancing loop."""
     assert list(_table(at, "operator")["operator"])  # the assignment
-    assert len(_table(at, "above optimum (%)")) == 8  # every strategy
+    assert len(_table(at, "above optimum (%)")) == len(STRATEGY_NAMES)  # every strategy
     assert {"pl_run", "pl_run_all", "pl_bal_run"} <= {b.key for b in at.button}
     md = _md(at)
     assert "**wait**" in md and "**throughput**" in md and "stopped after" in md  # the balancing loop's results
