@@ -32,7 +32,6 @@ from lab.machine.profile import MachineProfile, geomean_error
 from lab.processes import LOADED_SHARE, LoadMeter
 from lab.scenario.catalogue import PRESETS, catalogue_device, catalogue_link, preset
 from lab.scenario.document import Scenario, Training
-from lab.scenario.names import STRATEGY_NAMES
 from lab.scenario.topology import Topology
 from lab.scenario.zoo import BUILDERS as ZOO
 from lab.train.placement_run import placed_ranks, resolved, stage_count
@@ -45,6 +44,11 @@ WIDTHS = (0.25, 0.5, 0.75, 1.0)
 EXTRA_DEVICES = ("gpu", "fpga", "asic", "npu", "tpu", "dpu")
 LINKS = ("pcie", "cxl", "ethernet", "nvlink")
 MAX_PROCS = 4
+#: The strategies a plan is drawn with: fixed, so that a seed recorded in a profile draws the same plans after the
+#: pages offer more. The even rounds strategy (the even split cut twice round the devices, for the interleaved
+#: schedule, which the held-out set does not draw) is not among them.
+DRAWN_STRATEGIES = ("greedy_eft", "heft", "optimal", "type_rule", "single_fastest", "round_robin", "even_split",
+                    "chain_dp")
 WARMUP = 2
 #: A plan whose modelled step is longer than this is drawn again: the held-out set must fit the calibration's
 #: few minutes, and a plan of seconds a step says no more of the model than one of a tenth.
@@ -64,7 +68,7 @@ def _draw_one(rng: random.Random, profile: MachineProfile | None) -> tuple[Scena
     topo = preset(rng.choice(sorted(PRESETS))) if rng.random() < 0.5 else generated_topology(rng)
     model = rng.choice(NETWORKS)
     tr = Training(model=model, model_width=rng.choice(WIDTHS), parallel="placement",
-                  strategy=rng.choice(STRATEGY_NAMES), micro_batches=rng.randint(1, 8), batch_size=32,
+                  strategy=rng.choice(DRAWN_STRATEGIES), micro_batches=rng.randint(1, 8), batch_size=32,
                   emulate=rng.random() < 0.5, steps=WARMUP + 4, eval_every=100_000)
     try:
         sc = resolved(Scenario(f"held-out {model}", topo, tr))

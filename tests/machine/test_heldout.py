@@ -11,6 +11,7 @@ import pytest
 from lab.machine import heldout
 from lab.machine.calibrate import synthetic_profile
 from lab.scenario.document import Scenario
+from lab.scenario.names import STRATEGY_NAMES
 from lab.train.placement_run import stage_count
 from tests.conftest import run_command
 
@@ -26,6 +27,11 @@ def test_the_same_seed_draws_the_same_plans_and_another_seed_others(drawn):
     assert [a for _, a in drawn[:3]] == [a for _, a in again]
     other = heldout.draw(2, 3)
     assert [sc.to_json() for sc, _ in other] != [sc.to_json() for sc, _ in drawn[:3]]
+
+
+def test_the_drawn_strategies_are_ones_the_pages_offer():
+    assert set(heldout.DRAWN_STRATEGIES) <= set(STRATEGY_NAMES)
+    assert len(set(heldout.DRAWN_STRATEGIES)) == len(heldout.DRAWN_STRATEGIES)
 
 
 def test_every_drawn_plan_passes_the_labs_checks_and_lies_in_the_space_users_reach(drawn):
