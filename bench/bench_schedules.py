@@ -4,8 +4,9 @@
                                               [--micro 2,4,8] [--smoke]
 
 **What runs.** Each preset model on the CXL preset without its DPU (four devices: a bench starts at most four
-processes), cut into equal contiguous stretches of layers, one per device (a pipeline of four stages) for GPipe and 1F1B, and
-twice round the devices (eight stretches, two per device: the even rounds strategy) for interleaved 1F1B, with 2, 4 and 8 micro-batches of a batch of 32, emulated (the drawn cluster's speeds
+processes), cut into equal contiguous stretches of layers, one per device with a kernel for every operator (the host
+and the GPU: a pipeline of two stages) for GPipe and 1F1B, and twice round those devices (four stretches, two per
+device: the even rounds strategy) for interleaved 1F1B, with 2, 4 and 8 micro-batches of a batch of 32, emulated (the drawn cluster's speeds
 and links) and not (every device is this machine). The schedules of one setting take turns, run after run,
 ``repeats`` times; a run's step is the median of its steps after the warm-up; a setting's step the median of its
 runs. Beside every run the share of the machine's CPU other work took; a run above 15 % is reported apart and not
@@ -54,7 +55,8 @@ def geomean(xs: list[float]) -> float:
 
 
 def settings_of(models: list[str], micros: list[int], modes: list[bool], steps: int) -> list[dict]:
-    """Every (model, micro-batches, mode) with one scenario per schedule, the same plan under each."""
+    """Every (model, micro-batches, mode) with one scenario per schedule: the even split under GPipe and 1F1B, the even
+    rounds plan under interleaved 1F1B."""
     out = []
     for model in models:
         tr = Training(model=model, parallel="placement", strategy="even_split", batch_size=32, steps=steps)
@@ -135,7 +137,8 @@ def main() -> None:
             mem_ratio.append(got["1f1b"]["memory"] / got["gpipe"]["memory"])
     head = ["model", "micro-batches", "mode", "schedule", "modelled (ms)", "measured (ms)", "error (%)",
             "bubble modelled (%)", "bubble measured (%)", "peak modelled (kB)", "peak measured (kB)", "other work (%)"]
-    print(f"# CXL preset without its DPU, even contiguous split (4 stages; interleaved 1F1B: 8, two per device), batch 32, {a.steps} steps, median of {a.repeats} "
+    print(f"# CXL preset without its DPU, even contiguous split over the devices with every kernel (interleaved 1F1B: "
+          f"twice round them), batch 32, {a.steps} steps, median of {a.repeats} "
           f"runs taken in turns; step model: {source} ({prof.created[:19]}); peak: the largest process's")
     print(table(head, rows))
     if apart:
