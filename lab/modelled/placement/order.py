@@ -151,8 +151,9 @@ def schedule(name: str, mine: Iterable[int], pieces: int, micro_batches: int,
         if v < 2 or pieces % v or mine[0] >= P or mine != [mine[0] + j * P for j in range(v)]:
             raise LabError(f"interleaved 1F1B runs plans whose stretches go round the devices in turn, each device "
                            f"holding two or more (the k-th stretch on the (k mod devices)-th device), and this plan gives "
-                           f"a device {v} of its {pieces} pieces ({', '.join(map(str, mine[:6]))}): pin the operators "
-                           "so that the model goes round the devices at least twice, or use GPipe or 1F1B",
+                           f"a device {v} of its {pieces} pieces ({', '.join(map(str, mine[:6]))}): choose the even rounds "
+                           "strategy (without pins), pin the operators so that the model goes round the devices at "
+                           "least twice, or use GPipe or 1F1B",
                            where="training.schedule")
         return interleaved_1f1b(mine[0], P, v, micro_batches, train)
     raise LabError(f"unknown schedule {name!r}", where="training.schedule")
