@@ -290,6 +290,9 @@ def launch(sc: Scenario, run_id: str | None = None, *, name: str | None = None,
     store = RunStore(store_path)
     if not checked or (placed is None and sc.training.parallel == "placement"):
         sc, placed = preflight(sc)
+    if placed is not None and (sc.training.parallel != "placement" or len(placed.devices) != world_size(sc)):
+        raise LabError(f"the job spec places {len(placed.devices)} ranks, and the scenario's "
+                       f"{sc.training.parallel} job has {world_size(sc)}", where="job spec")
     if run_id is not None:
         try:
             run = store.get_run(run_id)

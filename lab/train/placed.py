@@ -30,7 +30,9 @@ class PlacedRanks:
             n = len(devices)
             messages = []
             for m in d.get("messages") or []:
-                a, b, count = (int(x) for x in m)
+                if not all(isinstance(x, int) and not isinstance(x, bool) for x in m):
+                    raise ValueError(f"message count {m!r} must be three whole numbers")
+                a, b, count = m
                 if not (0 <= a < b < n and count >= 0):
                     raise ValueError(f"message count {m!r} names no pair of its {n} ranks")
                 messages.append((a, b, count))

@@ -11,7 +11,7 @@ from lab.scenario.catalogue import preset
 from lab.scenario.document import Scenario, Training
 from lab.scenario.models import build_model
 from lab.train import placement_run
-from lab.train.launcher import JobSpec, named, preflight
+from lab.train.launcher import JobSpec, launch, named, preflight
 from lab.train.placed import PlacedRanks
 from lab.train.watch import Failure
 
@@ -65,7 +65,8 @@ def test_it_travels_in_the_job_spec_and_back():
     {"devices": "edge0"}, {"devices": []}, {"devices": ["a", 3]}, {}, "a list", None,
     {"devices": ["a", "b"], "messages": [[0, 2, 1]]}, {"devices": ["a", "b"], "messages": [[1, 0, 1]]},
     {"devices": ["a", "b"], "messages": [[0, 1, -1]]}, {"devices": ["a", "b"], "messages": [[0, 1]]},
-    {"devices": ["a", "b"], "messages": [["x", 1, 2]]},
+    {"devices": ["a", "b"], "messages": [["x", 1, 2]]}, {"devices": ["a", "b"], "messages": [[0, 1, 2.5]]},
+    {"devices": ["a", "b"], "messages": [[False, True, 2]]},
 ], ids=repr)
 def test_a_malformed_placement_in_a_spec_is_refused_with_why(bad):
     with pytest.raises(LabError, match="malformed placement"):
@@ -86,3 +87,14 @@ def test_a_failed_rank_is_named_by_the_device_decided_at_submit():
     plain = Failure(1, "error", "worker 1 failed: boom")
     assert named(plain, sc, None) == plain  # a data-parallel job's worker keeps its number
     assert named(Failure(5, "error", "worker 5 failed"), sc, placed).error == "worker 5 failed"
+
+
+def test_a_spec_whose_placement_does_not_fit_its_scenario_is_refused_before_anything_starts(tmp_path):
+    sc, placed = preflight(scenario(2, 2))
+    wrong = PlacedRanks(placed.devices + ("edge2",))
+    with pytest.raises(LabError, match="places 3 ranks, and the scenario's placement job has 2"):
+        launch(sc, store_path=tmp_path / "runs.db", checked=True, placed=wrong)
+    dp, _ = preflight(Scenario("dp", preset("edge"), Training(workers=2, steps=3)))
+    with pytest.raises(LabError, match="places 2 ranks, and the scenario's data job has 2"):
+        launch(dp, store_path=tmp_path / "runs.db", checked=True, placed=placed)
+
