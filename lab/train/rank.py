@@ -133,6 +133,11 @@ def run_rank(sc: Scenario, run_id: str | None, *, store_path: str | None = None,
         if not exit_on_error:  # a Ray worker: its actor returns the failure, and the launcher ends the process
             if beat is not None:
                 beat.stop()
+            if dist.is_initialized():  # the process lives on: its next job needs a process group of its own
+                try:
+                    dist.destroy_process_group()
+                except Exception:  # noqa: BLE001 - a group its peers broke is gone either way
+                    pass
             return 1
         os._exit(1)
 
