@@ -202,11 +202,11 @@ class JobManager:
                 raise LabError(f"the job needs {world_size(sc)} processes but this machine offers "
                                f"{self.book.total} worker slots", where="training.workers")
             checked.append((sc, name, placed))
-        ids = self.store.create_runs([(sc, name) for sc, name, _ in checked], status="queued",
+        # A placement run's ranks are decided once, here, and stored with the run: its launcher pins them from it.
+        ids = self.store.create_runs([(sc, name, {"placed": placed.to_dict()} if placed else None)
+                                      for sc, name, placed in checked], status="queued",
                                      info={"owner": owner, "queued_by": this_process()}, cap=cap)
-        for rid, (sc, name, placed) in zip(ids, checked):
-            if placed is not None:  # decided once, here: the launcher pins the ranks from it
-                self.store.merge_info(rid, {"placed": placed.to_dict()})
+        for rid, (sc, name, _) in zip(ids, checked):
             self.store.job_records.add_event(rid, "submitted", detail={"owner": owner, "by": "job manager"})
             self.store.job_records.add_event(rid, "parsed", detail=parse_job(sc))
             with self._lock:

@@ -143,32 +143,34 @@ class RunStore:
         """Store a new run of ``scenario`` (a Scenario or its dict); returns its id."""
         return self.create_runs([(scenario, name)], status=status, run_id=run_id, info=info)[0]
 
-    def create_runs(self, items: Iterable[tuple[Any, str | None]], status: str = "queued", *,
+    def create_runs(self, items: Iterable[tuple], status: str = "queued", *,
                     run_id: str | None = None, info: Mapping | None = None, cap: int = 0) -> list[str]:
-        """Store a new run of each (scenario, name) of ``items``, all or none; returns their ids. With ``cap``
-        (> 0), refuse them with :class:`OverCap` when the owner in ``info`` would then have more than ``cap``
-        queued or running: counted and written in one transaction, so two submits at once cannot both pass."""
+        """Store a new run of each (scenario, name) of ``items``, all or none; returns their ids. An item may add a
+        third element, that run's own info, over ``info`` (every run's). With ``cap`` (> 0), refuse them with
+        :class:`OverCap` when the owner in ``info`` would then have more than ``cap`` queued or running: counted and
+        written in one transaction, so two submits at once cannot both pass."""
+        shared = dict(info or {})
         rows = []
-        for scenario, name in items:
+        for scenario, name, *own in items:
             sc = scenario.to_dict() if hasattr(scenario, "to_dict") else dict(scenario)
             rid = check_run_id(run_id) if run_id else new_run_id()
-            rows.append((rid, str(name or sc.get("name") or rid)[:200], json.dumps(sc)))
+            rows.append((rid, str(name or sc.get("name") or rid)[:200], json.dumps(sc),
+                         json.dumps({**shared, **dict(own[0] if own and own[0] else {})})))
         if status not in STATUSES:
             raise LabError(f"unknown status {status!r}; allowed: {list(STATUSES)}", where="run store")
-        info = json.dumps(dict(info or {}))
         with self._write() as c:
             if cap > 0:
-                owner = json.loads(info).get("owner")
+                owner = shared.get("owner")
                 active = c.execute(f"SELECT COUNT(*) FROM runs WHERE json_extract(info, '$.owner') = ? AND status IN "
                                    f"({','.join('?' * len(ACTIVE))})", (str(owner), *ACTIVE)).fetchone()[0]
                 if active + len(rows) > cap:
                     raise OverCap(active, len(rows), cap)
-            for rid, name, sc in rows:
+            for rid, name, sc, run_info in rows:
                 if c.execute("SELECT 1 FROM runs WHERE id=?", (rid,)).fetchone():
                     raise LabError(f"a run with id {rid!r} already exists", where="run store")
                 c.execute("INSERT INTO runs (id, name, scenario, status, created, info) VALUES (?,?,?,?,?,?)",
-                          (rid, name, sc, status, time.time(), info))
-        return [rid for rid, _, _ in rows]
+                          (rid, name, sc, status, time.time(), run_info))
+        return [rid for rid, _, _, _ in rows]
 
     def update_run(self, run_id: str, **fields: Any) -> None:
         bad = set(fields) - set(RUN_COLUMNS[1:])

@@ -51,3 +51,15 @@ def test_four_processes_racing_six_runs_each_against_a_cap_of_six_store_six(lab_
     stored = RunStore(lab_db).list_runs(owner="A")
     assert len(stored) == sum(g for g in got if g > 0) <= 6
     assert sum(g > 0 for g in got) >= 1
+
+
+def test_a_run_may_carry_its_own_info_over_the_batchs_in_the_same_transaction(lab_db):
+    store = RunStore(lab_db)
+    placed = {"devices": ["edge0", "edge1"], "messages": [[0, 1, 6]]}
+    a, b = store.create_runs([(default_scenario(), "a", {"placed": placed}), (default_scenario(), "b")],
+                             info={"owner": "A", "queued_by": "here"}, cap=3)
+    assert store.get_run(a)["info"] == {"owner": "A", "queued_by": "here", "placed": placed}
+    assert store.get_run(b)["info"] == {"owner": "A", "queued_by": "here"}
+    with pytest.raises(OverCap):  # a refused batch writes none of its runs' own info either
+        store.create_runs([(default_scenario(), "c", {"placed": placed})] * 2, info={"owner": "A"}, cap=3)
+    assert len(store.list_runs(owner="A")) == 2
