@@ -136,8 +136,9 @@ def run_rank(sc: Scenario, run_id: str | None, *, store_path: str | None = None,
             if dist.is_initialized():  # the process lives on: its next job needs a process group of its own
                 try:
                     dist.destroy_process_group()
-                except Exception:  # noqa: BLE001 - a group its peers broke is gone either way
-                    pass
+                except RuntimeError as err:  # torch's DistBackendError: a group its peers broke is gone either way
+                    print(f"rank {rank}: the broken process group could not be shut down cleanly: {err}",
+                          file=sys.stderr, flush=True)
             return 1
         os._exit(1)
 
