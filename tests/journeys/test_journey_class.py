@@ -7,6 +7,7 @@ through a proxy from the same address waits its turn to join; the teacher releas
 student."""
 
 import pytest
+from playwright.sync_api import expect
 
 from lab.store.runs import RunStore
 from tests.conftest import WAIT_MS, lab_server, settle
@@ -82,7 +83,10 @@ def test_a_teacher_hands_a_lesson_to_two_students_who_joined_by_code_and_name(br
             bob.locator(".st-key-lesson_panel").wait_for(timeout=WAIT_MS)
             assert bob.evaluate("window.location.pathname") == lesson_path
             nav(bob, "Placement")
-            assert bob.get_by_role("spinbutton", name="Steps", exact=True).input_value() == "40"
+            # Read once the Placement page has replaced the lesson's (a loaded server draws it after the click); a
+            # value Ada's change reached would stay and fail this
+            bob.wait_for_function("() => window.location.pathname.endsWith('/placement')", timeout=WAIT_MS)
+            expect(bob.get_by_role("spinbutton", name="Steps", exact=True)).to_have_value("40", timeout=WAIT_MS)
             toggle = ada.locator("[data-testid='stSidebar'] input[type='checkbox']").first
             assert toggle.is_checked() and toggle.is_disabled()  # no switch to leave the teacher's lesson
             assert ada.get_by_role("button", name="End the lesson").count() == 0
