@@ -254,12 +254,11 @@ def _fit_of(theta: Sequence[float], bg: Sequence[float], wire: Sequence[float], 
 
 
 def _main_cpu(parts: PlanParts, ex: ExecutorFit, node_by_node: bool) -> list[float]:
-    from lab.modelled.placement.executor import PieceCost
     from lab.modelled.placement.core_tasks import Cpu, Recv
 
     k = ex.compute
-    st = [PieceCost(s.index, s.device, tuple((op, t * k, sc) for op, t, sc in s.forward), s.backward * k, s.inputs,
-                s.loss, s.backward_scale) for s in parts.pieces]
+    st = [replace(s, forward=tuple((op, t * k, sc) for op, t, sc in s.forward), backward=s.backward * k)
+          for s in parts.pieces]
     costs = StepCosts(call=ex.call, node=ex.node, backward_call=ex.backward_call, loss=ex.loss,
                       send=Linear(ex.send_fixed, ex.send_per_byte), recv=Linear(ex.recv_fixed, ex.recv_per_byte))
     lists = executor_tasks(st, parts.devices, parts.micro_batches, costs, parts.optimizer, None,

@@ -47,7 +47,7 @@ from lab.modelled.opgraph import trace
 from lab.modelled.placement.core_tasks import Machine
 from lab.modelled.placement.cores import rank_cores
 from lab.modelled.placement.cores import simulate as simulate_cores
-from lab.modelled.placement.executor import Linear, PieceCost, StepCosts
+from lab.modelled.placement.executor import Linear, StepCosts
 from lab.modelled.placement.pipeline import bubble_share
 from lab.modelled.placement.executor import messages as executor_messages
 from lab.modelled.placement.executor import tasks as executor_tasks
@@ -66,7 +66,7 @@ def _tensor_bytes(pieces: list, final: tuple, micro: int, in_features: int) -> d
     x = torch.zeros(micro, in_features)
     with torch.no_grad():
         for p in pieces:
-            ins = [x if r is placement_run.INPUT else vals[r[0]][r[1]] for r in p.inputs]
+            ins = [x if r is placement_run.INPUT else vals[r[0]][r[1]] for r in p.reads]
             res = p.module(*ins)
             vals[p.index] = (res,) if p.single else tuple(res)
             for o, t in enumerate(vals[p.index]):
@@ -80,7 +80,7 @@ class PlanParts:
     operators' one-process costs (seconds, forward and backward, before the executor's factor), the devices by
     rank, the optimiser per device, the emulated factors and links, and the messages' bytes."""
 
-    pieces: list  # [PieceCost] with one-process costs
+    pieces: list  # [Piece] with one-process costs
     devices: list[str]
     micro_batches: int
     optimizer: dict
@@ -112,7 +112,7 @@ def parts_of(sc: Scenario, model: torch.nn.Module, in_features: int, profile: Ma
     scales = placement_run.op_scales(sc, plan) if emulate else {}
     cost = {op.name: fit.cost(op_features(op)[0]).time(op.flops) for op in og.ops}
     parts = []
-    for p, bare in zip(cut, placement_run.piece_costs(cut, final, nbytes)):
+    for p, bare in zip(cut, placement_run.with_bytes(cut, nbytes)):
         fwd = tuple((op, cost[op] * FORWARD_SHARE, scales.get(op, 1.0)) for op in p.ops)
         if any(not math.isfinite(s) for _, _, s in fwd):
             raise LabError(f"the plan puts an operator of piece {p.index} on {p.device!r}, which has no kernel for it",
@@ -152,8 +152,8 @@ def simulate_parts(parts: PlanParts, ex: ExecutorFit, *, cores: int, pinned: Seq
     if unknown:
         raise LabError(f"unknown model terms {sorted(unknown)}; the terms are {list(TERMS)}", where="prediction")
     k = ex.compute
-    st = [PieceCost(s.index, s.device, tuple((op, t * k, sc) for op, t, sc in s.forward), s.backward * k, s.inputs, s.loss,
-                s.backward_scale) for s in parts.pieces]
+    st = [replace(s, forward=tuple((op, t * k, sc) for op, t, sc in s.forward), backward=s.backward * k)
+          for s in parts.pieces]
     calls = "per-call costs" not in without
     msg_cpu = "message CPU" not in without
     costs = StepCosts(call=ex.call if calls else 0.0, node=ex.node if calls else 0.0,

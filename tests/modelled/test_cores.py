@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 import random
+from dataclasses import replace
 
 import pytest
 from hypothesis import given, settings
@@ -14,8 +15,9 @@ from lab.errors import LabError
 from lab.modelled.placement import cores
 from lab.modelled.placement.core_tasks import Cpu, Machine, Recv, Send, Sleep
 from lab.modelled.placement.cores import share, simulate
-from lab.modelled.placement.executor import Linear, PieceCost, StepCosts, tasks
-from lab.modelled.placement.pipeline import Piece, simulate as ideal
+from lab.modelled.placement.executor import Linear, StepCosts, tasks
+from lab.modelled.placement.order import Piece
+from lab.modelled.placement.pipeline import simulate as ideal
 
 
 def test_one_process_without_messages_takes_the_sum_of_its_tasks():
@@ -131,8 +133,8 @@ def test_bad_task_lists_get_a_clear_message():
 
 # ----- the executor's task lists ------------------------------------------------------------------
 
-def _chain(S: int, t_fwd: float, t_bwd: float) -> list[PieceCost]:
-    return [PieceCost(i, f"d{i}", ((f"op{i}", t_fwd, 1.0),), t_bwd, ((i - 1, 0, 100.0),) if i else (), loss=i == S - 1)
+def _chain(S: int, t_fwd: float, t_bwd: float) -> list[Piece]:
+    return [Piece(i, f"d{i}", ((f"op{i}", t_fwd, 1.0),), t_bwd, ((i - 1, 0, 100.0),) if i else (), loss=i == S - 1)
             for i in range(S)]
 
 
@@ -147,10 +149,10 @@ def test_a_chain_of_equal_stages_has_the_textbook_bubble(S, M):
 
 def test_the_executor_sends_each_tensor_once_per_process_and_micro_batch():
     # Piece 0 on A feeds pieces 1 (B) and 2 (B) with one tensor, and piece 2 reads piece 1 too.
-    st = [PieceCost(0, "A", (("a", 1.0, 1.0),), 1.0),
-          PieceCost(1, "B", (("b", 1.0, 1.0),), 1.0, ((0, 0, 8.0),)),
-          PieceCost(2, "A", (("c", 1.0, 1.0),), 1.0, ((1, 0, 8.0),)),
-          PieceCost(3, "B", (("d", 1.0, 1.0),), 1.0, ((0, 0, 8.0), (2, 0, 8.0)), loss=True)]
+    st = [Piece(0, "A", (("a", 1.0, 1.0),), 1.0),
+          Piece(1, "B", (("b", 1.0, 1.0),), 1.0, ((0, 0, 8.0),)),
+          Piece(2, "A", (("c", 1.0, 1.0),), 1.0, ((1, 0, 8.0),)),
+          Piece(3, "B", (("d", 1.0, 1.0),), 1.0, ((0, 0, 8.0), (2, 0, 8.0)), loss=True)]
     lists = tasks(st, ["A", "B"], 2, StepCosts())
     sends = [t for lst in lists for t in lst if isinstance(t, Send)]
     recvs = [t for lst in lists for t in lst if isinstance(t, Recv)]
@@ -159,7 +161,7 @@ def test_the_executor_sends_each_tensor_once_per_process_and_micro_batch():
     assert simulate(lists, [0, 1], Machine(cores=2)).makespan > 0
 
 
-def _random_plan(rng: random.Random, n_pieces: int, n_dev: int) -> tuple[list[PieceCost], list[str]]:
+def _random_plan(rng: random.Random, n_pieces: int, n_dev: int) -> tuple[list[Piece], list[str]]:
     devs = [f"d{k}" for k in range(n_dev)]
     st = []
     for i in range(n_pieces):
@@ -167,11 +169,10 @@ def _random_plan(rng: random.Random, n_pieces: int, n_dev: int) -> tuple[list[Pi
         ins = tuple(sorted({(j, 0, float(rng.randint(1, 9) * 100)) for j in rng.sample(range(i), min(i, 2))},
                            key=lambda x: x[0]))
         # One byte count per output: a piece's output has one size.
-        st.append(PieceCost(i, dev, tuple((f"o{i}_{k}", rng.uniform(1e-4, 2e-3), 1.0) for k in range(rng.randint(1, 3))),
+        st.append(Piece(i, dev, tuple((f"o{i}_{k}", rng.uniform(1e-4, 2e-3), 1.0) for k in range(rng.randint(1, 3))),
                         rng.uniform(1e-4, 4e-3), ins, loss=i == n_pieces - 1))
     sizes = {}
-    st = [PieceCost(s.index, s.device, s.forward, s.backward, tuple((a, b, sizes.setdefault(a, c)) for a, b, c in s.inputs),
-                s.loss) for s in st]
+    st = [replace(s, inputs=tuple((a, b, sizes.setdefault(a, c)) for a, b, c in s.inputs)) for s in st]
     return st, devs
 
 
@@ -184,14 +185,7 @@ def test_with_a_core_per_process_and_free_messages_it_is_the_ideal_pipeline(seed
     wire = wire_us * 1e-4
     lists = tasks(st, used, M, StepCosts(wire=Linear(wire)), optimizer={d: 1e-3 for d in used})
     got = simulate(lists, list(range(len(used))), Machine(cores=len(used)))
-    pieces = [Piece(s.index, s.device, tuple(op for op, _, _ in s.forward), tuple((a, c) for a, _, c in s.inputs),
-                    s.loss) for s in st]
-    fwd = {op: sec for s in st for op, sec, _ in s.forward}
-    # The ideal model splits a piece's backward over its operators; give it all to the last one.
-    bwd = {op: 0.0 for op in fwd}
-    for s in st:
-        bwd[s.forward[0][0]] = s.backward
-    want = ideal(pieces, fwd, bwd, lambda a, b, n: wire, M, optimizer={d: 1e-3 for d in used})
+    want = ideal(st, lambda a, b, n: wire, M, optimizer={d: 1e-3 for d in used})  # the same pieces
     assert got.makespan == pytest.approx(want.makespan, rel=1e-9)
 
 

@@ -9,8 +9,8 @@ import random
 import pytest
 
 from lab.modelled.placement.core_tasks import Recv, Send
-from lab.modelled.placement.executor import PieceCost, StepCosts, tasks
-from lab.modelled.placement.order import BACKWARD, FORWARD, Message
+from lab.modelled.placement.executor import StepCosts, tasks
+from lab.modelled.placement.order import BACKWARD, FORWARD, Message, Piece
 
 
 def test_every_message_of_a_step_has_its_own_tag():
@@ -20,14 +20,14 @@ def test_every_message_of_a_step_has_its_own_tag():
     assert all(0 <= m.tag < 2 ** 31 for m in names)  # gloo's tag is a 32-bit int
 
 
-def random_plan(rng: random.Random, n: int, devices: list[str]) -> list[PieceCost]:
+def random_plan(rng: random.Random, n: int, devices: list[str]) -> list[Piece]:
     """``n`` pieces, each reading one to three earlier pieces' outputs (the first reads the model's input), on
     random devices."""
     out = []
     for i in range(n):
         srcs = sorted(rng.sample(range(i), min(i, rng.randint(1, 3)))) if i else []
         inputs = tuple((s, rng.randint(0, 1), 64.0) for s in srcs)
-        out.append(PieceCost(i, rng.choice(devices), (("op", 1e-3, 1.0),), 1e-3, inputs, loss=i == n - 1))
+        out.append(Piece(i, rng.choice(devices), (("op", 1e-3, 1.0),), 1e-3, inputs, loss=i == n - 1))
     return out
 
 

@@ -11,12 +11,28 @@ import numpy as np
 import pytest
 
 from lab.errors import LabError
-from lab.modelled.placement.pipeline import Piece, gpipe_bound, simulate
+from lab.modelled.placement.order import Piece
+from lab.modelled.placement.pipeline import gpipe_bound, simulate
 from tests.conftest import ROOT
 
 
 def no_link(src: str, dst: str, nbytes: float) -> float:
     return 0.0
+
+
+def cut(specs, fwd, bwd) -> list[Piece]:
+    """Pieces from ``(index, device, operators, inputs as (source, bytes), loss)`` and per-operator forward and
+    backward seconds (a piece's backward is its operators' sum); a second tensor from the same source is its
+    next output."""
+    out = []
+    for k, device, ops, inputs, loss in specs:
+        seen: dict[int, int] = {}
+        ins = []
+        for src, nbytes in inputs:
+            ins.append((src, seen.get(src, 0), nbytes))
+            seen[src] = seen.get(src, 0) + 1
+        out.append(Piece(k, device, tuple((o, fwd[o], 1.0) for o in ops), sum(bwd[o] for o in ops), tuple(ins), loss))
+    return out
 
 
 def _tasks(sched, kind: str) -> dict[tuple[int, int], tuple[float, float]]:
@@ -32,25 +48,26 @@ def _tasks(sched, kind: str) -> dict[tuple[int, int], tuple[float, float]]:
 
 
 def _chain2(link=no_link, m: int = 3, optimizer=None):
-    pieces = [Piece(0, "A", ("a",)), Piece(1, "B", ("b",), inputs=((0, 500.0),), loss=True)]
-    return simulate(pieces, {"a": 1.0, "b": 1.0}, {"a": 2.0, "b": 2.0}, link, m, optimizer=optimizer)
+    pieces = cut([(0, "A", ("a",), (), False), (1, "B", ("b",), ((0, 500.0),), True)],
+                 {"a": 1.0, "b": 1.0}, {"a": 2.0, "b": 2.0})
+    return simulate(pieces, link, m, optimizer=optimizer)
 
 
 def test_one_piece_on_one_device_runs_everything_back_to_back():
-    pieces = [Piece(0, "cpu", ("a", "b"), loss=True)]
-    fwd, bwd = {"a": 1.0, "b": 0.5}, {"a": 2.0, "b": 1.0}
-    s = simulate(pieces, fwd, bwd, no_link, 3, optimizer={"cpu": 0.7})
+    pieces = cut([(0, "cpu", ("a", "b"), (), True)], {"a": 1.0, "b": 0.5}, {"a": 2.0, "b": 1.0})
+    s = simulate(pieces, no_link, 3, optimizer={"cpu": 0.7})
     assert s.makespan == pytest.approx(3 * (1.5 + 3.0) + 0.7)
     assert s.micro_batches == 3
     assert [(r["kind"], r["op"], r["micro"]) for r in s.rows[:6]] == [
         ("forward", "a", 0), ("forward", "b", 0), ("forward", "a", 1), ("forward", "b", 1),
         ("forward", "a", 2), ("forward", "b", 2)]
-    # Backward runs the operators in reverse, micro-batch by micro-batch.
-    assert [r["op"] for r in s.rows[6:12]] == ["b", "a"] * 3
+    # Backward runs the piece as one call (as autograd does), micro-batch by micro-batch.
+    assert [(r["kind"], r["op"], r["micro"], r["end"] - r["start"]) for r in s.rows[6:9]] == [
+        ("backward", None, m, pytest.approx(3.0)) for m in range(3)]
     assert s.rows[-1] == {"device": "cpu", "piece": None, "micro": None, "kind": "optimizer", "op": None,
                           "start": pytest.approx(13.5), "end": pytest.approx(14.2)}
     assert s.busy() == {"cpu": pytest.approx(14.2)} and s.bubble() == pytest.approx(0.0)
-    with_loss = simulate(pieces, fwd, bwd, no_link, 3, optimizer={"cpu": 0.7}, loss_time=0.25)
+    with_loss = simulate(pieces, no_link, 3, optimizer={"cpu": 0.7}, loss_time=0.25)
     assert with_loss.makespan == pytest.approx(14.2 + 3 * 0.25)
     assert [r["start"] for r in with_loss.rows if r["kind"] == "loss"] == pytest.approx([1.5, 3.25, 5.0])
 
@@ -76,9 +93,9 @@ def test_a_two_piece_chain_matches_hand_computed_times_and_the_gpipe_bound():
 @pytest.mark.parametrize("times,m", [([1.0, 3.0, 2.0], 4), ([2.5, 0.5, 0.5, 1.0], 3), ([1.0], 5)])
 def test_the_forward_phase_of_any_chain_on_distinct_devices_is_the_gpipe_bound(times, m):
     names = [f"o{i}" for i in range(len(times))]
-    pieces = [Piece(i, f"d{i}", (names[i],), inputs=((i - 1, 8.0),) if i else (),
-                    loss=i == len(times) - 1) for i in range(len(times))]
-    s = simulate(pieces, dict(zip(names, times)), dict.fromkeys(names, 0.0), no_link, m)
+    pieces = cut([(i, f"d{i}", (names[i],), ((i - 1, 8.0),) if i else (), i == len(times) - 1)
+                  for i in range(len(times))], dict(zip(names, times)), dict.fromkeys(names, 0.0))
+    s = simulate(pieces, no_link, m)
     assert _tasks(s, "forward")[(len(times) - 1, m - 1)][1] == pytest.approx(gpipe_bound(times, m))
 
 
@@ -106,9 +123,10 @@ def test_a_device_runs_its_first_piece_for_every_micro_batch_before_its_later_pi
         return 0.0
 
     # A -> B -> A, and piece 2 also reads piece 0's output on A (the same process: free).
-    pieces = [Piece(0, "A", ("a",)), Piece(1, "B", ("b",), inputs=((0, 1.0),)),
-              Piece(2, "A", ("c",), inputs=((1, 1.0), (0, 1e9)), loss=True)]
-    s = simulate(pieces, {"a": 1.0, "b": 2.0, "c": 1.0}, {"a": 1.0, "b": 2.0, "c": 1.0}, link, 2)
+    times = {"a": 1.0, "b": 2.0, "c": 1.0}
+    pieces = cut([(0, "A", ("a",), (), False), (1, "B", ("b",), ((0, 1.0),), False),
+                  (2, "A", ("c",), ((1, 1.0), (0, 1e9)), True)], times, times)
+    s = simulate(pieces, link, 2)
     f, b = _tasks(s, "forward"), _tasks(s, "backward")
     assert [f[k] for k in [(0, 0), (0, 1), (1, 0), (1, 1), (2, 0), (2, 1)]] == [
         (0, 1), (1, 2), (1, 3), (3, 5), (3, 4), (5, 6)]
@@ -124,12 +142,11 @@ def test_a_device_runs_its_first_piece_for_every_micro_batch_before_its_later_pi
 
 @pytest.mark.parametrize("b_back,start0", [(2.0, 8.0), (4.0, 9.0)])
 def test_in_a_diamond_the_first_piece_waits_for_both_gradients(b_back, start0):
-    pieces = [Piece(0, "A", ("x",)), Piece(1, "B", ("l",), inputs=((0, 1.0),)),
-              Piece(2, "C", ("r",), inputs=((0, 1.0),)),
-              Piece(3, "A", ("y",), inputs=((1, 1.0), (2, 1.0)), loss=True)]
     fwd = {"x": 1.0, "l": 2.0, "r": 1.0, "y": 1.0}
     bwd = {"x": 1.0, "l": b_back, "r": 3.0, "y": 1.0}
-    s = simulate(pieces, fwd, bwd, no_link, 1)
+    pieces = cut([(0, "A", ("x",), (), False), (1, "B", ("l",), ((0, 1.0),), False), (2, "C", ("r",), ((0, 1.0),), False),
+                  (3, "A", ("y",), ((1, 1.0), (2, 1.0)), True)], fwd, bwd)
+    s = simulate(pieces, no_link, 1)
     f, b = _tasks(s, "forward"), _tasks(s, "backward")
     assert f[(3, 0)] == (3, 4)  # waits for the slower branch, B (ends at 3), not C (ends at 2)
     assert b[(3, 0)] == (4, 5) and b[(1, 0)] == (5, 5 + b_back) and b[(2, 0)] == (5, 8)
@@ -137,20 +154,20 @@ def test_in_a_diamond_the_first_piece_waits_for_both_gradients(b_back, start0):
     assert s.makespan == pytest.approx(start0 + 1)
 
 
-def _reference(pieces, fwd, bwd, link, m_count, opt, loss_time, lists=None):
+def _reference(pieces, link, m_count, opt, loss_time, lists=None):
     """Every task's (start, end) by fixed-point iteration over explicit dependency lists; each device's tasks in
     GPipe's order written out here, or in the order of its list of actions ``lists[device]``."""
     dev = [p.device for p in pieces]
     dur, deps, order = {}, {}, {d: [] for d in dev}
     for p in pieces:
         for m in range(m_count):
-            dur[("F", p.index, m)] = sum(fwd[o] for o in p.ops) + (loss_time if p.loss else 0.0)
-            dur[("B", p.index, m)] = sum(bwd[o] for o in p.ops)
+            dur[("F", p.index, m)] = sum(t * x for _, t, x in p.forward) + (loss_time if p.loss else 0.0)
+            dur[("B", p.index, m)] = p.backward * p.backward_scale
             deps[("F", p.index, m)] = [(("F", s, m), 0.0 if dev[s] == p.device else link(dev[s], p.device, n))
-                                       for s, n in p.inputs]
+                                       for s, _, n in p.inputs]
             deps[("B", p.index, m)] = [(("F", p.index, m), 0.0)]
     for p in pieces:
-        for s, n in p.inputs:
+        for s, _, n in p.inputs:
             for m in range(m_count):
                 delay = 0.0 if dev[s] == p.device else link(p.device, dev[s], n)
                 deps[("B", s, m)].append((("B", p.index, m), delay))
@@ -179,7 +196,7 @@ def test_random_plans_match_an_independent_fixed_point_reimplementation(seed):
     rng = np.random.default_rng(seed)
     n_pieces, m_count = int(rng.integers(1, 7)), int(rng.integers(1, 5))
     devices = ["A", "B", "C"]
-    pieces, fwd, bwd = [], {}, {}
+    specs, fwd, bwd = [], {}, {}
     loss_at = int(rng.integers(n_pieces))
     for k in range(n_pieces):
         ops = tuple(f"p{k}o{j}" for j in range(int(rng.integers(1, 4))))
@@ -190,7 +207,8 @@ def test_random_plans_match_an_independent_fixed_point_reimplementation(seed):
         inputs = tuple((int(s), float(rng.uniform(0, 1e6))) for s in srcs)
         if k and rng.random() < 0.3:  # a second tensor from the same piece
             inputs += ((int(rng.integers(k)), float(rng.uniform(0, 1e6))),)
-        pieces.append(Piece(k, str(rng.choice(devices)), ops, inputs, loss=k == loss_at))
+        specs.append((k, str(rng.choice(devices)), ops, inputs, k == loss_at))
+    pieces = cut(specs, fwd, bwd)
     lat = {(a, b): float(rng.uniform(0, 0.5)) for a in devices for b in devices}
     bw = {(a, b): float(rng.uniform(1e5, 1e7)) for a in devices for b in devices}
 
@@ -199,8 +217,8 @@ def test_random_plans_match_an_independent_fixed_point_reimplementation(seed):
 
     opt = {d: float(rng.uniform(0, 1)) for d in devices if rng.random() < 0.7}
     loss_time = float(rng.choice([0.0, 0.4]))
-    s = simulate(pieces, fwd, bwd, link, m_count, optimizer=opt, loss_time=loss_time)
-    ref = _reference(pieces, fwd, bwd, link, m_count, opt, loss_time)
+    s = simulate(pieces, link, m_count, optimizer=opt, loss_time=loss_time)
+    ref = _reference(pieces, link, m_count, opt, loss_time)
     got = {("F", *k): v for k, v in _tasks(s, "forward").items()}
     got |= {("B", *k): v for k, v in _tasks(s, "backward").items()}
     got |= {("O", r["device"]): (r["start"], r["end"]) for r in s.rows if r["kind"] == "optimizer"}
@@ -208,10 +226,10 @@ def test_random_plans_match_an_independent_fixed_point_reimplementation(seed):
     for t in ref:
         assert got[t] == pytest.approx(ref[t], abs=1e-9), t
     assert s.makespan == pytest.approx(max(e for _, e in ref.values()), abs=1e-9)
-    # Each task's operators run back to back, each operator once per micro-batch and direction.
+    # A forward task's operators run back to back, each once per micro-batch; a backward is one call per piece.
     compute = [r for r in s.rows if r["kind"] in ("forward", "backward")]
-    assert len(compute) == 2 * m_count * len(fwd)
-    crossing = sum(p.device != pieces[src].device for p in pieces for src, _ in p.inputs)
+    assert len(compute) == m_count * (len(fwd) + len(pieces))
+    crossing = sum(p.device != pieces[src].device for p in pieces for src, _, _ in p.inputs)
     assert len([r for r in s.rows if r["kind"] in ("activation", "gradient")]) == 2 * m_count * crossing
     busy = s.busy()
     for d in busy:
@@ -221,8 +239,11 @@ def test_random_plans_match_an_independent_fixed_point_reimplementation(seed):
     assert 0.0 <= s.bubble() < 1.0
 
 
-P = [Piece(0, "A", ("a",)), Piece(1, "B", ("b",), inputs=((0, 4.0),), loss=True)]
-F, B = {"a": 1.0, "b": 1.0}, {"a": 1.0, "b": 1.0}
+def _piece(k: int, device: str, op: str = "", *, inputs=(), loss=False, fwd=1.0, bwd=1.0, scale=1.0) -> Piece:
+    return Piece(k, device, ((op or "ab"[k % 2], fwd, scale),), bwd, inputs, loss)
+
+
+P = [_piece(0, "A"), _piece(1, "B", inputs=((0, 0, 4.0),), loss=True)]
 
 
 @pytest.mark.parametrize("kwargs,message", [
@@ -230,27 +251,40 @@ F, B = {"a": 1.0, "b": 1.0}, {"a": 1.0, "b": 1.0}
     ({"micro_batches": 2.5}, "micro_batches must be an integer >= 1"),
     ({"micro_batches": True}, "micro_batches must be an integer >= 1"),
     ({"pieces": []}, "there are no pieces"),
-    ({"pieces": [P[0], Piece(2, "B", ("b",), loss=True)]}, "pieces[1] has index 2"),
-    ({"pieces": [Piece(0, "A", ("a",), inputs=((1, 4.0),)), Piece(1, "B", ("b",), loss=True)]},
+    ({"pieces": [P[0], _piece(2, "B", loss=True)]}, "pieces[1] has index 2"),
+    ({"pieces": [P[0], ("b", 1.0)]}, "pieces[1] must be a Piece (got tuple)"),
+    ({"pieces": [_piece(0, "A", inputs=((1, 0, 4.0),)), _piece(1, "B", loss=True)]},
      "piece 0 reads from piece 1; a piece reads only from an earlier piece"),
-    ({"pieces": [P[0], Piece(1, "B", ("b",), inputs=((1, 4.0),), loss=True)]}, "piece 1 reads from piece 1"),
-    ({"pieces": [P[0], Piece(1, "B", ("b",))]}, "exactly one piece must compute the loss (found 0"),
-    ({"pieces": [Piece(0, "A", ("a",), loss=True), P[1]]}, "exactly one piece must compute the loss (found 2"),
-    ({"pieces": [P[0], Piece(1, "B", ("a",), loss=True)]}, "operator 'a' is in piece 0 and in piece 1"),
-    ({"backward": {"a": 1.0}}, "operator 'b' (piece 1) has no backward time"),
-    ({"forward": {"a": -1.0, "b": 1.0}}, "forward time of operator 'a' must be a finite number >= 0"),
-    ({"forward": {"a": math.nan, "b": 1.0}}, "forward time of operator 'a' must be a finite number >= 0"),
-    ({"backward": {"a": math.inf, "b": 1.0}}, "backward time of operator 'a' must be a finite number >= 0"),
+    ({"pieces": [P[0], _piece(1, "B", inputs=((1, 0, 4.0),), loss=True)]}, "piece 1 reads from piece 1"),
+    ({"pieces": [P[0], _piece(1, "B", inputs=((0, 4.0),), loss=True)]}, "each input must be (source piece, output, bytes)"),
+    ({"pieces": [P[0], _piece(1, "B")]}, "exactly one piece must compute the loss (found 0"),
+    ({"pieces": [_piece(0, "A", loss=True), P[1]]}, "exactly one piece must compute the loss (found 2"),
+    ({"pieces": [P[0], _piece(1, "B", "a", loss=True)]}, "operator 'a' is in piece 0 and in piece 1"),
+    ({"pieces": [Piece(0, "A", (), 1.0, loss=True)]}, "piece 0 has no operators"),
+    ({"pieces": [_piece(0, "A", fwd=-1.0), P[1]]}, "forward time of operator 'a' must be a finite number >= 0"),
+    ({"pieces": [_piece(0, "A", fwd=math.nan), P[1]]}, "forward time of operator 'a' must be a finite number >= 0"),
+    ({"pieces": [_piece(0, "A", bwd=math.inf), P[1]]}, "backward time of piece 0 must be a finite number >= 0"),
+    ({"pieces": [_piece(0, "A", scale=0.5), P[1]]}, "emulated factor of operator 'a' must be at least 1"),
     ({"link": lambda a, b, n: -1.0}, "link('A', 'B', 4.0) must be a finite number >= 0"),
     ({"optimizer": {"A": "fast"}}, "optimizer time of 'A' must be a number (got 'fast')"),
     ({"loss_time": -0.1}, "loss_time must be a finite number >= 0"),
 ])
 def test_bad_input_is_refused_with_a_message_that_says_what_is_wrong(kwargs, message):
-    args = {"pieces": P, "forward": F, "backward": B, "link": no_link, "micro_batches": 2} | kwargs
+    args = {"pieces": P, "link": no_link, "micro_batches": 2} | kwargs
     with pytest.raises(LabError) as e:
         simulate(**args)
     assert message in str(e.value)
     assert str(e.value).startswith("pipeline model: ")
+
+
+def test_an_emulated_factor_stretches_each_operator_and_the_backward_in_the_ideal_model():
+    # An operator three times slower than its device's measured time, and a backward twice: the device is busy for
+    # the emulated time (it waits while the slower device would compute).
+    pieces = [Piece(0, "A", (("a", 1.0, 3.0), ("b", 0.5, 1.0)), 2.0, loss=True, backward_scale=2.0)]
+    s = simulate(pieces, no_link, 2)
+    assert [(r["kind"], r["end"] - r["start"]) for r in s.rows if r["micro"] == 0] == [
+        ("forward", pytest.approx(3.0)), ("forward", pytest.approx(0.5)), ("backward", pytest.approx(4.0))]
+    assert s.makespan == pytest.approx(2 * (3.5 + 4.0))
 
 
 def test_gpipe_bound_and_its_input_checks():
@@ -275,16 +309,14 @@ def test_both_models_follow_the_one_order_of_actions_on_every_device():
     # ideal model and the executor model, are its list of actions.
     from lab.modelled.placement import order
     from lab.modelled.placement.core_tasks import Cpu
-    from lab.modelled.placement.executor import PieceCost, StepCosts, tasks
+    from lab.modelled.placement.executor import StepCosts, tasks
 
     devs = ["A", "B", "A", "C", "B"]
-    pieces = [Piece(k, d, (f"o{k}",), inputs=((k - 1, 100.0),) * (k > 0) + ((0, 50.0),) * (k == 3), loss=k == 4)
-              for k, d in enumerate(devs)]
     fwd = {f"o{k}": 0.1 * (k + 1) for k in range(5)}
-    s = simulate(pieces, fwd, {o: 2 * t for o, t in fwd.items()}, lambda a, b, n: n * 1e-3, 3)
-    stages = [PieceCost(p.index, p.device, ((f"o{p.index}", 0.1, 1.0),), 0.2,
-                    inputs=tuple((src, 0, n) for src, n in p.inputs), loss=p.loss) for p in pieces]
-    lists = tasks(stages, ["A", "B", "C"], 3, StepCosts())
+    pieces = cut([(k, d, (f"o{k}",), ((k - 1, 100.0),) * (k > 0) + ((0, 50.0),) * (k == 3), k == 4)
+                  for k, d in enumerate(devs)], fwd, {o: 2 * t for o, t in fwd.items()})
+    s = simulate(pieces, lambda a, b, n: n * 1e-3, 3)
+    lists = tasks(pieces, ["A", "B", "C"], 3, StepCosts())  # the executor model takes the same pieces
     for r, d in enumerate(["A", "B", "C"]):
         want = list(order.gpipe([k for k, x in enumerate(devs) if x == d], 3))
         assert order.actions_in([x for x in s.rows if x["device"] == d and x["kind"] not in ("activation",

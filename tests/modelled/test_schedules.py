@@ -12,7 +12,8 @@ from torch.distributed.pipelining import schedules as torch_schedules
 
 from lab.errors import LabError
 from lab.modelled.placement import order
-from lab.modelled.placement.pipeline import Piece, simulate
+from lab.modelled.placement.order import Piece
+from lab.modelled.placement.pipeline import simulate
 from tests.modelled.test_pipeline_model import _reference, _tasks
 
 TORCH = {"gpipe": torch_schedules.ScheduleGPipe, "1f1b": torch_schedules.Schedule1F1B}
@@ -94,27 +95,27 @@ def test_a_plan_that_returns_to_a_device_is_refused_under_1f1b_with_what_to_chan
         order.schedule("zb", [0], 3, 4)
 
 
-def random_plan(rng, n: int, device_of, max_skips) -> tuple[list[Piece], dict, dict]:
+def random_plan(rng, n: int, device_of, max_skips) -> list[Piece]:
     """``n`` pieces, piece ``k`` on ``device_of(k)``, each reading the piece before it and up to ``max_skips(k)``
     earlier ones drawn at random (skip inputs), with random forward and backward costs."""
-    pieces, fwd, bwd = [], {}, {}
+    pieces = []
     for k in range(n):
         srcs = sorted({k - 1, *rng.choice(k, size=int(rng.integers(0, max_skips(k) + 1)), replace=True)}) if k else []
-        fwd[f"o{k}"], bwd[f"o{k}"] = float(rng.uniform(0.1, 2.0)), float(rng.uniform(0.1, 3.0))
-        pieces.append(Piece(k, device_of(k), (f"o{k}",), tuple((int(s), float(rng.uniform(0, 1e6))) for s in srcs),
-                            loss=k == n - 1))
-    return pieces, fwd, bwd
+        fwd, bwd = float(rng.uniform(0.1, 2.0)), float(rng.uniform(0.1, 3.0))
+        pieces.append(Piece(k, device_of(k), ((f"o{k}", fwd, 1.0),), bwd,
+                            tuple((int(s), 0, float(rng.uniform(0, 1e6))) for s in srcs), loss=k == n - 1))
+    return pieces
 
 
-def check_against_reference(pieces, fwd, bwd, m_count: int, name: str, lists: dict) -> None:
+def check_against_reference(pieces, m_count: int, name: str, lists: dict) -> None:
     """The model of ``name`` on the plan runs to the end, equals the fixed-point reference given each device's list
     of actions ``lists``, and runs each device's list in its order."""
 
     def link(a, b, nbytes):
         return 0.0 if a == b else 1e-3 + nbytes * 1e-7
 
-    s = simulate(pieces, fwd, bwd, link, m_count, schedule=name)
-    ref = {t: x for t, x in _reference(pieces, fwd, bwd, link, m_count, {}, 0.0, lists).items() if t[0] != "O"}
+    s = simulate(pieces, link, m_count, schedule=name)
+    ref = {t: x for t, x in _reference(pieces, link, m_count, {}, 0.0, lists).items() if t[0] != "O"}
     got = {("F", *k): x for k, x in _tasks(s, "forward").items()} | {("B", *k): x for k, x in _tasks(s, "backward").items()}
     assert got.keys() == ref.keys()
     for t in ref:
@@ -130,8 +131,8 @@ def test_1f1b_on_random_chain_plans_runs_to_the_end_and_matches_the_reference(se
     # a traced model makes when no device is visited twice
     rng = np.random.default_rng(seed)
     n, m_count = int(rng.integers(2, 5)), int(rng.integers(1, 7))
-    pieces, fwd, bwd = random_plan(rng, n, lambda k: f"D{k}", lambda k: k)
-    check_against_reference(pieces, fwd, bwd, m_count, "1f1b",
+    pieces = random_plan(rng, n, lambda k: f"D{k}", lambda k: k)
+    check_against_reference(pieces, m_count, "1f1b",
                             {p.device: order.schedule("1f1b", [p.index], n, m_count) for p in pieces})
 
 
@@ -185,6 +186,6 @@ def test_interleaved_1f1b_on_random_looped_plans_runs_to_the_end_and_matches_the
     P, v = int(rng.integers(2, 4)), int(rng.integers(2, 4))
     n = P * v
     m_count = int(rng.choice([m for m in range(1, 9) if m % max(1, m // P) == 0]))
-    pieces, fwd, bwd = random_plan(rng, n, lambda k: f"D{k % P}", lambda k: 1)
-    check_against_reference(pieces, fwd, bwd, m_count, "interleaved_1f1b", {
+    pieces = random_plan(rng, n, lambda k: f"D{k % P}", lambda k: 1)
+    check_against_reference(pieces, m_count, "interleaved_1f1b", {
         f"D{r}": order.schedule("interleaved_1f1b", list(range(r, n, P)), n, m_count) for r in range(P)})

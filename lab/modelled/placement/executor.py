@@ -28,29 +28,10 @@ from typing import Callable, Mapping, Sequence
 
 from lab.errors import LabError
 from lab.modelled.placement.core_tasks import Cpu, Recv, Send, Sleep
-from lab.modelled.placement.order import BACKWARD, FORWARD, Message
+from lab.modelled.placement.order import BACKWARD, FORWARD, Message, Piece
 from lab.modelled.placement.order import schedule as order_of
 
 WHERE = "executor model"
-
-
-@dataclass(frozen=True)
-class PieceCost:
-    """A piece as the executor runs it.
-
-    ``forward``: ``(operator, seconds, emulated factor s)`` per operator for one micro-batch, in order;
-    ``backward``: seconds of its backward for one micro-batch, ``backward_scale`` its emulated factor;
-    ``inputs``: ``(source piece, output index, bytes)`` per input read from an earlier piece (the model's input
-    is not listed); ``loss``: the piece makes the model's output.
-    """
-
-    index: int
-    device: str
-    forward: tuple[tuple[str | None, float, float], ...]
-    backward: float
-    inputs: tuple[tuple[int, int, float], ...] = ()
-    loss: bool = False
-    backward_scale: float = 1.0
 
 
 @dataclass(frozen=True)
@@ -77,7 +58,7 @@ class StepCosts:
     wire: Linear = field(default_factory=Linear)  # from departure to arrival, no CPU
 
 
-def tasks(pieces: Sequence[PieceCost], devices: Sequence[str], micro_batches: int, costs: StepCosts,
+def tasks(pieces: Sequence[Piece], devices: Sequence[str], micro_batches: int, costs: StepCosts,
           optimizer: Mapping[str, float] | None = None,
           link: Callable[[str, str, float], float] | None = None, node_by_node: bool = False,
           schedule: str = "gpipe") -> list[list]:
@@ -118,7 +99,7 @@ def tasks(pieces: Sequence[PieceCost], devices: Sequence[str], micro_batches: in
         lists[r].append(Send(key, rank[to_dev], cpu=costs.send(nbytes), wire=costs.wire(nbytes),
                              hold=hold(devices[r], to_dev, nbytes), row=row))
 
-    def forward(r: int, d: str, s: PieceCost, m: int, got: set) -> None:
+    def forward(r: int, d: str, s: Piece, m: int, got: set) -> None:
         out = lists[r]
         for src, o, _ in s.inputs:
             if dev[src] != d and (src, o, m) not in got:
@@ -140,7 +121,7 @@ def tasks(pieces: Sequence[PieceCost], devices: Sequence[str], micro_batches: in
         if s.loss:
             out.append(Cpu(costs.loss, {"device": d, "piece": s.index, "micro": m, "kind": "loss", "op": None}))
 
-    def backward(r: int, d: str, s: PieceCost, m: int, last_reader: dict) -> None:
+    def backward(r: int, d: str, s: Piece, m: int, last_reader: dict) -> None:
         out = lists[r]
         for o in outputs[s.index]:
             for rd in dict.fromkeys(dev[k] for k in readers[(s.index, o)]):
@@ -179,7 +160,7 @@ def tasks(pieces: Sequence[PieceCost], devices: Sequence[str], micro_batches: in
     return lists
 
 
-def messages(pieces: Sequence[PieceCost], devices: Sequence[str], micro_batches: int,
+def messages(pieces: Sequence[Piece], devices: Sequence[str], micro_batches: int,
              schedule: str = "gpipe") -> dict[tuple[int, int], int]:
     """Messages per step between each pair of ranks (the smaller rank first)."""
     out: dict[tuple[int, int], int] = {}
@@ -191,4 +172,4 @@ def messages(pieces: Sequence[PieceCost], devices: Sequence[str], micro_batches:
     return out
 
 
-__all__ = ["PieceCost", "Linear", "StepCosts", "tasks", "messages"]
+__all__ = ["Linear", "StepCosts", "tasks", "messages"]

@@ -55,6 +55,31 @@ class Message(NamedTuple):
 
 
 @dataclass(frozen=True)
+class Piece:
+    """A maximal run of consecutive operators on one device: the one piece type of the models of a step (the ideal
+    pipeline and the executor on shared cores); the executor's own cut piece extends it with its module.
+
+    ``forward``: ``(operator, seconds, emulated factor)`` per operator for one micro-batch, in order;
+    ``backward``: seconds of its backward for one micro-batch (one call, as autograd runs it), ``backward_scale``
+    its emulated factor; ``inputs``: ``(source piece, output index, bytes for one micro-batch)`` per tensor read
+    from an earlier piece (the model's input is not listed); ``loss``: the piece makes the model's output.
+    """
+
+    index: int
+    device: str
+    forward: tuple[tuple[str | None, float, float], ...]
+    backward: float = 0.0
+    inputs: tuple[tuple[int, int, float], ...] = ()
+    loss: bool = False
+    backward_scale: float = 1.0
+
+    @property
+    def ops(self) -> tuple[str | None, ...]:
+        """The piece's operators, in order."""
+        return tuple(op for op, _, _ in self.forward)
+
+
+@dataclass(frozen=True)
 class Action:
     """One unit of a process's step: a piece's forward or backward for one micro-batch, or the optimiser
     (no piece, no micro-batch)."""

@@ -15,10 +15,10 @@ micro-batches ``0..M-1`` each. Then the device's optimizer step.
   free and every input has arrived: the producer's forward ``(src, m)`` finish plus the link time
   of that tensor (nothing when the producer is on the same device, which is the same process).
   The loss piece adds ``loss_time`` at the end of its forward task.
-* A backward task ``(k, m)`` runs the operators in reverse and starts when the device is free, its
-  own forward ``(k, m)`` has finished, and the gradient of every tensor that a later piece read from
-  ``k`` has come back: that reader's backward ``(c, m)`` finish plus the link time from the reader's
-  device, for the same bytes.
+* A backward task ``(k, m)`` runs the piece's backward (one call, as autograd runs it) and starts when
+  the device is free, its own forward ``(k, m)`` has finished, and the gradient of every tensor that a
+  later piece read from ``k`` has come back: that reader's backward ``(c, m)`` finish plus the link time
+  from the reader's device, for the same bytes.
 * Links have no contention and a send never blocks the sender (the executor's sends are
   asynchronous); only the receiver waits.
 
@@ -39,25 +39,10 @@ from numbers import Integral, Real
 from typing import Any, Callable, Mapping, Sequence
 
 from lab.errors import LabError
-from lab.modelled.placement.order import BACKWARD, FORWARD, Action
+from lab.modelled.placement.order import BACKWARD, FORWARD, Action, Piece
 from lab.modelled.placement.order import schedule as order_of
 
 WHERE = "pipeline model"
-
-
-@dataclass(frozen=True)
-class Piece:
-    """A maximal run of consecutive operators on one device.
-
-    ``inputs``: one ``(source piece index, bytes for one micro-batch)`` per tensor the piece reads
-    from an earlier piece; ``loss``: this piece produces the model output (the loss runs here).
-    """
-
-    index: int
-    device: str
-    ops: tuple[str, ...]
-    inputs: tuple[tuple[int, float], ...] = ()
-    loss: bool = False
 
 
 @dataclass(frozen=True)
@@ -149,10 +134,7 @@ def _micro(m: Any) -> int:
     return int(m)
 
 
-def _check(pieces: list[Piece], forward: Mapping[str, float], backward: Mapping[str, float]) -> None:
-    for table, name in ((forward, "forward"), (backward, "backward")):
-        if not isinstance(table, Mapping):
-            raise LabError(f"{name} must be a mapping {{operator: seconds}}", where=WHERE)
+def _check(pieces: list[Piece]) -> None:
     if not pieces:
         raise LabError("there are no pieces; a plan needs at least one", where=WHERE)
     seen: dict[str, int] = {}
@@ -164,21 +146,22 @@ def _check(pieces: list[Piece], forward: Mapping[str, float], backward: Mapping[
                            "in list order", where=WHERE)
         if not isinstance(p.device, str) or not p.device:
             raise LabError(f"piece {i} has no device name (got {p.device!r})", where=WHERE)
-        if not p.ops:
+        if not p.forward:
             raise LabError(f"piece {i} has no operators", where=WHERE)
-        for op in p.ops:
+        for op, sec, scale in p.forward:
             if op in seen:
                 raise LabError(f"operator {op!r} is in piece {seen[op]} and in piece {i}; each operator "
                                "belongs to one piece", where=WHERE)
             seen[op] = i
-            for table, name in ((forward, "forward"), (backward, "backward")):
-                if op not in table:
-                    raise LabError(f"operator {op!r} (piece {i}) has no {name} time", where=WHERE)
-                _seconds(table[op], f"{name} time of operator {op!r}")
+            _seconds(sec, f"forward time of operator {op!r}")
+            _factor(scale, f"emulated factor of operator {op!r}")
+        _seconds(p.backward, f"backward time of piece {i}")
+        _factor(p.backward_scale, f"emulated factor of piece {i}'s backward")
         for entry in p.inputs:
-            if not (isinstance(entry, tuple) and len(entry) == 2):
-                raise LabError(f"piece {i}: each input must be (source piece, bytes) (got {entry!r})", where=WHERE)
-            src, nbytes = entry
+            if not (isinstance(entry, tuple) and len(entry) == 3):
+                raise LabError(f"piece {i}: each input must be (source piece, output, bytes) (got {entry!r})",
+                               where=WHERE)
+            src, _, nbytes = entry
             if isinstance(src, bool) or not isinstance(src, Integral) or not 0 <= src < i:
                 raise LabError(f"piece {i} reads from piece {src!r}; a piece reads only from an earlier piece "
                                f"(0..{i - 1})", where=WHERE)
@@ -188,19 +171,26 @@ def _check(pieces: list[Piece], forward: Mapping[str, float], backward: Mapping[
         raise LabError(f"exactly one piece must compute the loss (found {len(losses)}: {losses})", where=WHERE)
 
 
-def simulate(pieces: Sequence[Piece], forward: Mapping[str, float], backward: Mapping[str, float],
-             link: Callable[[str, str, float], float], micro_batches: int,
+def _factor(x: Any, what: str) -> float:
+    x = _seconds(x, what)
+    if x < 1.0:
+        raise LabError(f"{what} must be at least 1 (got {x})", where=WHERE)
+    return x
+
+
+def simulate(pieces: Sequence[Piece], link: Callable[[str, str, float], float], micro_batches: int,
              optimizer: Mapping[str, float] | None = None, loss_time: float = 0.0,
              schedule: str = "gpipe") -> PipelineSchedule:
     """The modelled schedule of one step (see the module doc for the order and the rules).
 
-    ``forward[op]`` / ``backward[op]``: seconds of the operator for one micro-batch on its piece's
-    device; ``link(src_device, dst_device, nbytes)``: seconds of a tensor between two different
-    devices; ``optimizer[device]``: seconds of that device's optimizer step (0 when missing).
+    Each piece's operators take their forward seconds times their emulated factor, its backward its seconds
+    times its factor (the device is busy while it emulates); ``link(src_device, dst_device, nbytes)``: seconds
+    of a tensor between two different devices; ``optimizer[device]``: seconds of that device's optimizer step
+    (0 when missing).
     """
     m_count = _micro(micro_batches)
     pieces = list(pieces)
-    _check(pieces, forward, backward)
+    _check(pieces)
     if not callable(link):
         raise LabError("link must be a function (src_device, dst_device, nbytes) -> seconds", where=WHERE)
     loss_time = _seconds(loss_time, "loss_time")
@@ -223,7 +213,7 @@ def simulate(pieces: Sequence[Piece], forward: Mapping[str, float], backward: Ma
     # grads[k]: (reader c, bytes) for every tensor a later piece reads from k; its gradient comes back.
     grads: list[list[tuple[int, float]]] = [[] for _ in pieces]
     for p in pieces:
-        for src, nbytes in p.inputs:
+        for src, _, nbytes in p.inputs:
             grads[src].append((p.index, float(nbytes)))
 
     rows: list[dict] = []
@@ -244,18 +234,18 @@ def simulate(pieces: Sequence[Piece], forward: Mapping[str, float], backward: Ma
 
     def forward_task(k: int, m: int) -> bool:
         p = pieces[k]
-        if any(fwd_end[src][m] is None for src, _ in p.inputs):
+        if any(fwd_end[src][m] is None for src, _, _ in p.inputs):
             return False
         start = free[p.device]
-        for src, nbytes in p.inputs:
+        for src, _, nbytes in p.inputs:
             sent = fwd_end[src][m]
             arrive = sent + hop(dev[src], p.device, nbytes)
             if dev[src] != p.device:
                 transfer("activation", src, k, m, float(nbytes), sent, arrive)
             start = max(start, arrive)
         t = start
-        for op in p.ops:
-            t = compute(p.device, k, m, "forward", op, t, float(forward[op]))
+        for op, sec, scale in p.forward:
+            t = compute(p.device, k, m, "forward", op, t, float(sec) * float(scale))
         if p.loss and loss_time > 0:
             t = compute(p.device, k, m, "loss", None, t, loss_time)
         fwd_end[k][m] = free[p.device] = t
@@ -272,9 +262,7 @@ def simulate(pieces: Sequence[Piece], forward: Mapping[str, float], backward: Ma
             if dev[c] != p.device:
                 transfer("gradient", c, k, m, nbytes, sent, arrive)
             start = max(start, arrive)
-        t = start
-        for op in reversed(p.ops):
-            t = compute(p.device, k, m, "backward", op, t, float(backward[op]))
+        t = compute(p.device, k, m, "backward", None, start, float(p.backward) * float(p.backward_scale))
         bwd_end[k][m] = free[p.device] = t
         return True
 

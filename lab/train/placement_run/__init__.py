@@ -42,11 +42,11 @@ the clock) is not applied.
 
 from lab.train.placement_run.clock import clock_offsets
 from lab.train.placement_run.executor import PlacementTrainer
-from lab.train.placement_run.pieces import (INPUT, Piece, check_placement, link_wait, node_devices, op_scales, pieces,
-                                            placed_ranks, piece_costs)
+from lab.train.placement_run.pieces import (INPUT, CutPiece, check_placement, link_wait, node_devices, op_scales, pieces,
+                                            placed_ranks, with_bytes)
 from lab.train.placement_run.plan import (MAX_STAGES, StagePlan, model_for, replanned, resolve, resolved, stage_count,
                                           stage_devices)
 
-__all__ = ["clock_offsets", "PlacementTrainer", "INPUT", "Piece", "link_wait", "node_devices", "op_scales", "pieces",
-           "placed_ranks", "piece_costs", "MAX_STAGES", "StagePlan", "check_placement", "model_for", "replanned", "resolve",
+__all__ = ["clock_offsets", "PlacementTrainer", "INPUT", "CutPiece", "link_wait", "node_devices", "op_scales", "pieces",
+           "placed_ranks", "with_bytes", "MAX_STAGES", "StagePlan", "check_placement", "model_for", "replanned", "resolve",
            "resolved", "stage_count", "stage_devices"]

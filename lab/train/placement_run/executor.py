@@ -21,7 +21,7 @@ from lab.optim.optimizers import from_training as optim_from_training
 from lab.train import data as data_mod
 from lab.train import resilience as rz
 from lab.train.placement_run.clock import clock_offsets
-from lab.train.placement_run.pieces import INPUT, Piece, link_wait, op_scales, pieces
+from lab.train.placement_run.pieces import INPUT, CutPiece, link_wait, op_scales, pieces
 from lab.train.placement_run.plan import StagePlan, model_for, resolve
 from lab.train.placement_run.recording import Recorder, all_timelines, gather, step_rows
 from lab.train.placement_run.rounds import Rounds, replan
@@ -34,7 +34,7 @@ class _Timed(fx.Interpreter):
     """Runs a piece node by node and stamps each operator from its first node (nodes it does not own but
     that come before it, such as shape arithmetic, included) to its last, then adds its emulated wait."""
 
-    def __init__(self, run: "PlacementTrainer", piece: Piece, micro: int):
+    def __init__(self, run: "PlacementTrainer", piece: CutPiece, micro: int):
         super().__init__(piece.module)
         self.run_, self.piece, self.micro = run, piece, micro
         self.last = {}
@@ -141,7 +141,7 @@ class PlacementTrainer:
         # once that piece's backward is done.
         self.last_reader = {}
         for p in self.mine:
-            for r in p.inputs:
+            for r in p.reads:
                 if r is not INPUT and self.pieces[r[0]].device != self.device:
                     self.last_reader[tuple(r)] = min(self.last_reader.get(tuple(r), p.index), p.index)
 
@@ -171,7 +171,7 @@ class PlacementTrainer:
             try:
                 with torch.no_grad():
                     for p in self.pieces:
-                        res = p.module(*[x if r is INPUT else vals[r[0]][r[1]] for r in p.inputs])
+                        res = p.module(*[x if r is INPUT else vals[r[0]][r[1]] for r in p.reads])
                         vals[p.index] = (res,) if p.single else tuple(res)
                         for o, v in enumerate(vals[p.index]):
                             self._shapes[(p.index, o, rows)] = v.shape
@@ -210,7 +210,7 @@ class PlacementTrainer:
                    bytes=nbytes, wait=wait, link=link, op=None, called=t0)
         return t
 
-    def op_done(self, piece: Piece, micro: int, op: str | None, t0: float, t1: float) -> None:
+    def op_done(self, piece: CutPiece, micro: int, op: str | None, t0: float, t1: float) -> None:
         """An operator (or a node it absorbs) ran from t0 to t1: record it and wait its emulated extra time."""
         self.fwd_time[(piece.index, micro)][op] = self.fwd_time[(piece.index, micro)].get(op, 0.0) + (t1 - t0)
         self.rec.event(kind="forward", op=op, piece=piece.index, micro=micro, start=t0, end=t1)
@@ -235,7 +235,7 @@ class PlacementTrainer:
             time.sleep(target)
         self._overslept = time.perf_counter() - t0 - target
 
-    def backward_scale(self, piece: Piece, micro: int) -> float:
+    def backward_scale(self, piece: CutPiece, micro: int) -> float:
         """The emulated slowdown of a piece's backward pass: its operators' scales weighted by their forward times."""
         times = self.fwd_time.get((piece.index, micro), {})
         total = sum(times.values())
@@ -244,7 +244,7 @@ class PlacementTrainer:
         return sum(self.scales.get(op, 1.0) * t for op, t in times.items()) / total
 
     # ----- one step ---------------------------------------------------------------------------------
-    def run_piece(self, piece: Piece, micro: int, ins: list) -> tuple:
+    def run_piece(self, piece: CutPiece, micro: int, ins: list) -> tuple:
         self.fwd_time[(piece.index, micro)] = {}
         if self.rec.timing or self.scales:
             out = _Timed(self, piece, micro).run(*ins)
@@ -281,12 +281,12 @@ class PlacementTrainer:
             handle.wait()
         self.outbox = []
 
-    def forward_task(self, st: "_Step", p: Piece, m: int) -> None:
+    def forward_task(self, st: "_Step", p: CutPiece, m: int) -> None:
         """Piece ``p`` on micro-batch ``m``: receive its inputs from other devices, run it, send what other
         devices read of it, and on the last piece the loss."""
         clock = time.perf_counter
         ins = []
-        for r in p.inputs:
+        for r in p.reads:
             if r is INPUT:
                 ins.append(st.xs[m])
                 continue
@@ -329,7 +329,7 @@ class PlacementTrainer:
             st.compute += t1 - t0
             self.rec.event(kind="loss", op=None, piece=p.index, micro=m, start=t0, end=t1)
 
-    def backward_task(self, st: "_Step", p: Piece, m: int) -> None:
+    def backward_task(self, st: "_Step", p: CutPiece, m: int) -> None:
         """Piece ``p``'s backward on micro-batch ``m``: the gradients of its outputs (summed over local
         readers, received from other devices), its backward, and each input's gradient sent back once the
         last local piece reading it is done."""
@@ -362,7 +362,7 @@ class PlacementTrainer:
             self.rec.stats["emul_compute"] += wait
             self.emulated_wait(wait)
             self.rec.event(kind="emulated", op=None, piece=p.index, micro=m, start=t1, end=clock(), wait=wait)
-        for r, leaf in zip(p.inputs, st.leaves[(p.index, m)]):
+        for r, leaf in zip(p.reads, st.leaves[(p.index, m)]):
             if r is INPUT:
                 continue
             g = leaf.grad if leaf.grad is not None else torch.zeros_like(leaf)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import operator
 
 from dataclasses import dataclass, field
+from typing import Mapping
 
 import torch
 import torch.fx as fx
@@ -13,8 +14,8 @@ from torch.fx.passes.split_module import split_module
 from lab.errors import LabError
 from lab.modelled.balance import PLANNERS
 from lab.modelled.costmodel import catalogue_slowdown
-from lab.modelled.placement.executor import PieceCost
 from lab.modelled.placement.executor import messages as executor_messages
+from lab.modelled.placement.order import Piece
 from lab.modelled.placement.order import schedule as order_of
 from lab.scenario.document import Scenario
 from lab.scenario.models import graph_of
@@ -24,19 +25,33 @@ from lab.train.placement_run.plan import StagePlan, model_for, resolve
 INPUT = ("input",)  # a piece input that is the model input
 
 
+@dataclass(frozen=True, eq=False, kw_only=True)
+class CutPiece(Piece):
+    """A piece of the model as the executor runs it: the models' piece (its operators, what it reads, whether it
+    makes the loss; no costs, and no bytes until :func:`with_bytes`) and the module torch.fx cut for it."""
+
+    module: fx.GraphModule
+    reads: tuple = ()  # the module's arguments in order: INPUT or (source piece, output index)
+    outputs: int = 1
+    single: bool = True  # the module returns one value, not a tuple
+    readers: Mapping[int, tuple[tuple[int, int], ...]] = field(default_factory=dict)  # output -> (piece, position)s
+    # An operator of the piece writes a tensor in place (ReLU(inplace=True), ``out += identity``): its inputs,
+    # leaves of autograd and views of another piece's output, are given to it as copies.
+    writes_in_place: bool = False
+
+
 @dataclass
-class Piece:
+class _Draft:
+    """A piece while the cut model is read, before it is a :class:`CutPiece`."""
+
     index: int
     device: str
     module: fx.GraphModule
     ops: list[str]
-    inputs: list = field(default_factory=list)  # INPUT or (source piece, output index)
+    reads: list = field(default_factory=list)
     outputs: int = 1
-    single: bool = True  # the module returns one value, not a tuple
-    readers: dict = field(default_factory=dict)  # output index -> [(piece, input position)]
-    # An operator of the piece writes a tensor in place (ReLU(inplace=True), ``out += identity``): its inputs,
-    # leaves of autograd and views of another piece's output, are given to it as copies.
-    writes_in_place: bool = False
+    single: bool = True
+    readers: dict = field(default_factory=dict)
 
 
 _IN_PLACE_FUNCTIONS = {operator.iadd, operator.isub, operator.imul, operator.itruediv}
@@ -77,13 +92,13 @@ def node_devices(gm: fx.GraphModule, plan: StagePlan) -> dict[str, str]:
 _ATTR = "attribute"
 
 
-def _hold_attributes(model: torch.nn.Module, cut: list[Piece]) -> None:
+def _hold_attributes(model: torch.nn.Module, cut: list[_Draft]) -> None:
     """A parameter or buffer read outside any module (a class token, a position embedding) reaches its piece as
     an input from the cut model; it is moved into the piece that reads it, under its own name, so that piece
     trains it and a reader on another device does not wait for it."""
     readers: dict[str, list[int]] = {}
     for p in cut:
-        for r in p.inputs:
+        for r in p.reads:
             if r is not INPUT and r[0] == _ATTR:
                 readers.setdefault(r[1], []).append(p.index)
     for target, who in readers.items():
@@ -91,11 +106,11 @@ def _hold_attributes(model: torch.nn.Module, cut: list[Piece]) -> None:
             raise LabError(f"the parameter {target} is read by operators on different devices; the lab's executor "
                            "needs each parameter on one device: pin its readers together", where="placement")
     for p in cut:
-        if not any(r is not INPUT and r[0] == _ATTR for r in p.inputs):
+        if not any(r is not INPUT and r[0] == _ATTR for r in p.reads):
             continue
         holders = [n for n in p.module.graph.nodes if n.op == "placeholder"]
         kept = []
-        for r, ph in zip(p.inputs, holders):
+        for r, ph in zip(p.reads, holders):
             if r is INPUT or r[0] != _ATTR:
                 kept.append(r)
                 continue
@@ -114,11 +129,11 @@ def _hold_attributes(model: torch.nn.Module, cut: list[Piece]) -> None:
                 node = p.module.graph.get_attr(r[1])
             ph.replace_all_uses_with(node)
             p.module.graph.erase_node(ph)
-        p.inputs = kept
+        p.reads = kept
         p.module.recompile()
 
 
-def pieces(model: torch.nn.Module, plan: StagePlan) -> tuple[list[Piece], tuple[int, int]]:
+def pieces(model: torch.nn.Module, plan: StagePlan) -> tuple[list[CutPiece], tuple[int, int]]:
     """The model cut into pieces per device in topological order, and where its output comes from
     (piece, output index)."""
     gm = graph_of(model)
@@ -141,9 +156,7 @@ def pieces(model: torch.nn.Module, plan: StagePlan) -> tuple[list[Piece], tuple[
             index[n.name] = len(devs) - 1
     split = split_module(gm, model, lambda n: index[n.name])
     ops_of = {op.name: op for op in plan.graph.ops}
-    out = [Piece(k, d, getattr(split, f"submod_{k}"), []) for k, d in enumerate(devs)]
-    for p in out:
-        p.writes_in_place = writes_in_place(p.module)
+    out = [_Draft(k, d, getattr(split, f"submod_{k}"), []) for k, d in enumerate(devs)]
     for n in gm.graph.nodes:
         if n.name in ops_of:
             out[index[n.name]].ops.append(n.name)
@@ -156,7 +169,7 @@ def pieces(model: torch.nn.Module, plan: StagePlan) -> tuple[list[Piece], tuple[
             ref[n] = (_ATTR, str(n.target))
         elif n.op == "call_module":
             k = int(str(n.target).rsplit("_", 1)[1])
-            out[k].inputs = [ref[a] for a in n.args]
+            out[k].reads = [ref[a] for a in n.args]
             ref[n] = (k, None)
         elif n.op == "call_function" and n.target.__name__ == "getitem":
             k, _ = ref[n.args[0]]
@@ -168,22 +181,25 @@ def pieces(model: torch.nn.Module, plan: StagePlan) -> tuple[list[Piece], tuple[
             raise LabError(f"the cut model has a step the executor does not know: {n.format_node()}", where="placement")
     _hold_attributes(model, out)
     for p in out:
-        p.inputs = [r if r is INPUT else (r[0], r[1] or 0) for r in p.inputs]
-        for pos, r in enumerate(p.inputs):
+        p.reads = [r if r is INPUT else (r[0], r[1] or 0) for r in p.reads]
+        for pos, r in enumerate(p.reads):
             if r is not INPUT:
                 src = out[r[0]]
                 src.outputs = max(src.outputs, r[1] + 1)
                 src.readers.setdefault(r[1], []).append((p.index, pos))
-    return out, (final[0], final[1] or 0)
+    final = (final[0], final[1] or 0)
+    return [CutPiece(p.index, p.device, tuple((op, 0.0, 1.0) for op in p.ops),
+                     inputs=tuple((r[0], r[1], 0.0) for r in p.reads if r is not INPUT), loss=p.index == final[0],
+                     module=p.module, reads=tuple(p.reads), outputs=p.outputs, single=p.single,
+                     readers={o: tuple(rs) for o, rs in p.readers.items()},
+                     writes_in_place=writes_in_place(p.module)) for p in out], final
 
 
-def piece_costs(cut: list[Piece], final: tuple[int, int], nbytes: dict | None = None) -> list[PieceCost]:
-    """The pieces as the executor model takes them (:class:`lab.modelled.placement.executor.PieceCost`), with no
-    costs yet: their operators, what each reads (with ``nbytes[(piece, output)]`` bytes, 0 without) and the
-    loss piece."""
-    return [PieceCost(p.index, p.device, tuple((op, 0.0, 1.0) for op in p.ops), 0.0,
-                  tuple((r[0], r[1], float((nbytes or {}).get((r[0], r[1]), 0.0))) for r in p.inputs if r is not INPUT),
-                  loss=p.index == final[0]) for p in cut]
+def with_bytes(cut: list[CutPiece], nbytes: Mapping[tuple[int, int], float]) -> list[Piece]:
+    """The cut's pieces as the models take them, each input with ``nbytes[(piece, output)]`` bytes (0 when missing)."""
+    return [Piece(p.index, p.device, p.forward, p.backward,
+                  tuple((s, o, float(nbytes.get((s, o), 0.0))) for s, o, _ in p.inputs), p.loss, p.backward_scale)
+            for p in cut]
 
 
 def op_scales(sc: Scenario, plan: StagePlan) -> dict[str, float]:
@@ -209,7 +225,7 @@ def placed_ranks(sc: Scenario) -> PlacedRanks:
     plan written out, :func:`lab.train.placement_run.resolved`): each rank's device and the messages between them."""
     plan, cut, final = _checked(sc)
     tr = sc.training
-    weights = executor_messages(piece_costs(cut, final), plan.devices, tr.micro_batches, tr.schedule)
+    weights = executor_messages(cut, plan.devices, tr.micro_batches, tr.schedule)
     return PlacedRanks(tuple(plan.devices), tuple((a, b, n) for (a, b), n in sorted(weights.items())))
 
 
