@@ -18,6 +18,7 @@ from typing import Any, Mapping, Sequence
 from lab.errors import LabError
 from lab.modelled.placement.core_tasks import CoreSchedule, Cpu, Machine, Recv, Send, Sleep
 from lab.modelled.placement.cores import simulate
+from lab.modelled.placement.order import BACKWARD, FORWARD, Message
 
 COMPUTE = ("forward", "backward", "loss", "optimizer")
 TRANSFERS = ("activation", "gradient")
@@ -29,6 +30,20 @@ def _num(v: Any) -> float:
     except (TypeError, ValueError):
         return math.nan
     return x
+
+
+def message_of(row: Mapping[str, Any], devices: Sequence[str]) -> Message | None:
+    """The name the executor and its model give the recorded message ``row`` (process ``r`` holding
+    ``devices[r]``): its way, the piece whose output it is, that output, the micro-batch and the reader's process
+    (the receiver of an activation, the sender of a gradient). None for a step recorded before the messages carried
+    their sender piece and output."""
+    fwd = row.get("kind") == "activation"
+    producer = _num(row.get("from_piece") if fwd else row.get("piece"))
+    output, micro = _num(row.get("output")), _num(row.get("micro"))
+    reader = row.get("dst") if fwd else row.get("src")
+    if not all(math.isfinite(x) for x in (producer, output, micro)) or reader not in devices:
+        return None
+    return Message(FORWARD if fwd else BACKWARD, int(producer), int(output), int(micro), list(devices).index(reader))
 
 
 def replay(rows: Sequence[Mapping[str, Any]], devices: Sequence[str]) -> CoreSchedule:
@@ -60,7 +75,7 @@ def replay(rows: Sequence[Mapping[str, Any]], devices: Sequence[str]) -> CoreSch
             wait = max(0.0, _num(row.get("wait")) if math.isfinite(_num(row.get("wait"))) else 0.0)
             asked = called if math.isfinite(called) else start
             delivery = max(0.0, (end - wait) - max(start, asked))
-            key = ("msg", i)
+            key = message_of(row, devices) or ("msg", i)  # an older record's message is as unique by its row
             keep = {k: row.get(k) for k in ("kind", "src", "dst", "piece", "micro", "bytes", "device", "op")}
             items[s].append((start, 0, Send(key, d, wire=delivery, row=keep)))
             # The receive is asked for at its call; it comes before any task that starts after that.
@@ -85,4 +100,4 @@ def replay_error(rows: Sequence[Mapping[str, Any]], devices: Sequence[str]) -> t
     return sched, measured, err
 
 
-__all__ = ["replay", "replay_error"]
+__all__ = ["message_of", "replay", "replay_error"]

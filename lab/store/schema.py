@@ -26,11 +26,11 @@ METRIC_COLUMNS = ("loss", "test_acc", "bytes_sent", "bytes_recv", "t_compute", "
                   "t_idle", "t_emul_compute", "t_emul_comm", "samples_per_s", "wall")
 LAUNCHER_FIELDS = ("pid", "pgid", "created", "host", "boot", "scratch")
 # Columns added after a store was first written: added to an older file when it is opened.
-_ADDED_COLUMNS = {"launchers": {"pgid": "INTEGER", "created": "REAL"}, "plan_events": {"called": "REAL"},
+_ADDED_COLUMNS = {"launchers": {"pgid": "INTEGER", "created": "REAL"}, "plan_events": {"called": "REAL", "from_piece": "INTEGER", "output": "INTEGER"},
                   "classroom": {"handed": "REAL"}, "seats": {"opened": "REAL"}}
 RUN_COLUMNS = ("id", "name", "scenario", "status", "created", "start", "end", "error", "pid", "info")
 PLAN_EVENT_COLUMNS = ("device", "kind", "op", "piece", "micro", "start", "end", "src", "dst", "bytes", "wait",
-                      "called")
+                      "called", "from_piece", "output")
 JOB_WORKER = -1  # the "worker" value of job-level metric rows
 BUSY_TIMEOUT_S = 30.0
 _RUN_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
@@ -84,7 +84,8 @@ CREATE TABLE IF NOT EXISTS plan_events (
     step INTEGER NOT NULL,
     rank INTEGER NOT NULL,
     device TEXT, kind TEXT, op TEXT, piece INTEGER, micro INTEGER,
-    start REAL, "end" REAL, src TEXT, dst TEXT, bytes REAL, wait REAL, called REAL
+    start REAL, "end" REAL, src TEXT, dst TEXT, bytes REAL, wait REAL, called REAL, from_piece INTEGER,
+    output INTEGER
 );
 CREATE INDEX IF NOT EXISTS plan_events_by_run ON plan_events (run_id, step);
 CREATE TABLE IF NOT EXISTS launchers (

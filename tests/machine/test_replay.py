@@ -9,7 +9,10 @@ import pytest
 
 from lab.comm.spawn import run_local
 from lab.errors import LabError
-from lab.machine.replay import replay, replay_error
+from lab.machine.replay import message_of, replay, replay_error
+from lab.modelled.placement.order import BACKWARD, FORWARD, Message
+from lab.modelled.placement.core_tasks import Send
+from lab.modelled.placement.executor import StepCosts, tasks
 from lab.scenario.catalogue import preset
 from lab.scenario.document import Scenario, Training
 from lab.testing.plan_workers import plan_worker
@@ -22,10 +25,10 @@ def _rows():
     return [
         {"rank": 0, "kind": "forward", "op": "a", "piece": 0, "micro": 0, "device": "A", "start": 0.0, "end": 1.0},
         {"rank": 1, "kind": "activation", "src": "A", "dst": "B", "piece": 1, "micro": 0, "device": "B",
-         "start": 1.1, "end": 1.4, "called": 0.5, "wait": 0.0, "bytes": 8.0},
+         "start": 1.1, "end": 1.4, "called": 0.5, "wait": 0.0, "bytes": 8.0, "from_piece": 0, "output": 0},
         {"rank": 1, "kind": "forward", "op": "b", "piece": 1, "micro": 0, "device": "B", "start": 1.5, "end": 2.5},
         {"rank": 0, "kind": "gradient", "src": "B", "dst": "A", "piece": 0, "micro": 0, "device": "A",
-         "start": 2.6, "end": 3.0, "called": 1.2, "wait": 0.2, "bytes": 8.0},
+         "start": 2.6, "end": 3.0, "called": 1.2, "wait": 0.2, "bytes": 8.0, "from_piece": 1, "output": 0},
         {"rank": 0, "kind": "optimizer", "op": None, "piece": -1, "micro": -1, "device": "A", "start": 3.0,
          "end": 3.5},
     ]
@@ -50,6 +53,15 @@ def test_a_replay_without_receive_times_counts_from_the_send():
     rows = [dict(r, called=None) for r in _rows()]
     sched = replay(rows, ["A", "B"])
     assert sched.makespan == pytest.approx(3.2)
+
+
+def test_a_recorded_message_has_the_executors_name_and_an_older_record_still_replays():
+    rows = _rows()
+    assert [message_of(r, ["A", "B"]) for r in rows if r["kind"] in ("activation", "gradient")] == [
+        Message(FORWARD, 0, 0, 0, 1), Message(BACKWARD, 0, 0, 0, 1)]  # the activation and its gradient: one reader
+    older = [{k: v for k, v in r.items() if k not in ("from_piece", "output")} for r in rows]
+    assert [message_of(r, ["A", "B"]) for r in older] == [None] * len(rows)
+    assert replay(older, ["A", "B"]).makespan == pytest.approx(replay(rows, ["A", "B"]).makespan)
 
 
 def test_a_replay_names_a_device_the_run_does_not_have():
@@ -82,5 +94,10 @@ def test_a_real_recorded_step_replays_with_its_own_times_and_no_later(tmp_path):
     assert replayed == pytest.approx(recorded, abs=1e-9)
     assert sum(r["kind"] in ("activation", "gradient") for r in sched.rows) == \
         sum(r["kind"] in ("activation", "gradient") for r in rows)
+    # Each recorded message has the name the model of the executor sends it by, and every one it sends was recorded.
+    ds, model = placement_run.model_for(sc)
+    cut, _ = placement_run.pieces(model, placement_run.resolve(sc, model, ds.in_features))
+    sent = [t.key for lst in tasks(cut, devices, tr.micro_batches, StepCosts()) for t in lst if isinstance(t, Send)]
+    assert sorted(message_of(r, devices) for r in rows if r["kind"] in ("activation", "gradient")) == sorted(sent)
     # Every task starts as soon as the recorded order allows: never after the recorded step ends.
     assert sched.makespan <= measured + 1e-9 and math.isfinite(err) and err >= -1e-9

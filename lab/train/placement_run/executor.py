@@ -207,7 +207,8 @@ class PlacementTrainer:
         self.rec.stats["recv"] += nbytes
         self.rec.event(kind="activation" if fwd else "gradient", src=src_dev, dst=self.device,
                    piece=(dst_piece if fwd else src_piece.index), micro=msg.micro, start=sent, end=t2,
-                   bytes=nbytes, wait=wait, link=link, op=None, called=t0)
+                   bytes=nbytes, wait=wait, link=link, op=None, called=t0, from_piece=msg.piece if fwd else dst_piece,
+                   output=msg.output)
         return t
 
     def op_done(self, piece: CutPiece, micro: int, op: str | None, t0: float, t1: float) -> None:
