@@ -150,7 +150,7 @@ def allreduce_view(topo: Topology) -> None:
 def shared_allreduce_view(topo: Topology) -> None:
     """The All-reduce page's view model for one view with its default devices, through the orders and sweeps
     that sessions share per cluster value (the work of :func:`allreduce_view`)."""
-    v = {k: VIEW[k].spec.default for k in VIEW if k.startswith("ar_")} | {
+    v = {k: VIEW[k].setting.default for k in VIEW if k.startswith("ar_")} | {
         "ar_devices": tuple(AR.default_participants(topo)), "ar_size": 1 << 20}
     m = arview.prepare(v, topo)
     afigs.step_figure(m.schedule, 1, "ring")

@@ -112,7 +112,7 @@ def report(name: str) -> tuple[float, float, float]:
     from lab.view import placement as view
     from lab.view.state import VIEW
 
-    v = {k: VIEW[k].spec.default for k in (*view.PLAN_CONTROLS, "pl_cost")} | {"pl_model": name}
+    v = {k: VIEW[k].setting.default for k in (*view.PLAN_CONTROLS, "pl_cost")} | {"pl_model": name}
     t0 = time.perf_counter()
     sc = default_scenario()
     pv = view.PlacementView.build(sc, v)

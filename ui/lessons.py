@@ -87,14 +87,14 @@ def answer(lesson: Lesson, i: int) -> None:
         student_ticks(lesson).add(i)
 
 
-def hidden(key: str, spec=None) -> bool:
+def hidden(key: str, setting=None) -> bool:
     """Whether lesson mode hides control ``key`` (its table marks it advanced: the view table's control, or
-    ``spec``, the Scenario field's :class:`lab.scenario.document.Setting` the widget of key ``key`` shows; or the
+    ``setting``, the Scenario field's :class:`lab.scenario.document.Setting` the widget of key ``key`` shows; or the
     active lesson names it); its value stays in force."""
     if not lesson_mode():
         return False
     c = viewstate.control_for(key)
-    if (c is not None and c.advanced) or (spec is not None and spec.advanced):
+    if (c is not None and c.advanced) or (setting is not None and setting.advanced):
         return True
     lesson = find_lesson(LESSONS, st.session_state.get(LESSON_ACTIVE))
     return lesson is not None and key in lesson.hide

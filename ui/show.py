@@ -35,15 +35,15 @@ def caption(kind: str, text: str) -> None:
     st.caption(f"{badge(kind)} {text}")
 
 
-def column_config(spec: dict) -> dict:
-    """Streamlit column configs from a plain column spec (a table's columns as lab/view declares them):
+def column_config(columns: dict) -> dict:
+    """Streamlit column configs from a plain column description (a table's columns as lab/view declares them):
     column -> {"kind": "number" | "datetime" | "select" | "text", and "label", "format", "min", "max", "step",
     "options" as the kind takes them}."""
     make = {"number": st.column_config.NumberColumn, "datetime": st.column_config.DatetimeColumn,
             "select": st.column_config.SelectboxColumn, "text": st.column_config.TextColumn}
     names = {"min": "min_value", "max": "max_value"}
     return {col: make[c["kind"]](**{names.get(k, k): v for k, v in c.items() if k != "kind"})
-            for col, c in spec.items()}
+            for col, c in columns.items()}
 
 
 @contextlib.contextmanager

@@ -24,67 +24,67 @@ def _named(fmt, value) -> str:
     return str(value) if name is None else str(name)
 
 
-def _widget(where, spec: Setting, key: str, value=_FROM_SESSION, format_func=None, *, options=None, hi=None,
+def _widget(where, setting: Setting, key: str, value=_FROM_SESSION, format_func=None, *, options=None, hi=None,
             label: str | None = None, **kw):
     """The widget of one field in ``where`` (a column, the sidebar, ``st``): its label, bounds, choices,
     help, step, format and kind come from the field's :class:`lab.scenario.document.Setting`. ``options`` are
     the choices where the page knows them only now (devices, operators, runs), ``hi`` a bound the page
     knows only now, ``label`` a label that counts something; ``kw`` goes to the widget (a table's data)."""
     given = value is not _FROM_SESSION
-    names = labels(spec.family) if spec.family else dict(spec.names)
+    names = labels(setting.family) if setting.family else dict(setting.names)
     fmt = format_func or (lambda v: names.get(v, str(v)))
-    label = spec.label if label is None else label
+    label = setting.label if label is None else label
     c = viewstate.control_for(key)
-    if c is not None and c.prefix and label == spec.label:  # one box per device: the device names it
+    if c is not None and c.prefix and label == setting.label:  # one box per device: the device names it
         label = f"{plain(key[len(c.prefix_key):])} {label}"
-    if spec.widget == "table":
+    if setting.widget == "table":
         return where.data_editor(kw.pop("data"), key=key, **kw)
-    kw.setdefault("help", spec.help or None)
-    if spec.widget == "file":
+    kw.setdefault("help", setting.help or None)
+    if setting.widget == "file":
         return where.file_uploader(label, key=key, **kw)
-    if spec.type is bool:
-        make = where.toggle if spec.widget == "toggle" else where.checkbox
+    if setting.type is bool:
+        make = where.toggle if setting.widget == "toggle" else where.checkbox
         return make(label, key=key, **({"value": bool(value)} if given else {}), **kw)
-    choices = spec.choices if options is None else tuple(options)
+    choices = setting.choices if options is None else tuple(options)
     if choices is not None:
         options = list(choices)
         named = fmt
         fmt = lambda v: _named(named, v)  # noqa: E731 - a label is text even for a value the names lack
-        if spec.type is tuple:
+        if setting.type is tuple:
             held = st.session_state.get(key)
             if isinstance(held, (list, tuple)) and any(v not in options for v in held):
                 # a value no longer (or not yet) among the options (a run deleted, or not stored yet) is dropped:
                 # the widget takes only its options
                 st.session_state[key] = [v for v in held if v in options]
             return where.multiselect(label, options, key=key, format_func=fmt, **kw)
-        if spec.widget == "select_slider":
+        if setting.widget == "select_slider":
             return where.select_slider(label, options, key=key, format_func=fmt, **kw)
         at = {"index": options.index(value)} if given and value in options else {}
-        if spec.widget == "radio":
+        if setting.widget == "radio":
             kw.setdefault("horizontal", True)
             return where.radio(label, options, key=key, format_func=fmt, **at, **kw)
         return where.selectbox(label, options, key=key, format_func=fmt, **at, **kw)
-    if spec.type is str:
+    if setting.type is str:
         if given:
             kw["value"] = value
-        return where.text_input(label, key=key, **({"type": "password"} if spec.widget == "password" else {}), **kw)
-    lo, hi = (None if b is None else spec.type(b) for b in (spec.min, spec.max if hi is None else hi))
+        return where.text_input(label, key=key, **({"type": "password"} if setting.widget == "password" else {}), **kw)
+    lo, hi = (None if b is None else setting.type(b) for b in (setting.min, setting.max if hi is None else hi))
     if given:
-        kw["value"] = spec.type(value)
-    if spec.step is not None:
-        kw.setdefault("step", spec.type(spec.step))
-    if spec.widget == "slider":
+        kw["value"] = setting.type(value)
+    if setting.step is not None:
+        kw.setdefault("step", setting.type(setting.step))
+    if setting.widget == "slider":
         return where.slider(label, lo, hi, key=key, **kw)
-    if spec.format is not None:
-        kw.setdefault("format", spec.format)
+    if setting.format is not None:
+        kw.setdefault("format", setting.format)
     return where.number_input(label, lo, hi, key=key, **kw)
 
 
-def setting(where, spec: Setting, value, key: str, *, format_func=None, **kw):
+def setting(where, rules: Setting, value, key: str, *, format_func=None, **kw):
     """The widget of one field of the Scenario's table (:data:`lab.scenario.document.TRAINING_FIELDS`,
     ``COMPRESSION_FIELDS``), showing ``value``. ``format_func`` names the choices where a page says them its
     own way."""
-    return _widget(where, spec, key, value, format_func, **kw)
+    return _widget(where, rules, key, value, format_func, **kw)
 
 
 def control(where, key: str, *, options=None, hi=None, value=_FROM_SESSION, format_func=None, **kw):
@@ -99,29 +99,29 @@ def control(where, key: str, *, options=None, hi=None, value=_FROM_SESSION, form
     if c is None:
         raise KeyError(f"the control {key!r} is in no table (lab.view.state.VIEW)")
     ss = st.session_state
-    if options is not None and key in ss and c.spec.type is not tuple and ss[key] not in options:
+    if options is not None and key in ss and c.setting.type is not tuple and ss[key] not in options:
         del ss[key]
     if hi is not None and isinstance(ss.get(key), (int, float)) and ss[key] > hi:
         ss[key] = hi
     if key in ss:
         value = _FROM_SESSION  # the session's value is the widget's: a second one would make Streamlit warn
-    elif c.spec.widget in ("table", "file"):
+    elif c.setting.widget in ("table", "file"):
         value = _FROM_SESSION  # these start empty, or from the data the page gives
     else:
         if value is _FROM_SESSION:
-            value = c.spec.default
-        if options is not None and c.spec.type is not tuple:
+            value = c.setting.default
+        if options is not None and c.setting.type is not tuple:
             value, _ = viewstate.fit_choice(value, options, next(iter(options), None))
         if isinstance(value, (int, float)) and not isinstance(value, bool):  # a value the box would refuse
-            top = c.spec.max if hi is None else hi
-            value = max(value, c.spec.min) if c.spec.min is not None else value
+            top = c.setting.max if hi is None else hi
+            value = max(value, c.setting.min) if c.setting.min is not None else value
             value = min(value, top) if top is not None else value
         if not c.transient and value is not None:
             set_view(key, value)  # a kept control's value lives in the session, as the view's others do
             value = _FROM_SESSION
         elif value is None:
             value = _FROM_SESSION
-    return _widget(where, c.spec, key, value, format_func, options=options, hi=hi, **kw)
+    return _widget(where, c.setting, key, value, format_func, options=options, hi=hi, **kw)
 
 
 def per_device(where, defaults: Mapping[str, Any], pick: str | None = None) -> dict:
@@ -136,7 +136,7 @@ def per_device(where, defaults: Mapping[str, Any], pick: str | None = None) -> d
     owner = viewstate.control_for(next(iter(defaults)))
     names = [k[len(owner.prefix_key):] for k in defaults]
     # open on a device whose value is not the control's own default (a slowed one), if any
-    first = next((n for n, k in zip(names, defaults) if values[k] != owner.spec.default), names[0])
+    first = next((n for n, k in zip(names, defaults) if values[k] != owner.setting.default), names[0])
     picked = control(where, pick, options=names, value=first)
     key = owner.prefix_key + (picked if picked in names else names[0])  # a lesson may hide the choice: the first device
     box = control(where, key, value=defaults[key])
@@ -170,7 +170,7 @@ def settings_form(value, form) -> dict:
     ``value``'s. Returns every field's value by name, for the section's ``replace``."""
     values: dict = {}
     for row in form.rows:
-        if all(hidden(f.key, form.spec(f)) for f in row.fields):
+        if all(hidden(f.key, form.setting(f)) for f in row.fields):
             values.update({f.name: getattr(value, f.name) for f in row.fields})
             continue
         widths = row.columns()
@@ -179,10 +179,10 @@ def settings_form(value, form) -> dict:
             if not f.drawn(values):
                 values[f.name] = getattr(value, f.name)
                 continue
-            where, spec = next(places), form.spec(f)
-            if hidden(f.key, spec):
+            where, rules = next(places), form.setting(f)
+            if hidden(f.key, rules):
                 values[f.name] = getattr(value, f.name)
                 continue
-            values[f.name] = setting(where, spec, getattr(value, f.name), f.key, disabled=f.greyed(values),
+            values[f.name] = setting(where, rules, getattr(value, f.name), f.key, disabled=f.greyed(values),
                                      format_func=None if f.names is None else f.names.get)
     return values

@@ -64,7 +64,7 @@ class SettingsForm:
     def names(self) -> list[str]:
         return [f.name for row in self.rows for f in row.fields]
 
-    def spec(self, field: Field) -> Setting:
+    def setting(self, field: Field) -> Setting:
         return self.table[field.name]
 
 

@@ -48,7 +48,7 @@ class Control:
     values, label) in the same :class:`lab.scenario.document.Setting` the Scenario's fields are."""
 
     page: str
-    spec: Setting
+    setting: Setting
     prefix: bool = False
     from_scenario: Callable[[Any], Any] | None = None
     prefix_key: str = ""  # for a prefix control: the key it owns every continuation of (set by the table)
@@ -58,35 +58,35 @@ class Control:
     def check(self, key: str, value: Any) -> Any:
         if self.prefix:  # the rest of the key names a device or an operator: a name like any other
             check_name(key[len(self.prefix_key):], f"view.{self.prefix_key}", what="the name in a control's key")
-        if self.spec.type is float and isinstance(value, int) and not isinstance(value, bool):
+        if self.setting.type is float and isinstance(value, int) and not isinstance(value, bool):
             try:
                 value = float(value)
             except OverflowError:  # an integer of hundreds of digits
                 raise LabError("is not a number this control takes (too large)", where=f"view.{key}") from None
-        if self.spec.type is tuple and self.spec.choices is not None:  # a set of allowed values, any type
-            if not isinstance(value, (list, tuple)) or len(value) > len(self.spec.choices):
+        if self.setting.type is tuple and self.setting.choices is not None:  # a set of allowed values, any type
+            if not isinstance(value, (list, tuple)) or len(value) > len(self.setting.choices):
                 raise LabError(f"must be a list of allowed values (got {shown(value)})", where=f"view.{key}")
-            if any(isinstance(v, bool) or v not in self.spec.choices for v in value):
+            if any(isinstance(v, bool) or v not in self.setting.choices for v in value):
                 raise LabError(f"holds a value that is not allowed (got {shown(value)})", where=f"view.{key}")
             return tuple(value)
         try:
-            value = self.spec.check(key, value, "view")
+            value = self.setting.check(key, value, "view")
         except (OverflowError, ValueError) as exc:  # an infinite or huge number: not a value of any control
             if isinstance(exc, LabError):
                 raise
             raise LabError(f"is not a number this control takes ({type(exc).__name__})", where=f"view.{key}") from None
-        if self.spec.choices is not None and self.spec.type is not str and value not in self.spec.choices:
+        if self.setting.choices is not None and self.setting.type is not str and value not in self.setting.choices:
             raise LabError(f"{shown(value)} is not one of the allowed values", where=f"view.{key}")
         return value
 
     @property
     def label(self) -> str:
-        return self.spec.label
+        return self.setting.label
 
     def default(self, scenario: Any = None) -> Any:
         if self.from_scenario is not None and scenario is not None:
             return self.from_scenario(scenario)
-        return self.spec.default
+        return self.setting.default
 
 
 def _c(page: str, type_: type, default: Any, label: str, choices: tuple | None = None, lo: float | None = None,

@@ -408,7 +408,7 @@ AS_PCIE = "as_pcie"  # the comparison with the same cluster wired with PCIe thro
 
 def comparison_option_label(key: str) -> str:
     """How the comparison picker shows ``key``: :data:`AS_PCIE` or a preset's name (the view table's labels)."""
-    return dict(VIEW["topo_cmp"].spec.names)[key]
+    return dict(VIEW["topo_cmp"].setting.names)[key]
 
 
 def comparison_target(mine: Topology, key: str) -> tuple[Topology, str] | None:

@@ -95,7 +95,7 @@ def test_a_value_a_control_would_refuse_is_brought_into_its_bounds_before_the_bo
     at.session_state["pl_pin_op"], at.session_state["pl_pin_dev"] = "x", "gone"
     at.run()
     assert not at.exception, [e.value for e in at.exception]
-    assert at.session_state["shown"] == (state.VIEW["jobs_max_s"].spec.max, 1, state.VIEW["jobs_max_procs"].spec.min, "x", "a")
+    assert at.session_state["shown"] == (state.VIEW["jobs_max_s"].setting.max, 1, state.VIEW["jobs_max_procs"].setting.min, "x", "a")
 
 
 def test_a_chosen_run_that_is_not_among_the_options_is_dropped_and_every_label_is_text(spawns):

@@ -50,7 +50,7 @@ def test_the_page_draws_its_controls_from_the_table_and_its_model_whole(spawns):
     assert at.radio(key="ar_source").options == ["of the scenario's topology", "N identical devices"]
     assert at.radio(key="ar_order").options == ["as listed", "the lab's: widest slowest hop"]
     assert at.selectbox(key="ar_top").options[0] == "64 KiB"
-    assert at.number_input(key="ar_iters").label == VIEW["ar_iters"].spec.label
+    assert at.number_input(key="ar_iters").label == VIEW["ar_iters"].setting.label
 
     at.slider(key="ar_step").set_value(1).run()
     assert_no_exception(at)

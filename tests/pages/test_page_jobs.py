@@ -69,9 +69,9 @@ def test_the_page_draws_its_model_whole_and_its_controls_from_the_table(lab_db, 
     assert [(m.label, m.value) for m in at.metric] == [m for p in model for m in p.metrics]
     assert len(at.get("plotly_chart")) == 2 and list(frame(at, "group").value.group)
     for key in ("jobs_maxrun", "jobs_fault_step", "jobs_fault_ck"):
-        w, spec = at.number_input(key=key), VIEW[key].spec
-        assert (w.label, w.min, w.max, w.value) == (spec.label, spec.min, spec.max, spec.default), key
-    assert at.toggle(key="jobs_class").label == VIEW["jobs_class"].spec.label
+        w, setting = at.number_input(key=key), VIEW[key].setting
+        assert (w.label, w.min, w.max, w.value) == (setting.label, setting.min, setting.max, setting.default), key
+    assert at.toggle(key="jobs_class").label == VIEW["jobs_class"].setting.label
     assert at.selectbox(key="jobs_topo").options[0] == "the scenario's topology"
     at.number_input(key="jobs_maxrun").set_value(1).run()
     assert_no_exception(at)

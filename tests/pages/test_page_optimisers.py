@@ -25,13 +25,13 @@ def test_the_page_draws_its_forms_from_the_table_and_its_model_whole(spawns):
     assert list(at.dataframe[0].value["optimiser"])[0] == "Adam"
     # label, bounds, step, help and choices of every control come from lab.view.state.VIEW
     for key in ("pg_lr", "pg_seed", "ce_lr", "ce_steps"):
-        w, spec = at.number_input(key=key), VIEW[key].spec
-        assert (w.label, w.min, w.max, w.value) == (spec.label, spec.min, spec.max, spec.default), key
-    assert at.number_input(key="ce_steps").step == VIEW["ce_steps"].spec.step
-    assert at.number_input(key="pg_seed").help == VIEW["pg_seed"].spec.help
+        w, setting = at.number_input(key=key), VIEW[key].setting
+        assert (w.label, w.min, w.max, w.value) == (setting.label, setting.min, setting.max, setting.default), key
+    assert at.number_input(key="ce_steps").step == VIEW["ce_steps"].setting.step
+    assert at.number_input(key="pg_seed").help == VIEW["pg_seed"].setting.help
     steps = at.slider(key="pg_steps")
     assert (steps.label, steps.min, steps.max, steps.step) == ("Steps (count)", 10, 2000, 10)
-    assert at.multiselect(key="ce_opts").options == [OPTIMIZER_LABELS[k] for k in VIEW["ce_opts"].spec.choices]
+    assert at.multiselect(key="ce_opts").options == [OPTIMIZER_LABELS[k] for k in VIEW["ce_opts"].setting.choices]
     assert at.radio(key="ce_schedule").options == ["lr / √t (the paper's)", "constant lr"]
     assert at.selectbox(key="pg_fn").options[0] == "Rosenbrock"
 

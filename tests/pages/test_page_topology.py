@@ -48,7 +48,7 @@ def test_the_page_draws_its_controls_from_the_table_and_its_model_whole(spawns):
     assert at.selectbox(key="topo_cmp").options[0] == "the same cluster with PCIe through the host"
     assert at.select_slider(key="topo_size").value == 10.0 and "10" in at.select_slider(key="topo_size").options
     assert at.selectbox(key="topo_from").value == "host" and at.selectbox(key="topo_to").value == "gpu"
-    assert at.selectbox(key="topo_new_type").label == VIEW["topo_new_type"].spec.label
+    assert at.selectbox(key="topo_new_type").label == VIEW["topo_new_type"].setting.label
 
 
 def test_loading_a_preset_changes_the_scenario_for_every_page(spawns):

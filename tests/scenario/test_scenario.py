@@ -35,10 +35,10 @@ def test_every_preset_round_trips_through_the_url(name):
 
 def test_training_defaults_come_from_the_table():
     t = Training()
-    for k, spec in TRAINING_FIELDS.items():
-        assert getattr(t, k) == spec.default
-    for k, spec in COMPRESSION_FIELDS.items():
-        assert getattr(t.compression, k) == spec.default
+    for k, setting in TRAINING_FIELDS.items():
+        assert getattr(t, k) == setting.default
+    for k, setting in COMPRESSION_FIELDS.items():
+        assert getattr(t.compression, k) == setting.default
 
 
 @pytest.mark.parametrize("field,value,words", [

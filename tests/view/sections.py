@@ -12,6 +12,6 @@ def by_key(sections) -> dict:
     return {s.key: s for s in sections}
 
 
-def spec(section) -> dict:
+def figure_json(section) -> dict:
     """The section's figure as the browser receives it (plotly's JSON)."""
     return json.loads(figure(section).to_json())

@@ -210,7 +210,7 @@ def cholesky(lesson: Lesson, **step) -> dict:
     from lab.compression import cholesky as chol
 
     v, _, seed = compression_inputs(lesson, **step)
-    return chol.study(chol.example_matrices(seed, int(v["ch_batch"]), state.VIEW["ch_damping"].spec.default,
+    return chol.study(chol.example_matrices(seed, int(v["ch_batch"]), state.VIEW["ch_damping"].setting.default,
                                             int(v["ch_workers"]), bool(v["ch_by_class"]))[v["ch_matrix"]])
 
 
@@ -441,7 +441,7 @@ def _comparison_items(x):
 
     sc = x.scenario(FOLDER)
     return comparison_scenarios(sc, comparison_compressions(sc.training.compression),
-                                state.VIEW["tr_repeats"].spec.default)  # lesson mode: the default repeats
+                                state.VIEW["tr_repeats"].setting.default)  # lesson mode: the default repeats
 
 
 def _runs_queued(x):
@@ -457,7 +457,7 @@ def _variants(x):
 def _preset_batch_runs(x):
     from lab.machine.fidelity import preset_batch
 
-    return len(preset_batch(steps=state.VIEW["fid_steps"].spec.default))
+    return len(preset_batch(steps=state.VIEW["fid_steps"].setting.default))
 
 
 def _claims(x):

@@ -13,11 +13,11 @@ from lab.scenario.catalogue import preset
 from lab.scenario.units import fmt_rate, fmt_seconds
 from lab.view import allreduce as view
 from lab.view.state import ALLREDUCE_SIZES, VIEW
-from tests.view.sections import by_key, spec
+from tests.view.sections import by_key, figure_json
 
 KEYS = ("ar_source", "ar_devices", "ar_n", "ar_bw", "ar_lat", "ar_alg", "ar_size", "ar_order")
 CXL = preset("cxl")
-DEFAULTS = {k: VIEW[k].spec.default for k in KEYS} | {"ar_devices": tuple(collectives.default_participants(CXL))}
+DEFAULTS = {k: VIEW[k].setting.default for k in KEYS} | {"ar_devices": tuple(collectives.default_participants(CXL))}
 
 
 def model(topo=CXL, **v):
@@ -44,7 +44,7 @@ def test_the_default_is_the_cxl_ring_with_modelled_numbers():
     algs = frame(s["ar_compare"])
     assert len(algs) == 4 and algs["time (µs)"].iloc[0] == pytest.approx(est.seconds * 1e6)
     assert (s["ar_vs_size"].side, s["ar_vs_n"].side) == ("left", "right")
-    assert "log" == spec(s["ar_uniform"])["layout"]["xaxis"]["type"]
+    assert "log" == figure_json(s["ar_uniform"])["layout"]["xaxis"]["type"]
     bytes_table = frame(view.bytes_moved(m))
     assert list(bytes_table["sent / S"]) == pytest.approx([1.5] * 4)  # 2(N-1)/N of the buffer
     ring = view.ring(m, "BADGE")
@@ -65,7 +65,7 @@ def test_stepping_shows_the_transfers_of_that_step():
     m = model()
     assert [x.key for x in view.step_through(m, 0)] == ["ar_steps"]
     fig, transfers = view.step_through(m, 1)
-    assert fig.kind == "modelled" and "▶ plays it" in fig.caption and spec(fig)["data"]
+    assert fig.kind == "modelled" and "▶ plays it" in fig.caption and figure_json(fig)["data"]
     tr = frame(transfers)
     assert list(tr["from"]) == ["gpu", "fpga", "asic", "dpu"]
     assert list(tr["to"]) == ["fpga", "asic", "dpu", "gpu"]
@@ -188,7 +188,7 @@ def test_the_measured_sections_show_each_fit_in_numbers(monkeypatch):
     assert "geometric-mean error" in s["ar_fits"].caption
     table = frame(s["ar_measured_times"])
     assert list(table["size (B)"]) == [4096, 16384, 65536] * 2 and table["modelled time (µs)"].notna().all()
-    names = [t["name"] for t in spec(s["ar_measured"])["data"]]
+    names = [t["name"] for t in figure_json(s["ar_measured"])["data"]]
     assert names[0] == "ring: measured" and names[1].startswith("ring: model (α=")
 
 
@@ -212,7 +212,7 @@ def test_a_fit_that_cannot_be_right_and_a_measurement_under_load_are_notices_not
     assert load_notice.level == "warning" and load_notice.text.startswith("Measured under load: other work took 40 %")
     table = frame(s["ar_measured_times"])
     assert table[table["implementation"].str.startswith("lab ring")]["modelled time (µs)"].isna().all()
-    names = [t["name"] for t in spec(s["ar_measured"])["data"]]
+    names = [t["name"] for t in figure_json(s["ar_measured"])["data"]]
     assert "ring: measured" in names and not any(n.startswith("ring: model") for n in names)
     assert not view.measured(rows_of(GOOD, {"others_share": 0.01}))[0].notices  # a quiet machine: no warning
 
@@ -227,7 +227,7 @@ def test_the_saved_machine_profile_is_drawn_beside_the_measurement(monkeypatch):
     monkeypatch.setattr("lab.view.allreduce.measurement.load_profile", lambda: Profile())
     fig = by_key(view.measured(rows_of(GOOD)))["ar_measured"]
     assert "machine profile" in fig.caption and "calibrated 2026-01-02T03:04" in fig.caption
-    assert any("machine profile" in t["name"] for t in spec(fig)["data"])
+    assert any("machine profile" in t["name"] for t in figure_json(fig)["data"])
 
 
 def test_which_fits_cannot_be_right():
@@ -266,7 +266,7 @@ def test_sessions_on_one_cluster_share_its_orders_and_sweeps_computed_once(monke
     monkeypatch.setattr(collectives, "sweep_devices", counted("n", collectives.sweep_devices))
     big = cap_topology("star")
     names = tuple(collectives.default_participants(big))
-    v = {k: VIEW[k].spec.default for k in VIEW if k.startswith("ar_")} | {"ar_devices": names}
+    v = {k: VIEW[k].setting.default for k in VIEW if k.startswith("ar_")} | {"ar_devices": names}
     seen = []
 
     def session():  # each session holds its own copy of the topology, as a link gives it

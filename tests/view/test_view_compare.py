@@ -17,7 +17,7 @@ from lab.view import compare as view
 from lab.view.state import VIEW
 from tests.jobs.test_comparison import scenario, store_rows, store_run
 from tests.pages.test_page_fidelity import runs_under_load
-from tests.view.sections import by_key, spec
+from tests.view.sections import by_key, figure_json
 
 
 @pytest.fixture
@@ -29,7 +29,7 @@ def data(lab_db, tmp_path, monkeypatch):
 def test_the_controls_are_the_view_tables_and_say_their_choices():
     assert {k for k, c in VIEW.items() if c.page == "compare"} == {"cmp_class", "cmp_runs", "cmp_confirm", "cmp_x",
                                                                    "cmp_target"}
-    assert dict(VIEW["cmp_x"].spec.names) == {"step": "step (count)", "wall": "wall time (s)"}
+    assert dict(VIEW["cmp_x"].setting.names) == {"step": "step (count)", "wall": "wall time (s)"}
 
 
 def test_the_runs_box_offers_ones_own_runs_and_keeps_the_chosen_ones(data):
@@ -75,7 +75,7 @@ def test_variants_are_drawn_by_colour_and_line_style_with_their_downloads(data):
     s = by_key(model.sections)
     summary = s["cmp_summary"].table
     assert len(summary) == 6 and {r["repeats"] for r in summary} == {2}
-    acc = spec(s["cmp_acc"])
+    acc = figure_json(s["cmp_acc"])
     assert "Test accuracy" in json.dumps(acc["layout"]["title"]) and acc["layout"]["height"] >= 400
     lines = [t for t in acc["data"] if t.get("mode") == "lines+markers"]
     assert len(lines) == 6
@@ -83,7 +83,7 @@ def test_variants_are_drawn_by_colour_and_line_style_with_their_downloads(data):
     assert by_label["Adam · dense"][0] == by_label["Adam · Group-TopK 1 % + EF"][0]  # colour = optimiser
     assert by_label["Adam · dense"][1] != by_label["Adam · Group-TopK 1 % + EF"][1]  # style = compression
     assert by_label["Adam · dense"][0] != by_label["AdaBelief · dense"][0]
-    assert "Training loss" in json.dumps(spec(s["cmp_loss"])["layout"]["title"])
+    assert "Training loss" in json.dumps(figure_json(s["cmp_loss"])["layout"]["title"])
     assert s["cmp_acc"].kind == "measured" and s["cmp_acc"].caption.startswith("colour = optimiser")
     assert "running max of a growing value" in s["cmp_belief"].caption  # AdaBelief beside Max-AdaBelief
     assert "cmp_loaded" not in s and "predicted step time (ms, modelled)" not in summary[0]  # no profile
@@ -104,7 +104,7 @@ def test_a_long_run_is_drawn_thinned_and_says_so(data, monkeypatch):
     model = view.comparison_model([rid], 90.0, "step")
     s = by_key(model.sections)
     for key in ("cmp_loss", "cmp_acc"):
-        assert all(len(t.get("x", [])) <= 100 for t in spec(s[key])["data"])
+        assert all(len(t.get("x", [])) <= 100 for t in figure_json(s[key])["data"])
     assert "at most 100 points" in s["cmp_acc"].caption
     m = data.metrics(rid)
     r = jobs_comparison.run_result(rid, m[m.worker == JOB_WORKER], m[m.worker != JOB_WORKER], 0.9, workers=2)
@@ -141,7 +141,7 @@ def test_runs_under_load_are_named_and_the_prediction_stands_beside_the_measurem
     assert set(rows) == {quiet, busy}
     assert rows[quiet]["predicted step (ms)"] == pytest.approx(predict_step(sc, synthetic_profile()).step * 1e3)
     assert rows[quiet]["measured step (ms)"] == pytest.approx(10.0)
-    assert spec(pred[0])["data"]
+    assert figure_json(pred[0])["data"]
 
     def predict(db, created, profile, ids):
         return [], [{"id": i, "why": "no steps"} for i in ids]

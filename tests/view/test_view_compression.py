@@ -14,7 +14,7 @@ from lab.store.runs import JOB_WORKER, RunStore
 from lab.view import compression as view
 from lab.view.section import form_keys
 from lab.view.state import VIEW
-from tests.view.sections import by_key, spec
+from tests.view.sections import by_key, figure_json
 
 FORMS = view.COMPRESSORS_FORM + view.RING_FORM + view.CHOLESKY_FORM
 DEFAULTS = {k: VIEW[k].default(default_scenario()) for k in form_keys(FORMS)}
@@ -27,7 +27,7 @@ def test_the_forms_name_the_pages_controls_of_the_view_table_each_once():
     assert len(keys) == len(set(keys)) and all(VIEW[k].page == "compression" for k in keys)
     assert {k for k, c in VIEW.items() if c.page == "compression"} == {*keys, "cp_grid_variants"}
     assert {k for k in keys if VIEW[k].advanced} == {"cp_group", "cp_seed", "ch_damping"}   # hidden in lesson mode
-    assert dict(VIEW["cp_source"].spec.names)["real"] == "real (one backward pass on digits)"
+    assert dict(VIEW["cp_source"].setting.names)["real"] == "real (one backward pass on digits)"
 
 
 def test_the_default_compressors_on_one_real_gradient_with_every_byte_counted():
@@ -38,7 +38,7 @@ def test_the_default_compressors_on_one_real_gradient_with_every_byte_counted():
     assert all(s[k].kind == "measured" and s[k].caption for k in ("cp_err", "cp_time", "cp_bytes"))
     assert (s["cp_err"].side, s["cp_time"].side) == ("left", "right")
     for k in ("cp_err", "cp_time", "cp_bytes"):
-        assert spec(s[k])["data"], k
+        assert figure_json(s[k])["data"], k
     # the table: 4 ratios x 3 sparse compressors + fp16 + none, bytes as the payload says
     table = s["cp"].table
     assert len(table) == 14
@@ -60,7 +60,7 @@ def test_the_ring_with_another_compressor_and_applying_it_to_the_scenario():
     s = by_key(view.ring(DEFAULTS))                      # 4 workers, Group-TopK at the scenario's ratio
     assert list(s) == ["ring_fill", "ring_bytes"] and all(x.kind == "modelled" for x in s.values())
     assert f"Each worker kept **{GroupTopK(0.01, 1024).kept(n):,}**" in s["ring_bytes"].text
-    assert "for 4 workers" in s["ring_fill"].caption and spec(s["ring_fill"])["data"]
+    assert "for 4 workers" in s["ring_fill"].caption and figure_json(s["ring_fill"])["data"]
     v = {**DEFAULTS, "ring_workers": 3, "ring_kind": "topk", "ring_ratio": 0.02}
     s = by_key(view.ring(v))
     assert f"Each worker kept **{TopK(0.02).k_for(n):,}**" in s["ring_bytes"].text
@@ -85,7 +85,7 @@ def test_cholesky_on_a_gram_matrix_and_without_damping():
     s = by_key(view.cholesky(v))
     assert list(s) == ["ch_app", "ch", "ch_methods", "ch_sum"]
     assert [r["bytes (B)"] for r in s["ch_methods"].table] == [64 * 64 * 4, 64 * 65 // 2 * 4, 64 * 65 // 2 * 4]
-    assert "Adding the factors gives" in s["ch_sum"].caption and spec(s["ch"])["data"] and spec(s["ch_sum"])["data"]
+    assert "Adding the factors gives" in s["ch_sum"].caption and figure_json(s["ch"])["data"] and figure_json(s["ch_sum"])["data"]
     s = by_key(view.cholesky({**v, "ch_damping": 0.0}))
     assert "positive-definite" in s["ch_refusal"].notices[0].text
 
@@ -137,7 +137,7 @@ def test_grid_results_table_and_figure_from_the_store(lab_db):
     assert [r["time per step (ms)"] for r in table] == pytest.approx([10.0, 10.0, 10.0])
     assert [r["variant"] for r in table] == ["dense (fp32 ring)", "Group-TopK 1%", "Group-TopK 1% + error feedback"]
     assert s["cp_grid_results"].kind == "measured" and view.grid(ids, True)[0][-1].kind == "emulated"
-    assert "(the grid)" in spec(s["cp_grid"])["layout"]["title"]["text"]
+    assert "(the grid)" in figure_json(s["cp_grid"])["layout"]["title"]["text"]
     wins = s["cp_grid_wins"]
     words = [wins.values[k] for k in sorted(wins.values)]
     assert "Fewest bytes per worker per step: dense (fp32 ring) (1.00 kB)." in words  # the made-up bytes above

@@ -15,7 +15,7 @@ from lab.machine.predict import predict_step
 from lab.view import fidelity as view
 from lab.view.state import VIEW
 from tests.pages.test_page_fidelity import OWNER, runs_under_load, stored_run
-from tests.view.sections import by_key, spec
+from tests.view.sections import by_key, figure_json
 
 
 @pytest.fixture
@@ -54,7 +54,7 @@ def test_the_profile_its_calibration_tables_and_beside_running_jobs_an_offer_to_
     assert f"after {cal.PAGE_WAIT_S / 60:.0f} minutes" in here.wait_help
     measured = by_key(view.calibration_measured(prof, False))
     assert list(measured) == ["fid_classes", "fid_comm", "fid_step_terms"]
-    assert spec(measured["fid_classes"])["data"] and measured["fid_comm"].table
+    assert figure_json(measured["fid_classes"])["data"] and measured["fid_comm"].table
     assert view.calibration_measured(prof, True) == []  # lesson mode leaves the details out
 
 
@@ -118,7 +118,7 @@ def test_a_stored_run_beside_its_prediction(data, lab_db):
     assert "over the runs measured on a quiet machine" in metrics["Model error, step time"][2]
     assert "SimAI" in s["fid_verdict"].text and "fid_loaded" not in s
     assert [x for x in ("fid_scatter", "fid_errors", "fid_parts") if x in s] == ["fid_scatter", "fid_errors", "fid_parts"]
-    assert (s["fid_scatter"].kind, s["fid_errors"].kind) == ("measured", "modelled") and spec(s["fid_parts"])["data"]
+    assert (s["fid_scatter"].kind, s["fid_errors"].kind) == ("measured", "modelled") and figure_json(s["fid_parts"])["data"]
     table = s["fid_table"].table
     assert [r["id"] for r in table] == [rid]
     assert table[0]["measured step (ms)"] == pytest.approx(10.0)
@@ -150,7 +150,7 @@ def test_a_run_measured_under_load_is_kept_out_of_the_error_and_flagged(data, la
     assert loaded.level == "warning" and "1 run(s) were measured while other work took more than 15 %" in loaded.text
     table = {r["id"]: r for r in s["fid_table"].table}
     assert table[busy]["under load"] and not table[quiet]["under load"]
-    assert [t["name"] for t in spec(s["fid_scatter"])["data"] if t.get("mode") == "markers"]  # the quiet run drawn
+    assert [t["name"] for t in figure_json(s["fid_scatter"])["data"] if t.get("mode") == "markers"]  # the quiet run drawn
 
 
 def test_runs_the_model_cannot_compare_are_listed_apart_outside_lesson_mode(data, lab_db):

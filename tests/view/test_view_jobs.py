@@ -16,7 +16,7 @@ from lab.scenario.catalogue import preset
 from lab.scenario.document import default_scenario
 from lab.store.runs import RunStore
 from lab.view import jobs as view
-from tests.view.sections import by_key, spec
+from tests.view.sections import by_key, figure_json
 
 HOSTILE = "<img src=x onerror=alert(1)> **bold** [link](javascript:alert(1))"
 EVENTS = ["submitted", "parsed", "scheduled", "started", "data", "running", "ended", "released"]
@@ -74,7 +74,7 @@ def test_the_what_if_shows_both_policies_as_lab_scheduling_computes_them():
         ref["resource_state"])]
     assert policies[0].metrics[0] == ("Makespan (s)", f"{ref['uniform'].makespan:.1f}")
     assert ref["resource_state"].makespan < ref["uniform"].makespan  # the lesson of the default set
-    titles = [spec(p.chart)["layout"]["title"]["text"].replace("<br>", " ") for p in policies]
+    titles = [figure_json(p.chart)["layout"]["title"]["text"].replace("<br>", " ") for p in policies]
     assert titles == [POLICY_LABELS["uniform"], POLICY_LABELS["resource_state"]]
     assert all(p.chart.kind == "modelled" and not p.after.notices for p in policies)
     one = simulate(groups, default_jobs(), "uniform", max_running=1)
@@ -118,7 +118,7 @@ def test_the_job_list_holds_the_runs_stages_slots_and_names_as_text(jm):
     assert row["resources"] == "cpu0: 1 slot, cpu1: 1 slot" and row["queue"] is None
     assert s["jobs"].missing == view.MISSING == "—"  # an empty cell reads as a dash, not as "None"
     assert s["jobs"].columns == view.JOB_COLUMNS and "local worker slots" in s["jobs"].caption
-    timeline = spec(s["jobs_timeline"])
+    timeline = figure_json(s["jobs_timeline"])
     assert timeline["layout"]["title"]["text"].startswith("Which job held which of the local")
     assert [t["y"] for t in timeline["data"]] == [["cpu0/slot0", "cpu1/slot0"]]
     assert board.labels == {rid: f"{rid} · done · you · {HOSTILE}"} and not board.active
@@ -143,7 +143,7 @@ def test_an_alarm_and_the_heartbeats_of_a_running_job_and_another_sessions_job(j
                                                      "in inject() → restart from step 5")
     job = desk(jm).job(live)
     assert not job.manageable and "Read-only" in job.read_only and job.active
-    beats = spec(by_key(job.sections)["jobs_beats"])
+    beats = figure_json(by_key(job.sections)["jobs_beats"])
     assert "heartbeat" in beats["layout"]["title"]["text"].lower()
     assert [b["x"] for b in beats["data"]] == [["worker 0", "worker 1"]]
 
@@ -160,7 +160,7 @@ def test_a_jobs_details_list_its_stages_in_order_and_its_log_tails(jm):
     times = [r["time since submitted (s)"] for r in stages]
     assert times[0] == 0.0 and times == sorted(times)
     assert stages[0]["detail"] == "owner: you"  # this session's own job
-    assert [t["name"] for t in spec(s["jobs_stage"])["data"][1:]] == EVENTS
+    assert [t["name"] for t in figure_json(s["jobs_stage"])["data"][1:]] == EVENTS
     assert job.tails["rank 0"].count("<script>") == 1 and "step 10: local loss 1.2345" in job.tails["rank 0"]
 
 

@@ -9,9 +9,9 @@ from lab.errors import LabError
 from lab.scenario.names import OPTIMIZER_LABELS
 from lab.view import optimisers as view
 from lab.view.state import VIEW
-from tests.view.sections import by_key, spec
+from tests.view.sections import by_key, figure_json
 
-DEFAULTS = {k: VIEW[k].spec.default for row in view.PLAYGROUND_FORM + view.COUNTEREXAMPLE_FORM for k in row}
+DEFAULTS = {k: VIEW[k].setting.default for row in view.PLAYGROUND_FORM + view.COUNTEREXAMPLE_FORM for k in row}
 
 
 def test_the_forms_name_only_optimiser_controls_of_the_view_table_each_once():
@@ -24,10 +24,10 @@ def test_the_default_playground_is_measured_with_units_on_every_axis():
     s = by_key(view.playground(DEFAULTS))
     assert list(s) == ["pg_traj", "pg_loss", "pg_eff", "pg_summary"]
     assert all(x.kind == "measured" for x in s.values())
-    traj = spec(s["pg_traj"])
+    traj = figure_json(s["pg_traj"])
     assert traj["frames"] and traj["layout"]["updatemenus"][0]["buttons"][0]["method"] == "animate"
     for key in ("pg_traj", "pg_loss", "pg_eff"):
-        layout = spec(s[key])["layout"]
+        layout = figure_json(s[key])["layout"]
         assert "(" in layout["xaxis"]["title"]["text"] and "(" in layout["yaxis"]["title"]["text"], key
     assert "The belief term" in s["pg_loss"].text and "The max" in s["pg_eff"].text
     assert "Lowest final loss in this run" in s["pg_traj"].text
@@ -38,13 +38,13 @@ def test_the_default_playground_is_measured_with_units_on_every_axis():
 
 def test_another_function_fewer_optimisers_and_an_own_start():
     s = by_key(view.playground({**DEFAULTS, "pg_fn": "beale", "pg_steps": 100, "pg_opts": ("adam", "maxadabelief")}))
-    traj = spec(s["pg_traj"])
+    traj = figure_json(s["pg_traj"])
     assert traj["layout"]["title"]["text"].startswith("Beale")
     assert [t["name"] for t in traj["data"][2:]] == ["Adam", "Max-AdaBelief (max of s)"]
     assert len(s["pg_summary"].table) == 2 and all(r["steps run (count)"] == 100 for r in s["pg_summary"].table)
     s = by_key(view.playground({**DEFAULTS, "pg_fn": "noisy_quadratic", "pg_own_start": True, "pg_x0": 1.0,
                                 "pg_y0": -1.0}))
-    title = spec(s["pg_traj"])["layout"]["title"]["text"]
+    title = figure_json(s["pg_traj"])["layout"]["title"]["text"]
     assert title.startswith("Noisy quadratic") and "start (1, -1)" in title
     assert "from (1, -1)" in s["pg_traj"].caption
 
@@ -68,7 +68,7 @@ def test_the_counterexample_says_what_the_run_shows():
     assert list(s) == ["ce_x", "ce_regret"] and all(x.kind == "measured" for x in s.values())
     sentence = s["ce_x"].notices[0].text
     assert "After 50500 steps" in sentence and "Adam sits near x = +1" in sentence
-    assert [t["name"] for t in spec(s["ce_x"])["data"]] == [OPTIMIZER_LABELS[k] for k in VIEW["ce_opts"].spec.default]
+    assert [t["name"] for t in figure_json(s["ce_x"])["data"]] == [OPTIMIZER_LABELS[k] for k in VIEW["ce_opts"].setting.default]
     s = by_key(view.counterexample({**DEFAULTS, "ce_schedule": "constant", "ce_lr": 0.02, "ce_steps": 5050}))
     assert "After 5050 steps (constant lr = 0.02" in s["ce_x"].notices[0].text
     assert "5050 steps" in s["ce_x"].caption

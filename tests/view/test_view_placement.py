@@ -48,7 +48,7 @@ def test_knobs_modes_intro_and_captions():
     assert list(pv.BALANCE_KNOBS) == ["pl_noise", "pl_seed", "pl_tol", "pl_patience", "pl_rounds"]
     from lab.view.state import VIEW
 
-    seed, rounds = VIEW["pl_seed"].spec, VIEW["pl_rounds"].spec  # the knobs' widgets come from the view table
+    seed, rounds = VIEW["pl_seed"].setting, VIEW["pl_rounds"].setting  # the knobs' widgets come from the view table
     assert (seed.label, seed.min, seed.max, seed.step) == ("seed", 0, 2**31 - 1, 1)
     assert (rounds.label, rounds.min, rounds.max, rounds.step) == ("max rounds", 1, 500, 1)
     assert list(pv.BALANCE_MODES) == ["model", "data"]

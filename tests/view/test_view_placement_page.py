@@ -14,7 +14,7 @@ from lab.scenario.names import STRATEGY_LABELS, STRATEGY_NAMES
 from lab.scenario.topology import Device, Link, Switch, Topology
 from lab.view import placement as view
 from lab.view.state import VIEW
-from tests.view.sections import by_key, spec
+from tests.view.sections import by_key, figure_json
 
 
 
@@ -25,13 +25,13 @@ def no_profile(tmp_path, monkeypatch):
 
 
 def page(sc: Scenario | None = None, **values) -> view.PlacementView:
-    v = {k: VIEW[k].spec.default for k in (*view.PLAN_CONTROLS, "pl_cost")} | values
+    v = {k: VIEW[k].setting.default for k in (*view.PLAN_CONTROLS, "pl_cost")} | values
     return view.PlacementView.build(sc or default_scenario(), v)
 
 
 def knobs(pv: view.PlacementView, **values) -> dict:
     """The balancing controls at their defaults (each device's slowdown as the page starts it), then ``values``."""
-    return {"pl_bal_mode": "model", **pv.slowdowns, **{k: VIEW[k].spec.default for k in view.BALANCE_KNOBS}} | values
+    return {"pl_bal_mode": "model", **pv.slowdowns, **{k: VIEW[k].setting.default for k in view.BALANCE_KNOBS}} | values
 
 
 def table(section) -> pd.DataFrame:
@@ -48,7 +48,7 @@ def every_section(pv: view.PlacementView) -> dict:
                 pv.comparison(), *pv.balancing(knobs(pv)).sections()]
     for s in sections:
         if s.chart:
-            spec(s)
+            figure_json(s)
     return by_key(sections)
 
 
@@ -74,7 +74,7 @@ def test_the_default_plan_its_assignment_comparison_and_balancing():
     assert s["pl_plan"].metrics[0][0].startswith("Makespan (")
     assert [label for label, _ in s["pl_plan"].metrics[1:]] == ["Operators", "Devices used",
                                                                  "Transfers between devices"]
-    gantt = spec(s["pl_gantt"])
+    gantt = figure_json(s["pl_gantt"])
     assert gantt["layout"]["title"]["text"] == f"{STRATEGY_LABELS['greedy_eft']}: one forward pass"
     assert s["pl_gantt"].caption == view.tables.gantt_caption()
 
@@ -197,7 +197,7 @@ def test_a_pin_the_model_refuses_is_a_notice_and_the_page_stays_whole():
     assignment = table(s["pl_assign"])
     assert assignment[assignment.operator == "net_0"].iloc[0]["device"] == "host"
     assert len(s["pl_compare"].table) == len(STRATEGY_NAMES) and "pl_balance" in s  # the strategy table and the balancing loop
-    run = {k: VIEW[k].spec.default for k in (*view.RUN_CONTROLS, "pl_round_steps")}
+    run = {k: VIEW[k].setting.default for k in (*view.RUN_CONTROLS, "pl_round_steps")}
     for items in (pv.plan_items(run), pv.strategy_items(run), pv.balance_items(run | knobs(pv))):
         assert items and all(dict(one.training.pins) == {"net_0": "host"} for one, _ in items)  # runs take the plan's
     one_f = run | {"pl_schedule": "1f1b"}  # the schedule picked runs; the balancing loop keeps GPipe (it re-plans)
@@ -227,7 +227,7 @@ def test_the_why_panel_explains_the_chosen_device():
     assert ((ok[parts].sum(axis=1) - ok[finish]).abs() <= 1e-9 * ok[finish].abs().max()).all()
     assert left.text == "**{task}** ({cls}): {reason}." and left.values["task"] == "fc1"
     assert "earliest finish of" in left.values["reason"]
-    spec(right)
+    figure_json(right)
     assert (left.key, right.key, below.kind) == ("pl_why", "pl_why_plot", "modelled")
     assert pv.explained("fc1") is None and pv.explained("gone") == (
         pv.tasks[0], f"The operator explained is now {pv.tasks[0]} (gone is not in this graph).")
@@ -243,7 +243,7 @@ def test_the_cost_model_is_chosen_and_named(tmp_path):
     calibrated = page(pl_cost="calibrated")
     assert "this machine's calibrated forward + backward cost" in calibrated.cost_model().caption
     gantt = by_key(calibrated.plan())["pl_gantt"]
-    assert spec(gantt)["layout"]["title"]["text"].endswith("one forward + backward")
+    assert figure_json(gantt)["layout"]["title"]["text"].endswith("one forward + backward")
     a, b = (table(x.assignment()[0]) for x in (datasheet, calibrated))
     assert list(a["operator"]) == list(b["operator"]) and not a.equals(b)
     assert any(c.startswith("finish (") for c in a.columns)

@@ -10,7 +10,7 @@ from lab.scenario.catalogue import LINK_CATALOGUE, preset
 from lab.scenario.document import Scenario
 from lab.view.topology_tables import apply_edit, tables_equal, to_tables
 from lab.view import topology as topology_view
-from tests.view.sections import spec
+from tests.view.sections import figure_json
 
 
 def test_fresh_editor_holds_the_topologys_tables_and_a_new_version():
@@ -296,12 +296,12 @@ def test_the_drawing_and_the_heatmap_are_modelled_and_user_names_reach_them_as_t
     topo = topo.replace(devices=devices, links=links, name="<b>odd</b>")
     net = topology_view.network(topo)
     assert net.kind == "modelled" and "the table's assumptions" in net.caption
-    drawn = spec(net)
+    drawn = figure_json(net)
     labels = [t for trace in drawn["data"] for t in (trace.get("text") or [])]
     assert "*gpu*_[x](y)&lt;i&gt;" in labels and odd not in labels  # plotly reads tags: escaped
     assert "&lt;b&gt;odd&lt;/b&gt;" in drawn["layout"]["title"]["text"]
     heat = topology_view.heatmap(topo, 10.0)
-    assert heat.kind == "modelled" and spec(heat)["layout"]["title"]["text"].startswith("Modelled time to move 10 MB")
+    assert heat.kind == "modelled" and figure_json(heat)["layout"]["title"]["text"].startswith("Modelled time to move 10 MB")
     route = topology_view.route(topo, "host", odd, 10.0, "B")
     assert odd not in route.text and route.values["route"] == f"host → {odd}"  # ui.show fills it in as text
 
@@ -319,7 +319,7 @@ def test_the_cxl_claim_is_checked_on_the_users_cluster():
     assert s.kind == "modelled" and "host CPUs left out" in s.caption
     npu = cxl.replace(devices=cxl.devices + (catalogue_device("npu", "npu"),),
                       links=cxl.links + (Link("npu", "cxl-switch", "cxl", cxl_bw, cxl_lat),))
-    bars = spec(topology_view.comparison(npu, "as_pcie", 10.0, "B")[0])["data"]
+    bars = figure_json(topology_view.comparison(npu, "as_pcie", 10.0, "B")[0])["data"]
     pairs = {x for trace in bars for x in trace["x"]}
     assert {"gpu→npu", "dpu→npu"} <= pairs and not any("host" in p for p in pairs)
     assert any("gpu → host → npu" in h for trace in bars for h in trace["hovertext"])

@@ -10,7 +10,7 @@ from lab.figures import training as figs
 from lab.scenario.document import COMPRESSION_FIELDS, TRAINING_FIELDS, Compression, default_scenario
 from lab.store.runs import JOB_WORKER, RunStore
 from lab.view import training as view
-from tests.view.sections import by_key, spec
+from tests.view.sections import by_key, figure_json
 
 ADVANCED = {"tr_impl", "tr_model_width", "tr_seed", "tr_split", "tr_alpha", "tr_exchange", "tr_lr_scaling",
             "tr_fused", "tr_cmp_group", "tr_cmp_sharing", "tr_cmp_ef"}  # what lesson mode hides, from the Scenario as it is
@@ -29,7 +29,7 @@ def greyed(form, values) -> set[str]:
 
 
 def defaults(form) -> dict:
-    return {name: spec.default for name, spec in form.table.items() if name in form.names()}
+    return {name: setting.default for name, setting in form.table.items() if name in form.names()}
 
 
 def test_each_field_is_named_once_and_the_forms_cover_the_runs_settings():
@@ -47,7 +47,7 @@ def test_each_field_is_named_once_and_the_forms_cover_the_runs_settings():
 
 def test_lesson_mode_hides_the_advanced_fields_and_keeps_the_compressor_and_ratio():
     advanced = {f.key for form in (view.TRAINING_FORM, view.COMPRESSION_FORM) for f in fields(form).values()
-                if form.spec(f).advanced}
+                if form.setting(f).advanced}
     assert advanced == ADVANCED
     assert not {"tr_cmp_kind", "tr_cmp_ratio"} & advanced
 
@@ -205,11 +205,11 @@ def test_a_runs_figures_totals_and_badges_from_its_metrics(lab_db):
     s = by_key(w.body)
     assert list(s) == ["train_loss", "train_acc", "train_curves", "train_split"]
     assert (s["train_loss"].side, s["train_acc"].side) == ("left", "right")
-    assert len(spec(s["train_loss"])["data"]) == 1 and len(spec(s["train_acc"])["data"]) == 1
+    assert len(figure_json(s["train_loss"])["data"]) == 1 and len(figure_json(s["train_acc"])["data"]) == 1
     assert s["train_curves"].kind == "measured" and "every 10 steps" in s["train_curves"].caption
     split = s["train_split"]
     assert split.kind == "measured" and "Bytes are measured" in split.caption
-    assert [t["y"][0] for t in spec(split)["data"]][:1] == ["worker 0"]
+    assert [t["y"][0] for t in figure_json(split)["data"]][:1] == ["worker 0"]
     metrics = dict(split.metrics)
     assert float(metrics["Wall time (s)"]) > 0 and metrics["Throughput (samples/s)"] == "640"
     assert metrics["Sent by all workers (MB, measured)"] == "2.00"

@@ -17,22 +17,22 @@ from tests.conftest import ROOT
 
 def allowed_values(key: str, c: state.Control):
     """Every value the table allows for control ``c`` (a strategy)."""
-    spec = c.spec
-    if spec.type is bool:
+    setting = c.setting
+    if setting.type is bool:
         return st.booleans()
-    if spec.type is tuple:
-        if spec.choices is not None:
-            return st.lists(st.sampled_from(spec.choices), unique=True, max_size=len(spec.choices)).map(tuple)
+    if setting.type is tuple:
+        if setting.choices is not None:
+            return st.lists(st.sampled_from(setting.choices), unique=True, max_size=len(setting.choices)).map(tuple)
         # names are kept in Unicode's composed form (NFC), so only composed names are allowed values
         return st.lists(st.text(min_size=1, max_size=20).map(lambda t: unicodedata.normalize("NFC", t)),
                         max_size=8).map(tuple)
-    if spec.choices is not None:
-        return st.sampled_from(spec.choices)
-    if spec.type is int:
-        return st.integers(int(spec.min if spec.min is not None else -10**6),
-                           int(spec.max if spec.max is not None else 10**6))
-    if spec.type is float:
-        return st.floats(spec.min if spec.min is not None else -1e6, spec.max if spec.max is not None else 1e6,
+    if setting.choices is not None:
+        return st.sampled_from(setting.choices)
+    if setting.type is int:
+        return st.integers(int(setting.min if setting.min is not None else -10**6),
+                           int(setting.max if setting.max is not None else 10**6))
+    if setting.type is float:
+        return st.floats(setting.min if setting.min is not None else -1e6, setting.max if setting.max is not None else 1e6,
                          allow_nan=False, allow_infinity=False)
     return st.text(max_size=40)
 
@@ -63,7 +63,7 @@ def test_only_changed_controls_go_into_the_link():
 def test_a_transient_control_is_in_the_table_but_travels_in_no_link():
     sc = default_scenario()
     token = state.VIEW["jobs_teacher_token"]
-    assert token.transient and token.spec.widget == "password"
+    assert token.transient and token.setting.widget == "password"
     assert "jobs_teacher_token" not in state.defaults(sc)
     assert state.linked("jobs_teacher_token") is None and state.linked("jobs_fault") is state.VIEW["jobs_fault"]
     # a link that carries one anyway (made by hand) is read without it, and says so

@@ -25,7 +25,7 @@ from lab.view.state import VIEW
 BALANCE_KNOBS = ("pl_noise", "pl_seed", "pl_tol", "pl_patience", "pl_rounds")
 
 
-BALANCE_MODES = dict(VIEW["pl_bal_mode"].spec.names)  # what each mode balances, as its radio says it
+BALANCE_MODES = dict(VIEW["pl_bal_mode"].setting.names)  # what each mode balances, as its radio says it
 
 
 MAX_BALANCE_RUN_STEPS = 2000  # a balancing run's rounds x steps per round, at most

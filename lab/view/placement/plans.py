@@ -456,6 +456,6 @@ def against_baseline(text: str, record: Mapping) -> tuple[str, list | None, str 
 
 def baseline_columns(columns: Sequence[str]) -> dict:
     """The baseline table's number formats: times to four significant digits, the change as a signed percentage."""
-    spec = {c: {"kind": "number", "format": "%.4g"} for c in columns
+    columns_shown = {c: {"kind": "number", "format": "%.4g"} for c in columns
             if c.startswith(("baseline (", "now (", "change ("))}
-    return spec | {"change (%)": {"kind": "number", "format": "%+.1f"}}
+    return columns_shown | {"change (%)": {"kind": "number", "format": "%+.1f"}}

@@ -210,14 +210,14 @@ def prepare_new_device(session: MutableMapping[str, Any]) -> list[str]:
     its catalogue numbers."""
     ed = session[EDITOR]
     taken = names_in(ed["devices"], ed["switches"])
-    session.setdefault("topo_new_type", VIEW["topo_new_type"].spec.default)
+    session.setdefault("topo_new_type", VIEW["topo_new_type"].setting.default)
     if needs_new_name(session.get("topo_new_name"), session.get("_topo_new_taken"), taken):
         propose_name(session)  # a name the topology now uses is replaced; one the person types stays, to be refused
     session["_topo_new_taken"] = taken
     if session.get("topo_new_attach") not in taken:
         session["topo_new_attach"] = default_attach(ed["devices"], ed["switches"])
     if "topo_new_kind" not in session:
-        session["topo_new_kind"] = VIEW["topo_new_kind"].spec.default
+        session["topo_new_kind"] = VIEW["topo_new_kind"].setting.default
         session["_topo_new_kind_was"] = None
         follow_kind(session)
     return taken
