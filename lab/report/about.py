@@ -32,7 +32,7 @@ def settings(page: str, values: Mapping[str, Any], sc: Scenario) -> dict[str, An
     out: dict[str, Any] = {}
     for key, c in VIEW.items():
         if c.page == page and not c.prefix and not c.transient:
-            out[f"{c.label} ({key})"] = values.get(key, c.spec.default)
+            out[f"{c.label} ({key})"] = values.get(key, c.setting.default)
     out["Scenario"] = sc.name
     out["Topology"] = f"{sc.topology.name} ({len(sc.topology.devices)} devices)"
     default = type(sc.training)().to_dict()

@@ -85,10 +85,10 @@ def _inline(text: str) -> str:
     return out[3:-4] if out.startswith("<p>") and out.endswith("</p>") else out
 
 
-def _cell(value: Any, spec: Mapping[str, Any], missing: str) -> str:
+def _cell(value: Any, column: Mapping[str, Any], missing: str) -> str:
     if value is None or (isinstance(value, float) and math.isnan(value)):
         return html.escape(missing)
-    fmt = spec.get("format")
+    fmt = column.get("format")
     if isinstance(value, (int, float)) and not isinstance(value, bool) and isinstance(fmt, str) and "%" in fmt:
         try:
             return html.escape(fmt % value)
