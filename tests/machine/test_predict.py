@@ -157,7 +157,7 @@ def test_lesson_files_round_trip(path):
 
     if path.name == "index.json":
         index = json.loads(path.read_text())
-        assert len(index["lessons"]) == 21
+        assert len(index["lessons"]) == 22
         for lesson in index["lessons"]:
             assert (LESSONS / lesson["scenario"]).exists() and (LESSONS / lesson["text"]).read_text().strip()
             assert lesson["page"].startswith("pages/")

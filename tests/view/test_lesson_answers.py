@@ -493,11 +493,11 @@ def _plan_makespan(x):
     return s.makespan * scale, unit
 
 
-def _fpga_1f1b_share(x):
+def _fpga_peak_share(x, schedule: str = "1f1b"):
     from lab.machine.plan_memory import modelled_peaks
     from lab.view.placement import plans
 
-    v = view_of(x, pl_schedule="1f1b")  # the step's change
+    v = view_of(x, pl_schedule=schedule)  # the step's change
     shown, _, _ = shown_plan(x)
     sc = x.scenario(FOLDER)
     sc = sc.replace(training=sc.training.replace(schedule=v["pl_schedule"]))
@@ -512,7 +512,8 @@ ANSWERS: dict[tuple[str, int], Callable[[Lesson], Any]] = {
     ("slowest-link", 2): _lab_order_time,
     ("edge-compression", 3): _largest_part_edge,
     ("run-the-plan", 1): _plan_makespan,
-    ("pipeline-schedules", 3): _fpga_1f1b_share,
+    ("pipeline-schedules", 3): _fpga_peak_share,
+    ("interleaved-schedule", 3): lambda x: _fpga_peak_share(x, "interleaved_1f1b"),
     ("cxl-vs-pcie", 2): _cxl_ratio_10mb,
     ("cxl-vs-pcie", 3): _cxl_ratio_1kb,
     ("cxl-vs-pcie", 5): _cxl_slow_gpu_link,

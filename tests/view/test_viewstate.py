@@ -133,7 +133,7 @@ def test_fit_helpers():
 
 def test_every_lesson_view_is_allowed_and_names_its_own_page_controls():
     lessons = load_lessons(ROOT / "assets" / "lessons")
-    assert len(lessons) == 21
+    assert len(lessons) == 22
     for lesson in lessons:
         assert lesson.steps
         page = Path(lesson.page).stem
