@@ -37,7 +37,7 @@ def cut(specs, fwd, bwd) -> list[Piece]:
 
 def _tasks(sched, kind: str) -> dict[tuple[int, int], tuple[float, float]]:
     """(piece, micro) -> (first start, last end) of the forward (with loss) or backward rows."""
-    kinds = ("forward", "loss") if kind == "forward" else ("backward",)
+    kinds = ("forward", "loss") if kind == "forward" else (kind,)
     out: dict[tuple[int, int], tuple[float, float]] = {}
     for r in sched.rows:
         if r["kind"] in kinds:
@@ -154,29 +154,42 @@ def test_in_a_diamond_the_first_piece_waits_for_both_gradients(b_back, start0):
     assert s.makespan == pytest.approx(start0 + 1)
 
 
+KIND_LETTER = {"forward": "F", "backward": "B", "backward_input": "I", "backward_weight": "W"}
+
+
 def _reference(pieces, link, m_count, opt, loss_time, lists=None):
     """Every task's (start, end) by fixed-point iteration over explicit dependency lists; each device's tasks in
-    GPipe's order written out here, or in the order of its list of actions ``lists[device]``."""
+    GPipe's order written out here, or in the order of its list of actions ``lists[device]``. Lists with split
+    backwards (zero bubble) have an input gradient "I" where the others have "B" (the gradient chain runs through
+    it) and a weight gradient "W" after it."""
     dev = [p.device for p in pieces]
+    split = lists is not None and any(a.kind == "backward_input" for acts in lists.values() for a in acts)
+    back = "I" if split else "B"
     dur, deps, order = {}, {}, {d: [] for d in dev}
     for p in pieces:
         for m in range(m_count):
             dur[("F", p.index, m)] = sum(t * x for _, t, x in p.forward) + (loss_time if p.loss else 0.0)
-            dur[("B", p.index, m)] = p.backward * p.backward_scale
             deps[("F", p.index, m)] = [(("F", s, m), 0.0 if dev[s] == p.device else link(dev[s], p.device, n))
                                        for s, _, n in p.inputs]
-            deps[("B", p.index, m)] = [(("F", p.index, m), 0.0)]
+            deps[(back, p.index, m)] = [(("F", p.index, m), 0.0)]
+            if split:  # an input gradient is nothing on a piece with no input from another piece; all is W's
+                total = p.backward * p.backward_scale
+                dur[("W", p.index, m)] = total * (p.weight_share if p.inputs else 1.0)
+                dur[("I", p.index, m)] = total - dur[("W", p.index, m)]
+                deps[("W", p.index, m)] = [(("I", p.index, m), 0.0)]
+            else:
+                dur[("B", p.index, m)] = p.backward * p.backward_scale
     for p in pieces:
         for s, _, n in p.inputs:
             for m in range(m_count):
                 delay = 0.0 if dev[s] == p.device else link(p.device, dev[s], n)
-                deps[("B", s, m)].append((("B", p.index, m), delay))
+                deps[(back, s, m)].append(((back, p.index, m), delay))
     for d in order:
         mine = [p.index for p in pieces if p.device == d]
         order[d] = ([("F", k, m) for k in mine for m in range(m_count)]
                     + [("B", k, m) for k in reversed(mine) for m in range(m_count)] + [("O", d)])
         if lists is not None:
-            order[d] = [("F" if a.kind == "forward" else "B", a.piece, a.micro) if a.piece is not None else ("O", d)
+            order[d] = [(KIND_LETTER[a.kind], a.piece, a.micro) if a.piece is not None else ("O", d)
                         for a in lists[d]]
         dur[("O", d)] = opt.get(d, 0.0)
         deps[("O", d)] = []

@@ -4,6 +4,7 @@ stage that records its calls, over 2-4 stages and 1-8 micro-batches), 1F1B holds
 its timeline on random chain plans equals an independent fixed-point reimplementation."""
 from __future__ import annotations
 
+from dataclasses import replace
 from types import SimpleNamespace
 
 import numpy as np
@@ -13,8 +14,11 @@ from torch.distributed.pipelining import schedules as torch_schedules
 from lab.errors import LabError
 from lab.modelled.placement import order
 from lab.modelled.placement.order import Piece
+from lab.modelled.placement.core_tasks import Machine
+from lab.modelled.placement.cores import simulate as simulate_cores
+from lab.modelled.placement.executor import Linear, StepCosts, tasks
 from lab.modelled.placement.pipeline import simulate
-from tests.modelled.test_pipeline_model import _reference, _tasks
+from tests.modelled.test_pipeline_model import KIND_LETTER, _reference, _tasks
 
 TORCH = {"gpipe": torch_schedules.ScheduleGPipe, "1f1b": torch_schedules.Schedule1F1B}
 
@@ -116,13 +120,19 @@ def check_against_reference(pieces, m_count: int, name: str, lists: dict) -> Non
 
     s = simulate(pieces, link, m_count, schedule=name)
     ref = {t: x for t, x in _reference(pieces, link, m_count, {}, 0.0, lists).items() if t[0] != "O"}
-    got = {("F", *k): x for k, x in _tasks(s, "forward").items()} | {("B", *k): x for k, x in _tasks(s, "backward").items()}
+    got = {(letter, *k): x for kind, letter in KIND_LETTER.items() for k, x in _tasks(s, kind).items()}
     assert got.keys() == ref.keys()
     for t in ref:
         assert got[t] == pytest.approx(ref[t], abs=1e-9), t
     for d, acts in lists.items():
         rows = [r for r in s.rows if r["device"] == d and r["kind"] not in ("activation", "gradient", "loss")]
         assert order.actions_in(rows) == list(acts)
+    # the model of the executor on shared cores takes the same lists to the end (its deadlock check passes)
+    lists_ = tasks(pieces, list(lists), m_count, StepCosts(wire=Linear(1e-4)), schedule=name)
+    done = simulate_cores(lists_, list(range(len(lists))), Machine(cores=len(lists)))
+    for r, d in enumerate(lists):
+        assert order.actions_in([x for x in done.rows if x["device"] == d and x["kind"] not in (
+            "activation", "gradient", "loss", "emulated")]) == list(lists[d])
 
 
 @pytest.mark.parametrize("seed", range(12))
@@ -189,3 +199,62 @@ def test_interleaved_1f1b_on_random_looped_plans_runs_to_the_end_and_matches_the
     pieces = random_plan(rng, n, lambda k: f"D{k % P}", lambda k: 1)
     check_against_reference(pieces, m_count, "interleaved_1f1b", {
         f"D{r}": order.schedule("interleaved_1f1b", list(range(r, n, P)), n, m_count) for r in range(P)})
+
+
+def torch_zero_bubble(devices: int, local: int, micro: int) -> dict[int, list[order.Action]]:
+    """Each rank's actions as torch's ScheduleInterleavedZeroBubble computes them (its
+    ``_calculate_single_rank_operations`` on the fields its constructor sets), the empty slots left out."""
+    rounds = max(1, micro // devices)
+    kinds = {torch_schedules._ComputationType.FORWARD: order.FORWARD,
+             torch_schedules._ComputationType.BACKWARD_INPUT: order.BACKWARD_INPUT,
+             torch_schedules._ComputationType.BACKWARD_WEIGHT: order.BACKWARD_WEIGHT}
+    out = {}
+    for rank in range(devices):
+        me = SimpleNamespace(n_local_stages=local, pp_group_size=devices, _n_microbatches=micro,
+                             microbatches_per_round=micro // rounds)
+        out[rank] = [order.Action(kinds[a.computation_type], a.stage_index, a.microbatch_index)
+                     for a in torch_schedules.ScheduleInterleavedZeroBubble._calculate_single_rank_operations(me, rank)
+                     if a is not None]
+    return out
+
+
+@pytest.mark.parametrize("devices", [2, 3, 4])
+@pytest.mark.parametrize("local", [1, 2])
+@pytest.mark.parametrize("micro", range(1, 9))
+def test_zero_bubble_is_torchs_own_order(devices, local, micro):
+    rounds = max(1, micro // devices)
+    pieces = devices * local
+    if micro % rounds:  # torch's constructor refuses these micro-batch counts; the lab says which counts it takes
+        with pytest.raises(LabError, match="zero bubble takes the micro-batches in rounds"):
+            order.schedule("zero_bubble", list(range(0, pieces, devices)), pieces, micro)
+        return
+    theirs = torch_zero_bubble(devices, local, micro)
+    for rank in range(devices):
+        mine = order.schedule("zero_bubble", list(range(rank, pieces, devices)), pieces, micro)
+        assert mine[-1] == order.Action(order.OPTIMIZER)
+        assert list(mine[:-1]) == theirs[rank], rank
+        # every micro-batch of every piece: one forward, one input gradient, then one weight gradient
+        assert sorted(map(repr, mine[:-1])) == sorted(map(repr, [order.Action(kind, k, m) for kind in (
+            order.FORWARD, order.BACKWARD_INPUT, order.BACKWARD_WEIGHT) for k in range(rank, pieces, devices)
+            for m in range(micro)]))
+        for a in mine:
+            if a.kind == order.BACKWARD_WEIGHT:
+                assert mine.index(order.Action(order.BACKWARD_INPUT, a.piece, a.micro)) < mine.index(a)
+
+
+def test_a_plan_that_neither_chains_nor_goes_round_is_refused_under_zero_bubble():
+    with pytest.raises(LabError, match="the zero-bubble schedule runs a chain with one stretch per device"):
+        order.schedule("zero_bubble", [0, 1], 4, 4)  # two stretches side by side
+    assert order.schedule("zero_bubble", [1], 3, 4, train=False) == order.gpipe([1], 4, train=False)
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_zero_bubble_on_random_chain_and_looped_plans_runs_to_the_end_and_matches_the_reference(seed):
+    rng = np.random.default_rng(seed)
+    P, v = int(rng.integers(2, 4)), int(rng.integers(1, 3))
+    n = P * v
+    m_count = int(rng.choice([m for m in range(1, 9) if m % max(1, m // P) == 0]))
+    pieces = random_plan(rng, n, lambda k: f"D{k % P}", lambda k: 1)
+    pieces = [replace(p, weight_share=float(rng.uniform(0.0, 1.0))) for p in pieces]
+    check_against_reference(pieces, m_count, "zero_bubble", {
+        f"D{r}": order.schedule("zero_bubble", list(range(r, n, P)), n, m_count) for r in range(P)})

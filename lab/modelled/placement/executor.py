@@ -28,7 +28,7 @@ from typing import Callable, Mapping, Sequence
 
 from lab.errors import LabError
 from lab.modelled.placement.core_tasks import Cpu, Recv, Send, Sleep
-from lab.modelled.placement.order import BACKWARD, FORWARD, Message, Piece
+from lab.modelled.placement.order import BACKWARD, BACKWARD_INPUT, BACKWARD_WEIGHT, FORWARD, Message, Piece
 from lab.modelled.placement.order import schedule as order_of
 
 WHERE = "executor model"
@@ -121,17 +121,22 @@ def tasks(pieces: Sequence[Piece], devices: Sequence[str], micro_batches: int, c
         if s.loss:
             out.append(Cpu(costs.loss, {"device": d, "piece": s.index, "micro": m, "kind": "loss", "op": None}))
 
-    def backward(r: int, d: str, s: Piece, m: int, last_reader: dict) -> None:
+    def computed(r: int, d: str, s: Piece, m: int, seconds: float, kind: str) -> None:
+        lists[r].append(Cpu(seconds + costs.backward_call, {"device": d, "piece": s.index, "micro": m, "kind": kind,
+                                                           "op": None}))
+        if s.backward_scale > 1.0:
+            lists[r].append(Sleep(after=s.backward_scale - 1.0, row={"device": d, "piece": s.index, "micro": m,
+                                                                     "kind": "emulated", "op": None}))
+
+    def backward(r: int, d: str, s: Piece, m: int, last_reader: dict, kind: str = BACKWARD) -> None:
+        # a whole backward, or a split one's input gradient: both receive and send the gradients
         out = lists[r]
         for o in outputs[s.index]:
             for rd in dict.fromkeys(dev[k] for k in readers[(s.index, o)]):
                 if rd != d:
                     out.append(Recv(Message(BACKWARD, s.index, o, m, rank[rd]), cpu=costs.recv(size[(s.index, o)])))
-        out.append(Cpu(s.backward + costs.backward_call, {"device": d, "piece": s.index, "micro": m,
-                                                          "kind": "backward", "op": None}))
-        if s.backward_scale > 1.0:
-            out.append(Sleep(after=s.backward_scale - 1.0, row={"device": d, "piece": s.index, "micro": m,
-                                                                "kind": "emulated", "op": None}))
+        # the CPU of a split half: its emulated share over the factor (the factor's wait comes after it)
+        computed(r, d, s, m, s.backward if kind == BACKWARD else s.backward_parts()[0] / s.backward_scale, kind)
         sent = set()
         for src, o, _ in s.inputs:
             if dev[src] != d and last_reader[(src, o)] == s.index and (src, o) not in sent:
@@ -152,8 +157,11 @@ def tasks(pieces: Sequence[Piece], devices: Sequence[str], micro_batches: int, c
         for a in order_of(schedule, [s.index for s in mine], len(pieces), M):
             if a.kind == FORWARD:
                 forward(r, d, pieces[a.piece], a.micro, got)
-            elif a.kind == BACKWARD:
-                backward(r, d, pieces[a.piece], a.micro, last_reader)
+            elif a.kind in (BACKWARD, BACKWARD_INPUT):
+                backward(r, d, pieces[a.piece], a.micro, last_reader, a.kind)
+            elif a.kind == BACKWARD_WEIGHT:
+                s = pieces[a.piece]
+                computed(r, d, s, a.micro, s.backward_parts()[1] / s.backward_scale, BACKWARD_WEIGHT)
             else:
                 lists[r].append(Cpu((optimizer or {}).get(d, 0.0), {"device": d, "piece": None, "micro": None,
                                                                     "kind": "optimizer", "op": None}))

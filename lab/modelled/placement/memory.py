@@ -27,7 +27,7 @@ import torch.fx as fx
 import torch.nn as nn
 
 from lab.errors import LabError
-from lab.modelled.placement.order import BACKWARD, FORWARD, Action
+from lab.modelled.placement.order import BACKWARD, BACKWARD_WEIGHT, FORWARD, Action
 from lab.modelled.placement.order import schedule as order_of
 from lab.scenario.models import graph_of
 
@@ -164,13 +164,14 @@ def micro_rows(batch: int, micro_batches: int) -> list[int]:
 
 def held_peak(actions: Sequence[Action], saved: Mapping[tuple[int, int], float]) -> float:
     """The most bytes a process holds at once running ``actions``, given ``saved[(piece, micro)]``: a forward adds
-    its piece's bytes for the micro-batch, the backward of the same pair frees them."""
+    its piece's bytes for the micro-batch, the backward of the same pair frees them (a split backward, at its weight
+    gradient: the weights' gradient still reads what the forward saved)."""
     held = peak = 0.0
     for a in actions:
         if a.kind == FORWARD:
             held += saved.get((a.piece, a.micro), 0.0)
             peak = max(peak, held)
-        elif a.kind == BACKWARD:
+        elif a.kind in (BACKWARD, BACKWARD_WEIGHT):
             held -= saved.get((a.piece, a.micro), 0.0)
     return peak
 

@@ -34,6 +34,11 @@ from typing import Iterable, NamedTuple
 from lab.errors import LabError
 
 FORWARD, BACKWARD, OPTIMIZER = "forward", "backward", "optimizer"
+# The zero-bubble schedule splits a backward in two: the gradient of the piece's inputs, which the piece before waits
+# for, and the gradient of its weights, which no other piece waits for and so fills the bubbles.
+BACKWARD_INPUT, BACKWARD_WEIGHT = "backward_input", "backward_weight"
+#: The kinds of action that compute a backward (whole, or one of its two halves).
+BACKWARDS = (BACKWARD, BACKWARD_INPUT, BACKWARD_WEIGHT)
 
 
 class Message(NamedTuple):
@@ -72,11 +77,23 @@ class Piece:
     inputs: tuple[tuple[int, int, float], ...] = ()
     loss: bool = False
     backward_scale: float = 1.0
+    # The share of the backward that computes the weights' gradient, which the zero-bubble schedule runs apart from
+    # the input's: half by default (a layer's weight gradient takes as many FLOPs as its input's), none for a piece
+    # without weights.
+    weight_share: float = 0.5
 
     @property
     def ops(self) -> tuple[str | None, ...]:
         """The piece's operators, in order."""
         return tuple(op for op, _, _ in self.forward)
+
+    def backward_parts(self) -> tuple[float, float]:
+        """Seconds of its input gradient and of its weight gradient (each times the emulated factor), as the
+        zero-bubble schedule runs them: a piece that reads only the model's input has no input to take a gradient
+        of, so its whole backward is the weights' (torch's pipelining does the same on its first stage)."""
+        total = self.backward * self.backward_scale
+        weight = total if not self.inputs else total * self.weight_share
+        return total - weight, weight
 
 
 @dataclass(frozen=True)
@@ -123,12 +140,7 @@ def interleaved_1f1b(rank: int, devices: int, local: int, micro_batches: int,
     mine = [rank + j * P for j in range(v)]
     if not train:
         return gpipe(mine, M, train=False)
-    rounds = max(1, M // P)
-    if M % rounds:
-        raise LabError(f"interleaved 1F1B takes the micro-batches in rounds of {M // rounds} per piece, so their "
-                       f"number must be a multiple of {rounds} (got {M}): choose {rounds * (M // rounds)} or "
-                       f"{rounds * (M // rounds + 1)}", where="training.micro_batches")
-    per_round = M // rounds
+    per_round = _per_round("interleaved 1F1B", P, M)
     warmup = min((v - 1) * per_round + 2 * (P - 1 - rank), M * v)
     steady = M * v - warmup
 
@@ -157,6 +169,69 @@ def interleaved_1f1b(rank: int, devices: int, local: int, micro_batches: int,
     return tuple(actions)
 
 
+def zero_bubble(rank: int, devices: int, local: int, micro_batches: int, train: bool = True) -> tuple[Action, ...]:
+    """The actions of the process of rank ``rank`` of ``devices``, holding pieces ``rank, rank + devices, ...``
+    (``local`` of them; one for a chain), for a step of ``micro_batches`` under the zero-bubble schedule (Qi et al.
+    2024, ZB-H1; interleaved when ``local`` > 1): a shorter warm-up than 1F1B's, then one forward and one input
+    gradient in turn, each weight gradient ``rank`` input gradients later, and the weight gradients left at the
+    end, where the bubble was. Forward only when ``train`` is off."""
+    P, v, M = int(devices), int(local), int(micro_batches)
+    mine = [rank + j * P for j in range(v)]
+    if not train:
+        return gpipe(mine, M, train=False)
+    per_round = _per_round("zero bubble", P, M)
+    warmup = min((v - 1) * per_round + (P - 1 - rank), M * v)
+    steady = M * v - warmup
+
+    def fwd_piece(op: int) -> int:
+        return ((op // per_round) % v) * P + rank
+
+    def bwd_piece(op: int) -> int:
+        return (v - 1 - ((op - warmup) // per_round) % v) * P + rank
+
+    fwd_next: dict[int, int] = {}
+    bwd_next: dict[int, int] = {}
+    weight_next: dict[int, int] = {}
+    backward_ops: list[int] = []
+
+    def take(counter: dict[int, int], k: int) -> int:
+        counter[k] = counter.get(k, 0) + 1
+        return counter[k] - 1
+
+    actions: list[Action] = []
+
+    def weight_gradient(of_op: int) -> None:
+        k = bwd_piece(of_op)
+        actions.append(Action(BACKWARD_WEIGHT, k, take(weight_next, k)))
+
+    weights = 0  # input gradients whose weight gradient is in the list
+    for op in range(warmup + steady + warmup):
+        if op < warmup + steady:
+            k = fwd_piece(op)
+            actions.append(Action(FORWARD, k, take(fwd_next, k)))
+        if op >= warmup:
+            k = bwd_piece(op)
+            actions.append(Action(BACKWARD_INPUT, k, take(bwd_next, k)))
+            backward_ops.append(op)
+            if op - warmup >= rank:  # the weight gradient of the oldest input gradient still without one
+                weight_gradient(backward_ops[weights])
+                weights += 1
+    for op in backward_ops[weights:]:
+        weight_gradient(op)
+    actions.append(Action(OPTIMIZER))
+    return tuple(actions)
+
+
+def _per_round(name: str, P: int, M: int) -> int:
+    """How many micro-batches a process takes through one of its pieces before the next (torch's rounds)."""
+    rounds = max(1, M // P)
+    if M % rounds:
+        raise LabError(f"{name} takes the micro-batches in rounds of {M // rounds} per piece, so their "
+                       f"number must be a multiple of {rounds} (got {M}): choose {rounds * (M // rounds)} or "
+                       f"{rounds * (M // rounds + 1)}", where="training.micro_batches")
+    return M // rounds
+
+
 def schedule(name: str, mine: Iterable[int], pieces: int, micro_batches: int,
              train: bool = True) -> tuple[Action, ...]:
     """One process's actions under schedule ``name`` (:data:`lab.scenario.names.PIPELINE_SCHEDULES`), given its pieces
@@ -181,6 +256,16 @@ def schedule(name: str, mine: Iterable[int], pieces: int, micro_batches: int,
                            "least twice, or use GPipe or 1F1B",
                            where="training.schedule")
         return interleaved_1f1b(mine[0], P, v, micro_batches, train)
+    if name == "zero_bubble":
+        v = len(mine)
+        P = pieces // v if v else 0
+        if not v or pieces % v or mine[0] >= P or mine != [mine[0] + j * P for j in range(v)]:
+            raise LabError(f"the zero-bubble schedule runs a chain with one stretch per device, or stretches that go "
+                           f"round the devices in turn (the k-th stretch on the (k mod devices)-th device), and this "
+                           f"plan gives a device {v} of its {pieces} pieces ({', '.join(map(str, mine[:6]))}): pin the "
+                           "operators so that each device holds one stretch or the model goes round the devices, "
+                           "choose the even rounds strategy, or use GPipe", where="training.schedule")
+        return zero_bubble(mine[0], P, v, micro_batches, train)
     raise LabError(f"unknown schedule {name!r}", where="training.schedule")
 
 
@@ -193,7 +278,7 @@ def actions_in(rows: Iterable[dict]) -> list[Action]:
     for r in rows:
         if r["kind"] == OPTIMIZER:
             a = Action(OPTIMIZER)
-        elif r["kind"] in (FORWARD, BACKWARD):
+        elif r["kind"] in (FORWARD, *BACKWARDS):
             a = Action(r["kind"], int(r["piece"]), int(r["micro"]))
         else:
             continue

@@ -19,6 +19,9 @@ micro-batches ``0..M-1`` each. Then the device's optimizer step.
   the device is free, its own forward ``(k, m)`` has finished, and the gradient of every tensor that a
   later piece read from ``k`` has come back: that reader's backward ``(c, m)`` finish plus the link time
   from the reader's device, for the same bytes.
+* Under the zero-bubble schedule a backward is two tasks: the input gradient (``backward_input``), which waits
+  and sends as a whole backward does, and the weight gradient (``backward_weight``), which waits only for its own
+  input gradient (:meth:`.order.Piece.backward_parts` splits the time).
 * Links have no contention and a send never blocks the sender (the executor's sends are
   asynchronous); only the receiver waits.
 
@@ -39,7 +42,7 @@ from numbers import Integral, Real
 from typing import Any, Callable, Mapping, Sequence
 
 from lab.errors import LabError
-from lab.modelled.placement.order import BACKWARD, FORWARD, Action, Piece
+from lab.modelled.placement.order import BACKWARD, BACKWARD_INPUT, BACKWARD_WEIGHT, FORWARD, Action, Piece
 from lab.modelled.placement.order import schedule as order_of
 
 WHERE = "pipeline model"
@@ -50,7 +53,8 @@ class PipelineSchedule:
     """The modelled rows of one step (compute and cross-device transfers) and its length.
 
     Compute rows: ``{"device", "piece", "micro", "kind", "op", "start", "end"}`` with ``kind`` one of
-    ``forward``, ``backward``, ``loss``, ``optimizer`` (the last two with ``op`` None, the optimizer
+    ``forward``, ``backward`` (or its halves ``backward_input`` and ``backward_weight``), ``loss``, ``optimizer``
+    (the last two with ``op`` None, the optimizer
     with ``piece`` and ``micro`` None). Transfer rows (``kind`` ``activation`` or ``gradient``) add
     ``src``, ``dst``, ``from_piece`` (the sender) and ``bytes``; ``piece`` and ``device`` are the
     receiver, ``start`` the sender's finish and ``end`` the arrival.
@@ -157,6 +161,9 @@ def _check(pieces: list[Piece]) -> None:
             _factor(scale, f"emulated factor of operator {op!r}")
         _seconds(p.backward, f"backward time of piece {i}")
         _factor(p.backward_scale, f"emulated factor of piece {i}'s backward")
+        if not 0.0 <= _seconds(p.weight_share, f"weight share of piece {i}'s backward") <= 1.0:
+            raise LabError(f"the weight share of piece {i}'s backward must be between 0 and 1 (got {p.weight_share})",
+                           where=WHERE)
         for entry in p.inputs:
             if not (isinstance(entry, tuple) and len(entry) == 3):
                 raise LabError(f"piece {i}: each input must be (source piece, output, bytes) (got {entry!r})",
@@ -251,7 +258,9 @@ def simulate(pieces: Sequence[Piece], link: Callable[[str, str, float], float], 
         fwd_end[k][m] = free[p.device] = t
         return True
 
-    def backward_task(k: int, m: int) -> bool:
+    def backward_task(k: int, m: int, kind: str = BACKWARD) -> bool:
+        # A whole backward, or the input gradient of a split one: either sends the gradients the pieces before wait
+        # for.
         p = pieces[k]
         if any(bwd_end[c][m] is None for c, _ in grads[k]):
             return False
@@ -262,15 +271,25 @@ def simulate(pieces: Sequence[Piece], link: Callable[[str, str, float], float], 
             if dev[c] != p.device:
                 transfer("gradient", c, k, m, nbytes, sent, arrive)
             start = max(start, arrive)
-        t = compute(p.device, k, m, "backward", None, start, float(p.backward) * float(p.backward_scale))
+        seconds = float(p.backward) * float(p.backward_scale) if kind == BACKWARD else p.backward_parts()[0]
+        t = compute(p.device, k, m, kind, None, start, seconds)
         bwd_end[k][m] = free[p.device] = t
+        return True
+
+    def weight_task(k: int, m: int) -> bool:
+        # after its own input gradient, on the same device (its list puts it later); no other piece waits for it
+        p = pieces[k]
+        free[p.device] = compute(p.device, k, m, BACKWARD_WEIGHT, None, max(free[p.device], bwd_end[k][m]),
+                                 p.backward_parts()[1])
         return True
 
     def run(d: str, a: Action) -> bool:
         if a.kind == FORWARD:
             return forward_task(a.piece, a.micro)
-        if a.kind == BACKWARD:
-            return backward_task(a.piece, a.micro)
+        if a.kind in (BACKWARD, BACKWARD_INPUT):
+            return backward_task(a.piece, a.micro, a.kind)
+        if a.kind == BACKWARD_WEIGHT:
+            return weight_task(a.piece, a.micro)
         free[d] = compute(d, None, None, "optimizer", None, free[d], opt.get(d, 0.0))
         return True
 
