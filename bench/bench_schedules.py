@@ -1,11 +1,13 @@
-"""Pipeline schedules run for real beside their model: step time, bubble and activation memory, GPipe against 1F1B.
+"""Pipeline schedules run for real beside their model: step time, bubble and activation memory, GPipe against 1F1B,
+interleaved 1F1B and zero bubble.
 
     .venv/bin/python bench/bench_schedules.py [--steps 10] [--repeats 2] [--models mlp,cnn,resnet,transformer]
                                               [--micro 2,4,8] [--smoke]
 
 **What runs.** Each preset model on the CXL preset without its DPU (four devices: a bench starts at most four
 processes), cut into equal contiguous stretches of layers, one per device with a kernel for every operator (the host
-and the GPU: a pipeline of two stages) for GPipe and 1F1B, and twice round those devices (four stretches, two per
+and the GPU: a pipeline of two stages) for GPipe, 1F1B and zero bubble (each backward split into its input's and
+its weights' gradients, torch's own split), and twice round those devices (four stretches, two per
 device: the even rounds strategy) for interleaved 1F1B, with 2, 4 and 8 micro-batches of a batch of 32, emulated (the drawn cluster's speeds
 and links) and not (every device is this machine). The schedules of one setting take turns, run after run,
 ``repeats`` times; a run's step is the median of its steps after the warm-up; a setting's step the median of its
@@ -55,8 +57,8 @@ def geomean(xs: list[float]) -> float:
 
 
 def settings_of(models: list[str], micros: list[int], modes: list[bool], steps: int) -> list[dict]:
-    """Every (model, micro-batches, mode) with one scenario per schedule: the even split under GPipe and 1F1B, the even
-    rounds plan under interleaved 1F1B."""
+    """Every (model, micro-batches, mode) with one scenario per schedule: the even split under GPipe, 1F1B and zero
+    bubble, the even rounds plan under interleaved 1F1B."""
     out = []
     for model in models:
         tr = Training(model=model, parallel="placement", strategy="even_split", batch_size=32, steps=steps)

@@ -18,12 +18,15 @@ from lab.scenario.units import error_pct
 # ----- a placement run: what ran on each device (measured) beside what the model predicted (modelled) -------
 #
 # Rows come in one format, measured or modelled (seconds from the step's start):
-#   compute:  device, piece, micro, kind ("forward" | "backward" | "loss" | "optimizer" | "emulated"), op, start, end
+#   compute:  device, piece, micro, kind ("forward" | "backward" | "backward_input" | "backward_weight" | "loss" |
+#             "optimizer" | "emulated"), op, start, end
 #   transfer: kind ("activation" | "gradient"), src, dst, device (= dst), piece, from_piece, micro, bytes, start, end
 
 #: Compute kinds: (legend name, colour, hatch). An emulated wait is the time an operator waits on a device the
 #: topology says is slower; only measured runs have it, drawn light and hatched.
 RUN_KINDS = {"forward": ("forward", "#4c78a8", ""), "backward": ("backward", "#f58518", ""),
+             "backward_input": ("backward: input's gradient", "#f58518", ""),
+             "backward_weight": ("backward: weights' gradient", "#e45756", ""),
              "loss": ("loss", "#54a24b", ""), "optimizer": ("optimizer step", "#b279a2", ""),
              "emulated": ("emulated wait (slower device)", "#c9ced6", "/")}
 #: Transfer kinds: (legend name, colour).

@@ -111,6 +111,7 @@ def parts_of(sc: Scenario, model: torch.nn.Module, in_features: int, profile: Ma
     og = trace(model, micro, in_features, name=tr.model)
     scales = placement_run.op_scales(sc, plan) if emulate else {}
     cost = {op.name: fit.cost(op_features(op)[0]).time(op.flops) for op in og.ops}
+    weighted = {op.name for op in og.ops if op.param_bytes > 0}
     parts = []
     for p, bare in zip(cut, placement_run.with_bytes(cut, nbytes)):
         fwd = tuple((op, cost[op] * FORWARD_SHARE, scales.get(op, 1.0)) for op in p.ops)
@@ -120,7 +121,7 @@ def parts_of(sc: Scenario, model: torch.nn.Module, in_features: int, profile: Ma
         total = sum(t for _, t, _ in fwd)
         scale = (sum(t * s for _, t, s in fwd) / total) if total > 0 and scales else 1.0
         parts.append(replace(bare, forward=fwd, backward=sum(cost[op] for op in p.ops) * (1.0 - FORWARD_SHARE),
-                             backward_scale=scale))
+                             backward_scale=scale, weight_share=weight_share(p.ops, cost, weighted)))
     opt = profile.optimizer_cost(tr.optimizer, 1)
     optimizer = {}
     for dev in plan.devices:
@@ -129,6 +130,14 @@ def parts_of(sc: Scenario, model: torch.nn.Module, in_features: int, profile: Ma
     topo = sc.topology
     link = (lambda a, b, n: float(topo.transfer_time(a, b, n))) if emulate else None
     return PlanParts(parts, list(plan.devices), tr.micro_batches, optimizer, link, bool(emulate), tr.schedule)
+
+
+def weight_share(ops, cost: dict, weighted: set) -> float:
+    """The share of a piece's backward that computes its weights' gradient, by FLOPs: an operator with weights
+    takes twice its forward backward (its input's gradient and its weights', alike), one without takes its
+    forward once, all for its input."""
+    total = sum(cost[op] * (2.0 if op in weighted else 1.0) for op in ops)
+    return sum(cost[op] for op in ops if op in weighted) / total if total > 0 else 0.0
 
 
 #: The terms of the core model a prediction can leave out (the bench's ablation).

@@ -20,7 +20,7 @@ from lab.modelled.placement.core_tasks import CoreSchedule, Cpu, Machine, Recv, 
 from lab.modelled.placement.cores import simulate
 from lab.modelled.placement.order import BACKWARD, FORWARD, Message
 
-COMPUTE = ("forward", "backward", "loss", "optimizer")
+COMPUTE = ("forward", "backward", "backward_input", "backward_weight", "loss", "optimizer")
 TRANSFERS = ("activation", "gradient")
 
 

@@ -74,6 +74,8 @@ CHOICES: dict[str, dict[str, tuple[str, str]]] = {
         "1f1b": ("1F1B: one forward, one backward (fewer activations held)", "1F1B"),
         "interleaved_1f1b": ("Interleaved 1F1B: each device holds several stretches, taken in turn (a smaller "
                              "bubble)", "interleaved 1F1B"),
+        "zero_bubble": ("Zero bubble: each backward split into the input's gradient, sent at once, and the weights' "
+                        "gradient, done in the gaps", "zero bubble"),
     },
     "balance": {
         "off": ("off (the plan is made once)", "off"),

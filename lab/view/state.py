@@ -166,7 +166,8 @@ VIEW: dict[str, Control] = {
                             "holds at most as many as there are pieces from it to the end), for plans that give "
                             "each device one stretch of the model; interleaved 1F1B: the same over several "
                             "stretches per device, for plans that go round the devices in turn (the even rounds "
-                            "strategy makes one)"),
+                            "strategy makes one); zero bubble: each backward split into the input's gradient, sent "
+                            "at once, and the weights' gradient, done where the others leave a gap"),
                       from_scenario=lambda sc: sc.training.schedule),
     "pl_steps": _c("placement", int, 40, "Steps", lo=5, hi=2000),
     "pl_emulate": _c("placement", bool, True, "Emulate the drawn cluster", widget="toggle",

@@ -279,3 +279,25 @@ def test_an_interleaved_1f1b_run_computes_what_one_process_computes_in_torchs_or
     modelled = modelled_peaks(sc, torch.float64)
     for d, o in zip(devices, outs):  # the counted bytes are the memory model's under the same lists
         assert o["saved_peak"] == pytest.approx(modelled[d], rel=1e-6), d
+
+
+@pytest.mark.parametrize("model,plan,micro", [("mlp", "chain", 4), ("resnet", "chain", 3), ("transformer", "looped", 4)])
+def test_a_zero_bubble_run_splits_each_backward_as_torch_does_and_computes_what_one_process_computes(
+        model, plan, micro, tmp_path):
+    # torch's own split of a backward (its pipelining's stage_backward_input and stage_backward_weight), on a chain
+    # with batch norm in it (resnet) and on a plan that goes round the devices twice
+    devices = ["edge0", "edge1"] if plan == "looped" else ["edge0", "edge1", "edge2"]
+    placement = looped(model, devices, 2) if plan == "looped" else chain(model, devices)
+    sc = scenario(model, placement, schedule="zero_bubble", micro_batches=micro)
+    placement_run.check_placement(placement_run.resolved(sc))
+    outs = run(sc, tmp_path)
+    check_against_reference(sc, outs, 1e-9)
+    pieces = len(devices) * (2 if plan == "looped" else 1)
+    for r, (d, o) in enumerate(zip(devices, outs)):  # each process ran torch's zero-bubble order, every step
+        step = list(order.schedule("zero_bubble", list(range(r, pieces, len(devices))), pieces, micro))
+        assert order.actions_in(o["events"]) == step * STEPS, d
+        kinds = {e["kind"] for e in o["events"]}
+        assert {"backward_input", "backward_weight"} <= kinds and "backward" not in kinds, d
+    modelled = modelled_peaks(sc, torch.float64)
+    for d, o in zip(devices, outs):  # what the forward saved is held until the weights' gradient, as modelled
+        assert o["saved_peak"] == pytest.approx(modelled[d], rel=1e-6), d

@@ -10,12 +10,14 @@ import torch
 import torch.distributed as dist
 import torch.fx as fx
 import torch.nn.functional as F
+# torch pipelining's split of a stage's backward into its inputs' and its weights' gradients (zero bubble)
+from torch.distributed.pipelining._backward import stage_backward_input, stage_backward_weight
 
 from lab.comm.peers import waiting_for_peers, waits_for_peers
 from lab.errors import LabError
 from lab.modelled.costmodel import DATASHEET
 from lab.modelled.placement.memory import SavedCounter, model_state
-from lab.modelled.placement.order import BACKWARD, FORWARD, Message
+from lab.modelled.placement.order import BACKWARD, BACKWARD_INPUT, BACKWARD_WEIGHT, FORWARD, Message
 from lab.modelled.placement.order import schedule as order_of
 from lab.optim.optimizers import from_training as optim_from_training
 from lab.train import data as data_mod
@@ -78,6 +80,9 @@ class _Step:
         self.remote: dict = {}  # (piece, output, micro) -> gradient for a tensor received from another device
         self.loss_total, self.correct, self.compute = 0.0, 0, 0.0
         self.saved: dict = {}  # (piece, micro) -> bytes its forward saved for the backward (when measured)
+        # (piece, micro) -> what a split backward's weight gradient needs from its input gradient: torch's parameter
+        # groups, or None when the piece has no input to take a gradient of (its whole backward waits for then)
+        self.split: dict = {}
         self.held = self.peak = 0.0
 
 
@@ -267,8 +272,10 @@ class PlacementTrainer:
             for a in order_of(self.tr.schedule, [p.index for p in self.mine], len(self.pieces), M, train=train):
                 if a.kind == FORWARD:
                     self.forward_task(st, self.pieces[a.piece], a.micro)
-                elif a.kind == BACKWARD:
-                    self.backward_task(st, self.pieces[a.piece], a.micro)
+                elif a.kind in (BACKWARD, BACKWARD_INPUT):
+                    self.backward_task(st, self.pieces[a.piece], a.micro, a.kind)
+                elif a.kind == BACKWARD_WEIGHT:
+                    self.weight_task(st, self.pieces[a.piece], a.micro)
                 else:
                     self.optimizer_task(st)
         self._wait_sent()
@@ -330,10 +337,11 @@ class PlacementTrainer:
             st.compute += t1 - t0
             self.rec.event(kind="loss", op=None, piece=p.index, micro=m, start=t0, end=t1)
 
-    def backward_task(self, st: "_Step", p: CutPiece, m: int) -> None:
+    def backward_task(self, st: "_Step", p: CutPiece, m: int, kind: str = BACKWARD) -> None:
         """Piece ``p``'s backward on micro-batch ``m``: the gradients of its outputs (summed over local
         readers, received from other devices), its backward, and each input's gradient sent back once the
-        last local piece reading it is done."""
+        last local piece reading it is done. With ``kind`` BACKWARD_INPUT, only its inputs' gradients: the weights'
+        wait for :meth:`weight_task`."""
         clock = time.perf_counter
         outs, grads = [], []
         for o in range(p.outputs):
@@ -351,18 +359,21 @@ class PlacementTrainer:
             outs.append(st.losses[m])
             grads.append(None)
         t0 = clock()
-        if outs:
+        if kind == BACKWARD_INPUT:
+            leaves = st.leaves[(p.index, m)]
+            if outs and any(v.requires_grad for v in leaves):
+                # torch's own split (its pipelining's zero-bubble stages): the inputs' gradients now, and the nodes
+                # the weights' gradient starts from kept for later
+                _, groups = stage_backward_input(outs, grads, leaves, p.module.parameters())
+                st.split[(p.index, m)] = (groups, None, None)
+            else:  # nothing to send back: the whole backward waits for the weights' turn, as torch's first stage
+                st.split[(p.index, m)] = (None, outs, grads)
+        elif outs:
             torch.autograd.backward(outs, grads)
         t1 = clock()
-        st.compute += t1 - t0
-        st.held -= st.saved.pop((p.index, m), 0)  # the backward frees what the forward saved
-        self.rec.event(kind="backward", op=None, piece=p.index, micro=m, start=t0, end=t1)
-        s = self.backward_scale(p, m)
-        if s > 1.0:
-            wait = (s - 1.0) * (t1 - t0)
-            self.rec.stats["emul_compute"] += wait
-            self.emulated_wait(wait)
-            self.rec.event(kind="emulated", op=None, piece=p.index, micro=m, start=t1, end=clock(), wait=wait)
+        if kind == BACKWARD:
+            st.held -= st.saved.pop((p.index, m), 0)  # the backward frees what the forward saved
+        self._computed(st, p, m, kind, t0, t1)
         for r, leaf in zip(p.reads, st.leaves[(p.index, m)]):
             if r is INPUT:
                 continue
@@ -376,6 +387,30 @@ class PlacementTrainer:
                     src = self.pieces[r[0]]
                     self._send(st.remote.pop(key), self.rank_of[src.device],
                                Message(BACKWARD, src.index, r[1], m, self.rank).tag)
+
+    def weight_task(self, st: "_Step", p: CutPiece, m: int) -> None:
+        """The weights' gradient of piece ``p`` on micro-batch ``m``, after its input gradient (a split backward)."""
+        groups, outs, grads = st.split.pop((p.index, m))
+        t0 = time.perf_counter()
+        if groups is not None:
+            stage_backward_weight(p.module.parameters(), groups)
+        elif outs:
+            torch.autograd.backward(outs, grads)
+        t1 = time.perf_counter()
+        st.held -= st.saved.pop((p.index, m), 0)  # what the forward saved is read until the weights' gradient
+        self._computed(st, p, m, BACKWARD_WEIGHT, t0, t1)
+
+    def _computed(self, st: "_Step", p: CutPiece, m: int, kind: str, t0: float, t1: float) -> None:
+        """A backward (or half of one) ran from t0 to t1: record it and wait its emulated extra time."""
+        st.compute += t1 - t0
+        self.rec.event(kind=kind, op=None, piece=p.index, micro=m, start=t0, end=t1)
+        s = self.backward_scale(p, m)
+        if s > 1.0:
+            wait = (s - 1.0) * (t1 - t0)
+            self.rec.stats["emul_compute"] += wait
+            self.emulated_wait(wait)
+            self.rec.event(kind="emulated", op=None, piece=p.index, micro=m, start=t1, end=time.perf_counter(),
+                           wait=wait)
 
     def optimizer_task(self, st: "_Step") -> None:
         clock = time.perf_counter

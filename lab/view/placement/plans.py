@@ -138,7 +138,8 @@ def assignment_of(g, strategy: str) -> dict[str, str]:
 def schedule_runs(g, assignment: Mapping[str, str], schedule: str, micro_batches: int) -> bool:
     """Whether ``schedule`` runs the plan ``assignment`` of ``g``: its pieces are the runs of one device in the
     operators' topological order, and every device's list of actions must be one the schedule makes (1F1B: one
-    stretch of the model per device; interleaved 1F1B: stretches that go round the devices in turn)."""
+    stretch of the model per device; interleaved 1F1B: stretches that go round the devices in turn; zero bubble:
+    either)."""
     seq = [assignment[t] for t in g.topological_order()]
     piece_devices = [d for i, d in enumerate(seq) if i == 0 or d != seq[i - 1]]
     try:
