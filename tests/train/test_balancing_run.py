@@ -18,6 +18,8 @@ from lab.store.runs import JOB_WORKER, RunStore
 from lab.train import placement_run
 from lab.train.launcher import preflight
 from lab.train.launcher_record import processes_of
+from lab.train.placement_run.rounds import Rounds
+from lab.train.step_record import StepRecord
 from tests.conftest import run_command
 
 pytestmark = [pytest.mark.usefixtures("spawns"), pytest.mark.timeout(300)]
@@ -40,13 +42,14 @@ def scenario(**training) -> Scenario:
     return Scenario("balance", Topology.from_dict(four_devices()), tr)
 
 
-@pytest.mark.parametrize("rule", ["throughput", "wait"])
-def test_the_balancing_loop_runs_its_rounds_and_each_rounds_weights_follow_from_the_last(rule, lab_db, monkeypatch):
+@pytest.mark.parametrize("rule,schedule", [("throughput", "gpipe"), ("wait", "gpipe"), ("wait", "1f1b")])
+def test_the_balancing_loop_runs_its_rounds_and_each_rounds_weights_follow_from_the_last(rule, schedule, lab_db,
+                                                                                          monkeypatch):
     monkeypatch.setenv("LAB_FLUSH_EVERY", "1")
     # The slowed GPU waits 39 times its measured compute, which a loaded machine inflates: a stage's send has
     # waited past gloo's 60 s for it. This test checks the rounds, not gloo's timeout.
     monkeypatch.setenv("LAB_GLOO_TIMEOUT", "600")
-    sc = scenario(balance=rule)
+    sc = scenario(balance=rule, schedule=schedule)
     res = run_command(sc)
     store = RunStore(lab_db)
     run = store.get_run(res.run_id)
@@ -68,9 +71,17 @@ def test_the_balancing_loop_runs_its_rounds_and_each_rounds_weights_follow_from_
     g = plan.tasks
     loop = model_loop(g, rule, tolerance=sc.training.balance_tolerance, patience=2, max_rounds=8)
     assert rounds[0]["plan"] == [plan.assignment[t] for t in g.tasks]
+    kept = None
     for r in rounds:
         assert np.allclose(r["weights"], loop.weights, rtol=1e-12)
-        assert r["plan"] == [weighted_plan(g, loop.weights, "greedy_eft").slots[t][0] for t in g.tasks]
+        # a round runs the plan the last round made, or the one before it when the schedule could not run that
+        made = [weighted_plan(g, loop.weights, "greedy_eft").slots[t][0] for t in g.tasks]
+        assert r["plan"] == (kept if kept is not None else made)
+        kept = r["plan"] if r.get("kept") else None
+        if r.get("kept"):
+            assert "1F1B runs one piece per device" in r["kept"]
+        taken = sc.training.replace(placement=dict(zip(g.tasks, r["plan"])), balance="off")
+        placement_run.check_placement(sc.replace(training=taken))  # every plan run is one the schedule runs
         assert all(w == pytest.approx(max(r["round_time"] - b, 0.0)) for w, b in zip(r["waits"], r["busy"]))
         loop.observe(tuple(r["plan"]), r["busy"], device_work(g, tuple(r["plan"])), r["round_time"])
     # The slowed GPU is measured slower: its busy time per unit of modelled work is the largest.
@@ -102,3 +113,34 @@ def _nine_devices() -> dict:
     d["devices"].append(extra)
     d["links"].append(dict(d["links"][0], a="edge8"))
     return d
+
+
+def test_a_re_made_plan_the_schedule_cannot_run_is_not_taken_and_the_round_says_why(monkeypatch):
+    from lab.train.placement_run import rounds as rounds_module
+
+    sc = preflight(scenario(schedule="1f1b")).scenario
+    model = build_model("cnn", 64, 10)
+    plan = placement_run.resolve(sc, model, 64)
+    # Every device's records of the round, as the processes would gather them: the device holding the work measured
+    # slow, the others idle, so the loop moves work off it
+    slow = plan.assignment["conv1"]
+    steps = range(1, sc.training.round_steps + 1)
+    records = [[list(StepRecord(k, 1.0, 1.0 if d == slow else 0.0, 0.0, 0.0, 0.0, k - 1.0, math.nan, k * 1.0, 0.0,
+                                0.0, 32.0, 0.0)) for k in steps] for d in plan.devices]
+    monkeypatch.setattr(rounds_module, "gather", lambda recs, world: records)
+    monkeypatch.setattr(rounds_module.dist, "broadcast_object_list", lambda objects, src: None)  # rank 0 decides
+
+    def ended(refuses):
+        rounds = Rounds(sc.training, plan, rank=0, world=len(plan.devices))
+        written: list = []
+        for k in steps:
+            rounds.add(StepRecord.of(records[0][k - 1]))
+        _, new = rounds.end(sc.training.round_steps, plan, written.append, refuses)
+        return new, rounds.info[-1], written[-1]
+
+    taken, info, _ = ended(lambda assignment: None)
+    assert taken is not None and taken[0] != plan.assignment and info["kept"] is None
+    why = "1F1B runs one piece per device, and this plan gives a device 2 pieces"
+    new, info, written = ended(lambda assignment: why if assignment == taken[0] else None)
+    assert new is None and info["kept"] == why
+    assert written["placement"] == dict(plan.assignment)  # the stored plan is the one still running

@@ -340,3 +340,17 @@ def test_every_strategy_under_1f1b_runs_the_plans_1f1b_can_run_and_no_other():
     gpipe = plans.strategy_scenarios(base.replace(training=base.training.replace(schedule="gpipe")), g, "cnn", 32, 4, 5,
                                  False, 1)
     assert {sc.training.strategy for sc, _ in gpipe} == set(plans.STRATEGY_NAMES)  # GPipe runs every plan
+
+
+def test_a_balancing_run_says_how_many_re_made_plans_its_schedule_did_not_take_and_why():
+    rounds = [{"round_time": 0.010, "changes": 3, "kept": None},
+              {"round_time": 0.008, "changes": 0, "kept": "1F1B runs one piece per device"},
+              {"round_time": 0.008, "changes": 0, "kept": "1F1B runs one piece per device"}]
+    run = {"scenario": {"training": {"balance": "wait"}}, "status": "done",
+           "info": {"balance": {"rounds": rounds, "done": True, "converged": False, "reason": "the last round"}}}
+    line = pv.balance_run_line(run)
+    assert line.endswith("2 re-made plan(s) were not taken, as the schedule cannot run them (1F1B runs one piece "
+                         "per device).")
+    assert "3 round(s), 3 operator move(s)" in line
+    taken = {**run, "info": {"balance": {**run["info"]["balance"], "rounds": [dict(r, kept=None) for r in rounds]}}}
+    assert "not taken" not in pv.balance_run_line(taken)

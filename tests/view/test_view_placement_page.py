@@ -12,6 +12,7 @@ from lab.scenario.catalogue import preset
 from lab.scenario.document import Scenario, default_scenario
 from lab.scenario.names import STRATEGY_LABELS, STRATEGY_NAMES
 from lab.scenario.topology import Device, Link, Switch, Topology
+from lab.train import placement_run
 from lab.view import placement as view
 from lab.view.state import VIEW
 from tests.view.sections import by_key, figure_json
@@ -200,9 +201,13 @@ def test_a_pin_the_model_refuses_is_a_notice_and_the_page_stays_whole():
     run = {k: VIEW[k].setting.default for k in (*view.RUN_CONTROLS, "pl_round_steps")}
     for items in (pv.plan_items(run), pv.strategy_items(run), pv.balance_items(run | knobs(pv))):
         assert items and all(dict(one.training.pins) == {"net_0": "host"} for one, _ in items)  # runs take the plan's
-    one_f = run | {"pl_schedule": "1f1b"}  # the schedule picked runs; the balancing loop keeps GPipe (it re-plans)
+    one_f = run | {"pl_schedule": "1f1b"}  # the schedule picked runs, the balancing loop's too
     assert {one.training.schedule for one, _ in pv.plan_items(one_f) + pv.strategy_items(one_f)} == {"1f1b"}
-    assert {one.training.schedule for one, _ in pv.balance_items(one_f | knobs(pv))} == {"gpipe"}
+    balancing = pv.balance_items(one_f | knobs(pv))
+    assert {one.training.schedule for one, _ in balancing} == {"1f1b"}
+    for one, name in balancing:  # a baseline whose plan 1F1B cannot run is left out, not refused at submit
+        if name.startswith("baseline"):
+            placement_run.check_placement(one)
 
 
 def test_a_pin_on_a_device_without_a_kernel_is_a_notice_naming_the_class():

@@ -237,6 +237,10 @@ def schedule(name: str, mine: Iterable[int], pieces: int, micro_batches: int,
     """One process's actions under schedule ``name`` (:data:`lab.scenario.names.PIPELINE_SCHEDULES`), given its pieces
     ``mine`` among ``pieces``."""
     mine = sorted(mine)
+    if not mine and name in ("gpipe", "1f1b", "interleaved_1f1b", "zero_bubble"):
+        # a process the plan gives no piece (a balancing run starts one per device of the cluster) only steps its
+        # optimiser, under any schedule
+        return (Action(OPTIMIZER),) if train else ()
     if name == "gpipe":
         return gpipe(mine, micro_batches, train)
     if name == "1f1b":

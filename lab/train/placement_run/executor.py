@@ -10,8 +10,6 @@ import torch
 import torch.distributed as dist
 import torch.fx as fx
 import torch.nn.functional as F
-# torch pipelining's split of a stage's backward into its inputs' and its weights' gradients (zero bubble)
-from torch.distributed.pipelining._backward import stage_backward_input, stage_backward_weight
 
 from lab.comm.peers import waiting_for_peers, waits_for_peers
 from lab.errors import LabError
@@ -24,9 +22,10 @@ from lab.train import data as data_mod
 from lab.train import resilience as rz
 from lab.train.placement_run.clock import clock_offsets
 from lab.train.placement_run.pieces import INPUT, CutPiece, link_wait, op_scales, pieces
-from lab.train.placement_run.plan import StagePlan, model_for, resolve
+from lab.train.placement_run.plan import StagePlan, model_for, replanned, resolve
 from lab.train.placement_run.recording import Recorder, all_timelines, gather, step_rows
 from lab.train.placement_run.rounds import Rounds, replan
+from lab.train.placement_run.split import input_gradient, weight_gradient
 from lab.train.services import RankServices
 from lab.train.step_record import StepRecord
 
@@ -149,6 +148,18 @@ class PlacementTrainer:
             for r in p.reads:
                 if r is not INPUT and self.pieces[r[0]].device != self.device:
                     self.last_reader[tuple(r)] = min(self.last_reader.get(tuple(r), p.index), p.index)
+
+    def schedule_refuses(self, assignment: dict[str, str]) -> str | None:
+        """Why the run's pipeline schedule cannot run the plan ``assignment`` (its pieces as this run would cut
+        them), or None when it can."""
+        plan = replanned(self.plan, assignment, self.plan.schedule)
+        cut, _ = pieces(self.model, plan)
+        try:
+            for d in plan.devices:
+                order_of(self.tr.schedule, [p.index for p in cut if p.device == d], len(cut), self.tr.micro_batches)
+        except LabError as exc:
+            return str(exc)
+        return None
 
     # ----- sending and receiving ------------------------------------------------------------------
     def _stamp(self) -> torch.Tensor:
@@ -364,7 +375,7 @@ class PlacementTrainer:
             if outs and any(v.requires_grad for v in leaves):
                 # torch's own split (its pipelining's zero-bubble stages): the inputs' gradients now, and the nodes
                 # the weights' gradient starts from kept for later
-                _, groups = stage_backward_input(outs, grads, leaves, p.module.parameters())
+                groups = input_gradient(outs, grads, leaves, p.module.parameters())
                 st.split[(p.index, m)] = (groups, None, None)
             else:  # nothing to send back: the whole backward waits for the weights' turn, as torch's first stage
                 st.split[(p.index, m)] = (None, outs, grads)
@@ -393,7 +404,7 @@ class PlacementTrainer:
         groups, outs, grads = st.split.pop((p.index, m))
         t0 = time.perf_counter()
         if groups is not None:
-            stage_backward_weight(p.module.parameters(), groups)
+            weight_gradient(p.module.parameters(), groups)
         elif outs:
             torch.autograd.backward(outs, grads)
         t1 = time.perf_counter()
@@ -502,7 +513,8 @@ class PlacementTrainer:
             finite = math.isfinite(glob)
             settled = False
             if self.rounds is not None and finite and self.rounds.add(pending[-1]):
-                settled, new = self.rounds.end(step, self.plan, write_info if services.recording else lambda _: None)
+                settled, new = self.rounds.end(step, self.plan, write_info if services.recording else lambda _: None,
+                                               self.schedule_refuses)
                 if new is not None and new[0] != self.plan.assignment:
                     replan(self, *new)
             last = step == tr.steps or not finite or settled

@@ -70,11 +70,13 @@ class Rounds:
         self.recs.append(rec)
         return rec.step % self.tr.round_steps == 0
 
-    def end(self, step: int, plan, write) -> tuple[bool, tuple | None]:
+    def end(self, step: int, plan, write, refuses=lambda assignment: None) -> tuple[bool, tuple | None]:
         """A balancing round ends at ``step``: every device's busy time and the step time, measured over the
         round's steps after its first (the warm-up of a new plan), go into rank 0's loop, which re-plans with the
-        new weights; ``write(info)`` stores the rounds' story (rank 0). Every process gets (the loop is done, the
-        new plan as (assignment, schedule) or None)."""
+        new weights; ``write(info)`` stores the rounds' story (rank 0). A new plan the run's pipeline schedule cannot
+        run (``refuses(assignment)`` says why; 1F1B, for one, runs one stretch per device) is not taken: the round
+        keeps its plan and says why. Every process gets (the loop is done, the new plan as (assignment, schedule)
+        or None)."""
         recs = [[StepRecord.of(row) for row in rows] for rows in gather(self.recs, self.world)]
         self.recs = []
         n = len(recs[0])
@@ -86,16 +88,19 @@ class Rounds:
             g, loop = plan.tasks, self.loop
             before = tuple(plan.assignment[t] for t in g.tasks)
             rnd = loop.observe(before, busy, device_work(g, before), span)
-            new = None
+            new, kept = None, None
             if not loop.done:
                 sched = weighted_plan(g, loop.weights, self.tr.strategy)
                 new = ({t: sched.slots[t][0] for t in g.tasks}, sched)
+                kept = refuses(new[0]) if new[0] != plan.assignment else None
+                if kept is not None:
+                    new = None
             decision = [{"done": loop.done, "new": new}]
             self.info.append({
                 "round": rnd.round, "step": step, "weights": list(rnd.weights), "busy": list(rnd.busy),
                 "waits": list(rnd.waits), "round_time": rnd.round_time, "imbalance": rnd.imbalance,
                 "good_enough": rnd.good_enough, "changes": rnd.changes, "unchanged": rnd.unchanged,
-                "plan": list(before)})
+                "plan": list(before), "kept": kept})
             write({"balance": {
                 "rule": self.tr.balance, "nodes": list(plan.devices), "tasks": list(g.tasks), "rounds": self.info,
                 "done": loop.done, "converged": loop.converged, "reason": loop.reason},

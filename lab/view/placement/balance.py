@@ -17,7 +17,7 @@ from lab.modelled.balance import (
     per_sample_times,
 )
 from lab.scenario.names import STRATEGY_LABELS, STRATEGY_SHORT
-from lab.view.placement.plans import Plain, assignment_of, milliseconds, plan_scenario
+from lab.view.placement.plans import Plain, assignment_of, milliseconds, plan_scenario, schedule_runs
 from lab.view.state import VIEW
 
 
@@ -103,8 +103,8 @@ def balance_run_intro() -> str:
             "optimiser's state with it. The run ends when the plan has not changed for *patience* rounds. The first "
             "step of each round is a warm-up (it pays one-off costs such as allocating memory) and is not measured. "
             "Beside each measured loop, dashed, the loop above as the cost model simulates it for the same rule. The "
-            "loop runs GPipe whatever the schedule chosen: a re-planned round may give a device two stretches of "
-            "the model, which 1F1B does not run.")
+            "loop runs the schedule chosen; a re-made plan that schedule cannot run (1F1B, for one, runs one stretch "
+            "of the model per device) is not taken: the round keeps its plan, and the run says so.")
 
 
 def balance_planner(strategy: str) -> str:
@@ -142,7 +142,7 @@ def balance_items(sc, g, model: str, batch: int, micro_batches: int, round_steps
                   plan=assignment_of) -> list[tuple]:
     """(scenario, run name) of one balancing session: the loop with each rule, then each baseline plan of
     :data:`BALANCE_BASELINES` (``plan(g, strategy)`` gives its assignment) on the same emulated cluster, run for
-    three rounds' steps; a baseline that cannot place the graph is left out. The loop starts from the planner's
+    three rounds' steps; a baseline that cannot place the graph, or whose plan the schedule cannot run, is left out. The loop starts from the planner's
     plan of ``g``, so with the calibrated cost model its first round is the plan the calibrated costs choose."""
     start = plan(g, balance_planner(strategy))
     items = [(balance_scenario(sc, model, batch, micro_batches, r, round_steps, max_rounds, tolerance, patience,
@@ -153,6 +153,8 @@ def balance_items(sc, g, model: str, batch: int, micro_batches: int, round_steps
             assignment = plan(g, name)
         except LabError:
             continue
+        if not schedule_runs(g, assignment, sc.training.schedule, micro_batches):
+            continue  # the schedule would refuse the baseline's plan
         one = plan_scenario(sc, model, batch, name, assignment, micro_batches, 3 * int(round_steps), True)
         items.append((one.replace(training=one.training.replace(slowdown=dict(slow))),
                       f"baseline: {STRATEGY_SHORT[name]} · {model}"))
@@ -235,8 +237,11 @@ def balance_run_line(run: Mapping, plain: Plain = str) -> str:
     state = (f"the plan settled ({plain(bal.get('reason', ''))})" if bal.get("converged") else
              plain(bal.get("reason") or "") if bal.get("done") else "running")
     moved = sum(r["changes"] or 0 for r in rounds)
+    kept = [r for r in rounds if r.get("kept")]
+    refused = (f" {len(kept)} re-made plan(s) were not taken, as the schedule cannot run them "
+               f"({plain(kept[-1]['kept'])})." if kept else "")
     return (f"{head}: {len(rounds)} round(s), {moved} operator move(s); step {milliseconds(first)} in round 1, "
-            f"{milliseconds(last)} in round {len(rounds)} ({last / first - 1:+.0%}); {state}.")
+            f"{milliseconds(last)} in round {len(rounds)} ({last / first - 1:+.0%}); {state}.{refused}")
 
 
 def balance_run_panels(store: Any, run_ids: Sequence[str], simulated: Mapping[str, Any], quote) -> list[tuple]:

@@ -317,8 +317,8 @@ class PlacementView:
 
     def balance_items(self, v: Mapping[str, Any]) -> list[tuple]:
         """(scenario, run name) of "Run the balancing loop": the loop with each rule, then its baselines."""
-        # a re-planned round may give a device two stretches of the model, which 1F1B does not run
-        return balance_view.balance_items(self._run_sc({**v, "pl_schedule": "gpipe"}), self.graph, self.model, self.batch, int(v["pl_micro"]),
+        # a re-made plan the schedule cannot run is not taken (the run says so in its rounds)
+        return balance_view.balance_items(self._run_sc(v), self.graph, self.model, self.batch, int(v["pl_micro"]),
                                int(v["pl_round_steps"]), int(v["pl_rounds"]), v["pl_tol"], int(v["pl_patience"]),
                                _slowdown(v, self.devices), self.strategy)
 
