@@ -35,7 +35,7 @@ import ray
 from ray.util.placement_group import placement_group, remove_placement_group
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy, PlacementGroupSchedulingStrategy
 
-from lab import settings
+from lab import processes, settings
 from lab.errors import LabError
 from lab.scenario.document import Scenario
 from lab.store.runs import RunStore
@@ -138,6 +138,27 @@ class RemoteStore:
         return lambda *args, **kwargs: ray.get(self._writer.call.remote(name, args, kwargs))
 
 
+#: A Ray rank's scratch folder, in its node's temporary directory: ``lab-rank-<run id>-<random>``.
+RANK_SCRATCH = "lab-rank-"
+#: The file in a rank's scratch folder that names the process using it.
+SCRATCH_OWNER = "owner"
+
+
+def sweep_rank_scratch(root: str | os.PathLike | None = None) -> int:
+    """Remove the scratch folders of Ray ranks on this node whose process is gone (a killed actor cannot clean
+    up after itself); a folder whose owner still runs, or that names none, stays. Returns how many went."""
+    n = 0
+    for d in Path(root or tempfile.gettempdir()).glob(RANK_SCRATCH + "*"):
+        try:
+            pid = int((d / SCRATCH_OWNER).read_text())
+        except (OSError, ValueError):
+            continue
+        if not processes.running(pid):
+            shutil.rmtree(d, ignore_errors=True)
+            n += not d.exists()
+    return n
+
+
 @ray.remote(max_restarts=0, max_task_retries=0)
 class RankActor:
     """One rank in its own Ray worker process."""
@@ -157,19 +178,23 @@ class RankActor:
     def run(self, scenario: dict, run_id: str, env: dict, writer) -> dict:
         from lab.train.rank import run_rank  # torch and the trainer, in the rank's process only
 
-        tmp = Path(tempfile.mkdtemp(prefix=f"lab-rank-{run_id}-"))
-        os.environ.update(env, LAB_ERROR_FILE=str(tmp / "rank.err"), LAB_HEARTBEAT_FILE=str(tmp / "rank.hb"))
-        rank = int(env["RANK"])
-        cpu0 = time.process_time()  # the job's CPU in this process, which no process tree of the launcher holds
-        code = run_rank(Scenario.from_dict(scenario), run_id, quiet=True, store=RemoteStore(writer),
-                        relay=lambda doc: writer.beat.remote(rank, doc), exit_on_error=False)
-        cpu = time.process_time() - cpu0
+        sweep_rank_scratch()  # what ranks killed on this node before left behind
+        tmp = Path(tempfile.mkdtemp(prefix=f"{RANK_SCRATCH}{run_id}-"))
         try:
-            error = json.loads((tmp / "rank.err").read_text())
-        except (OSError, ValueError):
-            error = None
-        shutil.rmtree(tmp, ignore_errors=True)
-        return {"code": code, "error": error, "cpu_s": cpu}
+            (tmp / SCRATCH_OWNER).write_text(str(os.getpid()))
+            os.environ.update(env, LAB_ERROR_FILE=str(tmp / "rank.err"), LAB_HEARTBEAT_FILE=str(tmp / "rank.hb"))
+            rank = int(env["RANK"])
+            cpu0 = time.process_time()  # the job's CPU in this process, which no process tree of the launcher holds
+            code = run_rank(Scenario.from_dict(scenario), run_id, quiet=True, store=RemoteStore(writer),
+                            relay=lambda doc: writer.beat.remote(rank, doc), exit_on_error=False)
+            cpu = time.process_time() - cpu0
+            try:
+                error = json.loads((tmp / "rank.err").read_text())
+            except (OSError, ValueError):
+                error = None
+            return {"code": code, "error": error, "cpu_s": cpu}
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
 
 
 class RayRank:

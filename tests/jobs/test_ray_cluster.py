@@ -4,7 +4,9 @@ worker nodes of two CPUs, one of which declares an FPGA and a GPU), the job mana
 from __future__ import annotations
 
 import contextlib
+import tempfile
 import time
+from pathlib import Path
 
 import psutil
 import pytest
@@ -216,3 +218,10 @@ def test_a_rank_that_fails_on_the_cluster_is_found_and_named_as_on_this_machine(
     if fault == "raise":
         assert "injected fault" in run["error"]
     wait_for(lambda: not rank_processes(), 60, "the job's rank processes to end")
+    # A killed rank cannot remove its scratch folder; the next ranks on its node do (the test cluster's nodes share
+    # this machine's temporary directory)
+    left = lambda: sorted(Path(tempfile.gettempdir()).glob(f"lab-rank-{job.run_id}-*"))  # noqa: E731
+    if left():
+        after = jm.submit(default_with(workers=2, steps=3), "after")
+        assert jm.wait(after.run_id, 180) == "done"
+    assert left() == []
