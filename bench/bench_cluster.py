@@ -4,7 +4,11 @@ worker nodes of one CPU each, so both paths have this machine's two cores): the 
 of the first job, the time until every job is done, and the resident memory of everything the path runs
 (the job manager, the warm starter, launchers and ranks; with Ray also its head, its node managers and
 its workers), sampled every second as the sum of their proportional set sizes (a page shared by forked
-processes counted once).
+processes counted once). Once every job is done, what the jobs left behind on each path: their launchers' and
+ranks' scratch folders, rank actors still alive and Ray placement groups not removed.
+
+The last line: ``cluster: jobs <n>, nodes <n>, local all done <s> s, ray all done <s> s, ray first step <s> s,
+ray/local <x>x, left behind <n>``.
 
     .venv/bin/python bench/bench_cluster.py [--jobs 12] [--steps 200] [--workers 2] [--smoke]
 
@@ -101,7 +105,43 @@ def run_queue(jobs: int, steps: int, workers: int, data: Path, ray_address: str)
         jm.shutdown()
     if any(e != "done" for e in ends):
         raise SystemExit(f"not every job ended done: {ends}")
-    return {"first": first_step, "all": all_done, "memory": peak.peak}
+    return {"first": first_step, "all": all_done, "memory": peak.peak, "ids": [j.run_id for j in submitted]}
+
+
+def left_behind(run_ids: list[str], ray_address: str = "", wait_s: float = 30.0) -> dict[str, int]:
+    """What the jobs ``run_ids`` left once they were done: their launchers' and ranks' scratch folders, rank actor
+    processes still alive and (on Ray) placement groups not removed; counted again for up to ``wait_s`` while
+    anything is left (a rank ends a moment after its job)."""
+    from lab.train.launcher_record import scratch_prefix
+    from lab.train.ray_ranks import RANK_SCRATCH
+
+    roots = {Path(tempfile.gettempdir()), Path("/tmp")}
+
+    def count() -> dict[str, int]:
+        folders = {d for root in roots for rid in run_ids for prefix in (scratch_prefix(rid), f"{RANK_SCRATCH}{rid}-")
+                   for d in root.glob(prefix + "*")}
+        actors = 0
+        for p in psutil.process_iter(["cmdline"]):
+            actors += "RankActor" in " ".join(p.info["cmdline"] or ())
+        out = {"scratch folders": len(folders), "rank actors": actors}
+        if ray_address:
+            import ray
+            from ray.util import placement_group_table
+
+            ray.init(address=ray_address, namespace="lab", logging_level="ERROR", log_to_driver=False)
+            try:
+                out["placement groups"] = sum(1 for pg in placement_group_table().values()
+                                              if pg.get("state") != "REMOVED")
+            finally:
+                ray.shutdown()
+        return out
+
+    end = time.monotonic() + wait_s
+    found = count()
+    while sum(found.values()) and time.monotonic() < end:
+        time.sleep(2.0)
+        found = count()
+    return found
 
 
 def main() -> None:
@@ -139,6 +179,8 @@ def main() -> None:
             up = time.monotonic() - t0
             idle = ray_memory()
             on_ray = run_queue(args.jobs, args.steps, args.workers, base / "ray", cluster.address)
+            left = {f"this machine: {k}": n for k, n in left_behind(local["ids"]).items()}
+            left |= {f"Ray: {k}": n for k, n in left_behind(on_ray["ids"], cluster.address).items()}
         finally:
             cluster.shutdown()
     finally:
@@ -162,8 +204,10 @@ def main() -> None:
           f"({idle / nodes:.0f} MB a node)")
     if args.smoke:
         print(SMOKE_NOTE)
+    print("left behind once every job was done: " + ", ".join(f"{k} {n}" for k, n in left.items()))
     score("cluster", [("jobs", args.jobs), ("nodes", nodes), ("local all done", local["all"], "s", 1),
-                      ("ray all done", on_ray["all"], "s", 1), ("ray first step", on_ray["first"], "s", 1)])
+                      ("ray all done", on_ray["all"], "s", 1), ("ray first step", on_ray["first"], "s", 1),
+                      ("ray/local", on_ray["all"] / local["all"], "x"), ("left behind", sum(left.values()))])
 
 
 if __name__ == "__main__":
