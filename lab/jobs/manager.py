@@ -54,6 +54,7 @@ from lab.jobs.access import ANONYMOUS, TEACHER, can_manage, delete_runs, is_teac
 from lab.jobs.actions import LIMIT, Access, who
 from lab.jobs.classroom import Classroom
 from lab.jobs.launch import Launched, Launcher
+from lab.jobs.nodes import ClusterNodes
 from lab.jobs.lifecycle import Adopted, Drains, Sweeper, launcher_alive, mark_gone, status_or, this_process
 from lab.jobs.queue import FairQueue, Job
 from lab.jobs.running import RunningJobs
@@ -91,6 +92,8 @@ class JobManager:
         self.policy = policy
         self.book = SlotBook([cluster_group(self.capacity, settings.integer("LAB_JOB_MAX_PROCS"))] if self.ray_address
                              else local_groups(cpus, slots_per_cpu))
+        # The Ray cluster's nodes, which the teacher sees on the Jobs page (None on one machine)
+        self.nodes = ClusterNodes(self.ray_address) if self.ray_address else None
         self.started_at = time.time()
         self._lock = threading.RLock()  # guards the queue, the running jobs and the slot book
         self.queue = FairQueue()

@@ -13,7 +13,9 @@ import pytest
 
 from lab.errors import LabError
 from lab.jobs.manager import Job, JobManager
+from lab.jobs.nodes import ClusterNodes
 from lab.store.runs import JOB_WORKER, RunStore
+from lab.view.jobs.page import cluster_nodes
 from tests.conftest import RAY_NODE_MEMORY, default_with, ray_test_cluster, wait_for
 
 # every test here starts processes, and one Ray cluster at a time runs on this machine (one test worker)
@@ -225,3 +227,29 @@ def test_a_rank_that_fails_on_the_cluster_is_found_and_named_as_on_this_machine(
         after = jm.submit(default_with(workers=2, steps=3), "after")
         assert jm.wait(after.run_id, 180) == "done"
     assert left() == []
+
+
+def test_the_teacher_sees_the_clusters_nodes_their_device_kinds_and_a_lost_one(jm, cluster):
+    def answer(nodes: ClusterNodes) -> list[dict]:
+        nodes.latest()  # asks in the background
+        assert nodes.wait(120)
+        rows, error, age = nodes.latest()
+        assert error is None and rows is not None and age is not None, error
+        return rows
+
+    rows = answer(ClusterNodes(cluster.address, every_s=0))
+    alive = [r for r in rows if r["alive"]]
+    assert sorted(r["CPUs"] for r in alive) == [0.0, 2.0, 2.0]  # the head runs no rank
+    assert [r["device kinds"] for r in alive if r["device kinds"]] == ["fpga, gpu"]
+    assert next(r for r in alive if r["device kinds"])["node"] == cluster.fpga.node_id[:12]
+    extra = cluster.add_node(**NODE)
+    cluster.wait_for_nodes()
+    cluster.remove_node(extra)
+    # Ray marks a node dead once its heartbeats stop: the node stays listed, not alive
+    wait_for(lambda: any(r["node"] == extra.node_id[:12] and not r["alive"]
+                         for r in answer(ClusterNodes(cluster.address, every_s=0))), 120, "the lost node listed")
+    # the Jobs page draws them from the job manager's own answer, never waiting for Ray
+    jm.nodes.latest()
+    assert jm.nodes.wait(120)
+    (section,) = cluster_nodes(jm)
+    assert section.kind == "measured" and len(section.table) >= 3 and not section.notices

@@ -52,6 +52,25 @@ def slot_words(jm: JobManager) -> str:
     return "slots on the Ray cluster" if jm.ray_address else "local worker slots"
 
 
+NODES_CAPTION = ("The Ray cluster's nodes as Ray reports them ({age}): a node with no CPUs (the head) runs no rank; "
+                 "a rank that stands for a device of a kind a node declares lands on such a node. A node Ray lost "
+                 "stays listed, not alive, and its jobs' lost ranks are alarms in their events below.")
+
+
+def cluster_nodes(jm: JobManager) -> list[Section]:
+    """The Ray cluster's nodes (none on one machine), from the last answer Ray gave; a page never waits for it."""
+    if jm.nodes is None:
+        return []
+    rows, error, age = jm.nodes.latest()
+    notices = (Notice("The Ray cluster did not say which nodes it has: " + error, "warning", ":material/lan:"),) \
+        if error else ()
+    if rows is None:
+        return [Section("jobs_nodes", "Nodes of the Ray cluster", level="subheader", notices=notices,
+                        caption=None if error else "Asking the Ray cluster which nodes it has…")]
+    return [Section("jobs_nodes", "Nodes of the Ray cluster", level="subheader", notices=notices, table=rows,
+                    kind="measured", caption=NODES_CAPTION.format(age=f"{age:.0f} s ago" if age is not None else "now"))]
+
+
 def fault_drill(sc: Any, kind: str, worker: int, at_step: int, policy: str, checkpoint_every: int) -> tuple:
     """The scenario of a fault drill (at least 2 workers, long enough to pass the fault) and its run's name."""
     tr = sc.training
@@ -115,7 +134,7 @@ class Desk:
         failing = recent_failures(self.jm.failures)
         return [Section("jobs_rules", caption=queue_rules(self.jm))] + ([Section("jobs_failing", notices=(Notice(
             "The job manager keeps failing (its log has the tracebacks): " + failing, "error", ":material/error:"),))]
-            if failing else [])
+            if failing else []) + cluster_nodes(self.jm)
 
     # ----- what a session does here
     def start_drill(self, sc: Any, kind: str, worker: int, at_step: int, policy: str, checkpoint_every: int) -> str:
