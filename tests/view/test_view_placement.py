@@ -354,3 +354,24 @@ def test_a_balancing_run_says_how_many_re_made_plans_its_schedule_did_not_take_a
     assert "3 round(s), 3 operator move(s)" in line
     taken = {**run, "info": {"balance": {**run["info"]["balance"], "rounds": [dict(r, kept=None) for r in rounds]}}}
     assert "not taken" not in pv.balance_run_line(taken)
+
+
+def test_a_balancing_loop_whose_start_the_schedule_cannot_run_is_refused_with_what_to_change():
+    import pytest
+
+    from lab.errors import LabError
+    from lab.modelled.opgraph import trace
+    from lab.scenario.document import Scenario
+
+    og, topo = trace("cnn", 32, 64), preset("cxl")
+    g = TaskGraph.from_model(og, topo)
+    order = g.topological_order()
+    looped = {t: ("gpu" if i % 2 else "host") for i, t in enumerate(order)}  # returns to a device: not 1F1B's
+    sc = Scenario("balance", topo)
+    sc = sc.replace(training=sc.training.replace(schedule="1f1b"))
+    with pytest.raises(LabError, match="the balancing loop starts from the plan of .*, which the 1F1B schedule "
+                                       "cannot run.*choose GPipe"):
+        pv.balance_items(sc, g, "cnn", 32, 2, 3, 4, 0.05, 2, {}, "greedy_eft", plan=lambda graph, name: looped)
+    gpipe = sc.replace(training=sc.training.replace(schedule="gpipe"))
+    items = pv.balance_items(gpipe, g, "cnn", 32, 2, 3, 4, 0.05, 2, {}, "greedy_eft", plan=lambda graph, name: looped)
+    assert [name for _, name in items if name.startswith("balancing")]  # GPipe runs the same start

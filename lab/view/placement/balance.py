@@ -16,7 +16,7 @@ from lab.modelled.balance import (
     balance_model_parallel,
     per_sample_times,
 )
-from lab.scenario.names import STRATEGY_LABELS, STRATEGY_SHORT
+from lab.scenario.names import PIPELINE_SCHEDULE_SHORT, STRATEGY_LABELS, STRATEGY_SHORT
 from lab.view.placement.plans import Plain, assignment_of, milliseconds, plan_scenario, schedule_runs
 from lab.view.state import VIEW
 
@@ -142,9 +142,17 @@ def balance_items(sc, g, model: str, batch: int, micro_batches: int, round_steps
                   plan=assignment_of) -> list[tuple]:
     """(scenario, run name) of one balancing session: the loop with each rule, then each baseline plan of
     :data:`BALANCE_BASELINES` (``plan(g, strategy)`` gives its assignment) on the same emulated cluster, run for
-    three rounds' steps; a baseline that cannot place the graph, or whose plan the schedule cannot run, is left out. The loop starts from the planner's
-    plan of ``g``, so with the calibrated cost model its first round is the plan the calibrated costs choose."""
-    start = plan(g, balance_planner(strategy))
+    three rounds' steps; a baseline that cannot place the graph, or whose plan the schedule cannot run, is left out.
+    The loop starts from the planner's plan of ``g``, so with the calibrated cost model its first round is the plan
+    the calibrated costs choose; a start the schedule cannot run is refused with what to change."""
+    planner = balance_planner(strategy)
+    start = plan(g, planner)
+    schedule = sc.training.schedule
+    if not schedule_runs(g, start, schedule, micro_batches):
+        raise LabError(f"the balancing loop starts from the plan of {STRATEGY_SHORT[planner]}, which the "
+                       f"{PIPELINE_SCHEDULE_SHORT[schedule]} schedule cannot run (it gives a device more than one "
+                       "stretch of the model, or not in the order the schedule takes them): choose GPipe, or pin the "
+                       "operators so that the plan runs under it", where="training.schedule")
     items = [(balance_scenario(sc, model, batch, micro_batches, r, round_steps, max_rounds, tolerance, patience,
                                slowdown, strategy, start), f"balancing ({r}) · {model}") for r in RULES]
     slow = items[0][0].training.slowdown
