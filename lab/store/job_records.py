@@ -138,7 +138,10 @@ class JobRecords:
                                                               else r.get(k) for k in PLAN_EVENT_COLUMNS))
                 for r in rows]
         with self._write() as c:
-            c.executemany(f"INSERT INTO plan_events VALUES ({','.join('?' * (3 + len(PLAN_EVENT_COLUMNS)))})", data)
+            # by name: a store written by a newer version may hold columns this one does not know
+            names = ", ".join(f'"{k}"' for k in ("run_id", "step", "rank", *PLAN_EVENT_COLUMNS))
+            c.executemany(f"INSERT INTO plan_events ({names}) VALUES ({','.join('?' * (3 + len(PLAN_EVENT_COLUMNS)))})",
+                          data)
         return len(data)
 
     def plan_events(self, run_id: str, step: int | None = None) -> pd.DataFrame:

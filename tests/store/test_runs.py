@@ -349,3 +349,23 @@ INSERT INTO stages (run_id, t, stage, detail) VALUES ('r1', 1.0, 'submitted', '{
     tables = {r[0] for r in sqlite3.connect(path).execute("SELECT name FROM sqlite_master WHERE type='table'")}
     assert "stages" not in tables and "job_events" in tables
     assert RunStore(path).job_records.events("r1").event.tolist() == ["submitted", "started", "ended"]  # opened again
+
+
+def test_a_recorded_step_is_stored_in_an_older_store_and_in_one_a_newer_version_widened(tmp_path):
+    # An older store: plan_events without the columns a message's name needs; they are added when it is opened
+    old = tmp_path / "old.db"
+    with sqlite3.connect(old) as c:
+        c.execute("CREATE TABLE plan_events (run_id TEXT NOT NULL, step INTEGER NOT NULL, rank INTEGER NOT NULL, "
+                  "device TEXT, kind TEXT, op TEXT, piece INTEGER, micro INTEGER, start REAL, \"end\" REAL, src TEXT, "
+                  "dst TEXT, bytes REAL, wait REAL)")
+    row = {"rank": 1, "kind": "activation", "src": "a", "dst": "b", "piece": 1, "micro": 0, "start": 0.1, "end": 0.2,
+           "bytes": 8.0, "wait": 0.0, "called": 0.05, "from_piece": 0, "output": 2, "device": "b"}
+    for path, widen in ((old, False), (tmp_path / "new.db", True)):
+        store = RunStore(path)
+        rid = store.create_run(default_scenario(), status="running")
+        if widen:  # a newer version added a column of its own: rows are written by name, so this one still writes
+            with sqlite3.connect(path) as c:
+                c.execute("ALTER TABLE plan_events ADD COLUMN later_field REAL")
+        assert store.job_records.add_plan_events(rid, 3, [row]) == 1
+        got = store.job_records.plan_events(rid).iloc[0]
+        assert (got.from_piece, got.output, got.called, got.kind) == (0, 2, 0.05, "activation"), path
