@@ -163,6 +163,8 @@ def main() -> None:
     os.environ.update(LAB_DATA=str(base))
     try:
         local = run_queue(args.jobs, args.steps, args.workers, base / "local", "")
+        # counted before Ray starts: Ray's rank actors are not this path's
+        left = {f"this machine: {k}": n for k, n in left_behind(local["ids"]).items()}
         t0 = time.monotonic()
         store_mb = 80 * 2**20
         if args.smoke:
@@ -179,7 +181,6 @@ def main() -> None:
             up = time.monotonic() - t0
             idle = ray_memory()
             on_ray = run_queue(args.jobs, args.steps, args.workers, base / "ray", cluster.address)
-            left = {f"this machine: {k}": n for k, n in left_behind(local["ids"]).items()}
             left |= {f"Ray: {k}": n for k, n in left_behind(on_ray["ids"], cluster.address).items()}
         finally:
             cluster.shutdown()

@@ -233,24 +233,24 @@ def check_slowdowns(value: Any, where: str = "training.slowdown") -> tuple:
     from 0.01 to 1e6; 1 is the catalogue's speed."""
     pairs = _pairs(value, where, "device names to slowdown factors", "entries")
     seen: dict[str, float] = {}
-    spec = Setting(float, 1.0, min=0.01, max=MAX_SLOWDOWN)
+    factor_setting = Setting(float, 1.0, min=0.01, max=MAX_SLOWDOWN)
     for dev, factor in pairs:
         dev = check_name(dev, where, what="every device name", max_len=MAX_PIN_NAME)
-        factor = spec.check(dev, factor, where)
+        factor = factor_setting.check(dev, factor, where)
         if dev in seen and seen[dev] != factor:
             raise LabError(f"device {shown(dev)} has two slowdowns ({seen[dev]:g} and {factor:g})", where=where)
         seen[dev] = factor
     return tuple(sorted(seen.items()))
 
 
-def _section_from_dict(specs: Mapping[str, Setting], d: Any, where: str) -> dict:
-    _check_keys(d, specs, (), where)
-    return {k: spec.check(k, d[k], where) if k in d else spec.default for k, spec in specs.items()}
+def _section_from_dict(settings: Mapping[str, Setting], d: Any, where: str) -> dict:
+    _check_keys(d, settings, (), where)
+    return {k: setting.check(k, d[k], where) if k in d else setting.default for k, setting in settings.items()}
 
 
 def _table_fields(table: Mapping[str, Setting]) -> list[tuple]:
     """A section's dataclass fields, each with its type and default from the table: written once."""
-    return [(k, spec.type, field(default=spec.default)) for k, spec in table.items()]
+    return [(k, setting.type, field(default=setting.default)) for k, setting in table.items()]
 
 
 class _CompressionMethods:
@@ -408,8 +408,8 @@ def default_scenario() -> Scenario:
     return Scenario(name="cxl-mlp", topology=preset_cxl())
 
 
-def field_names(specs: Mapping[str, Setting]) -> list[str]:
-    return list(specs)
+def field_names(table: Mapping[str, Setting]) -> list[str]:
+    return list(table)
 
 
 __all__ = ["Scenario", "Training", "Compression", "Setting", "TRAINING_FIELDS", "COMPRESSION_FIELDS",

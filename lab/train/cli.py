@@ -47,10 +47,10 @@ def parser() -> argparse.ArgumentParser:
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--scenario", help="scenario JSON file (default: digits, MLP, even split, gradient all-reduce)")
     for name, typ in SHORTCUTS.items():
-        spec = TRAINING_FIELDS[name]
-        kw = {"choices": spec.choices} if spec.choices else {}  # the model's also take an uploaded network's name
+        setting = TRAINING_FIELDS[name]
+        kw = {"choices": setting.choices} if setting.choices else {}  # the model's take an uploaded network's name too
         p.add_argument("--" + name.replace("_", "-"), dest=name, type=typ, default=None,
-                       help=f"training.{name} (default {spec.default!r})", **kw)
+                       help=f"training.{name} (default {setting.default!r})", **kw)
     p.add_argument("--emulate", dest="emulate", action="store_true", default=None,
                    help="emulate the devices and links of the topology (needs --set worker_devices=[...])")
     p.add_argument("--no-emulate", dest="emulate", action="store_false")

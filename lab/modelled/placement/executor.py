@@ -13,7 +13,9 @@ a core per process:
 * **Backward**, its pieces by descending index, micro-batches ``0..M-1``: receive the gradient of every
   output another process read, run the piece's backward (a per-call cost, then its operators'; emulated,
   a wait of ``s - 1`` times what it took, ``s`` weighted by the forward times), and send the gradient of
-  every input that came from another process once the last local piece reading it is done.
+  every input that came from another process once the last local piece reading it is done. Under the
+  zero-bubble schedule a backward is two tasks: the input's gradient, which receives and sends as a whole
+  backward does, and later the weights' gradient, which only computes (:meth:`.order.Piece.backward_parts`).
 * **The optimiser** of the process's parameters; then the process waits until every message it sent has
   been received.
 

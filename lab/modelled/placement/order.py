@@ -6,7 +6,7 @@ model of the executor on shared cores (:mod:`.executor`). So the modelled and th
 can differ in costs, never in order (torch's ``pipelining`` works the same way: a schedule is a list of
 actions per stage that its runtime executes).
 
-Two schedules, each a function of a process's pieces:
+Four schedules, each a function of a process's pieces (a process the plan gives no piece only steps its optimiser):
 
 * GPipe's: the process's pieces forward by ascending index, each for micro-batches ``0..M-1``; then backward
   by descending index, micro-batches ``0..M-1`` each; then the optimiser. Every dependency between pieces
@@ -25,6 +25,11 @@ Two schedules, each a function of a process's pieces:
   then the backwards left. The order is torch's ``ScheduleInterleaved1F1B`` (its ``_get_1f1b_rank_ops`` without
   the empty slots that align its ranks in time: the lab's processes wait on their receives instead); a test
   reads torch's own lists and compares, and the models check every plan's lists for a wait that never ends.
+* Zero bubble's (Qi et al. 2024: ZB-H1 on a chain, its interleaved form on a plan that goes round the devices):
+  each backward split into the gradient of the piece's inputs (``backward_input``), which the piece before waits
+  for, and the gradient of its weights (``backward_weight``), which nobody waits for; a shorter warm-up than
+  1F1B's, then a forward and an input gradient in turn, each weight gradient ``rank`` input gradients later, the
+  rest at the end, where the bubble was. The order is torch's ``ScheduleInterleavedZeroBubble``, read the same way.
 """
 from __future__ import annotations
 
