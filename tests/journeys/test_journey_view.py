@@ -2,6 +2,7 @@
 in a fresh browser."""
 
 import pytest
+from playwright.sync_api import expect
 
 from tests.conftest import WAIT_MS, settle
 from tests.journey import (
@@ -146,11 +147,14 @@ def test_the_jobs_pages_what_if_and_fault_form_survive_navigation_and_travel_in_
     fresh = open_link(browser, url, "Jobs")
     try:
         assert selected(fresh, "Topology") == "(5) edge cluster: 8 weak devices on 100 Mbit/s"
-        assert fresh.get_by_label("At most this many jobs at once (0: no limit)", exact=True).input_value() == "2"
+        # read once the page has drawn the link's values (a loaded server may show a first draw before them); a
+        # value the link lost would stay and fail this
+        expect(fresh.get_by_label("At most this many jobs at once (0: no limit)", exact=True)).to_have_value(
+            "2", timeout=WAIT_MS)
         fresh.get_by_text("Watch a failure: start a job with an injected fault").click()
         settle(fresh)
         assert selected(fresh, "Fault") == "hang"
-        assert fresh.get_by_label("At step", exact=True).input_value() == "11"
+        expect(fresh.get_by_label("At step", exact=True)).to_have_value("11", timeout=WAIT_MS)
         no_error_boxes(fresh)
     finally:
         fresh.context.close()
