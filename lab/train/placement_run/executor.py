@@ -8,7 +8,6 @@ import time
 
 import torch
 import torch.distributed as dist
-import torch.fx as fx
 import torch.nn.functional as F
 
 from lab.comm.peers import waiting_for_peers, waits_for_peers
@@ -26,63 +25,10 @@ from lab.train.placement_run.plan import StagePlan, model_for, replanned, resolv
 from lab.train.placement_run.recording import Recorder, all_timelines, gather, step_rows
 from lab.train.placement_run.rounds import Rounds, replan
 from lab.train.placement_run.split import input_gradient, weight_gradient
+from lab.train.placement_run.step import Step, Timed
 from lab.train.services import RankServices
 from lab.train.step_record import StepRecord
 
-
-
-class _Timed(fx.Interpreter):
-    """Runs a piece node by node and stamps each operator from its first node (nodes it does not own but
-    that come before it, such as shape arithmetic, included) to its last, then adds its emulated wait."""
-
-    def __init__(self, run: "PlacementTrainer", piece: CutPiece, micro: int):
-        super().__init__(piece.module)
-        self.run_, self.piece, self.micro = run, piece, micro
-        self.last = {}
-        for n in piece.module.graph.nodes:
-            if run.owner.get(n.name) is not None:
-                self.last[run.owner[n.name]] = n.name
-        self.opened: float | None = None
-
-    def run_node(self, n: fx.Node):
-        if n.op in ("placeholder", "output", "get_attr"):
-            return super().run_node(n)
-        if self.opened is None:
-            self.opened = time.perf_counter()
-        out = super().run_node(n)
-        op = self.run_.owner.get(n.name)
-        if op is not None and self.last.get(op) == n.name:
-            self.run_.op_done(self.piece, self.micro, op, self.opened, time.perf_counter())
-            self.opened = None
-        return out
-
-    def run(self, *args):
-        out = super().run(*args)
-        if self.opened is not None:  # nodes after the piece's last operator
-            self.run_.op_done(self.piece, self.micro, None, self.opened, time.perf_counter())
-            self.opened = None
-        return out
-
-
-class _Step:
-    """What one step of a placement run keeps between its actions: the micro-batches, every piece's outputs
-    and inputs per micro-batch, tensors received, gradients on their way back, and the step's sums."""
-
-    def __init__(self, x: torch.Tensor, y: torch.Tensor, micro_batches: int, train: bool):
-        self.xs, self.ys = x.tensor_split(micro_batches), y.tensor_split(micro_batches)
-        self.batch, self.train = x.shape[0], train
-        self.acts: dict = {}  # (piece, micro) -> the piece's outputs
-        self.leaves: dict = {}  # (piece, micro) -> the inputs it ran on (their gradients go back)
-        self.received: dict = {}  # Message -> a tensor from another device, received once per micro-batch
-        self.losses: dict = {}
-        self.grad: dict = {}  # (piece, output, micro) -> gradient summed over its readers on this device
-        self.remote: dict = {}  # (piece, output, micro) -> gradient for a tensor received from another device
-        self.loss_total, self.correct, self.compute = 0.0, 0, 0.0
-        self.saved: dict = {}  # (piece, micro) -> bytes its forward saved for the backward (when measured)
-        # (piece, micro) -> what a split backward's weight gradient needs from its input gradient: torch's parameter
-        # groups, or None when the piece has no input to take a gradient of (its whole backward waits for then)
-        self.split: dict = {}
-        self.held = self.peak = 0.0
 
 
 class PlacementTrainer:
@@ -264,7 +210,7 @@ class PlacementTrainer:
     def run_piece(self, piece: CutPiece, micro: int, ins: list) -> tuple:
         self.fwd_time[(piece.index, micro)] = {}
         if self.rec.timing or self.scales:
-            out = _Timed(self, piece, micro).run(*ins)
+            out = Timed(self, piece, micro).run(*ins)
         else:
             t0 = time.perf_counter()
             out = piece.module(*ins)
@@ -276,7 +222,7 @@ class PlacementTrainer:
         order of the run's schedule (:func:`lab.modelled.placement.order.schedule`), the list the models follow
         too."""
         M = self.tr.micro_batches if train else 1
-        st = _Step(x, y, M, train)
+        st = Step(x, y, M, train)
         self.outbox = []
         self.fwd_time = {}
         with torch.set_grad_enabled(train):
@@ -300,7 +246,7 @@ class PlacementTrainer:
             handle.wait()
         self.outbox = []
 
-    def forward_task(self, st: "_Step", p: CutPiece, m: int) -> None:
+    def forward_task(self, st: Step, p: CutPiece, m: int) -> None:
         """Piece ``p`` on micro-batch ``m``: receive its inputs from other devices, run it, send what other
         devices read of it, and on the last piece the loss."""
         clock = time.perf_counter
@@ -348,7 +294,7 @@ class PlacementTrainer:
             st.compute += t1 - t0
             self.rec.event(kind="loss", op=None, piece=p.index, micro=m, start=t0, end=t1)
 
-    def backward_task(self, st: "_Step", p: CutPiece, m: int, kind: str = BACKWARD) -> None:
+    def backward_task(self, st: Step, p: CutPiece, m: int, kind: str = BACKWARD) -> None:
         """Piece ``p``'s backward on micro-batch ``m``: the gradients of its outputs (summed over local
         readers, received from other devices), its backward, and each input's gradient sent back once the
         last local piece reading it is done. With ``kind`` BACKWARD_INPUT, only its inputs' gradients: the weights'
@@ -399,7 +345,7 @@ class PlacementTrainer:
                     self._send(st.remote.pop(key), self.rank_of[src.device],
                                Message(BACKWARD, src.index, r[1], m, self.rank).tag)
 
-    def weight_task(self, st: "_Step", p: CutPiece, m: int) -> None:
+    def weight_task(self, st: Step, p: CutPiece, m: int) -> None:
         """The weights' gradient of piece ``p`` on micro-batch ``m``, after its input gradient (a split backward)."""
         groups, outs, grads = st.split.pop((p.index, m))
         t0 = time.perf_counter()
@@ -411,7 +357,7 @@ class PlacementTrainer:
         st.held -= st.saved.pop((p.index, m), 0)  # what the forward saved is read until the weights' gradient
         self._computed(st, p, m, BACKWARD_WEIGHT, t0, t1)
 
-    def _computed(self, st: "_Step", p: CutPiece, m: int, kind: str, t0: float, t1: float) -> None:
+    def _computed(self, st: Step, p: CutPiece, m: int, kind: str, t0: float, t1: float) -> None:
         """A backward (or half of one) ran from t0 to t1: record it and wait its emulated extra time."""
         st.compute += t1 - t0
         self.rec.event(kind=kind, op=None, piece=p.index, micro=m, start=t0, end=t1)
@@ -423,7 +369,7 @@ class PlacementTrainer:
             self.rec.event(kind="emulated", op=None, piece=p.index, micro=m, start=t1, end=time.perf_counter(),
                            wait=wait)
 
-    def optimizer_task(self, st: "_Step") -> None:
+    def optimizer_task(self, st: Step) -> None:
         clock = time.perf_counter
         t0 = clock()
         if self.opt is not None:
