@@ -289,15 +289,16 @@ def features(m: Measured) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     return np.array(cols).T, np.array(zero), bgf
 
 
-def simulated_step(m: Measured, ex: ExecutorFit, cores: int) -> float:
+def simulated_step(m: Measured, ex: ExecutorFit, cores: int, cold: Sequence = ()) -> float:
     return simulate_parts(m.parts, ex, cores=cores, pinned=m.pinned, external=m.external,
-                          node_by_node=m.case.node_by_node).makespan
+                          node_by_node=m.case.node_by_node, cold=cold).makespan
 
 
-def fit_executor(measured: Sequence[Measured], cores: int, wire_per_byte: float) -> ExecutorFit:
+def fit_executor(measured: Sequence[Measured], cores: int, wire_per_byte: float, cold: Sequence = ()) -> ExecutorFit:
     """The executor's terms fitted to calibration plans (see the module doc). ``wire_per_byte``: the
     point-to-point probe's cost per byte, used where the plans' messages are too alike in size to separate it
-    from the cost per message."""
+    from the cost per message; ``cold``: the machine's slow-down after idle time, which the simulations that fit
+    the wall-time terms take as the predictions do."""
     if not measured:
         raise LabError("no calibration plan was measured", where=WHERE)
     A, b, B, c = [], [], [], []
@@ -346,7 +347,7 @@ def fit_executor(measured: Sequence[Measured], cores: int, wire_per_byte: float)
     def resid(x: Sequence[float]) -> np.ndarray:
         ex = replace(base, wire_fixed=x[0] * 1e-4, wake=x[1] * 1e-4,
                      wire_per_byte=x[2] * 1e-8 if fit_bytes else wire_per_byte)
-        return np.array([math.log(max(simulated_step(m, ex, cores), 1e-9) / m.step) for m in multi])
+        return np.array([math.log(max(simulated_step(m, ex, cores, cold), 1e-9) / m.step) for m in multi])
 
     wire, wake = (0.0, wire_per_byte), 0.0
     if multi:
@@ -376,7 +377,7 @@ def fit_executor(measured: Sequence[Measured], cores: int, wire_per_byte: float)
                          "between two processes of one machine is faster): the step times grow with the messages' "
                          "size for another reason")
     ex = replace(base, wire_fixed=float(wire[0]), wire_per_byte=float(wire[1]), wake=float(wake))
-    errs = [abs(math.log(max(simulated_step(m, ex, cores), 1e-12) / m.step)) for m in measured]
+    errs = [abs(math.log(max(simulated_step(m, ex, cores, cold), 1e-12) / m.step)) for m in measured]
     return replace(ex, fit_error=float(math.exp(statistics.mean(errs)) - 1.0), cases=len(measured),
                    largest=float(max(sum(m.main) + sum(m.background) for m in measured)),
                    procs=tuple(sorted({len(m.parts.devices) for m in measured})), flags=tuple(flags))
@@ -390,7 +391,7 @@ def calibrate_executor(profile: MachineProfile, *, cases: Sequence[Case] | None 
     t0 = time.time()
     out = measure_cases(cases, profile, steps=steps, progress=progress)
     msg = profile.message_fit(2) or profile.allreduce_fit("gloo", 2)
-    fit = fit_executor(out, len(settings.job_cpus()), msg.beta)
+    fit = fit_executor(out, len(settings.job_cpus()), msg.beta, profile.wait_slowdown)
     progress(f"the placement executor: {len(cases)} plans in {time.time() - t0:.0f} s", 1.0)
     return fit, out
 

@@ -141,7 +141,7 @@ def weight_share(ops, cost: dict, weighted: set) -> float:
 
 
 #: The terms of the core model a prediction can leave out (the bench's ablation).
-TERMS = ("per-call costs", "message CPU", "shared cores", "wake-ups", "pinning")
+TERMS = ("per-call costs", "message CPU", "shared cores", "wake-ups", "pinning", "cold cores")
 
 
 def executor_fit(profile: MachineProfile) -> tuple[ExecutorFit, bool]:
@@ -154,9 +154,11 @@ def executor_fit(profile: MachineProfile) -> tuple[ExecutorFit, bool]:
 
 
 def simulate_parts(parts: PlanParts, ex: ExecutorFit, *, cores: int, pinned: Sequence[int | None],
-                   external: float = 0.0, node_by_node: bool | None = None, without: Sequence[str] = ()):
-    """The core model's step of ``parts`` with executor costs ``ex``; ``without``: terms of :data:`TERMS` left
-    out (the ablation)."""
+                   external: float = 0.0, node_by_node: bool | None = None, without: Sequence[str] = (),
+                   cold: Sequence = ()):
+    """The core model's step of ``parts`` with executor costs ``ex`` and the machine's slow-down after idle time
+    ``cold`` (:attr:`MachineProfile.wait_slowdown`); ``without``: terms of :data:`TERMS` left out (the
+    ablation)."""
     unknown = set(without) - set(TERMS)
     if unknown:
         raise LabError(f"unknown model terms {sorted(unknown)}; the terms are {list(TERMS)}", where="prediction")
@@ -180,7 +182,8 @@ def simulate_parts(parts: PlanParts, ex: ExecutorFit, *, cores: int, pinned: Seq
         pinned = [None] * n
     machine = Machine(cores=cores, wake=ex.wake if "wake-ups" not in without else 0.0,
                       background_same=ex.background_same if msg_cpu else 0.0,
-                      background_other=ex.background_other if msg_cpu else 0.0, external=external)
+                      background_other=ex.background_other if msg_cpu else 0.0, external=external,
+                      cold=tuple((w, f) for w, f in cold if w > 0) if "cold cores" not in without else ())
     return simulate_cores(lists, list(pinned), machine)
 
 
@@ -199,7 +202,8 @@ def predict_plan(sc: Scenario, profile: MachineProfile, *, emulate: bool | None 
     cores = cores or len(cpus)
     if pinned is None:
         pinned = rank_cores(len(parts.devices), cores, message_weights(parts))
-    return simulate_parts(parts, ex, cores=cores, pinned=pinned, external=external, without=without)
+    return simulate_parts(parts, ex, cores=cores, pinned=pinned, external=external, without=without,
+                          cold=profile.wait_slowdown)
 
 
 def message_weights(parts: PlanParts) -> dict[tuple[int, int], int]:

@@ -103,6 +103,29 @@ def test_waking_on_a_busy_core_costs_the_wake_up_delay():
     assert quiet.ends[0] == pytest.approx(1.1)
 
 
+def test_work_after_idle_time_takes_the_cold_factor_of_that_idle_time():
+    m = Machine(cores=1, cold=((0.01, 1.5), (0.03, 3.0)))
+    assert [m.cold_factor(w) for w in (0.0, 0.005, 0.01, 0.02, 0.03, 1.0)] == pytest.approx(
+        [1.0, 1.25, 1.5, 2.25, 3.0, 3.0])
+    # Back to back: no idle time, no slow-down; after a 20 ms sleep, 2.25 times its seconds.
+    got = simulate([[Cpu(0.1), Cpu(0.1), Sleep(0.02), Cpu(0.1)]], [0], m)
+    assert got.makespan == pytest.approx(0.2 + 0.02 + 0.225)
+    assert got.cpu == [pytest.approx(0.2 + 0.225)]
+    # The idle time runs from the process's last computation, a wait for a message included: process 1 waits
+    # 0.5 s for its message and then computes 3 times its seconds; sending is not computing.
+    got = simulate([[Cpu(0.5), Send("a", 1)], [Recv("a"), Cpu(0.1)]], [0, None], replace(m, cores=2))
+    assert got.ends[1] == pytest.approx(0.5 + 0.3)
+    # An emulated wait scales the cold task's wall time, as the executor's does.
+    got = simulate([[Sleep(0.03), Cpu(0.1), Sleep(after=1.0)]], [0], m)
+    assert got.makespan == pytest.approx(0.03 + 0.3 + 0.3)
+
+
+def test_a_cold_slow_down_must_be_pairs_of_idle_time_and_a_factor_of_at_least_one():
+    for bad in (((0.01, 0.5),), ((0.01, math.inf),), ((-1.0, 2.0),), ("fast",), ((0.01,),)):
+        with pytest.raises(LabError, match="cold slow-down"):
+            simulate([[Cpu(1.0)]], [0], Machine(cold=bad))
+
+
 def test_other_work_on_the_machine_takes_its_share():
     got = simulate([[Cpu(1.0)]], [None], Machine(cores=1, external=1.0))
     assert got.makespan == pytest.approx(2.0)

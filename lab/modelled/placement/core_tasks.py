@@ -55,13 +55,29 @@ class Recv:
 
 @dataclass(frozen=True)
 class Machine:
-    """The cores and what the processes pay for sharing them (seconds)."""
+    """The cores and what the processes pay for sharing them (seconds). ``cold``: ((idle seconds, factor),
+    ...), the measured slow-down of work that starts after its process computed nothing for that long (its data
+    and code left the caches meanwhile); a :class:`Cpu` task takes its seconds times the factor of its process's
+    idle time before it, interpolated, flat beyond the last point. Empty: no slow-down."""
 
     cores: int = 2
     wake: float = 0.0
     background_same: float = 0.0
     background_other: float = 0.0
     external: float = 0.0
+    cold: tuple = ()
+
+    def cold_factor(self, idle: float) -> float:
+        """The factor of work after ``idle`` seconds without computing (1 below the first point's idle time
+        interpolated from 1 at no idle time)."""
+        pts = sorted(self.cold)
+        if not pts or idle <= 0:
+            return 1.0
+        xs, ys = [0.0] + [float(w) for w, _ in pts], [1.0] + [float(f) for _, f in pts]
+        if idle >= xs[-1]:
+            return ys[-1]
+        i = next(k for k in range(1, len(xs)) if idle < xs[k])
+        return ys[i - 1] + (ys[i] - ys[i - 1]) * (idle - xs[i - 1]) / (xs[i] - xs[i - 1])
 
 
 @dataclass
@@ -91,6 +107,15 @@ def check_tasks(tasks: Sequence[Sequence[Any]], pinned: Sequence[int | None], ma
         raise LabError(f"the machine needs at least one core (got {machine.cores!r})", where=WHERE)
     for name in ("wake", "background_same", "background_other", "external"):
         _sec(getattr(machine, name), name)
+    try:
+        points = [(float(w), float(f)) for w, f in machine.cold]
+    except (TypeError, ValueError):
+        raise LabError(f"the cold slow-down must be pairs of (idle seconds, factor), got {machine.cold!r}",
+                       where=WHERE) from None
+    for w, f in points:
+        _sec(w, "a cold slow-down's idle time")
+        if not (f >= 1.0 and f < float("inf")):
+            raise LabError(f"a cold slow-down's factor must be a finite number of at least 1, got {f!r}", where=WHERE)
     if len(pinned) != len(tasks):
         raise LabError(f"{len(tasks)} processes but {len(pinned)} core choices", where=WHERE)
     for r, c in enumerate(pinned):

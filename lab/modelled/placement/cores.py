@@ -24,6 +24,9 @@ A placement run starts one process per device on a machine of a few cores; an id
 * **Waking up.** A process that becomes runnable (a message arrived, a sleep ended), or a communication thread
   that gets a message to handle, while its cores are busy waits ``wake`` seconds before it runs (the
   scheduler lets the running task finish its slice).
+* **Cold cores.** Work that starts after its process computed nothing for a while (it slept, waited for a
+  message) is slower by the machine's measured ``cold`` factor of that idle time: other processes ran meanwhile,
+  and its data and code left the caches. An emulated wait scales the cold task's wall time, as the executor's does.
 * **Other work** on the machine: ``external`` always-runnable entities that may run on any core (a fraction
   is allowed: 0.5 is half a core's worth of demand).
 
@@ -108,6 +111,7 @@ class Proc:
     left: float = 0.0  # run: seconds of work left
     began: float = 0.0
     last_cpu_wall: float = 0.0  # the wall time of its last Cpu task (a Sleep's ``after`` scales it)
+    computed: float = 0.0  # when its last Cpu task ended (the step's barrier at first): a cold core's idle time
     comm: list = field(default_factory=list)  # its communication thread's queue: (seconds, "out" | "in", key)
     comm_left: float = 0.0  # seconds left of the head of that queue
     comm_from: float = 0.0  # the thread runs from this time (a wake-up on a busy core); nan: not decided yet
@@ -225,7 +229,7 @@ class CoreSimulation:
             if isinstance(t, Cpu):
                 if t.seconds > 0:
                     p.to("run", "cpu", t)
-                    p.left, p.began = float(t.seconds), now
+                    p.left, p.began = float(t.seconds) * self.machine.cold_factor(now - p.computed), now
                     return
                 self.record(t.row, r, now, now)
                 p.last_cpu_wall = 0.0
@@ -338,6 +342,7 @@ class CoreSimulation:
                 if p.what == "cpu":
                     self.record(p.task.row, r, p.began, now)
                     p.last_cpu_wall = now - p.began
+                    p.computed = now
                 elif p.what == "send":
                     self.depart(r, p.task)
                 p.idx += 1
