@@ -29,14 +29,16 @@ PLANTED = ExecutorFit(compute=1.3, call=40e-6, backward_call=40e-6, node=8e-6, l
                       background_other=50e-6, wire_fixed=60e-6, wire_per_byte=2e-9, wake=30e-6, fit_error=0.0)
 
 
-def _simulated_machine(cases, planted: ExecutorFit, cores: int = 2) -> list[Measured]:
-    """What the calibration plans would measure on a machine that is exactly the core model with ``planted``."""
+def _simulated_machine(cases, planted: ExecutorFit, cores: int = 2, cold=()) -> list[Measured]:
+    """What the calibration plans would measure on a machine that is exactly the core model with ``planted`` (and
+    the slow-down after idle time ``cold``)."""
     prof = synthetic_profile()
     out = []
     for case in cases:
         parts = case_parts(case, prof)
         pinned = case_pinning(case, parts, cores)
-        sim = simulate_parts(parts, planted, cores=cores, pinned=pinned, node_by_node=case.node_by_node)
+        sim = simulate_parts(parts, planted, cores=cores, pinned=pinned, node_by_node=case.node_by_node,
+                             cold=cold)
         out.append(Measured(case, parts, pinned, sim.makespan, list(sim.cpu), list(sim.background), 0.0))
     return out
 
@@ -64,6 +66,22 @@ def test_the_fit_recovers_terms_planted_in_a_simulated_machine():
     for name in ("wire_fixed", "wire_per_byte", "wake"):
         assert 0.0 <= getattr(got, name) <= 5 * getattr(PLANTED, name), name
     assert got.cases == len(measured) and got.procs == (1, 2, 3)
+
+
+#: A slow-down after idle time as a calibration measures it: operators x1.8 after 1 ms, x5 after 10 ms.
+COLD = ((1e-3, 1.8, 0.3e-3), (1e-2, 5.0, 1e-3))
+
+
+@pytest.mark.slow  # seconds of least squares over simulated executor runs
+def test_the_fit_takes_the_cold_starts_off_the_linear_terms():
+    measured = _simulated_machine(FEW, PLANTED, cold=COLD)
+    assert any(m.main != _simulated_machine([m.case], PLANTED)[0].main for m in measured)  # the plans pay for it
+    got = fit_executor(measured, cores=2, wire_per_byte=0.0, cold=COLD)
+    for name in ("compute", "call", "node", "loss", "send_fixed"):
+        assert getattr(got, name) == pytest.approx(getattr(PLANTED, name), rel=0.05), name
+    # A fit blind to the cold starts books them as operators' or calls' costs.
+    blind = fit_executor(measured, cores=2, wire_per_byte=0.0)
+    assert max(abs(getattr(blind, n) / getattr(PLANTED, n) - 1) for n in ("compute", "call", "node", "loss")) > 0.1
 
 
 @pytest.mark.slow  # seconds of least squares over simulated executor runs

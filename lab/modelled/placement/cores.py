@@ -112,6 +112,7 @@ class Proc:
     began: float = 0.0
     last_cpu_wall: float = 0.0  # the wall time of its last Cpu task (a Sleep's ``after`` scales it)
     computed: float = 0.0  # when its last Cpu task ended (the step's barrier at first): a cold core's idle time
+    cold: float = 0.0  # the seconds of work its cold starts added
     comm: list = field(default_factory=list)  # its communication thread's queue: (seconds, "out" | "in", key)
     comm_left: float = 0.0  # seconds left of the head of that queue
     comm_from: float = 0.0  # the thread runs from this time (a wake-up on a busy core); nan: not decided yet
@@ -229,7 +230,9 @@ class CoreSimulation:
             if isinstance(t, Cpu):
                 if t.seconds > 0:
                     p.to("run", "cpu", t)
-                    p.left, p.began = float(t.seconds) * self.machine.cold_factor(now - p.computed), now
+                    extra = self.machine.cold_extra(now - p.computed, t.seconds)
+                    p.left, p.began = t.seconds + extra, now
+                    p.cold += extra
                     return
                 self.record(t.row, r, now, now)
                 p.last_cpu_wall = 0.0
@@ -380,7 +383,7 @@ class CoreSimulation:
         ends = [p.end for p in self.procs]
         return CoreSchedule(rows=self.rows, makespan=max(ends) if ends else 0.0, cpu=[p.cpu for p in self.procs],
                             background=[p.background for p in self.procs], blocked=[p.blocked for p in self.procs],
-                            ends=ends)
+                            ends=ends, cold=[p.cold for p in self.procs])
 
 
 def simulate(tasks: Sequence[Sequence[Any]], pinned: Sequence[int | None], machine: Machine) -> CoreSchedule:
