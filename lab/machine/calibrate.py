@@ -194,8 +194,7 @@ def calibrate(procs: Sequence[int] = (1, 2, 3, 4), *, quick: bool = False, repea
                 "cycles": cycles}
     prof = MachineProfile(created=datetime.now(timezone.utc).isoformat(timespec="seconds"),
                           machine={**machine_description(), "load": meter.result()}, compute=compute, optimizer=optimizer,
-                          compressor=compressor, wait_slowdown=raw["wait"],
-                          operator_wait_slowdown=raw["wait_operators"], measured_allreduce=measured,
+                          compressor=compressor, wait_slowdown=raw["wait"], measured_allreduce=measured,
                           messages=messages, executor=executor, notes=notes, **terms,
                           settings=settings)
     if heldout and executor is not None:
@@ -418,9 +417,6 @@ def format_profile(prof: MachineProfile) -> str:
     o = prof.optimizer_cost("adam")
     lines.append(f"    adam step: {o.fixed * 1e6:.0f} us + {o.per_tensor * 1e6:.1f} us/tensor + {o.per_unit * 1e9:.2f} ns/param")
     lines.append("    compute after a wait: " + ", ".join(f"{w * 1e3:g} ms x{f:.2f}" for w, f in prof.wait_slowdown))
-    if prof.operator_wait_slowdown:
-        lines.append("    operators one by one, each after a wait: " + ", ".join(
-            f"{w * 1e3:g} ms x{f:.2f} (at most {m * 1e3:.2f} ms)" for w, f, m in prof.operator_wait_slowdown if w > 0))
     if prof.slowdown(1) != 1.0 or prof.extra_per_step(1):
         lines.append(f"1 process in the job's loop: compute x{prof.slowdown(1):.2f} + "
                      f"{prof.extra_per_step(1) * 1e6:.0f} us/step")

@@ -294,9 +294,9 @@ def simulated_step(m: Measured, ex: ExecutorFit, cores: int, cold: Sequence = ()
                           node_by_node=m.case.node_by_node, cold=cold).makespan
 
 
-#: Rounds of taking the cold starts off the measured CPU and fitting again: three bring a planted machine's terms
-#: back within 1 % (one leaves them 10 % off; a fit blind to the cold starts, 40 %)
-COLD_ROUNDS = 3
+#: Rounds of taking the cold starts off the measured CPU and fitting again: on a simulated machine with a planted
+#: slow-down, two bring the terms back within 0.1 % (one leaves them 3 % off, a fit blind to it up to 33 %)
+COLD_ROUNDS = 2
 
 
 def fit_executor(measured: Sequence[Measured], cores: int, wire_per_byte: float, cold: Sequence = ()) -> ExecutorFit:
@@ -411,7 +411,7 @@ def calibrate_executor(profile: MachineProfile, *, cases: Sequence[Case] | None 
     t0 = time.time()
     out = measure_cases(cases, profile, steps=steps, progress=progress)
     msg = profile.message_fit(2) or profile.allreduce_fit("gloo", 2)
-    fit = fit_executor(out, len(settings.job_cpus()), msg.beta, profile.operator_wait_slowdown)
+    fit = fit_executor(out, len(settings.job_cpus()), msg.beta, profile.wait_slowdown)
     progress(f"the placement executor: {len(cases)} plans in {time.time() - t0:.0f} s", 1.0)
     return fit, out
 

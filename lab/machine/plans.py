@@ -157,7 +157,7 @@ def simulate_parts(parts: PlanParts, ex: ExecutorFit, *, cores: int, pinned: Seq
                    external: float = 0.0, node_by_node: bool | None = None, without: Sequence[str] = (),
                    cold: Sequence = ()):
     """The core model's step of ``parts`` with executor costs ``ex`` and the machine's slow-down after idle time
-    ``cold`` (:attr:`MachineProfile.operator_wait_slowdown`); ``without``: terms of :data:`TERMS` left out (the
+    ``cold`` (:attr:`MachineProfile.wait_slowdown`); ``without``: terms of :data:`TERMS` left out (the
     ablation)."""
     unknown = set(without) - set(TERMS)
     if unknown:
@@ -183,7 +183,7 @@ def simulate_parts(parts: PlanParts, ex: ExecutorFit, *, cores: int, pinned: Seq
     machine = Machine(cores=cores, wake=ex.wake if "wake-ups" not in without else 0.0,
                       background_same=ex.background_same if msg_cpu else 0.0,
                       background_other=ex.background_other if msg_cpu else 0.0, external=external,
-                      cold=tuple(tuple(c) for c in cold if c[0] > 0) if "cold cores" not in without else ())
+                      cold=tuple((w, f) for w, f in cold if w > 0) if "cold cores" not in without else ())
     return simulate_cores(lists, list(pinned), machine)
 
 
@@ -203,7 +203,7 @@ def predict_plan(sc: Scenario, profile: MachineProfile, *, emulate: bool | None 
     if pinned is None:
         pinned = rank_cores(len(parts.devices), cores, message_weights(parts))
     return simulate_parts(parts, ex, cores=cores, pinned=pinned, external=external, without=without,
-                          cold=profile.operator_wait_slowdown)
+                          cold=profile.wait_slowdown)
 
 
 def message_weights(parts: PlanParts) -> dict[tuple[int, int], int]:

@@ -210,78 +210,9 @@ def measure_wait_slowdown(cases: Sequence[tuple[int, int]] = WAIT_CASES, waits: 
     return out
 
 
-def measure_operator_wait_slowdown(cases: Sequence[tuple[int, int]] = WAIT_CASES, waits: Sequence[float] = WAITS,
-                                   repeat: int = 8) -> list[list[float]]:
-    """How much slower operators run one by one, each after its process slept ``w`` seconds, as an emulated
-    placement run runs them (each operator waits its emulated extra time, then the next one starts on a core it
-    left idle), and the most a cold start costs. Per wait, the median over the cases (calibration network,
-    batch) of: the sum of the operators' times (torch.fx, node by node, a sleep of ``w`` before each) over the
-    same sum with no sleep; and the extra seconds of a whole training step after one sleep of ``w`` over one with
-    none (a task longer than its cold start pays no more than that). Returns [[wait s, factor, most s], ...],
-    both non-decreasing in the wait, factor 1 and most 0 at wait 0."""
-    import torch
-    import torch.fx as fx
-
-    torch.set_num_threads(1)
-    factors: dict[float, list[float]] = {w: [] for w in waits}
-    extras: dict[float, list[float]] = {w: [] for w in waits}
-    for net, b in cases:
-        cls_name, kwargs = CALIBRATION_NETS[net]
-        model = build_calibration_net(cls_name, kwargs)
-        h = StepHarness(model, b)
-        opt = make_optimizer("adam", h.params, lr=1e-3)
-        gm = fx.symbolic_trace(model)
-        x = h.x[:b]
-
-        class OneByOne(fx.Interpreter):
-            def __init__(self, wait: float):
-                super().__init__(gm)
-                self.wait, self.spent = wait, 0.0
-
-            def run_node(self, n):
-                if n.op in ("placeholder", "output", "get_attr"):
-                    return super().run_node(n)
-                if self.wait > 0:
-                    time.sleep(self.wait)
-                t0 = time.perf_counter()
-                out = super().run_node(n)
-                self.spent += time.perf_counter() - t0
-                return out
-
-        for _ in range(3):
-            h.forward_backward()
-            opt.step()
-            OneByOne(0.0).run(x)
-        ops: dict[float, list[float]] = {w: [] for w in waits}
-        steps: dict[float, list[float]] = {w: [] for w in waits}
-        for _ in range(repeat):
-            for w in waits:  # in turns, so drifting load hits every wait alike
-                it = OneByOne(w)
-                it.run(x)
-                ops[w].append(it.spent)
-                if w > 0:
-                    time.sleep(w)
-                t0 = time.perf_counter()
-                h.forward_backward()
-                opt.step()
-                steps[w].append(time.perf_counter() - t0)
-        op0, step0 = statistics.median(ops[waits[0]]), statistics.median(steps[waits[0]])
-        for w in waits:
-            factors[w].append(statistics.median(ops[w]) / op0)
-            extras[w].append(statistics.median(steps[w]) - step0)
-    out, f_last, e_last = [], 1.0, 0.0
-    for w in waits:
-        if w > 0:  # non-decreasing in the wait
-            f_last = max(f_last, float(statistics.median(factors[w])))
-            e_last = max(e_last, float(statistics.median(extras[w])))
-        out.append([float(w), f_last if w > 0 else 1.0, e_last if w > 0 else 0.0])
-    return out
-
-
 def measure_all_local(nets: Sequence[int] | None = None, repeat: int = 15) -> dict:
     """Every single-process measurement (compute, optimisers, compressors, the wait sweep), raw."""
     return {"compute": measure_compute(nets=nets, repeat=repeat), "wait": measure_wait_slowdown(repeat=repeat),
-            "wait_operators": measure_operator_wait_slowdown(repeat=max(3, repeat // 2)),
             "optimizer": measure_optimizers(repeat=repeat),
             "compressor": measure_compressors(repeat=max(3, repeat // 2))}
 

@@ -129,10 +129,6 @@ class MachineProfile:
     remainder: dict  # {procs: LinearCost: rest of the step: loop, ranks ending apart (fixed, seconds)}
     measured_allreduce: dict  # {procs: {"gloo" | "ring": CommFit}} from lab.comm.measure (barrier first)
     wait_slowdown: list = field(default_factory=lambda: [[0.0, 1.0]])  # [[wait s, compute factor], ...]
-    #: [[wait s, factor, most s], ...]: operators run one by one, each after its process slept that long, take
-    #: ``factor`` times as long, and a task pays at most ``most`` seconds for its cold start (what a whole
-    #: training step pays); empty in a profile made before it was measured (no slow-down is modelled)
-    operator_wait_slowdown: list = field(default_factory=list)
     settings: dict = field(default_factory=dict)
     notes: list = field(default_factory=list)
     #: {procs: seconds added to every step's compute with N processes}: compute with N processes is

@@ -103,30 +103,26 @@ def test_waking_on_a_busy_core_costs_the_wake_up_delay():
     assert quiet.ends[0] == pytest.approx(1.1)
 
 
-def test_work_after_idle_time_pays_the_cold_slow_down_of_that_idle_time_up_to_its_most():
-    m = Machine(cores=1, cold=((0.01, 1.5, 0.04), (0.03, 3.0, 0.1)))
-    # Interpolated from (0, 1, 0): after 20 ms, x2.25 and at most 70 ms more; flat beyond 30 ms.
-    assert [m.cold_extra(w, 0.1) for w in (0.0, 0.005, 0.01, 0.02, 0.03, 1.0)] == pytest.approx(
-        [0.0, 0.02, 0.04, 0.07, 0.1, 0.1])  # at 5 ms: x1.25 but at most 20 ms
-    assert m.cold_extra(0.02, 0.01) == pytest.approx(0.0125)  # a short task pays its factor, under the most
-    # Back to back: no idle time, no slow-down; after a 20 ms sleep, 1.25 x 0.1 s more but at most 0.07 s.
+def test_work_after_idle_time_takes_the_cold_factor_of_that_idle_time():
+    m = Machine(cores=1, cold=((0.01, 1.5), (0.03, 3.0)))
+    assert [m.cold_factor(w) for w in (0.0, 0.005, 0.01, 0.02, 0.03, 1.0)] == pytest.approx(
+        [1.0, 1.25, 1.5, 2.25, 3.0, 3.0])
+    # Back to back: no idle time, no slow-down; after a 20 ms sleep, 2.25 times its seconds.
     got = simulate([[Cpu(0.1), Cpu(0.1), Sleep(0.02), Cpu(0.1)]], [0], m)
-    assert got.makespan == pytest.approx(0.2 + 0.02 + 0.17)
-    assert got.cpu == [pytest.approx(0.2 + 0.17)]
-    assert got.cold == [pytest.approx(0.07)]
+    assert got.makespan == pytest.approx(0.2 + 0.02 + 0.225)
+    assert got.cpu == [pytest.approx(0.2 + 0.225)]
+    assert got.cold == [pytest.approx(0.125)]
     # The idle time runs from the process's last computation, a wait for a message included: process 1 waits
-    # 0.5 s for its message and then pays the most; sending is not computing.
+    # 0.5 s for its message and then computes 3 times its seconds; sending is not computing.
     got = simulate([[Cpu(0.5), Send("a", 1)], [Recv("a"), Cpu(0.1)]], [0, None], replace(m, cores=2))
-    assert got.ends[1] == pytest.approx(0.5 + 0.2)
-    assert got.cold == [pytest.approx(0.0), pytest.approx(0.1)]
+    assert got.ends[1] == pytest.approx(0.5 + 0.3)
     # An emulated wait scales the cold task's wall time, as the executor's does.
-    got = simulate([[Sleep(0.03), Cpu(0.01), Sleep(after=1.0)]], [0], m)
-    assert got.makespan == pytest.approx(0.03 + 0.03 + 0.03)
+    got = simulate([[Sleep(0.03), Cpu(0.1), Sleep(after=1.0)]], [0], m)
+    assert got.makespan == pytest.approx(0.03 + 0.3 + 0.3)
 
 
-def test_a_cold_slow_down_must_be_rows_of_idle_time_factor_and_most():
-    for bad in (((0.01, 0.5, 0.0),), ((0.01, math.inf, 0.0),), ((-1.0, 2.0, 0.0),), ((0.01, 2.0, -1.0),),
-                ("fast",), ((0.01, 2.0),)):
+def test_a_cold_slow_down_must_be_pairs_of_idle_time_and_a_factor_of_at_least_one():
+    for bad in (((0.01, 0.5),), ((0.01, math.inf),), ((-1.0, 2.0),), ("fast",), ((0.01,),)):
         with pytest.raises(LabError, match="cold slow-down"):
             simulate([[Cpu(1.0)]], [0], Machine(cold=bad))
 

@@ -55,11 +55,10 @@ class Recv:
 
 @dataclass(frozen=True)
 class Machine:
-    """The cores and what the processes pay for sharing them (seconds). ``cold``: ((idle seconds, factor, most
-    seconds), ...), the measured slow-down of work that starts after its process computed nothing for that long
-    (its data and code left the caches, its core idled): a :class:`Cpu` task of ``t`` seconds takes
-    ``min((factor - 1) x t, most)`` more, both interpolated in the idle time from (0, 1, 0), flat beyond the
-    last point. Empty: no slow-down."""
+    """The cores and what the processes pay for sharing them (seconds). ``cold``: ((idle seconds, factor),
+    ...), the measured slow-down of work that starts after its process computed nothing for that long (its data
+    and code left the caches meanwhile); a :class:`Cpu` task takes its seconds times the factor of its process's
+    idle time before it, interpolated, flat beyond the last point. Empty: no slow-down."""
 
     cores: int = 2
     wake: float = 0.0
@@ -68,19 +67,17 @@ class Machine:
     external: float = 0.0
     cold: tuple = ()
 
-    def cold_extra(self, idle: float, seconds: float) -> float:
-        """The extra seconds of a task of ``seconds`` after ``idle`` seconds without computing."""
-        if not self.cold or idle <= 0:
-            return 0.0
-        pts = [(0.0, 1.0, 0.0)] + sorted((float(w), float(f), float(m)) for w, f, m in self.cold)
-        if idle >= pts[-1][0]:
-            f, most = pts[-1][1], pts[-1][2]
-        else:
-            i = next(k for k in range(1, len(pts)) if idle < pts[k][0])
-            (w0, f0, m0), (w1, f1, m1) = pts[i - 1], pts[i]
-            a = (idle - w0) / (w1 - w0)
-            f, most = f0 + (f1 - f0) * a, m0 + (m1 - m0) * a
-        return min((f - 1.0) * seconds, most)
+    def cold_factor(self, idle: float) -> float:
+        """The factor of work after ``idle`` seconds without computing (1 below the first point's idle time
+        interpolated from 1 at no idle time)."""
+        pts = sorted(self.cold)
+        if not pts or idle <= 0:
+            return 1.0
+        xs, ys = [0.0] + [float(w) for w, _ in pts], [1.0] + [float(f) for _, f in pts]
+        if idle >= xs[-1]:
+            return ys[-1]
+        i = next(k for k in range(1, len(xs)) if idle < xs[k])
+        return ys[i - 1] + (ys[i] - ys[i - 1]) * (idle - xs[i - 1]) / (xs[i] - xs[i - 1])
 
 
 @dataclass
@@ -112,13 +109,12 @@ def check_tasks(tasks: Sequence[Sequence[Any]], pinned: Sequence[int | None], ma
     for name in ("wake", "background_same", "background_other", "external"):
         _sec(getattr(machine, name), name)
     try:
-        points = [(float(w), float(f), float(m)) for w, f, m in machine.cold]
+        points = [(float(w), float(f)) for w, f in machine.cold]
     except (TypeError, ValueError):
-        raise LabError(f"the cold slow-down must be rows of (idle seconds, factor, most seconds), got "
-                       f"{machine.cold!r}", where=WHERE) from None
-    for w, f, m in points:
+        raise LabError(f"the cold slow-down must be pairs of (idle seconds, factor), got {machine.cold!r}",
+                       where=WHERE) from None
+    for w, f in points:
         _sec(w, "a cold slow-down's idle time")
-        _sec(m, "a cold slow-down's most seconds")
         if not (f >= 1.0 and f < float("inf")):
             raise LabError(f"a cold slow-down's factor must be a finite number of at least 1, got {f!r}", where=WHERE)
     if len(pinned) != len(tasks):

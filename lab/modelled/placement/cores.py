@@ -230,8 +230,8 @@ class CoreSimulation:
             if isinstance(t, Cpu):
                 if t.seconds > 0:
                     p.to("run", "cpu", t)
-                    extra = self.machine.cold_extra(now - p.computed, t.seconds)
-                    p.left, p.began = t.seconds + extra, now
+                    extra = float(t.seconds) * (self.machine.cold_factor(now - p.computed) - 1.0)
+                    p.left, p.began = float(t.seconds) + extra, now
                     p.cold += extra
                     return
                 self.record(t.row, r, now, now)
