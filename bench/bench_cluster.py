@@ -4,8 +4,10 @@ worker nodes of one CPU each, so both paths have this machine's two cores): the 
 of the first job, the time until every job is done, and the resident memory of everything the path runs
 (the job manager, the warm starter, launchers and ranks; with Ray also its head, its node managers and
 its workers), sampled every second as the sum of their proportional set sizes (a page shared by forked
-processes counted once). Once every job is done, what the jobs left behind on each path: their launchers' and
-ranks' scratch folders, rank actors still alive and Ray placement groups not removed.
+processes counted once). Before the clock starts each path is warm: the local one's starter has loaded torch, and
+the cluster's pool of warm rank actors (:mod:`lab.train.ray_pool`, one per CPU of each worker node) has too. Once
+every job is done, what the jobs left behind on each path: their launchers' and ranks' scratch folders, rank actors
+still alive beyond the pool's idle ones, and Ray placement groups not removed.
 
 The last line: ``cluster: jobs <n>, nodes <n>, local all done <s> s, ray all done <s> s, ray first step <s> s,
 ray/local <x>x, left behind <n>``.
@@ -22,8 +24,11 @@ one CPU); it checks the bench still runs and measures nothing.
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
+import subprocess
+import sys
 import tempfile
 import threading
 import time
@@ -31,7 +36,7 @@ from pathlib import Path
 
 import psutil
 
-from common import bench_parser, score, SMOKE_NOTE, table  # noqa: E402  (also puts the checkout on sys.path)
+from common import ROOT, bench_parser, score, SMOKE_NOTE, table  # noqa: E402  (also puts the checkout on sys.path)
 
 
 
@@ -120,20 +125,19 @@ def left_behind(run_ids: list[str], ray_address: str = "", wait_s: float = 30.0)
     def count() -> dict[str, int]:
         folders = {d for root in roots for rid in run_ids for prefix in (scratch_prefix(rid), f"{RANK_SCRATCH}{rid}-")
                    for d in root.glob(prefix + "*")}
-        actors = 0
+        actors = set()
         for p in psutil.process_iter(["cmdline"]):
-            actors += "RankActor" in " ".join(p.info["cmdline"] or ())
-        out = {"scratch folders": len(folders), "rank actors": actors}
+            if "RankActor" in " ".join(p.info["cmdline"] or ()):
+                actors.add(p.pid)
+        out = {"scratch folders": len(folders)}
         if ray_address:
-            import ray
-            from ray.util import placement_group_table
-
-            ray.init(address=ray_address, namespace="lab", logging_level="ERROR", log_to_driver=False)
-            try:
-                out["placement groups"] = sum(1 for pg in placement_group_table().values()
-                                              if pg.get("state") != "REMOVED")
-            finally:
-                ray.shutdown()
+            # The pool's idle warm ranks stay by design (one per CPU, ready for the next class's jobs): what is
+            # left is every other rank actor, and placement groups not removed.
+            got = held(ray_address)
+            out["rank actors"] = len(actors - set(got["pids"]))
+            out["placement groups"] = got["placement_groups"]
+        else:
+            out["rank actors"] = len(actors)
         return out
 
     end = time.monotonic() + wait_s
@@ -142,6 +146,26 @@ def left_behind(run_ids: list[str], ray_address: str = "", wait_s: float = 30.0)
         time.sleep(2.0)
         found = count()
     return found
+
+
+def held(ray_address: str) -> dict:
+    """What the cluster holds for the lab, asked by a process of its own (a Ray driver ends with its process)."""
+    done = subprocess.run([sys.executable, "-m", "lab.train.ray_pool", ray_address, "--held"], cwd=str(ROOT),
+                          capture_output=True, text=True, timeout=300)
+    if done.returncode:
+        raise SystemExit(f"the cluster did not say what it holds: {done.stderr.strip()[-500:]}")
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def warm_pool(ray_address: str) -> float:
+    """Fill the cluster's pool of warm ranks and wait for them, as the local path waits for its warm starter; the
+    seconds it took."""
+    t0 = time.monotonic()
+    done = subprocess.run([sys.executable, "-m", "lab.train.ray_pool", ray_address], cwd=str(ROOT),
+                          capture_output=True, text=True, timeout=600)
+    if done.returncode:
+        raise SystemExit(f"the warm ranks did not start: {done.stderr.strip()[-500:]}")
+    return time.monotonic() - t0
 
 
 def main() -> None:
@@ -180,6 +204,8 @@ def main() -> None:
             cluster.wait_for_nodes()
             up = time.monotonic() - t0
             idle = ray_memory()
+            warmed = warm_pool(cluster.address)
+            pool = len(held(cluster.address)["pids"])
             on_ray = run_queue(args.jobs, args.steps, args.workers, base / "ray", cluster.address)
             left |= {f"Ray: {k}": n for k, n in left_behind(on_ray["ids"], cluster.address).items()}
         finally:
@@ -202,7 +228,8 @@ def main() -> None:
          f"{on_ray['memory'] / local['memory']:.2f}"],
     ]))
     print(f"Ray's test cluster: up in {up:.1f} s, {idle:.0f} MB resident for its {nodes} nodes before any job "
-          f"({idle / nodes:.0f} MB a node)")
+          f"({idle / nodes:.0f} MB a node); its pool of warm ranks: {pool} actors, warm in {warmed:.1f} s before the "
+          "first job (as the local path's starter is), kept after the last")
     if args.smoke:
         print(SMOKE_NOTE)
     print("left behind once every job was done: " + ", ".join(f"{k} {n}" for k, n in left.items()))

@@ -94,6 +94,8 @@ class JobManager:
                              else local_groups(cpus, slots_per_cpu))
         # The Ray cluster's nodes, which the teacher sees on the Jobs page (None on one machine)
         self.nodes = ClusterNodes(self.ray_address) if self.ray_address else None
+        if self.nodes is not None:
+            self.nodes.latest()  # the first look, now: it also starts the cluster's warm rank actors
         self.started_at = time.time()
         self._lock = threading.RLock()  # guards the queue, the running jobs and the slot book
         self.queue = FairQueue()

@@ -1,7 +1,8 @@
 """The nodes of a Ray cluster, as the Jobs page lists them for the teacher: run as ``python -m lab.train.ray_nodes
 ADDRESS``, a short-lived Ray driver of its own (the class server never becomes one), it prints one JSON list of
-rows: the node, its address and host, whether Ray counts it alive, its CPUs and the device kinds it declares (custom
-resources named after the topology's device types, as ``ray start --resources '{"fpga": 1}'``)."""
+rows: the node, its address and host, whether Ray counts it alive, its CPUs, the device kinds it declares (custom
+resources named after the topology's device types, as ``ray start --resources '{"fpga": 1}'``) and its warm rank
+actors ready to lend; each look also refills the pool of warm actors (:mod:`lab.train.ray_pool`)."""
 from __future__ import annotations
 
 import json
@@ -12,16 +13,21 @@ from lab.errors import LabError
 from lab.scenario.topology import DEVICE_TYPES
 
 
-def node_rows(nodes: Iterable[Mapping]) -> list[dict]:
-    """Rows of Ray's node table (``ray.nodes()``), alive nodes first."""
+def node_rows(nodes: Iterable[Mapping], warm: Mapping[str, int] | None = None) -> list[dict]:
+    """Rows of Ray's node table (``ray.nodes()``), alive nodes first, with each node's warm rank actors ready to
+    lend (``warm``: node id -> count, :mod:`lab.train.ray_pool`)."""
     out = []
     for n in nodes:
         res = n.get("Resources") or {}
         out.append({"node": str(n.get("NodeID", ""))[:12], "address": str(n.get("NodeManagerAddress", "")),
                     "host": str(n.get("NodeManagerHostname", "")), "alive": bool(n.get("Alive")),
                     "CPUs": float(res.get("CPU", 0.0)),
-                    "device kinds": ", ".join(sorted(k for k in res if k in DEVICE_TYPES))})
+                    "device kinds": ", ".join(sorted(k for k in res if k in DEVICE_TYPES)),
+                    "warm ranks": int((warm or {}).get(str(n.get("NodeID", "")), 0))})
     return sorted(out, key=lambda r: (not r["alive"], r["node"]))
+
+
+POOL_TIMEOUT_S = 20.0
 
 
 def main(argv: list[str]) -> int:
@@ -37,7 +43,13 @@ def main(argv: list[str]) -> int:
         print(str(exc), file=sys.stderr)
         return 1
     try:
-        print(json.dumps(node_rows(ray.nodes())))
+        from lab.train.ray_pool import pool
+
+        try:  # every look at the nodes also refills the pool: a node that came back gets its warm actors
+            warm = ray.get(pool().refill.remote(), timeout=POOL_TIMEOUT_S)["idle"]
+        except ray.exceptions.RayError:
+            warm = {}
+        print(json.dumps(node_rows(ray.nodes(), warm)))
     finally:
         ray.shutdown()
     return 0

@@ -32,6 +32,7 @@ import time
 from pathlib import Path
 
 import ray
+from ray.util import placement_group_table
 from ray.util.placement_group import placement_group, remove_placement_group
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy, PlacementGroupSchedulingStrategy
 
@@ -161,7 +162,20 @@ def sweep_rank_scratch(root: str | os.PathLike | None = None) -> int:
 
 @ray.remote(max_restarts=0, max_task_retries=0)
 class RankActor:
-    """One rank in its own Ray worker process."""
+    """One rank in its own Ray worker process: a fresh one for one job, or a warm one of the cluster's pool
+    (:mod:`lab.train.ray_pool`) that runs job after job, each from the state it had when it warmed."""
+
+    def warm(self) -> bool:
+        """Load torch and the rank code (once), and keep what a job starts from: this process's environment and
+        torch's first seed."""
+        if not hasattr(self, "_env"):
+            from lab.train.ranks import load_rank_code
+
+            load_rank_code()
+            import torch
+
+            self._env, self._seed = dict(os.environ), torch.initial_seed()
+        return True
 
     def where(self) -> dict:
         ctx = ray.get_runtime_context()
@@ -176,8 +190,18 @@ class RankActor:
             return s.getsockname()[1]
 
     def run(self, scenario: dict, run_id: str, env: dict, writer) -> dict:
+        """The rank's job; ``clean`` in the answer says the process may run another (no process group left, its
+        scratch folder gone)."""
+        self.warm()
+        import torch
+        import torch.distributed as dist
+
         from lab.train.rank import run_rank  # torch and the trainer, in the rank's process only
 
+        os.environ.clear()  # what the last job set goes: every job starts from the warmed process's environment
+        os.environ.update(self._env)
+        torch.manual_seed(self._seed)
+        torch.set_default_dtype(torch.float32)
         sweep_rank_scratch()  # what ranks killed on this node before left behind
         tmp = Path(tempfile.mkdtemp(prefix=f"{RANK_SCRATCH}{run_id}-"))
         try:
@@ -192,9 +216,9 @@ class RankActor:
                 error = json.loads((tmp / "rank.err").read_text())
             except (OSError, ValueError):
                 error = None
-            return {"code": code, "error": error, "cpu_s": cpu}
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
+        return {"code": code, "error": error, "cpu_s": cpu, "clean": not dist.is_initialized() and not tmp.exists()}
 
 
 class RayRank:
@@ -202,12 +226,14 @@ class RayRank:
     is None while it runs, then its return code (0 done, 1 failed with its error copied to the
     scratch folder, -9 killed); ``lost`` says why when its node went away."""
 
-    def __init__(self, rank: int, actor, ref, where: dict, tmp: Path, beats: "_Beats"):
+    def __init__(self, rank: int, actor, ref, where: dict, tmp: Path, beats: "_Beats", borrowed: bool = False):
         self.rank, self.actor, self.ref, self.where, self.tmp, self.beats = rank, actor, ref, where, tmp, beats
         self.pid = where["pid"]
         self.returncode: int | None = None
         self.lost: str | None = None
         self.cpu_s = 0.0  # the CPU its process took for the rank, once it ended (a killed rank reports none)
+        self.borrowed = borrowed  # a warm actor of the pool, which gets it back if it ends clean
+        self.clean = False
 
     def poll(self) -> int | None:
         if self.returncode is None:
@@ -230,10 +256,12 @@ class RayRank:
             return
         self.returncode = int(out["code"])
         self.cpu_s = float(out.get("cpu_s") or 0.0)
+        self.clean = bool(out.get("clean"))
         if out.get("error"):
             (self.tmp / f"rank{self.rank}.err").write_text(json.dumps(out["error"]))
 
     def kill(self) -> None:
+        self.clean = False  # whatever it was doing, it is gone
         ray.kill(self.actor, no_restart=True)
 
     def wait(self, timeout: float | None = None) -> int | None:
@@ -288,28 +316,37 @@ class RayRanks(list):
     """The handles of a job's ranks (a list the launcher watches as it watches its processes), with what
     the job holds on the cluster besides them."""
 
-    def __init__(self, ranks: list[RayRank], group, writer):
+    def __init__(self, ranks: list[RayRank], group, writer, keeper=None):
         super().__init__(ranks)
-        self.group, self.writer = group, writer
+        self.group, self.writer, self.keeper = group, writer, keeper
         self.released = False
 
     def release(self) -> None:
-        """End what the attempt holds on the cluster: its rank actors, its writer and its placement group
-        (once; again is nothing)."""
+        """End what the attempt holds on the cluster: its writer, its placement group and its rank actors, but
+        for the pool's that ended clean, which go back to it (once; again is nothing)."""
         if self.released:
             return
         self.released = True
-        for actor in [r.actor for r in self] + [self.writer]:
+        ending = [self.writer]
+        for r in self:
+            if r.borrowed and self.keeper is not None and r.poll() is not None and r.clean:
+                self.keeper.give_back.remote(r.actor, r.where["node"])
+            else:
+                ending.append(r.actor)
+        for actor in ending:
             try:
                 ray.kill(actor, no_restart=True)
             except ray.exceptions.RayError:  # gone already, with its node
                 pass
         remove_placement_group(self.group)
+        if self.keeper is not None:
+            self.keeper.refill.remote()  # in place of what the job killed or lost
 
     def nodes(self) -> list[dict]:
-        """Where each rank runs: node id, address and host name, for the run's events (the Jobs page)."""
+        """Where each rank runs: node id, address and host name, its process and whether it is a warm one of the
+        pool, for the run's events (the Jobs page)."""
         return [{"rank": r.rank, "node": r.where["node"], "ip": r.where["ip"], "host": r.where["host"],
-                 "pid": r.pid} for r in self]
+                 "pid": r.pid, "warm": r.borrowed} for r in self]
 
 
 def spawn(sc: Scenario, run_id: str, world: int, env: dict, tmp: Path, db: str | os.PathLike, address: str,
@@ -329,10 +366,21 @@ def spawn(sc: Scenario, run_id: str, world: int, env: dict, tmp: Path, db: str |
     here = ray.get_runtime_context().get_node_id()
     writer = StoreWriter.options(scheduling_strategy=NodeAffinitySchedulingStrategy(here, soft=False)).remote(
         str(Path(db).resolve()))
-    actors = [RankActor.options(num_cpus=1, resources={k: v for k, v in shape[r].items() if k != "CPU"},
-                                scheduling_strategy=PlacementGroupSchedulingStrategy(group, r)).remote()
-              for r in range(world)]
-    where = ray.get([a.where.remote() for a in actors])
+
+    def fresh(r: int):
+        return RankActor.options(num_cpus=1, resources={k: v for k, v in shape[r].items() if k != "CPU"},
+                                 scheduling_strategy=PlacementGroupSchedulingStrategy(group, r)).remote()
+
+    keeper, lent = _borrow(group, world)
+    actors = [lent[r] if lent[r] is not None else fresh(r) for r in range(world)]
+    borrowed = [lent[r] is not None for r in range(world)]
+    where = []
+    for r in range(world):
+        try:
+            where.append(ray.get(actors[r].where.remote()))
+        except ray.exceptions.RayActorError:  # a warm actor that died while it waited (its node, a kill)
+            actors[r], borrowed[r] = fresh(r), False
+            where.append(ray.get(actors[r].where.remote()))
     port = ray.get(actors[0].free_port.remote())
     base = {k: v for k, v in env.items()
             if (k.startswith("LAB_") and k not in _LOCAL_ONLY) or k in _RANK_ENV}
@@ -342,5 +390,21 @@ def spawn(sc: Scenario, run_id: str, world: int, env: dict, tmp: Path, db: str |
     ranks = []
     for r, actor in enumerate(actors):
         ref = actor.run.remote(scenario, run_id, dict(base, RANK=str(r), LOCAL_RANK=str(r)), writer)
-        ranks.append(RayRank(r, actor, ref, where[r], tmp, beats))
-    return RayRanks(ranks, group, writer)
+        ranks.append(RayRank(r, actor, ref, where[r], tmp, beats, borrowed=borrowed[r]))
+    return RayRanks(ranks, group, writer, keeper)
+
+
+BORROW_TIMEOUT_S = 30.0
+
+
+def _borrow(group, world: int) -> tuple:
+    """The pool and a warm actor of it on each bundle's node (None where it has none): a job on the pool's
+    actors starts in a second, where fresh ones load torch first. A pool that does not answer lends nothing."""
+    from lab.train import ray_pool
+
+    try:
+        nodes = placement_group_table(group)["bundles_to_node_id"]
+        keeper = ray_pool.pool()
+        return keeper, ray.get(keeper.borrow.remote([nodes[r] for r in range(world)]), timeout=BORROW_TIMEOUT_S)
+    except (ray.exceptions.RayError, KeyError):
+        return None, [None] * world

@@ -4,6 +4,9 @@ worker nodes of two CPUs, one of which declares an FPGA and a GPU), the job mana
 from __future__ import annotations
 
 import contextlib
+import json
+import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -15,6 +18,7 @@ from lab.errors import LabError
 from lab.jobs.manager import Job, JobManager
 from lab.jobs.nodes import ClusterNodes
 from lab.store.runs import JOB_WORKER, RunStore
+from lab.settings import ROOT
 from lab.view.jobs.page import cluster_nodes
 from tests.conftest import RAY_NODE_MEMORY, default_with, ray_test_cluster, wait_for
 
@@ -43,8 +47,8 @@ def jm(cluster, tmp_path, monkeypatch):
     m.shutdown()
 
 
-def rank_processes() -> list[psutil.Process]:
-    """Ray worker processes that hold a rank of a job (Ray titles them after the actor)."""
+def actor_processes() -> list[psutil.Process]:
+    """Ray worker processes of rank actors, a job's or the pool's idle ones (Ray titles them after the actor)."""
     out = []
     for p in psutil.process_iter(["cmdline"]):
         try:
@@ -53,6 +57,30 @@ def rank_processes() -> list[psutil.Process]:
         except psutil.Error:
             continue
     return out
+
+
+def held(cluster) -> dict:
+    """What the cluster holds for the lab (the pool's idle actors' processes, placement groups), asked as the bench
+    asks, by a process of its own."""
+    done = subprocess.run([sys.executable, "-m", "lab.train.ray_pool", cluster.address, "--held"], cwd=str(ROOT),
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def rank_processes(cluster=None) -> list[psutil.Process]:
+    """Rank actor processes beyond the pool's idle ones: a job's ranks, or anything a job left. With the cluster,
+    asked of the pool; without, every rank actor that runs a job (Ray titles it after the method it runs)."""
+    if cluster is None:
+        return [p for p in actor_processes() if any("RankActor.run" in part for part in p.cmdline())]
+    idle = set(held(cluster)["pids"])
+    return [p for p in actor_processes() if p.pid not in idle]
+
+
+def nothing_left(cluster) -> None:
+    """After a job: no rank actor but the pool's idle ones, and no placement group."""
+    wait_for(lambda: not rank_processes(cluster), 120, "only the pool's warm ranks to stay")
+    assert held(cluster)["placement_groups"] == 0
 
 
 def started(store: RunStore, run_id: str) -> dict:
@@ -107,10 +135,10 @@ def test_a_job_larger_than_a_node_spans_two_and_an_fpga_rank_lands_on_the_fpga_n
     assert [n["rank"] for n in nodes] == [0, 1, 2]
     assert len({n["node"] for n in nodes}) == 2  # two CPUs a node: three ranks need two nodes
     assert nodes[0]["node"] == fpga_node
-    wait_for(lambda: not rank_processes(), 60, "the job's rank processes to end")
+    nothing_left(cluster)
 
 
-def test_two_owners_cannot_stop_each_others_jobs_on_the_cluster(jm):
+def test_two_owners_cannot_stop_each_others_jobs_on_the_cluster(jm, cluster):
     job = jm.submit(default_with(workers=2, steps=100000), "long", owner="alice")
     wait_for(lambda: len(jm.store.metrics(job.run_id)) > 0, 300, "the job to train")
     with pytest.raises(LabError):
@@ -118,7 +146,7 @@ def test_two_owners_cannot_stop_each_others_jobs_on_the_cluster(jm):
     assert jm.store.status(job.run_id) == "running"
     assert jm.stop(job.run_id, "alice")
     assert jm.wait(job.run_id, 120) == "stopped"
-    wait_for(lambda: not rank_processes(), 60, "the stopped job's rank processes to end")
+    nothing_left(cluster)
 
 
 @contextlib.contextmanager
@@ -150,6 +178,7 @@ def test_a_lost_node_interrupts_its_run_and_leaves_no_process(jm, cluster):
         assert run["end"] - t0 < 180
         wait_for(lambda: not rank_processes(), 60, "the job's rank processes to end")
         assert len(jm.store.metrics(job.run_id)) > 0  # what it stored before stays
+    nothing_left(cluster)
 
 
 def test_a_job_that_recovers_restarts_on_the_nodes_left_when_one_is_lost(jm, cluster, monkeypatch):
@@ -208,7 +237,7 @@ def test_a_client_address_is_refused_with_a_message_and_the_run_fails_cleanly(tm
 
 
 @pytest.mark.parametrize("fault, kind", [("kill", "killed"), ("raise", "error"), ("hang", "hung")])
-def test_a_rank_that_fails_on_the_cluster_is_found_and_named_as_on_this_machine(jm, monkeypatch, fault, kind):
+def test_a_rank_that_fails_on_the_cluster_is_found_and_named_as_on_this_machine(jm, cluster, monkeypatch, fault, kind):
     monkeypatch.setenv("LAB_HEARTBEAT_TIMEOUT", "5")
     job = jm.submit(default_with(workers=2, steps=100000, fault=fault, fault_worker=1, fault_step=5), fault)
     assert jm.wait(job.run_id, 180) == "failed"
@@ -219,7 +248,8 @@ def test_a_rank_that_fails_on_the_cluster_is_found_and_named_as_on_this_machine(
     assert run["error"].startswith("worker 1")
     if fault == "raise":
         assert "injected fault" in run["error"]
-    wait_for(lambda: not rank_processes(), 60, "the job's rank processes to end")
+    nothing_left(cluster)
+    wait_for(lambda: len(held(cluster)["pids"]) == 4, 120, "the pool refilled")
     # A killed rank cannot remove its scratch folder; the next ranks on its node do (the test cluster's nodes share
     # this machine's temporary directory)
     left = lambda: sorted(Path(tempfile.gettempdir()).glob(f"lab-rank-{job.run_id}-*"))  # noqa: E731
@@ -253,3 +283,65 @@ def test_the_teacher_sees_the_clusters_nodes_their_device_kinds_and_a_lost_one(j
     assert jm.nodes.wait(120)
     (section,) = cluster_nodes(jm)
     assert section.kind == "measured" and len(section.table) >= 3 and not section.notices
+
+
+# ---- the warm ranks --------------------------------------------------------------------------------------------
+
+def warm_pool(cluster) -> None:
+    """Fill the cluster's pool of warm ranks and wait for them, as the bench does before its clock starts."""
+    done = subprocess.run([sys.executable, "-m", "lab.train.ray_pool", cluster.address], cwd=str(ROOT),
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+
+
+def placement_scenario(steps: int):
+    from lab.modelled.opgraph import trace
+    from lab.scenario.models import build_model
+
+    sc = default_with(parallel="placement", steps=steps, batch_size=24, micro_batches=3)
+    ops = trace(build_model(sc.training.model, 64, 10), 24, 64).names
+    return sc.replace(training=sc.training.replace(placement={op: ("gpu", "host")[i * 2 // len(ops)]
+                                                              for i, op in enumerate(ops)}))
+
+
+def test_jobs_run_on_warm_ranks_one_after_another_and_compute_the_bits_of_fresh_ones(jm, cluster, tmp_path):
+    warm_pool(cluster)
+    assert len(held(cluster)["pids"]) == 4  # one per CPU of the two worker nodes; the head runs no rank
+    dp, plan = default_with(workers=2, steps=30), placement_scenario(12)
+    ids = []
+    for sc, name in ((dp, "data parallel"), (plan, "placement"), (dp, "data parallel again")):
+        job = jm.submit(sc, name)
+        assert jm.wait(job.run_id, 300) == "done", jm.store.get_run(job.run_id)["error"]
+        ids.append(job.run_id)
+    nodes = [started(jm.store, r)["nodes"] for r in ids]
+    assert all(n["warm"] for ns in nodes for n in ns)
+    pids = [{n["pid"] for n in ns} for ns in nodes]
+    assert pids[0] & pids[1] or pids[1] & pids[2] or pids[0] & pids[2]  # a process ran more than one job
+    # The data-parallel job after a placement job on the same processes is the first one, bit for bit...
+    assert losses(jm.store, ids[0]).loss.tolist() == losses(jm.store, ids[2]).loss.tolist()
+    # ...and both jobs are what fresh processes on this machine compute.
+    here = JobManager(tmp_path / "runs.db", ray_address="")
+    try:
+        local = [here.submit(sc, f"{name} here") for sc, name in ((dp, "dp"), (plan, "plan"))]
+        assert [here.wait(j.run_id, 300) for j in local] == ["done", "done"]
+    finally:
+        here.shutdown()
+    assert losses(jm.store, ids[0]).loss.tolist() == losses(jm.store, local[0].run_id).loss.tolist()
+    plan_loss = [jm.store.metrics(r, worker=JOB_WORKER).loss.dropna().tolist() for r in (ids[1], local[1].run_id)]
+    assert len(plan_loss[0]) > 0 and plan_loss[0] == plan_loss[1]
+    nothing_left(cluster)
+    assert len(held(cluster)["pids"]) == 4  # given back, no more kept than the nodes' CPUs
+
+
+def test_a_warm_rank_killed_while_it_waits_is_replaced_and_the_next_job_runs(jm, cluster):
+    import os
+    import signal
+
+    warm_pool(cluster)
+    victim = held(cluster)["pids"][0]
+    os.kill(victim, signal.SIGKILL)
+    job = jm.submit(default_with(workers=2, steps=20), "after a warm rank died")
+    assert jm.wait(job.run_id, 300) == "done", jm.store.get_run(job.run_id)["error"]
+    assert victim not in {n["pid"] for n in started(jm.store, job.run_id)["nodes"]}
+    nothing_left(cluster)
+    wait_for(lambda: len(held(cluster)["pids"]) == 4, 120, "the pool refilled")

@@ -12,19 +12,22 @@ from lab.train.ray_nodes import node_rows
 from lab.view.jobs.page import cluster_nodes
 
 
-def test_rays_node_table_becomes_rows_with_the_device_kinds_a_node_declares():
+def test_rays_node_table_becomes_rows_with_the_device_kinds_a_node_declares_and_its_warm_ranks():
     table = [{"NodeID": "dead0123456789abcdef", "Alive": False, "NodeManagerAddress": "10.0.0.3",
               "NodeManagerHostname": "n3", "Resources": {}},
              {"NodeID": "b" * 40, "Alive": True, "NodeManagerAddress": "10.0.0.2", "NodeManagerHostname": "n2",
               "Resources": {"CPU": 2.0, "fpga": 1.0, "gpu": 1.0, "memory": 1e9, "node:10.0.0.2": 1.0}},
              {"NodeID": "a" * 40, "Alive": True, "NodeManagerAddress": "10.0.0.1", "NodeManagerHostname": "head",
               "Resources": {"memory": 1e9, "object_store_memory": 1e8}}]
-    assert node_rows(table) == [
-        {"node": "a" * 12, "address": "10.0.0.1", "host": "head", "alive": True, "CPUs": 0.0, "device kinds": ""},
+    warm = {"b" * 40: 2, "dead0123456789abcdef": 1}  # a lost node's count: what the pool last knew
+    assert node_rows(table, warm) == [
+        {"node": "a" * 12, "address": "10.0.0.1", "host": "head", "alive": True, "CPUs": 0.0, "device kinds": "",
+         "warm ranks": 0},
         {"node": "b" * 12, "address": "10.0.0.2", "host": "n2", "alive": True, "CPUs": 2.0,
-         "device kinds": "fpga, gpu"},
+         "device kinds": "fpga, gpu", "warm ranks": 2},
         {"node": "dead01234567", "address": "10.0.0.3", "host": "n3", "alive": False, "CPUs": 0.0,
-         "device kinds": ""}]
+         "device kinds": "", "warm ranks": 1}]
+    assert [r["warm ranks"] for r in node_rows(table)] == [0, 0, 0]  # no pool yet
 
 
 class _Manager:

@@ -53,8 +53,10 @@ def slot_words(jm: JobManager) -> str:
 
 
 NODES_CAPTION = ("The Ray cluster's nodes as Ray reports them ({age}): a node with no CPUs (the head) runs no rank; "
-                 "a rank that stands for a device of a kind a node declares lands on such a node. A node Ray lost "
-                 "stays listed, not alive, and its jobs' lost ranks are alarms in their events below.")
+                 "a rank that stands for a device of a kind a node declares lands on such a node. Warm ranks: rank "
+                 "processes with torch loaded, ready for the next job (one per CPU; a job takes one per rank and "
+                 "gives it back when it ends clean). A node Ray lost stays listed, not alive, and its jobs' lost ranks "
+                 "are alarms in their events below.")
 
 
 def cluster_nodes(jm: JobManager) -> list[Section]:
