@@ -57,7 +57,7 @@ VARIABLES: dict[str, Variable] = {v.name: v for v in (
              "its head's host:port; empty: jobs run on this machine"),
     Variable("LAB_RAY_JOBS", 32, "jobs on the Ray cluster at once, running or waiting there for room (each has its "
              "launcher on this machine)"),
-    Variable("LAB_RAY_WAITING", 4, "jobs handed to the Ray cluster that have not started yet: Ray queues these until "
+    Variable("LAB_RAY_WAITING", 1, "jobs handed to the Ray cluster that have not started yet: Ray queues these until "
              "all of a job's ranks fit; the lab's fair queue keeps the rest, in its order"),
     Variable("LAB_NEW_PER_CLIENT", 6, "new identities, and seats joined, one client address may take at once; then "
              "one per LAB_NEW_EVERY_S (raise it when a whole class reaches the server through one address)"),

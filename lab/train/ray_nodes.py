@@ -45,8 +45,10 @@ def main(argv: list[str]) -> int:
     try:
         from lab.train.ray_pool import pool
 
-        try:  # every look at the nodes also refills the pool: a node that came back gets its warm actors
-            warm = ray.get(pool().refill.remote(), timeout=POOL_TIMEOUT_S)["idle"]
+        try:  # every look at the nodes also refills the pool (a node that came back gets its warm actors), with a
+            # spare store writer here, on the class server's node, where the lab's launchers run
+            here = ray.get_runtime_context().get_node_id()
+            warm = ray.get(pool().refill.remote(here), timeout=POOL_TIMEOUT_S)["idle"]
         except ray.exceptions.RayError:
             warm = {}
         print(json.dumps(node_rows(ray.nodes(), warm)))

@@ -41,6 +41,8 @@ class RankPool:
         self.idle: dict[str, dict[str, list]] = {}  # node -> actor id -> [actor, its pending answer or None]
         self.lent: dict[str, dict[str, list]] = {}
         self.size: dict[str, int] = {}
+        # node where launchers run -> its spare store writers (one, started before the job that takes it)
+        self.writers: dict[str, dict[str, list]] = {}
 
     def _nodes(self) -> dict[str, int]:
         """The alive nodes that run ranks, with how many warm actors each keeps (its CPUs)."""
@@ -63,11 +65,24 @@ class RankPool:
                 except ray.exceptions.RayError:
                     del actors[key]
 
-    def refill(self) -> dict:
-        """Start warm actors where a node holds fewer than its size, idle and lent together; forget the nodes that
-        left and the actors that died. Returns the status."""
-        from lab.train.ray_ranks import RankActor
+    def refill(self, launchers: str | None = None) -> dict:
+        """Start warm actors where a node holds fewer than its size, idle and lent together, and a spare store
+        writer on each node where launchers run (``launchers``: one more such node); forget the nodes that left
+        and the actors that died. Returns the status."""
+        from lab.train.ray_ranks import RankActor, StoreWriter
 
+        alive = {n["NodeID"] for n in ray.nodes() if n["Alive"]}
+        if launchers:
+            self.writers.setdefault(launchers, {})
+        for node in list(self.writers):
+            if node not in alive:
+                del self.writers[node]
+                continue
+            self._sweep(self.writers[node])
+            if not self.writers[node]:
+                writer = StoreWriter.options(num_cpus=0, scheduling_strategy=NodeAffinitySchedulingStrategy(
+                    node, soft=False)).remote()
+                self.writers[node][writer._actor_id.hex()] = [writer, None]
         self.size = self._nodes()
         for node in set(self.idle) | set(self.lent):
             if node not in self.size:  # lost with its node
@@ -97,6 +112,14 @@ class RankPool:
             out.append(entry[0] if entry is not None else None)
         return out
 
+    def borrow_writer(self, node: str):
+        """The spare store writer on ``node`` (None the first time a launcher asks there); a new spare starts."""
+        spares = self.writers.setdefault(node, {})
+        key = next(iter(spares), None)
+        writer = spares.pop(key)[0] if key is not None else None
+        self.refill()
+        return writer
+
     def give_back(self, actor, node: str) -> bool:
         """An actor whose job ended clean goes back to the idle ones (its node still there). True when kept."""
         key = actor._actor_id.hex()
@@ -107,16 +130,19 @@ class RankPool:
         return True
 
     def status(self) -> dict:
-        """Per node: the actors ready to lend, and those lent."""
+        """Per node: the actors ready to lend, those lent, and the spare store writers."""
         return {"idle": {node: len(actors) for node, actors in self.idle.items()},
-                "lent": {node: len(actors) for node, actors in self.lent.items()}}
+                "lent": {node: len(actors) for node, actors in self.lent.items()},
+                "writers": {node: len(w) for node, w in self.writers.items()}}
 
     def _idle_actors(self) -> list:
         return [entry[0] for actors in self.idle.values() for entry in actors.values()]
 
     def ready(self, timeout_s: float) -> dict:
-        """Wait until every idle actor has warmed (at most ``timeout_s``); returns the status."""
+        """Wait until every idle actor has warmed and every spare writer started (at most ``timeout_s``); returns
+        the status."""
         refs = [a.warm.remote() for a in self._idle_actors()]
+        refs += [w.where.remote() for spares in self.writers.values() for w, _ in spares.values()]
         ray.wait(refs, num_returns=len(refs), timeout=timeout_s)
         return self.status()
 
@@ -137,12 +163,13 @@ def pool():
 
 
 def warm(address: str, timeout_s: float = 300.0) -> dict:
-    """Connect to the cluster at ``address``, fill the pool and wait for its actors to warm. Returns its status."""
+    """Connect to the cluster at ``address``, fill the pool (with a spare store writer on this node, where the
+    lab's launchers run) and wait for its actors to warm. Returns its status."""
     from lab.train.ray_ranks import connect
 
     connect(address)
     p = pool()
-    ray.get(p.refill.remote())
+    ray.get(p.refill.remote(ray.get_runtime_context().get_node_id()))
     return ray.get(p.ready.remote(timeout_s))
 
 

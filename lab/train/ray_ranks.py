@@ -102,11 +102,19 @@ def reach(address: str) -> None:
 @ray.remote(num_cpus=0, max_restarts=0)
 class StoreWriter:
     """The run store for a job's ranks, on the launcher's node, one call at a time (SQLite's own rule);
-    also the latest heartbeat of every rank, which the launcher reads."""
+    also the latest heartbeat of every rank, which the launcher reads. A spare one of the pool is started
+    before its job, with no store, and :meth:`open` gives it the job's."""
 
-    def __init__(self, db: str):
-        self.store = RunStore(db)
+    def __init__(self, db: str | None = None):
+        self.store = RunStore(db) if db else None
         self.beats: dict[int, dict] = {}
+
+    def open(self, db: str) -> bool:
+        self.store, self.beats = RunStore(db), {}
+        return True
+
+    def where(self) -> dict:
+        return {"pid": os.getpid()}
 
     def call(self, name: str, args: tuple, kwargs: dict):
         if name not in RANK_CALLS:
@@ -364,14 +372,16 @@ def spawn(sc: Scenario, run_id: str, world: int, env: dict, tmp: Path, db: str |
         if on_wait is not None:
             on_wait(time.monotonic() - t0)
     here = ray.get_runtime_context().get_node_id()
-    writer = StoreWriter.options(scheduling_strategy=NodeAffinitySchedulingStrategy(here, soft=False)).remote(
-        str(Path(db).resolve()))
+    keeper = _keeper()
+    db = str(Path(db).resolve())
+    writer = _spare_writer(keeper, here, db) or StoreWriter.options(
+        scheduling_strategy=NodeAffinitySchedulingStrategy(here, soft=False)).remote(db)
 
     def fresh(r: int):
         return RankActor.options(num_cpus=1, resources={k: v for k, v in shape[r].items() if k != "CPU"},
                                  scheduling_strategy=PlacementGroupSchedulingStrategy(group, r)).remote()
 
-    keeper, lent = _borrow(group, world)
+    lent = _borrow(keeper, group, world)
     actors = [lent[r] if lent[r] is not None else fresh(r) for r in range(world)]
     borrowed = [lent[r] is not None for r in range(world)]
     where = []
@@ -397,14 +407,37 @@ def spawn(sc: Scenario, run_id: str, world: int, env: dict, tmp: Path, db: str |
 BORROW_TIMEOUT_S = 30.0
 
 
-def _borrow(group, world: int) -> tuple:
-    """The pool and a warm actor of it on each bundle's node (None where it has none): a job on the pool's
-    actors starts in a second, where fresh ones load torch first. A pool that does not answer lends nothing."""
+def _keeper():
+    """The cluster's pool of warm actors (:mod:`lab.train.ray_pool`), or None when it cannot be had."""
     from lab.train import ray_pool
 
     try:
+        return ray_pool.pool()
+    except (ray.exceptions.RayError, ValueError):
+        return None
+
+
+def _borrow(keeper, group, world: int) -> list:
+    """A warm actor of the pool on each bundle's node (None where it has none): a job on the pool's actors starts
+    in a second, where fresh ones load torch first. A pool that does not answer lends nothing."""
+    if keeper is None:
+        return [None] * world
+    try:
         nodes = placement_group_table(group)["bundles_to_node_id"]
-        keeper = ray_pool.pool()
-        return keeper, ray.get(keeper.borrow.remote([nodes[r] for r in range(world)]), timeout=BORROW_TIMEOUT_S)
+        return ray.get(keeper.borrow.remote([nodes[r] for r in range(world)]), timeout=BORROW_TIMEOUT_S)
     except (ray.exceptions.RayError, KeyError):
-        return None, [None] * world
+        return [None] * world
+
+
+def _spare_writer(keeper, node: str, db: str):
+    """The pool's spare store writer on the launcher's node, opened on the job's run store; None when it has
+    none (the job starts its own, a Ray worker that takes most of a second to start)."""
+    if keeper is None:
+        return None
+    try:
+        writer = ray.get(keeper.borrow_writer.remote(node), timeout=BORROW_TIMEOUT_S)
+        if writer is not None:
+            ray.get(writer.open.remote(db), timeout=BORROW_TIMEOUT_S)
+        return writer
+    except ray.exceptions.RayError:
+        return None
