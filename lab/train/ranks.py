@@ -24,8 +24,9 @@ from pathlib import Path
 from lab import processes
 from lab.errors import LabError
 from lab.scenario.document import Scenario
-from lab.settings import ROOT, one_thread_per_pool
+from lab.settings import ROOT
 from lab.train import fork
+from lab.train.preload import load_rank_code
 
 
 class RankBackend:
@@ -162,26 +163,6 @@ def rank_backend(ray_address: str = "", own_process: bool = False) -> RankBacken
     if ray_address:
         return ClusterRanks(ray_address)
     return ForkedRanks() if own_process else ProcessRanks()
-
-
-def load_rank_code() -> None:
-    """Load what every rank runs, once in this process, so that the ranks forked from it start with it: torch
-    (one thread per pool, set before it loads), torch._dynamo (which torch.optim imports on its first
-    optimiser, 1.2 s of CPU), the ranks' code, the first checkpoint's serialiser and the digits."""
-    one_thread_per_pool()
-    import torch
-    import torch._dynamo  # noqa: F401
-    import torch.distributed  # noqa: F401
-    import torch.utils.serialization  # noqa: F401
-
-    import lab.train.rank  # noqa: F401
-    from lab.train import data
-
-    torch.set_num_threads(1)  # also when torch loaded before this, with the pools of its own
-    try:
-        data.load_dataset("digits")  # cached in this process
-    except LabError:
-        pass
 
 
 def _rank_main(sc: Scenario, run_id: str) -> int:

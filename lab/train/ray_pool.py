@@ -2,7 +2,7 @@
 
 A fresh Ray worker imports torch and the lab's rank code before its rank can start, seconds on every job. The
 pool keeps, on every node, as many :class:`lab.train.ray_ranks.RankActor` as the node has CPUs, each started
-once and warmed (:meth:`RankActor.warm`: torch and the rank code loaded, :func:`lab.train.ranks.load_rank_code`).
+once and warmed (:meth:`RankActor.warm`: torch and the rank code loaded, :func:`lab.train.preload.load_rank_code`).
 A job still asks Ray for a placement group, one bundle per rank, so Ray's own gang scheduling decides where the
 job runs and whether it waits; it then borrows, for each bundle, a warm actor on that bundle's node (the pool's
 actors hold no CPU of their own: the bundle holds the rank's), forms its own gloo group with them, and gives them
@@ -15,8 +15,9 @@ Nothing of one job reaches the next: each job starts with the environment and to
 actor had when it was warmed (a fresh process's), runs its own process group and scratch folder, and ends them.
 
 The pool is one detached actor named :data:`POOL_NAME` in the lab's namespace, made by the first who asks
-(:func:`pool`): the job manager warms it when it starts (``python -m lab.train.ray_pool ADDRESS``), before
-any job needs it.
+(:func:`pool`): the job manager's first look at the cluster's nodes (:mod:`lab.train.ray_nodes`), or
+``python -m lab.train.ray_pool ADDRESS`` before a class; a job's launcher only looks it up, and starts fresh
+actors where there is none.
 """
 from __future__ import annotations
 
@@ -27,7 +28,8 @@ import time
 import ray
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-POOL_NAME = "lab-rank-pool"
+from lab.train.ray_ranks import POOL_NAME
+
 NAMESPACE = "lab"
 
 

@@ -177,7 +177,7 @@ class RankActor:
         """Load torch and the rank code (once), and keep what a job starts from: this process's environment and
         torch's first seed."""
         if not hasattr(self, "_env"):
-            from lab.train.ranks import load_rank_code
+            from lab.train.preload import load_rank_code
 
             load_rank_code()
             import torch
@@ -407,13 +407,16 @@ def spawn(sc: Scenario, run_id: str, world: int, env: dict, tmp: Path, db: str |
 BORROW_TIMEOUT_S = 30.0
 
 
-def _keeper():
-    """The cluster's pool of warm actors (:mod:`lab.train.ray_pool`), or None when it cannot be had."""
-    from lab.train import ray_pool
+#: The cluster's pool of warm rank actors (:mod:`lab.train.ray_pool`), a detached actor in the lab's namespace.
+POOL_NAME = "lab-rank-pool"
 
+
+def _keeper():
+    """The cluster's pool of warm actors, or None where there is none (the job manager's first look at the nodes
+    makes it): the job then starts fresh actors."""
     try:
-        return ray_pool.pool()
-    except (ray.exceptions.RayError, ValueError):
+        return ray.get_actor(POOL_NAME, namespace="lab")
+    except ValueError:
         return None
 
 
