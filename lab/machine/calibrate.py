@@ -178,7 +178,7 @@ def calibrate(procs: Sequence[int] = (1, 2, 3, 4), *, quick: bool = False, repea
                           if layout_procs(c.layout) <= procs[-1]]
     if executor_cases:
         base = MachineProfile(created="", machine={}, compute=compute, optimizer=optimizer, compressor=compressor,
-                              measured_allreduce=measured, messages=messages, **terms)
+                              wait_slowdown=raw["wait"], measured_allreduce=measured, messages=messages, **terms)
         progress("the placement executor on synthetic plans", done / stages)
         executor, _ = calibrate_executor(base, cases=executor_cases, steps=12 if quick else 20,
                                          progress=lambda msg, frac: progress(msg, (done + frac) / stages))

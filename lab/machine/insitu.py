@@ -306,6 +306,7 @@ def fit_executor(measured: Sequence[Measured], cores: int, wire_per_byte: float,
     the wall-time terms take as the predictions do."""
     if not measured:
         raise LabError("no calibration plan was measured", where=WHERE)
+    cold = tuple((float(w), float(f)) for w, f in cold if w > 0 and f > 1.0)  # only a real slow-down
     ex = _fit(measured, cores, wire_per_byte, cold, None)
     # What the plans' cold starts cost their main threads is the measured slow-down's, not a share of the linear
     # terms: taken off the measured CPU as the last fit's simulation puts it, and the terms fitted again (the cold
@@ -314,7 +315,7 @@ def fit_executor(measured: Sequence[Measured], cores: int, wire_per_byte: float,
         offsets = [simulate_parts(m.parts, ex, cores=cores, pinned=m.pinned, external=m.external,
                                   node_by_node=m.case.node_by_node, cold=cold).cold for m in measured]
         ex = _fit(measured, cores, wire_per_byte, cold, offsets)
-    return ex
+    return replace(ex, cold=cold)
 
 
 def _fit(measured: Sequence[Measured], cores: int, wire_per_byte: float, cold: Sequence,

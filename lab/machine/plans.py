@@ -157,8 +157,8 @@ def simulate_parts(parts: PlanParts, ex: ExecutorFit, *, cores: int, pinned: Seq
                    external: float = 0.0, node_by_node: bool | None = None, without: Sequence[str] = (),
                    cold: Sequence = ()):
     """The core model's step of ``parts`` with executor costs ``ex`` and the machine's slow-down after idle time
-    ``cold`` (:attr:`MachineProfile.wait_slowdown`); ``without``: terms of :data:`TERMS` left out (the
-    ablation)."""
+    ``cold`` (:attr:`ExecutorFit.cold`: the after-wait factor its fit took off); ``without``: terms of
+    :data:`TERMS` left out (the ablation)."""
     unknown = set(without) - set(TERMS)
     if unknown:
         raise LabError(f"unknown model terms {sorted(unknown)}; the terms are {list(TERMS)}", where="prediction")
@@ -202,8 +202,8 @@ def predict_plan(sc: Scenario, profile: MachineProfile, *, emulate: bool | None 
     cores = cores or len(cpus)
     if pinned is None:
         pinned = rank_cores(len(parts.devices), cores, message_weights(parts))
-    return simulate_parts(parts, ex, cores=cores, pinned=pinned, external=external, without=without,
-                          cold=profile.wait_slowdown)
+    # The cold starts its executor terms were fitted without: a fit made before they were modelled holds them.
+    return simulate_parts(parts, ex, cores=cores, pinned=pinned, external=external, without=without, cold=ex.cold)
 
 
 def message_weights(parts: PlanParts) -> dict[tuple[int, int], int]:

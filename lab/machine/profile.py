@@ -110,6 +110,9 @@ class ExecutorFit:
     procs: tuple = ()  # the process counts it measured
     flags: tuple = ()  # what the fit could not pin down, in words
     largest: float = 0.0  # the most CPU seconds a calibration plan's step took, all processes together
+    #: the slow-down after idle time ((idle s, factor), ...) the fit took off the measured CPU, which predictions
+    #: with these terms charge back (none in a fit made before the cold starts were modelled: it holds them)
+    cold: tuple = ()
 
 
 @dataclass(frozen=True)
@@ -265,8 +268,9 @@ class MachineProfile:
             d["remainder"] = {p: LinearCost(**v) for p, v in d["remainder"].items()}
             d["messages"] = {str(p): CommFit(**v) for p, v in d.get("messages", {}).items()}
             ex = d.get("executor")
-            d["executor"] = ExecutorFit(**{**ex, "procs": tuple(ex.get("procs", ())),
-                                           "flags": tuple(ex.get("flags", ()))}) if ex else None
+            d["executor"] = ExecutorFit(**{**ex, "procs": tuple(ex.get("procs", ())), "flags": tuple(ex.get("flags", ())),
+                                           "cold": tuple(tuple(float(v) for v in c) for c in ex.get("cold", ()))}) \
+                if ex else None
             prof = MachineProfile(**d)
         except LabError:
             raise

@@ -91,7 +91,7 @@ def run_rank(sc: Scenario, run_id: str | None, *, store_path: str | None = None,
     (``relay``), and returns 1 on a failure instead of ending its process (Ray's worker reports it)."""
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
     launched = bool(settings.raw("LAB_ERROR_FILE"))
-    if launched:
+    if launched and store is None:  # a Ray rank's parent is Ray's own daemon, and its process runs job after job
         _die_with_parent()
     torch.set_num_threads(1)
     if store is None:

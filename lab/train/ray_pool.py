@@ -2,22 +2,28 @@
 
 A fresh Ray worker imports torch and the lab's rank code before its rank can start, seconds on every job. The
 pool keeps, on every node, as many :class:`lab.train.ray_ranks.RankActor` as the node has CPUs, each started
-once and warmed (:meth:`RankActor.warm`: torch and the rank code loaded, :func:`lab.train.preload.load_rank_code`).
-A job still asks Ray for a placement group, one bundle per rank, so Ray's own gang scheduling decides where the
-job runs and whether it waits; it then borrows, for each bundle, a warm actor on that bundle's node (the pool's
-actors hold no CPU of their own: the bundle holds the rank's), forms its own gloo group with them, and gives them
-back when they ended clean (:meth:`RankActor.run` says so: no process group left, its scratch folder gone). An
-actor that is killed, lost with its node or ends unclean is not given back; the pool starts another on that node
+once and warmed (:meth:`RankActor.warm`: torch and the rank code loaded, :func:`lab.train.preload.load_rank_code`),
+and a spare store writer on each node where launchers run. A job still asks Ray for a placement group, one bundle
+per rank, so Ray's own gang scheduling decides where the job runs and whether it waits; it then borrows, for each
+bundle, a warm actor on that bundle's node (the pool's actors hold no CPU of their own: the bundle holds the
+rank's), forms its own gloo group with them, and gives them back when they ended clean (:meth:`RankActor.run` says
+so: no process group left, its scratch folder gone).
+
+What a job starts from on a borrowed actor is reset: the environment and torch's random generator and default
+dtype are those the actor had when it warmed (a fresh process's), and the process group and scratch folder are
+the job's own and gone when it ends. What a process caches for any job (the rank code, the bundled data set,
+torch's compiled kernels) stays, as it does in the warm starter.
+
+An actor that is killed, lost with its node or ends unclean is not given back; the pool starts another on that node
 when it next refills (every look at the nodes refills it, :mod:`lab.train.ray_nodes`, and so does every job's
-end).
+end). A loan whose job is gone (its launcher died before it gave anything back: Ray then removes the job's placement
+group) is ended at the next refill, so no rank of a dead job trains on.
 
-Nothing of one job reaches the next: each job starts with the environment and torch's random generator an
-actor had when it was warmed (a fresh process's), runs its own process group and scratch folder, and ends them.
-
-The pool is one detached actor named :data:`POOL_NAME` in the lab's namespace, made by the first who asks
-(:func:`pool`): the job manager's first look at the cluster's nodes (:mod:`lab.train.ray_nodes`), or
-``python -m lab.train.ray_pool ADDRESS`` before a class; a job's launcher only looks it up, and starts fresh
-actors where there is none.
+The pool is one detached actor in the lab's namespace, on the node of whoever made it first (:func:`pool`: the
+job manager's first look at the cluster's nodes, or ``python -m lab.train.ray_pool ADDRESS`` before a class, both
+on the class server). Its name carries a digest of the lab's code (:data:`lab.train.ray_ranks.POOL_NAME`): a
+server running other code makes a pool of its own and ends the others, whose actors hold the old code. A job's
+launcher only looks the pool up, and starts fresh actors where there is none.
 """
 from __future__ import annotations
 
@@ -26,25 +32,35 @@ import sys
 import time
 
 import ray
+from ray.util import placement_group_table
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-from lab.train.ray_ranks import POOL_NAME
+from lab.train.ray_ranks import POOL_NAME, POOL_PREFIX
 
 NAMESPACE = "lab"
+
+
+def _gone(group) -> bool:
+    """Whether a job's placement group was removed (its launcher released it, or Ray did with its dead driver)."""
+    try:
+        return placement_group_table(group).get("state") == "REMOVED"
+    except Exception:  # noqa: BLE001 - a group Ray no longer knows is gone too
+        return True
 
 
 @ray.remote(num_cpus=0, max_restarts=0)
 class RankPool:
     """The warm rank actors of every node: ``idle`` maps a node id to the actors ready to lend, ``lent`` to those a
-    job holds; each kept with the answer it owes to the pool's last question (a dead actor answers with an
-    error)."""
+    job holds (with its placement group); each kept with the answer it owes to the pool's last question (a dead
+    actor answers with an error). Every method answers at once: what takes time is awaited by the caller."""
 
     def __init__(self):
         self.idle: dict[str, dict[str, list]] = {}  # node -> actor id -> [actor, its pending answer or None]
-        self.lent: dict[str, dict[str, list]] = {}
+        self.lent: dict[str, dict[str, list]] = {}  # node -> actor id -> [actor, pending answer, job's group]
         self.size: dict[str, int] = {}
         # node where launchers run -> its spare store writers (one, started before the job that takes it)
         self.writers: dict[str, dict[str, list]] = {}
+        self.writer_loans: dict[str, list] = {}  # writer id -> [writer, job's group]
 
     def _nodes(self) -> dict[str, int]:
         """The alive nodes that run ranks, with how many warm actors each keeps (its CPUs)."""
@@ -57,7 +73,7 @@ class RankPool:
         runs, one question at a time, which an idle actor answers at once, a busy one after its job and a dead one
         with an error."""
         for key, entry in list(actors.items()):
-            actor, ref = entry
+            actor, ref = entry[0], entry[1]
             if ref is None:
                 entry[1] = actor.where.remote()
             elif ray.wait([ref], timeout=0)[0]:
@@ -67,13 +83,33 @@ class RankPool:
                 except ray.exceptions.RayError:
                     del actors[key]
 
+    @staticmethod
+    def _end(actor) -> None:
+        try:
+            ray.kill(actor, no_restart=True)
+        except ray.exceptions.RayError:  # gone already
+            pass
+
+    def _orphans(self) -> None:
+        """End the loans whose job is gone: an actor or writer its launcher never gave back nor ended."""
+        for lent in self.lent.values():
+            for key, (actor, _, group) in list(lent.items()):
+                if _gone(group):
+                    self._end(actor)
+                    del lent[key]
+        for key, (writer, group) in list(self.writer_loans.items()):
+            if _gone(group):
+                self._end(writer)
+                del self.writer_loans[key]
+
     def refill(self, launchers: str | None = None) -> dict:
         """Start warm actors where a node holds fewer than its size, idle and lent together, and a spare store
         writer on each node where launchers run (``launchers``: one more such node); forget the nodes that left
-        and the actors that died. Returns the status."""
+        and the actors that died, and end the loans of jobs that are gone. Returns the status."""
         from lab.train.ray_ranks import RankActor, StoreWriter
 
         alive = {n["NodeID"] for n in ray.nodes() if n["Alive"]}
+        self._orphans()
         if launchers:
             self.writers.setdefault(launchers, {})
         for node in list(self.writers):
@@ -101,24 +137,27 @@ class RankPool:
                 idle[actor._actor_id.hex()] = [actor, None]
         return self.status()
 
-    def borrow(self, nodes: list[str]) -> list:
+    def borrow(self, nodes: list[str], group) -> list:
         """One idle actor on each node of ``nodes`` (a node may come more than once), or None where the node has
-        none left (the job starts a fresh one there)."""
+        none left (the job starts a fresh one there), lent to the job of placement group ``group``."""
         out = []
         for node in nodes:
             idle = self.idle.get(node) or {}
             key = next(iter(idle), None)
             entry = idle.pop(key) if key is not None else None
             if entry is not None:
-                self.lent.setdefault(node, {})[key] = [entry[0], None]
+                self.lent.setdefault(node, {})[key] = [entry[0], None, group]
             out.append(entry[0] if entry is not None else None)
         return out
 
-    def borrow_writer(self, node: str):
-        """The spare store writer on ``node`` (None the first time a launcher asks there); a new spare starts."""
+    def borrow_writer(self, node: str, group):
+        """The spare store writer on ``node``, lent to the job of ``group`` (None the first time a launcher asks
+        there); a new spare starts."""
         spares = self.writers.setdefault(node, {})
         key = next(iter(spares), None)
         writer = spares.pop(key)[0] if key is not None else None
+        if writer is not None:
+            self.writer_loans[key] = [writer, group]
         self.refill()
         return writer
 
@@ -126,7 +165,7 @@ class RankPool:
         """An actor whose job ended clean goes back to the idle ones (its node still there). True when kept."""
         key = actor._actor_id.hex()
         if self.lent.get(node, {}).pop(key, None) is None or node not in self.size:
-            ray.kill(actor, no_restart=True)
+            self._end(actor)
             return False
         self.idle.setdefault(node, {})[key] = [actor, None]
         return True
@@ -137,31 +176,28 @@ class RankPool:
                 "lent": {node: len(actors) for node, actors in self.lent.items()},
                 "writers": {node: len(w) for node, w in self.writers.items()}}
 
-    def _idle_actors(self) -> list:
+    def idle_actors(self) -> list:
+        """The idle actors (their callers ask them what takes time: warming, their processes)."""
         return [entry[0] for actors in self.idle.values() for entry in actors.values()]
 
-    def ready(self, timeout_s: float) -> dict:
-        """Wait until every idle actor has warmed and every spare writer started (at most ``timeout_s``); returns
-        the status."""
-        refs = [a.warm.remote() for a in self._idle_actors()]
-        refs += [w.where.remote() for spares in self.writers.values() for w, _ in spares.values()]
-        ray.wait(refs, num_returns=len(refs), timeout=timeout_s)
-        return self.status()
-
-    def pids(self) -> list[int]:
-        """The processes of the idle actors (what a count of rank processes leaves out)."""
-        out = []
-        for ref in [a.where.remote() for a in self._idle_actors()]:
-            try:
-                out.append(int(ray.get(ref, timeout=30)["pid"]))
-            except ray.exceptions.RayError:
-                continue
-        return out
+    def spare_writers(self) -> list:
+        return [entry[0] for spares in self.writers.values() for entry in spares.values()]
 
 
 def pool():
-    """The cluster's pool (made, detached, by the first caller; Ray makes it once however many ask at once)."""
-    return RankPool.options(name=POOL_NAME, namespace=NAMESPACE, lifetime="detached", get_if_exists=True).remote()
+    """The cluster's pool for this code (made, detached, on the caller's node by the first caller; Ray makes it
+    once however many ask at once). Pools of other code, and their actors, end."""
+    from ray.util import list_named_actors
+
+    for named in list_named_actors(all_namespaces=True):
+        if named.get("namespace") == NAMESPACE and named["name"].startswith(POOL_PREFIX) and named["name"] != POOL_NAME:
+            try:
+                ray.kill(ray.get_actor(named["name"], namespace=NAMESPACE), no_restart=True)
+            except (ValueError, ray.exceptions.RayError):  # ended meanwhile
+                pass
+    here = ray.get_runtime_context().get_node_id()
+    return RankPool.options(name=POOL_NAME, namespace=NAMESPACE, lifetime="detached", get_if_exists=True,
+                            scheduling_strategy=NodeAffinitySchedulingStrategy(here, soft=True)).remote()
 
 
 def warm(address: str, timeout_s: float = 300.0) -> dict:
@@ -172,20 +208,26 @@ def warm(address: str, timeout_s: float = 300.0) -> dict:
     connect(address)
     p = pool()
     ray.get(p.refill.remote(ray.get_runtime_context().get_node_id()))
-    return ray.get(p.ready.remote(timeout_s))
+    refs = [a.warm.remote() for a in ray.get(p.idle_actors.remote())]
+    refs += [w.where.remote() for w in ray.get(p.spare_writers.remote())]
+    ray.wait(refs, num_returns=len(refs), timeout=timeout_s)
+    return ray.get(p.status.remote())
 
 
 def held(address: str) -> dict:
     """What the cluster holds for the lab, once the pool has refilled: its idle actors' processes and the placement
     groups not removed (a job's, while it runs; none once every job ended)."""
-    from ray.util import placement_group_table
-
     from lab.train.ray_ranks import connect
 
     connect(address)
     p = pool()
     ray.get(p.refill.remote())  # what died since the last look is replaced first
-    pids = ray.get(p.pids.remote())
+    pids = []
+    for ref in [a.where.remote() for a in ray.get(p.idle_actors.remote())]:
+        try:
+            pids.append(int(ray.get(ref, timeout=30)["pid"]))
+        except ray.exceptions.RayError:
+            continue
     groups = sum(1 for g in placement_group_table().values() if g.get("state") != "REMOVED")
     return {**ray.get(p.status.remote()), "pids": pids, "placement_groups": groups}
 

@@ -22,12 +22,14 @@ sliver of it, so it lands on such a node.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import shutil
 import signal
 import socket
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -197,9 +199,20 @@ class RankActor:
             s.bind(("", 0))
             return s.getsockname()[1]
 
-    def run(self, scenario: dict, run_id: str, env: dict, writer) -> dict:
+    def run(self, scenario: dict, run_id: str, env: dict, writer, group=None) -> dict:
         """The rank's job; ``clean`` in the answer says the process may run another (no process group left, its
-        scratch folder gone)."""
+        scratch folder gone). With the job's placement group, the process ends when the group is removed before
+        the job returned: its launcher is gone (Ray removes a dead driver's groups), and a rank of a warm actor,
+        which the launcher does not own, must not train on."""
+        stop = threading.Event()
+        if group is not None:
+            threading.Thread(target=_end_with_job, args=(group, stop), daemon=True, name="lab-job-watch").start()
+        try:
+            return self._run(scenario, run_id, env, writer)
+        finally:
+            stop.set()
+
+    def _run(self, scenario: dict, run_id: str, env: dict, writer) -> dict:
         self.warm()
         import torch
         import torch.distributed as dist
@@ -227,6 +240,20 @@ class RankActor:
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
         return {"code": code, "error": error, "cpu_s": cpu, "clean": not dist.is_initialized() and not tmp.exists()}
+
+
+#: How often a rank on a warm actor checks that its job's placement group is still there.
+JOB_WATCH_S = 2.0
+
+
+def _end_with_job(group, stop: threading.Event) -> None:
+    while not stop.wait(JOB_WATCH_S):
+        try:
+            state = placement_group_table(group).get("state")
+        except Exception:  # noqa: BLE001 - Ray itself answering nothing is no proof the job is gone
+            continue
+        if state == "REMOVED" and not stop.is_set():
+            os._exit(1)
 
 
 class RayRank:
@@ -374,15 +401,33 @@ def spawn(sc: Scenario, run_id: str, world: int, env: dict, tmp: Path, db: str |
     here = ray.get_runtime_context().get_node_id()
     keeper = _keeper()
     db = str(Path(db).resolve())
-    writer = _spare_writer(keeper, here, db) or StoreWriter.options(
+    writer = _spare_writer(keeper, here, db, group) or StoreWriter.options(
         scheduling_strategy=NodeAffinitySchedulingStrategy(here, soft=False)).remote(db)
+    actors: list = []
+    try:
+        return _start(sc, run_id, world, env, tmp, shape, group, writer, keeper, actors)
+    except BaseException:
+        # What the job holds goes with it: the pool's actors too (it starts others), and Ray's group.
+        for actor in [writer, *actors]:
+            try:
+                ray.kill(actor, no_restart=True)
+            except ray.exceptions.RayError:
+                pass
+        remove_placement_group(group)
+        raise
+
+
+def _start(sc: Scenario, run_id: str, world: int, env: dict, tmp: Path, shape: list, group, writer, keeper,
+           actors: list) -> RayRanks:
+    """The job's ranks on the pool's warm actors where it has them, else fresh ones in the job's placement group
+    (``actors`` fills as they are taken, for the caller to end on a failure)."""
 
     def fresh(r: int):
         return RankActor.options(num_cpus=1, resources={k: v for k, v in shape[r].items() if k != "CPU"},
                                  scheduling_strategy=PlacementGroupSchedulingStrategy(group, r)).remote()
 
     lent = _borrow(keeper, group, world)
-    actors = [lent[r] if lent[r] is not None else fresh(r) for r in range(world)]
+    actors.extend(lent[r] if lent[r] is not None else fresh(r) for r in range(world))
     borrowed = [lent[r] is not None for r in range(world)]
     where = []
     for r in range(world):
@@ -399,7 +444,7 @@ def spawn(sc: Scenario, run_id: str, world: int, env: dict, tmp: Path, db: str |
     scenario = sc.to_dict()
     ranks = []
     for r, actor in enumerate(actors):
-        ref = actor.run.remote(scenario, run_id, dict(base, RANK=str(r), LOCAL_RANK=str(r)), writer)
+        ref = actor.run.remote(scenario, run_id, dict(base, RANK=str(r), LOCAL_RANK=str(r)), writer, group)
         ranks.append(RayRank(r, actor, ref, where[r], tmp, beats, borrowed=borrowed[r]))
     return RayRanks(ranks, group, writer, keeper)
 
@@ -407,8 +452,19 @@ def spawn(sc: Scenario, run_id: str, world: int, env: dict, tmp: Path, db: str |
 BORROW_TIMEOUT_S = 30.0
 
 
-#: The cluster's pool of warm rank actors (:mod:`lab.train.ray_pool`), a detached actor in the lab's namespace.
-POOL_NAME = "lab-rank-pool"
+def _code_digest() -> str:
+    """A digest of the lab's code: a pool's warm actors run the code they loaded, so a pool serves only its own."""
+    h = hashlib.sha1()
+    for f in sorted(Path(__file__).resolve().parents[1].rglob("*.py")):
+        h.update(f.as_posix().encode())
+        h.update(f.read_bytes())
+    return h.hexdigest()[:12]
+
+
+#: The cluster's pool of warm rank actors for this code (:mod:`lab.train.ray_pool`), a detached actor in the lab's
+#: namespace.
+POOL_PREFIX = "lab-rank-pool-"
+POOL_NAME = POOL_PREFIX + _code_digest()
 
 
 def _keeper():
@@ -427,18 +483,18 @@ def _borrow(keeper, group, world: int) -> list:
         return [None] * world
     try:
         nodes = placement_group_table(group)["bundles_to_node_id"]
-        return ray.get(keeper.borrow.remote([nodes[r] for r in range(world)]), timeout=BORROW_TIMEOUT_S)
+        return ray.get(keeper.borrow.remote([nodes[r] for r in range(world)], group), timeout=BORROW_TIMEOUT_S)
     except (ray.exceptions.RayError, KeyError):
         return [None] * world
 
 
-def _spare_writer(keeper, node: str, db: str):
+def _spare_writer(keeper, node: str, db: str, group):
     """The pool's spare store writer on the launcher's node, opened on the job's run store; None when it has
     none (the job starts its own, a Ray worker that takes most of a second to start)."""
     if keeper is None:
         return None
     try:
-        writer = ray.get(keeper.borrow_writer.remote(node), timeout=BORROW_TIMEOUT_S)
+        writer = ray.get(keeper.borrow_writer.remote(node, group), timeout=BORROW_TIMEOUT_S)
         if writer is not None:
             ray.get(writer.open.remote(db), timeout=BORROW_TIMEOUT_S)
         return writer

@@ -68,18 +68,31 @@ def held(cluster) -> dict:
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
-def rank_processes(cluster=None) -> list[psutil.Process]:
-    """Rank actor processes beyond the pool's idle ones: a job's ranks, or anything a job left. With the cluster,
-    asked of the pool; without, every rank actor that runs a job (Ray titles it after the method it runs)."""
-    if cluster is None:
-        return [p for p in actor_processes() if any("RankActor.run" in part for part in p.cmdline())]
-    idle = set(held(cluster)["pids"])
-    return [p for p in actor_processes() if p.pid not in idle]
+#: The pool's warm ranks on this module's cluster: one per CPU of its two worker nodes (the head runs no rank).
+POOL = 4
+
+
+def rank_processes() -> list[psutil.Process]:
+    """Rank actor processes that run a job's rank (Ray titles a worker after the method it runs)."""
+    out = []
+    for p in actor_processes():
+        try:
+            if any("RankActor.run" in part for part in p.cmdline()):
+                out.append(p)
+        except psutil.Error:
+            continue
+    return out
+
+
+def warm_ranks(cluster) -> int:
+    """The pool's idle warm ranks, once it refilled (a warm rank still loading torch counts)."""
+    return sum(held(cluster)["idle"].values())
 
 
 def nothing_left(cluster) -> None:
-    """After a job: no rank actor but the pool's idle ones, and no placement group."""
-    wait_for(lambda: not rank_processes(cluster), 120, "only the pool's warm ranks to stay")
+    """After a job: no rank of it runs, no rank actor beyond the pool's (one per CPU), no placement group."""
+    wait_for(lambda: not rank_processes(), 120, "the job's ranks to end")
+    wait_for(lambda: len(actor_processes()) <= POOL, 120, "no rank actor beyond the pool's")
     assert held(cluster)["placement_groups"] == 0
 
 
@@ -249,7 +262,7 @@ def test_a_rank_that_fails_on_the_cluster_is_found_and_named_as_on_this_machine(
     if fault == "raise":
         assert "injected fault" in run["error"]
     nothing_left(cluster)
-    wait_for(lambda: len(held(cluster)["pids"]) == 4, 120, "the pool refilled")
+    wait_for(lambda: warm_ranks(cluster) == POOL, 120, "the pool refilled")
     # A killed rank cannot remove its scratch folder; the next ranks on its node do (the test cluster's nodes share
     # this machine's temporary directory)
     left = lambda: sorted(Path(tempfile.gettempdir()).glob(f"lab-rank-{job.run_id}-*"))  # noqa: E731
@@ -306,7 +319,7 @@ def placement_scenario(steps: int):
 
 def test_jobs_run_on_warm_ranks_one_after_another_and_compute_the_bits_of_fresh_ones(jm, cluster, tmp_path):
     warm_pool(cluster)
-    assert len(held(cluster)["pids"]) == 4  # one per CPU of the two worker nodes; the head runs no rank
+    assert len(held(cluster)["pids"]) == POOL  # warm, each answers with its process
     dp, plan = default_with(workers=2, steps=30), placement_scenario(12)
     ids = []
     for sc, name in ((dp, "data parallel"), (plan, "placement"), (dp, "data parallel again")):
@@ -330,7 +343,7 @@ def test_jobs_run_on_warm_ranks_one_after_another_and_compute_the_bits_of_fresh_
     plan_loss = [jm.store.metrics(r, worker=JOB_WORKER).loss.dropna().tolist() for r in (ids[1], local[1].run_id)]
     assert len(plan_loss[0]) > 0 and plan_loss[0] == plan_loss[1]
     nothing_left(cluster)
-    assert len(held(cluster)["pids"]) == 4  # given back, no more kept than the nodes' CPUs
+    assert warm_ranks(cluster) == POOL  # given back, no more kept than the nodes' CPUs
 
 
 def test_a_warm_rank_killed_while_it_waits_is_replaced_and_the_next_job_runs(jm, cluster):
@@ -344,4 +357,20 @@ def test_a_warm_rank_killed_while_it_waits_is_replaced_and_the_next_job_runs(jm,
     assert jm.wait(job.run_id, 300) == "done", jm.store.get_run(job.run_id)["error"]
     assert victim not in {n["pid"] for n in started(jm.store, job.run_id)["nodes"]}
     nothing_left(cluster)
-    wait_for(lambda: len(held(cluster)["pids"]) == 4, 120, "the pool refilled")
+    wait_for(lambda: warm_ranks(cluster) == POOL, 120, "the pool refilled")
+
+
+def test_a_killed_launcher_leaves_no_rank_of_its_job_training_on_warm_actors(jm, cluster):
+    import os
+    import signal
+
+    warm_pool(cluster)
+    job = jm.submit(default_with(workers=2, steps=100000), "its launcher dies")
+    wait_for(lambda: len(jm.store.metrics(job.run_id)) > 0, 300, "the job to train")
+    assert all(n["warm"] for n in started(jm.store, job.run_id)["nodes"])
+    os.kill(started(jm.store, job.run_id)["launcher_pid"], signal.SIGKILL)
+    # Ray removes a dead driver's placement group; the ranks on the pool's actors then end themselves, and the pool
+    # starts others in their place.
+    wait_for(lambda: not rank_processes(), 120, "the dead launcher's ranks to end")
+    nothing_left(cluster)
+    wait_for(lambda: warm_ranks(cluster) == POOL, 120, "the pool refilled")

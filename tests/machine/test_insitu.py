@@ -77,10 +77,12 @@ def test_the_fit_takes_the_cold_starts_off_the_linear_terms():
     measured = _simulated_machine(FEW, PLANTED, cold=COLD)
     assert any(m.main != _simulated_machine([m.case], PLANTED)[0].main for m in measured)  # the plans pay for it
     got = fit_executor(measured, cores=2, wire_per_byte=0.0, cold=COLD)
+    assert got.cold == COLD  # what predictions with these terms charge back
     for name in ("compute", "call", "node", "loss", "send_fixed"):
         assert getattr(got, name) == pytest.approx(getattr(PLANTED, name), rel=0.05), name
     # A fit blind to the cold starts books them as operators' or calls' costs.
-    blind = fit_executor(measured, cores=2, wire_per_byte=0.0)
+    blind = fit_executor(measured, cores=2, wire_per_byte=0.0, cold=((0.0, 1.0),))  # no slow-down, no rounds
+    assert blind.cold == ()
     assert max(abs(getattr(blind, n) / getattr(PLANTED, n) - 1) for n in ("compute", "call", "node", "loss")) > 0.1
 
 
