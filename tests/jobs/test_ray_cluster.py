@@ -132,9 +132,10 @@ def test_a_two_rank_job_on_ray_trains_to_the_same_bits_as_on_this_machine(jm, tm
     acc = jm.store.metrics(on_ray.run_id, worker=JOB_WORKER).test_acc.dropna()
     assert acc.iloc[-1] == jm.store.metrics(local.run_id, worker=JOB_WORKER).test_acc.dropna().iloc[-1]
     # Every node of the test cluster is this machine: the Ray ranks' CPU, which Ray's own daemon holds and no
-    # process of the launcher's tree does, is the job's own as the forked ranks' is (two ranks of 40 steps).
+    # process of the launcher's tree does, is the job's own as the forked ranks' is (two ranks of 40 steps: about
+    # 0.2 CPU-seconds on warm actors, which loaded torch before the job).
     ray_load, local_load = (jm.store.get_run(r)["info"]["load"] for r in (ray_id, local_id))
-    assert ray_load["outside_cpu_s"] > 0.2 and ray_load["own_cpu_s"] >= ray_load["outside_cpu_s"], ray_load
+    assert ray_load["outside_cpu_s"] > 0.05 and ray_load["own_cpu_s"] >= ray_load["outside_cpu_s"], ray_load
     # Ranks forked from the warm starter have torch loaded already: 40 small steps of two ranks cost about 0.15
     # CPU-seconds on a quick machine, far above what a meter that booked none of it would show.
     assert local_load["outside_cpu_s"] == 0.0 and local_load["own_cpu_s"] > 0.05, local_load

@@ -68,6 +68,16 @@ def metric_exact(pg, label: str) -> str | None:
     return None
 
 
+def metric_shown(pg, label: str, timeout_ms: int = WAIT_MS) -> str | None:
+    """The metric's value once the page shows it (a page from a link draws its sections one after another), or
+    None after ``timeout_ms``."""
+    waited = 0
+    while (value := metric_exact(pg, label)) is None and waited < timeout_ms:
+        pg.wait_for_timeout(250)
+        waited += 250
+    return value
+
+
 def gantt_text(pg) -> str:
     chart = pg.locator(".st-key-pl_run_gantt_fig").first
     chart.scroll_into_view_if_needed()
@@ -173,9 +183,9 @@ def test_a_pinned_plan_run_is_shared_with_its_measured_and_modelled_step(
             fresh.get_by_text("conv1 → fpga").first.wait_for(timeout=WAIT_MS)
             fresh.locator(".st-key-pl_run_gantt_fig").first.wait_for(timeout=WAIT_MS)
             settle(fresh)
-            assert metric_exact(fresh, "Run") == status
-            assert metric_exact(fresh, MEASURED) == step
-            assert metric_exact(fresh, PEAK) == peak  # the counted bytes, the same in the link
+            assert metric_shown(fresh, "Run") == status
+            assert metric_shown(fresh, MEASURED) == step
+            assert metric_shown(fresh, PEAK) == peak  # the counted bytes, the same in the link
             both_panels(gantt_text(fresh))
             no_error_boxes(fresh)
             with fresh.expect_download(timeout=WAIT_MS) as got:
