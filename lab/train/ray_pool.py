@@ -106,7 +106,8 @@ class RankPool:
         """Start warm actors where a node holds fewer than its size, idle and lent together, and a spare store
         writer on each node where launchers run (``launchers``: one more such node); forget the nodes that left
         and the actors that died, and end the loans of jobs that are gone. Returns the status."""
-        from lab.train.ray_ranks import RankActor, StoreWriter
+        from lab.train.ray_ranks import RankActor
+        from lab.train.ray_store import StoreWriter
 
         alive = {n["NodeID"] for n in ray.nodes() if n["Alive"]}
         self._orphans()

@@ -49,7 +49,7 @@ def test_every_call_a_rank_may_make_through_its_writer_names_a_method_of_the_run
     """A rank on another node reaches the run store through its writer by name (``job_records.add_event``): a name
     that no longer resolves would fail only on a cluster."""
     from lab.store.runs import RunStore
-    from lab.train.ray_ranks import RANK_CALLS, RemoteStore
+    from lab.train.ray_store import RANK_CALLS, RemoteStore
 
     store = RunStore(tmp_path / "runs.db")
     for name in RANK_CALLS:
