@@ -9,7 +9,7 @@ replay of what the run recorded, and what the run measured.
   node (emulated runs), and the loss: all measured inside the executor on synthetic plans
   (:mod:`lab.machine.insitu`, the profile's ``executor``);
 * each message the sender's and the receiver's CPU, their communication threads' CPU and the wire; with
-  emulation an operator is followed by a wait of ``s - 1`` times what it took and a tensor waits for the
+  emulation an operator is followed by a wait of ``s - 1`` times its warm time and a tensor waits for the
   topology's link time;
 * each process's optimiser step at its own parameters;
 * the processes on the cores a job's ranks get (:func:`lab.modelled.placement.cores.rank_cores`), sharing them

@@ -23,11 +23,9 @@ class Cpu:
 
 @dataclass(frozen=True)
 class Sleep:
-    """A wait that takes no core: ``seconds``, plus ``after`` times the wall time of the process's previous
-    :class:`Cpu` task (the executor's emulated slowdown waits ``(s - 1)`` times what the operator just took)."""
+    """A wait that takes no core: ``seconds`` (an emulated device's extra time, a link's hold)."""
 
     seconds: float = 0.0
-    after: float = 0.0
     row: Mapping[str, Any] | None = None
 
 
@@ -131,7 +129,6 @@ def check_tasks(tasks: Sequence[Sequence[Any]], pinned: Sequence[int | None], ma
                 _sec(t.seconds, f"process {r}: a task's seconds")
             elif isinstance(t, Sleep):
                 _sec(t.seconds, f"process {r}: a sleep's seconds")
-                _sec(t.after, f"process {r}: a sleep's factor")
             elif isinstance(t, Send):
                 for name in ("cpu", "wire", "hold"):
                     _sec(getattr(t, name), f"process {r}: message {t.key!r}'s {name}")

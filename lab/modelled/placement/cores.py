@@ -26,7 +26,8 @@ A placement run starts one process per device on a machine of a few cores; an id
   scheduler lets the running task finish its slice).
 * **Cold cores.** Work that starts after its process computed nothing for a while (it slept, waited for a
   message) is slower by the machine's measured ``cold`` factor of that idle time: other processes ran meanwhile,
-  and its data and code left the caches. An emulated wait scales the cold task's wall time, as the executor's does.
+  and its data and code left the caches. An emulated wait does not scale what the cold start added: the executor's
+  wait is the device's slow-down times the task's warm time, and so is the model's.
 * **Other work** on the machine: ``external`` always-runnable entities that may run on any core (a fraction
   is allowed: 0.5 is half a core's worth of demand).
 
@@ -110,7 +111,6 @@ class Proc:
     until: float = 0.0
     left: float = 0.0  # run: seconds of work left
     began: float = 0.0
-    last_cpu_wall: float = 0.0  # the wall time of its last Cpu task (a Sleep's ``after`` scales it)
     computed: float = 0.0  # when its last Cpu task ended (the step's barrier at first): a cold core's idle time
     cold: float = 0.0  # the seconds of work its cold starts added
     comm: list = field(default_factory=list)  # its communication thread's queue: (seconds, "out" | "in", key)
@@ -235,11 +235,9 @@ class CoreSimulation:
                     p.cold += extra
                     return
                 self.record(t.row, r, now, now)
-                p.last_cpu_wall = 0.0
             elif isinstance(t, Sleep):
-                wait = t.seconds + t.after * p.last_cpu_wall
-                if wait > 0:
-                    p.to("sleep", "sleep", t, now + wait)
+                if t.seconds > 0:
+                    p.to("sleep", "sleep", t, now + t.seconds)
                     p.began = now
                     return
                 self.record(t.row, r, now, now)
@@ -344,7 +342,6 @@ class CoreSimulation:
             if p.state == "run" and p.left <= tol:
                 if p.what == "cpu":
                     self.record(p.task.row, r, p.began, now)
-                    p.last_cpu_wall = now - p.began
                     p.computed = now
                 elif p.what == "send":
                     self.depart(r, p.task)

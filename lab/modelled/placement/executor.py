@@ -7,12 +7,12 @@ a core per process:
 
 * **Forward**, the process's pieces by ascending index, each for micro-batches ``0..M-1``: receive every
   input that another process produced (once per tensor and micro-batch, unpacking it), call the piece (a
-  per-call cost, then its operators; emulated, each operator is followed by a wait of ``s - 1`` times what
-  it took), send each output once to every other process that reads it, and on the loss piece compute the
+  per-call cost, then its operators; emulated, each operator is followed by a wait of ``s - 1`` times its
+  warm time, as the executor measures it before the run), send each output once to every other process that reads it, and on the loss piece compute the
   loss.
 * **Backward**, its pieces by descending index, micro-batches ``0..M-1``: receive the gradient of every
   output another process read, run the piece's backward (a per-call cost, then its operators'; emulated,
-  a wait of ``s - 1`` times what it took, ``s`` weighted by the forward times), and send the gradient of
+  a wait of ``s - 1`` times its warm time, ``s`` weighted by the forward times), and send the gradient of
   every input that came from another process once the last local piece reading it is done. Under the
   zero-bubble schedule a backward is two tasks: the input's gradient, which receives and sends as a whole
   backward does, and later the weights' gradient, which only computes (:meth:`.order.Piece.backward_parts`).
@@ -108,11 +108,12 @@ def tasks(pieces: Sequence[Piece], devices: Sequence[str], micro_batches: int, c
                 got.add((src, o, m))
                 out.append(Recv(Message(FORWARD, src, o, m, r), cpu=costs.recv(size[(src, o)])))
         for j, (op, sec, scale) in enumerate(s.forward):
-            extra = (costs.call if j == 0 else 0.0) + (costs.node if node_by_node else 0.0)
-            out.append(Cpu(sec + extra, {"device": d, "piece": s.index, "micro": m, "kind": "forward", "op": op}))
-            if scale > 1.0:
-                out.append(Sleep(after=scale - 1.0, row={"device": d, "piece": s.index, "micro": m,
-                                                         "kind": "emulated", "op": op}))
+            warm = sec + (costs.node if node_by_node else 0.0)  # as the executor times an operator
+            out.append(Cpu(warm + (costs.call if j == 0 else 0.0),
+                           {"device": d, "piece": s.index, "micro": m, "kind": "forward", "op": op}))
+            if scale > 1.0:  # the executor's emulated wait: the slow-down times the operator's warm time
+                out.append(Sleep((scale - 1.0) * warm, row={"device": d, "piece": s.index, "micro": m,
+                                                            "kind": "emulated", "op": op}))
         for key in order[s.index]:
             for rd in dict.fromkeys(dev[k] for k in readers[key]):
                 if rd != d:
@@ -127,8 +128,8 @@ def tasks(pieces: Sequence[Piece], devices: Sequence[str], micro_batches: int, c
         lists[r].append(Cpu(seconds + costs.backward_call, {"device": d, "piece": s.index, "micro": m, "kind": kind,
                                                            "op": None}))
         if s.backward_scale > 1.0:
-            lists[r].append(Sleep(after=s.backward_scale - 1.0, row={"device": d, "piece": s.index, "micro": m,
-                                                                     "kind": "emulated", "op": None}))
+            lists[r].append(Sleep((s.backward_scale - 1.0) * (seconds + costs.backward_call),
+                                  row={"device": d, "piece": s.index, "micro": m, "kind": "emulated", "op": None}))
 
     def backward(r: int, d: str, s: Piece, m: int, last_reader: dict, kind: str = BACKWARD) -> None:
         # a whole backward, or a split one's input gradient: both receive and send the gradients

@@ -20,12 +20,13 @@ from lab.optim.optimizers import from_training as optim_from_training
 from lab.train import data as data_mod
 from lab.train import resilience as rz
 from lab.train.placement_run.clock import clock_offsets
-from lab.train.placement_run.pieces import INPUT, CutPiece, link_wait, op_scales, pieces
+from lab.train.placement_run.pieces import INPUT, CutPiece, link_wait, op_scales, outputs_on, pieces
 from lab.train.placement_run.plan import StagePlan, model_for, replanned, resolve
 from lab.train.placement_run.recording import Recorder, all_timelines, gather, step_rows
 from lab.train.placement_run.rounds import Rounds, replan
 from lab.train.placement_run.split import input_gradient, weight_gradient
 from lab.train.placement_run.step import Step, Timed
+from lab.train.placement_run.warm_times import WarmTimes, warm_times
 from lab.train.services import RankServices
 from lab.train.step_record import StepRecord
 
@@ -87,6 +88,10 @@ class PlacementTrainer:
         self.scales = op_scales(self.sc, plan) if self.tr.emulate else {}
         self.state = model_state(self.model)
         self._shapes = {}
+        self._warm: dict = {}  # (piece, rows, training) -> its WarmTimes
+        for rows in sorted({len(part) for part in torch.arange(self.tr.batch_size).tensor_split(self.tr.micro_batches)}):
+            for p in self.mine:  # measured now, not inside the first step that needs them
+                self.warm(p, rows, True)
         # (piece, output) of another device -> the smallest local piece reading it: its gradient goes back
         # once that piece's backward is done.
         self.last_reader = {}
@@ -126,20 +131,25 @@ class PlacementTrainer:
         """Shape of a piece's output for a micro-batch of ``rows`` samples: the pieces run once on zeros."""
         key = (piece, out, rows)
         if key not in self._shapes:
-            vals: dict = {}
-            x = torch.zeros(rows, self.ds.in_features, dtype=self.dtype)
-            was = self.model.training
-            self.model.eval()  # no BatchNorm statistics move
-            try:
-                with torch.no_grad():
-                    for p in self.pieces:
-                        res = p.module(*[x if r is INPUT else vals[r[0]][r[1]] for r in p.reads])
-                        vals[p.index] = (res,) if p.single else tuple(res)
-                        for o, v in enumerate(vals[p.index]):
-                            self._shapes[(p.index, o, rows)] = v.shape
-            finally:
-                self.model.train(was)
+            for k, outs in outputs_on(self.model, self.pieces, torch.zeros(rows, self.ds.in_features, dtype=self.dtype)).items():
+                for o, v in enumerate(outs):
+                    self._shapes[(k, o, rows)] = v.shape
         return self._shapes[key]
+
+    def warm(self, p: CutPiece, rows: int, train: bool) -> WarmTimes | None:
+        """Piece ``p``'s warm task times on ``rows`` samples, which its emulated waits multiply; None when none of
+        its operators is on a slower device. Measured once, on the first test samples and what they make."""
+        if not any(self.scales.get(op, 1.0) > 1.0 for op in p.ops):
+            return None
+        key = (p.index, rows, train)
+        if key not in self._warm:
+            x = self.ds.x_test[torch.arange(rows) % len(self.ds.x_test)].to(self.dtype)
+            vals = outputs_on(self.model, self.pieces, x)
+            split = any(a.kind == BACKWARD_INPUT for a in order_of(
+                self.tr.schedule, [q.index for q in self.mine], len(self.pieces), self.tr.micro_batches))
+            self._warm[key] = warm_times(p, [x if r is INPUT else vals[r[0]][r[1]] for r in p.reads], self.owner,
+                                         train=train, split=split)
+        return self._warm[key]
 
     @waits_for_peers
     def _recv(self, msg: Message, dst_piece: int, shape) -> torch.Tensor:
@@ -174,47 +184,42 @@ class PlacementTrainer:
         return t
 
     def op_done(self, piece: CutPiece, micro: int, op: str | None, t0: float, t1: float) -> None:
-        """An operator (or a node it absorbs) ran from t0 to t1: record it and wait its emulated extra time."""
-        self.fwd_time[(piece.index, micro)][op] = self.fwd_time[(piece.index, micro)].get(op, 0.0) + (t1 - t0)
+        """An operator (or a node it absorbs) ran from t0 to t1: record it and wait its emulated extra time, the
+        device's slow-down times the operator's warm time."""
         self.rec.event(kind="forward", op=op, piece=piece.index, micro=micro, start=t0, end=t1)
         s = self.scales.get(op, 1.0)
         if s > 1.0:
-            wait = (s - 1.0) * (t1 - t0)
-            self.rec.stats["emul_compute"] += wait
-            self.emulated_wait(wait)
-            self.rec.event(kind="emulated", op=op, piece=piece.index, micro=micro, start=t1, end=time.perf_counter(),
-                           wait=wait)
+            self.emulated_wait((s - 1.0) * self._warm_now.forward.get(op, 0.0), op=op, piece=piece.index, micro=micro)
 
-    def emulated_wait(self, wait: float) -> None:
-        """Wait ``wait`` seconds of emulated time. A sleep overshoots by tens of microseconds, many times the
-        wait of a small operator, so what it overshot is owed back: the next waits are shorter by it, and over a
-        step the emulated time adds up to the topology's numbers."""
+    def emulated_wait(self, wait: float, **task) -> None:
+        """Wait ``wait`` seconds of emulated time (an emulated device's extra time for ``task``, recorded as such,
+        or a link's). A sleep overshoots by tens of microseconds, many times the wait of a small operator, so what
+        it overshot is owed back: the next waits are shorter by it, and over a step the emulated time adds up to
+        the topology's numbers."""
+        t0 = time.perf_counter()
         target = wait - self._overslept
         if target <= 0:
             self._overslept = -target
-            return
-        t0 = time.perf_counter()
-        with rz.planned_wait(target):
-            time.sleep(target)
-        self._overslept = time.perf_counter() - t0 - target
+        else:
+            with rz.planned_wait(target):
+                time.sleep(target)
+            self._overslept = time.perf_counter() - t0 - target
+        if task:
+            self.rec.stats["emul_compute"] += wait
+            self.rec.event(kind="emulated", start=t0, end=time.perf_counter(), wait=wait, **task)
 
-    def backward_scale(self, piece: CutPiece, micro: int) -> float:
-        """The emulated slowdown of a piece's backward pass: its operators' scales weighted by their forward times."""
-        times = self.fwd_time.get((piece.index, micro), {})
-        total = sum(times.values())
-        if not self.scales or total <= 0:
+    def backward_scale(self, warm: WarmTimes | None) -> float:
+        """The emulated slowdown of a piece's backward pass: its operators' scales weighted by their warm forward
+        times."""
+        total = sum(warm.forward.values()) if warm is not None else 0.0
+        if total <= 0:
             return 1.0
-        return sum(self.scales.get(op, 1.0) * t for op, t in times.items()) / total
+        return sum(self.scales.get(op, 1.0) * t for op, t in warm.forward.items()) / total
 
     # ----- one step ---------------------------------------------------------------------------------
-    def run_piece(self, piece: CutPiece, micro: int, ins: list) -> tuple:
-        self.fwd_time[(piece.index, micro)] = {}
-        if self.rec.timing or self.scales:
-            out = Timed(self, piece, micro).run(*ins)
-        else:
-            t0 = time.perf_counter()
-            out = piece.module(*ins)
-            self.fwd_time[(piece.index, micro)][None] = time.perf_counter() - t0
+    def run_piece(self, piece: CutPiece, micro: int, ins: list, rows: int, train: bool) -> tuple:
+        self._warm_now = self.warm(piece, rows, train) if self.scales else None
+        out = Timed(self, piece, micro).run(*ins) if self.rec.timing or self.scales else piece.module(*ins)
         return (out,) if piece.single else tuple(out)
 
     def step_placement(self, x: torch.Tensor, y: torch.Tensor, *, train: bool = True) -> dict:
@@ -224,7 +229,6 @@ class PlacementTrainer:
         M = self.tr.micro_batches if train else 1
         st = Step(x, y, M, train)
         self.outbox = []
-        self.fwd_time = {}
         with torch.set_grad_enabled(train):
             for a in order_of(self.tr.schedule, [p.index for p in self.mine], len(self.pieces), M, train=train):
                 if a.kind == FORWARD:
@@ -271,12 +275,12 @@ class PlacementTrainer:
         if st.train and self.rec.measuring:
             counter = SavedCounter(self.state)
             with counter.hooks():
-                out = self.run_piece(p, m, [v.clone() for v in ins] if p.writes_in_place else ins)
+                out = self.run_piece(p, m, [v.clone() for v in ins] if p.writes_in_place else ins, len(st.xs[m]), st.train)
             st.saved[(p.index, m)] = counter.bytes
             st.held += counter.bytes
             st.peak = max(st.peak, st.held)
         else:
-            out = self.run_piece(p, m, [v.clone() for v in ins] if p.writes_in_place else ins)
+            out = self.run_piece(p, m, [v.clone() for v in ins] if p.writes_in_place else ins, len(st.xs[m]), st.train)
         st.compute += clock() - t0
         st.acts[(p.index, m)], st.leaves[(p.index, m)] = out, ins
         for o, readers in p.readers.items():
@@ -361,13 +365,11 @@ class PlacementTrainer:
         """A backward (or half of one) ran from t0 to t1: record it and wait its emulated extra time."""
         st.compute += t1 - t0
         self.rec.event(kind=kind, op=None, piece=p.index, micro=m, start=t0, end=t1)
-        s = self.backward_scale(p, m)
-        if s > 1.0:
-            wait = (s - 1.0) * (t1 - t0)
-            self.rec.stats["emul_compute"] += wait
-            self.emulated_wait(wait)
-            self.rec.event(kind="emulated", op=None, piece=p.index, micro=m, start=t1, end=time.perf_counter(),
-                           wait=wait)
+        warm = self.warm(p, len(st.xs[m]), True) if self.scales else None
+        s = self.backward_scale(warm)
+        if s > 1.0:  # the device's slow-down times the task's warm time
+            self.emulated_wait((s - 1.0) * (warm.backward if kind == BACKWARD else warm.halves[kind == BACKWARD_WEIGHT]),
+                               op=None, piece=p.index, micro=m)
 
     def optimizer_task(self, st: Step) -> None:
         clock = time.perf_counter

@@ -5,10 +5,11 @@ from __future__ import annotations
 import operator
 
 from dataclasses import dataclass, field
-from typing import Mapping
+from typing import Mapping, Sequence
 
 import torch
 import torch.fx as fx
+from torch import nn
 from torch.fx.passes.split_module import split_module
 
 from lab.errors import LabError
@@ -200,6 +201,22 @@ def with_bytes(cut: list[CutPiece], nbytes: Mapping[tuple[int, int], float]) -> 
     return [Piece(p.index, p.device, p.forward, p.backward,
                   tuple((s, o, float(nbytes.get((s, o), 0.0))) for s, o, _ in p.inputs), p.loss, p.backward_scale)
             for p in cut]
+
+
+def outputs_on(model: nn.Module, cut: Sequence[CutPiece], x: torch.Tensor) -> dict:
+    """Every piece's outputs (piece -> tuple) on the samples ``x``, without gradients and with no BatchNorm
+    statistics moved."""
+    vals: dict = {}
+    was = model.training
+    model.eval()
+    try:
+        with torch.no_grad():
+            for p in cut:
+                res = p.module(*[x if r is INPUT else vals[r[0]][r[1]] for r in p.reads])
+                vals[p.index] = (res,) if p.single else tuple(res)
+    finally:
+        model.train(was)
+    return vals
 
 
 def op_scales(sc: Scenario, plan: StagePlan) -> dict[str, float]:

@@ -12,11 +12,12 @@ from lab.train.placement_run.pieces import CutPiece
 
 class Timed(fx.Interpreter):
     """Runs a piece node by node and stamps each operator from its first node (nodes it does not own but
-    that come before it, such as shape arithmetic, included) to its last, then adds its emulated wait."""
+    that come before it, such as shape arithmetic, included) to its last on ``clock``, and reports it to ``run``
+    (the executor adds its emulated wait)."""
 
-    def __init__(self, run, piece: CutPiece, micro: int):
+    def __init__(self, run, piece: CutPiece, micro: int, clock=time.perf_counter):
         super().__init__(piece.module)
-        self.run_, self.piece, self.micro = run, piece, micro
+        self.run_, self.piece, self.micro, self.clock = run, piece, micro, clock
         self.last = {}
         for n in piece.module.graph.nodes:
             if run.owner.get(n.name) is not None:
@@ -27,18 +28,18 @@ class Timed(fx.Interpreter):
         if n.op in ("placeholder", "output", "get_attr"):
             return super().run_node(n)
         if self.opened is None:
-            self.opened = time.perf_counter()
+            self.opened = self.clock()
         out = super().run_node(n)
         op = self.run_.owner.get(n.name)
         if op is not None and self.last.get(op) == n.name:
-            self.run_.op_done(self.piece, self.micro, op, self.opened, time.perf_counter())
+            self.run_.op_done(self.piece, self.micro, op, self.opened, self.clock())
             self.opened = None
         return out
 
     def run(self, *args):
         out = super().run(*args)
         if self.opened is not None:  # nodes after the piece's last operator
-            self.run_.op_done(self.piece, self.micro, None, self.opened, time.perf_counter())
+            self.run_.op_done(self.piece, self.micro, None, self.opened, self.clock())
             self.opened = None
         return out
 
