@@ -217,8 +217,7 @@ class PlacementTrainer:
         return sum(self.scales.get(op, 1.0) * t for op, t in warm.forward.items()) / total
 
     # ----- one step ---------------------------------------------------------------------------------
-    def run_piece(self, piece: CutPiece, micro: int, ins: list, rows: int, train: bool) -> tuple:
-        self._warm_now = self.warm(piece, rows, train) if self.scales else None
+    def run_piece(self, piece: CutPiece, micro: int, ins: list) -> tuple:
         out = Timed(self, piece, micro).run(*ins) if self.rec.timing or self.scales else piece.module(*ins)
         return (out,) if piece.single else tuple(out)
 
@@ -271,16 +270,18 @@ class PlacementTrainer:
             if st.train and v.is_floating_point():
                 v.requires_grad_(True)
             ins.append(v)
+        # what its emulated waits multiply, measured (when not yet) outside its time and its memory count
+        self._warm_now = self.warm(p, len(st.xs[m]), st.train) if self.scales else None
         t0 = clock()
         if st.train and self.rec.measuring:
             counter = SavedCounter(self.state)
             with counter.hooks():
-                out = self.run_piece(p, m, [v.clone() for v in ins] if p.writes_in_place else ins, len(st.xs[m]), st.train)
+                out = self.run_piece(p, m, [v.clone() for v in ins] if p.writes_in_place else ins)
             st.saved[(p.index, m)] = counter.bytes
             st.held += counter.bytes
             st.peak = max(st.peak, st.held)
         else:
-            out = self.run_piece(p, m, [v.clone() for v in ins] if p.writes_in_place else ins, len(st.xs[m]), st.train)
+            out = self.run_piece(p, m, [v.clone() for v in ins] if p.writes_in_place else ins)
         st.compute += clock() - t0
         st.acts[(p.index, m)], st.leaves[(p.index, m)] = out, ins
         for o, readers in p.readers.items():
