@@ -26,7 +26,7 @@ from lab.train.placement_run.recording import Recorder, all_timelines, gather, s
 from lab.train.placement_run.rounds import Rounds, replan
 from lab.train.placement_run.split import input_gradient, weight_gradient
 from lab.train.placement_run.step import Step, Timed
-from lab.train.placement_run.warm_times import WarmTimes, warm_times
+from lab.train.placement_run.warm_times import WarmBook, WarmTimes
 from lab.train.services import RankServices
 from lab.train.step_record import StepRecord
 
@@ -88,10 +88,13 @@ class PlacementTrainer:
         self.scales = op_scales(self.sc, plan) if self.tr.emulate else {}
         self.state = model_state(self.model)
         self._shapes = {}
-        self._warm: dict = {}  # (piece, rows, training) -> its WarmTimes
+        split = any(a.kind == BACKWARD_INPUT for a in order_of(
+            self.tr.schedule, [q.index for q in self.mine], len(self.pieces), self.tr.micro_batches))
+        self.warm = WarmBook(lambda x: outputs_on(self.model, self.pieces, x), self.ds.x_test.to(self.dtype),
+                             self.owner, self.scales, split)
         for rows in sorted({len(part) for part in torch.arange(self.tr.batch_size).tensor_split(self.tr.micro_batches)}):
             for p in self.mine:  # measured now, not inside the first step that needs them
-                self.warm(p, rows, True)
+                self.warm.of(p, rows, True)
         # (piece, output) of another device -> the smallest local piece reading it: its gradient goes back
         # once that piece's backward is done.
         self.last_reader = {}
@@ -135,21 +138,6 @@ class PlacementTrainer:
                 for o, v in enumerate(outs):
                     self._shapes[(k, o, rows)] = v.shape
         return self._shapes[key]
-
-    def warm(self, p: CutPiece, rows: int, train: bool) -> WarmTimes | None:
-        """Piece ``p``'s warm task times on ``rows`` samples, which its emulated waits multiply; None when none of
-        its operators is on a slower device. Measured once, on the first test samples and what they make."""
-        if not any(self.scales.get(op, 1.0) > 1.0 for op in p.ops):
-            return None
-        key = (p.index, rows, train)
-        if key not in self._warm:
-            x = self.ds.x_test[torch.arange(rows) % len(self.ds.x_test)].to(self.dtype)
-            vals = outputs_on(self.model, self.pieces, x)
-            split = any(a.kind == BACKWARD_INPUT for a in order_of(
-                self.tr.schedule, [q.index for q in self.mine], len(self.pieces), self.tr.micro_batches))
-            self._warm[key] = warm_times(p, [x if r is INPUT else vals[r[0]][r[1]] for r in p.reads], self.owner,
-                                         train=train, split=split)
-        return self._warm[key]
 
     @waits_for_peers
     def _recv(self, msg: Message, dst_piece: int, shape) -> torch.Tensor:
@@ -271,7 +259,7 @@ class PlacementTrainer:
                 v.requires_grad_(True)
             ins.append(v)
         # what its emulated waits multiply, measured (when not yet) outside its time and its memory count
-        self._warm_now = self.warm(p, len(st.xs[m]), st.train) if self.scales else None
+        self._warm_now = self.warm.of(p, len(st.xs[m]), st.train)
         t0 = clock()
         if st.train and self.rec.measuring:
             counter = SavedCounter(self.state)
@@ -366,7 +354,7 @@ class PlacementTrainer:
         """A backward (or half of one) ran from t0 to t1: record it and wait its emulated extra time."""
         st.compute += t1 - t0
         self.rec.event(kind=kind, op=None, piece=p.index, micro=m, start=t0, end=t1)
-        warm = self.warm(p, len(st.xs[m]), True) if self.scales else None
+        warm = self.warm.of(p, len(st.xs[m]), True)
         s = self.backward_scale(warm)
         if s > 1.0:  # the device's slow-down times the task's warm time
             self.emulated_wait((s - 1.0) * (warm.backward if kind == BACKWARD else warm.halves[kind == BACKWARD_WEIGHT]),

@@ -15,7 +15,7 @@ import copy
 import dataclasses
 import time
 from dataclasses import dataclass
-from typing import Mapping, Sequence
+from typing import Callable, Mapping, Sequence
 
 import torch
 
@@ -91,4 +91,26 @@ def warm_times(piece: CutPiece, inputs: Sequence[torch.Tensor], owner: Mapping[s
                      (best.get("input", 0.0), best.get("weight", 0.0)) if split and train else None)
 
 
-__all__ = ["REPEATS", "WarmTimes", "warm_times"]
+class WarmBook:
+    """A process's warm times by (piece, micro-batch size, training), each measured once, on the first samples of
+    ``samples`` (cycled) and what the pieces before make of them (``outputs_on``: samples -> every piece's
+    outputs). A piece with no operator on a slower device (``scales``) has none: it waits nothing."""
+
+    def __init__(self, outputs_on: Callable, samples: torch.Tensor, owner: Mapping[str, str],
+                 scales: Mapping[str, float], split: bool):
+        self.outputs_on, self.samples, self.owner, self.scales, self.split = outputs_on, samples, owner, scales, split
+        self.times: dict = {}
+
+    def of(self, piece: CutPiece, rows: int, train: bool) -> WarmTimes | None:
+        if not any(self.scales.get(op, 1.0) > 1.0 for op in piece.ops):
+            return None
+        key = (piece.index, rows, train)
+        if key not in self.times:
+            x = self.samples[torch.arange(rows) % len(self.samples)]
+            vals = self.outputs_on(x)
+            self.times[key] = warm_times(piece, [x if r is INPUT else vals[r[0]][r[1]] for r in piece.reads],
+                                         self.owner, train=train, split=self.split)
+        return self.times[key]
+
+
+__all__ = ["REPEATS", "WarmBook", "WarmTimes", "warm_times"]
