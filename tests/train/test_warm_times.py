@@ -81,3 +81,16 @@ def test_a_forward_without_gradients_has_no_backward_and_the_random_stream_is_th
     assert torch.equal(torch.get_rng_state(), rng)  # the dropout of the copy drew from a stream of its own
     got = warm_times(piece, [x], {n: n for n in names}, train=False, split=False)
     assert got.backward == 0.0 and got.halves is None and set(got.forward) == set(names)
+
+
+def test_an_uploaded_onnx_network_s_pieces_get_warm_times(tmp_path, monkeypatch):
+    from lab.scenario import onnx_models
+    from tests.scenario.test_onnx_models import exported
+
+    monkeypatch.setenv("LAB_DATA", str(tmp_path))
+    name = onnx_models.keep(exported("cnn")[1], "cnn.onnx").name
+    ds, net, plan, cut_pieces = cut(name, 2)
+    x = ds.x_test[:4].float()
+    for piece in cut_pieces:
+        got = warm_times(piece, inputs_of(net, cut_pieces, piece, x), owner_of(plan), train=True, split=False)
+        assert set(got.forward) - {None} == set(piece.ops) - {None} and got.backward > 0
