@@ -11,7 +11,7 @@ from torch import nn
 
 from lab.scenario.catalogue import preset
 from lab.scenario.document import Scenario, Training
-from lab.train.placement_run import INPUT, CutPiece, pieces, resolve
+from lab.train.placement_run import INPUT, CutPiece, pieces, resolve, resolved
 from lab.train.placement_run.pieces import outputs_on
 from lab.train.placement_run.plan import model_for
 from lab.train.placement_run.warm_times import warm_times
@@ -94,3 +94,32 @@ def test_an_uploaded_onnx_network_s_pieces_get_warm_times(tmp_path, monkeypatch)
     for piece in cut_pieces:
         got = warm_times(piece, inputs_of(net, cut_pieces, piece, x), owner_of(plan), train=True, split=False)
         assert set(got.forward) - {None} == set(piece.ops) - {None} and got.backward > 0
+
+
+def plan_cut(model: str, strategy: str, topology: str, width: float = 1.0):
+    sc = resolved(Scenario("w", preset(topology), Training(model=model, model_width=width, parallel="placement",
+                                                          strategy=strategy, batch_size=8, micro_batches=2)))
+    ds, net = model_for(sc)
+    plan = resolve(sc, net, ds.in_features)
+    return ds, net, plan, pieces(net, plan)[0]
+
+
+@pytest.mark.parametrize("model", ["transformer", "resnet"])
+def test_each_piece_times_its_own_operators_though_the_cut_names_its_nodes_afresh(model):
+    # round robin cuts the transformer's second matmul into a piece of its own, whose node the cut names "matmul":
+    # the operator by that name is another device's
+    ds, net, plan, cut_pieces = plan_cut(model, "round_robin", "cxl")
+    x = ds.x_test[:4].float()
+    for piece in cut_pieces:
+        got = warm_times(piece, inputs_of(net, cut_pieces, piece, x), owner_of(plan), train=False, split=False)
+        assert set(got.forward) - {None} == set(piece.ops) - {None}, piece.index
+
+
+def test_a_piece_that_writes_its_input_in_place_gets_warm_times():
+    ds, net, plan, cut_pieces = plan_cut("resnet18", "round_robin", "edge", 0.25)
+    x = ds.x_test[:4].float()
+    in_place = [p for p in cut_pieces if p.writes_in_place and any(r is not INPUT for r in p.reads)]
+    assert in_place  # a ReLU(inplace=True) on another piece's output
+    for piece in in_place:
+        got = warm_times(piece, inputs_of(net, cut_pieces, piece, x), owner_of(plan), train=True, split=True)
+        assert got.backward > 0 and got.halves[0] > 0

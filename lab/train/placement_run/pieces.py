@@ -58,6 +58,10 @@ class _Draft:
 _IN_PLACE_FUNCTIONS = {operator.iadd, operator.isub, operator.imul, operator.itruediv}
 
 
+#: The meta key under which each node of a piece keeps its name in the whole model's graph.
+NODE_NAME = "lab_model_node"
+
+
 def writes_in_place(gm: fx.GraphModule) -> bool:
     """Whether a node of ``gm`` changes a tensor in place."""
     for n in gm.graph.nodes:
@@ -146,6 +150,8 @@ def pieces(model: torch.nn.Module, plan: StagePlan) -> tuple[list[CutPiece], tup
     gm.graph.eliminate_dead_code()
     gm.recompile()
     dev = node_devices(gm, plan)
+    for n in gm.graph.nodes:  # split_module names a piece's nodes afresh (matmul_1 may come out as matmul)
+        n.meta[NODE_NAME] = n.name
     index: dict[str, int] = {}
     devs: list[str] = []
     for n in gm.graph.nodes:

@@ -7,7 +7,12 @@ import time
 import torch
 import torch.fx as fx
 
-from lab.train.placement_run.pieces import CutPiece
+from lab.train.placement_run.pieces import NODE_NAME, CutPiece
+
+
+def _model_name(n: fx.Node) -> str:
+    """The node's name in the whole model's graph, which the plan's operators go by (a piece names its own afresh)."""
+    return n.meta.get(NODE_NAME, n.name)
 
 
 class Timed(fx.Interpreter):
@@ -18,10 +23,10 @@ class Timed(fx.Interpreter):
     def __init__(self, run, piece: CutPiece, micro: int, clock=time.perf_counter):
         super().__init__(piece.module)
         self.run_, self.piece, self.micro, self.clock = run, piece, micro, clock
-        self.last = {}
+        self.last = {}  # operator -> its last node in the piece
         for n in piece.module.graph.nodes:
-            if run.owner.get(n.name) is not None:
-                self.last[run.owner[n.name]] = n.name
+            if run.owner.get(_model_name(n)) is not None:
+                self.last[run.owner[_model_name(n)]] = n.name
         self.opened: float | None = None
 
     def run_node(self, n: fx.Node):
@@ -30,7 +35,7 @@ class Timed(fx.Interpreter):
         if self.opened is None:
             self.opened = self.clock()
         out = super().run_node(n)
-        op = self.run_.owner.get(n.name)
+        op = self.run_.owner.get(_model_name(n))
         if op is not None and self.last.get(op) == n.name:
             self.run_.op_done(self.piece, self.micro, op, self.opened, self.clock())
             self.opened = None

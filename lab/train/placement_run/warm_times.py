@@ -64,7 +64,9 @@ def warm_times(piece: CutPiece, inputs: Sequence[torch.Tensor], owner: Mapping[s
             ins = [v.detach().clone().requires_grad_(train and r is not INPUT and v.is_floating_point())
                    for r, v in zip(piece.reads, inputs)]  # as the run: the model's input takes no gradient
             watch = _Stopwatch(owner)
-            out = Timed(watch, clone, 0, clock=time.thread_time).run(*ins)
+            # a piece that writes its input in place gets copies, as the run gives it (a leaf refuses the write)
+            out = Timed(watch, clone, 0, clock=time.thread_time).run(*([v.clone() for v in ins]
+                                                                      if piece.writes_in_place else ins))
             outs = [o for o in ((out,) if clone.single else tuple(out)) if o.requires_grad]
             if train and outs:
                 grads = [torch.ones_like(o) for o in outs]
