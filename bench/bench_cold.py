@@ -1,7 +1,7 @@
 """Cold starts: how much slower work runs after its process idled, the time an emulated placement run loses.
 
 An emulated device's operator runs on this machine and then waits its extra time asleep; the next operator
-starts on a core that idled meanwhile (its wait multiplies the operator's warm time, measured before the run, so
+starts on a core that idled meanwhile (its wait multiplies the operator's warm time, measured back to back, so
 what idling costs is paid once). Here the calibration networks' forward runs operator by operator
 (torch.fx, as the executor runs an emulated piece) with a wait before each operator, against back to back:
 

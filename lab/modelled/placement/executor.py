@@ -8,8 +8,8 @@ a core per process:
 * **Forward**, the process's pieces by ascending index, each for micro-batches ``0..M-1``: receive every
   input that another process produced (once per tensor and micro-batch, unpacking it), call the piece (a
   per-call cost, then its operators; emulated, each operator is followed by a wait of ``s - 1`` times its
-  warm time, as the executor measures it before the run), send each output once to every other process that reads it, and on the loss piece compute the
-  loss.
+  warm time, as the executor measures it), send each output once to every other process that reads it, and
+  on the loss piece compute the loss.
 * **Backward**, its pieces by descending index, micro-batches ``0..M-1``: receive the gradient of every
   output another process read, run the piece's backward (a per-call cost, then its operators'; emulated,
   a wait of ``s - 1`` times its warm time, ``s`` weighted by the forward times), and send the gradient of

@@ -27,10 +27,10 @@ numbers (BatchNorm, as in GPipe, sees one micro-batch at a time).
 
 **Emulated devices and links.** With ``training.emulate`` an operator on a device that the topology
 says is ``s`` times slower than its fastest device for the operator's class waits ``(s - 1)`` times
-its warm time on this machine, measured once before the run (:mod:`.warm_times`: right after a wait
-an operator runs on a cold core, and a wait of ``s - 1`` times that would multiply this machine's cold
-start by the device's slow-down); a backward pass waits by the same rule, with its piece's operators
-weighted by their warm forward times. A tensor
+its warm time on this machine, measured once per piece and micro-batch size, the training sizes before
+the first step (:mod:`.warm_times`: right after a wait an operator runs on a cold core, and a wait of
+``s - 1`` times that would multiply this machine's cold start by the device's slow-down); a backward
+pass waits by the same rule, with its piece's operators weighted by their warm forward times. A tensor
 between two devices arrives no sooner than the topology's link time for its bytes after it was sent
 (the receiver waits the rest). Both are recorded as emulated.
 
