@@ -102,14 +102,17 @@ class WarmBook:
                  scales: Mapping[str, float], split: bool):
         self.outputs_on, self.samples, self.owner, self.scales, self.split = outputs_on, samples, owner, scales, split
         self.times: dict = {}
+        self._inputs: dict = {}  # rows -> (the samples, every piece's outputs on them): one run of the model each
 
     def of(self, piece: CutPiece, rows: int, train: bool) -> WarmTimes | None:
         if not any(self.scales.get(op, 1.0) > 1.0 for op in piece.ops):
             return None
         key = (piece.index, rows, train)
         if key not in self.times:
-            x = self.samples[torch.arange(rows) % len(self.samples)]
-            vals = self.outputs_on(x)
+            if rows not in self._inputs:
+                x = self.samples[torch.arange(rows) % len(self.samples)]
+                self._inputs[rows] = (x, self.outputs_on(x))
+            x, vals = self._inputs[rows]
             self.times[key] = warm_times(piece, [x if r is INPUT else vals[r[0]][r[1]] for r in piece.reads],
                                          self.owner, train=train, split=self.split)
         return self.times[key]
