@@ -49,10 +49,15 @@ PROBLEMS = r"""() => {
 
 
 def all_charts_drawn(pg) -> None:
-    """Scroll through the page so every chart is drawn (Streamlit draws a chart once it is near the view)."""
+    """Once the page's script has run, scroll to each shown chart and wait until plotly has drawn it: Streamlit
+    draws a chart once it is near the view, and a browser context loads plotly afresh, which a busy server can
+    take seconds to serve (a chart counted at once was not there yet)."""
+    settle(pg)
     for el in pg.locator(".stPlotlyChart").all():
+        if not el.is_visible():
+            continue  # on a tab not shown or in a closed expander
         el.scroll_into_view_if_needed()
-        pg.wait_for_timeout(150)
+        el.locator(".js-plotly-plot .main-svg").first.wait_for(state="attached", timeout=WAIT_MS)
     settle(pg)
 
 
@@ -100,8 +105,9 @@ def test_a_busy_servers_jobs_and_comparison_fit_a_1024x768_projector(browser, tm
             pg = new_page(browser, browser.new_context(viewport={"width": 1024, "height": 768}))
             try:
                 pg.goto(base + path)
-                settle(pg)
+                # a loaded machine may not have started the page's script when the app first says it is not running
                 pg.locator("h1").first.wait_for(timeout=WAIT_MS)
+                settle(pg)
                 if path == "/jobs":
                     pg.get_by_text("Show the whole class's jobs (read-only)").click()
                     settle(pg)

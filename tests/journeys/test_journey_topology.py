@@ -43,21 +43,71 @@ def column(pg, which: int, col: int) -> list[str]:
     return [t.strip() for t in cells.all_text_contents()]
 
 
+SELECTED_COL = """([i, row]) => {
+  const g = document.querySelectorAll("[data-testid='stDataFrameResizable']")[i];
+  if (!g) return null;
+  for (const td of g.querySelectorAll("td[aria-selected='true'][id^='glide-cell-']")) {
+    const [c, r] = td.id.slice('glide-cell-'.length).split('-').map(Number);
+    if (r === row) return c;
+  }
+  return null;
+}"""
+
+
+def selected_col(pg, which: int, row: int) -> int | None:
+    """The column of ``row``'s selected cell in the grid, as its accessible table says (1-based), or None."""
+    return pg.evaluate(SELECTED_COL, [which, row])
+
+
+def select_cell(pg, which: int, row: int, col: int) -> bool:
+    """Select a cell as a person does: click its row's first cell, then arrow keys to the column, looking at
+    which cell is selected after each key (a busy grid may take a key before the click, or drop one, and a key
+    counted blind can open the editor of another column)."""
+    g = grid(pg, which)
+    g.scroll_into_view_if_needed()
+    g.locator(f"td[id='glide-cell-{col}-{row}']").wait_for(state="attached", timeout=WAIT_MS)
+    pg.wait_for_timeout(500)
+    g.click(position={"x": 60, "y": 35 * (row + 1) + 17})  # header row 35 px, rows 35 px; past the row marker
+    for _ in range(4 * col):
+        for _ in range(20):  # the selection shows within a few seconds, or the click was not taken
+            now = selected_col(pg, which, row)
+            if now is not None:
+                break
+            pg.wait_for_timeout(200)
+        else:
+            return False
+        if now == col:
+            return True
+        pg.keyboard.press("ArrowRight" if now < col else "ArrowLeft")
+        try:
+            pg.wait_for_function(f"([i, row]) => ({SELECTED_COL})([i, row]) !== {now}", arg=[which, row],
+                                 timeout=10_000)
+        except Exception:
+            pass  # the key was dropped: the selection is read again and the key pressed again
+    return False
+
+
 def type_into_cell(pg, which: int, row: int, col: int, text: str) -> None:
-    """Select a cell as a person does (click its row's first cell, arrow keys to the column), open
-    its editor with Enter, replace the value and commit with Tab. On a busy machine the grid may
-    not take the first click yet (its canvas still drawing): then the person tries again."""
+    """Select a cell as a person does (:func:`select_cell`), open its editor with Enter, replace the value and
+    commit with Tab. On a busy machine the grid may not take the first click yet (its canvas still drawing):
+    then the person tries again."""
     for _ in range(3):
-        g = grid(pg, which)
-        g.scroll_into_view_if_needed()
-        pg.wait_for_timeout(500)
-        g.click(position={"x": 60, "y": 35 * (row + 1) + 17})  # header row 35 px, rows 35 px; past the row marker
-        for _ in range(col - 1):
-            pg.keyboard.press("ArrowRight")
+        if not select_cell(pg, which, row, col):
+            pg.keyboard.press("Escape")
+            continue
         pg.keyboard.press("Enter")
-        pg.wait_for_timeout(300)
-        pg.keyboard.press("ControlOrMeta+a")
-        pg.keyboard.type(text)
+        try:  # the cell's editor opens with its value in a focused field; keys typed before it opens are lost
+            pg.wait_for_function("() => document.activeElement?.matches('#portal .gdg-input, #portal textarea')",
+                                 timeout=10_000)
+            pg.keyboard.press("ControlOrMeta+a")
+            pg.keyboard.type(text)
+            pg.wait_for_function("want => document.activeElement?.value === want", arg=text, timeout=10_000)
+            # the field shows the text before the editor has taken it: a Tab at once closed the editor with the
+            # old value (one commit in three, quiet), so the person pauses as they would
+            pg.wait_for_timeout(500)
+        except Exception:
+            pg.keyboard.press("Escape")
+            continue
         pg.keyboard.press("Tab")
         try:
             pg.wait_for_function(
@@ -74,6 +124,8 @@ def type_into_cell(pg, which: int, row: int, col: int, text: str) -> None:
             if cell(pg, which, row, col) == text:
                 break
             pg.keyboard.press("Escape")
+    else:
+        raise AssertionError(f"the grid did not take {text!r} in row {row}, column {col} in three tries")
     settle(pg)
     wait_for_tables(pg)
 
