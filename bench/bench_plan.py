@@ -24,6 +24,12 @@ executor's overhead against plain one-process training of the same model, taking
 **Beside it, the calibration's own proof**: the plans drawn at random and run after the profile's fit
 (:mod:`lab.machine.heldout`), as the profile keeps them; a smoke run draws and runs one with the made-up profile.
 
+**The noise floor beside the aims**, measured in the same run: how far a plan's first and last runs are apart;
+how far the same plans are from the last bench run on this machine (the bench keeps each plan's step beside its
+score); the calibration's random plans run again, and how far they are from what the calibration measured; and
+the replay's error by process count (a replay gives each process a core of its own). A model cannot come closer
+to a measurement than the next measurement of the same plan does.
+
 The last line: ``plan: runs <n>, held-out geomean error <pct> %, worst <pct> %, kendall tau <x>, worst set tau
 <x>, replay error <pct> %, overhead <x>x, random held-out <pct> % over <k> plans``; when a value could not be
 measured (every run under load, a profile with no random held-out plans) it says which and why, and the bench
@@ -44,10 +50,12 @@ from pathlib import Path
 from common import bench_parser, score, table  # noqa: E402  (also puts the checkout on sys.path)
 
 from lab.comm.spawn import run_local  # noqa: E402
+from lab.errors import LabError  # noqa: E402
 from lab.machine.heldout import WARMUP, measure_plan  # noqa: E402
+from lab.machine.heldout import again as heldout_again  # noqa: E402
 from lab.machine.heldout import check as heldout_check  # noqa: E402
 from lab.machine.heldout import score as heldout_score  # noqa: E402
-from lab.machine.plans import TERMS, kendall, predict_plan, record_bench  # noqa: E402
+from lab.machine.plans import TERMS, kendall, last_bench, plans_apart, predict_plan, record_bench  # noqa: E402
 from lab.machine.profile import geomean_error, load_profile  # noqa: E402
 from lab.machine.replay import replay_error  # noqa: E402
 from lab.processes import LOADED_SHARE  # noqa: E402
@@ -118,6 +126,60 @@ def plan_sets(models: list[str], steps: int) -> list[dict]:
                                 "plans": [{"names": p["names"], "sc": p["sc"].replace(
                                     training=p["sc"].training.replace(emulate=emulate))} for p in plans.values()]})
     return out
+
+
+def plan_key(s: dict, p: dict) -> str:
+    """A scored plan's name from one bench run to the next: its set and its strategies."""
+    return " | ".join([s["model"], s["cluster"], "emulated" if s["emulated"] else "this machine", "/".join(p["names"])])
+
+
+def noise_floor(scored: list, measured: dict, before: dict | None) -> None:
+    """What the aims sit on, measured in this run: how far a plan's runs taken in turns are apart, how far the same
+    plans are from the last bench run on this machine, and the replay's error by process count (a replay gives
+    every process a core of its own; the machine has two)."""
+    firsts = {plan_key(s, p): p["runs"][0]["step"] for s, p in scored if len(p["runs"]) > 1}
+    lasts = {plan_key(s, p): p["runs"][-1]["step"] for s, p in scored if len(p["runs"]) > 1}
+    n, gap = plans_apart(firsts, lasts)
+    if n:
+        print(f"# noise floor: a plan's first and last runs in this bench are {gap * 100:.1f} % apart "
+              f"(geometric mean over {n} plans)")
+    if before and isinstance(before.get("plans"), dict):
+        n, gap = plans_apart(before["plans"], measured)
+        if n:
+            print(f"# noise floor: the same {n} plans measured {gap * 100:.1f} % apart from the last bench run on "
+                  f"this machine ({str(before.get('measured', '?'))[:16]}, profile {str(before.get('profile'))[:16]})")
+    by_procs: dict[int, list[float]] = {}
+    for _, p in scored:
+        if math.isfinite(p["replay"]):
+            by_procs.setdefault(p["procs"], []).append(abs(p["replay"]))
+    if by_procs:
+        print("# replay error by processes (every process on a core of its own; the machine has "
+              f"{os.cpu_count()}): " + ", ".join(
+                  f"{k}: {(math.exp(statistics.mean(math.log1p(e) for e in v)) - 1) * 100:.1f} % over {len(v)}"
+                  for k, v in sorted(by_procs.items())))
+
+
+def random_set_again(prof, smoke: bool = False) -> None:
+    """The calibration's random held-out plans run again here: the set's noise floor beside its score (a smoke run
+    prints it however busy the machine was: its numbers are no measurement)."""
+    try:
+        rows = heldout_again(prof, lambda msg, frac: print(f"# {msg}", file=sys.stderr, flush=True))
+    except LabError as exc:
+        print(f"# the random held-out plans were not run again: {exc}")
+        return
+    quiet = [r for r in rows if smoke or (not r["loaded"] and r["others_again"] <= LOADED_SHARE)]
+    print("# the calibration's random held-out plans, run again now")
+    print(table(["model", "width", "topology", "strategy", "micro", "mode", "procs", "modelled (ms)",
+                 "at calibration (ms)", "now (ms)", "apart (%)"],
+                [[r["model"], r["width"], r["topology"], r["strategy"], r["micro_batches"],
+                  "emulated" if r["emulated"] else "this machine", r["procs"], f"{r['modelled'] * 1e3:.2f}",
+                  f"{r['measured'] * 1e3:.2f}", f"{r['again'] * 1e3:.2f}", f"{(r['again'] / r['measured'] - 1) * 100:+.0f}"]
+                 for r in rows]))
+    if quiet:
+        n, gap = plans_apart({i: r["measured"] for i, r in enumerate(quiet)}, {i: r["again"] for i, r in enumerate(quiet)})
+        now = geomean_error([r["modelled"] for r in quiet], [r["again"] for r in quiet])
+        print(f"# noise floor of the random set: {n} plans measured {gap * 100:.1f} % apart from the calibration's "
+              f"measurement; the model's error on this measurement {now * 100:.1f} %")
 
 
 def main() -> None:
@@ -215,15 +277,21 @@ def main() -> None:
               f"{ex / plain:.2f}x")
     worst = max(abs(m / p - 1.0) for p, m in pairs) if pairs else math.nan
     replay_gm = math.exp(statistics.mean(math.log1p(e) for e in replay_errs)) - 1 if replay_errs else math.nan
+    quiet = [(s, p) for s in sets for p in s["plans"] if not p["loaded"]]
+    measured = {plan_key(s, p): p["measured"] for s, p in quiet}
     result = {"runs": runs, "scored_plans": len(pairs), "geomean_error": gm, "worst": worst, "tau": pooled,
               "worst_set_tau": min(set_taus) if set_taus else math.nan, "replay_error": replay_gm,
-              "overhead": statistics.median(over), "profile": prof.created, "loaded_plans": len(apart)}
+              "overhead": statistics.median(over), "profile": prof.created, "loaded_plans": len(apart),
+              "plans": measured}
+    noise_floor(quiet, measured, None if a.smoke else last_bench())
     if a.smoke:  # one plan drawn at random, measured as the calibration measures its held-out plans
         held = heldout_check(prof, seed=0, n=1, steps=WARMUP + 1)
         held.update(heldout_score([dict(r, loaded=False) for r in held["rows"]]))
+        random_set_again(dataclasses.replace(prof, heldout=held), smoke=True)
     else:
         record_bench(result)
         held = prof.heldout or {}
+        random_set_again(prof)
     print(f"# {time.time() - t_start:.0f} s")
     if held:
         print(f"# random held-out plans of the calibration (seed {held['seed']}): {held['plans']} scored, "

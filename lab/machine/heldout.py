@@ -200,5 +200,30 @@ def check(profile: MachineProfile, *, seed: int | None = None, n: int = 12, step
     return {"seed": seed, "steps": steps, "rows": rows, **score(rows), "covered": covered(rows)}
 
 
-__all__ = ["draw", "check", "score", "covered", "measure_plan", "timing_worker", "generated_topology",
+def again(profile: MachineProfile, progress: Callable[[str, float], None] | None = None) -> list[dict]:
+    """The profile's random held-out plans drawn again with its recorded seed and run again as the calibration ran
+    them: each recorded row with ``again`` (the step measured now) and ``others_again`` (other work's share
+    meanwhile). How far ``again`` is from ``measured`` is the set's noise floor: a model cannot be closer to one
+    measurement than the next measurement of the same plan is. Raises LabError when the profile holds no such set,
+    or when its seed no longer draws the plans it recorded (a profile made by another version of the generator)."""
+    held = profile.heldout or {}
+    rows = held.get("rows") or []
+    if not rows:
+        raise LabError("the profile holds no plans drawn at random: calibrate again (python -m lab.calibrate)",
+                       where=WHERE)
+    progress = progress or (lambda msg, frac: None)
+    plans = draw(int(held["seed"]), len(rows), profile)
+    out = []
+    for i, ((sc, about), row) in enumerate(zip(plans, rows)):
+        if any(row.get(k) != v for k, v in about.items()):
+            raise LabError(f"seed {held['seed']} now draws another plan {i + 1} ({about['model']} on "
+                           f"{about['topology']}) than the profile recorded ({row.get('model')} on "
+                           f"{row.get('topology')})", where=WHERE)
+        progress(f"held-out plan {i + 1} of {len(rows)} again", i / len(rows))
+        got = measure_plan(sc, int(held.get("steps") or WARMUP + 4))
+        out.append({**row, "again": got["step"], "others_again": got["others"]})
+    return out
+
+
+__all__ = ["draw", "check", "again", "score", "covered", "measure_plan", "timing_worker", "generated_topology",
            "NETWORKS", "MAX_PROCS"]

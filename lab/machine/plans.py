@@ -33,14 +33,14 @@ import os
 from dataclasses import dataclass, replace
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Mapping, Sequence
 
 import torch
 from scipy.stats import kendalltau
 
 from lab import settings
 from lab.errors import LabError, first_line
-from lab.machine.profile import ExecutorFit, MachineProfile, op_features
+from lab.machine.profile import ExecutorFit, MachineProfile, geomean_error, op_features
 from lab.machine.plan_memory import memory_error, memory_rows, modelled_peaks
 from lab.machine.replay import replay_error
 from lab.modelled.opgraph import trace
@@ -390,6 +390,14 @@ def last_bench(path: Path | None = None) -> dict | None:
     return d if isinstance(d, dict) and isinstance(d.get("geomean_error"), (int, float)) else None
 
 
+def plans_apart(before: Mapping[str, float], now: Mapping[str, float]) -> tuple[int, float]:
+    """How far two measurements of the same plans are apart, the noise floor a model's error on them sits on: the
+    number of plans (by key) measured both times, and the geometric mean of how far one time is from the other
+    (as :func:`lab.machine.profile.geomean_error`; NaN when no plan was measured both times)."""
+    keys = [k for k in now if k in before]
+    return len(keys), geomean_error([before[k] for k in keys], [now[k] for k in keys])
+
+
 def plan_label(out: dict) -> str:
     """A plan in a few words: its strategy, its pins, and whether the cluster was emulated."""
     pins = ", ".join(f"{op}→{dev}" for op, dev in sorted(out["pins"].items()))
@@ -407,4 +415,4 @@ def kendall(rows: Sequence[dict]) -> float:
 
 
 __all__ = ["placement_rows", "prediction_caveat", "heldout_outside", "record_bench", "last_bench", "plan_parts", "parts_of",
-           "simulate_parts", "message_weights", "executor_fit", "TERMS", "PlanParts", "predict_plan", "plan_outcome", "measured_steps", "kendall", "plan_label", "FORWARD_SHARE"]
+           "simulate_parts", "message_weights", "executor_fit", "TERMS", "PlanParts", "predict_plan", "plan_outcome", "measured_steps", "kendall", "plan_label", "plans_apart", "FORWARD_SHARE"]

@@ -4,10 +4,12 @@ the score is computed as the bench computes it."""
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import pytest
 
+from lab.errors import LabError
 from lab.machine import heldout
 from lab.machine.calibrate import synthetic_profile
 from lab.scenario.document import Scenario
@@ -86,3 +88,16 @@ def test_the_check_predicts_runs_and_scores_drawn_plans(spawns):
         assert r["modelled"] > 0 and r["measured"] > 0 and 0.0 <= r["others"] <= 1.0
     assert got["plans"] + got["loaded"] == 2
     assert got["covered"]["procs"] == sorted({r["procs"] for r in got["rows"]})
+
+    # Run again from the profile that keeps the set (the bench's noise floor): the same plans, measured anew.
+    prof = dataclasses.replace(synthetic_profile(), heldout=got)
+    rows = heldout.again(prof)
+    assert [{k: v for k, v in r.items() if k not in ("again", "others_again")} for r in rows] == got["rows"]
+    for r in rows:
+        assert r["again"] > 0 and 0.0 <= r["others_again"] <= 1.0
+    # A profile whose seed no longer draws the plans it recorded, or that recorded none, is refused before any run.
+    moved = dataclasses.replace(prof, heldout={**got, "rows": [dict(got["rows"][0], model="vgg11"), got["rows"][1]]})
+    with pytest.raises(LabError, match="seed 1 now draws another plan 1"):
+        heldout.again(moved)
+    with pytest.raises(LabError, match="no plans drawn at random"):
+        heldout.again(synthetic_profile())

@@ -86,11 +86,12 @@ def test_the_expected_error_quotes_the_last_measurement_or_says_why_there_is_non
     # No plan the model was not fitted to was measured: no number, and never the fit's own error.
     none = prediction_caveat(prof, 3, bench={})
     assert "no held-out measurement" in none and "18 %" not in none and "calibrate again" in none
-    path = record_bench({"geomean_error": 0.12, "worst": 0.4, "scored_plans": 60, "profile": prof.created},
-                        tmp_path / "plan_fidelity.json")
+    path = record_bench({"geomean_error": 0.12, "worst": 0.4, "scored_plans": 60, "profile": prof.created,
+                         "plans": {"cnn | cxl-4 | emulated | heft": 0.02}}, tmp_path / "plan_fidelity.json")
     from lab.machine.plans import last_bench
 
     bench = last_bench(path)
+    assert bench["geomean_error"] == 0.12 and bench["plans"] == {"cnn | cxl-4 | emulated | heft": 0.02}
     said = prediction_caveat(prof, 3, bench=bench)
     assert said.startswith("expected error: within 12 % (geometric mean; worst 40 %) on the 60 held-out plans")
     big = dataclasses.replace(prof, executor=dataclasses.replace(EX, largest=0.01))
@@ -142,3 +143,16 @@ def test_the_prediction_takes_the_machines_slow_down_after_idle_time():
     assert sum(slow.cpu) > sum(base.cpu) * 1.2
     assert "cold cores" in TERMS
     assert predict_plan(sc, cold, without=("cold cores",)).makespan == pytest.approx(base.makespan)
+
+
+def test_plans_measured_twice_are_apart_by_the_geometric_mean_of_their_ratios_over_the_plans_both_measured():
+    from lab.machine.plans import plans_apart
+
+    before = {"a": 1.0, "b": 2.0, "c": 5.0}
+    now = {"a": 1.1, "b": 1.6, "d": 3.0}  # c and d were measured once: no noise floor from them
+    n, gap = plans_apart(before, now)
+    assert n == 2
+    assert gap == pytest.approx(math.exp((math.log(1.1) + math.log(2.0 / 1.6)) / 2) - 1)
+    assert plans_apart(now, before) == (2, pytest.approx(gap))  # the same distance either way
+    n, gap = plans_apart(before, {"d": 3.0})
+    assert n == 0 and math.isnan(gap)
