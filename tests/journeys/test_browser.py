@@ -7,6 +7,7 @@ import json
 import pytest
 
 from tests.conftest import WAIT_MS, settle
+from tests.journey import heading
 
 
 @pytest.fixture(scope="module")
@@ -46,7 +47,7 @@ def test_a_fresh_server_opened_on_a_deep_link_routes_through_app_py(browser, tmp
         try:
             pg.goto(base + "/allreduce?lesson=1")
             settle(pg)
-            pg.get_by_role("heading", name="All-reduce").first.wait_for(timeout=WAIT_MS)
+            heading(pg, "All-reduce")
             nav = pg.locator("[data-testid='stSidebarNav']").inner_text()
             assert "All-reduce" in nav and "Fidelity" in nav, nav
             assert "allreduce" not in nav and "app" not in nav.split(), nav

@@ -15,7 +15,7 @@ from lab.scenario.document import Scenario, Training
 from lab.scenario.topology import Topology
 from lab.store.runs import RunStore
 from tests.conftest import WAIT_MS, settle
-from tests.journey import choose, new_page, no_error_boxes, take_link, type_number
+from tests.journey import choose, heading, new_page, no_error_boxes, take_link, type_number
 
 pytestmark = pytest.mark.timeout(420)
 
@@ -60,7 +60,7 @@ def test_the_balancing_loop_runs_for_real_beside_its_model_and_the_link_shows_it
     try:
         pg.goto(streamlit_server + "/placement?s=" + four_devices().to_url_param())
         settle(pg)
-        pg.get_by_role("heading", name="Placement").first.wait_for(timeout=WAIT_MS)
+        heading(pg, "Placement")
         choose(pg, "Model", "LeNet-style CNN")
         type_number(pg, "max rounds", 6)
         type_number(pg, "Steps per round", 3)
@@ -101,7 +101,7 @@ def test_the_balancing_loop_runs_for_real_beside_its_model_and_the_link_shows_it
     try:
         fresh.goto(url)
         settle(fresh)
-        fresh.get_by_role("heading", name="Placement").first.wait_for(timeout=WAIT_MS)
+        heading(fresh, "Placement")
         fresh.get_by_text("Steps per round").first.wait_for(timeout=WAIT_MS)
         deadline = time.monotonic() + 60
         while len(run_lines(fresh)) < 2 and time.monotonic() < deadline:

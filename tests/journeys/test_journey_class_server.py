@@ -13,7 +13,7 @@ import pytest
 
 from lab.settings import ROOT
 from tests.conftest import WAIT_MS, free_port, settle
-from tests.journey import new_page, no_error_boxes
+from tests.journey import heading, new_page, no_error_boxes
 
 pytestmark = pytest.mark.timeout(300)
 STRONG = "Zq3-uV8_kP1wYt6Rb0sLm4"
@@ -53,7 +53,7 @@ def test_the_class_command_with_a_token_serves_the_lab_to_a_browser(browser, tmp
         pg = new_page(browser)
         pg.goto(base)
         settle(pg)
-        pg.get_by_role("heading", name="Heterogeneous distributed training lab").wait_for(timeout=WAIT_MS)
+        heading(pg, "Heterogeneous distributed training lab")
         no_error_boxes(pg)
     finally:
         _stop(proc)

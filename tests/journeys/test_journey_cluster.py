@@ -8,7 +8,7 @@ import pytest
 
 from lab.store.runs import RunStore
 from tests.conftest import BROWSER_ARGS, CHROMIUM, WAIT_MS, lab_server, ray_test_cluster, settle
-from tests.journey import new_page, no_error_boxes, type_number, wait_for_run
+from tests.journey import heading, new_page, no_error_boxes, type_number, wait_for_run
 
 pytest.importorskip("ray.cluster_utils")
 
@@ -39,18 +39,18 @@ def test_a_run_from_the_training_page_runs_on_the_cluster_and_the_jobs_page_says
                 bob.goto(base + "/jobs")
                 # The page's first run in this server beside a job on both cores and a Ray cluster can take longer
                 # than a click waits: wait for the page itself first.
-                bob.get_by_role("heading", name="Jobs").first.wait_for(timeout=120_000)
+                heading(bob, "Jobs", timeout_ms=120_000)
                 settle(bob)
                 bob.get_by_text("Show the whole class's jobs (read-only)").click(timeout=WAIT_MS)
                 settle(bob)
-                bob.get_by_role("heading", name=f"Job {rid}").wait_for(timeout=WAIT_MS)
+                heading(bob, f"Job {rid}")
                 settle(bob)
                 assert bob.get_by_role("button", name="Stop", exact=True).count() == 0
 
                 alice.goto(base + "/jobs")
-                alice.get_by_role("heading", name="Jobs").first.wait_for(timeout=120_000)
+                heading(alice, "Jobs", timeout_ms=120_000)
                 settle(alice)
-                alice.get_by_role("heading", name=f"Job {rid}").wait_for(timeout=WAIT_MS)
+                heading(alice, f"Job {rid}")
                 alice.get_by_text("Which node of the Ray cluster ran which rank").wait_for(timeout=WAIT_MS)
                 ran_on = {n["node"] for n in store.job_records.last_event(rid, "started")["detail"]["nodes"]}
                 assert ran_on <= {n.node_id for n in nodes} and len(ran_on) == 2  # one CPU a node: two nodes

@@ -8,6 +8,7 @@ import pytest
 from tests.conftest import WAIT_MS, settle
 from tests.journey import (
     choose,
+    heading,
     metric,
     nav,
     new_page,
@@ -73,7 +74,7 @@ def test_pin_travels_in_the_link_with_the_same_makespan(streamlit_server, browse
     try:
         fresh.goto(url)
         settle(fresh)
-        fresh.get_by_role("heading", name="Placement").first.wait_for(timeout=WAIT_MS)
+        heading(fresh, "Placement")
         assert selected(fresh, "Model") == MODEL
         assert selected(fresh, "Strategy") == STRATEGY
         fresh.get_by_text("conv1 → host").first.wait_for(timeout=WAIT_MS)
@@ -102,7 +103,7 @@ def test_a_kept_baseline_names_a_topology_change_and_travels_in_the_link(streaml
     try:
         pg.goto(streamlit_server + "/placement")
         settle(pg)
-        pg.get_by_role("heading", name="Placement").first.wait_for(timeout=WAIT_MS)
+        heading(pg, "Placement")
         menu = selected(pg, "Strategy")
         pg.locator(".st-key-pl_compare_fig").first.scroll_into_view_if_needed()
         pg.wait_for_function("() => document.querySelector('.st-key-pl_compare_fig .js-plotly-plot .main-svg')",
@@ -118,7 +119,7 @@ def test_a_kept_baseline_names_a_topology_change_and_travels_in_the_link(streaml
         pg.get_by_role("button", name="Load preset").click()
         settle(pg)
         nav(pg, "Placement")
-        pg.get_by_role("heading", name="Against a baseline").first.wait_for(timeout=WAIT_MS)
+        heading(pg, "Against a baseline")
         summary = baseline_summary(pg)
         assert "same settings" not in summary and re.search(r"link \S+–\S+", summary), summary
         assert "e-1" not in pg.locator("[data-testid='stMain']").inner_text()
@@ -130,7 +131,7 @@ def test_a_kept_baseline_names_a_topology_change_and_travels_in_the_link(streaml
     try:
         fresh.goto(url)
         settle(fresh)
-        fresh.get_by_role("heading", name="Against a baseline").first.wait_for(timeout=WAIT_MS)
+        heading(fresh, "Against a baseline")
         assert baseline_summary(fresh) == summary
         no_error_boxes(fresh)
     finally:

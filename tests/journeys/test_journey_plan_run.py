@@ -18,7 +18,7 @@ from lab.machine.calibrate import synthetic_profile
 from lab.machine.profile import ExecutorFit
 from lab.store.runs import RunStore
 from tests.conftest import WAIT_MS, settle
-from tests.journey import choose, new_page, no_error_boxes, selected, take_link, type_number
+from tests.journey import choose, heading, new_page, no_error_boxes, selected, take_link, type_number
 
 pytestmark = pytest.mark.timeout(420)
 
@@ -130,7 +130,7 @@ def test_a_pinned_plan_run_is_shared_with_its_measured_and_modelled_step(
         try:
             pg.goto(streamlit_server + "/placement")
             settle(pg)
-            pg.get_by_role("heading", name="Placement").first.wait_for(timeout=WAIT_MS)
+            heading(pg, "Placement")
             no_error_boxes(pg)
             choose(pg, "Model", MODEL)
             choose(pg, "Strategy", STRATEGY)
@@ -177,7 +177,7 @@ def test_a_pinned_plan_run_is_shared_with_its_measured_and_modelled_step(
         try:
             fresh.goto(url)
             settle(fresh)
-            fresh.get_by_role("heading", name="Placement").first.wait_for(timeout=WAIT_MS)
+            heading(fresh, "Placement")
             assert selected(fresh, "Model") == MODEL and selected(fresh, "Strategy") == STRATEGY
             assert selected(fresh, "Schedule") == SCHEDULE
             fresh.get_by_text("conv1 → fpga").first.wait_for(timeout=WAIT_MS)

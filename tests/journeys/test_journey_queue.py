@@ -7,7 +7,7 @@ import pytest
 from lab.store.runs import RunStore
 from lab.train.launcher_record import processes_of
 from tests.conftest import WAIT_MS, lab_server, settle
-from tests.journey import new_page, no_error_boxes, slide, type_number, wait_for_run
+from tests.journey import heading, new_page, no_error_boxes, slide, type_number, wait_for_run
 
 pytestmark = pytest.mark.timeout(600)
 
@@ -15,7 +15,7 @@ pytestmark = pytest.mark.timeout(600)
 def start_run(pg, base: str, steps: int) -> None:
     pg.goto(base + "/training")
     settle(pg)
-    pg.get_by_role("heading", name="Training").first.wait_for(timeout=WAIT_MS)
+    heading(pg, "Training")
     slide(pg, "Workers (processes)", -1)
     type_number(pg, "Steps (count)", steps)
     pg.get_by_role("button", name="Run", exact=True).click()
@@ -35,7 +35,7 @@ def test_a_short_run_starts_beside_another_students_long_one(browser, tmp_path, 
             runs = store.list_runs()
             short_id = next(r for r in runs.id if r != long_id)
             assert runs.set_index("id").owner[short_id] != runs.set_index("id").owner[long_id]
-            b.get_by_role("heading", name=f"Run {short_id}").wait_for(timeout=WAIT_MS)
+            heading(b, f"Run {short_id}")
             # the short run is done (it did not wait for the long one) while the long one still runs
             b.get_by_text("done: step 200 of 200").first.wait_for(timeout=180_000)
             assert store.status(long_id) == "running"

@@ -19,6 +19,7 @@ from lab.store.runs import RunStore
 from lab.train.launcher_record import processes_of
 from tests.conftest import WAIT_MS, lab_server, settle
 from tests.journey import (
+    heading,
     nav,
     new_page,
     no_error_boxes,
@@ -77,7 +78,7 @@ def test_students_see_their_own_jobs_and_the_teacher_manages_all(browser, tmp_pa
             # A starts a run: 1 worker, small batch (the teacher stops it in a moment)
             a.goto(base + "/training")
             settle(a)
-            a.get_by_role("heading", name="Training").first.wait_for(timeout=WAIT_MS)
+            heading(a, "Training")
             slide(a, "Workers (processes)", -1)
             type_number(a, "Steps (count)", 100_000)
             type_number(a, "Batch per worker (samples)", 16)
@@ -87,17 +88,17 @@ def test_students_see_their_own_jobs_and_the_teacher_manages_all(browser, tmp_pa
             assert len(runs) == 1, runs[["id", "status"]]
             rid, owner_a = runs.id.iloc[0], runs.owner.iloc[0]
             assert owner_a
-            a.get_by_role("heading", name=f"Run {rid}").wait_for(timeout=WAIT_MS)
+            heading(a, f"Run {rid}")
             a.get_by_text("running: step").first.wait_for(timeout=180_000)
             # A reloads: the same student (the browser's cookie), the run and its Stop are still A's
             a.reload()
             settle(a)
-            a.get_by_role("heading", name=f"Run {rid}").wait_for(timeout=WAIT_MS)
+            heading(a, f"Run {rid}")
             a.get_by_role("button", name="Stop", exact=True).wait_for(timeout=WAIT_MS)
             a2 = a.context.new_page()  # a second tab of A's browser: A again
             a2.goto(base + "/jobs")
             settle(a2)
-            a2.get_by_role("heading", name=f"Job {rid}").wait_for(timeout=WAIT_MS)
+            heading(a2, f"Job {rid}")
             assert "· you ·" in job_choice(a2) and buttons(a2, "Stop") == 1
             a2.close()
 
@@ -115,7 +116,7 @@ def test_students_see_their_own_jobs_and_the_teacher_manages_all(browser, tmp_pa
             assert buttons(b, "Stop") == 0 and buttons(b, "Release") == 0
             b.get_by_text(CLASS_SWITCH).click()
             settle(b)
-            b.get_by_role("heading", name=f"Job {rid}").wait_for(timeout=WAIT_MS)
+            heading(b, f"Job {rid}")
             choice = job_choice(b)
             assert rid in choice and "another session" in choice and "you" not in choice.split(" · "), choice
             assert b.get_by_text("Read-only: this job belongs to another session").count() == 1
@@ -124,7 +125,7 @@ def test_students_see_their_own_jobs_and_the_teacher_manages_all(browser, tmp_pa
 
             # A's own Jobs page (the same session: through the sidebar) has the buttons for it
             nav(a, "Jobs")
-            a.get_by_role("heading", name=f"Job {rid}").wait_for(timeout=WAIT_MS)
+            heading(a, f"Job {rid}")
             assert "· you ·" in job_choice(a)
             assert buttons(a, "Stop") == 1 and buttons(a, "Release") == 1
             assert polls(a)  # its job is active: the page polls the store
@@ -149,7 +150,7 @@ def test_students_see_their_own_jobs_and_the_teacher_manages_all(browser, tmp_pa
             settle(t)
             t.get_by_text("Teacher: you see and manage every session's jobs.").wait_for(timeout=WAIT_MS)
             assert TOKEN not in t.url
-            t.get_by_role("heading", name=f"Job {rid}").wait_for(timeout=WAIT_MS)
+            heading(t, f"Job {rid}")
             assert f"session {owner_a}" in job_choice(t)
             stop = t.get_by_role("button", name="Stop", exact=True)
             assert stop.count() == 1 and stop.is_enabled()
@@ -180,7 +181,7 @@ def test_students_see_their_own_jobs_and_the_teacher_manages_all(browser, tmp_pa
             assert store.get_run(rid)["status"] == "stopped"  # A's run is intact
             b.goto(base + "/jobs")  # opened by its address: B's own last view, the class switch still on
             settle(b)
-            b.get_by_role("heading", name=f"Job {rid}").wait_for(timeout=WAIT_MS)
+            heading(b, f"Job {rid}")
             assert b.get_by_text("Teacher:").count() == 0
             b.get_by_text(CLASS_SWITCH).click()
             settle(b)

@@ -4,8 +4,8 @@ job, and the run's header says which compression it ran with (from the stored ru
 import pytest
 
 from lab.store.runs import RunStore
-from tests.conftest import WAIT_MS, lab_server, settle
-from tests.journey import choose, new_page, no_error_boxes, type_number, wait_for_run
+from tests.conftest import lab_server, settle
+from tests.journey import choose, heading, new_page, no_error_boxes, type_number, wait_for_run
 
 pytestmark = pytest.mark.timeout(420)
 
@@ -20,7 +20,7 @@ def test_a_group_topk_run_set_by_clicking_says_group_topk_in_its_header(browser,
         try:
             pg.goto(base + "/training")
             settle(pg)
-            pg.get_by_role("heading", name="Training").first.wait_for(timeout=WAIT_MS)
+            heading(pg, "Training")
             assert "no compression" in markdown_with(pg, "Compression:")
             type_number(pg, "Steps (count)", 6)
             type_number(pg, "Batch per worker (samples)", 16)
@@ -68,7 +68,7 @@ def test_a_powersgd_run_on_the_fused_optimiser_set_by_clicking_says_both_and_tra
         try:
             pg.goto(base + "/training")
             settle(pg)
-            pg.get_by_role("heading", name="Training").first.wait_for(timeout=WAIT_MS)
+            heading(pg, "Training")
             type_number(pg, "Steps (count)", 8)
             type_number(pg, "Batch per worker (samples)", 16)
             choose(pg, "Compressor", "PowerSGD")
@@ -88,7 +88,7 @@ def test_a_powersgd_run_on_the_fused_optimiser_set_by_clicking_says_both_and_tra
             # The header reads the stored run, so it says both as soon as the run is queued; that such a run trains
             # to its end is checked below the browser (tests/optim/test_fused.py), without waiting here for its
             # kernels to compile.
-            pg.get_by_role("heading", name=f"Run {rid}").wait_for(timeout=WAIT_MS)
+            heading(pg, f"Run {rid}")
             settle(pg)
             assert "one fused pass per parameter" in markdown_with(pg, "Optimiser in this run:")
             assert "powerSGD_hook arithmetic" in markdown_with(pg, "Compression in this run:")
@@ -96,7 +96,7 @@ def test_a_powersgd_run_on_the_fused_optimiser_set_by_clicking_says_both_and_tra
 
             other.goto(base + "/training")
             settle(other)
-            other.get_by_role("heading", name="Training").first.wait_for(timeout=WAIT_MS)
+            heading(other, "Training")
             assert "no compression" in markdown_with(other, "Compression:")  # the first student's choice is theirs
 
             url = take_link(pg)

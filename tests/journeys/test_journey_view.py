@@ -7,6 +7,7 @@ from playwright.sync_api import expect
 from tests.conftest import WAIT_MS, settle
 from tests.journey import (
     choose,
+    heading,
     metric,
     nav,
     new_page,
@@ -81,7 +82,7 @@ def test_ring_lessons_steps_can_be_done_by_clicking(streamlit_server, browser):
         settle(pg)
         pg.get_by_role("button", name="Open this lesson").nth(0).click()
         settle(pg)
-        pg.get_by_role("heading", name="All-reduce").first.wait_for(timeout=WAIT_MS)
+        heading(pg, "All-reduce")
         panel = pg.locator(".st-key-lesson_panel")
         assert "Ring all-reduce, step by step" in panel.inner_text()
         ring = pg.get_by_text("Ring: host → gpu → fpga → asic → host")
@@ -126,7 +127,7 @@ def test_the_jobs_pages_what_if_and_fault_form_survive_navigation_and_travel_in_
     try:
         pg.goto(streamlit_server + "/jobs")
         settle(pg)
-        pg.get_by_role("heading", name="Jobs").first.wait_for(timeout=WAIT_MS)
+        heading(pg, "Jobs")
         choose(pg, "Topology", "(5) edge cluster: 8 weak devices on 100 Mbit/s")
         type_number(pg, "At most this many jobs at once (0: no limit)", 2)
         pg.get_by_text("Watch a failure: start a job with an injected fault").click()
