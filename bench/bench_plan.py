@@ -136,7 +136,7 @@ def plan_key(s: dict, p: dict) -> str:
 def noise_floor(scored: list, measured: dict, before: dict | None) -> None:
     """What the aims sit on, measured in this run: how far a plan's runs taken in turns are apart, how far the same
     plans are from the last bench run on this machine, and the replay's error by process count (a replay gives
-    every process a core of its own; the machine has two)."""
+    every process a core of its own, which a machine with fewer cores than processes does not)."""
     firsts = {plan_key(s, p): p["runs"][0]["step"] for s, p in scored if len(p["runs"]) > 1}
     lasts = {plan_key(s, p): p["runs"][-1]["step"] for s, p in scored if len(p["runs"]) > 1}
     n, gap = plans_apart(firsts, lasts)

@@ -18,22 +18,22 @@ def new_page(browser, context=None):
     return pg
 
 
-def open_link(browser, url: str, heading: str):
-    """``url`` opened in a fresh browser, as the person it was sent to would, once its page's heading shows."""
-    fresh = new_page(browser)
-    fresh.goto(url)
-    settle(fresh)
-    fresh.get_by_role("heading", name=heading).first.wait_for(timeout=WAIT_MS)
-    settle(fresh)  # the heading's run of the script has ended: what it draws below the heading is there
-    return fresh
-
-
 def heading(pg, name: str, timeout_ms: int = WAIT_MS) -> None:
     """Wait for a heading the page's script writes, then for that run of the script to end, so that what the page
     draws after the heading is there to read (a busy server can show the heading seconds before the buttons below
     it, and can say it is not running before the run that writes the heading has begun)."""
     pg.get_by_role("heading", name=name).first.wait_for(timeout=timeout_ms)
     settle(pg)
+
+
+def open_link(browser, url: str, title: str):
+    """``url`` opened in a fresh browser, as the person it was sent to would, once its page's heading ``title``
+    shows and the page is drawn."""
+    fresh = new_page(browser)
+    fresh.goto(url)
+    settle(fresh)
+    heading(fresh, title)
+    return fresh
 
 
 def no_error_boxes(pg) -> None:

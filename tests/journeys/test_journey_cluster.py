@@ -40,16 +40,13 @@ def test_a_run_from_the_training_page_runs_on_the_cluster_and_the_jobs_page_says
                 # The page's first run in this server beside a job on both cores and a Ray cluster can take longer
                 # than a click waits: wait for the page itself first.
                 heading(bob, "Jobs", timeout_ms=120_000)
-                settle(bob)
                 bob.get_by_text("Show the whole class's jobs (read-only)").click(timeout=WAIT_MS)
                 settle(bob)
                 heading(bob, f"Job {rid}")
-                settle(bob)
                 assert bob.get_by_role("button", name="Stop", exact=True).count() == 0
 
                 alice.goto(base + "/jobs")
                 heading(alice, "Jobs", timeout_ms=120_000)
-                settle(alice)
                 heading(alice, f"Job {rid}")
                 alice.get_by_text("Which node of the Ray cluster ran which rank").wait_for(timeout=WAIT_MS)
                 ran_on = {n["node"] for n in store.job_records.last_event(rid, "started")["detail"]["nodes"]}

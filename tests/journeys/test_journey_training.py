@@ -89,7 +89,6 @@ def test_a_powersgd_run_on_the_fused_optimiser_set_by_clicking_says_both_and_tra
             # to its end is checked below the browser (tests/optim/test_fused.py), without waiting here for its
             # kernels to compile.
             heading(pg, f"Run {rid}")
-            settle(pg)
             assert "one fused pass per parameter" in markdown_with(pg, "Optimiser in this run:")
             assert "powerSGD_hook arithmetic" in markdown_with(pg, "Compression in this run:")
             no_error_boxes(pg)
